@@ -1,0 +1,432 @@
+"""Checkpoint metadata from a local directory or the Hugging Face hub — metadata only, never weights.
+
+What we read: config.json, model.safetensors.index.json, and safetensors headers (the first 8 + N
+bytes of a shard; on the hub through range requests). Nothing else in ppspec touches the hub.
+Partial or missing metadata is recorded as a `Gap`, never filled in with a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import PpspecError
+
+MAX_CONFIG_BYTES = 8 << 20
+MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
+DTYPE_BYTES = {
+    "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+    "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "U32": 4, "U16": 2, "U64": 8, "F4": 1,
+}
+TORCH_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float64": 8}
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Something we could not read or that is incomplete. `code` is stable; rules turn gaps into findings."""
+
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    file: str
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n * DTYPE_BYTES.get(self.dtype, 0)
+
+
+@dataclass
+class Checkpoint:
+    """Metadata of one checkpoint. `config` is the raw config.json; `text` is the language model's part of it."""
+
+    ref: str
+    location: str
+    source: str  # "local" | "hub"
+    config: dict[str, Any] | None = None
+    text: dict[str, Any] = field(default_factory=dict)
+    text_path: str = ""  # "" | "text_config" | "transformer_layer_config"
+    weight_map: dict[str, str] | None = None  # tensor name -> shard file (from the index)
+    index_total_size: int | None = None
+    tensors: dict[str, TensorInfo] | None = None  # from safetensors headers, when read
+    files: list[str] = field(default_factory=list)
+    gaps: list[Gap] = field(default_factory=list)
+
+    # ---- facts (None = unknown; never guessed) ----
+    @property
+    def architectures(self) -> list[str]:
+        a = (self.config or {}).get("architectures")
+        return [x for x in a if isinstance(x, str)] if isinstance(a, list) else []
+
+    @property
+    def model_type(self) -> str | None:
+        v = (self.config or {}).get("model_type")
+        return v if isinstance(v, str) else None
+
+    def _int(self, key: str, *, text: bool = True) -> int | None:
+        src = self.text if text else (self.config or {})
+        v = src.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    @property
+    def num_layers(self) -> int | None:
+        return self._int("num_hidden_layers")
+
+    @property
+    def hidden_size(self) -> int | None:
+        return self._int("hidden_size")
+
+    @property
+    def vocab_size(self) -> int | None:
+        return self._int("vocab_size")
+
+    @property
+    def dtype_bytes(self) -> int | None:
+        for src in (self.text, self.config or {}):
+            d = src.get("torch_dtype") or src.get("dtype")
+            if isinstance(d, str) and d in TORCH_DTYPE_BYTES:
+                return TORCH_DTYPE_BYTES[d]
+        return None
+
+    @property
+    def tensors_known(self) -> bool:
+        return self.tensors is not None
+
+    def tensor_names(self) -> set[str] | None:
+        if self.tensors is not None:
+            return set(self.tensors)
+        if self.weight_map is not None:
+            return set(self.weight_map)
+        return None
+
+    def find_tensor(self, candidates: list[str]) -> tuple[str, str | None] | None:
+        """First candidate name present in the checkpoint -> (name, shard file)."""
+        names = self.tensor_names()
+        if names is None:
+            return None
+        for c in candidates:
+            if c in names:
+                if self.tensors is not None and c in self.tensors:
+                    return c, self.tensors[c].file
+                return c, (self.weight_map or {}).get(c)
+        return None
+
+    def layer_weight_bytes(self, num_layers: int) -> list[int] | None:
+        """Bytes per target layer from safetensors headers (exact), else None."""
+        if not self.tensors:
+            return None
+        per = [0] * num_layers
+        pat = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+        for t in self.tensors.values():
+            m = pat.search(t.name)
+            if m and int(m.group(1)) < num_layers:
+                per[int(m.group(1))] += t.nbytes
+        return per
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ref": self.ref,
+            "location": self.location,
+            "source": self.source,
+            "architectures": self.architectures,
+            "model_type": self.model_type,
+            "text_config": self.text_path or None,
+            "num_hidden_layers": self.num_layers,
+            "hidden_size": self.hidden_size,
+            "vocab_size": self.vocab_size,
+            "index": self.weight_map is not None,
+            "tensors_read": self.tensors is not None,
+            "gaps": [{"code": g.code, "message": g.message} for g in self.gaps],
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Config interpretation
+
+
+def text_part(config: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The language-model part of a config: multimodal checkpoints nest it under `text_config`,
+    speculators-format drafters under `transformer_layer_config`."""
+    for key in ("text_config", "transformer_layer_config"):
+        sub = config.get(key)
+        if isinstance(sub, dict) and ("num_hidden_layers" in sub or "hidden_size" in sub):
+            merged = dict(sub)
+            return merged, key
+    return config, ""
+
+
+def speculators_view(config: dict[str, Any]) -> dict[str, Any]:
+    """How vLLM sees a speculators-format drafter: the layer config's keys plus the drafter keys
+    vLLM maps to the top level (`eagle_aux_hidden_state_layer_ids`, `draft_vocab_size`, ...)."""
+    if "speculators_config" not in config:
+        return config
+    out = dict(config.get("transformer_layer_config") or {})
+    for k in ("eagle_aux_hidden_state_layer_ids", "draft_vocab_size", "target_hidden_size", "norm_before_residual", "architectures"):
+        if config.get(k) is not None:
+            out[k] = config[k]
+    out["speculators_model_type"] = config.get("speculators_model_type")
+    return out
+
+
+def parse_safetensors_header(raw: bytes, *, file: str, file_size: int | None) -> dict[str, TensorInfo]:
+    """Validate and parse a safetensors header (the 8-byte length + JSON). Raises ValueError on a lie."""
+    if len(raw) < 8:
+        raise ValueError("file is shorter than the 8-byte header length")
+    (n,) = struct.unpack("<Q", raw[:8])
+    if n > MAX_HEADER_BYTES:
+        raise ValueError(f"header length {n} exceeds {MAX_HEADER_BYTES}")
+    if len(raw) < 8 + n:
+        raise ValueError(f"header truncated: claims {n} bytes, {len(raw) - 8} present")
+    try:
+        header = json.loads(raw[8 : 8 + n].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"header is not valid JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise ValueError("header is not a JSON object")
+    out: dict[str, TensorInfo] = {}
+    data_len = None if file_size is None else file_size - 8 - n
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(info, dict):
+            raise ValueError(f"tensor {name!r}: entry is not an object")
+        dtype, shape, offs = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+        if dtype not in DTYPE_BYTES:
+            raise ValueError(f"tensor {name!r}: unknown dtype {dtype!r}")
+        if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+            raise ValueError(f"tensor {name!r}: bad shape {shape!r}")
+        if not (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) for o in offs) and 0 <= offs[0] <= offs[1]):
+            raise ValueError(f"tensor {name!r}: bad data_offsets {offs!r}")
+        t = TensorInfo(name, dtype, tuple(shape), file)
+        if offs[1] - offs[0] != t.nbytes:
+            raise ValueError(f"tensor {name!r}: data_offsets span {offs[1] - offs[0]} bytes but dtype x shape needs {t.nbytes}")
+        if data_len is not None and offs[1] > data_len:
+            raise ValueError(f"tensor {name!r}: data_offsets end {offs[1]} past the end of the file's data ({data_len} bytes)")
+        out[name] = t
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise PpspecError(f"{what} is larger than {MAX_CONFIG_BYTES >> 20} MiB", where=str(path), fix="check that this is really a checkpoint's metadata file", exit_code=1)
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise PpspecError(f"{what} is not valid JSON ({e})", where=str(path), fix="restore the file from the model repository", exit_code=1) from None
+    except OSError as e:
+        raise PpspecError(f"cannot read {what}: {e.strerror}", where=str(path), fix="check the file's permissions", exit_code=1) from None
+    if not isinstance(data, dict):
+        raise PpspecError(f"{what} must be a JSON object", where=str(path), fix="restore the file from the model repository", exit_code=1)
+    return data
+
+
+def _apply_config(ck: Checkpoint, cfg: dict[str, Any], where: str) -> None:
+    if "_partial" in cfg:
+        ck.gaps.append(Gap("partial-config", f"{where} is marked partial ({str(cfg['_partial'])[:160]}); keys it lacks are unknown"))
+    ck.config = cfg
+    view = speculators_view(cfg)
+    text, path = text_part(view if view is not cfg else cfg)
+    if view is not cfg:
+        path = "transformer_layer_config"
+    ck.text, ck.text_path = text, path
+    for key in ("num_hidden_layers", "hidden_size", "vocab_size"):
+        v = text.get(key)
+        if v is None:
+            ck.gaps.append(Gap("missing-" + key.replace("_", "-"), f"config has no `{key}`" + (f" (looked in `{path}`)" if path else "")))
+        elif not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            ck.gaps.append(Gap("bad-" + key.replace("_", "-"), f"config `{key}` is {v!r}, not a positive integer"))
+    if not ck.architectures:
+        ck.gaps.append(Gap("missing-architectures", "config has no `architectures` list"))
+
+
+def _apply_index(ck: Checkpoint, idx: dict[str, Any], where: str) -> None:
+    wm = idx.get("weight_map")
+    if "_partial" in idx:
+        ck.gaps.append(Gap("partial-index", f"{where} is marked partial; tensor placement is not known"))
+    if not isinstance(wm, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
+        ck.gaps.append(Gap("bad-index", f"{where} has no usable `weight_map`"))
+        return
+    ck.weight_map = dict(wm)
+    ts = (idx.get("metadata") or {}).get("total_size") if isinstance(idx.get("metadata"), dict) else None
+    ck.index_total_size = ts if isinstance(ts, int) else None
+
+
+def _safe_shard_name(name: str) -> bool:
+    return bool(name) and not name.startswith("/") and ".." not in Path(name).parts and "\x00" not in name
+
+
+def load_local(ref: str, path: Path, *, read_headers: bool = True) -> Checkpoint:
+    """Metadata from a local directory. A directory with only config files is normal (a login node)."""
+    if not path.exists():
+        raise PpspecError(f"checkpoint directory not found: {path}", where=ref, fix="check the path, or use a hub id (org/name)", exit_code=1)
+    if not path.is_dir():
+        raise PpspecError(f"checkpoint path is not a directory: {path}", where=ref, fix="point at the directory that holds config.json", exit_code=1)
+    ck = Checkpoint(ref=ref, location=str(path), source="local")
+    try:
+        ck.files = sorted(p.name for p in path.iterdir())
+    except OSError as e:
+        raise PpspecError(f"cannot list checkpoint directory: {e.strerror}", where=str(path), fix="check permissions", exit_code=1) from None
+    cfg_path = path / "config.json"
+    if not cfg_path.exists():
+        partial = [f for f in ck.files if f.startswith("config") and f.endswith(".json")]
+        if partial:
+            cfg_path = path / partial[0]
+        else:
+            ck.gaps.append(Gap("missing-config", f"no config.json in {path}"))
+            return ck
+    _apply_config(ck, _read_json(cfg_path, cfg_path.name), cfg_path.name)
+    idx_candidates = [f for f in ck.files if f.startswith("model.safetensors.index") and f.endswith(".json")]
+    if idx_candidates:
+        _apply_index(ck, _read_json(path / idx_candidates[0], idx_candidates[0]), idx_candidates[0])
+    shards = sorted(set((ck.weight_map or {}).values())) if ck.weight_map else [f for f in ck.files if f.endswith(".safetensors")]
+    if not read_headers:
+        return ck
+    present = [s for s in shards if _safe_shard_name(s) and (path / s).is_file()]
+    missing = [s for s in shards if s not in present]
+    if ck.weight_map is not None and missing and present:
+        ck.gaps.append(Gap("missing-shards", f"the index names {len(missing)} shard file(s) that are not in the directory (e.g. {missing[0]})"))
+    if not present:
+        ck.gaps.append(Gap("no-weights", "no safetensors files here (metadata only): tensor-level checks are not run"))
+        return ck
+    tensors: dict[str, TensorInfo] = {}
+    for s in present:
+        fp = path / s
+        try:
+            size = fp.stat().st_size
+            with fp.open("rb") as f:
+                head = f.read(8)
+                if len(head) == 8:
+                    (n,) = struct.unpack("<Q", head)
+                    head += f.read(min(n, MAX_HEADER_BYTES))
+            tensors.update(parse_safetensors_header(head, file=s, file_size=size))
+        except ValueError as e:
+            ck.gaps.append(Gap("bad-safetensors", f"{s}: {e}"))
+            return ck
+        except OSError as e:
+            ck.gaps.append(Gap("bad-safetensors", f"{s}: cannot read ({e.strerror})"))
+            return ck
+    if ck.weight_map is not None and missing:
+        return ck  # incomplete view: keep the index as the name list
+    ck.tensors = tensors
+    return ck
+
+
+def _hub_error(e: Exception, ref: str) -> PpspecError:
+    name = type(e).__name__
+    if name in ("RepositoryNotFoundError", "GatedRepoError"):
+        return PpspecError(f"hub repository {ref!r} was not found or is gated ({name})", where=ref, fix="check the id; for gated models log in (`hf auth login`) or set HF_TOKEN", exit_code=1)
+    if name == "RevisionNotFoundError":
+        return PpspecError(f"revision not found for {ref!r}", where=ref, fix="check `revision` in the profile", exit_code=1)
+    if name in ("LocalEntryNotFoundError", "OfflineModeIsEnabled"):
+        return PpspecError(
+            f"{ref!r} is not in the local Hugging Face cache and the hub is not reachable (offline)",
+            where=ref,
+            fix="download its metadata once while online (`hf download ORG/NAME config.json model.safetensors.index.json`), or point `model` at a local directory",
+            exit_code=1,
+        )
+    return PpspecError(f"could not read {ref!r} from the hub: {name}: {str(e).splitlines()[0][:200] if str(e) else ''}", where=ref, fix="check the network / HF_ENDPOINT, or use a local directory", exit_code=1)
+
+
+def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_headers: bool = True) -> Checkpoint:
+    """Metadata from the hub (or its local cache): config, index, and safetensors headers by range reads."""
+    try:
+        from huggingface_hub import constants, get_safetensors_metadata, hf_hub_download
+        from huggingface_hub.utils import EntryNotFoundError
+    except ImportError:  # pragma: no cover - dependency
+        raise PpspecError("huggingface_hub is not installed", fix="pip install huggingface_hub", exit_code=1) from None
+    offline = offline or bool(constants.HF_HUB_OFFLINE)
+    ck = Checkpoint(ref=ref, location=f"{ref}@{revision or 'main'}", source="hub")
+
+    def fetch(name: str) -> Path | None:
+        try:
+            return Path(hf_hub_download(ref, name, revision=revision, local_files_only=offline))
+        except EntryNotFoundError:
+            return None
+        except Exception as e:  # noqa: BLE001 - translated into one clear message
+            if type(e).__name__ == "LocalEntryNotFoundError" and name != "config.json":
+                return None
+            raise _hub_error(e, ref) from None
+
+    cfg = fetch("config.json")
+    if cfg is None:
+        ck.gaps.append(Gap("missing-config", "the repository has no config.json"))
+        return ck
+    ck.files.append("config.json")
+    _apply_config(ck, _read_json(cfg, "config.json"), "config.json")
+    idx = fetch("model.safetensors.index.json")
+    if idx is not None:
+        ck.files.append("model.safetensors.index.json")
+        _apply_index(ck, _read_json(idx, "model.safetensors.index.json"), "model.safetensors.index.json")
+    if not read_headers:
+        return ck
+    if offline:
+        ck.gaps.append(Gap("no-weights", "offline: safetensors headers not read (tensor-level checks not run)"))
+        return ck
+    try:
+        meta = get_safetensors_metadata(ref, revision=revision)
+    except Exception as e:  # noqa: BLE001
+        ck.gaps.append(Gap("no-weights", f"safetensors headers not read ({type(e).__name__}): tensor-level checks not run"))
+        return ck
+    tensors: dict[str, TensorInfo] = {}
+    for fname, fm in meta.files_metadata.items():
+        for tname, ti in fm.tensors.items():
+            tensors[tname] = TensorInfo(tname, ti.dtype, tuple(ti.shape), fname)
+    ck.tensors = tensors
+    return ck
+
+
+def is_local_ref(ref: str) -> bool:
+    """A path (absolute, ./, ../, ~) or an existing directory is local; `org/name` is a hub id."""
+    if ref.startswith(("/", "./", "../", "~")) or os.path.isdir(ref):
+        return True
+    return not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$", ref)
+
+
+def load_checkpoint(
+    ref: str,
+    revision: str | None = None,
+    *,
+    offline: bool = False,
+    base_dir: Path | None = None,
+    read_headers: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> Checkpoint:
+    """Load metadata for a model reference (local dir, hub id, or `demo:<name>`)."""
+    if ref.startswith("demo:"):
+        from . import demo
+
+        path = demo.ensure_demo_model(ref.split(":", 1)[1], progress=progress)
+        ck = load_local(ref, Path(path), read_headers=read_headers)
+        return ck
+    if is_local_ref(ref):
+        p = Path(os.path.expanduser(ref))
+        if not p.is_absolute() and base_dir is not None and not p.exists():
+            p = base_dir / p
+        if not p.exists() and not ref.startswith(("/", "./", "../", "~")):
+            raise PpspecError(
+                f"model {ref!r} is neither an existing directory nor a hub id of the form org/name",
+                where=ref,
+                fix="give a local checkpoint directory or a Hugging Face id like meta-llama/Llama-3.1-8B-Instruct",
+                exit_code=1,
+            )
+        return load_local(ref, p, read_headers=read_headers)
+    if progress:
+        progress(f"reading {ref} metadata from the hub")
+    return load_hub(ref, revision, offline=offline, read_headers=read_headers)

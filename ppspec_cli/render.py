@@ -1,0 +1,98 @@
+"""Terminal rendering of check results and plans (rich). Data in, text out: nothing here decides."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+_SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def _human_bytes(n: int | None) -> str:
+    if n is None:
+        return "unknown"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def render_findings(console: Console, findings) -> None:
+    """One block per finding: severity and code, the field, the message, the fix."""
+    if not findings:
+        console.print("[green]no findings[/green]")
+        return
+    for f in findings:
+        style = _SEV_STYLE[f.severity]
+        console.print(f"[{style}]{f.severity.upper():7}[/] [bold]{f.code}[/bold]  [dim]({f.field})[/dim]")
+        console.print(f"        {f.message}", markup=False)
+        if f.hint:
+            console.print(f"        [dim]fix:[/dim] {f.hint}")
+
+
+def render_check(r, findings, console: Console | None = None) -> None:
+    console = console or Console(highlight=False)
+    p = r.profile
+    topo = p.topology
+    console.print(
+        f"[bold]{p.name}[/bold]: target {p.target.model}"
+        + (f", drafter {p.drafter.method} {p.drafter.model or '(in-model)'}" if p.drafter else ", no drafter")
+        + f"; TP{topo.tensor_parallel} x PP{topo.pipeline_parallel}"
+        + (f" x DP{topo.data_parallel}" if topo.data_parallel > 1 else "")
+        + f" on {topo.nodes} node(s); platform {r.platform} ({r.platform_source}), runner {r.runner.upper()}"
+        + (f"; adapter {r.pack.name}" if r.pack is not None else "")
+    )
+    render_findings(console, findings)
+    n_err = sum(f.severity == "error" for f in findings)
+    n_warn = sum(f.severity == "warning" for f in findings)
+    if n_err:
+        console.print(f"[bold red]FAIL[/bold red]: {n_err} error(s), {n_warn} warning(s)")
+    else:
+        console.print(f"[bold green]OK[/bold green]: 0 errors, {n_warn} warning(s)")
+
+
+def render_plan(r, findings, console: Console | None = None) -> None:
+    console = console or Console(highlight=False)
+    plan = r.plan
+    if plan is None:
+        console.print("[bold red]no plan[/bold red]: the target's layer count is unknown")
+        render_findings(console, [f for f in findings if f.severity == "error"])
+        return
+    console.print(
+        f"[bold]{r.profile.name}[/bold]: {plan.num_layers} layers over {len(plan.partition)} stage(s) "
+        f"{list(plan.partition)} ({plan.partition_source}); runner {plan.runner.upper()}"
+    )
+    if plan.method:
+        console.print(
+            f"drafter {plan.method}: taps {list(plan.taps) or '—'} (vLLM capture points: tap L = output of layer L-1; source: {plan.taps_source})"
+            + (f"; trained on {list(plan.trained_taps)} via {plan.trained_source}" if plan.trained_taps else "")
+        )
+        if plan.overlay:
+            console.print(f"[yellow]drafter config overlay at launch:[/yellow] {plan.overlay}")
+        if plan.draft_layer_ids:
+            console.print(f"draft layer ids {list(plan.draft_layer_ids)} ({plan.draft_layer_numbering} numbering)")
+    t = Table(show_header=True, header_style="bold")
+    for col in ("stage", "layers", "taps produced", "from upstream", "relay to next hop", "embedding", "lm_head", "drafter", "weights"):
+        t.add_column(col)
+    for s in plan.stages:
+        relay = "—" if s.relay_out is None else f"{s.relay_out.slots} slot(s) {list(s.relay_out.taps)}, {_human_bytes(s.relay_out.bytes_per_token)}/token"
+        emb = {"first": "yes (input)", "drafter-needs": "yes (for drafter)", "none": "—"}[s.embedding]
+        t.add_row(
+            str(s.rank),
+            f"{s.layers[0]}..{s.layers[1] - 1}" if s.layers[1] > s.layers[0] else "none",
+            str(list(s.taps)) if s.taps else "—",
+            str(s.upstream_slots),
+            relay,
+            emb,
+            "yes" if s.lm_head else "—",
+            "yes" if s.drafter else "—",
+            _human_bytes(s.weight_bytes),
+        )
+    console.print(t)
+    for note in plan.notes:
+        console.print(f"[dim]note: {note}[/dim]")
+    errs = [f for f in findings if f.severity != "info"]
+    if errs:
+        console.print(f"{len(errs)} finding(s) — run `ppspec check` for details:")
+        render_findings(console, errs)
