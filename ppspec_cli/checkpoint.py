@@ -357,10 +357,12 @@ def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_head
     def fetch(name: str) -> Path | None:
         try:
             return Path(hf_hub_download(ref, name, revision=revision, local_files_only=offline))
-        except EntryNotFoundError:
-            return None
         except Exception as e:  # noqa: BLE001 - translated into one clear message
-            if type(e).__name__ == "LocalEntryNotFoundError" and name != "config.json":
+            if type(e).__name__ == "LocalEntryNotFoundError":
+                if name == "config.json":
+                    raise _hub_error(e, ref) from None
+                return None  # optional file not in the cache
+            if isinstance(e, EntryNotFoundError):
                 return None
             raise _hub_error(e, ref) from None
 

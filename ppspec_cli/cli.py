@@ -150,6 +150,108 @@ def plan(
 
 
 @app.command()
+def serve(
+    profile: str = typer.Argument(..., help="Path to the profile YAML (e.g. profiles/tiny_cpu_demo.yaml)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the exact command lines and environment for every node, then exit. Needs neither vLLM nor GPUs."),
+    node_rank: Optional[int] = typer.Option(None, "--node-rank", help="Which node this is (multi-node). Default 0 (the head); with --dry-run, default all nodes."),
+    json_out: bool = typer.Option(False, "--json", help="With --dry-run: print the launch as JSON."),
+    offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub during the preflight."),
+    run_dir: Optional[str] = typer.Option(None, "--run-dir", help="Where to keep plan.json, launch.json and engine.log (default ~/.cache/ppspec/runs/NAME)."),
+    health_timeout: Optional[int] = typer.Option(None, "--health-timeout", help="Seconds to wait for /health (default: launch.health_timeout_s)."),
+) -> None:
+    """Check the profile, then launch the vLLM server with the adapter pack applied in every engine process.
+
+    Refuses to start when `check` finds an error. Waits for /health, prints where it listens and a
+    curl line, streams the engine log, and on Ctrl-C / SIGTERM stops the whole process tree.
+    """
+    from pathlib import Path
+
+    from .launch import build_launch, check_engine_flags
+    from .render import render_findings
+    from .rules import run_rules
+    from .serve import port_free, run_engine
+
+    r = _resolve(profile, offline)
+    findings = run_rules(r)
+    errors = [f for f in findings if f.severity == "error"]
+    if errors and not dry_run:
+        from rich.console import Console
+
+        con = Console(stderr=True, highlight=False)
+        con.print(f"[bold red]ppspec: refusing to launch {r.profile.name}[/bold red]: `check` found {len(errors)} error(s)")
+        render_findings(con, errors)
+        raise typer.Exit(1)
+    spec = build_launch(r, run_dir=Path(run_dir) if run_dir else None)
+    t = r.profile.topology
+    if node_rank is not None and not (0 <= node_rank < t.nodes):
+        raise PpspecError(f"--node-rank {node_rank} is outside 0..{t.nodes - 1}", where="--node-rank", fix=f"the profile has {t.nodes} node(s)")
+    if dry_run:
+        nodes = spec.nodes if node_rank is None else [spec.nodes[node_rank]]
+        if json_out:
+            d = spec.to_json()
+            d["nodes"] = [n for n in d["nodes"] if node_rank is None or n["node_rank"] == node_rank]
+            d["plan_data"] = spec.plan_data
+            print(json.dumps(d, indent=2))
+        else:
+            for f in findings:
+                if f.severity in ("error", "warning"):
+                    print(f"# {f.severity} {f.code}: {f.message}")
+            if errors:
+                print(f"# `ppspec serve` would refuse this profile: {len(errors)} error(s) (see `ppspec check`)")
+            if spec.overlay:
+                print(f"# drafter served through a config overlay built at launch in {spec.overlay_dir}: {json.dumps(spec.overlay)}")
+            print(f"# plan file for the ppspec plugin (written at launch): {spec.plan_file}")
+            if t.nodes > 1:
+                print("# every node needs the same ppspec and vLLM installed (the plugin runs in every worker)")
+            for n in nodes:
+                print(f"# node {n.node_rank} ({n.role})")
+                print(n.shell_line())
+        raise typer.Exit(1 if errors else 0)
+    node = spec.nodes[node_rank or 0]
+    bad = check_engine_flags(r.profile.engine)
+    if bad:
+        raise PpspecError(f"the installed vLLM does not know engine option(s) {bad}", where="engine", fix="check the names against `vllm serve --help` (long flag names without --)", exit_code=1)
+    if node.role == "head":
+        if not port_free(r.profile.server.host, r.profile.server.port):
+            raise PpspecError(
+                f"port {r.profile.server.port} on {r.profile.server.host} is already in use",
+                where="server.port",
+                fix="stop the other server or set server.port to a free port",
+                exit_code=1,
+            )
+    if r.profile.launch.executor == "ray" and node.role == "head":
+        _check_ray(t.tensor_parallel * t.pipeline_parallel * t.data_parallel)
+    for f in findings:
+        if f.severity == "warning":
+            _progress(f"warning {f.code}: {f.message}")
+    res = run_engine(spec, node, health_timeout_s=health_timeout or r.profile.launch.health_timeout_s, drafter_revision=r.profile.drafter.revision if r.profile.drafter else None, log=_progress)
+    if res.exit_code:
+        print(f"error: {res.reason}", file=sys.stderr)
+    else:
+        _progress(res.reason)
+    raise typer.Exit(res.exit_code)
+
+
+def _check_ray(world: int) -> None:
+    try:
+        import ray  # type: ignore[import-not-found]
+    except ImportError:
+        raise PpspecError("launch.executor is `ray` but Ray is not installed", where="launch.executor", fix="pip install ray, start the cluster (`ray start --head`), or use executor: mp") from None
+    try:
+        ray.init(address="auto", logging_level="ERROR")
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+    except Exception as e:  # noqa: BLE001
+        raise PpspecError(f"no running Ray cluster reachable ({type(e).__name__})", where="launch.executor", fix="start it with `ray start --head` on the head node and `ray start --address HEAD:6379` on the others", exit_code=1) from None
+    finally:
+        try:
+            ray.shutdown()
+        except Exception:  # noqa: BLE001
+            pass
+    if gpus < world:
+        raise PpspecError(f"the Ray cluster has {gpus} GPU(s) but the profile needs {world}", where="topology", fix="add nodes to the cluster or shrink the topology", exit_code=1)
+
+
+@app.command()
 def docs(
     out: Optional[str] = typer.Option(None, "--out", help="Write the profile reference to this file instead of stdout."),
 ) -> None:
@@ -183,7 +285,8 @@ def adapters_show_cmd(name: str = typer.Argument(..., help="Pack name (see `ppsp
 def main() -> None:
     """Entry point: one clear message for user errors, a traceback only with --debug."""
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)
+        sys.exit(rc if isinstance(rc, int) else 0)
     except PpspecError as e:
         if _state["debug"]:
             raise

@@ -1,0 +1,287 @@
+"""Resolved profile -> the exact vLLM launch: argv and environment per node, plus the plan file the
+in-engine plugin reads. Pure translation (no process is started here), so `serve --dry-run` prints
+precisely what `serve` runs, on a machine with neither vLLM nor GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import PpspecError
+from .resolve import Resolved
+
+PLAN_FORMAT = "ppspec-plan/1"
+
+#: Flags ppspec derives from the profile; setting them again under `engine:` would contradict it.
+MANAGED_FLAGS = {
+    "tensor-parallel-size": "topology.tensor_parallel",
+    "pipeline-parallel-size": "topology.pipeline_parallel",
+    "data-parallel-size": "topology.data_parallel",
+    "speculative-config": "drafter",
+    "host": "server.host",
+    "port": "server.port",
+    "api-key": "server.api_key_env",
+    "served-model-name": "server.served_model_name",
+    "trust-remote-code": "trust_remote_code",
+    "revision": "target.revision",
+    "dtype": "dtype",
+    "nnodes": "topology.nodes",
+    "node-rank": "--node-rank",
+    "master-addr": "launch.master_addr",
+    "master-port": "launch.master_port",
+    "headless": "--node-rank",
+    "distributed-executor-backend": "launch.executor",
+    "model": "target.model",
+}
+_SHORT = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size", "dp": "data-parallel-size"}
+
+
+@dataclass
+class NodeLaunch:
+    node_rank: int
+    role: str  # "head" | "worker"
+    argv: list[str]
+    env: dict[str, str]  # what ppspec sets on top of the caller's environment
+    env_refs: dict[str, str] = field(default_factory=dict)  # VAR -> name of the caller's variable it copies (secrets)
+
+    def shell_line(self) -> str:
+        """Copy-pasteable `VAR=value ... cmd args` (secrets by reference, never by value)."""
+        parts = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
+        parts += [f'{k}="${{{ref}}}"' for k, ref in sorted(self.env_refs.items())]
+        return " ".join(parts + [shlex.quote(a) for a in self.argv])
+
+
+@dataclass
+class LaunchSpec:
+    nodes: list[NodeLaunch]
+    url: str
+    run_dir: Path
+    plan_file: Path
+    plan_data: dict[str, Any]
+    overlay: dict[str, Any] | None  # drafter config keys to overlay; dir built at serve time
+    overlay_dir: Path | None
+    drafter_source: str | None  # the drafter dir/id the overlay is made from
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "run_dir": str(self.run_dir),
+            "plan_file": str(self.plan_file),
+            "overlay": self.overlay,
+            "overlay_dir": None if self.overlay_dir is None else str(self.overlay_dir),
+            "nodes": [
+                {"node_rank": n.node_rank, "role": n.role, "argv": n.argv, "env": n.env, "env_refs": n.env_refs, "shell": n.shell_line()}
+                for n in self.nodes
+            ],
+        }
+
+
+def _flag_name(k: str) -> str:
+    k = k.strip().lstrip("-").replace("_", "-")
+    return _SHORT.get(k, k)
+
+
+def engine_args(engine: dict[str, Any]) -> list[str]:
+    """Pass-through `engine:` keys as vLLM long flags. Booleans become bare flags (`--x` / `--no-x`);
+    mappings and lists become JSON, as `vllm serve --config` does."""
+    out: list[str] = []
+    for k, v in engine.items():
+        name = _flag_name(str(k))
+        if name in MANAGED_FLAGS:
+            raise PpspecError(
+                f"engine.{k} sets a flag ppspec derives from the profile",
+                where=f"engine.{k}",
+                fix=f"set `{MANAGED_FLAGS[name]}` instead and remove engine.{k}",
+                exit_code=1,
+            )
+        if v is None:
+            continue
+        if isinstance(v, bool):
+            out.append(f"--{name}" if v else f"--no-{name}")
+        elif isinstance(v, (dict, list)):
+            out += [f"--{name}", json.dumps(v, separators=(",", ":"), sort_keys=True)]
+        else:
+            out += [f"--{name}", str(v)]
+    return out
+
+
+def check_engine_flags(engine: dict[str, Any]) -> list[str]:
+    """Names under `engine:` that the installed vLLM's `serve` parser does not know ([] if vLLM absent)."""
+    try:
+        from vllm.entrypoints.openai.cli_args import make_arg_parser
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except Exception:  # noqa: BLE001 - vLLM not importable here: nothing to check against
+        return []
+    try:
+        parser = make_arg_parser(FlexibleArgumentParser())
+    except Exception:  # noqa: BLE001
+        return []
+    known = set()
+    for a in parser._actions:  # noqa: SLF001 - argparse keeps its actions here
+        for s in a.option_strings:
+            if s.startswith("--"):
+                known.add(s[2:])
+                if s.startswith("--no-"):
+                    known.add(s[5:])
+    return [k for k in engine if _flag_name(str(k)) not in known]
+
+
+def vllm_executable() -> str:
+    """`vllm` next to this interpreter when present (the venv ppspec runs in), else on PATH."""
+    cand = Path(sys.executable).parent / "vllm"
+    if cand.exists():
+        return str(cand)
+    return shutil.which("vllm") or "vllm"
+
+
+def _local_ref(ref: str) -> str:
+    if ref.startswith("demo:"):
+        from . import demo
+
+        return demo.resolve_model_ref(ref)
+    return ref
+
+
+def default_run_dir(profile_name: str) -> Path:
+    base = Path(os.environ.get("PPSPEC_CACHE") or Path.home() / ".cache" / "ppspec")
+    return base / "runs" / profile_name
+
+
+def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool = True) -> LaunchSpec:
+    """Translate a resolved profile into per-node launches. Raises PpspecError when the profile
+    cannot be launched as written (rules have normally reported this already)."""
+    p = r.profile
+    t = p.topology
+    run_dir = run_dir or default_run_dir(p.name)
+    plan_file = run_dir / "plan.json"
+    host, port = p.server.host, p.server.port
+    url_host = f"[{host}]" if ":" in host else host
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else url_host}:{port}"
+    target_ref = _local_ref(p.target.model) if resolve_demo else p.target.model
+    base = [vllm_executable(), "serve", target_ref]
+    common: list[str] = []
+    if p.target.revision:
+        common += ["--revision", p.target.revision]
+    if p.dtype:
+        common += ["--dtype", p.dtype]
+    if p.trust_remote_code:
+        common += ["--trust-remote-code"]
+    common += ["--tensor-parallel-size", str(t.tensor_parallel), "--pipeline-parallel-size", str(t.pipeline_parallel)]
+    if t.data_parallel > 1:
+        common += ["--data-parallel-size", str(t.data_parallel)]
+    overlay = r.plan.overlay if r.plan is not None else None
+    overlay_dir = None
+    drafter_source = None
+    if p.drafter is not None:
+        d = p.drafter
+        spec: dict[str, Any] = {"method": d.method, "num_speculative_tokens": d.num_speculative_tokens}
+        if d.model:
+            drafter_source = _local_ref(d.model) if resolve_demo else d.model
+            if overlay:
+                overlay_dir = run_dir / "drafter-overlay"
+                spec["model"] = str(overlay_dir)
+            else:
+                spec["model"] = drafter_source
+                if d.revision:
+                    spec["revision"] = d.revision
+        if d.tensor_parallel is not None:
+            spec["draft_tensor_parallel_size"] = d.tensor_parallel
+        common += ["--speculative-config", json.dumps(spec, separators=(",", ":"), sort_keys=True)]
+    if p.launch.executor == "ray" or t.nodes > 1:
+        common += ["--distributed-executor-backend", p.launch.executor]
+    extra = engine_args(p.engine)
+
+    env: dict[str, str] = {"PPSPEC_PLAN_FILE": str(plan_file)}
+    if t.layer_partition:
+        env["VLLM_PP_LAYER_PARTITION"] = ",".join(str(x) for x in t.layer_partition)
+    if r.platform in ("cuda", "rocm") and p.drafter is not None:
+        # Only Model Runner V2 relays taps over PP; make a fallback to V1 an error, not a silent switch.
+        env["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+    if r.platform == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # else vLLM reserves most of RAM for KV cache
+        if t.pipeline_parallel > 1:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+            if not any(_flag_name(k) in ("compilation-config", "enforce-eager") for k in p.engine):
+                # With enforce-eager the CPU worker skips warm-up and PP stage buffers are never allocated.
+                extra += ["--compilation-config", json.dumps({"mode": 2, "backend": "eager"}, separators=(",", ":"), sort_keys=True)]
+    env.update(p.env)  # the profile's own settings win
+    env_refs: dict[str, str] = {}
+    if p.server.api_key_env:
+        env_refs["VLLM_API_KEY"] = p.server.api_key_env
+
+    nodes: list[NodeLaunch] = []
+    for rank in range(t.nodes):
+        argv = list(base) + list(common)
+        role = "head"
+        if t.nodes > 1 and p.launch.executor == "mp":
+            argv += ["--nnodes", str(t.nodes), "--node-rank", str(rank), "--master-addr", p.launch.master_addr or "MASTER_ADDR", "--master-port", str(p.launch.master_port)]
+            if rank > 0:
+                argv += ["--headless"]
+                role = "worker"
+        elif t.nodes > 1 and rank > 0:
+            role = "worker"  # ray: worker nodes join the Ray cluster; only the head runs vllm serve
+        if role == "head":
+            argv += ["--host", host, "--port", str(port), "--served-model-name", p.server.served_model_name or p.name]
+        argv += extra
+        if p.launch.executor == "ray" and role == "worker":
+            argv = ["ray", "start", "--address", f"{p.launch.master_addr or 'HEAD_ADDR'}:6379"]
+        nodes.append(NodeLaunch(rank, role, argv, dict(env), dict(env_refs)))
+
+    plan_data = {
+        "format": PLAN_FORMAT,
+        "profile": p.name,
+        "pack": None if r.pack is None else r.pack.name,
+        "plan": None if r.plan is None else r.plan.to_json(),
+        "expect": {
+            "pp": t.pipeline_parallel,
+            "tp": t.tensor_parallel,
+            "partition": None if r.plan is None else list(r.plan.partition),
+            "taps": None if r.plan is None else list(r.plan.taps),
+            "method": p.drafter.method if p.drafter else None,
+            "draft_layer_start": (r.plan.draft_layer_ids[0] if r.plan is not None and r.plan.draft_layer_ids else None),
+            "platform": r.platform,
+        },
+        "status_dir": str(run_dir / "plugin-status"),
+    }
+    return LaunchSpec(nodes, url, run_dir, plan_file, plan_data, overlay, overlay_dir, drafter_source)
+
+
+def materialize_overlay(spec: LaunchSpec, revision: str | None = None) -> None:
+    """Build the drafter overlay: a directory that links every drafter file except config.json,
+    which carries the overlay keys. The original checkpoint is never modified."""
+    if spec.overlay is None or spec.overlay_dir is None or spec.drafter_source is None:
+        return
+    src = Path(os.path.expanduser(spec.drafter_source))
+    if not src.is_dir():
+        try:
+            from huggingface_hub import snapshot_download
+
+            src = Path(snapshot_download(spec.drafter_source, revision=revision))
+        except Exception as e:  # noqa: BLE001
+            raise PpspecError(
+                f"cannot fetch the drafter {spec.drafter_source!r} to build its config overlay: {type(e).__name__}",
+                where="drafter.model",
+                fix="download the drafter to a local directory and point drafter.model at it",
+                exit_code=1,
+            ) from None
+    cfg = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    cfg.update(spec.overlay)
+    out = spec.overlay_dir
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.name == "config.json":
+            continue
+        (out / f.name).symlink_to(f.resolve())
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (out / "PPSPEC_OVERLAY.txt").write_text(
+        f"Generated by ppspec: {src}/config.json with {sorted(spec.overlay)} overridden.\n", encoding="utf-8"
+    )
