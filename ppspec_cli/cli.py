@@ -252,6 +252,47 @@ def _check_ray(world: int) -> None:
 
 
 @app.command()
+def verify(
+    profile: Optional[str] = typer.Argument(None, help="Profile of the server to measure (its host/port/api key). Omit with --endpoint."),
+    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="Base URL of a running OpenAI-compatible vLLM server (default: from the profile, else http://127.0.0.1:8000)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Write the JSON report here."),
+    save_baseline: Optional[str] = typer.Option(None, "--save-baseline", help="Save this run as an acceptance baseline (e.g. the same drafter at PP=1)."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Baseline report for the acceptance-parity gate."),
+    reference: Optional[str] = typer.Option(None, "--reference", help="Saved speculation-off run for the output-parity and task-score gates."),
+    save_reference: Optional[str] = typer.Option(None, "--save-reference", help="Save this run as the reference (run it with speculation off)."),
+    gate: Optional[list[str]] = typer.Option(None, "--gate", help="Gates to apply (repeatable): acceptance-parity, drafter-sanity, output-parity, task-score. Default: those whose inputs are given."),
+    min_acceptance: float = typer.Option(0.05, "--min-acceptance", help="Floor for the drafter-sanity gate (acceptance rate)."),
+    parity_ratio: float = typer.Option(0.95, "--parity-ratio", help="Acceptance length must be at least this times the baseline's (upstream vLLM uses 0.95)."),
+    max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens generated per prompt (greedy)."),
+    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Use only the first N prompts of the set."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Environment variable holding the API key (default: the profile's server.api_key_env)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON instead of a table."),
+) -> None:
+    """Measure speculative decoding on a live server: acceptance from /metrics deltas, throughput,
+    and pass/fail gates (non-zero exit when a gate fails)."""
+    from .verify.cli import verify_command
+
+    raise typer.Exit(
+        verify_command(
+            profile=profile,
+            endpoint=endpoint,
+            out=out,
+            save_baseline=save_baseline,
+            baseline=baseline,
+            reference=reference,
+            save_reference=save_reference,
+            gates=gate,
+            min_acceptance=min_acceptance,
+            parity_ratio=parity_ratio,
+            max_tokens=max_tokens,
+            num_prompts=num_prompts,
+            api_key_env=api_key_env,
+            json_out=json_out,
+        )
+    )
+
+
+@app.command()
 def docs(
     out: Optional[str] = typer.Option(None, "--out", help="Write the profile reference to this file instead of stdout."),
 ) -> None:
