@@ -191,6 +191,8 @@ def serve(
             d = spec.to_json()
             d["nodes"] = [n for n in d["nodes"] if node_rank is None or n["node_rank"] == node_rank]
             d["plan_data"] = spec.plan_data
+            d["findings"] = [f.to_json() for f in findings]
+            d["ok"] = not errors
             print(json.dumps(d, indent=2))
         else:
             for f in findings:

