@@ -192,19 +192,46 @@ class Profile(_Strict):
 # Loading with line numbers
 
 
-def _line_index(text: str) -> dict[tuple, int]:
-    """Map each key path in the YAML document to its 1-based line, for error messages."""
+#: A profile is a few dozen values; YAML aliases can expand a tiny file into billions of them.
+MAX_PROFILE_NODES = 20_000
+
+
+class _TooManyNodes(Exception):
+    pass
+
+
+def _line_index(text: str, source: str = "<profile>") -> dict[tuple, int]:
+    """Map each key path in the YAML document to its 1-based line, for error messages.
+
+    Also the guard against what `safe_load` accepts but a profile must not contain: duplicate keys
+    (YAML silently keeps the last one) and alias bombs (a few hundred bytes expanding into billions
+    of values, which would hang every later consumer).
+    """
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:
         return {}
     lines: dict[tuple, int] = {}
+    budget = [MAX_PROFILE_NODES]
 
     def walk(n: Any, path: tuple) -> None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise _TooManyNodes
         if isinstance(n, yaml.MappingNode):
+            seen: dict[str, int] = {}
             for k, v in n.value:
                 key = k.value if isinstance(k, yaml.ScalarNode) else str(k)
-                lines[path + (key,)] = k.start_mark.line + 1
+                line = k.start_mark.line + 1
+                if isinstance(k, yaml.ScalarNode) and key in seen and key != "<<":
+                    field = _fmt_loc(path + (key,))
+                    raise PpspecError(
+                        f"duplicate key `{field}` (lines {seen[key]} and {line}): YAML would silently keep only the last one",
+                        where=f"{source}:{line}",
+                        fix="keep one of them",
+                    )
+                seen[key] = line
+                lines[path + (key,)] = line
                 walk(v, path + (key,))
         elif isinstance(n, yaml.SequenceNode):
             for i, v in enumerate(n.value):
@@ -212,7 +239,16 @@ def _line_index(text: str) -> dict[tuple, int]:
                 walk(v, path + (i,))
 
     if node is not None:
-        walk(node, ())
+        try:
+            walk(node, ())
+        except _TooManyNodes:
+            raise PpspecError(
+                f"the profile expands to more than {MAX_PROFILE_NODES} values (YAML anchors/aliases?)",
+                where=source,
+                fix="write the values out; a profile needs no aliases",
+            ) from None
+        except RecursionError:
+            raise PpspecError("the profile nests too deeply", where=source, fix="a profile is a flat YAML file; check you passed the right file") from None
     return lines
 
 
@@ -236,6 +272,9 @@ def parse_profile(text: str, source: str = "<profile>") -> Profile:
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise PpspecError(f"the profile is not valid YAML: {problem}", where=where, fix="fix the YAML syntax at that line (indentation, a missing ':' or quote)") from None
+    except RecursionError:
+        raise PpspecError("the profile nests too deeply", where=source, fix="a profile is a flat YAML file; check you passed the right file") from None
+    lines = _line_index(text, source)
     if data is None:
         raise PpspecError("the profile is empty", where=source, fix="start from one of the files in profiles/ (e.g. profiles/tiny_cpu_demo.yaml)")
     if not isinstance(data, dict):
@@ -247,7 +286,6 @@ def parse_profile(text: str, source: str = "<profile>") -> Profile:
     for k in data:
         if not isinstance(k, str):
             raise PpspecError(f"profile keys must be strings, got {k!r}", where=source, fix="quote the key or remove it")
-    lines = _line_index(text)
     try:
         return Profile.model_validate(data)
     except ValidationError as e:
@@ -270,7 +308,9 @@ def parse_profile(text: str, source: str = "<profile>") -> Profile:
                 hint = "add it (see docs/profile-reference.md)"
             else:
                 m = err["msg"].removeprefix("Value error, ")
-                msg = f"`{field}`: {m} (got {err.get('input')!r})" if not isinstance(err.get("input"), dict) else f"`{field}`: {m}"
+                got = repr(err.get("input"))
+                got = got if len(got) <= 80 else got[:77] + "..."
+                msg = f"`{field}`: {m} (got {got})" if not isinstance(err.get("input"), dict) else f"`{field}`: {m}"
                 hint = "see docs/profile-reference.md for the allowed values"
             msgs.append((f"line {line}: " if line else "") + msg + f" — {hint}")
         where = f"{source}:{first_line}" if first_line else source

@@ -1,0 +1,119 @@
+"""Shared, generic test helpers: real fixture configs, checkpoint directories built from them in
+tmp_path, real safetensors files (header + sparse data region), profile files, and running the CLI
+as a user would. Keep this small: feature-specific fixtures live in their own test files."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+MODELS = FIXTURES / "models"
+
+#: safetensors dtype name -> bytes per element (the format's own table).
+ST_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+
+
+def fixture_config(model_dir: str, file: str = "config.json") -> dict[str, Any]:
+    """A real config copied into tests/fixtures/models (see SOURCES.md). Returns a fresh dict."""
+    return json.loads((MODELS / model_dir / file).read_text(encoding="utf-8"))
+
+
+def safetensors_header(tensors: dict[str, tuple[str, list[int]]], metadata: dict[str, str] | None = None) -> tuple[bytes, int]:
+    """The 8-byte length + JSON header for `tensors` laid out back to back; returns (prefix, data bytes)."""
+    header: dict[str, Any] = {}
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    off = 0
+    for name, (dtype, shape) in tensors.items():
+        n = ST_DTYPE_BYTES[dtype]
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + n]}
+        off += n
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # safetensors pads the header to 8 bytes with spaces
+    return struct.pack("<Q", len(raw)) + raw, off
+
+
+def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]], *, metadata: dict[str, str] | None = None) -> Path:
+    """A valid safetensors file. The data region is sparse zeros, so multi-GB shapes cost nothing."""
+    prefix, size = safetensors_header(tensors, metadata if metadata is not None else {"format": "pt"})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        f.write(prefix)
+        f.truncate(len(prefix) + size)
+    return path
+
+
+@pytest.fixture
+def make_checkpoint(tmp_path: Path):
+    """Factory: a checkpoint directory in tmp_path.
+
+    config: a dict, or "<fixture dir>" / "<fixture dir>/<file>" to copy a real config (copied as
+    config.json unless `config_name` says otherwise); None writes no config.
+    index: a dict written as model.safetensors.index.json (or `index_name`).
+    shards: {file name: {tensor: (dtype, shape)}} written as real safetensors files.
+    """
+
+    def make(
+        name: str,
+        config: dict | str | None,
+        *,
+        config_name: str = "config.json",
+        index: dict | None = None,
+        index_name: str = "model.safetensors.index.json",
+        shards: dict[str, dict[str, tuple[str, list[int]]]] | None = None,
+    ) -> Path:
+        d = tmp_path / name
+        d.mkdir(parents=True, exist_ok=True)
+        if isinstance(config, str):
+            fixture_dir, _, file = config.partition("/")
+            config = fixture_config(fixture_dir, file or "config.json")
+        if config is not None:
+            (d / config_name).write_text(json.dumps(config, indent=2), encoding="utf-8")
+        if index is not None:
+            (d / index_name).write_text(json.dumps(index, indent=2), encoding="utf-8")
+        for fname, tensors in (shards or {}).items():
+            write_safetensors(d / fname, tensors)
+        return d
+
+    return make
+
+
+@pytest.fixture
+def write_profile(tmp_path: Path):
+    """Factory: write YAML text to tmp_path/<name> and return its path."""
+
+    def write(text: str, name: str = "profile.yaml") -> Path:
+        p = tmp_path / name
+        p.write_text(text, encoding="utf-8")
+        return p
+
+    return write
+
+
+def run_ppspec(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the CLI in a fresh interpreter, as a user's shell would (no shell, captured output)."""
+    full_env = dict(os.environ)
+    full_env.setdefault("HF_HUB_OFFLINE", "1")
+    full_env.pop("PPSPEC_DEBUG", None)
+    full_env["COLUMNS"] = "200"  # keep rich from wrapping messages mid-word in assertions
+    if env:
+        full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "ppspec_cli.cli", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=str(cwd or REPO),
+        timeout=timeout,
+    )
