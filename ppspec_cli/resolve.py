@@ -68,6 +68,7 @@ class Resolved:
     drafter_view: dict[str, Any] | None = None  # the drafter config as vLLM sees it
     engine_taps: TapSource | None = None  # what the runner reads from the (unpatched) drafter config
     trained: TapSource | None = None  # what the drafter was trained on
+    taps_error: str | None = None  # the drafter config's tap ids are malformed (not a list of ints)
     plan: Plan | None = None
 
     @property
@@ -96,22 +97,30 @@ def _resolve_pack(r: Resolved) -> None:
 
 
 def _engine_taps(r: Resolved) -> tuple[tuple[int, ...], str, dict | None]:
-    """The taps the served engine will use, their source, and the config overlay ppspec applies."""
+    """The taps the served engine will use, their source, and the config overlay ppspec applies.
+
+    Also records what the runner would read from the unpatched config (`engine_taps`) and what the
+    drafter was trained on (`trained`), pinned taps or not, so rules can compare them.
+    """
     d = r.profile.drafter
     n = r.target.num_layers if r.target else None
     if d is None or d.method not in TAP_METHODS or n is None:
         return (), "none", None
-    if d.taps is not None:
-        pinned = normalize_taps(tuple(d.taps))
-        return pinned, "profile", {"eagle_aux_hidden_state_layer_ids": list(pinned)}
     view = r.drafter_view or {}
     reader = v2_taps_from_config if r.runner == "v2" else v1_taps_from_config
+    engine: TapSource | None = None
+    trained: TapSource | None = None
     try:
         engine = reader(view)
         trained = trained_taps(view, d.tap_convention)
-    except TypeError:
-        return default_taps(n), "default", None
+    except TypeError as e:
+        r.taps_error = str(e)
     r.engine_taps, r.trained = engine, trained
+    if d.taps is not None:
+        pinned = normalize_taps(tuple(d.taps))
+        return pinned, "profile", {"eagle_aux_hidden_state_layer_ids": list(pinned)}
+    if engine is None or trained is None:
+        return default_taps(n), "default", None
     served = engine.taps if engine.taps else default_taps(n)
     source = engine.key if engine.taps else "default"
     if trained.taps and normalize_taps(trained.taps) != normalize_taps(served):

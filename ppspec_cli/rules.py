@@ -240,41 +240,68 @@ def taps(r: Resolved) -> Iterator[Finding]:
     if d is None or p is None or d.method not in TAP_METHODS:
         return
     n = p.num_layers
-    raw = (r.trained.raw if r.trained and r.trained.raw else None) or (tuple(d.taps) if d.taps else None)
+    if r.taps_error is not None:
+        yield _f(
+            "taps-malformed",
+            "error",
+            "drafter.model",
+            f"the drafter config's tap ids are malformed ({r.taps_error}); vLLM would not read them as taps",
+            "fix the drafter's config.json, or pin drafter.taps in the profile",
+        )
+    pinned = d.taps is not None
+    raw = tuple(d.taps) if d.taps else (r.trained.raw if r.trained and r.trained.raw else None)
+    where = "drafter.taps" if pinned else "drafter.model"
     if raw:
         if list(raw) != sorted(raw):
-            yield _f("taps-unsorted", "warning", "drafter.model" if not d.taps else "drafter.taps", f"tap ids {list(raw)} are not sorted: vLLM sorts them, so the drafter's fc sees them in another order than written", "check the order the drafter was trained with")
+            yield _f("taps-unsorted", "warning", where, f"tap ids {list(raw)} are not sorted: vLLM sorts them, so the drafter's fc sees them in another order than written", "check the order the drafter was trained with")
         if len(set(raw)) != len(raw):
-            yield _f("taps-duplicate", "warning", "drafter.model" if not d.taps else "drafter.taps", f"tap ids {list(raw)} repeat a layer: vLLM de-duplicates them, so fewer taps reach the drafter than its config lists", "remove the duplicate")
+            yield _f("taps-duplicate", "warning", where, f"tap ids {list(raw)} repeat a layer: vLLM de-duplicates them, so fewer taps reach the drafter than its config lists", "remove the duplicate")
     bad = [t for t in p.taps if t < 0 or t > n]
     if bad:
-        yield _f("taps-out-of-range", "error", "drafter.taps" if d.taps else "drafter.model", f"taps {bad} are outside 0..{n} (the target has {n} layers; tap L = output of layer L-1)", f"use taps between 0 and {n}")
-    if p.taps_source == "default":
-        yield _f(
-            "taps-default",
-            "warning",
-            "drafter.model",
-            f"the drafter config names no taps, so vLLM taps the target's defaults {list(default_taps(n))}. A drafter trained on other taps collapses acceptance silently (vLLM issue #50170: 1.2%)",
-            "pin drafter.taps to the taps the drafter was trained on",
-        )
+        yield _f("taps-out-of-range", "error", where, f"taps {bad} are outside 0..{n} (the target has {n} layers; tap L = output of layer L-1)", f"use taps between 0 and {n}")
+    trained_known = r.trained is not None and bool(r.trained.taps)
+    nested = trained_known and r.trained.key.startswith("eagle_config")  # type: ignore[union-attr]
+    if p.taps_source == "default" and r.taps_error is None:
+        if not trained_known:
+            yield _f(
+                "taps-default",
+                "warning",
+                "drafter.model",
+                f"the drafter config names no taps, so vLLM taps the target's defaults {list(default_taps(n))}. A drafter trained on other taps collapses acceptance silently (vLLM issue #50170: 1.2%)",
+                "pin drafter.taps to the taps the drafter was trained on",
+            )
+        elif nested:
+            # The runner ignores (V2) the nested key but its defaults happen to equal the trained taps.
+            yield _f(
+                "taps-nested-eagle-config",
+                "info",
+                "drafter.model",
+                f"the drafter nests its taps as `eagle_config.eagle_aux_hidden_state_layer_ids` {list(r.trained.raw or ())} "  # type: ignore[union-attr]
+                f"(read as {_convention(d)} = vLLM taps {list(r.trained.taps or ())}); the {p.runner.upper()} runner ignores that key "  # type: ignore[union-attr]
+                f"and taps the target's defaults {list(p.taps)}, which match — no overlay needed",
+                "to override, set drafter.tap_convention (capture_point | layer_output) or pin drafter.taps",
+            )
     if p.taps_source == "overlay" and r.trained is not None:
-        nested = r.trained.key.startswith("eagle_config")
         served = list(r.engine_taps.taps) if r.engine_taps and r.engine_taps.taps else list(default_taps(n))
         yield _f(
             "taps-nested-eagle-config" if nested else "taps-runner-mismatch",
             "warning",
             "drafter.model",
             (
-                f"the drafter nests its taps as `eagle_config.eagle_aux_hidden_state_layer_ids` {list(r.trained.raw or ())} (output-of-layer ids = vLLM taps {list(r.trained.taps or ())}); "
+                f"the drafter nests its taps as `eagle_config.eagle_aux_hidden_state_layer_ids` {list(r.trained.raw or ())} (read as {_convention(d)} = vLLM taps {list(r.trained.taps or ())}); "
                 f"the {p.runner.upper()} runner would tap {served} instead and acceptance would drop without an error"
                 if nested
-                else f"the drafter was trained on taps {list(r.trained.taps or ())} but the {p.runner.upper()} runner would tap {served}"
+                else f"the drafter was trained on taps {list(r.trained.taps or ())} (via {r.trained.key}) but the {p.runner.upper()} runner would tap {served}"
             )
             + f". ppspec fixes it at launch: the drafter is served through a local config overlay with top-level eagle_aux_hidden_state_layer_ids {list(p.taps)}",
             "nothing to do; to override, set drafter.tap_convention (capture_point | layer_output) or pin drafter.taps",
         )
-    if p.taps_source == "profile" and r.trained is not None and r.trained.taps and set(r.trained.taps) != set(p.taps):
-        yield _f("taps-pinned-differ", "warning", "drafter.taps", f"pinned taps {list(p.taps)} differ from the drafter config's {list(r.trained.taps)} (via {r.trained.key})", "make sure the drafter was trained on the pinned taps")
+    if p.taps_source == "profile" and trained_known and set(r.trained.taps) != set(p.taps):  # type: ignore[union-attr, arg-type]
+        yield _f("taps-pinned-differ", "warning", "drafter.taps", f"pinned taps {list(p.taps)} differ from the drafter config's {list(r.trained.taps)} (via {r.trained.key})", "make sure the drafter was trained on the pinned taps")  # type: ignore[union-attr, arg-type]
+
+
+def _convention(d) -> str:
+    return "capture points" if d.tap_convention == "capture_point" else "output-of-layer ids"
 
 
 # ---------------------------------------------------------------------------------------------
