@@ -168,16 +168,46 @@ def text_part(config: dict[str, Any]) -> tuple[dict[str, Any], str]:
     return config, ""
 
 
+#: speculators_model_type -> the vLLM speculative method it is served as.
+SPECULATORS_METHODS = {"eagle3": "eagle3", "peagle": "eagle3", "dflash": "dflash", "dflash2": "dflash", "dspark": "dspark"}
+
+
 def speculators_view(config: dict[str, Any]) -> dict[str, Any]:
-    """How vLLM sees a speculators-format drafter: the layer config's keys plus the drafter keys
-    vLLM maps to the top level (`eagle_aux_hidden_state_layer_ids`, `draft_vocab_size`, ...)."""
+    """How vLLM sees a speculators-format drafter (vLLM's speculators config conversion): the
+    `transformer_layer_config` keys plus the drafter keys mapped to the top level.
+
+    - eagle3 / peagle: `eagle_aux_hidden_state_layer_ids` (when non-empty) stays a top-level,
+      capture-point list;
+    - dflash / dflash2: `aux_hidden_state_layer_ids` becomes the top-level list and
+      `dflash_config.target_layer_ids` = ids - 1;
+    - dspark: `aux_hidden_state_layer_ids` becomes the top-level list and `target_layer_ids` = ids - 1.
+    """
     if "speculators_config" not in config:
         return config
-    out = dict(config.get("transformer_layer_config") or {})
-    for k in ("eagle_aux_hidden_state_layer_ids", "draft_vocab_size", "target_hidden_size", "norm_before_residual", "architectures"):
+    layer = config.get("transformer_layer_config")
+    out = dict(layer) if isinstance(layer, dict) else {}
+    kind = config.get("speculators_model_type")
+    for k in ("draft_vocab_size", "target_hidden_size", "norm_before_residual"):
         if config.get(k) is not None:
             out[k] = config[k]
-    out["speculators_model_type"] = config.get("speculators_model_type")
+    if kind in ("eagle3", "peagle"):
+        if config.get("eagle_aux_hidden_state_layer_ids"):
+            out["eagle_aux_hidden_state_layer_ids"] = config["eagle_aux_hidden_state_layer_ids"]
+    elif kind in ("dflash", "dflash2", "dspark"):
+        aux = config.get("aux_hidden_state_layer_ids")
+        if aux is not None:
+            out["eagle_aux_hidden_state_layer_ids"] = aux
+            if isinstance(aux, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in aux):
+                lowered = [i - 1 for i in aux]
+                if kind == "dspark":
+                    out["target_layer_ids"] = lowered
+                else:
+                    out["dflash_config"] = {"target_layer_ids": lowered}
+    elif config.get("eagle_aux_hidden_state_layer_ids") is not None:
+        out["eagle_aux_hidden_state_layer_ids"] = config["eagle_aux_hidden_state_layer_ids"]
+    if config.get("architectures") is not None:
+        out["architectures"] = config["architectures"]
+    out["speculators_model_type"] = kind
     return out
 
 
@@ -328,20 +358,38 @@ def load_local(ref: str, path: Path, *, read_headers: bool = True) -> Checkpoint
     return ck
 
 
-def _hub_error(e: Exception, ref: str) -> PpspecError:
+def _endpoint() -> str:
+    try:
+        from huggingface_hub import constants
+
+        ep = str(constants.ENDPOINT)
+    except Exception:  # noqa: BLE001
+        return "the hub"
+    return re.sub(r"//[^/@]*@", "//", ep)  # never echo credentials embedded in the URL
+
+
+def _hub_error(e: Exception, ref: str, *, offline: bool = False) -> PpspecError:
     name = type(e).__name__
     if name in ("RepositoryNotFoundError", "GatedRepoError"):
         return PpspecError(f"hub repository {ref!r} was not found or is gated ({name})", where=ref, fix="check the id; for gated models log in (`hf auth login`) or set HF_TOKEN", exit_code=1)
     if name == "RevisionNotFoundError":
         return PpspecError(f"revision not found for {ref!r}", where=ref, fix="check `revision` in the profile", exit_code=1)
-    if name in ("LocalEntryNotFoundError", "OfflineModeIsEnabled"):
+    if name in ("LocalEntryNotFoundError", "OfflineModeIsEnabled", "IncompleteSnapshotError"):
+        if offline:
+            return PpspecError(
+                f"{ref!r} is not in the local Hugging Face cache and ppspec is offline (--offline or HF_HUB_OFFLINE=1)",
+                where=ref,
+                fix="download its metadata once while online (`hf download ORG/NAME config.json model.safetensors.index.json`), or point `model` at a local directory",
+                exit_code=1,
+            )
         return PpspecError(
-            f"{ref!r} is not in the local Hugging Face cache and the hub is not reachable (offline)",
+            f"the Hugging Face hub ({_endpoint()}) could not be reached and {ref!r} is not in the local cache",
             where=ref,
-            fix="download its metadata once while online (`hf download ORG/NAME config.json model.safetensors.index.json`), or point `model` at a local directory",
+            fix="check the network, proxy and HF_ENDPOINT; or download the metadata where the hub is reachable; or point `model` at a local directory",
             exit_code=1,
         )
-    return PpspecError(f"could not read {ref!r} from the hub: {name}: {str(e).splitlines()[0][:200] if str(e) else ''}", where=ref, fix="check the network / HF_ENDPOINT, or use a local directory", exit_code=1)
+    detail = str(e).splitlines()[0][:200] if str(e) else ""
+    return PpspecError(f"could not read {ref!r} from the hub: {name}: {detail}", where=ref, fix="check the network / HF_ENDPOINT, or use a local directory", exit_code=1)
 
 
 def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_headers: bool = True) -> Checkpoint:
@@ -358,13 +406,15 @@ def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_head
         try:
             return Path(hf_hub_download(ref, name, revision=revision, local_files_only=offline))
         except Exception as e:  # noqa: BLE001 - translated into one clear message
-            if type(e).__name__ == "LocalEntryNotFoundError":
+            # LocalEntryNotFoundError (and its IncompleteSnapshotError) is also an
+            # EntryNotFoundError: "not cached, hub offline/unreachable" is not "no such file".
+            if any(c.__name__ == "LocalEntryNotFoundError" for c in type(e).__mro__):
                 if name == "config.json":
-                    raise _hub_error(e, ref) from None
+                    raise _hub_error(e, ref, offline=offline) from None
                 return None  # optional file not in the cache
             if isinstance(e, EntryNotFoundError):
                 return None
-            raise _hub_error(e, ref) from None
+            raise _hub_error(e, ref, offline=offline) from None
 
     cfg = fetch("config.json")
     if cfg is None:

@@ -89,11 +89,13 @@ def parse_version(v: str) -> tuple[int, int, int] | None:
 def method_of_drafter_config(cfg: dict) -> str | None:
     """The speculative method a drafter checkpoint was built for, when its config says so."""
     archs = [a for a in cfg.get("architectures") or [] if isinstance(a, str)]
+    # Speculators format: vLLM serves `speculators_model_type` (peagle as eagle3, dflash2 as dflash).
+    aliases = {"peagle": "eagle3", "dflash2": "dflash"}
+    if isinstance(cfg.get("speculators_model_type"), str):
+        return aliases.get(cfg["speculators_model_type"], cfg["speculators_model_type"])
     spec = cfg.get("speculators_config")
     if isinstance(spec, dict) and isinstance(spec.get("algorithm"), str):
-        return spec["algorithm"]
-    if isinstance(cfg.get("speculators_model_type"), str):
-        return cfg["speculators_model_type"]
+        return aliases.get(spec["algorithm"], spec["algorithm"])
     if any("DSpark" in a for a in archs) or "dspark_target_layer_ids" in cfg:
         return "dspark"
     if any("DFlash" in a for a in archs) or isinstance(cfg.get("dflash_config"), dict):
