@@ -79,7 +79,7 @@ class Checkpoint:
     def _int(self, key: str, *, text: bool = True) -> int | None:
         src = self.text if text else (self.config or {})
         v = src.get(key)
-        return v if isinstance(v, int) and not isinstance(v, bool) else None
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None  # a bad value is a gap, not a fact
 
     @property
     def num_layers(self) -> int | None:
@@ -328,8 +328,12 @@ def load_local(ref: str, path: Path, *, read_headers: bool = True) -> Checkpoint
     shards = sorted(set((ck.weight_map or {}).values())) if ck.weight_map else [f for f in ck.files if f.endswith(".safetensors")]
     if not read_headers:
         return ck
-    present = [s for s in shards if _safe_shard_name(s) and (path / s).is_file()]
-    missing = [s for s in shards if s not in present]
+    unsafe = [s for s in shards if not _safe_shard_name(s)]
+    if unsafe:
+        # Never follow an index out of the checkpoint directory (`../x`, absolute paths).
+        ck.gaps.append(Gap("unsafe-shard-name", f"the index names shard file(s) outside the checkpoint directory, not read: {', '.join(repr(u) for u in unsafe[:3])}"))
+    present = [s for s in shards if s not in unsafe and (path / s).is_file()]
+    missing = [s for s in shards if s not in present and s not in unsafe]
     if ck.weight_map is not None and missing and present:
         ck.gaps.append(Gap("missing-shards", f"the index names {len(missing)} shard file(s) that are not in the directory (e.g. {missing[0]})"))
     if not present:
@@ -352,8 +356,14 @@ def load_local(ref: str, path: Path, *, read_headers: bool = True) -> Checkpoint
         except OSError as e:
             ck.gaps.append(Gap("bad-safetensors", f"{s}: cannot read ({e.strerror})"))
             return ck
-    if ck.weight_map is not None and missing:
+    if ck.weight_map is not None and (missing or unsafe):
         return ck  # incomplete view: keep the index as the name list
+    if ck.weight_map is not None:
+        wrong = sorted(n for n, f in ck.weight_map.items() if n not in tensors or tensors[n].file != f)
+        if wrong:
+            ck.gaps.append(
+                Gap("index-mismatch", f"{len(wrong)} tensor(s) of the index are not in the shard it names (e.g. {wrong[0]} -> {ck.weight_map[wrong[0]]}); the headers are used")
+            )
     ck.tensors = tensors
     return ck
 

@@ -70,6 +70,8 @@ _GAP_SEVERITY: dict[str, Severity] = {
     "bad-index": "error",
     "missing-shards": "error",
     "bad-safetensors": "error",
+    "unsafe-shard-name": "error",
+    "index-mismatch": "warning",
     "no-weights": "info",
 }
 
@@ -93,6 +95,10 @@ def checkpoint_metadata(r: Resolved) -> Iterator[Finding]:
                 "missing-config": "point `model` at the directory that holds config.json",
                 "missing-shards": "download the missing shards or fix model.safetensors.index.json",
                 "bad-safetensors": "the file is corrupt or truncated: download it again",
+                "unsafe-shard-name": "fix model.safetensors.index.json: shard names are files inside the checkpoint directory",
+                "index-mismatch": "the index and the shards come from different revisions: download them again together",
+                "bad-index": "restore model.safetensors.index.json from the model repository",
+                "partial-index": "get the checkpoint's real model.safetensors.index.json; ppspec does not fill in tensor placement",
             }.get(g.code, "fix the checkpoint's config.json; ppspec never guesses model facts")
             yield _f(f"{role}-{g.code}", sev, fld, f"{role} checkpoint: {g.message}", hint)
 

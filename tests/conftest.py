@@ -27,6 +27,22 @@ def fixture_config(model_dir: str, file: str = "config.json") -> dict[str, Any]:
     return json.loads((MODELS / model_dir / file).read_text(encoding="utf-8"))
 
 
+def synthetic_kimi_k25_config() -> dict:
+    """SYNTHETIC TEST CONFIG (not a real checkpoint's file): a Kimi-K2.5-style multimodal config,
+    the text model under `text_config`, its values taken from the DeepSeek-V3 fixture (61 layers,
+    hidden 7168, vocab 129280 there; Kimi's vocab 163840 set explicitly)."""
+    text = fixture_config("deepseek-ai__DeepSeek-V3")
+    text.pop("architectures", None)
+    text["vocab_size"] = 163840
+    return {
+        "_synthetic": "test config built from the DeepSeek-V3 fixture; not a copy of any real file",
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "model_type": "kimi_k25",
+        "text_config": text,
+        "vision_config": {"hidden_size": 1152, "num_hidden_layers": 27},
+    }
+
+
 def safetensors_header(tensors: dict[str, tuple[str, list[int]]], metadata: dict[str, str] | None = None) -> tuple[bytes, int]:
     """The 8-byte length + JSON header for `tensors` laid out back to back; returns (prefix, data bytes)."""
     header: dict[str, Any] = {}

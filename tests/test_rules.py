@@ -1,0 +1,675 @@
+"""Every finding code in rules.py (and every checkpoint gap code) from a real scenario.
+
+Profiles go through the real loader and `resolve()`; checkpoints are real configs in tmp_path. The
+installed vLLM and the adapter pack are pinned per test (a VllmInstall / a small fake pack) so the
+findings do not depend on what this machine has installed or what packs exist today."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, fixture_config, synthetic_kimi_k25_config
+from ppspec_cli import resolve as resolve_mod
+from ppspec_cli.errors import PpspecError
+from ppspec_cli.profile import parse_profile
+from ppspec_cli.resolve import VllmInstall, resolve
+from ppspec_cli.rules import run_rules
+
+LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
+CUDA_032 = VllmInstall("0.32.0", "vllm", "cuda")
+
+
+@dataclass
+class FakePack:
+    """The attributes of a pack that resolve/rules read (the real registry lives in packs.py)."""
+
+    name: str = "fake"
+    provides: tuple = ()
+    facts: dict = field(default_factory=dict)
+    vllm_ok: bool = True
+
+    def supports_vllm(self, version: str) -> bool:
+        return self.vllm_ok
+
+
+@pytest.fixture(autouse=True)
+def pinned_env(monkeypatch):
+    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: CUDA_032)
+    monkeypatch.setattr(resolve_mod, "_resolve_pack", lambda r: None)
+
+
+def use_vllm(monkeypatch, v: VllmInstall | None):
+    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: v)
+
+
+def use_pack(monkeypatch, pack=None, error: PpspecError | None = None):
+    def fake(r):
+        r.pack, r.pack_error = pack, error
+
+    monkeypatch.setattr(resolve_mod, "_resolve_pack", fake)
+
+
+def check(target: Path | str | None, drafter: Path | str | None = None, *, method: str | None = "eagle3", pp: int = 1, tp: int = 1, **extra):
+    """Resolve a profile built from keyword pieces; returns (Resolved, {code: [Finding]})."""
+    prof: dict = {"name": "t", "target": {"model": str(target)}, "platform": extra.pop("platform", "cuda"), "adapter": "none"}
+    if method is not None:
+        prof["drafter"] = {"method": method, "num_speculative_tokens": 3}
+        if drafter is not None:
+            prof["drafter"]["model"] = str(drafter)
+        prof["drafter"].update(extra.pop("dopts", {}))
+    prof["topology"] = {"pipeline_parallel": pp, "tensor_parallel": tp, **extra.pop("topology", {})}
+    prof.update(extra)
+    r = resolve(parse_profile(yaml.safe_dump(prof)), offline=True)
+    by: dict[str, list] = {}
+    for f in run_rules(r):
+        by.setdefault(f.code, []).append(f)
+    return r, by
+
+
+def eagle3_shards(hidden=4096, taps=3, draft_vocab=32000, vocab=128256, d2t=True, embed=False):
+    t = {
+        "fc.weight": ("BF16", [hidden, taps * hidden]),
+        "midlayer.self_attn.q_proj.weight": ("BF16", [hidden, 2 * hidden]),
+        "lm_head.weight": ("BF16", [draft_vocab, hidden]),
+    }
+    if d2t:
+        t["d2t"] = ("I64", [draft_vocab])
+        t["t2d"] = ("BOOL", [vocab])
+    if embed:
+        t["embed_tokens.weight"] = ("BF16", [vocab, hidden])
+    return {"model.safetensors": t}
+
+
+@pytest.fixture
+def llama(make_checkpoint):
+    return make_checkpoint("llama", LLAMA)
+
+
+@pytest.fixture
+def llama_indexed(make_checkpoint):
+    return make_checkpoint("llama-idx", LLAMA, index=fixture_config(LLAMA, "model.safetensors.index.json"))
+
+
+@pytest.fixture
+def specforge(make_checkpoint):
+    """SpecForge's llama3-8B-eagle3.json: an EAGLE3 head config that names no taps."""
+    return make_checkpoint("specforge", "sgl-project__SpecForge/llama3-8B-eagle3.json")
+
+
+@pytest.fixture
+def kimi_target(make_checkpoint):
+    return make_checkpoint("kimi-k25", synthetic_kimi_k25_config())
+
+
+@pytest.fixture
+def kimi_eagle3(make_checkpoint):
+    return make_checkpoint("kimi-eagle3", "AQ-MedAI__Kimi-K25-eagle3")
+
+
+def drafter_with(make_checkpoint, name, **cfg):
+    base = fixture_config("sgl-project__SpecForge", "llama3-8B-eagle3.json")
+    shards = cfg.pop("_shards", None)
+    base.update(cfg)
+    return make_checkpoint(name, base, shards=shards)
+
+
+# ---------------------------------------------------------------------------------------------
+# The scenario table: one (or more) per finding code
+
+
+def codes_in_rules_py() -> set[str]:
+    """Every literal code passed to `_f(...)` in rules.py (both arms of a conditional code)."""
+    tree = ast.parse((REPO / "ppspec_cli" / "rules.py").read_text())
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "_f":
+            a = n.args[0]
+            if isinstance(a, ast.Constant):
+                out.add(a.value)
+            elif isinstance(a, ast.IfExp):
+                out |= {a.body.value, a.orelse.value}
+    return out
+
+
+COVERED: set[str] = set()
+
+
+def expect(by, code, severity, field=None):
+    """The finding is there with this severity (and field); records the code as covered."""
+    assert code in by, f"{code} missing; got {sorted(by)}"
+    f = by[code][0]
+    assert f.severity == severity, f
+    if field is not None:
+        assert f.field == field, f
+    assert f.message
+    COVERED.add(code)
+    return f
+
+
+def test_every_rule_code_has_a_scenario_below():
+    """A new finding code without a scenario in this file fails here (the scenarios list them)."""
+    src = Path(__file__).read_text()
+    missing = sorted(c for c in codes_in_rules_py() if f'"{c}"' not in src)
+    assert missing == []
+
+
+# ---- topology
+
+
+def test_topology_gpu_count(llama):
+    _, by = check(llama, method=None, tp=8, pp=2, topology={"nodes": 1, "gpus_per_node": 8})
+    f = expect(by, "topology-gpu-count", "error", "topology")
+    assert "16 GPUs" in f.message and "1 x 8 = 8" in f.message
+    _, ok = check(llama, method=None, tp=8, pp=2, topology={"nodes": 2, "gpus_per_node": 8}, launch={"master_addr": "10.0.0.1"})
+    assert "topology-gpu-count" not in ok
+
+
+def test_topology_node_split(llama):
+    _, by = check(llama, method=None, tp=3, topology={"nodes": 2}, launch={"master_addr": "h"})
+    expect(by, "topology-node-split", "error", "topology.nodes")
+
+
+def test_topology_tp_across_nodes(llama):
+    _, by = check(llama, method=None, tp=16, topology={"nodes": 2, "gpus_per_node": 8}, launch={"master_addr": "h"})
+    expect(by, "topology-tp-across-nodes", "warning", "topology.tensor_parallel")
+
+
+def test_topology_master_addr_and_install_everywhere(llama):
+    _, by = check(llama, method=None, tp=8, pp=2, topology={"nodes": 2, "gpus_per_node": 8})
+    expect(by, "topology-master-addr", "error", "launch.master_addr")
+    expect(by, "topology-install-everywhere", "info", "topology.nodes")
+    _, ray = check(llama, method=None, tp=8, pp=2, topology={"nodes": 2}, launch={"executor": "ray"})
+    assert "topology-master-addr" not in ray
+
+
+def test_partition_length_and_sum(llama):
+    _, by = check(llama, method=None, pp=3, topology={"layer_partition": [16, 16]})
+    expect(by, "partition-length", "error", "topology.layer_partition")
+    _, by = check(llama, method=None, pp=2, topology={"layer_partition": [16, 15]})
+    f = expect(by, "partition-sum", "error", "topology.layer_partition")
+    assert "sums to 31" in f.message and "32 layers" in f.message
+    _, ok = check(llama, method=None, pp=2, topology={"layer_partition": [17, 15]})
+    assert not {"partition-sum", "partition-length"} & set(ok)
+
+
+def test_partition_empty_stage_explicit_and_default(llama):
+    _, by = check(llama, method=None, pp=2, topology={"layer_partition": [32, 0]})
+    expect(by, "partition-empty-stage", "error", "topology.layer_partition")
+    _, by = check(llama, method=None, pp=40)  # 32 layers over 40 stages: vLLM's default leaves stages empty
+    expect(by, "partition-empty-stage", "error", "topology.pipeline_parallel")
+
+
+# ---- drafter
+
+
+def test_draft_tp(llama, specforge):
+    _, by = check(llama, specforge, tp=4, dopts={"tensor_parallel": 2})
+    f = expect(by, "draft-tp", "error", "drafter.tensor_parallel")
+    assert "1 or 4" in f.hint
+    for ok_tp in (1, 4):
+        _, ok = check(llama, specforge, tp=4, dopts={"tensor_parallel": ok_tp})
+        assert "draft-tp" not in ok
+
+
+def test_method_mismatch_and_unknown(llama, make_checkpoint):
+    dflash = make_checkpoint("dflash", "z-lab__Qwen3-8B-DFlash-b16/config.partial.json", config_name="config.partial.json")
+    _, by = check(llama, dflash, method="eagle3")
+    f = expect(by, "method-mismatch", "error", "drafter.method")
+    assert "dflash" in f.message
+    # yuhuili's EAGLE3 config says only LlamaForCausalLM: cannot tell
+    yuhuili = make_checkpoint("yuhuili", "yuhuili__EAGLE3-LLaMA3.1-Instruct-8B")
+    _, by = check(llama, yuhuili, method="eagle3")
+    expect(by, "method-unknown", "warning", "drafter.model")
+
+
+def test_speculators_drafter_method_follows_speculators_model_type(llama, make_checkpoint):
+    nm = make_checkpoint("nm", "nm-testing__EAGLE3-LLaMA3.1-Instruct-8B-converted")
+    _, by = check(llama, nm, method="eagle3")
+    assert "method-mismatch" not in by and "method-unknown" not in by
+    _, by = check(llama, nm, method="dflash")
+    assert "method-mismatch" in by
+    cfg = fixture_config("nm-testing__EAGLE3-LLaMA3.1-Instruct-8B-converted")
+    cfg["speculators_model_type"] = "peagle"  # served as eagle3 by vLLM
+    _, by = check(llama, make_checkpoint("peagle", cfg), method="eagle3")
+    assert "method-mismatch" not in by
+
+
+def test_mtp_no_layers(llama, make_checkpoint):
+    _, by = check(llama, method="mtp")
+    expect(by, "mtp-no-layers", "error", "drafter.method")
+    dsv3 = make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3")
+    r, by = check(dsv3, method="mtp", pp=2)
+    assert "mtp-no-layers" not in by
+    assert r.plan.taps == () and r.plan.draft_layer_ids == (61,)  # global: num_hidden_layers + i
+
+
+def test_eagle1_pp_local_ids(llama, make_checkpoint):
+    e1 = drafter_with(make_checkpoint, "eagle1", architectures=["EagleLlamaForCausalLM"], num_hidden_layers=1)
+    r, by = check(llama, e1, method="eagle", pp=2)
+    f = expect(by, "eagle1-pp-local-ids", "error", "drafter.method")
+    assert r.plan.draft_layer_ids == (16,) and "[16]" in f.message  # collides with the target's layer 16
+    _, pp1 = check(llama, e1, method="eagle", pp=1)
+    assert "eagle1-pp-local-ids" not in pp1
+
+
+def test_eagle1_fixed_by_a_pack(llama, make_checkpoint, monkeypatch):
+    e1 = drafter_with(make_checkpoint, "eagle1", architectures=["EagleLlamaForCausalLM"])
+    use_pack(monkeypatch, FakePack(name="eagle_global_layer_ids", provides=("global_draft_layer_ids",)))
+    r, by = check(llama, e1, method="eagle", pp=2)
+    assert "eagle1-pp-local-ids" not in by and r.plan.draft_layer_ids == (32,)
+
+
+# ---- shapes
+
+
+def test_hidden_size_and_vocab_mismatch(llama, kimi_eagle3):
+    _, by = check(llama, kimi_eagle3)
+    f = expect(by, "hidden-size-mismatch", "error", "drafter.model")
+    assert "7168" in f.message and "4096" in f.message
+    f = expect(by, "vocab-mismatch", "error", "drafter.model")
+    assert "163840" in f.message and "128256" in f.message
+
+
+def test_d2t_not_checked_and_missing(llama, make_checkpoint):
+    no_weights = drafter_with(make_checkpoint, "noweights")
+    _, by = check(llama, no_weights)
+    expect(by, "d2t-not-checked", "info", "drafter.model")
+    without = drafter_with(make_checkpoint, "nod2t", _shards=eagle3_shards(d2t=False))
+    _, by = check(llama, without)
+    expect(by, "d2t-missing", "error", "drafter.model")
+    with_d2t = drafter_with(make_checkpoint, "d2t", _shards=eagle3_shards())
+    _, by = check(llama, with_d2t)
+    assert not {"d2t-missing", "d2t-not-checked"} & set(by)
+    same_vocab = drafter_with(make_checkpoint, "fullvocab", draft_vocab_size=128256, _shards=eagle3_shards(d2t=False, draft_vocab=128256))
+    _, by = check(llama, same_vocab)
+    assert "d2t-missing" not in by
+
+
+def test_fc_width_vs_taps(llama, make_checkpoint):
+    two = drafter_with(make_checkpoint, "fc2", eagle_aux_hidden_state_layer_ids=[2, 16, 29], _shards=eagle3_shards(taps=2))
+    _, by = check(llama, two)
+    f = expect(by, "fc-width-taps", "error", "drafter.taps")
+    assert "8192 = 2 x 4096" in f.message and "3 ([2, 16, 29])" in f.message
+    three = drafter_with(make_checkpoint, "fc3", eagle_aux_hidden_state_layer_ids=[2, 16, 29], _shards=eagle3_shards(taps=3))
+    _, by = check(llama, three)
+    assert "fc-width-taps" not in by
+
+
+# ---- taps
+
+
+def test_taps_default_warns_loudly(llama, specforge):
+    r, by = check(llama, specforge)
+    f = expect(by, "taps-default", "warning", "drafter.model")
+    assert "[2, 16, 29]" in f.message and "#50170" in f.message
+    assert r.plan.taps == (2, 16, 29) and r.plan.taps_source == "default" and r.plan.overlay is None
+
+
+def test_taps_unsorted_and_duplicate(llama, make_checkpoint):
+    d = drafter_with(make_checkpoint, "unsorted", eagle_aux_hidden_state_layer_ids=[29, 2, 16, 16])
+    r, by = check(llama, d)
+    expect(by, "taps-unsorted", "warning", "drafter.model")
+    expect(by, "taps-duplicate", "warning", "drafter.model")
+    assert r.plan.taps == (2, 16, 29)
+    _, by = check(llama, d, dopts={"taps": [16, 2, 2]})
+    expect(by, "taps-unsorted", "warning", "drafter.taps")
+    expect(by, "taps-duplicate", "warning", "drafter.taps")
+
+
+def test_taps_out_of_range(llama, specforge, make_checkpoint):
+    _, by = check(llama, specforge, dopts={"taps": [2, 33]})
+    f = expect(by, "taps-out-of-range", "error", "drafter.taps")
+    assert "[33]" in f.message and "0..32" in f.message
+    _, by = check(llama, specforge, dopts={"taps": [0, 32]})  # tap 0 = embeddings, tap 32 = last layer's output
+    assert "taps-out-of-range" not in by
+    far = drafter_with(make_checkpoint, "far", eagle_aux_hidden_state_layer_ids=[2, 40])
+    _, by = check(llama, far)
+    expect(by, "taps-out-of-range", "error", "drafter.model")
+
+
+def test_taps_malformed(llama, make_checkpoint):
+    d = drafter_with(make_checkpoint, "bad", eagle_aux_hidden_state_layer_ids="2,16,29")
+    r, by = check(llama, d)
+    expect(by, "taps-malformed", "error", "drafter.model")
+    assert "taps-default" not in by  # not "names no taps": it names them wrongly
+    assert r.plan.taps == (2, 16, 29)
+
+
+def test_taps_pinned_differ(llama, make_checkpoint):
+    d = drafter_with(make_checkpoint, "top", eagle_aux_hidden_state_layer_ids=[2, 16, 29])
+    r, by = check(llama, d, dopts={"taps": [3, 17, 30]})
+    f = expect(by, "taps-pinned-differ", "warning", "drafter.taps")
+    assert "eagle_aux_hidden_state_layer_ids" in f.message
+    assert r.plan.taps == (3, 17, 30) and r.plan.taps_source == "profile"
+    assert r.plan.overlay == {"eagle_aux_hidden_state_layer_ids": [3, 17, 30]}
+    _, same = check(llama, d, dopts={"taps": [29, 16, 2]})
+    assert "taps-pinned-differ" not in same
+
+
+def test_taps_runner_mismatch_on_v1(make_checkpoint):
+    """V1 (CPU) reads no top-level target_layer_ids: it would tap defaults; the drafter's taps win."""
+    qwen = make_checkpoint("qwen3", "Qwen__Qwen3-8B")
+    d = make_checkpoint("dfl", {**fixture_config("sgl-project__SpecForge", "qwen3-8b-dflash.json"), "target_layer_ids": [1, 9, 17, 25, 33]})
+    r, by = check(qwen, d, method="dflash", platform="cpu")
+    assert r.runner == "v1"
+    f = expect(by, "taps-runner-mismatch", "warning", "drafter.model")
+    assert "[2, 18, 33]" in f.message  # what V1 would tap: the defaults of a 36-layer target
+    assert r.plan.taps == (2, 10, 18, 26, 34) and r.plan.taps_source == "overlay"
+    r2, by2 = check(qwen, d, method="dflash", platform="cuda")
+    assert r2.runner == "v2" and r2.plan.taps_source == "target_layer_ids" and "taps-runner-mismatch" not in by2
+
+
+# ---- the nested eagle_config trap (the seed's example): Kimi-K2.5 EAGLE3 head on a 61-layer target
+
+
+def test_nested_eagle_config_v2(kimi_target, kimi_eagle3):
+    r, by = check(kimi_target, kimi_eagle3, pp=2)
+    assert r.runner == "v2" and r.plan.num_layers == 61
+    f = expect(by, "taps-nested-eagle-config", "warning", "drafter.model")
+    assert "eagle_config" in f.message and "[2, 30, 58]" in f.message and "[3, 31, 59]" in f.message
+    assert r.engine_taps.key == "default"  # V2 ignores the nested key...
+    assert r.plan.taps == (3, 31, 59) and r.plan.taps_source == "overlay"  # ...so ppspec overlays the trained taps
+    assert r.plan.overlay == {"eagle_aux_hidden_state_layer_ids": [3, 31, 59]}
+    assert r.plan.partition == (31, 30)
+    assert [s.taps for s in r.plan.stages] == [(3, 31), (59,)]  # tap 31: boundary, previous stage
+    assert r.plan.stages[0].relay_out.slots == 2 and r.plan.stages[0].relay_out.bytes_per_token == 2 * 7168 * 2
+    assert r.plan.draft_layer_ids == (61,)
+
+
+def test_nested_eagle_config_v1(kimi_target, kimi_eagle3):
+    r, by = check(kimi_target, kimi_eagle3, platform="cpu")
+    assert r.runner == "v1"
+    f = expect(by, "taps-nested-eagle-config", "warning")
+    assert "V1 runner would tap [2, 30, 58]" in f.message  # as is: one layer early
+    assert r.plan.taps == (3, 31, 59) and r.plan.taps_source == "overlay"
+
+
+def test_nested_eagle_config_capture_point_override(kimi_target, kimi_eagle3):
+    r, by = check(kimi_target, kimi_eagle3, pp=2, dopts={"tap_convention": "capture_point"})
+    # read as capture points the head was trained on [2, 30, 58] = V2's defaults on 61 layers
+    assert r.plan.taps == (2, 30, 58) and r.plan.overlay is None and r.plan.taps_source == "default"
+    f = expect(by, "taps-nested-eagle-config", "info")
+    assert "match" in f.message
+    assert "taps-default" not in by
+    r1, by1 = check(kimi_target, kimi_eagle3, platform="cpu", dopts={"tap_convention": "capture_point"})
+    assert r1.plan.taps == (2, 30, 58) and r1.plan.taps_source == "eagle_config.eagle_aux_hidden_state_layer_ids"
+    assert r1.plan.overlay is None
+
+
+def test_nested_eagle_config_that_equals_v2_defaults(kimi_target, make_checkpoint):
+    """Nested [1, 29, 57] was trained on [2, 30, 58]: V2's defaults match, V1 is off by one."""
+    cfg = fixture_config("AQ-MedAI__Kimi-K25-eagle3")
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 29, 57]
+    d = make_checkpoint("k2", cfg)
+    r, by = check(kimi_target, d, pp=2)
+    assert r.plan.taps == (2, 30, 58) and r.plan.overlay is None
+    assert by["taps-nested-eagle-config"][0].severity == "info" and "taps-default" not in by
+    r1, by1 = check(kimi_target, d, platform="cpu")
+    assert r1.plan.taps == (2, 30, 58) and r1.plan.taps_source == "overlay"
+    assert by1["taps-nested-eagle-config"][0].severity == "warning"
+
+
+def test_pinned_taps_override_the_trap(kimi_target, kimi_eagle3):
+    r, by = check(kimi_target, kimi_eagle3, pp=2, dopts={"taps": [2, 30, 58]})
+    assert r.plan.taps == (2, 30, 58) and r.plan.taps_source == "profile"
+    f = expect(by, "taps-pinned-differ", "warning")
+    assert "[3, 31, 59]" in f.message
+
+
+# ---- pipeline parallelism vs the engine
+
+
+def test_target_not_opted_in(make_checkpoint, specforge, monkeypatch):
+    moe = make_checkpoint("qwen3moe", "Qwen__Qwen3-30B-A3B")
+    _, by = check(moe, specforge, pp=2)
+    f = expect(by, "target-not-opted-in", "error", "target.model")
+    assert "Qwen3MoeModel" in f.message
+    _, pp1 = check(moe, specforge, pp=1)
+    assert "target-not-opted-in" not in pp1
+    _, mtp = check(make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3"), method="mtp", pp=2)
+    assert "target-not-opted-in" not in mtp  # mtp is not gated
+    unknown = make_checkpoint("unk", {**fixture_config(LLAMA), "architectures": ["SomeNewForCausalLM"]})
+    _, by = check(unknown, specforge, pp=2)
+    assert "not known" in expect(by, "target-not-opted-in", "error").message
+
+
+def test_target_opted_in_later_than_the_installed_vllm(make_checkpoint, specforge, monkeypatch):
+    sarvam = make_checkpoint("sarvam", {**fixture_config(LLAMA), "architectures": ["SarvamMLAForCausalLM"]})
+    use_vllm(monkeypatch, VllmInstall("0.31.0", "vllm", "cuda"))
+    _, by = check(sarvam, specforge, pp=2)
+    assert "before vLLM 0.32.0" in expect(by, "target-not-opted-in", "error").message
+    use_vllm(monkeypatch, CUDA_032)
+    _, by = check(sarvam, specforge, pp=2)
+    assert "target-not-opted-in" not in by
+
+
+def test_target_not_opted_in_on_rocm(make_checkpoint, specforge):
+    kimi_linear = make_checkpoint("kl", {**fixture_config(LLAMA), "architectures": ["KimiLinearForCausalLM"]})
+    _, by = check(kimi_linear, specforge, pp=2, platform="rocm")
+    assert expect(by, "target-not-opted-in", "error", "platform")
+    _, cuda = check(kimi_linear, specforge, pp=2)
+    assert "target-not-opted-in" not in cuda
+
+
+def test_target_opt_in_by_pack(make_checkpoint, specforge, monkeypatch):
+    moe = make_checkpoint("qwen3moe", "Qwen__Qwen3-30B-A3B")
+    use_pack(monkeypatch, FakePack(name="qwen3_moe_relay", provides=("aux_relay_over_pp",)))
+    _, by = check(moe, specforge, pp=2)
+    assert "target-not-opted-in" not in by
+    assert "qwen3_moe_relay" in expect(by, "target-opt-in-by-pack", "info", "adapter").message
+
+
+def test_cpu_pp_taps(llama, specforge):
+    r, by = check(llama, specforge, pp=2, platform="cpu")
+    assert r.runner == "v1"
+    expect(by, "cpu-pp-taps", "error", "topology.pipeline_parallel")
+    _, pp1 = check(llama, specforge, pp=1, platform="cpu")
+    assert "cpu-pp-taps" not in pp1
+    _, mtp = check(llama, method="mtp", pp=2, platform="cpu")
+    assert "cpu-pp-taps" not in mtp
+
+
+def test_vllm_too_old_and_not_installed(llama, specforge, monkeypatch):
+    use_vllm(monkeypatch, VllmInstall("0.29.0", "vllm", "cuda"))
+    r, by = check(llama, specforge, pp=2)
+    assert r.runner == "v1"
+    assert "0.29.0" in expect(by, "vllm-too-old", "error", "drafter").message
+    use_vllm(monkeypatch, None)
+    r, by = check(llama, specforge, pp=2)
+    expect(by, "vllm-not-installed", "info", "platform")
+    assert r.platform == "cuda" and r.runner == "v2"
+    assert "vllm-too-old" not in by
+
+
+def test_pp_refused_options(llama, specforge):
+    _, by = check(llama, specforge, pp=2, engine={"enable-return-routed-experts": True})
+    expect(by, "pp-refused-option", "error", "engine.enable-return-routed-experts")
+    _, by = check(llama, specforge, pp=2, engine={"speculative-config": {"enable_adaptive_verification": True}})
+    expect(by, "pp-refused-option", "error", "engine.speculative-config")
+    _, pp1 = check(llama, specforge, pp=1, engine={"enable-return-routed-experts": True})
+    assert "pp-refused-option" not in pp1
+
+
+def test_pp_fastsafetensors(llama, specforge, monkeypatch):
+    _, by = check(llama, specforge, pp=2, engine={"load-format": "fastsafetensors"})
+    expect(by, "pp-fastsafetensors", "info", "engine.load-format")
+    use_vllm(monkeypatch, VllmInstall("0.29.1", "vllm", "cuda"))
+    _, by = check(llama, specforge, pp=2, engine={"load_format": "fastsafetensors"})
+    expect(by, "pp-fastsafetensors", "error")
+
+
+# ---- embedding on the last stage
+
+
+def test_embedding_found_not_found_not_checked(llama, llama_indexed, specforge, make_checkpoint):
+    _, by = check(llama_indexed, specforge, pp=2)
+    f = expect(by, "embedding-found", "info", "target.model")
+    assert "model.embed_tokens.weight" in f.message and "model-00001-of-00004.safetensors" in f.message
+    _, by = check(llama, specforge, pp=2)
+    expect(by, "embedding-not-checked", "info", "target.model")
+    idx = fixture_config(LLAMA, "model.safetensors.index.json")
+    idx["weight_map"]["language_model.model.embed_tokens.weight"] = idx["weight_map"].pop("model.embed_tokens.weight")
+    renamed = make_checkpoint("renamed", LLAMA, index=idx)
+    _, by = check(renamed, specforge, pp=2)
+    expect(by, "embedding-not-found", "error", "target.model")
+    _, pp1 = check(llama_indexed, specforge, pp=1)
+    assert not {"embedding-found", "embedding-not-found", "embedding-not-checked"} & set(pp1)
+
+
+def test_embedding_found_through_the_pack_name_mapping(make_checkpoint, specforge, monkeypatch):
+    """A multimodal checkpoint names the embedding language_model.model.embed_tokens.weight."""
+    idx = fixture_config(LLAMA, "model.safetensors.index.json")
+    idx["weight_map"]["language_model.model.embed_tokens.weight"] = idx["weight_map"].pop("model.embed_tokens.weight")
+    mm = make_checkpoint("mm", {"architectures": ["LlamaForCausalLM"], "text_config": fixture_config(LLAMA)}, index=idx)
+    _, by = check(mm, specforge, pp=2)
+    assert "language_model.model.embed_tokens.weight" in expect(by, "embedding-found", "info").message
+    use_pack(monkeypatch, FakePack(facts={"embedding_tensors": ["model.language_model.embed_tokens.weight"]}))
+    _, by = check(mm, specforge, pp=2)
+    assert "embedding-not-found" in by  # the pack's mapping is used, not a suffix match
+
+
+def test_embed_last_stage(make_checkpoint, monkeypatch):
+    moe = make_checkpoint("qwen3moe", "Qwen__Qwen3-30B-A3B")
+    head = drafter_with(make_checkpoint, "noembed", hidden_size=2048, vocab_size=151936, draft_vocab_size=151936, _shards=eagle3_shards(hidden=2048, vocab=151936, draft_vocab=151936))
+    r, by = check(moe, head, pp=2)
+    expect(by, "embed-last-stage", "error", "adapter")
+    assert any("shares the target's embedding" in n for n in r.plan.notes)
+    with_embed = drafter_with(make_checkpoint, "embed", hidden_size=2048, vocab_size=151936, draft_vocab_size=151936, _shards=eagle3_shards(hidden=2048, vocab=151936, draft_vocab=151936, embed=True))
+    _, by = check(moe, with_embed, pp=2)
+    assert "embed-last-stage" not in by
+    use_pack(monkeypatch, FakePack(provides=("aux_relay_over_pp", "target_embed_on_last_stage")))
+    _, by = check(moe, head, pp=2)
+    assert "embed-last-stage" not in by
+
+
+# ---- adapter, security
+
+
+def test_adapter_unknown_and_version(llama, specforge, monkeypatch):
+    use_pack(monkeypatch, None, PpspecError("no adapter pack named 'nope'", fix="see `ppspec adapters list`"))
+    _, by = check(llama, specforge)
+    assert "nope" in expect(by, "adapter-unknown", "error", "adapter").message
+    use_pack(monkeypatch, FakePack(name="old", vllm_ok=False))
+    _, by = check(llama, specforge)
+    assert "0.32.0" in expect(by, "adapter-vllm-version", "error", "adapter").message
+
+
+def test_security(llama):
+    _, by = check(llama, method=None, server={"host": "0.0.0.0"})
+    expect(by, "server-exposed-no-key", "warning", "server.host")
+    _, ok = check(llama, method=None, server={"host": "0.0.0.0", "api_key_env": "PPSPEC_KEY"})
+    assert "server-exposed-no-key" not in ok
+    _, by = check(llama, method=None, trust_remote_code=True)
+    expect(by, "trust-remote-code", "warning", "trust_remote_code")
+
+
+# ---- checkpoint gaps and load errors become findings
+
+
+def test_unreadable_checkpoints(tmp_path, llama, make_checkpoint):
+    _, by = check(tmp_path / "no-such-dir", method=None)
+    expect(by, "target-unreadable", "error", "target.model")
+    broken = make_checkpoint("broken", None)
+    (broken / "config.json").write_text("{oops")
+    _, by = check(llama, broken)
+    f = expect(by, "drafter-unreadable", "error", "drafter.model")
+    assert "not valid JSON" in f.message
+
+
+@pytest.mark.parametrize(
+    "role,code,severity",
+    [
+        ("target", "missing-config", "error"),
+        ("target", "no-weights", "info"),
+        ("target", "partial-config", "warning"),
+        ("drafter", "partial-config", "warning"),
+        ("target", "missing-num-hidden-layers", "error"),
+        ("drafter", "missing-num-hidden-layers", "warning"),
+        ("target", "bad-num-hidden-layers", "error"),
+        ("target", "missing-hidden-size", "warning"),
+        ("target", "bad-hidden-size", "error"),
+        ("target", "missing-vocab-size", "warning"),
+        ("target", "bad-vocab-size", "error"),
+        ("target", "missing-architectures", "warning"),
+        ("target", "partial-index", "warning"),
+        ("target", "bad-index", "error"),
+        ("target", "missing-shards", "error"),
+        ("target", "bad-safetensors", "error"),
+        ("target", "unsafe-shard-name", "error"),
+        ("target", "index-mismatch", "warning"),
+    ],
+)
+def test_checkpoint_gap_findings(make_checkpoint, specforge, role, code, severity):
+    from conftest import write_safetensors
+
+    cfg = fixture_config(LLAMA)
+    kw: dict = {}
+    good = {"model-1.safetensors": {"model.embed_tokens.weight": ("BF16", [16, 8])}, "model-2.safetensors": {"lm_head.weight": ("BF16", [16, 8])}}
+    idx = {"weight_map": {"model.embed_tokens.weight": "model-1.safetensors", "lm_head.weight": "model-2.safetensors"}}
+    if code == "missing-config":
+        cfg = None
+    elif code == "partial-config":
+        cfg = fixture_config("RedHatAI__Llama-3.1-8B-Instruct-speculator.eagle3", "config.partial.json")
+        kw["config_name"] = "config.partial.json"
+    elif code.startswith(("missing-", "bad-")) and code.split("-", 1)[1] in ("num-hidden-layers", "hidden-size", "vocab-size", "architectures"):
+        key = code.split("-", 1)[1].replace("-", "_")
+        if code.startswith("missing-"):
+            cfg.pop(key)
+        else:
+            cfg[key] = "many"
+    elif code == "partial-index":
+        kw["index"] = {"_partial": "names only", "weight_map": idx["weight_map"]}
+    elif code == "bad-index":
+        kw["index"] = {"weight_map": ["not", "a", "map"]}
+    elif code == "missing-shards":
+        kw["index"], kw["shards"] = idx, {"model-1.safetensors": good["model-1.safetensors"]}
+    elif code == "bad-safetensors":
+        kw["shards"] = good
+    elif code == "unsafe-shard-name":
+        kw["index"] = {"weight_map": {**idx["weight_map"], "x": "../../etc/x.safetensors"}}
+        kw["shards"] = good
+    elif code == "index-mismatch":
+        kw["index"] = {"weight_map": {**idx["weight_map"], "model.norm.weight": "model-1.safetensors"}}
+        kw["shards"] = good
+    d = make_checkpoint(f"{role}-{code}", cfg, **kw)
+    if code == "bad-safetensors":
+        (d / "model-2.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{truncated")
+    if role == "target":
+        _, by = check(d, specforge)
+    else:
+        _, by = check(make_checkpoint("t", LLAMA), d)
+    f = expect(by, f"{role}-{code}", severity, f"{role}.model")
+    assert f.hint
+    if code == "partial-config":
+        # partial metadata is reported, never filled in: no plan facts invented for the gaps
+        assert "unknown" in f.message
+
+
+def test_partial_drafter_metadata_is_not_filled_in(llama, make_checkpoint):
+    d = make_checkpoint("rh", "RedHatAI__Llama-3.1-8B-Instruct-speculator.eagle3/config.partial.json", config_name="config.partial.json")
+    r, by = check(llama, d)
+    assert r.drafter.num_layers is None and r.drafter.hidden_size is None
+    assert r.plan.draft_layer_ids == ()  # unknown draft depth: no ids invented
+    assert "hidden-size-mismatch" not in by and "vocab-mismatch" not in by
+    assert "drafter-partial-config" in by
+
+
+def test_findings_are_sorted_errors_first(llama, kimi_eagle3):
+    r = resolve(parse_profile(yaml.safe_dump({"name": "t", "target": {"model": str(llama)}, "drafter": {"method": "eagle3", "model": str(kimi_eagle3), "num_speculative_tokens": 2}, "platform": "cuda", "adapter": "none", "topology": {"pipeline_parallel": 2}})), offline=True)
+    sev = [f.severity for f in run_rules(r)]
+    order = {"error": 0, "warning": 1, "info": 2}
+    assert sev == sorted(sev, key=order.__getitem__) and sev[0] == "error"
+
+
+def test_all_codes_were_exercised():
+    """Runs last in this file (pytest keeps file order): every code in rules.py was produced by a
+    scenario above, with the expected severity."""
+    if len(COVERED) < 10:
+        pytest.skip("run the whole file to check coverage (a -k selection ran only part of it)")
+    missing = sorted(c for c in codes_in_rules_py() if c not in COVERED)
+    assert missing == []
