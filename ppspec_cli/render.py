@@ -73,20 +73,26 @@ def render_plan(r, findings, console: Console | None = None) -> None:
         if plan.draft_layer_ids:
             console.print(f"draft layer ids {list(plan.draft_layer_ids)} ({plan.draft_layer_numbering} numbering)")
     t = Table(show_header=True, header_style="bold")
-    for col in ("stage", "layers", "taps produced", "from upstream", "relay to next hop", "embedding", "lm_head", "drafter", "weights"):
+    for col in ("stage", "layers", "taps made", "taps in", "relay to next stage", "holds", "weights"):
         t.add_column(col)
     for s in plan.stages:
-        relay = "—" if s.relay_out is None else f"{s.relay_out.slots} slot(s) {list(s.relay_out.taps)}, {_human_bytes(s.relay_out.bytes_per_token)}/token"
-        emb = {"first": "yes (input)", "drafter-needs": "yes (for drafter)", "none": "—"}[s.embedding]
+        relay = "—" if s.relay_out is None else f"{s.relay_out.slots} slot(s) {list(s.relay_out.taps)}, {_human_bytes(s.relay_out.bytes_per_token)}/tok"
+        holds = []
+        if s.embedding == "first":
+            holds.append("embedding")
+        elif s.embedding == "drafter-needs":
+            holds.append("embedding (for drafter)")
+        if s.lm_head:
+            holds.append("lm_head")
+        if s.drafter:
+            holds.append("drafter")
         t.add_row(
             str(s.rank),
-            f"{s.layers[0]}..{s.layers[1] - 1}" if s.layers[1] > s.layers[0] else "none",
-            str(list(s.taps)) if s.taps else "—",
+            f"{s.layers[0]}-{s.layers[1] - 1}" if s.layers[1] > s.layers[0] else "none",
+            ",".join(map(str, s.taps)) if s.taps else "—",
             str(s.upstream_slots),
             relay,
-            emb,
-            "yes" if s.lm_head else "—",
-            "yes" if s.drafter else "—",
+            ", ".join(holds) or "—",
             _human_bytes(s.weight_bytes),
         )
     console.print(t)
