@@ -402,6 +402,28 @@ def _hub_error(e: Exception, ref: str, *, offline: bool = False) -> PpspecError:
     return PpspecError(f"could not read {ref!r} from the hub: {name}: {detail}", where=ref, fix="check the network / HF_ENDPOINT, or use a local directory", exit_code=1)
 
 
+_REACHABILITY: dict[str, bool] = {}  # endpoint -> unreachable, once per process
+
+
+def _hub_unreachable(ref: str, revision: str | None) -> bool:
+    """One HEAD of the repo's config.json, no retries: True when the hub gives no usable answer
+    (connection refused, timeout, 5xx/429). Any real answer (200, 404, 401) counts as reachable:
+    hf_hub_download then reports it precisely."""
+    ep = _endpoint()
+    if ep in _REACHABILITY:
+        return _REACHABILITY[ep]
+    try:
+        from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+
+        get_hf_file_metadata(hf_hub_url(ref, "config.json", revision=revision), timeout=constants.HF_HUB_ETAG_TIMEOUT)
+        down = False
+    except Exception as e:  # noqa: BLE001
+        status = getattr(getattr(e, "response", None), "status_code", None)
+        down = status is None or status in (408, 429, 500, 502, 503, 504)
+    _REACHABILITY[ep] = down
+    return down
+
+
 def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_headers: bool = True) -> Checkpoint:
     """Metadata from the hub (or its local cache): config, index, and safetensors headers by range reads."""
     try:
@@ -411,10 +433,14 @@ def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_head
         raise PpspecError("huggingface_hub is not installed", fix="pip install huggingface_hub", exit_code=1) from None
     offline = offline or bool(constants.HF_HUB_OFFLINE)
     ck = Checkpoint(ref=ref, location=f"{ref}@{revision or 'main'}", source="hub")
+    # hf_hub_download retries an unreachable hub for ~25 s per file before falling back to the
+    # cache; one HEAD without retries tells us first, and then we read the cache only.
+    unreachable = False if offline else _hub_unreachable(ref, revision)
+    cache_only = offline or unreachable
 
     def fetch(name: str) -> Path | None:
         try:
-            return Path(hf_hub_download(ref, name, revision=revision, local_files_only=offline))
+            return Path(hf_hub_download(ref, name, revision=revision, local_files_only=cache_only))
         except Exception as e:  # noqa: BLE001 - translated into one clear message
             # LocalEntryNotFoundError (and its IncompleteSnapshotError) is also an
             # EntryNotFoundError: "not cached, hub offline/unreachable" is not "no such file".
@@ -441,15 +467,34 @@ def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_head
     if offline:
         ck.gaps.append(Gap("no-weights", "offline: safetensors headers not read (tensor-level checks not run)"))
         return ck
+    if unreachable:
+        ck.gaps.append(Gap("no-weights", f"the hub ({_endpoint()}) could not be reached: metadata from the local cache, safetensors headers not read"))
+        return ck
     try:
-        meta = get_safetensors_metadata(ref, revision=revision)
+        meta = get_safetensors_metadata(ref, revision=revision)  # range reads of the headers only
     except Exception as e:  # noqa: BLE001
-        ck.gaps.append(Gap("no-weights", f"safetensors headers not read ({type(e).__name__}): tensor-level checks not run"))
+        kind = type(e).__name__
+        if kind == "SafetensorsParsingError":
+            ck.gaps.append(Gap("bad-safetensors", f"a safetensors header on the hub is corrupt: {str(e).splitlines()[0][:200] if str(e) else kind}"))
+        elif kind == "NotASafetensorsRepoError":
+            ck.gaps.append(Gap("no-weights", "the repository has no safetensors weights: tensor-level checks not run"))
+        else:
+            ck.gaps.append(Gap("no-weights", f"safetensors headers not read ({kind}): tensor-level checks not run"))
         return ck
     tensors: dict[str, TensorInfo] = {}
     for fname, fm in meta.files_metadata.items():
         for tname, ti in fm.tensors.items():
-            tensors[tname] = TensorInfo(tname, ti.dtype, tuple(ti.shape), fname)
+            t = TensorInfo(tname, ti.dtype, tuple(ti.shape), fname)
+            offs = tuple(getattr(ti, "data_offsets", ()) or ())
+            if t.dtype not in DTYPE_BYTES or (len(offs) == 2 and offs[1] - offs[0] != t.nbytes):
+                # the same lie the local reader refuses: a span that does not fit dtype x shape
+                ck.gaps.append(Gap("bad-safetensors", f"{fname}: tensor {tname!r} ({t.dtype} {list(t.shape)}) does not match its data_offsets {list(offs)}"))
+                return ck
+            tensors[tname] = t
+    if ck.weight_map is not None:
+        wrong = sorted(n for n, f in ck.weight_map.items() if n not in tensors or tensors[n].file != f)
+        if wrong:
+            ck.gaps.append(Gap("index-mismatch", f"{len(wrong)} tensor(s) of the index are not in the shard it names (e.g. {wrong[0]} -> {ck.weight_map[wrong[0]]}); the headers are used"))
     ck.tensors = tensors
     return ck
 

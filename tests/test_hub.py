@@ -1,0 +1,427 @@
+"""Hugging Face hub access through the real huggingface_hub code, never the network.
+
+(a) a pre-populated HF cache (models--org--name/snapshots/<commit>/..., refs/main) with
+    HF_HUB_OFFLINE=1 or --offline;
+(b) a local HTTP server on 127.0.0.1 that emulates the endpoints hf_hub_download and
+    get_safetensors_metadata use (HEAD/GET /{repo}/resolve/{rev}/{file} with X-Repo-Commit/ETag,
+    Range requests). Weight files are virtual (header + GBs of zeros generated per range), and the
+    server refuses and records any GET of a weight file without a Range: nothing is ever
+    downloaded whole;
+(c) an unreachable hub (a closed loopback port): one clear error finding, exit 1, fast.
+
+`ppspec check --json` runs as a subprocess so huggingface_hub picks up HF_ENDPOINT at import."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from conftest import fixture_config, run_ppspec, safetensors_header
+
+LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@dataclass
+class VFile:
+    """A file the server serves: `prefix` bytes, then zeros up to `size` (generated per range)."""
+
+    prefix: bytes
+    size: int
+
+    @classmethod
+    def of(cls, data: bytes) -> "VFile":
+        return cls(data, len(data))
+
+    def read(self, start: int, end: int) -> bytes:  # [start, end)
+        end = min(end, self.size)
+        head = self.prefix[start:end] if start < len(self.prefix) else b""
+        return head + b"\0" * (end - start - len(head))
+
+    @property
+    def etag(self) -> str:
+        return hashlib.sha256(self.prefix + str(self.size).encode()).hexdigest()
+
+
+@dataclass
+class Hub:
+    repos: dict[str, dict[str, VFile]] = field(default_factory=dict)
+    log: list[dict] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    url: str = ""
+
+
+def _handler(hub: Hub):
+    class H(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):  # keep pytest output clean
+            pass
+
+        def _empty(self, status: int, **headers):
+            self.send_response(status)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def _serve(self, body: bool):
+            rng = self.headers.get("Range")
+            entry = {"method": self.command, "path": self.path, "range": rng, "sent": 0}
+            hub.log.append(entry)
+            m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", self.path.split("?")[0])
+            if not m:
+                return self._empty(404, **{"X-Error-Code": "RepoNotFound"})
+            repo, _rev, fname = m.groups()
+            if repo not in hub.repos:
+                return self._empty(401, **{"X-Error-Code": "RepoNotFound"})
+            f = hub.repos[repo].get(fname)
+            if f is None:
+                return self._empty(404, **{"X-Error-Code": "EntryNotFound", "X-Repo-Commit": COMMIT})
+            start, end, status = 0, f.size, 200
+            if rng:
+                a, b = re.match(r"bytes=(\d+)-(\d*)", rng).groups()
+                start, end, status = int(a), (int(b) + 1 if b else f.size), 206
+                end = min(end, f.size)
+            elif body and fname.endswith((".safetensors", ".bin")):
+                hub.violations.append(f"GET {self.path} without a Range: a whole weight file")
+                return self._empty(403)
+            self.send_response(status)
+            self.send_header("X-Repo-Commit", COMMIT)
+            self.send_header("ETag", f'"{f.etag}"')
+            self.send_header("Content-Length", str(end - start))
+            if status == 206:
+                self.send_header("Content-Range", f"bytes {start}-{end - 1}/{f.size}")
+            self.end_headers()
+            if body:
+                data = f.read(start, end)
+                self.wfile.write(data)
+                entry["sent"] = len(data)
+
+        def do_HEAD(self):
+            self._serve(False)
+
+        def do_GET(self):
+            self._serve(True)
+
+    return H
+
+
+@pytest.fixture
+def hub():
+    h = Hub()
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(h))
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    h.url = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        yield h
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+# ---- checkpoint content
+
+
+LLAMA_SHAPES = [
+    (r"embed_tokens|lm_head", lambda: [128256, 4096]),
+    (r"(q_proj|o_proj)", lambda: [4096, 4096]),
+    (r"(k_proj|v_proj)", lambda: [1024, 4096]),
+    (r"(gate_proj|up_proj)", lambda: [14336, 4096]),
+    (r"down_proj", lambda: [4096, 14336]),
+    (r"norm", lambda: [4096]),
+]
+
+
+def llama_shards() -> dict[str, VFile]:
+    """Llama-3.1-8B's real index, with safetensors headers synthesized from its tensor names and
+    the model's shapes (their BF16 sizes add up to the index's total_size exactly)."""
+    idx = fixture_config(LLAMA, "model.safetensors.index.json")
+    by_file: dict[str, dict] = {}
+    for name, fname in idx["weight_map"].items():
+        shape = next(s() for pat, s in LLAMA_SHAPES if re.search(pat, name))
+        by_file.setdefault(fname, {})[name] = ("BF16", shape)
+    out = {}
+    for fname, tensors in by_file.items():
+        prefix, size = safetensors_header(tensors, {"format": "pt"})
+        out[fname] = VFile(prefix, len(prefix) + size)
+    return out
+
+
+def llama_repo() -> dict[str, VFile]:
+    return {
+        "config.json": VFile.of(json.dumps(fixture_config(LLAMA)).encode()),
+        "model.safetensors.index.json": VFile.of(json.dumps(fixture_config(LLAMA, "model.safetensors.index.json")).encode()),
+        **llama_shards(),
+    }
+
+
+def eagle3_repo(taps=(2, 16, 29)) -> dict[str, VFile]:
+    cfg = fixture_config("sgl-project__SpecForge", "llama3-8B-eagle3.json")
+    cfg["eagle_aux_hidden_state_layer_ids"] = list(taps)
+    tensors = {
+        "d2t": ("I64", [32000]),
+        "fc.weight": ("F16", [4096, 4096 * len(taps)]),
+        "lm_head.weight": ("F16", [32000, 4096]),
+        "midlayer.self_attn.q_proj.weight": ("F16", [4096, 8192]),
+        "t2d": ("BOOL", [128256]),
+    }
+    prefix, size = safetensors_header(tensors, {"format": "pt"})
+    return {"config.json": VFile.of(json.dumps(cfg).encode()), "model.safetensors": VFile(prefix, len(prefix) + size)}
+
+
+PROFILE = """\
+name: hub-test
+target: {{model: {target}{trev}}}
+drafter: {{method: eagle3, model: {drafter}, num_speculative_tokens: 3}}
+topology: {{pipeline_parallel: 2}}
+platform: cuda
+adapter: none
+"""
+
+
+def profile(write_profile, target="meta-llama/Llama-3.1-8B-Instruct", drafter="org/eagle3", revision=None):
+    trev = f", revision: {revision}" if revision else ""
+    return write_profile(PROFILE.format(target=target, drafter=drafter, trev=trev))
+
+
+def hub_env(tmp_path: Path, endpoint: str, offline: bool, **extra) -> dict[str, str]:
+    env = {
+        "HF_ENDPOINT": endpoint,
+        "HF_HUB_CACHE": str(tmp_path / "hf-cache"),
+        "HF_HOME": str(tmp_path / "hf-home"),
+        "HF_HUB_OFFLINE": "1" if offline else "0",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_XET": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "HF_TOKEN": "",
+    }
+    env.update(extra)
+    return env
+
+
+def check_json(profile_path, env, *args) -> tuple[int, dict, str]:
+    cp = run_ppspec("check", str(profile_path), "--json", "--no-probes", *args, env=env)
+    assert "Traceback" not in cp.stderr, cp.stderr
+    return cp.returncode, json.loads(cp.stdout), cp.stderr
+
+
+def codes(out: dict) -> dict[str, dict]:
+    return {f["code"]: f for f in out["findings"]}
+
+
+def populate_cache(cache: Path, repo: str, files: dict[str, bytes], commit: str = COMMIT, ref: str = "main") -> None:
+    """The layout huggingface_hub writes: blobs/<etag>, snapshots/<commit>/<file> -> blob, refs/<ref>."""
+    base = cache / ("models--" + repo.replace("/", "--"))
+    (base / "refs").mkdir(parents=True, exist_ok=True)
+    (base / "refs" / ref).write_text(commit)
+    snap = base / "snapshots" / commit
+    snap.mkdir(parents=True, exist_ok=True)
+    (base / "blobs").mkdir(exist_ok=True)
+    for name, data in files.items():
+        blob = base / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        (snap / name).symlink_to(Path("..") / ".." / "blobs" / blob.name)
+
+
+def closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+# ---------------------------------------------------------------------------------------------
+# (a) the local HF cache, offline
+
+
+@pytest.fixture
+def cached(tmp_path):
+    cache = tmp_path / "hf-cache"
+    populate_cache(
+        cache,
+        "meta-llama/Llama-3.1-8B-Instruct",
+        {"config.json": json.dumps(fixture_config(LLAMA)).encode(), "model.safetensors.index.json": json.dumps(fixture_config(LLAMA, "model.safetensors.index.json")).encode()},
+    )
+    populate_cache(cache, "org/eagle3", {"config.json": eagle3_repo()["config.json"].prefix})
+    return cache
+
+
+def test_offline_cache(tmp_path, cached, write_profile, hub):
+    rc, out, _ = check_json(profile(write_profile), hub_env(tmp_path, hub.url, offline=True))
+    assert out["target"]["source"] == "hub" and out["target"]["num_hidden_layers"] == 32
+    assert out["target"]["index"] is True and out["drafter"]["num_hidden_layers"] == 1
+    c = codes(out)
+    assert c["target-no-weights"]["severity"] == "info" and "offline" in c["target-no-weights"]["message"]
+    assert "model-00001-of-00004.safetensors" in c["embedding-found"]["message"]
+    assert out["plan"]["partition"] == [16, 16] and out["plan"]["taps"] == [2, 16, 29]
+    assert out["plan"]["taps_source"] == "eagle_aux_hidden_state_layer_ids"
+    assert rc == (0 if out["ok"] else 1) and out["ok"] is True
+    assert hub.log == []  # HF_HUB_OFFLINE: not one request
+
+
+def test_offline_flag_makes_no_request_even_with_a_hub(tmp_path, cached, write_profile, hub):
+    hub.repos = {"meta-llama/Llama-3.1-8B-Instruct": llama_repo(), "org/eagle3": eagle3_repo()}
+    rc, out, _ = check_json(profile(write_profile), hub_env(tmp_path, hub.url, offline=False), "--offline")
+    assert rc == 0 and out["target"]["num_hidden_layers"] == 32 and out["target"]["tensors_read"] is False
+    assert hub.log == []
+
+
+def test_offline_pinned_commit(tmp_path, cached, write_profile, hub):
+    rc, out, _ = check_json(profile(write_profile, revision=COMMIT), hub_env(tmp_path, hub.url, offline=True))
+    assert rc == 0 and out["target"]["num_hidden_layers"] == 32
+
+
+def test_offline_not_cached_is_one_clear_error(tmp_path, cached, write_profile, hub):
+    rc, out, stderr = check_json(profile(write_profile, drafter="org/not-cached"), hub_env(tmp_path, hub.url, offline=True))
+    assert rc == 1 and out["ok"] is False
+    errors = [f for f in out["findings"] if f["severity"] == "error"]
+    assert [f["code"] for f in errors] == ["drafter-unreadable"]
+    assert "not in the local Hugging Face cache" in errors[0]["message"] and "offline" in errors[0]["message"]
+    assert errors[0]["hint"]
+    assert out["target"]["num_hidden_layers"] == 32  # the target still resolved from the cache
+    assert hub.log == []
+
+
+def test_offline_unknown_revision(tmp_path, cached, write_profile, hub):
+    rc, out, _ = check_json(profile(write_profile, revision="v9"), hub_env(tmp_path, hub.url, offline=True))
+    assert rc == 1 and "target-unreadable" in codes(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# (b) a local hub server
+
+
+def test_hub_server_headers_by_range_only(tmp_path, write_profile, hub):
+    hub.repos = {"meta-llama/Llama-3.1-8B-Instruct": llama_repo(), "org/eagle3": eagle3_repo()}
+    t0 = time.perf_counter()
+    rc, out, _ = check_json(profile(write_profile), hub_env(tmp_path, hub.url, offline=False))
+    elapsed = time.perf_counter() - t0
+    assert rc == 0, out["findings"]
+    tgt, drf = out["target"], out["drafter"]
+    assert tgt["source"] == "hub" and tgt["tensors_read"] is True and tgt["gaps"] == []
+    assert drf["tensors_read"] is True and drf["gaps"] == []
+    c = codes(out)
+    assert "model.embed_tokens.weight from model-00001-of-00004.safetensors" in c["embedding-found"]["message"]
+    assert not {"d2t-missing", "d2t-not-checked", "fc-width-taps"} & set(c)
+    # memory per stage from the headers: the index's total_size, less the final norm (not counted),
+    # plus the drafter and the second copy of the embedding the last stage loads for it
+    stages = out["plan"]["stages"]
+    drafter_bytes = 32000 * 8 + 4096 * 3 * 4096 * 2 + 32000 * 4096 * 2 + 4096 * 8192 * 2 + 128256
+    embed = 128256 * 4096 * 2
+    final_norm = 4096 * 2
+    assert stages[0]["weight_bytes"] + stages[1]["weight_bytes"] == 16060522496 - final_norm + drafter_bytes + embed
+    assert stages[0]["weight_bytes"] == embed + 16 * (16060522496 - 2 * embed - final_norm) // 32
+    # nothing downloaded whole: every weight GET is a range, far smaller than the file
+    assert hub.violations == []
+    sizes = {f"/{r}/resolve/main/{n}": vf.size for r, files in hub.repos.items() for n, vf in files.items()}
+    weight_gets = [e for e in hub.log if e["method"] == "GET" and e["path"].endswith(".safetensors")]
+    assert len({e["path"] for e in weight_gets}) == 5  # 4 target shards + the drafter's file
+    for e in weight_gets:
+        assert e["range"] and e["range"].startswith("bytes=")
+        assert e["sent"] < sizes[e["path"]] and e["sent"] <= 100_001
+    assert sum(e["sent"] for e in hub.log) < 1_000_000
+    # and no weight file landed in the cache
+    assert not list((tmp_path / "hf-cache").rglob("*.safetensors"))
+    assert elapsed < 60
+
+
+def test_hub_server_missing_index_and_single_file(tmp_path, write_profile, hub):
+    repo = llama_repo()
+    del repo["model.safetensors.index.json"]
+    hub.repos = {"meta-llama/Llama-3.1-8B-Instruct": repo, "org/eagle3": eagle3_repo()}
+    rc, out, _ = check_json(profile(write_profile), hub_env(tmp_path, hub.url, offline=False))
+    # no index and no model.safetensors: the target's headers cannot be found; config-level checks still run
+    assert out["target"]["index"] is False and out["target"]["tensors_read"] is False
+    assert "target-no-weights" in codes(out) and out["target"]["num_hidden_layers"] == 32
+    assert rc == 0 and hub.violations == []
+
+
+def test_hub_server_corrupt_header_is_an_error(tmp_path, write_profile, hub):
+    drafter = eagle3_repo()
+    drafter["model.safetensors"] = VFile(b"\xff" * 8 + b"garbage", 200_000)
+    hub.repos = {"meta-llama/Llama-3.1-8B-Instruct": llama_repo(), "org/eagle3": drafter}
+    rc, out, _ = check_json(profile(write_profile), hub_env(tmp_path, hub.url, offline=False))
+    assert rc == 1 and codes(out)["drafter-bad-safetensors"]["severity"] == "error"
+    assert hub.violations == []
+
+
+def test_hub_server_lying_header_span_is_an_error(tmp_path, write_profile, hub):
+    raw = json.dumps({"fc.weight": {"dtype": "F16", "shape": [4096, 12288], "data_offsets": [0, 16]}}).encode()
+    drafter = eagle3_repo()
+    drafter["model.safetensors"] = VFile(len(raw).to_bytes(8, "little") + raw, 200_000)
+    hub.repos = {"meta-llama/Llama-3.1-8B-Instruct": llama_repo(), "org/eagle3": drafter}
+    rc, out, _ = check_json(profile(write_profile), hub_env(tmp_path, hub.url, offline=False))
+    assert rc == 1 and "data_offsets" in codes(out)["drafter-bad-safetensors"]["message"]
+
+
+def test_hub_server_repo_not_found(tmp_path, write_profile, hub):
+    hub.repos = {"org/eagle3": eagle3_repo()}
+    rc, out, _ = check_json(profile(write_profile), hub_env(tmp_path, hub.url, offline=False))
+    assert rc == 1
+    f = codes(out)["target-unreadable"]
+    assert "not found or is gated" in f["message"] and "HF_TOKEN" in f["hint"]
+    assert out["plan"] is None
+
+
+def test_hub_server_missing_config(tmp_path, write_profile, hub):
+    repo = llama_repo()
+    del repo["config.json"]
+    hub.repos = {"meta-llama/Llama-3.1-8B-Instruct": repo, "org/eagle3": eagle3_repo()}
+    rc, out, _ = check_json(profile(write_profile), hub_env(tmp_path, hub.url, offline=False))
+    assert rc == 1 and codes(out)["target-missing-config"]["severity"] == "error"
+
+
+def test_hub_then_offline_reuses_the_cache(tmp_path, write_profile, hub):
+    """What a login node does: read metadata once online, later checks work offline."""
+    hub.repos = {"meta-llama/Llama-3.1-8B-Instruct": llama_repo(), "org/eagle3": eagle3_repo()}
+    rc, _, _ = check_json(profile(write_profile), hub_env(tmp_path, hub.url, offline=False))
+    assert rc == 0
+    n = len(hub.log)
+    rc, out, _ = check_json(profile(write_profile), hub_env(tmp_path, hub.url, offline=True))
+    assert rc == 0 and out["target"]["num_hidden_layers"] == 32 and out["target"]["index"] is True
+    assert len(hub.log) == n
+
+
+# ---------------------------------------------------------------------------------------------
+# (c) an unreachable hub
+
+
+def test_unreachable_hub_is_one_clear_error_and_fast(tmp_path, write_profile):
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    env = hub_env(tmp_path, endpoint, offline=False, HF_HUB_ETAG_TIMEOUT="2", HF_HUB_DOWNLOAD_TIMEOUT="2")
+    t0 = time.perf_counter()
+    cp = run_ppspec("check", str(profile(write_profile)), "--no-probes", env=env)
+    elapsed = time.perf_counter() - t0
+    assert cp.returncode == 1
+    assert "Traceback" not in cp.stderr and "Traceback" not in cp.stdout
+    assert "could not be reached" in cp.stdout and endpoint in cp.stdout
+    assert elapsed < 30, elapsed
+    cpj = run_ppspec("check", str(profile(write_profile)), "--json", "--no-probes", env=env)
+    out = json.loads(cpj.stdout)
+    errors = [f for f in out["findings"] if f["severity"] == "error"]
+    assert {f["code"] for f in errors} == {"target-unreadable", "drafter-unreadable"}
+    assert all("could not be reached" in f["message"] for f in errors)
+    assert cpj.returncode == 1 and "Traceback" not in cpj.stderr
+
+
+def test_unreachable_hub_falls_back_to_the_cache_fast(tmp_path, cached, write_profile):
+    """Cached metadata is still used when the hub is down (without hf_hub_download's ~25 s of retries)."""
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    env = hub_env(tmp_path, endpoint, offline=False, HF_HUB_ETAG_TIMEOUT="2", HF_HUB_DOWNLOAD_TIMEOUT="2")
+    t0 = time.perf_counter()
+    rc, out, _ = check_json(profile(write_profile), env)
+    assert time.perf_counter() - t0 < 15
+    assert rc == 0 and out["target"]["num_hidden_layers"] == 32 and out["target"]["index"] is True
+    assert "could not be reached" in codes(out)["target-no-weights"]["message"]
