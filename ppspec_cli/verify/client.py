@@ -1,0 +1,287 @@
+"""A small OpenAI-compatible HTTP client on the standard library.
+
+verify needs four endpoints (`/health`, `/v1/models`, `/v1/completions`, `/metrics`) and nothing
+else, so it does not pull in an HTTP stack. Every failure becomes one PpspecError naming the
+endpoint; the API key is read from an environment variable and never appears in messages.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import PpspecError
+
+DEFAULT_ENDPOINT = "http://127.0.0.1:8000"
+MAX_JSON_BYTES = 32 << 20
+MAX_METRICS_BYTES = 64 << 20
+_START_HINT = "start the server with `ppspec serve PROFILE`, or pass --endpoint URL for a server that is already running"
+
+
+def normalize_endpoint(endpoint: str | None) -> str:
+    """Check an endpoint URL (http/https only, a host, no query) and return it without a trailing '/'."""
+    url = (endpoint or DEFAULT_ENDPOINT).strip()
+    if "://" not in url:
+        url = "http://" + url
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise PpspecError(
+            f"endpoint scheme {parts.scheme!r} is not supported",
+            where="--endpoint",
+            fix="use an http:// or https:// URL, e.g. http://127.0.0.1:8000",
+        )
+    if not parts.hostname:
+        raise PpspecError("endpoint has no host", where="--endpoint", fix="use a URL like http://127.0.0.1:8000")
+    if parts.query or parts.fragment:
+        raise PpspecError("endpoint must not carry a query or fragment", where="--endpoint", fix="pass only scheme://host:port[/prefix]")
+    if parts.username or parts.password:
+        raise PpspecError(
+            "endpoint must not embed credentials",
+            where="--endpoint",
+            fix="remove user:password@ from the URL and put the API key in an environment variable (--api-key-env NAME)",
+        )
+    try:
+        parts.port
+    except ValueError:
+        raise PpspecError("endpoint port is not a number in 1-65535", where="--endpoint", fix="use a URL like http://127.0.0.1:8000") from None
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def endpoint_from_host_port(host: str, port: int, scheme: str = "http") -> str:
+    """The URL a client uses to reach a server bound to host:port (wildcard binds -> loopback)."""
+    h = host.strip()
+    if h in ("", "0.0.0.0"):
+        h = "127.0.0.1"
+    elif h in ("::", "[::]"):
+        h = "::1"
+    h = h.strip("[]")
+    if ":" in h:
+        h = f"[{h}]"
+    return f"{scheme}://{h}:{port}"
+
+
+def _is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """An OpenAI server does not redirect; following one could carry the API key to another host."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D401 - urllib hook
+        raise PpspecError(
+            f"{req.full_url} answered with a redirect ({code}) to {newurl}",
+            where=req.full_url,
+            fix="pass the final server URL with --endpoint (ppspec does not follow redirects)",
+            exit_code=1,
+        )
+
+
+@dataclass
+class Completion:
+    text: str
+    completion_tokens: int | None
+    prompt_tokens: int | None
+    finish_reason: str | None
+    model: str | None
+
+
+class Client:
+    """OpenAI-compatible client for one vLLM server."""
+
+    def __init__(self, endpoint: str | None = None, *, api_key_env: str | None = None, timeout: float = 120.0):
+        self.endpoint = normalize_endpoint(endpoint)
+        self.api_key_env = api_key_env
+        self.timeout = timeout
+        self._api_key: str | None = None
+        if api_key_env:
+            key = os.environ.get(api_key_env)
+            if not key:
+                raise PpspecError(
+                    f"environment variable {api_key_env} is not set (it should hold the server's API key)",
+                    where=f"environment variable {api_key_env}",
+                    fix=f"export {api_key_env}=... before running, or drop --api-key-env if the server has no key",
+                )
+            self._api_key = key
+        host = urllib.parse.urlsplit(self.endpoint).hostname
+        handlers: list[Any] = [_NoRedirect()]
+        if _is_loopback(host):
+            handlers.append(urllib.request.ProxyHandler({}))  # never send loopback traffic to a proxy
+        self._opener = urllib.request.build_opener(*handlers)
+
+    def __repr__(self) -> str:  # the key stays out of any repr that ends up in a log
+        return f"Client(endpoint={self.endpoint!r}, api_key_env={self.api_key_env!r})"
+
+    # -- transport -----------------------------------------------------------------------------
+
+    def url(self, path: str) -> str:
+        return self.endpoint + path
+
+    def _request(self, method: str, path: str, body: dict | None = None, *, limit: int, timeout: float | None = None) -> tuple[int, bytes]:
+        url = self.url(path)
+        data = json.dumps(body).encode("utf-8") if body is not None else None
+        req = urllib.request.Request(url, data=data, method=method)
+        req.add_header("Accept", "application/json, text/plain;q=0.9, */*;q=0.1")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self._api_key:
+            req.add_header("Authorization", f"Bearer {self._api_key}")
+        t = self.timeout if timeout is None else timeout
+        try:
+            with self._opener.open(req, timeout=t) as resp:
+                payload = resp.read(limit + 1)
+                status = resp.status
+        except PpspecError:
+            raise
+        except urllib.error.HTTPError as e:
+            try:
+                detail = e.read(4096).decode("utf-8", "replace")
+            except Exception:  # noqa: BLE001 - best-effort detail for the message
+                detail = ""
+            raise self._http_error(url, e.code, detail) from None
+        except (socket.timeout, TimeoutError):
+            raise PpspecError(
+                f"{url} did not answer within {t:g} s",
+                where=url,
+                fix="the server may be overloaded or wedged: check its log; raise the timeout for long generations",
+                exit_code=1,
+            ) from None
+        except urllib.error.URLError as e:
+            reason = e.reason
+            if isinstance(reason, (socket.timeout, TimeoutError)):
+                raise PpspecError(f"{url} did not answer within {t:g} s", where=url, fix="check the server log; it may be wedged", exit_code=1) from None
+            if isinstance(reason, ConnectionRefusedError):
+                raise PpspecError(f"connection refused: nothing is listening at {self.endpoint}", where=url, fix=_START_HINT, exit_code=1) from None
+            if isinstance(reason, socket.gaierror):
+                raise PpspecError(f"cannot resolve the host of {self.endpoint}", where=url, fix="check the host name in --endpoint", exit_code=1) from None
+            raise PpspecError(f"cannot reach {url}: {reason}", where=url, fix=_START_HINT, exit_code=1) from None
+        except (ConnectionError, OSError) as e:
+            # Resets and half-closed sockets surface as bare OSErrors from http.client.
+            raise PpspecError(f"connection to {url} failed: {e.__class__.__name__}", where=url, fix=_START_HINT, exit_code=1) from None
+        if len(payload) > limit:
+            raise PpspecError(f"{url} sent more than {limit >> 20} MiB", where=url, fix="check that --endpoint is a vLLM server", exit_code=1)
+        return status, payload
+
+    def _http_error(self, url: str, code: int, detail: str) -> PpspecError:
+        detail = " ".join(detail.split())[:300]
+        if self._api_key and self._api_key in detail:
+            detail = detail.replace(self._api_key, "***")
+        if code in (401, 403):
+            fix = (
+                f"check that ${self.api_key_env} holds the key the server was started with"
+                if self.api_key_env
+                else "the server wants an API key: pass --api-key-env NAME (the environment variable holding it)"
+            )
+            return PpspecError(f"{url} refused the request: HTTP {code} (authentication)", where=url, fix=fix, exit_code=1)
+        if code == 404:
+            return PpspecError(
+                f"{url} does not exist on this server (HTTP 404)",
+                where=url,
+                fix="check that --endpoint points at a vLLM OpenAI-compatible server (without /v1)",
+                exit_code=1,
+            )
+        return PpspecError(
+            f"{url} answered HTTP {code}" + (f": {detail}" if detail else ""),
+            where=url,
+            fix="check the server log for the cause",
+            exit_code=1,
+        )
+
+    def _json(self, method: str, path: str, body: dict | None = None, *, timeout: float | None = None) -> Any:
+        _, payload = self._request(method, path, body, limit=MAX_JSON_BYTES, timeout=timeout)
+        try:
+            return json.loads(payload.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise PpspecError(
+                f"{self.url(path)} did not return JSON",
+                where=self.url(path),
+                fix="check that --endpoint points at a vLLM OpenAI-compatible server",
+                exit_code=1,
+            ) from None
+
+    # -- endpoints -----------------------------------------------------------------------------
+
+    def health(self, *, timeout: float | None = 10.0) -> None:
+        """Raise unless `/health` answers 200."""
+        self._request("GET", "/health", limit=1 << 20, timeout=timeout)
+
+    def models(self) -> list[str]:
+        """Model ids the server serves (`/v1/models`)."""
+        doc = self._json("GET", "/v1/models", timeout=30.0)
+        data = doc.get("data") if isinstance(doc, dict) else None
+        if not isinstance(data, list):
+            raise PpspecError(
+                f"{self.url('/v1/models')} returned JSON without a `data` list",
+                where=self.url("/v1/models"),
+                fix="check that --endpoint points at an OpenAI-compatible server",
+                exit_code=1,
+            )
+        return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+    def complete(self, model: str, prompt: str, *, max_tokens: int, seed: int = 0, timeout: float | None = None) -> Completion:
+        """One greedy completion (temperature 0) of at most max_tokens tokens."""
+        body = {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "n": 1,
+            "seed": seed,
+            "stream": False,
+        }
+        doc = self._json("POST", "/v1/completions", body, timeout=timeout)
+        url = self.url("/v1/completions")
+        try:
+            choice = doc["choices"][0]
+            text = choice["text"]
+            if not isinstance(text, str):
+                raise TypeError
+        except (KeyError, IndexError, TypeError):
+            err = doc.get("error") if isinstance(doc, dict) else None
+            msg = err.get("message") if isinstance(err, dict) else None
+            raise PpspecError(
+                f"{url} returned no completion" + (f": {msg}" if isinstance(msg, str) else ""),
+                where=url,
+                fix="check the server log; the model name must be one /v1/models lists",
+                exit_code=1,
+            ) from None
+        usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
+        ct = usage.get("completion_tokens")
+        pt = usage.get("prompt_tokens")
+        return Completion(
+            text=text,
+            completion_tokens=ct if isinstance(ct, int) else None,
+            prompt_tokens=pt if isinstance(pt, int) else None,
+            finish_reason=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
+            model=doc.get("model") if isinstance(doc.get("model"), str) else None,
+        )
+
+    def metrics(self) -> str:
+        """The raw Prometheus text of `/metrics`."""
+        _, payload = self._request("GET", "/metrics", limit=MAX_METRICS_BYTES, timeout=30.0)
+        return payload.decode("utf-8", "replace")
+
+    def server_info(self) -> dict | None:
+        """vLLM's dev-mode `/server_info` (the resolved engine config); None when not exposed."""
+        try:
+            doc = self._json("GET", "/server_info?config_format=json", timeout=10.0)
+        except PpspecError:
+            return None
+        return doc if isinstance(doc, dict) else None
