@@ -395,7 +395,8 @@ def embedding_location(r: Resolved) -> Iterator[Finding]:
         return
     names: list[str] = []
     if r.pack is not None:
-        names = list((getattr(r.pack, "facts", {}) or {}).get("embedding_tensors", []) or [])
+        pf = getattr(r.pack, "facts", None)
+        names = list(getattr(pf, "embedding_tensors", None) or (pf.get("embedding_tensors", []) if isinstance(pf, dict) else []))
     if not names:
         names = ["model.embed_tokens.weight"]
         if r.target.text_path == "text_config":
