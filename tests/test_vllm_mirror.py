@@ -1,0 +1,379 @@
+"""ppspec's plan functions agree with the installed vLLM's own, on many generated inputs.
+
+If vLLM changes a rule (partition, tap config keys, +1 offsets, defaults, sorting, slot layout,
+speculators conversion, which targets opt in), these property tests fail before a user's launch
+does. The number of examples each property tried is printed by the last test (run with -s or -rA).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import os
+import sys
+from collections import Counter
+from types import SimpleNamespace
+
+import pytest
+
+pytestmark = pytest.mark.vllm
+
+hypothesis = pytest.importorskip("hypothesis", reason="the [test] extra (hypothesis) is needed for the property tests")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from ppspec_cli import facts  # noqa: E402
+from ppspec_cli.checkpoint import speculators_view  # noqa: E402
+from ppspec_cli.plan import (  # noqa: E402
+    build_plan,
+    default_partition,
+    default_taps,
+    normalize_taps,
+    partition_from_env_string,
+    stage_bounds,
+    stage_taps,
+    upstream_slots,
+    v1_taps_from_config,
+    v2_taps_from_config,
+)
+
+EXAMPLES: Counter = Counter()
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+
+
+@pytest.fixture(scope="module")
+def vllm_mods():
+    """Import the vLLM functions once (importing vLLM takes tens of seconds on a small CPU box)."""
+    pytest.importorskip("vllm", reason="vLLM is not installed (install ppspec[cpu] or [cuda])")
+    from vllm import envs
+    from vllm.distributed import utils as dist_utils
+    from vllm.model_executor.models.interfaces import EagleModelMixin, SupportsEagle3
+    from vllm.transformers_utils.configs.speculators.base import SpeculatorsConfig
+    from vllm.v1.worker.gpu.spec_decode.eagle import eagle3_utils
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    return SimpleNamespace(
+        envs=envs,
+        get_pp_indices=dist_utils.get_pp_indices,
+        v2=eagle3_utils.get_eagle3_aux_layers_from_config,
+        v1=GPUModelRunner._get_eagle3_aux_layers_from_config,
+        EagleModelMixin=EagleModelMixin,
+        SupportsEagle3=SupportsEagle3,
+        SpeculatorsConfig=SpeculatorsConfig,
+    )
+
+
+@pytest.fixture(scope="module")
+def env_uncached(vllm_mods):
+    """vllm.envs reads VLLM_PP_LAYER_PARTITION on every access unless enable_envs_cache() wrapped
+    its __getattr__ in functools.cache (the engine does that after start-up); make sure it is off."""
+    envs = vllm_mods.envs
+    was = envs._is_envs_cache_enabled()
+    envs.disable_envs_cache()
+    assert not envs._is_envs_cache_enabled()
+    saved = os.environ.pop("VLLM_PP_LAYER_PARTITION", None)
+    yield
+    if saved is None:
+        os.environ.pop("VLLM_PP_LAYER_PARTITION", None)
+    else:
+        os.environ["VLLM_PP_LAYER_PARTITION"] = saved
+    if was:
+        envs.enable_envs_cache()
+
+
+def _vllm_bounds(m, n: int, pp: int, env: str | None):
+    """[(start, end)] per rank from vLLM, or the exception type it raises."""
+    if env is None:
+        os.environ.pop("VLLM_PP_LAYER_PARTITION", None)
+    else:
+        os.environ["VLLM_PP_LAYER_PARTITION"] = env
+    try:
+        return [m.get_pp_indices(n, r, pp) for r in range(pp)]
+    except ValueError:
+        return ValueError
+    finally:
+        os.environ.pop("VLLM_PP_LAYER_PARTITION", None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Partition
+
+
+def test_env_is_read_at_call_time(vllm_mods, env_uncached):
+    """The precondition of the partition properties: setting the variable changes vLLM's answer."""
+    assert _vllm_bounds(vllm_mods, 10, 2, "3,7") == [(0, 3), (3, 10)]
+    assert _vllm_bounds(vllm_mods, 10, 2, None) == [(0, 5), (5, 10)]
+
+
+@settings(max_examples=600, **SETTINGS)
+@given(n=st.integers(1, 200), pp=st.integers(1, 16))
+def test_default_partition_matches_get_pp_indices(vllm_mods, env_uncached, n, pp):
+    EXAMPLES["default partition"] += 1
+    assert [tuple(b) for b in stage_bounds(default_partition(n, pp))] == _vllm_bounds(vllm_mods, n, pp, None)
+
+
+_PART_STR = st.one_of(
+    st.lists(st.integers(-5, 80), min_size=1, max_size=9).map(lambda xs: ",".join(map(str, xs))),
+    st.text(alphabet="0123456789, -+_ab.", max_size=12),
+)
+
+
+@settings(max_examples=800, **SETTINGS)
+@given(n=st.integers(1, 120), pp=st.integers(1, 9), value=_PART_STR)
+def test_partition_string_matches_get_pp_indices(vllm_mods, env_uncached, n, pp, value):
+    EXAMPLES["VLLM_PP_LAYER_PARTITION strings"] += 1
+    theirs = _vllm_bounds(vllm_mods, n, pp, value)
+    try:
+        ours = [tuple(b) for b in stage_bounds(partition_from_env_string(value, n, pp))]
+    except ValueError:
+        ours = ValueError
+    assert ours == theirs
+
+
+@settings(max_examples=400, **SETTINGS)
+@given(data=st.data(), pp=st.integers(1, 8))
+def test_valid_partitions_are_accepted_by_both(vllm_mods, env_uncached, data, pp):
+    """Valid layer_partition lists (the profile's field) always agree, rank by rank."""
+    parts = data.draw(st.lists(st.integers(1, 30), min_size=pp, max_size=pp))
+    EXAMPLES["valid partitions"] += 1
+    n = sum(parts)
+    assert _vllm_bounds(vllm_mods, n, pp, ",".join(map(str, parts))) == [tuple(b) for b in stage_bounds(partition_from_env_string(",".join(map(str, parts)), n, pp))]
+
+
+# ---------------------------------------------------------------------------------------------
+# Tap config rules
+
+_IDS = st.lists(st.integers(-2, 130), max_size=5)
+_OPT_IDS = st.one_of(st.none(), _IDS)
+_CFG = st.fixed_dictionaries(
+    {},
+    optional={
+        "eagle_aux_hidden_state_layer_ids": _OPT_IDS,
+        "dflash_config": st.one_of(
+            st.none(),
+            st.text(max_size=2),
+            st.fixed_dictionaries({}, optional={"target_layer_ids": _OPT_IDS, "layer_ids": _OPT_IDS, "mask_token_id": st.integers(0, 9)}),
+        ),
+        "dspark_target_layer_ids": _OPT_IDS,
+        "model_type": st.sampled_from(["llama", "qwen3", "deepseek_v41", "deepseek_v4", "kimi_k3"]),
+        "target_layer_ids": _OPT_IDS,
+        "eagle_config": st.one_of(
+            st.none(),
+            st.lists(st.integers(0, 3), max_size=2),
+            st.fixed_dictionaries({}, optional={"eagle_aux_hidden_state_layer_ids": _OPT_IDS, "layer_ids": _OPT_IDS, "use_aux_hidden_state": st.booleans()}),
+        ),
+    },
+)
+
+
+def _spec(cfg: dict):
+    """A SpeculativeConfig stand-in carrying `draft_model_config.hf_config` (attributes = config keys)."""
+    return SimpleNamespace(draft_model_config=SimpleNamespace(hf_config=SimpleNamespace(**copy.deepcopy(cfg))))
+
+
+@settings(max_examples=1500, **SETTINGS)
+@given(cfg=_CFG)
+def test_v2_taps_match_vllm(vllm_mods, cfg):
+    EXAMPLES["V2 tap configs"] += 1
+    assert v2_taps_from_config(cfg).taps == vllm_mods.v2(_spec(cfg))
+
+
+@settings(max_examples=1500, **SETTINGS)
+@given(cfg=_CFG)
+def test_v1_taps_match_vllm(vllm_mods, cfg):
+    EXAMPLES["V1 tap configs"] += 1
+    runner = SimpleNamespace(speculative_config=_spec(cfg))
+    assert v1_taps_from_config(cfg).taps == vllm_mods.v1(runner)
+
+
+def test_tap_rules_on_the_fixture_configs(vllm_mods):
+    from conftest import MODELS
+    import json
+
+    seen = 0
+    for p in sorted(MODELS.glob("*/*.json")):
+        cfg = json.loads(p.read_text())
+        if "weight_map" in cfg or "shard_count" in cfg:
+            continue
+        view = speculators_view(cfg)
+        assert v2_taps_from_config(view).taps == vllm_mods.v2(_spec(view)), p
+        assert v1_taps_from_config(view).taps == vllm_mods.v1(SimpleNamespace(speculative_config=_spec(view))), p
+        seen += 1
+    assert seen >= 10
+
+
+_SPECULATORS = st.builds(
+    lambda kind, model_type, eagle_ids, aux_ids: {
+        "speculators_model_type": kind,
+        "speculators_config": {"algorithm": kind},
+        "transformer_layer_config": {"model_type": model_type, "num_hidden_layers": 1, "hidden_size": 64, "vocab_size": 100},
+        "mask_token_id": 5,
+        "draft_vocab_size": 32,
+        **({"eagle_aux_hidden_state_layer_ids": eagle_ids} if eagle_ids is not None else {}),
+        **({"aux_hidden_state_layer_ids": aux_ids} if kind in ("dflash", "dflash2", "dspark") else {}),
+    },
+    kind=st.sampled_from(["eagle3", "peagle", "dflash", "dflash2", "dspark"]),
+    model_type=st.sampled_from(["llama", "qwen3"]),
+    eagle_ids=_OPT_IDS,
+    aux_ids=_IDS,
+)
+
+
+@settings(max_examples=400, **SETTINGS)
+@given(cfg=_SPECULATORS)
+def test_speculators_conversion_matches_vllm(vllm_mods, cfg):
+    """speculators_view + our V2 reading == vLLM's speculators conversion + its V2 reading."""
+    EXAMPLES["speculators configs"] += 1
+    converted = vllm_mods.SpeculatorsConfig.extract_transformers_pre_trained_config(copy.deepcopy(cfg))
+    assert v2_taps_from_config(speculators_view(cfg)).taps == vllm_mods.v2(_spec(converted))
+    method = vllm_mods.SpeculatorsConfig.build_vllm_speculative_config(
+        {**copy.deepcopy(cfg), "speculators_config": {"proposal_methods": [{"speculative_tokens": 3}], "verifier": {"name_or_path": "x"}}}
+    )["method"]
+    assert facts.method_of_drafter_config(cfg) == method
+
+
+# ---------------------------------------------------------------------------------------------
+# Defaults, sorting, slots
+
+
+class _Holder:
+    """A decoder holding `n` layers, as SupportsEagle3's default-tap method expects to find it."""
+
+    def __init__(self, n: int):
+        self.model = SimpleNamespace(layers=[None] * n)
+
+
+@settings(max_examples=300, **SETTINGS)
+@given(n=st.integers(1, 400))
+def test_default_taps_match_vllm(vllm_mods, n):
+    EXAMPLES["default taps"] += 1
+    raw = vllm_mods.SupportsEagle3.get_eagle3_default_aux_hidden_state_layers(_Holder(n))
+    holder = type("M", (vllm_mods.EagleModelMixin,), {})()
+    holder._set_aux_hidden_state_layers(raw)
+    assert default_taps(n) == holder.aux_hidden_state_layers
+
+
+@settings(max_examples=300, **SETTINGS)
+@given(taps=st.lists(st.integers(0, 200), max_size=8))
+def test_sorting_and_dedup_match_vllm(vllm_mods, taps):
+    EXAMPLES["sort/dedup"] += 1
+    holder = type("M", (vllm_mods.EagleModelMixin,), {})()
+    holder._set_aux_hidden_state_layers(tuple(taps))
+    assert normalize_taps(tuple(taps)) == holder.aux_hidden_state_layers
+
+
+@pytest.fixture(scope="module")
+def fake_pp(vllm_mods):
+    """Let EagleModelMixin compute its PP slot layout without a process group: a stand-in
+    get_pp_group whose rank the test sets."""
+    from vllm.distributed import parallel_state
+
+    state = SimpleNamespace(rank=0, size=1)
+    saved = (parallel_state.get_pp_group, parallel_state.model_parallel_is_initialized)
+    parallel_state.get_pp_group = lambda: SimpleNamespace(
+        world_size=state.size, is_first_rank=state.rank == 0, is_last_rank=state.rank == state.size - 1
+    )
+    parallel_state.model_parallel_is_initialized = lambda: True
+    yield state
+    parallel_state.get_pp_group, parallel_state.model_parallel_is_initialized = saved
+
+
+@settings(max_examples=500, **SETTINGS)
+@given(data=st.data(), n=st.integers(2, 120), pp=st.integers(2, 8))
+def test_stage_taps_slots_and_relay_match_vllm(vllm_mods, fake_pp, data, n, pp):
+    """For each stage, run vLLM's own capture and slot bookkeeping (EagleModelMixin) over the
+    stage's layer loop: the taps it captures, the upstream slot base (bisect_right) and the slots
+    the hop after it carries equal ppspec's plan."""
+    taps = tuple(sorted(set(data.draw(st.lists(st.integers(0, n), max_size=6)))))
+    EXAMPLES["stage taps / slots / relay"] += 1
+    plan = build_plan(
+        num_layers=n, pp=pp, layer_partition=None, method="eagle3", runner="v2", taps=taps, taps_source="test", trained=None, overlay=None,
+        hidden_size=8, dtype_bytes=2, n_draft_layers=1, draft_numbering="global", drafter_needs_target_embed=True,
+    )
+    bounds = stage_bounds(default_partition(n, pp))
+    assert [list(s.taps) for s in plan.stages] == [list(t) for t in stage_taps(taps, bounds)]
+    relayed = 0  # slots arriving from upstream
+    for rank, (start, end) in enumerate(bounds):
+        fake_pp.rank, fake_pp.size = rank, pp
+        m = type("M", (vllm_mods.EagleModelMixin,), {})()
+        m.start_layer = start
+        m._set_aux_hidden_state_layers(taps)
+        aux: list[int] = []
+        if rank == 0:  # the model's forward captures the embeddings as tap `start` on the first rank
+            m._maybe_add_hidden_state(aux, start, start, None)
+        for idx in range(start, end):  # ... and tap idx + 1 after layer idx
+            m._maybe_add_hidden_state(aux, idx + 1, idx + 1, None)
+        stage = plan.stages[rank]
+        assert tuple(aux) == stage.taps
+        assert m._aux_slot_base_cached == stage.upstream_slots == (upstream_slots(taps, start) if rank else 0)
+        assert m._aux_slot_base_cached == relayed  # what the previous hop delivered
+        local = m.pack_local_aux_hidden_states(aux)
+        assert sorted(local) == [f"{m.AUX_HIDDEN_STATE_KEY}{m._aux_slot_base_cached + i}" for i in range(len(aux))]
+        relayed = m._aux_slot_base_cached + len(local)
+        if stage.relay_out is not None:
+            assert stage.relay_out.slots == relayed
+            assert stage.relay_out.bytes_per_token == relayed * 8 * 2
+    assert relayed == len([t for t in taps if t <= n])
+
+
+# ---------------------------------------------------------------------------------------------
+# Which targets opt in to relaying taps over PP
+
+
+def _inner_decoder_class(arch: str, fam):
+    """The class vLLM builds as `model` inside the target: found next to the target class (its own
+    module first, NVIDIA implementation where the opt-in is NVIDIA-only), else in the model package
+    that defines it (drafter modules such as llama_eagle3 define look-alike classes: skipped)."""
+    from vllm.model_executor.models.registry import _MULTIMODAL_MODELS, _TEXT_GENERATION_MODELS
+
+    mod, cls_name = {**_TEXT_GENERATION_MODELS, **_MULTIMODAL_MODELS}[arch]
+    modname = mod if mod.startswith("vllm.") else f"vllm.model_executor.models.{mod}"
+    top_mod = importlib.import_module(modname)
+    if "NVIDIA" in fam.note:  # the opt-in is the NVIDIA implementation's; this box may pick another
+        top_mod = importlib.import_module(f"{modname}.nvidia.model")
+    top = getattr(top_mod, cls_name, None)
+    for ns in (sys.modules[top.__module__] if top is not None else None, top_mod):
+        obj = getattr(ns, fam.inner_decoder, None) if ns is not None else None
+        if isinstance(obj, type):
+            return obj
+    found = {
+        obj
+        for name, mod_ in list(sys.modules.items())
+        if name.startswith("vllm.model") and mod_ is not None and not any(k in name for k in ("eagle", "mtp", "dflash", "dspark", ".amd.", ".cpu.", ".xpu."))
+        for obj in [getattr(mod_, fam.inner_decoder, None)]
+        if isinstance(obj, type) and obj.__name__ == fam.inner_decoder
+    }
+    assert len(found) == 1, (arch, found)
+    return found.pop()
+
+
+@pytest.mark.parametrize("arch", sorted(facts.TARGET_FAMILIES))
+def test_target_opt_in_flags_match_vllm(vllm_mods, arch):
+    fam = facts.TARGET_FAMILIES[arch]
+    try:
+        cls = _inner_decoder_class(arch, fam)
+    except ModuleNotFoundError as e:
+        pytest.skip(f"{arch}'s vLLM module cannot be imported on this machine ({e})")
+    EXAMPLES["target families"] += 1
+    assert bool(getattr(cls, "supports_aux_hidden_states_over_pp", False)) == (fam.opted_in_since is not None), (arch, cls)
+
+
+def test_target_embed_methods_match_vllm(vllm_mods, fake_pp):
+    """Which methods make the last stage build the target's embedding (spec_decode_needs_target_embed)."""
+    from vllm.model_executor.models.utils import spec_decode_needs_target_embed
+
+    for method in sorted(facts.VLLM_METHODS):
+        cfg = SimpleNamespace(speculative_config=SimpleNamespace(method=method))
+        for rank, size in ((1, 2), (0, 2), (0, 1)):
+            fake_pp.rank, fake_pp.size = rank, size
+            expected = method in facts.TARGET_EMBED_METHODS and size > 1 and rank == size - 1
+            assert spec_decode_needs_target_embed(cfg) == expected, (method, rank, size)
+    assert spec_decode_needs_target_embed(SimpleNamespace(speculative_config=None)) is False
+
+
+def test_examples_tried():
+    """Runs last: how many generated examples each property compared with vLLM."""
+    print("\nvLLM mirror, examples tried: " + ", ".join(f"{k}: {v}" for k, v in sorted(EXAMPLES.items())) + f"; total {sum(EXAMPLES.values())}")
+    if len(EXAMPLES) < 5:
+        pytest.skip("run the whole file to count examples (a -k selection ran only part of it)")
+    assert EXAMPLES["V2 tap configs"] >= 500 and EXAMPLES["V1 tap configs"] >= 500 and EXAMPLES["default partition"] >= 500
