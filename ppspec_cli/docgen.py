@@ -36,6 +36,11 @@ def _default(field) -> str:
     return f"`{field.default!r}`" if field.default is not None else "—"
 
 
+def _cell(text: str) -> str:
+    """A Markdown table cell: a bare `|` (as in `'auto' | 'cuda'`) would split the row."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
 def _section(model: type[BaseModel], prefix: str, out: list[str], seen: set) -> None:
     if model in seen:
         return
@@ -46,7 +51,7 @@ def _section(model: type[BaseModel], prefix: str, out: list[str], seen: set) -> 
     out.append("|---|---|---|---|")
     subs = []
     for name, f in model.model_fields.items():
-        out.append(f"| `{name}` | {_type_name(f.annotation)} | {_default(f)} | {(f.description or '').replace('|', '/')} |")
+        out.append(f"| `{name}` | {_cell(_type_name(f.annotation))} | {_cell(_default(f))} | {_cell(f.description or '')} |")
         ann = f.annotation
         for cand in (ann, *typing.get_args(ann)):
             if isinstance(cand, type) and issubclass(cand, BaseModel):
