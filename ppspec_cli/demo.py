@@ -24,7 +24,7 @@ from pathlib import Path
 from ppspec_cli.errors import PpspecError
 
 # Bump whenever anything below changes the bytes written: cached models are rebuilt.
-FACTORY_VERSION = 1
+FACTORY_VERSION = 2
 
 DEMO_PREFIX = "demo:"
 TARGET_NAME = "tiny-llama"
@@ -56,9 +56,19 @@ EAGLE3_TAPS = (1, 3, 5)
 EAGLE3_TAPS_OUTPUT_OF_LAYER = tuple(t - 1 for t in EAGLE3_TAPS)
 EAGLE3_DRAFT_VOCAB = 512
 
-# The token the always-one drafter proposes at every position. A plain BPE token (not special),
-# so acceptance depends only on how often the target's greedy choice is this token.
+# The token the always-one drafter proposes at every position: a learned BPE token (not special,
+# not padding). tiny-llama carries one planted rule so that drafter gets real acceptance: after any
+# "trigger" token (id a multiple of TRIGGER_EVERY, ids >= 2; ALWAYS_TOKEN itself is not one) the
+# greedy next token is ALWAYS_TOKEN (about 94% of the time on CPU bf16; the rest of the model is
+# random). So ~1 in 5 generated tokens is ALWAYS_TOKEN, and acceptance follows from the output:
+# a draft position is accepted exactly when the target's own next token is ALWAYS_TOKEN.
 ALWAYS_TOKEN = 505
+TRIGGER_EVERY = 4
+# How the rule is planted: embedding dim 0 is +FLAG for trigger tokens and -FLAG for all others,
+# and ALWAYS_TOKEN's lm_head row reads only dim 0 (weight LOGIT), so its logit is large after a
+# trigger token and very negative otherwise.
+_RULE_FLAG = 8.0
+_RULE_LOGIT = 6.0
 
 
 @dataclass(frozen=True)
@@ -354,12 +364,25 @@ def _layer_weights(r: _Rand, prefix: str, qkv_in: int) -> dict:
 def _target_weights(seed: int) -> dict:
     """HF Llama checkpoint names (model.layers.N.*, lm_head); vLLM and transformers both load them."""
     r = _Rand(seed)
-    sd = {"model.embed_tokens.weight": r.normal(VOCAB_SIZE, HIDDEN_SIZE, std=1.0)}
+    embed = r.normal(VOCAB_SIZE, HIDDEN_SIZE, std=1.0)
+    sd: dict = {}
     for n in range(NUM_LAYERS):
         sd.update(_layer_weights(r, f"model.layers.{n}", HIDDEN_SIZE))
+    lm_head = r.normal(VOCAB_SIZE, HIDDEN_SIZE, std=4 * _linear_std(HIDDEN_SIZE))
+    # The planted rule (see ALWAYS_TOKEN).
+    embed[:, 0] = -_RULE_FLAG
+    embed[trigger_tokens(), 0] = _RULE_FLAG
+    lm_head[ALWAYS_TOKEN] = 0
+    lm_head[ALWAYS_TOKEN, 0] = _RULE_LOGIT
+    sd["model.embed_tokens.weight"] = embed
     sd["model.norm.weight"] = r.ones(HIDDEN_SIZE)
-    sd["lm_head.weight"] = r.normal(VOCAB_SIZE, HIDDEN_SIZE, std=4 * _linear_std(HIDDEN_SIZE))
+    sd["lm_head.weight"] = lm_head
     return sd
+
+
+def trigger_tokens() -> list[int]:
+    """Target ids after which tiny-llama's greedy next token is (almost always) ALWAYS_TOKEN."""
+    return [t for t in range(2, VOCAB_SIZE) if t % TRIGGER_EVERY == 0]
 
 
 def _draft_target_ids(seed: int, k: int) -> list[int]:

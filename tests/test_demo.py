@@ -170,6 +170,33 @@ def test_target_config_and_tokenizer(cache):
     assert model.config.num_hidden_layers == 6
 
 
+def test_target_plants_the_always_token_rule(cache):
+    """After a trigger token the target's greedy choice is ALWAYS_TOKEN; never after other tokens."""
+    transformers = pytest.importorskip("transformers", reason="transformers comes with the [cpu] extra")
+    import torch
+
+    path = cache / "tiny-llama"
+    assert demo.ALWAYS_TOKEN not in demo.trigger_tokens()
+    tok = transformers.AutoTokenizer.from_pretrained(str(path))
+    model = transformers.LlamaForCausalLM.from_pretrained(str(path))
+    assert model.dtype == getattr(torch, demo.DTYPE)
+    triggers = set(demo.trigger_tokens())
+    after_trigger = followed = elsewhere = 0
+    for prompt in ("The quick brown fox", "Hello world, one two three", "alpha beta gamma delta"):
+        ids = tok(prompt).input_ids
+        out = model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)[0].tolist()
+        seq = out[len(ids) - 1:]
+        for prev, nxt in zip(seq, seq[1:]):
+            if prev in triggers:
+                after_trigger += 1
+                followed += nxt == demo.ALWAYS_TOKEN
+            else:
+                elsewhere += nxt == demo.ALWAYS_TOKEN
+    assert after_trigger >= 5
+    assert followed >= 0.8 * after_trigger
+    assert elsewhere == 0
+
+
 def test_always_one_drafter_maps_to_fixed_token(cache):
     path = cache / "tiny-llama-eagle3-one"
     cfg = _load_config(path)
