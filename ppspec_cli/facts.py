@@ -76,6 +76,27 @@ PP_REFUSED_ENGINE_FLAGS = {
 }
 
 
+#: Targets whose MTP layer count vLLM fixes itself, whatever the config says (vLLM 0.32
+#: config/speculative.py: MiMo-V2 serves its first MTP layer only; dots3_note defaults to 1).
+MTP_FIXED_LAYERS_BY_ARCH = {"MiMoV2ForCausalLM": 1, "MiMoV2OmniForCausalLM": 1, "MiMoV2FlashForCausalLM": 1}
+MTP_DEFAULT_LAYERS_BY_MODEL_TYPE = {"dots3_note": 1}
+
+
+def mtp_layer_count(text_config: dict, architectures: list[str], model_type: str | None) -> int | None:
+    """How many MTP layers vLLM's `mtp` method will find in a target (None: the config has none).
+
+    vLLM reads `num_nextn_predict_layers` (from the text config of multimodal targets), and
+    `mtp_num_hidden_layers` for the Qwen MTP family."""
+    arch = architectures[0] if architectures else None
+    if arch in MTP_FIXED_LAYERS_BY_ARCH:
+        return MTP_FIXED_LAYERS_BY_ARCH[arch]
+    for key in ("mtp_num_hidden_layers", "num_nextn_predict_layers"):
+        v = text_config.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return MTP_DEFAULT_LAYERS_BY_MODEL_TYPE.get(model_type or "")
+
+
 def parse_version(v: str) -> tuple[int, int, int] | None:
     """'0.32.0+cpu' -> (0, 32, 0). None if it does not start with X.Y."""
     import re

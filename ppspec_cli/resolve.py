@@ -176,8 +176,7 @@ def resolve(
         numbering = "none"
         if d is not None:
             if method == "mtp":
-                k = r.target.text.get("num_nextn_predict_layers") or r.target.text.get("num_mtp_layers")
-                n_draft = k if isinstance(k, int) and not isinstance(k, bool) else 0
+                n_draft = facts.mtp_layer_count(r.target.text, r.target.architectures, r.target.model_type) or 0
                 numbering = "global"
             elif r.drafter is not None and r.drafter.num_layers:
                 n_draft = r.drafter.num_layers

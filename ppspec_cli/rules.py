@@ -188,7 +188,7 @@ def drafter(r: Resolved) -> Iterator[Finding]:
                 "check that this checkpoint is really an " + d.method + " drafter",
             )
     if d.method == "mtp" and r.target is not None and r.target.config is not None:
-        k = r.target.text.get("num_nextn_predict_layers") or r.target.text.get("num_mtp_layers")
+        k = facts.mtp_layer_count(r.target.text, r.target.architectures, r.target.model_type)
         if not k:
             yield _f("mtp-no-layers", "error", "drafter.method", f"method mtp needs MTP layers in the target, but its config has no `num_nextn_predict_layers` ({r.target.architectures})", "use a target with MTP heads, or an external drafter")
     if d.method == "eagle" and r.pp > 1 and r.plan is not None and r.plan.draft_layer_numbering == "pp-local":
@@ -385,6 +385,21 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
                     f"the drafter has no embed_tokens of its own and shares the target's, but {arch} does not build its embedding on the last stage under PP (vLLM: 'needs the target input embedding, but it is unavailable on this PP stage')",
                     "use an adapter pack that provides target_embed_on_last_stage",
                 )
+
+
+@rule("runner")
+def runner(r: Resolved) -> Iterator[Finding]:
+    """Methods the V1 model runner refuses outright (vLLM 0.32 config/vllm.py, V1 unsupported features)."""
+    d = r.profile.drafter
+    if d is not None and d.method == "dspark" and r.runner == "v1":
+        where = "the CPU platform" if r.platform == "cpu" else f"vLLM {r.vllm.version if r.vllm else '?'}"
+        yield _f(
+            "dspark-needs-v2",
+            "error",
+            "drafter.method",
+            f"DSpark is implemented only by vLLM's Model Runner V2, but {where} runs the V1 runner: vLLM refuses at start ('Model Runner V1 does not support: dspark speculative decoding')",
+            "run on GPUs with vLLM >= 0.30 (Model Runner V2)",
+        )
 
 
 @rule("embedding-location")

@@ -242,6 +242,14 @@ def test_speculators_drafter_method_follows_speculators_model_type(llama, make_c
 def test_mtp_no_layers(llama, make_checkpoint):
     _, by = check(llama, method="mtp")
     expect(by, "mtp-no-layers", "error", "drafter.method")
+    # the Qwen MTP family counts its layers as mtp_num_hidden_layers
+    qmtp = make_checkpoint("qmtp", {**fixture_config(LLAMA), "mtp_num_hidden_layers": 2})
+    r, by = check(qmtp, method="mtp", pp=2)
+    assert "mtp-no-layers" not in by and r.plan.draft_layer_ids == (32, 33)
+    # MiMo-V2: vLLM serves one MTP layer whatever the config says
+    mimo = make_checkpoint("mimo", {**fixture_config(LLAMA), "architectures": ["MiMoV2FlashForCausalLM"]})
+    r, by = check(mimo, method="mtp")
+    assert "mtp-no-layers" not in by and r.plan.draft_layer_ids == (32,)
     dsv3 = make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3")
     r, by = check(dsv3, method="mtp", pp=2)
     assert "mtp-no-layers" not in by
@@ -474,6 +482,16 @@ def test_cpu_pp_taps(llama, specforge):
     assert "cpu-pp-taps" not in mtp
 
 
+def test_dspark_needs_v2(llama, make_checkpoint, monkeypatch):
+    """SYNTHETIC drafter config: a DSpark head naming its taps with dspark_target_layer_ids."""
+    d = make_checkpoint("dspark", {"architectures": ["DSparkDraftModel"], "model_type": "qwen3", "num_hidden_layers": 1, "hidden_size": 4096, "vocab_size": 128256, "dspark_target_layer_ids": [1, 15, 28]})
+    _, by = check(llama, d, method="dspark", platform="cpu")
+    assert "CPU platform" in expect(by, "dspark-needs-v2", "error", "drafter.method").message
+    r, by = check(llama, d, method="dspark", pp=2)
+    assert "dspark-needs-v2" not in by and r.plan.taps == (2, 16, 29) and r.plan.taps_source == "dspark_target_layer_ids"
+    assert [s.taps for s in r.plan.stages] == [(2, 16), (29,)]
+
+
 def test_vllm_too_old_and_not_installed(llama, specforge, monkeypatch):
     use_vllm(monkeypatch, VllmInstall("0.29.0", "vllm", "cuda"))
     r, by = check(llama, specforge, pp=2)
@@ -664,6 +682,26 @@ def test_findings_are_sorted_errors_first(llama, kimi_eagle3):
     sev = [f.severity for f in run_rules(r)]
     order = {"error": 0, "warning": 1, "info": 2}
     assert sev == sorted(sev, key=order.__getitem__) and sev[0] == "error"
+
+
+def test_kimi_k3_style_multimodal_target_with_dspark(make_checkpoint):
+    """SYNTHETIC test configs: a Kimi-K3-style multimodal target (text model under text_config,
+    values from the DeepSeek-V3 fixture) and a DSpark head. K3 opts in to relaying taps over PP."""
+    cfg = synthetic_kimi_k25_config()
+    cfg["architectures"], cfg["model_type"] = ["KimiK3ForConditionalGeneration"], "kimi_k3"
+    idx = {"weight_map": {"language_model.model.embed_tokens.weight": "model-00001-of-00002.safetensors", "language_model.lm_head.weight": "model-00002-of-00002.safetensors"}}
+    target = make_checkpoint("k3", cfg, index=idx)
+    head = make_checkpoint("k3-dspark", {"architectures": ["DSparkDraftModel"], "model_type": "deepseek_v3", "num_hidden_layers": 1, "hidden_size": 7168, "vocab_size": 163840, "dspark_target_layer_ids": [1, 30, 59]})
+    r, by = check(target, head, method="dspark", pp=2, tp=8, topology={"nodes": 2, "gpus_per_node": 8}, launch={"master_addr": "10.0.0.1"})
+    errors = sorted(c for c, fs in by.items() if fs[0].severity == "error")
+    assert errors == []
+    assert r.target.text_path == "text_config" and r.plan.num_layers == 61
+    assert r.plan.taps == (2, 31, 60) and r.plan.taps_source == "dspark_target_layer_ids"
+    assert [s.taps for s in r.plan.stages] == [(2, 31), (60,)]
+    assert "language_model.model.embed_tokens.weight from model-00001-of-00002.safetensors" in by["embedding-found"][0].message
+    cfg41 = {"architectures": ["DSparkDraftModel"], "model_type": "deepseek_v41", "num_hidden_layers": 1, "hidden_size": 7168, "dspark_target_layer_ids": [1, 30, 59]}
+    r41, _ = check(target, make_checkpoint("k3-dspark41", cfg41), method="dspark", pp=2)
+    assert r41.plan.taps == (1, 30, 59)  # deepseek_v41 ids are used as is
 
 
 def test_all_codes_were_exercised():
