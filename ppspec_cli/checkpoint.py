@@ -130,7 +130,10 @@ class Checkpoint:
             return None
         per = [0] * num_layers
         pat = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+        tower = re.compile(r"(?:^|\.)(vision|visual|vision_tower|vision_model|audio|audio_tower|mm_projector|multi_modal_projector)(?:\.|_)")
         for t in self.tensors.values():
+            if tower.search(t.name):  # a multimodal checkpoint's encoder layers are not decoder layers
+                continue
             m = pat.search(t.name)
             if m and int(m.group(1)) < num_layers:
                 per[int(m.group(1))] += t.nbytes

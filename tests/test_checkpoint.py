@@ -388,3 +388,19 @@ def test_neither_directory_nor_hub_id(tmp_path, monkeypatch):
     with pytest.raises(PpspecError) as ei:
         load_checkpoint("./missing-dir")
     assert "not found" in ei.value.what
+
+
+def test_layer_bytes_skip_encoder_towers_and_mtp_layers(make_checkpoint):
+    """Vision-tower layers and MTP layers past num_hidden_layers are not decoder layers."""
+    cfg = {"architectures": ["KimiK25ForConditionalGeneration"], "text_config": {"num_hidden_layers": 2, "hidden_size": 8, "vocab_size": 16}}
+    shards = {
+        "model.safetensors": {
+            "language_model.model.layers.0.mlp.weight": ("F32", [8, 8]),
+            "language_model.model.layers.1.mlp.weight": ("F32", [8, 4]),
+            "language_model.model.layers.2.mlp.weight": ("F32", [8, 2]),  # an MTP layer
+            "vision_tower.encoder.layers.0.mlp.weight": ("F32", [100, 100]),
+            "multi_modal_projector.layers.0.weight": ("F32", [50, 50]),
+        }
+    }
+    ck = load_local("mm", make_checkpoint("mm", cfg, shards=shards))
+    assert ck.layer_weight_bytes(2) == [8 * 8 * 4, 8 * 4 * 4]
