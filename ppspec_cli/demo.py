@@ -59,8 +59,8 @@ EAGLE3_DRAFT_VOCAB = 512
 # The token the always-one drafter proposes at every position: a learned BPE token (not special,
 # not padding). tiny-llama carries one planted rule so that drafter gets real acceptance: after any
 # "trigger" token (id a multiple of TRIGGER_EVERY, ids >= 2; ALWAYS_TOKEN itself is not one) the
-# greedy next token is ALWAYS_TOKEN (about 94% of the time on CPU bf16; the rest of the model is
-# random). So ~1 in 5 generated tokens is ALWAYS_TOKEN, and acceptance follows from the output:
+# greedy next token is ALWAYS_TOKEN (about 90% of the time in vLLM on CPU; the rest of the model
+# is random). So ~1 in 5 generated tokens is ALWAYS_TOKEN, and acceptance follows from the output:
 # a draft position is accepted exactly when the target's own next token is ALWAYS_TOKEN.
 ALWAYS_TOKEN = 505
 TRIGGER_EVERY = 4
@@ -84,7 +84,8 @@ class _Spec:
 _SPECS: dict[str, _Spec] = {
     TARGET_NAME: _Spec(
         "target", 1001,
-        f"random {NUM_LAYERS}-layer Llama (hidden {HIDDEN_SIZE}, vocab {VOCAB_SIZE}, {DTYPE}) with a byte-level BPE tokenizer",
+        f"random {NUM_LAYERS}-layer Llama (hidden {HIDDEN_SIZE}, vocab {VOCAB_SIZE}, {DTYPE}) with a byte-level BPE "
+        f"tokenizer; after any token id divisible by {TRIGGER_EVERY} it emits token {ALWAYS_TOKEN}",
     ),
     "tiny-llama-eagle3": _Spec(
         "eagle3", 2002,

