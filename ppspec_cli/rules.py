@@ -247,11 +247,13 @@ def taps(r: Resolved) -> Iterator[Finding]:
         return
     n = p.num_layers
     if r.taps_error is not None:
+        # with pinned taps the overlay's top-level list wins over whatever else the config says
         yield _f(
             "taps-malformed",
-            "error",
+            "warning" if d.taps is not None else "error",
             "drafter.model",
-            f"the drafter config's tap ids are malformed ({r.taps_error}); vLLM would not read them as taps",
+            f"the drafter config's tap ids are malformed ({r.taps_error}); vLLM would not read them as taps"
+            + ("; the pinned drafter.taps are served instead" if d.taps is not None else ""),
             "fix the drafter's config.json, or pin drafter.taps in the profile",
         )
     pinned = d.taps is not None

@@ -346,6 +346,8 @@ def test_taps_malformed(llama, make_checkpoint):
     expect(by, "taps-malformed", "error", "drafter.model")
     assert "taps-default" not in by  # not "names no taps": it names them wrongly
     assert r.plan.taps == (2, 16, 29)
+    r, by = check(llama, d, dopts={"taps": [3, 17, 30]})
+    assert by["taps-malformed"][0].severity == "warning" and r.plan.taps == (3, 17, 30)
 
 
 def test_taps_pinned_differ(llama, make_checkpoint):
