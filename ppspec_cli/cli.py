@@ -72,7 +72,7 @@ def check(
     profile: str = typer.Argument(..., help="Path to the profile YAML (see profiles/)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (for scripts) instead of a table."),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub; use local files and the HF cache only."),
-    probes: bool = typer.Option(True, "--probes/--no-probes", help="Run behaviour probes of the installed vLLM (tripwires) when it is importable."),
+    probes: bool = typer.Option(False, "--probes/--no-probes", help="Also run behaviour probes of the installed vLLM (tripwires). Imports vLLM: tens of seconds. `serve` runs them inside every engine process anyway."),
 ) -> None:
     """Preflight a profile: read the checkpoints' metadata and the installed vLLM, report every problem.
 
@@ -83,6 +83,10 @@ def check(
     r = _resolve(profile, offline)
     findings = run_rules(r)
     probe_results = _run_probes(r) if probes else []
+    if not probes and r.vllm is not None:
+        from .rules import Finding
+
+        probe_results.append(Finding("probes-not-run", "info", "platform", f"behaviour probes of the installed vLLM {r.vllm.version} not run (fast mode)", "add --probes to run them here; `ppspec serve` runs them in every engine process"))
     findings = findings + [p for p in probe_results]
     from .render import render_check
 
@@ -163,7 +167,47 @@ def serve(
 
     Refuses to start when `check` finds an error. Waits for /health, prints where it listens and a
     curl line, streams the engine log, and on Ctrl-C / SIGTERM stops the whole process tree.
+
+    Exit code: 0 stopped by Ctrl-C / SIGTERM / SIGHUP while serving; 1 refused by `check`, or the
+    engine failed (exited, never became healthy, port taken); 2 usage errors; 128+N interrupted by
+    signal N before the engine was ready (130 Ctrl-C, 143 SIGTERM).
     """
+    if dry_run:
+        _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout)
+    else:
+        _serve_with_signals(lambda: _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout))
+
+
+class _Interrupted(BaseException):
+    """SIGINT/SIGTERM/SIGHUP before the engine supervisor took over. A BaseException, so no
+    `except Exception` on the way (vLLM's import, the probes) can swallow it and launch anyway."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _serve_with_signals(fn) -> None:
+    """Run `serve` so that a stop signal before the engine starts ends it cleanly: nothing has been
+    launched then, so the message says so and the exit code is 128+N (130 Ctrl-C, 143 SIGTERM)."""
+    import signal
+
+    def _raise(signum, _frame):
+        raise _Interrupted(signum)
+
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    old = {s: signal.signal(s, _raise) for s in sigs}
+    try:
+        fn()
+    except _Interrupted as e:
+        _progress(f"interrupted by {signal.Signals(e.signum).name} before the engine started: nothing was launched")
+        raise typer.Exit(128 + e.signum) from None
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool, run_dir, health_timeout) -> None:
     from pathlib import Path
 
     from .launch import build_launch, check_engine_flags
@@ -210,7 +254,7 @@ def serve(
                 print(n.shell_line())
         raise typer.Exit(1 if errors else 0)
     node = spec.nodes[node_rank or 0]
-    bad = check_engine_flags(r.profile.engine)
+    bad = check_engine_flags(r.profile.engine) if r.profile.engine else []  # importing vLLM's parser takes seconds
     if bad:
         raise PpspecError(f"the installed vLLM does not know engine option(s) {bad}", where="engine", fix="check the names against `vllm serve --help` (long flag names without --)", exit_code=1)
     if node.role == "head":
@@ -227,10 +271,10 @@ def serve(
         if f.severity == "warning":
             _progress(f"warning {f.code}: {f.message}")
     res = run_engine(spec, node, health_timeout_s=health_timeout or r.profile.launch.health_timeout_s, drafter_revision=r.profile.drafter.revision if r.profile.drafter else None, log=_progress)
-    if res.exit_code:
+    if res.exit_code == 1:
         print(f"error: {res.reason}", file=sys.stderr)
     else:
-        _progress(res.reason)
+        _progress(res.reason)  # 0: stopped while serving; 128+N: interrupted before ready
     raise typer.Exit(res.exit_code)
 
 
@@ -347,10 +391,14 @@ def main() -> None:
     except Exception as e:  # click usage errors and the unexpected
         import click
 
-        if isinstance(e, click.exceptions.ClickException):
+        try:
+            from typer._click.exceptions import Abort as _TAbort, ClickException as _TClickException
+        except ImportError:  # older typer uses click itself
+            _TAbort, _TClickException = click.exceptions.Abort, click.exceptions.ClickException
+        if isinstance(e, (click.exceptions.ClickException, _TClickException)):
             e.show()
             sys.exit(2)
-        if isinstance(e, click.exceptions.Abort):
+        if isinstance(e, (click.exceptions.Abort, _TAbort)):
             print("ppspec: aborted", file=sys.stderr)
             sys.exit(130)
         if _state["debug"]:

@@ -89,11 +89,6 @@ def test_exit_2_on_non_utf8(tmp_path):
     assert_one_paragraph(cp.stderr, "not UTF-8")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli.main() only catches click.ClickException, but typer>=0.2x raises its vendored "
-    "typer._click.exceptions.ClickException: usage errors exit 3 as 'unexpected'. Fix in cli.py (lead).",
-)
 def test_exit_2_on_usage_errors(write_profile):
     cp = run_ppspec("check")
     assert cp.returncode == 2 and "Traceback" not in cp.stderr
