@@ -391,10 +391,12 @@ def main() -> None:
     except Exception as e:  # click usage errors and the unexpected
         import click
 
-        try:
-            from typer._click.exceptions import Abort as _TAbort, ClickException as _TClickException
-        except ImportError:  # older typer uses click itself
-            _TAbort, _TClickException = click.exceptions.Abort, click.exceptions.ClickException
+        try:  # typer >= 0.2x vendors its own click; older typer uses click itself
+            import typer._click.exceptions as _tce
+        except ImportError:
+            _tce = click.exceptions
+        _TClickException = getattr(_tce, "ClickException", click.exceptions.ClickException)
+        _TAbort = getattr(_tce, "Abort", click.exceptions.Abort)
         if isinstance(e, (click.exceptions.ClickException, _TClickException)):
             e.show()
             sys.exit(2)
