@@ -132,6 +132,7 @@ ensure_installed() {
         flock 9
     fi
     stamp_ok || do_install
+    exec 9>&-  # release the install lock: pytest/ppspec must not inherit it
 }
 
 usage() {
