@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -41,6 +42,19 @@ MANAGED_FLAGS = {
     "model": "target.model",
 }
 _SHORT = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size", "dp": "data-parallel-size"}
+#: `vllm serve --config FILE` reads options from a file, where ppspec could not see the managed ones.
+_REFUSED_FLAGS = {"config": "put each engine option under `engine:` in the profile"}
+#: An `engine:` key: a long flag name (letters, digits, `-`, `_`; `.` for vLLM's nested `--x.y` form).
+_FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$")
+#: Profile `env:` names that hold secrets: the profile is a file (and launch.json, the dry run and
+#: logs print `env:`), so these must come from the caller's environment instead.
+_SECRET_ENV = re.compile(r"^(VLLM_API_KEY|HF_TOKEN|HUGGING_FACE_HUB_TOKEN|.*_(API_KEY|TOKEN|SECRET|PASSWORD))$")
+
+
+def _opt(flag: str, value: str) -> list[str]:
+    """`--flag value`, or `--flag=value` when the value starts with `-`: argparse would otherwise read
+    such a value as another option (a value of `--trust-remote-code` must stay a value)."""
+    return [f"{flag}={value}"] if value.startswith("-") else [flag, value]
 
 
 @dataclass
@@ -94,13 +108,23 @@ def engine_args(engine: dict[str, Any]) -> list[str]:
     out: list[str] = []
     for k, v in engine.items():
         name = _flag_name(str(k))
-        if name in MANAGED_FLAGS:
+        if not _FLAG_NAME.match(name):
+            raise PpspecError(
+                f"engine key {str(k)[:80]!r} is not an option name",
+                where="engine",
+                fix="use vLLM's long option names without `--` (letters, digits, `-`), e.g. `max-model-len: 4096`",
+                exit_code=1,
+            )
+        base = name.split(".", 1)[0]  # `speculative-config.method` sets part of a managed flag
+        if base in MANAGED_FLAGS:
             raise PpspecError(
                 f"engine.{k} sets a flag ppspec derives from the profile",
                 where=f"engine.{k}",
-                fix=f"set `{MANAGED_FLAGS[name]}` instead and remove engine.{k}",
+                fix=f"set `{MANAGED_FLAGS[base]}` instead and remove engine.{k}",
                 exit_code=1,
             )
+        if base in _REFUSED_FLAGS:
+            raise PpspecError(f"engine.{k} is not supported by ppspec", where=f"engine.{k}", fix=_REFUSED_FLAGS[base], exit_code=1)
         if v is None:
             continue
         if isinstance(v, bool):
@@ -108,7 +132,7 @@ def engine_args(engine: dict[str, Any]) -> list[str]:
         elif isinstance(v, (dict, list)):
             out += [f"--{name}", json.dumps(v, separators=(",", ":"), sort_keys=True)]
         else:
-            out += [f"--{name}", str(v)]
+            out += _opt(f"--{name}", str(v))
     return out
 
 
@@ -133,8 +157,17 @@ def check_engine_flags(engine: dict[str, Any]) -> list[str]:
     return [k for k in engine if _flag_name(str(k)) not in known]
 
 
+#: Environment variable naming the engine executable to run instead of `vllm` (tests point it at a
+#: fake engine; also a way to use a wrapper script). Shown in `serve --dry-run` like any argv.
+ENV_VLLM_EXECUTABLE = "PPSPEC_VLLM_EXECUTABLE"
+
+
 def vllm_executable() -> str:
-    """`vllm` next to this interpreter when present (the venv ppspec runs in), else on PATH."""
+    """$PPSPEC_VLLM_EXECUTABLE when set; else `vllm` next to this interpreter (the venv ppspec runs
+    in), else on PATH."""
+    override = os.environ.get(ENV_VLLM_EXECUTABLE)
+    if override:
+        return override
     cand = Path(sys.executable).parent / "vllm"
     if cand.exists():
         return str(cand)
@@ -147,6 +180,18 @@ def _local_ref(ref: str) -> str:
 
         return demo.resolve_model_ref(ref)
     return ref
+
+
+def _engine_ref(ref: str, ck: Any, resolve_demo: bool) -> str:
+    """The model reference the engine gets. A local checkpoint is passed as the absolute path
+    `check` read (relative paths resolve against the profile's directory, as in `check`, not the
+    engine's working directory); hub ids pass unchanged; a reference starting with `-` never reaches
+    argv as an option."""
+    if ref.startswith("demo:"):
+        return _local_ref(ref) if resolve_demo else ref
+    if ck is not None and getattr(ck, "source", None) == "local" and getattr(ck, "location", None):
+        return os.path.abspath(ck.location)
+    return os.path.abspath(ref) if ref.startswith("-") else ref
 
 
 def default_run_dir(profile_name: str) -> Path:
@@ -164,13 +209,13 @@ def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool
     host, port = p.server.host, p.server.port
     url_host = f"[{host}]" if ":" in host else host
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else url_host}:{port}"
-    target_ref = _local_ref(p.target.model) if resolve_demo else p.target.model
+    target_ref = _engine_ref(p.target.model, r.target, resolve_demo)
     base = [vllm_executable(), "serve", target_ref]
     common: list[str] = []
     if p.target.revision:
-        common += ["--revision", p.target.revision]
+        common += _opt("--revision", p.target.revision)
     if p.dtype:
-        common += ["--dtype", p.dtype]
+        common += _opt("--dtype", p.dtype)
     if p.trust_remote_code:
         common += ["--trust-remote-code"]
     common += ["--tensor-parallel-size", str(t.tensor_parallel), "--pipeline-parallel-size", str(t.pipeline_parallel)]
@@ -183,7 +228,7 @@ def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool
         d = p.drafter
         spec: dict[str, Any] = {"method": d.method, "num_speculative_tokens": d.num_speculative_tokens}
         if d.model:
-            drafter_source = _local_ref(d.model) if resolve_demo else d.model
+            drafter_source = _engine_ref(d.model, r.drafter, resolve_demo)
             if overlay:
                 overlay_dir = run_dir / "drafter-overlay"
                 spec["model"] = str(overlay_dir)
@@ -211,6 +256,15 @@ def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool
             if not any(_flag_name(k) in ("compilation-config", "enforce-eager") for k in p.engine):
                 # With enforce-eager the CPU worker skips warm-up and PP stage buffers are never allocated.
                 extra += ["--compilation-config", json.dumps({"mode": 2, "backend": "eager"}, separators=(",", ":"), sort_keys=True)]
+    secret = sorted(k for k in p.env if _SECRET_ENV.match(k))
+    if secret:
+        raise PpspecError(
+            f"env.{secret[0]} looks like a secret written into the profile",
+            where=f"env.{secret[0]}",
+            fix="remove it from the profile and export it in the shell that runs `ppspec serve` (the engine inherits that environment); "
+            "for the server's API key set server.api_key_env to the variable's name",
+            exit_code=1,
+        )
     env.update(p.env)  # the profile's own settings win
     env_refs: dict[str, str] = {}
     if p.server.api_key_env:
@@ -221,14 +275,14 @@ def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool
         argv = list(base) + list(common)
         role = "head"
         if t.nodes > 1 and p.launch.executor == "mp":
-            argv += ["--nnodes", str(t.nodes), "--node-rank", str(rank), "--master-addr", p.launch.master_addr or "MASTER_ADDR", "--master-port", str(p.launch.master_port)]
+            argv += ["--nnodes", str(t.nodes), "--node-rank", str(rank), *_opt("--master-addr", p.launch.master_addr or "MASTER_ADDR"), "--master-port", str(p.launch.master_port)]
             if rank > 0:
                 argv += ["--headless"]
                 role = "worker"
         elif t.nodes > 1 and rank > 0:
             role = "worker"  # ray: worker nodes join the Ray cluster; only the head runs vllm serve
         if role == "head":
-            argv += ["--host", host, "--port", str(port), "--served-model-name", p.server.served_model_name or p.name]
+            argv += [*_opt("--host", host), "--port", str(port), *_opt("--served-model-name", p.server.served_model_name or p.name)]
         argv += extra
         if p.launch.executor == "ray" and role == "worker":
             argv = ["ray", "start", "--address", f"{p.launch.master_addr or 'HEAD_ADDR'}:6379"]
@@ -271,17 +325,32 @@ def materialize_overlay(spec: LaunchSpec, revision: str | None = None) -> None:
                 fix="download the drafter to a local directory and point drafter.model at it",
                 exit_code=1,
             ) from None
-    cfg = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    try:
+        cfg = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise PpspecError(
+            f"cannot read the drafter's config.json to build its config overlay: {getattr(e, 'strerror', None) or type(e).__name__}",
+            where=str(src / "config.json"),
+            fix="the engine loads config.json: get the drafter's complete config.json into that directory",
+            exit_code=1,
+        ) from None
+    if not isinstance(cfg, dict):
+        raise PpspecError("the drafter's config.json is not a JSON object", where=str(src / "config.json"), fix="restore it from the drafter repository", exit_code=1)
     cfg.update(spec.overlay)
     out = spec.overlay_dir
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    for f in src.iterdir():
-        if f.name == "config.json":
-            continue
-        (out / f.name).symlink_to(f.resolve())
-    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    (out / "PPSPEC_OVERLAY.txt").write_text(
-        f"Generated by ppspec: {src}/config.json with {sorted(spec.overlay)} overridden.\n", encoding="utf-8"
-    )
+    try:
+        if out.is_symlink() or out.is_file():
+            out.unlink()
+        elif out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        for f in src.iterdir():
+            if f.name == "config.json":
+                continue
+            (out / f.name).symlink_to(f.resolve())
+        (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        (out / "PPSPEC_OVERLAY.txt").write_text(
+            f"Generated by ppspec: {src}/config.json with {sorted(spec.overlay)} overridden.\n", encoding="utf-8"
+        )
+    except OSError as e:
+        raise PpspecError(f"cannot build the drafter overlay: {e.strerror or e}", where=str(out), fix="check that the run directory is writable (--run-dir)", exit_code=1) from None

@@ -87,9 +87,10 @@ def write_run_files(spec: LaunchSpec, node: NodeLaunch) -> None:
         tmp.write_text(json.dumps(spec.plan_data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         os.replace(tmp, spec.plan_file)
     status = Path(spec.plan_data.get("status_dir", spec.run_dir / "plugin-status"))
-    if status.exists():
-        for f in status.iterdir():
-            f.unlink()
+    if status.is_dir():
+        for f in status.iterdir():  # records of a previous run
+            if f.is_file() or f.is_symlink():
+                f.unlink()
     status.mkdir(parents=True, exist_ok=True)
     rec = {"node_rank": node.node_rank, "role": node.role, "argv": node.argv, "env": node.env, "env_refs": node.env_refs, "url": spec.url}
     (spec.run_dir / "launch.json").write_text(json.dumps(rec, indent=2) + "\n", encoding="utf-8")
@@ -102,6 +103,121 @@ def _shm_snapshot() -> set[str]:
         return set()
 
 
+#: Seconds between SIGTERM to the engine's process group and SIGKILL of what is left of it.
+STOP_GRACE_S = 20.0
+#: Environment variable overriding STOP_GRACE_S (seconds; big engines may need longer to exit).
+ENV_STOP_GRACE = "PPSPEC_STOP_GRACE_S"
+#: The signals that stop `ppspec serve` (and with it the engine) cleanly.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def stop_grace_s() -> float:
+    try:
+        return min(max(float(os.environ.get(ENV_STOP_GRACE, STOP_GRACE_S)), 0.0), 3600.0)
+    except ValueError:
+        return STOP_GRACE_S
+
+
+class _Signals:
+    """While the engine runs, SIGINT/SIGTERM/SIGHUP are recorded instead of killing ppspec: the engine
+    must be stopped first. The first one stops the engine gracefully; a second one kills it now."""
+
+    def __init__(self) -> None:
+        self.first: int | None = None
+        self.count = 0
+        self._old: dict[int, object] = {}
+
+    def _on(self, signum: int, _frame: object) -> None:
+        self.count += 1
+        if self.first is None:
+            self.first = signum
+
+    def __enter__(self) -> "_Signals":
+        self._old = {s: signal.signal(s, self._on) for s in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)  # type: ignore[arg-type]
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.first).name if self.first else "?"
+
+
+def _lock_run_dir(run_dir: Path):
+    """Hold an exclusive lock on the run directory for the whole serve: a second `ppspec serve` with
+    the same run directory would overwrite the plan file and remove the first one's temp files.
+    The kernel drops the lock when this process dies, even by SIGKILL."""
+    import fcntl
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    f = open(run_dir / "serve.lock", "a+", encoding="utf-8")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        other = f.read().strip()[:20]
+        f.close()
+        raise PpspecError(
+            f"another `ppspec serve` (pid {other or 'unknown'}) is using the run directory {run_dir}",
+            where="--run-dir",
+            fix="stop that server first, or give this one its own --run-dir",
+            exit_code=1,
+        ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """preexec_fn for the engine: Linux delivers SIGTERM to it when ppspec dies, even by SIGKILL, so
+    an engine is not left serving unsupervised (vLLM then stops its own workers). None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    sigterm = int(signal.SIGTERM)
+
+    def pre() -> None:
+        prctl(1, sigterm, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # ppspec died before the line above took effect
+            os.kill(os.getpid(), sigterm)
+
+    return pre
+
+
+def _tail_text(tail: "collections.deque[str]", n: int = 15) -> str:
+    return "\n    ".join(list(tail)[-n:]) or "(the engine printed nothing)"
+
+
+def _health_timeout_reason(spec: LaunchSpec, node: NodeLaunch, timeout_s: float, tail, log_path: Path) -> str:
+    """What to check when /health never answers: progress in the log, and on multi-node launches the
+    other nodes (the head serves only once every node has joined)."""
+    msg = f"the engine did not become healthy within {timeout_s:.0f}s (launch.health_timeout_s, or --health-timeout). Last log lines:\n    {_tail_text(tail)}"
+    checks = ["the log above: a large model can take longer to load (raise launch.health_timeout_s)"]
+    if len(spec.nodes) > 1:
+        addr = node.argv[node.argv.index("--master-addr") + 1] if "--master-addr" in node.argv else "the head node"
+        port = node.argv[node.argv.index("--master-port") + 1] if "--master-port" in node.argv else "?"
+        checks.insert(
+            0,
+            f"all {len(spec.nodes)} nodes must run: on node i (1..{len(spec.nodes) - 1}) `ppspec serve PROFILE --node-rank i`, "
+            f"with the same ppspec, vLLM and profile; each must reach {addr}:{port} (launch.master_addr/master_port); "
+            "the head waits for every node before it serves (`ppspec serve PROFILE --dry-run` prints each node's command)",
+        )
+    cause = likely_cause(list(tail))
+    if cause:
+        checks.insert(0, cause)
+    return msg + "".join(f"\n  check: {c}" for c in checks) + f"\n  full log: {log_path}"
+
+
 def run_engine(
     spec: LaunchSpec,
     node: NodeLaunch,
@@ -111,18 +227,41 @@ def run_engine(
     log: Callable[[str], None] | None = None,
     stream: bool = True,
 ) -> ServeResult:
-    """Start the engine for one node and supervise it until it exits or we are signalled."""
+    """Start the engine for one node and supervise it until it exits or we are signalled.
+
+    Exit codes in the result: 0 stopped by SIGINT/SIGTERM/SIGHUP while serving (a clean stop);
+    1 the engine failed (exited, or never became healthy); 128+N interrupted by signal N before the
+    engine was ready. In every case the engine's whole process group is gone when this returns.
+    """
     log = log or (lambda m: print(f"ppspec: {m}", file=sys.stderr, flush=True))
+    secrets: dict[str, str] = {}
+    for k, ref in node.env_refs.items():  # before anything is written or started
+        if ref not in os.environ:
+            raise PpspecError(f"environment variable {ref} (server.api_key_env) is not set", where="server.api_key_env", fix=f"export {ref}=... before `ppspec serve`", exit_code=1)
+        secrets[k] = os.environ[ref]
+    with _Signals() as sigs:
+        lock = _lock_run_dir(spec.run_dir)
+        try:
+            return _run_locked(spec, node, sigs, secrets, health_timeout_s, drafter_revision, log, stream)
+        finally:
+            lock.close()
+
+
+def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_revision, log, stream) -> ServeResult:
+    import shutil
+
+    tmp = spec.run_dir / "tmp"
+    # Left by a run that was killed outright (we hold the lock, so no live run owns them).
+    shutil.rmtree(tmp, ignore_errors=True)
+    (spec.run_dir / "ready").unlink(missing_ok=True)
     write_run_files(spec, node)
     materialize_overlay(spec, drafter_revision)
-    tmp = spec.run_dir / "tmp"
+    if sigs.first is not None:
+        return ServeResult(128 + sigs.first, f"interrupted by {sigs.name} before the engine started: nothing was launched")
     tmp.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.update(node.env)
-    for k, ref in node.env_refs.items():
-        if ref not in os.environ:
-            raise PpspecError(f"environment variable {ref} (server.api_key_env) is not set", where="server.api_key_env", fix=f"export {ref}=... before `ppspec serve`", exit_code=1)
-        env[k] = os.environ[ref]
+    env.update(secrets)
     env["TMPDIR"] = str(tmp)
     env.setdefault("PYTHONUNBUFFERED", "1")
     shm_before = _shm_snapshot()
@@ -137,13 +276,17 @@ def run_engine(
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_die_with_parent(),  # noqa: PLW1509 - only prctl + getppid, no locks taken
             text=True,
             errors="replace",
             bufsize=1,
         )
-    except FileNotFoundError:
+    except OSError as e:
         log_file.close()
-        raise PpspecError(f"cannot start the engine: {node.argv[0]} not found", where="vllm", fix="install vLLM in this environment (pip install 'ppspec[cuda]', or 'ppspec[cpu]' on CPU hosts)", exit_code=1) from None
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, FileNotFoundError):
+            raise PpspecError(f"cannot start the engine: {node.argv[0]} not found", where="vllm", fix="install vLLM in this environment (pip install 'ppspec[cuda]', or 'ppspec[cpu]' on CPU hosts)", exit_code=1) from None
+        raise PpspecError(f"cannot start the engine {node.argv[0]}: {e.strerror or e}", where="vllm", fix="check that the vLLM install is complete and executable", exit_code=1) from None
 
     def pump() -> None:
         assert proc.stdout is not None
@@ -157,109 +300,106 @@ def run_engine(
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-
-    stop = {"sig": None}
-
-    def on_signal(signum, _frame):
-        stop["sig"] = signum
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    result = ServeResult(0, "stopped")
+    result = ServeResult(1, "the engine supervisor stopped unexpectedly")
     try:
-        log(f"engine starting (pid {proc.pid}); log: {log_path}")
-        t0 = time.monotonic()
-        healthy = node.role != "head"  # headless workers have no HTTP server
-        last_note = t0
-        while not healthy:
-            if stop["sig"] is not None:
-                result = ServeResult(130 if stop["sig"] == signal.SIGINT else 143, f"interrupted during start ({signal.Signals(stop['sig']).name})")
-                break
-            rc = proc.poll()
-            if rc is not None:
-                reader.join(timeout=5)
-                cause = likely_cause(list(tail))
-                last = "\n    ".join(list(tail)[-15:])
-                msg = f"the engine exited with code {rc} during start-up. Last log lines:\n    {last}"
-                result = ServeResult(1, msg + (f"\n  likely cause: {cause}" if cause else "") + f"\n  full log: {log_path}")
-                break
-            if health_ok(spec.url):
-                healthy = True
-                break
-            now = time.monotonic()
-            if now - t0 > health_timeout_s:
-                result = ServeResult(1, f"the engine did not become healthy within {health_timeout_s:.0f}s (launch.health_timeout_s); full log: {log_path}")
-                break
-            if now - last_note >= 15:
-                log(f"waiting for {spec.url}/health ... {now - t0:.0f}s")
-                last_note = now
-            time.sleep(0.5)
-        if healthy and result.exit_code == 0:
-            if node.role == "head":
-                log(f"serving at {spec.url} (OpenAI API) — ready in {time.monotonic() - t0:.0f}s")
-                model = node.argv[node.argv.index("--served-model-name") + 1] if "--served-model-name" in node.argv else ""
-                auth = ' -H "Authorization: Bearer $' + node.env_refs["VLLM_API_KEY"] + '"' if "VLLM_API_KEY" in node.env_refs else ""
-                log(
-                    f"try: curl -s {spec.url}/v1/completions -H 'Content-Type: application/json'{auth} "
-                    f"-d '{{\"model\": \"{model}\", \"prompt\": \"hello world\", \"max_tokens\": 16, \"temperature\": 0}}'"
-                )
-                log("stop with Ctrl-C")
-                (spec.run_dir / "ready").write_text(spec.url + "\n", encoding="utf-8")
-            while True:
-                if stop["sig"] is not None:
-                    result = ServeResult(0, f"stopped by {signal.Signals(stop['sig']).name}")
-                    break
-                rc = proc.poll()
-                if rc is not None:
-                    reader.join(timeout=5)
-                    cause = likely_cause(list(tail))
-                    last = "\n    ".join(list(tail)[-15:])
-                    result = ServeResult(1, f"the engine exited with code {rc} while serving. Last log lines:\n    {last}" + (f"\n  likely cause: {cause}" if cause else ""))
-                    break
-                time.sleep(0.3)
+        result = _supervise(spec, node, proc, sigs, reader, tail, log_path, health_timeout_s, log)
     finally:
-        _terminate(proc, log)
+        _terminate(proc, log, sigs=sigs)
         reader.join(timeout=5)
         log_file.close()
-        for s, h in old.items():
-            signal.signal(s, h)
         _cleanup(spec, tmp, shm_before)
     return result
 
 
-def _terminate(proc: subprocess.Popen, log: Callable[[str], None], grace_s: float = 20.0) -> None:
-    """SIGTERM the engine's process group, then SIGKILL what is left after the grace period."""
+def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, health_timeout_s: float, log) -> ServeResult:
+    log(f"engine starting (pid {proc.pid}); log: {log_path}")
+    t0 = time.monotonic()
+    healthy = node.role != "head"  # headless workers have no HTTP server
+    last_note = t0
+    while not healthy:
+        if sigs.first is not None:
+            return ServeResult(128 + sigs.first, f"interrupted by {sigs.name} while the engine was starting: the engine was stopped")
+        rc = proc.poll()
+        if rc is not None:
+            _terminate(proc, log, sigs=sigs)  # its workers hold the log pipe open until they are gone
+            reader.join(timeout=5)
+            cause = likely_cause(list(tail))
+            msg = f"the engine exited with code {rc} during start-up. Last log lines:\n    {_tail_text(tail)}"
+            return ServeResult(1, msg + (f"\n  likely cause: {cause}" if cause else "") + f"\n  full log: {log_path}")
+        if health_ok(spec.url):
+            healthy = True
+            break
+        now = time.monotonic()
+        if now - t0 > health_timeout_s:
+            return ServeResult(1, _health_timeout_reason(spec, node, health_timeout_s, tail, log_path))
+        if now - last_note >= 15:
+            log(f"waiting for {spec.url}/health ... {now - t0:.0f}s")
+            last_note = now
+        time.sleep(0.5)
+    if node.role == "head":
+        log(f"serving at {spec.url} (OpenAI API) — ready in {time.monotonic() - t0:.0f}s")
+        model = node.argv[node.argv.index("--served-model-name") + 1] if "--served-model-name" in node.argv else ""
+        auth = ' -H "Authorization: Bearer $' + node.env_refs["VLLM_API_KEY"] + '"' if "VLLM_API_KEY" in node.env_refs else ""
+        log(
+            f"try: curl -s {spec.url}/v1/completions -H 'Content-Type: application/json'{auth} "
+            f"-d '{{\"model\": \"{model}\", \"prompt\": \"hello world\", \"max_tokens\": 16, \"temperature\": 0}}'"
+        )
+        log("stop with Ctrl-C")
+        (spec.run_dir / "ready").write_text(spec.url + "\n", encoding="utf-8")
+    else:
+        log(f"node {node.node_rank} started: it joins the head's engine (the head serves the API)")
+    while True:
+        if sigs.first is not None:
+            return ServeResult(0, f"stopped by {sigs.name}")
+        rc = proc.poll()
+        if rc is not None:
+            _terminate(proc, log, sigs=sigs)
+            reader.join(timeout=5)
+            cause = likely_cause(list(tail))
+            return ServeResult(1, f"the engine exited with code {rc} while serving. Last log lines:\n    {_tail_text(tail)}" + (f"\n  likely cause: {cause}" if cause else "") + f"\n  full log: {log_path}")
+        time.sleep(0.3)
+
+
+def _terminate(proc: subprocess.Popen, log: Callable[[str], None], grace_s: float | None = None, sigs: _Signals | None = None) -> None:
+    """SIGTERM the engine's process group, then SIGKILL what is left after the grace period (or at
+    once on a second Ctrl-C). The group id is the leader's pid (start_new_session), so workers are
+    reached even when the leader itself is already dead."""
+    grace_s = stop_grace_s() if grace_s is None else grace_s
+    pgid = proc.pid
+    seen = sigs.count if sigs is not None else 0
+    if not _group_alive(pgid, proc):
+        proc.wait()
+        return
+    log("shutting down the engine" if proc.poll() is None else "the engine exited: stopping the rest of its processes")
     try:
-        pgid = os.getpgid(proc.pid)
+        os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
-        pgid = None
-    if proc.poll() is None:
-        log("shutting down the engine")
-    if pgid is not None:
+        pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and _group_alive(pgid, proc):
+        if sigs is not None and sigs.count > seen:
+            log("second signal: killing the engine now")
+            break
+        time.sleep(0.1)
+    if _group_alive(pgid, proc):
+        if time.monotonic() >= deadline:
+            log(f"the engine did not stop within {grace_s:.0f}s: killing its process group")
         try:
-            os.killpg(pgid, signal.SIGTERM)
+            os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    if pgid is not None:
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and _group_alive(pgid):
-            time.sleep(0.2)
-        if _group_alive(pgid):
-            log("engine did not stop in time: killing its process group")
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _group_alive(pgid, proc):
+            time.sleep(0.05)
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
 
 
-def _group_alive(pgid: int) -> bool:
+def _group_alive(pgid: int, proc: subprocess.Popen | None = None) -> bool:
+    if proc is not None:
+        proc.poll()  # reap the leader: its zombie would keep the group "alive"
     try:
         os.killpg(pgid, 0)
         return True
