@@ -1,0 +1,64 @@
+"""Faults during `ppspec serve`, against a fake engine (tests/fixtures/bad/fake_vllm.py, reached
+through PPSPEC_VLLM_EXECUTABLE): signals at each phase (preflight, while the engine starts, while it
+serves), the engine killed or crashing at start and mid-serving, health never arriving, a 2-node
+head whose worker never joins, the port taken, a second serve on the same run directory, ppspec
+itself killed.
+
+Each scenario (tests/fixtures/bad/ppspec_faults.py) asserts the documented exit code and message,
+no traceback, no orphaned process (every descendant pid seen while it ran, polled every 50 ms, plus
+the engine's own worker pids), no leftover temp files (run dir tmp, /tmp/vllm_dist_*, /dev/shm),
+and the profile and plan files intact. Exit codes of `ppspec serve`: 0 stopped by Ctrl-C/SIGTERM/
+SIGHUP while serving; 1 the engine failed or the launch was refused; 128+N interrupted by signal N
+before the engine was ready. test_faults_engine.py repeats the key faults with the real vLLM.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures" / "bad"))
+import ppspec_faults as PF  # noqa: E402
+
+
+def _marks(sc: PF.Scenario):
+    if not sc.needs_vllm:
+        return []
+    have = importlib.util.find_spec("vllm") is not None
+    return [pytest.mark.vllm, pytest.mark.skipif(not have, reason="the phase under test is ppspec importing vLLM's option parser")]
+
+
+@pytest.mark.parametrize("sc", [pytest.param(s, marks=_marks(s), id=s.name) for s in PF.SCENARIOS])
+def test_fault(sc, tmp_path):
+    out = PF.run_scenario(sc, tmp_path)
+    assert out.ok, f"{sc.what}:\n  " + "\n  ".join(out.problems) + f"\n--- ppspec output ---\n{out.output[-3000:]}"
+    if sc.limit:
+        # ppspec was SIGKILLed: the engine still stopped (no orphans, asserted above); what it left
+        # is confined to the engine's temp files, and the next serve of the run dir removes the run's.
+        assert out.leftovers, "expected the documented leftovers (does the fake engine still create temp files?)"
+        assert all("fakevllm" in p or p.endswith(("/tmp", "/ready")) for p in out.leftovers), out.leftovers
+        assert PF.after_sigkill_next_serve_cleans(tmp_path / "next") == []
+
+
+def test_the_driver_detects_orphans_and_leftovers(tmp_path, monkeypatch):
+    """The measurement can fail: with the engine's process-group kill disabled, the crashed engine's
+    workers survive and its temp files stay, and the driver reports both."""
+    sc = PF.Scenario("no-group-kill", "", "wait", 1, mode="crash", env={"PPSPEC_TEST_NO_GROUP_KILL": "1"})
+    wrapper = tmp_path / "sitecustomize_dir"
+    wrapper.mkdir()
+    # Disable ppspec's cleanup inside the ppspec subprocess only (sitecustomize runs at start-up).
+    (wrapper / "sitecustomize.py").write_text(
+        "import os\n"
+        "if os.environ.get('PPSPEC_TEST_NO_GROUP_KILL'):\n"
+        "    import ppspec_cli.serve as s\n"
+        "    s._terminate = lambda proc, log, grace_s=None, sigs=None: proc.wait()\n"
+        "    s._cleanup = lambda *a, **k: None\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(wrapper) + ":" + str(PF.REPO))
+    out = PF.run_scenario(sc, tmp_path / "w")
+    assert any(p.startswith("orphaned processes") for p in out.problems), out.problems
+    assert any(p.startswith("leftover files") for p in out.problems), out.problems
+    assert not out.orphans or all(not PF.alive(p) for p in out.orphans)  # the driver cleaned up after itself
