@@ -300,14 +300,18 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
+    shm = ShmTracker(proc.pid)
+    shm.start()
     result = ServeResult(1, "the engine supervisor stopped unexpectedly")
     try:
         result = _supervise(spec, node, proc, sigs, reader, tail, log_path, health_timeout_s, log)
     finally:
+        shm.scan()  # last look before the processes go away
         _terminate(proc, log, sigs=sigs)
+        shm.stop()
         reader.join(timeout=5)
         log_file.close()
-        _cleanup(spec, tmp, shm_before)
+        _cleanup(spec, tmp, shm_before, shm.seen)
     return result
 
 
@@ -409,20 +413,78 @@ def _group_alive(pgid: int, proc: subprocess.Popen | None = None) -> bool:
         return True
 
 
-_SHM_PATTERNS = re.compile(r"^(psm_|vllm|torch_|sem\.mp-|mp-|\w+_shm)")
+class ShmTracker(threading.Thread):
+    """Remembers the /dev/shm entries the engine's own processes map or hold open, so cleanup
+    removes exactly those and never another engine's (several can run on one machine)."""
+
+    def __init__(self, root_pid: int, interval: float = 1.0):
+        super().__init__(daemon=True)
+        self.root_pid, self.interval = root_pid, interval
+        self.seen: set[str] = set()
+        self._stop_evt = threading.Event()
+
+    def _pids(self) -> list[int]:
+        parents: dict[int, list[int]] = {}
+        try:
+            entries = [d for d in os.listdir("/proc") if d.isdigit()]
+        except OSError:
+            return []
+        for d in entries:
+            try:
+                with open(f"/proc/{d}/stat", encoding="ascii", errors="replace") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            parents.setdefault(ppid, []).append(int(d))
+        out, todo = [self.root_pid], [self.root_pid]
+        while todo:
+            for c in parents.get(todo.pop(), []):
+                out.append(c)
+                todo.append(c)
+        return out
+
+    def scan(self) -> None:
+        for pid in self._pids():
+            try:
+                with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+                    for line in f:
+                        i = line.find("/dev/shm/")
+                        if i >= 0:
+                            self.seen.add(line[i + 9 :].split()[0])
+            except OSError:
+                pass
+            try:
+                for fd in os.listdir(f"/proc/{pid}/fd"):
+                    try:
+                        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    except OSError:
+                        continue
+                    if target.startswith("/dev/shm/"):
+                        self.seen.add(target[9:].split(" ")[0])
+            except OSError:
+                pass
+
+    def run(self) -> None:
+        while not self._stop_evt.wait(self.interval):
+            self.scan()
+
+    def stop(self) -> None:
+        self._stop_evt.set()
 
 
-def _cleanup(spec: LaunchSpec, tmp: Path, shm_before: set[str]) -> None:
-    """Remove the run's temp dir and the shared-memory segments the engine created (never others')."""
+def _cleanup(spec: LaunchSpec, tmp: Path, shm_before: set[str], shm_seen: set[str] | None = None) -> None:
+    """Remove the run's temp dir and the shared-memory entries the engine's processes used
+    (tracked while they ran; never another process's)."""
     import shutil
 
     shutil.rmtree(tmp, ignore_errors=True)
-    for name in _shm_snapshot() - shm_before:
-        if _SHM_PATTERNS.match(name):
-            try:
-                p = Path("/dev/shm") / name
-                if p.is_file() and p.stat().st_uid == os.getuid():
-                    p.unlink()
-            except OSError:
-                pass
+    for name in (shm_seen or set()) - shm_before:
+        if "/" in name or name in ("", ".", ".."):
+            continue
+        p = Path("/dev/shm") / name
+        try:
+            if p.is_file() and p.stat().st_uid == os.getuid():
+                p.unlink()
+        except OSError:
+            pass
     (spec.run_dir / "ready").unlink(missing_ok=True)
