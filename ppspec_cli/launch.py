@@ -136,16 +136,28 @@ def engine_args(engine: dict[str, Any]) -> list[str]:
     return out
 
 
+def vllm_serve_parser():
+    """The installed vLLM's `vllm serve` argument parser, or None when vLLM is not importable here."""
+    import importlib
+
+    # vLLM moved the serve parser: launchers.cli_args (0.32+), openai.cli_args (0.30-0.31)
+    for mod in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"):
+        try:
+            make_arg_parser = importlib.import_module(mod).make_arg_parser
+            from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+            return make_arg_parser(FlexibleArgumentParser())
+        except Exception:  # noqa: BLE001 - vLLM not importable here, or not this version's layout
+            continue
+    return None
+
+
 def check_engine_flags(engine: dict[str, Any]) -> list[str]:
-    """Names under `engine:` that the installed vLLM's `serve` parser does not know ([] if vLLM absent)."""
-    try:
-        from vllm.entrypoints.openai.cli_args import make_arg_parser
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
-    except Exception:  # noqa: BLE001 - vLLM not importable here: nothing to check against
-        return []
-    try:
-        parser = make_arg_parser(FlexibleArgumentParser())
-    except Exception:  # noqa: BLE001
+    """Names under `engine:` that the installed vLLM's `serve` parser does not know ([] if vLLM absent).
+    Exact names only: argparse would also take an unambiguous prefix (`trust-remote`), which could
+    set a flag ppspec manages."""
+    parser = vllm_serve_parser()
+    if parser is None:
         return []
     known = set()
     for a in parser._actions:  # noqa: SLF001 - argparse keeps its actions here
@@ -154,7 +166,7 @@ def check_engine_flags(engine: dict[str, Any]) -> list[str]:
                 known.add(s[2:])
                 if s.startswith("--no-"):
                     known.add(s[5:])
-    return [k for k in engine if _flag_name(str(k)) not in known]
+    return [k for k in engine if _flag_name(str(k)).split(".", 1)[0] not in known]  # `x.y` sets part of --x
 
 
 #: Environment variable naming the engine executable to run instead of `vllm` (tests point it at a
