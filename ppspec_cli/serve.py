@@ -304,10 +304,10 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
     shm.start()
     result = ServeResult(1, "the engine supervisor stopped unexpectedly")
     try:
-        result = _supervise(spec, node, proc, sigs, reader, tail, log_path, health_timeout_s, log)
+        result = _supervise(spec, node, proc, sigs, reader, tail, log_path, health_timeout_s, log, shm.scan)
     finally:
         shm.scan()  # last look before the processes go away
-        _terminate(proc, log, sigs=sigs)
+        _terminate(proc, log, sigs=sigs, watch=shm.scan)
         shm.stop()
         reader.join(timeout=5)
         log_file.close()
@@ -315,7 +315,7 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
     return result
 
 
-def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, health_timeout_s: float, log) -> ServeResult:
+def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, health_timeout_s: float, log, before_stop: Callable[[], None]) -> ServeResult:
     log(f"engine starting (pid {proc.pid}); log: {log_path}")
     t0 = time.monotonic()
     healthy = node.role != "head"  # headless workers have no HTTP server
@@ -325,7 +325,8 @@ def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, h
             return ServeResult(128 + sigs.first, f"interrupted by {sigs.name} while the engine was starting: the engine was stopped")
         rc = proc.poll()
         if rc is not None:
-            _terminate(proc, log, sigs=sigs)  # its workers hold the log pipe open until they are gone
+            before_stop()  # what its surviving workers still map, before they go
+            _terminate(proc, log, sigs=sigs, watch=before_stop)  # its workers hold the log pipe open until they are gone
             reader.join(timeout=5)
             cause = likely_cause(list(tail))
             msg = f"the engine exited with code {rc} during start-up. Last log lines:\n    {_tail_text(tail)}"
@@ -357,17 +358,25 @@ def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, h
             return ServeResult(0, f"stopped by {sigs.name}")
         rc = proc.poll()
         if rc is not None:
-            _terminate(proc, log, sigs=sigs)
+            before_stop()
+            _terminate(proc, log, sigs=sigs, watch=before_stop)
             reader.join(timeout=5)
             cause = likely_cause(list(tail))
             return ServeResult(1, f"the engine exited with code {rc} while serving. Last log lines:\n    {_tail_text(tail)}" + (f"\n  likely cause: {cause}" if cause else "") + f"\n  full log: {log_path}")
         time.sleep(0.3)
 
 
-def _terminate(proc: subprocess.Popen, log: Callable[[str], None], grace_s: float | None = None, sigs: _Signals | None = None) -> None:
+def _terminate(
+    proc: subprocess.Popen,
+    log: Callable[[str], None],
+    grace_s: float | None = None,
+    sigs: _Signals | None = None,
+    watch: Callable[[], None] | None = None,
+) -> None:
     """SIGTERM the engine's process group, then SIGKILL what is left after the grace period (or at
     once on a second Ctrl-C). The group id is the leader's pid (start_new_session), so workers are
-    reached even when the leader itself is already dead."""
+    reached even when the leader itself is already dead. `watch` runs about twice a second while
+    the engine shuts down (the shared-memory tracker: what it maps until its last moment)."""
     grace_s = stop_grace_s() if grace_s is None else grace_s
     pgid = proc.pid
     seen = sigs.count if sigs is not None else 0
@@ -380,10 +389,14 @@ def _terminate(proc: subprocess.Popen, log: Callable[[str], None], grace_s: floa
     except ProcessLookupError:
         pass
     deadline = time.monotonic() + grace_s
+    next_watch = 0.0
     while time.monotonic() < deadline and _group_alive(pgid, proc):
         if sigs is not None and sigs.count > seen:
             log("second signal: killing the engine now")
             break
+        if watch is not None and time.monotonic() >= next_watch:
+            watch()
+            next_watch = time.monotonic() + 0.5
         time.sleep(0.1)
     if _group_alive(pgid, proc):
         if time.monotonic() >= deadline:
@@ -424,7 +437,10 @@ class ShmTracker(threading.Thread):
         self._stop_evt = threading.Event()
 
     def _pids(self) -> list[int]:
+        """The engine's processes: its descendants, and the members of its process group (workers
+        whose leader died are re-parented to init but stay in the group)."""
         parents: dict[int, list[int]] = {}
+        group: list[int] = []
         try:
             entries = [d for d in os.listdir("/proc") if d.isdigit()]
         except OSError:
@@ -432,16 +448,20 @@ class ShmTracker(threading.Thread):
         for d in entries:
             try:
                 with open(f"/proc/{d}/stat", encoding="ascii", errors="replace") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                    fields = f.read().rsplit(")", 1)[1].split()
+                ppid, pgrp = int(fields[1]), int(fields[2])
             except (OSError, ValueError, IndexError):
                 continue
             parents.setdefault(ppid, []).append(int(d))
-        out, todo = [self.root_pid], [self.root_pid]
+            if pgrp == self.root_pid:  # start_new_session: the group id is the leader's pid
+                group.append(int(d))
+        out, todo = [self.root_pid], [self.root_pid, *group]
+        out += group
         while todo:
             for c in parents.get(todo.pop(), []):
                 out.append(c)
                 todo.append(c)
-        return out
+        return sorted(set(out))
 
     def scan(self) -> None:
         for pid in self._pids():
