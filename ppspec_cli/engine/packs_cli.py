@@ -1,0 +1,141 @@
+"""`ppspec adapters list|show`: the packs, what they match and provide, and their status against
+the installed vLLM. Reads package metadata only (no vLLM import), so it answers in well under a second.
+
+Status:
+- native: the installed vLLM handles the family itself (pack has no patches);
+- patched by pack: the installed vLLM needs the pack's patches, which the plugin applies;
+- unsupported: the installed vLLM is outside the pack's version range, or the implementation this
+  platform loads does not opt in and the pack has no patch for it;
+- not checked: no vLLM installed here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..packs import CAPABILITIES, PLATFORM_TO_IMPL, Pack, get_pack, load_packs
+from .probes import installed_vllm
+
+STATUSES = ("native", "patched by pack", "unsupported", "not checked")
+
+
+def pack_status(pack: Pack, installed: tuple[str, str] | None) -> tuple[str, str]:
+    """(status, why) of a pack against an installed vLLM (version, platform)."""
+    if installed is None:
+        return "not checked", "vLLM is not installed here"
+    version, platform = installed
+    if not pack.supports_vllm(version):
+        return "unsupported", f"vLLM {version} is outside {pack.vllm_range}"
+    impl = PLATFORM_TO_IMPL.get(platform, platform)
+    if pack.native and pack.facts.opt_in and pack.facts.opt_in.get(impl) is False:
+        return "unsupported", f"the {impl} implementation in vLLM {version} does not opt in, and the pack has no patch for it"
+    if pack.native:
+        return "native", f"vLLM {version} ({impl} implementation) handles it"
+    files = ", ".join(f"{name}/{f.name}" for name, f in pack.patch_files)
+    return "patched by pack", f"the ppspec plugin patches vLLM {version} ({files})"
+
+
+def pack_record(pack: Pack, installed: tuple[str, str] | None) -> dict[str, Any]:
+    status, why = pack_status(pack, installed)
+    rec = pack.to_json()
+    rec.update({"status": status, "status_detail": why})
+    if installed is not None:
+        rec["installed_vllm"] = {"version": installed[0], "platform": installed[1]}
+    return rec
+
+
+def _matches_text(pack: Pack) -> str:
+    parts = []
+    for label, names in (("targets", pack.matches.targets), ("drafters", pack.matches.drafters), ("methods", pack.matches.methods)):
+        if names:
+            parts.append(f"{label}:\n" + "\n".join(f"  {n}" for n in names))
+    return "\n".join(parts) or "(anything)"
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(soft_wrap=False)
+
+
+def adapters_list(json_out: bool) -> int:
+    """Print every pack (table, or a JSON list with name/matches/provides/status...). Exit code 0."""
+    installed = installed_vllm()
+    records = [pack_record(p, installed) for p in load_packs()]
+    if json_out:
+        print(json.dumps(records, indent=2))
+        return 0
+    from rich.markup import escape
+    from rich.table import Table
+
+    where = f"vLLM {installed[0]} ({installed[1]})" if installed else "no vLLM installed"
+    table = Table(title=f"Adapter packs — status against {where}", show_lines=True)
+    table.add_column("pack", style="bold", no_wrap=True)
+    table.add_column("matches", overflow="fold")
+    table.add_column("provides", overflow="fold")
+    table.add_column("vLLM", no_wrap=True)
+    table.add_column("status", overflow="fold")
+    colors = {"native": "green", "patched by pack": "cyan", "unsupported": "red", "not checked": "yellow"}
+    packs = {p.name: p for p in load_packs()}
+    for rec in records:
+        p = packs[rec["name"]]
+        table.add_row(
+            rec["name"],
+            _matches_text(p),
+            "\n".join(p.provides),
+            p.vllm_range,
+            f"[{colors[rec['status']]}]{rec['status']}[/]\n[dim]{escape(rec['status_detail'])}[/]",
+        )
+    _console().print(table)
+    return 0
+
+
+def adapters_show(name: str, json_out: bool) -> int:
+    """Print one pack in full. Unknown name: PpspecError listing the known ones."""
+    pack = get_pack(name)
+    installed = installed_vllm()
+    rec = pack_record(pack, installed)
+    if json_out:
+        print(json.dumps(rec, indent=2))
+        return 0
+    from rich.table import Table
+
+    c = _console()
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(overflow="fold")
+    t.add_row("pack", f"{pack.name} ({pack.source})")
+    t.add_row("", pack.description)
+    t.add_row("matches", _matches_text(pack))
+    t.add_row("vLLM range", pack.vllm_range)
+    t.add_row("status", f"{rec['status']}: {rec['status_detail']}")
+    t.add_row("provides", "\n".join(f"{cap}: {CAPABILITIES[cap]}" for cap in pack.provides))
+    patches = [str(f) for _, f in pack.patch_files]
+    t.add_row("patches", "\n".join(patches) if patches else "none (native)")
+    f = pack.facts
+    if f.inner_decoder:
+        t.add_row(
+            "inner decoder",
+            "\n".join(f"{arch}: " + ", ".join(f"{impl}={ref}" for impl, ref in per.items()) for arch, per in f.inner_decoder.items()),
+        )
+    if f.inner_decoder_path:
+        t.add_row("decoder path", "\n".join(f"{arch}: {path}" for arch, path in f.inner_decoder_path.items()))
+    if f.opt_in:
+        t.add_row("opts in natively", ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in f.opt_in.items()))
+    if f.embedding_tensors:
+        t.add_row("embedding tensors", ", ".join(f.embedding_tensors))
+    if f.name_mapping:
+        t.add_row("name mapping", "\n".join(f"{k} -> {v}" for k, v in f.name_mapping.items()))
+    if f.text_config_key:
+        t.add_row("text config", f.text_config_key)
+    t.add_row("tap convention", f.tap_convention)
+    if f.installed_vllm:
+        t.add_row("found in vLLM", f.installed_vllm)
+    for n in f.notes:
+        t.add_row("note", n)
+    c.print(t)
+    return 0
+
+
+__all__ = ["adapters_list", "adapters_show", "pack_status", "pack_record", "STATUSES"]

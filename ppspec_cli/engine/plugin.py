@@ -1,0 +1,520 @@
+"""The in-engine plugin (entry point `vllm.general_plugins: ppspec`).
+
+vLLM calls `register()` in every engine process: the API server process, the registry inspection
+subprocess, the engine core, and each worker before it builds the model. Unless `ppspec serve`
+started the engine (environment variable PPSPEC_PLAN_FILE set), it returns at once and imports
+nothing. When active it:
+
+1. reads the plan file (ppspec_cli.engine.planfile) — missing, unparseable or foreign: refuse;
+2. checks the running vLLM's version against the pack's range;
+3. loads the pack's patches module(s) by file path, applies them idempotently, verifies each by value;
+4. installs the in-engine tripwires: partition (vLLM's own get_pp_indices, with this process's
+   VLLM_PP_LAYER_PARTITION), pipeline size (the engine's config, when reachable), and a watch on
+   EagleModelMixin._set_aux_hidden_state_layers that compares the taps and the stage's layer range
+   the engine really uses with the plan when the model is built;
+5. writes `<status_dir>/<pid>.json` (one JSON object, one line): role, pid, pack, patches, verified.
+
+Any failure raises one `PluginRefusal` (a RuntimeError) naming the pack, the patch, the vLLM version
+and the fix — before the model is built — after writing the failure to the status file too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ENV_PLAN_FILE = "PPSPEC_PLAN_FILE"
+STATUS_FORMAT = "ppspec-plugin-status/1"
+#: Patches the plugin itself installs (not from a pack): the tap watch.
+CORE_PACK = "ppspec"
+
+
+class PluginRefusal(RuntimeError):
+    """The plugin refuses to let this engine start. str() is the whole, self-contained message."""
+
+    def __init__(self, what: str, *, pack: str | None = None, patch: str | None = None, vllm: str | None = None, fix: str = ""):
+        self.what, self.pack, self.patch, self.vllm, self.fix = what, pack, patch, vllm, fix
+        ctx = [f"pack {pack or '(none)'}"]
+        if patch:
+            ctx.append(f"patch {patch}")
+        ctx.append(f"vLLM {vllm or 'unknown'}")
+        msg = f"ppspec plugin refused to start the engine: {what} [{'; '.join(ctx)}]"
+        if fix:
+            msg += f". Fix: {fix}"
+        super().__init__(msg)
+
+
+_state: dict[str, Any] = {
+    "active": False,
+    "patches": [],
+    "status": None,
+    "status_path": None,
+    "expect": {},
+    "plan": None,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+
+
+def register() -> None:
+    """vLLM's general-plugin hook. Inert (and import-free) unless PPSPEC_PLAN_FILE is set."""
+    path = os.environ.get(ENV_PLAN_FILE)
+    if not path:
+        return
+    if _state["active"]:
+        _state["status"]["calls"] += 1
+        _write_status()
+        return
+    _activate(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Activation
+
+
+def _vllm_version() -> str | None:
+    try:
+        import vllm
+
+        v = getattr(vllm, "__version__", None)
+        if v and v != "dev":
+            return str(v)
+    except Exception:  # noqa: BLE001 - fall back to metadata
+        pass
+    from .probes import installed_vllm
+
+    got = installed_vllm()
+    return got[0] if got else None
+
+
+def _activate(plan_path: str) -> None:
+    from .planfile import PlanFileError, read_plan_file
+
+    status: dict[str, Any] = {
+        "format": STATUS_FORMAT,
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "role": "unknown",
+        "rank": None,
+        "pp_rank": None,
+        "process_name": _process_name(),
+        "plan_file": plan_path,
+        "pack": None,
+        "vllm": None,
+        "patches": [],
+        "verified": False,
+        "ok": False,
+        "error": None,
+        "tripwires": {},
+        "observed": {},
+        "calls": 1,
+        "time": time.time(),
+    }
+    role, rank, vllm_config, pp_size = _caller_context()
+    status["role"], status["rank"], status["pp_size"] = role, rank, pp_size
+    _state["status"] = status
+    try:
+        data = read_plan_file(plan_path)
+    except PlanFileError as e:
+        # No status_dir known: the refusal itself is the record.
+        raise PluginRefusal(f"{e.what} ({plan_path})", fix=e.fix or "") from None
+    status_dir = data.get("status_dir")
+    if status_dir:
+        _state["status_path"] = Path(status_dir) / f"{os.getpid()}.json"
+    _state["expect"] = dict(data.get("expect") or {})
+    _state["plan"] = data.get("plan") or {}
+    status["pack"] = data.get("pack")
+    version = _vllm_version()
+    status["vllm"] = version
+    try:
+        patches = _apply_pack(data.get("pack"), version)
+        status["patches"] = [dict(p.report(), verified=True) for p in patches if p.skipped is None]
+        status["skipped"] = [p.report() for p in patches if p.skipped is not None]
+        status["verified"] = True
+        _state["patches"] = patches
+        _startup_tripwires(pp_size, version, data.get("pack"), status)
+        if vllm_config is not None:
+            status["pp_rank"] = _pp_rank(vllm_config, rank)
+        status["ok"] = True
+        _state["active"] = True
+    except PluginRefusal as e:
+        status["error"] = str(e)
+        _revert()
+        _write_status()
+        raise
+    _write_status()
+
+
+def _apply_pack(pack_name: str | None, version: str | None) -> list[Any]:
+    """Pack patches plus the core tap watch: applied, verified, or one PluginRefusal."""
+    from .patching import PatchError, PatchTargetMissing
+
+    patches: list[Any] = []
+    if pack_name:
+        from ..errors import PpspecError
+        from ..packs import get_pack
+
+        try:
+            pack = get_pack(pack_name)
+        except PpspecError as e:
+            raise PluginRefusal(e.what, pack=pack_name, vllm=version, fix=e.fix or "") from None
+        if version is None:
+            raise PluginRefusal("cannot tell which vLLM version is running", pack=pack_name, fix="reinstall vLLM so its version is known")
+        if not pack.supports_vllm(version):
+            ranges = ", ".join(f"{p.name} {p.vllm_range}" for p in pack.parts)
+            raise PluginRefusal(
+                f"vLLM {version} is outside the range the pack was checked against ({ranges})",
+                pack=pack_name,
+                vllm=version,
+                fix="install a vLLM in that range, or set `adapter: none` in the profile if this vLLM supports the model natively",
+            )
+        for part_name, file in pack.patch_files:
+            patches.extend(load_patches(part_name, file, version))
+    patches.extend(core_patches())
+    current = None
+    try:
+        applied: list[Any] = []
+        for p in patches:
+            current = p
+            p.apply()
+            applied.append(p)
+        for p in patches:
+            current = p
+            p.verify()
+    except PatchTargetMissing as e:
+        _revert_list(patches)
+        raise PluginRefusal(
+            f"the installed vLLM does not have what the patch expects: {e}",
+            pack=pack_name,
+            patch=getattr(current, "qualname", None),
+            vllm=version,
+            fix="use a vLLM version the pack supports (`ppspec adapters show <pack>`), or update the pack",
+        ) from None
+    except PatchError as e:
+        _revert_list(patches)
+        raise PluginRefusal(
+            str(e),
+            pack=pack_name,
+            patch=getattr(current, "qualname", None),
+            vllm=version,
+            fix="another plugin may patch the same vLLM code, or this vLLM differs from what the pack expects; "
+            "run `ppspec check` and report it",
+        ) from None
+    return patches
+
+
+def load_patches(pack_name: str, file: Path, version: str | None = None) -> list[Any]:
+    """Import a pack's patches module from its file (never as a top-level `adapters` package)
+    under a private name, and return its `get_patches()` with the pack name set."""
+    import importlib.util
+
+    mod_name = f"ppspec_cli._packs.{pack_name}.patches"
+    mod = sys.modules.get(mod_name)
+    if mod is None or getattr(mod, "__file__", None) != str(file):
+        try:
+            spec = importlib.util.spec_from_file_location(mod_name, file)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot load {file}")
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[mod_name] = mod  # torch.compile looks traced functions' modules up here
+            spec.loader.exec_module(mod)
+        except Exception as e:  # noqa: BLE001 - any import failure is one refusal
+            sys.modules.pop(mod_name, None)
+            raise PluginRefusal(
+                f"cannot load the pack's patches module {file}: {type(e).__name__}: {e}",
+                pack=pack_name,
+                vllm=version,
+                fix="use a vLLM version the pack supports, or reinstall ppspec",
+            ) from None
+    factory = getattr(mod, "get_patches", None)
+    if factory is None:
+        raise PluginRefusal(f"{file} has no get_patches()", pack=pack_name, vllm=version, fix="fix the pack")
+    patches = list(factory())
+    for p in patches:
+        p.pack = pack_name
+    return patches
+
+
+def core_patches() -> list[Any]:
+    """The plugin's own patch: a watch on EagleModelMixin's tap setter (the in-engine tripwire)."""
+    from . import relay
+    from .patching import Patch
+
+    def check(mixin: type) -> bool:
+        seen: list[dict[str, Any]] = []
+
+        def obs(kind: str, data: dict[str, Any]) -> None:
+            seen.append(data)
+
+        bare = type("_BareDecoder", (mixin,), {"start_layer": 0, "end_layer": 4})()
+        relay.add_observer(obs)
+        try:
+            bare._set_aux_hidden_state_layers((3, 1, 3))
+        finally:
+            relay.remove_observer(obs)
+        if [d.get("taps") for d in seen] != [[1, 3]] or tuple(bare.aux_hidden_state_layers) != (1, 3):
+            raise AssertionError(f"tap watch saw {seen}; stored {bare.aux_hidden_state_layers}")
+        return True
+
+    return [
+        Patch(
+            name="tap_watch",
+            module="vllm.model_executor.models.interfaces",
+            target="EagleModelMixin",
+            attrs=lambda orig: {"_set_aux_hidden_state_layers": relay.watch_tap_setter(orig["_set_aux_hidden_state_layers"])},
+            description="report the taps and layer range each stage uses when the model is built",
+            requires=("_set_aux_hidden_state_layers", "pack_local_aux_hidden_states"),
+            check=check,
+            pack=CORE_PACK,
+        )
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Tripwires
+
+
+def _startup_tripwires(pp_size: int | None, version: str | None, pack: str | None, status: dict[str, Any]) -> None:
+    from . import relay
+
+    exp = _state["expect"]
+    trip = status["tripwires"]
+    if pp_size is not None:
+        if exp.get("pp") is not None and pp_size != int(exp["pp"]):
+            raise PluginRefusal(
+                f"the engine runs pipeline_parallel_size={pp_size} but the plan is for {exp['pp']}",
+                pack=pack,
+                vllm=version,
+                fix="start the engine with `ppspec serve` (do not edit its command line), or re-plan",
+            )
+        trip["pp"] = "passed" if exp.get("pp") is not None else "not_run"
+    else:
+        trip["pp"] = "not_run"
+    partition = exp.get("partition")
+    num_layers = (_state["plan"] or {}).get("num_layers") or exp.get("num_layers") or (sum(partition) if partition else None)
+    if partition and num_layers:
+        from vllm.distributed.utils import get_pp_indices
+
+        pp = len(partition)
+        try:
+            got = [list(get_pp_indices(int(num_layers), r, pp)) for r in range(pp)]
+        except ValueError as e:
+            raise PluginRefusal(
+                f"vLLM rejects the layer partition in this process: {e}",
+                pack=pack,
+                vllm=version,
+                fix="do not set VLLM_PP_LAYER_PARTITION by hand; let the profile's topology.layer_partition drive it",
+            ) from None
+        want, start = [], 0
+        for n in partition:
+            want.append([start, start + n])
+            start += n
+        if got != want:
+            raise PluginRefusal(
+                f"vLLM will split the {num_layers} layers as {got} but the plan says {want}",
+                pack=pack,
+                vllm=version,
+                fix="check VLLM_PP_LAYER_PARTITION in the engine environment against the profile",
+            )
+        trip["partition"] = "passed"
+    else:
+        trip["partition"] = "not_run"
+    trip["taps"] = "pending (checked when the model is built)" if exp.get("taps") else "not_run"
+    relay.add_observer(_observer)
+
+
+def _observer(kind: str, data: dict[str, Any]) -> None:
+    """Called by the tap watch / draft numbering wrapper when the engine builds its model."""
+    status = _state["status"]
+    exp = _state["expect"]
+    pack = status.get("pack")
+    version = status.get("vllm")
+    status["observed"].setdefault(kind, []).append(data)
+    try:
+        if kind == "taps":
+            want = exp.get("taps")
+            if want:
+                if sorted(set(want)) != list(data["taps"]):
+                    raise PluginRefusal(
+                        f"the engine taps layers {data['taps']} ({data.get('decoder')}) but the plan says {sorted(set(want))}",
+                        pack=pack,
+                        vllm=version,
+                        fix="the drafter config the engine reads differs from the one ppspec planned with: re-run `ppspec plan` and serve through ppspec",
+                    )
+                status["tripwires"]["taps"] = "passed"
+            partition = exp.get("partition")
+            s, e = data.get("start_layer"), data.get("end_layer")
+            if partition and s is not None and e is not None:
+                bounds, start = [], 0
+                for n in partition:
+                    bounds.append((start, start + n))
+                    start += n
+                if (s, e) not in bounds:
+                    raise PluginRefusal(
+                        f"this stage holds layers [{s}, {e}) which is not a stage of the planned partition {partition}",
+                        pack=pack,
+                        vllm=version,
+                        fix="check VLLM_PP_LAYER_PARTITION and the pipeline size against the profile",
+                    )
+                status["tripwires"]["stage_layers"] = "passed"
+        elif kind == "draft_layers":
+            want = exp.get("draft_layer_start")
+            if want is not None:
+                if int(data["draft_layer_start"]) != int(want):
+                    raise PluginRefusal(
+                        f"the drafter numbers its layers from {data['draft_layer_start']} but the plan says {want}",
+                        pack=pack,
+                        vllm=version,
+                        fix="report this: the plan and the pack disagree on draft layer numbering",
+                    )
+                status["tripwires"]["draft_layer_start"] = "passed"
+    except PluginRefusal as e:
+        status["ok"] = False
+        status["error"] = str(e)
+        _write_status()
+        raise
+    _write_status()
+
+
+# ---------------------------------------------------------------------------------------------
+# Status files
+
+
+def _write_status() -> None:
+    path = _state.get("status_path")
+    status = _state.get("status")
+    if not path or status is None:
+        return
+    status["time"] = time.time()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(status, sort_keys=True, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a status file is evidence, never a reason to stop an engine
+
+
+def read_status_dir(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every plugin status record in a status folder (one per engine process), by pid. Records
+    that cannot be read come back as {"pid": ..., "ok": False, "error": "unreadable: ..."}."""
+    out = []
+    d = Path(path)
+    if not d.is_dir():
+        return out
+    for f in sorted(d.glob("*.json")):
+        try:
+            rec = json.loads(f.read_text(encoding="utf-8"))
+            if not isinstance(rec, dict):
+                raise ValueError("not an object")
+        except (OSError, ValueError) as e:
+            rec = {"pid": f.stem, "ok": False, "error": f"unreadable: {e}"}
+        out.append(rec)
+    return sorted(out, key=lambda r: str(r.get("pid")))
+
+
+# ---------------------------------------------------------------------------------------------
+# Which process is this?
+
+
+_ROLE_FILES = (
+    ("vllm/v1/worker/worker_base.py", "worker"),
+    ("vllm/v1/engine/core.py", "engine_core"),
+    ("vllm/model_executor/models/registry.py", "registry_subprocess"),
+    ("vllm/engine/arg_utils.py", "api"),
+)
+
+
+def _caller_context() -> tuple[str, int | None, Any, int | None]:
+    """(role, global rank, the engine's VllmConfig, pipeline size) from the stack of whoever called
+    register(). Best effort: an unknown caller gives ("unknown", None, None, None)."""
+    role, rank, cfg, pp = "unknown", None, None, None
+    try:
+        f = sys._getframe(1)
+    except ValueError:
+        return role, rank, cfg, pp
+    depth = 0
+    while f is not None and depth < 60:
+        fn = f.f_code.co_filename.replace("\\", "/")
+        try:
+            loc = f.f_locals
+            me = loc.get("self")
+            if cfg is None:
+                c = loc.get("vllm_config")
+                if c is None:
+                    c = getattr(me, "vllm_config", None)
+                if c is None and isinstance(loc.get("kwargs"), dict):
+                    c = loc["kwargs"].get("vllm_config")
+                if c is not None and hasattr(c, "parallel_config"):
+                    cfg = c
+            if pp is None and type(me).__name__ == "EngineArgs":
+                v = getattr(me, "pipeline_parallel_size", None)
+                pp = int(v) if isinstance(v, int) else None
+            if role == "unknown":
+                for suffix, name in _ROLE_FILES:
+                    if fn.endswith(suffix):
+                        role = name
+                        if name == "worker":
+                            r = getattr(me, "global_rank", None)
+                            rank = int(r) if isinstance(r, int) else None
+                        break
+        except Exception:  # noqa: BLE001 - introspection must never break the engine
+            pass
+        f = f.f_back
+        depth += 1
+    if cfg is not None:
+        pp = int(cfg.parallel_config.pipeline_parallel_size)
+    return role, rank, cfg, pp
+
+
+def _pp_rank(vllm_config: Any, rank: int | None) -> int | None:
+    if rank is None:
+        return None
+    pc = vllm_config.parallel_config
+    tp = int(getattr(pc, "tensor_parallel_size", 1) or 1)
+    pcp = int(getattr(pc, "prefill_context_parallel_size", 1) or 1)
+    pp = int(getattr(pc, "pipeline_parallel_size", 1) or 1)
+    return (rank // (pcp * tp)) % pp
+
+
+def _process_name() -> str:
+    try:
+        import multiprocessing
+
+        return multiprocessing.current_process().name
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+# ---------------------------------------------------------------------------------------------
+# Tests: undo everything this process did
+
+
+def _revert_list(patches: list[Any]) -> None:
+    for p in reversed(patches):
+        try:
+            p.revert()
+        except Exception:  # noqa: BLE001 - best effort while reporting another failure
+            pass
+
+
+def _revert() -> None:
+    _revert_list(_state.get("patches") or [])
+
+
+def reset_for_tests() -> None:
+    """Revert every patch this plugin applied in this process and forget its state."""
+    _revert()
+    try:
+        from . import relay
+
+        relay.remove_observer(_observer)
+    except Exception:  # noqa: BLE001 - vLLM not importable: nothing was installed
+        pass
+    _state.update({"active": False, "patches": [], "status": None, "status_path": None, "expect": {}, "plan": None})

