@@ -23,6 +23,8 @@ DTYPE_BYTES = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
     "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "U32": 4, "U16": 2, "U64": 8, "F4": 1,
 }
+#: Sizes beyond these are not models but corrupt or hostile configs (and would make plans allocate absurdly).
+CONFIG_INT_LIMITS = {"num_hidden_layers": 100_000, "hidden_size": 1 << 20, "vocab_size": 1 << 31}
 TORCH_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float64": 8}
 
 
@@ -79,7 +81,8 @@ class Checkpoint:
     def _int(self, key: str, *, text: bool = True) -> int | None:
         src = self.text if text else (self.config or {})
         v = src.get(key)
-        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None  # a bad value is a gap, not a fact
+        ok = isinstance(v, int) and not isinstance(v, bool) and 0 < v <= CONFIG_INT_LIMITS.get(key, 1 << 40)
+        return v if ok else None  # a bad value is a gap, not a fact
 
     @property
     def num_layers(self) -> int | None:
@@ -284,7 +287,9 @@ def _apply_config(ck: Checkpoint, cfg: dict[str, Any], where: str) -> None:
         if v is None:
             ck.gaps.append(Gap("missing-" + key.replace("_", "-"), f"config has no `{key}`" + (f" (looked in `{path}`)" if path else "")))
         elif not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            ck.gaps.append(Gap("bad-" + key.replace("_", "-"), f"config `{key}` is {v!r}, not a positive integer"))
+            ck.gaps.append(Gap("bad-" + key.replace("_", "-"), f"config `{key}` is {str(v)[:40]!r}, not a positive integer"))
+        elif v > CONFIG_INT_LIMITS[key]:
+            ck.gaps.append(Gap("bad-" + key.replace("_", "-"), f"config `{key}` is {v}, beyond any real model (limit {CONFIG_INT_LIMITS[key]})"))
     if not ck.architectures:
         ck.gaps.append(Gap("missing-architectures", "config has no `architectures` list"))
 
@@ -525,6 +530,13 @@ def load_checkpoint(
         path = demo.ensure_demo_model(ref.split(":", 1)[1], progress=progress)
         ck = load_local(ref, Path(path), read_headers=read_headers)
         return ck
+    if any(len(part.encode("utf-8", "replace")) > 255 for part in ref.split("/")) or len(ref.encode("utf-8", "replace")) > 4096:
+        raise PpspecError(
+            "model reference has a path component longer than 255 bytes (or is longer than 4096 bytes)",
+            where=ref[:80] + "...",
+            fix="check the model path or hub id in the profile",
+            exit_code=1,
+        )
     if is_local_ref(ref):
         p = Path(os.path.expanduser(ref))
         if not p.is_absolute() and base_dir is not None and not p.exists():

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -18,6 +21,19 @@ def _human_bytes(n: int | None) -> str:
     return str(n)
 
 
+def safe(text: object) -> str:
+    """User-controlled text for the terminal: rich markup escaped, control and bidi/format
+    characters (RTL overrides, zero-width) shown as \\uXXXX instead of acting on the display."""
+    out = []
+    for ch in str(text):
+        cat = unicodedata.category(ch)
+        if ch not in "\n\t" and (cat in ("Cc", "Cf", "Cs", "Co", "Zl", "Zp")):
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return escape("".join(out))
+
+
 def render_findings(console: Console, findings) -> None:
     """One block per finding: severity and code, the field, the message, the fix."""
     if not findings:
@@ -25,10 +41,10 @@ def render_findings(console: Console, findings) -> None:
         return
     for f in findings:
         style = _SEV_STYLE[f.severity]
-        console.print(f"[{style}]{f.severity.upper():7}[/] [bold]{f.code}[/bold]  [dim]({f.field})[/dim]")
-        console.print(f"        {f.message}", markup=False)
+        console.print(f"[{style}]{f.severity.upper():7}[/] [bold]{safe(f.code)}[/bold]  [dim]({safe(f.field)})[/dim]")
+        console.print(f"        {safe(f.message)}")
         if f.hint:
-            console.print(f"        [dim]fix:[/dim] {f.hint}")
+            console.print(f"        [dim]fix:[/dim] {safe(f.hint)}")
 
 
 def render_check(r, findings, console: Console | None = None) -> None:
@@ -36,12 +52,12 @@ def render_check(r, findings, console: Console | None = None) -> None:
     p = r.profile
     topo = p.topology
     console.print(
-        f"[bold]{p.name}[/bold]: target {p.target.model}"
-        + (f", drafter {p.drafter.method} {p.drafter.model or '(in-model)'}" if p.drafter else ", no drafter")
+        f"[bold]{safe(p.name)}[/bold]: target {safe(p.target.model)}"
+        + (f", drafter {p.drafter.method} {safe(p.drafter.model or '(in-model)')}" if p.drafter else ", no drafter")
         + f"; TP{topo.tensor_parallel} x PP{topo.pipeline_parallel}"
         + (f" x DP{topo.data_parallel}" if topo.data_parallel > 1 else "")
-        + f" on {topo.nodes} node(s); platform {r.platform} ({r.platform_source}), runner {r.runner.upper()}"
-        + (f"; adapter {r.pack.name}" if r.pack is not None else "")
+        + f" on {topo.nodes} node(s); platform {r.platform} ({safe(r.platform_source)}), runner {r.runner.upper()}"
+        + (f"; adapter {safe(r.pack.name)}" if r.pack is not None else "")
     )
     render_findings(console, findings)
     n_err = sum(f.severity == "error" for f in findings)
@@ -60,7 +76,7 @@ def render_plan(r, findings, console: Console | None = None) -> None:
         render_findings(console, [f for f in findings if f.severity == "error"])
         return
     console.print(
-        f"[bold]{r.profile.name}[/bold]: {plan.num_layers} layers over {len(plan.partition)} stage(s) "
+        f"[bold]{safe(r.profile.name)}[/bold]: {plan.num_layers} layers over {len(plan.partition)} stage(s) "
         f"{list(plan.partition)} ({plan.partition_source}); runner {plan.runner.upper()}"
     )
     if plan.method:
@@ -69,7 +85,7 @@ def render_plan(r, findings, console: Console | None = None) -> None:
             + (f"; trained on {list(plan.trained_taps)} via {plan.trained_source}" if plan.trained_taps else "")
         )
         if plan.overlay:
-            console.print(f"[yellow]drafter config overlay at launch:[/yellow] {plan.overlay}")
+            console.print(f"[yellow]drafter config overlay at launch:[/yellow] {safe(plan.overlay)}")
         if plan.draft_layer_ids:
             console.print(f"draft layer ids {list(plan.draft_layer_ids)} ({plan.draft_layer_numbering} numbering)")
     t = Table(show_header=True, header_style="bold")
@@ -97,7 +113,7 @@ def render_plan(r, findings, console: Console | None = None) -> None:
         )
     console.print(t)
     for note in plan.notes:
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(f"[dim]note: {safe(note)}[/dim]")
     errs = [f for f in findings if f.severity != "info"]
     if errs:
         console.print(f"{len(errs)} finding(s) — run `ppspec check` for details:")
