@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# Assemble the wheels the GPU validation (benchmarks/gpu_pp_validation.py) needs on a device
+# machine that reaches no package registry, split them into parts that fit one device call, and
+# reassemble + install them there into /tmp/site.
+#
+# Here (a machine with pip access; run from the repo root):
+#   bash benchmarks/gpu_wheels.sh plan     [--tier lean|minimal|full] [--device-pip-list FILE]
+#   bash benchmarks/gpu_wheels.sh prepare  [--tier ...] [--device-pip-list FILE]
+#   bash benchmarks/gpu_wheels.sh calls    # the device calls to make, one JSON object per line
+# On the device (inside those calls):
+#   bash benchmarks/gpu_wheels.sh receive PART      # keep one part in /tmp/wheelparts, check it
+#   bash benchmarks/gpu_wheels.sh install           # reassemble, check, pip install --target /tmp/site
+#
+# Why: vLLM >= 0.30 (EAGLE3 under PP) pins torch 2.13/2.14; the device image has torch 2.11, no
+# vLLM and no registry access. The wheels travel in parts of at most PART_MIB (default 60) MiB:
+# a device call carries at most 64 MiB including the repo. Files stay on a warm machine between
+# calls (and it is given back 30 s after a call, 30 min after the first at the latest), so the
+# calls must follow each other quickly; see docs/gpu-validation.md for the measured sizes.
+#
+# Tiers (what to carry besides vLLM itself):
+#   full     every wheel of the resolved set whose version the device does not already have
+#            (torch 2.14 pins its CUDA 13 libraries exactly: cuDNN, cuBLAS, NCCL, ...)
+#   minimal  as full, but trust the device's CUDA 13 libraries (nvidia-*, cuda-*) whatever their
+#            version: torch 2.14 is built for CUDA 13.0, the device has CUDA 13 libraries
+#   lean     as minimal, and leave out kernel packages a tiny float32 run does not import
+#            (LEAN_SKIP below: cutlass-dsl libs, tilelang, tokenspeed, video codecs, nvcc, ...)
+# --device-pip-list FILE: `python3 -m pip list --format=json` as printed on the device (one cheap
+# device call: `python3 -m pip list --format=json > $OUT/device-pip-list.json`). Without it the
+# package names in /work/.library/device/KINDS.md (or DEVICE_NAMES_FILE) are used, versions unknown:
+# a package the device has is then kept unless something pins it with `==`.
+set -euo pipefail
+
+VLLM_VERSION="${VLLM_VERSION:-0.33.0}"
+PY_VERSION="${PY_VERSION:-3.12}"
+PART_MIB="${PART_MIB:-60}"
+CACHE="${GPU_WHEELS_CACHE:-/tmp/ppspec-gpu-wheels}"   # downloaded wheels (GBs): outside the repo
+PARTS_DIR="${PARTS_DIR:-.whl/parts}"                  # ignored by git; carried one part per call
+PPSPEC_WHL_DIR="${PPSPEC_WHL_DIR:-.whl/ppspec}"
+DEVICE_PARTS="${DEVICE_PARTS:-/tmp/wheelparts}"
+DEVICE_SITE="${DEVICE_SITE:-/tmp/site}"
+KINDS_MD="${KINDS_MD:-/work/.library/device/KINDS.md}"
+LEAN_SKIP="nvidia-cutlass-dsl-libs-cu12 nvidia-cutlass-dsl-libs-cu13 nvidia-cutlass-dsl-libs-base nvidia-cutlass-dsl-libs-core nvidia-cutlass-dsl quack-kernels tilelang z3-solver tokenspeed-triton tokenspeed-mla humming-kernels pynvvideocodec torchcodec nvidia-cuda-nvcc nvidia-nvvm nvidia-cuda-crt nvidia-cuda-cccl opencv-python-headless"
+
+platform_flags() {
+  local n
+  for n in $(seq 5 39); do printf -- '--platform manylinux_2_%s_x86_64 ' "$n"; done
+  printf -- '--platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64 --platform linux_x86_64'
+}
+
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+
+TIER=lean
+DEVICE_LIST=""
+parse_opts() {
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --tier) TIER="$2"; shift 2 ;;
+      --device-pip-list) DEVICE_LIST="$2"; shift 2 ;;
+      *) echo "unknown option $1" >&2; usage ;;
+    esac
+  done
+  case "$TIER" in lean|minimal|full) ;; *) echo "--tier must be lean, minimal or full" >&2; exit 2 ;; esac
+}
+
+resolve() {
+  # The exact set pip would install for vLLM on the device's Python, from metadata only.
+  mkdir -p "$CACHE"
+  if [ ! -s "$CACHE/report-$VLLM_VERSION.json" ]; then
+    echo "resolving vllm==$VLLM_VERSION for cp${PY_VERSION/./} manylinux x86_64 (metadata only, ~2 min)" >&2
+    # shellcheck disable=SC2046
+    python3 -m pip install --dry-run --ignore-installed --only-binary=:all: --python-version "$PY_VERSION" \
+      --implementation cp $(platform_flags) --target "$CACHE/dry-target" --quiet \
+      --report "$CACHE/report-$VLLM_VERSION.json" "vllm==$VLLM_VERSION" >&2
+  fi
+}
+
+select_wheels() {
+  # Prints "name version filename url" for every wheel to carry, given the tier and device list.
+  python3 - "$CACHE/report-$VLLM_VERSION.json" "$TIER" "$DEVICE_LIST" "$KINDS_MD" "$LEAN_SKIP" <<'PY'
+import json, re, sys
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+report, tier, device_list, kinds_md, lean_skip = sys.argv[1:6]
+norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
+items = json.load(open(report))["install"]
+device = {}  # name -> version or None (name known, version not)
+if device_list:
+    for row in json.load(open(device_list)):
+        device[norm(row["name"])] = row["version"]
+else:
+    try:
+        text = open(kinds_md).read().split("## Python packages already there", 1)[1].split("Packages:", 1)[1]
+        for n in text.split("\n\n")[0].replace("\n", " ").rstrip(". ").split(","):
+            device[norm(n.strip())] = None
+        # the few versions KINDS.md records
+        for n, v in re.findall(r"([A-Za-z0-9_.-]+) (\d[\w.+]*)", open(kinds_md).read().split("pip list, as a session saw it", 1)[1].split("\n", 1)[0]):
+            if norm(n) in device:
+                device[norm(n)] = v
+    except (OSError, IndexError):
+        pass
+env = {"python_version": "3.12", "python_full_version": "3.12.3", "platform_system": "Linux", "platform_machine": "x86_64",
+       "sys_platform": "linux", "os_name": "posix", "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+specs = {}  # name -> list of SpecifierSet applying to it
+for it in items:
+    for r in it["metadata"].get("requires_dist") or []:
+        req = Requirement(r)
+        if req.marker is not None and not req.marker.evaluate(env):
+            continue
+        specs.setdefault(norm(req.name), []).append(req.specifier)
+skip = set(lean_skip.split()) if tier == "lean" else set()
+for it in items:
+    md = it["metadata"]
+    name, version = norm(md["name"]), md["version"]
+    url = it["download_info"]["url"]
+    if name in skip:
+        continue
+    if tier in ("lean", "minimal") and (name.startswith("nvidia-") or name.startswith("cuda-")) and name in device:
+        continue
+    if tier == "full" and (name.startswith("nvidia-") or name.startswith("cuda-")) and device.get(name) != version:
+        print(name, version, url.rsplit("/", 1)[1], url)  # torch pins these through cuda-toolkit's extras
+        continue
+    if name in device:
+        have = device[name]
+        pins = [s for s in specs.get(name, []) if any(x.operator in ("==", "===") for x in s)]
+        if have is None:
+            if not pins and name not in ("torch", "triton", "torchvision", "torchaudio"):
+                continue  # version unknown, nothing pins it: assume the device's is fine
+        else:
+            try:
+                if all(s.contains(Version(have), prereleases=True) for s in specs.get(name, [])) and name != "vllm":
+                    continue
+            except Exception:
+                pass
+    print(name, version, url.rsplit("/", 1)[1], url)
+PY
+}
+
+cmd_plan() {
+  parse_opts "$@"
+  resolve
+  local sel; sel="$(select_wheels)"
+  echo "$sel" | awk '{print $1, $2}'
+  local n; n=$(echo "$sel" | grep -c . || true)
+  local have=0 missing=0 f size
+  while read -r _ _ f _; do
+    [ -n "$f" ] || continue
+    if [ -f "$CACHE/wheels/$f" ]; then size=$(stat -c %s "$CACHE/wheels/$f"); have=$((have + size)); else missing=$((missing + 1)); fi
+  done <<< "$sel"
+  echo "tier $TIER: $n wheels; downloaded so far: $((have / 1048576)) MiB (${missing} not downloaded yet: run prepare for exact sizes)"
+  if [ "$missing" -eq 0 ]; then
+    echo "parts of $PART_MIB MiB: $(( (have / 1048576 + PART_MIB - 1) / PART_MIB )) device calls to carry them, plus one to install and run"
+  fi
+}
+
+cmd_prepare() {
+  parse_opts "$@"
+  resolve
+  local sel; sel="$(select_wheels)"
+  mkdir -p "$CACHE/wheels"
+  local name version f url
+  while read -r name version f url; do
+    [ -n "$f" ] || continue
+    [ -f "$CACHE/wheels/$f" ] && continue
+    echo "downloading $name==$version" >&2
+    # shellcheck disable=SC2046
+    python3 -m pip download --no-deps --only-binary=:all: --python-version "$PY_VERSION" --implementation cp $(platform_flags) \
+      -d "$CACHE/wheels" --quiet "$name==$version" >&2
+  done <<< "$sel"
+  # ppspec itself, built from this checkout (it carries the engine plugin entry point)
+  rm -rf "$PPSPEC_WHL_DIR"; mkdir -p "$PPSPEC_WHL_DIR"
+  python3 -m pip wheel --no-deps --quiet -w "$PPSPEC_WHL_DIR" . >&2
+  # one tar of the selected wheels, split into parts, with checksums
+  rm -rf "$PARTS_DIR"; mkdir -p "$PARTS_DIR"
+  echo "$sel" | awk 'NF {print $3}' > "$CACHE/selected.txt"
+  tar -C "$CACHE/wheels" -cf - -T "$CACHE/selected.txt" | split -b "${PART_MIB}M" -d -a 3 - "$PARTS_DIR/part-"
+  (cd "$PARTS_DIR" && sha256sum part-* > SHA256SUMS)
+  local total; total=$(du -cb "$PARTS_DIR"/part-* | tail -1 | cut -f1)
+  echo "tier $TIER: $(wc -l < "$CACHE/selected.txt") wheels, $((total / 1048576)) MiB in $(ls "$PARTS_DIR"/part-* | wc -l) parts of <= $PART_MIB MiB under $PARTS_DIR; ppspec wheel in $PPSPEC_WHL_DIR"
+}
+
+cmd_calls() {
+  # One device call per part (carry the part and the checksum list), then the install + run call.
+  [ -f "$PARTS_DIR/SHA256SUMS" ] || { echo "run prepare first" >&2; exit 1; }
+  local p
+  for p in "$PARTS_DIR"/part-*; do
+    printf '{"kind": "nvidia-h200-x2", "carry": ["%s", "%s/SHA256SUMS"], "command": "bash benchmarks/gpu_wheels.sh receive %s"}\n' "$p" "$PARTS_DIR" "$(basename "$p")"
+  done
+  printf '{"kind": "nvidia-h200-x2", "carry": ["%s", "%s/SHA256SUMS"], "timeout_s": 600, "command": "bash benchmarks/gpu_wheels.sh install && export PYTHONPATH=%s PATH=%s/bin:$PATH && python3 benchmarks/gpu_pp_validation.py --work /tmp/gpuval --out $OUT --resume --budget-s 300"}\n' \
+    "$PPSPEC_WHL_DIR" "$PARTS_DIR" "$DEVICE_SITE" "$DEVICE_SITE"
+  printf '{"repeat_until_exit_0": true, "kind": "nvidia-h200-x2", "command": "export PYTHONPATH=%s PATH=%s/bin:$PATH && python3 benchmarks/gpu_pp_validation.py --work /tmp/gpuval --out $OUT --resume --budget-s 480"}\n' "$DEVICE_SITE" "$DEVICE_SITE"
+}
+
+cmd_receive() {
+  # On the device: keep one part outside the repo copy and check it against SHA256SUMS.
+  local part="$1"
+  mkdir -p "$DEVICE_PARTS"
+  cp "$PARTS_DIR/$part" "$DEVICE_PARTS/$part"
+  cp "$PARTS_DIR/SHA256SUMS" "$DEVICE_PARTS/SHA256SUMS"
+  (cd "$DEVICE_PARTS" && grep " $part\$" SHA256SUMS | sha256sum -c --quiet -)
+  local want have
+  want=$(grep -c . "$DEVICE_PARTS/SHA256SUMS"); have=$(ls "$DEVICE_PARTS"/part-* | wc -l)
+  echo "received $part ($have of $want parts on this machine)"
+}
+
+cmd_install() {
+  # On the device: all parts present and intact -> wheels -> pip install --target DEVICE_SITE.
+  [ -f "$DEVICE_PARTS/SHA256SUMS" ] || cp "$PARTS_DIR/SHA256SUMS" "$DEVICE_PARTS/SHA256SUMS"
+  (cd "$DEVICE_PARTS" && sha256sum -c --quiet SHA256SUMS) || { echo "parts missing or damaged: resend them (calls)" >&2; exit 1; }
+  if [ ! -f "$DEVICE_SITE/.ppspec-wheels-installed" ]; then
+    rm -rf /tmp/wheels; mkdir -p /tmp/wheels
+    cat "$DEVICE_PARTS"/part-* | tar -C /tmp/wheels -xf -
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$DEVICE_SITE" /tmp/wheels/*.whl
+    touch "$DEVICE_SITE/.ppspec-wheels-installed"
+  fi
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$DEVICE_SITE" "$PPSPEC_WHL_DIR"/*.whl
+  PYTHONPATH="$DEVICE_SITE" python3 -c "import torch, vllm; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.device_count(), 'vllm', vllm.__version__)"
+}
+
+case "${1:-}" in
+  plan) shift; cmd_plan "$@" ;;
+  prepare) shift; cmd_prepare "$@" ;;
+  calls) shift; cmd_calls ;;
+  receive) shift; cmd_receive "$@" ;;
+  install) shift; cmd_install ;;
+  *) usage ;;
+esac
