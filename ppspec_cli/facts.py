@@ -109,7 +109,8 @@ def parse_version(v: str) -> tuple[int, int, int] | None:
 
 def method_of_drafter_config(cfg: dict) -> str | None:
     """The speculative method a drafter checkpoint was built for, when its config says so."""
-    archs = [a for a in cfg.get("architectures") or [] if isinstance(a, str)]
+    raw = cfg.get("architectures")
+    archs = [a for a in raw if isinstance(a, str)] if isinstance(raw, list) else []
     # Speculators format: vLLM serves `speculators_model_type` (peagle as eagle3, dflash2 as dflash).
     aliases = {"peagle": "eagle3", "dflash2": "dflash"}
     if isinstance(cfg.get("speculators_model_type"), str):
