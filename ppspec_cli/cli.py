@@ -271,10 +271,13 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
         if f.severity == "warning":
             _progress(f"warning {f.code}: {f.message}")
     res = run_engine(spec, node, health_timeout_s=health_timeout or r.profile.launch.health_timeout_s, drafter_revision=r.profile.drafter.revision if r.profile.drafter else None, log=_progress)
-    if res.exit_code == 1:
-        print(f"error: {res.reason}", file=sys.stderr)
-    else:
-        _progress(res.reason)  # 0: stopped while serving; 128+N: interrupted before ready
+    try:
+        if res.exit_code == 1:
+            print(f"error: {res.reason}", file=sys.stderr, flush=True)
+        else:
+            _progress(res.reason)  # 0: stopped while serving; 128+N: interrupted before ready
+    except (OSError, ValueError):
+        pass  # our stderr is gone (a closed pipe): the exit code still tells
     raise typer.Exit(res.exit_code)
 
 

@@ -218,6 +218,19 @@ def _health_timeout_reason(spec: LaunchSpec, node: NodeLaunch, timeout_s: float,
     return msg + "".join(f"\n  check: {c}" for c in checks) + f"\n  full log: {log_path}"
 
 
+def _never_raises(log: Callable[[str], None]) -> Callable[[str], None]:
+    """A progress line must never stop the shutdown: with our stderr closed (`ppspec serve | tee`
+    and Ctrl-C ends tee first), printing raises, and an exception there would abandon the engine."""
+
+    def safe(msg: str) -> None:
+        try:
+            log(msg)
+        except (OSError, ValueError):
+            pass
+
+    return safe
+
+
 def run_engine(
     spec: LaunchSpec,
     node: NodeLaunch,
@@ -233,7 +246,7 @@ def run_engine(
     1 the engine failed (exited, or never became healthy); 128+N interrupted by signal N before the
     engine was ready. In every case the engine's whole process group is gone when this returns.
     """
-    log = log or (lambda m: print(f"ppspec: {m}", file=sys.stderr, flush=True))
+    log = _never_raises(log or (lambda m: print(f"ppspec: {m}", file=sys.stderr, flush=True)))
     secrets: dict[str, str] = {}
     for k, ref in node.env_refs.items():  # before anything is written or started
         if ref not in os.environ:
@@ -289,14 +302,24 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
         raise PpspecError(f"cannot start the engine {node.argv[0]}: {e.strerror or e}", where="vllm", fix="check that the vLLM install is complete and executable", exit_code=1) from None
 
     def pump() -> None:
+        """Drain the engine's output whatever happens to our own outputs: an engine whose pipe is
+        not read blocks as soon as the pipe buffer (64 KiB) is full."""
         assert proc.stdout is not None
+        to_file, to_terminal = True, stream
         for line in proc.stdout:
-            log_file.write(line)
-            log_file.flush()
             tail.append(line.rstrip("\n"))
-            if stream:
-                sys.stderr.write(line)
-                sys.stderr.flush()
+            if to_file:
+                try:
+                    log_file.write(line)
+                    log_file.flush()
+                except (OSError, ValueError):  # disk full, or closed during shutdown
+                    to_file = False
+            if to_terminal:
+                try:
+                    sys.stderr.write(line)
+                    sys.stderr.flush()
+                except (OSError, ValueError):  # our stderr is gone (a closed pipe)
+                    to_terminal = False
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
