@@ -179,9 +179,10 @@ class Client:
         return status, payload
 
     def _http_error(self, url: str, code: int, detail: str) -> PpspecError:
-        detail = " ".join(detail.split())[:300]
-        if self._api_key and self._api_key in detail:
+        detail = " ".join(detail.split())
+        if self._api_key:  # redact before cutting, so a key straddling the cut cannot leak its start
             detail = detail.replace(self._api_key, "***")
+        detail = detail[:300]
         if code in (401, 403):
             fix = (
                 f"check that ${self.api_key_env} holds the key the server was started with"
