@@ -43,6 +43,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -490,6 +491,35 @@ def ppspec_cmd() -> list[str]:
     return [sys.executable, "-m", "ppspec_cli.cli"]
 
 
+class Interrupted(Exception):
+    """SIGTERM/SIGHUP/SIGINT while arms run: stop the server in hand, write what was measured."""
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def _die_with_us():
+    """preexec_fn: the serve child gets SIGTERM when this script dies, even by SIGKILL (a device
+    call that runs past its limit), so no server is left holding the GPUs. None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def pre() -> None:
+        prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return pre
+
+
 def _stop(proc: subprocess.Popen, grace_s: float = 60.0) -> int | None:
     """SIGTERM `ppspec serve` (it stops the engine's whole group), SIGKILL its group if it hangs."""
     if proc.poll() is None:
@@ -526,13 +556,16 @@ class RunContext:
     profile_kwargs: dict[str, Any] = field(default_factory=dict)
     lock: bool = True
     log: Any = print
+    #: serve's run directories. Kept short: `ppspec serve` points the engine's TMPDIR into the run
+    #: directory and vLLM puts IPC sockets there, whose paths must stay under 108 bytes.
+    runs: Path = field(default_factory=lambda: Path("/tmp"))
 
 
 def run_arm(arm: Arm, ctx: RunContext) -> dict[str, Any]:
     """Serve one arm, verify it, stop the server (always). Returns {status, reason, report, ...}."""
     port = free_port()
     prof = write_profile(ctx.work / "profiles" / f"{arm.name}.yaml", profile_for(arm, platform=ctx.platform, port=port, **ctx.profile_kwargs))
-    run_dir = ctx.work / "runs" / arm.name
+    run_dir = ctx.runs / arm.name
     serve_log = ctx.work / "logs" / f"{arm.name}.serve.log"
     serve_log.parent.mkdir(parents=True, exist_ok=True)
     rep_path = report_path(ctx.work, arm)
@@ -546,6 +579,7 @@ def run_arm(arm: Arm, ctx: RunContext) -> dict[str, Any]:
         serve = subprocess.Popen(  # noqa: S603 - argv list
             ppspec_cmd() + ["serve", str(prof), "--run-dir", str(run_dir), "--health-timeout", str(ctx.health_timeout_s), "--offline"],
             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=ctx.env, cwd=REPO, start_new_session=True,
+            preexec_fn=_die_with_us(),  # noqa: PLW1509 - prctl + getppid only
         )
         try:
             deadline = t0 + ctx.health_timeout_s + 120  # serve's own health timeout + check/build time
@@ -677,7 +711,7 @@ def _vllm_executable_hint(env: dict[str, str]) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--out", default=None, help="where summary.json, summary.md, artifacts.tar.gz go (default $OUT, else ./gpu-validation-out)")
-    p.add_argument("--work", default=None, help="profiles, reports, logs, model cache (default: --out); keep it across calls with --resume")
+    p.add_argument("--work", default=None, help="profiles, reports, logs, model cache (default OUT/work; /tmp/ppspec-gpuval when only $OUT is set); keep it across calls with --resume")
     p.add_argument("--platform", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--pp1-only", action="store_true", help="run only the PP=1 arms (the CPU platform cannot do more)")
     p.add_argument("--arms", default=None, help=f"comma-separated arms (default: all default ones). Known: {', '.join(ARMS_BY_NAME)}")
@@ -713,7 +747,12 @@ def _kv(items: list[str], what: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     out = Path(a.out or os.environ.get("OUT") or "gpu-validation-out").resolve()
-    work = Path(a.work).resolve() if a.work else out
+    if a.work:
+        work = Path(a.work).resolve()
+    elif os.environ.get("OUT") and not a.out:
+        work = Path("/tmp/ppspec-gpuval")  # the device returns at most 8 files from $OUT: keep the rest out of it
+    else:
+        work = out / "work"
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     cpu = a.platform == "cpu"
@@ -762,9 +801,26 @@ def main(argv: list[str] | None = None) -> int:
     for name in sorted({m for arm in selected for m in (arm.target, arm.drafter) if m}):
         demo.ensure_demo_model(name)
 
+    runs = Path(tempfile.mkdtemp(prefix="ppspec-gv-", dir="/tmp" if os.path.isdir("/tmp") else None))
     ctx = RunContext(work, a.platform, env, max_tokens, num_prompts, health, a.verify_timeout, profile_kwargs, not a.no_lock,
-                     log=lambda m: print(m, flush=True))
+                     log=lambda m: print(m, flush=True), runs=runs)
     results: dict[str, dict] = {}
+    complete = True
+    last_arm_s = 0.0
+    old = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    try:
+        complete, last_arm_s = _run_all(a, selected, work, ctx, results, notes, t_start)
+    except Interrupted as e:
+        complete = False
+        notes.append(f"interrupted by {e}: the server in hand was stopped; rerun with --resume")
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+        shutil.rmtree(runs, ignore_errors=True)  # engine logs were copied to WORK/logs
+    return _finish(a, out, work, selected, results, notes, complete, env_info, max_tokens, num_prompts, command, t_start)
+
+
+def _run_all(a, selected, work, ctx, results, notes, t_start) -> tuple[bool, float]:
     complete = True
     last_arm_s = 0.0
     for arm in selected:
@@ -788,7 +844,10 @@ def main(argv: list[str] | None = None) -> int:
         sd = _sd(r.get("report"))
         print(f"  {arm.name}: {r['status']}" + (f", {sd.get('accepted_tokens')} accepted of {sd.get('draft_tokens')} ({sd.get('drafts')} drafts)" if sd.get("configured") else "")
               + (f" — {r['reason'].splitlines()[0]}" if r.get("reason") else ""), flush=True)
+    return complete, last_arm_s
 
+
+def _finish(a, out, work, selected, results, notes, complete, env_info, max_tokens, num_prompts, command, t_start) -> int:
     checks = evaluate(results)
     if "moe" in {s for s in a.skip.split(",") if s} or not any(x.family == "moe" for x in selected):
         notes.append("qwen3-moe arms not selected")

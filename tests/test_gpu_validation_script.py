@@ -339,7 +339,8 @@ def test_script_on_vllm_cpu_pp1(tmp_path):
          "--max-tokens", "16", "--num-prompts", "4", "--out", str(out)],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=1500,
     )
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    logs = "".join(f"\n--- {f.name}\n" + f.read_text(errors="replace")[-3000:] for f in sorted((out / "work" / "logs").glob("*.serve.log")))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:] + logs
     summary = json.loads((out / "summary.json").read_text())
     assert summary["verdict"] == "PASS"
     arms = {a["arm"]: a for a in summary["arms"]}
