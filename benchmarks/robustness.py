@@ -40,7 +40,8 @@ def run_fuzz(examples: int, seed: int | None) -> F.Stats:
     from hypothesis import strategies as st
 
     os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["PPSPEC_CACHE"] = tempfile.mkdtemp(prefix="ppspec-robustness-cache-")
+    cache = tempfile.TemporaryDirectory(prefix="ppspec-robustness-cache-")  # `demo:` refs never touch the user's cache
+    os.environ["PPSPEC_CACHE"] = cache.name
     stats = F.Stats()
 
     @settings(max_examples=examples, deadline=None, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
@@ -54,7 +55,10 @@ def run_fuzz(examples: int, seed: int | None) -> F.Stats:
 
     if seed is not None:
         prop = hseed(seed)(prop)
-    prop()
+    try:
+        prop()
+    finally:
+        cache.cleanup()
     return stats
 
 

@@ -262,12 +262,31 @@ def run_engine(
             lock.close()
 
 
+#: In the run directory: the private TMPDIR of the current run, when it is not <run_dir>/tmp.
+PRIVATE_TMP_RECORD = "tmpdir"
+
+
+def _remove_private_tmp(run_dir: Path) -> None:
+    """Remove the private TMPDIR a previous run recorded (only a /tmp/ppspec-* directory of ours)."""
+    import shutil
+
+    rec = run_dir / PRIVATE_TMP_RECORD
+    try:
+        p = Path(rec.read_text(encoding="utf-8").strip())
+    except (OSError, UnicodeDecodeError):
+        return
+    if p.parent == Path("/tmp") and p.name.startswith("ppspec-") and not p.is_symlink() and p.is_dir() and p.stat().st_uid == os.getuid():
+        shutil.rmtree(p, ignore_errors=True)
+    rec.unlink(missing_ok=True)
+
+
 def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_revision, log, stream) -> ServeResult:
     import shutil
 
     tmp = spec.run_dir / "tmp"
     # Left by a run that was killed outright (we hold the lock, so no live run owns them).
     shutil.rmtree(tmp, ignore_errors=True)
+    _remove_private_tmp(spec.run_dir)
     (spec.run_dir / "ready").unlink(missing_ok=True)
     write_run_files(spec, node)
     materialize_overlay(spec, drafter_revision)
@@ -279,6 +298,7 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
         import tempfile
 
         tmp = Path(tempfile.mkdtemp(prefix="ppspec-", dir="/tmp"))
+        (spec.run_dir / PRIVATE_TMP_RECORD).write_text(str(tmp) + "\n", encoding="utf-8")  # for a run killed outright
     tmp.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.update(node.env)
@@ -529,6 +549,7 @@ def _cleanup(spec: LaunchSpec, tmp: Path, shm_before: set[str], shm_seen: set[st
     import shutil
 
     shutil.rmtree(tmp, ignore_errors=True)
+    _remove_private_tmp(spec.run_dir)
     for name in (shm_seen or set()) - shm_before:
         if "/" in name or name in ("", ".", ".."):
             continue
