@@ -82,6 +82,10 @@ MTP_FIXED_LAYERS_BY_ARCH = {"MiMoV2ForCausalLM": 1, "MiMoV2OmniForCausalLM": 1, 
 MTP_DEFAULT_LAYERS_BY_MODEL_TYPE = {"dots3_note": 1}
 
 
+#: No real target has more MTP layers than this; a larger value is a corrupt or hostile config.
+MAX_MTP_LAYERS = 64
+
+
 def mtp_layer_count(text_config: dict, architectures: list[str], model_type: str | None) -> int | None:
     """How many MTP layers vLLM's `mtp` method will find in a target (None: the config has none).
 
@@ -93,7 +97,7 @@ def mtp_layer_count(text_config: dict, architectures: list[str], model_type: str
     for key in ("mtp_num_hidden_layers", "num_nextn_predict_layers"):
         v = text_config.get(key)
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            return v
+            return v if v <= MAX_MTP_LAYERS else None  # beyond any real model: unknown, never planned with
     return MTP_DEFAULT_LAYERS_BY_MODEL_TYPE.get(model_type or "")
 
 
