@@ -54,6 +54,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from ppspec_cli import demo  # noqa: E402  (after the path fix, so the script runs from a checkout)
+from ppspec_cli.serve import _die_with_parent  # noqa: E402  (the serve child dies with this script)
 
 ENGINE_LOCK = "/tmp/ppspec-engine.lock"
 NUM_SPEC_TOKENS = 2
@@ -499,27 +500,6 @@ def _on_signal(signum: int, _frame: object) -> None:
     raise Interrupted(signal.Signals(signum).name)
 
 
-def _die_with_us():
-    """preexec_fn: the serve child gets SIGTERM when this script dies, even by SIGKILL (a device
-    call that runs past its limit), so no server is left holding the GPUs. None off Linux."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def pre() -> None:
-        prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return pre
-
-
 def _stop(proc: subprocess.Popen, grace_s: float = 60.0) -> int | None:
     """SIGTERM `ppspec serve` (it stops the engine's whole group), SIGKILL its group if it hangs."""
     if proc.poll() is None:
@@ -579,7 +559,7 @@ def run_arm(arm: Arm, ctx: RunContext) -> dict[str, Any]:
         serve = subprocess.Popen(  # noqa: S603 - argv list
             ppspec_cmd() + ["serve", str(prof), "--run-dir", str(run_dir), "--health-timeout", str(ctx.health_timeout_s), "--offline"],
             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=ctx.env, cwd=REPO, start_new_session=True,
-            preexec_fn=_die_with_us(),  # noqa: PLW1509 - prctl + getppid only
+            preexec_fn=_die_with_parent(),  # noqa: PLW1509 - prctl + getppid only
         )
         try:
             deadline = t0 + ctx.health_timeout_s + 120  # serve's own health timeout + check/build time
