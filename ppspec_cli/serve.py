@@ -264,6 +264,60 @@ def run_engine(
 
 #: In the run directory: the private TMPDIR of the current run, when it is not <run_dir>/tmp.
 PRIVATE_TMP_RECORD = "tmpdir"
+#: In the run directory: the /dev/shm names the engine used (JSON list), kept while it runs so the
+#: next serve of this run dir can remove them when this one was killed outright (SIGKILL, OOM).
+SHM_RECORD = "shm.json"
+
+
+def _shm_in_use() -> set[str]:
+    """Every /dev/shm name some process maps or holds open right now."""
+    used: set[str] = set()
+    try:
+        pids = [d for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return used
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    i = line.find("/dev/shm/")
+                    if i >= 0:
+                        used.add(line[i + 9 :].split()[0])
+        except OSError:
+            pass
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    t = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if t.startswith("/dev/shm/"):
+                    used.add(t[9:].split(" ")[0])
+        except OSError:
+            pass
+    return used
+
+
+def _remove_recorded_shm(run_dir: Path) -> None:
+    """Remove the /dev/shm entries a previous run of this run dir recorded and did not remove
+    (it was killed outright) — only ours, and only those no process uses any more."""
+    rec = run_dir / SHM_RECORD
+    try:
+        names = json.loads(rec.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        names = None
+    if isinstance(names, list) and names:
+        in_use = _shm_in_use()
+        for name in names:
+            if not isinstance(name, str) or "/" in name or name in ("", ".", "..") or name in in_use:
+                continue
+            p = Path("/dev/shm") / name
+            try:
+                if p.is_file() and not p.is_symlink() and p.stat().st_uid == os.getuid():
+                    p.unlink()
+            except OSError:
+                pass
+    rec.unlink(missing_ok=True)
 
 
 def _remove_private_tmp(run_dir: Path) -> None:
@@ -287,6 +341,7 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
     # Left by a run that was killed outright (we hold the lock, so no live run owns them).
     shutil.rmtree(tmp, ignore_errors=True)
     _remove_private_tmp(spec.run_dir)
+    _remove_recorded_shm(spec.run_dir)
     (spec.run_dir / "ready").unlink(missing_ok=True)
     write_run_files(spec, node)
     materialize_overlay(spec, drafter_revision)
@@ -351,7 +406,7 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    shm = ShmTracker(proc.pid)
+    shm = ShmTracker(proc.pid, record=spec.run_dir / SHM_RECORD)
     shm.start()
     result = ServeResult(1, "the engine supervisor stopped unexpectedly")
     try:
@@ -360,6 +415,7 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
         shm.scan()  # last look before the processes go away
         _terminate(proc, log, sigs=sigs, watch=shm.scan)
         shm.stop()
+        shm.join(timeout=5)  # its last scan is done before cleanup reads what it saw
         reader.join(timeout=5)
         log_file.close()
         _cleanup(spec, tmp, shm_before, shm.seen)
@@ -481,11 +537,29 @@ class ShmTracker(threading.Thread):
     """Remembers the /dev/shm entries the engine's own processes map or hold open, so cleanup
     removes exactly those and never another engine's (several can run on one machine)."""
 
-    def __init__(self, root_pid: int, interval: float = 1.0):
+    def __init__(self, root_pid: int, interval: float = 1.0, record: Path | None = None):
         super().__init__(daemon=True)
         self.root_pid, self.interval = root_pid, interval
         self.seen: set[str] = set()
+        self.record = record  # where the names are kept for a run killed outright (SHM_RECORD)
+        self._written: set[str] = set()
+        self._lock = threading.Lock()
         self._stop_evt = threading.Event()
+
+    def _save(self) -> None:
+        if self.record is None:
+            return
+        with self._lock:
+            names = set(self.seen)
+            if names == self._written:
+                return
+            try:
+                tmp = self.record.with_name(self.record.name + ".tmp")
+                tmp.write_text(json.dumps(sorted(names)) + "\n", encoding="utf-8")
+                os.replace(tmp, self.record)
+                self._written = names
+            except OSError:
+                pass  # bookkeeping for a later run: never a reason to stop this one
 
     def _pids(self) -> list[int]:
         """The engine's processes: its descendants, and the members of its process group (workers
@@ -534,6 +608,7 @@ class ShmTracker(threading.Thread):
                         self.seen.add(target[9:].split(" ")[0])
             except OSError:
                 pass
+        self._save()
 
     def run(self) -> None:
         while not self._stop_evt.wait(self.interval):
@@ -559,4 +634,5 @@ def _cleanup(spec: LaunchSpec, tmp: Path, shm_before: set[str], shm_seen: set[st
                 p.unlink()
         except OSError:
             pass
+    (spec.run_dir / SHM_RECORD).unlink(missing_ok=True)
     (spec.run_dir / "ready").unlink(missing_ok=True)
