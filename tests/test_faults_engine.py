@@ -37,7 +37,10 @@ KEY = "sk-ppspec-engine-" + hashlib.sha256(str(time.time_ns()).encode()).hexdige
 
 
 def _temp_entries() -> set[str]:
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), "vllm_dist_*"))) | set(glob.glob("/dev/shm/*"))
+    # The fault tests' fake engines (psm_fakevllm_*) are never part of a real serve: another test's
+    # fake running at the same moment must not count as this engine's leftover.
+    shm = {f for f in glob.glob("/dev/shm/*") if not os.path.basename(f).startswith("psm_fakevllm")}
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "vllm_dist_*"))) | shm
 
 
 def _sha(p: Path) -> str:

@@ -20,7 +20,10 @@ pytestmark = [pytest.mark.vllm, pytest.mark.engine]
 
 
 def _tmp_vllm_files() -> set[str]:
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), "vllm_dist_*"))) | set(glob.glob("/dev/shm/*"))
+    # The fault tests' fake engines (psm_fakevllm_*) are never part of a real serve: another test's
+    # fake running at the same moment must not count as this engine's leftover.
+    shm = {f for f in glob.glob("/dev/shm/*") if not os.path.basename(f).startswith("psm_fakevllm")}
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "vllm_dist_*"))) | shm
 
 
 def _plugin_status(run_dir) -> list[dict]:
