@@ -307,7 +307,9 @@ def _apply_index(ck: Checkpoint, idx: dict[str, Any], where: str) -> None:
 
 
 def _safe_shard_name(name: str) -> bool:
-    return bool(name) and not name.startswith("/") and ".." not in Path(name).parts and "\x00" not in name
+    if not name or name.startswith("/") or "\x00" in name or ".." in Path(name).parts:
+        return False
+    return all(len(part.encode("utf-8", "replace")) <= 255 for part in Path(name).parts)  # else ENAMETOOLONG
 
 
 def load_local(ref: str, path: Path, *, read_headers: bool = True) -> Checkpoint:
