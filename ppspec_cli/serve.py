@@ -269,6 +269,30 @@ PRIVATE_TMP_RECORD = "tmpdir"
 SHM_RECORD = "shm.json"
 
 
+def _shm_of(pid: int | str) -> set[str]:
+    """The /dev/shm names one process maps or holds open (empty if it is gone or unreadable)."""
+    found: set[str] = set()
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                i = line.find("/dev/shm/")
+                if i >= 0:
+                    found.add(line[i + 9 :].split()[0])
+    except OSError:
+        pass
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                t = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if t.startswith("/dev/shm/"):
+                found.add(t[9:].split(" ")[0])
+    except OSError:
+        pass
+    return found
+
+
 def _shm_in_use() -> set[str]:
     """Every /dev/shm name some process maps or holds open right now."""
     used: set[str] = set()
@@ -276,6 +300,9 @@ def _shm_in_use() -> set[str]:
         pids = [d for d in os.listdir("/proc") if d.isdigit()]
     except OSError:
         return used
+    for pid in pids:
+        used |= _shm_of(pid)
+    return used
     for pid in pids:
         try:
             with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
@@ -590,24 +617,7 @@ class ShmTracker(threading.Thread):
 
     def scan(self) -> None:
         for pid in self._pids():
-            try:
-                with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
-                    for line in f:
-                        i = line.find("/dev/shm/")
-                        if i >= 0:
-                            self.seen.add(line[i + 9 :].split()[0])
-            except OSError:
-                pass
-            try:
-                for fd in os.listdir(f"/proc/{pid}/fd"):
-                    try:
-                        target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                    except OSError:
-                        continue
-                    if target.startswith("/dev/shm/"):
-                        self.seen.add(target[9:].split(" ")[0])
-            except OSError:
-                pass
+            self.seen |= _shm_of(pid)
         self._save()
 
     def run(self) -> None:
