@@ -16,6 +16,8 @@ import bisect
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from .partition import suggest_partition
+
 Runner = Literal["v2", "v1"]
 
 #: Methods whose drafter consumes the target's auxiliary hidden states.
@@ -217,6 +219,8 @@ class Plan:
     hidden_size: int | None
     dtype_bytes: int | None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: drafter-aware split (ppspec_cli/partition.py); None without weight sizes, drafter or PP
+    suggested_partition: tuple[int, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -239,6 +243,7 @@ class Plan:
             for s in self.stages
         ]
         d["draft_layer_ids"] = list(self.draft_layer_ids)
+        d["suggested_partition"] = list(self.suggested_partition) if self.suggested_partition else None
         d["notes"] = list(self.notes)
         return d
 
@@ -292,6 +297,7 @@ def build_plan(
     lm_head_bytes: int | None = None,
     drafter_bytes: int | None = None,
     notes: tuple[str, ...] = (),
+    num_speculative_tokens: int = 1,
 ) -> Plan:
     """Assemble the plan. Callers validate inputs first (rules report bad partitions as findings);
     a partition that does not fit falls back to the default so the rest can still be shown."""
@@ -337,7 +343,15 @@ def build_plan(
                 weight_bytes=wb,
             )
         )
+    suggested = None
+    if pp > 1 and method and layer_weight_bytes is not None and drafter_bytes and len(layer_weight_bytes) == num_layers >= pp:
+        extra = (lm_head_bytes or 0) + num_speculative_tokens * drafter_bytes
+        suggested = tuple(suggest_partition(layer_weight_bytes, pp, last_extra=extra, prefer=default_partition(num_layers, pp)))
+        if list(suggested) != partition:
+            notes = (*notes, f"suggested layer_partition {list(suggested)}: balances the weight bytes each stage reads per step, counting the "
+                             f"lm_head and {num_speculative_tokens} drafter pass(es) on the last stage (docs/gpu-validation.md, drafter-aware partition)")
     return Plan(
+        suggested_partition=suggested,
         num_layers=num_layers,
         partition=tuple(partition),
         partition_source=source,

@@ -223,5 +223,6 @@ def resolve(
             lm_head_bytes=lm_b,
             drafter_bytes=drafter_b,
             notes=tuple(notes),
+            num_speculative_tokens=profile.drafter.num_speculative_tokens if profile.drafter else 1,
         )
     return r
