@@ -2,7 +2,7 @@
 # ppspec developer bootstrap: the one script behind the README's fresh-machine commands.
 #
 #   bash dev.sh demo [ARGS...]    install if needed, then `ppspec serve profiles/tiny_cpu_demo.yaml ARGS...`
-#   bash dev.sh test [ARGS...]    install if needed, then run the whole pytest suite (ARGS go to pytest)
+#   bash dev.sh test [ARGS...]    install if needed, `ruff check .`, then the whole pytest suite (ARGS go to pytest)
 #   bash dev.sh install           install if needed, nothing else
 #   (PPSPEC_SKIP_INSTALL=1 uses an existing .venv as it is; PPSPEC_PYTHON picks the base Python)
 #
@@ -148,6 +148,10 @@ case "$cmd" in
         ;;
     test)
         ensure_installed
+        # Lint first, as CI does (ruff is in the [test] extra; settings in pyproject.toml).
+        [ -x "$VENV/bin/ruff" ] || die "ruff is missing from .venv: run \`bash dev.sh install\`"
+        "$VENV/bin/ruff" check --no-cache . \
+            || die "ruff check found problems (above); fix them (\`.venv/bin/ruff check --fix .\` fixes some) and run again"
         rc=0
         "$PY" -m pytest "$@" || rc=$?
         if [ "$rc" -eq 5 ]; then

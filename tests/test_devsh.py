@@ -12,11 +12,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _devsh(*args: str, cwd: Path = REPO, timeout: int = 300) -> subprocess.CompletedProcess:
+def _devsh(*args: str, cwd: Path = REPO, timeout: int = 300, script: Path = REPO / "dev.sh") -> subprocess.CompletedProcess:
     # PPSPEC_SKIP_INSTALL: never start a multi-minute install from inside the test suite.
     env = dict(os.environ, PPSPEC_SKIP_INSTALL="1")
     return subprocess.run(
-        ["bash", str(REPO / "dev.sh"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        ["bash", str(script), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -44,6 +44,29 @@ def test_no_tests_collected_is_a_failure_and_exit_codes_pass_through(tmp_path):
     proc = _devsh("test", "-q", "-p", "no:cacheprovider", "--rootdir", str(failing), str(failing))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "1 failed" in proc.stdout
+
+
+@pytest.mark.skipif(
+    not (REPO / ".venv" / "bin" / "ruff").exists(),
+    reason="dev.sh lints with .venv's ruff; this checkout has none (run `bash dev.sh install`)",
+)
+def test_lint_runs_before_the_tests_and_fails_the_run(tmp_path):
+    """`dev.sh test` (so CI) runs `ruff check .` with the repo's settings first; a violation stops it
+    before pytest with ruff's report."""
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    for name in ("dev.sh", "pyproject.toml"):
+        (repo / name).write_bytes((REPO / name).read_bytes())
+    (repo / ".venv").symlink_to(REPO / ".venv")
+    (repo / "tests" / "test_ok.py").write_text("def test_ok():\n    pass\n")
+    args = ("test", "-q", "-p", "no:cacheprovider", "--rootdir", str(repo), str(repo / "tests"))
+    proc = _devsh(*args, cwd=repo, script=repo / "dev.sh")
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout + proc.stderr
+    (repo / "tests" / "test_bad.py").write_text("import os\n\n\ndef test_bad():\n    pass\n")  # F401
+    proc = _devsh(*args, cwd=repo, script=repo / "dev.sh")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "F401" in proc.stdout and "ruff check found problems" in proc.stderr
+    assert "passed" not in proc.stdout  # pytest never ran
 
 
 def test_ci_entry_point_runs_devsh_test():

@@ -121,7 +121,7 @@ def test_kimi_multinode_mp_every_node(hf_env):
 
 def test_node_rank_selects_one_node(hf_env):
     p = subprocess.run(PPSPEC + ["serve", "profiles/deepseek_v4_flash_mtp.yaml", "--dry-run", "--node-rank", "1"], capture_output=True, text=True, env=hf_env, cwd=REPO, timeout=120)
-    lines = [l for l in p.stdout.splitlines() if not l.startswith("#")]
+    lines = [ln for ln in p.stdout.splitlines() if not ln.startswith("#")]
     assert len(lines) == 1 and "--node-rank 1" in lines[0] and "--headless" in lines[0]
     assert "'\"method\":\"mtp\"" in lines[0] or '"method":"mtp"' in lines[0]
     bad = subprocess.run(PPSPEC + ["serve", "profiles/deepseek_v4_flash_mtp.yaml", "--dry-run", "--node-rank", "5"], capture_output=True, text=True, env=hf_env, cwd=REPO, timeout=120)
@@ -150,7 +150,7 @@ def test_secret_by_reference_and_shell_metacharacters(hf_env, tmp_path):
     p = subprocess.run(PPSPEC + ["serve", str(prof), "--dry-run"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "sk-super-secret-value" not in p.stdout + p.stderr
-    line = [l for l in p.stdout.splitlines() if not l.startswith("#")][0]
+    line = [ln for ln in p.stdout.splitlines() if not ln.startswith("#")][0]
     assert 'VLLM_API_KEY="${MY_KEY}"' in line
     words = shlex.split(line)
     assert str(evil) in words

@@ -260,7 +260,7 @@ def test_refusal_when_vllm_lacks_what_a_patch_expects(tmp_path, monkeypatch, cle
     assert "pack qwen3_moe" in msg and "patch qwen3_moe.relay_forward" in msg and "embed_input_ids" in msg
     assert "vLLM 0." in msg and "Fix:" in msg
     assert q.Qwen3MoeModel.__dict__["forward"] is orig_forward
-    assert getattr(q.Qwen3MoeModel, "supports_aux_hidden_states_over_pp") is False
+    assert q.Qwen3MoeModel.supports_aux_hidden_states_over_pp is False
 
 
 @pytest.mark.vllm

@@ -6,6 +6,7 @@ syntax), never a pydantic/yaml traceback."""
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.profile import MAX_PROFILE_BYTES, MAX_PROFILE_NODES, Profile, load_profile, parse_profile
@@ -356,5 +357,5 @@ def test_unreadable_file(write_profile, monkeypatch):
 
 def test_profile_is_immutable():
     p = parse_profile(MIN)
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         p.name = "other"  # type: ignore[misc]

@@ -625,7 +625,6 @@ def test_unreadable_checkpoints(tmp_path, llama, make_checkpoint):
     ],
 )
 def test_checkpoint_gap_findings(make_checkpoint, specforge, role, code, severity):
-    from conftest import write_safetensors
 
     cfg = fixture_config(LLAMA)
     kw: dict = {}

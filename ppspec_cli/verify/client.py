@@ -48,7 +48,7 @@ def normalize_endpoint(endpoint: str | None) -> str:
             fix="remove user:password@ from the URL and put the API key in an environment variable (--api-key-env NAME)",
         )
     try:
-        parts.port
+        _ = parts.port  # urllib raises ValueError for a port that is not 0-65535
     except ValueError:
         raise PpspecError("endpoint port is not a number in 1-65535", where="--endpoint", fix="use a URL like http://127.0.0.1:8000") from None
     path = parts.path.rstrip("/")
@@ -155,7 +155,7 @@ class Client:
             except Exception:  # noqa: BLE001 - best-effort detail for the message
                 detail = ""
             raise self._http_error(url, e.code, detail) from None
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             raise PpspecError(
                 f"{url} did not answer within {t:g} s",
                 where=url,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any, Callable, Mapping
 
 from .. import __version__
@@ -270,7 +270,7 @@ def run_verify(
         task_score=task,
         warnings=warnings,
         lm_eval_command=lm_eval_command(client.endpoint, chosen, tokenizer),
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         ppspec_version=__version__,
     )
 
