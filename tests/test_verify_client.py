@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -116,19 +115,36 @@ def test_missing_api_key_variable_is_a_usage_error(monkeypatch):
 
 
 def test_timeout(server):
+    """The client gives up after its timeout while the server still holds the request: the handler
+    answers only once the test releases it, so an answer can never arrive before the error."""
     _, url = server
+    release, entered = threading.Event(), threading.Event()
 
-    def slow(h):
-        time.sleep(1.5)
+    def stuck(h):
+        entered.set()
+        release.wait(60)
         return 200, "{}", None
 
-    _Handler.routes["/v1/models"] = slow
-    c = Client(url, timeout=0.3)
-    t0 = time.monotonic()
-    with pytest.raises(PpspecError) as ei:
-        c._json("GET", "/v1/models", timeout=0.3)
-    assert time.monotonic() - t0 < 1.4
-    assert "did not answer within 0.3 s" in ei.value.what
+    _Handler.routes["/v1/models"] = stuck
+    result: list = []
+
+    def call():
+        try:
+            Client(url, timeout=0.3)._json("GET", "/v1/models", timeout=0.3)
+            result.append(None)
+        except Exception as e:  # noqa: BLE001 - any other error fails the type check below
+            result.append(e)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    try:
+        caller.join(30)  # a generous bound against a hang, not a speed target
+        assert not caller.is_alive(), "the client ignored its 0.3 s timeout (still waiting while the server holds the request)"
+    finally:
+        release.set()
+    assert entered.is_set(), "the request never reached the server"
+    assert isinstance(result[0], PpspecError), result
+    assert "did not answer within 0.3 s" in result[0].what
 
 
 def test_garbage_json(server):
