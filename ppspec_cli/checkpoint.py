@@ -211,10 +211,38 @@ def speculators_view(config: dict[str, Any]) -> dict[str, Any]:
                     out["dflash_config"] = {"target_layer_ids": lowered}
     elif config.get("eagle_aux_hidden_state_layer_ids") is not None:
         out["eagle_aux_hidden_state_layer_ids"] = config["eagle_aux_hidden_state_layer_ids"]
-    if config.get("architectures") is not None:
-        out["architectures"] = config["architectures"]
+    archs = _speculators_architectures(kind, out.get("model_type", "llama"), config.get("architectures"))
+    if archs is not None:
+        out["architectures"] = archs
     out["speculators_model_type"] = kind
     return out
+
+
+#: The drafter architecture vLLM's speculators conversion selects, per kind (and the layer
+#: config's model_type for eagle3 / peagle); same in vLLM 0.30-0.33 (speculators/algos.py).
+_SPECULATORS_ARCHS: dict[str, dict[str, str] | str] = {
+    "eagle3": {"llama": "Eagle3LlamaForCausalLM", "qwen3": "Eagle3Qwen3ForCausalLM"},
+    "peagle": {"llama": "PeagleLlamaForCausalLM", "qwen3": "PeagleQwen3ForCausalLM"},
+    "dflash": "DFlashDraftModel",
+    "dflash2": "DFlash2DraftModel",
+}
+#: DSpark keeps these architectures when the checkpoint names them; any other name (e.g. the
+#: training-only `DSparkSpeculator`) is served as Qwen3DSparkModel.
+_DSPARK_ARCHS = ("Qwen3DSparkModel", "Qwen3OmniDSparkModel")
+
+
+def _speculators_architectures(kind: Any, model_type: Any, declared: Any) -> list[str] | None:
+    """The architectures vLLM serves a speculators drafter as; the declared ones where vLLM
+    refuses the config (an unknown kind or model_type: the engine reports that, not ppspec)."""
+    if kind == "dspark":
+        names = [a for a in declared if a in _DSPARK_ARCHS] if isinstance(declared, list) else []
+        return names or [_DSPARK_ARCHS[0]]
+    by_kind = _SPECULATORS_ARCHS.get(kind) if isinstance(kind, str) else None
+    if isinstance(by_kind, str):
+        return [by_kind]
+    if isinstance(by_kind, dict) and isinstance(model_type, str) and model_type in by_kind:
+        return [by_kind[model_type]]
+    return declared
 
 
 def parse_safetensors_header(raw: bytes, *, file: str, file_size: int | None) -> dict[str, TensorInfo]:

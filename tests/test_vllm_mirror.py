@@ -21,9 +21,10 @@ pytestmark = pytest.mark.vllm
 hypothesis = pytest.importorskip("hypothesis", reason="the [test] extra (hypothesis) is needed for the property tests")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
+from mirror.cases import VERSIONS, Case, case_params  # noqa: E402
 from ppspec_cli import facts  # noqa: E402
 from ppspec_cli.checkpoint import speculators_view  # noqa: E402
+from ppspec_cli.engine.probes import installed_vllm  # noqa: E402
 from ppspec_cli.plan import (  # noqa: E402
     build_plan,
     default_partition,
@@ -226,6 +227,7 @@ def test_speculators_conversion_matches_vllm(vllm_mods, cfg):
     EXAMPLES["speculators configs"] += 1
     converted = vllm_mods.SpeculatorsConfig.extract_transformers_pre_trained_config(copy.deepcopy(cfg))
     assert v2_taps_from_config(speculators_view(cfg)).taps == vllm_mods.v2(_spec(converted))
+    assert speculators_view(cfg).get("architectures") == converted.get("architectures")
     method = vllm_mods.SpeculatorsConfig.build_vllm_speculative_config(
         {**copy.deepcopy(cfg), "speculators_config": {"proposal_methods": [{"speculative_tokens": 3}], "verifier": {"name_or_path": "x"}}}
     )["method"]
@@ -278,6 +280,22 @@ def fake_pp(vllm_mods):
     parallel_state.get_pp_group, parallel_state.model_parallel_is_initialized = saved
 
 
+def _vllm_stage_capture(m, fake_pp, taps: tuple[int, ...], bounds: list[tuple[int, int]]):
+    """Run vLLM's own capture and slot bookkeeping (EagleModelMixin) over each stage's layer loop;
+    yields (the stage's mixin, the taps it captured) rank by rank."""
+    for rank, (start, end) in enumerate(bounds):
+        fake_pp.rank, fake_pp.size = rank, len(bounds)
+        mixin = type("M", (m.EagleModelMixin,), {})()
+        mixin.start_layer = start
+        mixin._set_aux_hidden_state_layers(taps)
+        aux: list[int] = []
+        if rank == 0:  # the model's forward captures the embeddings as tap `start` on the first rank
+            mixin._maybe_add_hidden_state(aux, start, start, None)
+        for idx in range(start, end):  # ... and tap idx + 1 after layer idx
+            mixin._maybe_add_hidden_state(aux, idx + 1, idx + 1, None)
+        yield mixin, aux
+
+
 @settings(max_examples=500, **SETTINGS)
 @given(data=st.data(), n=st.integers(2, 120), pp=st.integers(2, 8))
 def test_stage_taps_slots_and_relay_match_vllm(vllm_mods, fake_pp, data, n, pp):
@@ -293,16 +311,8 @@ def test_stage_taps_slots_and_relay_match_vllm(vllm_mods, fake_pp, data, n, pp):
     bounds = stage_bounds(default_partition(n, pp))
     assert [list(s.taps) for s in plan.stages] == [list(t) for t in stage_taps(taps, bounds)]
     relayed = 0  # slots arriving from upstream
-    for rank, (start, end) in enumerate(bounds):
-        fake_pp.rank, fake_pp.size = rank, pp
-        m = type("M", (vllm_mods.EagleModelMixin,), {})()
-        m.start_layer = start
-        m._set_aux_hidden_state_layers(taps)
-        aux: list[int] = []
-        if rank == 0:  # the model's forward captures the embeddings as tap `start` on the first rank
-            m._maybe_add_hidden_state(aux, start, start, None)
-        for idx in range(start, end):  # ... and tap idx + 1 after layer idx
-            m._maybe_add_hidden_state(aux, idx + 1, idx + 1, None)
+    for rank, (m, aux) in enumerate(_vllm_stage_capture(vllm_mods, fake_pp, taps, bounds)):
+        start = bounds[rank][0]
         stage = plan.stages[rank]
         assert tuple(aux) == stage.taps
         assert m._aux_slot_base_cached == stage.upstream_slots == (upstream_slots(taps, start) if rank else 0)
@@ -369,6 +379,60 @@ def test_target_embed_methods_match_vllm(vllm_mods, fake_pp):
             expected = method in facts.TARGET_EMBED_METHODS and size > 1 and rank == size - 1
             assert spec_decode_needs_target_embed(cfg) == expected, (method, rank, size)
     assert spec_decode_needs_target_embed(SimpleNamespace(speculative_config=None)) is False
+
+
+# ---------------------------------------------------------------------------------------------
+# The mirror suite's case data (tests/mirror/cases), fed to the installed vLLM itself: proves that
+# each expected value of the installed version is what vLLM answers (tests/mirror/test_mirror.py
+# asks ppspec the same questions).
+
+_INSTALLED = installed_vllm()
+_INSTALLED_VERSION = _INSTALLED[0] if _INSTALLED else None
+
+
+def test_installed_vllm_is_a_mirrored_version():
+    """CI's vLLM must be one the mirror suite has cases for (else add its release's cases)."""
+    pytest.importorskip("vllm", reason="vLLM is not installed (install ppspec[cpu] or [cuda])")
+    assert _INSTALLED_VERSION in VERSIONS, f"vLLM {_INSTALLED_VERSION} has no mirror cases: see tests/mirror/README.md"
+
+
+def _vllm_answer(m, fake_pp, case: Case):
+    """What the installed vLLM's own function answers for a case (same shape as case.expect)."""
+    i = case.input
+    if case.topic == "partition":
+        if "env" in i:
+            got = _vllm_bounds(m, i["num_layers"], i["pp"], i["env"])
+            return "error" if got is ValueError else [list(b) for b in got]
+        return list(_vllm_bounds(m, i["num_layers"], i["pp"], None)[i["rank"]])
+    if case.topic == "speculators":
+        converted = m.SpeculatorsConfig.extract_transformers_pre_trained_config(copy.deepcopy(i["config"]))
+        return {k: converted.get(k) for k in case.expect}
+    if case.check == "config":
+        spec = _spec(i["config"])
+        got = m.v2(spec) if i["runner"] == "v2" else m.v1(SimpleNamespace(speculative_config=spec))
+        return None if got is None else list(got)
+    if case.check in ("sorted", "defaults"):
+        fake_pp.rank, fake_pp.size = 0, 1  # one stage, as the release tests build it
+        holder = type("M", (m.EagleModelMixin,), {})()
+        holder.start_layer = 0
+        raw = tuple(i["taps"]) if case.check == "sorted" else m.SupportsEagle3.get_eagle3_default_aux_hidden_state_layers(_Holder(i["num_layers"]))
+        holder._set_aux_hidden_state_layers(raw)
+        return list(holder.aux_hidden_state_layers)
+    if case.check == "stages":
+        bounds = stage_bounds(i["partition"])
+        taps, slots, relay = [], [], []
+        for mixin, aux in _vllm_stage_capture(m, fake_pp, tuple(i["taps"]), bounds):
+            taps.append(list(aux))
+            slots.append(mixin._aux_slot_base_cached)
+            relay.append(mixin._aux_slot_base_cached + len(mixin.pack_local_aux_hidden_states(aux)))
+        return {"stage_taps": taps, "upstream_slots": slots, "relay_slots": relay[:-1]}
+    raise AssertionError(f"no vLLM function answers {case.topic}/{case.check} ({case.id})")
+
+
+@pytest.mark.parametrize(("case", "version"), case_params(version=_INSTALLED_VERSION) if _INSTALLED_VERSION else [])
+def test_mirror_case_holds_in_installed_vllm(vllm_mods, env_uncached, fake_pp, case: Case, version: str):
+    EXAMPLES["mirror cases proven on vLLM"] += 1
+    assert _vllm_answer(vllm_mods, fake_pp, case) == case.expect, case.source
 
 
 def test_examples_tried():
