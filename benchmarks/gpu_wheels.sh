@@ -39,6 +39,9 @@ PPSPEC_WHL_DIR="${PPSPEC_WHL_DIR:-.whl/ppspec}"
 DEVICE_PARTS="${DEVICE_PARTS:-/tmp/wheelparts}"
 DEVICE_SITE="${DEVICE_SITE:-/tmp/site}"
 KINDS_MD="${KINDS_MD:-/work/.library/device/KINDS.md}"
+# Carried whatever the device has (name==version): the image's NCCL 2.28.9 lacks symbols that
+# libtorch_cuda 2.14 links against (ncclCommGrow, ncclCommSuspend, ncclPutSignal, ...).
+FORCE_CARRY="${FORCE_CARRY:-nvidia-nccl-cu13==2.30.7}"
 LEAN_SKIP="nvidia-cutlass-dsl-libs-cu12 nvidia-cutlass-dsl-libs-cu13 nvidia-cutlass-dsl-libs-base nvidia-cutlass-dsl-libs-core nvidia-cutlass-dsl quack-kernels tilelang z3-solver tokenspeed-triton tokenspeed-mla humming-kernels pynvvideocodec torchcodec nvidia-cuda-nvcc nvidia-nvvm nvidia-cuda-crt nvidia-cuda-cccl opencv-python-headless"
 
 platform_flags() {
@@ -76,12 +79,13 @@ resolve() {
 
 select_wheels() {
   # Prints "name version filename url" for every wheel to carry, given the tier and device list.
-  python3 - "$CACHE/report-$VLLM_VERSION.json" "$TIER" "$DEVICE_LIST" "$KINDS_MD" "$LEAN_SKIP" <<'PY'
+  # A FORCE_CARRY wheel prints "? ?" for its file name and url: prepare downloads it by version.
+  python3 - "$CACHE/report-$VLLM_VERSION.json" "$TIER" "$DEVICE_LIST" "$KINDS_MD" "$LEAN_SKIP" "$FORCE_CARRY" <<'PY'
 import json, re, sys
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-report, tier, device_list, kinds_md, lean_skip = sys.argv[1:6]
+report, tier, device_list, kinds_md, lean_skip, force_carry = sys.argv[1:7]
 norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
 items = json.load(open(report))["install"]
 device = {}  # name -> version or None (name known, version not)
@@ -109,11 +113,14 @@ for it in items:
             continue
         specs.setdefault(norm(req.name), []).append(req.specifier)
 skip = set(lean_skip.split()) if tier == "lean" else set()
+forced = {norm(x.split("==", 1)[0]): x.split("==", 1)[1] for x in force_carry.split() if "==" in x}
+for name, version in forced.items():
+    print(name, version, "?", "?")
 for it in items:
     md = it["metadata"]
     name, version = norm(md["name"]), md["version"]
     url = it["download_info"]["url"]
-    if name in skip:
+    if name in skip or name in forced:
         continue
     if tier in ("lean", "minimal") and (name.startswith("nvidia-") or name.startswith("cuda-")) and name in device:
         continue
@@ -159,20 +166,25 @@ cmd_prepare() {
   local sel; sel="$(select_wheels)"
   mkdir -p "$CACHE/wheels"
   local name version f url
+  : > "$CACHE/selected.txt"
   while read -r name version f url; do
     [ -n "$f" ] || continue
-    [ -f "$CACHE/wheels/$f" ] && continue
-    echo "downloading $name==$version" >&2
-    # shellcheck disable=SC2046
-    python3 -m pip download --no-deps --only-binary=:all: --python-version "$PY_VERSION" --implementation cp $(platform_flags) \
-      -d "$CACHE/wheels" --quiet "$name==$version" >&2
+    if [ "$f" = "?" ] || [ ! -f "$CACHE/wheels/$f" ]; then
+      echo "downloading $name==$version" >&2
+      # shellcheck disable=SC2046
+      python3 -m pip download --no-deps --only-binary=:all: --python-version "$PY_VERSION" --implementation cp $(platform_flags) \
+        -d "$CACHE/wheels" --quiet "$name==$version" >&2
+    fi
+    if [ "$f" = "?" ]; then  # a FORCE_CARRY wheel: find the file pip saved
+      f=$(cd "$CACHE/wheels" && ls -1 "${name//-/_}-$version-"*.whl | head -1)
+    fi
+    echo "$f" >> "$CACHE/selected.txt"
   done <<< "$sel"
   # ppspec itself, built from this checkout (it carries the engine plugin entry point)
   rm -rf "$PPSPEC_WHL_DIR"; mkdir -p "$PPSPEC_WHL_DIR"
   python3 -m pip wheel --no-deps --quiet -w "$PPSPEC_WHL_DIR" . >&2
   # one tar of the selected wheels, split into parts, with checksums
   rm -rf "$PARTS_DIR"; mkdir -p "$PARTS_DIR"
-  echo "$sel" | awk 'NF {print $3}' > "$CACHE/selected.txt"
   tar -C "$CACHE/wheels" -cf - -T "$CACHE/selected.txt" | split -b "${PART_MIB}M" -d -a 3 - "$PARTS_DIR/part-"
   (cd "$PARTS_DIR" && sha256sum part-* > SHA256SUMS)
   local total; total=$(du -cb "$PARTS_DIR"/part-* | tail -1 | cut -f1)
@@ -204,16 +216,20 @@ cmd_receive() {
 }
 
 cmd_install() {
-  # On the device: all parts present and intact -> wheels -> pip install --target DEVICE_SITE.
+  # On the device: all parts present and intact -> wheels -> ONE pip install --target DEVICE_SITE
+  # of every wheel and ppspec's. One call because `pip install --target` with --upgrade replaces
+  # whole top-level folders of the target: a second call for ppspec alone replaced bin/ and the
+  # `vllm` command was gone. The stamp remembers which ppspec wheel went in; a new one reinstalls all.
   [ -f "$DEVICE_PARTS/SHA256SUMS" ] || cp "$PARTS_DIR/SHA256SUMS" "$DEVICE_PARTS/SHA256SUMS"
   (cd "$DEVICE_PARTS" && sha256sum -c --quiet SHA256SUMS) || { echo "parts missing or damaged: resend them (calls)" >&2; exit 1; }
-  if [ ! -f "$DEVICE_SITE/.ppspec-wheels-installed" ]; then
-    rm -rf /tmp/wheels; mkdir -p /tmp/wheels
+  local want; want=$(cat "$PPSPEC_WHL_DIR"/*.whl | sha256sum | cut -c1-64)
+  if [ "$(cat "$DEVICE_SITE/.ppspec-wheels-installed" 2>/dev/null)" != "$want" ]; then
+    rm -rf /tmp/wheels "$DEVICE_SITE"; mkdir -p /tmp/wheels
     cat "$DEVICE_PARTS"/part-* | tar -C /tmp/wheels -xf -
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$DEVICE_SITE" /tmp/wheels/*.whl
-    touch "$DEVICE_SITE/.ppspec-wheels-installed"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$DEVICE_SITE" /tmp/wheels/*.whl "$PPSPEC_WHL_DIR"/*.whl
+    echo "$want" > "$DEVICE_SITE/.ppspec-wheels-installed"
   fi
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$DEVICE_SITE" "$PPSPEC_WHL_DIR"/*.whl
+  [ -x "$DEVICE_SITE/bin/vllm" ] || { echo "install incomplete: $DEVICE_SITE/bin/vllm is missing" >&2; exit 1; }
   PYTHONPATH="$DEVICE_SITE" python3 -c "import torch, vllm; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.device_count(), 'vllm', vllm.__version__)"
 }
 

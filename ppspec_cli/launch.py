@@ -176,14 +176,36 @@ ENV_VLLM_EXECUTABLE = "PPSPEC_VLLM_EXECUTABLE"
 
 def vllm_executable() -> str:
     """$PPSPEC_VLLM_EXECUTABLE when set; else `vllm` next to this interpreter (the venv ppspec runs
-    in), else on PATH."""
+    in), else on PATH, else the `bin/vllm` beside an importable vllm package (the layout of
+    `pip install --target DIR`). When vLLM imports but no command is found, that is an error of
+    its own: "install vLLM" would send the user the wrong way."""
     override = os.environ.get(ENV_VLLM_EXECUTABLE)
     if override:
         return override
     cand = Path(sys.executable).parent / "vllm"
     if cand.exists():
         return str(cand)
-    return shutil.which("vllm") or "vllm"
+    found = shutil.which("vllm")
+    if found:
+        return found
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin:
+        return "vllm"  # not installed: starting it fails with serve's "install vLLM" message
+    pkg_root = Path(spec.origin).resolve().parent.parent
+    beside = pkg_root / "bin" / "vllm"
+    if beside.exists():
+        return str(beside)
+    raise PpspecError(
+        f"the `vllm` command is not on PATH, although the vllm package imports (from {pkg_root})",
+        where="vllm",
+        fix=f"put the folder holding the `vllm` script on PATH, or set {ENV_VLLM_EXECUTABLE} to it",
+        exit_code=1,
+    )
 
 
 def _local_ref(ref: str) -> str:
