@@ -7,7 +7,6 @@ Partial or missing metadata is recorded as a `Gap`, never filled in with a guess
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import struct
@@ -15,10 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from . import safeio
 from .errors import PpspecError
 
 MAX_CONFIG_BYTES = 8 << 20
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
+#: Bounds across all shards of one checkpoint (the largest public checkpoints hold ~200k tensors in ~200 shards).
+MAX_SHARDS = 10_000
+MAX_TENSORS = 2_000_000
+MAX_TOTAL_HEADER_BYTES = 512 << 20
 DTYPE_BYTES = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
     "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "U32": 4, "U16": 2, "U64": 8, "F4": 1,
@@ -26,6 +30,10 @@ DTYPE_BYTES = {
 #: Sizes beyond these are not models but corrupt or hostile configs (and would make plans allocate absurdly).
 CONFIG_INT_LIMITS = {"num_hidden_layers": 100_000, "hidden_size": 1 << 20, "vocab_size": 1 << 31}
 TORCH_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float64": 8}
+
+
+class _HeaderError(PpspecError):
+    """A shard that cannot be read (turned into a `bad-safetensors` gap)."""
 
 
 @dataclass(frozen=True)
@@ -255,11 +263,13 @@ def parse_safetensors_header(raw: bytes, *, file: str, file_size: int | None) ->
     if len(raw) < 8 + n:
         raise ValueError(f"header truncated: claims {n} bytes, {len(raw) - 8} present")
     try:
-        header = json.loads(raw[8 : 8 + n].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"header is not valid JSON: {e}") from None
+        header = safeio.parse_json(raw[8 : 8 + n], what="header", max_depth=8, error=_HeaderError)
+    except _HeaderError as e:
+        raise ValueError(e.what) from None
     if not isinstance(header, dict):
         raise ValueError("header is not a JSON object")
+    if len(header) > MAX_TENSORS:
+        raise ValueError(f"header lists {len(header)} tensors, more than {MAX_TENSORS}")
     out: dict[str, TensorInfo] = {}
     data_len = None if file_size is None else file_size - 8 - n
     for name, info in header.items():
@@ -288,14 +298,7 @@ def parse_safetensors_header(raw: bytes, *, file: str, file_size: int | None) ->
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
-    try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise PpspecError(f"{what} is larger than {MAX_CONFIG_BYTES >> 20} MiB", where=str(path), fix="check that this is really a checkpoint's metadata file", exit_code=1)
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise PpspecError(f"{what} is not valid JSON ({e})", where=str(path), fix="restore the file from the model repository", exit_code=1) from None
-    except OSError as e:
-        raise PpspecError(f"cannot read {what}: {e.strerror}", where=str(path), fix="check the file's permissions", exit_code=1) from None
+    data = safeio.read_json(path, limit=MAX_CONFIG_BYTES, what=what, fix="restore the file from the model repository", exit_code=1)
     if not isinstance(data, dict):
         raise PpspecError(f"{what} must be a JSON object", where=str(path), fix="restore the file from the model repository", exit_code=1)
     return data
@@ -377,22 +380,29 @@ def load_local(ref: str, path: Path, *, read_headers: bool = True) -> Checkpoint
     if not present:
         ck.gaps.append(Gap("no-weights", "no safetensors files here (metadata only): tensor-level checks are not run"))
         return ck
+    if len(present) > MAX_SHARDS:
+        ck.gaps.append(Gap("bad-safetensors", f"{len(present)} shard files, more than the {MAX_SHARDS} ppspec reads headers of: tensor-level checks not run"))
+        return ck
     tensors: dict[str, TensorInfo] = {}
+    header_bytes = 0
     for s in present:
         fp = path / s
         try:
-            size = fp.stat().st_size
-            with fp.open("rb") as f:
-                head = f.read(8)
-                if len(head) == 8:
-                    (n,) = struct.unpack("<Q", head)
-                    head += f.read(min(n, MAX_HEADER_BYTES))
+            head, size = safeio.read_head(fp, 8, what=f"shard {s}", error=_HeaderError)
+            if len(head) == 8:
+                (n,) = struct.unpack("<Q", head)
+                header_bytes += min(n, MAX_HEADER_BYTES)
+                if header_bytes > MAX_TOTAL_HEADER_BYTES:
+                    raise ValueError(f"the shards' headers together exceed {MAX_TOTAL_HEADER_BYTES >> 20} MiB")
+                head, size = safeio.read_head(fp, 8 + min(n, MAX_HEADER_BYTES), what=f"shard {s}", error=_HeaderError)
             tensors.update(parse_safetensors_header(head, file=s, file_size=size))
+            if len(tensors) > MAX_TENSORS:
+                raise ValueError(f"the shards hold more than {MAX_TENSORS} tensors together")
         except ValueError as e:
             ck.gaps.append(Gap("bad-safetensors", f"{s}: {e}"))
             return ck
-        except OSError as e:
-            ck.gaps.append(Gap("bad-safetensors", f"{s}: cannot read ({e.strerror})"))
+        except _HeaderError as e:
+            ck.gaps.append(Gap("bad-safetensors", f"{s}: {e.what}"))
             return ck
     if ck.weight_map is not None and (missing or unsafe):
         return ck  # incomplete view: keep the index as the name list
@@ -465,7 +475,7 @@ def _hub_unreachable(ref: str, revision: str | None) -> bool:
 def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_headers: bool = True) -> Checkpoint:
     """Metadata from the hub (or its local cache): config, index, and safetensors headers by range reads."""
     try:
-        from huggingface_hub import constants, get_safetensors_metadata, hf_hub_download
+        from huggingface_hub import constants, get_hf_file_metadata, get_safetensors_metadata, hf_hub_download, hf_hub_url
         from huggingface_hub.utils import EntryNotFoundError
     except ImportError:  # pragma: no cover - dependency
         raise PpspecError("huggingface_hub is not installed", fix="pip install huggingface_hub", exit_code=1) from None
@@ -478,7 +488,19 @@ def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_head
 
     def fetch(name: str) -> Path | None:
         try:
+            if not cache_only:
+                # the size the hub announces, checked before anything is downloaded
+                size = get_hf_file_metadata(hf_hub_url(ref, name, revision=revision), timeout=constants.HF_HUB_ETAG_TIMEOUT).size
+                if size is not None and size > MAX_CONFIG_BYTES:
+                    raise PpspecError(
+                        f"the hub announces {name} as {size} bytes, more than the {MAX_CONFIG_BYTES >> 20} MiB ppspec reads; not downloaded",
+                        where=f"{ref}/{name}",
+                        fix="check that this is really a model repository",
+                        exit_code=1,
+                    )
             return Path(hf_hub_download(ref, name, revision=revision, local_files_only=cache_only))
+        except PpspecError:
+            raise
         except Exception as e:  # noqa: BLE001 - translated into one clear message
             # LocalEntryNotFoundError (and its IncompleteSnapshotError) is also an
             # EntryNotFoundError: "not cached, hub offline/unreachable" is not "no such file".
@@ -508,6 +530,9 @@ def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_head
     if unreachable:
         ck.gaps.append(Gap("no-weights", f"the hub ({_endpoint()}) could not be reached: metadata from the local cache, safetensors headers not read"))
         return ck
+    if ck.weight_map is not None and len(set(ck.weight_map.values())) > MAX_SHARDS:
+        ck.gaps.append(Gap("bad-safetensors", f"the index names more than {MAX_SHARDS} shard files: headers not read, tensor-level checks not run"))
+        return ck
     try:
         meta = get_safetensors_metadata(ref, revision=revision)  # range reads of the headers only
     except Exception as e:  # noqa: BLE001
@@ -520,6 +545,9 @@ def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_head
             ck.gaps.append(Gap("no-weights", f"safetensors headers not read ({kind}): tensor-level checks not run"))
         return ck
     tensors: dict[str, TensorInfo] = {}
+    if sum(len(fm.tensors) for fm in meta.files_metadata.values()) > MAX_TENSORS:
+        ck.gaps.append(Gap("bad-safetensors", f"the shards hold more than {MAX_TENSORS} tensors together: tensor-level checks not run"))
+        return ck
     for fname, fm in meta.files_metadata.items():
         for tname, ti in fm.tensors.items():
             t = TensorInfo(tname, ti.dtype, tuple(ti.shape), fname)

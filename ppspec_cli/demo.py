@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ppspec_cli import safeio
 from ppspec_cli.errors import PpspecError
 
 # Bump whenever anything below changes the bytes written: cached models are rebuilt.
@@ -219,8 +220,8 @@ def _require_build_deps(name: str) -> None:
 
 def _is_current(path: Path) -> bool:
     try:
-        stamp = json.loads((path / STAMP_FILE).read_text())
-    except (OSError, ValueError):
+        stamp = safeio.read_json(path / STAMP_FILE, limit=1 << 16, what="demo stamp")
+    except PpspecError:
         return False
     return isinstance(stamp, dict) and stamp.get("factory_version") == FACTORY_VERSION
 

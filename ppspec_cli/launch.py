@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import safeio
 from .errors import PpspecError
 from .resolve import Resolved
 
@@ -360,10 +361,10 @@ def materialize_overlay(spec: LaunchSpec, revision: str | None = None) -> None:
                 exit_code=1,
             ) from None
     try:
-        cfg = json.loads((src / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        cfg = safeio.read_json(src / "config.json", limit=8 << 20, what="drafter config.json", exit_code=1)
+    except PpspecError as e:
         raise PpspecError(
-            f"cannot read the drafter's config.json to build its config overlay: {getattr(e, 'strerror', None) or type(e).__name__}",
+            f"cannot read the drafter's config.json to build its config overlay: {e.what}",
             where=str(src / "config.json"),
             fix="the engine loads config.json: get the drafter's complete config.json into that directory",
             exit_code=1,

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from . import safeio
 from .errors import PpspecError
 
 #: What a pack may say it provides. Fixed so rules and docs can rely on the names.
@@ -370,8 +371,8 @@ def load_pack_dir(path: Path, *, source: str = "built-in") -> Pack:
     if not manifest_path.is_file():
         raise PpspecError(f"adapter pack folder has no {PACK_FILE}", where=str(path), fix=f"add {PACK_FILE} (see docs/adapters.md)")
     try:
-        raw = yaml.safe_load(manifest_path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, OSError, UnicodeDecodeError) as e:
+        raw = yaml.safe_load(safeio.read_text(manifest_path, limit=1 << 20, what="adapter pack manifest"))
+    except yaml.YAMLError as e:
         raise PpspecError(f"cannot read adapter pack manifest: {e}", where=str(manifest_path), fix="fix the YAML") from None
     if not isinstance(raw, dict):
         raise PpspecError("adapter pack manifest must be a mapping", where=str(manifest_path), fix="see docs/adapters.md")

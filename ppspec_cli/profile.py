@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from . import safeio
 from .errors import PpspecError
 
 METHODS = ("eagle3", "dflash", "dspark", "mtp", "eagle")
@@ -321,18 +322,7 @@ def parse_profile(text: str, source: str = "<profile>") -> Profile:
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile file."""
     p = Path(path)
-    if not p.exists():
-        raise PpspecError(f"profile file not found: {p}", where=str(p), fix="check the path; ready profiles are in profiles/")
     if p.is_dir():
         raise PpspecError(f"{p} is a directory, not a profile file", where=str(p), fix="pass a .yaml file, e.g. profiles/tiny_cpu_demo.yaml")
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise PpspecError(f"cannot read profile: {e.strerror}", where=str(p), fix="check the file's permissions") from None
-    if len(raw) > MAX_PROFILE_BYTES:
-        raise PpspecError(f"profile is larger than {MAX_PROFILE_BYTES // 1024} KiB", where=str(p), fix="a profile is a short YAML file; check you passed the right file")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise PpspecError("profile is not UTF-8 text", where=str(p), fix="save the profile as UTF-8 YAML") from None
+    text = safeio.read_text(p, limit=MAX_PROFILE_BYTES, what="profile file", fix="pass a profile YAML file (UTF-8, a few KiB); ready profiles are in profiles/")
     return parse_profile(text, source=str(p))

@@ -425,3 +425,14 @@ def test_unreachable_hub_falls_back_to_the_cache_fast(tmp_path, cached, write_pr
     assert time.perf_counter() - t0 < 15
     assert rc == 0 and out["target"]["num_hidden_layers"] == 32 and out["target"]["index"] is True
     assert "could not be reached" in codes(out)["target-no-weights"]["message"]
+
+
+def test_hub_announced_size_is_checked_before_downloading(tmp_path, write_profile, hub):
+    """A config.json the hub announces as 20 MiB is refused from its HEAD: no GET of it is made."""
+    repo = llama_repo()
+    repo["config.json"] = VFile(b'{"architectures": ["LlamaForCausalLM"], "x": "', 20 << 20)
+    hub.repos = {"meta-llama/Llama-3.1-8B-Instruct": repo, "org/eagle3": eagle3_repo()}
+    rc, out, _ = check_json(profile(write_profile), hub_env(tmp_path, hub.url, offline=False))
+    assert rc == 1 and "announces config.json" in codes(out)["target-unreadable"]["message"]
+    gets = [e for e in hub.log if e["method"] == "GET" and e["path"].endswith("/config.json") and "Llama" in e["path"]]
+    assert gets == [] and hub.violations == []

@@ -342,17 +342,20 @@ def test_huge_file_is_refused_without_parsing(tmp_path):
 def test_unreadable_file(write_profile, monkeypatch):
     """Permission errors (simulated: the suite may run as root) become one clear message."""
     import errno
-    from pathlib import Path
+    import os
 
     p = write_profile(MIN)
+    real_open = os.open
 
-    def deny(self):
-        raise PermissionError(errno.EACCES, "Permission denied")
+    def deny(path, *a, **k):
+        if str(path) == str(p):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_open(path, *a, **k)
 
-    monkeypatch.setattr(Path, "read_bytes", deny)
+    monkeypatch.setattr(os, "open", deny)
     with pytest.raises(PpspecError) as ei:
         load_profile(p)
-    assert "cannot read profile: Permission denied" in ei.value.what
+    assert "cannot read profile file: Permission denied" in ei.value.what
 
 
 def test_profile_is_immutable():

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
 from ..errors import PpspecError
+from ..safeio import read_json
 
 PLAN_FORMAT = "ppspec-plan/1"
 REQUIRED_KEYS = ("profile", "pack", "plan", "expect")
@@ -85,29 +85,6 @@ def write_plan_file(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
 
 def read_plan_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate; PlanFileError with one clear message otherwise."""
-    where = str(path)
-    p = Path(path)
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise PlanFileError("plan file does not exist", where=where, fix="unset PPSPEC_PLAN_FILE or start the engine with `ppspec serve`") from None
-    except OSError as e:
-        raise PlanFileError(f"plan file cannot be read: {e.strerror or e}", where=where, fix="check the path and its permissions") from None
-    if not stat.S_ISREG(st.st_mode):
-        # A device would be read until memory runs out, a FIFO would block the engine forever.
-        raise PlanFileError("plan file is not a regular file", where=where, fix="point PPSPEC_PLAN_FILE at the plan.json `ppspec serve` wrote")
-    if st.st_size > MAX_PLAN_BYTES:
-        raise PlanFileError(f"plan file is {st.st_size} bytes, more than {MAX_PLAN_BYTES}", where=where, fix="let `ppspec serve` write it")
-    try:
-        with p.open("rb") as f:
-            data = f.read(MAX_PLAN_BYTES + 1)
-        if len(data) > MAX_PLAN_BYTES:
-            raise PlanFileError(f"plan file is more than {MAX_PLAN_BYTES} bytes", where=where, fix="let `ppspec serve` write it")
-        raw = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise PlanFileError(f"plan file cannot be read: {e}", where=where, fix="check the path and its permissions") from None
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise PlanFileError(f"plan file is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})", where=where, fix="let `ppspec serve` write it") from None
-    return _validate(data, where)
+    # A device would be read until memory runs out, a FIFO would block the engine forever: safeio refuses both.
+    data = read_json(path, limit=MAX_PLAN_BYTES, what="plan file", fix="point PPSPEC_PLAN_FILE at the plan.json `ppspec serve` wrote", error=PlanFileError)
+    return _validate(data, str(path))

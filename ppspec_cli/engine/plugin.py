@@ -404,16 +404,18 @@ def _write_status() -> None:
 def read_status_dir(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every plugin status record in a status folder (one per engine process), by pid. Records
     that cannot be read come back as {"pid": ..., "ok": False, "error": "unreadable: ..."}."""
+    from .. import safeio
+
     out = []
     d = Path(path)
     if not d.is_dir():
         return out
     for f in sorted(d.glob("*.json")):
         try:
-            rec = json.loads(f.read_text(encoding="utf-8"))
+            rec = safeio.read_json(f, limit=1 << 20, what="status record", follow_symlinks=False)
             if not isinstance(rec, dict):
                 raise ValueError("not an object")
-        except (OSError, ValueError) as e:
+        except (safeio.PpspecError, ValueError) as e:
             rec = {"pid": f.stem, "ok": False, "error": f"unreadable: {e}"}
         out.append(rec)
     return sorted(out, key=lambda r: str(r.get("pid")))

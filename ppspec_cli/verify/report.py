@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .. import safeio
 from ..errors import PpspecError
 
 SCHEMA = "ppspec-verify-report/1"
@@ -102,16 +103,7 @@ def load_report(path: str | Path, role: str = "report") -> dict:
     p = Path(path)
     if not p.is_file():
         raise PpspecError(f"{role} file not found: {p}", where=f"--{role}", fix=f"create it with `ppspec verify --save-{role} {p}`")
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise PpspecError(f"cannot read {role}: {e.strerror}", where=str(p), fix="check its permissions") from None
-    if len(raw) > MAX_REPORT_BYTES:
-        raise PpspecError(f"{role} file is larger than {MAX_REPORT_BYTES >> 20} MiB", where=str(p), fix="pass a report written by ppspec verify")
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise PpspecError(f"{role} file is not JSON", where=str(p), fix="pass a report written by ppspec verify") from None
+    doc = safeio.read_json(p, limit=MAX_REPORT_BYTES, what=f"{role} file", fix="pass a report written by ppspec verify")
     Report.from_dict(doc, str(p))  # validates the shape
     return doc
 

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from ... import safeio
 from ...errors import PpspecError
 
 DEFAULT_SET = "v1.json"
+MAX_PROMPT_SET_BYTES = 8 << 20
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -108,15 +110,9 @@ def load_prompt_set(path: str | Path | None = None) -> PromptSet:
         source = f"builtin:{DEFAULT_SET}"
     else:
         p = Path(path)
-        try:
-            raw = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise PpspecError(f"cannot read prompt set: {e}", where=str(p), fix="pass a readable UTF-8 JSON file") from None
+        raw = safeio.read_text(p, limit=MAX_PROMPT_SET_BYTES, what="prompt set", fix="pass a readable UTF-8 JSON file")
         source = str(p)
-    try:
-        doc = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise PpspecError(f"prompt set is not valid JSON: {e.msg}", where=f"{source}:{e.lineno}", fix="fix the JSON syntax") from None
+    doc = safeio.parse_json(raw, what="prompt set", where=source, fix="fix the JSON syntax")
     return parse_prompt_set(doc, source)
 
 

@@ -1,0 +1,192 @@
+"""Bounded reads: the one way ppspec reads a file it did not just write itself.
+
+Every input file (profile, checkpoint config/index/safetensors header, plan file, saved report,
+prompt set, run-dir records) is hostile until proven otherwise:
+
+- the file is opened without blocking and checked on the open descriptor (no race between a check
+  and the read): FIFOs, sockets and devices are refused (a FIFO would block forever, /dev/zero
+  would fill memory); with `follow_symlinks=False` a symlink is refused too;
+- its size is compared with the limit BEFORE anything is read, and the read itself stops at the
+  limit (a file that grows between the two is still refused);
+- JSON is refused when it nests deeper than `max_depth` (a few bytes of `[[[[...` would otherwise
+  recurse the parser to a RecursionError) and when it carries NaN/Infinity (not JSON).
+
+Every refusal is one `error(...)` (PpspecError by default) naming the file and the fix. Standard
+library only: the in-engine plugin reads its plan file through this module.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import json
+import os
+import re
+import stat
+from typing import Any, Callable
+
+from .errors import PpspecError
+
+#: Default nesting bound for JSON: metadata files nest a handful of levels.
+MAX_JSON_DEPTH = 64
+
+ErrorType = Callable[..., PpspecError]
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _human(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else (f"{n >> 10} KiB" if n >= 1 << 10 else f"{n} bytes")
+
+
+def read_bytes(
+    path: str | os.PathLike[str],
+    *,
+    limit: int,
+    what: str = "file",
+    fix: str = "check the path",
+    follow_symlinks: bool = True,
+    error: ErrorType = PpspecError,
+    exit_code: int = 2,
+) -> bytes:
+    """The contents of a regular file of at most `limit` bytes, else one `error`."""
+    where = str(path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    if not follow_symlinks:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise error(f"{what} does not exist: {where}", where=where, fix=fix, exit_code=exit_code) from None
+    except OSError as e:
+        if e.errno == errno.ELOOP and not follow_symlinks:
+            raise error(f"{what} is a symbolic link; ppspec does not follow it here", where=where, fix="point at the file itself", exit_code=exit_code) from None
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = stat.S_IFREG
+        if not stat.S_ISREG(mode):  # a socket cannot even be opened (ENXIO)
+            raise error(f"{what} is {_kind(mode)}, not a regular file", where=where, fix=fix, exit_code=exit_code) from None
+        if e.errno == errno.ENAMETOOLONG:
+            raise error(f"{what} path is longer than the file system allows", where=where[:120] + "...", fix=fix, exit_code=exit_code) from None
+        raise error(f"cannot read {what}: {e.strerror or e}", where=where, fix="check the path and its permissions", exit_code=exit_code) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{what} is {_kind(st.st_mode)}, not a regular file", where=where, fix=fix, exit_code=exit_code)
+        if st.st_size > limit:
+            raise error(f"{what} is larger than {_human(limit)} ({st.st_size} bytes); ppspec does not read it", where=where, fix=fix, exit_code=exit_code)
+        os.set_blocking(fd, True)
+        chunks: list[bytes] = []
+        left = limit + 1
+        while left > 0:
+            b = os.read(fd, min(left, 1 << 20))
+            if not b:
+                break
+            chunks.append(b)
+            left -= len(b)
+        data = b"".join(chunks)
+    except OSError as e:
+        raise error(f"cannot read {what}: {e.strerror or e}", where=where, fix="check the path and its permissions", exit_code=exit_code) from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise error(f"{what} grew past the {_human(limit)} ppspec reads", where=where, fix=fix, exit_code=exit_code)
+    return data
+
+
+def read_text(path: str | os.PathLike[str], *, limit: int, what: str = "file", fix: str = "check the path", error: ErrorType = PpspecError, exit_code: int = 2, **kw: Any) -> str:
+    raw = read_bytes(path, limit=limit, what=what, fix=fix, error=error, exit_code=exit_code, **kw)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise error(f"{what} is not UTF-8 text", where=str(path), fix=fix, exit_code=exit_code) from None
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def json_depth(text: str) -> int:
+    """Deepest bracket nesting of a JSON text (strings skipped), without recursing."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_json(
+    data: bytes | str, *, what: str = "JSON", where: str = "", fix: str = "check the file", max_depth: int = MAX_JSON_DEPTH, error: ErrorType = PpspecError, exit_code: int = 2
+) -> Any:
+    """json.loads with a nesting bound and strict numbers; one `error` for every way it can fail."""
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+    except UnicodeDecodeError:
+        raise error(f"{what} is not valid JSON (not UTF-8 text)", where=where, fix=fix, exit_code=exit_code) from None
+    depth = json_depth(text)
+    if depth > max_depth:
+        raise error(f"{what} nests {depth} levels deep, more than the {max_depth} ppspec accepts", where=where, fix=fix, exit_code=exit_code)
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        raise error(f"{what} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})", where=where, fix=fix, exit_code=exit_code) from None
+    except (ValueError, RecursionError) as e:
+        raise error(f"{what} is not valid JSON ({str(e)[:120]})", where=where, fix=fix, exit_code=exit_code) from None
+
+
+def read_json(
+    path: str | os.PathLike[str],
+    *,
+    limit: int,
+    what: str = "JSON file",
+    fix: str = "check the file",
+    max_depth: int = MAX_JSON_DEPTH,
+    follow_symlinks: bool = True,
+    error: ErrorType = PpspecError,
+    exit_code: int = 2,
+) -> Any:
+    raw = read_bytes(path, limit=limit, what=what, fix=fix, follow_symlinks=follow_symlinks, error=error, exit_code=exit_code)
+    return parse_json(raw, what=what, where=str(path), fix=fix, max_depth=max_depth, error=error, exit_code=exit_code)
+
+
+def read_head(path: str | os.PathLike[str], n: int, *, what: str = "file", error: ErrorType = PpspecError, exit_code: int = 2) -> tuple[bytes, int]:
+    """The first `n` bytes of a regular file and its size (for headers of files too big to read)."""
+    where = str(path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        raise error(f"cannot read {what}: {e.strerror or e}", where=where, fix="check the path and its permissions", exit_code=exit_code) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{what} is {_kind(st.st_mode)}, not a regular file", where=where, fix="check the path", exit_code=exit_code)
+        os.set_blocking(fd, True)
+        out = b""
+        while len(out) < n:
+            b = os.read(fd, min(n - len(out), 1 << 20))
+            if not b:
+                break
+            out += b
+        return out, st.st_size
+    except OSError as e:
+        raise error(f"cannot read {what}: {e.strerror or e}", where=where, fix="check the path and its permissions", exit_code=exit_code) from None
+    finally:
+        os.close(fd)
+
+
+def is_regular(path: str | os.PathLike[str]) -> bool:
+    """True for a regular file (a symlink is followed); never blocks, never raises."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
