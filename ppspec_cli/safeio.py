@@ -44,23 +44,14 @@ def _human(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else (f"{n >> 10} KiB" if n >= 1 << 10 else f"{n} bytes")
 
 
-def read_bytes(
-    path: str | os.PathLike[str],
-    *,
-    limit: int,
-    what: str = "file",
-    fix: str = "check the path",
-    follow_symlinks: bool = True,
-    error: ErrorType = PpspecError,
-    exit_code: int = 2,
-) -> bytes:
-    """The contents of a regular file of at most `limit` bytes, else one `error`."""
+def _open_regular(path: str | os.PathLike[str], what: str, fix: str, follow_symlinks: bool, error: ErrorType, exit_code: int) -> tuple[int, os.stat_result]:
+    """A blocking descriptor on a regular file, checked on the descriptor itself (no check/open race)."""
     where = str(path)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     if not follow_symlinks:
         flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, flags)  # O_NONBLOCK: opening a FIFO with no writer must not block
     except FileNotFoundError:
         raise error(f"{what} does not exist: {where}", where=where, fix=fix, exit_code=exit_code) from None
     except OSError as e:
@@ -79,24 +70,46 @@ def read_bytes(
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise error(f"{what} is {_kind(st.st_mode)}, not a regular file", where=where, fix=fix, exit_code=exit_code)
-        if st.st_size > limit:
-            raise error(f"{what} is larger than {_human(limit)} ({st.st_size} bytes); ppspec does not read it", where=where, fix=fix, exit_code=exit_code)
         os.set_blocking(fd, True)
-        chunks: list[bytes] = []
-        left = limit + 1
-        while left > 0:
-            b = os.read(fd, min(left, 1 << 20))
-            if not b:
-                break
-            chunks.append(b)
-            left -= len(b)
-        data = b"".join(chunks)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def _read_up_to(fd: int, n: int) -> bytes:
+    chunks: list[bytes] = []
+    while n > 0:
+        b = os.read(fd, min(n, 1 << 20))
+        if not b:
+            break
+        chunks.append(b)
+        n -= len(b)
+    return b"".join(chunks)
+
+
+def read_bytes(
+    path: str | os.PathLike[str],
+    *,
+    limit: int,
+    what: str = "file",
+    fix: str = "check the path",
+    follow_symlinks: bool = True,
+    error: ErrorType = PpspecError,
+    exit_code: int = 2,
+) -> bytes:
+    """The contents of a regular file of at most `limit` bytes, else one `error`."""
+    fd, st = _open_regular(path, what, fix, follow_symlinks, error, exit_code)
+    try:
+        if st.st_size > limit:
+            raise error(f"{what} is larger than {_human(limit)} ({st.st_size} bytes); ppspec does not read it", where=str(path), fix=fix, exit_code=exit_code)
+        data = _read_up_to(fd, limit + 1)
     except OSError as e:
-        raise error(f"cannot read {what}: {e.strerror or e}", where=where, fix="check the path and its permissions", exit_code=exit_code) from None
+        raise error(f"cannot read {what}: {e.strerror or e}", where=str(path), fix="check the path and its permissions", exit_code=exit_code) from None
     finally:
         os.close(fd)
     if len(data) > limit:
-        raise error(f"{what} grew past the {_human(limit)} ppspec reads", where=where, fix=fix, exit_code=exit_code)
+        raise error(f"{what} grew past the {_human(limit)} ppspec reads", where=str(path), fix=fix, exit_code=exit_code)
     return data
 
 
@@ -159,26 +172,11 @@ def read_json(
 
 def read_head(path: str | os.PathLike[str], n: int, *, what: str = "file", error: ErrorType = PpspecError, exit_code: int = 2) -> tuple[bytes, int]:
     """The first `n` bytes of a regular file and its size (for headers of files too big to read)."""
-    where = str(path)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd, st = _open_regular(path, what, "check the path", True, error, exit_code)
     try:
-        fd = os.open(path, flags)
+        return _read_up_to(fd, n), st.st_size
     except OSError as e:
-        raise error(f"cannot read {what}: {e.strerror or e}", where=where, fix="check the path and its permissions", exit_code=exit_code) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise error(f"{what} is {_kind(st.st_mode)}, not a regular file", where=where, fix="check the path", exit_code=exit_code)
-        os.set_blocking(fd, True)
-        out = b""
-        while len(out) < n:
-            b = os.read(fd, min(n - len(out), 1 << 20))
-            if not b:
-                break
-            out += b
-        return out, st.st_size
-    except OSError as e:
-        raise error(f"cannot read {what}: {e.strerror or e}", where=where, fix="check the path and its permissions", exit_code=exit_code) from None
+        raise error(f"cannot read {what}: {e.strerror or e}", where=str(path), fix="check the path and its permissions", exit_code=exit_code) from None
     finally:
         os.close(fd)
 
