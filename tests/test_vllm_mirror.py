@@ -428,8 +428,9 @@ def _vllm_answer(m, fake_pp, case: Case):
             slots.append(mixin._aux_slot_base_cached)
             relay.append(mixin._aux_slot_base_cached + len(mixin.pack_local_aux_hidden_states(aux)))
         return {"stage_taps": taps, "upstream_slots": slots, "relay_slots": relay[:-1]}
-    if case.check == "refused":  # the V2 runner runs the opt-in check only when aux states are used
-        return _vllm_aux_required(m, i["method"], i.get("drafter")) and not _vllm_opted_in(case.inner_decoder)
+    if case.check in ("refused", "errors"):  # the V2 runner runs the opt-in check only when aux states are used
+        refused = _vllm_aux_required(m, i["method"], i.get("drafter")) and not _vllm_opted_in(case.inner_decoder)
+        return refused if case.check == "refused" else ["target-not-opted-in"] if refused else []
     if case.check == "aux":
         return _vllm_aux_required(m, i["method"], i.get("drafter"))
     if case.check in ("needs_target_embed", "has_embedding"):

@@ -139,6 +139,8 @@ def _config_dir(path, config: dict):
 def _setup_answer(case: Case, r, errors: set[str]) -> Any:
     if case.check == "refused":
         return "target-not-opted-in" in errors
+    if case.check == "errors":
+        return sorted(errors)
     assert r.plan is not None, f"no plan for {case.id}: {errors}"
     if case.check == "aux":
         return bool(r.plan.taps)
