@@ -22,8 +22,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
-adapters_app = typer.Typer(help="Adapter packs: which model families work under PP, and what each pack changes.", no_args_is_help=True)
+adapters_app = typer.Typer(help="Adapter packs: which model families work under PP, and what each pack changes.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(adapters_app, name="adapters")
 
 _state = {"debug": False}
@@ -69,7 +70,7 @@ def _report_json(r, findings) -> dict:
 
 @app.command()
 def check(
-    profile: str = typer.Argument(..., help="Path to the profile YAML (see profiles/)."),
+    profile: str = typer.Argument(..., metavar="PROFILE", help="Path to the profile YAML (see profiles/)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (for scripts) instead of a table."),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub; use local files and the HF cache only."),
     probes: bool = typer.Option(False, "--probes/--no-probes", help="Also run behaviour probes of the installed vLLM (tripwires). Imports vLLM: tens of seconds. `serve` runs them inside every engine process anyway."),
@@ -135,7 +136,7 @@ def _run_probes(r):
 
 @app.command()
 def plan(
-    profile: str = typer.Argument(..., help="Path to the profile YAML."),
+    profile: str = typer.Argument(..., metavar="PROFILE", help="Path to the profile YAML."),
     json_out: bool = typer.Option(False, "--json", help="Print the plan and findings as one JSON object."),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub."),
 ) -> None:
@@ -155,7 +156,7 @@ def plan(
 
 @app.command()
 def serve(
-    profile: str = typer.Argument(..., help="Path to the profile YAML (e.g. profiles/tiny_cpu_demo.yaml)."),
+    profile: str = typer.Argument(..., metavar="PROFILE", help="Path to the profile YAML (e.g. profiles/tiny_cpu_demo.yaml)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the exact command lines and environment for every node, then exit. Needs neither vLLM nor GPUs."),
     node_rank: Optional[int] = typer.Option(None, "--node-rank", help="Which node this is (multi-node). Default 0 (the head); with --dry-run, default all nodes."),
     json_out: bool = typer.Option(False, "--json", help="With --dry-run: print the launch as JSON."),
@@ -302,7 +303,7 @@ def _check_ray(world: int) -> None:
 
 @app.command()
 def verify(
-    profile: Optional[str] = typer.Argument(None, help="Profile of the server to measure (its host/port/api key). Omit with --endpoint."),
+    profile: Optional[str] = typer.Argument(None, metavar="PROFILE", help="Profile of the server to measure (its host/port/api key). Omit with --endpoint."),
     endpoint: Optional[str] = typer.Option(None, "--endpoint", help="Base URL of a running OpenAI-compatible vLLM server (default: from the profile, else http://127.0.0.1:8000)."),
     out: Optional[str] = typer.Option(None, "--out", help="Write the JSON report here."),
     save_baseline: Optional[str] = typer.Option(None, "--save-baseline", help="Save this run as an acceptance baseline (e.g. the same drafter at PP=1)."),
@@ -365,7 +366,7 @@ def adapters_list_cmd(json_out: bool = typer.Option(False, "--json", help="Print
 
 
 @adapters_app.command("show")
-def adapters_show_cmd(name: str = typer.Argument(..., help="Pack name (see `ppspec adapters list`)."), json_out: bool = typer.Option(False, "--json")) -> None:
+def adapters_show_cmd(name: str = typer.Argument(..., metavar="NAME", help="Pack name (see `ppspec adapters list`)."), json_out: bool = typer.Option(False, "--json", help="Print the pack as one JSON object.")) -> None:
     """Show one adapter pack: what it matches, provides and patches."""
     from .engine.packs_cli import adapters_show
 

@@ -7,6 +7,9 @@ import unicodedata
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
+
+from .plan import TAP_METHODS
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -42,9 +45,18 @@ def render_findings(console: Console, findings) -> None:
     for f in findings:
         style = _SEV_STYLE[f.severity]
         console.print(f"[{style}]{f.severity.upper():7}[/] [bold]{safe(f.code)}[/bold]  [dim]({safe(f.field)})[/dim]")
-        console.print(f"        {safe(f.message)}")
+        print_wrapped(console, safe(f.message))
         if f.hint:
-            console.print(f"        [dim]fix:[/dim] {safe(f.hint)}")
+            print_wrapped(console, f"[dim]fix:[/dim] {safe(f.hint)}")
+
+
+def print_wrapped(console: Console, markup: str, *, indent: int = 8, label: str = "") -> None:
+    """Markup wrapped at the console width between words, every line indented by `indent` columns
+    (a wrapped line keeps the indentation; a label shorter than `indent` starts the first line).
+    No trailing blanks, so piped output stays clean."""
+    for i, line in enumerate(Text.from_markup(markup).wrap(console, max(20, console.width - indent))):
+        line.rstrip()
+        console.print(Text(label.ljust(indent) if i == 0 else " " * indent) + line, soft_wrap=True)
 
 
 def render_check(r, findings, console: Console | None = None) -> None:
@@ -88,8 +100,11 @@ def render_plan(r, findings, console: Console | None = None) -> None:
             console.print(f"[yellow]drafter config overlay at launch:[/yellow] {safe(plan.overlay)}")
         if plan.draft_layer_ids:
             console.print(f"draft layer ids {list(plan.draft_layer_ids)} ({plan.draft_layer_numbering} numbering)")
+    # Tap and relay columns only for drafters that read the target's hidden states (TAP_METHODS):
+    # without one nothing is tapped or relayed, and zeros there would read as a broken relay.
+    taps_shown = plan.method in TAP_METHODS
     t = Table(show_header=True, header_style="bold")
-    for col in ("stage", "layers", "taps made", "taps in", "relay to next stage", "holds", "weights"):
+    for col in ("stage", "layers", *(("taps made", "taps in", "relay to next stage") if taps_shown else ()), "holds", "weights"):
         t.add_column(col)
     for s in plan.stages:
         relay = "—" if s.relay_out is None else f"{s.relay_out.slots} slot(s) {list(s.relay_out.taps)}, {_human_bytes(s.relay_out.bytes_per_token)}/tok"
@@ -102,12 +117,11 @@ def render_plan(r, findings, console: Console | None = None) -> None:
             holds.append("lm_head")
         if s.drafter:
             holds.append("drafter")
+        tap_cells = (",".join(map(str, s.taps)) if s.taps else "—", str(s.upstream_slots), relay) if taps_shown else ()
         t.add_row(
             str(s.rank),
             f"{s.layers[0]}-{s.layers[1] - 1}" if s.layers[1] > s.layers[0] else "none",
-            ",".join(map(str, s.taps)) if s.taps else "—",
-            str(s.upstream_slots),
-            relay,
+            *tap_cells,
             ", ".join(holds) or "—",
             _human_bytes(s.weight_bytes),
         )

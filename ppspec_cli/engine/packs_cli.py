@@ -66,28 +66,28 @@ def adapters_list(json_out: bool) -> int:
     if json_out:
         print(json.dumps(records, indent=2))
         return 0
-    from rich.markup import escape
-    from rich.table import Table
-
     where = f"vLLM {installed[0]} ({installed[1]})" if installed else "no vLLM installed"
-    table = Table(title=f"Adapter packs — status against {where}", show_lines=True)
-    table.add_column("pack", style="bold", no_wrap=True)
-    table.add_column("matches", overflow="fold")
-    table.add_column("provides", overflow="fold")
-    table.add_column("vLLM", no_wrap=True)
-    table.add_column("status", overflow="fold")
+    # One block per pack, not a table: class names are up to ~40 characters, and five columns of
+    # them cannot fit 80 columns (or a pipe) without breaking names mid-word. Lists are joined with
+    # ", " so they wrap between names; wrapped lines keep the value column's indentation.
+    from rich.markup import escape
+
+    from ..render import print_wrapped
+
     colors = {"native": "green", "patched by pack": "cyan", "unsupported": "red", "not checked": "yellow"}
     packs = {p.name: p for p in load_packs()}
+    c = _console()
+    c.print(f"[bold]Adapter packs[/bold] — status against {escape(where)}", highlight=False)
     for rec in records:
         p = packs[rec["name"]]
-        table.add_row(
-            rec["name"],
-            _matches_text(p),
-            "\n".join(p.provides),
-            p.vllm_range,
-            f"[{colors[rec['status']]}]{rec['status']}[/]\n[dim]{escape(rec['status_detail'])}[/]",
-        )
-    _console().print(table)
+        c.print()
+        c.print(f"[bold]{escape(p.name)}[/bold]", highlight=False)
+        print_wrapped(c, f"[{colors[rec['status']]}]{rec['status']}[/]: {escape(rec['status_detail'])}", indent=12, label="  status")
+        for label, names in (("targets", p.matches.targets), ("drafters", p.matches.drafters), ("methods", p.matches.methods)):
+            if names:
+                print_wrapped(c, escape(", ".join(names)), indent=12, label=f"  {label}")
+        print_wrapped(c, escape(", ".join(p.provides)), indent=12, label="  provides")
+        print_wrapped(c, escape(p.vllm_range), indent=12, label="  vLLM")
     return 0
 
 

@@ -1,0 +1,156 @@
+"""What the CLI prints in an 80-column terminal or a pipe: `--help` shows boolean options as flags,
+`adapters list` never breaks a name mid-word, wrapped finding text keeps its indentation, and a
+plan without a tap-based drafter has no tap/relay columns."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+import typer
+import typer.testing
+import yaml
+from rich.console import Console
+
+from conftest import run_ppspec
+from ppspec_cli.cli import app
+from ppspec_cli.packs import load_packs
+from ppspec_cli.render import render_findings, render_plan
+from ppspec_cli.resolve import resolve
+from ppspec_cli.profile import parse_profile
+from ppspec_cli.rules import Finding, run_rules
+
+LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
+
+
+def commands(cmd, path: tuple[str, ...] = ()):
+    """(path, command) for the app, every group and every command (typer's own click objects)."""
+    yield path, cmd
+    for name, sub in getattr(cmd, "commands", {}).items():
+        yield from commands(sub, (*path, name))
+
+
+ALL = list(commands(typer.main.get_command(app)))
+
+
+def help_text(path: tuple[str, ...]) -> str:
+    res = typer.testing.CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80"}, terminal_width=80)
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+def test_every_command_is_walked():
+    assert {p for p, _ in ALL} >= {("check",), ("plan",), ("serve",), ("verify",), ("docs",), ("adapters", "list"), ("adapters", "show")}
+
+
+@pytest.mark.parametrize("path,cmd", ALL, ids=[" ".join(p) or "ppspec" for p, _ in ALL])
+def test_help_shows_boolean_options_as_flags(path, cmd):
+    text = help_text(path)
+    assert "<bool>" not in text and "BOOLEAN" not in text, text
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    flags = [p for p in cmd.params if p.param_type_name == "option" and p.is_flag]
+    for opt in flags:
+        names = " / ".join([*opt.opts, *opt.secondary_opts])
+        line = next((ln for ln in text.splitlines() if ln.strip().startswith(names)), None)
+        assert line is not None, f"{names} not listed in:\n{text}"
+        rest = line.strip()[len(names):]
+        assert not rest.startswith((" <", " [", " BOOL", " TEXT")), f"{names} shown with a value: {line!r}"
+
+
+def test_adapters_list_in_a_pipe_at_80_columns():
+    cp = run_ppspec("adapters", "list", env={"COLUMNS": "80"})  # stdout is a pipe, not a tty
+    assert cp.returncode == 0, cp.stderr
+    lines = cp.stdout.splitlines()
+    assert all(len(ln) <= 80 for ln in lines), "\n".join(ln for ln in lines if len(ln) > 80)
+    assert all(ln == ln.rstrip() for ln in lines), "trailing blanks"
+    words = {w for ln in lines for w in re.findall(r"[\w.]+", ln)}
+    for pack in load_packs():
+        assert pack.name in words
+        for name in (*pack.matches.targets, *pack.matches.drafters, *pack.provides):
+            assert name in words, f"{name} is broken across lines:\n{cp.stdout}"
+    # wrapped list lines keep the value column: a line that is neither blank, a pack name nor a
+    # labelled row is a continuation indented exactly like the values above it
+    labelled = re.compile(r"^  (status|targets|drafters|methods|provides|vLLM) +\S")
+    names = {p.name for p in load_packs()}
+    for ln in lines[1:]:
+        if ln and ln not in names and not labelled.match(ln):
+            assert re.match(r"^ {12}\S", ln), f"continuation line lost its indentation: {ln!r}"
+
+
+def test_wrapped_finding_text_keeps_its_indentation():
+    long = "the drafter's fc layer is sized for taps " + ", ".join(f"EagleLlama4ForCausalLM{i}" for i in range(8))
+    f = Finding("taps-nested-eagle-config", "warning", "drafter.model", long, "run `ppspec serve` " + "to apply the overlay " * 6)
+    buf = io.StringIO()
+    render_findings(Console(file=buf, width=60, color_system=None, highlight=False), [f])
+    lines = buf.getvalue().splitlines()
+    assert lines[0].startswith("WARNING taps-nested-eagle-config")
+    body = lines[1:]
+    assert len(body) > 4  # message and fix both wrapped
+    assert all(ln.startswith(" " * 8) and ln[8] != " " and len(ln) <= 60 and ln == ln.rstrip() for ln in body), body
+    fix_at = next(i for i, ln in enumerate(body) if ln.lstrip().startswith("fix:"))
+    assert " ".join(" ".join(body[:fix_at]).split()) == long  # words intact, none split
+    assert " ".join(" ".join(body[fix_at:]).split()) == " ".join(("fix: " + f.hint).split())
+
+
+def _plan_output(make_checkpoint, **drafter) -> str:
+    t = make_checkpoint("llama", LLAMA)
+    prof = {"name": "t", "target": {"model": str(t)}, "platform": "cuda", "adapter": "none", "topology": {"pipeline_parallel": 2}}
+    if drafter:
+        prof["drafter"] = {**drafter, "num_speculative_tokens": 3}
+    r = resolve(parse_profile(yaml.safe_dump(prof)), offline=True)
+    buf = io.StringIO()
+    render_plan(r, run_rules(r), Console(file=buf, width=120, color_system=None, highlight=False))
+    return buf.getvalue()
+
+
+def test_plan_without_a_tap_drafter_has_no_tap_columns(make_checkpoint):
+    out = _plan_output(make_checkpoint)
+    assert "32 layers over 2 stage(s)" in out and "lm_head" in out
+    for gone in ("taps made", "taps in", "relay to next stage", "slot(s)", "B/tok"):
+        assert gone not in out, out
+    d = make_checkpoint("sf", "sgl-project__SpecForge/llama3-8B-eagle3.json")
+    out = _plan_output(make_checkpoint, method="eagle3", model=str(d))
+    for shown in ("taps made", "taps in", "relay to next stage", "slot(s)"):
+        assert shown in out, out
+
+
+def readme_rows() -> dict[tuple[str, ...], str]:
+    """The README command table: {command path: the usage text in its first cell}."""
+    from conftest import REPO
+
+    rows = {}
+    for line in (REPO / "README.md").read_text(encoding="utf-8").splitlines():
+        m = re.match(r"^\| `ppspec ([^`]+)` \|", line)
+        if m:
+            usage = m.group(1).replace("\\|", "|")
+            path = tuple(w for w in re.match(r"^([a-z ]+?)(?= [A-Z\[]|$)", usage).group(1).split())
+            rows[path] = usage[len(" ".join(path)):]
+    return rows
+
+
+def test_readme_command_table_matches_the_cli():
+    """Every command has a README row listing exactly its options: flags bare (`[--json]`), value
+    options with a value (`[--endpoint URL]`), arguments by their metavar (`[PROFILE]` when optional)."""
+    from conftest import REPO
+
+    rows = readme_rows()
+    leaves = {p: c for p, c in ALL if p and not getattr(c, "commands", None)}
+    assert set(rows) == set(leaves), f"README rows {sorted(rows)} vs commands {sorted(leaves)}"
+    for path, cmd in leaves.items():
+        usage = rows[path]
+        shown = {}
+        for group in re.findall(r"\[(--[^\]]+)\]", usage):
+            opt, *value = group.split()
+            shown[opt] = value
+        expected = {p.opts[0]: p for p in cmd.params if p.param_type_name == "option" and p.name != "help"}
+        assert set(shown) == set(expected), f"`ppspec {' '.join(path)}`: README lists {sorted(shown)}, the CLI has {sorted(expected)}"
+        for opt, p in expected.items():
+            assert len(shown[opt]) == (0 if p.is_flag else 1), f"`ppspec {' '.join(path)}`: {opt} is {'a flag' if p.is_flag else 'an option with a value'}"
+        for arg in (p for p in cmd.params if p.param_type_name == "argument"):
+            want = arg.metavar if arg.required else f"[{arg.metavar}]"
+            assert re.search(rf"(^| ){re.escape(want)}( |$)", usage), f"`ppspec {' '.join(path)}`: argument {want} missing"
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for p in typer.main.get_command(app).params:
+        if p.name != "help":
+            assert f"`ppspec {p.opts[0]}" in readme, f"global option {p.opts[0]} is not in the README"
