@@ -26,6 +26,8 @@ app = typer.Typer(
 )
 adapters_app = typer.Typer(help="Adapter packs: which model families work under PP, and what each pack changes.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(adapters_app, name="adapters")
+export_app = typer.Typer(help="Write the profile's launch for a cluster scheduler: a SLURM batch script or a Kubernetes LeaderWorkerSet.", no_args_is_help=True)
+app.add_typer(export_app, name="export")
 
 _state = {"debug": False}
 
@@ -163,6 +165,9 @@ def serve(
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub during the preflight."),
     run_dir: Optional[str] = typer.Option(None, "--run-dir", help="Where to keep plan.json, launch.json and engine.log (default ~/.cache/ppspec/runs/NAME)."),
     health_timeout: Optional[int] = typer.Option(None, "--health-timeout", help="Seconds to wait for /health (default: launch.health_timeout_s)."),
+    master_addr: Optional[str] = typer.Option(None, "--master-addr", help="The head node's address (overrides launch.master_addr; inside SLURM the allocation's first host is the default)."),
+    master_port: Optional[int] = typer.Option(None, "--master-port", min=1, max=65535, help="The head's rendezvous port (overrides launch.master_port)."),
+    host: Optional[str] = typer.Option(None, "--host", help="Address the API server binds (overrides server.host)."),
 ) -> None:
     """Check the profile, then launch the vLLM server with the adapter pack applied in every engine process.
 
@@ -173,10 +178,11 @@ def serve(
     engine failed (exited, never became healthy, port taken); 2 usage errors; 128+N interrupted by
     signal N before the engine was ready (130 Ctrl-C, 143 SIGTERM).
     """
+    where = {"master_addr": master_addr, "master_port": master_port, "host": host}
     if dry_run:
-        _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout)
+        _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where)
     else:
-        _serve_with_signals(lambda: _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout))
+        _serve_with_signals(lambda: _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where))
 
 
 class _Interrupted(BaseException):
@@ -208,15 +214,26 @@ def _serve_with_signals(fn) -> None:
             signal.signal(s, h)
 
 
-def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool, run_dir, health_timeout) -> None:
-    from pathlib import Path
+def _placed(profile_path: str, offline: bool, node_rank, run_dir, where: dict, environ=None):
+    """Load the profile, fill in the command line's and SLURM's placement (cluster.place), resolve."""
+    from .cluster import place
+    from .profile import load_profile
+    from .resolve import resolve
 
+    prof, placement = place(load_profile(profile_path), node_rank=node_rank, run_dir=run_dir, environ=environ, **where)
+    for note in placement.notes:
+        _progress(note)
+    return resolve(prof, profile_path=profile_path, offline=offline, progress=_progress), placement
+
+
+def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool, run_dir, health_timeout, where: dict) -> None:
     from .launch import build_launch, check_engine_flags
     from .render import render_findings
     from .rules import run_rules
     from .serve import port_free, run_engine
 
-    r = _resolve(profile, offline)
+    r, placement = _placed(profile, offline, node_rank, run_dir, where)
+    node_rank = placement.node_rank
     findings = run_rules(r)
     errors = [f for f in findings if f.severity == "error"]
     if errors and not dry_run:
@@ -226,7 +243,7 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
         con.print(f"[bold red]ppspec: refusing to launch {r.profile.name}[/bold red]: `check` found {len(errors)} error(s)")
         render_findings(con, errors)
         raise typer.Exit(1)
-    spec = build_launch(r, run_dir=Path(run_dir) if run_dir else None)
+    spec = build_launch(r, run_dir=placement.run_dir)
     t = r.profile.topology
     if node_rank is not None and not (0 <= node_rank < t.nodes):
         raise PpspecError(f"--node-rank {node_rank} is outside 0..{t.nodes - 1}", where="--node-rank", fix=f"the profile has {t.nodes} node(s)")
@@ -280,6 +297,91 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
     except (OSError, ValueError):
         pass  # our stderr is gone (a closed pipe): the exit code still tells
     raise typer.Exit(res.exit_code)
+
+
+_OUTPUT_HELP = "Write to this file instead of standard output."
+
+
+def _export(profile: str, offline: bool, output: Optional[str], render, where: dict, run_dir=None) -> None:
+    """Build the launch as `serve --dry-run` does (no SLURM environment: the export is for the
+    scheduler to fill in), render it, write it. Exit 1 when `check` found errors (the file is still
+    written, with the errors in its header, as `serve --dry-run` prints them)."""
+    from .launch import build_launch
+    from .rules import run_rules
+
+    r, placement = _placed(profile, offline, None, run_dir, where, environ={})
+    findings = run_rules(r)
+    errors = [f"{f.code}: {f.message}" for f in findings if f.severity == "error"]
+    spec = build_launch(r, run_dir=placement.run_dir)
+    text = render(r, spec, profile, errors)
+    if output:
+        from pathlib import Path
+
+        out = Path(output)
+        tmp = out.with_name(f".{out.name}.ppspec-tmp")
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, out)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise PpspecError(f"cannot write {output}: {e.strerror or e}", where="--output", fix="choose a writable path", exit_code=1) from None
+        _progress(f"wrote {output}")
+    else:
+        sys.stdout.write(text)
+    for e in errors:
+        _progress(f"check error {e}")
+    if errors:
+        _progress(f"`check` found {len(errors)} error(s): `ppspec serve` would refuse this profile on every node")
+    raise typer.Exit(1 if errors else 0)
+
+
+@export_app.command("slurm")
+def export_slurm(
+    profile: str = typer.Argument(..., help="Path to the profile YAML."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help=_OUTPUT_HELP),
+    offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub during the preflight."),
+) -> None:
+    """An sbatch script: one srun task per node runs `ppspec serve PROFILE`, the head is the allocation's first host.
+
+    Submit with `sbatch FILE`; extra arguments go to every node's `ppspec serve`. The job fails when
+    any node fails. Exit code: 0 written; 1 `check` found errors (written anyway) or the profile cannot be exported.
+    """
+    from .export import PLACEHOLDER_HEAD, slurm_script
+
+    _export(profile, offline, output, slurm_script, {"master_addr": PLACEHOLDER_HEAD})
+
+
+@export_app.command("k8s")
+def export_k8s(
+    profile: str = typer.Argument(..., help="Path to the profile YAML."),
+    image: str = typer.Option(..., "--image", help="Container image with vLLM and ppspec installed (the same versions on every node)."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help=_OUTPUT_HELP),
+    api_key_secret: Optional[str] = typer.Option(None, "--api-key-secret", help="Secret holding the API key under `api-key` (default NAME-api-key); used when server.api_key_env is set."),
+    host: Optional[str] = typer.Option(None, "--host", help="Address the API server binds in the pod (default: the profile's, or 0.0.0.0 when that is loopback)."),
+    offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub during the preflight."),
+) -> None:
+    """A Kubernetes LeaderWorkerSet: node 0 (leader) serves the API, the others run headless.
+
+    The containers run the engine argv and environment of `ppspec serve --dry-run`; the head's address
+    and each worker's rank come from LWS's LWS_LEADER_ADDRESS / LWS_WORKER_INDEX. Apply with
+    `kubectl apply -f FILE`. Exit code: 0 written; 1 `check` found errors (written anyway) or the profile cannot be exported.
+    """
+    import re
+
+    from .export import K8S_RUN_DIR, PLACEHOLDER_HEAD, k8s_manifest, k8s_name
+    from .profile import load_profile
+
+    if api_key_secret is not None and not re.match(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$", api_key_secret):
+        raise PpspecError(f"--api-key-secret {api_key_secret[:80]!r} is not a Kubernetes Secret name", where="--api-key-secret", fix="lowercase letters, digits, `-` and `.`", exit_code=2)
+    if host is None and load_profile(profile).server.host in ("127.0.0.1", "localhost", "::1"):
+        host = "0.0.0.0"  # a pod is reached on its pod IP; loopback would never pass the readiness probe
+        _progress("the API server binds 0.0.0.0 in the pod (the profile binds loopback, which the Service could not reach); --host changes it")
+    name = k8s_name(load_profile(profile).name)
+
+    def render(r, spec, path, errors):
+        return k8s_manifest(r, spec, path, errors, image=image, api_key_secret=api_key_secret)
+
+    _export(profile, offline, output, render, {"master_addr": PLACEHOLDER_HEAD, "host": host}, run_dir=str(K8S_RUN_DIR / name))
 
 
 def _check_ray(world: int) -> None:
