@@ -337,8 +337,8 @@ def _export(profile: str, offline: bool, output: Optional[str], render, where: d
 
 @export_app.command("slurm")
 def export_slurm(
-    profile: str = typer.Argument(..., help="Path to the profile YAML."),
-    output: Optional[str] = typer.Option(None, "-o", "--output", help=_OUTPUT_HELP),
+    profile: str = typer.Argument(..., metavar="PROFILE", help="Path to the profile YAML."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=_OUTPUT_HELP),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub during the preflight."),
 ) -> None:
     """An sbatch script: one srun task per node runs `ppspec serve PROFILE`, the head is the allocation's first host.
@@ -353,9 +353,9 @@ def export_slurm(
 
 @export_app.command("k8s")
 def export_k8s(
-    profile: str = typer.Argument(..., help="Path to the profile YAML."),
+    profile: str = typer.Argument(..., metavar="PROFILE", help="Path to the profile YAML."),
     image: str = typer.Option(..., "--image", help="Container image with vLLM and ppspec installed (the same versions on every node)."),
-    output: Optional[str] = typer.Option(None, "-o", "--output", help=_OUTPUT_HELP),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=_OUTPUT_HELP),
     api_key_secret: Optional[str] = typer.Option(None, "--api-key-secret", help="Secret holding the API key under `api-key` (default NAME-api-key); used when server.api_key_env is set."),
     host: Optional[str] = typer.Option(None, "--host", help="Address the API server binds in the pod (default: the profile's, or 0.0.0.0 when that is loopback)."),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub during the preflight."),

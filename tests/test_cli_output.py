@@ -124,7 +124,7 @@ def readme_rows() -> dict[tuple[str, ...], str]:
         m = re.match(r"^\| `ppspec ([^`]+)` \|", line)
         if m:
             usage = m.group(1).replace("\\|", "|")
-            path = tuple(w for w in re.match(r"^([a-z ]+?)(?= [A-Z\[]|$)", usage).group(1).split())
+            path = tuple(w for w in re.match(r"^([a-z0-9 ]+?)(?= [A-Z\[]|$)", usage).group(1).split())
             rows[path] = usage[len(" ".join(path)):]
     return rows
 
@@ -140,7 +140,7 @@ def test_readme_command_table_matches_the_cli():
     for path, cmd in leaves.items():
         usage = rows[path]
         shown = {}
-        for group in re.findall(r"\[(--[^\]]+)\]", usage):
+        for group in re.findall(r"\[(--[^\]]+)\]", usage) + re.findall(r"(?:^| )(--[a-z-]+ [A-Z]+)(?= |$)", usage):  # [optional] or required
             opt, *value = group.split()
             shown[opt] = value
         expected = {p.opts[0]: p for p in cmd.params if p.param_type_name == "option" and p.name != "help"}
