@@ -5,7 +5,7 @@ On a machine with >= 2 NVIDIA GPUs and the CUDA build of vLLM (>= 0.30) installe
 
     python benchmarks/gpu_pp_validation.py --out DIR
 
-builds the seeded float32 relay models (ppspec_cli/demo.py), writes one profile per arm, and for
+builds the seeded float32 relay models (ppspec_cli/demo/relay.py), writes one profile per arm, and for
 each arm runs `ppspec serve` (a subprocess, always stopped) and `ppspec verify` against it:
 
     relay    tiny-llama-relay + tiny-llama-relay-eagle3 (taps 1, 3, 6; tap 3 = the PP=2 boundary),

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ppspec_cli import demo
+from ppspec_cli.demo import factory
 from ppspec_cli.errors import PpspecError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -117,7 +118,7 @@ def test_interrupted_build_leaves_nothing(fresh_cache, monkeypatch):
         (out / "model.safetensors").write_bytes(b"half a file")
         raise KeyboardInterrupt("killed mid-build")
 
-    monkeypatch.setattr(demo, "_save", boom)
+    monkeypatch.setattr(factory, "_save", boom)
     with pytest.raises(KeyboardInterrupt):
         demo.ensure_demo_model("tiny-llama")
     assert not (fresh_cache / "tiny-llama").exists()
@@ -138,12 +139,12 @@ def test_outdated_or_partial_model_is_rebuilt(fresh_cache, monkeypatch):
     assert lines, "expected a rebuild"
     assert _load_config(path)["draft_vocab_size"] == 1
     # A factory version bump rebuilds too.
-    monkeypatch.setattr(demo, "FACTORY_VERSION", demo.FACTORY_VERSION + 1)
+    monkeypatch.setattr(factory, "FACTORY_VERSION", demo.FACTORY_VERSION + 1)
     lines.clear()
     demo.ensure_demo_model("tiny-llama-eagle3-one", progress=lines.append)
     assert lines
     stamp = json.loads((path / demo.STAMP_FILE).read_text())
-    assert stamp["factory_version"] == demo.FACTORY_VERSION
+    assert stamp["factory_version"] == factory.FACTORY_VERSION
     assert sorted(p.name for p in fresh_cache.iterdir()) == ["tiny-llama-eagle3-one"]
 
 

@@ -268,7 +268,7 @@ def _two_ahead_hits(target_sd, drafter_sd, taps) -> float:
 
     stream = demo.relay_taps_clean(target_sd)
     x = torch.cat([stream[t] for t in taps], dim=1)
-    h = demo._rms_norm(x @ drafter_sd["fc.weight"].double().T)
+    h = demo.rms_norm(x @ drafter_sd["fc.weight"].double().T)
     best = (h @ drafter_sd["lm_head.weight"].double().T).argmax(1)
     proposed = best + drafter_sd["d2t"][best]
     want = demo.relay_two_ahead()
@@ -292,7 +292,7 @@ def test_relay_target_greedy_next_token_is_the_successor(relay_models):
 
     (tpath, tsd) = relay_models[demo.RELAY_TARGET]
     stream = demo.relay_taps_clean(tsd)
-    logits = demo._rms_norm(stream[-1]) @ tsd["lm_head.weight"].double().T
+    logits = demo.rms_norm(stream[-1]) @ tsd["lm_head.weight"].double().T
     top2 = logits.topk(2, dim=1).values
     succ = demo.relay_successors()
     ids = torch.tensor(sorted(succ))
