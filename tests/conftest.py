@@ -22,6 +22,14 @@ MODELS = FIXTURES / "models"
 ST_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 
 
+def pytest_collection_modifyitems(config, items):
+    """`-m "not slow"` selects the fast tests: a test that starts a vLLM engine or imports vLLM is
+    slow too (its `engine`/`vllm` marker implies `slow`)."""
+    for item in items:
+        if item.get_closest_marker("engine") or item.get_closest_marker("vllm"):
+            item.add_marker(pytest.mark.slow)
+
+
 def fixture_config(model_dir: str, file: str = "config.json") -> dict[str, Any]:
     """A real config copied into tests/fixtures/models (see SOURCES.md). Returns a fresh dict."""
     return json.loads((MODELS / model_dir / file).read_text(encoding="utf-8"))

@@ -13,6 +13,8 @@ import pytest
 
 from conftest import fixture_config, run_ppspec, synthetic_kimi_k25_config
 
+pytestmark = pytest.mark.slow  # runs the CLI in subprocesses
+
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 
 

@@ -58,6 +58,7 @@ def test_help_shows_boolean_options_as_flags(path, cmd):
         assert not rest.startswith((" <", " [", " BOOL", " TEXT")), f"{names} shown with a value: {line!r}"
 
 
+@pytest.mark.slow  # runs the CLI in a subprocess
 def test_adapters_list_in_a_pipe_at_80_columns():
     cp = run_ppspec("adapters", "list", env={"COLUMNS": "80"})  # stdout is a pipe, not a tty
     assert cp.returncode == 0, cp.stderr

@@ -15,6 +15,8 @@ from ppspec_cli import demo
 from ppspec_cli.demo import factory
 from ppspec_cli.errors import PpspecError
 
+pytestmark = pytest.mark.slow  # builds the demo models with torch
+
 REPO = Path(__file__).resolve().parents[1]
 DRAFTERS = ("tiny-llama-eagle3", "tiny-llama-eagle3-one", "tiny-llama-eagle3-nested")
 

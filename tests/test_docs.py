@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import typing
 
+import pytest
 from pydantic import BaseModel
 
 from conftest import REPO, run_ppspec
@@ -29,6 +30,7 @@ def test_committed_reference_equals_generated():
     assert DOC.read_text(encoding="utf-8") == profile_reference(), "run `ppspec docs --out docs/profile-reference.md`"
 
 
+@pytest.mark.slow  # runs the CLI in a subprocess
 def test_cli_docs_prints_the_same(tmp_path):
     cp = run_ppspec("docs")
     assert cp.returncode == 0 and cp.stdout == DOC.read_text(encoding="utf-8")

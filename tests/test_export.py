@@ -27,6 +27,8 @@ from ppspec_cli.cli import app
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.profile import load_profile
 
+pytestmark = pytest.mark.slow  # runs ppspec in subprocesses
+
 REPO = Path(__file__).resolve().parent.parent
 PROFILES = sorted((REPO / "profiles").glob("*.yaml"))
 STANDINS = Path(__file__).resolve().parent / "fixtures" / "slurm"

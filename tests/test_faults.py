@@ -23,6 +23,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures" / "bad"))
 import ppspec_faults as PF  # noqa: E402
 
+pytestmark = pytest.mark.slow  # runs ppspec serve against a fake engine
+
 
 def _marks(sc: PF.Scenario):
     if not sc.needs_vllm:

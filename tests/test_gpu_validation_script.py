@@ -18,6 +18,8 @@ import pytest
 
 from ppspec_cli import demo
 
+pytestmark = pytest.mark.slow  # builds models and runs the validation script
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "benchmarks" / "gpu_pp_validation.py"
 

@@ -15,6 +15,8 @@ import pytest
 from ppspec_cli import launch
 from ppspec_cli.errors import PpspecError
 
+pytestmark = pytest.mark.slow  # runs the wheel script in subprocesses
+
 REPO = Path(__file__).resolve().parent.parent
 WHEELS = REPO / "benchmarks" / "gpu_wheels.sh"
 

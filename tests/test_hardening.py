@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # runs the CLI once per corpus file
+
 BAD = Path(__file__).resolve().parent / "fixtures" / "bad"
 CASES = yaml.safe_load((BAD / "cases.yaml").read_text(encoding="utf-8"))
 #: Address space one CLI run may use: `check` reads metadata only, so a run that needs more is a memory bomb.

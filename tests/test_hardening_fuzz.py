@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures" / "bad"))
 import ppspec_fuzz as F  # noqa: E402
 
+pytestmark = pytest.mark.slow  # runs the CLI on generated profiles
+
 #: Inputs per CI run (about 0.1 s each here); PPSPEC_FUZZ_EXAMPLES overrides.
 EXAMPLES = int(os.environ.get("PPSPEC_FUZZ_EXAMPLES", "300"))
 # CI replays a fixed sequence (a landing must not depend on luck); developers explore new inputs,

@@ -398,6 +398,7 @@ def test_hub_then_offline_reuses_the_cache(tmp_path, write_profile, hub):
 # (c) an unreachable hub
 
 
+@pytest.mark.slow  # runs the CLI in a subprocess
 def test_unreachable_hub_is_one_clear_error_and_fast(tmp_path, write_profile):
     endpoint = f"http://127.0.0.1:{closed_port()}"
     env = hub_env(tmp_path, endpoint, offline=False, HF_HUB_ETAG_TIMEOUT="2", HF_HUB_DOWNLOAD_TIMEOUT="2")

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # runs the CLI in subprocesses
+
 REPO = Path(__file__).resolve().parent.parent
 FIX = Path(__file__).resolve().parent / "fixtures" / "models"
 PPSPEC = [sys.executable, "-m", "ppspec_cli.cli"]

@@ -51,6 +51,7 @@ def test_entry_point_is_declared_and_resolves():
     assert getattr(importlib.import_module(module), attr) is plugin.register
 
 
+@pytest.mark.slow  # runs the CLI in a subprocess
 def test_inert_without_plan_file_imports_nothing_heavy():
     """In a fresh interpreter: import the entry point's module and call it without the variable.
     Neither vLLM nor torch may be imported, and it must return None. The plan-file reader and the

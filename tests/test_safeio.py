@@ -111,6 +111,7 @@ def test_safetensors_fifo_shard_is_a_gap_not_a_hang(tmp_path):
     assert ck.tensors is not None and set(ck.tensors) == {"a0"}
 
 
+@pytest.mark.slow  # runs the CLI in a subprocess
 @pytest.mark.parametrize("kind", ["fifo", "devzero", "deep-config"])
 def test_cli_refuses_hostile_files_with_exit_2_or_1(tmp_path, kind):
     """End to end: a profile that is a FIFO or /dev/zero, a config nested 100k deep: one message, no hang."""

@@ -36,6 +36,8 @@ sys.path.insert(0, str(HERE / "fixtures" / "bad"))
 import ppspec_faults as PF  # noqa: E402
 from fake_vllm import make_fake_engine  # noqa: E402
 
+pytestmark = pytest.mark.slow  # runs ppspec and a fake engine in subprocesses
+
 PPSPEC = [sys.executable, "-m", "ppspec_cli.cli"]
 KEY = "sk-ppspec-" + hashlib.sha256(str(time.time_ns()).encode()).hexdigest()[:24] + "-DISTINCTIVE"
 
