@@ -27,6 +27,8 @@ import pytest
 
 from conftest import fixture_config, run_ppspec, safetensors_header
 
+pytestmark = pytest.mark.slow  # runs the CLI in subprocesses against a local hub server
+
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -398,7 +400,6 @@ def test_hub_then_offline_reuses_the_cache(tmp_path, write_profile, hub):
 # (c) an unreachable hub
 
 
-@pytest.mark.slow  # runs the CLI in a subprocess
 def test_unreachable_hub_is_one_clear_error_and_fast(tmp_path, write_profile):
     endpoint = f"http://127.0.0.1:{closed_port()}"
     env = hub_env(tmp_path, endpoint, offline=False, HF_HUB_ETAG_TIMEOUT="2", HF_HUB_DOWNLOAD_TIMEOUT="2")
