@@ -29,6 +29,8 @@ DTYPE_BYTES = {
 }
 #: Sizes beyond these are not models but corrupt or hostile configs (and would make plans allocate absurdly).
 CONFIG_INT_LIMITS = {"num_hidden_layers": 100_000, "hidden_size": 1 << 20, "vocab_size": 1 << 31}
+#: Tower names Hugging Face multimodal checkpoints use, for targets no pack describes.
+_HF_TOWER = re.compile(r"(?:^|\.)(vision|visual|vision_tower|vision_model|audio|audio_tower|mm_projector|multi_modal_projector)(?:\.|_)")
 TORCH_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float64": 8}
 
 
@@ -135,15 +137,16 @@ class Checkpoint:
                 return c, (self.weight_map or {}).get(c)
         return None
 
-    def layer_weight_bytes(self, num_layers: int) -> list[int] | None:
-        """Bytes per target layer from safetensors headers (exact), else None."""
+    def layer_weight_bytes(self, num_layers: int, towers: tuple[str, ...] = ()) -> list[int] | None:
+        """Bytes per target layer from safetensors headers (exact), else None. Tensors under a
+        multimodal tower (the family pack's `tower_prefixes`; without a pack, the usual Hugging
+        Face tower names) are encoder layers, not decoder layers."""
         if not self.tensors:
             return None
         per = [0] * num_layers
         pat = re.compile(r"(?:^|\.)layers\.(\d+)\.")
-        tower = re.compile(r"(?:^|\.)(vision|visual|vision_tower|vision_model|audio|audio_tower|mm_projector|multi_modal_projector)(?:\.|_)")
         for t in self.tensors.values():
-            if tower.search(t.name):  # a multimodal checkpoint's encoder layers are not decoder layers
+            if t.name.startswith(towers) if towers else _HF_TOWER.search(t.name):
                 continue
             m = pat.search(t.name)
             if m and int(m.group(1)) < num_layers:

@@ -63,6 +63,7 @@ def _report_json(r, findings) -> dict:
         "platform": r.platform,
         "runner": r.runner,
         "vllm": None if r.vllm is None else {"version": r.vllm.version, "distribution": r.vllm.distribution},
+        "engine_version": {"version": r.engine_version, "source": r.engine_version_source},
         "adapter": None if r.pack is None else r.pack.name,
         "target": None if r.target is None else r.target.to_json(),
         "drafter": None if r.drafter is None else r.drafter.to_json(),

@@ -1,114 +1,103 @@
-"""Facts about vLLM releases that ppspec mirrors (read off the vLLM 0.30-0.33 sources).
+"""What is true of vLLM as a whole (not of one model family) that ppspec mirrors: the speculative
+method names, which methods read or are gated on taps, the first release with speculative decoding
+under PP, and how versions are compared. Read off the vLLM 0.30-0.33 sources.
 
-Kept as data so a reader can audit them in one place; tests/test_vllm_mirror.py checks the ones the
-installed vLLM can answer (opt-in flags, partition, tap resolution) against vLLM itself.
+Everything about one model family (its inner decoder, where its embedding lives, how many MTP
+layers it has, whether it relays taps on a platform and version) lives in its adapter pack
+(adapters/<family>/pack.yaml, read through ppspec_cli.packs), never here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Literal, get_args
+
+from packaging.version import InvalidVersion, Version
+
+#: The speculative methods ppspec plans, named as vLLM names them (config/speculative.py). The one
+#: list of method names: the profile schema, these facts and the rules all use it.
+Method = Literal["eagle3", "dflash", "dspark", "mtp", "eagle"]
+METHODS: tuple[Method, ...] = get_args(Method)
+
+#: Every `method` value vLLM accepts (model-specific MTP aliases are rewritten to `mtp`); ppspec
+#: plans the subset in `Method`.
+VLLM_METHODS = frozenset({"ngram", "draft_model", "suffix", "custom_class", "extract_hidden_states", "ngram_gpu", *METHODS})
+
+#: Methods whose drafter reads the target's auxiliary hidden states ("taps").
+TAP_METHODS: frozenset[Method] = frozenset({"eagle3", "dflash", "dspark"})
+
+#: Methods vLLM gates on the target opting in to relaying taps over PP
+#: (eagle3_utils.verify_supports_aux_hidden_states_over_pp). `mtp` and `eagle` are not gated.
+AUX_METHODS = frozenset({*TAP_METHODS, "extract_hidden_states"})
+
+#: Methods for which the last stage builds the target's embedding under PP
+#: (spec_decode_needs_target_embed). A family may add `mtp` (its pack says so).
+TARGET_EMBED_METHODS: frozenset[Method] = frozenset({"eagle", "eagle3", "dflash", "dspark"})
 
 #: First vLLM release with PR #50514 (EAGLE3-family drafters under pipeline parallelism, V2 runner).
-PP_SPEC_MIN_VERSION = (0, 30, 0)
+PP_SPEC_MIN_VERSION = Version("0.30.0")
 
-#: vLLM's speculative method values (model-specific MTP aliases are rewritten to `mtp`).
-VLLM_METHODS = frozenset(
-    {"ngram", "draft_model", "suffix", "custom_class", "eagle", "eagle3", "extract_hidden_states", "dflash", "ngram_gpu", "dspark", "mtp"}
-)
+#: The newest vLLM release ppspec's facts and packs were checked against; the version a verdict is
+#: for when vLLM is not installed and the profile names no `engine_version`.
+NEWEST_SUPPORTED = "0.33.0"
 
-#: Methods whose target must relay taps over PP (vLLM gates these in
-#: eagle3_utils.verify_supports_aux_hidden_states_over_pp). `mtp` and `eagle` are not gated.
-AUX_METHODS = frozenset({"eagle3", "dflash", "dspark", "extract_hidden_states"})
+#: Since 0.33.0 an EAGLE3 drafter whose `eagle_config.use_aux_hidden_state` is false uses no aux
+#: hidden states: no taps, nothing relayed, and the target's opt-in check is not run. 0.30-0.32
+#: tap every eagle3 drafter.
+EAGLE3_AUX_OPT_OUT_SINCE = Version("0.33.0")
 
-#: Methods for which the last stage builds the target's embedding under PP (spec_decode_needs_target_embed).
-TARGET_EMBED_METHODS = frozenset({"eagle", "eagle3", "dflash", "dspark"})
-
-
-@dataclass(frozen=True)
-class TargetFamily:
-    """A target architecture: its inner decoder class and since when (if ever) it opts in to
-    relaying taps over PP on NVIDIA (`supports_aux_hidden_states_over_pp = True`)."""
-
-    inner_decoder: str
-    opted_in_since: tuple[int, int, int] | None
-    note: str = ""
-
-
-TARGET_FAMILIES: dict[str, TargetFamily] = {
-    "LlamaForCausalLM": TargetFamily("LlamaModel", (0, 30, 0)),
-    "MistralForCausalLM": TargetFamily("LlamaModel", (0, 30, 0)),
-    "Qwen2ForCausalLM": TargetFamily("Qwen2Model", (0, 30, 0)),
-    "Qwen3ForCausalLM": TargetFamily("Qwen3Model", (0, 30, 0), "Qwen3Model inherits Qwen2Model's opt-in"),
-    "MiMoForCausalLM": TargetFamily("MiMoModel", None, "MiMo overrides Qwen2Model's opt-in to False"),
-    "DeepseekV4ForCausalLM": TargetFamily("DeepseekV4Model", (0, 30, 0), "NVIDIA implementation only"),
-    "KimiLinearForCausalLM": TargetFamily("KimiLinearModel", (0, 30, 0), "NVIDIA implementation only; ROCm does not opt in"),
-    "KimiK3ForConditionalGeneration": TargetFamily("KimiLinearModel", (0, 30, 0), "multimodal: text model under text_config; NVIDIA only"),
-    "SarvamMLAForCausalLM": TargetFamily("SarvamMLAModel", (0, 32, 0)),
-    "MiniMaxM3SparseForCausalLM": TargetFamily("MiniMaxM3Model", (0, 32, 0), "NVIDIA implementation only"),
-    "MiniMaxM3SparseForConditionalGeneration": TargetFamily("MiniMaxM3Model", (0, 32, 0), "NVIDIA implementation only"),
-    # Not opted in: candidates for a ppspec pack.
-    "Qwen3MoeForCausalLM": TargetFamily("Qwen3MoeModel", None),
-    "Qwen3NextForCausalLM": TargetFamily("Qwen3NextModel", None),
-    "MiniMaxM2ForCausalLM": TargetFamily("MiniMaxM2Model", None),
-    "DeepseekV2ForCausalLM": TargetFamily("DeepseekV2Model", None),
-    "DeepseekV3ForCausalLM": TargetFamily("DeepseekV2Model", None, "DeepSeek-V3 and Kimi-K2 use the DeepseekV2Model family"),
-    "KimiK25ForConditionalGeneration": TargetFamily("DeepseekV2Model", None, "Kimi-K2.5: DeepseekV2Model text model"),
-    "GptOssForCausalLM": TargetFamily("GptOssModel", None),
-}
-
-#: EAGLE-1 drafters that still number draft layers from the PP-local layer count (vLLM 0.33).
-PP_LOCAL_NUMBERING_DRAFTERS = frozenset(
-    {
-        "EagleCohereForCausalLM",
-        "EagleLlamaForCausalLM",
-        "EagleDeepSeekMTPModel",
-        "EagleMistralForCausalLM",
-        "EagleMistralLarge3ForCausalLM",
-        "EagleLlama4ForCausalLM",
-        "EagleMiniCPMForCausalLM",
-        "Qwen3XpressForCausalLM",
-    }
-)
+#: EAGLE-1 drafters number their layers from the last stage's PP-local layer count (every EAGLE-1
+#: drafter class in vLLM 0.30-0.33); the EAGLE3, DFlash and DSpark drafters and MTP number them
+#: globally from the target depth. A drafter pack may change this (global_draft_layer_ids).
+PP_LOCAL_NUMBERING_METHODS: frozenset[Method] = frozenset({"eagle"})
 
 #: Engine options vLLM refuses together with PP (or mishandles), keyed by the `engine:` flag name.
 PP_REFUSED_ENGINE_FLAGS = {
     "enable-return-routed-experts": "vLLM refuses returning routed experts with pipeline parallelism",
 }
 
-
-#: Targets whose MTP layer count vLLM fixes itself, whatever the config says (vLLM 0.32
-#: config/speculative.py: MiMo-V2 serves its first MTP layer only; dots3_note defaults to 1).
-MTP_FIXED_LAYERS_BY_ARCH = {"MiMoV2ForCausalLM": 1, "MiMoV2OmniForCausalLM": 1, "MiMoV2FlashForCausalLM": 1}
-MTP_DEFAULT_LAYERS_BY_MODEL_TYPE = {"dots3_note": 1}
-
+#: Where most families keep their MTP layer count (first present wins); a pack names its own keys.
+DEFAULT_MTP_LAYER_KEYS = ("mtp_num_hidden_layers", "num_nextn_predict_layers")
 
 #: No real target has more MTP layers than this; a larger value is a corrupt or hostile config.
 MAX_MTP_LAYERS = 64
 
 
-def mtp_layer_count(text_config: dict, architectures: list[str], model_type: str | None) -> int | None:
-    """How many MTP layers vLLM's `mtp` method will find in a target (None: the config has none).
+def parse_version(v: str | None) -> Version | None:
+    """'0.32.0+cpu' -> Version('0.32.0') (the public part). None when it is not a version."""
+    try:
+        return Version(Version(v or "").public)
+    except InvalidVersion:
+        return None
 
-    vLLM reads `num_nextn_predict_layers` (from the text config of multimodal targets), and
-    `mtp_num_hidden_layers` for the Qwen MTP family."""
-    arch = architectures[0] if architectures else None
-    if arch in MTP_FIXED_LAYERS_BY_ARCH:
-        return MTP_FIXED_LAYERS_BY_ARCH[arch]
-    for key in ("mtp_num_hidden_layers", "num_nextn_predict_layers"):
+
+def uses_taps(method: str | None, drafter_view: dict | None, version: Version | None) -> bool:
+    """Whether the drafter reads target taps on this vLLM version (and so is gated on the opt-in).
+
+    0.33 reads `eagle_config.use_aux_hidden_state: false` on an EAGLE3 drafter as "no taps";
+    earlier releases tap every EAGLE3 drafter. `version` None means the newest supported release.
+    """
+    if method not in TAP_METHODS:
+        return False
+    if method == "eagle3" and (version is None or version >= EAGLE3_AUX_OPT_OUT_SINCE):
+        ec = (drafter_view or {}).get("eagle_config")
+        if isinstance(ec, dict) and ec.get("use_aux_hidden_state") is False:
+            return False
+    return True
+
+
+def mtp_layer_count(text_config: dict, keys: tuple[str, ...] = DEFAULT_MTP_LAYER_KEYS, default: int | None = None, fixed: int | None = None) -> int | None:
+    """How many MTP layers vLLM's `mtp` method builds for a target (None: unknown / none).
+
+    `keys`, `default` and `fixed` come from the family's pack (its `mtp_layers` facts): the config
+    keys vLLM reads (first present wins), the value vLLM falls back to when none is set, and a count
+    vLLM uses whatever the config says."""
+    if fixed is not None:
+        return fixed
+    for key in keys:
         v = text_config.get(key)
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             return v if v <= MAX_MTP_LAYERS else None  # beyond any real model: unknown, never planned with
-    return MTP_DEFAULT_LAYERS_BY_MODEL_TYPE.get(model_type or "")
-
-
-def parse_version(v: str) -> tuple[int, int, int] | None:
-    """'0.32.0+cpu' -> (0, 32, 0). None if it does not start with X.Y."""
-    import re
-
-    m = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?", v or "")
-    if not m:
-        return None
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+    return default
 
 
 def method_of_drafter_config(cfg: dict) -> str | None:

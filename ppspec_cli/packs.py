@@ -14,39 +14,74 @@ Nothing here imports vLLM or torch: listing and resolving packs must stay cheap.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from importlib import metadata as md
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from . import safeio
 from .errors import PpspecError
+from .facts import DEFAULT_MTP_LAYER_KEYS, MAX_MTP_LAYERS, Method
 
-#: What a pack may say it provides. Fixed so rules and docs can rely on the names.
-CAPABILITIES: dict[str, str] = {
+#: Platforms vLLM builds for, as ppspec names them (the profile's `platform`, the installed build).
+Platform = Literal["cuda", "rocm", "xpu", "cpu"]
+PLATFORMS: tuple[Platform, ...] = get_args(Platform)
+
+#: What a pack can say about its family under PP, per platform and vLLM version. Fixed so rules
+#: and docs can rely on the names.
+Capability = Literal["aux_relay_over_pp", "target_embed_on_last_stage", "target_embed_for_mtp", "global_draft_layer_ids"]
+CAPABILITIES: dict[Capability, str] = {
     "aux_relay_over_pp": "the target's inner decoder relays EAGLE3-family taps between PP stages "
-    "(supports_aux_hidden_states_over_pp)",
-    "target_embed_on_last_stage": "the last PP stage holds a real target embed_tokens when the drafter needs it",
-    "checkpoint_name_mapping": "the pack knows how checkpoint tensor names map to vLLM parameter names "
-    "(e.g. where the input embedding lives)",
+    "(supports_aux_hidden_states_over_pp); vLLM refuses eagle3/dflash/dspark under PP without it",
+    "target_embed_on_last_stage": "the last PP stage holds a real target embed_tokens when an eagle/eagle3/dflash/dspark drafter needs it",
+    "target_embed_for_mtp": "with method mtp under PP the last stage builds a real target embed_tokens (it holds the embedding's memory)",
     "global_draft_layer_ids": "draft layers are numbered globally from the target depth (num_hidden_layers + i)",
-    "multimodal_nesting": "the pack knows where the text decoder sits inside a multimodal wrapper",
 }
 
-#: vLLM implementation families a pack's `opt_in` facts can speak about.
-IMPLEMENTATIONS = ("nvidia", "rocm", "xpu", "cpu")
-
-#: Platform name (as ppspec/installed_vllm report it) -> implementation key in pack facts.
-PLATFORM_TO_IMPL = {"cuda": "nvidia", "rocm": "rocm", "xpu": "xpu", "cpu": "cpu"}
+#: A capability's status on one platform and vLLM version.
+Status = Literal["native", "patched", "unsupported", "unknown"]
 
 PACK_FILE = "pack.yaml"
 ENTRY_POINT_GROUP = "ppspec.adapters"
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 _CLASS_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+# ---------------------------------------------------------------------------------------------
+# Versions
+
+
+def version_range(spec: str) -> SpecifierSet:
+    """A PEP 440 range such as `>=0.30,<0.34`; ValueError when malformed or empty."""
+    if not spec.strip():
+        raise ValueError("empty version range")
+    try:
+        return SpecifierSet(spec)
+    except InvalidSpecifier as e:
+        raise ValueError(f"invalid version range {spec!r} ({e}); write clauses with an operator, e.g. >=0.30,<0.34") from None
+
+
+def in_range(spec: str, version: str) -> bool:
+    """Whether a vLLM version is in a range. Local labels (+cpu) and pre-releases of an otherwise
+    matching release count; a string that is not a version is in no range."""
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        return False
+    return version_range(spec).contains(v.public, prereleases=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -66,7 +101,43 @@ class Matches(_Strict):
         description="Drafter architectures, as in the drafter's config.json or as vLLM rewrites them "
         "(`Eagle<arch>` for eagle, `Eagle3<arch>` for eagle3).",
     )
-    methods: tuple[str, ...] = Field(default=(), description="Speculative methods the pack is for (empty: any).")
+    methods: tuple[Method, ...] = Field(default=(), description="Speculative methods the pack is for (empty: any).")
+
+
+class SupportRule(_Strict):
+    """One line of a capability's support table. The first line whose platforms and vLLM range
+    match the engine answers; no matching line means "unknown"."""
+
+    status: Literal["native", "patched", "unsupported"] = Field(
+        description="`native`: the installed vLLM does it itself; `patched`: this pack's patches make it do it; "
+        "`unsupported`: it does not, and the pack cannot change that (say why in `reason`)."
+    )
+    platforms: tuple[Platform, ...] = Field(default=PLATFORMS, description="Platforms the line is for (default: all).")
+    vllm: str | None = Field(default=None, description="vLLM versions the line is for, e.g. `>=0.32` (default: the pack's whole `vllm` range).")
+    reason: str = Field(default="", max_length=500, description="Why, in terms of vLLM's code (which class, which attribute). Required for `unsupported`.")
+
+    @field_validator("vllm")
+    @classmethod
+    def _range(cls, v: str | None) -> str | None:
+        if v is not None:
+            version_range(v)
+        return v
+
+    @model_validator(mode="after")
+    def _reason_for_unsupported(self) -> SupportRule:
+        if self.status == "unsupported" and not self.reason.strip():
+            raise ValueError("an `unsupported` line needs a `reason`")
+        return self
+
+
+class MtpLayers(_Strict):
+    """How vLLM's `mtp` method counts a family's MTP layers (config/speculative.py)."""
+
+    keys: tuple[str, ...] = Field(
+        default=DEFAULT_MTP_LAYER_KEYS, description="Text-config keys vLLM reads the count from, first present wins."
+    )
+    default: int | None = Field(default=None, ge=1, le=MAX_MTP_LAYERS, description="The count vLLM uses when none of the keys is set (its config class's default).")
+    fixed: int | None = Field(default=None, ge=1, le=MAX_MTP_LAYERS, description="A count vLLM uses whatever the config says.")
 
 
 class Facts(_Strict):
@@ -75,67 +146,64 @@ class Facts(_Strict):
     inner_decoder: dict[str, dict[str, str]] = Field(
         default_factory=dict,
         description="Per target architecture: `module:Class` of the inner decoder vLLM's PP gate reads, "
-        "per implementation (nvidia/rocm/xpu/cpu) or `default`.",
+        "per platform (cuda/rocm/xpu/cpu) or `default`.",
     )
     inner_decoder_path: dict[str, str] = Field(
         default_factory=dict,
         description="Per target architecture: attribute path from the served model object to the inner "
         "decoder (`model` when absent; `language_model.model` for multimodal wrappers).",
     )
+    text_config_key: str | None = Field(default=None, description="Key of the text model config in a multimodal config.json.")
     embedding_tensors: tuple[str, ...] = Field(
         default=(), description="Checkpoint tensor names that hold the input embedding, most likely first."
+    )
+    tower_prefixes: tuple[str, ...] = Field(
+        default=(),
+        description="Checkpoint tensor name prefixes of multimodal towers (vision/audio encoders): their layers are not decoder layers.",
     )
     name_mapping: dict[str, str] = Field(
         default_factory=dict,
         description="Checkpoint name prefix -> vLLM parameter name prefix (the model's hf_to_vllm_mapper, "
         "as far as the embedding and layers are concerned).",
     )
-    text_config_key: str | None = Field(default=None, description="Key of the text model config in a multimodal config.json.")
     tap_convention: Literal["capture_point"] = Field(
         default="capture_point",
         description="How the implementation numbers taps: capture_point = tap L is the residual stream after layer L-1.",
     )
-    opt_in: dict[str, bool] = Field(
-        default_factory=dict,
-        description="Per vLLM implementation (nvidia/rocm/xpu/cpu): does its inner decoder opt in to "
-        "relaying taps over PP, without this pack's patches.",
-    )
-    opt_in_since: str | None = Field(default=None, description="First vLLM version whose NVIDIA implementation opts in.")
+    mtp_layers: MtpLayers = Field(default_factory=MtpLayers, description="How vLLM counts the family's MTP layers.")
     installed_vllm: str | None = Field(
         default=None, description="What the pack author found in the vLLM the pack was written against."
     )
     notes: tuple[str, ...] = Field(default=(), description="Anything else a reader needs.")
 
-    @field_validator("opt_in")
-    @classmethod
-    def _impl_keys(cls, v: dict[str, bool]) -> dict[str, bool]:
-        bad = sorted(set(v) - set(IMPLEMENTATIONS))
-        if bad:
-            raise ValueError(f"unknown implementation(s) {bad}; use {list(IMPLEMENTATIONS)}")
-        return v
-
     @field_validator("inner_decoder")
     @classmethod
     def _class_refs(cls, v: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-        for arch, per_impl in v.items():
-            for impl, ref in per_impl.items():
-                if impl not in (*IMPLEMENTATIONS, "default"):
-                    raise ValueError(f"inner_decoder.{arch}: unknown implementation {impl!r}")
+        for arch, per_platform in v.items():
+            for platform, ref in per_platform.items():
+                if platform not in (*PLATFORMS, "default"):
+                    raise ValueError(f"inner_decoder.{arch}: unknown platform {platform!r}; use {list(PLATFORMS)} or default")
                 if not _CLASS_REF.match(ref):
-                    raise ValueError(f"inner_decoder.{arch}.{impl}: expected `module:Class`, got {ref!r}")
+                    raise ValueError(f"inner_decoder.{arch}.{platform}: expected `module:Class`, got {ref!r}")
         return v
 
 
 class Manifest(_Strict):
-    """`pack.yaml`."""
+    """`pack.yaml`: one model family (or drafter family), everything ppspec knows about it under PP."""
 
-    name: str = Field(description="Pack name: lower case letters, digits and underscores.")
-    description: str = Field(min_length=1, max_length=500)
-    matches: Matches
+    name: str = Field(description="Pack name: lower case letters, digits and underscores; the folder's name.")
+    description: str = Field(min_length=1, max_length=500, description="One paragraph: the family and what the pack does.")
+    matches: Matches = Field(description="Which targets / drafters / methods the pack is for.")
     vllm: str = Field(description="vLLM version range the pack was checked against, e.g. `>=0.30,<0.34`.")
-    provides: tuple[str, ...] = Field(description="Capabilities, from a fixed vocabulary (see CAPABILITIES).")
-    facts: Facts = Field(default_factory=Facts)
-    patches: str | None = Field(default=None, description="Python file in the pack folder with the patches, if any.")
+    capabilities: dict[Capability, tuple[SupportRule, ...]] = Field(
+        default_factory=dict,
+        description="Per capability, its support table: per platform and vLLM range, native, patched by this pack, or unsupported (with the reason).",
+    )
+    facts: Facts = Field(default_factory=Facts, description="The family's facts (inner decoder, embedding names, MTP keys, ...).")
+    patches: str | None = Field(default=None, description="Python file in the pack folder with `get_patches()`, if the pack changes vLLM.")
+    rules: str | None = Field(
+        default=None, description="Python file in the pack folder with `get_rules()`: the pack's own named check rules, if any."
+    )
 
     @field_validator("name")
     @classmethod
@@ -144,100 +212,42 @@ class Manifest(_Strict):
             raise ValueError("must match [a-z][a-z0-9_]* (at most 48 characters)")
         return v
 
-    @field_validator("provides")
-    @classmethod
-    def _provides(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [x for x in v if x not in CAPABILITIES]
-        if bad:
-            raise ValueError(f"unknown capability {bad}; known: {sorted(CAPABILITIES)}")
-        return v
-
     @field_validator("vllm")
     @classmethod
     def _range(cls, v: str) -> str:
-        VersionRange(v)  # raises ValueError on a malformed range
+        version_range(v)
         return v
 
-    @field_validator("patches")
+    @field_validator("patches", "rules")
     @classmethod
-    def _patches(cls, v: str | None) -> str | None:
+    def _pack_file(cls, v: str | None) -> str | None:
         if v is not None and (not v.endswith(".py") or "/" in v or "\\" in v or v.startswith(".")):
             raise ValueError("must be a .py file name inside the pack folder")
         return v
 
-
-# ---------------------------------------------------------------------------------------------
-# Versions
-
-
-def _release(v: str) -> tuple[int, ...]:
-    m = re.match(r"^\s*v?(\d+(?:\.\d+)*)", v)
-    if not m:
-        raise ValueError(f"not a version: {v!r}")
-    return tuple(int(x) for x in m.group(1).split("."))
+    @model_validator(mode="after")
+    def _patched_needs_patches(self) -> Manifest:
+        for cap, lines in self.capabilities.items():
+            if any(x.status == "patched" for x in lines) and self.patches is None:
+                raise ValueError(f"capabilities.{cap}: a `patched` line needs the pack's `patches` file")
+        return self
 
 
-class VersionRange:
-    """A PEP 440-ish range ('>=0.30,<0.34'). Uses `packaging` when importable, else compares
-    release numbers (enough for the ranges packs use)."""
+@dataclass(frozen=True)
+class Support:
+    """A capability's status for one platform and vLLM version, with the reason and the pack that said so."""
 
-    _OPS = (">=", "<=", "==", "!=", ">", "<", "~=")
+    capability: str
+    status: Status
+    reason: str
+    pack: str | None = None
 
-    def __init__(self, spec: str):
-        self.spec = spec.strip()
-        parts = [p.strip() for p in self.spec.split(",") if p.strip()]
-        if not parts:
-            raise ValueError("empty version range")
-        self._clauses: list[tuple[str, tuple[int, ...]]] = []
-        for p in parts:
-            op = next((o for o in self._OPS if p.startswith(o)), None)
-            if op is None:
-                raise ValueError(f"version clause {p!r} needs an operator ({', '.join(self._OPS)})")
-            self._clauses.append((op, _release(p[len(op) :])))
-        try:
-            from packaging.specifiers import SpecifierSet
+    @property
+    def ok(self) -> bool:
+        return self.status in ("native", "patched")
 
-            self._packaging = SpecifierSet(self.spec)
-        except ImportError:
-            self._packaging = None
-        except Exception as e:  # packaging.specifiers.InvalidSpecifier
-            raise ValueError(f"invalid version range {spec!r}: {e}") from None
-
-    def contains(self, version: str) -> bool:
-        if self._packaging is not None:
-            try:
-                from packaging.version import Version
-
-                # Local labels (+cpu) and pre-releases of an otherwise matching release count.
-                return self._packaging.contains(Version(version).public, prereleases=True)
-            except Exception:  # noqa: BLE001 - unparsable: fall back to release numbers
-                pass
-        return self._simple_contains(version)
-
-    def _simple_contains(self, version: str) -> bool:
-        v = _release(version)
-
-        def pad(a: tuple[int, ...], n: int) -> tuple[int, ...]:
-            return a + (0,) * (n - len(a))
-
-        for op, ref in self._clauses:
-            n = max(len(v), len(ref))
-            a, b = pad(v, n), pad(ref, n)
-            ok = {
-                ">=": a >= b,
-                "<=": a <= b,
-                ">": a > b,
-                "<": a < b,
-                "==": a == b,
-                "!=": a != b,
-                "~=": a >= b and a[: len(ref) - 1] == ref[: len(ref) - 1],
-            }[op]
-            if not ok:
-                return False
-        return True
-
-    def __str__(self) -> str:
-        return self.spec
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,15 +262,16 @@ class Pack:
     description: str
     matches: Matches
     vllm_range: str
-    provides: tuple[str, ...]
+    capabilities: dict[str, tuple[SupportRule, ...]]
     facts: Facts
     path: Path | None  # the pack folder (None for a composite)
     patches_path: Path | None  # the patches module file, None for a native pack or a composite
+    rules_path: Path | None = None  # the pack's own check rules, if any
     source: str = "built-in"  # "built-in" or "entry point <name>"
-    components: tuple["Pack", ...] = field(default=())
+    components: tuple[Pack, ...] = field(default=())
 
     @property
-    def parts(self) -> tuple["Pack", ...]:
+    def parts(self) -> tuple[Pack, ...]:
         """The simple packs this pack is made of (itself, unless it is a composite)."""
         return self.components or (self,)
 
@@ -274,9 +285,30 @@ class Pack:
         """(pack name, patches file) for every part that has patches, in application order."""
         return tuple((p.name, p.patches_path) for p in self.parts if p.patches_path is not None)
 
+    @property
+    def provides(self) -> tuple[str, ...]:
+        """Capabilities native or patched on at least one platform and version (for listings)."""
+        return tuple(dict.fromkeys(c for p in self.parts for c, lines in p.capabilities.items() if any(x.status != "unsupported" for x in lines)))
+
     def supports_vllm(self, version: str) -> bool:
         """Whether every part of the pack was checked against this vLLM version."""
-        return all(VersionRange(p.vllm_range).contains(version) for p in self.parts)
+        return all(in_range(p.vllm_range, version) for p in self.parts)
+
+    def supports(self, capability: str, platform: str, version: str) -> Support:
+        """The capability's status on this platform and vLLM version, from the first part that has
+        a support table for it (the target pack before a drafter pack). `unknown` when no part
+        speaks of it, the version is outside the part's range, or no line matches."""
+        for part in self.parts:
+            lines = part.capabilities.get(capability)
+            if not lines:
+                continue
+            if not in_range(part.vllm_range, version):
+                return Support(capability, "unknown", f"pack {part.name} was checked against vLLM {part.vllm_range}, not {version}", part.name)
+            for line in lines:
+                if platform in line.platforms and (line.vllm is None or in_range(line.vllm, version)):
+                    return Support(capability, line.status, line.reason or _default_reason(line.status, part.name, platform, version), part.name)
+            return Support(capability, "unknown", f"pack {part.name} says nothing about {capability} on {platform} with vLLM {version}", part.name)
+        return Support(capability, "unknown", f"pack {self.name} says nothing about {capability}", None)
 
     # -- matching -------------------------------------------------------------------------------
 
@@ -309,6 +341,7 @@ class Pack:
             },
             "vllm": self.vllm_range,
             "provides": list(self.provides),
+            "capabilities": {c: [x.model_dump(mode="json") for x in lines] for p in self.parts for c, lines in p.capabilities.items()},
             "native": self.native,
             "patches": [str(p) for _, p in self.patch_files],
             "facts": self.facts.model_dump(mode="json"),
@@ -329,10 +362,15 @@ def vllm_drafter_names(archs: list[str] | tuple[str, ...], method: str | None) -
     return out
 
 
+def _default_reason(status: str, pack: str, platform: str, version: str) -> str:
+    if status == "native":
+        return f"vLLM {version} does it itself on {platform}"
+    return f"the {pack} pack patches vLLM {version} on {platform}"
+
+
 def _composite(parts: list[Pack]) -> Pack:
     if len(parts) == 1:
         return parts[0]
-    provides = tuple(dict.fromkeys(c for p in parts for c in p.provides))
     return Pack(
         name="+".join(p.name for p in parts),
         description=" + ".join(p.description for p in parts),
@@ -342,7 +380,7 @@ def _composite(parts: list[Pack]) -> Pack:
             methods=(),
         ),
         vllm_range=",".join(p.vllm_range for p in parts),
-        provides=provides,
+        capabilities={},
         facts=parts[0].facts,
         path=None,
         patches_path=None,
@@ -398,15 +436,21 @@ def load_pack_dir(path: Path, *, source: str = "built-in") -> Pack:
         patches_path = path / m.patches
         if not patches_path.is_file():
             raise PpspecError(f"adapter pack {m.name} names patches file {m.patches} but it is missing", where=str(path), fix="add the file or drop `patches`")
+    rules_path = None
+    if m.rules is not None:
+        rules_path = path / m.rules
+        if not rules_path.is_file():
+            raise PpspecError(f"adapter pack {m.name} names rules file {m.rules} but it is missing", where=str(path), fix="add the file or drop `rules`")
     return Pack(
         name=m.name,
         description=m.description,
         matches=m.matches,
         vllm_range=m.vllm,
-        provides=m.provides,
+        capabilities=dict(m.capabilities),
         facts=m.facts,
         path=path,
         patches_path=patches_path,
+        rules_path=rules_path,
         source=source,
     )
 
@@ -531,9 +575,8 @@ def inner_decoder_path(pack: Pack, target_arch: str) -> str:
 
 def inner_decoder_ref(pack: Pack, target_arch: str, platform: str) -> str | None:
     """`module:Class` of the inner decoder for an architecture on a platform, from the pack's facts."""
-    impl = PLATFORM_TO_IMPL.get(platform, platform)
     for part in pack.parts:
-        per_impl = part.facts.inner_decoder.get(target_arch)
-        if per_impl:
-            return per_impl.get(impl) or per_impl.get("default")
+        per_platform = part.facts.inner_decoder.get(target_arch)
+        if per_platform:
+            return per_platform.get(platform) or per_platform.get("default")
     return None

@@ -20,9 +20,6 @@ from .partition import suggest_partition
 
 Runner = Literal["v2", "v1"]
 
-#: Methods whose drafter consumes the target's auxiliary hidden states.
-TAP_METHODS = frozenset({"eagle3", "dflash", "dspark"})
-
 
 # ---------------------------------------------------------------------------------------------
 # Partition (vLLM: distributed/utils.py::get_pp_indices)

@@ -16,10 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from . import safeio
 from .errors import PpspecError
-
-METHODS = ("eagle3", "dflash", "dspark", "mtp", "eagle")
-#: Methods whose drafter reads the target's auxiliary hidden states ("taps").
-TAP_METHODS = ("eagle3", "dflash", "dspark")
+from .facts import METHODS, NEWEST_SUPPORTED, TAP_METHODS, Method, parse_version
 
 _MODEL_REF = re.compile(r"^[^\x00-\x1f\x7f]+$")
 MAX_PROFILE_BYTES = 1 << 20
@@ -52,7 +49,7 @@ class ModelRef(_Strict):
 class Drafter(_Strict):
     """The speculative drafter. It runs on the last pipeline stage only."""
 
-    method: Literal["eagle3", "dflash", "dspark", "mtp", "eagle"] = Field(
+    method: Method = Field(
         description="Speculative method, as vLLM names it. `eagle3`, `dflash`, `dspark` read target taps; "
         "`mtp` uses the target's own MTP layers (no `model`); `eagle` is EAGLE-1."
     )
@@ -98,7 +95,7 @@ class Drafter(_Strict):
             raise ValueError("method 'mtp' uses the target's own MTP layers: remove `model`")
         if self.taps is not None:
             if self.method not in TAP_METHODS:
-                raise ValueError(f"`taps` only applies to {', '.join(TAP_METHODS)}")
+                raise ValueError(f"`taps` only applies to {', '.join(m for m in METHODS if m in TAP_METHODS)}")
             if any(t < 0 for t in self.taps):
                 raise ValueError("`taps` must be non-negative layer indices")
         return self
@@ -161,6 +158,13 @@ class Profile(_Strict):
         description="Where the engine runs. `auto`: the installed vLLM's platform (`cuda` when vLLM is not installed). "
         "The CPU platform runs vLLM's V1 model runner, which cannot relay taps between stages.",
     )
+    engine_version: str | None = Field(
+        default=None,
+        description="The vLLM version to check against when vLLM is not installed where `check` runs (e.g. `0.33.0`). "
+        f"The installed vLLM's version wins when there is one; without either, the newest supported release ({NEWEST_SUPPORTED}). "
+        "`check` says which version its verdict is for and where that came from.",
+        max_length=64,
+    )
     adapter: str = Field(
         default="auto",
         description="Adapter pack: `auto` (chosen from the target and drafter architectures), `none`, or a pack name (`ppspec adapters list`).",
@@ -175,6 +179,13 @@ class Profile(_Strict):
         description="Extra vLLM engine arguments, long flag names without `--` (e.g. `max-model-len: 4096`), passed through.",
     )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for the engine processes.")
+
+    @field_validator("engine_version")
+    @classmethod
+    def _engine_version(cls, v: str | None) -> str | None:
+        if v is not None and parse_version(v) is None:
+            raise ValueError("not a version (write it as vLLM does, e.g. 0.33.0)")
+        return v
 
     @field_validator("env")
     @classmethod

@@ -71,6 +71,7 @@ def render_check(r, findings, console: Console | None = None) -> None:
         + f" on {topo.nodes} node(s); platform {r.platform} ({safe(r.platform_source)}), runner {r.runner.upper()}"
         + (f"; adapter {safe(r.pack.name)}" if r.pack is not None else "")
     )
+    console.print(f"verdict for vLLM {safe(r.engine_version)} ({safe(r.engine_version_source)})")
     render_findings(console, findings)
     n_err = sum(f.severity == "error" for f in findings)
     n_warn = sum(f.severity == "warning" for f in findings)

@@ -13,8 +13,9 @@ from typing import Any, Callable
 from . import facts
 from .checkpoint import Checkpoint, load_checkpoint, speculators_view
 from .errors import PpspecError
+from .facts import TAP_METHODS
+from .packs import Pack, Support, resolve_pack
 from .plan import (
-    TAP_METHODS,
     Plan,
     Runner,
     TapSource,
@@ -63,8 +64,11 @@ class Resolved:
     platform: str = "cuda"
     platform_source: str = "default"
     runner: Runner = "v2"
-    pack: Any = None  # ppspec_cli.packs.Pack | None
+    engine_version: str = facts.NEWEST_SUPPORTED  # the vLLM version the verdict is for
+    engine_version_source: str = "newest supported release"
+    pack: Pack | None = None  # the pack whose patches the engine gets (None: `adapter: none` or nothing matches)
     pack_error: PpspecError | None = None
+    family: Pack | None = None  # the packs that describe the target and drafter (what `adapter: auto` picks)
     drafter_view: dict[str, Any] | None = None  # the drafter config as vLLM sees it
     engine_taps: TapSource | None = None  # what the runner reads from the (unpatched) drafter config
     trained: TapSource | None = None  # what the drafter was trained on
@@ -79,21 +83,64 @@ class Resolved:
     def pp(self) -> int:
         return self.profile.topology.pipeline_parallel
 
-    def provides(self, capability: str) -> bool:
-        return bool(self.pack is not None and capability in getattr(self.pack, "provides", ()))
+    @property
+    def version(self) -> Any:
+        """The engine version as a packaging Version (None only if unparsable)."""
+        return facts.parse_version(self.engine_version)
+
+    @property
+    def uses_taps(self) -> bool:
+        """The drafter reads target taps with this config on this vLLM version."""
+        return facts.uses_taps(self.method, self.drafter_view, self.version)
+
+    def support(self, capability: str) -> Support:
+        """What the family's pack says about a capability on this platform and vLLM version. A
+        capability the pack only *patches* counts only when that pack's patches are applied."""
+        if self.family is None:
+            arch = ", ".join(self.target.architectures) if self.target and self.target.architectures else "this target"
+            return Support(capability, "unknown", f"no adapter pack describes {arch} (`ppspec adapters list`)")
+        s = self.family.supports(capability, self.platform, self.engine_version)
+        applied = {p.name for p in self.pack.parts} if self.pack is not None else set()
+        if s.status == "patched" and s.pack not in applied:
+            how = "adapter: none" if self.profile.adapter == "none" else f"adapter: {self.profile.adapter}"
+            return Support(capability, "unsupported", f"{s.reason}, but {how} does not apply the {s.pack} pack", s.pack)
+        return s
 
 
 def _resolve_pack(r: Resolved) -> None:
-    try:
-        from . import packs
-    except ImportError:  # packs not available in this build
-        return
+    """The describing packs (always the auto match) and the applied ones (the profile's `adapter`)."""
     target_archs = r.target.architectures if r.target else []
     drafter_archs = r.drafter.architectures if r.drafter else []
     try:
-        r.pack = packs.resolve_pack(r.profile.adapter, target_archs, drafter_archs, r.method)
+        r.pack = resolve_pack(r.profile.adapter, target_archs, drafter_archs, r.method)
     except PpspecError as e:
         r.pack_error = e
+        return
+    if r.profile.adapter != "none":
+        r.family = r.pack
+        return
+    try:
+        r.family = resolve_pack("auto", target_archs, drafter_archs, r.method)
+    except PpspecError:  # several packs claim the target: with no pack applied, none describes it
+        r.family = None
+
+
+def _engine_version(r: Resolved) -> None:
+    """The installed vLLM's version; else the profile's engine_version; else the newest supported release."""
+    if r.vllm is not None:
+        r.engine_version, r.engine_version_source = r.vllm.version, f"installed {r.vllm.distribution}"
+    elif r.profile.engine_version is not None:
+        r.engine_version, r.engine_version_source = r.profile.engine_version, "profile engine_version"
+    else:
+        r.engine_version = facts.NEWEST_SUPPORTED
+        r.engine_version_source = "newest supported release (vLLM is not installed here; set engine_version to check another)"
+
+
+def _target_facts(r: Resolved) -> Any:
+    """The facts of the pack that describes the target (None when no pack does)."""
+    if r.family is None:
+        return None
+    return next((p.facts for p in r.family.parts if p.is_target_pack), None)
 
 
 def _engine_taps(r: Resolved) -> tuple[tuple[int, ...], str, dict | None]:
@@ -106,6 +153,8 @@ def _engine_taps(r: Resolved) -> tuple[tuple[int, ...], str, dict | None]:
     n = r.target.num_layers if r.target else None
     if d is None or d.method not in TAP_METHODS or n is None:
         return (), "none", None
+    if not r.uses_taps:
+        return (), "none (eagle_config.use_aux_hidden_state is false)", None
     view = r.drafter_view or {}
     reader = v2_taps_from_config if r.runner == "v2" else v1_taps_from_config
     engine: TapSource | None = None
@@ -127,6 +176,17 @@ def _engine_taps(r: Resolved) -> tuple[tuple[int, ...], str, dict | None]:
         fixed = normalize_taps(trained.taps)
         return fixed, "overlay", {"eagle_aux_hidden_state_layer_ids": list(fixed)}
     return normalize_taps(served), source, None
+
+
+def mtp_layers(r: Resolved) -> int | None:
+    """How many MTP layers vLLM builds for the target, read the way its family's pack says."""
+    if r.target is None:
+        return None
+    tf = _target_facts(r)
+    if tf is None:
+        return facts.mtp_layer_count(r.target.text)
+    m = tf.mtp_layers
+    return facts.mtp_layer_count(r.target.text, m.keys, m.default, m.fixed)
 
 
 def resolve(
@@ -159,13 +219,15 @@ def resolve(
         r.platform, r.platform_source = r.vllm.platform, f"installed {r.vllm.distribution} {r.vllm.version}"
     else:
         r.platform, r.platform_source = "cuda", "default (vLLM not installed here)"
-    ver = facts.parse_version(r.vllm.version) if r.vllm else None
+    _engine_version(r)
+    ver = r.version
     if r.platform == "cpu" or (ver is not None and ver < facts.PP_SPEC_MIN_VERSION):
         r.runner = "v1"
     else:
         r.runner = "v2"
 
     _resolve_pack(r)
+    tf = _target_facts(r)
 
     if r.target is not None and r.target.num_layers:
         n = r.target.num_layers
@@ -176,20 +238,17 @@ def resolve(
         numbering = "none"
         if d is not None:
             if method == "mtp":
-                n_draft = facts.mtp_layer_count(r.target.text, r.target.architectures, r.target.model_type) or 0
+                n_draft = mtp_layers(r) or 0
                 numbering = "global"
             elif r.drafter is not None and r.drafter.num_layers:
                 n_draft = r.drafter.num_layers
-                archs = set(r.drafter.architectures)
-                if method == "eagle" and (archs & facts.PP_LOCAL_NUMBERING_DRAFTERS or not archs) and not r.provides("global_draft_layer_ids"):
-                    numbering = "pp-local"
-                else:
-                    numbering = "global"
+                local = method in facts.PP_LOCAL_NUMBERING_METHODS and not r.support("global_draft_layer_ids").ok
+                numbering = "pp-local" if local else "global"
         drafter_has_embed = None
         if r.drafter is not None and r.drafter.tensor_names() is not None:
             drafter_has_embed = any(x.endswith("embed_tokens.weight") for x in r.drafter.tensor_names() or ())
-        needs_embed = bool(method in facts.TARGET_EMBED_METHODS and r.pp > 1)
-        lw = r.target.layer_weight_bytes(n)
+        needs_embed = r.pp > 1 and (method in facts.TARGET_EMBED_METHODS or (method == "mtp" and r.support("target_embed_for_mtp").ok))
+        lw = r.target.layer_weight_bytes(n, tf.tower_prefixes if tf is not None else ())
         embed_b = lm_b = None
         notes: list[str] = []
         if r.target.tensors:
@@ -203,6 +262,9 @@ def resolve(
         drafter_b = sum(t.nbytes for t in r.drafter.tensors.values()) if r.drafter and r.drafter.tensors else None
         if drafter_has_embed is False:
             notes.append("the drafter has no embed_tokens: it shares the target's embedding")
+        if method == "mtp" and needs_embed:
+            s = r.support("target_embed_for_mtp")
+            notes.append(f"with mtp under PP the last stage builds a real target embedding (vLLM {r.engine_version}: {s.reason}); its memory is counted there")
         r.plan = build_plan(
             num_layers=n,
             pp=r.pp,

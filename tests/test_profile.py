@@ -33,6 +33,7 @@ topology:
   gpus_per_node: 8
   layer_partition: [31, 30]
 platform: cuda
+engine_version: 0.33.0
 adapter: kimi_k3
 dtype: bfloat16
 trust_remote_code: true
@@ -73,6 +74,7 @@ def test_every_field_is_read():
     assert (t.tensor_parallel, t.pipeline_parallel, t.data_parallel, t.nodes, t.gpus_per_node) == (8, 2, 1, 2, 8)
     assert t.layer_partition == [31, 30]
     assert (p.platform, p.adapter, p.dtype, p.trust_remote_code) == ("cuda", "kimi_k3", "bfloat16", True)
+    assert p.engine_version == "0.33.0"
     assert (p.server.host, p.server.port, p.server.api_key_env, p.server.served_model_name) == ("0.0.0.0", 8123, "MY_KEY", "kimi")
     assert (p.launch.executor, p.launch.master_addr, p.launch.master_port, p.launch.health_timeout_s) == ("mp", "10.0.0.1", 29555, 1200)
     assert p.engine == {"max-model-len": 4096, "enforce-eager": True}
@@ -233,6 +235,11 @@ def test_mtp_needs_no_model_and_refuses_one():
     assert p.drafter.method == "mtp" and p.drafter.model is None
     e = err(MIN + "drafter: {method: mtp, model: a/b, num_speculative_tokens: 1}\n")
     assert "remove `model`" in e.what
+
+
+def test_engine_version_must_be_a_version():
+    assert parse_profile(MIN + "engine_version: 0.32.0+cpu\n").engine_version == "0.32.0+cpu"
+    assert "not a version" in err(MIN + "engine_version: latest\n").what
 
 
 def test_taps_validation():

@@ -1,13 +1,13 @@
 """Every finding code in rules.py (and every checkpoint gap code) from a real scenario.
 
-Profiles go through the real loader and `resolve()`; checkpoints are real configs in tmp_path. The
-installed vLLM and the adapter pack are pinned per test (a VllmInstall / a small fake pack) so the
-findings do not depend on what this machine has installed or what packs exist today."""
+Profiles go through the real loader and `resolve()`; checkpoints are real configs in tmp_path;
+the built-in adapter packs describe the families (as in production). The installed vLLM is pinned
+per test (a VllmInstall) so the findings do not depend on what this machine has installed; a test
+that needs a pack the built-ins do not have writes one into tmp_path and applies it."""
 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ import yaml
 from conftest import REPO, fixture_config, synthetic_kimi_k25_config
 from ppspec_cli import resolve as resolve_mod
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.packs import load_pack_dir
 from ppspec_cli.profile import parse_profile
 from ppspec_cli.resolve import VllmInstall, resolve
 from ppspec_cli.rules import run_rules
@@ -24,23 +25,17 @@ LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 CUDA_032 = VllmInstall("0.32.0", "vllm", "cuda")
 
 
-@dataclass
-class FakePack:
-    """The attributes of a pack that resolve/rules read (the real registry lives in packs.py)."""
-
-    name: str = "fake"
-    provides: tuple = ()
-    facts: dict = field(default_factory=dict)
-    vllm_ok: bool = True
-
-    def supports_vllm(self, version: str) -> bool:
-        return self.vllm_ok
+def tmp_pack(root: Path, name: str, body: str):
+    """A real pack loaded from a folder in tmp_path (`body`: the manifest after name/description)."""
+    d = root / "packs" / name
+    d.mkdir(parents=True)
+    (d / "pack.yaml").write_text(f"name: {name}\ndescription: a test pack\n{body}", encoding="utf-8")
+    return load_pack_dir(d)
 
 
 @pytest.fixture(autouse=True)
 def pinned_env(monkeypatch):
     monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: CUDA_032)
-    monkeypatch.setattr(resolve_mod, "_resolve_pack", lambda r: None)
 
 
 def use_vllm(monkeypatch, v: VllmInstall | None):
@@ -48,15 +43,17 @@ def use_vllm(monkeypatch, v: VllmInstall | None):
 
 
 def use_pack(monkeypatch, pack=None, error: PpspecError | None = None):
+    """Apply this pack (it also describes the family), or fail pack resolution with `error`."""
+
     def fake(r):
-        r.pack, r.pack_error = pack, error
+        r.pack, r.family, r.pack_error = pack, pack, error
 
     monkeypatch.setattr(resolve_mod, "_resolve_pack", fake)
 
 
 def check(target: Path | str | None, drafter: Path | str | None = None, *, method: str | None = "eagle3", pp: int = 1, tp: int = 1, **extra):
     """Resolve a profile built from keyword pieces; returns (Resolved, {code: [Finding]})."""
-    prof: dict = {"name": "t", "target": {"model": str(target)}, "platform": extra.pop("platform", "cuda"), "adapter": "none"}
+    prof: dict = {"name": "t", "target": {"model": str(target)}, "platform": extra.pop("platform", "cuda"), "adapter": extra.pop("adapter", "none")}
     if method is not None:
         prof["drafter"] = {"method": method, "num_speculative_tokens": 3}
         if drafter is not None:
@@ -275,11 +272,14 @@ def test_eagle1_pp_local_ids(llama, make_checkpoint):
     assert "eagle1-pp-local-ids" not in pp1
 
 
-def test_eagle1_fixed_by_a_pack(llama, make_checkpoint, monkeypatch):
+def test_eagle1_fixed_by_a_pack(llama, make_checkpoint):
     e1 = drafter_with(make_checkpoint, "eagle1", architectures=["EagleLlamaForCausalLM"])
-    use_pack(monkeypatch, FakePack(name="eagle_global_layer_ids", provides=("global_draft_layer_ids",)))
-    r, by = check(llama, e1, method="eagle", pp=2)
+    r, by = check(llama, e1, method="eagle", pp=2, adapter="auto")
+    assert r.pack.name == "llama+eagle_global_layer_ids"
     assert "eagle1-pp-local-ids" not in by and r.plan.draft_layer_ids == (32,)
+    # naming only the target pack leaves the drafter pack's patch out: PP-local again
+    r, by = check(llama, e1, method="eagle", pp=2, adapter="llama")
+    assert "eagle1-pp-local-ids" in by and r.plan.draft_layer_ids == (16,)
 
 
 # ---- shapes
@@ -462,7 +462,8 @@ def test_target_opted_in_later_than_the_installed_vllm(make_checkpoint, specforg
     sarvam = make_checkpoint("sarvam", {**fixture_config(LLAMA), "architectures": ["SarvamMLAForCausalLM"]})
     use_vllm(monkeypatch, VllmInstall("0.31.0", "vllm", "cuda"))
     _, by = check(sarvam, specforge, pp=2)
-    assert "before vLLM 0.32.0" in expect(by, "target-not-opted-in", "error").message
+    f = expect(by, "target-not-opted-in", "error")
+    assert "only since vLLM 0.32" in f.message and "vLLM 0.31.0" in f.message
     use_vllm(monkeypatch, CUDA_032)
     _, by = check(sarvam, specforge, pp=2)
     assert "target-not-opted-in" not in by
@@ -476,12 +477,104 @@ def test_target_not_opted_in_on_rocm(make_checkpoint, specforge):
     assert "target-not-opted-in" not in cuda
 
 
-def test_target_opt_in_by_pack(make_checkpoint, specforge, monkeypatch):
+def test_target_opt_in_by_pack(make_checkpoint, specforge):
     moe = make_checkpoint("qwen3moe", "Qwen__Qwen3-30B-A3B")
-    use_pack(monkeypatch, FakePack(name="qwen3_moe_relay", provides=("aux_relay_over_pp",)))
-    _, by = check(moe, specforge, pp=2)
+    _, by = check(moe, specforge, pp=2, adapter="auto")
     assert "target-not-opted-in" not in by
-    assert "qwen3_moe_relay" in expect(by, "target-opt-in-by-pack", "info", "adapter").message
+    assert "qwen3_moe" in expect(by, "target-opt-in-by-pack", "info", "adapter").message
+    # adapter: none keeps the pack's knowledge but not its patch: vLLM refuses
+    _, by = check(moe, specforge, pp=2)
+    assert "adapter: none does not apply the qwen3_moe pack" in expect(by, "target-not-opted-in", "error").message
+
+
+# ---- issue 11's misses: each answered by the family's pack, per platform and vLLM version
+
+
+def dspark_head(make_checkpoint, name="dspark-head"):
+    """SYNTHETIC drafter config: a DSpark head naming its taps with dspark_target_layer_ids."""
+    return make_checkpoint(name, {"architectures": ["DSparkDraftModel"], "model_type": "llama", "num_hidden_layers": 1, "hidden_size": 4096, "vocab_size": 128256, "dspark_target_layer_ids": [1, 15, 28]})
+
+
+@pytest.mark.parametrize("arch", ["KimiK3ForConditionalGeneration", "MiniMaxM3SparseForCausalLM", "DeepseekV4ForCausalLM"])
+@pytest.mark.parametrize("method", ["eagle3", "dspark"])
+def test_miss1_native_pack_does_not_hide_what_rocm_lacks(make_checkpoint, specforge, arch, method):
+    """SYNTHETIC targets (the Llama fixture's numbers under each architecture). With adapter: auto,
+    vLLM's ROCm implementations of Kimi-K3, MiniMax-M3 and DeepSeek-V4 do not relay taps over PP:
+    check must fail there, and on CUDA (where they are native) claim no pack is needed."""
+    target = make_checkpoint("t-" + arch, {**fixture_config(LLAMA), "architectures": [arch]})
+    head = specforge if method == "eagle3" else dspark_head(make_checkpoint)
+    r, by = check(target, head, method=method, pp=2, adapter="auto", platform="rocm")
+    f = expect(by, "target-not-opted-in", "error", "platform")
+    assert "rocm" in f.message and r.pack is not None and r.pack.name in f.hint
+    r, by = check(target, head, method=method, pp=2, adapter="auto", platform="cuda")
+    assert "target-not-opted-in" not in by and "target-opt-in-by-pack" not in by, by.keys()
+    assert not any("does not relay taps" in x.message for fs in by.values() for x in fs)
+
+
+def test_miss1_llama_on_cuda_is_native_not_by_pack(llama, specforge):
+    _, by = check(llama, specforge, pp=2, adapter="auto")
+    assert "target-opt-in-by-pack" not in by and "target-not-opted-in" not in by
+
+
+def test_miss2_use_aux_hidden_state_false_depends_on_the_vllm_version(make_checkpoint, monkeypatch):
+    """vLLM 0.33 reads eagle_config.use_aux_hidden_state: false as "no taps" (no relay, no opt-in
+    check); 0.30-0.32 tap every EAGLE3 drafter. The version comes from the profile here."""
+    use_vllm(monkeypatch, None)
+    moe = make_checkpoint("qwen3moe", "Qwen__Qwen3-30B-A3B")
+    head = drafter_with(make_checkpoint, "noaux", hidden_size=2048, eagle_config={"use_aux_hidden_state": False})
+    r, by = check(moe, head, pp=2, engine_version="0.33.0")
+    assert (r.engine_version, r.engine_version_source) == ("0.33.0", "profile engine_version")
+    assert r.plan.taps == () and all(s.relay_out.slots == 0 for s in r.plan.stages[:-1])
+    assert "target-not-opted-in" not in by and "taps-default" not in by
+    expect(by, "taps-off", "info", "drafter.model")
+    r, by = check(moe, head, pp=2, engine_version="0.32.0")
+    assert r.plan.taps == (2, 24, 45) and "taps-off" not in by
+    assert "vLLM 0.32.0" in expect(by, "target-not-opted-in", "error").message
+    # no vLLM and no engine_version: the newest supported release, said so
+    r, by = check(moe, head, pp=2)
+    assert r.engine_version == "0.33.0" and r.engine_version_source.startswith("newest supported release")
+    assert "0.33.0" in by["vllm-not-installed"][0].message
+    # an installed vLLM wins over the profile
+    use_vllm(monkeypatch, VllmInstall("0.32.0", "vllm", "cuda"))
+    r, by = check(moe, head, pp=2, engine_version="0.33.0")
+    assert (r.engine_version, r.engine_version_source) == ("0.32.0", "installed vllm") and r.plan.taps
+
+
+def m3_target(make_checkpoint, name="m3", **cfg):
+    """SYNTHETIC MiniMax-M3 text target: 4 layers, hidden 64, vocab 1000, with safetensors shards
+    (zero data) so the plan can count bytes per stage."""
+    base = {**fixture_config(LLAMA), "architectures": ["MiniMaxM3SparseForCausalLM"], "model_type": "minimax_m3_text", "num_hidden_layers": 4, "hidden_size": 64, "vocab_size": 1000, **cfg}
+    tensors = {"model.embed_tokens.weight": ("BF16", [1000, 64]), "lm_head.weight": ("BF16", [1000, 64]), "model.norm.weight": ("BF16", [64])}
+    tensors.update({f"model.layers.{i}.mlp.weight": ("BF16", [64, 64]) for i in range(4)})
+    return make_checkpoint(name, base, shards={"model.safetensors": tensors})
+
+
+def test_miss3_minimax_m3_mtp_builds_the_target_embedding_on_the_last_stage(make_checkpoint):
+    target = m3_target(make_checkpoint)
+    embed, layer, lm = 1000 * 64 * 2, 64 * 64 * 2, 1000 * 64 * 2
+    r, _ = check(target, method="mtp", pp=2, adapter="auto")
+    last = r.plan.stages[-1]
+    assert last.embedding == "drafter-needs"
+    assert last.weight_bytes == 2 * layer + lm + embed  # the last stage holds the embedding's memory
+    assert any("builds a real target embedding" in n for n in r.plan.notes)
+    # the CPU platform runs the V1 runner, which does not (include_mtp follows use_v2_model_runner)
+    r, _ = check(target, method="mtp", pp=2, adapter="auto", platform="cpu")
+    assert r.plan.stages[-1].embedding == "none" and r.plan.stages[-1].weight_bytes == 2 * layer + lm
+    # a family without the capability: no embedding on the last stage for mtp
+    llama_like = make_checkpoint("ll", {**fixture_config(LLAMA), "num_nextn_predict_layers": 1})
+    r, _ = check(llama_like, method="mtp", pp=2)
+    assert r.plan.stages[-1].embedding == "none"
+
+
+def test_miss4_minimax_m3_counts_mtp_layers_from_num_mtp_modules(make_checkpoint):
+    r, by = check(m3_target(make_checkpoint, num_mtp_modules=2), method="mtp", pp=2)
+    assert "mtp-no-layers" not in by and r.plan.draft_layer_ids == (4, 5)
+    # its config class defaults num_mtp_modules to 1, and vLLM reads that
+    r, by = check(m3_target(make_checkpoint, "m3-default"), method="mtp", pp=2)
+    assert "mtp-no-layers" not in by and r.plan.draft_layer_ids == (4,)
+    # num_nextn_predict_layers is not what vLLM reads for this family
+    r, by = check(m3_target(make_checkpoint, "m3-nextn", num_nextn_predict_layers=3), method="mtp", pp=2)
+    assert r.plan.draft_layer_ids == (4,)
 
 
 def test_cpu_pp_taps(llama, specforge):
@@ -555,10 +648,11 @@ def test_embedding_found_through_the_pack_name_mapping(make_checkpoint, specforg
     """A multimodal checkpoint names the embedding language_model.model.embed_tokens.weight."""
     idx = fixture_config(LLAMA, "model.safetensors.index.json")
     idx["weight_map"]["language_model.model.embed_tokens.weight"] = idx["weight_map"].pop("model.embed_tokens.weight")
-    mm = make_checkpoint("mm", {"architectures": ["LlamaForCausalLM"], "text_config": fixture_config(LLAMA)}, index=idx)
-    _, by = check(mm, specforge, pp=2)
+    mm = make_checkpoint("mm", {"architectures": ["SomeVLForConditionalGeneration"], "text_config": fixture_config(LLAMA)}, index=idx)
+    _, by = check(mm, specforge, pp=2)  # no pack describes it: vLLM's default name under the text model
     assert "language_model.model.embed_tokens.weight" in expect(by, "embedding-found", "info").message
-    use_pack(monkeypatch, FakePack(facts={"embedding_tensors": ["model.language_model.embed_tokens.weight"]}))
+    pack = tmp_pack(mm.parent, "somevl", 'matches: {targets: [SomeVLForConditionalGeneration]}\nvllm: ">=0.30"\nfacts: {embedding_tensors: ["model.language_model.embed_tokens.weight"]}\n')
+    use_pack(monkeypatch, pack)
     _, by = check(mm, specforge, pp=2)
     assert "embedding-not-found" in by  # the pack's mapping is used, not a suffix match
 
@@ -572,8 +666,7 @@ def test_embed_last_stage(make_checkpoint, monkeypatch):
     with_embed = drafter_with(make_checkpoint, "embed", hidden_size=2048, vocab_size=151936, draft_vocab_size=151936, _shards=eagle3_shards(hidden=2048, vocab=151936, draft_vocab=151936, embed=True))
     _, by = check(moe, with_embed, pp=2)
     assert "embed-last-stage" not in by
-    use_pack(monkeypatch, FakePack(provides=("aux_relay_over_pp", "target_embed_on_last_stage")))
-    _, by = check(moe, head, pp=2)
+    _, by = check(moe, head, pp=2, adapter="auto")  # the qwen3_moe pack builds it
     assert "embed-last-stage" not in by
 
 
@@ -584,9 +677,10 @@ def test_adapter_unknown_and_version(llama, specforge, monkeypatch):
     use_pack(monkeypatch, None, PpspecError("no adapter pack named 'nope'", fix="see `ppspec adapters list`"))
     _, by = check(llama, specforge)
     assert "nope" in expect(by, "adapter-unknown", "error", "adapter").message
-    use_pack(monkeypatch, FakePack(name="old", vllm_ok=False))
+    use_pack(monkeypatch, tmp_pack(llama.parent, "old", 'matches: {targets: [LlamaForCausalLM]}\nvllm: "<0.31"\n'))
     _, by = check(llama, specforge)
-    assert "0.32.0" in expect(by, "adapter-vllm-version", "error", "adapter").message
+    f = expect(by, "adapter-vllm-version", "error", "adapter")
+    assert "0.32.0" in f.message and "installed vllm" in f.message
 
 
 def test_security(llama):

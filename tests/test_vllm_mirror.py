@@ -11,7 +11,6 @@ import ast
 import copy
 import importlib
 import os
-import sys
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -190,8 +189,9 @@ def test_v1_taps_match_vllm(vllm_mods, cfg):
 
 
 def test_tap_rules_on_the_fixture_configs(vllm_mods):
-    from conftest import MODELS
     import json
+
+    from conftest import MODELS
 
     seen = 0
     for p in sorted(MODELS.glob("*/*.json")):
@@ -332,42 +332,37 @@ def test_stage_taps_slots_and_relay_match_vllm(vllm_mods, fake_pp, data, n, pp):
 # Which targets opt in to relaying taps over PP
 
 
-def _inner_decoder_class(arch: str, fam):
-    """The class vLLM builds as `model` inside the target: found next to the target class (its own
-    module first, NVIDIA implementation where the opt-in is NVIDIA-only), else in the model package
-    that defines it (drafter modules such as llama_eagle3 define look-alike classes: skipped)."""
-    from vllm.model_executor.models.registry import _MULTIMODAL_MODELS, _TEXT_GENERATION_MODELS
+def test_pack_support_tables_match_the_installed_vllm_classes(vllm_mods):
+    """Every inner decoder class a pack names (on platforms whose implementation imports on this
+    CPU host; ROCm modules abort the process here) opts in to relaying taps over PP exactly when
+    the pack's support table says `native` for the installed vLLM; `patched` and `unsupported`
+    mean the unpatched class does not."""
+    from ppspec_cli.engine.probes import installed_vllm
+    from ppspec_cli.packs import PLATFORMS, load_packs
 
-    mod, cls_name = {**_TEXT_GENERATION_MODELS, **_MULTIMODAL_MODELS}[arch]
-    modname = mod if mod.startswith("vllm.") else f"vllm.model_executor.models.{mod}"
-    top_mod = importlib.import_module(modname)
-    if "NVIDIA" in fam.note:  # the opt-in is the NVIDIA implementation's; this box may pick another
-        top_mod = importlib.import_module(f"{modname}.nvidia.model")
-    top = getattr(top_mod, cls_name, None)
-    for ns in (sys.modules[top.__module__] if top is not None else None, top_mod):
-        obj = getattr(ns, fam.inner_decoder, None) if ns is not None else None
-        if isinstance(obj, type):
-            return obj
-    found = {
-        obj
-        for name, mod_ in list(sys.modules.items())
-        if name.startswith("vllm.model") and mod_ is not None and not any(k in name for k in ("eagle", "mtp", "dflash", "dspark", ".amd.", ".cpu.", ".xpu."))
-        for obj in [getattr(mod_, fam.inner_decoder, None)]
-        if isinstance(obj, type) and obj.__name__ == fam.inner_decoder
-    }
-    assert len(found) == 1, (arch, found)
-    return found.pop()
-
-
-@pytest.mark.parametrize("arch", sorted(facts.TARGET_FAMILIES))
-def test_target_opt_in_flags_match_vllm(vllm_mods, arch):
-    fam = facts.TARGET_FAMILIES[arch]
-    try:
-        cls = _inner_decoder_class(arch, fam)
-    except ModuleNotFoundError as e:
-        pytest.skip(f"{arch}'s vLLM module cannot be imported on this machine ({e})")
-    EXAMPLES["target families"] += 1
-    assert bool(getattr(cls, "supports_aux_hidden_states_over_pp", False)) == (fam.opted_in_since is not None), (arch, cls)
+    version = installed_vllm()[0]
+    checked, not_importable = 0, []
+    for pack in load_packs():
+        if "aux_relay_over_pp" not in pack.capabilities or not pack.supports_vllm(version):
+            continue
+        for arch, per_platform in pack.facts.inner_decoder.items():
+            for platform, ref in per_platform.items():
+                if platform == "rocm":
+                    continue
+                module, _, cls_name = ref.partition(":")
+                try:
+                    cls = getattr(importlib.import_module(module), cls_name)
+                except ImportError as e:  # e.g. MiniMax-M3 needs torchvision, which the CPU install removes
+                    not_importable.append(f"{ref}: {e}")
+                    continue
+                got = getattr(cls, "supports_aux_hidden_states_over_pp", False) is True
+                for pl in PLATFORMS if platform == "default" else (platform,):
+                    status = pack.supports("aux_relay_over_pp", pl, version).status
+                    assert status in ("native", "patched", "unsupported"), (pack.name, arch, pl, status)
+                    assert got is (status == "native"), f"{pack.name} {arch} on {pl}: {ref} opts in={got}, pack says {status}"
+                EXAMPLES["target families"] += 1
+                checked += 1
+    assert checked >= 10, (checked, not_importable)
 
 
 def test_target_embed_methods_match_vllm(vllm_mods, fake_pp):

@@ -14,26 +14,28 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..packs import CAPABILITIES, PLATFORM_TO_IMPL, Pack, get_pack, load_packs
+from ..packs import CAPABILITIES, Pack, get_pack, load_packs
 from .probes import installed_vllm
 
 STATUSES = ("native", "patched by pack", "unsupported", "not checked")
 
 
 def pack_status(pack: Pack, installed: tuple[str, str] | None) -> tuple[str, str]:
-    """(status, why) of a pack against an installed vLLM (version, platform)."""
+    """(status, why) of a pack against an installed vLLM (version, platform), from the pack's own
+    support tables (`Pack.supports`)."""
     if installed is None:
         return "not checked", "vLLM is not installed here"
     version, platform = installed
     if not pack.supports_vllm(version):
         return "unsupported", f"vLLM {version} is outside {pack.vllm_range}"
-    impl = PLATFORM_TO_IMPL.get(platform, platform)
-    if pack.native and pack.facts.opt_in and pack.facts.opt_in.get(impl) is False:
-        return "unsupported", f"the {impl} implementation in vLLM {version} does not opt in, and the pack has no patch for it"
-    if pack.native:
-        return "native", f"vLLM {version} ({impl} implementation) handles it"
-    files = ", ".join(f"{name}/{f.name}" for name, f in pack.patch_files)
-    return "patched by pack", f"the ppspec plugin patches vLLM {version} ({files})"
+    answers = [pack.supports(cap, platform, version) for cap in dict.fromkeys(c for p in pack.parts for c in p.capabilities)]
+    bad = [a for a in answers if a.status == "unsupported"]
+    if bad:
+        return "unsupported", "; ".join(f"{a.capability}: {a.reason}" for a in bad)
+    if any(a.status == "patched" for a in answers) or not pack.native:
+        files = ", ".join(f"{name}/{f.name}" for name, f in pack.patch_files)
+        return "patched by pack", f"the ppspec plugin patches vLLM {version} on {platform} ({files})"
+    return "native", f"vLLM {version} handles it on {platform}"
 
 
 def pack_record(pack: Pack, installed: tuple[str, str] | None) -> dict[str, Any]:
@@ -99,6 +101,7 @@ def adapters_show(name: str, json_out: bool) -> int:
     if json_out:
         print(json.dumps(rec, indent=2))
         return 0
+    from rich.markup import escape
     from rich.table import Table
 
     c = _console()
@@ -117,12 +120,14 @@ def adapters_show(name: str, json_out: bool) -> int:
     if f.inner_decoder:
         t.add_row(
             "inner decoder",
-            "\n".join(f"{arch}: " + ", ".join(f"{impl}={ref}" for impl, ref in per.items()) for arch, per in f.inner_decoder.items()),
+            "\n".join(f"{arch}: " + ", ".join(f"{platform}={ref}" for platform, ref in per.items()) for arch, per in f.inner_decoder.items()),
         )
     if f.inner_decoder_path:
         t.add_row("decoder path", "\n".join(f"{arch}: {path}" for arch, path in f.inner_decoder_path.items()))
-    if f.opt_in:
-        t.add_row("opts in natively", ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in f.opt_in.items()))
+    for part in pack.parts:
+        for cap, lines in part.capabilities.items():
+            rows = [f"{'/'.join(x.platforms)}{' vLLM ' + x.vllm if x.vllm else ''}: {x.status}" + (f" ({x.reason})" if x.reason else "") for x in lines]
+            t.add_row(cap, escape("\n".join(rows)))
     if f.embedding_tensors:
         t.add_row("embedding tensors", ", ".join(f.embedding_tensors))
     if f.name_mapping:

@@ -16,11 +16,9 @@ from importlib import metadata as md
 from typing import Any, Callable, Iterator, Literal
 
 from .. import plan as P
+from ..facts import AUX_METHODS as GATED_METHODS
 
 Status = Literal["passed", "failed", "not_run"]
-
-#: Methods vLLM gates on supports_aux_hidden_states_over_pp (eagle3_utils).
-GATED_METHODS = frozenset({"eagle3", "dflash", "dspark", "extract_hidden_states"})
 
 
 @dataclass(frozen=True)
