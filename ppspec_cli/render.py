@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .plan import TAP_METHODS
+from .facts import TAP_METHODS
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 

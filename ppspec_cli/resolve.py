@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.metadata as md
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from . import facts
 from .checkpoint import Checkpoint, load_checkpoint, speculators_view
@@ -178,6 +178,17 @@ def _engine_taps(r: Resolved) -> tuple[tuple[int, ...], str, dict | None]:
     return normalize_taps(served), source, None
 
 
+def draft_numbering(r: Resolved) -> Literal["global", "pp-local"]:
+    """How the drafter names its layers: what its pack says (native, or patched and applied:
+    global; unsupported: PP-local), else the method's rule in vLLM (EAGLE-1 PP-local)."""
+    s = r.support("global_draft_layer_ids")
+    if s.ok:
+        return "global"
+    if s.status == "unsupported":
+        return "pp-local"
+    return "pp-local" if r.method in facts.PP_LOCAL_NUMBERING_METHODS else "global"
+
+
 def mtp_layers(r: Resolved) -> int | None:
     """How many MTP layers vLLM builds for the target, read the way its family's pack says."""
     if r.target is None:
@@ -235,15 +246,14 @@ def resolve(
         d = profile.drafter
         method = d.method if d else None
         n_draft = 0
-        numbering = "none"
+        numbering: Literal["global", "pp-local", "none"] = "none"
         if d is not None:
             if method == "mtp":
                 n_draft = mtp_layers(r) or 0
                 numbering = "global"
             elif r.drafter is not None and r.drafter.num_layers:
                 n_draft = r.drafter.num_layers
-                local = method in facts.PP_LOCAL_NUMBERING_METHODS and not r.support("global_draft_layer_ids").ok
-                numbering = "pp-local" if local else "global"
+                numbering = draft_numbering(r)
         drafter_has_embed = None
         if r.drafter is not None and r.drafter.tensor_names() is not None:
             drafter_has_embed = any(x.endswith("embed_tokens.weight") for x in r.drafter.tensor_names() or ())
@@ -278,7 +288,7 @@ def resolve(
             hidden_size=r.target.hidden_size,
             dtype_bytes=r.target.dtype_bytes,
             n_draft_layers=n_draft,
-            draft_numbering=numbering,  # type: ignore[arg-type]
+            draft_numbering=numbering,
             drafter_needs_target_embed=needs_embed,
             layer_weight_bytes=lw,
             embed_bytes=embed_b,

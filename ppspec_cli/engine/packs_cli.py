@@ -88,7 +88,7 @@ def adapters_list(json_out: bool) -> int:
         for label, names in (("targets", p.matches.targets), ("drafters", p.matches.drafters), ("methods", p.matches.methods)):
             if names:
                 print_wrapped(c, escape(", ".join(names)), indent=12, label=f"  {label}")
-        print_wrapped(c, escape(", ".join(p.provides)), indent=12, label="  provides")
+        print_wrapped(c, escape(", ".join(p.provides) or "nothing (describes the family only)"), indent=12, label="  provides")
         print_wrapped(c, escape(p.vllm_range), indent=12, label="  vLLM")
     return 0
 
