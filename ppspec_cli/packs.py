@@ -565,6 +565,30 @@ def resolve_pack(adapter: str, target_archs: list[str], drafter_archs: list[str]
     return pack
 
 
+def load_pack_module(pack_name: str, kind: str, file: Path) -> Any:
+    """Import one of a pack's Python files (`patches`, `rules`) by path under a private module
+    name (never as a top-level `adapters` package); the same module object on later calls. Raises
+    whatever importing it raises: callers turn that into their own refusal or finding."""
+    import importlib.util
+    import sys
+
+    mod_name = f"ppspec_cli._packs.{pack_name}.{kind}"
+    mod = sys.modules.get(mod_name)
+    if mod is not None and getattr(mod, "__file__", None) == str(file):
+        return mod
+    spec = importlib.util.spec_from_file_location(mod_name, file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {file}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = mod  # torch.compile looks traced functions' modules up here
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(mod_name, None)
+        raise
+    return mod
+
+
 def inner_decoder_path(pack: Pack, target_arch: str) -> str:
     """Attribute path from the served model to the inner decoder vLLM's PP gate reads."""
     for part in pack.parts:

@@ -11,7 +11,7 @@ from typing import Callable, Iterator, Literal
 
 from . import facts
 from .facts import TAP_METHODS
-from .packs import PLATFORMS
+from .packs import PLATFORMS, load_pack_module
 from .plan import default_partition, default_taps
 from .resolve import Resolved, mtp_layers
 
@@ -42,16 +42,48 @@ def rule(name: str) -> Callable[[RuleFn], RuleFn]:
     return deco
 
 
-def _f(code: str, sev: Severity, field: str, message: str, hint: str = "") -> Finding:
-    return Finding(code, sev, field, message, hint)
+def finding(code: str, severity: Severity, field: str, message: str, hint: str = "") -> Finding:
+    """A finding, for a pack's own rules (adapters/<pack>/rules.py)."""
+    return Finding(code, severity, field, message, hint)
+
+
+_f = finding
 
 
 def run_rules(r: Resolved) -> list[Finding]:
     out: list[Finding] = []
     for _, fn in RULES:
         out.extend(fn(r))
+    out.extend(_pack_rules(r))
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(out, key=lambda f: order[f.severity])
+
+
+def _pack_rules(r: Resolved) -> Iterator[Finding]:
+    """The named rules of the packs that describe the profile (their `rules` file's get_rules():
+    (name, fn) pairs, fn(Resolved) yielding findings whose codes start with the pack's name). A pack
+    rule that fails to load, crashes or emits a foreign code is itself a finding, never a traceback."""
+    if r.family is None:
+        return
+    for part in r.family.parts:
+        if part.rules_path is None:
+            continue
+        try:
+            pack_rules = list(load_pack_module(part.name, "rules", part.rules_path).get_rules())
+        except Exception as e:  # noqa: BLE001 - a broken pack must not break check
+            yield _f("pack-rule-failed", "warning", "adapter", f"pack {part.name}: its rules ({part.rules_path.name}) cannot be loaded: {type(e).__name__}: {e}", "fix the pack, or report it to its author")
+            continue
+        for name, fn in pack_rules:
+            try:
+                got = list(fn(r))
+            except Exception as e:  # noqa: BLE001
+                yield _f("pack-rule-failed", "warning", "adapter", f"pack {part.name}: rule {name!r} crashed ({type(e).__name__}: {e}); what it checks was not checked", "report this to the pack's author")
+                continue
+            for f in got:
+                if isinstance(f, Finding) and f.code.startswith(f"{part.name}-") and f.severity in ("error", "warning", "info"):
+                    yield f
+                else:
+                    yield _f("pack-rule-failed", "warning", "adapter", f"pack {part.name}: rule {name!r} produced {f!r}, not a Finding whose code starts with '{part.name}-'", "report this to the pack's author")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -683,6 +683,33 @@ def test_adapter_unknown_and_version(llama, specforge, monkeypatch):
     assert "0.32.0" in f.message and "installed vllm" in f.message
 
 
+def test_pack_rules_that_break_become_findings(llama, specforge, monkeypatch):
+    """A pack's own rules run with check; one that fails to load, crashes or emits a code outside
+    its namespace is reported as pack-rule-failed, and check goes on."""
+    base = 'matches: {targets: [LlamaForCausalLM]}\nvllm: ">=0.30"\nrules: rules.py\n'
+    for name, code, needle in (
+        ("crashes", "def get_rules():\n    return [('boom', lambda r: 1 / 0)]\n", "ZeroDivisionError"),
+        ("foreign", "from ppspec_cli.rules import finding\ndef get_rules():\n    return [('x', lambda r: [finding('target-unreadable', 'error', 'x', 'm')])]\n", "starts with 'foreign-'"),
+        ("broken", "def get_rules(:\n", "SyntaxError"),
+    ):
+        d = llama.parent / "rp" / name
+        d.mkdir(parents=True)
+        (d / "rules.py").write_text(code, encoding="utf-8")
+        (d / "pack.yaml").write_text(f"name: {name}\ndescription: t\n{base}", encoding="utf-8")
+        use_pack(monkeypatch, load_pack_dir(d))
+        _, by = check(llama, specforge, pp=1)
+        f = expect(by, "pack-rule-failed", "warning", "adapter")
+        assert name in f.message and needle in f.message, f.message
+        assert "target-unreadable" not in by  # the foreign finding is not passed on
+    ok = llama.parent / "rp" / "good"
+    ok.mkdir()
+    (ok / "rules.py").write_text("from ppspec_cli.rules import finding\ndef get_rules():\n    return [('hi', lambda r: [finding('good-hello', 'info', 'target.model', 'hello')])]\n", encoding="utf-8")
+    (ok / "pack.yaml").write_text(f"name: good\ndescription: t\n{base}", encoding="utf-8")
+    use_pack(monkeypatch, load_pack_dir(ok))
+    _, by = check(llama, specforge, pp=1)
+    assert by["good-hello"][0].message == "hello" and "pack-rule-failed" not in by
+
+
 def test_security(llama):
     _, by = check(llama, method=None, server={"host": "0.0.0.0"})
     expect(by, "server-exposed-no-key", "warning", "server.host")

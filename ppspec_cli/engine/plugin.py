@@ -212,26 +212,17 @@ def _apply_pack(pack_name: str | None, version: str | None) -> list[Any]:
 def load_patches(pack_name: str, file: Path, version: str | None = None) -> list[Any]:
     """Import a pack's patches module from its file (never as a top-level `adapters` package)
     under a private name, and return its `get_patches()` with the pack name set."""
-    import importlib.util
+    from ..packs import load_pack_module
 
-    mod_name = f"ppspec_cli._packs.{pack_name}.patches"
-    mod = sys.modules.get(mod_name)
-    if mod is None or getattr(mod, "__file__", None) != str(file):
-        try:
-            spec = importlib.util.spec_from_file_location(mod_name, file)
-            if spec is None or spec.loader is None:
-                raise ImportError(f"cannot load {file}")
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[mod_name] = mod  # torch.compile looks traced functions' modules up here
-            spec.loader.exec_module(mod)
-        except Exception as e:  # noqa: BLE001 - any import failure is one refusal
-            sys.modules.pop(mod_name, None)
-            raise PluginRefusal(
-                f"cannot load the pack's patches module {file}: {type(e).__name__}: {e}",
-                pack=pack_name,
-                vllm=version,
-                fix="use a vLLM version the pack supports, or reinstall ppspec",
-            ) from None
+    try:
+        mod = load_pack_module(pack_name, "patches", file)
+    except Exception as e:  # noqa: BLE001 - any import failure is one refusal
+        raise PluginRefusal(
+            f"cannot load the pack's patches module {file}: {type(e).__name__}: {e}",
+            pack=pack_name,
+            vllm=version,
+            fix="use a vLLM version the pack supports, or reinstall ppspec",
+        ) from None
     factory = getattr(mod, "get_patches", None)
     if factory is None:
         raise PluginRefusal(f"{file} has no get_patches()", pack=pack_name, vllm=version, fix="fix the pack")

@@ -1,0 +1,66 @@
+"""The kimi_k3 pack's own rule: a tap that ends a non-final PP stage of an attention-residual
+Kimi-K3 is refused by vLLM when VLLM_KIMI_K3_AUX_ATTN_RES_STREAM=1 (nvidia/model.py
+_set_aux_hidden_state_layers; vLLM release test tests/models/kimi_k3/test_aux_attn_res_stream.py)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from conftest import fixture_config
+from ppspec_cli import resolve as resolve_mod
+from ppspec_cli.profile import parse_profile
+from ppspec_cli.resolve import VllmInstall, resolve
+from ppspec_cli.rules import run_rules
+
+LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
+
+
+@pytest.fixture(autouse=True)
+def cuda_033(monkeypatch):
+    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: VllmInstall("0.33.0", "vllm", "cuda"))
+
+
+def run(target, drafter, *, taps, env=None, platform="cuda", partition=None):
+    prof = {
+        "name": "k3",
+        "target": {"model": str(target)},
+        "drafter": {"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 3, "taps": taps},
+        "topology": {"pipeline_parallel": 2, **({"layer_partition": partition} if partition else {})},
+        "platform": platform,
+        "env": env or {},
+    }
+    r = resolve(parse_profile(yaml.safe_dump(prof)), offline=True)
+    return {f.code: f for f in run_rules(r)}
+
+
+@pytest.fixture
+def k3(make_checkpoint):
+    """SYNTHETIC Kimi-K3-style target: the Llama fixture's text model (32 layers) under text_config,
+    with attention residuals on (attn_res_block_size)."""
+    text = {**fixture_config(LLAMA), "attn_res_block_size": 4}
+    text.pop("architectures")
+    return make_checkpoint("k3", {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3", "text_config": text})
+
+
+@pytest.fixture
+def head(make_checkpoint):
+    return make_checkpoint("head", "sgl-project__SpecForge/llama3-8B-eagle3.json")
+
+
+def test_tap_on_a_stage_end_is_refused_with_the_stream_env(k3, head):
+    got = run(k3, head, taps=[2, 16, 29], env={"VLLM_KIMI_K3_AUX_ATTN_RES_STREAM": "1"})
+    f = got["kimi_k3-aux-attn-res-boundary"]
+    assert f.severity == "error" and "tap 16 ends stage 0" in f.message and f.field == "topology.layer_partition"
+
+
+def test_no_finding_without_the_env_off_a_boundary_or_without_attn_res(k3, head, make_checkpoint):
+    assert "kimi_k3-aux-attn-res-boundary" not in run(k3, head, taps=[2, 16, 29])
+    assert "kimi_k3-aux-attn-res-boundary" not in run(k3, head, taps=[2, 16, 29], env={"VLLM_KIMI_K3_AUX_ATTN_RES_STREAM": "0"})
+    on = {"VLLM_KIMI_K3_AUX_ATTN_RES_STREAM": "1"}
+    assert "kimi_k3-aux-attn-res-boundary" not in run(k3, head, taps=[2, 17, 29], env=on)
+    assert "kimi_k3-aux-attn-res-boundary" not in run(k3, head, taps=[2, 16, 29], env=on, partition=[15, 17])
+    text = fixture_config(LLAMA)
+    text.pop("architectures")
+    plain = make_checkpoint("k3-plain", {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3", "text_config": text})
+    assert "kimi_k3-aux-attn-res-boundary" not in run(plain, head, taps=[2, 16, 29], env=on)
