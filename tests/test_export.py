@@ -29,6 +29,8 @@ from ppspec_cli.profile import load_profile
 
 pytestmark = pytest.mark.slow  # runs ppspec in subprocesses
 
+pytestmark = pytest.mark.slow  # runs the CLI and the exported scripts in subprocesses
+
 REPO = Path(__file__).resolve().parent.parent
 PROFILES = sorted((REPO / "profiles").glob("*.yaml"))
 STANDINS = Path(__file__).resolve().parent / "fixtures" / "slurm"
