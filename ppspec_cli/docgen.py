@@ -41,6 +41,16 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _models_in(ann, suffix: str = "") -> list[tuple[type[BaseModel], str]]:
+    """The sub-models a field holds, directly, optionally or as a mapping's values (`.<key>`)."""
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return [(ann, suffix)]
+    args = typing.get_args(ann)
+    if typing.get_origin(ann) is dict:
+        return _models_in(args[1], suffix + ".<" + _type_name(args[0]).replace("'", "").replace(" ", "") + ">")
+    return [m for a in args for m in _models_in(a, suffix)]
+
+
 def _section(model: type[BaseModel], prefix: str, out: list[str], seen: set) -> None:
     if model in seen:
         return
@@ -52,10 +62,8 @@ def _section(model: type[BaseModel], prefix: str, out: list[str], seen: set) -> 
     subs = []
     for name, f in model.model_fields.items():
         out.append(f"| `{name}` | {_cell(_type_name(f.annotation))} | {_cell(_default(f))} | {_cell(f.description or '')} |")
-        ann = f.annotation
-        for cand in (ann, *typing.get_args(ann)):
-            if isinstance(cand, type) and issubclass(cand, BaseModel):
-                subs.append((cand, f"{prefix}.{name}" if prefix else name))
+        for cand, suffix in _models_in(f.annotation):
+            subs.append((cand, (f"{prefix}.{name}" if prefix else name) + suffix))
     out.append("")
     for m, p in subs:
         _section(m, p, out, seen)

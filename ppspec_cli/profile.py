@@ -145,6 +145,49 @@ class Launch(_Strict):
     health_timeout_s: int = Field(default=900, ge=5, le=86400, description="How long `serve` waits for `/health` before giving up.")
 
 
+Role = Literal["prefill", "decode"]
+ROLES: tuple[Role, ...] = ("prefill", "decode")
+
+
+class RoleSpec(_Strict):
+    """One engine of a disaggregated prefill/decode deployment: its own parallel layout, and
+    optionally its own engine options, server and launch settings. Target, drafter, platform,
+    dtype and adapter are shared by both engines."""
+
+    topology: Topology = Field(description="This engine's parallel layout (the two engines may differ, e.g. prefill PP=2, decode PP=1).")
+    engine: dict[str, Any] = Field(
+        default_factory=dict, description="Extra vLLM engine arguments for this engine only, merged over the top-level `engine:` (this one wins)."
+    )
+    server: Server | None = Field(default=None, description="This engine's HTTP server (default: the top-level `server:`; the two engines need different ports on one host).")
+    launch: Launch | None = Field(default=None, description="This engine's launch settings (default: the top-level `launch:`).")
+
+
+class KvTransfer(_Strict):
+    """How the KV cache moves from the prefill engine to the decode engine (vLLM's `--kv-transfer-config`)."""
+
+    connector: str = Field(
+        description="vLLM KV connector name (`kv_connector`), e.g. `NixlConnector`, `NixlPushConnector`, `MooncakeConnector`, "
+        "`LMCacheConnectorV1`, `ExampleConnector`. `check` knows which ones carry PP on which side (ppspec_cli/connectors.py).",
+        pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$",
+    )
+    extra_config: dict[str, Any] = Field(
+        default_factory=dict, description="`kv_connector_extra_config` passed to both engines (e.g. `shared_storage_path` for ExampleConnector)."
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Other `--kv-transfer-config` keys passed as is to both engines (e.g. `kv_buffer_device`, `kv_ip`, `kv_port`). "
+        "`kv_connector`, `kv_role` and `kv_connector_extra_config` are set by ppspec.",
+    )
+
+    @field_validator("options")
+    @classmethod
+    def _not_managed(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for k in ("kv_connector", "kv_role", "kv_connector_extra_config"):
+            if k in v:
+                raise ValueError(f"`{k}` is set by ppspec (connector / role / extra_config), not under `options`")
+        return v
+
+
 class Profile(_Strict):
     """A ppspec profile."""
 
@@ -179,6 +222,50 @@ class Profile(_Strict):
         description="Extra vLLM engine arguments, long flag names without `--` (e.g. `max-model-len: 4096`), passed through.",
     )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for the engine processes.")
+    roles: dict[Role, RoleSpec] | None = Field(
+        default=None,
+        description="Disaggregated prefill/decode: one engine per role (`prefill`, `decode`), each with its own topology. "
+        "Target and drafter are shared. Needs `kv_transfer`; the top-level `topology` is then not used. "
+        "`ppspec plan` shows both engines side by side; `ppspec serve PROFILE --role prefill|decode` starts one.",
+    )
+    kv_transfer: KvTransfer | None = Field(default=None, description="The KV connector between the prefill and decode engines (with `roles`).")
+
+    @model_validator(mode="after")
+    def _roles(self) -> "Profile":
+        if self.roles is None and self.kv_transfer is None:
+            return self
+        if self.roles is None or set(self.roles) != set(ROLES):
+            raise ValueError("a disaggregated profile needs `roles` with both `prefill` and `decode`, and `kv_transfer`")
+        if self.kv_transfer is None:
+            raise ValueError("`roles` needs `kv_transfer` (the KV connector between the two engines)")
+        if "topology" in self.model_fields_set:
+            raise ValueError("with `roles`, each role has its own topology: move the top-level `topology` under roles.prefill / roles.decode")
+        return self
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.roles is not None
+
+    def for_role(self, role: Role) -> "Profile":
+        """The single-engine profile of one role: its topology, engine options (merged over the
+        shared ones), server and launch; named `<name>-<role>` (its own run directory) but serving
+        the shared model name, so a router can send one request to both engines."""
+        if self.roles is None:
+            raise ValueError("not a disaggregated profile")
+        spec = self.roles[role]
+        server = spec.server or self.server
+        if server.served_model_name is None:
+            server = server.model_copy(update={"served_model_name": self.server.served_model_name or self.name})
+        return self.model_copy(
+            update={
+                "name": f"{self.name}-{role}",
+                "topology": spec.topology,
+                "engine": {**self.engine, **spec.engine},
+                "server": server,
+                "launch": spec.launch or self.launch,
+                "roles": None,
+            }
+        )
 
     @field_validator("engine_version")
     @classmethod

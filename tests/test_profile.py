@@ -54,6 +54,27 @@ env:
   NCCL_DEBUG: INFO
 """
 
+#: The disaggregated keys (they exclude the top-level `topology`, so they get their own profile).
+FULL_PD = """\
+name: pd
+target: {model: org/model}
+roles:
+  prefill:
+    topology: {tensor_parallel: 8, pipeline_parallel: 2, nodes: 2, gpus_per_node: 8}
+    engine: {block-size: 16}
+    server: {port: 8100}
+    launch: {executor: mp, master_addr: 10.0.0.1}
+  decode:
+    topology: {tensor_parallel: 8}
+    engine: {}
+    server: {port: 8200}
+    launch: {executor: mp}
+kv_transfer:
+  connector: NixlConnector
+  extra_config: {enforce_handshake_compat: true}
+  options: {kv_buffer_device: cuda}
+"""
+
 MIN = "name: p\ntarget: {model: org/model}\n"
 
 
@@ -100,7 +121,24 @@ def test_the_schema_has_no_field_this_test_does_not_set():
                         out += missing(cand, d[name], prefix + name + ".")
         return out
 
-    assert missing(Profile, data) == []
+    assert missing(Profile, data) == ["roles", "kv_transfer"]  # in FULL_PD (they exclude a top-level topology)
+    from ppspec_cli.profile import KvTransfer, RoleSpec
+
+    pd = yaml.safe_load(FULL_PD)
+    # their sub-models (Topology, Server, Launch) are covered by FULL
+    assert set(RoleSpec.model_fields) == set(pd["roles"]["prefill"]) == set(pd["roles"]["decode"])
+    assert set(KvTransfer.model_fields) == set(pd["kv_transfer"])
+
+
+def test_every_pd_field_is_read():
+    p = parse_profile(FULL_PD)
+    pre, dec = p.roles["prefill"], p.roles["decode"]
+    assert (pre.topology.pipeline_parallel, pre.topology.nodes, dec.topology.tensor_parallel) == (2, 2, 8)
+    assert pre.engine == {"block-size": 16} and (pre.server.port, dec.server.port) == (8100, 8200)
+    assert pre.launch.master_addr == "10.0.0.1"
+    kt = p.kv_transfer
+    assert (kt.connector, kt.extra_config, kt.options) == ("NixlConnector", {"enforce_handshake_compat": True}, {"kv_buffer_device": "cuda"})
+    assert p.for_role("prefill").engine == {"block-size": 16}
 
 
 def test_defaults():
