@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import struct
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -429,7 +431,17 @@ def _endpoint() -> str:
     return re.sub(r"//[^/@]*@", "//", ep)  # never echo credentials embedded in the URL
 
 
-def _hub_error(e: Exception, ref: str, *, offline: bool = False) -> PpspecError:
+def _hf_download_line(ref: str, revision: str | None) -> str:
+    """The `hf download` command that caches what ppspec reads of `ref`, pasteable as printed: the
+    `hf` next to this Python (a venv's bin/, often not on PATH) when there is one."""
+    hf = Path(sys.executable).with_name("hf")
+    argv = [str(hf) if os.access(hf, os.X_OK) else "hf", "download", ref, "config.json", "model.safetensors.index.json"]
+    if revision:
+        argv += ["--revision", revision]
+    return shlex.join(argv)
+
+
+def _hub_error(e: Exception, ref: str, *, offline: bool = False, revision: str | None = None) -> PpspecError:
     name = type(e).__name__
     if name in ("RepositoryNotFoundError", "GatedRepoError"):
         return PpspecError(f"hub repository {ref!r} was not found or is gated ({name})", where=ref, fix="check the id; for gated models log in (`hf auth login`) or set HF_TOKEN", exit_code=1)
@@ -440,7 +452,7 @@ def _hub_error(e: Exception, ref: str, *, offline: bool = False) -> PpspecError:
             return PpspecError(
                 f"{ref!r} is not in the local Hugging Face cache and ppspec is offline (--offline or HF_HUB_OFFLINE=1)",
                 where=ref,
-                fix="download its metadata once while online (`hf download ORG/NAME config.json model.safetensors.index.json`), or point `model` at a local directory",
+                fix=f"download its metadata once while online (`{_hf_download_line(ref, revision)}`), or point `model` at a local directory",
                 exit_code=1,
             )
         return PpspecError(
@@ -509,11 +521,11 @@ def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_head
             # EntryNotFoundError: "not cached, hub offline/unreachable" is not "no such file".
             if any(c.__name__ == "LocalEntryNotFoundError" for c in type(e).__mro__):
                 if name == "config.json":
-                    raise _hub_error(e, ref, offline=offline) from None
+                    raise _hub_error(e, ref, offline=offline, revision=revision) from None
                 return None  # optional file not in the cache
             if isinstance(e, EntryNotFoundError):
                 return None
-            raise _hub_error(e, ref, offline=offline) from None
+            raise _hub_error(e, ref, offline=offline, revision=revision) from None
 
     cfg = fetch("config.json")
     if cfg is None:

@@ -17,7 +17,9 @@ import hashlib
 import http.server
 import json
 import re
+import shlex
 import socket
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -294,6 +296,12 @@ def test_offline_not_cached_is_one_clear_error(tmp_path, cached, write_profile, 
     assert errors[0]["hint"]
     assert out["target"]["num_hidden_layers"] == 32  # the target still resolved from the cache
     assert hub.log == []
+    # The suggested download works as printed: a quoted line whose command exists (the `hf` of
+    # this environment, which may not be on PATH) and fetches exactly what check reads.
+    line = re.search(r"`([^`]* download [^`]*)`", errors[0]["hint"]).group(1)
+    argv = shlex.split(line)
+    assert argv[1:] == ["download", "org/not-cached", "config.json", "model.safetensors.index.json"]
+    assert subprocess.run([argv[0], "download", "--help"], capture_output=True, timeout=60).returncode == 0, line
 
 
 def test_offline_unknown_revision(tmp_path, cached, write_profile, hub):
