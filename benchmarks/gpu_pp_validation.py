@@ -54,7 +54,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from ppspec_cli import demo  # noqa: E402  (after the path fix, so the script runs from a checkout)
-from ppspec_cli.serve import _die_with_parent  # noqa: E402  (the serve child dies with this script)
+from ppspec_cli.serve import die_with_parent  # noqa: E402  (the serve child dies with this script)
 
 ENGINE_LOCK = "/tmp/ppspec-engine.lock"
 NUM_SPEC_TOKENS = 2
@@ -559,7 +559,7 @@ def run_arm(arm: Arm, ctx: RunContext) -> dict[str, Any]:
         serve = subprocess.Popen(  # noqa: S603 - argv list
             ppspec_cmd() + ["serve", str(prof), "--run-dir", str(run_dir), "--health-timeout", str(ctx.health_timeout_s), "--offline"],
             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=ctx.env, cwd=REPO, start_new_session=True,
-            preexec_fn=_die_with_parent(),  # noqa: PLW1509 - prctl + getppid only
+            preexec_fn=die_with_parent(),  # noqa: PLW1509 - prctl + getppid only
         )
         try:
             deadline = t0 + ctx.health_timeout_s + 120  # serve's own health timeout + check/build time

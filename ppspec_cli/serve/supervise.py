@@ -1,14 +1,10 @@
-"""`ppspec serve`: check, write the plan, start vLLM, wait for health, stream the log, and shut the
-whole process tree down cleanly on Ctrl-C / SIGTERM or when the engine dies.
-
-The engine runs in its own process group (so one signal reaches every worker) with TMPDIR pointed
-at a per-run directory (so vLLM's temporary files go away with the run).
-"""
+"""Supervising the engine of one node: start `vllm serve` in its own process group (one signal
+reaches every worker) with TMPDIR in the run, stream its log, wait for /health, and stop the whole
+process tree on Ctrl-C / SIGTERM / SIGHUP or when the engine dies."""
 
 from __future__ import annotations
 
 import collections
-import json
 import os
 import re
 import signal
@@ -23,8 +19,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .errors import PpspecError
-from .launch import LaunchSpec, NodeLaunch, materialize_overlay
+from ..errors import PpspecError
+from ..launch import LaunchSpec, NodeLaunch, materialize_overlay
+from .residue import (
+    SHM_RECORD,
+    ShmTracker,
+    remove_engine_shm,
+    remove_recorded_shm,
+    shm_snapshot,
+)
+from .rundir import (
+    READY_FILE,
+    lock_run_dir,
+    make_engine_tmp,
+    remove_engine_tmp,
+    write_run_files,
+)
 
 #: Known engine failure signatures -> the likely cause and fix, for the message on a failed start.
 LIKELY_CAUSES: list[tuple[str, str]] = [
@@ -75,35 +85,6 @@ class ServeResult:
     reason: str
 
 
-def write_run_files(spec: LaunchSpec, node: NodeLaunch) -> None:
-    """Plan file for the plugin and the launch record, written before anything starts."""
-    spec.run_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        from .engine.planfile import write_plan_file
-    except ImportError:
-        write_plan_file = None  # type: ignore[assignment]
-    if write_plan_file is not None:
-        write_plan_file(spec.plan_file, spec.plan_data)
-    else:
-        tmp = spec.plan_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(spec.plan_data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, spec.plan_file)
-    status = Path(spec.plan_data.get("status_dir", spec.run_dir / "plugin-status"))
-    if status.is_dir():
-        for f in status.iterdir():  # records of a previous run
-            if f.is_file() or f.is_symlink():
-                f.unlink()
-    status.mkdir(parents=True, exist_ok=True)
-    rec = {"node_rank": node.node_rank, "role": node.role, "argv": node.argv, "env": node.env, "env_refs": node.env_refs, "url": spec.url}
-    (spec.run_dir / "launch.json").write_text(json.dumps(rec, indent=2) + "\n", encoding="utf-8")
-
-
-def _shm_snapshot() -> set[str]:
-    try:
-        return set(os.listdir("/dev/shm"))
-    except OSError:
-        return set()
-
 
 #: Seconds between SIGTERM to the engine's process group and SIGKILL of what is left of it.
 STOP_GRACE_S = 20.0
@@ -148,34 +129,8 @@ class _Signals:
         return signal.Signals(self.first).name if self.first else "?"
 
 
-def _lock_run_dir(run_dir: Path):
-    """Hold an exclusive lock on the run directory for the whole serve: a second `ppspec serve` with
-    the same run directory would overwrite the plan file and remove the first one's temp files.
-    The kernel drops the lock when this process dies, even by SIGKILL."""
-    import fcntl
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    f = open(run_dir / "serve.lock", "a+", encoding="utf-8")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.seek(0)
-        other = f.read().strip()[:20]
-        f.close()
-        raise PpspecError(
-            f"another `ppspec serve` (pid {other or 'unknown'}) is using the run directory {run_dir}",
-            where="--run-dir",
-            fix="stop that server first, or give this one its own --run-dir",
-            exit_code=1,
-        ) from None
-    f.seek(0)
-    f.truncate()
-    f.write(f"{os.getpid()}\n")
-    f.flush()
-    return f
-
-
-def _die_with_parent() -> Callable[[], None] | None:
+def die_with_parent() -> Callable[[], None] | None:
     """preexec_fn for the engine: Linux delivers SIGTERM to it when ppspec dies, even by SIGKILL, so
     an engine is not left serving unsupervised (vLLM then stops its own workers). None elsewhere."""
     if not sys.platform.startswith("linux"):
@@ -262,139 +217,30 @@ def run_engine(
             raise PpspecError(f"environment variable {ref} (server.api_key_env) is not set", where="server.api_key_env", fix=f"export {ref}=... before `ppspec serve`", exit_code=1)
         secrets[k] = os.environ[ref]
     with _Signals() as sigs:
-        lock = _lock_run_dir(spec.run_dir)
+        lock = lock_run_dir(spec.run_dir)
         try:
             return _run_locked(spec, node, sigs, secrets, health_timeout_s, drafter_revision, log, stream, roll)
         finally:
             lock.close()
 
 
-#: In the run directory: the private TMPDIR of the current run, when it is not <run_dir>/tmp.
-PRIVATE_TMP_RECORD = "tmpdir"
-#: In the run directory: the /dev/shm names the engine used (JSON list), kept while it runs so the
-#: next serve of this run dir can remove them when this one was killed outright (SIGKILL, OOM).
-SHM_RECORD = "shm.json"
-
-
-def _shm_of(pid: int | str) -> set[str]:
-    """The /dev/shm names one process maps or holds open (empty if it is gone or unreadable)."""
-    found: set[str] = set()
-    try:
-        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                i = line.find("/dev/shm/")
-                if i >= 0:
-                    found.add(line[i + 9 :].split()[0])
-    except OSError:
-        pass
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                t = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if t.startswith("/dev/shm/"):
-                found.add(t[9:].split(" ")[0])
-    except OSError:
-        pass
-    return found
-
-
-def _shm_in_use() -> set[str]:
-    """Every /dev/shm name some process maps or holds open right now."""
-    used: set[str] = set()
-    try:
-        pids = [d for d in os.listdir("/proc") if d.isdigit()]
-    except OSError:
-        return used
-    for pid in pids:
-        used |= _shm_of(pid)
-    return used
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    i = line.find("/dev/shm/")
-                    if i >= 0:
-                        used.add(line[i + 9 :].split()[0])
-        except OSError:
-            pass
-        try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                try:
-                    t = os.readlink(f"/proc/{pid}/fd/{fd}")
-                except OSError:
-                    continue
-                if t.startswith("/dev/shm/"):
-                    used.add(t[9:].split(" ")[0])
-        except OSError:
-            pass
-    return used
-
-
-def _remove_recorded_shm(run_dir: Path) -> None:
-    """Remove the /dev/shm entries a previous run of this run dir recorded and did not remove
-    (it was killed outright) — only ours, and only those no process uses any more."""
-    rec = run_dir / SHM_RECORD
-    try:
-        names = json.loads(rec.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        names = None
-    if isinstance(names, list) and names:
-        in_use = _shm_in_use()
-        for name in names:
-            if not isinstance(name, str) or "/" in name or name in ("", ".", "..") or name in in_use:
-                continue
-            p = Path("/dev/shm") / name
-            try:
-                if p.is_file() and not p.is_symlink() and p.stat().st_uid == os.getuid():
-                    p.unlink()
-            except OSError:
-                pass
-    rec.unlink(missing_ok=True)
-
-
-def _remove_private_tmp(run_dir: Path) -> None:
-    """Remove the private TMPDIR a previous run recorded (only a /tmp/ppspec-* directory of ours)."""
-    import shutil
-
-    rec = run_dir / PRIVATE_TMP_RECORD
-    try:
-        p = Path(rec.read_text(encoding="utf-8").strip())
-    except (OSError, UnicodeDecodeError):
-        return
-    if p.parent == Path("/tmp") and p.name.startswith("ppspec-") and not p.is_symlink() and p.is_dir() and p.stat().st_uid == os.getuid():
-        shutil.rmtree(p, ignore_errors=True)
-    rec.unlink(missing_ok=True)
-
 
 def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_revision, log, stream, roll=None) -> ServeResult:
-    import shutil
-
-    tmp = spec.run_dir / "tmp"
     # Left by a run that was killed outright (we hold the lock, so no live run owns them).
-    shutil.rmtree(tmp, ignore_errors=True)
-    _remove_private_tmp(spec.run_dir)
-    _remove_recorded_shm(spec.run_dir)
-    (spec.run_dir / "ready").unlink(missing_ok=True)
+    remove_engine_tmp(spec.run_dir)
+    remove_recorded_shm(spec.run_dir)
+    (spec.run_dir / READY_FILE).unlink(missing_ok=True)
     write_run_files(spec, node)
     materialize_overlay(spec, drafter_revision)
     if sigs.first is not None:
         return ServeResult(128 + sigs.first, f"interrupted by {sigs.name} before the engine started: nothing was launched")
-    if len(str(tmp)) > 60:
-        # vLLM puts UNIX sockets under TMPDIR and their paths must stay under 108 bytes:
-        # a deep --run-dir gets a short private temp dir instead (removed the same way).
-        import tempfile
-
-        tmp = Path(tempfile.mkdtemp(prefix="ppspec-", dir="/tmp"))
-        (spec.run_dir / PRIVATE_TMP_RECORD).write_text(str(tmp) + "\n", encoding="utf-8")  # for a run killed outright
-    tmp.mkdir(parents=True, exist_ok=True)
+    tmp = make_engine_tmp(spec.run_dir)
     env = dict(os.environ)
     env.update(node.env)
     env.update(secrets)
     env["TMPDIR"] = str(tmp)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    shm_before = _shm_snapshot()
+    shm_before = shm_snapshot()
     log_path = spec.run_dir / "engine.log"
     tail: collections.deque[str] = collections.deque(maxlen=60)
     log_file = log_path.open("w", encoding="utf-8", errors="replace")
@@ -406,14 +252,14 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent(),  # noqa: PLW1509 - only prctl + getppid, no locks taken
+            preexec_fn=die_with_parent(),  # noqa: PLW1509 - only prctl + getppid, no locks taken
             text=True,
             errors="replace",
             bufsize=1,
         )
     except OSError as e:
         log_file.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_engine_tmp(spec.run_dir)
         if isinstance(e, FileNotFoundError):
             raise PpspecError(f"cannot start the engine: {node.argv[0]} not found", where="vllm", fix="install vLLM in this environment (pip install 'ppspec[cuda]', or 'ppspec[cpu]' on CPU hosts)", exit_code=1) from None
         raise PpspecError(f"cannot start the engine {node.argv[0]}: {e.strerror or e}", where="vllm", fix="check that the vLLM install is complete and executable", exit_code=1) from None
@@ -452,31 +298,32 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
         shm.join(timeout=5)  # its last scan is done before cleanup reads what it saw
         reader.join(timeout=5)
         log_file.close()
-        _cleanup(spec, tmp, shm_before, shm.seen)
+        _cleanup(spec, shm_before, shm.seen)
     return result
 
 
 def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, health_timeout_s: float, log, before_stop: Callable[[], None], roll=None) -> ServeResult:
     log(f"engine starting (pid {proc.pid}); log: {log_path}")
+
+    def exited(when: str) -> ServeResult:
+        before_stop()  # what its surviving workers still map, before they go
+        _terminate(proc, log, sigs=sigs, watch=before_stop)  # its workers hold the log pipe open until they are gone
+        reader.join(timeout=5)
+        cause = likely_cause(list(tail))
+        msg = f"the engine exited with code {proc.returncode} {when}. Last log lines:\n    {_tail_text(tail)}"
+        return ServeResult(1, msg + (f"\n  likely cause: {cause}" if cause else "") + f"\n  full log: {log_path}")
+
     t0 = time.monotonic()
-    healthy = node.role != "head"  # headless workers have no HTTP server
     last_note = t0
-    while not healthy:
+    while node.role == "head":  # headless workers have no HTTP server to wait for
         if sigs.first is not None:
             return ServeResult(128 + sigs.first, f"interrupted by {sigs.name} while the engine was starting: the engine was stopped")
         lost = roll.lost() if roll is not None else None
         if lost:
             return ServeResult(1, f"{lost}; stopped the engine during start-up. Start every node again. Engine log: {log_path}")
-        rc = proc.poll()
-        if rc is not None:
-            before_stop()  # what its surviving workers still map, before they go
-            _terminate(proc, log, sigs=sigs, watch=before_stop)  # its workers hold the log pipe open until they are gone
-            reader.join(timeout=5)
-            cause = likely_cause(list(tail))
-            msg = f"the engine exited with code {rc} during start-up. Last log lines:\n    {_tail_text(tail)}"
-            return ServeResult(1, msg + (f"\n  likely cause: {cause}" if cause else "") + f"\n  full log: {log_path}")
+        if proc.poll() is not None:
+            return exited("during start-up")
         if health_ok(spec.url):
-            healthy = True
             break
         now = time.monotonic()
         if now - t0 > health_timeout_s:
@@ -494,7 +341,7 @@ def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, h
             f"-d '{{\"model\": \"{model}\", \"prompt\": \"hello world\", \"max_tokens\": 16, \"temperature\": 0}}'"
         )
         log("stop with Ctrl-C")
-        (spec.run_dir / "ready").write_text(spec.url + "\n", encoding="utf-8")
+        (spec.run_dir / READY_FILE).write_text(spec.url + "\n", encoding="utf-8")
     else:
         log(f"node {node.node_rank} started: it joins the head's engine (the head serves the API)")
     while True:
@@ -503,13 +350,8 @@ def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, h
         lost = roll.lost() if roll is not None else None
         if lost:
             return ServeResult(1, f"{lost}; stopped the engine. Start every node again. Engine log: {log_path}")
-        rc = proc.poll()
-        if rc is not None:
-            before_stop()
-            _terminate(proc, log, sigs=sigs, watch=before_stop)
-            reader.join(timeout=5)
-            cause = likely_cause(list(tail))
-            return ServeResult(1, f"the engine exited with code {rc} while serving. Last log lines:\n    {_tail_text(tail)}" + (f"\n  likely cause: {cause}" if cause else "") + f"\n  full log: {log_path}")
+        if proc.poll() is not None:
+            return exited("while serving")
         time.sleep(0.3)
 
 
@@ -573,89 +415,10 @@ def _group_alive(pgid: int, proc: subprocess.Popen | None = None) -> bool:
         return True
 
 
-class ShmTracker(threading.Thread):
-    """Remembers the /dev/shm entries the engine's own processes map or hold open, so cleanup
-    removes exactly those and never another engine's (several can run on one machine)."""
 
-    def __init__(self, root_pid: int, interval: float = 1.0, record: Path | None = None):
-        super().__init__(daemon=True)
-        self.root_pid, self.interval = root_pid, interval
-        self.seen: set[str] = set()
-        self.record = record  # where the names are kept for a run killed outright (SHM_RECORD)
-        self._written: set[str] = set()
-        self._lock = threading.Lock()
-        self._stop_evt = threading.Event()
-
-    def _save(self) -> None:
-        if self.record is None:
-            return
-        with self._lock:
-            names = set(self.seen)
-            if names == self._written:
-                return
-            try:
-                tmp = self.record.with_name(self.record.name + ".tmp")
-                tmp.write_text(json.dumps(sorted(names)) + "\n", encoding="utf-8")
-                os.replace(tmp, self.record)
-                self._written = names
-            except OSError:
-                pass  # bookkeeping for a later run: never a reason to stop this one
-
-    def _pids(self) -> list[int]:
-        """The engine's processes: its descendants, and the members of its process group (workers
-        whose leader died are re-parented to init but stay in the group)."""
-        parents: dict[int, list[int]] = {}
-        group: list[int] = []
-        try:
-            entries = [d for d in os.listdir("/proc") if d.isdigit()]
-        except OSError:
-            return []
-        for d in entries:
-            try:
-                with open(f"/proc/{d}/stat", encoding="ascii", errors="replace") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                ppid, pgrp = int(fields[1]), int(fields[2])
-            except (OSError, ValueError, IndexError):
-                continue
-            parents.setdefault(ppid, []).append(int(d))
-            if pgrp == self.root_pid:  # start_new_session: the group id is the leader's pid
-                group.append(int(d))
-        out, todo = [self.root_pid], [self.root_pid, *group]
-        out += group
-        while todo:
-            for c in parents.get(todo.pop(), []):
-                out.append(c)
-                todo.append(c)
-        return sorted(set(out))
-
-    def scan(self) -> None:
-        for pid in self._pids():
-            self.seen |= _shm_of(pid)
-        self._save()
-
-    def run(self) -> None:
-        while not self._stop_evt.wait(self.interval):
-            self.scan()
-
-    def stop(self) -> None:
-        self._stop_evt.set()
-
-
-def _cleanup(spec: LaunchSpec, tmp: Path, shm_before: set[str], shm_seen: set[str] | None = None) -> None:
-    """Remove the run's temp dir and the shared-memory entries the engine's processes used
+def _cleanup(spec: LaunchSpec, shm_before: set[str], shm_seen: set[str]) -> None:
+    """Remove the run's temp dirs and the shared-memory entries the engine's processes used
     (tracked while they ran; never another process's)."""
-    import shutil
-
-    shutil.rmtree(tmp, ignore_errors=True)
-    _remove_private_tmp(spec.run_dir)
-    for name in (shm_seen or set()) - shm_before:
-        if "/" in name or name in ("", ".", ".."):
-            continue
-        p = Path("/dev/shm") / name
-        try:
-            if p.is_file() and p.stat().st_uid == os.getuid():
-                p.unlink()
-        except OSError:
-            pass
-    (spec.run_dir / SHM_RECORD).unlink(missing_ok=True)
-    (spec.run_dir / "ready").unlink(missing_ok=True)
+    remove_engine_tmp(spec.run_dir)
+    remove_engine_shm(spec.run_dir, shm_seen, shm_before)
+    (spec.run_dir / READY_FILE).unlink(missing_ok=True)
