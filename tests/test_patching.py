@@ -214,7 +214,7 @@ def test_qwen3_moe_pack_takes_and_reverts(applied):
     patches = applied("qwen3_moe")
     assert {p.qualname for p in patches} == {"qwen3_moe.relay_forward", "qwen3_moe.opt_in", "qwen3_moe.target_embed_on_last_stage"}
     assert cls.supports_aux_hidden_states_over_pp is True
-    assert cls.forward is not orig_forward and cls.forward.__module__ == "ppspec_cli._packs.qwen3_moe.patches"
+    assert cls.forward is not orig_forward and cls.forward.__qualname__ == "relayed_forward" and cls.forward.__module__ == "ppspec_cli.engine.relay"
     assert cls.__init__.ppspec_original is orig_init
     # A subclass with its own forward (like Qwen3-VL-MoE's text model) does not inherit the opt-in;
     # one that keeps forward does.
@@ -315,7 +315,9 @@ def test_two_packs_patching_the_same_attribute_conflict(applied):
     with pytest.raises(PatchConflict) as e:
         rival.apply()
     assert "qwen3_moe.relay_forward" in str(e.value) and "rival.my_forward" in str(e.value)
-    assert q.Qwen3MoeModel.forward.__module__ == "ppspec_cli._packs.qwen3_moe.patches"
+    from ppspec_cli.engine import relay
+
+    assert q.Qwen3MoeModel.forward is relay.relayed_forward  # the rival did not take
 
 
 @pytest.mark.vllm

@@ -24,6 +24,8 @@ from typing import Any, Callable, Iterator
 
 from vllm.distributed import parallel_state as _ps
 
+from .patching import Patch
+
 # ---------------------------------------------------------------------------------------------
 # Pieces a relaying forward uses
 
@@ -66,6 +68,87 @@ def check_opt_in(cls: type) -> bool:
     if other.supports_aux_hidden_states_over_pp is not False:
         raise AssertionError("the opt-in leaks to a class with a different forward")
     return True
+
+
+# ---------------------------------------------------------------------------------------------
+# The relaying forward of a standard decoder (and the patches that install it)
+
+#: The EagleModelMixin behaviour the relaying forward calls into.
+MIXIN = ("_maybe_add_hidden_state", "pack_local_aux_hidden_states", "collect_remote_aux_hidden_states", "_set_aux_hidden_state_layers")
+
+
+def relayed_forward(
+    self: Any,
+    input_ids: Any,
+    positions: Any,
+    intermediate_tensors: Any = None,
+    inputs_embeds: Any = None,
+) -> Any:
+    """The forward of a standard vLLM inner decoder (embed_input_ids, `layers[i](positions,
+    hidden_states, residual)`, `norm(hidden_states, residual)`; e.g. Qwen3MoeModel, MiniMaxM2Model),
+    with tap relay over PP in vLLM's convention: tap L after layer L-1 (global index), tap 0 on the
+    first stage only, this stage's taps packed for the next one, upstream taps first on the last."""
+    group = pp_group()
+    if group.is_first_rank:
+        hidden_states = inputs_embeds if inputs_embeds is not None else self.embed_input_ids(input_ids)
+        residual = None
+    else:
+        assert intermediate_tensors is not None
+        hidden_states = intermediate_tensors["hidden_states"]
+        residual = intermediate_tensors["residual"]
+
+    upstream = self.collect_remote_aux_hidden_states(intermediate_tensors)
+    own: list[Any] = []
+    if group.is_first_rank:
+        # Tap 0 (the embeddings) exists only on the first stage; elsewhere the start tap is the
+        # previous stage's last one.
+        self._maybe_add_hidden_state(own, self.start_layer, hidden_states, residual)
+    for idx in range(self.start_layer, self.end_layer):
+        hidden_states, residual = self.layers[idx](positions, hidden_states, residual)
+        self._maybe_add_hidden_state(own, idx + 1, hidden_states, residual)
+
+    if not group.is_last_rank:
+        return stage_output(hidden_states, residual, self.pack_local_aux_hidden_states(own))
+
+    hidden_states, _ = self.norm(hidden_states, residual)
+    taps = upstream + own
+    if taps:
+        return hidden_states, taps
+    return hidden_states
+
+
+def standard_relay_patches(module: str, cls: str) -> list[Patch]:
+    """The three patches that teach a standard inner decoder class to relay taps over PP: the
+    relaying forward, the opt-in (only where that forward runs), and a real embed_tokens on the last
+    stage when the drafter needs the target's."""
+    return [
+        Patch(
+            name="relay_forward",
+            module=module,
+            target=cls,
+            attrs={"forward": relayed_forward},
+            description="forward relays taps between PP stages (vLLM's convention)",
+            requires=("forward", "embed_input_ids", *MIXIN),
+            check=check_relay,
+        ),
+        Patch(
+            name="opt_in",
+            module=module,
+            target=cls,
+            attrs={"supports_aux_hidden_states_over_pp": OptInWhereRelayed(relayed_forward)},
+            description="supports_aux_hidden_states_over_pp = True where the relaying forward runs",
+            requires=("supports_aux_hidden_states_over_pp",),
+            check=check_opt_in,
+        ),
+        Patch(
+            name="target_embed_on_last_stage",
+            module=module,
+            target=cls,
+            attrs=lambda orig: {"__init__": init_with_target_embed(orig["__init__"])},
+            description="real embed_tokens on the last stage when the drafter needs the target's",
+            check=check_target_embed_rule,
+        ),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
