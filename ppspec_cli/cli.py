@@ -71,6 +71,44 @@ def _report_json(r, findings) -> dict:
     }
 
 
+def _disaggregated(profile_path: str) -> bool:
+    from .profile import load_profile
+
+    return load_profile(profile_path).disaggregated
+
+
+def _pd_report(profile_path: str, offline: bool, json_out: bool, *, plan: bool) -> None:
+    """`check` / `plan` of a disaggregated profile: both engines, the KV layer names side by side,
+    the cross-engine findings. Exit as the single-engine commands do."""
+    from .pd import name_table, resolve_roles, run_pd_rules
+    from .profile import load_profile
+    from .render import render_pd_check, render_pd_plan
+
+    d = resolve_roles(load_profile(profile_path), profile_path=profile_path, offline=offline, progress=_progress)
+    findings = run_pd_rules(d)
+    rows = name_table(d)
+    ok = not any(f.severity == "error" for f in findings)
+    if json_out:
+        out = {
+            "ok": ok,
+            "profile": d.profile.name,
+            "kv_connector": d.connector_name,
+            "findings": [f.to_json() for f in findings],
+            "roles": {role: {k: v for k, v in _report_json(r, []).items() if k not in ("ok", "findings")} for role, r in d.roles.items()},
+            "kv_layer_names": None
+            if rows is None
+            else [{"first": x.first, "last": x.last, "prefill": list(x.prefill), "decode": list(x.decode), "mismatch": x.mismatch} for x in rows],
+        }
+        print(json.dumps(out, indent=2))
+    elif plan:
+        render_pd_plan(d, rows, findings)
+    else:
+        render_pd_check(d, findings)
+    if plan:
+        raise typer.Exit(0 if all(r.plan is not None for r in d.roles.values()) else 1)
+    raise typer.Exit(0 if ok else 1)
+
+
 @app.command()
 def check(
     profile: str = typer.Argument(..., metavar="PROFILE", help="Path to the profile YAML (see profiles/)."),
@@ -84,6 +122,8 @@ def check(
     """
     from .rules import run_rules
 
+    if _disaggregated(profile):
+        _pd_report(profile, offline, json_out, plan=False)
     r = _resolve(profile, offline)
     findings = run_rules(r)
     probe_results = _run_probes(r) if probes else []
@@ -148,6 +188,8 @@ def plan(
     from .render import render_plan
     from .rules import run_rules
 
+    if _disaggregated(profile):
+        _pd_report(profile, offline, json_out, plan=True)
     r = _resolve(profile, offline)
     findings = run_rules(r)
     if json_out:
@@ -169,6 +211,7 @@ def serve(
     master_addr: Optional[str] = typer.Option(None, "--master-addr", help="The head node's address (overrides launch.master_addr; inside SLURM the allocation's first host is the default)."),
     master_port: Optional[int] = typer.Option(None, "--master-port", min=1, max=65535, help="The head's rendezvous port (overrides launch.master_port)."),
     host: Optional[str] = typer.Option(None, "--host", help="Address the API server binds (overrides server.host)."),
+    role: Optional[str] = typer.Option(None, "--role", help="Disaggregated profiles (`roles:`): which engine to start, `prefill` or `decode`. With --dry-run and no --role, both engines and the router."),
 ) -> None:
     """Check the profile, then launch the vLLM server with the adapter pack applied in every engine process.
 
@@ -180,10 +223,12 @@ def serve(
     signal N before the engine was ready (130 Ctrl-C, 143 SIGTERM).
     """
     where = {"master_addr": master_addr, "master_port": master_port, "host": host}
+    if role is not None and role not in ("prefill", "decode"):
+        raise PpspecError(f"--role {role[:40]!r} is not a role", where="--role", fix="use --role prefill or --role decode")
     if dry_run:
-        _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where)
+        _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where, role)
     else:
-        _serve_with_signals(lambda: _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where))
+        _serve_with_signals(lambda: _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where, role))
 
 
 class _Interrupted(BaseException):
@@ -215,27 +260,49 @@ def _serve_with_signals(fn) -> None:
             signal.signal(s, h)
 
 
-def _placed(profile_path: str, offline: bool, node_rank, run_dir, where: dict, environ=None):
-    """Load the profile, fill in the command line's and SLURM's placement (cluster.place), resolve."""
+def _placed(profile_path: str, offline: bool, node_rank, run_dir, where: dict, environ=None, role=None):
+    """Load the profile (one role's engine of a disaggregated one), fill in the command line's and
+    SLURM's placement (cluster.place), resolve."""
     from .cluster import place
+    from .pd import role_profile
     from .profile import load_profile
     from .resolve import resolve
 
-    prof, placement = place(load_profile(profile_path), node_rank=node_rank, run_dir=run_dir, environ=environ, **where)
+    prof = load_profile(profile_path)
+    if role is not None:
+        prof = role_profile(prof, role)
+    prof, placement = place(prof, node_rank=node_rank, run_dir=run_dir, environ=environ, **where)
     for note in placement.notes:
         _progress(note)
     return resolve(prof, profile_path=profile_path, offline=offline, progress=_progress), placement
 
 
-def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool, run_dir, health_timeout, where: dict) -> None:
+def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool, run_dir, health_timeout, where: dict, role=None) -> None:
     from .launch import build_launch, check_engine_flags
+    from .profile import load_profile
     from .render import render_findings
     from .rules import run_rules
     from .serve import port_free, run_engine
 
-    r, placement = _placed(profile, offline, node_rank, run_dir, where)
+    prof = load_profile(profile)
+    if role is not None and not prof.disaggregated:
+        raise PpspecError("--role is for disaggregated profiles (with `roles:`); this one runs one engine", where="--role", fix="drop --role")
+    if prof.disaggregated and role is None:
+        if not dry_run:
+            raise PpspecError(
+                "this profile runs two engines (roles prefill and decode): start each with --role",
+                where="--role",
+                fix=f"ppspec serve {profile} --role prefill (and --role decode); --dry-run without --role prints both and the router",
+            )
+        _pd_dry_run(prof, profile, offline, run_dir, json_out, where)
+    r, placement = _placed(profile, offline, node_rank, run_dir, where, role=role)
     node_rank = placement.node_rank
-    findings = run_rules(r)
+    if role is not None:
+        from .pd import resolve_roles, run_pd_rules
+
+        findings = run_pd_rules(resolve_roles(prof, profile_path=profile, offline=offline, progress=_progress, given={role: r}))
+    else:
+        findings = run_rules(r)
     errors = [f for f in findings if f.severity == "error"]
     if errors and not dry_run:
         from rich.console import Console
@@ -258,11 +325,7 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
             d["ok"] = not errors
             print(json.dumps(d, indent=2))
         else:
-            for f in findings:
-                if f.severity in ("error", "warning"):
-                    print(f"# {f.severity} {f.code}: {f.message}")
-            if errors:
-                print(f"# `ppspec serve` would refuse this profile: {len(errors)} error(s) (see `ppspec check`)")
+            _print_dry_run_findings(findings, "ppspec serve")
             if spec.overlay:
                 print(f"# drafter served through a config overlay built at launch in {spec.overlay_dir}: {json.dumps(spec.overlay)}")
             print(f"# plan file for the ppspec plugin (written at launch): {spec.plan_file}")
@@ -306,6 +369,59 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
     raise typer.Exit(res.exit_code)
 
 
+def _print_dry_run_findings(findings, command: str) -> None:
+    """A dry run's errors and warnings as shell comments, and whether `command` would refuse."""
+    for f in findings:
+        if f.severity in ("error", "warning"):
+            print(f"# {f.severity} {f.code}: {f.message}")
+    errors = sum(f.severity == "error" for f in findings)
+    if errors:
+        print(f"# `{command}` would refuse this profile: {errors} error(s) (see `ppspec check`)")
+
+
+def _pd_dry_run(prof, profile_path: str, offline: bool, run_dir, json_out: bool, where: dict) -> None:
+    """`serve --dry-run` of a disaggregated profile without --role: both engines' launches (each
+    with its --kv-transfer-config) and the router line. Exit 1 when `check` finds errors."""
+    from pathlib import Path
+
+    from .cluster import place
+    from .launch import build_launch
+    from .pd import resolve_roles, role_profile, router_command, run_pd_rules
+    from .resolve import resolve
+
+    given = {}
+    for role in ("prefill", "decode"):
+        placed, _ = place(role_profile(prof, role), environ={}, **where)
+        given[role] = resolve(placed, profile_path=profile_path, offline=offline, progress=_progress)
+    d = resolve_roles(prof, given=given)
+    findings = run_pd_rules(d)
+    errors = [f for f in findings if f.severity == "error"]
+    specs = {role: build_launch(r, run_dir=Path(run_dir) / role if run_dir else None) for role, r in d.roles.items()}
+    router, script = router_command(d)
+    if json_out:
+        print(
+            json.dumps(
+                {
+                    "ok": not errors,
+                    "findings": [f.to_json() for f in findings],
+                    "roles": {role: {**spec.to_json(), "plan_data": spec.plan_data} for role, spec in specs.items()},
+                    "router": {"shell": router, "script": script, "source": "vLLM's source tree (not in the wheel)"},
+                },
+                indent=2,
+            )
+        )
+    else:
+        _print_dry_run_findings(findings, "ppspec serve --role ...")
+        for role, spec in specs.items():
+            print(f"# ===== {role} engine: ppspec serve {profile_path} --role {role}" + (" --node-rank i" if len(spec.nodes) > 1 else ""))
+            for n in spec.nodes:
+                print(f"# node {n.node_rank} ({n.role})")
+                print(n.shell_line())
+        print(f"# ===== router: the proxy vLLM ships for {d.connector_name}, {script} in vLLM's source tree (the wheel does not carry it); VLLM_SRC = a vLLM source checkout of the same version")
+        print(router)
+    raise typer.Exit(1 if errors else 0)
+
+
 _OUTPUT_HELP = "Write to this file instead of standard output."
 
 
@@ -316,6 +432,12 @@ def _export(profile: str, offline: bool, output: Optional[str], render, where: d
     from .launch import build_launch
     from .rules import run_rules
 
+    if _disaggregated(profile):
+        raise PpspecError(
+            "export writes one engine's launch; this profile runs two (roles prefill and decode)",
+            where="roles",
+            fix=f"`ppspec serve {profile} --dry-run` prints both engines' launches and the router; export each role's engine from them",
+        )
     r, placement = _placed(profile, offline, None, run_dir, where, environ={})
     findings = run_rules(r)
     errors = [f"{f.code}: {f.message}" for f in findings if f.severity == "error"]

@@ -9,13 +9,13 @@ launch of each side with the `--kv-transfer-config` it needs.
 
 from __future__ import annotations
 
-import json
+import shlex
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from . import connectors
 from .plan import pp_rank_of
-from .profile import ROLES, Profile, Role
+from .profile import KV_FLAG, ROLES, Profile, Role
 from .resolve import Resolved, resolve
 from .rules import Finding, finding, run_rules
 
@@ -31,8 +31,24 @@ class Deployment:
         return self.profile.kv_transfer.connector
 
 
-def resolve_roles(profile: Profile, *, profile_path: str | None = None, offline: bool = False, progress: Callable[[str], None] | None = None) -> Deployment:
-    return Deployment(profile, {role: resolve(profile.for_role(role), profile_path=profile_path, offline=offline, progress=progress) for role in ROLES})
+def role_profile(profile: Profile, role: Role) -> Profile:
+    """One engine's single-engine profile (Profile.for_role) with its `--kv-transfer-config`
+    among the engine options, so resolve, rules and launch treat it like any other profile."""
+    p = profile.for_role(role)
+    return p.model_copy(update={"engine": {**p.engine, KV_FLAG: kv_transfer_config(profile, role)}})
+
+
+def resolve_roles(
+    profile: Profile,
+    *,
+    profile_path: str | None = None,
+    offline: bool = False,
+    progress: Callable[[str], None] | None = None,
+    given: dict[Role, Resolved] | None = None,
+) -> Deployment:
+    """Resolve both engines (`given`: engines already resolved, e.g. with serve's placement)."""
+    given = given or {}
+    return Deployment(profile, {role: given.get(role) or resolve(role_profile(profile, role), profile_path=profile_path, offline=offline, progress=progress) for role in ROLES})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,19 +333,20 @@ def kv_transfer_config(profile: Profile, role: Role) -> dict[str, Any]:
     return cfg
 
 
-def kv_transfer_arg(profile: Profile, role: Role) -> list[str]:
-    return ["--kv-transfer-config", json.dumps(kv_transfer_config(profile, role), separators=(",", ":"), sort_keys=True)]
-
-
-def router_command(d: Deployment, port: int = 8000) -> tuple[list[str], str]:
-    """The proxy vLLM ships for this connector (in vLLM's source tree; the wheel does not carry it),
-    as a command line with both engines' addresses, and where it comes from."""
+def router_command(d: Deployment, port: int = 8000) -> tuple[str, str]:
+    """The proxy vLLM ships for this connector (in vLLM's source tree: the wheel does not carry it)
+    as a shell line with both engines' addresses (inert when pasted: every value quoted, only
+    $VLLM_SRC expands), and the script's path in that tree."""
     c = connectors.get(d.connector_name)
     script = c.router if c is not None and c.router else "examples/disaggregated/disaggregated_serving/disagg_proxy_demo.py"
     pre, dec = d.roles["prefill"].profile.server, d.roles["decode"].profile.server
     name = pre.served_model_name or d.profile.name
+
+    def reach(host: str) -> str:
+        return "127.0.0.1" if host in ("0.0.0.0", "::") else host
+
     if script.endswith("toy_proxy_server.py"):
-        args = ["--port", str(port), "--prefiller-host", pre.host, "--prefiller-port", str(pre.port), "--decoder-host", dec.host, "--decoder-port", str(dec.port)]
+        args = ["--port", str(port), "--prefiller-host", reach(pre.host), "--prefiller-port", str(pre.port), "--decoder-host", reach(dec.host), "--decoder-port", str(dec.port)]
     else:
-        args = ["--model", name, "--prefill", f"{pre.host}:{pre.port}", "--decode", f"{dec.host}:{dec.port}", "--port", str(port)]
-    return ["python", f"$VLLM_SRC/{script}", *args], script
+        args = ["--model", name, "--prefill", f"{reach(pre.host)}:{pre.port}", "--decode", f"{reach(dec.host)}:{dec.port}", "--port", str(port)]
+    return 'python "$VLLM_SRC"/' + shlex.quote(script) + " " + " ".join(shlex.quote(a) for a in args), script

@@ -145,6 +145,9 @@ class Launch(_Strict):
     health_timeout_s: int = Field(default=900, ge=5, le=86400, description="How long `serve` waits for `/health` before giving up.")
 
 
+#: The engine option that carries the KV connector: ppspec sets it from `kv_transfer`.
+KV_FLAG = "kv-transfer-config"
+
 Role = Literal["prefill", "decode"]
 ROLES: tuple[Role, ...] = ("prefill", "decode")
 
@@ -238,6 +241,9 @@ class Profile(_Strict):
             raise ValueError("a disaggregated profile needs `roles` with both `prefill` and `decode`, and `kv_transfer`")
         if self.kv_transfer is None:
             raise ValueError("`roles` needs `kv_transfer` (the KV connector between the two engines)")
+        for where, eng in (("engine", self.engine), *((f"roles.{r}.engine", s.engine) for r, s in self.roles.items())):
+            if any(str(k).strip().lstrip("-").replace("_", "-") == KV_FLAG for k in eng):
+                raise ValueError(f"`{where}.{KV_FLAG}`: ppspec sets it for each engine from `kv_transfer`")
         if "topology" in self.model_fields_set:
             raise ValueError("with `roles`, each role has its own topology: move the top-level `topology` under roles.prefill / roles.decode")
         return self

@@ -59,8 +59,7 @@ def print_wrapped(console: Console, markup: str, *, indent: int = 8, label: str 
         console.print(Text(label.ljust(indent) if i == 0 else " " * indent) + line, soft_wrap=True)
 
 
-def render_check(r, findings, console: Console | None = None) -> None:
-    console = console or Console(highlight=False)
+def _engine_line(console: Console, r) -> None:
     p = r.profile
     topo = p.topology
     console.print(
@@ -71,7 +70,16 @@ def render_check(r, findings, console: Console | None = None) -> None:
         + f" on {topo.nodes} node(s); platform {r.platform} ({safe(r.platform_source)}), runner {r.runner.upper()}"
         + (f"; adapter {safe(r.pack.name)}" if r.pack is not None else "")
     )
+
+
+def render_check(r, findings, console: Console | None = None) -> None:
+    console = console or Console(highlight=False)
+    _engine_line(console, r)
     console.print(f"verdict for vLLM {safe(r.engine_version)} ({safe(r.engine_version_source)})")
+    _render_verdict(console, findings)
+
+
+def _render_verdict(console: Console, findings) -> None:
     render_findings(console, findings)
     n_err = sum(f.severity == "error" for f in findings)
     n_warn = sum(f.severity == "warning" for f in findings)
@@ -129,6 +137,39 @@ def render_plan(r, findings, console: Console | None = None) -> None:
     console.print(t)
     for note in plan.notes:
         console.print(f"[dim]note: {safe(note)}[/dim]")
+    errs = [f for f in findings if f.severity != "info"]
+    if errs:
+        console.print(f"{len(errs)} finding(s) — run `ppspec check` for details:")
+        render_findings(console, errs)
+
+
+def render_pd_check(d, findings, console: Console | None = None) -> None:
+    """A disaggregated profile: one line per engine, the connector, then every finding."""
+    console = console or Console(highlight=False)
+    for r in d.roles.values():
+        _engine_line(console, r)
+    r = d.roles["prefill"]
+    console.print(f"KV connector {safe(d.connector_name)}; verdict for vLLM {safe(r.engine_version)} ({safe(r.engine_version_source)})")
+    _render_verdict(console, findings)
+
+
+def render_pd_plan(d, rows, findings, console: Console | None = None) -> None:
+    """Both engines' plans, then the KV layer names each registers, side by side, mismatches marked."""
+    console = console or Console(highlight=False)
+    for role, r in d.roles.items():
+        console.print(f"[bold]{role} engine[/bold]")
+        render_plan(r, [], console)
+        console.print("")
+    if rows is None:
+        console.print("[bold red]KV layer names unknown[/bold red]: the target's layer count is unknown")
+    else:
+        console.print(f"KV layer names each engine registers with {safe(d.connector_name)} (kind@stage):")
+        t = Table(show_header=True, header_style="bold")
+        for col in ("layer name", "prefill", "decode", ""):
+            t.add_column(col)
+        for row in rows:
+            t.add_row(row.names, ", ".join(row.prefill) or "—", ", ".join(row.decode) or "—", "[bold red]MISMATCH[/bold red]" if row.mismatch else "ok")
+        console.print(t)
     errs = [f for f in findings if f.severity != "info"]
     if errs:
         console.print(f"{len(errs)} finding(s) — run `ppspec check` for details:")
