@@ -192,15 +192,19 @@ cmd_prepare() {
 }
 
 cmd_calls() {
-  # One device call per part (carry the part and the checksum list), then the install + run call.
+  # One device call per part (carry the part and the checksum list), then the install + run call,
+  # then the run call to repeat (--resume) until it exits 0. The checkout travels with every call,
+  # so the validation runs this checkout's code first on PYTHONPATH; /tmp/site holds vLLM, torch and
+  # the ppspec wheel (for its engine-plugin entry point).
   [ -f "$PARTS_DIR/SHA256SUMS" ] || { echo "run prepare first" >&2; exit 1; }
-  local p
+  local p run
+  run='export PYTHONPATH=$PWD:'"$DEVICE_SITE"' PATH='"$DEVICE_SITE"'/bin:$PATH PYTHONUNBUFFERED=1 && python3 benchmarks/gpu_pp_validation.py --work /tmp/gpuval --out $OUT --resume --jobs 16 --budget-s 420'
   for p in "$PARTS_DIR"/part-*; do
     printf '{"kind": "nvidia-h200-x2", "carry": ["%s", "%s/SHA256SUMS"], "command": "bash benchmarks/gpu_wheels.sh receive %s"}\n' "$p" "$PARTS_DIR" "$(basename "$p")"
   done
-  printf '{"kind": "nvidia-h200-x2", "carry": ["%s", "%s/SHA256SUMS"], "timeout_s": 600, "command": "bash benchmarks/gpu_wheels.sh install && export PYTHONPATH=%s PATH=%s/bin:$PATH && python3 benchmarks/gpu_pp_validation.py --work /tmp/gpuval --out $OUT --resume --budget-s 300"}\n' \
-    "$PPSPEC_WHL_DIR" "$PARTS_DIR" "$DEVICE_SITE" "$DEVICE_SITE"
-  printf '{"repeat_until_exit_0": true, "kind": "nvidia-h200-x2", "command": "export PYTHONPATH=%s PATH=%s/bin:$PATH && python3 benchmarks/gpu_pp_validation.py --work /tmp/gpuval --out $OUT --resume --budget-s 480"}\n' "$DEVICE_SITE" "$DEVICE_SITE"
+  printf '{"kind": "nvidia-h200-x2", "carry": ["%s", "%s/SHA256SUMS"], "timeout_s": 600, "command": "bash benchmarks/gpu_wheels.sh install && %s"}\n' \
+    "$PPSPEC_WHL_DIR" "$PARTS_DIR" "$run"
+  printf '{"repeat_until_exit_0": true, "kind": "nvidia-h200-x2", "timeout_s": 600, "command": "%s"}\n' "$run"
 }
 
 cmd_receive() {
