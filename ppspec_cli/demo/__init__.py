@@ -44,6 +44,19 @@ from .factory import (
     is_demo_ref,
     resolve_model_ref,
 )
+from .gpuval import (
+    BIG,
+    BIG_DRAFTER,
+    BIG_RIGHT_SHARE,
+    BIG_TARGET,
+    RELAY_DSV3_TARGET,
+    RELAY_EAGLE1,
+    RELAY_PLUS1,
+    BigShape,
+    big_costs,
+    big_right_tokens,
+    big_successors,
+)
 from .relay import (
     RELAY_DRAFTER,
     RELAY_DTYPE,
@@ -62,6 +75,8 @@ from .relay import (
 )
 
 __all__ = [
+    "BIG", "BIG_DRAFTER", "BIG_RIGHT_SHARE", "BIG_TARGET", "RELAY_DSV3_TARGET", "RELAY_EAGLE1",
+    "RELAY_PLUS1", "BigShape", "big_costs", "big_right_tokens", "big_successors",
     "ALWAYS_TOKEN", "BOS_ID", "BOS_TOKEN", "DEMO_MODELS", "DEMO_PREFIX", "DTYPE", "EAGLE3_DRAFT_VOCAB",
     "EAGLE3_TAPS", "EAGLE3_TAPS_OUTPUT_OF_LAYER", "EOS_ID", "EOS_TOKEN", "FACTORY_VERSION", "HEAD_DIM",
     "HIDDEN_SIZE", "INTERMEDIATE_SIZE", "MAX_POSITIONS", "NUM_HEADS", "NUM_LAYERS", "RELAY_DRAFTER",

@@ -45,7 +45,7 @@ TRIGGER_EVERY = 4
 
 @dataclass(frozen=True)
 class Spec:
-    kind: str  # "target" | "eagle3" | "relay-target" | "relay-qwen3-moe" | "relay-eagle3" (see "relay models")
+    kind: str  # "target" | "eagle3" | "relay-target" | "relay-qwen3-moe" | "relay-eagle3" | ... (factory._build)
     seed: int
     description: str
     draft_vocab: int = 0

@@ -43,11 +43,27 @@ from .relay import (
     relay_target_config,
     relay_target_weights,
 )
+from .gpuval import (
+    BIG_DRAFTER,
+    BIG_TARGET,
+    RELAY_DSV3_TARGET,
+    RELAY_EAGLE1,
+    RELAY_PLUS1,
+    big_drafter_config,
+    big_drafter_weights,
+    big_target_config,
+    big_target_weights,
+    relay_dsv3_config,
+    relay_dsv3_weights,
+    relay_eagle1_config,
+    relay_eagle1_weights,
+    relay_plus1_config,
+)
 from .tiny import eagle3_config, eagle3_weights, target_config, target_weights
 from .tokenizer import write_tokenizer
 
 # Bump whenever anything below changes the bytes written: cached models are rebuilt.
-FACTORY_VERSION = 2
+FACTORY_VERSION = 3
 
 DEMO_PREFIX = "demo:"
 TARGET_NAME = "tiny-llama"
@@ -97,9 +113,37 @@ _SPECS: dict[str, Spec] = {
         f"float32 EAGLE3 drafter for {RELAY_TARGET} that always proposes token {ALWAYS_TOKEN} (control: deterministic acceptance)",
         draft_vocab=1, always_token=ALWAYS_TOKEN,
     ),
+    # GPU validation (issue 13): the relay drafter naming its taps output-of-layer (+1), an
+    # EAGLE-1 drafter, the relay target as DeepSeek-V3 (MLA), and an 8B-class shape built on the device.
+    RELAY_PLUS1: Spec(
+        "relay-eagle3-plus1", 4004,
+        f"{RELAY_DRAFTER} with its taps only as top-level target_layer_ids {[t - 1 for t in RELAY_TAPS]} "
+        "(output-of-layer, the DFlash/DSpark convention: vLLM adds 1)",
+    ),
+    RELAY_EAGLE1: Spec(
+        "relay-eagle1", 5005,
+        f"float32 EAGLE-1 drafter for {RELAY_TARGET} (no taps): proposes the target's next token from the token it is fed",
+    ),
+    RELAY_DSV3_TARGET: Spec(
+        "relay-dsv3", RELAY_SEED,
+        f"{RELAY_TARGET} as a float32 DeepSeek-V3 checkpoint (MLA attention, dense MLPs): the same function, served by {RELAY_DRAFTER}",
+    ),
+    BIG_TARGET: Spec(
+        "big-target", 8008,
+        "bf16 Llama of 8B-class shape (32 layers, hidden 4096, GQA 32/8, intermediate 14336, vocab 32768) generated from a seed "
+        "(16 GB: built where it runs, on the GPU when there is one); next token = a seeded successor map",
+    ),
+    BIG_DRAFTER: Spec(
+        "big-eagle3", 8008,
+        f"bf16 EAGLE3 drafter for {BIG_TARGET} (taps 2, 16, 29; draft vocab 32000): its first proposal is right after a "
+        "seeded 45% of the tokens and never right (BOS) after the others",
+    ),
 }
 
-DEMO_MODELS: dict[str, str] = {name: spec.description for name, spec in _SPECS.items()}
+#: Built only where they run (the GPU validation's 8B shape: 17 GB, generated on the GPU): not in
+#: the catalogue that `ppspec demo`, the docs and the tests list and build.
+DEVICE_ONLY_MODELS = frozenset({BIG_TARGET, BIG_DRAFTER})
+DEMO_MODELS: dict[str, str] = {name: spec.description for name, spec in _SPECS.items() if name not in DEVICE_ONLY_MODELS}
 
 
 def is_demo_ref(ref: str) -> bool:
@@ -218,6 +262,25 @@ def _build(name: str, spec: Spec, out: Path) -> None:
         sd = relay_eagle3_weights(spec)
         write_json(out / "config.json", relay_eagle3_config(spec, sd["lm_head.weight"].shape[0]))
         _save(out, sd)
+        return
+    if spec.kind == "relay-eagle3-plus1":
+        sd = relay_eagle3_weights(spec)
+        write_json(out / "config.json", relay_plus1_config(spec, sd["lm_head.weight"].shape[0]))
+        _save(out, sd)
+        return
+    if spec.kind == "relay-eagle1":
+        write_json(out / "config.json", relay_eagle1_config())
+        _save(out, relay_eagle1_weights(spec.seed))
+        return
+    if spec.kind in ("relay-dsv3", "big-target"):
+        write_tokenizer(out)
+        write_json(out / "config.json", relay_dsv3_config() if spec.kind == "relay-dsv3" else big_target_config())
+        write_json(out / "generation_config.json", {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID})
+        _save(out, relay_dsv3_weights(spec.seed) if spec.kind == "relay-dsv3" else big_target_weights())
+        return
+    if spec.kind == "big-eagle3":
+        write_json(out / "config.json", big_drafter_config())
+        _save(out, big_drafter_weights())
         return
     if spec.kind == "target":
         write_tokenizer(out)

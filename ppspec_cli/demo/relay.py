@@ -7,6 +7,7 @@ import random
 
 from .common import (
     ALWAYS_TOKEN,
+    BOS_ID,
     HEAD_DIM,
     HIDDEN_SIZE,
     INTERMEDIATE_SIZE,
@@ -51,6 +52,7 @@ RELAY_TAPS_LATE = (2, 4, NUM_LAYERS)
 #   dims 224-239 anti-code d(x), written by layer 3: taps 4.. carry c + d
 #   dim 240      pre-trigger indicator, written by layer 0: taps 1..
 #   dim 241      trigger indicator, written by layer 5: tap 6 only
+#   dim 242      constant 1.0 (embedding), in every tap: the drafter's BOS row reads it
 #
 # Attention is random but small and writes only dims 2-127, so the planted dims are a function of
 # the current token alone and every decision has a wide margin (float32 vs bfloat16, PP=1 vs PP=2
@@ -66,10 +68,14 @@ _R_CODE = (128, 224)
 _R_ANTI = (224, 240)
 _R_PRE_IND = 240
 _R_TRIG_IND = 241
+_R_CONST = 242  # 1.0 for every token (embedding), never written: the drafter's "never right" row reads it
 _R_ATTN_SCALE = 0.1  # attention output relative to the 1/sqrt(fan_in) init: small, context-dependent noise
 _R_TARGET_LOGIT = 2.0  # target lm_head scale (identity rows and the ALWAYS_TOKEN rule)
 _R_DRAFT_LOGIT = 8.0  # drafter identity-row logit for the right token (before the final norm)
 _R_DRAFT_FLAG = 1.5  # drafter flag-row logit relative to an identity hit
+#: drafter logit (before the final norm) of its BOS row: below every planted hit, above every
+#: spurious identity row, so with wrong taps the drafter proposes BOS, which the target never produces
+_R_DRAFT_MISS = 0.5 * _R_DRAFT_LOGIT
 
 
 def relay_successors(seed: int = RELAY_SEED) -> dict[int, int]:
@@ -123,6 +129,7 @@ def relay_target_weights(seed: int) -> dict:
     embed[trigger_tokens(), _R_TRIG] = _R_FLAG
     embed[:, _R_PRE] = -_R_FLAG
     embed[_relay_pre_tokens(succ), _R_PRE] = _R_FLAG
+    embed[:, _R_CONST] = 1.0
     sd: dict = {"model.embed_tokens.weight": embed}
     for n in range(NUM_LAYERS):
         p = f"model.layers.{n}"
@@ -228,6 +235,7 @@ def relay_eagle3_weights(spec: Spec) -> dict:
         for lo, hi in (_R_CODE, _R_ANTI):
             fc[lo:hi, s1 + lo:s1 + hi] = torch.eye(hi - lo)
         fc[_R_TRIG_IND, s2 + _R_TRIG_IND] = 1.0
+        fc[_R_CONST, s2 + _R_CONST] = 1.0
         t0, t1 = _R_TOKEN
         fc[t0:t1, s2 + t0:s2 + t1] = 0.25 * torch.eye(t1 - t0)  # only scales the norm: harmless context
         sd["fc.weight"] = fc
@@ -273,6 +281,9 @@ def _relay_draft_rows() -> list:
     w = torch.zeros(HIDDEN_SIZE, dtype=torch.float64)
     w[_R_TRIG_IND] = _R_DRAFT_FLAG * _R_DRAFT_LOGIT / on_trig
     rows.append((succ[ALWAYS_TOKEN], w))  # x is a trigger: next(next(x)) = succ(ALWAYS_TOKEN)
+    w = torch.zeros(HIDDEN_SIZE, dtype=torch.float64)
+    w[_R_CONST] = _R_DRAFT_MISS
+    rows.append((BOS_ID, w))  # nothing planted arrived (wrong taps): BOS, never the target's next token
     return rows
 
 
