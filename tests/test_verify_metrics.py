@@ -193,7 +193,34 @@ def test_per_position_order_is_numeric_not_lexical():
 def test_garbage_is_a_clear_error(line):
     with pytest.raises(PpspecError) as ei:
         m.parse_prometheus("# TYPE x counter\n" + line + "\n")
-    assert "/metrics line 2" in ei.value.where
+    assert ei.value.where == "/metrics" and "not usable Prometheus text" in ei.value.what and ei.value.exit_code == 1
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("# TYPE vllm:spec_decode_num_drafts counter\nvllm:spec_decode_num_drafts_total +Inf\n", "inf"),
+        ("# TYPE vllm:spec_decode_num_drafts counter\nvllm:spec_decode_num_drafts_total NaN\n", "nan"),
+        ("# TYPE vllm:spec_decode_num_drafts counter\nvllm:spec_decode_num_drafts_total -5\n", "-5.0"),
+        ('x_total{a="1"} 1\nx_total{a="1"} 2\n', "appears twice"),
+    ],
+)
+def test_hostile_numbers_are_clear_errors(text, needle):
+    with pytest.raises(PpspecError) as ei:
+        m.parse_prometheus(text)
+    assert needle in ei.value.what and ei.value.exit_code == 1
+
+
+@pytest.mark.parametrize("pos", ["99999999999999999999", "-1", "1e3", "\u0661"])
+def test_hostile_position_labels_are_clear_errors(pos):
+    text = (
+        "# TYPE vllm:spec_decode_num_drafts counter\nvllm:spec_decode_num_drafts_total 4\n"
+        "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter\n"
+        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{pos}"}} 1\n'
+    )
+    with pytest.raises(PpspecError) as ei:
+        m.spec_decode_stats(m.parse_prometheus(text))
+    assert "position label" in ei.value.what
 
 
 def test_duplicate_series_is_an_error():

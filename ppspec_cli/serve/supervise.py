@@ -5,6 +5,7 @@ process tree on Ctrl-C / SIGTERM / SIGHUP or when the engine dies."""
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import re
 import signal
@@ -13,12 +14,11 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .. import netio
 from ..errors import PpspecError
 from ..launch import LaunchSpec, NodeLaunch, materialize_overlay
 from .residue import (
@@ -61,22 +61,35 @@ def likely_cause(lines: list[str]) -> str | None:
 
 
 def port_free(host: str, port: int) -> bool:
-    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    """True when host:port can be bound; an empty or unresolvable host is its own error, not "in use"."""
+    if not host.strip():
+        raise PpspecError("server.host is empty", where="server.host", fix="set server.host to an address of this machine, e.g. 127.0.0.1", exit_code=1)
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError, ValueError):
+        raise PpspecError(f"server.host {host[:80]!r} does not resolve to an address", where="server.host", fix="use an IP address or a host name of this machine, e.g. 127.0.0.1", exit_code=1) from None
+    fam, _, _, _, addr = infos[0]
     with socket.socket(fam, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind((host, port))
-        except OSError:
+            s.bind(addr)
+        except OSError as e:
+            if e.errno == errno.EADDRNOTAVAIL:
+                raise PpspecError(f"server.host {host!r} is not an address of this machine", where="server.host", fix="use 127.0.0.1, 0.0.0.0 or one of this machine's addresses", exit_code=1) from None
             return False
     return True
 
 
 def health_ok(url: str, timeout: float = 2.0) -> bool:
+    """One GET /health with a total deadline (a server that drips its answer cannot stall the wait),
+    no proxy for a loopback engine."""
+    http = netio.Http(url)
     try:
-        with urllib.request.urlopen(url + "/health", timeout=timeout) as r:  # noqa: S310 - loopback/profile URL
-            return r.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
+        return http.request("GET", url + "/health", deadline=timeout, limit=1 << 16).status == 200
+    except netio.NetError:
         return False
+    finally:
+        http.close()
 
 
 @dataclass

@@ -1,22 +1,19 @@
-"""A small OpenAI-compatible HTTP client on the standard library.
-
-verify needs four endpoints (`/health`, `/v1/models`, `/v1/completions`, `/metrics`) and nothing
-else, so it does not pull in an HTTP stack. Every failure becomes one PpspecError naming the
-endpoint; the API key is read from an environment variable and never appears in messages.
+"""A small OpenAI-compatible client for the four endpoints verify needs (`/health`, `/v1/models`,
+`/v1/completions`, `/metrics`), on ppspec's one HTTP layer (netio: httpx with total deadlines,
+no proxy for loopback, no redirects, bounded bodies). Every failure becomes one PpspecError naming
+the endpoint; the API key is read from an environment variable and never appears in messages.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
-import socket
 import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from .. import netio
 from ..errors import PpspecError
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8000"
@@ -70,29 +67,6 @@ def endpoint_from_host_port(host: str, port: int, scheme: str = "http") -> str:
     return f"{scheme}://{h}:{port}"
 
 
-def _is_loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """An OpenAI server does not redirect; following one could carry the API key to another host."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D401 - urllib hook
-        raise PpspecError(
-            f"{req.full_url} answered with a redirect ({code}) to {newurl}",
-            where=req.full_url,
-            fix="pass the final server URL with --endpoint (ppspec does not follow redirects)",
-            exit_code=1,
-        )
-
-
 @dataclass
 class Completion:
     text: str
@@ -119,11 +93,7 @@ class Client:
                     fix=f"export {api_key_env}=... before running, or drop --api-key-env if the server has no key",
                 )
             self._api_key = key
-        host = urllib.parse.urlsplit(self.endpoint).hostname
-        handlers: list[Any] = [_NoRedirect()]
-        if _is_loopback(host):
-            handlers.append(urllib.request.ProxyHandler({}))  # never send loopback traffic to a proxy
-        self._opener = urllib.request.build_opener(*handlers)
+        self._http = netio.Http(self.endpoint)  # total deadlines, no proxy for loopback, no redirects
 
     def __repr__(self) -> str:  # the key stays out of any repr that ends up in a log
         return f"Client(endpoint={self.endpoint!r}, api_key_env={self.api_key_env!r})"
@@ -135,48 +105,32 @@ class Client:
 
     def _request(self, method: str, path: str, body: dict | None = None, *, limit: int, timeout: float | None = None) -> tuple[int, bytes]:
         url = self.url(path)
-        data = json.dumps(body).encode("utf-8") if body is not None else None
-        req = urllib.request.Request(url, data=data, method=method)
-        req.add_header("Accept", "application/json, text/plain;q=0.9, */*;q=0.1")
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
+        headers = {"Accept": "application/json, text/plain;q=0.9, */*;q=0.1"}
         if self._api_key:
-            req.add_header("Authorization", f"Bearer {self._api_key}")
+            headers["Authorization"] = f"Bearer {self._api_key}"
         t = self.timeout if timeout is None else timeout
         try:
-            with self._opener.open(req, timeout=t) as resp:
-                payload = resp.read(limit + 1)
-                status = resp.status
-        except PpspecError:
-            raise
-        except urllib.error.HTTPError as e:
-            try:
-                detail = e.read(4096).decode("utf-8", "replace")
-            except Exception:  # noqa: BLE001 - best-effort detail for the message
-                detail = ""
-            raise self._http_error(url, e.code, detail) from None
-        except TimeoutError:
+            reply = self._http.request(method, url, json=body, headers=headers, deadline=t, limit=limit)
+        except netio.NetError as e:
+            fix = {
+                "timeout": "the server may be overloaded or wedged: check its log; raise the timeout for long generations",
+                "refused": _START_HINT,
+                "dns": "check the host name in --endpoint",
+                "protocol": "check that --endpoint points at a vLLM OpenAI-compatible server (and http vs https)",
+                "too-large": "check that --endpoint is a vLLM server",
+            }.get(e.kind, _START_HINT)
+            raise PpspecError(e.message, where=url, fix=fix, exit_code=1) from None
+        if 300 <= reply.status < 400:
+            where_to = reply.headers.get("location", "")
             raise PpspecError(
-                f"{url} did not answer within {t:g} s",
+                f"{url} answered with a redirect ({reply.status})" + (f" to {where_to[:200]}" if where_to else ""),
                 where=url,
-                fix="the server may be overloaded or wedged: check its log; raise the timeout for long generations",
+                fix="pass the final server URL with --endpoint (ppspec does not follow redirects)",
                 exit_code=1,
-            ) from None
-        except urllib.error.URLError as e:
-            reason = e.reason
-            if isinstance(reason, (socket.timeout, TimeoutError)):
-                raise PpspecError(f"{url} did not answer within {t:g} s", where=url, fix="check the server log; it may be wedged", exit_code=1) from None
-            if isinstance(reason, ConnectionRefusedError):
-                raise PpspecError(f"connection refused: nothing is listening at {self.endpoint}", where=url, fix=_START_HINT, exit_code=1) from None
-            if isinstance(reason, socket.gaierror):
-                raise PpspecError(f"cannot resolve the host of {self.endpoint}", where=url, fix="check the host name in --endpoint", exit_code=1) from None
-            raise PpspecError(f"cannot reach {url}: {reason}", where=url, fix=_START_HINT, exit_code=1) from None
-        except (ConnectionError, OSError) as e:
-            # Resets and half-closed sockets surface as bare OSErrors from http.client.
-            raise PpspecError(f"connection to {url} failed: {e.__class__.__name__}", where=url, fix=_START_HINT, exit_code=1) from None
-        if len(payload) > limit:
-            raise PpspecError(f"{url} sent more than {limit >> 20} MiB", where=url, fix="check that --endpoint is a vLLM server", exit_code=1)
-        return status, payload
+            )
+        if reply.status >= 400:
+            raise self._http_error(url, reply.status, reply.body[:4096].decode("utf-8", "replace"))
+        return reply.status, reply.body
 
     def _http_error(self, url: str, code: int, detail: str) -> PpspecError:
         detail = " ".join(detail.split())

@@ -13,7 +13,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from ..errors import PpspecError
+
+#: Speculative positions beyond this are not a real drafter's (and would size a list absurdly).
+MAX_POSITIONS = 1024
 
 # Counter family names as vLLM registers them; prometheus_client appends `_total` on the wire.
 DRAFTS = "vllm:spec_decode_num_drafts"
@@ -27,9 +32,6 @@ SPEC_PREFIX = "vllm:spec_decode_"
 #: Histograms whose sum/count give the engine's own per-token latency (name differs by version).
 TPOT_HISTOGRAMS = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
 
-_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
 # Sample-name suffixes that belong to a typed family (OpenMetrics / prometheus_client).
 _SUFFIXES = {
     "counter": ("_total", "_created"),
@@ -136,118 +138,42 @@ class Scrape:
 # Parsing
 
 
-def _bad(lineno: int, line: str, why: str) -> PpspecError:
-    shown = line if len(line) <= 80 else line[:77] + "..."
+def _bad(why: str, shown: str = "") -> PpspecError:
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
     return PpspecError(
-        f"the /metrics page is not Prometheus text exposition ({why}): {shown!r}",
-        where=f"/metrics line {lineno}",
+        f"the /metrics page is not usable Prometheus text exposition ({why})" + (f": {shown!r}" if shown else ""),
+        where="/metrics",
         fix="point --endpoint at the vLLM server itself (not a proxy or another service) and check that /metrics serves vLLM's counters",
         exit_code=1,
     )
 
 
-def _parse_labels(line: str, pos: int, lineno: int) -> tuple[Labels, int]:
-    """Parse `{a="x",b="y\\"z"}` starting at line[pos] == '{'; return labels and the index after '}'."""
-    labels: dict[str, str] = {}
-    i = pos + 1
-    n = len(line)
-    while True:
-        while i < n and line[i] in " \t":
-            i += 1
-        if i < n and line[i] == "}":
-            return tuple(sorted(labels.items())), i + 1
-        m = _LABEL_NAME.match(line, i)
-        if not m:
-            raise _bad(lineno, line, "bad label name")
-        key = m.group(0)
-        i = m.end()
-        while i < n and line[i] in " \t":
-            i += 1
-        if i >= n or line[i] != "=":
-            raise _bad(lineno, line, f"expected '=' after label {key}")
-        i += 1
-        while i < n and line[i] in " \t":
-            i += 1
-        if i >= n or line[i] != '"':
-            raise _bad(lineno, line, f"label {key} value is not quoted")
-        i += 1
-        buf: list[str] = []
-        while True:
-            if i >= n:
-                raise _bad(lineno, line, f"unterminated value of label {key}")
-            c = line[i]
-            if c == "\\":
-                if i + 1 >= n:
-                    raise _bad(lineno, line, "dangling backslash")
-                nxt = line[i + 1]
-                buf.append(_ESCAPES.get(nxt, "\\" + nxt))
-                i += 2
-                continue
-            if c == '"':
-                i += 1
-                break
-            buf.append(c)
-            i += 1
-        if key in labels:
-            raise _bad(lineno, line, f"label {key} given twice")
-        labels[key] = "".join(buf)
-        while i < n and line[i] in " \t":
-            i += 1
-        if i < n and line[i] == ",":
-            i += 1
-            continue
-        if i < n and line[i] == "}":
-            return tuple(sorted(labels.items())), i + 1
-        raise _bad(lineno, line, "expected ',' or '}' in labels")
-
-
-def _parse_value(tok: str, lineno: int, line: str) -> float:
-    try:
-        return float(tok)
-    except ValueError:
-        raise _bad(lineno, line, f"value {tok!r} is not a number") from None
-
-
 def parse_prometheus(text: str) -> Scrape:
-    """Parse Prometheus text exposition format 0.0.4 (and the OpenMetrics subset vLLM emits)."""
+    """Parse the exposition text with prometheus_client's parser; then refuse what no counter can be:
+    a series given twice, and a counter value that is negative, NaN or infinite."""
     samples: list[Sample] = []
     types: dict[str, str] = {}
     seen: set[tuple[str, Labels]] = set()
-    # Only "\n" ends a line in the exposition format (str.splitlines would also split label
-    # values at \x1e, \x85, \u2028 ...).
-    for lineno, raw in enumerate(text.split("\n"), start=1):
-        line = raw.strip(" \t\r")
-        if not line:
-            continue
-        if line.startswith("#"):
-            parts = line[1:].split(None, 3)
-            if parts[:1] == ["EOF"]:
-                break
-            if len(parts) >= 3 and parts[0] == "TYPE":
-                types[parts[1]] = parts[2].lower()
-            continue
-        m = _NAME.match(line)
-        if not m:
-            raise _bad(lineno, line, "no metric name")
-        name = m.group(0)
-        i = m.end()
-        labels: Labels = ()
-        if i < len(line) and line[i] == "{":
-            labels, i = _parse_labels(line, i, lineno)
-        rest = line[i:]
-        if rest and rest[0] not in " \t":
-            raise _bad(lineno, line, "expected a space before the value")
-        # OpenMetrics exemplars follow " # "; they are not part of the sample.
-        rest = rest.split(" # ", 1)[0].split()
-        if not rest:
-            raise _bad(lineno, line, "missing value")
-        value = _parse_value(rest[0], lineno, line)
-        key = (name, labels)
-        if key in seen:
-            raise _bad(lineno, line, "the same series appears twice")
-        seen.add(key)
-        samples.append(Sample(name, labels, value))
-    return Scrape(samples=samples, types=types)
+    text = re.split(r"^# EOF[ \t\r]*$", text, maxsplit=1, flags=re.M)[0]  # OpenMetrics' end marker
+    try:
+        families = list(text_string_to_metric_families(text))
+    except Exception as e:  # noqa: BLE001 - the parser raises ValueError, IndexError, TypeError... on bad text
+        raise _bad(f"{type(e).__name__}: {str(e)[:120]}") from None
+    for fam in families:
+        if fam.type not in ("unknown", "untyped"):
+            types[fam.name] = fam.type
+        for smp in fam.samples:
+            labels: Labels = tuple(sorted((str(k), str(v)) for k, v in smp.labels.items()))
+            key = (smp.name, labels)
+            if key in seen:
+                raise _bad("the same series appears twice", _fmt_series(Sample(smp.name, labels, 0.0)))
+            seen.add(key)
+            samples.append(Sample(smp.name, labels, float(smp.value)))
+    scrape = Scrape(samples=samples, types=types)
+    for smp in samples:
+        if smp.name.startswith("vllm:") and _is_monotonic(scrape, smp.name) and not (math.isfinite(smp.value) and smp.value >= 0):
+            raise _bad(f"counter value {smp.value!r} is not a finite non-negative number", _fmt_series(smp))
+    return scrape
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,10 +332,12 @@ def spec_decode_stats(d: Scrape, match: Mapping[str, str] | None = None, *, conf
     positions: list[int] = []
     for p in per_pos:
         try:
+            if not (p.isascii() and p.isdigit() and int(p) < MAX_POSITIONS):
+                raise ValueError
             positions.append(int(p))
         except ValueError:
             raise PpspecError(
-                f"per-position counter has a non-integer position label {p!r}",
+                f"per-position counter has a position label {p[:40]!r} that is not an integer in 0..{MAX_POSITIONS - 1}",
                 where=f"/metrics {ACCEPTED_PER_POS}",
                 fix="this vLLM exposes an unexpected metrics layout; report it with the /metrics text",
                 exit_code=1,

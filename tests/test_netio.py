@@ -1,0 +1,152 @@
+"""ppspec's one HTTP layer (ppspec_cli/netio.py) against hostile loopback servers written with raw
+sockets: a server that drips its headers or its body cannot hold an exchange past its total
+deadline, bodies are cut at their bound, a loopback host never goes through a proxy, non-HTTP
+answers and unresolvable hosts are each their own error; verify's client and serve's health wait
+both use it."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+from ppspec_cli import netio
+from ppspec_cli.errors import PpspecError
+from ppspec_cli.serve import health_ok, port_free
+from ppspec_cli.verify.client import Client
+
+
+class RawServer:
+    """Accepts connections and runs `behave(conn, stop)` for each, until stopped."""
+
+    def __init__(self, behave):
+        self.stop = threading.Event()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.behave = behave
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn):
+        try:
+            conn.recv(65536)
+            self.behave(conn, self.stop)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(5)
+        self.sock.close()
+
+
+def drip(prefix: bytes, byte: bytes = b"x"):
+    def behave(conn, stop):
+        conn.sendall(prefix)
+        while not stop.wait(0.05):
+            conn.sendall(byte)
+
+    return behave
+
+
+@pytest.fixture
+def raw():
+    made = []
+
+    def make(behave):
+        s = RawServer(behave)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def _call_bounded(fn):
+    """Run fn in a thread; a generous join bound guards against a hang (not a speed target)."""
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(_capture(fn)), daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "the exchange outlived its total deadline (still running after 60 s)"
+    return out[0]
+
+
+def _capture(fn):
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - the caller checks the type
+        return e
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [b"HTTP/1.1 200 OK\r\nX-Slow: ", b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n"],
+    ids=["drips-headers", "drips-body"],
+)
+def test_a_dripping_server_cannot_outlive_the_total_deadline(raw, prefix):
+    srv = raw(drip(prefix))
+    err = _call_bounded(lambda: netio.Http(srv.url).request("GET", srv.url + "/health", deadline=1.0, limit=1 << 30))
+    assert isinstance(err, netio.NetError) and err.kind == "timeout", err
+    err = _call_bounded(lambda: Client(srv.url).health(timeout=1.0))
+    assert isinstance(err, PpspecError) and "did not answer within 1 s" in err.what and err.exit_code == 1
+    assert _call_bounded(lambda: health_ok(srv.url, timeout=1.0)) is False
+
+
+def test_body_is_cut_at_its_bound(raw):
+    srv = raw(drip(b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n", b"y" * 65536))
+    err = _call_bounded(lambda: netio.Http(srv.url).request("GET", srv.url + "/metrics", deadline=30, limit=1 << 20))
+    assert isinstance(err, netio.NetError) and err.kind == "too-large"
+
+
+def test_not_http_is_a_protocol_error(raw):
+    srv = raw(lambda conn, stop: conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n\r\n"))
+    err = _call_bounded(lambda: Client(srv.url, timeout=10).models())
+    assert isinstance(err, PpspecError) and "valid HTTP" in err.what and err.exit_code == 1
+
+
+def test_loopback_never_goes_through_a_proxy(raw, monkeypatch):
+    ok = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 28\r\n\r\n{"data": [{"id": "m"}]}     '
+    srv = raw(lambda conn, stop: conn.sendall(ok))
+    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")  # a proxy that is not there
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    assert _call_bounded(lambda: Client(srv.url, timeout=10).models()) == ["m"]
+    assert _call_bounded(lambda: health_ok(srv.url, timeout=10)) is True
+
+
+def test_redirects_are_answers_not_followed(raw):
+    seen = []
+
+    def behave(conn, stop):
+        seen.append(1)
+        conn.sendall(b"HTTP/1.1 302 Found\r\nLocation: http://evil.example/steal\r\nContent-Length: 0\r\n\r\n")
+
+    srv = raw(behave)
+    err = _call_bounded(lambda: Client(srv.url, timeout=10).models())
+    assert isinstance(err, PpspecError) and "redirect (302)" in err.what and len(seen) == 1
+
+
+def test_unresolvable_and_empty_hosts_have_their_own_message():
+    err = _call_bounded(lambda: netio.Http("http://no-such-host.invalid:8000").request("GET", "http://no-such-host.invalid:8000/health", deadline=20, limit=10))
+    assert isinstance(err, netio.NetError) and err.kind in ("dns", "timeout"), err
+    for host, needle in (("", "empty"), ("no-such-host.invalid", "does not resolve"), ("  ", "empty")):
+        with pytest.raises(PpspecError, match=needle) as ei:
+            port_free(host, 8000)
+        assert "in use" not in ei.value.what and ei.value.where == "server.host"
