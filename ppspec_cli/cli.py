@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from . import shellout
 from .errors import PpspecError
 
 app = typer.Typer(
@@ -327,12 +328,12 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
         else:
             _print_dry_run_findings(findings, "ppspec serve")
             if spec.overlay:
-                print(f"# drafter served through a config overlay built at launch in {spec.overlay_dir}: {json.dumps(spec.overlay)}")
-            print(f"# plan file for the ppspec plugin (written at launch): {spec.plan_file}")
+                print(shellout.comment(f"drafter served through a config overlay built at launch in {spec.overlay_dir}: {json.dumps(spec.overlay)}"))
+            print(shellout.comment(f"plan file for the ppspec plugin (written at launch): {spec.plan_file}"))
             if t.nodes > 1:
-                print("# every node needs the same ppspec and vLLM installed (the plugin runs in every worker)")
+                print(shellout.comment("every node needs the same ppspec and vLLM installed (the plugin runs in every worker)"))
             for n in nodes:
-                print(f"# node {n.node_rank} ({n.role})")
+                print(shellout.comment(f"node {n.node_rank} ({n.role})"))
                 print(n.shell_line())
         raise typer.Exit(1 if errors else 0)
     node = spec.nodes[node_rank or 0]
@@ -373,10 +374,10 @@ def _print_dry_run_findings(findings, command: str) -> None:
     """A dry run's errors and warnings as shell comments, and whether `command` would refuse."""
     for f in findings:
         if f.severity in ("error", "warning"):
-            print(f"# {f.severity} {f.code}: {f.message}")
+            print(shellout.comment(f"{f.severity} {f.code}: {f.message}"))
     errors = sum(f.severity == "error" for f in findings)
     if errors:
-        print(f"# `{command}` would refuse this profile: {errors} error(s) (see `ppspec check`)")
+        print(shellout.comment(f"`{command}` would refuse this profile: {errors} error(s) (see `ppspec check`)"))
 
 
 def _pd_dry_run(prof, profile_path: str, offline: bool, run_dir, json_out: bool, where: dict) -> None:
@@ -413,11 +414,11 @@ def _pd_dry_run(prof, profile_path: str, offline: bool, run_dir, json_out: bool,
     else:
         _print_dry_run_findings(findings, "ppspec serve --role ...")
         for role, spec in specs.items():
-            print(f"# ===== {role} engine: ppspec serve {profile_path} --role {role}" + (" --node-rank i" if len(spec.nodes) > 1 else ""))
+            print(shellout.comment(f"===== {role} engine: ppspec serve {profile_path} --role {role}" + (" --node-rank i" if len(spec.nodes) > 1 else "")))
             for n in spec.nodes:
-                print(f"# node {n.node_rank} ({n.role})")
+                print(shellout.comment(f"node {n.node_rank} ({n.role})"))
                 print(n.shell_line())
-        print(f"# ===== router: the proxy vLLM ships for {d.connector_name}, {script} in vLLM's source tree (the wheel does not carry it); VLLM_SRC = a vLLM source checkout of the same version")
+        print(shellout.comment(f"===== router: the proxy vLLM ships for {d.connector_name}, {script} in vLLM's source tree (the wheel does not carry it); VLLM_SRC = a vLLM source checkout of the same version"))
         print(router)
     raise typer.Exit(1 if errors else 0)
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import safeio
+from . import safeio, shellout
 from .errors import PpspecError
 from .resolve import Resolved
 
@@ -68,9 +67,7 @@ class NodeLaunch:
 
     def shell_line(self) -> str:
         """Copy-pasteable `VAR=value ... cmd args` (secrets by reference, never by value)."""
-        parts = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
-        parts += [f'{k}="${{{ref}}}"' for k, ref in sorted(self.env_refs.items())]
-        return " ".join(parts + [shlex.quote(a) for a in self.argv])
+        return shellout.command(self.argv, self.env, self.env_refs)
 
 
 @dataclass

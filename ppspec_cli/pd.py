@@ -9,11 +9,10 @@ launch of each side with the `--kv-transfer-config` it needs.
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from . import connectors
+from . import connectors, shellout
 from .plan import pp_rank_of
 from .profile import KV_FLAG, ROLES, Profile, Role
 from .resolve import Resolved, resolve
@@ -349,4 +348,4 @@ def router_command(d: Deployment, port: int = 8000) -> tuple[str, str]:
         args = ["--port", str(port), "--prefiller-host", reach(pre.host), "--prefiller-port", str(pre.port), "--decoder-host", reach(dec.host), "--decoder-port", str(dec.port)]
     else:
         args = ["--model", name, "--prefill", f"{reach(pre.host)}:{pre.port}", "--decode", f"{reach(dec.host)}:{dec.port}", "--port", str(port)]
-    return 'python "$VLLM_SRC"/' + shlex.quote(script) + " " + " ".join(shlex.quote(a) for a in args), script
+    return 'python "$VLLM_SRC"/' + shellout.quote(script) + " " + " ".join(shellout.quote(a) for a in args), script

@@ -131,6 +131,14 @@ class Server(_Strict):
     )
     served_model_name: str | None = Field(default=None, description="Model name the API reports (default: the profile name).", max_length=256)
 
+    @field_validator("host", "served_model_name")
+    @classmethod
+    def _printable(cls, v: str | None) -> str | None:
+        # both end up in printed shell lines, URLs and logs: a control, bidi or escape character has no business there
+        if v is not None and not v.isprintable():
+            raise ValueError("must not contain control, bidi or other non-printable characters")
+        return v
+
 
 class Launch(_Strict):
     """How the engine processes are started across nodes."""

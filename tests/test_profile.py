@@ -350,7 +350,7 @@ def test_load_profile_reads_a_file(write_profile):
 def test_missing_file(tmp_path):
     with pytest.raises(PpspecError) as ei:
         load_profile(tmp_path / "nope.yaml")
-    assert "not found" in ei.value.what and ei.value.exit_code == 2
+    assert "does not exist" in ei.value.what and ei.value.exit_code == 2
 
 
 def test_directory_instead_of_file(tmp_path):

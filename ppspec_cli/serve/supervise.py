@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import json
 import os
 import re
 import signal
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .. import netio
+from .. import netio, shellout
 from ..errors import PpspecError
 from ..launch import LaunchSpec, NodeLaunch, materialize_overlay
 from .residue import (
@@ -50,6 +51,14 @@ LIKELY_CAUSES: list[tuple[str, str]] = [
     (r"Model Runner V2 requires", "Model Runner V2 is unavailable on this platform"),
     (r"current platform cpu does not support ray", "vLLM's CPU platform cannot run the Ray executor: use launch.executor: mp"),
 ]
+
+
+def curl_line(url: str, model: str, key_env: str | None) -> str:
+    """The pasteable completion request printed once the server is ready (the key by reference)."""
+    body = json.dumps({"model": model, "prompt": "hello world", "max_tokens": 16, "temperature": 0})
+    words = ["curl", "-s", url + "/v1/completions", "-H", "Content-Type: application/json"]
+    auth = f' -H "Authorization: Bearer ${{{key_env}}}"' if key_env else ""
+    return shellout.command(words) + auth + " -d " + shellout.quote(body)
 
 
 def likely_cause(lines: list[str]) -> str | None:
@@ -348,11 +357,7 @@ def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, h
     if node.role == "head":
         log(f"serving at {spec.url} (OpenAI API) — ready in {time.monotonic() - t0:.0f}s")
         model = node.argv[node.argv.index("--served-model-name") + 1] if "--served-model-name" in node.argv else ""
-        auth = ' -H "Authorization: Bearer $' + node.env_refs["VLLM_API_KEY"] + '"' if "VLLM_API_KEY" in node.env_refs else ""
-        log(
-            f"try: curl -s {spec.url}/v1/completions -H 'Content-Type: application/json'{auth} "
-            f"-d '{{\"model\": \"{model}\", \"prompt\": \"hello world\", \"max_tokens\": 16, \"temperature\": 0}}'"
-        )
+        log("try: " + curl_line(spec.url, model, node.env_refs.get("VLLM_API_KEY")))
         log("stop with Ctrl-C")
         (spec.run_dir / READY_FILE).write_text(spec.url + "\n", encoding="utf-8")
     else:

@@ -7,13 +7,13 @@ same measurement and no gates.
 
 from __future__ import annotations
 
-import shlex
+
 import sys
 import time
 from datetime import datetime, UTC
 from typing import Any, Callable, Mapping
 
-from .. import __version__
+from .. import __version__, shellout
 from ..errors import PpspecError
 from . import metrics as m
 from .client import Client
@@ -54,7 +54,7 @@ def lm_eval_command(endpoint: str, model: str, tokenizer: str | None = None) -> 
             "--model",
             "local-completions",
             "--model_args",
-            shlex.quote(",".join(args)),
+            shellout.quote(",".join(args)),
             "--tasks",
             "gsm8k",
             "--num_fewshot",

@@ -1,0 +1,60 @@
+"""Lines ppspec prints for a shell: one function renders them, so each stays ONE inert line when pasted.
+
+Whatever a profile, a checkpoint config or a server put into a value (newlines, quotes, `$(...)`,
+control characters, terminal escapes, bidi overrides):
+
+- `command(argv, env)` -> one `VAR=value ... cmd arg ...` line; a printable value is single-quoted
+  (shlex.quote), a value with any non-printable character is rebuilt at run time by
+  `"$(printf '%b' '\\0ooo...')"` from octal escapes, so the printed line holds only printable
+  characters and the command still receives the exact bytes. (Command substitution drops trailing
+  newlines: a value ending in a newline loses them.)
+- `comment(text)` -> one `# ...` line; every non-printable character is shown as an escape
+  (`\\n`, `\\x1b`, `\\u202e`), so a finding's text can neither end the comment nor drive the terminal.
+- `printable(text)` -> the same escaping without the `#`, for log lines.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Mapping
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """`text` with every non-printable character as a visible escape: one line, no terminal control."""
+    out = []
+    for ch in str(text):
+        if ch.isprintable() and ch != "\\" or ch == " ":
+            out.append(ch)
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch in _NAMED:
+            out.append(_NAMED[ch])
+        elif ord(ch) < 0x100:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}")
+    return "".join(out)
+
+
+def comment(text: str) -> str:
+    """One `#` comment line carrying `text` (escaped: it cannot break out of the comment)."""
+    return "# " + printable(text)
+
+
+def quote(value: str) -> str:
+    """One shell word that evaluates to exactly `value` and prints as printable ASCII/Unicode only."""
+    value = str(value)
+    if value.isprintable():
+        return shlex.quote(value)
+    octal = "".join(f"\\0{b:03o}" if not (0x20 <= b < 0x7F) or b in (0x27, 0x5C) else chr(b) for b in value.encode("utf-8", "surrogateescape"))
+    return "\"$(printf '%b' '" + octal + "')\""
+
+
+def command(argv: Iterable[str], env: Mapping[str, str] | None = None, env_refs: Mapping[str, str] | None = None) -> str:
+    """`VAR=value ... cmd args` on one line; `env_refs` are copied from the caller's variables by
+    reference (`VAR="${NAME}"`), so a secret's value is never printed."""
+    parts = [f"{k}={quote(v)}" for k, v in sorted((env or {}).items())]
+    parts += [f'{k}="${{{ref}}}"' for k, ref in sorted((env_refs or {}).items())]
+    return " ".join(parts + [quote(a) for a in argv])
