@@ -53,7 +53,7 @@ def _open_regular(path: str | os.PathLike[str], what: str, fix: str, follow_syml
     try:
         fd = os.open(path, flags)  # O_NONBLOCK: opening a FIFO with no writer must not block
     except FileNotFoundError:
-        raise error(f"{what} does not exist: {where}", where=where, fix=fix, exit_code=exit_code) from None
+        raise error(f"{what} not found: {where} (it does not exist)", where=where, fix=fix, exit_code=exit_code) from None
     except OSError as e:
         if e.errno == errno.ELOOP and not follow_symlinks:
             raise error(f"{what} is a symbolic link; ppspec does not follow it here", where=where, fix="point at the file itself", exit_code=exit_code) from None
