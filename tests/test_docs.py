@@ -56,3 +56,21 @@ def test_tables_are_well_formed():
         if line.startswith("| `"):
             cells = re.split(r"(?<!\\)\|", line.strip())[1:-1]
             assert len(cells) == 4, line
+
+
+def test_adapters_manifest_reference_is_generated():
+    """docs/adapters.md's manifest reference is the schema's (regenerate:
+    `python -m ppspec_cli.docgen docs/adapters.md`), and names every key and capability."""
+    from ppspec_cli.docgen import manifest_reference, with_manifest_reference
+    from ppspec_cli.packs import CAPABILITIES, Manifest
+
+    doc = (REPO / "docs" / "adapters.md").read_text(encoding="utf-8")
+    assert doc == with_manifest_reference(doc), "run `python -m ppspec_cli.docgen docs/adapters.md`"
+    ref = manifest_reference()
+    for model in _models(Manifest):
+        assert (model.__doc__ or "").strip(), f"{model.__name__} has no docstring"
+        for name, f in model.model_fields.items():
+            assert (f.description or "").strip(), f"{model.__name__}.{name} has no description"
+            assert f"| `{name}` |" in ref
+    for cap in CAPABILITIES:
+        assert f"| `{cap}` |" in ref
