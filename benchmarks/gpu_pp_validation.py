@@ -233,8 +233,9 @@ def profile_for(
     if platform == "cuda":
         if arm.solo:
             engine["gpu-memory-utilization"] = 0.85
-        else:
+        else:  # vLLM still checks free memory >= utilization x total at start: ask for little
             engine["kv-cache-memory-bytes"] = KV_CACHE_BYTES
+            engine["gpu-memory-utilization"] = 0.04
         if eager:
             engine["enforce-eager"] = True
         else:  # capture only the batch sizes the arm can reach (max-num-seqs x (1 + speculative tokens)): a faster start
@@ -471,11 +472,13 @@ def compare_plugin(name: str, results: dict[str, dict]) -> Check:
         if arm.family == "eagle1" and arm.pp == 1:
             continue  # PP-local and global numbering agree at PP=1: the pack has nothing to do
         procs = r.get("plugin") or []
-        workers = [p for p in procs if p.get("role") == "worker"]
+        # the processes that run the model: the workers, or at PP=1 (one process) the engine core
+        workers = [p for p in procs if p.get("role") == "worker"] or [p for p in procs if p.get("role") == "engine_core"]
         applied = [p for p in workers if p.get("pack") == need[arm.family] and p.get("ok") and p.get("patches")]
-        seen.append(f"{arm_name}: {need[arm.family]} in {len(applied)}/{len(workers)} workers")
+        seen.append(f"{arm_name}: {need[arm.family]} in {len(applied)}/{len(workers)} model processes")
         if not workers or len(applied) != len(workers):
-            wrong.append(f"{arm_name}: pack {need[arm.family]} applied in {len(applied)} of {len(workers)} worker processes ({procs})")
+            wrong.append(f"{arm_name}: pack {need[arm.family]} applied in {len(applied)} of {len(workers)} model processes "
+                         f"({[(p.get('role'), p.get('pid'), p.get('pack'), p.get('ok')) for p in procs]})")
     if not seen:
         return Check(name, SKIP, "no pack arm ran")
     return Check(name, FAIL if wrong else PASS, "; ".join(wrong or seen))

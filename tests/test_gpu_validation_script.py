@@ -90,6 +90,7 @@ def test_profile_for_cuda_pp2_broken_arm():
     assert p["drafter"] == {"method": "eagle3", "model": f"demo:{demo.RELAY_DRAFTER}", "num_speculative_tokens": gv.NUM_SPEC_TOKENS, "taps": list(demo.RELAY_TAPS_EARLY)}
     assert p["env"]["VLLM_USE_V2_MODEL_RUNNER"] == "1"
     assert "enforce-eager" not in p["engine"] and p["engine"]["kv-cache-memory-bytes"] == gv.KV_CACHE_BYTES
+    assert p["engine"]["gpu-memory-utilization"] <= 0.05  # vLLM's start check: many engines share a GPU
     assert p["engine"]["compilation-config"]["cudagraph_capture_sizes"][-1] >= 8 * (1 + gv.NUM_SPEC_TOKENS)
     assert p["server"] == {"host": "127.0.0.1", "port": 8123}
     assert "drafter" not in gv.profile_for(gv.ARMS_BY_NAME["relay-pp2-nospec"], platform="cuda", port=1)
@@ -266,6 +267,10 @@ def test_pack_not_applied_in_a_worker_fails():
                                       {"role": "worker", "pack": None, "ok": True, "patches": []}]
     c = _by_name(gv.evaluate(res))["packs applied in every worker"]
     assert c.status == "FAIL" and "dsv3-pp2-spec: pack deepseek_v3 applied in 1 of 2" in c.detail
+    res = _good_results()  # PP=1: one process runs the model, the engine core
+    res["dsv3-pp1-spec"]["plugin"] = [{"role": "api", "pack": "deepseek_v3", "ok": True, "patches": ["p"]},
+                                      {"role": "engine_core", "pack": "deepseek_v3", "ok": True, "patches": ["p"]}]
+    assert _by_name(gv.evaluate(res))["packs applied in every worker"].status == "PASS"
 
 
 def test_low_relay_acceptance_and_output_mismatch_fail():
