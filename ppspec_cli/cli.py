@@ -162,6 +162,7 @@ def _run_probes(r):
             partition=list(r.plan.partition) if r.plan else None,
             drafter_config=r.drafter_view,
             pack=r.pack,
+            family=r.family,
         )
     except Exception as e:  # noqa: BLE001 - a probe crash is a finding, not a traceback
         return [Finding("probe-crashed", "warning", "platform", f"engine probes could not run: {type(e).__name__}: {e}", "run with --no-probes; report this")]

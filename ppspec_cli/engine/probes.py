@@ -431,6 +431,26 @@ def probe_inner_decoder(target_arch: str | None, method: str | None, pp: int, pa
     return _guard(name, run)
 
 
+def probe_pack_own(family: Any) -> list[ProbeResult]:
+    """The describing packs' own probes (their `probes` file's get_probes(): (name, fn) pairs, fn()
+    returning a ProbeResult), named `<pack>-<name>`. One that cannot load or crashes is a failed
+    probe with the reason, never a traceback."""
+    from ..packs import load_pack_module
+
+    out: list[ProbeResult] = []
+    for part in family.parts if family is not None else ():
+        if part.probes_path is None:
+            continue
+        try:
+            items = list(load_pack_module(part.name, "probes", part.probes_path).get_probes())
+        except Exception as e:  # noqa: BLE001 - a broken pack must not break check
+            out.append(ProbeResult(f"{part.name}-probes", "failed", f"cannot load {part.probes_path.name}: {type(e).__name__}: {e}", "warning", "fix the pack, or report it to its author"))
+            continue
+        for name, fn in items:
+            out.append(_guard(f"{part.name}-{name}", fn))
+    return out
+
+
 def run_probes(
     *,
     target_arch: str | None,
@@ -440,8 +460,10 @@ def run_probes(
     partition: list[int] | None,
     drafter_config: dict[str, Any] | None,
     pack: Any,
+    family: Any = None,
 ) -> list[ProbeResult]:
-    """Every probe, in a fixed order. Without an importable vLLM every probe is not_run."""
+    """Every probe, in a fixed order, then the describing packs' own (`family`). Without an
+    importable vLLM every probe is not_run."""
     if installed_vllm() is None:
         names = ["draft-pp-pinned", "tap-set-normalized", "tap-resolution-v2", "tap-resolution-v1", "partition", "model-runner-v2", "pack-vllm-version", "pack-patches", "inner-decoder-opt-in"]
         return [_not_run(n, "vLLM is not installed here") for n in names]
@@ -455,4 +477,5 @@ def run_probes(
         probe_pack_version(pack),
         probe_pack_patches(pack),
         probe_inner_decoder(target_arch, method, pp, pack),
+        *probe_pack_own(family),
     ]
