@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from . import shellout
+from . import redact, safeio, shellout
 from .errors import PpspecError
 
 app = typer.Typer(
@@ -448,14 +448,7 @@ def _export(profile: str, offline: bool, output: Optional[str], render, where: d
     if output:
         from pathlib import Path
 
-        out = Path(output)
-        tmp = out.with_name(f".{out.name}.ppspec-tmp")
-        try:
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, out)
-        except OSError as e:
-            tmp.unlink(missing_ok=True)
-            raise PpspecError(f"cannot write {output}: {e.strerror or e}", where="--output", fix="choose a writable path", exit_code=1) from None
+        safeio.write_text(Path(output), text, what=output, where="--output")
         _progress(f"wrote {output}")
     else:
         sys.stdout.write(text)
@@ -599,8 +592,7 @@ def docs(
 
     text = profile_reference()
     if out:
-        with open(out, "w", encoding="utf-8") as f:
-            f.write(text)
+        safeio.write_text(out, text, what=out, where="--out", exit_code=2)
     else:
         print(text, end="")
 
@@ -623,6 +615,7 @@ def adapters_show_cmd(name: str = typer.Argument(..., metavar="NAME", help="Pack
 
 def main() -> None:
     """Entry point: one clear message for user errors, a traceback only with --debug."""
+    redact.install()  # every byte ppspec prints goes through the one redaction layer
     try:
         rc = app(standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import safeio, shellout
+from .redact import is_secret_name
 from .errors import PpspecError
 from .resolve import Resolved
 
@@ -48,7 +49,6 @@ _REFUSED_FLAGS = {"config": "put each engine option under `engine:` in the profi
 _FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$")
 #: Profile `env:` names that hold secrets: the profile is a file (and launch.json, the dry run and
 #: logs print `env:`), so these must come from the caller's environment instead.
-SECRET_ENV = re.compile(r"^(VLLM_API_KEY|HF_TOKEN|HUGGING_FACE_HUB_TOKEN|.*_(API_KEY|TOKEN|SECRET|PASSWORD))$")
 
 
 def _opt(flag: str, value: str) -> list[str]:
@@ -288,7 +288,15 @@ def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool
             if not any(_flag_name(k) in ("compilation-config", "enforce-eager") for k in p.engine):
                 # With enforce-eager the CPU worker skips warm-up and PP stage buffers are never allocated.
                 extra += ["--compilation-config", json.dumps({"mode": 2, "backend": "eager"}, separators=(",", ":"), sort_keys=True)]
-    secret = sorted(k for k in p.env if SECRET_ENV.match(k))
+    secret_opts = sorted(k for k in p.engine if is_secret_name(k))
+    if secret_opts:
+        raise PpspecError(
+            f"engine.{secret_opts[0]} is a secret written into the profile (it would be on the engine's command line and in launch.json)",
+            where=f"engine.{secret_opts[0]}",
+            fix="remove it; export the secret in the shell that runs `ppspec serve` (HF_TOKEN for the hub, server.api_key_env for the API key): vLLM reads them from its environment",
+            exit_code=1,
+        )
+    secret = sorted(k for k in p.env if is_secret_name(k))
     if secret:
         raise PpspecError(
             f"env.{secret[0]} looks like a secret written into the profile",

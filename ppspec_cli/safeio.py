@@ -188,3 +188,27 @@ def is_regular(path: str | os.PathLike[str]) -> bool:
     except (OSError, ValueError):
         return False
 
+
+
+def write_text(path: str | os.PathLike[str], text: str, *, what: str = "file", where: str | None = None, error: ErrorType = PpspecError, exit_code: int = 1) -> None:
+    """The one way ppspec writes a file: the text goes through the redaction layer (no registered
+    secret reaches a file), is written to a temporary file beside `path` and renamed over it (a
+    reader never sees half a file; a symlink at `path` is replaced, not followed), and every OS
+    failure is one `error` naming the path."""
+    from .redact import redact
+
+    p = os.fspath(path)
+    d, name = os.path.split(p)
+    tmp = os.path.join(d, f".{name}.{os.getpid()}.ppspec-tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(redact(text))
+        os.replace(tmp, p)
+    except (OSError, ValueError) as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        msg = getattr(e, "strerror", None) or str(e)
+        raise error(f"cannot write {what}: {msg}", where=where or p[:200], fix="choose a writable path (an existing directory you can write to)", exit_code=exit_code) from None

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PpspecError
-from ..safeio import read_json
+from ..safeio import read_json, write_text
 
 PLAN_FORMAT = "ppspec-plan/1"
 REQUIRED_KEYS = ("profile", "pack", "plan", "expect")
@@ -77,9 +77,7 @@ def write_plan_file(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
     except (TypeError, ValueError) as e:
         raise PlanFileError(f"plan data is not JSON-serializable: {e}", where=str(path), fix="report this as a ppspec bug") from None
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_text(path, text, what="plan file", error=PlanFileError)
     return path
 
 

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import IO
 
+from .. import safeio
 from ..engine.planfile import write_plan_file
 from ..errors import PpspecError
 from ..launch import LaunchSpec, NodeLaunch
@@ -62,7 +63,7 @@ def write_run_files(spec: LaunchSpec, node: NodeLaunch) -> None:
                 f.unlink()
     status.mkdir(parents=True, exist_ok=True)
     rec = {"node_rank": node.node_rank, "role": node.role, "argv": node.argv, "env": node.env, "env_refs": node.env_refs, "url": spec.url}
-    (spec.run_dir / "launch.json").write_text(json.dumps(rec, indent=2) + "\n", encoding="utf-8")
+    safeio.write_text(spec.run_dir / "launch.json", json.dumps(rec, indent=2) + "\n", what="launch.json")
 
 
 def make_engine_tmp(run_dir: Path) -> Path:

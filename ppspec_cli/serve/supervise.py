@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .. import netio, shellout
+from .. import netio, redact, shellout
 from ..errors import PpspecError
 from ..launch import LaunchSpec, NodeLaunch, materialize_overlay
 from .residue import (
@@ -238,6 +238,7 @@ def run_engine(
         if ref not in os.environ:
             raise PpspecError(f"environment variable {ref} (server.api_key_env) is not set", where="server.api_key_env", fix=f"export {ref}=... before `ppspec serve`", exit_code=1)
         secrets[k] = os.environ[ref]
+        redact.register(secrets[k])
     with _Signals() as sigs:
         lock = lock_run_dir(spec.run_dir)
         try:
@@ -295,7 +296,7 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
             tail.append(line.rstrip("\n"))
             if to_file:
                 try:
-                    log_file.write(line)
+                    log_file.write(redact.redact(line))
                     log_file.flush()
                 except (OSError, ValueError):  # disk full, or closed during shutdown
                     to_file = False

@@ -13,7 +13,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from .. import netio
+from .. import netio, redact
 from ..errors import PpspecError
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8000"
@@ -93,6 +93,7 @@ class Client:
                     fix=f"export {api_key_env}=... before running, or drop --api-key-env if the server has no key",
                 )
             self._api_key = key
+            redact.register(key)  # whatever the server echoes of it is redacted everywhere
         self._http = netio.Http(self.endpoint)  # total deadlines, no proxy for loopback, no redirects
 
     def __repr__(self) -> str:  # the key stays out of any repr that ends up in a log

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,13 +86,7 @@ def save_report(report: Report, path: str | Path) -> Path:
     if not parent.exists():
         raise PpspecError(f"directory {parent} does not exist", where=str(p), fix="create it first or choose another path")
     text = json.dumps(report.to_dict(), indent=2, sort_keys=False, allow_nan=False) + "\n"
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".ppspec-report-", dir=str(parent))
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    except OSError as e:
-        raise PpspecError(f"cannot write report: {e.strerror}", where=str(p), fix="check the path and permissions") from None
+    safeio.write_text(p, text, what="report", exit_code=2)
     return p
 
 
