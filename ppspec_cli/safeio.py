@@ -212,3 +212,18 @@ def write_text(path: str | os.PathLike[str], text: str, *, what: str = "file", w
             pass
         msg = getattr(e, "strerror", None) or str(e)
         raise error(f"cannot write {what}: {msg}", where=where or p[:200], fix="choose a writable path (an existing directory you can write to)", exit_code=exit_code) from None
+
+
+def check_writable(path: str | os.PathLike[str], *, where: str, exit_code: int = 2) -> None:
+    """Refuse at start an output path that `write_text` could not write later (after a long run):
+    a directory, a missing or unwritable parent, a name longer than the file system allows."""
+    p = os.fspath(path)
+    parent = os.path.dirname(p) or "."
+    if len(p.encode("utf-8", "replace")) > 4096 or any(len(c.encode("utf-8", "replace")) > 255 for c in p.split(os.sep)):
+        raise PpspecError("output path is longer than the file system allows", where=where, fix="choose a shorter path", exit_code=exit_code)
+    if os.path.isdir(p):
+        raise PpspecError(f"{p} is a directory", where=where, fix="pass a file path", exit_code=exit_code)
+    if not os.path.isdir(parent):
+        raise PpspecError(f"directory {parent} does not exist", where=where, fix="create it first or choose another path", exit_code=exit_code)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PpspecError(f"directory {parent} is not writable", where=where, fix="choose a writable path", exit_code=exit_code)

@@ -7,7 +7,9 @@ import sys
 
 from rich.console import Console
 
+from .. import safeio
 from ..errors import PpspecError
+from ..render import safe
 from .client import endpoint_from_host_port, normalize_endpoint
 from .gates import (
     DEFAULT_TASK_TOLERANCE,
@@ -62,6 +64,15 @@ def verify_command(
 
     Usage errors and unreachable servers raise PpspecError (the app renders them).
     """
+    import math
+
+    # option values are checked before the run, not after minutes of generation
+    for opt, v, lo, hi in (("--min-acceptance", min_acceptance, 0.0, 1.0), ("--parity-ratio", parity_ratio, 0.0, 10.0)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and lo <= v <= hi):
+            raise PpspecError(f"{opt} {v!r} is not a number in {lo:g}..{hi:g}", where=opt, fix=f"pass a value between {lo:g} and {hi:g}")
+    for opt, path in (("--out", out), ("--save-baseline", save_baseline), ("--save-reference", save_reference)):
+        if path:
+            safeio.check_writable(path, where=opt)
     err = Console(stderr=True)
     out_console = Console(stderr=True) if json_out else Console()
     ctx = _profile_context(profile) if profile else {}
@@ -129,10 +140,10 @@ def verify_command(
         render_table(report, out_console)
     if TASK in chosen and report.lm_eval_command:
         err.print("full GSM8K run (lm-evaluation-harness):", highlight=False)
-        err.print(f"  {report.lm_eval_command}", highlight=False, soft_wrap=True)
+        err.print(f"  {safe(report.lm_eval_command)}", highlight=False, soft_wrap=True)
     for label, path in (("report", out), ("baseline", save_baseline), ("reference", save_reference)):
         if path:
-            err.print(f"{label} written to {path}", highlight=False)
+            err.print(f"{label} written to {safe(path)}", highlight=False)
     if not chosen:
         err.print("no gates selected: measurement only", highlight=False)
     return 0 if report.passed else 1

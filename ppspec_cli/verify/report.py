@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import safeio
+from ..render import safe
 from ..errors import PpspecError
 
 SCHEMA = "ppspec-verify-report/1"
@@ -123,39 +124,43 @@ def render_table(report: Report | dict, console: Console | None = None) -> None:
     t = Table(title="ppspec verify", show_header=True, header_style="bold")
     t.add_column("quantity")
     t.add_column("value", overflow="fold")
-    t.add_row("endpoint", str(r.get("endpoint")))
-    t.add_row("model", str(r.get("model")))
-    t.add_row("prompt set", f"{ps.get('name')} v{ps.get('version')} sha256 {str(ps.get('sha256'))[:16]}… ({r.get('settings', {}).get('num_prompts')} prompts)")
-    t.add_row("max tokens / seed", f"{r.get('settings', {}).get('max_tokens')} / {r.get('settings', {}).get('seed')}")
+
+    def row(k: str, v: object) -> None:  # every value may carry server text: escaped, never markup
+        t.add_row(safe(k), safe(v))
+
+    row("endpoint", str(r.get("endpoint")))
+    row("model", str(r.get("model")))
+    row("prompt set", f"{ps.get('name')} v{ps.get('version')} sha256 {str(ps.get('sha256'))[:16]}… ({r.get('settings', {}).get('num_prompts')} prompts)")
+    row("max tokens / seed", f"{r.get('settings', {}).get('max_tokens')} / {r.get('settings', {}).get('seed')}")
     if not sd.get("configured"):
-        t.add_row("speculative decoding", "not configured (no spec-decode counters on /metrics)")
+        row("speculative decoding", "not configured (no spec-decode counters on /metrics)")
     else:
         label = "on" + (" — SYNTHETIC acceptance" if spec.get("synthetic_acceptance") else "")
-        t.add_row("speculative decoding", label)
-        t.add_row("drafts", str(sd.get("drafts")))
-        t.add_row("draft tokens", str(sd.get("draft_tokens")))
-        t.add_row("accepted tokens", str(sd.get("accepted_tokens")))
+        row("speculative decoding", label)
+        row("drafts", str(sd.get("drafts")))
+        row("draft tokens", str(sd.get("draft_tokens")))
+        row("accepted tokens", str(sd.get("accepted_tokens")))
         if sd.get("status") == "no drafts":
-            t.add_row("acceptance", "no drafts (acceptance undefined)")
+            row("acceptance", "no drafts (acceptance undefined)")
         else:
-            t.add_row("mean acceptance length", _num(sd.get("mean_acceptance_length")))
-            t.add_row("acceptance rate", _num(sd.get("acceptance_rate")))
+            row("mean acceptance length", _num(sd.get("mean_acceptance_length")))
+            row("acceptance rate", _num(sd.get("acceptance_rate")))
             pp = sd.get("per_position_acceptance") or []
-            t.add_row("per-position acceptance", "  ".join(f"{i}:{v:.3f}" for i, v in enumerate(pp)) or "—")
+            row("per-position acceptance", "  ".join(f"{i}:{v:.3f}" for i, v in enumerate(pp)) or "—")
     for engine, st in sorted((r.get("per_engine") or {}).items()):
-        t.add_row(f"engine {engine}", f"length {_num(st.get('mean_acceptance_length'))}, rate {_num(st.get('acceptance_rate'))}, drafts {st.get('drafts')}")
-    t.add_row("output tokens", str(tp.get("output_tokens")))
-    t.add_row("wall time", _num(tp.get("wall_time_s"), "{:.2f} s"))
-    t.add_row("output tokens/s", _num(tp.get("output_tokens_per_s"), "{:.1f}"))
-    t.add_row("time per output token", _num(tp.get("time_per_output_token_ms"), "{:.1f} ms"))
+        row(f"engine {engine}", f"length {_num(st.get('mean_acceptance_length'))}, rate {_num(st.get('acceptance_rate'))}, drafts {st.get('drafts')}")
+    row("output tokens", str(tp.get("output_tokens")))
+    row("wall time", _num(tp.get("wall_time_s"), "{:.2f} s"))
+    row("output tokens/s", _num(tp.get("output_tokens_per_s"), "{:.1f}"))
+    row("time per output token", _num(tp.get("time_per_output_token_ms"), "{:.1f} ms"))
     if tp.get("engine_inter_token_latency_ms") is not None:
-        t.add_row("engine inter-token latency", _num(tp.get("engine_inter_token_latency_ms"), "{:.1f} ms"))
+        row("engine inter-token latency", _num(tp.get("engine_inter_token_latency_ms"), "{:.1f} ms"))
     ts = r.get("task_score")
     if ts and ts.get("total"):
-        t.add_row("arithmetic score", f"{ts.get('correct')}/{ts.get('total')} = {ts.get('score'):.3f}")
+        row("arithmetic score", f"{ts.get('correct')}/{ts.get('total')} = {ts.get('score'):.3f}")
     console.print(t)
     for w in r.get("warnings", []):
-        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {safe(w)}", highlight=False)
     print_gate_lines(r, console)
 
 
@@ -165,4 +170,4 @@ def print_gate_lines(r: dict, console: Console) -> None:
     for g in r.get("gates", []):
         style = "green" if g.get("status") == "PASS" else "red"
         title = GATE_TITLES.get(g.get("name"), g.get("name"))
-        console.print(f"[{style}]{g.get('status')}[/{style}]  {title}: {g.get('detail')}", highlight=False, soft_wrap=True)
+        console.print(f"[{style}]{safe(g.get('status'))}[/{style}]  {safe(title)}: {safe(g.get('detail'))}", highlight=False, soft_wrap=True)
