@@ -554,8 +554,8 @@ def verify(
     gate: Optional[list[str]] = typer.Option(None, "--gates", help="Gates to apply, comma-separated or repeated: acceptance (parity vs --baseline), drafter (acceptance floor), output (greedy outputs vs --reference), task (arithmetic score vs --reference), all, none. Default: drafter when speculating, plus those whose inputs are given."),
     min_acceptance: float = typer.Option(0.05, "--min-acceptance", help="Floor for the drafter-sanity gate (acceptance rate)."),
     parity_ratio: float = typer.Option(0.95, "--parity-ratio", help="Acceptance length must be at least this times the baseline's (upstream vLLM uses 0.95)."),
-    max_tokens: int = typer.Option(128, "--max-tokens", help="Tokens generated per prompt (greedy)."),
-    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Use only the first N prompts of the set."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Tokens generated per prompt (greedy). Default: the profile's verify.max_tokens, else 128."),
+    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Use only the first N prompts of the set. Default: the profile's verify.num_prompts, else all."),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Environment variable holding the API key (default: the profile's server.api_key_env)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON instead of a table."),
 ) -> None:

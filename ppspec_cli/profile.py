@@ -199,6 +199,13 @@ class KvTransfer(_Strict):
         return v
 
 
+class VerifyDefaults(_Strict):
+    """What `ppspec verify PROFILE` measures when its options do not say (its options win)."""
+
+    num_prompts: int | None = Field(default=None, ge=1, le=1 << 16, description="Send only the first N prompts of the built-in set. Default: all of them.")
+    max_tokens: int | None = Field(default=None, ge=1, le=1 << 16, description="Tokens generated per prompt (greedy). Default: 128.")
+
+
 class Profile(_Strict):
     """A ppspec profile."""
 
@@ -240,6 +247,7 @@ class Profile(_Strict):
         "`ppspec plan` shows both engines side by side; `ppspec serve PROFILE --role prefill|decode` starts one.",
     )
     kv_transfer: KvTransfer | None = Field(default=None, description="The KV connector between the prefill and decode engines (with `roles`).")
+    verify: VerifyDefaults = Field(default_factory=VerifyDefaults, description="Defaults for `ppspec verify` on this profile's server (e.g. a short run for a tiny demo).")
 
     @model_validator(mode="after")
     def _roles(self) -> "Profile":
@@ -287,6 +295,9 @@ class Profile(_Strict):
         if v is not None and parse_version(v) is None:
             raise ValueError("not a version (write it as vLLM does, e.g. 0.33.0)")
         return v
+
+
+    verify: VerifyDefaults = Field(default_factory=VerifyDefaults, description="Defaults for `ppspec verify` on this profile's server (e.g. a short run for a tiny demo).")
 
     @field_validator("env")
     @classmethod

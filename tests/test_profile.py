@@ -52,6 +52,9 @@ engine:
   enforce-eager: true
 env:
   NCCL_DEBUG: INFO
+verify:
+  num_prompts: 6
+  max_tokens: 40
 """
 
 #: The disaggregated keys (they exclude the top-level `topology`, so they get their own profile).
@@ -100,6 +103,7 @@ def test_every_field_is_read():
     assert (p.launch.executor, p.launch.master_addr, p.launch.master_port, p.launch.health_timeout_s) == ("mp", "10.0.0.1", 29555, 1200)
     assert p.engine == {"max-model-len": 4096, "enforce-eager": True}
     assert p.env == {"NCCL_DEBUG": "INFO"}
+    assert (p.verify.num_prompts, p.verify.max_tokens) == (6, 40)
     assert p.speculative
 
 
@@ -150,6 +154,7 @@ def test_defaults():
     assert (p.server.host, p.server.port, p.server.api_key_env) == ("127.0.0.1", 8000, None)
     assert (p.launch.executor, p.launch.master_port) == ("mp", 29501)
     assert p.engine == {} and p.env == {}
+    assert (p.verify.num_prompts, p.verify.max_tokens) == (None, None)
     p2 = parse_profile(MIN + "drafter: {method: eagle3, model: a/b, num_speculative_tokens: 3}\n")
     assert p2.drafter.tap_convention == "auto" and p2.drafter.taps is None and p2.drafter.tensor_parallel is None
 

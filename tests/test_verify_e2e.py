@@ -66,7 +66,7 @@ def test_verify_measures_exact_acceptance_and_gates(tmp_path):
 
     port = free_port()
     prof = write_profile(
-        "profiles/tiny_cpu_demo.yaml", tmp_path / "one.yaml",
+        "profiles/tiny_cpu_demo_one.yaml", tmp_path / "one.yaml",
         **{"name": "demo-one", "server.port": port, "drafter.model": "demo:tiny-llama-eagle3-one", "drafter.num_speculative_tokens": K},
     )
     report, base = tmp_path / "report.json", tmp_path / "baseline.json"

@@ -18,6 +18,7 @@ import pytest
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.verify import run_verify, verify_command
 from ppspec_cli.verify.prompts import load_prompt_set
+from ppspec_cli.verify.prompts import load_prompt_set
 from ppspec_cli.verify.report import load_report
 
 FIX = Path(__file__).parent / "fixtures" / "metrics"
@@ -389,6 +390,25 @@ def test_profile_gives_endpoint_and_api_key(fake, tmp_path, monkeypatch):
     monkeypatch.setenv("TINY_KEY", "wrong")
     with pytest.raises(PpspecError, match="401"):
         _cmd(None, profile=prof)
+
+
+def test_profile_verify_section_sets_the_run_and_options_override_it(fake, tmp_path):
+    f = fake()
+    prof = _profile(tmp_path, f.port)
+    with open(prof, "a") as fh:
+        fh.write("verify:\n  num_prompts: 3\n  max_tokens: 5\n")
+    out = tmp_path / "r.json"
+    assert _cmd(None, profile=prof, out=str(out), max_tokens=None, num_prompts=None) == 0
+    settings = json.loads(out.read_text())["settings"]
+    assert (settings["num_prompts"], settings["max_tokens"]) == (3, 5)
+    assert _cmd(None, profile=prof, out=str(out), max_tokens=7, num_prompts=2) == 0
+    settings = json.loads(out.read_text())["settings"]
+    assert (settings["num_prompts"], settings["max_tokens"]) == (2, 7)
+    # without the section: the built-in defaults (every prompt of the set, 128 tokens)
+    bare = _profile(tmp_path, f.port)
+    assert _cmd(None, profile=bare, out=str(out), max_tokens=None, num_prompts=None) == 0
+    settings = json.loads(out.read_text())["settings"]
+    assert settings["max_tokens"] == 128 and settings["num_prompts"] == len(load_prompt_set().items)
 
 
 def test_profile_without_drafter_but_server_speculates_warns(fake, tmp_path, capsys):

@@ -20,7 +20,7 @@ from .gates import (
     synthetic_acceptance_configured,
 )
 from .report import load_report, print_gate_lines, render_table, save_report
-from .runner import apply_gates, run_verify
+from .runner import DEFAULT_MAX_TOKENS, apply_gates, run_verify
 
 
 def _profile_context(path: str) -> dict:
@@ -41,6 +41,8 @@ def _profile_context(path: str) -> dict:
         "name": prof.name,
         "tokenizer": tokenizer,
         "source": f"{path}: engine.speculative-config",
+        "max_tokens": prof.verify.max_tokens,
+        "num_prompts": prof.verify.num_prompts,
     }
 
 
@@ -55,13 +57,14 @@ def verify_command(
     gates: list[str] | None,
     min_acceptance: float,
     parity_ratio: float,
-    max_tokens: int,
+    max_tokens: int | None,
     num_prompts: int | None,
     api_key_env: str | None,
     json_out: bool,
 ) -> int:
     """Run verify end to end and return the exit code: 0 all gates pass, 1 a gate failed.
 
+    max_tokens/num_prompts None: the profile's verify section decides, else the built-in defaults.
     Usage errors and unreachable servers raise PpspecError (the app renders them).
     """
     import math
@@ -79,6 +82,10 @@ def verify_command(
     url = normalize_endpoint(endpoint or ctx.get("endpoint"))
     key_env = api_key_env or ctx.get("api_key_env")
     spec_cfg = ctx.get("spec_config") or {}
+    if max_tokens is None:
+        max_tokens = ctx.get("max_tokens") or DEFAULT_MAX_TOKENS
+    if num_prompts is None:
+        num_prompts = ctx.get("num_prompts")
 
     baseline_doc = load_report(baseline, "baseline") if baseline else None
     reference_doc = load_report(reference, "reference") if reference else None

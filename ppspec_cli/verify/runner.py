@@ -30,6 +30,8 @@ from .report import Report
 
 ProgressFn = Callable[[str], None]
 WARMUP_PROMPT = "Hello"
+#: Tokens generated per prompt when neither --max-tokens nor the profile says.
+DEFAULT_MAX_TOKENS = 128
 SETTLE_TIMEOUT_S = 10.0
 
 
@@ -119,7 +121,7 @@ def run_verify(
     model: str | None = None,
     preferred_models: list[str] | None = None,
     api_key_env: str | None = None,
-    max_tokens: int = 128,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
     num_prompts: int | None = None,
     seed: int = 0,
     prompt_set: PromptSet | None = None,
