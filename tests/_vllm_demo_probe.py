@@ -83,6 +83,11 @@ def main() -> None:
             _poison(m)
             m.load_weights(load_file(f"{draft}/model.safetensors").items())
             unloaded = _unloaded(m)
+            # Shapes are read before post-load processing: on some CPUs (oneDNN linear dispatch,
+            # e.g. AVX-512 without AMX) that step moves a layer's weight into a packed handle and
+            # leaves an empty tensor behind. The layer's own size attributes survive it.
+            fc = m.model.fc
+            fc_loaded = list(fc.weight.shape)
             process_weights_after_loading(m, dmc, torch.device("cpu"))  # CPU gemm setup
             hidden = torch.randn(4, dmc.hf_config.hidden_size, dtype=vc.model_config.dtype)
             argmax = m.compute_logits(hidden).argmax(-1).tolist()
@@ -105,7 +110,8 @@ def main() -> None:
                 "class": f"{type(m).__module__}.{type(m).__qualname__}",
                 "unloaded": unloaded,
                 "num_aux_hidden_states": m.model.num_aux_hidden_states,
-                "fc_in": m.model.fc.weight.shape[1],
+                "fc_loaded": fc_loaded,
+                "fc_sizes": [fc.output_size, fc.input_size],
                 "draft_vocab": dmc.hf_config.draft_vocab_size,
                 "d2t_targets": None if d2t is None else (torch.arange(d2t.numel()) + d2t.data).tolist(),
                 "argmax": argmax,

