@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import struct
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import safeio
+from . import safeio, shellout
 from .errors import PpspecError
 
 MAX_CONFIG_BYTES = 8 << 20
@@ -432,13 +430,10 @@ def _endpoint() -> str:
 
 
 def _hf_download_line(ref: str, revision: str | None) -> str:
-    """The `hf download` command that caches what ppspec reads of `ref`, pasteable as printed: the
-    `hf` next to this Python (a venv's bin/, often not on PATH) when there is one."""
-    hf = Path(sys.executable).with_name("hf")
-    argv = [str(hf) if os.access(hf, os.X_OK) else "hf", "download", ref, "config.json", "model.safetensors.index.json"]
-    if revision:
-        argv += ["--revision", revision]
-    return shlex.join(argv)
+    """The `hf download` line that caches what ppspec reads of `ref`, pasteable as printed (the
+    `hf` beside this Python when there is one: a venv's bin/ is often not on PATH)."""
+    argv = [shellout.beside_python("hf") or "hf", "download", ref, "config.json", "model.safetensors.index.json"]
+    return shellout.command(argv + (["--revision", revision] if revision else []))
 
 
 def _hub_error(e: Exception, ref: str, *, offline: bool = False, revision: str | None = None) -> PpspecError:

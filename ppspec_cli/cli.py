@@ -220,9 +220,9 @@ def serve(
     Refuses to start when `check` finds an error. Waits for /health, prints where it listens and a
     curl line, streams the engine log, and on Ctrl-C / SIGTERM stops the whole process tree.
 
-    Exit code: 0 stopped by Ctrl-C / SIGTERM / SIGHUP while serving; 1 refused by `check`, or the
-    engine failed (exited, never became healthy, port taken); 2 usage errors; 128+N interrupted by
-    signal N before the engine was ready (130 Ctrl-C, 143 SIGTERM).
+    Exit code: 130 stopped by Ctrl-C, 143 by SIGTERM, 129 by SIGHUP (128+N for signal N: while
+    serving after a clean shutdown, or before the engine was ready); 1 refused by `check`, or the
+    engine failed (exited, never became healthy, port taken); 2 usage errors.
     """
     where = {"master_addr": master_addr, "master_port": master_port, "host": host}
     if role is not None and role not in ("prefill", "decode"):
@@ -277,6 +277,20 @@ def _placed(profile_path: str, offline: bool, node_rank, run_dir, where: dict, e
     for note in placement.notes:
         _progress(note)
     return resolve(prof, profile_path=profile_path, offline=offline, progress=_progress), placement
+
+
+def _verify_line(profile: str, url: str) -> str:
+    """The `ppspec verify` command for the server being started, pasteable from any directory (the
+    profile's absolute path), with --endpoint when the server is not where the profile file alone
+    points verify (--host, a role's own server)."""
+    from .profile import load_profile
+    from .verify.client import endpoint_from_host_port, normalize_endpoint
+
+    top = load_profile(profile).server
+    args = ["verify", os.path.abspath(profile)]
+    if normalize_endpoint(endpoint_from_host_port(top.host, top.port)) != normalize_endpoint(url):
+        args += ["--endpoint", url]
+    return shellout.command(shellout.ppspec_argv() + args)
 
 
 def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool, run_dir, health_timeout, where: dict, role=None) -> None:
@@ -357,7 +371,10 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
     timeout_s = health_timeout or r.profile.launch.health_timeout_s
     roll = _roll_call(r.profile, node, timeout_s)
     try:
-        res = run_engine(spec, node, health_timeout_s=timeout_s, drafter_revision=r.profile.drafter.revision if r.profile.drafter else None, log=_progress, roll=roll)
+        res = run_engine(
+            spec, node, health_timeout_s=timeout_s, drafter_revision=r.profile.drafter.revision if r.profile.drafter else None,
+            log=_progress, roll=roll, verify_line=_verify_line(profile, spec.url),
+        )
     finally:
         if roll is not None:
             roll.close()
@@ -365,7 +382,7 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
         if res.exit_code == 1:
             print(f"error: {res.reason}", file=sys.stderr, flush=True)
         else:
-            _progress(res.reason)  # 0: stopped while serving; 128+N: interrupted before ready
+            _progress(res.reason)  # 128+N: stopped by signal N (while serving or before ready)
     except (OSError, ValueError):
         pass  # our stderr is gone (a closed pipe): the exit code still tells
     raise typer.Exit(res.exit_code)

@@ -11,12 +11,17 @@ control characters, terminal escapes, bidi overrides):
 - `comment(text)` -> one `# ...` line; every non-printable character is shown as an escape
   (`\\n`, `\\x1b`, `\\u202e`), so a finding's text can neither end the comment nor drive the terminal.
 - `printable(text)` -> the same escaping without the `#`, for log lines.
+- `beside_python(name)` / `ppspec_argv()` -> how to name this installation's own commands (a venv's
+  bin/ is often not on PATH: `bash dev.sh` never activates .venv), so a printed line works as pasted.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
+import sys
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -58,3 +63,16 @@ def command(argv: Iterable[str], env: Mapping[str, str] | None = None, env_refs:
     parts = [f"{k}={quote(v)}" for k, v in sorted((env or {}).items())]
     parts += [f'{k}="${{{ref}}}"' for k, ref in sorted((env_refs or {}).items())]
     return " ".join(parts + [quote(a) for a in argv])
+
+
+def beside_python(name: str) -> str | None:
+    """The executable `name` next to this Python (a venv's bin/), if there is one."""
+    exe = Path(sys.executable).with_name(name)
+    return str(exe) if os.access(exe, os.X_OK) else None
+
+
+def ppspec_argv() -> list[str]:
+    """How a pasted line runs this ppspec: the console script beside this Python, else (a source
+    checkout without it) `python -m ppspec_cli.cli`."""
+    exe = beside_python("ppspec")
+    return [exe] if exe else [sys.executable, "-m", "ppspec_cli.cli"]

@@ -7,9 +7,9 @@ itself killed.
 Each scenario (tests/fixtures/bad/ppspec_faults.py) asserts the documented exit code and message,
 no traceback, no orphaned process (every descendant pid seen while it ran, polled every 50 ms, plus
 the engine's own worker pids), no leftover temp files (run dir tmp, /tmp/vllm_dist_*, /dev/shm),
-and the profile and plan files intact. Exit codes of `ppspec serve`: 0 stopped by Ctrl-C/SIGTERM/
-SIGHUP while serving; 1 the engine failed or the launch was refused; 128+N interrupted by signal N
-before the engine was ready. test_faults_engine.py repeats the key faults with the real vLLM.
+and the profile and plan files intact. Exit codes of `ppspec serve`: 128+N stopped by signal N
+(130 Ctrl-C, 143 SIGTERM), while serving after a clean shutdown or before the engine was ready; 1 the
+engine failed or the launch was refused. test_faults_engine.py repeats the key faults with the real vLLM.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
    ppspec exits 1 saying so, no process or temp file is left, and the key appears in no file of the
    run directory, no output and no report.
 
-Ctrl-C / SIGTERM while serving with the real engine (a clean stop, exit 0) is test_serve_e2e.py's;
+Ctrl-C / SIGTERM while serving with the real engine (a clean stop, exit 130 / 143) is test_serve_e2e.py's;
 every other fault is in test_faults.py on the fake engine.
 """
 

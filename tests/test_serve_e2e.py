@@ -7,6 +7,8 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shlex
+import signal
 import subprocess
 import tempfile
 import time
@@ -68,17 +70,27 @@ def test_demo_pp1_eagle3_serves_and_shuts_down_clean(tmp_path):
             # the demo's drafter is really accepted: its first proposal every time, its second never
             accepted = spec_counter(m, "vllm:spec_decode_num_accepted_tokens")
             assert accepted > 0
+            # After the curl line: the verify command, pasteable as printed (absolute paths,
+            # shell-quoted). Run exactly as printed, it passes (exit 0: the drafter gate).
+            marker = "measure speculation (in another terminal): "
+            lines = [ln.split(marker, 1)[1] for ln in s.output().splitlines() if marker in ln]
+            assert len(lines) == 1, s.output()[-3000:]
+            argv = shlex.split(lines[0])
+            assert argv[1:] == ["verify", os.path.abspath(prof)] and os.access(argv[0], os.X_OK), lines[0]
+            v = subprocess.run(argv, capture_output=True, text=True, env=engine_env(), timeout=300)
+            assert v.returncode == 0 and "PASS" in v.stdout + v.stderr, v.stdout[-3000:] + v.stderr[-3000:]
+            assert spec_counter(s.metrics(), "vllm:spec_decode_num_accepted_tokens") > accepted
             status = _plugin_status(run_dir)
             roles = sorted({st.get("role") for st in status})
             pids = {st.get("pid") for st in status}
             assert len(pids) >= 2, f"plugin seen in too few processes: {status}"
             assert any("worker" in str(r) for r in roles), roles
             assert all(st.get("ok", st.get("verified", True)) for st in status), status
-            rc = s.stop()
+            rc = s.stop(signal.SIGINT)  # Ctrl-C
         except BaseException:
             s.kill_all()
             raise
-        assert rc == 0, s.output()[-3000:]
+        assert rc == 130 and "stopped by SIGINT" in s.output(), s.output()[-3000:]
         _assert_clean_shutdown(s, before)
 
 
@@ -102,11 +114,11 @@ def test_demo_pp2_without_speculation(tmp_path):
             assert len(workers) >= 2, status
             plan = json.loads((run_dir / "plan.json").read_text())
             assert plan["expect"]["partition"] == [3, 3]
-            rc = s.stop()
+            rc = s.stop()  # SIGTERM
         except BaseException:
             s.kill_all()
             raise
-        assert rc == 0, s.output()[-3000:]
+        assert rc == 143 and "stopped by SIGTERM" in s.output(), s.output()[-3000:]
         _assert_clean_shutdown(s, before)
 
 

@@ -224,13 +224,15 @@ def run_engine(
     log: Callable[[str], None] | None = None,
     stream: bool = True,
     roll=None,
+    verify_line: str | None = None,
 ) -> ServeResult:
     """Start the engine for one node and supervise it until it exits or we are signalled.
 
-    Exit codes in the result: 0 stopped by SIGINT/SIGTERM/SIGHUP while serving (a clean stop);
-    1 the engine failed (exited, or never became healthy); 128+N interrupted by signal N before the
-    engine was ready. In every case the engine's whole process group is gone when this returns.
+    Exit codes in the result: 128+N stopped by signal N (130 SIGINT, 143 SIGTERM, 129 SIGHUP), while
+    serving or before the engine was ready; 1 the engine failed (exited, or never became healthy).
+    In every case the engine's whole process group is gone when this returns.
     `roll`: the multi-node roll call (rollcall.Head / Worker); a lost node stops the engine (exit 1).
+    `verify_line`: the `ppspec verify` command printed after the curl line once the head is ready.
     """
     log = _never_raises(log or (lambda m: print(f"ppspec: {m}", file=sys.stderr, flush=True)))
     secrets: dict[str, str] = {}
@@ -242,13 +244,13 @@ def run_engine(
     with _Signals() as sigs:
         lock = lock_run_dir(spec.run_dir)
         try:
-            return _run_locked(spec, node, sigs, secrets, health_timeout_s, drafter_revision, log, stream, roll)
+            return _run_locked(spec, node, sigs, secrets, health_timeout_s, drafter_revision, log, stream, roll, verify_line)
         finally:
             lock.close()
 
 
 
-def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_revision, log, stream, roll=None) -> ServeResult:
+def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_revision, log, stream, roll=None, verify_line=None) -> ServeResult:
     # Left by a run that was killed outright (we hold the lock, so no live run owns them).
     remove_engine_tmp(spec.run_dir)
     remove_recorded_shm(spec.run_dir)
@@ -313,7 +315,7 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
     shm.start()
     result = ServeResult(1, "the engine supervisor stopped unexpectedly")
     try:
-        result = _supervise(spec, node, proc, sigs, reader, tail, log_path, health_timeout_s, log, shm.scan, roll)
+        result = _supervise(spec, node, proc, sigs, reader, tail, log_path, health_timeout_s, log, shm.scan, roll, verify_line)
     finally:
         shm.scan()  # last look before the processes go away
         _terminate(proc, log, sigs=sigs, watch=shm.scan)
@@ -325,7 +327,7 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
     return result
 
 
-def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, health_timeout_s: float, log, before_stop: Callable[[], None], roll=None) -> ServeResult:
+def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, health_timeout_s: float, log, before_stop: Callable[[], None], roll=None, verify_line=None) -> ServeResult:
     log(f"engine starting (pid {proc.pid}); log: {log_path}")
 
     def exited(when: str) -> ServeResult:
@@ -359,13 +361,15 @@ def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, h
         log(f"serving at {spec.url} (OpenAI API) — ready in {time.monotonic() - t0:.0f}s")
         model = node.argv[node.argv.index("--served-model-name") + 1] if "--served-model-name" in node.argv else ""
         log("try: " + curl_line(spec.url, model, node.env_refs.get("VLLM_API_KEY")))
+        if verify_line:
+            log(f"measure speculation (in another terminal): {verify_line}")
         log("stop with Ctrl-C")
         (spec.run_dir / READY_FILE).write_text(spec.url + "\n", encoding="utf-8")
     else:
         log(f"node {node.node_rank} started: it joins the head's engine (the head serves the API)")
     while True:
         if sigs.first is not None:
-            return ServeResult(0, f"stopped by {sigs.name}")
+            return ServeResult(128 + sigs.first, f"stopped by {sigs.name}: the engine shut down cleanly")
         lost = roll.lost() if roll is not None else None
         if lost:
             return ServeResult(1, f"{lost}; stopped the engine. Start every node again. Engine log: {log_path}")
