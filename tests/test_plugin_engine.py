@@ -31,6 +31,7 @@ import pytest
 
 from ppspec_cli.engine.planfile import write_plan_file
 from ppspec_cli.engine.plugin import read_status_dir
+from ppspec_cli.serve.residue import SHM_RECORD, ShmTracker, remove_engine_shm, shm_snapshot
 
 from enginehelpers import engine_env, engine_lock, free_port
 
@@ -127,7 +128,10 @@ def _plugin_path(tmp: Path) -> str:
     return os.pathsep.join([str(shim), str(REPO)])
 
 
-def _serve(tmp: Path, name: str, target: Path, argv_extra: list[str], plan: dict, env_extra: dict) -> tuple[list, list[dict], str]:
+def _serve(tmp: Path, name: str, target: Path, argv_extra: list[str], plan: dict, env_extra: dict) -> tuple[list, list[dict], str, list[str]]:
+    """Start `vllm serve` directly (no ppspec serve), query it, stop it, and clean up its /dev/shm
+    entries the way `ppspec serve` does (its tracker and cleanup). Returns the outputs, plugin
+    status records, /metrics text and the shm entries of this engine still present afterwards."""
     run = tmp / name
     run.mkdir()
     status = run / "status"
@@ -141,8 +145,11 @@ def _serve(tmp: Path, name: str, target: Path, argv_extra: list[str], plan: dict
     log_path = run / "engine.log"
     outs: list = []
     metrics = ""
+    shm_before = shm_snapshot()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp)
+        shm = ShmTracker(proc.pid, record=run / SHM_RECORD)
+        shm.start()
         try:
             t0 = time.monotonic()
             while True:
@@ -164,6 +171,7 @@ def _serve(tmp: Path, name: str, target: Path, argv_extra: list[str], plan: dict
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
                 metrics = r.read().decode()
         finally:
+            shm.scan()  # last look before the processes go away
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
             try:
@@ -171,8 +179,12 @@ def _serve(tmp: Path, name: str, target: Path, argv_extra: list[str], plan: dict
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(30)
+            shm.stop()
+            shm.join(timeout=5)
+            remove_engine_shm(run, shm.seen, shm_before)
             shutil.rmtree(short_tmp, ignore_errors=True)
-    return outs, read_status_dir(status), metrics
+    left = sorted(n for n in shm.seen - shm_before if os.path.lexists(f"/dev/shm/{n}"))
+    return outs, read_status_dir(status), metrics, left
 
 
 def _counter(metrics: str, name: str) -> float:
@@ -186,14 +198,18 @@ def test_qwen3_moe_pack_in_a_real_engine(tmp_path):
     base_plan = {"profile": "engine-test", "pack": "qwen3_moe", "plan": {"num_layers": LAYERS}}
     with engine_lock():
         spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
-        out1, st1, m1 = _serve(
+        out1, st1, m1, left1 = _serve(
             tmp_path, "pp1-eagle3", target, ["--enforce-eager", "--speculative-config", spec],
             {**base_plan, "expect": {"pp": 1, "partition": [LAYERS], "taps": TAPS, "method": "eagle3"}}, {},
         )
-        out2, st2, _ = _serve(
+        out2, st2, _, left2 = _serve(
             tmp_path, "pp2", target, ["-pp", "2", "--compilation-config", json.dumps({"mode": 2, "backend": "eager"})],
             {**base_plan, "expect": {"pp": 2, "partition": [3, 3], "taps": [], "method": None}}, {},
         )
+
+    # Nothing of either engine is left in /dev/shm (vLLM's vllm_dist_* broadcast segments outlive
+    # a SIGTERMed engine unless removed).
+    assert left1 == [] and left2 == [], (left1, left2)
 
     # (1) PP=1 + EAGLE3: the worker built Qwen3MoeModel with the planned taps, through our forward.
     workers1 = [r for r in st1 if r["role"] == "worker"]
