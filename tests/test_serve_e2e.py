@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from enginehelpers import PPSPEC, REPO, Served, alive, engine_env, engine_lock, free_port, spec_counter, write_profile
+from enginehelpers import PPSPEC, REPO, Served, alive, descendants, engine_env, engine_lock, free_port, spec_counter, write_profile
 
 pytestmark = [pytest.mark.vllm, pytest.mark.engine]
 
@@ -37,12 +37,21 @@ def _plugin_status(run_dir) -> list[dict]:
     return out
 
 
+def _gone(s: Served, before: set[str], timeout: float = 10) -> tuple[list[int], set[str]]:
+    """Poll (to a deadline) until every engine pid seen is gone and no new engine temp/shm file is
+    left; returns what is still there at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left, new = [p for p in s.seen_pids if alive(p)], _tmp_vllm_files() - before
+        if (not left and not new) or time.monotonic() > deadline:
+            return left, new
+        time.sleep(0.1)
+
+
 def _assert_clean_shutdown(s: Served, before: set[str]) -> None:
-    time.sleep(1)
-    left = [p for p in s.seen_pids if alive(p)]
+    left, new = _gone(s, before)
     assert not left, f"processes left behind: {left}"
     assert not (s.run_dir / "tmp").exists(), "the run's TMPDIR was not removed"
-    new = _tmp_vllm_files() - before
     assert not new, f"temp/shm files left behind: {sorted(new)}"
     # nothing lost: the plan and the launch record are kept
     assert (s.run_dir / "plan.json").exists() and (s.run_dir / "launch.json").exists()
@@ -125,13 +134,11 @@ def test_demo_pp2_without_speculation(tmp_path):
 def test_cpu_eagle3_pp2_refused_before_launch(tmp_path):
     prof = write_profile("profiles/tiny_cpu_demo.yaml", tmp_path / "bad.yaml", **{"topology.pipeline_parallel": 2, "server.port": free_port()})
     run_dir = tmp_path / "run"
-    t0 = time.monotonic()
     p = subprocess.run(PPSPEC + ["serve", str(prof), "--run-dir", str(run_dir)], capture_output=True, text=True, env=engine_env(), cwd=REPO, timeout=120)
     assert p.returncode == 1
     assert "cpu-pp-taps" in p.stderr and "V1 model runner" in p.stderr
     assert "Traceback" not in p.stderr
     assert not (run_dir / "engine.log").exists(), "an engine was started"
-    assert time.monotonic() - t0 < 60
 
 
 def test_port_in_use_refused_before_launch(tmp_path):
@@ -155,15 +162,23 @@ def test_engine_dies_during_start_reports_last_lines(tmp_path):
     )
     run_dir = tmp_path / "run"
     with engine_lock():
+        before = _tmp_vllm_files()
         s = Served(prof, run_dir)
         try:
-            rc = s.proc.wait(timeout=300)
+            deadline = time.monotonic() + 300
+            while s.proc.poll() is None and time.monotonic() < deadline:
+                s.seen_pids |= descendants(s.proc.pid)  # the engine's processes, to check below
+                time.sleep(0.2)
+            rc = s.proc.wait(timeout=10)
         except BaseException:
             s.kill_all()
             raise
-        s.seen_pids |= set()
         out = s.output()
         assert rc == 1, out[-2000:]
         assert "exited with code" in out and "Last log lines" in out
         assert "Traceback (most recent call last):\n  File \"" not in out.split("error: the engine exited")[-1][:200]
+        assert s.seen_pids, "no engine process was seen"
+        left, new = _gone(s, before)
+        assert not left, f"processes left behind: {left}"
+        assert not new, f"temp/shm files left behind: {sorted(new)}"
         assert not (run_dir / "tmp").exists()
