@@ -18,7 +18,6 @@ import pytest
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.verify import run_verify, verify_command
 from ppspec_cli.verify.prompts import load_prompt_set
-from ppspec_cli.verify.prompts import load_prompt_set
 from ppspec_cli.verify.report import load_report
 
 FIX = Path(__file__).parent / "fixtures" / "metrics"
