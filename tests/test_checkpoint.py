@@ -404,3 +404,6 @@ def test_layer_bytes_skip_encoder_towers_and_mtp_layers(make_checkpoint):
     }
     ck = load_local("mm", make_checkpoint("mm", cfg, shards=shards))
     assert ck.layer_weight_bytes(2) == [8 * 8 * 4, 8 * 4 * 4]
+    # a pack's tower_prefixes decide instead of the usual names: here only the vision tower is one
+    assert ck.layer_weight_bytes(2, ("vision_tower.",)) == [8 * 8 * 4 + 50 * 50 * 4, 8 * 4 * 4]
+    assert ck.layer_weight_bytes(2, ("vision_tower.", "multi_modal_projector.")) == [8 * 8 * 4, 8 * 4 * 4]
