@@ -49,6 +49,23 @@ def test_exit_0_when_no_error(make_checkpoint, write_profile):
     assert "OK: 0 errors" in cp.stdout and "Traceback" not in cp.stderr
 
 
+def test_the_output_says_which_vllm_version_the_verdict_is_for(make_checkpoint, write_profile):
+    """The installed vLLM's version (read from metadata) wins over the profile's engine_version."""
+    from ppspec_cli.resolve import installed_vllm
+
+    t = make_checkpoint("llama", LLAMA)
+    inst = installed_vllm()
+    cp = check(write_profile(prof(t, extra="engine_version: 0.30.0\n")))
+    if inst is not None:
+        assert f"verdict for vLLM {inst.version} (installed {inst.distribution})" in cp.stdout, cp.stdout
+    else:
+        assert "verdict for vLLM 0.30.0 (profile engine_version)" in cp.stdout, cp.stdout
+    cp = check(write_profile(prof(t)), "--json")
+    got = json.loads(cp.stdout)["engine_version"]
+    assert got["version"] == (inst.version if inst else "0.33.0"), got
+    assert got["source"].startswith("installed" if inst else "newest supported release"), got
+
+
 def test_exit_1_on_an_error_finding(make_checkpoint, write_profile):
     t = make_checkpoint("llama", LLAMA)
     cp = check(write_profile(prof(t, extra="  layer_partition: [16, 15]\n")))

@@ -141,6 +141,18 @@ def test_inner_decoder_probe_fails_for_a_platform_implementation_that_does_not_o
 
 @pytest.mark.vllm
 @needs_vllm
+def test_inner_decoder_probe_with_adapter_none_asks_the_describing_pack():
+    """No pack applied: the describing pack still names the class; a native opt-in passes, a class
+    only the (unapplied) pack would patch fails."""
+    r = probes.probe_inner_decoder("LlamaForCausalLM", "eagle3", 2, None, family=get_pack("llama"))
+    assert r.status == "passed" and "opts in natively" in r.detail
+    r = probes.probe_inner_decoder("Qwen3MoeForCausalLM", "eagle3", 2, None, family=get_pack("qwen3_moe"))
+    assert r.status == "failed" and "Qwen3MoeModel" in r.detail and r.severity == "error"
+    assert probes.probe_inner_decoder("Qwen3MoeForCausalLM", "eagle3", 2, None).status == "not_run"
+
+
+@pytest.mark.vllm
+@needs_vllm
 def test_tap_resolution_probe_can_fail(monkeypatch):
     real = probes.P.v2_taps_from_config
 

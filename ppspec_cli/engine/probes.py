@@ -387,20 +387,23 @@ def probe_pack_patches(pack: Any) -> ProbeResult:
     return _guard(name, run)
 
 
-def probe_inner_decoder(target_arch: str | None, method: str | None, pp: int, pack: Any) -> ProbeResult:
-    """The target's inner decoder opts in to relaying taps over PP, natively or through the pack."""
+def probe_inner_decoder(target_arch: str | None, method: str | None, pp: int, pack: Any, family: Any = None) -> ProbeResult:
+    """The target's inner decoder opts in to relaying taps over PP, natively or through the applied
+    pack. The class is named by the applied pack, else by the pack that describes the family
+    (`adapter: none`: its patches are not applied, so only a native opt-in passes)."""
     name = "inner-decoder-opt-in"
     if target_arch is None:
         return _not_run(name, "target architecture unknown")
-    if pack is None:
+    desc = pack if pack is not None else family
+    if desc is None:
         return _not_run(name, f"no adapter pack names the inner decoder of {target_arch}")
     from ..packs import inner_decoder_ref
 
     inst = installed_vllm()
     platform = inst[1] if inst else "cuda"
-    ref = inner_decoder_ref(pack, target_arch, platform)
+    ref = inner_decoder_ref(desc, target_arch, platform)
     if ref is None:
-        return _not_run(name, f"pack {pack.name} does not name the inner decoder of {target_arch} on {platform}")
+        return _not_run(name, f"pack {desc.name} does not name the inner decoder of {target_arch} on {platform}")
     gated = pp > 1 and method in GATED_METHODS
 
     def run() -> ProbeResult:
@@ -412,7 +415,7 @@ def probe_inner_decoder(target_arch: str | None, method: str | None, pp: int, pa
         native = getattr(cls, "supports_aux_hidden_states_over_pp", False) is True
         if native:
             return ProbeResult(name, "passed", f"{ref} opts in natively", "info")
-        if "aux_relay_over_pp" in pack.provides and not pack.native:
+        if pack is not None and "aux_relay_over_pp" in pack.provides and not pack.native:
             with _pack_patches_applied(pack):
                 patched = getattr(cls, "supports_aux_hidden_states_over_pp", False) is True
             if patched:
@@ -476,6 +479,6 @@ def run_probes(
         probe_v2_runner(method, pp),
         probe_pack_version(pack),
         probe_pack_patches(pack),
-        probe_inner_decoder(target_arch, method, pp, pack),
+        probe_inner_decoder(target_arch, method, pp, pack, family),
         *probe_pack_own(family),
     ]
