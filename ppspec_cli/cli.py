@@ -128,10 +128,14 @@ def check(
     r = _resolve(profile, offline)
     findings = run_rules(r)
     probe_results = _run_probes(r) if probes else []
+    if probes:
+        from .launch import unknown_engine_options
+
+        probe_results += unknown_engine_options(r.profile.engine)
     if not probes and r.vllm is not None:
         from .rules import Finding
 
-        probe_results.append(Finding("probes-not-run", "info", "platform", f"behaviour probes of the installed vLLM {r.vllm.version} not run (fast mode)", "add --probes to run them here; `ppspec serve` runs them in every engine process"))
+        probe_results.append(Finding("probes-not-run", "info", "platform", f"behaviour probes of the installed vLLM {r.vllm.version} not run (fast mode), nor the `engine:` option names checked against its parser (engine-unknown-option)", "add --probes to run both here; `ppspec serve` checks the names and runs the probes in every engine process"))
     findings = findings + [p for p in probe_results]
     from .render import render_check
 
@@ -294,7 +298,7 @@ def _verify_line(profile: str, url: str) -> str:
 
 
 def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool, run_dir, health_timeout, where: dict, role=None) -> None:
-    from .launch import build_launch, check_engine_flags
+    from .launch import build_launch, serve_refuses, unknown_engine_options
     from .profile import load_profile
     from .render import render_findings
     from .rules import run_rules
@@ -319,7 +323,9 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
         findings = run_pd_rules(resolve_roles(prof, profile_path=profile, offline=offline, progress=_progress, given={role: r}))
     else:
         findings = run_rules(r)
-    errors = [f for f in findings if f.severity == "error"]
+    errors = [f for f in findings if serve_refuses(f)]
+    if not errors and not dry_run:
+        errors = unknown_engine_options(r.profile.engine)  # imports vLLM's parser: seconds (`check --probes` runs it too)
     if errors and not dry_run:
         from rich.console import Console
 
@@ -352,9 +358,6 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
                 print(n.shell_line())
         raise typer.Exit(1 if errors else 0)
     node = spec.nodes[node_rank or 0]
-    bad = check_engine_flags(r.profile.engine) if r.profile.engine else []  # importing vLLM's parser takes seconds
-    if bad:
-        raise PpspecError(f"the installed vLLM does not know engine option(s) {bad}", where="engine", fix="check the names against `vllm serve --help` (long flag names without --)", exit_code=1)
     if node.role == "head":
         if not port_free(r.profile.server.host, r.profile.server.port):
             raise PpspecError(

@@ -12,12 +12,13 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from . import safeio, shellout
 from .redact import is_secret_name
 from .errors import PpspecError
 from .resolve import Resolved
+from .rules import Finding
 
 PLAN_FORMAT = "ppspec-plan/1"
 
@@ -47,8 +48,29 @@ _SHORT = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size", "dp": "d
 _REFUSED_FLAGS = {"config": "put each engine option under `engine:` in the profile"}
 #: An `engine:` key: a long flag name (letters, digits, `-`, `_`; `.` for vLLM's nested `--x.y` form).
 _FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$")
-#: Profile `env:` names that hold secrets: the profile is a file (and launch.json, the dry run and
-#: logs print `env:`), so these must come from the caller's environment instead.
+#: Environment variables that carry the plan into the engine: set by ppspec from the profile, never
+#: by hand (in `env:` or in the shell that runs `ppspec serve`), or they silently override the plan.
+PLAN_ENV = ("VLLM_PP_LAYER_PARTITION", "VLLM_USE_V2_MODEL_RUNNER")
+#: Config keys that set a model's depth (its layer count, its MTP layer count): `hf-overrides` that
+#: change one make the engine build another model than the one ppspec planned.
+DEPTH_KEYS = frozenset({"num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"})
+
+#: Every refusal of the engine options and the environment a profile asks for, by finding code.
+#: One rule set (`launch_refusals`): `check` reports each as an error and `serve` refuses on it.
+REFUSALS: dict[str, str] = {
+    "engine-bad-option-name": "an `engine:` key that is not a vLLM option name",
+    "engine-managed-option": "an `engine:` option ppspec derives from the profile, in any spelling vLLM takes as the same "
+    "(`_` or `-`, a leading `--`, the `-tp`/`-pp`/`-dp` short forms, a `no-` form, an unambiguous prefix, a dotted part)",
+    "engine-refused-option": "an `engine:` option ppspec does not support (`config`: options ppspec cannot see)",
+    "engine-overrides-depth": "`engine: hf-overrides` that change the model's layer count",
+    "engine-unknown-option": "an `engine:` option the installed vLLM does not know (needs vLLM's parser: `serve` and `check --probes`)",
+    "env-secret": "a secret-looking name under `env:` (secrets come from the caller's environment)",
+    "engine-secret-option": "a secret-looking option under `engine:` (it would be on the engine's command line and in launch.json)",
+    "env-overrides-plan": "VLLM_PP_LAYER_PARTITION / VLLM_USE_V2_MODEL_RUNNER set by hand (`env:` or the caller's environment), or PPSPEC_* under `env:`",
+    "env-plugins-skip-ppspec": "VLLM_PLUGINS set without `ppspec`: the plugin would not run and the engine would serve unpatched",
+    "api-key-env-unset": "server.api_key_env names a variable that is not set in this environment "
+    "(a warning in `check`, which may run where the key is not exported)",
+}
 
 
 def _opt(flag: str, value: str) -> list[str]:
@@ -96,33 +118,101 @@ class LaunchSpec:
 
 
 def _flag_name(k: str) -> str:
+    """An `engine:` key as the long option vLLM reads: `_` and `-` are the same, a leading `--` (or
+    `-`) is dropped, the short forms `tp`/`pp`/`dp` are their long options."""
     k = k.strip().lstrip("-").replace("_", "-")
     return _SHORT.get(k, k)
 
 
+def _managed_by(base: str) -> str | None:
+    """The profile field that owns option `base`, if ppspec derives it: the option itself, its
+    `no-` form, or an unambiguous prefix of it (argparse expands those)."""
+    for name in (base, base[3:] if base.startswith("no-") else None):
+        if name in MANAGED_FLAGS:
+            return MANAGED_FLAGS[name]
+    owners = {MANAGED_FLAGS[m] for m in MANAGED_FLAGS if m.startswith(base)}
+    return owners.pop() if base and len(owners) == 1 else None
+
+
+def _depth_keys(v: Any, depth: int = 0) -> list[str]:
+    """The DEPTH_KEYS an hf-overrides value sets, at any nesting (a JSON string is read as JSON)."""
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            return []
+    if depth > 8 or not isinstance(v, dict):
+        return []
+    found = [k for k in v if k in DEPTH_KEYS]
+    for sub in v.values():
+        found += _depth_keys(sub, depth + 1)
+    return found
+
+
+def _refusal(code: str, field: str, message: str, fix: str) -> Finding:
+    assert code in REFUSALS, code  # every refusal is registered (the check == serve test reads REFUSALS)
+    return Finding(code, "warning" if code == "api-key-env-unset" else "error", field, message, fix)
+
+
+def serve_refuses(f: Finding) -> bool:
+    """Whether `serve` refuses on a finding: every error, and every launch refusal (REFUSALS)."""
+    return f.severity == "error" or f.code in REFUSALS
+
+
+def launch_refusals(engine: Mapping[str, Any], env: Mapping[str, str], api_key_env: str | None, environ: Mapping[str, str] | None) -> list[Finding]:
+    """Everything `serve` refuses about the engine options, the profile's `env:` and the caller's
+    environment (`environ`; None: not looked at), as error findings. `check` reports these and
+    `serve` refuses on them: one rule set. (`engine-unknown-option` needs vLLM: `unknown_engine_options`.)"""
+    out: list[Finding] = []
+    for k in engine:
+        key = str(k)
+        name = _flag_name(key)
+        fld = f"engine.{key[:80]}"
+        if not _FLAG_NAME.match(name):
+            out.append(_refusal("engine-bad-option-name", "engine", f"engine key {key[:80]!r} is not an option name",
+                                "use vLLM's long option names without `--` (letters, digits, `-`) and the value as the YAML value, e.g. `max-model-len: 4096`"))
+            continue
+        base = name.split(".", 1)[0]  # `speculative-config.method` sets part of a managed flag
+        owner = _managed_by(base)
+        if is_secret_name(key):
+            out.append(_refusal("engine-secret-option", fld, f"engine.{key} is a secret written into the profile (it would be on the engine's command line and in launch.json)",
+                                "remove it; export the secret in the shell that runs `ppspec serve` (HF_TOKEN for the hub, server.api_key_env for the API key): vLLM reads them from its environment"))
+        elif owner is not None:
+            out.append(_refusal("engine-managed-option", fld, f"engine.{key} sets a flag ppspec derives from the profile ({owner})", f"set `{owner}` instead and remove engine.{key}"))
+        elif base in _REFUSED_FLAGS:
+            out.append(_refusal("engine-refused-option", fld, f"engine.{key} is not supported by ppspec", _REFUSED_FLAGS[base]))
+        elif base == "hf-overrides":
+            keys = _depth_keys(engine[k])
+            if keys:
+                out.append(_refusal("engine-overrides-depth", fld, f"engine.{key} sets {sorted(set(keys))}: the engine would build a model of another depth than the one checked and planned",
+                                    "point target.model at a checkpoint whose config.json has that depth (ppspec plans from the checkpoint)"))
+    for k in sorted(env):
+        if is_secret_name(k):
+            out.append(_refusal("env-secret", f"env.{k}", f"env.{k} looks like a secret written into the profile",
+                                "remove it from the profile and export it in the shell that runs `ppspec serve` (the engine inherits that environment); "
+                                "for the server's API key set server.api_key_env to the variable's name"))
+        elif k in PLAN_ENV or k.startswith("PPSPEC_"):
+            out.append(_refusal("env-overrides-plan", f"env.{k}", f"env.{k} would override what ppspec sets from the plan",
+                                "remove it: ppspec sets it from topology (layer_partition, pipeline_parallel) and the platform"))
+    for k in PLAN_ENV if environ is not None else ():
+        if k in environ:
+            out.append(_refusal("env-overrides-plan", f"environment.{k}", f"{k} is set in this environment: the engine would inherit it where the plan does not set it",
+                                f"unset {k} in the shell that runs ppspec; set topology.layer_partition in the profile instead"))
+    for where, val in (("env.VLLM_PLUGINS", env.get("VLLM_PLUGINS")), ("environment.VLLM_PLUGINS", None if environ is None else environ.get("VLLM_PLUGINS"))):
+        if val is not None and "ppspec" not in [x.strip() for x in val.split(",")]:
+            out.append(_refusal("env-plugins-skip-ppspec", where, f"VLLM_PLUGINS={val[:80]!r} leaves out ppspec: its plugin would not run in the engine, which would serve without the plan's checks and patches",
+                                "add ppspec to VLLM_PLUGINS (comma-separated) or unset it"))
+    if api_key_env and environ is not None and api_key_env not in environ:
+        out.append(_refusal("api-key-env-unset", "server.api_key_env", f"environment variable {api_key_env} (server.api_key_env) is not set here: `serve` refuses to start without it", f"export {api_key_env}=... before `ppspec serve`"))
+    return out
+
+
 def engine_args(engine: dict[str, Any]) -> list[str]:
-    """Pass-through `engine:` keys as vLLM long flags. Booleans become bare flags (`--x` / `--no-x`);
-    mappings and lists become JSON, as `vllm serve --config` does."""
+    """Pass-through `engine:` keys as vLLM long flags (refused keys: see launch_refusals). Booleans
+    become bare flags (`--x` / `--no-x`); mappings and lists become JSON, as `vllm serve --config` does."""
     out: list[str] = []
     for k, v in engine.items():
         name = _flag_name(str(k))
-        if not _FLAG_NAME.match(name):
-            raise PpspecError(
-                f"engine key {str(k)[:80]!r} is not an option name",
-                where="engine",
-                fix="use vLLM's long option names without `--` (letters, digits, `-`), e.g. `max-model-len: 4096`",
-                exit_code=1,
-            )
-        base = name.split(".", 1)[0]  # `speculative-config.method` sets part of a managed flag
-        if base in MANAGED_FLAGS:
-            raise PpspecError(
-                f"engine.{k} sets a flag ppspec derives from the profile",
-                where=f"engine.{k}",
-                fix=f"set `{MANAGED_FLAGS[base]}` instead and remove engine.{k}",
-                exit_code=1,
-            )
-        if base in _REFUSED_FLAGS:
-            raise PpspecError(f"engine.{k} is not supported by ppspec", where=f"engine.{k}", fix=_REFUSED_FLAGS[base], exit_code=1)
         if v is None:
             continue
         if isinstance(v, bool):
@@ -150,10 +240,22 @@ def vllm_serve_parser():
     return None
 
 
-def check_engine_flags(engine: dict[str, Any]) -> list[str]:
+def unknown_engine_options(engine: Mapping[str, Any]) -> list[Finding]:
+    """`engine-unknown-option` for each `engine:` key the installed vLLM's `serve` parser does not
+    know ([] if vLLM is absent). Imports vLLM's parser (seconds): `serve` and `check --probes`."""
+    return [
+        _refusal("engine-unknown-option", f"engine.{str(k)[:80]}", f"the installed vLLM does not know the engine option {str(k)[:80]!r}",
+                 "check the name against `vllm serve --help` (long option names without --)")
+        for k in check_engine_flags(engine)
+    ]
+
+
+def check_engine_flags(engine: Mapping[str, Any]) -> list[str]:
     """Names under `engine:` that the installed vLLM's `serve` parser does not know ([] if vLLM absent).
     Exact names only: argparse would also take an unambiguous prefix (`trust-remote`), which could
     set a flag ppspec manages."""
+    if not engine:
+        return []
     parser = vllm_serve_parser()
     if parser is None:
         return []
@@ -236,6 +338,10 @@ def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool
     cannot be launched as written (rules have normally reported this already)."""
     p = r.profile
     t = p.topology
+    refused = launch_refusals(p.engine, p.env, p.server.api_key_env, None)
+    if refused:  # `serve` has refused already (they are `check` errors); a caller of this function must too
+        f = refused[0]
+        raise PpspecError(f"{f.message} [{f.code}]", where=f.field, fix=f.hint, exit_code=1)
     run_dir = run_dir or default_run_dir(p.name)
     plan_file = run_dir / "plan.json"
     host, port = p.server.host, p.server.port
@@ -288,23 +394,6 @@ def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool
             if not any(_flag_name(k) in ("compilation-config", "enforce-eager") for k in p.engine):
                 # With enforce-eager the CPU worker skips warm-up and PP stage buffers are never allocated.
                 extra += ["--compilation-config", json.dumps({"mode": 2, "backend": "eager"}, separators=(",", ":"), sort_keys=True)]
-    secret_opts = sorted(k for k in p.engine if is_secret_name(k))
-    if secret_opts:
-        raise PpspecError(
-            f"engine.{secret_opts[0]} is a secret written into the profile (it would be on the engine's command line and in launch.json)",
-            where=f"engine.{secret_opts[0]}",
-            fix="remove it; export the secret in the shell that runs `ppspec serve` (HF_TOKEN for the hub, server.api_key_env for the API key): vLLM reads them from its environment",
-            exit_code=1,
-        )
-    secret = sorted(k for k in p.env if is_secret_name(k))
-    if secret:
-        raise PpspecError(
-            f"env.{secret[0]} looks like a secret written into the profile",
-            where=f"env.{secret[0]}",
-            fix="remove it from the profile and export it in the shell that runs `ppspec serve` (the engine inherits that environment); "
-            "for the server's API key set server.api_key_env to the variable's name",
-            exit_code=1,
-        )
     env.update(p.env)  # the profile's own settings win
     env_refs: dict[str, str] = {}
     if p.server.api_key_env:

@@ -495,6 +495,19 @@ def adapter(r: Resolved) -> Iterator[Finding]:
         )
 
 
+@rule("launch")
+def launch_options(r: Resolved) -> Iterator[Finding]:
+    """What `serve` refuses about engine options and environment (launch.REFUSALS): the same
+    function, so `check` reports exactly what `serve` refuses. The caller's environment counts:
+    `check` runs in the shell that runs `serve`."""
+    import os
+
+    from .launch import launch_refusals
+
+    p = r.profile
+    yield from launch_refusals(p.engine, p.env, p.server.api_key_env, os.environ)
+
+
 @rule("security")
 def security(r: Resolved) -> Iterator[Finding]:
     s = r.profile.server

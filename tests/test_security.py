@@ -146,14 +146,14 @@ def test_shell_metacharacters_reach_the_engine_as_one_argument(tmp_path):
     profile = {
         "name": "evil", "target": {"model": str(evil)}, "platform": "cpu",
         "server": {"host": "127.0.0.1", "port": PF.free_port(), "served_model_name": name},
-        "env": {"PPSPEC_T_FOO": "$(touch PWNED-f) `touch PWNED-g`; touch PWNED-h"},
+        "env": {"SECURITY_T_FOO": "$(touch PWNED-f) `touch PWNED-g`; touch PWNED-h"},
     }
-    rc, out, rec, _ = _serve_fake(tmp_path, profile, env={"FAKE_VLLM_ENV_KEYS": "PPSPEC_T_FOO"})
+    rc, out, rec, _ = _serve_fake(tmp_path, profile, env={"FAKE_VLLM_ENV_KEYS": "SECURITY_T_FOO"})
     assert rc == 0, out
     argv = rec["argv"]
     assert argv[:2] == ["serve", str(evil)]
     assert _value(argv, "--served-model-name") == name
-    assert rec["env"]["PPSPEC_T_FOO"] == profile["env"]["PPSPEC_T_FOO"]
+    assert rec["env"]["SECURITY_T_FOO"] == profile["env"]["SECURITY_T_FOO"]
     assert not list(tmp_path.rglob("PWNED*")), "a profile value was executed"
 
 

@@ -238,7 +238,7 @@ def run_engine(
     secrets: dict[str, str] = {}
     for k, ref in node.env_refs.items():  # before anything is written or started
         if ref not in os.environ:
-            raise PpspecError(f"environment variable {ref} (server.api_key_env) is not set", where="server.api_key_env", fix=f"export {ref}=... before `ppspec serve`", exit_code=1)
+            raise PpspecError(f"environment variable {ref} (server.api_key_env) is not set [api-key-env-unset]", where="server.api_key_env", fix=f"export {ref}=... before `ppspec serve`", exit_code=1)
         secrets[k] = os.environ[ref]
         redact.register(secrets[k])
     with _Signals() as sigs:

@@ -1,0 +1,147 @@
+"""check == serve: every refusal `serve` makes about engine options and the environment is a `check`
+finding with the same code, from one rule set (launch.launch_refusals, codes in launch.REFUSALS).
+
+The list of refusals is read from the registry, not written here: a new refusal without an example
+below fails `test_every_refusal_has_an_example`. Each example runs the real `check` and the real
+`serve` (in process; the engine executable does not exist, so a serve that did not refuse would
+fail differently: "not found"), and both must name the same code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from ppspec_cli.cli import app
+from ppspec_cli.errors import PpspecError
+from ppspec_cli.launch import REFUSALS, launch_refusals
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "models" / "meta-llama__Llama-3.2-1B-Instruct"
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+
+#: code -> (profile changes, caller environment). One example per registered refusal.
+EXAMPLES: dict[str, tuple[dict, dict]] = {
+    "engine-bad-option-name": ({"engine": {"--max-model-len=4096": 1}}, {}),
+    "engine-managed-option": ({"engine": {"-pp": 2}}, {}),
+    "engine-refused-option": ({"engine": {"config": "more.yaml"}}, {}),
+    "engine-overrides-depth": ({"engine": {"hf_overrides": '{"text_config": {"num_hidden_layers": 8}}'}}, {}),
+    "engine-unknown-option": ({"engine": {"no-such-option-xyz": 1}}, {}),
+    "env-secret": ({"env": {"MY_API_KEY": "x"}}, {}),
+    "engine-secret-option": ({"engine": {"hf_token": "x"}}, {}),
+    "env-overrides-plan": ({"env": {"VLLM_PP_LAYER_PARTITION": "8,8"}}, {}),
+    "env-plugins-skip-ppspec": ({}, {"VLLM_PLUGINS": "other"}),
+    "api-key-env-unset": ({"server": {"api_key_env": "PPSPEC_TEST_UNSET_KEY"}}, {}),
+}
+#: Codes only found with vLLM's parser imported: `check --probes` (and `serve`, always).
+NEEDS_PARSER = {"engine-unknown-option"}
+
+
+@pytest.fixture
+def base(tmp_path, monkeypatch):
+    target = tmp_path / "target"
+    shutil.copytree(FIX, target)
+    for k in ("VLLM_PLUGINS", "VLLM_PP_LAYER_PARTITION", "VLLM_USE_V2_MODEL_RUNNER", "PPSPEC_TEST_UNSET_KEY"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("PPSPEC_VLLM_EXECUTABLE", str(tmp_path / "no-such-vllm"))
+    return {"name": "refusal", "target": {"model": str(target)}, "platform": "cuda", "server": {"port": 18931}}
+
+
+def _write(tmp_path: Path, data: dict, change: dict) -> Path:
+    data = json.loads(json.dumps(data))
+    for k, v in change.items():
+        data[k] = {**data.get(k, {}), **v} if isinstance(v, dict) else v
+    p = tmp_path / "p.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    r = CliRunner().invoke(app, list(args))
+    if isinstance(r.exception, PpspecError):
+        return r.exception.exit_code, r.output + r.exception.render()
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return r.exit_code, r.output
+
+
+def _check_codes(profile: Path, probes: bool) -> dict[str, str]:
+    r = CliRunner().invoke(app, ["check", str(profile), "--json", "--offline", "--probes" if probes else "--no-probes"])
+    assert r.exit_code in (0, 1), r.output
+    return {f["code"]: f["severity"] for f in json.loads(r.stdout)["findings"]}
+
+
+def test_every_refusal_has_an_example():
+    assert set(EXAMPLES) == set(REFUSALS), "a refusal in launch.REFUSALS needs an example here (and vice versa)"
+
+
+def test_the_base_profile_is_not_refused(base, tmp_path):
+    """The measurement can fail: without a change, check reports none of the codes and serve goes
+    on to start the engine (here: the executable does not exist)."""
+    prof = _write(tmp_path, base, {})
+    assert not set(_check_codes(prof, probes=False)) & set(REFUSALS)
+    rc, out = _cli("serve", str(prof), "--offline", "--run-dir", str(tmp_path / "run"))
+    assert rc == 1 and "no-such-vllm not found" in out, out
+    assert not any(c in out for c in REFUSALS)
+
+
+@pytest.mark.parametrize("code", [pytest.param(c, marks=[pytest.mark.slow, pytest.mark.vllm] if c in NEEDS_PARSER else []) for c in sorted(REFUSALS)])
+def test_check_reports_what_serve_refuses(code, base, tmp_path, monkeypatch):
+    if code in NEEDS_PARSER and not HAVE_VLLM:
+        pytest.skip("needs vLLM's option parser (CI installs vLLM)")
+    change, environ = EXAMPLES[code]
+    for k, v in environ.items():
+        monkeypatch.setenv(k, v)
+    prof = _write(tmp_path, base, change)
+    codes = _check_codes(prof, probes=code in NEEDS_PARSER)
+    assert code in codes, f"check did not report {code}: {codes}"
+    assert set(codes) & set(REFUSALS) == {code}, codes  # the example shows one refusal, not another
+    rc, out = _cli("serve", str(prof), "--offline", "--run-dir", str(tmp_path / "run"))
+    assert rc == 1, out
+    assert code in out and "not found" not in out, out  # refused with this code; nothing was started
+
+
+# Spellings vLLM reads as the same option (FlexibleArgumentParser: `_` = `-`; argparse: a unique
+# prefix, `--no-x` of a boolean; vLLM's short forms; `--x.y` sets part of `--x`).
+MANAGED_SPELLINGS = ["pipeline_parallel_size", "--pipeline-parallel-size", "-pp", "pp", "tp", "--dp", "no-trust-remote-code", "trust-remote", "tensor_parallel", "speculative_config.method", "served-model"]
+
+
+@pytest.mark.parametrize("key", MANAGED_SPELLINGS)
+def test_every_spelling_of_a_managed_option_is_refused(key):
+    codes = [f.code for f in launch_refusals({key: 1}, {}, None, {})]
+    assert codes == ["engine-managed-option"], (key, codes)
+
+
+@pytest.mark.parametrize("key", ["max-model-len", "max_model_len", "--enforce-eager", "no-enable-prefix-caching", "compilation-config", "hf-overrides"])
+def test_ordinary_options_pass(key):
+    assert launch_refusals({key: {"rope_scaling": None}}, {}, None, {}) == []
+
+
+@pytest.mark.parametrize(
+    ("env", "environ", "field"),
+    [
+        ({"VLLM_USE_V2_MODEL_RUNNER": "0"}, {}, "env.VLLM_USE_V2_MODEL_RUNNER"),
+        ({"PPSPEC_PLAN_FILE": "/tmp/other.json"}, {}, "env.PPSPEC_PLAN_FILE"),
+        ({}, {"VLLM_PP_LAYER_PARTITION": "3,3"}, "environment.VLLM_PP_LAYER_PARTITION"),
+        ({}, {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "environment.VLLM_USE_V2_MODEL_RUNNER"),
+    ],
+)
+def test_plan_overrides_in_env_and_environment(env, environ, field):
+    got = [(f.code, f.field) for f in launch_refusals({}, env, None, environ)]
+    assert got == [("env-overrides-plan", field)]
+
+
+def test_plugins_allow_list_with_ppspec_passes():
+    assert launch_refusals({}, {"VLLM_PLUGINS": "other, ppspec"}, None, {"VLLM_PLUGINS": "ppspec"}) == []
+    assert [f.field for f in launch_refusals({}, {"VLLM_PLUGINS": "other"}, None, {"VLLM_PLUGINS": ""})] == ["env.VLLM_PLUGINS", "environment.VLLM_PLUGINS"]
+
+
+def test_hf_overrides_that_keep_the_depth_pass():
+    assert launch_refusals({"hf-overrides": {"rope_theta": 1e6}}, {}, None, {}) == []
+    assert [f.code for f in launch_refusals({"hf-overrides": {"num_nextn_predict_layers": 2}}, {}, None, {})] == ["engine-overrides-depth"]
