@@ -302,10 +302,9 @@ def _startup_tripwires(pp_size: int | None, version: str | None, pack: str | Non
                 vllm=version,
                 fix="do not set VLLM_PP_LAYER_PARTITION by hand; let the profile's topology.layer_partition drive it",
             ) from None
-        want, start = [], 0
-        for n in partition:
-            want.append([start, start + n])
-            start += n
+        from ..plan import stage_bounds
+
+        want = [list(b) for b in stage_bounds(partition)]
         if got != want:
             raise PluginRefusal(
                 f"vLLM will split the {num_layers} layers as {got} but the plan says {want}",
@@ -342,11 +341,9 @@ def _observer(kind: str, data: dict[str, Any]) -> None:
             partition = exp.get("partition")
             s, e = data.get("start_layer"), data.get("end_layer")
             if partition and s is not None and e is not None:
-                bounds, start = [], 0
-                for n in partition:
-                    bounds.append((start, start + n))
-                    start += n
-                if (s, e) not in bounds:
+                from ..plan import stage_bounds
+
+                if (s, e) not in stage_bounds(partition):
                     raise PluginRefusal(
                         f"this stage holds layers [{s}, {e}) which is not a stage of the planned partition {partition}",
                         pack=pack,
@@ -467,13 +464,18 @@ def _caller_context() -> tuple[str, int | None, Any, int | None]:
 
 
 def _pp_rank(vllm_config: Any, rank: int | None) -> int | None:
+    """This worker's stage, from the engine's own parallel sizes (plan.pp_rank_of: the one layout)."""
+    from ..plan import pp_rank_of
+
     if rank is None:
         return None
     pc = vllm_config.parallel_config
-    tp = int(getattr(pc, "tensor_parallel_size", 1) or 1)
-    pcp = int(getattr(pc, "prefill_context_parallel_size", 1) or 1)
-    pp = int(getattr(pc, "pipeline_parallel_size", 1) or 1)
-    return (rank // (pcp * tp)) % pp
+    return pp_rank_of(
+        rank,
+        tp=int(getattr(pc, "tensor_parallel_size", 1) or 1),
+        pp=int(getattr(pc, "pipeline_parallel_size", 1) or 1),
+        pcp=int(getattr(pc, "prefill_context_parallel_size", 1) or 1),
+    )
 
 
 def _process_name() -> str:

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 
 from vllm.distributed import parallel_state as _ps
 
+from ..plan import stage_bounds
 from .patching import Patch
 
 # ---------------------------------------------------------------------------------------------
@@ -441,13 +442,11 @@ def run_stages(
     from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import aux_hidden_state_relay_keys
 
     pp = len(partition)
-    start = 0
     received = None
     out: Any = None
     with quiet():
-        for rank, n in enumerate(partition):
-            model.start_layer, model.end_layer = start, start + n
-            start += n
+        for rank, (start, end) in enumerate(stage_bounds(list(partition))):
+            model.start_layer, model.end_layer = start, end
             with simulated_pp(rank, pp, modules):
                 model._set_aux_hidden_state_layers(tuple(taps))
                 out = model.forward(input_ids if rank == 0 else None, positions, received)
