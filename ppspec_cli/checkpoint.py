@@ -185,10 +185,6 @@ def text_part(config: dict[str, Any]) -> tuple[dict[str, Any], str]:
     return config, ""
 
 
-#: speculators_model_type -> the vLLM speculative method it is served as.
-SPECULATORS_METHODS = {"eagle3": "eagle3", "peagle": "eagle3", "dflash": "dflash", "dflash2": "dflash", "dspark": "dspark"}
-
-
 def speculators_view(config: dict[str, Any]) -> dict[str, Any]:
     """How vLLM sees a speculators-format drafter (vLLM's speculators config conversion): the
     `transformer_layer_config` keys plus the drafter keys mapped to the top level.

@@ -100,17 +100,20 @@ def mtp_layer_count(text_config: dict, keys: tuple[str, ...] = DEFAULT_MTP_LAYER
     return default
 
 
+#: speculators_model_type / speculators_config.algorithm -> the method vLLM serves it as.
+SPECULATORS_METHODS = {"eagle3": "eagle3", "peagle": "eagle3", "dflash": "dflash", "dflash2": "dflash", "dspark": "dspark"}
+
+
 def method_of_drafter_config(cfg: dict) -> str | None:
     """The speculative method a drafter checkpoint was built for, when its config says so."""
     raw = cfg.get("architectures")
     archs = [a for a in raw if isinstance(a, str)] if isinstance(raw, list) else []
     # Speculators format: vLLM serves `speculators_model_type` (peagle as eagle3, dflash2 as dflash).
-    aliases = {"peagle": "eagle3", "dflash2": "dflash"}
     if isinstance(cfg.get("speculators_model_type"), str):
-        return aliases.get(cfg["speculators_model_type"], cfg["speculators_model_type"])
+        return SPECULATORS_METHODS.get(cfg["speculators_model_type"], cfg["speculators_model_type"])
     spec = cfg.get("speculators_config")
     if isinstance(spec, dict) and isinstance(spec.get("algorithm"), str):
-        return aliases.get(spec["algorithm"], spec["algorithm"])
+        return SPECULATORS_METHODS.get(spec["algorithm"], spec["algorithm"])
     if any("DSpark" in a for a in archs) or "dspark_target_layer_ids" in cfg:
         return "dspark"
     if any("DFlash" in a for a in archs) or isinstance(cfg.get("dflash_config"), dict):
