@@ -39,6 +39,7 @@ import pytest  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow  # runs the CLI in a subprocess
 @pytest.mark.parametrize(
     "args,needle",
     [

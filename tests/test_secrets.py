@@ -69,6 +69,7 @@ def _ppspec(args, env, cwd):
     return subprocess.run([sys.executable, "-m", "ppspec_cli.cli", *args], capture_output=True, text=True, env=e, cwd=cwd, timeout=120)
 
 
+@pytest.mark.slow  # runs the CLI in a subprocess
 def test_secret_env_values_never_printed(tmp_path):
     """A token in the environment that reaches a message (here: through a model path) is masked."""
     prof = {"name": "p", "target": {"model": f"/nonexistent/{KEY}"}, "platform": "cuda"}
@@ -78,6 +79,7 @@ def test_secret_env_values_never_printed(tmp_path):
     assert KEY not in cp.stdout + cp.stderr
 
 
+@pytest.mark.slow  # runs the CLI in a subprocess
 @pytest.mark.parametrize("where", [{"engine": {"hf-token": KEY}}, {"engine": {"api-key": KEY}}, {"env": {"API_KEY": KEY}}, {"env": {"AWS_SECRET_ACCESS_KEY": KEY}}])
 def test_secrets_in_profile_are_refused_never_on_a_command_line(tmp_path, where):
     PF.write_target(tmp_path / "t")
@@ -101,6 +103,7 @@ class _Echo(http.server.BaseHTTPRequestHandler):
         self.end_headers()
 
 
+@pytest.mark.slow  # runs the CLI in a subprocess
 def test_server_echo_in_a_redirect_is_masked_in_output(tmp_path):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
     threading.Thread(target=srv.serve_forever, daemon=True).start()

@@ -99,6 +99,7 @@ def test_control_characters_in_host_and_served_name_are_refused(field, value):
         parse_profile(yaml.safe_dump(doc))
 
 
+@pytest.mark.slow  # runs the CLI in a subprocess
 def test_dry_run_output_is_inert_end_to_end(tmp_path, recorder):
     """`serve --dry-run` of a profile whose env and engine values are hostile: every printed line is
     one printable line that `sh -n` accepts; comments do nothing; the command reaches the (fake)
