@@ -71,7 +71,8 @@ def _nixl(name: str, mode: Literal["pull", "push"]) -> Connector:
                     "supported",
                     _ALL,
                     "the producer passes its pp_size in kv_transfer_params and the consumer asks every remote (pp_rank, tp_rank) for its metadata",
-                    "nixl/base_scheduler.py:216 + base_worker.py:886 (0.30.0); :216 + :1030 (0.32.0); :219 + :1147 (0.33.0)",
+                    "nixl/base_scheduler.py:216 + base_worker.py:886 (0.30.0); :216 + :1030 (0.32.0); :219 + :1147 (0.33.0); "
+                    "docs/features/nixl_connector_compatibility.md 'Pipeline parallelism' (0.33.0)",
                 ),
             ),
             "decode": (
