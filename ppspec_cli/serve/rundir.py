@@ -23,6 +23,41 @@ READY_FILE = "ready"
 #: vLLM puts UNIX sockets under TMPDIR and their paths must stay under 108 bytes: a TMPDIR path
 #: longer than this gets a short private directory under /tmp instead.
 MAX_TMPDIR_LEN = 60
+#: Everything ppspec creates in a run directory. Anything else there is the user's: ppspec refuses
+#: such a directory rather than risk deleting what it did not create.
+RUN_DIR_ENTRIES = frozenset({"serve.lock", "plan.json", "launch.json", "engine.log", "plugin-status", "tmp", PRIVATE_TMP_RECORD, READY_FILE, "shm.json", "drafter-overlay"})
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Refuse a run directory that holds anything ppspec did not create, or a symbolic link where
+    ppspec writes or cleans (cleaning through it would delete files elsewhere)."""
+    try:
+        entries = os.listdir(run_dir)
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        raise PpspecError(f"the run directory {run_dir} is not a directory", where="--run-dir", fix="pass a directory path", exit_code=1) from None
+    except OSError as e:
+        raise PpspecError(f"cannot read the run directory {run_dir}: {e.strerror}", where="--run-dir", fix="check its permissions", exit_code=1) from None
+    foreign = sorted(e for e in entries if e not in RUN_DIR_ENTRIES and not (e.startswith(".") and e.endswith(".ppspec-tmp")))
+    if entries and "serve.lock" not in entries:
+        foreign = sorted(entries)  # serve.lock is the first thing ppspec creates: without it nothing here is ours
+    if foreign:
+        shown = ", ".join(repr(e)[:60] for e in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise PpspecError(
+            f"the run directory {run_dir} holds files ppspec did not create ({shown}); ppspec cleans its run directory and never deletes what it did not create",
+            where="--run-dir",
+            fix="give `ppspec serve` a new or empty directory with --run-dir",
+            exit_code=1,
+        )
+    links = sorted(e for e in entries if os.path.islink(run_dir / e))
+    if links:
+        raise PpspecError(
+            f"{run_dir / links[0]} is a symbolic link; ppspec does not write or clean through links",
+            where="--run-dir",
+            fix="remove the link (ppspec recreates the entry), or use another --run-dir",
+            exit_code=1,
+        )
 
 
 def lock_run_dir(run_dir: Path) -> IO[str]:
@@ -30,6 +65,7 @@ def lock_run_dir(run_dir: Path) -> IO[str]:
     the same run directory would overwrite the plan file and remove the first one's temp files.
     The kernel drops the lock when this process dies, even by SIGKILL. Close the returned file to
     release it."""
+    check_run_dir(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     f = open(run_dir / "serve.lock", "a+", encoding="utf-8")  # noqa: SIM115 - held for the whole serve
     try:
@@ -57,9 +93,9 @@ def write_run_files(spec: LaunchSpec, node: NodeLaunch) -> None:
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     write_plan_file(spec.plan_file, spec.plan_data)
     status = Path(spec.plan_data.get("status_dir", spec.run_dir / "plugin-status"))
-    if status.is_dir():
-        for f in status.iterdir():  # records of a previous run
-            if f.is_file() or f.is_symlink():
+    if status.is_dir() and not status.is_symlink():
+        for f in status.iterdir():  # the plugin's records of a previous run (<pid>.json), nothing else
+            if f.suffix == ".json" and f.stem.isdigit() and (f.is_symlink() or f.is_file()):
                 f.unlink()
     status.mkdir(parents=True, exist_ok=True)
     rec = {"node_rank": node.node_rank, "role": node.role, "argv": node.argv, "env": node.env, "env_refs": node.env_refs, "url": spec.url}
@@ -81,7 +117,11 @@ def remove_engine_tmp(run_dir: Path) -> None:
     """Remove the engine's temp dirs: <run_dir>/tmp and the private TMPDIR a run recorded (only a
     /tmp/ppspec-* directory of ours). At the start of a serve they are a killed run's leftovers (we
     hold the lock, so no live run owns them)."""
-    shutil.rmtree(run_dir / "tmp", ignore_errors=True)
+    tmp = run_dir / "tmp"
+    if tmp.is_symlink():
+        tmp.unlink()  # the link only, never what it points at
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)  # rmtree does not follow links inside
     rec = run_dir / PRIVATE_TMP_RECORD
     try:
         p = Path(rec.read_text(encoding="utf-8").strip())
