@@ -1,10 +1,19 @@
-"""Robustness benchmark: the preflight fuzz at a large count plus every `ppspec serve` fault scenario
-on the fake engine, measured the same way as the tests (tests/test_hardening_fuzz.py,
-tests/test_faults.py) but over more inputs.
+"""Robustness benchmark: the attacker suite (tests/fixtures/bad/ppspec_attacks.py: named and
+generated hostile inputs per class of the README's security section), the preflight fuzz at a large
+count, and every `ppspec serve` fault scenario on the fake engine, measured the same way as the
+tests (tests/test_attacks.py, tests/test_hardening_fuzz.py, tests/test_faults.py) over more inputs.
 
-    .venv/bin/python benchmarks/robustness.py [--examples 3000] [--seed N] [--skip-faults]
+    .venv/bin/python benchmarks/robustness.py [--attacks 400] [--examples 3000] [--seed N] [--skip-faults]
 
-Prints one line per fault scenario, then exactly these five lines:
+Prints the attacker suite's counts per class (target 0 each):
+
+    data loss: N
+    secrets: N
+    injections: N
+    hangs: N
+    unhandled: N
+
+then one line per fault scenario, then exactly these five lines:
 
     inputs tried: N
     crashes: N
@@ -30,6 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "fixtures" / "bad"))
 sys.path.insert(0, str(REPO))
 
+import ppspec_attacks as PA  # noqa: E402
 import ppspec_faults as PF  # noqa: E402
 import ppspec_fuzz as F  # noqa: E402
 
@@ -67,7 +77,17 @@ def main() -> int:
     ap.add_argument("--examples", type=int, default=3000, help="fuzz inputs (about 0.1 s each)")
     ap.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: random)")
     ap.add_argument("--skip-faults", action="store_true", help="run the fuzz only")
+    ap.add_argument("--attacks", type=int, default=400, help="generated cases per attacker class (about 0.1 s each)")
     args = ap.parse_args()
+
+    t0 = time.monotonic()
+    tally = PA.run_all(args.attacks, args.seed)
+    print(f"attacker suite: {sum(tally.cases.values())} cases ({', '.join(f'{c} {tally.cases[c]}' for c in PA.CLASSES)}) [{time.monotonic() - t0:.0f}s]")
+    for c in PA.CLASSES:
+        print(f"{c}: {tally.problems[c]}")
+    for n in tally.notes[:20]:
+        print(f"  {n}")
+    attack_bad = sum(tally.problems.values())
 
     t0 = time.monotonic()
     stats = run_fuzz(args.examples, args.seed)
@@ -105,7 +125,7 @@ def main() -> int:
     print(f"orphaned processes: {orphans}")
     print(f"leftover files: {leftovers}")
     bad = len(stats.crashes) + known + len(stats.hangs) + fault_hangs + orphans + leftovers
-    return 0 if bad == 0 and not failed else 1
+    return 0 if bad == 0 and attack_bad == 0 and not failed else 1
 
 
 if __name__ == "__main__":

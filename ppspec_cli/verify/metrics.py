@@ -168,7 +168,11 @@ def parse_prometheus(text: str) -> Scrape:
             if key in seen:
                 raise _bad("the same series appears twice", _fmt_series(Sample(smp.name, labels, 0.0)))
             seen.add(key)
-            samples.append(Sample(smp.name, labels, float(smp.value)))
+            try:
+                value = float(smp.value)
+            except OverflowError:  # an integer beyond any float: refused below like +Inf
+                value = math.inf if smp.value > 0 else -math.inf
+            samples.append(Sample(smp.name, labels, value))
     scrape = Scrape(samples=samples, types=types)
     for smp in samples:
         if smp.name.startswith("vllm:") and _is_monotonic(scrape, smp.name) and not (math.isfinite(smp.value) and smp.value >= 0):
