@@ -9,6 +9,8 @@ import os
 import threading
 from pathlib import Path
 
+import psutil
+
 #: In the run directory: the /dev/shm names the engine used (JSON list), kept while it runs so the
 #: next serve of this run dir can remove them when this one was killed outright (SIGKILL, OOM).
 SHM_RECORD = "shm.json"
@@ -49,11 +51,7 @@ def _shm_of(pid: int | str) -> set[str]:
 def _shm_in_use() -> set[str]:
     """Every /dev/shm name some process maps or holds open right now."""
     used: set[str] = set()
-    try:
-        pids = [d for d in os.listdir("/proc") if d.isdigit()]
-    except OSError:
-        return used
-    for pid in pids:
+    for pid in psutil.pids():
         used |= _shm_of(pid)
     return used
 
@@ -125,28 +123,19 @@ class ShmTracker(threading.Thread):
     def _pids(self) -> list[int]:
         """The engine's processes: its descendants, and the members of its process group (workers
         whose leader died are re-parented to init but stay in the group)."""
-        parents: dict[int, list[int]] = {}
-        group: list[int] = []
-        try:
-            entries = [d for d in os.listdir("/proc") if d.isdigit()]
-        except OSError:
-            return []
-        for d in entries:
+        out = {self.root_pid}
+        for pid in psutil.pids():
             try:
-                with open(f"/proc/{d}/stat", encoding="ascii", errors="replace") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                ppid, pgrp = int(fields[1]), int(fields[2])
-            except (OSError, ValueError, IndexError):
+                if os.getpgid(pid) == self.root_pid:  # start_new_session: the group id is the leader's pid
+                    out.add(pid)
+            except OSError:
                 continue
-            parents.setdefault(ppid, []).append(int(d))
-            if pgrp == self.root_pid:  # start_new_session: the group id is the leader's pid
-                group.append(int(d))
-        out, todo = [self.root_pid, *group], [self.root_pid, *group]
-        while todo:
-            for c in parents.get(todo.pop(), []):
-                out.append(c)
-                todo.append(c)
-        return sorted(set(out))
+        for pid in list(out):
+            try:
+                out.update(c.pid for c in psutil.Process(pid).children(recursive=True))
+            except psutil.Error:
+                continue
+        return sorted(out)
 
     def scan(self) -> None:
         for pid in self._pids():
