@@ -6,8 +6,9 @@ both use it."""
 
 from __future__ import annotations
 
-import socket
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -16,51 +17,8 @@ from ppspec_cli.errors import PpspecError
 from ppspec_cli.serve import health_ok, port_free
 from ppspec_cli.verify.client import Client
 
-
-class RawServer:
-    """Accepts connections and runs `behave(conn, stop)` for each, until stopped."""
-
-    def __init__(self, behave):
-        self.stop = threading.Event()
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.sock.settimeout(0.2)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.behave = behave
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-
-    def _loop(self):
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn):
-        try:
-            conn.recv(65536)
-            self.behave(conn, self.stop)
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    def close(self):
-        self.stop.set()
-        self.thread.join(5)
-        self.sock.close()
-
-
-def drip(prefix: bytes, byte: bytes = b"x"):
-    def behave(conn, stop):
-        conn.sendall(prefix)
-        while not stop.wait(0.05):
-            conn.sendall(byte)
-
-    return behave
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures" / "bad"))
+from ppspec_attacks import RawServer, drip  # noqa: E402
 
 
 @pytest.fixture
