@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ppspec_cli.engine.probes import ProbeResult, _env
+from ppspec_cli.engine.probes import ProbeResult, env_set
 
 MODULE = "vllm.models.kimi_k3.nvidia.model"
 RULE = "kimi_k3-aux-attn-res-boundary"
@@ -27,7 +27,7 @@ def _set_taps(cls: type, taps: tuple[int, ...], stage: int) -> str | None:
     model.use_attn_res, model.attn_res_block_size = True, 2
     model.start_layer, model.end_layer = (0, 3) if stage == 0 else (3, 6)
     model.aux_hidden_state_layers = ()
-    with _env("VLLM_KIMI_K3_AUX_ATTN_RES_STREAM", "1"), relay.simulated_pp(stage, 2, (importlib.import_module(MODULE),)), relay.quiet():
+    with env_set("VLLM_KIMI_K3_AUX_ATTN_RES_STREAM", "1"), relay.simulated_pp(stage, 2, (importlib.import_module(MODULE),)), relay.quiet():
         try:
             model._set_aux_hidden_state_layers(taps)
         except ValueError as e:

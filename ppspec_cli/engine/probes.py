@@ -89,7 +89,8 @@ def _guard(name: str, fn: Callable[[], ProbeResult]) -> ProbeResult:
 
 
 @contextlib.contextmanager
-def _env(name: str, value: str | None) -> Iterator[None]:
+def env_set(name: str, value: str | None) -> Iterator[None]:
+    """Set (or, with None, unset) one environment variable for the block; packs' probes use it too."""
     old = os.environ.get(name)
     try:
         if value is None:
@@ -265,7 +266,7 @@ def probe_partition(num_layers: int | None, pp: int, partition: list[int] | None
         def vllm_bounds(n: int, k: int) -> list[tuple[int, int]]:
             return [tuple(get_pp_indices(n, r, k)) for r in range(k)]  # type: ignore[misc]
 
-        with _env("VLLM_PP_LAYER_PARTITION", None), _quiet_logger("vllm.distributed.utils"):
+        with env_set("VLLM_PP_LAYER_PARTITION", None), _quiet_logger("vllm.distributed.utils"):
             if envs.VLLM_PP_LAYER_PARTITION is not None:
                 return _not_run(name, "vLLM's environment cache pins VLLM_PP_LAYER_PARTITION in this process")
             for n in range(1, 97):
@@ -286,7 +287,7 @@ def probe_partition(num_layers: int | None, pp: int, partition: list[int] | None
         if partition is not None:
             value = ",".join(str(x) for x in partition)
             detail = f"VLLM_PP_LAYER_PARTITION={value}"
-            with _env("VLLM_PP_LAYER_PARTITION", value):
+            with env_set("VLLM_PP_LAYER_PARTITION", value):
                 if envs.VLLM_PP_LAYER_PARTITION != value:
                     return _not_run(name, "vLLM's environment cache does not see VLLM_PP_LAYER_PARTITION changes in this process")
                 try:
