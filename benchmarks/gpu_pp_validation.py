@@ -240,8 +240,8 @@ def profile_for(
             engine["enforce-eager"] = True
         else:  # capture only the batch sizes the arm can reach (max-num-seqs x (1 + speculative tokens)): a faster start
             engine["compilation-config"] = {"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 48, 64, 96] if big else [1, 2, 4, 8, 16, 24]}
-        # Spec-off arms too: every arm on Model Runner V2, so on/off timings compare one runner.
-        env["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+        # No VLLM_USE_V2_MODEL_RUNNER here: ppspec sets it for drafter profiles (and refuses it by hand),
+        # and vLLM 0.33 picks Model Runner V2 for spec-off arms too (engine logs: "Using V2 Model Runner").
         # FlashInfer's sampler is JIT-compiled at start (~85 s once per process); the relay checks do not need it
         env["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
     elif arm.pp == 1:
@@ -474,7 +474,8 @@ def compare_plugin(name: str, results: dict[str, dict]) -> Check:
         procs = r.get("plugin") or []
         # the processes that run the model: the workers, or at PP=1 (one process) the engine core
         workers = [p for p in procs if p.get("role") == "worker"] or [p for p in procs if p.get("role") == "engine_core"]
-        applied = [p for p in workers if p.get("pack") == need[arm.family] and p.get("ok") and p.get("patches")]
+        # a target pack and a drafter pack applied together are recorded as "target+drafter"
+        applied = [p for p in workers if need[arm.family] in str(p.get("pack") or "").split("+") and p.get("ok") and p.get("patches")]
         seen.append(f"{arm_name}: {need[arm.family]} in {len(applied)}/{len(workers)} model processes")
         if not workers or len(applied) != len(workers):
             wrong.append(f"{arm_name}: pack {need[arm.family]} applied in {len(applied)} of {len(workers)} model processes "

@@ -88,7 +88,7 @@ def test_profile_for_cuda_pp2_broken_arm():
     assert p["topology"] == {"tensor_parallel": 1, "pipeline_parallel": 2}
     assert p["platform"] == "cuda" and p["dtype"] == "bfloat16"  # bf16 and CUDA graphs by default: how users serve
     assert p["drafter"] == {"method": "eagle3", "model": f"demo:{demo.RELAY_DRAFTER}", "num_speculative_tokens": gv.NUM_SPEC_TOKENS, "taps": list(demo.RELAY_TAPS_EARLY)}
-    assert p["env"]["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in p["env"]  # ppspec's own (a profile setting it is refused)
     assert "enforce-eager" not in p["engine"] and p["engine"]["kv-cache-memory-bytes"] == gv.KV_CACHE_BYTES
     assert p["engine"]["gpu-memory-utilization"] <= 0.05  # vLLM's start check: many engines share a GPU
     assert p["engine"]["compilation-config"]["cudagraph_capture_sizes"][-1] >= 8 * (1 + gv.NUM_SPEC_TOKENS)
@@ -205,7 +205,8 @@ def _good_results():
     for fam, suffix in (("moe", "-spec"), ("plus1", ""), ("dsv3", "-spec"), ("eagle1", "")):
         for pp in (1, 2):
             pack = {"moe": "qwen3_moe", "dsv3": "deepseek_v3", "eagle1": "eagle_global_layer_ids"}.get(fam)
-            workers = [{"role": "worker", "pack": pack, "ok": True, "patches": ["p"] if pack else []}] * pp
+            shown = f"llama+{pack}" if fam == "eagle1" else pack  # target pack + drafter pack, as the plugin records them
+            workers = [{"role": "worker", "pack": shown, "ok": True, "patches": ["p"] if pack else []}] * pp
             res[f"{fam}-pp{pp}{suffix}"] = _ok(_report(96, 192, [96, 96]) if fam == "eagle1" else good(), plugin=workers)
     return res
 
