@@ -656,6 +656,15 @@ def main() -> None:
     except KeyboardInterrupt:
         print("ppspec: interrupted", file=sys.stderr)
         sys.exit(130)
+    except OSError as e:
+        import errno
+
+        if e.errno not in (errno.ENAMETOOLONG, errno.ELOOP) or _state["debug"]:
+            raise
+        # a path given on the command line or in the profile that the file system cannot take
+        where = str(e.filename or "")
+        print(f"error: {e.strerror}\n  where: {where[:120]}{'...' if len(where) > 120 else ''}\n  fix: use a shorter path (each name at most 255 bytes)", file=sys.stderr)
+        sys.exit(2)
     except Exception as e:  # click usage errors and the unexpected
         import click
 

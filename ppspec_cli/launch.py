@@ -138,8 +138,8 @@ def _depth_keys(v: Any, depth: int = 0) -> list[str]:
     """The DEPTH_KEYS an hf-overrides value sets, at any nesting (a JSON string is read as JSON)."""
     if isinstance(v, str):
         try:
-            v = json.loads(v)
-        except ValueError:
+            v = safeio.parse_json(v, what="hf-overrides")
+        except PpspecError:
             return []
     if depth > 8 or not isinstance(v, dict):
         return []

@@ -445,7 +445,5 @@ def parse_profile(text: str, source: str = "<profile>") -> Profile:
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile file."""
     p = Path(path)
-    if p.is_dir():
-        raise PpspecError(f"{p} is a directory, not a profile file", where=str(p), fix="pass a .yaml file, e.g. profiles/tiny_cpu_demo.yaml")
     text = safeio.read_text(p, limit=MAX_PROFILE_BYTES, what="profile file", fix="pass a profile YAML file (UTF-8, a few KiB); ready profiles are in profiles/")
     return parse_profile(text, source=str(p))

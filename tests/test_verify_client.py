@@ -150,7 +150,7 @@ def test_timeout(server):
 def test_garbage_json(server):
     _, url = server
     _Handler.routes["/v1/models"] = lambda h: (200, "<html>not json</html>", None)
-    with pytest.raises(PpspecError, match="did not return JSON"):
+    with pytest.raises(PpspecError, match="is not valid JSON"):
         Client(url).models()
 
 

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import psutil
 
+from .. import safeio
+from ..errors import PpspecError
+
 #: In the run directory: the /dev/shm names the engine used (JSON list), kept while it runs so the
 #: next serve of this run dir can remove them when this one was killed outright (SIGKILL, OOM).
 SHM_RECORD = "shm.json"
@@ -77,8 +80,8 @@ def remove_recorded_shm(run_dir: Path) -> None:
     (it was killed outright) — only ours, and only those no process uses any more."""
     rec = run_dir / SHM_RECORD
     try:
-        names = json.loads(rec.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        names = safeio.read_json(rec, limit=1 << 20, what="shm record", follow_symlinks=False)
+    except PpspecError:
         names = None
     if names:
         _unlink_ours(names, _shm_in_use())

@@ -124,8 +124,8 @@ def remove_engine_tmp(run_dir: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)  # rmtree does not follow links inside
     rec = run_dir / PRIVATE_TMP_RECORD
     try:
-        p = Path(rec.read_text(encoding="utf-8").strip())
-    except (OSError, UnicodeDecodeError):
+        p = Path(safeio.read_text(rec, limit=4096, what="tmpdir record", follow_symlinks=False).strip())
+    except PpspecError:
         return
     if p.parent == Path("/tmp") and p.name.startswith("ppspec-") and not p.is_symlink() and p.is_dir() and p.stat().st_uid == os.getuid():
         shutil.rmtree(p, ignore_errors=True)

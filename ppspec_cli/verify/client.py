@@ -6,14 +6,13 @@ the endpoint; the API key is read from an environment variable and never appears
 
 from __future__ import annotations
 
-import json
 import os
 import urllib.error
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from .. import netio, redact
+from .. import netio, redact, safeio
 from ..errors import PpspecError
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8000"
@@ -27,7 +26,10 @@ def normalize_endpoint(endpoint: str | None) -> str:
     url = (endpoint or DEFAULT_ENDPOINT).strip()
     if "://" not in url:
         url = "http://" + url
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as e:  # e.g. an unclosed IPv6 bracket
+        raise PpspecError(f"endpoint is not a URL ({e})", where="--endpoint", fix="use a URL like http://127.0.0.1:8000 or http://[::1]:8000") from None
     if parts.scheme not in ("http", "https"):
         raise PpspecError(
             f"endpoint scheme {parts.scheme!r} is not supported",
@@ -161,15 +163,10 @@ class Client:
 
     def _json(self, method: str, path: str, body: dict | None = None, *, timeout: float | None = None) -> Any:
         _, payload = self._request(method, path, body, limit=MAX_JSON_BYTES, timeout=timeout)
-        try:
-            return json.loads(payload.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise PpspecError(
-                f"{self.url(path)} did not return JSON",
-                where=self.url(path),
-                fix="check that --endpoint points at a vLLM OpenAI-compatible server",
-                exit_code=1,
-            ) from None
+        # nesting bounded, strict numbers: a hostile server's `[[[[...` is one message, not a RecursionError
+        return safeio.parse_json(
+            payload, what=f"the answer of {self.url(path)}", where=self.url(path), fix="check that --endpoint points at a vLLM OpenAI-compatible server", exit_code=1
+        )
 
     # -- endpoints -----------------------------------------------------------------------------
 

@@ -8,11 +8,11 @@ or settings is refused, not reported: the numbers would not mean anything.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from .. import safeio
 from ..errors import PpspecError
 
 ACCEPTANCE = "acceptance"
@@ -110,14 +110,7 @@ def speculative_config_from_engine(engine: Mapping[str, Any] | None) -> dict | N
         if k == "speculative-config":
             found = True
             if isinstance(value, str):
-                try:
-                    value = json.loads(value)
-                except json.JSONDecodeError:
-                    raise PpspecError(
-                        "engine.speculative-config is a string but not JSON",
-                        where="profile engine.speculative-config",
-                        fix="write it as a YAML mapping (or a JSON object string)",
-                    ) from None
+                value = safeio.parse_json(value, what="engine.speculative-config (a string, so read as JSON)", where="profile engine.speculative-config", fix="write it as a YAML mapping (or a JSON object string)")
             if isinstance(value, Mapping):
                 out.update(value)
         elif k.startswith("speculative-config."):
