@@ -356,6 +356,11 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
             print(shellout.comment(f"plan file for the ppspec plugin (written at launch): {spec.plan_file}"))
             if t.nodes > 1:
                 print(shellout.comment("every node needs the same ppspec and vLLM installed (the plugin runs in every worker)"))
+                if r.profile.launch.executor == "mp":
+                    from .rollcall import rollcall_port
+
+                    lp = r.profile.launch
+                    print(shellout.comment(f"the nodes reach the head on ports {lp.master_port} (vLLM) and {rollcall_port(lp.master_port)} (ppspec's roll call)"))
             for n in nodes:
                 print(shellout.comment(f"node {n.node_rank} ({n.role})"))
                 print(n.shell_line())
