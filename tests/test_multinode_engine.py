@@ -44,8 +44,23 @@ def two_node_profile(tmp_path: Path, **launch) -> Path:
     return p
 
 
-def shm_names() -> set[str]:
-    return set(os.listdir("/dev/shm"))
+def shm_used_by(pid: int) -> set[str]:
+    """/dev/shm names a process maps or holds open (test-side reading of /proc)."""
+    names: set[str] = set()
+    with contextlib.suppress(OSError):
+        with open(f"/proc/{pid}/maps", errors="replace") as f:
+            names |= {line.split("/dev/shm/", 1)[1].split()[0] for line in f if "/dev/shm/" in line}
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                t = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if t.startswith("/dev/shm/"):
+                    names.add(t[9:].split(" ")[0])
+    return names
+
+
+def residue(names: set[str]) -> list[str]:
+    return sorted(n for n in names if os.path.exists(f"/dev/shm/{n}"))
 
 
 def health(url: str) -> bool:
@@ -69,9 +84,17 @@ class Tree:
     def __init__(self, proc: subprocess.Popen):
         self.proc = proc
         self.seen: set[int] = {proc.pid}
+        self.shm: set[str] = set()  # /dev/shm names these processes used
 
     def scan(self) -> None:
         self.seen |= descendants(self.proc.pid)
+        for p in self.seen:
+            self.shm |= shm_used_by(p)
+
+    def add(self, pids) -> None:
+        self.seen |= set(pids)
+        for p in pids:
+            self.shm |= shm_used_by(p)
 
     def left(self) -> list[int]:
         return sorted(p for p in self.seen if alive(p))
@@ -120,7 +143,6 @@ def test_two_nodes_through_the_slurm_script_and_a_node_lost(tmp_path):
     run_dirs = [cache / "runs" / "tiny-two-node" / f"slurm-4242-node{i}" for i in (0, 1)]
     log_path = tmp_path / "job.log"
     with engine_lock():
-        shm_before = shm_names()
         with open(log_path, "w") as log:
             job = subprocess.Popen(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=tmp_path)
         tree = Tree(job)
@@ -133,6 +155,7 @@ def test_two_nodes_through_the_slurm_script_and_a_node_lost(tmp_path):
             worker_pid = int((run_dirs[1] / "serve.lock").read_text().split()[0])
             victims = sorted(descendants(worker_pid))
             assert victims, "node 1's engine is running"
+            tree.add(victims)
             for p in victims:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(p, signal.SIGKILL)
@@ -143,7 +166,8 @@ def test_two_nodes_through_the_slurm_script_and_a_node_lost(tmp_path):
             assert job.returncode != 0, text[-3000:]
             assert "node 1 was lost" in text, text[-3000:]
             wait_until(lambda: not tree.left(), 30, None, "every process of the job to be gone")
-            assert not (shm_names() - shm_before), f"/dev/shm residue: {sorted(shm_names() - shm_before)}"
+            assert tree.shm, "the engines use shared memory (else this check proves nothing)"
+            assert not residue(tree.shm), f"/dev/shm residue: {residue(tree.shm)}"
             print(f"two nodes: healthy after {t_ready:.0f}s, job ended {t_stop:.0f}s after node 1 was lost")
         finally:
             tree.kill()
@@ -154,7 +178,6 @@ def test_head_alone_names_the_node_that_never_arrived(tmp_path):
     profile = two_node_profile(tmp_path, master_addr="127.0.0.1")
     cache = Path(tempfile.mkdtemp(prefix="ppspec-mn-"))
     with engine_lock():
-        shm_before = shm_names()
         proc = subprocess.Popen(
             [*PPSPEC, "serve", str(profile), "--node-rank", "0", "--health-timeout", "45", "--run-dir", str(cache / "head")],
             stdout=subprocess.PIPE,
@@ -166,12 +189,13 @@ def test_head_alone_names_the_node_that_never_arrived(tmp_path):
         )
         tree = Tree(proc)
         try:
-            wait_until(lambda: proc.poll() is not None, 45 + START_S, tree, "the head to give up")
+            t_gave_up = wait_until(lambda: proc.poll() is not None, 45 + START_S, tree, "the head to give up")
+            print(f"head alone: gave up after {t_gave_up:.0f}s")
             text = proc.stdout.read()
             assert proc.returncode == 1, text[-3000:]
             assert "node(s) 1 never joined the head at 127.0.0.1" in text, text[-3000:]
             wait_until(lambda: not tree.left(), 30, None, "every process of the head to be gone")
-            assert not (shm_names() - shm_before)
+            assert not residue(tree.shm), f"/dev/shm residue: {residue(tree.shm)}"
         finally:
             tree.kill()
             shutil.rmtree(cache, ignore_errors=True)
@@ -206,18 +230,20 @@ def test_ray_executor_on_cpu_against_a_local_ray_cluster(tmp_path):
             return subprocess.run([str(ray_bin), "status", f"--address={addr}"], capture_output=True, env=env, timeout=60, check=False).returncode == 0
 
         try:
-            wait_until(cluster_up, 180, tree, "the Ray cluster")
+            t_up = wait_until(cluster_up, 180, tree, "the Ray cluster")
             r = subprocess.run([*PPSPEC, "serve", str(profile)], capture_output=True, text=True, env=env, timeout=300, cwd=REPO, check=False)
             assert r.returncode == 1 and "topology-ray-cpu" in r.stderr + r.stdout, r.stderr[-3000:]
             assert cluster_up(), "ppspec must never stop a Ray cluster it did not start"
             dry = json.loads(subprocess.run([*PPSPEC, "serve", str(profile), "--dry-run", "--json"], capture_output=True, text=True, env=env, timeout=300, cwd=REPO, check=False).stdout)
             (node,) = dry["nodes"]
             assert node["argv"][node["argv"].index("--distributed-executor-backend") + 1] == "ray"
+            t0 = time.monotonic()
             eng = subprocess.run(node["argv"], capture_output=True, text=True, env={**env, **node["env"], "PPSPEC_PLAN_FILE": ""}, timeout=START_S, check=False, start_new_session=True)
             assert eng.returncode != 0
             assert "Connected to Ray cluster" in eng.stdout + eng.stderr  # it reached the cluster ...
             assert "current platform cpu does not support ray" in eng.stdout + eng.stderr  # ... and stopped there
             assert cluster_up()
+            print(f"ray: cluster up after {t_up:.0f}s; the engine stopped after {time.monotonic() - t0:.0f}s")
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(cluster.pid, signal.SIGTERM)
