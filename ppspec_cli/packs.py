@@ -140,6 +140,13 @@ class MtpLayers(_Strict):
     fixed: int | None = Field(default=None, ge=1, le=MAX_MTP_LAYERS, description="A count vLLM uses whatever the config says.")
 
 
+class LinearLayers(_Strict):
+    """Where a hybrid family's config lists the layers that keep linear-attention / SSM state instead of a KV cache."""
+
+    key: str = Field(description="Dotted text-config key holding the list of layer numbers, e.g. `linear_attn_config.kda_layers`.", pattern=r"^[A-Za-z_][\w.]*$")
+    base: Literal[0, 1] = Field(default=0, description="Whether the list counts layers from 0 or from 1 (as the family's config class reads it).")
+
+
 class Facts(_Strict):
     """What the pack knows about the family; read by rules and probes, never executed."""
 
@@ -173,6 +180,9 @@ class Facts(_Strict):
     mtp_layers: MtpLayers = Field(default_factory=MtpLayers, description="How vLLM counts the family's MTP layers.")
     installed_vllm: str | None = Field(
         default=None, description="What the pack author found in the vLLM the pack was written against."
+    )
+    linear_layers: LinearLayers | None = Field(
+        default=None, description="Hybrid families: where the config lists the linear-attention / SSM layers (the rest are full attention)."
     )
     notes: tuple[str, ...] = Field(default=(), description="Anything else a reader needs.")
 

@@ -236,27 +236,50 @@ def _connector(d: Deployment) -> Iterator[Finding]:
                 yield finding("pd-connector-pcp", "error", "roles.decode.engine", f"{name}: {why} (vLLM {version}; {src})", "prefill-context-parallel-size: 1 on the decode engine")
 
 
-def _hybrid(c: connectors.Connector, role: Role, r: Resolved, version: str) -> Iterator[Finding]:
-    """Which stages hold which attention types, when the target's config lists them (`layer_types`)."""
-    if not (c.pp_hybrid or c.pp_mamba) or r.target is None or r.plan is None:
-        return
+def layer_types(r: Resolved) -> tuple[list[str], str] | None:
+    """Each target layer's attention type and where that came from: the config's `layer_types`,
+    else the family pack's `linear_layers` fact. None when neither says (never guessed)."""
+    if r.target is None or r.plan is None:
+        return None
+    n = r.plan.num_layers
     types = r.target.text.get("layer_types")
-    if not (isinstance(types, list) and len(types) == r.plan.num_layers and all(isinstance(t, str) for t in types)):
+    if isinstance(types, list) and len(types) == n and all(isinstance(t, str) for t in types):
+        return list(types), "the config's layer_types"
+    part = next((p for p in r.family.parts if p.is_target_pack), None) if r.family is not None else None
+    ll = part.facts.linear_layers if part is not None else None
+    if ll is None:
+        return None
+    cur: Any = r.target.text
+    for k in ll.key.split("."):
+        cur = cur.get(k) if isinstance(cur, dict) else None
+    if not (isinstance(cur, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in cur)):
+        return None
+    linear = {i - ll.base for i in cur}
+    return ["linear_attention" if i in linear else "full_attention" for i in range(n)], f"{ll.key} (the {part.name} pack)"
+
+
+def _hybrid(c: connectors.Connector, role: Role, r: Resolved, version: str) -> Iterator[Finding]:
+    """Which stages hold which attention types, and whether the connector carries that under PP."""
+    if not (c.pp_hybrid or c.pp_mamba) or r.plan is None:
+        return
+    got = layer_types(r)
+    if got is None:
         st, why, src = connectors.status(c.pp_hybrid, version)
         if st == "refused":
             yield finding(
                 "pd-hybrid-not-checked",
                 "warning",
                 f"roles.{role}.topology.pipeline_parallel",
-                f"if the target mixes attention types (a hybrid KV cache), {c.name} refuses PP={r.pp} on the {role} side ({why}; {src}); its config lists no `layer_types`, so ppspec could not tell",
+                f"if the target mixes attention types (a hybrid KV cache), {c.name} refuses PP={r.pp} on the {role} side ({why}; {src}); "
+                "neither its config (`layer_types`) nor its pack says which layers are which, so ppspec could not tell",
                 "check the target's attention types; a hybrid target needs a connector that routes hybrid layers by name under PP",
             )
         return
-    per_stage = [sorted({types[i] for i in range(*s.layers)}) for s in r.plan.stages]
-    kinds = {t for t in types}
-    if len(kinds) < 2:
+    types, source = got
+    if len(set(types)) < 2:
         return
-    mamba = any("linear" in t or "mamba" in t for t in kinds)
+    per_stage = [sorted({types[i] for i in range(*s.layers)}) for s in r.plan.stages]
+    mamba = any("linear" in t or "mamba" in t for t in types)
     st, why, src = connectors.status(c.pp_mamba if mamba and c.pp_mamba else c.pp_hybrid, version)
     where = "; ".join(f"stage {i}: {', '.join(ts)}" for i, ts in enumerate(per_stage))
     sev = "error" if st == "refused" else "info"
@@ -264,7 +287,7 @@ def _hybrid(c: connectors.Connector, role: Role, r: Resolved, version: str) -> I
         "pd-hybrid-pp",
         sev,
         f"roles.{role}.topology.pipeline_parallel",
-        f"hybrid target on the {role} engine (PP={r.pp}; {where}): {c.name} {'refuses' if st == 'refused' else 'handles'} it (vLLM {version}: {why}; {src})"
+        f"hybrid target on the {role} engine (PP={r.pp}; {where}; from {source}): {c.name} {'refuses' if st == 'refused' else 'handles'} it (vLLM {version}: {why}; {src})"
         + ("; stages with different attention types advertise different KV region members" if len({tuple(x) for x in per_stage}) > 1 else ""),
         "pipeline_parallel: 1 on this engine, or a connector that routes hybrid layers by name under PP" if sev == "error" else "",
     )

@@ -261,3 +261,22 @@ def test_kv_transfer_config_per_side_and_router():
     assert kv_transfer_config(p, "decode") == {"kv_connector": "NixlConnector", "kv_role": "kv_consumer"}
     ex = p.model_copy(update={"kv_transfer": p.kv_transfer.model_copy(update={"connector": "ExampleConnector", "extra_config": {"shared_storage_path": "/x"}})})
     assert kv_transfer_config(ex, "decode") == {"kv_connector": "ExampleConnector", "kv_role": "kv_both", "kv_connector_extra_config": {"shared_storage_path": "/x"}}
+
+
+@pytest.mark.parametrize("version, says", [("0.30.0", "hybrid layout refused under PP"), ("0.32.0", "Mamba/SSM"), ("0.33.0", "Mamba/SSM")])
+def test_k3_kda_layers_from_the_pack_make_nixl_refuse_prefill_pp(monkeypatch, make_checkpoint, dspark, version, says):
+    """Kimi-K3 is hybrid: KDA (linear attention with recurrent state) and MLA layers, listed 1-based in
+    linear_attn_config.kda_layers (the kimi_k3 pack's linear_layers fact). Stock NIXL refuses PP>1 with
+    that layout on the prefill side in every checked version: the seed's PP=2 prefill needed a fork."""
+    pin(monkeypatch, version)
+    text = {**fixture_config(LLAMA), "num_hidden_layers": 93, "linear_attn_config": {"kda_layers": [i for i in range(1, 94) if i % 4], "full_attn_layers": [i for i in range(1, 94) if i % 4 == 0]}}
+    text.pop("architectures")
+    t = make_checkpoint("k3kda", {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3", "text_config": text})
+    got = codes(resolve_roles(k3_profile(t, dspark), offline=True))
+    f = got["pd-hybrid-pp"]
+    assert f.severity == "error" and says in f.message and "linear_attn_config.kda_layers (the kimi_k3 pack)" in f.message
+    assert "stage 0: full_attention, linear_attention; stage 1: full_attention, linear_attention" in f.message
+    assert "pd-hybrid-not-checked" not in got
+    # a target no pack describes, with the same config key: not read (said, not guessed)
+    u = make_checkpoint("unknown", {"architectures": ["SomeHybridForCausalLM"], "model_type": "x", "text_config": text})
+    assert "pd-hybrid-not-checked" in codes(resolve_roles(k3_profile(u, dspark, adapter="none"), offline=True))
