@@ -106,6 +106,11 @@ def _nixl(name: str, mode: Literal["pull", "push"]) -> Connector:
     )
 
 
+def _both_sides(why: str, source: str) -> dict[Side, tuple[Fact, ...]]:
+    """PP supported on either side, in every checked version."""
+    return {side: (Fact("supported", _ALL, why, source),) for side in ("prefill", "decode")}
+
+
 CONNECTORS: dict[str, Connector] = {
     c.name: c
     for c in (
@@ -115,17 +120,10 @@ CONNECTORS: dict[str, Connector] = {
         Connector(
             name="MooncakeConnector",
             kv_role={"prefill": "kv_producer", "decode": "kv_consumer"},
-            pp={
-                side: (
-                    Fact(
-                        "supported",
-                        _ALL,
-                        "the transfer metadata carries remote_pp_size; with different PP sizes the producer sends once per remote stage and aligns regions by layer name (partial layers allowed)",
-                        "mooncake/mooncake_connector.py:1433 (0.30.0), :1706 (0.32.0), :1790 (0.33.0)",
-                    ),
-                )
-                for side in ("prefill", "decode")
-            },
+            pp=_both_sides(
+                "the transfer metadata carries remote_pp_size; with different PP sizes the producer sends once per remote stage and aligns regions by layer name (partial layers allowed)",
+                "mooncake/mooncake_connector.py:1433 (0.30.0), :1706 (0.32.0), :1790 (0.33.0)",
+            ),
             pp_hybrid=(
                 Fact(
                     "refused",
@@ -140,17 +138,10 @@ CONNECTORS: dict[str, Connector] = {
         Connector(
             name="ExampleConnector",
             kv_role={"prefill": "kv_both", "decode": "kv_both"},
-            pp={
-                side: (
-                    Fact(
-                        "supported",
-                        _ALL,
-                        "every worker saves and loads its own layers as <storage>/<prompt hash>/<layer name>.safetensors: PP-agnostic, but matched by layer name",
-                        "example_connector.py:446 (0.30.0), :452 (0.32.0, 0.33.0)",
-                    ),
-                )
-                for side in ("prefill", "decode")
-            },
+            pp=_both_sides(
+                "every worker saves and loads its own layers as <storage>/<prompt hash>/<layer name>.safetensors: PP-agnostic, but matched by layer name",
+                "example_connector.py:446 (0.30.0), :452 (0.32.0, 0.33.0)",
+            ),
             tp_mismatch=(Fact("refused", _ALL, "each file holds the saving worker's KV heads as is; a different TP loads the wrong shard", "example_connector.py save_kv_layer / start_load_kv"),),
             block_size_mismatch=(Fact("supported", _ALL, "tokens are saved by slot, not by block", "example_connector.py extract_kv_from_layer"),),
             kv_dtype_mismatch=(Fact("refused", _ALL, "the saved tensor is copied into the paged cache as is", "example_connector.py inject_kv_into_layer"),),
