@@ -99,7 +99,8 @@ def test_demo_pp1_eagle3_serves_and_shuts_down_clean(tmp_path):
         except BaseException:
             s.kill_all()
             raise
-        assert rc == 130 and "stopped by SIGINT" in s.output(), s.output()[-3000:]
+        out = s.log_path.read_text(errors="replace")  # stop() closed the log
+        assert rc == 130 and "stopped by SIGINT" in out, out[-3000:]
         _assert_clean_shutdown(s, before)
 
 
@@ -127,7 +128,8 @@ def test_demo_pp2_without_speculation(tmp_path):
         except BaseException:
             s.kill_all()
             raise
-        assert rc == 143 and "stopped by SIGTERM" in s.output(), s.output()[-3000:]
+        out = s.log_path.read_text(errors="replace")  # stop() closed the log
+        assert rc == 143 and "stopped by SIGTERM" in out, out[-3000:]
         _assert_clean_shutdown(s, before)
 
 
