@@ -229,7 +229,9 @@ def serve(
 
     Exit code: 130 stopped by Ctrl-C, 143 by SIGTERM, 129 by SIGHUP (128+N for signal N: while
     serving after a clean shutdown, or before the engine was ready); 1 refused by `check`, or the
-    engine failed (exited, never became healthy, port taken); 2 usage errors.
+    engine failed (exited, never became healthy, port taken); 2 usage errors; 3 the engine started
+    but not every engine process confirmed an ok ppspec plugin status (API server, engine core, and
+    every worker through the engine core): the engine was stopped (docs/architecture.md).
     """
     where = {"master_addr": master_addr, "master_port": master_port, "host": host}
     if role is not None and role not in ("prefill", "decode"):

@@ -225,7 +225,7 @@ def test_plugin_without_pack_still_installs_the_tap_watch(tmp_path, monkeypatch,
     plugin.register()
     assert EagleModelMixin.__dict__["_set_aux_hidden_state_layers"].ppspec_original is orig
     st = _status(tmp_path)
-    assert st["ok"] and [p["patch"] for p in st["patches"]] == ["ppspec.tap_watch"]
+    assert st["ok"] and [p["patch"] for p in st["patches"]] == ["ppspec.worker_confirm", "ppspec.tap_watch"]
     plugin.reset_for_tests()
     assert EagleModelMixin.__dict__["_set_aux_hidden_state_layers"] is orig
 

@@ -67,10 +67,12 @@ def register() -> None:
     path = os.environ.get(ENV_PLAN_FILE)
     if not path:
         return
-    if _state["active"]:
+    if _state["active"] and _state["status"]["pid"] == os.getpid():
         _state["status"]["calls"] += 1
         _write_status()
         return
+    if _state["active"]:  # a forked child inherited the parent's state: this process reports itself
+        _state.update({"active": False, "patches": [], "status": None, "status_path": None})
     _activate(path)
 
 
@@ -253,7 +255,20 @@ def core_patches() -> list[Any]:
             raise AssertionError(f"tap watch saw {seen}; stored {bare.aux_hidden_state_layers}")
         return True
 
+    def confirm_check(core: type) -> bool:
+        return getattr(core._initialize_kv_caches, "__wrapped__", None) is not None
+
     return [
+        Patch(
+            name="worker_confirm",
+            module="vllm.v1.engine.core",
+            target="EngineCore",
+            attrs=lambda orig: {"_initialize_kv_caches": _confirm_workers_after(orig["_initialize_kv_caches"])},
+            description="after the workers built their models, ask each one (vLLM's collective_rpc, every node) for its plugin status",
+            requires=("_initialize_kv_caches",),
+            check=confirm_check,
+            pack=CORE_PACK,
+        ),
         Patch(
             name="tap_watch",
             module="vllm.model_executor.models.interfaces",
@@ -265,6 +280,75 @@ def core_patches() -> list[Any]:
             pack=CORE_PACK,
         )
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker confirmation: the engine core asks every worker, through the engine's own RPC
+
+
+#: Seconds the engine core waits for every worker's answer.
+CONFIRM_TIMEOUT_S = 120.0
+
+
+def worker_status(wrapper: Any) -> dict[str, Any]:
+    """Run in a worker by the engine core (collective_rpc sends this function by reference: a worker
+    that cannot import ppspec fails the call, which the engine core reports). This worker's plugin
+    status, or why there is none."""
+    rank = getattr(wrapper, "global_rank", None)
+    cfg = getattr(wrapper, "vllm_config", None)
+    pp_rank = _pp_rank(cfg, rank) if cfg is not None else None
+    st = _state.get("status")
+    if not _state["active"] or not st or st.get("pid") != os.getpid():
+        why = st.get("error") if st else None
+        plugins = os.environ.get("VLLM_PLUGINS")
+        return {"pid": os.getpid(), "rank": rank, "pp_rank": pp_rank, "ok": False, "pack": None,
+                "error": why or "the ppspec plugin did not run in this worker" + (f" (VLLM_PLUGINS={plugins!r})" if plugins is not None else " (its import failed, or vLLM skipped it)")}
+    return {"pid": os.getpid(), "rank": rank, "pp_rank": pp_rank, "ok": bool(st.get("ok")), "pack": st.get("pack"),
+            "patches": [p.get("patch") for p in st.get("patches") or []], "tripwires": st.get("tripwires"), "error": st.get("error")}
+
+
+def _confirm_workers_after(orig: Any) -> Any:
+    import functools
+
+    @functools.wraps(orig)
+    def _initialize_kv_caches(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = orig(self, *args, **kwargs)
+        if _state["active"]:
+            confirm_workers(self.model_executor)
+        return out
+
+    return _initialize_kv_caches
+
+
+def confirm_workers(executor: Any) -> None:
+    """Ask every worker of this engine core for its status; record them in this process's status
+    (`workers`, `workers_confirmed`) and refuse (PluginRefusal) unless each is ok and together they
+    cover every pipeline stage of the plan."""
+    status = _state["status"]
+    exp = _state["expect"]
+    try:
+        got = executor.collective_rpc(worker_status, timeout=CONFIRM_TIMEOUT_S)
+        workers = [dict(w) for w in got]
+        error = None
+    except Exception as e:  # noqa: BLE001 - a worker without ppspec fails the call: that is the finding
+        workers, error = [], f"a worker could not report its plugin status: {type(e).__name__}: {str(e)[:500]}"
+    status["workers"] = workers
+    bad = [w for w in workers if not w.get("ok")]
+    if error is None and bad:
+        error = "; ".join(f"worker rank {w.get('rank')} (pid {w.get('pid')}): {w.get('error')}" for w in bad[:8])
+    want_pp = exp.get("pp")
+    stages = {w.get("pp_rank") for w in workers}
+    if error is None and want_pp is not None and not set(range(int(want_pp))) <= stages:
+        error = f"the workers cover pipeline stages {sorted(s for s in stages if s is not None)}, the plan has {want_pp}"
+    status["workers_confirmed"] = error is None
+    if error is not None:
+        e = PluginRefusal(f"not every worker runs the ppspec plugin: {error}", pack=status.get("pack"), vllm=status.get("vllm"),
+                          fix="install the same ppspec in every node's environment, keep `ppspec` in VLLM_PLUGINS, and see the worker's log for its import error")
+        status["ok"] = False
+        status["error"] = str(e)
+        _write_status()
+        raise e
+    _write_status()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -87,12 +87,17 @@ def lock_run_dir(run_dir: Path) -> IO[str]:
     return f
 
 
+def status_dir(spec: LaunchSpec) -> Path:
+    """Where every engine process's plugin writes its status record (kept with the run)."""
+    return Path(spec.plan_data.get("status_dir", spec.run_dir / "plugin-status"))
+
+
 def write_run_files(spec: LaunchSpec, node: NodeLaunch) -> None:
     """Plan file for the plugin and the launch record, written before anything starts; the plugin
     status folder emptied of a previous run's records."""
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     write_plan_file(spec.plan_file, spec.plan_data)
-    status = Path(spec.plan_data.get("status_dir", spec.run_dir / "plugin-status"))
+    status = status_dir(spec)
     if status.is_dir() and not status.is_symlink():
         for f in status.iterdir():  # the plugin's records of a previous run (<pid>.json), nothing else
             if f.suffix == ".json" and f.stem.isdigit() and (f.is_symlink() or f.is_file()):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import netio, redact, shellout
+from ..engine.plugin import read_status_dir
 from ..errors import PpspecError
 from ..launch import LaunchSpec, NodeLaunch, materialize_overlay
 from .residue import (
@@ -29,9 +30,11 @@ from .residue import (
     remove_recorded_shm,
     shm_snapshot,
 )
+from .confirm import EXIT_UNCONFIRMED, unconfirmed
 from .rundir import (
     READY_FILE,
     lock_run_dir,
+    status_dir,
     make_engine_tmp,
     remove_engine_tmp,
     write_run_files,
@@ -336,6 +339,9 @@ def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, h
         reader.join(timeout=5)
         cause = likely_cause(list(tail))
         msg = f"the engine exited with code {proc.returncode} {when}. Last log lines:\n    {_tail_text(tail)}"
+        refused = [r for r in read_status_dir(status_dir(spec)) if r.get("workers_confirmed") is False]
+        if refused:
+            return ServeResult(EXIT_UNCONFIRMED, f"{refused[0].get('error')}\n  full log: {log_path}")
         return ServeResult(1, msg + (f"\n  likely cause: {cause}" if cause else "") + f"\n  full log: {log_path}")
 
     t0 = time.monotonic()
@@ -349,6 +355,13 @@ def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, h
         if proc.poll() is not None:
             return exited("during start-up")
         if health_ok(spec.url):
+            why = unconfirmed(status_dir(spec))
+            if why:
+                return ServeResult(
+                    EXIT_UNCONFIRMED,
+                    f"the engine answers /health but the ppspec plugin is not confirmed in every engine process: {why}. "
+                    f"Stopped the engine (it would serve without the plan's checks and patches). Status records: {status_dir(spec)}; engine log: {log_path}",
+                )
             break
         now = time.monotonic()
         if now - t0 > health_timeout_s:

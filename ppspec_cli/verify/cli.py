@@ -109,6 +109,11 @@ def verify_command(
         tokenizer=ctx.get("tokenizer"),
         refuse_synthetic=wants_gates or bool(save_baseline or save_reference),
     )
+    if ctx.get("name"):  # which packs ran in which engine process, from the run `ppspec serve` keeps
+        from ..launch import default_run_dir
+        from ..serve.confirm import plugin_record
+
+        report.plugin = plugin_record(default_run_dir(ctx["name"]) / "plugin-status")
     chosen = explicit
     if chosen is None:
         chosen = resolve_gates(

@@ -38,6 +38,8 @@ class Report:
     outputs: list[dict]
     task_score: dict | None = None
     per_engine: dict = field(default_factory=dict)
+    #: The ppspec plugin status of each engine process of the served run (serve.confirm.plugin_record).
+    plugin: list[dict] = field(default_factory=list)
     gates: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     lm_eval_command: str | None = None

