@@ -18,6 +18,7 @@ import sys
 import pytest
 
 from ppspec_cli import demo
+from test_relay import families as _families, llama as _llama  # noqa: F401  (test_relay's fixtures, under these names)
 
 pytestmark = [
     pytest.mark.vllm,
@@ -44,29 +45,9 @@ def weights(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def classes():
-    """vLLM's LlamaModel, and Qwen3MoeModel / DeepseekV2Model with their packs applied (reverted after)."""
-    import vllm.model_executor.models.deepseek_v2 as dsv2
-    import vllm.model_executor.models.llama as llama
-    import vllm.model_executor.models.qwen3_moe as q3m
-
-    from ppspec_cli.engine.patching import revert_all
-    from ppspec_cli.engine.plugin import load_patches
-    from ppspec_cli.packs import get_pack
-
-    applied = []
-    try:
-        for name in ("qwen3_moe", "deepseek_v3"):
-            for part, file in get_pack(name).patch_files:
-                ps = load_patches(part, file)
-                applied.extend(ps)
-                for p in ps:
-                    p.apply()
-                for p in ps:
-                    p.verify()
-        yield {"llama": llama.LlamaModel, "qwen3_moe": q3m.Qwen3MoeModel, "deepseek_v3": dsv2.DeepseekV2Model}
-    finally:
-        revert_all(applied)
+def classes(_families, _llama):  # noqa: F811  (pytest passes the imported fixtures by name)
+    """vLLM's LlamaModel, and Qwen3MoeModel / DeepseekV2Model with their packs applied (test_relay's fixtures)."""
+    return {"llama": _llama.LlamaModel, **_families}
 
 
 def _planted(cls, target_sd):
