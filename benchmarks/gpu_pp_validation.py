@@ -919,7 +919,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--verify-timeout", type=int, default=420)
     p.add_argument("--budget-s", type=float, default=None, help="start no new arm after this many seconds; exit 3 (rerun with --resume)")
     p.add_argument("--resume", action="store_true", help="keep arms that finished in an earlier call with the same --work")
-    p.add_argument("--no-lock", action="store_true", help=f"do not take {ENGINE_LOCK} around each engine")
+    p.add_argument("--no-lock", action="store_true", help=f"cpu: do not take {ENGINE_LOCK} around each engine (cuda never takes it)")
     p.add_argument("--dry-run", action="store_true", help="write the profiles and print the plan; start nothing")
     return p.parse_args(argv)
 
@@ -996,7 +996,8 @@ def main(argv: list[str] | None = None) -> int:
         demo.ensure_demo_model(name)
 
     runs = Path(tempfile.mkdtemp(prefix="ppspec-gv-", dir="/tmp" if os.path.isdir("/tmp") else None))
-    ctx = RunContext(work, a.platform, env, max_tokens, num_prompts, health, a.verify_timeout, profile_kwargs, not a.no_lock,
+    # the machine-wide engine lock is for shared CPU hosts; on cuda it would serialize --jobs
+    ctx = RunContext(work, a.platform, env, max_tokens, num_prompts, health, a.verify_timeout, profile_kwargs, a.platform == "cpu" and not a.no_lock,
                      log=lambda m: print(m, flush=True), runs=runs)
     results: dict[str, dict] = {}
     complete = True
