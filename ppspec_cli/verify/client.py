@@ -7,7 +7,6 @@ the endpoint; the API key is read from an environment variable and never appears
 from __future__ import annotations
 
 import os
-import urllib.error
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any
