@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import re
 import struct
+import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import safeio, shellout
+from . import netio, safeio, shellout
 from .errors import PpspecError
 
 MAX_CONFIG_BYTES = 8 << 20
@@ -456,6 +458,63 @@ def _hub_error(e: Exception, ref: str, *, offline: bool = False, revision: str |
     return PpspecError(f"could not read {ref!r} from the hub: {name}: {detail}", where=ref, fix="check the network / HF_ENDPOINT, or use a local directory", exit_code=1)
 
 
+# Every hub exchange for one checkpoint (reachability HEAD, sizes, downloads, header range reads)
+# shares ONE total deadline: huggingface_hub's shared httpx2 client runs on netio's deadline
+# connections, so a hub that drips bytes cannot hold `check`/`plan`/`serve` past it.
+HUB_DEADLINE_ENV = "PPSPEC_HUB_DEADLINE"
+HUB_DEADLINE_DEFAULT = 60.0
+_HUB_CLOCK = netio.Clock()
+_hub_client: dict[str, Any] = {}  # "installed" -> endpoint; "last" -> the last file requested
+
+
+def _hub_budget() -> float:
+    raw = os.environ.get(HUB_DEADLINE_ENV, "").strip()
+    if not raw:
+        return HUB_DEADLINE_DEFAULT
+    try:
+        budget = float(raw)
+    except ValueError:
+        budget = float("nan")
+    if not 0 < budget <= 86400:
+        raise PpspecError(
+            f"{HUB_DEADLINE_ENV}={raw[:40]!r} is not a number of seconds in (0, 86400]",
+            where=HUB_DEADLINE_ENV,
+            fix=f"set it to the seconds one checkpoint's hub metadata may take (default {HUB_DEADLINE_DEFAULT:g}), or unset it",
+            exit_code=1,
+        )
+    return budget
+
+
+def _install_hub_client() -> None:
+    """huggingface_hub's shared client, rebuilt on connections bounded by _HUB_CLOCK (once per endpoint)."""
+    from huggingface_hub import constants, get_session, set_client_factory
+
+    endpoint = str(constants.ENDPOINT)
+    if _hub_client.get("installed") == endpoint:
+        return
+    hooks = get_session().event_hooks  # the hub's own: offline mode, request ids
+
+    def note(request: Any) -> None:  # which file an overrun was reading, for the message
+        path = urllib.parse.unquote(str(request.url.path))
+        _hub_client["last"] = path.split("/resolve/", 1)[-1].split("/", 1)[-1]
+
+    proxy = netio.proxy_for(endpoint)
+    set_client_factory(
+        lambda: netio.httpx2_client(_HUB_CLOCK, proxy, event_hooks={"request": [*hooks["request"], note], "response": hooks["response"]}, follow_redirects=True, timeout=None)
+    )
+    _hub_client["installed"] = endpoint
+
+
+def _hub_overrun(ref: str, budget: float) -> PpspecError:
+    what = _hub_client.get("last") or "metadata"
+    return PpspecError(
+        f"the hub ({_endpoint()}) did not finish sending {what!r} of {ref!r} within the {budget:g} s deadline for one checkpoint's metadata; abandoned",
+        where=f"{ref}/{what}",
+        fix=f"check the network / HF_ENDPOINT; for a slow hub raise {HUB_DEADLINE_ENV} (seconds); or point `model` at a local directory",
+        exit_code=1,
+    )
+
+
 _REACHABILITY: dict[str, bool] = {}  # endpoint -> unreachable, once per process
 
 
@@ -472,6 +531,8 @@ def _hub_unreachable(ref: str, revision: str | None) -> bool:
         get_hf_file_metadata(hf_hub_url(ref, "config.json", revision=revision), timeout=constants.HF_HUB_ETAG_TIMEOUT)
         down = False
     except Exception as e:  # noqa: BLE001
+        if _HUB_CLOCK.expired():
+            raise
         status = getattr(getattr(e, "response", None), "status_code", None)
         down = status is None or status in (408, 429, 500, 502, 503, 504)
     _REACHABILITY[ep] = down
@@ -479,7 +540,25 @@ def _hub_unreachable(ref: str, revision: str | None) -> bool:
 
 
 def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_headers: bool = True) -> Checkpoint:
-    """Metadata from the hub (or its local cache): config, index, and safetensors headers by range reads."""
+    """Metadata from the hub (or its local cache): config, index, and safetensors headers by range
+    reads, all within one total deadline (PPSPEC_HUB_DEADLINE seconds, default 60)."""
+    budget = _hub_budget()
+    _hub_client.pop("last", None)
+    try:
+        _install_hub_client()
+        _HUB_CLOCK.deadline = time.monotonic() + budget
+        return _load_hub(ref, revision, offline=offline, read_headers=read_headers)
+    except PpspecError:
+        raise
+    except Exception:
+        if _HUB_CLOCK.expired():
+            raise _hub_overrun(ref, budget) from None
+        raise
+    finally:
+        _HUB_CLOCK.deadline = float("inf")
+
+
+def _load_hub(ref: str, revision: str | None, *, offline: bool, read_headers: bool) -> Checkpoint:
     try:
         from huggingface_hub import constants, get_hf_file_metadata, get_safetensors_metadata, hf_hub_download, hf_hub_url
         from huggingface_hub.utils import EntryNotFoundError
@@ -508,6 +587,8 @@ def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_head
         except PpspecError:
             raise
         except Exception as e:  # noqa: BLE001 - translated into one clear message
+            if _HUB_CLOCK.expired():
+                raise  # load_hub reports the overrun
             # LocalEntryNotFoundError (and its IncompleteSnapshotError) is also an
             # EntryNotFoundError: "not cached, hub offline/unreachable" is not "no such file".
             if any(c.__name__ == "LocalEntryNotFoundError" for c in type(e).__mro__):
@@ -542,6 +623,8 @@ def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_head
     try:
         meta = get_safetensors_metadata(ref, revision=revision)  # range reads of the headers only
     except Exception as e:  # noqa: BLE001
+        if _HUB_CLOCK.expired():
+            raise  # load_hub reports the overrun
         kind = type(e).__name__
         if kind == "SafetensorsParsingError":
             ck.gaps.append(Gap("bad-safetensors", f"a safetensors header on the hub is corrupt: {str(e).splitlines()[0][:200] if str(e) else kind}"))

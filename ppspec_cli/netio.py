@@ -21,7 +21,7 @@ import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import httpcore
 import httpx
@@ -52,72 +52,106 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
-class _Clock:
-    """The deadline of the exchange in progress (one exchange at a time per client)."""
+class DeadlineExceeded(Exception):
+    """A total deadline passed. Deliberately not an httpx/httpcore error: clients that retry
+    timeouts (huggingface_hub retries a stalled download 5 times, a second apart) let it through."""
+
+
+class Clock:
+    """A total deadline shared by the socket operations of one exchange (netio.Http) or of all the
+    hub exchanges for one checkpoint (checkpoint.load_hub). `deadline` is time.monotonic() based."""
 
     def __init__(self) -> None:
         self.deadline = float("inf")
 
+    def expired(self) -> bool:
+        return time.monotonic() >= self.deadline
+
     def left(self, timeout: float | None) -> float:
         rest = self.deadline - time.monotonic()
         if rest <= 0:
-            raise TimeoutError("total deadline passed")
+            raise DeadlineExceeded("total deadline passed")
         return rest if timeout is None else min(timeout, rest)
 
+    def run(self, timed_out: type[Exception], op: Callable[[float], Any], timeout: float | None) -> Any:
+        """`op(seconds)` with at most the time left; its own timeout at the deadline is the deadline's."""
+        try:
+            return op(self.left(timeout))
+        except timed_out:
+            if self.expired():
+                raise DeadlineExceeded("total deadline passed") from None
+            raise
 
-class _Stream(httpcore.NetworkStream):
-    def __init__(self, inner: httpcore.NetworkStream, clock: _Clock):
-        self._inner, self._clock = inner, clock
+
+class _Stream:
+    """A network stream whose every operation gets at most the time left on the clock."""
+
+    def __init__(self, inner: Any, clock: Clock, timed_out: type[Exception]):
+        self._inner, self._clock, self._timed_out = inner, clock, timed_out
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        try:
-            t = self._clock.left(timeout)
-        except TimeoutError:
-            raise httpcore.ReadTimeout("total deadline passed") from None
-        return self._inner.read(max_bytes, t)
+        return self._clock.run(self._timed_out, lambda t: self._inner.read(max_bytes, t), timeout)
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        try:
-            t = self._clock.left(timeout)
-        except TimeoutError:
-            raise httpcore.WriteTimeout("total deadline passed") from None
-        self._inner.write(buffer, t)
+        self._clock.run(self._timed_out, lambda t: self._inner.write(buffer, t), timeout)
 
     def close(self) -> None:
         self._inner.close()
 
-    def start_tls(self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None) -> httpcore.NetworkStream:
-        return _Stream(self._inner.start_tls(ssl_context, server_hostname, self._clock.left(timeout)), self._clock)
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None) -> Any:
+        inner = self._clock.run(self._timed_out, lambda t: self._inner.start_tls(ssl_context, server_hostname, t), timeout)
+        return _Stream(inner, self._clock, self._timed_out)
 
     def get_extra_info(self, info: str) -> Any:
         return self._inner.get_extra_info(info)
 
 
-class _Backend(httpcore.SyncBackend):
-    def __init__(self, clock: _Clock):
-        self._clock = clock
+class _Backend:
+    """A network backend for httpcore (httpx) or httpcore2 (httpx2, which huggingface_hub runs on):
+    the one place where a total deadline becomes per-socket-operation timeouts."""
 
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None, socket_options: Any = None) -> httpcore.NetworkStream:
-        try:
-            t = self._clock.left(timeout)
-        except TimeoutError:
-            raise httpcore.ConnectTimeout("total deadline passed") from None
-        return _Stream(super().connect_tcp(host, port, t, local_address, socket_options), self._clock)
+    def __init__(self, clock: Clock, core: Any):
+        self._inner, self._clock, self._timed_out = core.SyncBackend(), clock, core.TimeoutException
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None, socket_options: Any = None) -> Any:
+        inner = self._clock.run(self._timed_out, lambda t: self._inner.connect_tcp(host, port, t, local_address, socket_options), timeout)
+        return _Stream(inner, self._clock, self._timed_out)
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def deadline_pool(core: Any, clock: Clock, proxy: str | None, **kw: Any) -> Any:
+    """httpcore's (or httpcore2's) connection pool, direct or through `proxy`, on the deadline backend."""
+    backend = _Backend(clock, core)
+    if proxy:
+        return core.HTTPProxy(proxy_url=proxy, network_backend=backend, **kw)
+    return core.ConnectionPool(network_backend=backend, **kw)
 
 
 class _Transport(httpx.HTTPTransport):
     """httpx's transport on a connection pool whose sockets obey the exchange's total deadline."""
 
-    def __init__(self, clock: _Clock, proxy: str | None):
+    def __init__(self, clock: Clock, proxy: str | None):
         super().__init__(trust_env=False)
-        backend = _Backend(clock)
-        if proxy:
-            self._pool = httpcore.HTTPProxy(proxy_url=proxy, network_backend=backend)
-        else:
-            self._pool = httpcore.ConnectionPool(network_backend=backend)
+        self._pool = deadline_pool(httpcore, clock, proxy)
 
 
-def _proxy_for(url: str) -> str | None:
+def httpx2_client(clock: Clock, proxy: str | None, **client_kw: Any) -> Any:
+    """An httpx2 client (the fork huggingface_hub runs on) whose sockets obey `clock`, TLS as
+    httpx2 sets it up by default (system trust store, SSL_CERT_FILE)."""
+    import httpcore2
+    import httpx2
+
+    class _Transport2(httpx2.HTTPTransport):
+        def __init__(self) -> None:
+            super().__init__()
+            self._pool = deadline_pool(httpcore2, clock, proxy, ssl_context=httpx2.create_ssl_context())
+
+    return httpx2.Client(transport=_Transport2(), **client_kw)
+
+
+def proxy_for(url: str) -> str | None:
     parts = urllib.parse.urlsplit(url)
     if is_loopback(parts.hostname):
         return None
@@ -139,8 +173,8 @@ class Http:
 
     def __init__(self, base_url: str):
         self.base_url = base_url
-        self._clock = _Clock()
-        self._client = httpx.Client(transport=_Transport(self._clock, _proxy_for(base_url)), follow_redirects=False, trust_env=False, timeout=None)
+        self._clock = Clock()
+        self._client = httpx.Client(transport=_Transport(self._clock, proxy_for(base_url)), follow_redirects=False, trust_env=False, timeout=None)
 
     def close(self) -> None:
         self._client.close()
@@ -163,7 +197,7 @@ class Http:
                 return Reply(resp.status_code, resp.headers, b"".join(chunks))
         except NetError:
             raise
-        except httpx.TimeoutException:
+        except (httpx.TimeoutException, DeadlineExceeded):
             raise NetError("timeout", f"{url} did not answer within {deadline:g} s") from None
         except httpx.ConnectError as e:
             root = _root_cause(e)

@@ -62,6 +62,10 @@ class Hub:
     log: list[dict] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     url: str = ""
+    # "org/name/fname" -> how the server stalls it: "headers" (drips its response headers), "body" (drips
+    # the body), "chunked" (a chunked body that never ends); each would take hours to finish
+    stall: dict[str, str] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
 
 
 def _handler(hub: Hub):
@@ -91,6 +95,8 @@ def _handler(hub: Hub):
             f = hub.repos[repo].get(fname)
             if f is None:
                 return self._empty(404, **{"X-Error-Code": "EntryNotFound", "X-Repo-Commit": COMMIT})
+            if f"{repo}/{fname}" in hub.stall:
+                return self._stall(hub.stall[f"{repo}/{fname}"], f, body)
             start, end, status = 0, f.size, 200
             if rng:
                 a, b = re.match(r"bytes=(\d+)-(\d*)", rng).groups()
@@ -111,6 +117,34 @@ def _handler(hub: Hub):
                 self.wfile.write(data)
                 entry["sent"] = len(data)
 
+        def _drip(self, data: bytes, every: float = 1.0) -> None:
+            try:
+                for i in range(len(data)):
+                    if hub.stop.wait(every):
+                        return
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
+            except OSError:  # the client gave up: what the test wants
+                pass
+
+        def _stall(self, how: str, f: VFile, body: bool) -> None:
+            self.close_connection = True
+            head = f"HTTP/1.1 200 OK\r\nX-Repo-Commit: {COMMIT}\r\nETag: \"{f.etag}\"\r\n"
+            if how == "headers":  # ~10000 s of headers
+                return self._drip((head + "X-Pad: " + "a" * 10000 + "\r\n\r\n").encode())
+            if how == "body":  # announced in full, then one byte a second
+                self.wfile.write(f"{head}Content-Length: {f.size}\r\n\r\n".encode())
+                return self._drip(f.read(0, f.size)) if body else None
+            if not body:  # "chunked": HEAD fine, GET a body that never ends
+                return self._empty(200, **{"X-Repo-Commit": COMMIT, "ETag": f'"{f.etag}"'})
+            self.wfile.write(f"{head}Transfer-Encoding: chunked\r\n\r\n".encode())
+            try:
+                while not hub.stop.wait(0.2):
+                    self.wfile.write(b"1\r\n\0\r\n")
+                    self.wfile.flush()
+            except OSError:
+                pass
+
         def do_HEAD(self):
             self._serve(False)
 
@@ -130,6 +164,7 @@ def hub():
     try:
         yield h
     finally:
+        h.stop.set()
         srv.shutdown()
         srv.server_close()
 
@@ -446,3 +481,45 @@ def test_hub_announced_size_is_checked_before_downloading(tmp_path, write_profil
     assert rc == 1 and "announces config.json" in codes(out)["target-unreadable"]["message"]
     gets = [e for e in hub.log if e["method"] == "GET" and e["path"].endswith("/config.json") and "Llama" in e["path"]]
     assert gets == [] and hub.violations == []
+
+
+# ---------------------------------------------------------------------------------------------
+# (d) a hub that drips: one total deadline per checkpoint (PPSPEC_HUB_DEADLINE), not per read
+
+
+@pytest.mark.parametrize(
+    "stall, fname",
+    [
+        ("headers", "config.json"),  # even the reachability HEAD drips
+        ("body", "config.json"),  # hf_hub_download's GET
+        ("body", "model.safetensors.index.json"),
+        ("chunked", "model.safetensors"),  # get_safetensors_metadata's range read
+    ],
+)
+def test_dripping_hub_is_abandoned_at_the_deadline(tmp_path, write_profile, hub, stall, fname):
+    """The stalled exchange would need hours; with a 3 s budget `check` ends with one clear
+    finding naming the repo, the file and the deadline, exit 1, and leaves no partial download
+    in the HF cache. (The subprocess bound of 90 s is only a safety net.)"""
+    target = llama_repo()
+    if fname == "model.safetensors":
+        target = {k: v for k, v in target.items() if k != "model.safetensors.index.json"}
+        target["model.safetensors"] = eagle3_repo()["model.safetensors"]
+    hub.repos = {"meta-llama/Llama-3.1-8B-Instruct": target, "org/eagle3": eagle3_repo()}
+    hub.stall = {f"meta-llama/Llama-3.1-8B-Instruct/{fname}": stall}
+    env = hub_env(tmp_path, hub.url, offline=False, PPSPEC_HUB_DEADLINE="3")
+    cp = run_ppspec("check", str(profile(write_profile)), "--json", "--no-probes", env=env, timeout=90)
+    assert "Traceback" not in cp.stderr, cp.stderr
+    out = json.loads(cp.stdout)
+    assert cp.returncode == 1
+    msg = codes(out)["target-unreadable"]["message"]
+    assert "meta-llama/Llama-3.1-8B-Instruct" in msg and repr(fname) in msg and "3 s deadline" in msg, msg
+    assert "drafter-unreadable" not in codes(out)  # the next checkpoint gets its own budget
+    assert not [p for p in (tmp_path / "hf-cache").rglob("*") if p.name.endswith(".incomplete")]
+
+
+def test_hub_deadline_value_is_checked(tmp_path, write_profile, hub):
+    """A bad budget is the checkpoint's one clear finding, before any request is made."""
+    hub.repos = {"meta-llama/Llama-3.1-8B-Instruct": llama_repo(), "org/eagle3": eagle3_repo()}
+    rc, out, _ = check_json(profile(write_profile), hub_env(tmp_path, hub.url, offline=False, PPSPEC_HUB_DEADLINE="soon"))
+    assert rc == 1 and "PPSPEC_HUB_DEADLINE='soon'" in codes(out)["target-unreadable"]["message"]
+    assert hub.log == []
