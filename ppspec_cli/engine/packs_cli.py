@@ -24,6 +24,8 @@ from importlib import metadata as md
 from pathlib import Path
 from typing import Any
 
+from .. import safeio
+from ..errors import PpspecError
 from ..packs import CAPABILITIES, Pack, get_pack, load_packs
 from .probes import installed_vllm
 
@@ -79,10 +81,8 @@ def _write_cache(key: str, modules: dict[str, str | None]) -> None:
     f = _cache_file()
     try:
         f.parent.mkdir(parents=True, exist_ok=True)
-        tmp = f.with_name(f"{f.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"key": key, "modules": modules}), encoding="utf-8")
-        os.replace(tmp, f)
-    except OSError:
+        safeio.write_text(f, json.dumps({"key": key, "modules": modules}), what="the import-check cache")
+    except (OSError, PpspecError):
         pass  # an unwritable cache only costs the next run the check again
 
 

@@ -466,10 +466,11 @@ def _write_status() -> None:
     status["time"] = time.time()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(status, sort_keys=True, default=str) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
+        from .. import safeio
+        from ..errors import PpspecError
+
+        safeio.write_text(path, json.dumps(status, sort_keys=True, default=str) + "\n", what="the plugin status")
+    except (OSError, PpspecError):
         pass  # a status file is evidence, never a reason to stop an engine
 
 

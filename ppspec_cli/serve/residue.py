@@ -116,11 +116,9 @@ class ShmTracker(threading.Thread):
             if names == self._written:
                 return
             try:
-                tmp = self.record.with_name(self.record.name + ".tmp")
-                tmp.write_text(json.dumps(sorted(names)) + "\n", encoding="utf-8")
-                os.replace(tmp, self.record)
+                safeio.write_text(self.record, json.dumps(sorted(names)) + "\n", what="the shared-memory record")
                 self._written = names
-            except OSError:
+            except PpspecError:
                 pass  # bookkeeping for a later run: never a reason to stop this one
 
     def _pids(self) -> list[int]:
