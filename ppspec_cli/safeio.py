@@ -181,15 +181,6 @@ def read_head(path: str | os.PathLike[str], n: int, *, what: str = "file", error
         os.close(fd)
 
 
-def is_regular(path: str | os.PathLike[str]) -> bool:
-    """True for a regular file (a symlink is followed); never blocks, never raises."""
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except (OSError, ValueError):
-        return False
-
-
-
 def write_text(path: str | os.PathLike[str], text: str, *, what: str = "file", where: str | None = None, error: ErrorType = PpspecError, exit_code: int = 1) -> None:
     """The one way ppspec writes a file: the text goes through the redaction layer (no registered
     secret reaches a file), is written to a temporary file beside `path` and renamed over it (a

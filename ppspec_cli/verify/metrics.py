@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -417,7 +417,3 @@ def model_names(scrape: Scrape) -> list[str]:
             if v is not None:
                 names.add(v)
     return sorted(names)
-
-
-def iter_counter_names(scrape: Scrape) -> Iterable[str]:
-    return sorted({scrape.family_of(s.name)[0] for s in scrape.samples})
