@@ -6,8 +6,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures" / "bad"))
 import ppspec_attacks as PA  # noqa: E402
+
+pytestmark = pytest.mark.slow  # runs the CLI in subprocesses
 
 
 def test_attacker_suite_finds_nothing():
