@@ -542,10 +542,16 @@ def _hub_unreachable(ref: str, revision: str | None) -> bool:
 def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_headers: bool = True) -> Checkpoint:
     """Metadata from the hub (or its local cache): config, index, and safetensors headers by range
     reads, all within one total deadline (PPSPEC_HUB_DEADLINE seconds, default 60)."""
+    from huggingface_hub import constants
+
     budget = _hub_budget()
     _hub_client.pop("last", None)
+    # hf_xet downloads on its own (Rust) connections, outside the deadline: metadata files are
+    # small, so they come over the bounded HTTP client even when the hub announces Xet storage.
+    xet_was_disabled = constants.HF_HUB_DISABLE_XET
     try:
         _install_hub_client()
+        constants.HF_HUB_DISABLE_XET = True
         _HUB_CLOCK.deadline = time.monotonic() + budget
         return _load_hub(ref, revision, offline=offline, read_headers=read_headers)
     except PpspecError:
@@ -556,6 +562,7 @@ def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_head
         raise
     finally:
         _HUB_CLOCK.deadline = float("inf")
+        constants.HF_HUB_DISABLE_XET = xet_was_disabled
 
 
 def _load_hub(ref: str, revision: str | None, *, offline: bool, read_headers: bool) -> Checkpoint:

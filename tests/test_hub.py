@@ -63,7 +63,8 @@ class Hub:
     violations: list[str] = field(default_factory=list)
     url: str = ""
     # "org/name/fname" -> how the server stalls it: "headers" (drips its response headers), "body" (drips
-    # the body), "chunked" (a chunked body that never ends); each would take hours to finish
+    # the body), "chunked" (a chunked body that never ends); each would take hours to finish.
+    # "xet": served whole, but announced as stored on Xet (whose client bypasses ppspec's deadline)
     stall: dict[str, str] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -129,9 +130,13 @@ def _handler(hub: Hub):
 
         def _stall(self, how: str, f: VFile, body: bool) -> None:
             self.close_connection = True
-            head = f"HTTP/1.1 200 OK\r\nX-Repo-Commit: {COMMIT}\r\nETag: \"{f.etag}\"\r\n"
+            head = f"HTTP/1.1 200 OK\r\nConnection: close\r\nX-Repo-Commit: {COMMIT}\r\nETag: \"{f.etag}\"\r\n"
             if how == "headers":  # ~10000 s of headers
                 return self._drip((head + "X-Pad: " + "a" * 10000 + "\r\n\r\n").encode())
+            if how == "xet":
+                data = f.read(0, f.size)
+                self.wfile.write(f"{head}X-Xet-Hash: {f.etag}\r\nX-Xet-Refresh-Route: /api/xet-read-token\r\nContent-Length: {f.size}\r\n\r\n".encode())
+                return self.wfile.write(data) if body else None
             if how == "body":  # announced in full, then one byte a second
                 self.wfile.write(f"{head}Content-Length: {f.size}\r\n\r\n".encode())
                 return self._drip(f.read(0, f.size)) if body else None
@@ -515,6 +520,17 @@ def test_dripping_hub_is_abandoned_at_the_deadline(tmp_path, write_profile, hub,
     assert "meta-llama/Llama-3.1-8B-Instruct" in msg and repr(fname) in msg and "3 s deadline" in msg, msg
     assert "drafter-unreadable" not in codes(out)  # the next checkpoint gets its own budget
     assert not [p for p in (tmp_path / "hf-cache").rglob("*") if p.name.endswith(".incomplete")]
+
+
+def test_hub_announcing_xet_storage_is_still_read_over_the_bounded_client(tmp_path, write_profile, hub):
+    """hf_xet's own connections would escape the deadline: a config.json the hub says is on Xet is
+    fetched with a plain GET (no Xet token request), even where Xet is enabled."""
+    hub.repos = {"meta-llama/Llama-3.1-8B-Instruct": llama_repo(), "org/eagle3": eagle3_repo()}
+    hub.stall = {"meta-llama/Llama-3.1-8B-Instruct/config.json": "xet"}
+    rc, out, _ = check_json(profile(write_profile), hub_env(tmp_path, hub.url, offline=False, HF_HUB_DISABLE_XET="0"))
+    assert rc == 0 and out["target"]["num_hidden_layers"] == 32
+    assert not [e for e in hub.log if "xet" in e["path"]]
+    assert [e for e in hub.log if e["method"] == "GET" and e["path"].endswith("Llama-3.1-8B-Instruct/resolve/main/config.json")]
 
 
 def test_hub_deadline_value_is_checked(tmp_path, write_profile, hub):
