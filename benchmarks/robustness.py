@@ -23,7 +23,8 @@ then one line per fault scenario, then exactly these five lines:
 
 Crashes count every exception other than PpspecError, known (reported) bugs included; the summary
 line above the five says which were known. Exit code 0 when all four counts are 0, else 1.
-No engine, GPU or network is needed (the fake engine stands in for vLLM; the hub is offline).
+No engine, GPU or network is needed (the fake engine stands in for vLLM; the hub is offline or a
+loopback server).
 """
 
 from __future__ import annotations
