@@ -124,9 +124,13 @@ class _Backend:
 def deadline_pool(core: Any, clock: Clock, proxy: str | None, **kw: Any) -> Any:
     """httpcore's (or httpcore2's) connection pool, direct or through `proxy`, on the deadline backend."""
     backend = _Backend(clock, core)
-    if proxy:
-        return core.HTTPProxy(proxy_url=proxy, network_backend=backend, **kw)
-    return core.ConnectionPool(network_backend=backend, **kw)
+    if not proxy:
+        return core.ConnectionPool(network_backend=backend, **kw)
+    parts = urllib.parse.urlsplit(proxy)
+    if parts.username is not None:  # credentials in the proxy URL go as Proxy-Authorization, as httpx does
+        kw["proxy_auth"] = (urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or ""))
+        proxy = parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]).geturl()
+    return core.HTTPProxy(proxy_url=proxy, network_backend=backend, **kw)
 
 
 class _Transport(httpx.HTTPTransport):

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import http.server
 import json
@@ -85,7 +86,8 @@ def _handler(hub: Hub):
 
         def _serve(self, body: bool):
             rng = self.headers.get("Range")
-            entry = {"method": self.command, "path": self.path, "range": rng, "sent": 0}
+            entry = {"method": self.command, "path": self.path, "range": rng, "sent": 0, "proxy_auth": self.headers.get("Proxy-Authorization")}
+            self.path = re.sub(r"^http://[^/]+", "", self.path)  # asked as a proxy: absolute-form target
             hub.log.append(entry)
             m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", self.path.split("?")[0])
             if not m:
@@ -531,6 +533,18 @@ def test_hub_announcing_xet_storage_is_still_read_over_the_bounded_client(tmp_pa
     assert rc == 0 and out["target"]["num_hidden_layers"] == 32
     assert not [e for e in hub.log if "xet" in e["path"]]
     assert [e for e in hub.log if e["method"] == "GET" and e["path"].endswith("Llama-3.1-8B-Instruct/resolve/main/config.json")]
+
+
+def test_hub_behind_a_proxy_with_credentials(tmp_path, write_profile, hub):
+    """HF_ENDPOINT on a non-loopback host goes through the environment's proxy (here the local
+    server, answering absolute-form requests), its URL credentials sent as Proxy-Authorization."""
+    hub.repos = {"meta-llama/Llama-3.1-8B-Instruct": llama_repo(), "org/eagle3": eagle3_repo()}
+    proxy = hub.url.replace("http://", "http://us%40er:p%3Ass@")
+    env = hub_env(tmp_path, "http://hub.invalid", offline=False, http_proxy=proxy, HTTP_PROXY=proxy, no_proxy="", NO_PROXY="")
+    rc, out, _ = check_json(profile(write_profile), env)
+    assert rc == 0 and out["target"]["num_hidden_layers"] == 32
+    assert hub.log and all(e["path"].startswith("http://hub.invalid/") for e in hub.log)
+    assert {e["proxy_auth"] for e in hub.log} == {"Basic " + base64.b64encode(b"us@er:p:ss").decode()}
 
 
 def test_hub_deadline_value_is_checked(tmp_path, write_profile, hub):
