@@ -7,14 +7,10 @@ import time
 
 import pytest
 
+from enginehelpers import free_port
+
 from ppspec_cli import rollcall
 from ppspec_cli.errors import PpspecError
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def until(cond, deadline_s: float = 15.0):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
+from enginehelpers import free_port
 
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.verify.client import Client, endpoint_from_host_port, normalize_endpoint
@@ -58,14 +59,8 @@ def server():
     httpd.server_close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_connection_refused_names_endpoint_and_suggests_serve():
-    port = _free_port()
+    port = free_port()
     with pytest.raises(PpspecError) as ei:
         Client(f"http://127.0.0.1:{port}").health()
     e = ei.value
