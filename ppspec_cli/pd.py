@@ -371,4 +371,4 @@ def router_command(d: Deployment, port: int = 8000) -> tuple[str, str]:
         args = ["--port", str(port), "--prefiller-host", reach(pre.host), "--prefiller-port", str(pre.port), "--decoder-host", reach(dec.host), "--decoder-port", str(dec.port)]
     else:
         args = ["--model", name, "--prefill", f"{reach(pre.host)}:{pre.port}", "--decode", f"{reach(dec.host)}:{dec.port}", "--port", str(port)]
-    return 'python "$VLLM_SRC"/' + shellout.quote(script) + " " + " ".join(shellout.quote(a) for a in args), script
+    return 'python "$VLLM_SRC"/' + shellout.quote(script) + " " + shellout.command(args), script

@@ -50,13 +50,13 @@ def lm_eval_command(endpoint: str, model: str, tokenizer: str | None = None) -> 
     ]
     if tokenizer:
         args.append(f"tokenizer={tokenizer}")
-    return " ".join(
+    return shellout.command(
         [
             "lm_eval",
             "--model",
             "local-completions",
             "--model_args",
-            shellout.quote(",".join(args)),
+            ",".join(args),
             "--tasks",
             "gsm8k",
             "--num_fewshot",
