@@ -20,15 +20,16 @@ from collections.abc import Sequence
 
 def stage_costs(layer_costs: Sequence[float], partition: Sequence[int], *, first_extra: float = 0.0, last_extra: float = 0.0) -> list[float]:
     """Cost of every stage of `partition` (layer counts) under the model above."""
-    out, start = [], 0
-    for i, n in enumerate(partition):
-        c = float(sum(layer_costs[start:start + n]))
+    from .plan import stage_bounds  # plan imports this module
+
+    out = []
+    for i, (start, end) in enumerate(stage_bounds(list(partition))):
+        c = float(sum(layer_costs[start:end]))
         if i == 0:
             c += first_extra
         if i == len(partition) - 1:
             c += last_extra
         out.append(c)
-        start += n
     return out
 
 
