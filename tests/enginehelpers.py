@@ -14,6 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,25 +60,11 @@ def engine_env(extra: dict | None = None) -> dict:
 
 
 def descendants(pid: int) -> set[int]:
-    """All live descendants of pid (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(d))
-    out, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        for c in children.get(p, []):
-            if c not in out:
-                out.add(c)
-                todo.append(c)
-    return out
+    """All live descendants of pid (psutil walks the process table)."""
+    try:
+        return {c.pid for c in psutil.Process(pid).children(recursive=True)}
+    except psutil.Error:  # gone already, or not ours to read
+        return set()
 
 
 def alive(pid: int) -> bool:
