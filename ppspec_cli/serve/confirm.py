@@ -21,7 +21,7 @@ from ..engine.plugin import read_status_dir
 
 #: `ppspec serve` exit code: the engine started, but not every engine process confirmed an ok
 #: ppspec plugin status matching the plan (serve stopped it).
-EXIT_UNCONFIRMED = 3
+EXIT_UNCONFIRMED = 4
 
 
 def plugin_record(status_dir: Path) -> list[dict[str, Any]]:
