@@ -549,6 +549,6 @@ def test_script_on_vllm_cpu_pp1(tmp_path, demo_cache):
     assert good["drafts"] > 0 and good["accepted_per_position"][0] == good["drafts"]
     assert early["accepted_tokens"] == 0
     checks = {c["name"]: c["status"] for c in summary["checks"]}
-    assert checks["relay acceptance PP=1"] == "PASS" and checks["early taps caught PP=1"] == "PASS"
+    assert checks["relay acceptance PP=1"] == "PASS" and checks["relay-pp1-early caught"] == "PASS"
     assert checks["ppspec verify gates"] == "PASS"  # the early arm's acceptance gate failed, as it must
     assert (out / "summary.md").exists() and (out / "artifacts.tar.gz").exists()
