@@ -15,6 +15,8 @@ and for each arm runs `ppspec serve` (a subprocess, always stopped) and `ppspec 
     control  the always-one-token drafter, PP=1 and PP=2
     moe      tiny-qwen3-moe-relay (Qwen3-MoE, patched by the qwen3_moe pack) + the relay drafter
     plus1    the relay drafter naming its taps output-of-layer (target_layer_ids: vLLM adds 1)
+    dflash   a planted DFlash drafter (Qwen3 layer; dflash_config.target_layer_ids, +1) for the relay target
+    dspark   a planted DSpark drafter (Qwen3DSparkModel; dspark_target_layer_ids, +1; anchor-sampled)
     eagle1   an EAGLE-1 drafter (method eagle; the eagle_global_layer_ids pack numbers it at PP=2)
     dsv3     tiny-deepseek-v3-relay (MLA, patched by the deepseek_v3 pack) + the relay drafter
     big      (opt-in) an 8B-class Llama built on the device with a planted drafter (~20% acceptance),
@@ -93,7 +95,7 @@ class Arm:
     """One server configuration to launch and measure."""
 
     name: str
-    family: str  # relay | early | late | control | moe | plus1 | eagle1 | dsv3 | big | deep | deep-early
+    family: str  # relay | early | late | control | moe | plus1 | dflash | dspark | eagle1 | dsv3 | big | deep | deep-early
     target: str  # demo model name
     drafter: str | None  # demo model name; None = speculation off
     pp: int
@@ -141,6 +143,10 @@ def _arms() -> list[Arm]:
     # the same planted drafter naming its taps output-of-layer (top-level target_layer_ids: vLLM adds 1,
     # the convention DFlash / DSpark configs use)
     out += _pair("plus1", T, demo.RELAY_PLUS1, base="relay-pp1-spec")
+    # DFlash and DSpark drafters planted to compute what the relay EAGLE3 drafter computes, from the
+    # same taps through their block-parallel heads (demo/block.py): counters equal to the relay arm's
+    out += _pair("dflash", T, demo.RELAY_DFLASH, method="dflash", base="relay-pp1-spec")
+    out += _pair("dspark", T, demo.RELAY_DSPARK, method="dspark", base="relay-pp1-spec")
     # EAGLE-1 (no taps; the eagle_global_layer_ids pack numbers its layers globally at PP=2)
     out += _pair("eagle1", T, demo.RELAY_EAGLE1, method="eagle")
     # the relay target as a DeepSeek-V3 (MLA) checkpoint, patched by the deepseek_v3 pack
@@ -486,7 +492,7 @@ def compare_plugin(name: str, results: dict[str, dict]) -> Check:
 
 
 #: arms computing the relay target's function: their greedy outputs must all be identical
-_SAME_FUNCTION = ("relay", "control", "moe", "plus1", "eagle1", "dsv3", "deep")
+_SAME_FUNCTION = ("relay", "control", "moe", "plus1", "dflash", "dspark", "eagle1", "dsv3", "deep")
 
 
 def evaluate(results: dict[str, dict], *, min_rate: float = MIN_RELAY_RATE, max_fraction: float = BROKEN_MAX_FRACTION) -> list[Check]:

@@ -33,6 +33,7 @@ from .common import (
     VOCAB_SIZE,
     trigger_tokens,
 )
+from .block import RELAY_DFLASH, RELAY_DSPARK
 from .factory import (
     DEMO_MODELS,
     DEMO_PREFIX,
@@ -75,7 +76,7 @@ from .relay import (
 )
 
 __all__ = [
-    "BIG", "BIG_DRAFTER", "BIG_RIGHT_SHARE", "BIG_TARGET", "RELAY_DSV3_TARGET", "RELAY_EAGLE1",
+    "RELAY_DFLASH", "RELAY_DSPARK", "BIG", "BIG_DRAFTER", "BIG_RIGHT_SHARE", "BIG_TARGET", "RELAY_DSV3_TARGET", "RELAY_EAGLE1",
     "RELAY_PLUS1", "BigShape", "big_costs", "big_right_tokens", "big_successors",
     "ALWAYS_TOKEN", "BOS_ID", "BOS_TOKEN", "DEMO_MODELS", "DEMO_PREFIX", "DTYPE", "EAGLE3_DRAFT_VOCAB",
     "EAGLE3_TAPS", "EAGLE3_TAPS_OUTPUT_OF_LAYER", "EOS_ID", "EOS_TOKEN", "FACTORY_VERSION", "HEAD_DIM",

@@ -43,6 +43,7 @@ from .relay import (
     relay_target_config,
     relay_target_weights,
 )
+from .block import RELAY_DFLASH, RELAY_DSPARK, block_config, block_weights
 from .gpuval import (
     BIG_DRAFTER,
     BIG_TARGET,
@@ -123,6 +124,17 @@ _SPECS: dict[str, Spec] = {
     RELAY_EAGLE1: Spec(
         "relay-eagle1", 5005,
         f"float32 EAGLE-1 drafter for {RELAY_TARGET} (no taps): proposes the target's next token from the token it is fed",
+    ),
+    RELAY_DFLASH: Spec(
+        "relay-dflash", 0,
+        f"float32 DFlash drafter (Qwen3 layer, dflash_config.target_layer_ids {[t - 1 for t in RELAY_TAPS]}: vLLM adds 1) for "
+        f"{RELAY_TARGET}: its first mask proposes the token two ahead from the taps of the last verified position, read through "
+        "attention planted on RoPE distance; served with other taps its proposals go wrong",
+    ),
+    RELAY_DSPARK: Spec(
+        "relay-dspark", 0,
+        f"float32 DSpark drafter (Qwen3DSparkModel, dspark_target_layer_ids {[t - 1 for t in RELAY_TAPS]}, zero Markov head) for "
+        f"{RELAY_TARGET}: its anchor proposes the token two ahead, as {RELAY_DRAFTER} does",
     ),
     RELAY_DSV3_TARGET: Spec(
         "relay-dsv3", RELAY_SEED,
@@ -266,6 +278,12 @@ def _build(name: str, spec: Spec, out: Path) -> None:
     if spec.kind == "relay-eagle3-plus1":
         sd = relay_eagle3_weights(spec)
         write_json(out / "config.json", relay_plus1_config(spec, sd["lm_head.weight"].shape[0]))
+        _save(out, sd)
+        return
+    if spec.kind in ("relay-dflash", "relay-dspark"):
+        method = spec.kind.removeprefix("relay-")
+        sd = block_weights(method)
+        write_json(out / "config.json", block_config(method, sd["lm_head.weight"].shape[0]))
         _save(out, sd)
         return
     if spec.kind == "relay-eagle1":

@@ -220,41 +220,60 @@ def relay_eagle3_weights(spec: Spec) -> dict:
     sd = layer_weights(r, "midlayer", 2 * h)
     sd["midlayer.hidden_norm.weight"] = r.ones(h)
     sd["norm.weight"] = r.ones(h)
-    n_taps = len(RELAY_TAPS)
     if spec.always_token is not None:
+        n_taps = len(RELAY_TAPS)
         sd["fc.weight"] = r.normal(h, n_taps * h, std=linear_std(n_taps * h))
-        rows = [(spec.always_token, r.normal(h, std=4 * linear_std(h)))]
+        lm_head, d2t, t2d = relay_draft_head([(spec.always_token, r.normal(h, std=4 * linear_std(h)))])
     else:
         # The midlayer passes its input through (attention and MLP outputs are zero), so the
         # drafter's logits are lm_head . rmsnorm(fc . [tap1 | tap3 | tap6]).
         sd["midlayer.self_attn.o_proj.weight"] = torch.zeros(h, NUM_HEADS * HEAD_DIM)
         sd["midlayer.mlp.down_proj.weight"] = torch.zeros(h, INTERMEDIATE_SIZE)
-        fc = torch.zeros(h, n_taps * h)
-        s0, s1, s2 = (k * h for k in range(n_taps))
-        fc[_R_PRE_IND, s0 + _R_PRE_IND] = 1.0
-        for lo, hi in (_R_CODE, _R_ANTI):
-            fc[lo:hi, s1 + lo:s1 + hi] = torch.eye(hi - lo)
-        fc[_R_TRIG_IND, s2 + _R_TRIG_IND] = 1.0
-        fc[_R_CONST, s2 + _R_CONST] = 1.0
-        t0, t1 = _R_TOKEN
-        fc[t0:t1, s2 + t0:s2 + t1] = 0.25 * torch.eye(t1 - t0)  # only scales the norm: harmless context
-        sd["fc.weight"] = fc
-        rows = _relay_draft_rows()
-    rows.sort(key=lambda row: row[0])
-    ids = [t for t, _ in rows]
-    if len(set(ids)) != len(ids):
-        raise RuntimeError("relay drafter: two draft rows map to one target token")
-    sd["lm_head.weight"] = torch.stack([w for _, w in rows]).to(torch.float32).contiguous()
-    sd["d2t"] = torch.tensor([t - i for i, t in enumerate(ids)], dtype=torch.int64)
-    t2d = torch.zeros(VOCAB_SIZE, dtype=torch.bool)
-    t2d[ids] = True
-    sd["t2d"] = t2d
+        sd["fc.weight"] = relay_fc()
+        lm_head, d2t, t2d = relay_draft_head(_relay_draft_rows())
+    sd.update({"lm_head.weight": lm_head, "d2t": d2t, "t2d": t2d})
     return sd
 
 
-def _relay_draft_rows() -> list:
+def relay_fc():
+    """The relay drafters' fc: [tap1 | tap3 | tap6] -> hidden, keeping only the planted dims each
+    slot must carry (pre-trigger indicator from tap 1, code and anti-code from tap 3, trigger
+    indicator and the constant from tap 6) plus a quarter of tap 6's token identity (it only
+    scales the norm)."""
+    import torch
+
+    h, n_taps = HIDDEN_SIZE, len(RELAY_TAPS)
+    fc = torch.zeros(h, n_taps * h)
+    s0, s1, s2 = (k * h for k in range(n_taps))
+    fc[_R_PRE_IND, s0 + _R_PRE_IND] = 1.0
+    for lo, hi in (_R_CODE, _R_ANTI):
+        fc[lo:hi, s1 + lo:s1 + hi] = torch.eye(hi - lo)
+    fc[_R_TRIG_IND, s2 + _R_TRIG_IND] = 1.0
+    fc[_R_CONST, s2 + _R_CONST] = 1.0
+    t0, t1 = _R_TOKEN
+    fc[t0:t1, s2 + t0:s2 + t1] = 0.25 * torch.eye(t1 - t0)
+    return fc
+
+
+def relay_draft_head(rows: list):
+    """(lm_head, d2t, t2d) of a reduced-vocabulary drafter from (target id, lm_head row) pairs."""
+    import torch
+
+    rows = sorted(rows, key=lambda row: row[0])
+    ids = [t for t, _ in rows]
+    if len(set(ids)) != len(ids):
+        raise RuntimeError("relay drafter: two draft rows map to one target token")
+    lm_head = torch.stack([w for _, w in rows]).to(torch.float32).contiguous()
+    d2t = torch.tensor([t - i for i, t in enumerate(ids)], dtype=torch.int64)
+    t2d = torch.zeros(VOCAB_SIZE, dtype=torch.bool)
+    t2d[ids] = True
+    return lm_head, d2t, t2d
+
+
+def _relay_draft_rows(miss_dim: int = _R_CONST) -> list:
     """(target id, lm_head row) pairs: one identity row per token whose two-ahead token is
-    determined by its code, one row per indicator."""
+    determined by its code, one row per indicator, and the BOS row reading `miss_dim` (a dim that
+    holds the constant 1.0, scaled like the planted dims)."""
     import torch
 
     target_sd = relay_target_weights(RELAY_SEED)
@@ -282,7 +301,7 @@ def _relay_draft_rows() -> list:
     w[_R_TRIG_IND] = _R_DRAFT_FLAG * _R_DRAFT_LOGIT / on_trig
     rows.append((succ[ALWAYS_TOKEN], w))  # x is a trigger: next(next(x)) = succ(ALWAYS_TOKEN)
     w = torch.zeros(HIDDEN_SIZE, dtype=torch.float64)
-    w[_R_CONST] = _R_DRAFT_MISS
+    w[miss_dim] = _R_DRAFT_MISS
     rows.append((BOS_ID, w))  # nothing planted arrived (wrong taps): BOS, never the target's next token
     return rows
 
