@@ -314,7 +314,7 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    shm = ShmTracker(proc.pid, record=spec.run_dir / SHM_RECORD)
+    shm = ShmTracker(proc.pid, record=spec.run_dir / SHM_RECORD, before=shm_before)
     shm.start()
     result = ServeResult(1, "the engine supervisor stopped unexpectedly")
     try:
