@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -65,6 +67,25 @@ def descendants(pid: int) -> set[int]:
         return {c.pid for c in psutil.Process(pid).children(recursive=True)}
     except psutil.Error:  # gone already, or not ours to read
         return set()
+
+
+def leftover_entries() -> set[str]:
+    """Every /dev/shm entry and vLLM temp dir in the system temp dir, to compare before and after an
+    engine run. The fault tests' fake engines (psm_fakevllm_*) are never part of a real serve:
+    another test's fake running at the same moment must not count as this engine's leftover."""
+    shm = {f for f in glob.glob("/dev/shm/*") if not os.path.basename(f).startswith("psm_fakevllm")}
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "vllm_dist_*"))) | shm
+
+
+def new_entries_left(before: set[str], timeout: float = 30) -> set[str]:
+    """Poll (to a deadline) until no entry beyond `before` is left; returns what is left then
+    (another program's entry that comes and goes is waited out, a leftover is not)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        new = leftover_entries() - before
+        if not new or time.monotonic() > deadline:
+            return new
+        time.sleep(0.2)
 
 
 def alive(pid: int) -> bool:

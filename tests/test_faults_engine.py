@@ -14,14 +14,12 @@ every other fault is in test_faults.py on the fake engine.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
 import re
 import signal
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -29,18 +27,11 @@ from pathlib import Path
 
 import pytest
 
-from enginehelpers import PPSPEC, REPO, Served, alive, descendants, engine_env, engine_lock, free_port, write_profile
+from enginehelpers import PPSPEC, REPO, Served, alive, descendants, engine_env, engine_lock, free_port, leftover_entries, new_entries_left, write_profile
 
 pytestmark = [pytest.mark.vllm, pytest.mark.engine]
 
 KEY = "sk-ppspec-engine-" + hashlib.sha256(str(time.time_ns()).encode()).hexdigest()[:20]
-
-
-def _temp_entries() -> set[str]:
-    # The fault tests' fake engines (psm_fakevllm_*) are never part of a real serve: another test's
-    # fake running at the same moment must not count as this engine's leftover.
-    shm = {f for f in glob.glob("/dev/shm/*") if not os.path.basename(f).startswith("psm_fakevllm")}
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), "vllm_dist_*"))) | shm
 
 
 def _sha(p: Path) -> str:
@@ -61,7 +52,7 @@ def _assert_nothing_left(s: Served, before: set[str], plan_hash: str, prof_hash:
     assert not left, f"orphaned engine processes: {left}"
     assert not (s.run_dir / "tmp").exists(), "the run's TMPDIR was not removed"
     assert not (s.run_dir / "ready").exists()
-    new = _temp_entries() - before
+    new = new_entries_left(before)
     assert not new, f"temp/shm files left behind: {sorted(new)}"
     assert _sha(s.run_dir / "plan.json") == plan_hash, "the plan file changed"
     assert _sha(s.profile) == prof_hash, "the profile changed"
@@ -99,7 +90,7 @@ def test_engine_killed_while_starting_leaves_nothing(tmp_path):
     run_dir = tmp_path / "run"
     prof_hash = _sha(prof)
     with engine_lock():
-        before = _temp_entries()
+        before = leftover_entries()
         s = Served(prof, run_dir)
         try:
             t0 = time.monotonic()
@@ -131,7 +122,7 @@ def test_engine_killed_while_serving_with_an_api_key(tmp_path):
     prof_hash = _sha(prof)
     env = {"PPSPEC_E2E_KEY": KEY}
     with engine_lock():
-        before = _temp_entries()
+        before = leftover_entries()
         s = Served(prof, run_dir, env=env)
         try:
             s.wait_ready()

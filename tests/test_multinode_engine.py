@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from enginehelpers import PPSPEC, REPO, alive, descendants, engine_env, engine_lock, free_port
+from enginehelpers import PPSPEC, REPO, alive, descendants, engine_env, engine_lock, free_port, leftover_entries, new_entries_left
 
 pytestmark = [pytest.mark.vllm, pytest.mark.engine]
 
@@ -42,25 +42,6 @@ def two_node_profile(tmp_path: Path, **launch) -> Path:
     p = tmp_path / "two.yaml"
     p.write_text(yaml.safe_dump(data, sort_keys=False))
     return p
-
-
-def shm_used_by(pid: int) -> set[str]:
-    """/dev/shm names a process maps or holds open (test-side reading of /proc)."""
-    names: set[str] = set()
-    with contextlib.suppress(OSError):
-        with open(f"/proc/{pid}/maps", errors="replace") as f:
-            names |= {line.split("/dev/shm/", 1)[1].split()[0] for line in f if "/dev/shm/" in line}
-    with contextlib.suppress(OSError):
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            with contextlib.suppress(OSError):
-                t = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if t.startswith("/dev/shm/"):
-                    names.add(t[9:].split(" ")[0])
-    return names
-
-
-def residue(names: set[str]) -> list[str]:
-    return sorted(n for n in names if os.path.exists(f"/dev/shm/{n}"))
 
 
 def health(url: str) -> bool:
@@ -84,17 +65,12 @@ class Tree:
     def __init__(self, proc: subprocess.Popen):
         self.proc = proc
         self.seen: set[int] = {proc.pid}
-        self.shm: set[str] = set()  # /dev/shm names these processes used
 
     def scan(self) -> None:
         self.seen |= descendants(self.proc.pid)
-        for p in self.seen:
-            self.shm |= shm_used_by(p)
 
     def add(self, pids) -> None:
         self.seen |= set(pids)
-        for p in pids:
-            self.shm |= shm_used_by(p)
 
     def left(self) -> list[int]:
         return sorted(p for p in self.seen if alive(p))
@@ -143,6 +119,7 @@ def test_two_nodes_through_the_slurm_script_and_a_node_lost(tmp_path):
     run_dirs = [cache / "runs" / "tiny-two-node" / f"slurm-4242-node{i}" for i in (0, 1)]
     log_path = tmp_path / "job.log"
     with engine_lock():
+        before = leftover_entries()
         with open(log_path, "w") as log:
             job = subprocess.Popen(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=tmp_path)
         tree = Tree(job)
@@ -151,6 +128,7 @@ def test_two_nodes_through_the_slurm_script_and_a_node_lost(tmp_path):
             assert job.poll() is None, log_path.read_text()[-4000:]
             out = complete(url, "tiny-two-node")
             assert out["usage"]["completion_tokens"] == 16 and out["choices"][0]["text"]
+            assert leftover_entries() - before, "the engines use /dev/shm (else the residue check proves nothing)"
             # node 1's engine dies: every engine process at once (its ppspec stays to clean up)
             worker_pid = int((run_dirs[1] / "serve.lock").read_text().split()[0])
             victims = sorted(descendants(worker_pid))
@@ -166,8 +144,8 @@ def test_two_nodes_through_the_slurm_script_and_a_node_lost(tmp_path):
             assert job.returncode != 0, text[-3000:]
             assert "node 1 was lost" in text, text[-3000:]
             wait_until(lambda: not tree.left(), 30, None, "every process of the job to be gone")
-            assert tree.shm, "the engines use shared memory (else this check proves nothing)"
-            assert not residue(tree.shm), f"/dev/shm residue: {residue(tree.shm)}"
+            left = new_entries_left(before)
+            assert not left, f"/dev/shm residue: {sorted(left)}"
             print(f"two nodes: healthy after {t_ready:.0f}s, job ended {t_stop:.0f}s after node 1 was lost")
         finally:
             tree.kill()
@@ -178,6 +156,7 @@ def test_head_alone_names_the_node_that_never_arrived(tmp_path):
     profile = two_node_profile(tmp_path, master_addr="127.0.0.1")
     cache = Path(tempfile.mkdtemp(prefix="ppspec-mn-"))
     with engine_lock():
+        before = leftover_entries()
         proc = subprocess.Popen(
             [*PPSPEC, "serve", str(profile), "--node-rank", "0", "--health-timeout", "45", "--run-dir", str(cache / "head")],
             stdout=subprocess.PIPE,
@@ -195,7 +174,8 @@ def test_head_alone_names_the_node_that_never_arrived(tmp_path):
             assert proc.returncode == 1, text[-3000:]
             assert "node(s) 1 never joined the head at 127.0.0.1" in text, text[-3000:]
             wait_until(lambda: not tree.left(), 30, None, "every process of the head to be gone")
-            assert not residue(tree.shm), f"/dev/shm residue: {residue(tree.shm)}"
+            left = new_entries_left(before)
+            assert not left, f"/dev/shm residue: {sorted(left)}"
         finally:
             tree.kill()
             shutil.rmtree(cache, ignore_errors=True)

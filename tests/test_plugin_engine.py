@@ -33,7 +33,7 @@ from ppspec_cli.engine.planfile import write_plan_file
 from ppspec_cli.engine.plugin import read_status_dir
 from ppspec_cli.serve.residue import SHM_RECORD, ShmTracker, remove_engine_shm, shm_snapshot
 
-from enginehelpers import engine_env, engine_lock, free_port
+from enginehelpers import engine_env, engine_lock, free_port, leftover_entries, new_entries_left
 
 pytestmark = [
     pytest.mark.vllm,
@@ -145,10 +145,10 @@ def _serve(tmp: Path, name: str, target: Path, argv_extra: list[str], plan: dict
     log_path = run / "engine.log"
     outs: list = []
     metrics = ""
-    shm_before = shm_snapshot()
+    shm_before, before = shm_snapshot(), leftover_entries()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp)
-        shm = ShmTracker(proc.pid, record=run / SHM_RECORD)
+        shm = ShmTracker(proc.pid, record=run / SHM_RECORD, before=shm_before)
         shm.start()
         try:
             t0 = time.monotonic()
@@ -183,7 +183,7 @@ def _serve(tmp: Path, name: str, target: Path, argv_extra: list[str], plan: dict
             shm.join(timeout=5)
             remove_engine_shm(run, shm.seen, shm_before)
             shutil.rmtree(short_tmp, ignore_errors=True)
-    left = sorted(n for n in shm.seen - shm_before if os.path.lexists(f"/dev/shm/{n}"))
+    left = sorted(new_entries_left(before))
     return outs, read_status_dir(status), metrics, left
 
 

@@ -4,27 +4,18 @@ the plugin ran in every engine process; shutdown leaves no process and no temp f
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shlex
 import signal
 import subprocess
-import tempfile
 import time
 
 import pytest
 
-from enginehelpers import PPSPEC, REPO, Served, alive, descendants, engine_env, engine_lock, free_port, spec_counter, write_profile
+from enginehelpers import PPSPEC, REPO, Served, alive, descendants, engine_env, engine_lock, free_port, leftover_entries, spec_counter, write_profile
 
 pytestmark = [pytest.mark.vllm, pytest.mark.engine]
-
-
-def _tmp_vllm_files() -> set[str]:
-    # The fault tests' fake engines (psm_fakevllm_*) are never part of a real serve: another test's
-    # fake running at the same moment must not count as this engine's leftover.
-    shm = {f for f in glob.glob("/dev/shm/*") if not os.path.basename(f).startswith("psm_fakevllm")}
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), "vllm_dist_*"))) | shm
 
 
 def _plugin_status(run_dir) -> list[dict]:
@@ -42,7 +33,7 @@ def _gone(s: Served, before: set[str], timeout: float = 10) -> tuple[list[int], 
     left; returns what is still there at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
-        left, new = [p for p in s.seen_pids if alive(p)], _tmp_vllm_files() - before
+        left, new = [p for p in s.seen_pids if alive(p)], leftover_entries() - before
         if (not left and not new) or time.monotonic() > deadline:
             return left, new
         time.sleep(0.1)
@@ -63,7 +54,7 @@ def test_demo_pp1_eagle3_serves_and_shuts_down_clean(tmp_path):
     prof = write_profile("profiles/tiny_cpu_demo.yaml", tmp_path / "demo.yaml", **{"server.port": port})
     run_dir = tmp_path / "run"
     with engine_lock():
-        before = _tmp_vllm_files()
+        before = leftover_entries()
         s = Served(prof, run_dir)
         try:
             s.wait_ready()
@@ -109,7 +100,7 @@ def test_demo_pp2_without_speculation(tmp_path):
     prof = write_profile("profiles/tiny_cpu_demo_pp2.yaml", tmp_path / "pp2.yaml", **{"server.port": port})
     run_dir = tmp_path / "run"
     with engine_lock():
-        before = _tmp_vllm_files()
+        before = leftover_entries()
         s = Served(prof, run_dir)
         try:
             s.wait_ready(timeout=400)
@@ -164,7 +155,7 @@ def test_engine_dies_during_start_reports_last_lines(tmp_path):
     )
     run_dir = tmp_path / "run"
     with engine_lock():
-        before = _tmp_vllm_files()
+        before = leftover_entries()
         s = Served(prof, run_dir)
         try:
             deadline = time.monotonic() + 300
