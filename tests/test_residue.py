@@ -51,7 +51,8 @@ def make(d: Path, name: str) -> Path:
 def test_entry_that_appeared_during_the_run_and_was_never_seen_is_removed(shm, tmp_path):
     """The leftover of a SIGKILLed tree: a semaphore and a segment no look of the tracker caught."""
     before = residue.shm_snapshot()
-    left = [make(shm, sem_name()), make(shm, psm_name())]
+    cpushm = f"vllm_dist_{secrets.token_hex(16)}-pp:0-[0-1]-cpushm_1"  # the CPU workers' communicator
+    left = [make(shm, sem_name()), make(shm, psm_name()), make(shm, cpushm), make(shm, "29511-pp:0-[0-1]-cpushm_0")]
     residue.remove_engine_shm(tmp_path, set(), before)
     assert [p.name for p in left if p.exists()] == []
 
@@ -82,7 +83,7 @@ def test_symlink_preexisting_foreign_shape_and_other_users_entries_are_kept(shm,
     link.symlink_to(target)
     pre = make(shm, sem_name())
     before = residue.shm_snapshot()
-    foreign = [make(shm, n) for n in ("vllm_offload_x.mmap", "psm_" + secrets.token_hex(5), "sem.mp-" + secrets.token_hex(5), "mp-" + secrets.token_hex(4), "sem.Ab12Cd")]
+    foreign = [make(shm, n) for n in ("vllm_offload_x.mmap", "psm_" + secrets.token_hex(5), "sem.mp-" + secrets.token_hex(5), "mp-" + secrets.token_hex(4), "sem.Ab12Cd", "vllm_dist_x-pp:0-[0-1]-cpushm_0.bak")]
     other = make(shm, sem_name())
     os.chown(other, os.getuid() + 4242, -1)
     recorded_other = make(shm, "recorded-but-not-ours")

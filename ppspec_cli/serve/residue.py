@@ -13,10 +13,12 @@ removes the /dev/shm entries that
   (b) are regular files owned by our uid (never a symbolic link, never another user's entry),
   (c) either were recorded by the tracker, or have a name vLLM 0.32's engine processes create and
       the tracker can miss: Python multiprocessing's named semaphores `sem.mp-` + 8 characters (a
-      worker's tqdm lock, the executor's worker lock; spawn-started, they outlive a SIGKILL of the
+      lock tqdm makes in each worker as it loads weights; spawn-started, they outlive a SIGKILL of the
       whole tree, resource tracker included) and `multiprocessing.shared_memory` segments `psm_` +
-      8 hex digits (vLLM's message queues) — an entry that lived less than one tracker interval,
-      or whose only user was killed before it was seen,
+      8 hex digits (vLLM's message queues), and the CPU workers' shared-memory communicator
+      `<VLLM_DIST_IDENT>-<group>:<n>-[<ranks>]-cpushm_<rank>` (the ident is the `vllm_dist_<hex>`
+      init file's name, or the port of a tcp:// init) — an entry that lived less than one
+      tracker interval, or whose only user was killed before it was seen,
   (d) no process uses, at a look taken at least SETTLE_S after the entry last changed (its ctime):
       a segment another engine has just created and is handing to its peers is not taken.
 Several engines on one machine: an entry another live engine uses is mapped by it, so it is kept;
@@ -57,7 +59,7 @@ SCAN_S = 1.0
 #: An entry is removed only when unused at a look taken at least this long after it last changed.
 SETTLE_S = 1.0
 #: Names vLLM 0.32's engine processes create (see the module docstring, (c)).
-ENGINE_SHM_NAME = re.compile(r"sem\.mp-[a-z0-9_]{8}|psm_[0-9a-f]{8}")
+ENGINE_SHM_NAME = re.compile(r"sem\.mp-[a-z0-9_]{8}|psm_[0-9a-f]{8}|(?:vllm_dist_[0-9a-f]{32}|[0-9]+)-[a-z_]+:[0-9]+-\[[0-9-]+\]-cpushm_[0-9]+")
 
 Key = tuple[int, int]  # (st_dev, st_ino)
 
