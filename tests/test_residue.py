@@ -146,11 +146,12 @@ def test_tracker_sees_the_real_name_of_a_semaphore_its_process_created(tmp_path)
 
 def test_tracker_touches_its_record_at_every_look(shm, tmp_path):
     rec = tmp_path / residue.SHM_RECORD
-    tracker = residue.ShmTracker(os.getpid(), record=rec, before=set())
+    tracker = residue.ShmTracker(os.getpid(), record=rec)
     tracker.scan()
     os.utime(rec, (1_000_000, 1_000_000))
     tracker.scan()
     assert rec.stat().st_mtime > 1_000_000
+    assert "before" not in json.loads(rec.read_text()), "no snapshot given: the record must not pretend one"
 
 
 def test_next_serve_cleans_after_a_run_killed_outright(shm, tmp_path):

@@ -178,7 +178,7 @@ class ShmTracker(threading.Thread):
         super().__init__(daemon=True)
         self.root_pid, self.interval = root_pid, interval
         self.seen: set[str] = set()
-        self.before = set(before or ())
+        self.before = None if before is None else set(before)  # None: the record claims no untracked entry
         self.record = record  # where the names are kept for a run killed outright (SHM_RECORD)
         self._written: set[str] | None = None
         self._lock = threading.Lock()
@@ -191,7 +191,8 @@ class ShmTracker(threading.Thread):
             names = set(self.seen)
             try:
                 if names != self._written:
-                    text = json.dumps({"before": sorted(self.before), "seen": sorted(names)}) + "\n"
+                    rec = {"seen": sorted(names)} | ({} if self.before is None else {"before": sorted(self.before)})
+                    text = json.dumps(rec) + "\n"
                     safeio.write_text(self.record, text, what="the shared-memory record")
                     self._written = names
                 else:
