@@ -147,6 +147,9 @@ def _arms() -> list[Arm]:
     # same taps through their block-parallel heads (demo/block.py): counters equal to the relay arm's
     out += _pair("dflash", T, demo.RELAY_DFLASH, method="dflash", base="relay-pp1-spec")
     out += _pair("dspark", T, demo.RELAY_DSPARK, method="dspark", base="relay-pp1-spec")
+    for method, drafter in (("dflash", demo.RELAY_DFLASH), ("dspark", demo.RELAY_DSPARK)):
+        out += [Arm(f"{method}-pp{pp}-early", "early", T, drafter, pp, taps=early, method=method, baseline=f"{method}-pp1",
+                    expect_gates=FAIL, default=False) for pp in (1, 2)]
     # EAGLE-1 (no taps; the eagle_global_layer_ids pack numbers its layers globally at PP=2)
     out += _pair("eagle1", T, demo.RELAY_EAGLE1, method="eagle")
     # the relay target as a DeepSeek-V3 (MLA) checkpoint, patched by the deepseek_v3 pack

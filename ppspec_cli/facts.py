@@ -25,6 +25,17 @@ VLLM_METHODS = frozenset({"ngram", "draft_model", "suffix", "custom_class", "ext
 #: Methods whose drafter reads the target's auxiliary hidden states ("taps").
 TAP_METHODS: frozenset[Method] = frozenset({"eagle3", "dflash", "dspark"})
 
+#: Methods whose drafter drafts the whole block in one forward pass (DFlash: bonus + one mask query
+#: per draft token; DSpark: anchor + noise queries, then a light sequential Markov head). The others
+#: run one drafter pass per speculative token.
+PARALLEL_DRAFT_METHODS: frozenset[Method] = frozenset({"dflash", "dspark"})
+
+
+def drafter_passes(method: str, num_speculative_tokens: int) -> int:
+    """Drafter forward passes per target step (each reads the drafter's weights once)."""
+    return 1 if method in PARALLEL_DRAFT_METHODS else num_speculative_tokens
+
+
 #: Methods vLLM gates on the target opting in to relaying taps over PP
 #: (eagle3_utils.verify_supports_aux_hidden_states_over_pp). `mtp` and `eagle` are not gated.
 AUX_METHODS = frozenset({*TAP_METHODS, "extract_hidden_states"})

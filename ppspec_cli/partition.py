@@ -3,8 +3,9 @@
 Cost model (decode, where pipeline stages wait on each other): one target step of a stage costs
 about the bytes of weights it reads, because decode at serving batch sizes is memory-bound. Every
 stage reads its decoder layers once per step. The last stage also reads the lm_head once and runs
-the drafter `num_speculative_tokens` times (one draft pass per speculative token, each reading
-the drafter's weights: its layer(s), fc and its own lm_head). The first stage's embedding is a row
+the drafter `facts.drafter_passes` times (one draft pass per speculative token for EAGLE3, EAGLE
+and MTP; one pass for the whole block for DFlash and DSpark), each reading the drafter's weights:
+its layer(s), fc and its own lm_head. The first stage's embedding is a row
 lookup and costs next to nothing. vLLM's default split ignores the drafter (it gives the last stage
 no more than `n // pp` layers), so with a drafter of several layer-equivalents the last stage is
 the slowest and every other stage idles for the difference.

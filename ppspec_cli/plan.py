@@ -16,6 +16,7 @@ import bisect
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from .facts import drafter_passes
 from .partition import suggest_partition
 
 Runner = Literal["v2", "v1"]
@@ -342,11 +343,12 @@ def build_plan(
         )
     suggested = None
     if pp > 1 and method and layer_weight_bytes is not None and drafter_bytes and len(layer_weight_bytes) == num_layers >= pp:
-        extra = (lm_head_bytes or 0) + num_speculative_tokens * drafter_bytes
+        passes = drafter_passes(method, num_speculative_tokens)
+        extra = (lm_head_bytes or 0) + passes * drafter_bytes
         suggested = tuple(suggest_partition(layer_weight_bytes, pp, last_extra=extra, prefer=default_partition(num_layers, pp)))
         if list(suggested) != partition:
             notes = (*notes, f"suggested layer_partition {list(suggested)}: balances the weight bytes each stage reads per step, counting the "
-                             f"lm_head and {num_speculative_tokens} drafter pass(es) on the last stage (docs/gpu-validation.md, drafter-aware partition)")
+                             f"lm_head and {passes} drafter pass(es) on the last stage (docs/gpu-validation.md, drafter-aware partition)")
     return Plan(
         suggested_partition=suggested,
         num_layers=num_layers,

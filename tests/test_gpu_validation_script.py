@@ -43,7 +43,7 @@ def test_default_arms_cover_the_issue_and_run_pp1_first():
     names = [a.name for a in arms]
     for need in ("relay-pp1-spec", "relay-pp2-spec", "relay-pp1-nospec", "relay-pp2-nospec", "relay-pp2-early", "control-pp1", "control-pp2",
                  "moe-pp1-spec", "moe-pp2-spec", "plus1-pp1", "plus1-pp2", "eagle1-pp1", "eagle1-pp2",
-                 "dsv3-pp1-spec", "dsv3-pp2-spec"):
+                 "dsv3-pp1-spec", "dsv3-pp2-spec", "dflash-pp1", "dflash-pp2", "dspark-pp1", "dspark-pp2"):
         assert need in names
     assert "relay-pp2-late" not in names and not any(a.family in ("big", "deep") for a in arms)  # optional arms
     assert max(i for i, a in enumerate(arms) if a.pp == 1) < min(i for i, a in enumerate(arms) if a.pp == 2)
@@ -137,14 +137,14 @@ def test_ppspec_check_accepts_the_gpu_profiles(tmp_path, demo_cache):
     pack, output-of-layer tap ids) — so on the GPU machine `serve` will not refuse them."""
     env = dict(os.environ, PPSPEC_CACHE=str(demo_cache), HF_HUB_OFFLINE="1")
     for name in ("relay-pp2-spec", "relay-pp2-early", "moe-pp2-spec", "plus1-pp2", "eagle1-pp2", "dsv3-pp2-spec",
-                 "deep-pp4-spec-split", "deep-moe-pp4-spec"):
+                 "dflash-pp2", "dspark-pp2", "dflash-pp2-early", "deep-pp4-spec-split", "deep-moe-pp4-spec"):
         path = gv.write_profile(tmp_path / f"{name}.yaml", gv.profile_for(gv.ARMS_BY_NAME[name], platform="cuda", port=8000))
         r = subprocess.run([sys.executable, "-m", "ppspec_cli.cli", "check", str(path), "--offline", "--json"],
                            capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
         assert r.returncode == 0, name + "\n" + r.stdout[-3000:] + r.stderr[-3000:]
         text = json.dumps(json.loads(r.stdout))
         assert '"error"' not in text.replace('"errors": 0', ""), text[:3000]
-        if name == "relay-pp2-early":
+        if name in ("relay-pp2-early", "dflash-pp2-early"):
             assert "taps-pinned-differ" in text
 
 
@@ -202,7 +202,7 @@ def _good_results():
         "relay-pp2-early": _ok(_report(184, 0, [0, 0])),
         "control-pp2": _ok(_report(150, 30, [30, 0])),
     }
-    for fam, suffix in (("moe", "-spec"), ("plus1", ""), ("dsv3", "-spec"), ("eagle1", "")):
+    for fam, suffix in (("moe", "-spec"), ("plus1", ""), ("dflash", ""), ("dspark", ""), ("dsv3", "-spec"), ("eagle1", "")):
         for pp in (1, 2):
             pack = {"moe": "qwen3_moe", "dsv3": "deepseek_v3", "eagle1": "eagle_global_layer_ids"}.get(fam)
             shown = f"llama+{pack}" if fam == "eagle1" else pack  # target pack + drafter pack, as the plugin records them
