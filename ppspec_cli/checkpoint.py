@@ -194,8 +194,12 @@ def speculators_view(config: dict[str, Any]) -> dict[str, Any]:
     - eagle3 / peagle: `eagle_aux_hidden_state_layer_ids` (when non-empty) stays a top-level,
       capture-point list;
     - dflash / dflash2: `aux_hidden_state_layer_ids` becomes the top-level list and
-      `dflash_config.target_layer_ids` = ids - 1;
-    - dspark: `aux_hidden_state_layer_ids` becomes the top-level list and `target_layer_ids` = ids - 1.
+      `dflash_config.target_layer_ids` = ids - 1; `dflash_config` also gets `mask_token_id`,
+      `sample_from_anchor` (default false) and `causal`;
+    - dspark: `aux_hidden_state_layer_ids` becomes the top-level list and `target_layer_ids` = ids - 1;
+      the DSpark keys (mask token, Markov head, block size, ...) are copied, `sample_from_anchor`
+      defaults to false and `dspark_bonus_anchor` is its negation;
+    - peagle: `mask_token_id` becomes `pard_token`.
     """
     if "speculators_config" not in config:
         return config
@@ -208,16 +212,28 @@ def speculators_view(config: dict[str, Any]) -> dict[str, Any]:
     if kind in ("eagle3", "peagle"):
         if config.get("eagle_aux_hidden_state_layer_ids"):
             out["eagle_aux_hidden_state_layer_ids"] = config["eagle_aux_hidden_state_layer_ids"]
+        if kind == "peagle" and "mask_token_id" in config:
+            out["pard_token"] = config["mask_token_id"]
     elif kind in ("dflash", "dflash2", "dspark"):
         aux = config.get("aux_hidden_state_layer_ids")
+        lowered = None
         if aux is not None:
             out["eagle_aux_hidden_state_layer_ids"] = aux
             if isinstance(aux, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in aux):
                 lowered = [i - 1 for i in aux]
-                if kind == "dspark":
-                    out["target_layer_ids"] = lowered
-                else:
-                    out["dflash_config"] = {"target_layer_ids": lowered}
+        anchor = config.get("sample_from_anchor", False)
+        if kind == "dspark":
+            if lowered is not None:
+                out["target_layer_ids"] = lowered
+            out.update({k: config[k] for k in _DSPARK_KEYS if config.get(k) is not None})
+            out["sample_from_anchor"], out["dspark_bonus_anchor"] = anchor, not anchor
+        else:
+            dc: dict[str, Any] = {} if lowered is None else {"target_layer_ids": lowered}
+            if "mask_token_id" in config:
+                dc["mask_token_id"] = config["mask_token_id"]
+            dc["sample_from_anchor"] = anchor
+            dc["causal"] = not config.get("sliding_window_non_causal", True)
+            out["dflash_config"] = dc
     elif config.get("eagle_aux_hidden_state_layer_ids") is not None:
         out["eagle_aux_hidden_state_layer_ids"] = config["eagle_aux_hidden_state_layer_ids"]
     archs = _speculators_architectures(kind, out.get("model_type", "llama"), config.get("architectures"))
@@ -226,6 +242,10 @@ def speculators_view(config: dict[str, Any]) -> dict[str, Any]:
     out["speculators_model_type"] = kind
     return out
 
+
+#: The DSpark keys vLLM's speculators conversion copies to the drafter config when set.
+_DSPARK_KEYS = ("draft_vocab_size", "target_hidden_size", "mask_token_id", "markov_rank", "markov_head_type", "block_size",
+                "enable_confidence_head", "confidence_head_with_markov", "use_aux_hidden_state")
 
 #: The drafter architecture vLLM's speculators conversion selects, per kind (and the layer
 #: config's model_type for eagle3 / peagle); same in vLLM 0.30-0.33 (speculators/algos.py).

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterator, Literal
 
-from . import facts
+from . import drafter_contract, facts
 from .facts import TAP_METHODS
 from .packs import PLATFORMS, load_pack_module
 from .plan import default_partition, default_taps
@@ -253,6 +253,21 @@ def drafter(r: Resolved) -> Iterator[Finding]:
         )
 
 
+@rule("drafter-contract")
+def drafter_contract_rule(r: Resolved) -> Iterator[Finding]:
+    """What vLLM requires of a DFlash/DSpark drafter's config and tensors when it builds it
+    (drafter_contract.check, for this vLLM version and model runner)."""
+    d = r.profile.drafter
+    if d is None or d.method not in facts.PARALLEL_DRAFT_METHODS or r.drafter_view is None or r.version is None:
+        return
+    target = r.target
+    for b in drafter_contract.check(
+        d.method, r.drafter_view, version=r.version, runner=r.runner, names=r.drafter.tensor_names() if r.drafter else None,
+        target_vocab=target.vocab_size if target else None, target_model_type=target.model_type if target else None,
+    ):  # fmt: skip
+        yield Finding(b.code, b.severity, "drafter.model", b.message, b.fix)
+
+
 @rule("shapes")
 def shapes(r: Resolved) -> Iterator[Finding]:
     """Hidden size and vocabulary agreement between drafter and target."""
@@ -261,17 +276,19 @@ def shapes(r: Resolved) -> Iterator[Finding]:
         return
     view = r.drafter_view or {}
     th, tv = r.target.hidden_size, r.target.vocab_size
+    # a Qwen3 DSpark drafter's vocabularies are judged by its contract (drafter-contract rule)
+    dspark_vocab = d.method == "dspark" and r.version is not None and drafter_contract.planned_class("dspark", drafter_contract.served_architectures("dspark", view, r.version)) == "dspark"
     dh = view.get("target_hidden_size") if isinstance(view.get("target_hidden_size"), int) else None
     if dh is None and d.method in ("eagle3", "eagle"):
         dh = view.get("hidden_size") if isinstance(view.get("hidden_size"), int) else None
     if th is not None and dh is not None and dh != th:
         yield _f("hidden-size-mismatch", "error", "drafter.model", f"the drafter expects target hidden size {dh}, the target has {th}", "use the drafter trained for this target")
     dv = view.get("vocab_size") if isinstance(view.get("vocab_size"), int) else None
-    if tv is not None and dv is not None and dv != tv:
+    if tv is not None and dv is not None and dv != tv and not (dspark_vocab and dv > tv):
         yield _f("vocab-mismatch", "error", "drafter.model", f"drafter vocab_size {dv} differs from the target's {tv}", "use a drafter trained with the target's tokenizer")
     dvs = view.get("draft_vocab_size")
     names = r.drafter.tensor_names()
-    if isinstance(dvs, int) and tv is not None and dvs != tv:
+    if isinstance(dvs, int) and tv is not None and dvs != tv and not dspark_vocab:
         if names is None:
             yield _f("d2t-not-checked", "info", "drafter.model", f"draft vocabulary {dvs} < target vocabulary {tv}: needs a `d2t` mapping tensor; not checked (weights not read)", "")
         elif "d2t" not in names:

@@ -25,6 +25,7 @@ from hypothesis import strategies as st  # noqa: E402
 from mirror.cases import VERSIONS, Case, case_params  # noqa: E402
 from ppspec_cli import facts  # noqa: E402
 from ppspec_cli.checkpoint import speculators_view  # noqa: E402
+from ppspec_cli.drafter_contract import parallel_drafting_token  # noqa: E402
 from ppspec_cli.engine.probes import installed_vllm  # noqa: E402
 from ppspec_cli.plan import (  # noqa: E402
     build_plan,
@@ -222,6 +223,16 @@ _SPECULATORS = st.builds(
 )
 
 
+def _vllm_parallel_token(hf: dict):
+    """The token vLLM's V2 runner feeds at parallel-drafting slots (None where it refuses)."""
+    from vllm.v1.worker.gpu.spec_decode.utils import get_parallel_drafting_token_id
+
+    try:
+        return get_parallel_drafting_token_id(SimpleNamespace(**copy.deepcopy(hf)))
+    except ValueError:
+        return None
+
+
 @settings(max_examples=400, **SETTINGS)
 @given(cfg=_SPECULATORS)
 def test_speculators_conversion_matches_vllm(vllm_mods, cfg):
@@ -230,6 +241,7 @@ def test_speculators_conversion_matches_vllm(vllm_mods, cfg):
     converted = vllm_mods.SpeculatorsConfig.extract_transformers_pre_trained_config(copy.deepcopy(cfg))
     assert v2_taps_from_config(speculators_view(cfg)).taps == vllm_mods.v2(_spec(converted))
     assert speculators_view(cfg).get("architectures") == converted.get("architectures")
+    assert parallel_drafting_token(speculators_view(cfg))[1] == _vllm_parallel_token(converted)
     method = vllm_mods.SpeculatorsConfig.build_vllm_speculative_config(
         {**copy.deepcopy(cfg), "speculators_config": {"proposal_methods": [{"speculative_tokens": 3}], "verifier": {"name_or_path": "x"}}}
     )["method"]

