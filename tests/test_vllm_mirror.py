@@ -413,6 +413,8 @@ def _vllm_answer(m, fake_pp, case: Case):
             got = _vllm_bounds(m, i["num_layers"], i["pp"], i["env"])
             return "error" if got is ValueError else [list(b) for b in got]
         return list(_vllm_bounds(m, i["num_layers"], i["pp"], None)[i["rank"]])
+    if case.topic == "contract":
+        return _vllm_contract_answer(case)
     if case.topic == "speculators":
         converted = m.SpeculatorsConfig.extract_transformers_pre_trained_config(copy.deepcopy(i["config"]))
         return {k: converted.get(k) for k in case.expect}
@@ -467,6 +469,58 @@ def _vllm_answer(m, fake_pp, case: Case):
             hf.text_config = PretrainedConfig(**text)
         return SpeculativeConfig.hf_config_override(hf).n_predict
     raise AssertionError(f"no vLLM function answers {case.topic}/{case.check} ({case.id})")
+
+
+class _LoadedPastTheChecks(Exception):
+    """Qwen3 DSpark load_weights got past its tensor checks (to the model it would now fill)."""
+
+
+class _NoModel:
+    def __getattr__(self, name):
+        raise _LoadedPastTheChecks
+
+
+def _vllm_contract_answer(case: Case):
+    """The installed vLLM's own functions on a contract case: the token resolver, the draft
+    layers' attention resolver (per layer, under the case's runner) and Qwen3 DSpark's
+    load_weights on a bare instance (tensor names only; it stops before touching the model)."""
+    i = case.input
+    if case.check == "mask_token":
+        token = _vllm_parallel_token(i["config"])
+        return "refused" if token is None else token
+    if case.check == "layer_attention":
+        from vllm.model_executor.models import qwen3_dflash
+
+        cfg = SimpleNamespace(**copy.deepcopy(i["config"]))
+        real = qwen3_dflash.get_current_vllm_config
+        qwen3_dflash.get_current_vllm_config = lambda: SimpleNamespace(use_v2_model_runner=i["runner"] == "v2")
+        try:
+            for layer in range(cfg.num_hidden_layers):
+                qwen3_dflash._resolve_layer_attention(cfg, layer)
+        except NotImplementedError:
+            return ["dflash-mixed-attention-v1"]
+        except ValueError:
+            return ["dflash-no-sliding-window"]
+        finally:
+            qwen3_dflash.get_current_vllm_config = real
+        return []
+    if case.check == "dspark_weights":
+        import torch
+        from vllm.model_executor.models.qwen3_dspark import Qwen3DSparkForCausalLM
+
+        model = Qwen3DSparkForCausalLM.__new__(Qwen3DSparkForCausalLM)
+        torch.nn.Module.__init__(model)
+        model.config = SimpleNamespace(**i["config"])
+        model.target_vocab_size = i["target_vocab"]
+        object.__setattr__(model, "model", _NoModel())
+        try:
+            model.load_weights((name, torch.empty(0)) for name in i["tensors"])
+        except _LoadedPastTheChecks:
+            return []
+        except ValueError as e:
+            msg = str(e)
+            return ["dspark-embed-missing" if "embed_tokens" in msg else "dspark-lm-head-missing" if "lm_head" in msg else "dspark-d2t-missing"]
+    raise AssertionError(f"no vLLM function answers contract/{case.check} ({case.id})")
 
 
 _MINIMAX_M3_INNER = "vllm/models/minimax_m3/nvidia/model.py::MiniMaxM3Model"

@@ -17,6 +17,7 @@ import yaml
 from mirror.cases import VERSIONS, Case, case_params, load_cases
 from ppspec_cli import resolve as resolve_mod
 from ppspec_cli.checkpoint import speculators_view
+from ppspec_cli.drafter_contract import attention_breaches, dspark_tensor_breaches, parallel_drafting_token
 from ppspec_cli.plan import (
     build_plan,
     default_partition,
@@ -37,7 +38,7 @@ def test_cases_load_and_cover_every_version():
     cases = load_cases()
     for v in VERSIONS:
         assert sum(v in c.versions for c in cases) >= 20, v
-    assert {c.topic for c in cases} == {"partition", "taps", "speculators", "gate", "embedding", "numbering", "mtp"}
+    assert {c.topic for c in cases} == {"partition", "taps", "speculators", "gate", "embedding", "numbering", "mtp", "contract"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -101,6 +102,27 @@ def test_taps(case: Case, version: str):
 def test_speculators(case: Case, version: str):
     view = speculators_view(case.input["config"])
     assert {k: view.get(k) for k in case.expect} == case.expect, case.source
+
+
+# ---------------------------------------------------------------------------------------------
+# contract: what vLLM requires of a DFlash/DSpark drafter's config and tensors
+
+
+def _contract_answer(case: Case) -> Any:
+    i = case.input
+    if case.check == "mask_token":
+        key, value = parallel_drafting_token(i["config"])
+        return "refused" if key is None else value
+    if case.check == "layer_attention":
+        return [b.code for b in attention_breaches(i["config"], i["runner"])]
+    if case.check == "dspark_weights":
+        return [b.code for b in dspark_tensor_breaches(i["config"], set(i["tensors"]), i["target_vocab"])]
+    raise AssertionError(f"unknown check {case.check!r} in {case.id}")
+
+
+@pytest.mark.parametrize(("case", "version"), case_params("contract"))
+def test_contract(case: Case, version: str):
+    assert _contract_answer(case) == case.expect, case.source
 
 
 # ---------------------------------------------------------------------------------------------
