@@ -40,6 +40,11 @@ MASK_TOKEN_KEYS = ("dflash_config.mask_token_id", "mask_token_id", "dspark_noise
 #: The `layer_types` entry of a sliding-window layer (qwen3_dflash.py::_resolve_layer_attention).
 SLIDING = "sliding_attention"
 
+#: Targets vLLM holds to the Qwen3-Omni DSpark contract (config/speculative.py::_is_qwen3_omni_target).
+OMNI_TARGET_MODEL_TYPE = "qwen3_omni_moe"
+OMNI_TARGET_ARCHS = frozenset({"Qwen3OmniMoeForConditionalGeneration", "Qwen3OmniMoeThinkerForConditionalGeneration"})
+OMNI_DRAFTER_ARCH = "Qwen3OmniDSparkModel"
+
 #: First release whose XPress drafters (and their `xpress_topc` bound) exist.
 XPRESS_SINCE = Version("0.33.0")
 XPRESS_ARCHS = frozenset({"Qwen3XPressModel", "DFlashQwen3XPressModel"})
@@ -62,6 +67,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "dspark-draft-topk": ("error", "`dspark_draft_topk` outside 1..draft vocabulary, or on a drafter class that cannot use it (vLLM refuses at start)"),
     "dspark-served-as-deepseek-v4": ("warning", "vLLM does not keep the checkpoint's DSpark architecture and serves it as DeepSeek-V4's in-target DSparkDraftModel"),
     "xpress-topc": ("error", "`xpress_topc` outside 0..draft vocabulary (vLLM 0.33 refuses at start)"),
+    "dspark-omni-contract": ("error", "a DSpark drafter for a Qwen3-Omni target breaks vLLM's Qwen3-Omni DSpark checkpoint contract (vLLM refuses at start)"),
 }
 
 
@@ -72,6 +78,7 @@ class Breach:
     code: str
     message: str
     fix: str
+    field: str = "drafter.model"  # the profile field the fix goes to
 
     @property
     def severity(self) -> Severity:
@@ -218,12 +225,19 @@ def dspark_tensor_breaches(cfg: dict, names: set[str] | None, target_vocab: int 
     return out
 
 
-def check(method: str, cfg: dict, *, version: Version, runner: str, names: set[str] | None, target_vocab: int | None, target_model_type: str | None = None) -> list[Breach]:
+def check(
+    method: str, cfg: dict, *, version: Version, runner: str, names: set[str] | None, num_speculative_tokens: int,
+    target_config: dict | None = None, target_text: dict | None = None,
+) -> list[Breach]:
     """Every breach of vLLM's DFlash/DSpark drafter contract in this drafter config, for `version`
-    and `runner` ("v1" | "v2"). Drafter classes ppspec does not plan are not judged."""
+    and `runner` ("v1" | "v2"), against the target's raw config and its text part. Drafter classes
+    ppspec does not plan are not judged (except the Qwen3-Omni contract, which vLLM applies to
+    every DSpark drafter of a Qwen3-Omni target)."""
     out: list[Breach] = []
+    tcfg, text = target_config or {}, target_text or {}
+    target_vocab = text.get("vocab_size") if _is_int(text.get("vocab_size")) else None
     declared = cfg.get("architectures") if isinstance(cfg.get("architectures"), list) else []
-    served = served_architectures(method, cfg, version, target_model_type)
+    served = served_architectures(method, cfg, version, tcfg.get("model_type"))
     if method == "dspark" and served != declared and served[0].startswith("DSpark") and any(isinstance(a, str) and "DSpark" in a for a in declared):
         out.append(Breach(
             "dspark-served-as-deepseek-v4",
@@ -231,6 +245,10 @@ def check(method: str, cfg: dict, *, version: Version, runner: str, names: set[s
             "use a drafter whose config names Qwen3DSparkModel (or another DSpark class this vLLM keeps), or a vLLM release that knows its class",
         ))
     out.extend(topk_breaches(method, cfg, served, version))
+    if method == "dspark" and tcfg:
+        thinker = _nested(tcfg, "thinker_config", "text_config")
+        for field, why in omni_breaches(tcfg, thinker if isinstance(thinker, dict) else text, cfg, served, num_speculative_tokens):
+            out.append(Breach("dspark-omni-contract", f"{why}: vLLM refuses at start", "convert the drafter for Qwen3-Omni (its trained block size, the thinker's shapes and taps), or set the field as the message says", field))
     kind = planned_class(method, served)
     if kind is None:
         return out
@@ -280,4 +298,98 @@ def topk_breaches(method: str, cfg: dict, served: list[str], version: Version) -
         if not (isinstance(topc, (int, float)) and _is_int(dvs) and 0 <= topc <= dvs):
             out.append(Breach("xpress-topc", f"the drafter's xpress_topc is {str(topc)[:40]!r}: vLLM refuses at start ('xpress_topc must be between 0 and the draft vocabulary size ({dvs})')",
                               "set xpress_topc between 0 and the draft vocabulary size, or remove it"))
+    return out
+
+
+def _nested(cfg: dict, section: str, name: str) -> Any:
+    sub = cfg.get(section)
+    return sub.get(name) if isinstance(sub, dict) else None
+
+
+def _dspark_value(cfg: dict, name: str) -> Any:
+    """`dflash_config`, then `eagle_config`, then the top level: the first non-null wins."""
+    for v in (_nested(cfg, "dflash_config", name), _nested(cfg, "eagle_config", name), cfg.get(name)):
+        if v is not None:
+            return v
+    return None
+
+
+def _positive(v: Any) -> bool:
+    return _is_int(v) and v > 0
+
+
+def is_omni_target(target_config: dict) -> bool:
+    archs = target_config.get("architectures")
+    return target_config.get("model_type") == OMNI_TARGET_MODEL_TYPE or bool(isinstance(archs, list) and OMNI_TARGET_ARCHS & {a for a in archs if isinstance(a, str)})
+
+
+def omni_breaches(target_config: dict, target_text: dict, cfg: dict, served: list[str], num_speculative_tokens: int) -> list[tuple[str, str]]:
+    """config/speculative.py::_validate_qwen3_omni_dspark (same in 0.30-0.33), for a DSpark drafter
+    of a Qwen3-Omni target: (profile field, what breaks it, in vLLM's words where it refuses) in the
+    order vLLM checks them; vLLM stops at the first. `target_text` is the thinker's text config
+    (`thinker_config.text_config`), else the target's text config."""
+    if not is_omni_target(target_config):
+        return []
+    out: list[tuple[str, str]] = []
+    model = "drafter.model"
+    declared = cfg.get("architectures") if isinstance(cfg.get("architectures"), list) else []
+    if OMNI_DRAFTER_ARCH not in {*served, *declared}:
+        out.append((model, f"Qwen3-Omni DSpark requires a standalone draft checkpoint with architectures=['{OMNI_DRAFTER_ARCH}'] (the drafter names {declared}); generic Qwen3DSparkModel checkpoints must be converted first"))
+    block = _dspark_value(cfg, "block_size")
+    if block is None:
+        block = _dspark_value(cfg, "dspark_block_size")
+    if not _positive(block):
+        out.append((model, f"Qwen3-Omni DSpark requires a positive integer block_size in the draft config (it is {str(block)[:40]!r})"))
+    elif num_speculative_tokens != block:
+        out.append(("drafter.num_speculative_tokens", f"Qwen3-Omni DSpark requires num_speculative_tokens to match the trained block_size ({block}); got {num_speculative_tokens}"))
+    # Keys the config classes default (hidden sizes, heads, head_dim, vocab sizes, depth) are
+    # compared only where both configs state them: a missing one is not known here.
+    hidden = target_text.get("hidden_size")
+    if hidden is not None and cfg.get("target_hidden_size") != hidden:
+        out.append((model, f"Qwen3-Omni DSpark draft target_hidden_size must match the target text hidden size ({hidden}); got {cfg.get('target_hidden_size')}"))
+    if hidden is not None and "hidden_size" in cfg and cfg["hidden_size"] != hidden:
+        out.append((model, f"Qwen3-Omni DSpark draft hidden_size must match the target thinker hidden size ({hidden}); got {cfg['hidden_size']}"))
+    for name in ("num_attention_heads", "num_key_value_heads", "head_dim"):
+        t = target_text.get(name)
+        if name in target_text and not _positive(t):
+            out.append(("target.model", f"Qwen3-Omni DSpark requires a positive integer {name} in the target thinker text_config; got {str(t)[:40]}"))
+        elif t is not None and name in cfg and cfg[name] != t:
+            out.append((model, f"Qwen3-Omni DSpark draft {name} must match the target thinker value ({t}); got {str(cfg[name])[:40]}"))
+    ids = _nested(cfg, "dflash_config", "target_layer_ids")
+    for key in ("dspark_target_layer_ids", "target_layer_ids"):
+        ids = cfg.get(key) if ids is None else ids
+    n = target_text.get("num_hidden_layers")
+    if not isinstance(ids, list) or not ids:
+        out.append((model, "Qwen3-Omni DSpark requires a non-empty target_layer_ids list in the draft config"))
+    elif not all(_is_int(i) for i in ids):
+        out.append((model, "Qwen3-Omni DSpark target_layer_ids must contain only integers"))
+    elif ids != sorted(set(ids)):
+        out.append((model, f"Qwen3-Omni DSpark target_layer_ids must be unique and strictly increasing (got {ids[:16]})"))
+    elif _is_int(n) and (ids[0] < 0 or ids[-1] >= n):
+        out.append((model, f"Qwen3-Omni DSpark target_layer_ids must be zero-based text-layer indices in [0, {n - 1}]; got {ids[:16]}"))
+    if _dspark_value(cfg, "use_aux_hidden_state") is not True:
+        out.append((model, "Qwen3-Omni DSpark requires use_aux_hidden_state=true because Omni conditioning is supplied through thinker hidden states"))
+    if not _positive(cfg.get("markov_rank")):
+        out.append((model, "Qwen3-Omni DSpark requires a positive integer markov_rank in the draft config"))
+    if cfg.get("markov_head_type") != "vanilla":
+        out.append((model, f"Qwen3-Omni DSpark currently requires markov_head_type='vanilla'; got {str(cfg.get('markov_head_type'))[:40]!r}"))
+    if cfg.get("sample_from_anchor", True) is not True or cfg.get("dspark_bonus_anchor", False) is not False:
+        out.append((model, "Qwen3-Omni DSpark requires sample_from_anchor=true and dspark_bonus_anchor=false"))
+    vocab, target_vocab = cfg.get("vocab_size"), target_text.get("vocab_size")
+    if vocab is None:
+        return out
+    if not _positive(vocab):
+        out.append((model, f"Qwen3-Omni DSpark input vocab_size must be a positive integer; got {str(vocab)[:40]}"))
+        return out
+    dvs = cfg.get("draft_vocab_size") if cfg.get("draft_vocab_size") is not None else vocab
+    if not _positive(dvs) or (_is_int(target_vocab) and dvs > target_vocab):
+        out.append((model, f"Qwen3-Omni DSpark draft_vocab_size must be a positive integer no larger than target vocab_size ({target_vocab}); got {str(dvs)[:40]}"))
+    token = _nested(cfg, "dflash_config", "mask_token_id")
+    for key in MASK_TOKEN_KEYS[1:]:
+        token = cfg.get(key) if token is None else token
+    if not (_is_int(token) and 0 <= token < vocab):
+        out.append((model, f"Qwen3-Omni DSpark requires a valid mask/noise token id within the draft input vocabulary [0, {vocab - 1}] (got {str(token)[:40]})"))
+    ropes = [r for r in (cfg.get("rope_parameters"), cfg.get("rope_scaling")) if isinstance(r, dict)]
+    if cfg.get("mrope_section") is not None or any("mrope_section" in r for r in ropes):
+        out.append((model, "Qwen3-Omni DSpark draft checkpoints must use logical 1-D RoPE and must not define mrope_section"))
     return out

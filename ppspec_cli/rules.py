@@ -260,12 +260,12 @@ def drafter_contract_rule(r: Resolved) -> Iterator[Finding]:
     d = r.profile.drafter
     if d is None or d.method not in facts.PARALLEL_DRAFT_METHODS or r.drafter_view is None or r.version is None:
         return
-    target = r.target
+    t = r.target
     for b in drafter_contract.check(
         d.method, r.drafter_view, version=r.version, runner=r.runner, names=r.drafter.tensor_names() if r.drafter else None,
-        target_vocab=target.vocab_size if target else None, target_model_type=target.model_type if target else None,
+        num_speculative_tokens=d.num_speculative_tokens, target_config=t.config if t else None, target_text=t.text if t else None,
     ):  # fmt: skip
-        yield Finding(b.code, b.severity, "drafter.model", b.message, b.fix)
+        yield Finding(b.code, b.severity, b.field, b.message, b.fix)
 
 
 @rule("shapes")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import fixture_config
+from conftest import REPO, fixture_config
 from ppspec_cli import demo
 from ppspec_cli import resolve as resolve_mod
 from ppspec_cli.drafter_contract import CODES
@@ -228,3 +228,26 @@ def test_every_contract_code_has_a_scenario():
     tree = ast.parse(Path(__file__).read_text())
     asserted = {n.args[1].value for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "expect" and len(n.args) > 1 and isinstance(n.args[1], ast.Constant)}
     assert sorted(set(CODES) - asserted) == []
+
+
+def test_qwen3_omni_dspark_contract(make_checkpoint):
+    """SYNTHETIC Qwen3-Omni target and drafter, shaped as vLLM's tests/test_config.py builds them."""
+    text = {"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 152064}
+    target = make_checkpoint("omni", {"model_type": "qwen3_omni_moe", "architectures": ["Qwen3OmniMoeForConditionalGeneration"], "thinker_config": {"text_config": text}})
+    good = dspark_cfg(architectures=["Qwen3OmniDSparkModel"], hidden_size=2048, num_attention_heads=32, num_key_value_heads=4, head_dim=128, block_size=7,
+                      target_hidden_size=2048, dspark_target_layer_ids=[1, 9, 17, 25, 33], use_aux_hidden_state=True, markov_head_type="vanilla",
+                      vocab_size=152064, dspark_noise_token_id=151669)
+    assert "dspark-omni-contract" not in check(target, make_checkpoint("omni-d", good), method="dspark", k=7)
+    f = expect(check(target, make_checkpoint("omni-k", good), method="dspark", k=5), "dspark-omni-contract", "drafter.num_speculative_tokens")
+    assert "trained block_size (7); got 5" in f.message
+    generic = make_checkpoint("omni-generic", {**good, "architectures": ["Qwen3DSparkModel"], "markov_head_type": "gated"})
+    msgs = [x.message for x in check(target, generic, method="dspark", k=7)["dspark-omni-contract"]]
+    assert any("must be converted first" in m for m in msgs) and any("markov_head_type='vanilla'" in m for m in msgs)
+    # the same drafter for a Qwen3 target: no Omni contract
+    assert "dspark-omni-contract" not in check(make_checkpoint("qwen3", QWEN3), generic, method="dspark", k=7)
+
+
+def test_every_contract_code_is_documented_in_the_readme():
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("## DFlash and DSpark drafters", 1)[1].split("\n## ", 1)[0]
+    assert sorted(c for c in CODES if f"`{c}`" not in section) == []

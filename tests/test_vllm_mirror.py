@@ -22,7 +22,7 @@ pytestmark = pytest.mark.vllm
 hypothesis = pytest.importorskip("hypothesis", reason="the [test] extra (hypothesis) is needed for the property tests")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from mirror.cases import VERSIONS, Case, case_params  # noqa: E402
+from mirror.cases import VERSIONS, Case, case_params, refusal_matching  # noqa: E402
 from ppspec_cli import facts  # noqa: E402
 from ppspec_cli.checkpoint import speculators_view  # noqa: E402
 from ppspec_cli.drafter_contract import parallel_drafting_token  # noqa: E402
@@ -520,6 +520,21 @@ def _vllm_contract_answer(case: Case):
         except ValueError as e:
             msg = str(e)
             return ["dspark-embed-missing" if "embed_tokens" in msg else "dspark-lm-head-missing" if "lm_head" in msg else "dspark-d2t-missing"]
+    if case.check == "omni":
+        from vllm.config.speculative import _validate_qwen3_omni_dspark
+
+        t, d = copy.deepcopy(i["target"]), copy.deepcopy(i["drafter"])
+        text = SimpleNamespace(**t["thinker_config"]["text_config"])
+        target = SimpleNamespace(
+            hf_config=SimpleNamespace(model_type=t["model_type"], architectures=t["architectures"], thinker_config=SimpleNamespace(text_config=text)),
+            hf_text_config=text, architectures=t["architectures"], get_hidden_size=lambda: text.hidden_size,
+            get_total_num_hidden_layers=lambda: text.num_hidden_layers, get_vocab_size=lambda: text.vocab_size,
+        )  # fmt: skip
+        try:
+            _validate_qwen3_omni_dspark(target, SimpleNamespace(hf_config=SimpleNamespace(**d), architectures=d["architectures"]), i["num_speculative_tokens"])
+        except ValueError as e:
+            return refusal_matching(case.expect, str(e))
+        return "ok"
     raise AssertionError(f"no vLLM function answers contract/{case.check} ({case.id})")
 
 

@@ -89,3 +89,10 @@ def case_params(topic: str | None = None, version: str | None = None, *, pending
             marks = [pytest.mark.xfail(strict=True, reason=c.pending)] if c.pending and pending_xfail else []
             params.append(pytest.param(c, v, id=f"{c.topic}/{c.id}@{v}", marks=marks))
     return params
+
+
+def refusal_matching(expect: str, refusal: str | None) -> str:
+    """A refusal case's answer: 'ok' when nothing was refused; the expected text when the (first) refusal contains it; else the refusal."""
+    if refusal is None:
+        return "ok"
+    return expect if expect != "ok" and expect in refusal else refusal

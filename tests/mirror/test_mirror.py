@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from mirror.cases import VERSIONS, Case, case_params, load_cases
+from mirror.cases import VERSIONS, Case, case_params, load_cases, refusal_matching
 from ppspec_cli import resolve as resolve_mod
 from ppspec_cli.checkpoint import speculators_view
-from ppspec_cli.drafter_contract import attention_breaches, dspark_tensor_breaches, parallel_drafting_token
+from ppspec_cli.drafter_contract import attention_breaches, dspark_tensor_breaches, omni_breaches, parallel_drafting_token
 from ppspec_cli.plan import (
     build_plan,
     default_partition,
@@ -117,7 +117,12 @@ def _contract_answer(case: Case) -> Any:
         return [b.code for b in attention_breaches(i["config"], i["runner"])]
     if case.check == "dspark_weights":
         return [b.code for b in dspark_tensor_breaches(i["config"], set(i["tensors"]), i["target_vocab"])]
+    if case.check == "omni":
+        d, t = i["drafter"], i["target"]
+        got = omni_breaches(t, t["thinker_config"]["text_config"], d, d["architectures"], i["num_speculative_tokens"])
+        return refusal_matching(case.expect, got[0][1] if got else None)
     raise AssertionError(f"unknown check {case.check!r} in {case.id}")
+
 
 
 @pytest.mark.parametrize(("case", "version"), case_params("contract"))
