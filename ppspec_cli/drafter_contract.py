@@ -40,6 +40,10 @@ MASK_TOKEN_KEYS = ("dflash_config.mask_token_id", "mask_token_id", "dspark_noise
 #: The `layer_types` entry of a sliding-window layer (qwen3_dflash.py::_resolve_layer_attention).
 SLIDING = "sliding_attention"
 
+#: Since 0.32 vLLM skips the `n_predict` divisibility check for DSpark (its parallel width is
+#: independent of MTP stages); 0.30 checks it for every method.
+DSPARK_N_PREDICT_FREE_SINCE = Version("0.32.0")
+
 #: Targets vLLM holds to the Qwen3-Omni DSpark contract (config/speculative.py::_is_qwen3_omni_target).
 OMNI_TARGET_MODEL_TYPE = "qwen3_omni_moe"
 OMNI_TARGET_ARCHS = frozenset({"Qwen3OmniMoeForConditionalGeneration", "Qwen3OmniMoeThinkerForConditionalGeneration"})
@@ -67,6 +71,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "dspark-draft-topk": ("error", "`dspark_draft_topk` outside 1..draft vocabulary, or on a drafter class that cannot use it (vLLM refuses at start)"),
     "dspark-served-as-deepseek-v4": ("warning", "vLLM does not keep the checkpoint's DSpark architecture and serves it as DeepSeek-V4's in-target DSparkDraftModel"),
     "xpress-topc": ("error", "`xpress_topc` outside 0..draft vocabulary (vLLM 0.33 refuses at start)"),
+    "drafter-n-predict-divisible": ("error", "num_speculative_tokens above the drafter config's `n_predict` and not a multiple of it (vLLM refuses at start)"),
+    "drafter-beyond-block": ("warning", "num_speculative_tokens asks for more draft positions than the drafter's trained block holds; vLLM drafts them anyway"),
     "dspark-omni-contract": ("error", "a DSpark drafter for a Qwen3-Omni target breaks vLLM's Qwen3-Omni DSpark checkpoint contract (vLLM refuses at start)"),
 }
 
@@ -249,6 +255,7 @@ def check(
         thinker = _nested(tcfg, "thinker_config", "text_config")
         for field, why in omni_breaches(tcfg, thinker if isinstance(thinker, dict) else text, cfg, served, num_speculative_tokens):
             out.append(Breach("dspark-omni-contract", f"{why}: vLLM refuses at start", "convert the drafter for Qwen3-Omni (its trained block size, the thinker's shapes and taps), or set the field as the message says", field))
+    out.extend(width_breaches(method, cfg, version, num_speculative_tokens))
     kind = planned_class(method, served)
     if kind is None:
         return out
@@ -392,4 +399,34 @@ def omni_breaches(target_config: dict, target_text: dict, cfg: dict, served: lis
     ropes = [r for r in (cfg.get("rope_parameters"), cfg.get("rope_scaling")) if isinstance(r, dict)]
     if cfg.get("mrope_section") is not None or any("mrope_section" in r for r in ropes):
         out.append((model, "Qwen3-Omni DSpark draft checkpoints must use logical 1-D RoPE and must not define mrope_section"))
+    return out
+
+
+def block_size(method: str, cfg: dict) -> Any:
+    """The block the drafter was trained on: DFlash `dflash_config.block_size`, else the top-level
+    `block_size`; DSpark `block_size`, else `dspark_block_size` (the keys vLLM's DSpark default reads)."""
+    if method == "dflash":
+        b = _nested(cfg, "dflash_config", "block_size")
+        return cfg.get("block_size") if b is None else b
+    return cfg.get("dspark_block_size") if cfg.get("block_size") is None else cfg.get("block_size")
+
+
+def width_breaches(method: str, cfg: dict, version: Version, k: int) -> list[Breach]:
+    """num_speculative_tokens against the drafter config: vLLM refuses k above `n_predict` that is
+    not a multiple of it (config/speculative.py; DSpark exempt since 0.32), and drafts k positions
+    whatever the trained block says. A DFlash block is the bonus token + block_size - 1 masks
+    (vLLM's speculators conversion: "yielding block_size - 1 speculative tokens"); DSpark drafts
+    block_size tokens by vLLM's own default. vLLM never reads block_size otherwise."""
+    out: list[Breach] = []
+    n_predict = cfg.get("n_predict")
+    checked = method != "dspark" or version < DSPARK_N_PREDICT_FREE_SINCE
+    if checked and _positive(n_predict) and k > n_predict and k % n_predict:
+        out.append(Breach("drafter-n-predict-divisible", f"num_speculative_tokens {k} is above the drafter config's n_predict {n_predict} and not a multiple of it: vLLM {version} refuses at start "
+                          f"('num_speculative_tokens:{k} must be divisible by n_predict={n_predict}')", f"use num_speculative_tokens <= {n_predict} or a multiple of it", "drafter.num_speculative_tokens"))
+    b = block_size(method, cfg)
+    most = b - 1 if method == "dflash" and _positive(b) else b
+    if _positive(b) and _is_int(most) and k > most:
+        trained = f"blocks of {b} (the bonus token and {b - 1} masks)" if method == "dflash" else f"blocks of {b}"
+        out.append(Breach("drafter-beyond-block", f"the drafter was trained on {trained}, so it predicts at most {most} draft tokens, but num_speculative_tokens is {k}: vLLM does not read block_size "
+                          "and drafts the extra positions anyway; they are next to never accepted and cost draft compute", f"set num_speculative_tokens to at most {most}", "drafter.num_speculative_tokens"))
     return out

@@ -251,3 +251,21 @@ def test_every_contract_code_is_documented_in_the_readme():
     text = (REPO / "README.md").read_text(encoding="utf-8")
     section = text.split("## DFlash and DSpark drafters", 1)[1].split("\n## ", 1)[0]
     assert sorted(c for c in CODES if f"`{c}`" not in section) == []
+
+
+def test_width_against_n_predict_and_the_trained_block(qwen3, make_checkpoint):
+    # the z-lab drafter: block_size 16 = the bonus token + 15 masks
+    assert contract_codes(check(qwen3, make_checkpoint("k15", zlab()), method="dflash", k=15)) == set()
+    f = expect(check(qwen3, make_checkpoint("k16", zlab()), method="dflash", k=16), "drafter-beyond-block", "drafter.num_speculative_tokens")
+    assert "at most 15" in f.hint
+    ds = make_checkpoint("ds-block", dspark_cfg(dspark_block_size=7))
+    assert "drafter-beyond-block" not in check(qwen3, ds, method="dspark", k=7)
+    expect(check(qwen3, ds, method="dspark", k=8), "drafter-beyond-block", "drafter.num_speculative_tokens")
+    # n_predict: every method in 0.30; DSpark is exempt since 0.32
+    df = make_checkpoint("npred", zlab(n_predict=4))
+    for v in VERSIONS:
+        expect(check(qwen3, df, method="dflash", version=v, k=6), "drafter-n-predict-divisible", "drafter.num_speculative_tokens")
+        assert "drafter-n-predict-divisible" not in check(qwen3, df, method="dflash", version=v, k=8)
+    ds = make_checkpoint("ds-npred", dspark_cfg(n_predict=4))
+    expect(check(qwen3, ds, method="dspark", version="0.30.0", k=6), "drafter-n-predict-divisible", "drafter.num_speculative_tokens")
+    assert "drafter-n-predict-divisible" not in check(qwen3, ds, method="dspark", version="0.32.0", k=6)
