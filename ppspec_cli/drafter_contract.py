@@ -22,6 +22,22 @@ DFLASH_QWEN3_ARCHS = frozenset({"DFlashDraftModel", "DFlash2DraftModel", "DFlash
 #: qwen3_dspark.py's Qwen3DSparkForCausalLM (a DFlashQwen3 subclass): the DSpark drafters ppspec plans.
 DSPARK_QWEN3_ARCHS = frozenset({"Qwen3DSparkModel", "Qwen3OmniDSparkModel"})
 
+#: The DFlash drafter classes in vLLM's model registry, per first release that has them
+#: (model_executor/models/registry.py); EAGLEConfig keeps LiLiCorrDraftModel's name since 0.32.
+_DFLASH_REGISTERED = {
+    Version("0.30.0"): frozenset({"DFlashDraftModel", "DFlash2DraftModel", "DFlashMuseGlimmerAssistantModel", "DFlashLagunaForCausalLM"}),
+    Version("0.32.0"): frozenset({"DFlashDraftModel", "DFlash2DraftModel", "DFlashMuseGlimmerAssistantModel", "DFlashLagunaForCausalLM", "LiLiCorrDraftModel"}),
+    Version("0.33.0"): frozenset({"DFlashDraftModel", "DFlash2DraftModel", "DFlashMuseGlimmerAssistantModel", "DFlashLagunaForCausalLM", "LiLiCorrDraftModel",
+                                  "DFlash2BeamDraftModel", "Qwen3XPressModel", "DFlashQwen3XPressModel"}),
+}
+LILICORR_KEPT_SINCE = Version("0.32.0")
+
+
+def _by_version(table: dict[Version, frozenset[str]], version: Version) -> frozenset[str]:
+    """The entry of the newest release not after `version` (the oldest entry for older versions)."""
+    return table[max((v for v in table if v <= version), default=min(table))]
+
+
 #: DSpark architectures vLLM keeps as the checkpoint names them (config/speculative.py, the
 #: `method == "dspark"` architecture rewrite); any other is served as DeepSeek-V4's in-target
 #: drafter `DSparkDraftModel` with the target's quantization. 0.33 adds MuseSparkDSparkModel.
@@ -73,6 +89,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "xpress-topc": ("error", "`xpress_topc` outside 0..draft vocabulary (vLLM 0.33 refuses at start)"),
     "drafter-n-predict-divisible": ("error", "num_speculative_tokens above the drafter config's `n_predict` and not a multiple of it (vLLM refuses at start)"),
     "drafter-beyond-block": ("warning", "num_speculative_tokens asks for more draft positions than the drafter's trained block holds; vLLM drafts them anyway"),
+    "dflash-arch-unknown": ("error", "vLLM's model registry has no class for the DFlash drafter's architecture, as vLLM renames it (vLLM refuses at start)"),
     "dspark-omni-contract": ("error", "a DSpark drafter for a Qwen3-Omni target breaks vLLM's Qwen3-Omni DSpark checkpoint contract (vLLM refuses at start)"),
 }
 
@@ -108,12 +125,12 @@ def served_architectures(method: str, cfg: dict, version: Version, target_model_
     raw = cfg.get("architectures")
     archs = [a for a in raw if isinstance(a, str)] if isinstance(raw, list) else []
     if method == "dflash" and "speculators_model_type" not in cfg:
-        return [a if a.startswith("DFlash") or a.endswith("DFlash") or a == "LiLiCorrDraftModel" else f"DFlash{a}" for a in archs]
+        kept = ("LiLiCorrDraftModel",) if version >= LILICORR_KEPT_SINCE else ()
+        return [a if a.startswith("DFlash") or a.endswith("DFlash") or a in kept else f"DFlash{a}" for a in archs]
     if method == "dspark":
         if "DSparkDraftModel" in archs and cfg.get("model_type") == "qwen3":
             return ["Qwen3DSparkModel"]
-        kept = _DSPARK_KEPT[max(v for v in _DSPARK_KEPT if v <= version)] if version >= min(_DSPARK_KEPT) else _DSPARK_KEPT[min(_DSPARK_KEPT)]
-        if not kept & set(archs):
+        if not _by_version(_DSPARK_KEPT, version) & set(archs):
             return ["DSparkV41DraftModel" if target_model_type == "deepseek_v41" else "DSparkDraftModel"]
     return archs
 
@@ -250,6 +267,9 @@ def check(
             f"vLLM {version} does not keep the drafter's architecture {declared}: it serves it as {served[0]} (DeepSeek-V4's drafter, weights from the target checkpoint, the target's quantization)",
             "use a drafter whose config names Qwen3DSparkModel (or another DSpark class this vLLM keeps), or a vLLM release that knows its class",
         ))
+    if method == "dflash" and served and not _by_version(_DFLASH_REGISTERED, version) & set(served):
+        out.append(Breach("dflash-arch-unknown", f"vLLM {version} serves this DFlash drafter as {served} (architectures {declared}, renamed DFlash<arch>), a class its model registry does not have: "
+                          "vLLM refuses at start", "use a DFlash drafter whose config names an architecture this vLLM serves (e.g. DFlashDraftModel)"))
     out.extend(topk_breaches(method, cfg, served, version))
     if method == "dspark" and tcfg:
         thinker = _nested(tcfg, "thinker_config", "text_config")

@@ -269,3 +269,13 @@ def test_width_against_n_predict_and_the_trained_block(qwen3, make_checkpoint):
     ds = make_checkpoint("ds-npred", dspark_cfg(n_predict=4))
     expect(check(qwen3, ds, method="dspark", version="0.30.0", k=6), "drafter-n-predict-divisible", "drafter.num_speculative_tokens")
     assert "drafter-n-predict-divisible" not in check(qwen3, ds, method="dspark", version="0.32.0", k=6)
+
+
+def test_dflash_architecture_must_be_a_registered_class(qwen3, make_checkpoint):
+    # a plain Qwen3 config served as a DFlash drafter becomes DFlashQwen3ForCausalLM: no such class
+    f = expect(check(qwen3, make_checkpoint("plainqwen", zlab(architectures=["Qwen3ForCausalLM"])), method="dflash"), "dflash-arch-unknown")
+    assert "DFlashQwen3ForCausalLM" in f.message
+    # XPress drafters exist from 0.33 on
+    xp = make_checkpoint("xp", zlab(architectures=["Qwen3XPressModel"]))
+    assert "dflash-arch-unknown" not in check(qwen3, xp, method="dflash", version="0.33.0")
+    expect(check(qwen3, xp, method="dflash", version="0.32.0"), "dflash-arch-unknown")
