@@ -33,6 +33,11 @@ _DFLASH_REGISTERED = {
 LILICORR_KEPT_SINCE = Version("0.32.0")
 
 
+def registered_dflash(arch: str, version: Version) -> bool:
+    """Whether vLLM `version`'s model registry has this (served) DFlash architecture."""
+    return arch in _by_version(_DFLASH_REGISTERED, version)
+
+
 def _by_version(table: dict[Version, frozenset[str]], version: Version) -> frozenset[str]:
     """The entry of the newest release not after `version` (the oldest entry for older versions)."""
     return table[max((v for v in table if v <= version), default=min(table))]
@@ -267,7 +272,7 @@ def check(
             f"vLLM {version} does not keep the drafter's architecture {declared}: it serves it as {served[0]} (DeepSeek-V4's drafter, weights from the target checkpoint, the target's quantization)",
             "use a drafter whose config names Qwen3DSparkModel (or another DSpark class this vLLM keeps), or a vLLM release that knows its class",
         ))
-    if method == "dflash" and served and not _by_version(_DFLASH_REGISTERED, version) & set(served):
+    if method == "dflash" and served and not any(registered_dflash(a, version) for a in served):
         out.append(Breach("dflash-arch-unknown", f"vLLM {version} serves this DFlash drafter as {served} (architectures {declared}, renamed DFlash<arch>), a class its model registry does not have: "
                           "vLLM refuses at start", "use a DFlash drafter whose config names an architecture this vLLM serves (e.g. DFlashDraftModel)"))
     out.extend(topk_breaches(method, cfg, served, version))

@@ -485,6 +485,12 @@ def _vllm_contract_answer(case: Case):
     layers' attention resolver (per layer, under the case's runner) and Qwen3 DSpark's
     load_weights on a bare instance (tensor names only; it stops before touching the model)."""
     i = case.input
+    if case.check == "dflash_served":
+        from vllm.model_executor.models.registry import ModelRegistry
+        from vllm.transformers_utils.configs.eagle import EAGLEConfig
+
+        served = EAGLEConfig(copy.deepcopy(i["config"]), method="dflash").architectures
+        return {"served": served, "registered": [a in ModelRegistry.get_supported_archs() for a in served]}
     if case.check == "mask_token":
         token = _vllm_parallel_token(i["config"])
         return "refused" if token is None else token

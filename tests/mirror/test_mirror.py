@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 import yaml
+from packaging.version import Version
 
 from mirror.cases import VERSIONS, Case, case_params, load_cases, refusal_matching
 from ppspec_cli import resolve as resolve_mod
 from ppspec_cli.checkpoint import speculators_view
-from ppspec_cli.drafter_contract import attention_breaches, dspark_tensor_breaches, omni_breaches, parallel_drafting_token
+from ppspec_cli.drafter_contract import attention_breaches, dspark_tensor_breaches, omni_breaches, parallel_drafting_token, registered_dflash, served_architectures
 from ppspec_cli.plan import (
     build_plan,
     default_partition,
@@ -108,8 +109,11 @@ def test_speculators(case: Case, version: str):
 # contract: what vLLM requires of a DFlash/DSpark drafter's config and tensors
 
 
-def _contract_answer(case: Case) -> Any:
+def _contract_answer(case: Case, version: str) -> Any:
     i = case.input
+    if case.check == "dflash_served":
+        served = served_architectures("dflash", i["config"], Version(version))
+        return {"served": served, "registered": [registered_dflash(a, Version(version)) for a in served]}
     if case.check == "mask_token":
         key, value = parallel_drafting_token(i["config"])
         return "refused" if key is None else value
@@ -127,7 +131,7 @@ def _contract_answer(case: Case) -> Any:
 
 @pytest.mark.parametrize(("case", "version"), case_params("contract"))
 def test_contract(case: Case, version: str):
-    assert _contract_answer(case) == case.expect, case.source
+    assert _contract_answer(case, version) == case.expect, case.source
 
 
 # ---------------------------------------------------------------------------------------------
