@@ -279,3 +279,25 @@ def test_dflash_architecture_must_be_a_registered_class(qwen3, make_checkpoint):
     xp = make_checkpoint("xp", zlab(architectures=["Qwen3XPressModel"]))
     assert "dflash-arch-unknown" not in check(qwen3, xp, method="dflash", version="0.33.0")
     expect(check(qwen3, xp, method="dflash", version="0.32.0"), "dflash-arch-unknown")
+
+
+def test_serve_refuses_what_check_reports(qwen3, make_checkpoint, tmp_path, monkeypatch):
+    """check == serve: the contract's errors stop `serve` before anything starts; a drafter that
+    keeps the contract gets as far as starting the engine (an executable that does not exist)."""
+    from typer.testing import CliRunner
+
+    from ppspec_cli.cli import app
+
+    for k in ("VLLM_PLUGINS", "VLLM_PP_LAYER_PARTITION", "VLLM_USE_V2_MODEL_RUNNER"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("PPSPEC_VLLM_EXECUTABLE", str(tmp_path / "no-such-vllm"))
+    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: VllmInstall("0.33.0", "vllm", "cuda"))
+    for name, cfg, refused in (("nomask", zlab(dflash_config={"target_layer_ids": [1, 9, 17, 25, 33]}), True), ("ok", zlab(), False)):
+        prof = tmp_path / f"{name}.yaml"
+        prof.write_text(yaml.safe_dump({"name": name, "platform": "cuda", "adapter": "none", "server": {"port": 18932}, "target": {"model": str(qwen3)},
+                                        "drafter": {"method": "dflash", "model": str(make_checkpoint(f"serve-{name}", cfg)), "num_speculative_tokens": 15}}))
+        r = CliRunner().invoke(app, ["serve", str(prof), "--offline", "--run-dir", str(tmp_path / f"run-{name}")])
+        out = r.output + (r.exception.render() if hasattr(r.exception, "render") else "")
+        assert r.exit_code == 1, out
+        assert ("drafter-no-mask-token" in out) is refused and ("not found" in out) is not refused, out
