@@ -113,6 +113,12 @@ class Breach:
         return CODES[self.code][0]
 
 
+def declared_architectures(cfg: dict) -> list[str]:
+    """The architecture names the drafter config declares (hostile input: only strings count)."""
+    archs = cfg.get("architectures")
+    return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -264,9 +270,9 @@ def check(
     out: list[Breach] = []
     tcfg, text = target_config or {}, target_text or {}
     target_vocab = text.get("vocab_size") if _is_int(text.get("vocab_size")) else None
-    declared = cfg.get("architectures") if isinstance(cfg.get("architectures"), list) else []
+    declared = declared_architectures(cfg)
     served = served_architectures(method, cfg, version, tcfg.get("model_type"))
-    if method == "dspark" and served != declared and served[0].startswith("DSpark") and any(isinstance(a, str) and "DSpark" in a for a in declared):
+    if method == "dspark" and served != declared and served[0].startswith("DSpark") and any("DSpark" in a for a in declared):
         out.append(Breach(
             "dspark-served-as-deepseek-v4",
             f"vLLM {version} does not keep the drafter's architecture {declared}: it serves it as {served[0]} (DeepSeek-V4's drafter, weights from the target checkpoint, the target's quantization)",
@@ -364,8 +370,8 @@ def omni_breaches(target_config: dict, target_text: dict, cfg: dict, served: lis
         return []
     out: list[tuple[str, str]] = []
     model = "drafter.model"
-    declared = cfg.get("architectures") if isinstance(cfg.get("architectures"), list) else []
-    if OMNI_DRAFTER_ARCH not in {*served, *declared}:
+    declared = declared_architectures(cfg)
+    if OMNI_DRAFTER_ARCH not in served and OMNI_DRAFTER_ARCH not in declared:
         out.append((model, f"Qwen3-Omni DSpark requires a standalone draft checkpoint with architectures=['{OMNI_DRAFTER_ARCH}'] (the drafter names {declared}); generic Qwen3DSparkModel checkpoints must be converted first"))
     block = _dspark_value(cfg, "block_size")
     if block is None:

@@ -301,3 +301,34 @@ def test_serve_refuses_what_check_reports(qwen3, make_checkpoint, tmp_path, monk
         out = r.output + (r.exception.render() if hasattr(r.exception, "render") else "")
         assert r.exit_code == 1, out
         assert ("drafter-no-mask-token" in out) is refused and ("not found" in out) is not refused, out
+
+
+def test_hostile_drafter_configs_never_crash_the_contract():
+    """Checkpoint configs are hostile input: any JSON value in any key the contract reads (and an
+    Omni target with a broken thinker config) gives findings or none, never an exception. Seeded, so
+    a failure reproduces; a list inside `architectures` once raised TypeError (unhashable list)."""
+    import random
+
+    from packaging.version import Version
+
+    from ppspec_cli import drafter_contract as dc
+
+    values = [None, True, 0, 1, -1, 2**70, 1.5, float("nan"), float("inf"), "", "x", "12", [], [1], [None], [[1]], {}, {"a": 1},
+              {"mask_token_id": "7"}, {"block_size": 2**80}]
+    keys = ["dflash_config", "mask_token_id", "dspark_noise_token_id", "pard_token", "ptd_token_id", "block_size", "dspark_block_size",
+            "markov_rank", "sample_from_anchor", "layer_types", "sliding_window", "use_sliding_window", "num_hidden_layers",
+            "dspark_draft_topk", "draft_vocab_size", "vocab_size", "architectures", "model_type", "n_predict", "xpress_topc",
+            "eagle_config", "target_layer_ids", "dspark_target_layer_ids", "rope_parameters", "mrope_section", "is_causal",
+            "target_hidden_size", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "markov_head_type"]
+    rng = random.Random(20261201)
+    for _ in range(1500):
+        cfg = {k: rng.choice(values) for k in rng.sample(keys, rng.randint(0, len(keys)))}
+        if rng.random() < 0.3:
+            cfg["dflash_config"] = {k: rng.choice(values) for k in rng.sample(["mask_token_id", "target_layer_ids", "causal", "block_size",
+                                                                               "use_swa", "swa_window_size", "sample_from_anchor"], 3)}
+        target = rng.choice([None, {}, {"model_type": "qwen3_omni_moe", "thinker_config": rng.choice(values)}, {"model_type": rng.choice(values)}])
+        for method in ("dflash", "dspark"):
+            out = dc.check(method, cfg, version=Version(rng.choice(VERSIONS)), runner=rng.choice(["V1", "V2"]),
+                           names=rng.choice([None, set(), {"lm_head.weight", "d2t"}]), num_speculative_tokens=rng.choice([1, 2, 16, 2**31]),
+                           target_config=target, target_text=rng.choice([None, {}, {"hidden_size": rng.choice(values)}]))
+            assert all(b.code in CODES for b in out)
