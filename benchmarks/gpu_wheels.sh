@@ -38,6 +38,7 @@ PARTS_DIR="${PARTS_DIR:-.whl/parts}"                  # ignored by git; carried 
 PPSPEC_WHL_DIR="${PPSPEC_WHL_DIR:-.whl/ppspec}"
 DEVICE_PARTS="${DEVICE_PARTS:-/tmp/wheelparts}"
 DEVICE_SITE="${DEVICE_SITE:-/tmp/site}"
+DEVICE_WHEELS="${DEVICE_WHEELS:-/tmp/ppspec-device-wheels}"  # the reassembled wheels (install): ours, replaced each time
 KINDS_MD="${KINDS_MD:-/work/.library/device/KINDS.md}"
 # Carried whatever the device has (name==version): the image's NCCL 2.28.9 lacks symbols that
 # libtorch_cuda 2.14 links against (ncclCommGrow, ncclCommSuspend, ncclPutSignal, ...).
@@ -228,9 +229,9 @@ cmd_install() {
   (cd "$DEVICE_PARTS" && sha256sum -c --quiet SHA256SUMS) || { echo "parts missing or damaged: resend them (calls)" >&2; exit 1; }
   local want; want=$(cat "$PPSPEC_WHL_DIR"/*.whl | sha256sum | cut -c1-64)
   if [ "$(cat "$DEVICE_SITE/.ppspec-wheels-installed" 2>/dev/null)" != "$want" ]; then
-    rm -rf /tmp/wheels "$DEVICE_SITE"; mkdir -p /tmp/wheels
-    cat "$DEVICE_PARTS"/part-* | tar -C /tmp/wheels -xf -
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$DEVICE_SITE" /tmp/wheels/*.whl "$PPSPEC_WHL_DIR"/*.whl
+    rm -rf "$DEVICE_WHEELS" "$DEVICE_SITE"; mkdir -p "$DEVICE_WHEELS"
+    cat "$DEVICE_PARTS"/part-* | tar -C "$DEVICE_WHEELS" -xf -
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$DEVICE_SITE" "$DEVICE_WHEELS"/*.whl "$PPSPEC_WHL_DIR"/*.whl
     echo "$want" > "$DEVICE_SITE/.ppspec-wheels-installed"
   fi
   [ -x "$DEVICE_SITE/bin/vllm" ] || { echo "install incomplete: $DEVICE_SITE/bin/vllm is missing" >&2; exit 1; }

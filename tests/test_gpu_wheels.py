@@ -50,7 +50,8 @@ def test_install_keeps_the_vllm_command(tmp_path):
     (ppspec_dir / fake_ppspec.name).write_bytes(fake_ppspec.read_bytes())
     subprocess.run(f"tar -C {fake_vllm.parent} -cf - {fake_vllm.name} | split -b 1k -d -a 3 - {parts}/part-", shell=True, check=True)
     subprocess.run("sha256sum part-* > SHA256SUMS", shell=True, check=True, cwd=parts)
-    env = dict(os.environ, PARTS_DIR=str(parts), PPSPEC_WHL_DIR=str(ppspec_dir), DEVICE_PARTS=str(device_parts), DEVICE_SITE=str(site))
+    env = dict(os.environ, PARTS_DIR=str(parts), PPSPEC_WHL_DIR=str(ppspec_dir), DEVICE_PARTS=str(device_parts), DEVICE_SITE=str(site),
+               DEVICE_WHEELS=str(tmp_path / "dev-wheels"))
     for p in sorted(parts.glob("part-*")):
         r = subprocess.run(["bash", str(WHEELS), "receive", p.name], env=env, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr

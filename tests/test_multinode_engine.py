@@ -194,6 +194,9 @@ def test_ray_executor_on_cpu_against_a_local_ray_cluster(tmp_path):
     profile.write_text(yaml.safe_dump(data, sort_keys=False))
     port = free_port()
     ray_tmp = Path(tempfile.mkdtemp(prefix="ppspec-ray-"))
+    # the engine run by hand below lacks serve's private TMPDIR: give it one (short: ZMQ socket
+    # paths are limited to 107 bytes), or vLLM's ZMQ sockets stay in /tmp
+    eng_tmp = Path(tempfile.mkdtemp(prefix="ppspec-eng-"))
     addr = f"127.0.0.1:{port}"
     env = engine_env({"RAY_ADDRESS": addr, "RAY_USAGE_STATS_ENABLED": "0"})
     with engine_lock():
@@ -218,7 +221,11 @@ def test_ray_executor_on_cpu_against_a_local_ray_cluster(tmp_path):
             (node,) = dry["nodes"]
             assert node["argv"][node["argv"].index("--distributed-executor-backend") + 1] == "ray"
             t0 = time.monotonic()
-            eng = subprocess.run(node["argv"], capture_output=True, text=True, env={**env, **node["env"], "PPSPEC_PLAN_FILE": ""}, timeout=START_S, check=False, start_new_session=True)
+            tmp_before = set(os.listdir(tempfile.gettempdir()))
+            eng = subprocess.run(node["argv"], capture_output=True, text=True, env={**env, **node["env"], "PPSPEC_PLAN_FILE": "", "TMPDIR": str(eng_tmp)},
+                                 timeout=START_S, check=False, start_new_session=True)
+            new_in_tmp = set(os.listdir(tempfile.gettempdir())) - tmp_before
+            assert not new_in_tmp, f"the engine left {sorted(new_in_tmp)} in {tempfile.gettempdir()}"
             assert eng.returncode != 0
             assert "Connected to Ray cluster" in eng.stdout + eng.stderr  # it reached the cluster ...
             assert "current platform cpu does not support ray" in eng.stdout + eng.stderr  # ... and stopped there
@@ -233,3 +240,4 @@ def test_ray_executor_on_cpu_against_a_local_ray_cluster(tmp_path):
             wait_until(lambda: not tree.left(), 60, None, "the Ray cluster's processes to be gone")
             tree.kill()
             shutil.rmtree(ray_tmp, ignore_errors=True)
+            shutil.rmtree(eng_tmp, ignore_errors=True)
