@@ -165,7 +165,7 @@ def _handler(hub: Hub):
 def hub():
     h = Hub()
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(h))
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t = threading.Thread(target=srv.serve_forever, args=(0.02,), daemon=True)
     t.start()
     h.url = f"http://127.0.0.1:{srv.server_address[1]}"
     try:

@@ -106,7 +106,7 @@ class _Echo(http.server.BaseHTTPRequestHandler):
 @pytest.mark.slow  # runs the CLI in a subprocess
 def test_server_echo_in_a_redirect_is_masked_in_output(tmp_path):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    threading.Thread(target=srv.serve_forever, args=(0.02,), daemon=True).start()
     try:
         url = f"http://127.0.0.1:{srv.server_address[1]}"
         cp = _ppspec(["verify", "--endpoint", url, "--api-key-env", "MY_SERVER_KEY"], {"MY_SERVER_KEY": KEY}, tmp_path)

@@ -52,7 +52,7 @@ def server():
     _Handler.seen_auth = []
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     httpd.daemon_threads = True
-    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t = threading.Thread(target=httpd.serve_forever, args=(0.02,), daemon=True)
     t.start()
     yield httpd, f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()

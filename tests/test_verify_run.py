@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.verify import run_verify, verify_command
+from ppspec_cli.verify import run_verify, runner, verify_command
 from ppspec_cli.verify.prompts import load_prompt_set
 from ppspec_cli.verify.report import load_report
 
@@ -147,6 +147,12 @@ class FakeVllm:
         return H
 
 
+@pytest.fixture(autouse=True)
+def _quick_settle(monkeypatch):
+    # The fake server's counters settle at once (or after metrics_lag_s): scrape often, not every 0.2 s.
+    monkeypatch.setattr(runner, "SETTLE_POLL_S", 0.01)
+
+
 @pytest.fixture
 def fake():
     fakes = []
@@ -155,7 +161,7 @@ def fake():
         f = FakeVllm(**kw)
         httpd = ThreadingHTTPServer(("127.0.0.1", 0), f.handler())
         httpd.daemon_threads = True
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=httpd.serve_forever, args=(0.02,), daemon=True).start()
         f.url = f"http://127.0.0.1:{httpd.server_address[1]}"
         f.port = httpd.server_address[1]
         fakes.append(httpd)

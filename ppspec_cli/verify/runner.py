@@ -33,6 +33,8 @@ WARMUP_PROMPT = "Hello"
 #: Tokens generated per prompt when neither --max-tokens nor the profile says.
 DEFAULT_MAX_TOKENS = 128
 SETTLE_TIMEOUT_S = 10.0
+#: Seconds between two /metrics scrapes while the counters settle.
+SETTLE_POLL_S = 0.2
 
 
 def _stderr_progress(line: str) -> None:
@@ -112,7 +114,7 @@ def _settled_delta(client: Client, before: m.Scrape, expected_tokens: int | None
         if time.monotonic() > deadline:
             return after, d, False
         last_key = key
-        time.sleep(0.2)
+        time.sleep(SETTLE_POLL_S)
 
 
 def run_verify(

@@ -8,6 +8,8 @@ vLLM's answer, for its own version) read the cases from here.
 
 from __future__ import annotations
 
+import copy
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,12 +39,18 @@ class Case:
     inner_decoder: str | None = None  # gate cases: vllm/...py::Class whose opt-in flag vLLM checks
 
 
+@functools.cache
+def _parse(path: Path) -> Any:
+    # Every test module asks for the cases; parse each file once (with libyaml where present).
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def load_cases() -> list[Case]:
     """Every case of every topic file. Raises ValueError on a malformed file (never drops a case)."""
     out: list[Case] = []
     seen: set[tuple[str, str]] = set()
     for path in sorted(CASES_DIR.glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = copy.deepcopy(_parse(path))  # callers get their own copy to change
         topic = doc.get("topic")
         if topic != path.stem:
             raise ValueError(f"{path.name}: topic {topic!r} must equal the file name")
