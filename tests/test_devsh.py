@@ -107,3 +107,26 @@ def test_installed_vllm_metadata_names_the_cpu_build():
     code = "import importlib.metadata as m, sys; from vllm.platforms import current_platform as p; print(p.is_cpu())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.stdout.strip().splitlines()[-1] == "True", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_a_skip_fails_the_run_in_ci_only(tmp_path, ci):
+    """CI installs vLLM and .venv, so a skip there ("needs vLLM") means a broken install: the suite's
+    conftest turns any skip into a failed run when CI is set, and leaves local runs as they are."""
+    (tmp_path / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text(encoding="utf-8"))
+    (tmp_path / "test_x.py").write_text(
+        "import pytest\n\ndef test_ok():\n    pass\n\n@pytest.mark.skipif(True, reason='needs vLLM here')\ndef test_skipped():\n    pass\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    if ci:
+        env["CI"] = ci
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )
+    if ci:
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "1 test(s) skipped, which CI does not allow" in proc.stdout and "needs vLLM here" in proc.stdout
+    else:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "1 passed, 1 skipped" in proc.stdout
