@@ -724,5 +724,8 @@ def load_checkpoint(
             )
         return load_local(ref, p, read_headers=read_headers)
     if progress:
-        progress(f"reading {ref} metadata from the hub")
+        from huggingface_hub import constants
+
+        cache_only = offline or bool(constants.HF_HUB_OFFLINE)
+        progress(f"reading {ref} metadata from the {'local Hugging Face cache (offline)' if cache_only else 'hub'}")
     return load_hub(ref, revision, offline=offline, read_headers=read_headers)

@@ -324,6 +324,17 @@ def test_offline_flag_makes_no_request_even_with_a_hub(tmp_path, cached, write_p
     assert hub.log == []
 
 
+def test_progress_says_where_metadata_is_read_from(tmp_path, cached, write_profile, hub):
+    """Offline (flag or HF_HUB_OFFLINE) the progress line names the local cache, never "the hub"."""
+    hub.repos = {"meta-llama/Llama-3.1-8B-Instruct": llama_repo(), "org/eagle3": eagle3_repo()}
+    for env, args in ((hub_env(tmp_path, hub.url, offline=True), ()), (hub_env(tmp_path, hub.url, offline=False), ("--offline",))):
+        _, _, stderr = check_json(profile(write_profile), env, *args)
+        assert "reading meta-llama/Llama-3.1-8B-Instruct metadata from the local Hugging Face cache (offline)" in stderr
+        assert "from the hub" not in stderr
+    _, _, stderr = check_json(profile(write_profile), hub_env(tmp_path, hub.url, offline=False))
+    assert "reading org/eagle3 metadata from the hub" in stderr
+
+
 def test_offline_pinned_commit(tmp_path, cached, write_profile, hub):
     rc, out, _ = check_json(profile(write_profile, revision=COMMIT), hub_env(tmp_path, hub.url, offline=True))
     assert rc == 0 and out["target"]["num_hidden_layers"] == 32
