@@ -128,6 +128,9 @@ def test_one_launch_plan_for_dry_run_slurm_and_k8s(profile, env, schema, tmp_pat
     outs.mkdir()
     hosts = ",".join([HEAD] + [f"gpu-b{i:02d}" for i in range(1, nodes)])
     job_env = dict(env, SLURM_JOB_ID="4242", SLURM_JOB_NODELIST=hosts, SLURM_JOB_NUM_NODES=str(nodes), PPSPEC=str(BIN / "ppspec"), STANDIN_SRUN_OUTPUT_DIR=str(outs))
+    # A profile whose check finds errors exits 1 in its dry run; with --kill-on-bad-exit the stand-in
+    # (as srun) would stop the other tasks, perhaps before they print: let every task finish.
+    job_env["STANDIN_SRUN_WAIT_ALL"] = "1"
     p = subprocess.run(["bash", str(script), "--dry-run", "--json", "--run-dir", str(run_dir)], check=False, env=job_env, capture_output=True, text=True, timeout=300)
     assert p.returncode in (0, 1), p.stderr
     slurm_nodes = []
