@@ -487,19 +487,19 @@ _HUB_CLOCK = netio.Clock()
 _hub_client: dict[str, Any] = {}  # "installed" -> endpoint; "last" -> the last file requested
 
 
-def _hub_budget() -> float:
-    raw = os.environ.get(HUB_DEADLINE_ENV, "").strip()
+def _hub_budget(env: str = HUB_DEADLINE_ENV, default: float = HUB_DEADLINE_DEFAULT) -> float:
+    raw = os.environ.get(env, "").strip()
     if not raw:
-        return HUB_DEADLINE_DEFAULT
+        return default
     try:
         budget = float(raw)
     except ValueError:
         budget = float("nan")
     if not 0 < budget <= 86400:
         raise PpspecError(
-            f"{HUB_DEADLINE_ENV}={raw[:40]!r} is not a number of seconds in (0, 86400]",
-            where=HUB_DEADLINE_ENV,
-            fix=f"set it to the seconds one checkpoint's hub metadata may take (default {HUB_DEADLINE_DEFAULT:g}), or unset it",
+            f"{env}={raw[:40]!r} is not a number of seconds in (0, 86400]",
+            where=env,
+            fix=f"set it to the seconds one checkpoint's hub metadata may take (default {default:g}), or unset it",
             exit_code=1,
         )
     return budget
@@ -557,6 +557,46 @@ def _hub_unreachable(ref: str, revision: str | None) -> bool:
         down = status is None or status in (408, 429, 500, 502, 503, 504)
     _REACHABILITY[ep] = down
     return down
+
+
+HUB_DOWNLOAD_DEADLINE_ENV = "PPSPEC_HUB_DOWNLOAD_DEADLINE"
+HUB_DOWNLOAD_DEADLINE_DEFAULT = 3600.0
+#: What serve downloads of a hub drafter to build its config overlay: what the engine loads
+#: (config and tokenizer JSON, safetensors). Never code (*.py), never pickles (*.bin, *.pt).
+SNAPSHOT_PATTERNS = ["*.json", "*.safetensors"]
+
+
+def download_snapshot(ref: str, revision: str | None) -> Path:
+    """The files of hub repo `ref` the engine loads, downloaded (or found in the cache) within one
+    total deadline (PPSPEC_HUB_DOWNLOAD_DEADLINE seconds, default 3600) on the same bounded client
+    as the metadata reads. Returns the local snapshot directory; every failure is one PpspecError."""
+    from huggingface_hub import constants, snapshot_download
+
+    budget = _hub_budget(HUB_DOWNLOAD_DEADLINE_ENV, HUB_DOWNLOAD_DEADLINE_DEFAULT)
+    _hub_client.pop("last", None)
+    xet_was_disabled = constants.HF_HUB_DISABLE_XET
+    try:
+        _install_hub_client()
+        constants.HF_HUB_DISABLE_XET = True  # hf_xet's own connections would escape the deadline
+        _HUB_CLOCK.deadline = time.monotonic() + budget
+        return Path(snapshot_download(ref, revision=revision, allow_patterns=SNAPSHOT_PATTERNS))
+    except Exception as e:  # noqa: BLE001 - one clear message
+        if _HUB_CLOCK.expired():
+            raise PpspecError(
+                f"the hub ({_endpoint()}) did not finish sending {ref!r} within the {budget:g} s download deadline; abandoned",
+                where=f"{ref}/{_hub_client.get('last') or ''}",
+                fix=f"raise {HUB_DOWNLOAD_DEADLINE_ENV} (seconds) for a slow link, or download it first (hf download {ref}) and point the profile at the directory",
+                exit_code=1,
+            ) from None
+        raise PpspecError(
+            f"cannot download {ref!r} from the hub ({_endpoint()}): {type(e).__name__}: {str(e)[:200]}",
+            where=ref,
+            fix=f"check the repository id and the network, or download it first (hf download {ref}) and point the profile at the directory",
+            exit_code=1,
+        ) from None
+    finally:
+        _HUB_CLOCK.deadline = float("inf")
+        constants.HF_HUB_DISABLE_XET = xet_was_disabled
 
 
 def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_headers: bool = True) -> Checkpoint:

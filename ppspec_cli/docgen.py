@@ -124,5 +124,7 @@ if __name__ == "__main__":  # python -m ppspec_cli.docgen docs/adapters.md
     import sys
     from pathlib import Path
 
+    from . import safeio
+
     target = Path(sys.argv[1])
-    target.write_text(with_manifest_reference(target.read_text(encoding="utf-8")), encoding="utf-8")
+    safeio.write_text(target, with_manifest_reference(safeio.read_text(target, limit=1 << 20, what=str(target))), what=str(target))

@@ -443,17 +443,9 @@ def materialize_overlay(spec: LaunchSpec, revision: str | None = None) -> None:
         return
     src = Path(os.path.expanduser(spec.drafter_source))
     if not src.is_dir():
-        try:
-            from huggingface_hub import snapshot_download
+        from .checkpoint import download_snapshot
 
-            src = Path(snapshot_download(spec.drafter_source, revision=revision))
-        except Exception as e:  # noqa: BLE001
-            raise PpspecError(
-                f"cannot fetch the drafter {spec.drafter_source!r} to build its config overlay: {type(e).__name__}",
-                where="drafter.model",
-                fix="download the drafter to a local directory and point drafter.model at it",
-                exit_code=1,
-            ) from None
+        src = download_snapshot(spec.drafter_source, revision)
     try:
         cfg = safeio.read_json(src / "config.json", limit=8 << 20, what="drafter config.json", exit_code=1)
     except PpspecError as e:

@@ -57,6 +57,10 @@ class DeadlineExceeded(Exception):
     timeouts (huggingface_hub retries a stalled download 5 times, a second apart) let it through."""
 
 
+#: The most one socket operation waits when neither a deadline nor a timeout bounds it.
+OP_TIMEOUT = 60.0
+
+
 class Clock:
     """A total deadline shared by the socket operations of one exchange (netio.Http) or of all the
     hub exchanges for one checkpoint (checkpoint.load_hub). `deadline` is time.monotonic() based."""
@@ -68,10 +72,15 @@ class Clock:
         return time.monotonic() >= self.deadline
 
     def left(self, timeout: float | None) -> float:
+        """Seconds one socket operation may take: never more than the time left, and always finite
+        (a socket refuses an infinite timeout with OverflowError): with no deadline set and no
+        timeout asked for, one operation gets OP_TIMEOUT."""
         rest = self.deadline - time.monotonic()
         if rest <= 0:
             raise DeadlineExceeded("total deadline passed")
-        return rest if timeout is None else min(timeout, rest)
+        if timeout is None or not timeout < float("inf"):
+            timeout = OP_TIMEOUT
+        return min(timeout, rest)
 
     def run(self, timed_out: type[Exception], op: Callable[[float], Any], timeout: float | None) -> Any:
         """`op(seconds)` with at most the time left; its own timeout at the deadline is the deadline's."""

@@ -22,6 +22,7 @@ import itertools
 import json
 import os
 import re
+import secrets
 import stat
 from typing import Any, Callable
 
@@ -181,20 +182,45 @@ def read_head(path: str | os.PathLike[str], n: int, *, what: str = "file", error
         os.close(fd)
 
 
+def _existing_kind(p: str) -> str | None:
+    """What is at `p` when it is something `write_text` must never replace (None: nothing there,
+    or a regular file). lstat: a symlink is reported as one, never followed."""
+    try:
+        mode = os.lstat(p).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return None  # the write itself reports what is wrong with the path
+    if stat.S_ISREG(mode):
+        return None
+    return "a symbolic link" if stat.S_ISLNK(mode) else _kind(mode)
+
+
 def write_text(path: str | os.PathLike[str], text: str, *, what: str = "file", where: str | None = None, error: ErrorType = PpspecError, exit_code: int = 1) -> None:
     """The one way ppspec writes a file: the text goes through the redaction layer (no registered
-    secret reaches a file), is written to a temporary file beside `path` and renamed over it (a
-    reader never sees half a file; a symlink at `path` is replaced, not followed), and every OS
-    failure is one `error` naming the path."""
+    secret reaches a file), is written to a temporary file beside `path`, flushed to disk and renamed
+    over it (a reader never sees half a file). Only a regular file (or nothing) at `path` is ever
+    replaced: a device node, FIFO, socket, directory or symlink there is refused, never renamed
+    over. Every OS failure (write, flush, close, rename) is one `error` naming the path; no
+    temporary file is left behind."""
     from .redact import redact
 
     p = os.fspath(path)
+    shown = where or p[:200]
+    kind = _existing_kind(p)
+    if kind is not None:
+        raise error(f"cannot write {what}: {p[:200]} is {kind}; ppspec only replaces regular files", where=shown, fix="choose a path that is a regular file or does not exist yet", exit_code=exit_code)
     d, name = os.path.split(p)
-    tmp = os.path.join(d, f".{name}.{os.getpid()}.ppspec-tmp")
+    tmp = os.path.join(d, f".{name[:200]}.{os.getpid()}.{secrets.token_hex(4)}.ppspec-tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(redact(text))
+            f.flush()
+            os.fsync(f.fileno())  # a full disk or a failing NFS server shows here, not after the rename
+        kind = _existing_kind(p)  # checked again just before the rename: the path may have changed
+        if kind is not None:
+            raise OSError(errno.EEXIST, f"{p[:200]} became {kind} while writing; ppspec only replaces regular files")
         os.replace(tmp, p)
     except (OSError, ValueError) as e:
         try:
@@ -202,7 +228,7 @@ def write_text(path: str | os.PathLike[str], text: str, *, what: str = "file", w
         except OSError:
             pass
         msg = getattr(e, "strerror", None) or str(e)
-        raise error(f"cannot write {what}: {msg}", where=where or p[:200], fix="choose a writable path (an existing directory you can write to)", exit_code=exit_code) from None
+        raise error(f"cannot write {what}: {msg}", where=shown, fix="choose a writable path (an existing directory you can write to)", exit_code=exit_code) from None
 
 
 def check_writable(path: str | os.PathLike[str], *, where: str, exit_code: int = 2) -> None:
@@ -212,8 +238,9 @@ def check_writable(path: str | os.PathLike[str], *, where: str, exit_code: int =
     parent = os.path.dirname(p) or "."
     if len(p.encode("utf-8", "replace")) > 4096 or any(len(c.encode("utf-8", "replace")) > 255 for c in p.split(os.sep)):
         raise PpspecError("output path is longer than the file system allows", where=where, fix="choose a shorter path", exit_code=exit_code)
-    if os.path.isdir(p):
-        raise PpspecError(f"{p} is a directory", where=where, fix="pass a file path", exit_code=exit_code)
+    kind = _existing_kind(p)
+    if kind is not None:
+        raise PpspecError(f"{p[:200]} is {kind}; ppspec only writes regular files", where=where, fix="pass the path of a regular file, or of one that does not exist yet", exit_code=exit_code)
     if not os.path.isdir(parent):
         raise PpspecError(f"directory {parent} does not exist", where=where, fix="create it first or choose another path", exit_code=exit_code)
     if not os.access(parent, os.W_OK | os.X_OK):

@@ -68,6 +68,8 @@ class Hub:
     # "xet": served whole, but announced as stored on Xet (whose client bypasses ppspec's deadline)
     stall: dict[str, str] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
+    # repos whose weight files may be downloaded whole (what `serve` does for a drafter it overlays)
+    whole: set[str] = field(default_factory=set)
 
 
 def _handler(hub: Hub):
@@ -89,6 +91,9 @@ def _handler(hub: Hub):
             entry = {"method": self.command, "path": self.path, "range": rng, "sent": 0, "proxy_auth": self.headers.get("Proxy-Authorization")}
             self.path = re.sub(r"^http://[^/]+", "", self.path)  # asked as a proxy: absolute-form target
             hub.log.append(entry)
+            api = re.match(r"^/api/models/([^/]+/[^/]+)/(revision|tree)/([^/?]+)", self.path)
+            if api:  # repo_info and list_repo_tree, what snapshot_download asks first
+                return self._api(*api.groups())
             m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", self.path.split("?")[0])
             if not m:
                 return self._empty(404, **{"X-Error-Code": "RepoNotFound"})
@@ -105,7 +110,7 @@ def _handler(hub: Hub):
                 a, b = re.match(r"bytes=(\d+)-(\d*)", rng).groups()
                 start, end, status = int(a), (int(b) + 1 if b else f.size), 206
                 end = min(end, f.size)
-            elif body and fname.endswith((".safetensors", ".bin")):
+            elif body and fname.endswith((".safetensors", ".bin")) and repo not in hub.whole:
                 hub.violations.append(f"GET {self.path} without a Range: a whole weight file")
                 return self._empty(403)
             self.send_response(status)
@@ -119,6 +124,21 @@ def _handler(hub: Hub):
                 data = f.read(start, end)
                 self.wfile.write(data)
                 entry["sent"] = len(data)
+
+        def _api(self, repo: str, kind: str, _rev: str) -> None:
+            if repo not in hub.repos:
+                return self._empty(401, **{"X-Error-Code": "RepoNotFound"})
+            files = hub.repos[repo]
+            if kind == "revision":
+                doc = {"id": repo, "sha": COMMIT, "siblings": [{"rfilename": n} for n in files]}
+            else:
+                doc = [{"type": "file", "path": n, "size": f.size, "oid": f.etag[:40]} for n, f in files.items()]
+            data = json.dumps(doc).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
         def _drip(self, data: bytes, every: float = 1.0) -> None:
             try:
@@ -564,3 +584,74 @@ def test_hub_deadline_value_is_checked(tmp_path, write_profile, hub):
     rc, out, _ = check_json(profile(write_profile), hub_env(tmp_path, hub.url, offline=False, PPSPEC_HUB_DEADLINE="soon"))
     assert rc == 1 and "PPSPEC_HUB_DEADLINE='soon'" in codes(out)["target-unreadable"]["message"]
     assert hub.log == []
+
+
+# ---------------------------------------------------------------------------------------------
+# serve: a hub drafter served through a config overlay (downloaded on the bounded client)
+
+
+def test_serve_builds_the_overlay_of_a_hub_drafter(tmp_path, hub):
+    """`serve` of a profile whose hub drafter needs a config overlay (here: pinned taps) downloads
+    the drafter on the deadline-bounded hub client and serves it from the overlay directory: config
+    with the overlay keys, every other file linked. Failed before: OverflowError (an infinite socket
+    timeout handed out when no deadline was set)."""
+    import os
+    import signal
+    import sys
+
+    import yaml
+
+    sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "bad"))
+    import ppspec_faults as PF
+    from fake_vllm import make_fake_engine
+
+    repo = eagle3_repo((2, 16, 29))
+    cfg = json.loads(repo["config.json"].prefix)
+    cfg.update(num_hidden_layers=1, hidden_size=2048, vocab_size=128256, draft_vocab_size=32000)
+    repo["config.json"] = VFile.of(json.dumps(cfg).encode())
+    prefix, size = safetensors_header({"d2t": ("I64", [32000]), "fc.weight": ("F16", [2048, 3 * 2048]), "lm_head.weight": ("F16", [32000, 2048]), "t2d": ("BOOL", [128256])}, {"format": "pt"})
+    repo["model.safetensors"] = VFile(prefix, len(prefix) + size)
+    repo["tokenizer_config.json"] = VFile.of(b"{}")
+    repo["modeling_evil.py"] = VFile.of(b"raise SystemExit('never downloaded')\n")
+    hub.repos["org/eagle3"] = repo
+    hub.whole.add("org/eagle3")
+    target = PF.write_target(tmp_path / "target")  # Llama-3.2-1B: 16 layers, hidden 2048
+    prof = tmp_path / "profile.yaml"
+    prof.write_text(yaml.safe_dump({
+        "name": "hub-overlay", "platform": "cpu", "target": {"model": str(target)},
+        "drafter": {"method": "eagle3", "model": "org/eagle3", "num_speculative_tokens": 2, "taps": [2, 8, 13]},
+        "server": {"host": "127.0.0.1", "port": PF.free_port()},
+    }))
+    run_dir, record = tmp_path / "run", tmp_path / "record.json"
+    env = PF.ppspec_env({**hub_env(tmp_path, hub.url, offline=False), "PPSPEC_VLLM_EXECUTABLE": str(make_fake_engine(tmp_path / "bin")), "FAKE_VLLM_MODE": "serve", "FAKE_VLLM_RECORD": str(record)})
+    p = subprocess.Popen([sys.executable, "-m", "ppspec_cli.cli", "serve", str(prof), "--run-dir", str(run_dir)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        t0 = time.monotonic()
+        while not (run_dir / "ready").exists():
+            if p.poll() is not None or time.monotonic() - t0 > 90:
+                break
+            time.sleep(0.05)
+        overlay = run_dir / "drafter-overlay"
+        built = json.loads((overlay / "config.json").read_text()) if (overlay / "config.json").exists() else None
+        linked = sorted(f.name for f in overlay.iterdir()) if overlay.is_dir() else []
+        weights_ok = (overlay / "model.safetensors").is_symlink() and (overlay / "model.safetensors").stat().st_size == repo["model.safetensors"].size
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+        out = p.communicate(timeout=60)[0]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert "OverflowError" not in out and "Traceback" not in out, out
+    assert built is not None, f"no overlay config was built:\n{out}"
+    assert built["eagle_aux_hidden_state_layer_ids"] == [2, 8, 13], built  # the pinned taps, top level
+    assert built["draft_vocab_size"] == 32000  # the rest of the drafter's own config kept
+    assert linked == ["PPSPEC_OVERLAY.txt", "config.json", "model.safetensors", "tokenizer_config.json"], linked  # never code
+    assert weights_ok
+    argv = json.loads(record.read_text())["argv"]
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec["model"] == str(overlay), spec
+    assert not any("/api/" in e["path"] and "modeling_evil" in e["path"] for e in hub.log)
+    assert not any(e["path"].endswith("modeling_evil.py") for e in hub.log)
+    assert not hub.violations
+    assert os.listdir(tmp_path / "hf-cache")  # downloaded into the HF cache, as the engine would

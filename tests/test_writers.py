@@ -1,0 +1,144 @@
+"""Every ppspec writer against every kind of thing that can already be at its path.
+
+A writer writes a temporary file beside the path and renames it over: that must only ever replace
+a regular file. A device node, FIFO, socket, directory or symlink at the path is refused (exit 1/2,
+the path named), left exactly as it was, and no temporary file stays behind. The device nodes are
+private ones made with mknod in the test's own directory (same numbers as /dev/null and /dev/full):
+no test ever writes to this machine's real /dev.
+
+The CLI runs in process (typer's runner): no process boundary is under test here."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ppspec_cli import safeio
+from ppspec_cli.cli import app
+from ppspec_cli.errors import PpspecError
+
+KINDS = ["chardev-null", "chardev-full", "fifo", "socket", "symlink", "dangling-symlink", "directory"]
+
+
+def _cli(args: list[str]) -> tuple[int, str]:
+    """The app in process, as main() ends it: a PpspecError is its exit code and its rendering."""
+    r = CliRunner().invoke(app, args)
+    if isinstance(r.exception, PpspecError):
+        return r.exception.exit_code, r.output + r.exception.render()
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return r.exit_code, r.output
+
+
+def _make(kind: str, path: Path) -> tuple[int, int]:
+    """Put a `kind` at `path`; returns (inode, mode) to compare after the write attempt."""
+    if kind.startswith("chardev"):
+        if os.geteuid() != 0:
+            pytest.fail("the device-node cases need root (mknod), as CI runs")
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3 if kind == "chardev-null" else 7))
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(path))
+        s.close()
+    elif kind == "symlink":
+        (path.parent / "victim.txt").write_text("keep me\n")
+        path.symlink_to(path.parent / "victim.txt")
+    elif kind == "dangling-symlink":
+        path.symlink_to(path.parent / "nowhere" / "x")
+    elif kind == "directory":
+        path.mkdir()
+    st = os.lstat(path)
+    return st.st_ino, st.st_mode
+
+
+def _unchanged(path: Path, before: tuple[int, int]) -> None:
+    st = os.lstat(path)
+    assert (st.st_ino, st.st_mode) == before, f"{path} was replaced"
+    if (path.parent / "victim.txt").exists():
+        assert (path.parent / "victim.txt").read_text() == "keep me\n", "the symlink was followed"
+    leftovers = [n for n in os.listdir(path.parent) if n.endswith(".ppspec-tmp")]
+    assert not leftovers, leftovers
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_write_text_never_replaces_what_is_not_a_regular_file(tmp_path, kind):
+    path = tmp_path / "out"
+    before = _make(kind, path)
+    with pytest.raises(PpspecError, match="cannot write") as e:
+        safeio.write_text(path, "x\n", what="report")
+    assert str(path) in e.value.where
+    _unchanged(path, before)
+
+
+def test_write_text_replaces_a_regular_file_and_creates_a_new_one(tmp_path):
+    old = tmp_path / "old"
+    old.write_text("before\n")
+    safeio.write_text(old, "after\n")
+    safeio.write_text(tmp_path / "new", "fresh\n")
+    assert old.read_text() == "after\n" and (tmp_path / "new").read_text() == "fresh\n"
+    assert sorted(os.listdir(tmp_path)) == ["new", "old"]
+
+
+def test_a_failed_write_is_an_error_with_no_partial_file(tmp_path, monkeypatch):
+    """ENOSPC at flush time (as a full disk gives it) is one error; nothing is renamed into place."""
+    target = tmp_path / "out"
+    target.write_text("intact\n")
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(PpspecError, match="No space left"):
+        safeio.write_text(target, "new\n")
+    assert target.read_text() == "intact\n"
+    assert os.listdir(tmp_path) == ["out"]
+
+
+@pytest.fixture
+def slurm_profile(tmp_path) -> Path:
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(
+        '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 16, "hidden_size": 2048,'
+        ' "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "intermediate_size": 8192}'
+    )
+    prof = tmp_path / "p.yaml"
+    prof.write_text(f"name: w\ntarget: {{model: {target}}}\nplatform: cuda\ntopology: {{pipeline_parallel: 2, gpus_per_node: 1, nodes: 2}}\nlaunch: {{master_addr: 10.0.0.1}}\n")
+    return prof
+
+
+WRITERS = {
+    "docs --out": lambda out, prof: ["docs", "--out", str(out)],
+    "export slurm -o": lambda out, prof: ["export", "slurm", str(prof), "-o", str(out), "--offline"],
+    "export k8s -o": lambda out, prof: ["export", "k8s", str(prof), "--image", "img:1", "-o", str(out), "--offline"],
+    "verify --out": lambda out, prof: ["verify", "--endpoint", "http://127.0.0.1:9", "--out", str(out)],
+    "verify --save-baseline": lambda out, prof: ["verify", "--endpoint", "http://127.0.0.1:9", "--save-baseline", str(out)],
+    "verify --save-reference": lambda out, prof: ["verify", "--endpoint", "http://127.0.0.1:9", "--save-reference", str(out)],
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_every_cli_writer_refuses_a_path_that_is_not_a_regular_file(tmp_path, slurm_profile, writer, kind):
+    out = tmp_path / "dest"
+    before = _make(kind, out)
+    code, text = _cli(WRITERS[writer](out, slurm_profile))
+    assert code in (1, 2), (code, text)
+    assert "Traceback" not in text
+    assert "dest" in text, text  # the path is named
+    _unchanged(out, before)
+
+
+@pytest.mark.parametrize("writer", sorted(w for w in WRITERS if not w.startswith("verify")))
+def test_every_cli_writer_writes_a_regular_file(tmp_path, slurm_profile, writer):
+    out = tmp_path / "dest"
+    code, text = _cli(WRITERS[writer](out, slurm_profile))
+    assert code == 0, text
+    assert out.is_file() and out.stat().st_size > 0
