@@ -46,9 +46,9 @@ def timed(cmd: list[str], env: dict, timeout: float) -> tuple[float, int, str]:
 
 def ppspec_in_process(profile: Path) -> tuple[float, list[str]]:
     """The check itself (load, resolve, rules) without interpreter start-up."""
-    from ppspec_cli.profile import load_profile
-    from ppspec_cli.resolve import resolve
-    from ppspec_cli.rules import run_rules
+    from ppspec_cli.planning.profile import load_profile
+    from ppspec_cli.planning.resolve import resolve
+    from ppspec_cli.planning.rules import run_rules
 
     t0 = time.perf_counter()
     findings = run_rules(resolve(load_profile(profile), profile_path=str(profile), offline=True))

@@ -21,7 +21,7 @@ and for each arm runs `ppspec serve` (a subprocess, always stopped) and `ppspec 
     dsv3     tiny-deepseek-v3-relay (MLA, patched by the deepseek_v3 pack) + the relay drafter
     big      (opt-in) an 8B-class Llama built on the device with a planted drafter (~20% acceptance),
              timed alone at c=1 and c=32: PP=1 vs PP=2, speculation on vs off, vLLM's default split
-             vs the drafter-aware one (ppspec_cli/partition.py)
+             vs the drafter-aware one (ppspec_cli/planning/partition.py)
     deep     (opt-in, 4 GPUs) PP=3 and PP=4 with default and boundary-tap splits, broken-tap
              controls, the qwen3_moe pack at PP=4 (issue 16)
 
@@ -69,8 +69,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from ppspec_cli import demo, partition  # noqa: E402  (after the path fix, so the script runs from a checkout)
-from ppspec_cli.serve import die_with_parent  # noqa: E402  (the serve child dies with this script)
+from ppspec_cli import demo  # noqa: E402
+from ppspec_cli.planning import partition  # noqa: E402  (after the path fix, so the script runs from a checkout)
+from ppspec_cli.running.serve import die_with_parent  # noqa: E402  (the serve child dies with this script)
 
 ENGINE_LOCK = "/tmp/ppspec-engine.lock"
 NUM_SPEC_TOKENS = 2
@@ -192,7 +193,7 @@ def _arms() -> list[Arm]:
 
 def big_partition(num_speculative_tokens: int = NUM_SPEC_TOKENS) -> tuple[int, ...]:
     """The drafter-aware split of the 8B shape at PP=2 (what `ppspec plan` suggests for it)."""
-    from ppspec_cli.plan import default_partition
+    from ppspec_cli.planning.plan import default_partition
 
     layers, lm_head, drafter = demo.big_costs()
     return tuple(partition.suggest_partition(layers, 2, last_extra=lm_head + num_speculative_tokens * drafter,
@@ -780,7 +781,7 @@ def run_arm(arm: Arm, ctx: RunContext, gpus: list[int] | None = None) -> dict[st
 
 def plugin_statuses(folder: Path) -> list[dict[str, Any]]:
     """Which pack applied in which engine process: the plugin's status records, slimmed."""
-    from ppspec_cli.engine.plugin import read_status_dir
+    from ppspec_cli.running.engine.plugin import read_status_dir
 
     keep = ("pid", "ppid", "role", "rank", "pp_rank", "pp_size", "process_name", "pack", "vllm", "verified", "ok", "error")
     return [{**{k: rec.get(k) for k in keep}, "patches": [p.get("name") or p.get("patch") for p in rec.get("patches") or [] if isinstance(p, dict)]}

@@ -9,8 +9,8 @@ from typing import Optional
 
 import typer
 
-from . import redact, safeio, shellout
-from .errors import PpspecError
+from ppspec_cli.io import redact, safeio, shellout
+from ppspec_cli.errors import PpspecError
 
 app = typer.Typer(
     name="ppspec",
@@ -52,8 +52,8 @@ def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for
 
 
 def _resolve(profile_path: str, offline: bool):
-    from .profile import load_profile
-    from .resolve import resolve
+    from ppspec_cli.planning.profile import load_profile
+    from ppspec_cli.planning.resolve import resolve
 
     prof = load_profile(profile_path)
     return resolve(prof, profile_path=profile_path, offline=offline, progress=_progress)
@@ -76,7 +76,7 @@ def _report_json(r, findings) -> dict:
 
 
 def _disaggregated(profile_path: str) -> bool:
-    from .profile import load_profile
+    from ppspec_cli.planning.profile import load_profile
 
     return load_profile(profile_path).disaggregated
 
@@ -84,9 +84,9 @@ def _disaggregated(profile_path: str) -> bool:
 def _pd_report(profile_path: str, offline: bool, json_out: bool, *, plan: bool) -> None:
     """`check` / `plan` of a disaggregated profile: both engines, the KV layer names side by side,
     the cross-engine findings. Exit as the single-engine commands do."""
-    from .pd import name_table, resolve_roles, run_pd_rules
-    from .profile import load_profile
-    from .render import render_pd_check, render_pd_plan
+    from ppspec_cli.planning.pd import name_table, resolve_roles, run_pd_rules
+    from ppspec_cli.planning.profile import load_profile
+    from ppspec_cli.commands.render import render_pd_check, render_pd_plan
 
     d = resolve_roles(load_profile(profile_path), profile_path=profile_path, offline=offline, progress=_progress)
     findings = run_pd_rules(d)
@@ -124,7 +124,7 @@ def check(
 
     Exit code: 0 when no error-severity finding, 1 when there is one, 2 on usage errors.
     """
-    from .rules import run_rules
+    from ppspec_cli.planning.rules import run_rules
 
     if _disaggregated(profile):
         _pd_report(profile, offline, json_out, plan=False)
@@ -132,15 +132,15 @@ def check(
     findings = run_rules(r)
     probe_results = _run_probes(r) if probes else []
     if probes:
-        from .launch import unknown_engine_options
+        from ppspec_cli.running.launch import unknown_engine_options
 
         probe_results += unknown_engine_options(r.profile.engine)
     if not probes and r.vllm is not None:
-        from .rules import Finding
+        from ppspec_cli.planning.rules import Finding
 
         probe_results.append(Finding("probes-not-run", "info", "platform", f"behaviour probes of the installed vLLM {r.vllm.version} not run (fast mode), nor the `engine:` option names checked against its parser (engine-unknown-option)", "add --probes to run both here; `ppspec serve` checks the names and runs the probes in every engine process"))
     findings = findings + [p for p in probe_results]
-    from .render import render_check
+    from ppspec_cli.commands.render import render_check
 
     if json_out:
         out = _report_json(r, findings)
@@ -153,10 +153,10 @@ def check(
 def _run_probes(r):
     """Engine tripwires as findings, when the probes module and vLLM are available."""
     try:
-        from .engine import probes as probes_mod  # noqa: F401
+        from ppspec_cli.running.engine import probes as probes_mod  # noqa: F401
     except ImportError:
         return []
-    from .rules import Finding
+    from ppspec_cli.planning.rules import Finding
 
     if r.vllm is None:
         return []
@@ -194,8 +194,8 @@ def plan(
 ) -> None:
     """Show the stage plan: layers per stage, where each tap lives, what each hop relays, draft layer
     ids, embedding placement and weight memory per stage."""
-    from .render import render_plan
-    from .rules import run_rules
+    from ppspec_cli.commands.render import render_plan
+    from ppspec_cli.planning.rules import run_rules
 
     if _disaggregated(profile):
         _pd_report(profile, offline, json_out, plan=True)
@@ -274,10 +274,10 @@ def _serve_with_signals(fn) -> None:
 def _placed(profile_path: str, offline: bool, node_rank, run_dir, where: dict, environ=None, role=None):
     """Load the profile (one role's engine of a disaggregated one), fill in the command line's and
     SLURM's placement (cluster.place), resolve."""
-    from .cluster import place
-    from .pd import role_profile
-    from .profile import load_profile
-    from .resolve import resolve
+    from ppspec_cli.running.cluster import place
+    from ppspec_cli.planning.pd import role_profile
+    from ppspec_cli.planning.profile import load_profile
+    from ppspec_cli.planning.resolve import resolve
 
     prof = load_profile(profile_path)
     if role is not None:
@@ -292,8 +292,8 @@ def _verify_line(profile: str, url: str) -> str:
     """The `ppspec verify` command for the server being started, pasteable from any directory (the
     profile's absolute path), with --endpoint when the server is not where the profile file alone
     points verify (--host, a role's own server)."""
-    from .profile import load_profile
-    from .verify.client import endpoint_from_host_port, normalize_endpoint
+    from ppspec_cli.planning.profile import load_profile
+    from ppspec_cli.verify.client import endpoint_from_host_port, normalize_endpoint
 
     top = load_profile(profile).server
     args = ["verify", os.path.abspath(profile)]
@@ -303,11 +303,11 @@ def _verify_line(profile: str, url: str) -> str:
 
 
 def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool, run_dir, health_timeout, where: dict, role=None) -> None:
-    from .launch import build_launch, serve_refuses, unknown_engine_options
-    from .profile import load_profile
-    from .render import render_findings
-    from .rules import run_rules
-    from .serve import port_free, run_engine
+    from ppspec_cli.running.launch import build_launch, serve_refuses, unknown_engine_options
+    from ppspec_cli.planning.profile import load_profile
+    from ppspec_cli.commands.render import render_findings
+    from ppspec_cli.planning.rules import run_rules
+    from ppspec_cli.running.serve import port_free, run_engine
 
     prof = load_profile(profile)
     if role is not None and not prof.disaggregated:
@@ -323,7 +323,7 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
     r, placement = _placed(profile, offline, node_rank, run_dir, where, role=role)
     node_rank = placement.node_rank
     if role is not None:
-        from .pd import resolve_roles, run_pd_rules
+        from ppspec_cli.planning.pd import resolve_roles, run_pd_rules
 
         findings = run_pd_rules(resolve_roles(prof, profile_path=profile, offline=offline, progress=_progress, given={role: r}))
     else:
@@ -359,7 +359,7 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
             if t.nodes > 1:
                 print(shellout.comment("every node needs the same ppspec and vLLM installed (the plugin runs in every worker)"))
                 if r.profile.launch.executor == "mp":
-                    from .rollcall import rollcall_port
+                    from ppspec_cli.running.rollcall import rollcall_port
 
                     lp = r.profile.launch
                     print(shellout.comment(f"the nodes reach the head on ports {lp.master_port} (vLLM) and {rollcall_port(lp.master_port)} (ppspec's roll call)"))
@@ -416,10 +416,10 @@ def _pd_dry_run(prof, profile_path: str, offline: bool, run_dir, json_out: bool,
     with its --kv-transfer-config) and the router line. Exit 1 when `check` finds errors."""
     from pathlib import Path
 
-    from .cluster import place
-    from .launch import build_launch
-    from .pd import resolve_roles, role_profile, router_command, run_pd_rules
-    from .resolve import resolve
+    from ppspec_cli.running.cluster import place
+    from ppspec_cli.running.launch import build_launch
+    from ppspec_cli.planning.pd import resolve_roles, role_profile, router_command, run_pd_rules
+    from ppspec_cli.planning.resolve import resolve
 
     given = {}
     for role in ("prefill", "decode"):
@@ -461,8 +461,8 @@ def _export(profile: str, offline: bool, output: Optional[str], render, where: d
     """Build the launch as `serve --dry-run` does (no SLURM environment: the export is for the
     scheduler to fill in), render it, write it. Exit 1 when `check` found errors (the file is still
     written, with the errors in its header, as `serve --dry-run` prints them)."""
-    from .launch import build_launch
-    from .rules import run_rules
+    from ppspec_cli.running.launch import build_launch
+    from ppspec_cli.planning.rules import run_rules
 
     if _disaggregated(profile):
         raise PpspecError(
@@ -500,7 +500,7 @@ def export_slurm(
     Submit with `sbatch FILE`; extra arguments go to every node's `ppspec serve`. The job fails when
     any node fails. Exit code: 0 written; 1 `check` found errors (written anyway) or the profile cannot be exported.
     """
-    from .export import PLACEHOLDER_HEAD, slurm_script
+    from ppspec_cli.running.export import PLACEHOLDER_HEAD, slurm_script
 
     _export(profile, offline, output, slurm_script, {"master_addr": PLACEHOLDER_HEAD})
 
@@ -522,8 +522,8 @@ def export_k8s(
     """
     import re
 
-    from .export import K8S_RUN_DIR, PLACEHOLDER_HEAD, k8s_manifest, k8s_name
-    from .profile import load_profile
+    from ppspec_cli.running.export import K8S_RUN_DIR, PLACEHOLDER_HEAD, k8s_manifest, k8s_name
+    from ppspec_cli.planning.profile import load_profile
 
     if api_key_secret is not None and not re.match(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$", api_key_secret):
         raise PpspecError(f"--api-key-secret {api_key_secret[:80]!r} is not a Kubernetes Secret name", where="--api-key-secret", fix="lowercase letters, digits, `-` and `.`", exit_code=2)
@@ -543,7 +543,7 @@ def _roll_call(prof, node, timeout_s: float):
     it while its engine starts. None for one node or Ray."""
     if prof.topology.nodes < 2 or prof.launch.executor != "mp":
         return None
-    from .rollcall import Head, Worker, rollcall_port
+    from ppspec_cli.running.rollcall import Head, Worker, rollcall_port
 
     addr, port = prof.launch.master_addr, rollcall_port(prof.launch.master_port)
     if node.role == "head":
@@ -591,7 +591,7 @@ def verify(
 ) -> None:
     """Measure speculative decoding on a live server: acceptance from /metrics deltas, throughput,
     and pass/fail gates (non-zero exit when a gate fails)."""
-    from .verify.cli import verify_command
+    from ppspec_cli.commands.verify import verify_command
 
     raise typer.Exit(
         verify_command(
@@ -618,7 +618,7 @@ def docs(
     out: Optional[str] = typer.Option(None, "--out", help="Write the profile reference to this file instead of stdout."),
 ) -> None:
     """Print the profile reference (generated from the schema's field descriptions)."""
-    from .docgen import profile_reference
+    from ppspec_cli.commands.docs import profile_reference
 
     text = profile_reference()
     if out:
@@ -630,7 +630,7 @@ def docs(
 @adapters_app.command("list")
 def adapters_list_cmd(json_out: bool = typer.Option(False, "--json", help="Print a JSON list.")) -> None:
     """List adapter packs and their status against the installed vLLM."""
-    from .engine.packs_cli import adapters_list
+    from ppspec_cli.commands.adapters import adapters_list
 
     raise typer.Exit(adapters_list(json_out))
 
@@ -638,7 +638,7 @@ def adapters_list_cmd(json_out: bool = typer.Option(False, "--json", help="Print
 @adapters_app.command("show")
 def adapters_show_cmd(name: str = typer.Argument(..., metavar="NAME", help="Pack name (see `ppspec adapters list`)."), json_out: bool = typer.Option(False, "--json", help="Print the pack as one JSON object.")) -> None:
     """Show one adapter pack: what it matches, provides and patches."""
-    from .engine.packs_cli import adapters_show
+    from ppspec_cli.commands.adapters import adapters_show
 
     raise typer.Exit(adapters_show(name, json_out))
 

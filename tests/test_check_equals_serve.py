@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from ppspec_cli.cli import app
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.launch import REFUSALS, launch_refusals
+from ppspec_cli.running.launch import REFUSALS, launch_refusals
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "models" / "meta-llama__Llama-3.2-1B-Instruct"
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None

@@ -12,16 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import fixture_config, safetensors_header, synthetic_kimi_k25_config, write_safetensors
-from ppspec_cli.checkpoint import (
-    MAX_CONFIG_BYTES,
-    MAX_HEADER_BYTES,
-    is_local_ref,
-    load_checkpoint,
-    load_local,
-    parse_safetensors_header,
-    speculators_view,
-    text_part,
-)
+from ppspec_cli.checkpoint.reader import MAX_CONFIG_BYTES, MAX_HEADER_BYTES, is_local_ref, load_checkpoint, load_local, parse_safetensors_header, speculators_view, text_part
 from ppspec_cli.errors import PpspecError
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"

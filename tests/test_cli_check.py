@@ -51,7 +51,7 @@ def test_exit_0_when_no_error(make_checkpoint, write_profile):
 
 def test_the_output_says_which_vllm_version_the_verdict_is_for(make_checkpoint, write_profile):
     """The installed vLLM's version (read from metadata) wins over the profile's engine_version."""
-    from ppspec_cli.resolve import installed_vllm
+    from ppspec_cli.planning.resolve import installed_vllm
 
     t = make_checkpoint("llama", LLAMA)
     inst = installed_vllm()
@@ -211,9 +211,9 @@ def test_plan_bad_profile_exit_2(write_profile):
 
 def test_check_answers_fast_in_process(make_checkpoint, write_profile):
     """The work `check` does on a local profile (load, resolve, rules) takes well under a second."""
-    from ppspec_cli.profile import load_profile
-    from ppspec_cli.resolve import resolve
-    from ppspec_cli.rules import run_rules
+    from ppspec_cli.planning.profile import load_profile
+    from ppspec_cli.planning.resolve import resolve
+    from ppspec_cli.planning.rules import run_rules
 
     t = make_checkpoint("llama", LLAMA, index=fixture_config(LLAMA, "model.safetensors.index.json"))
     d = make_checkpoint("sf", "sgl-project__SpecForge/llama3-8B-eagle3.json")

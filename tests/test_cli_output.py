@@ -15,11 +15,11 @@ from rich.console import Console
 
 from conftest import run_ppspec
 from ppspec_cli.cli import app
-from ppspec_cli.packs import load_packs
-from ppspec_cli.render import render_findings, render_plan
-from ppspec_cli.resolve import resolve
-from ppspec_cli.profile import parse_profile
-from ppspec_cli.rules import Finding, run_rules
+from ppspec_cli.knowledge.packs import load_packs
+from ppspec_cli.commands.render import render_findings, render_plan
+from ppspec_cli.planning.resolve import resolve
+from ppspec_cli.planning.profile import parse_profile
+from ppspec_cli.planning.rules import Finding, run_rules
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 

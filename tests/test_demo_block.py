@@ -83,7 +83,7 @@ def test_a_weak_planting_is_refused(monkeypatch):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_config_names_the_relay_taps_output_of_layer(method, weights):
-    from ppspec_cli.plan import v2_taps_from_config
+    from ppspec_cli.planning.plan import v2_taps_from_config
 
     cfg = json.loads(json.dumps(block.block_config(method, weights[method]["lm_head.weight"].shape[0])))  # as written
     assert v2_taps_from_config(cfg).taps == demo.RELAY_TAPS
@@ -109,7 +109,7 @@ def test_vllm_reads_the_config_as_built(method, weights):
 
 
 def test_draft_passes_per_step_follow_the_method():
-    from ppspec_cli.facts import drafter_passes
+    from ppspec_cli.knowledge.facts import drafter_passes
 
     assert drafter_passes("eagle3", 3) == 3 and drafter_passes("mtp", 2) == 2
     assert drafter_passes("dflash", 3) == 1 and drafter_passes("dspark", 7) == 1

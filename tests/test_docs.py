@@ -10,8 +10,8 @@ import pytest
 from pydantic import BaseModel
 
 from conftest import REPO, run_ppspec
-from ppspec_cli.docgen import profile_reference
-from ppspec_cli.profile import Profile
+from ppspec_cli.commands.docs import profile_reference
+from ppspec_cli.planning.profile import Profile
 
 DOC = REPO / "docs" / "profile-reference.md"
 
@@ -60,12 +60,12 @@ def test_tables_are_well_formed():
 
 def test_adapters_manifest_reference_is_generated():
     """docs/adapters.md's manifest reference is the schema's (regenerate:
-    `python -m ppspec_cli.docgen docs/adapters.md`), and names every key and capability."""
-    from ppspec_cli.docgen import manifest_reference, with_manifest_reference
-    from ppspec_cli.packs import CAPABILITIES, Manifest
+    `python -m ppspec_cli.commands.docs docs/adapters.md`), and names every key and capability."""
+    from ppspec_cli.commands.docs import manifest_reference, with_manifest_reference
+    from ppspec_cli.knowledge.packs import CAPABILITIES, Manifest
 
     doc = (REPO / "docs" / "adapters.md").read_text(encoding="utf-8")
-    assert doc == with_manifest_reference(doc), "run `python -m ppspec_cli.docgen docs/adapters.md`"
+    assert doc == with_manifest_reference(doc), "run `python -m ppspec_cli.commands.docs docs/adapters.md`"
     ref = manifest_reference()
     for model in _models(Manifest):
         assert (model.__doc__ or "").strip(), f"{model.__name__} has no docstring"

@@ -1,4 +1,4 @@
-"""The DFlash/DSpark drafter-config contract (ppspec_cli/drafter_contract.py, rule `drafter-contract`):
+"""The DFlash/DSpark drafter-config contract (ppspec_cli/planning/drafter_contract.py, rule `drafter-contract`):
 every code from a real scenario, through the real loader, resolve() and the rules, with the vLLM
 version and platform pinned per test. The DFlash config is the z-lab Qwen3-8B-DFlash-b16 fixture;
 DSpark configs are SYNTHETIC Qwen3DSparkModel configs shaped like vLLM's own test configs."""
@@ -13,11 +13,11 @@ import yaml
 
 from conftest import REPO, fixture_config
 from ppspec_cli import demo
-from ppspec_cli import resolve as resolve_mod
-from ppspec_cli.drafter_contract import CODES
-from ppspec_cli.profile import parse_profile
-from ppspec_cli.resolve import VllmInstall, resolve
-from ppspec_cli.rules import run_rules
+from ppspec_cli.planning import resolve as resolve_mod
+from ppspec_cli.planning.drafter_contract import CODES
+from ppspec_cli.planning.profile import parse_profile
+from ppspec_cli.planning.resolve import VllmInstall, resolve
+from ppspec_cli.planning.rules import run_rules
 
 QWEN3 = "Qwen__Qwen3-8B"
 ZLAB = ("z-lab__Qwen3-8B-DFlash-b16", "config.partial.json")
@@ -311,7 +311,7 @@ def test_hostile_drafter_configs_never_crash_the_contract():
 
     from packaging.version import Version
 
-    from ppspec_cli import drafter_contract as dc
+    from ppspec_cli.planning import drafter_contract as dc
 
     values = [None, True, 0, 1, -1, 2**70, 1.5, float("nan"), float("inf"), "", "x", "12", [], [1], [None], [[1]], {}, {"a": 1},
               {"mask_token_id": "7"}, {"block_size": 2**80}]

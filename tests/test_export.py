@@ -22,10 +22,10 @@ import yaml
 from test_launch import make_hf_cache
 from typer.testing import CliRunner
 
-from ppspec_cli import cluster
+from ppspec_cli.running import cluster
 from ppspec_cli.cli import app
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.profile import load_profile
+from ppspec_cli.planning.profile import load_profile
 
 pytestmark = pytest.mark.slow  # runs ppspec in subprocesses
 

@@ -57,7 +57,7 @@ import pkgutil
 from unittest import mock
 
 if os.environ.get("PPSPEC_TEST_NO_GROUP_KILL"):
-    import ppspec_cli.serve as pkg
+    import ppspec_cli.running.serve as pkg
 
     mods = [pkg] + [importlib.import_module(f"{pkg.__name__}.{m.name}") for m in pkgutil.iter_modules(getattr(pkg, "__path__", []))]
     calls = os.environ["PPSPEC_TEST_CALLS"]
@@ -76,7 +76,7 @@ if os.environ.get("PPSPEC_TEST_NO_GROUP_KILL"):
     for name, effect in (("_terminate", terminate), ("_cleanup", cleanup)):
         real = next((getattr(m, name) for m in mods if callable(getattr(m, name, None))), None)
         if real is None:
-            raise RuntimeError(f"ppspec_cli.serve has no {name} any more: update this stand-in")
+            raise RuntimeError(f"ppspec_cli.running.serve has no {name} any more: update this stand-in")
         fake = mock.create_autospec(real, side_effect=effect)
         for m in mods:
             if getattr(m, name, None) is real:

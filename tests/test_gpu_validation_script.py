@@ -68,7 +68,7 @@ def test_default_arms_cover_the_issue_and_run_pp1_first():
 
 def test_pp3_pp4_arms_put_taps_on_boundaries_and_a_stage_without_a_tap():
     """Issue 16: the PP=3/PP=4 splits the arms use, checked against the stage arithmetic."""
-    from ppspec_cli.plan import default_partition, stage_bounds, stage_taps
+    from ppspec_cli.planning.plan import default_partition, stage_bounds, stage_taps
 
     deep = {a.name: a for a in gv.select_arms(None, pp1_only=False, families=["deep", "deep-early"])}
     assert {"deep-pp3-spec", "deep-pp3-spec-split", "deep-pp4-spec", "deep-pp4-spec-split", "deep-pp4-early", "deep-moe-pp4-spec"} <= set(deep)
@@ -121,7 +121,7 @@ def test_profile_for_cpu_pp1_is_eager_without_gpu_settings():
 
 
 def test_every_generated_profile_is_a_valid_ppspec_profile(tmp_path):
-    from ppspec_cli.profile import load_profile
+    from ppspec_cli.planning.profile import load_profile
 
     for arm in gv.ARMS:
         for platform in ("cuda", "cpu"):
@@ -454,7 +454,7 @@ def test_relay_control_drafter_proposes_the_always_token(relay_models):
 
 
 def test_plus1_drafter_names_the_same_taps_output_of_layer(relay_models):
-    from ppspec_cli.plan import v2_taps_from_config
+    from ppspec_cli.planning.plan import v2_taps_from_config
 
     (ppath, psd), (_, dsd) = relay_models[demo.RELAY_PLUS1], relay_models[demo.RELAY_DRAFTER]
     cfg = json.loads((ppath / "config.json").read_text())

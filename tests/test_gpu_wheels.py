@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ppspec_cli import launch
+from ppspec_cli.running import launch
 from ppspec_cli.errors import PpspecError
 
 pytestmark = pytest.mark.slow  # runs the wheel script in subprocesses

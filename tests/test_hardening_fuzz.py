@@ -56,7 +56,7 @@ def test_preflight_never_crashes_or_hangs(monkeypatch, tmp_path, capsys):
 
 def test_the_guards_catch_a_hang_and_a_crash(monkeypatch):
     """The property can fail: a pipeline that hangs or raises something else is reported."""
-    import ppspec_cli.profile as profile_mod
+    import ppspec_cli.planning.profile as profile_mod
 
     monkeypatch.setattr(F, "HANG_S", 1)
     stats = F.Stats()

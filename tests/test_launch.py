@@ -193,7 +193,7 @@ def test_nested_eagle_config_served_through_overlay(hf_env, tmp_path):
 
 
 def test_materialize_overlay_keeps_original(tmp_path):
-    from ppspec_cli.launch import LaunchSpec, materialize_overlay
+    from ppspec_cli.running.launch import LaunchSpec, materialize_overlay
 
     src = tmp_path / "drafter"
     shutil.copytree(FIX / "AQ-MedAI__Kimi-K25-eagle3", src)

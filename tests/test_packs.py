@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ppspec_cli import packs as packs_mod
-from ppspec_cli.engine import packs_cli
+from ppspec_cli.knowledge import packs as packs_mod
+from ppspec_cli.commands import adapters as packs_cli
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.packs import PLATFORMS, get_pack, in_range, load_pack_dir, load_packs, resolve_pack, version_range
+from ppspec_cli.knowledge.packs import PLATFORMS, get_pack, in_range, load_pack_dir, load_packs, resolve_pack, version_range
 
 BUILT_IN = {"llama", "qwen3", "qwen3_moe", "deepseek_v3", "deepseek_v4", "kimi_k3", "minimax_m3", "eagle_global_layer_ids", "sarvam", "mimo", "mimo_v2", "dots3", "qwen3_xpress"}
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
@@ -404,7 +404,7 @@ def test_adapters_show_unknown_is_an_error():
 def test_pack_architectures_exist_in_installed_vllm_registry():
     from vllm.model_executor.models.registry import ModelRegistry
 
-    from ppspec_cli.engine.probes import installed_vllm
+    from ppspec_cli.running.engine.probes import installed_vllm
 
     archs = set(ModelRegistry.get_supported_archs())
     version = installed_vllm()[0]

@@ -1,13 +1,27 @@
-"""ppspec_cli/partition.py: the drafter-aware layer split (pure; exhaustive checks on small cases)."""
+"""ppspec_cli/planning/partition.py: the drafter-aware layer split (pure; exhaustive checks on small cases)."""
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import pytest
 
-from ppspec_cli.partition import stage_costs, suggest_partition
-from ppspec_cli.plan import build_plan, default_partition
+from ppspec_cli.planning.partition import stage_bounds, suggest_partition
+from ppspec_cli.planning.plan import build_plan, default_partition
+
+
+def stage_costs(layer_costs: Sequence[float], partition: Sequence[int], *, first_extra: float = 0.0, last_extra: float = 0.0) -> list[float]:
+    """Cost of every stage of `partition` (layer counts) under partition.py's cost model (the brute force's yardstick)."""
+    out = []
+    for i, (start, end) in enumerate(stage_bounds(list(partition))):
+        c = float(sum(layer_costs[start:end]))
+        if i == 0:
+            c += first_extra
+        if i == len(partition) - 1:
+            c += last_extra
+        out.append(c)
+    return out
 
 
 def _all_splits(n: int, pp: int):

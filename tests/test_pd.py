@@ -10,12 +10,12 @@ import pytest
 import yaml
 
 from conftest import fixture_config
-from ppspec_cli import connectors
-from ppspec_cli import resolve as resolve_mod
+from ppspec_cli.knowledge import connectors
+from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.pd import kv_transfer_config, name_mismatches, name_table, resolve_roles, run_pd_rules
-from ppspec_cli.profile import parse_profile
-from ppspec_cli.resolve import VllmInstall
+from ppspec_cli.planning.pd import kv_transfer_config, name_mismatches, name_table, resolve_roles, run_pd_rules
+from ppspec_cli.planning.profile import parse_profile
+from ppspec_cli.planning.resolve import VllmInstall
 
 REPO = Path(__file__).resolve().parent.parent
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"

@@ -13,10 +13,10 @@ import yaml
 from typer.testing import CliRunner
 
 from conftest import fixture_config
-from ppspec_cli import resolve as resolve_mod
+from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.cli import app
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.resolve import VllmInstall
+from ppspec_cli.planning.resolve import VllmInstall
 
 pytestmark = pytest.mark.slow  # builds the tiny demo model
 

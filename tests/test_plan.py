@@ -8,14 +8,13 @@ from __future__ import annotations
 import pytest
 
 from conftest import fixture_config
-from ppspec_cli.plan import (
+from ppspec_cli.planning.plan import (
     TapSource,
     build_plan,
     default_partition,
     default_taps,
     draft_layer_ids,
     normalize_taps,
-    partition_from_env_string,
     pp_rank_of,
     relay_bytes,
     stage_bounds,
@@ -73,32 +72,6 @@ def test_stage_bounds():
     assert stage_bounds([47, 46]) == [(0, 47), (47, 93)]
     assert stage_bounds([11, 11, 12, 12, 12, 12, 12, 11])[-1] == (82, 93)
     assert stage_bounds([3, 0, 2]) == [(0, 3), (3, 3), (3, 5)]
-
-
-@pytest.mark.parametrize(
-    "value,n,pp,expected",
-    [("47,46", 93, 2, [47, 46]), ("31,30", 61, 2, [31, 30]), (" 20, 20,20 ,20", 80, 4, [20, 20, 20, 20]), ("61", 61, 1, [61])],
-)
-def test_partition_from_env_string_ok(value, n, pp, expected):
-    assert partition_from_env_string(value, n, pp) == expected
-
-
-@pytest.mark.parametrize(
-    "value,n,pp,needle",
-    [
-        ("47,47", 93, 2, "sums to 94"),
-        ("93", 93, 2, "1 entries"),
-        ("31,30,0", 61, 2, "3 entries"),
-        ("a,b", 10, 2, "invalid"),
-        ("", 10, 1, "invalid"),
-        ("5,,5", 10, 3, "invalid"),
-        ("5.0,5", 10, 2, "invalid"),
-    ],
-)
-def test_partition_from_env_string_errors(value, n, pp, needle):
-    with pytest.raises(ValueError) as ei:
-        partition_from_env_string(value, n, pp)
-    assert needle in str(ei.value)
 
 
 def test_pp_rank_layout_tp_fastest():

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ppspec_cli.engine import plugin
-from ppspec_cli.engine.planfile import PLAN_FORMAT, PlanFileError, read_plan_file, write_plan_file
+from ppspec_cli.running.engine import plugin
+from ppspec_cli.running.planfile import PLAN_FORMAT, PlanFileError, read_plan_file, write_plan_file
 
 REPO = Path(__file__).resolve().parent.parent
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
@@ -57,8 +57,8 @@ def test_inert_without_plan_file_imports_nothing_heavy():
     Neither vLLM nor torch may be imported, and it must return None. The plan-file reader and the
     pack registry (used by `ppspec adapters list`) stay as light."""
     code = (
-        "import json, sys; from ppspec_cli.engine.plugin import register; r = register(); "
-        "import ppspec_cli.engine.planfile, ppspec_cli.packs, ppspec_cli.engine.packs_cli; "
+        "import json, sys; from ppspec_cli.running.engine.plugin import register; r = register(); "
+        "import ppspec_cli.running.planfile, ppspec_cli.knowledge.packs, ppspec_cli.commands.adapters; "
         "print(json.dumps({'ret': r, 'heavy': sorted(m for m in sys.modules if m.split('.')[0] in ('vllm', 'torch', 'transformers'))}))"
     )
     env = {k: v for k, v in os.environ.items() if k != plugin.ENV_PLAN_FILE}
@@ -171,7 +171,7 @@ def test_active_plugin_applies_verifies_and_reports(tmp_path, monkeypatch, clean
     import vllm
     import vllm.model_executor.models.qwen3_moe as q
 
-    from ppspec_cli.engine import relay
+    from ppspec_cli.running.engine import relay
 
     monkeypatch.delenv("VLLM_PP_LAYER_PARTITION", raising=False)
     f = write_plan_file(tmp_path / "plan.json", plan_data(tmp_path))
@@ -298,7 +298,7 @@ def test_refusal_when_vllm_behaviour_changed(tmp_path, monkeypatch, clean_plugin
 @pytest.mark.vllm
 @needs_vllm
 def test_refusal_on_conflict_with_another_patch(tmp_path, monkeypatch, clean_plugin):
-    from ppspec_cli.engine.patching import Patch
+    from ppspec_cli.running.engine.patching import Patch
 
     rival = Patch(name="forward", module="vllm.model_executor.models.qwen3_moe", target="Qwen3MoeModel", attrs={"forward": lambda self, *a: None}, pack="rival")
     rival.apply()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ppspec_cli.serve.confirm import plugin_record, unconfirmed
+from ppspec_cli.running.serve.confirm import plugin_record, unconfirmed
 
 API = {"role": "api", "pid": 10, "ok": True}
 CORE = {"role": "engine_core", "pid": 11, "ok": True, "workers_confirmed": True, "workers": [{"rank": 0, "pp_rank": 0, "ok": True}],
@@ -79,7 +79,7 @@ class _Executor:
 def active_plugin(tmp_path, monkeypatch):
     import os
 
-    from ppspec_cli.engine import plugin
+    from ppspec_cli.running.engine import plugin
 
     monkeypatch.setitem(plugin._state, "active", True)
     monkeypatch.setitem(plugin._state, "status", {"pid": os.getpid(), "ok": True, "pack": "llama", "patches": [{"patch": "llama.relay"}]})

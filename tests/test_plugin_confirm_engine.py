@@ -23,7 +23,7 @@ import pytest
 
 from enginehelpers import PPSPEC, REPO, engine_env, engine_lock, free_port, write_profile
 
-from ppspec_cli.serve.confirm import EXIT_UNCONFIRMED
+from ppspec_cli.running.serve.confirm import EXIT_UNCONFIRMED
 
 pytestmark = [
     pytest.mark.vllm,
@@ -42,7 +42,7 @@ import sys
 
 class _Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name == "ppspec_cli.engine.plugin" and multiprocessing.current_process().name == os.environ.get("PPSPEC_TEST_BLOCK_PLUGIN_IN"):
+        if name == "ppspec_cli.running.engine.plugin" and multiprocessing.current_process().name == os.environ.get("PPSPEC_TEST_BLOCK_PLUGIN_IN"):
             raise ImportError("test: the ppspec plugin cannot be imported in this worker")
         return None
 

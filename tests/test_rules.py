@@ -14,12 +14,12 @@ import pytest
 import yaml
 
 from conftest import REPO, fixture_config, synthetic_kimi_k25_config
-from ppspec_cli import resolve as resolve_mod
+from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.packs import load_pack_dir
-from ppspec_cli.profile import parse_profile
-from ppspec_cli.resolve import VllmInstall, resolve
-from ppspec_cli.rules import run_rules
+from ppspec_cli.knowledge.packs import load_pack_dir
+from ppspec_cli.planning.profile import parse_profile
+from ppspec_cli.planning.resolve import VllmInstall, resolve
+from ppspec_cli.planning.rules import run_rules
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 CUDA_032 = VllmInstall("0.32.0", "vllm", "cuda")
@@ -121,7 +121,7 @@ def drafter_with(make_checkpoint, name, **cfg):
 
 def codes_in_rules_py() -> set[str]:
     """Every literal code passed to `_f(...)` in rules.py (both arms of a conditional code)."""
-    tree = ast.parse((REPO / "ppspec_cli" / "rules.py").read_text())
+    tree = ast.parse((REPO / "ppspec_cli" / "planning" / "rules.py").read_text())
     out = set()
     for n in ast.walk(tree):
         if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "_f":
@@ -698,7 +698,7 @@ def test_pack_rules_that_break_become_findings(llama, specforge, monkeypatch):
     base = 'matches: {targets: [LlamaForCausalLM]}\nvllm: ">=0.30"\nrules: rules.py\n'
     for name, code, needle in (
         ("crashes", "def get_rules():\n    return [('boom', lambda r: 1 / 0)]\n", "ZeroDivisionError"),
-        ("foreign", "from ppspec_cli.rules import finding\ndef get_rules():\n    return [('x', lambda r: [finding('target-unreadable', 'error', 'x', 'm')])]\n", "starts with 'foreign-'"),
+        ("foreign", "from ppspec_cli.planning.rules import finding\ndef get_rules():\n    return [('x', lambda r: [finding('target-unreadable', 'error', 'x', 'm')])]\n", "starts with 'foreign-'"),
         ("broken", "def get_rules(:\n", "SyntaxError"),
     ):
         d = llama.parent / "rp" / name
@@ -712,7 +712,7 @@ def test_pack_rules_that_break_become_findings(llama, specforge, monkeypatch):
         assert "target-unreadable" not in by  # the foreign finding is not passed on
     ok = llama.parent / "rp" / "good"
     ok.mkdir()
-    (ok / "rules.py").write_text("from ppspec_cli.rules import finding\ndef get_rules():\n    return [('hi', lambda r: [finding('good-hello', 'info', 'target.model', 'hello')])]\n", encoding="utf-8")
+    (ok / "rules.py").write_text("from ppspec_cli.planning.rules import finding\ndef get_rules():\n    return [('hi', lambda r: [finding('good-hello', 'info', 'target.model', 'hello')])]\n", encoding="utf-8")
     (ok / "pack.yaml").write_text(f"name: good\ndescription: t\n{base}", encoding="utf-8")
     use_pack(monkeypatch, load_pack_dir(ok))
     _, by = check(llama, specforge, pp=1)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.serve.rundir import lock_run_dir, remove_engine_tmp
+from ppspec_cli.running.serve.rundir import lock_run_dir, remove_engine_tmp
 
 
 def _tree(root: Path) -> dict[str, bytes]:

@@ -1,4 +1,4 @@
-"""Bounded reads (ppspec_cli/safeio.py), the one way ppspec reads an input file: every hostile file
+"""Bounded reads (ppspec_cli/io/safeio.py), the one way ppspec reads an input file: every hostile file
 type and size is refused before a byte is read, JSON nesting is bounded, and the CLI turns each
 refusal into one message and exit 2 (never a hang, never a traceback)."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ppspec_cli import safeio
-from ppspec_cli.checkpoint import load_local
+from ppspec_cli.io import safeio
+from ppspec_cli.checkpoint.reader import load_local
 from ppspec_cli.errors import PpspecError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -92,7 +92,7 @@ def _shard(path: Path, tensors: int) -> None:
 
 
 def test_safetensors_tensor_count_is_bounded_across_shards(tmp_path, monkeypatch):
-    import ppspec_cli.checkpoint as C
+    import ppspec_cli.checkpoint.reader as C
 
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["X"], "num_hidden_layers": 1, "hidden_size": 8, "vocab_size": 8}))
     _shard(tmp_path / "a.safetensors", 6)

@@ -1,4 +1,4 @@
-"""No secret anywhere (ppspec_cli/redact.py): one name rule for secrets, one redaction layer for
+"""No secret anywhere (ppspec_cli/io/redact.py): one name rule for secrets, one redaction layer for
 every printed byte and written file, secrets never on an engine command line."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ppspec_cli import redact, safeio
+from ppspec_cli.io import redact, safeio
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

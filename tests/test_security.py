@@ -83,7 +83,7 @@ def test_sources_use_safe_yaml_and_no_shell():
 )
 def test_python_yaml_tags_are_refused(tag, tmp_path):
     from ppspec_cli.errors import PpspecError
-    from ppspec_cli.profile import parse_profile
+    from ppspec_cli.planning.profile import parse_profile
 
     marker = tmp_path / "EXECUTED"
     text = f"name: {tag.format(m=marker)}\ntarget: {{model: ./x}}\n"
@@ -178,9 +178,9 @@ def test_option_like_values_stay_values(tmp_path):
 def test_vllms_parser_reads_option_like_values_as_values(tmp_path):
     """The argv build_launch makes for a hostile profile, parsed by the installed vLLM's own
     `serve` parser: every hostile value lands in its field; nothing turns on trust_remote_code."""
-    from ppspec_cli.launch import build_launch, vllm_serve_parser
-    from ppspec_cli.profile import parse_profile
-    from ppspec_cli.resolve import resolve
+    from ppspec_cli.running.launch import build_launch, vllm_serve_parser
+    from ppspec_cli.planning.profile import parse_profile
+    from ppspec_cli.planning.resolve import resolve
 
     PF.write_target(tmp_path / "-rf")
     text = yaml.safe_dump({
@@ -238,7 +238,7 @@ def test_trust_remote_code_only_when_the_profile_sets_it(tmp_path):
 def test_abbreviated_managed_flags_are_refused_at_serve():
     """argparse accepts unambiguous prefixes (`--trust-remote` for `--trust-remote-code`): serve
     checks engine keys by exact name against the installed vLLM, so a prefix is refused."""
-    from ppspec_cli.launch import check_engine_flags
+    from ppspec_cli.running.launch import check_engine_flags
 
     assert check_engine_flags({"trust-remote": True, "max-model-len": 512}) == ["trust-remote"]
 
@@ -314,7 +314,7 @@ def test_verify_redacts_a_key_echoed_where_its_message_is_cut(tmp_path):
 
 
 def test_engine_reads_the_plan_file_ppspec_wrote(tmp_path):
-    from ppspec_cli.engine.planfile import PLAN_FORMAT, read_plan_file
+    from ppspec_cli.running.planfile import PLAN_FORMAT, read_plan_file
 
     target = PF.write_target(tmp_path / "t")
     rc, out, rec, run_dir = _serve_fake(tmp_path, {"name": "planned", "target": {"model": str(target)}, "platform": "cpu", "server": {"host": "127.0.0.1", "port": PF.free_port()}})
@@ -326,7 +326,7 @@ def test_engine_reads_the_plan_file_ppspec_wrote(tmp_path):
 
 PLUGIN_PROBE = r"""
 import json, os, sys
-from ppspec_cli.engine import plugin
+from ppspec_cli.running.engine import plugin
 out = {}
 for name, path in json.loads(sys.argv[1]).items():
     os.environ["PPSPEC_PLAN_FILE"] = path
@@ -382,7 +382,7 @@ def test_plan_file_must_be_a_regular_file(special, tmp_path):
     code = (
         "import resource, sys\n"
         "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-        "from ppspec_cli.engine.planfile import PlanFileError, read_plan_file\n"
+        "from ppspec_cli.running.planfile import PlanFileError, read_plan_file\n"
         "try:\n    read_plan_file(sys.argv[1])\nexcept PlanFileError as e:\n    print('refused:', e.what)\n"
     )
     cp = subprocess.run([sys.executable, "-c", code, special], capture_output=True, text=True, cwd=REPO, timeout=20)

@@ -1,4 +1,4 @@
-"""Every line ppspec prints for a shell is rendered by ppspec_cli/shellout.py and stays ONE inert
+"""Every line ppspec prints for a shell is rendered by ppspec_cli/io/shellout.py and stays ONE inert
 line when pasted, whatever a profile or server put into it. Proven by running the lines: `sh -n`
 parses each, comment lines are executed and do nothing, command lines are executed with a fake
 engine that records its argv (the hostile values arrive byte-exact, and no canary file appears)."""
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ppspec_cli import shellout
+from ppspec_cli.io import shellout
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.profile import parse_profile
-from ppspec_cli.serve.supervise import curl_line
+from ppspec_cli.planning.profile import parse_profile
+from ppspec_cli.running.serve.supervise import curl_line
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.verify import run_verify, runner, verify_command
+from ppspec_cli.commands.verify import verify_command
+from ppspec_cli.verify import runner
+from ppspec_cli.verify.runner import run_verify
 from ppspec_cli.verify.prompts import load_prompt_set
 from ppspec_cli.verify.report import load_report
 

@@ -23,16 +23,15 @@ hypothesis = pytest.importorskip("hypothesis", reason="the [test] extra (hypothe
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from mirror.cases import VERSIONS, Case, case_params, refusal_matching  # noqa: E402
-from ppspec_cli import facts  # noqa: E402
-from ppspec_cli.checkpoint import speculators_view  # noqa: E402
-from ppspec_cli.drafter_contract import parallel_drafting_token  # noqa: E402
-from ppspec_cli.engine.probes import installed_vllm  # noqa: E402
-from ppspec_cli.plan import (  # noqa: E402
+from ppspec_cli.knowledge import facts  # noqa: E402
+from ppspec_cli.checkpoint.reader import speculators_view  # noqa: E402
+from ppspec_cli.planning.drafter_contract import parallel_drafting_token  # noqa: E402
+from ppspec_cli.running.engine.probes import installed_vllm  # noqa: E402
+from ppspec_cli.planning.plan import (  # noqa: E402
     build_plan,
     default_partition,
     default_taps,
     normalize_taps,
-    partition_from_env_string,
     stage_bounds,
     stage_taps,
     upstream_slots,
@@ -115,24 +114,6 @@ def test_default_partition_matches_get_pp_indices(vllm_mods, env_uncached, n, pp
     assert [tuple(b) for b in stage_bounds(default_partition(n, pp))] == _vllm_bounds(vllm_mods, n, pp, None)
 
 
-_PART_STR = st.one_of(
-    st.lists(st.integers(-5, 80), min_size=1, max_size=9).map(lambda xs: ",".join(map(str, xs))),
-    st.text(alphabet="0123456789, -+_ab.", max_size=12),
-)
-
-
-@settings(max_examples=800, **SETTINGS)
-@given(n=st.integers(1, 120), pp=st.integers(1, 9), value=_PART_STR)
-def test_partition_string_matches_get_pp_indices(vllm_mods, env_uncached, n, pp, value):
-    EXAMPLES["VLLM_PP_LAYER_PARTITION strings"] += 1
-    theirs = _vllm_bounds(vllm_mods, n, pp, value)
-    try:
-        ours = [tuple(b) for b in stage_bounds(partition_from_env_string(value, n, pp))]
-    except ValueError:
-        ours = ValueError
-    assert ours == theirs
-
-
 @settings(max_examples=400, **SETTINGS)
 @given(data=st.data(), pp=st.integers(1, 8))
 def test_valid_partitions_are_accepted_by_both(vllm_mods, env_uncached, data, pp):
@@ -140,7 +121,7 @@ def test_valid_partitions_are_accepted_by_both(vllm_mods, env_uncached, data, pp
     parts = data.draw(st.lists(st.integers(1, 30), min_size=pp, max_size=pp))
     EXAMPLES["valid partitions"] += 1
     n = sum(parts)
-    assert _vllm_bounds(vllm_mods, n, pp, ",".join(map(str, parts))) == [tuple(b) for b in stage_bounds(partition_from_env_string(",".join(map(str, parts)), n, pp))]
+    assert _vllm_bounds(vllm_mods, n, pp, ",".join(map(str, parts))) == [tuple(b) for b in stage_bounds(parts)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,8 +330,8 @@ def test_pack_support_tables_match_the_installed_vllm_classes(vllm_mods):
     CPU host; ROCm modules abort the process here) opts in to relaying taps over PP exactly when
     the pack's support table says `native` for the installed vLLM; `patched` and `unsupported`
     mean the unpatched class does not."""
-    from ppspec_cli.engine.probes import installed_vllm
-    from ppspec_cli.packs import PLATFORMS, load_packs
+    from ppspec_cli.running.engine.probes import installed_vllm
+    from ppspec_cli.knowledge.packs import PLATFORMS, load_packs
 
     version = installed_vllm()[0]
     checked, not_importable = 0, []

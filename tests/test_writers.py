@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ppspec_cli import safeio
+from ppspec_cli.io import safeio
 from ppspec_cli.cli import app
 from ppspec_cli.errors import PpspecError
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ppspec_cli.engine import relay
-from ppspec_cli.engine.patching import Patch, PatchTargetMissing
+from ppspec_cli.running.engine import relay
+from ppspec_cli.running.engine.patching import Patch, PatchTargetMissing
 
 MODULE = "vllm.model_executor.models.deepseek_v2"
 CLASS = "DeepseekV2Model"

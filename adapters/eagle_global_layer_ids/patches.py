@@ -13,8 +13,8 @@ Loaded by file path by the ppspec plugin; never imported as part of a package.
 
 from __future__ import annotations
 
-from ppspec_cli.engine import relay
-from ppspec_cli.engine.patching import Patch
+from ppspec_cli.running.engine import relay
+from ppspec_cli.running.engine.patching import Patch
 
 #: (module, class) of every EAGLE-1 drafter in vLLM 0.32 that numbers from the PP-local count.
 DRAFTERS: tuple[tuple[str, str], ...] = (

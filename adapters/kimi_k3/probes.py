@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ppspec_cli.engine.probes import ProbeResult, env_set
+from ppspec_cli.running.engine.probes import ProbeResult, env_set
 
 MODULE = "vllm.models.kimi_k3.nvidia.model"
 RULE = "kimi_k3-aux-attn-res-boundary"
@@ -20,7 +20,7 @@ def _set_taps(cls: type, taps: tuple[int, ...], stage: int) -> str | None:
     its taps with the stream env on; the refusal vLLM raises, or None."""
     import torch
 
-    from ppspec_cli.engine import relay
+    from ppspec_cli.running.engine import relay
 
     model = cls.__new__(cls)
     torch.nn.Module.__init__(model)

@@ -11,7 +11,7 @@ Refer to them as ``demo:<name>`` wherever a model is accepted; ``resolve_model_r
 into the local directory.
 """
 
-from .common import (
+from ppspec_cli.demo.common import (
     ALWAYS_TOKEN,
     BOS_ID,
     BOS_TOKEN,
@@ -33,32 +33,10 @@ from .common import (
     VOCAB_SIZE,
     trigger_tokens,
 )
-from .block import RELAY_DFLASH, RELAY_DSPARK
-from .factory import (
-    DEMO_MODELS,
-    DEMO_PREFIX,
-    FACTORY_VERSION,
-    STAMP_FILE,
-    TARGET_NAME,
-    demo_cache_dir,
-    ensure_demo_model,
-    is_demo_ref,
-    resolve_model_ref,
-)
-from .gpuval import (
-    BIG,
-    BIG_DRAFTER,
-    BIG_RIGHT_SHARE,
-    BIG_TARGET,
-    RELAY_DSV3_TARGET,
-    RELAY_EAGLE1,
-    RELAY_PLUS1,
-    BigShape,
-    big_costs,
-    big_right_tokens,
-    big_successors,
-)
-from .relay import (
+from ppspec_cli.demo.block import RELAY_DFLASH, RELAY_DSPARK
+from ppspec_cli.demo.factory import DEMO_MODELS, DEMO_PREFIX, FACTORY_VERSION, STAMP_FILE, TARGET_NAME, demo_cache_dir, ensure_demo_model, is_demo_ref, resolve_model_ref
+from ppspec_cli.demo.gpuval import BIG, BIG_DRAFTER, BIG_RIGHT_SHARE, BIG_TARGET, RELAY_DSV3_TARGET, RELAY_EAGLE1, RELAY_PLUS1, BigShape, big_costs, big_right_tokens, big_successors
+from ppspec_cli.demo.relay import (
     RELAY_DRAFTER,
     RELAY_DTYPE,
     RELAY_MOE_EXPERTS,

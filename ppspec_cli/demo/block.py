@@ -38,28 +38,8 @@ from __future__ import annotations
 
 import math
 
-from .common import (
-    BOS_ID,
-    HEAD_DIM,
-    HIDDEN_SIZE,
-    INTERMEDIATE_SIZE,
-    NUM_HEADS,
-    RMS_EPS,
-)
-from .relay import (
-    _R_ANTI,
-    _R_CODE,
-    _R_CONST,
-    _R_PRE_IND,
-    _R_TRIG_IND,
-    RELAY_DTYPE,
-    RELAY_TAPS,
-    _relay_draft_rows,
-    relay_draft_head,
-    relay_fc,
-    relay_target_config,
-    rms_norm,
-)
+from ppspec_cli.demo.common import BOS_ID, HEAD_DIM, HIDDEN_SIZE, INTERMEDIATE_SIZE, NUM_HEADS, RMS_EPS
+from ppspec_cli.demo.relay import _R_ANTI, _R_CODE, _R_CONST, _R_PRE_IND, _R_TRIG_IND, RELAY_DTYPE, RELAY_TAPS, _relay_draft_rows, relay_draft_head, relay_fc, relay_target_config, rms_norm
 
 RELAY_DFLASH = "tiny-qwen3-relay-dflash"
 RELAY_DSPARK = "tiny-qwen3-relay-dspark"

@@ -9,10 +9,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from ppspec_cli import safeio
+from ppspec_cli.io import safeio
 from ppspec_cli.errors import PpspecError
 
-from .common import (
+from ppspec_cli.demo.common import (
     ALWAYS_TOKEN,
     BOS_ID,
     DTYPE,
@@ -27,7 +27,7 @@ from .common import (
     Spec,
     write_json,
 )
-from .relay import (
+from ppspec_cli.demo.relay import (
     RELAY_DRAFTER,
     RELAY_MOE_EXPERTS,
     RELAY_MOE_TARGET,
@@ -43,8 +43,8 @@ from .relay import (
     relay_target_config,
     relay_target_weights,
 )
-from .block import RELAY_DFLASH, RELAY_DSPARK, block_config, block_weights
-from .gpuval import (
+from ppspec_cli.demo.block import RELAY_DFLASH, RELAY_DSPARK, block_config, block_weights
+from ppspec_cli.demo.gpuval import (
     BIG_DRAFTER,
     BIG_TARGET,
     RELAY_DSV3_TARGET,
@@ -60,8 +60,8 @@ from .gpuval import (
     relay_eagle1_weights,
     relay_plus1_config,
 )
-from .tiny import eagle3_config, eagle3_weights, target_config, target_weights
-from .tokenizer import write_tokenizer
+from ppspec_cli.demo.tiny import eagle3_config, eagle3_weights, target_config, target_weights
+from ppspec_cli.demo.tokenizer import write_tokenizer
 
 # Bump whenever anything below changes the bytes written: cached models are rebuilt.
 FACTORY_VERSION = 3

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from .common import (
+from ppspec_cli.demo.common import (
     ALWAYS_TOKEN,
     BOS_ID,
     EOS_ID,
@@ -34,14 +34,7 @@ from .common import (
     linear_std,
     trigger_tokens,
 )
-from .relay import (
-    RELAY_DTYPE,
-    RELAY_SEED,
-    relay_eagle3_config,
-    relay_successors,
-    relay_target_config,
-    relay_target_weights,
-)
+from ppspec_cli.demo.relay import RELAY_DTYPE, RELAY_SEED, relay_eagle3_config, relay_successors, relay_target_config, relay_target_weights
 
 RELAY_PLUS1 = "tiny-llama-relay-eagle3-plus1"
 RELAY_EAGLE1 = "tiny-llama-relay-eagle"
@@ -392,7 +385,7 @@ def big_drafter_weights(shape: BigShape = BIG, *, device: str | None = None) -> 
 
 def big_costs(shape: BigShape = BIG) -> tuple[list[int], int, int]:
     """(parameters per decoder layer, lm_head parameters, drafter parameters) of the big models:
-    the inputs of ppspec_cli.partition's cost model (bytes are these times 2 in bf16)."""
+    the inputs of ppspec_cli.planning.partition's cost model (bytes are these times 2 in bf16)."""
     h, i, kvd = shape.hidden, shape.intermediate, shape.kv_heads * shape.head_dim
     layer = h * h * 2 + 2 * kvd * h + 3 * h * i
     draft_layer = h * 2 * h + 2 * kvd * 2 * h + h * h + 3 * h * i

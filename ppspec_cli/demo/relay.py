@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from .common import (
+from ppspec_cli.demo.common import (
     ALWAYS_TOKEN,
     BOS_ID,
     HEAD_DIM,
@@ -21,7 +21,7 @@ from .common import (
     linear_std,
     trigger_tokens,
 )
-from .tiny import target_config
+from ppspec_cli.demo.tiny import target_config
 
 # The relay models: float32 (what a GPU validation compares at PP=1 vs PP=2), taps chosen so that
 # PP=2 (3+3) puts tap 3 exactly on the stage boundary and tap 6 (= the last layer's output) local.

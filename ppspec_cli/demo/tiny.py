@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from .common import (
+from ppspec_cli.demo.common import (
     ALWAYS_TOKEN,
     BOS_ID,
     DTYPE,

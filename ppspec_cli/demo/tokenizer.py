@@ -6,7 +6,7 @@ import json
 import random
 from pathlib import Path
 
-from .common import BOS_TOKEN, EOS_TOKEN, MAX_POSITIONS, VOCAB_SIZE, write_json
+from ppspec_cli.demo.common import BOS_TOKEN, EOS_TOKEN, MAX_POSITIONS, VOCAB_SIZE, write_json
 
 
 def _corpus(seed: int) -> list[str]:

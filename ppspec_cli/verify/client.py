@@ -11,8 +11,8 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from .. import netio, redact, safeio
-from ..errors import PpspecError
+from ppspec_cli.io import netio, redact, safeio
+from ppspec_cli.errors import PpspecError
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8000"
 MAX_JSON_BYTES = 32 << 20

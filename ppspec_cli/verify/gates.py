@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .. import safeio
-from ..errors import PpspecError
+from ppspec_cli.io import safeio
+from ppspec_cli.errors import PpspecError
 
 ACCEPTANCE = "acceptance"
 DRAFTER = "drafter"

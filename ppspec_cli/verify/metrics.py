@@ -15,7 +15,7 @@ from typing import Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..errors import PpspecError
+from ppspec_cli.errors import PpspecError
 
 #: Speculative positions beyond this are not a real drafter's (and would size a list absurdly).
 MAX_POSITIONS = 1024

@@ -15,9 +15,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .. import safeio
-from ..render import safe
-from ..errors import PpspecError
+from ppspec_cli.io import safeio
+from ppspec_cli.commands.render import safe
+from ppspec_cli.errors import PpspecError
 
 SCHEMA = "ppspec-verify-report/1"
 MAX_REPORT_BYTES = 64 << 20
@@ -167,7 +167,7 @@ def render_table(report: Report | dict, console: Console | None = None) -> None:
 
 
 def print_gate_lines(r: dict, console: Console) -> None:
-    from .gates import GATE_TITLES
+    from ppspec_cli.verify.gates import GATE_TITLES
 
     for g in r.get("gates", []):
         style = "green" if g.get("status") == "PASS" else "red"

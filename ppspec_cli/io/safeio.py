@@ -1,0 +1,247 @@
+"""Bounded reads: the one way ppspec reads a file it did not just write itself.
+
+Every input file (profile, checkpoint config/index/safetensors header, plan file, saved report,
+prompt set, run-dir records) is hostile until proven otherwise:
+
+- the file is opened without blocking and checked on the open descriptor (no race between a check
+  and the read): FIFOs, sockets and devices are refused (a FIFO would block forever, /dev/zero
+  would fill memory); with `follow_symlinks=False` a symlink is refused too;
+- its size is compared with the limit BEFORE anything is read, and the read itself stops at the
+  limit (a file that grows between the two is still refused);
+- JSON is refused when it nests deeper than `max_depth` (a few bytes of `[[[[...` would otherwise
+  recurse the parser to a RecursionError) and when it carries NaN/Infinity (not JSON).
+
+Every refusal is one `error(...)` (PpspecError by default) naming the file and the fix. Standard
+library only: the in-engine plugin reads its plan file through this module.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import json
+import os
+import re
+import secrets
+import stat
+from typing import Any, Callable
+
+from ppspec_cli.errors import PpspecError
+
+#: Default nesting bound for JSON: metadata files nest a handful of levels.
+MAX_JSON_DEPTH = 64
+
+ErrorType = Callable[..., PpspecError]
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _human(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else (f"{n >> 10} KiB" if n >= 1 << 10 else f"{n} bytes")
+
+
+def _open_regular(path: str | os.PathLike[str], what: str, fix: str, follow_symlinks: bool, error: ErrorType, exit_code: int) -> tuple[int, os.stat_result]:
+    """A blocking descriptor on a regular file, checked on the descriptor itself (no check/open race)."""
+    where = str(path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    if not follow_symlinks:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)  # O_NONBLOCK: opening a FIFO with no writer must not block
+    except FileNotFoundError:
+        raise error(f"{what} not found: {where} (it does not exist)", where=where, fix=fix, exit_code=exit_code) from None
+    except OSError as e:
+        if e.errno == errno.ELOOP and not follow_symlinks:
+            raise error(f"{what} is a symbolic link; ppspec does not follow it here", where=where, fix="point at the file itself", exit_code=exit_code) from None
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = stat.S_IFREG
+        if not stat.S_ISREG(mode):  # a socket cannot even be opened (ENXIO)
+            raise error(f"{what} is {_kind(mode)}, not a regular file", where=where, fix=fix, exit_code=exit_code) from None
+        if e.errno == errno.ENAMETOOLONG:
+            raise error(f"{what} path is longer than the file system allows", where=where[:120] + "...", fix=fix, exit_code=exit_code) from None
+        raise error(f"cannot read {what}: {e.strerror or e}", where=where, fix="check the path and its permissions", exit_code=exit_code) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{what} is {_kind(st.st_mode)}, not a regular file", where=where, fix=fix, exit_code=exit_code)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def _read_up_to(fd: int, n: int) -> bytes:
+    chunks: list[bytes] = []
+    while n > 0:
+        b = os.read(fd, min(n, 1 << 20))
+        if not b:
+            break
+        chunks.append(b)
+        n -= len(b)
+    return b"".join(chunks)
+
+
+def read_bytes(
+    path: str | os.PathLike[str],
+    *,
+    limit: int,
+    what: str = "file",
+    fix: str = "check the path",
+    follow_symlinks: bool = True,
+    error: ErrorType = PpspecError,
+    exit_code: int = 2,
+) -> bytes:
+    """The contents of a regular file of at most `limit` bytes, else one `error`."""
+    fd, st = _open_regular(path, what, fix, follow_symlinks, error, exit_code)
+    try:
+        if st.st_size > limit:
+            raise error(f"{what} is larger than {_human(limit)} ({st.st_size} bytes); ppspec does not read it", where=str(path), fix=fix, exit_code=exit_code)
+        data = _read_up_to(fd, limit + 1)
+    except OSError as e:
+        raise error(f"cannot read {what}: {e.strerror or e}", where=str(path), fix="check the path and its permissions", exit_code=exit_code) from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise error(f"{what} grew past the {_human(limit)} ppspec reads", where=str(path), fix=fix, exit_code=exit_code)
+    return data
+
+
+def read_text(path: str | os.PathLike[str], *, limit: int, what: str = "file", fix: str = "check the path", error: ErrorType = PpspecError, exit_code: int = 2, **kw: Any) -> str:
+    raw = read_bytes(path, limit=limit, what=what, fix=fix, error=error, exit_code=exit_code, **kw)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise error(f"{what} is not UTF-8 text", where=str(path), fix=fix, exit_code=exit_code) from None
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def json_depth(text: str) -> int:
+    """Deepest bracket nesting of a JSON text (strings skipped), without recursing."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_json(
+    data: bytes | str, *, what: str = "JSON", where: str = "", fix: str = "check the file", max_depth: int = MAX_JSON_DEPTH, error: ErrorType = PpspecError, exit_code: int = 2
+) -> Any:
+    """json.loads with a nesting bound and strict numbers; one `error` for every way it can fail."""
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+    except UnicodeDecodeError:
+        raise error(f"{what} is not valid JSON (not UTF-8 text)", where=where, fix=fix, exit_code=exit_code) from None
+    depth = json_depth(text)
+    if depth > max_depth:
+        raise error(f"{what} nests {depth} levels deep, more than the {max_depth} ppspec accepts", where=where, fix=fix, exit_code=exit_code)
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        raise error(f"{what} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})", where=where, fix=fix, exit_code=exit_code) from None
+    except (ValueError, RecursionError) as e:
+        raise error(f"{what} is not valid JSON ({str(e)[:120]})", where=where, fix=fix, exit_code=exit_code) from None
+
+
+def read_json(
+    path: str | os.PathLike[str],
+    *,
+    limit: int,
+    what: str = "JSON file",
+    fix: str = "check the file",
+    max_depth: int = MAX_JSON_DEPTH,
+    follow_symlinks: bool = True,
+    error: ErrorType = PpspecError,
+    exit_code: int = 2,
+) -> Any:
+    raw = read_bytes(path, limit=limit, what=what, fix=fix, follow_symlinks=follow_symlinks, error=error, exit_code=exit_code)
+    return parse_json(raw, what=what, where=str(path), fix=fix, max_depth=max_depth, error=error, exit_code=exit_code)
+
+
+def read_head(path: str | os.PathLike[str], n: int, *, what: str = "file", error: ErrorType = PpspecError, exit_code: int = 2) -> tuple[bytes, int]:
+    """The first `n` bytes of a regular file and its size (for headers of files too big to read)."""
+    fd, st = _open_regular(path, what, "check the path", True, error, exit_code)
+    try:
+        return _read_up_to(fd, n), st.st_size
+    except OSError as e:
+        raise error(f"cannot read {what}: {e.strerror or e}", where=str(path), fix="check the path and its permissions", exit_code=exit_code) from None
+    finally:
+        os.close(fd)
+
+
+def _existing_kind(p: str) -> str | None:
+    """What is at `p` when it is something `write_text` must never replace (None: nothing there,
+    or a regular file). lstat: a symlink is reported as one, never followed."""
+    try:
+        mode = os.lstat(p).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return None  # the write itself reports what is wrong with the path
+    if stat.S_ISREG(mode):
+        return None
+    return "a symbolic link" if stat.S_ISLNK(mode) else _kind(mode)
+
+
+def write_text(path: str | os.PathLike[str], text: str, *, what: str = "file", where: str | None = None, error: ErrorType = PpspecError, exit_code: int = 1) -> None:
+    """The one way ppspec writes a file: the text goes through the redaction layer (no registered
+    secret reaches a file), is written to a temporary file beside `path`, flushed to disk and renamed
+    over it (a reader never sees half a file). Only a regular file (or nothing) at `path` is ever
+    replaced: a device node, FIFO, socket, directory or symlink there is refused, never renamed
+    over. Every OS failure (write, flush, close, rename) is one `error` naming the path; no
+    temporary file is left behind."""
+    from ppspec_cli.io.redact import redact
+
+    p = os.fspath(path)
+    shown = where or p[:200]
+    kind = _existing_kind(p)
+    if kind is not None:
+        raise error(f"cannot write {what}: {p[:200]} is {kind}; ppspec only replaces regular files", where=shown, fix="choose a path that is a regular file or does not exist yet", exit_code=exit_code)
+    d, name = os.path.split(p)
+    tmp = os.path.join(d, f".{name[:200]}.{os.getpid()}.{secrets.token_hex(4)}.ppspec-tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(redact(text))
+            f.flush()
+            os.fsync(f.fileno())  # a full disk or a failing NFS server shows here, not after the rename
+        kind = _existing_kind(p)  # checked again just before the rename: the path may have changed
+        if kind is not None:
+            raise OSError(errno.EEXIST, f"{p[:200]} became {kind} while writing; ppspec only replaces regular files")
+        os.replace(tmp, p)
+    except (OSError, ValueError) as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        msg = getattr(e, "strerror", None) or str(e)
+        raise error(f"cannot write {what}: {msg}", where=shown, fix="choose a writable path (an existing directory you can write to)", exit_code=exit_code) from None
+
+
+def check_writable(path: str | os.PathLike[str], *, where: str, exit_code: int = 2) -> None:
+    """Refuse at start an output path that `write_text` could not write later (after a long run):
+    a directory, a missing or unwritable parent, a name longer than the file system allows."""
+    p = os.fspath(path)
+    parent = os.path.dirname(p) or "."
+    if len(p.encode("utf-8", "replace")) > 4096 or any(len(c.encode("utf-8", "replace")) > 255 for c in p.split(os.sep)):
+        raise PpspecError("output path is longer than the file system allows", where=where, fix="choose a shorter path", exit_code=exit_code)
+    kind = _existing_kind(p)
+    if kind is not None:
+        raise PpspecError(f"{p[:200]} is {kind}; ppspec only writes regular files", where=where, fix="pass the path of a regular file, or of one that does not exist yet", exit_code=exit_code)
+    if not os.path.isdir(parent):
+        raise PpspecError(f"directory {parent} does not exist", where=where, fix="create it first or choose another path", exit_code=exit_code)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PpspecError(f"directory {parent} is not writable", where=where, fix="choose a writable path", exit_code=exit_code)

@@ -1,0 +1,621 @@
+"""Adapter packs: what ppspec knows about a model family under pipeline parallelism, and what it
+changes in the installed vLLM when vLLM itself does not handle the family.
+
+A pack is a folder with a strict `pack.yaml` manifest and, when the installed vLLM needs changing,
+a `patches.py` module that the in-engine plugin loads *by file path* (the `adapters/` folder is
+never an importable top-level module). Built-in packs ship inside the wheel as
+`ppspec_cli/_adapters`; in a source checkout they are read from `<repo>/adapters`. Third-party packs
+register an entry point in the group `ppspec.adapters` whose object is (or returns) the path of a
+pack folder.
+
+Nothing here imports vLLM or torch: listing and resolving packs must stay cheap.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from importlib import metadata as md
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from ppspec_cli.io import safeio
+from ppspec_cli.errors import PpspecError
+from ppspec_cli.knowledge.facts import DEFAULT_MTP_LAYER_KEYS, MAX_MTP_LAYERS, Method
+
+#: Platforms vLLM builds for, as ppspec names them (the profile's `platform`, the installed build).
+Platform = Literal["cuda", "rocm", "xpu", "cpu"]
+PLATFORMS: tuple[Platform, ...] = get_args(Platform)
+
+#: What a pack can say about its family under PP, per platform and vLLM version. Fixed so rules
+#: and docs can rely on the names.
+Capability = Literal["aux_relay_over_pp", "target_embed_on_last_stage", "target_embed_for_mtp", "global_draft_layer_ids"]
+CAPABILITIES: dict[Capability, str] = {
+    "aux_relay_over_pp": "the target's inner decoder relays EAGLE3-family taps between PP stages "
+    "(supports_aux_hidden_states_over_pp); vLLM refuses eagle3/dflash/dspark under PP without it",
+    "target_embed_on_last_stage": "the last PP stage holds a real target embed_tokens when an eagle/eagle3/dflash/dspark drafter needs it",
+    "target_embed_for_mtp": "with method mtp under PP the last stage builds a real target embed_tokens (it holds the embedding's memory)",
+    "global_draft_layer_ids": "draft layers are numbered globally from the target depth (num_hidden_layers + i)",
+}
+
+#: A capability's status on one platform and vLLM version.
+Status = Literal["native", "patched", "unsupported", "unknown"]
+
+PACK_FILE = "pack.yaml"
+ENTRY_POINT_GROUP = "ppspec.adapters"
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+_CLASS_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+# ---------------------------------------------------------------------------------------------
+# Versions
+
+
+def version_range(spec: str) -> SpecifierSet:
+    """A PEP 440 range such as `>=0.30,<0.34`; ValueError when malformed or empty."""
+    if not spec.strip():
+        raise ValueError("empty version range")
+    try:
+        return SpecifierSet(spec)
+    except InvalidSpecifier as e:
+        raise ValueError(f"invalid version range {spec!r} ({e}); write clauses with an operator, e.g. >=0.30,<0.34") from None
+
+
+def in_range(spec: str, version: str) -> bool:
+    """Whether a vLLM version is in a range. Local labels (+cpu) and pre-releases of an otherwise
+    matching release count; a string that is not a version is in no range."""
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        return False
+    return version_range(spec).contains(v.public, prereleases=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Manifest schema
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Matches(_Strict):
+    """Which profiles a pack applies to. Empty lists mean "any"."""
+
+    targets: tuple[str, ...] = Field(default=(), description="Target architectures (config.json `architectures`).")
+    drafters: tuple[str, ...] = Field(
+        default=(),
+        description="Drafter architectures, as in the drafter's config.json or as vLLM rewrites them "
+        "(`Eagle<arch>` for eagle, `Eagle3<arch>` for eagle3).",
+    )
+    methods: tuple[Method, ...] = Field(default=(), description="Speculative methods the pack is for (empty: any).")
+
+
+class SupportRule(_Strict):
+    """One line of a capability's support table. The first line whose platforms and vLLM range
+    match the engine answers; no matching line means "unknown"."""
+
+    status: Literal["native", "patched", "unsupported"] = Field(
+        description="`native`: the installed vLLM does it itself; `patched`: this pack's patches make it do it; "
+        "`unsupported`: it does not, and the pack cannot change that (say why in `reason`)."
+    )
+    platforms: tuple[Platform, ...] = Field(default=PLATFORMS, description="Platforms the line is for (default: all).")
+    vllm: str | None = Field(default=None, description="vLLM versions the line is for, e.g. `>=0.32` (default: the pack's whole `vllm` range).")
+    reason: str = Field(default="", max_length=500, description="Why, in terms of vLLM's code (which class, which attribute). Required for `unsupported`.")
+
+    @field_validator("vllm")
+    @classmethod
+    def _range(cls, v: str | None) -> str | None:
+        if v is not None:
+            version_range(v)
+        return v
+
+    @model_validator(mode="after")
+    def _reason_for_unsupported(self) -> SupportRule:
+        if self.status == "unsupported" and not self.reason.strip():
+            raise ValueError("an `unsupported` line needs a `reason`")
+        return self
+
+
+class MtpLayers(_Strict):
+    """How vLLM's `mtp` method counts a family's MTP layers (config/speculative.py)."""
+
+    keys: tuple[str, ...] = Field(
+        default=DEFAULT_MTP_LAYER_KEYS, description="Text-config keys vLLM reads the count from, first present wins."
+    )
+    default: int | None = Field(default=None, ge=1, le=MAX_MTP_LAYERS, description="The count vLLM uses when none of the keys is set (its config class's default).")
+    fixed: int | None = Field(default=None, ge=1, le=MAX_MTP_LAYERS, description="A count vLLM uses whatever the config says.")
+
+
+class LinearLayers(_Strict):
+    """Where a hybrid family's config lists the layers that keep linear-attention / SSM state instead of a KV cache."""
+
+    key: str = Field(description="Dotted text-config key holding the list of layer numbers, e.g. `linear_attn_config.kda_layers`.", pattern=r"^[A-Za-z_][\w.]*$")
+    base: Literal[0, 1] = Field(default=0, description="Whether the list counts layers from 0 or from 1 (as the family's config class reads it).")
+
+
+class Facts(_Strict):
+    """What the pack knows about the family; read by rules and probes, never executed."""
+
+    inner_decoder: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description="Per target architecture: `module:Class` of the inner decoder vLLM's PP gate reads, "
+        "per platform (cuda/rocm/xpu/cpu) or `default`.",
+    )
+    inner_decoder_path: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per target architecture: attribute path from the served model object to the inner "
+        "decoder (`model` when absent; `language_model.model` for multimodal wrappers).",
+    )
+    text_config_key: str | None = Field(default=None, description="Key of the text model config in a multimodal config.json.")
+    embedding_tensors: tuple[str, ...] = Field(
+        default=(), description="Checkpoint tensor names that hold the input embedding, most likely first."
+    )
+    tower_prefixes: tuple[str, ...] = Field(
+        default=(),
+        description="Checkpoint tensor name prefixes of multimodal towers (vision/audio encoders): their layers are not decoder layers.",
+    )
+    name_mapping: dict[str, str] = Field(
+        default_factory=dict,
+        description="Checkpoint name prefix -> vLLM parameter name prefix (the model's hf_to_vllm_mapper, "
+        "as far as the embedding and layers are concerned).",
+    )
+    tap_convention: Literal["capture_point"] = Field(
+        default="capture_point",
+        description="How the implementation numbers taps: capture_point = tap L is the residual stream after layer L-1.",
+    )
+    mtp_layers: MtpLayers = Field(default_factory=MtpLayers, description="How vLLM counts the family's MTP layers.")
+    installed_vllm: str | None = Field(
+        default=None, description="What the pack author found in the vLLM the pack was written against."
+    )
+    linear_layers: LinearLayers | None = Field(
+        default=None, description="Hybrid families: where the config lists the linear-attention / SSM layers (the rest are full attention)."
+    )
+    notes: tuple[str, ...] = Field(default=(), description="Anything else a reader needs.")
+
+    @field_validator("inner_decoder")
+    @classmethod
+    def _class_refs(cls, v: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        for arch, per_platform in v.items():
+            for platform, ref in per_platform.items():
+                if platform not in (*PLATFORMS, "default"):
+                    raise ValueError(f"inner_decoder.{arch}: unknown platform {platform!r}; use {list(PLATFORMS)} or default")
+                if not _CLASS_REF.match(ref):
+                    raise ValueError(f"inner_decoder.{arch}.{platform}: expected `module:Class`, got {ref!r}")
+        return v
+
+
+class Manifest(_Strict):
+    """`pack.yaml`: one model family (or drafter family), everything ppspec knows about it under PP."""
+
+    name: str = Field(description="Pack name: lower case letters, digits and underscores; the folder's name.")
+    description: str = Field(min_length=1, max_length=500, description="One paragraph: the family and what the pack does.")
+    matches: Matches = Field(description="Which targets / drafters / methods the pack is for.")
+    vllm: str = Field(description="vLLM version range the pack was checked against, e.g. `>=0.30,<0.34`.")
+    capabilities: dict[Capability, tuple[SupportRule, ...]] = Field(
+        default_factory=dict,
+        description="Per capability, its support table: per platform and vLLM range, native, patched by this pack, or unsupported (with the reason).",
+    )
+    facts: Facts = Field(default_factory=Facts, description="The family's facts (inner decoder, embedding names, MTP keys, ...).")
+    patches: str | None = Field(default=None, description="Python file in the pack folder with `get_patches()`, if the pack changes vLLM.")
+    rules: str | None = Field(
+        default=None, description="Python file in the pack folder with `get_rules()`: the pack's own named check rules, if any (must not import vLLM)."
+    )
+    probes: str | None = Field(
+        default=None,
+        description="Python file in the pack folder with `get_probes()`: the pack's own behaviour probes of the installed vLLM, run by `check --probes`.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError("must match [a-z][a-z0-9_]* (at most 48 characters)")
+        return v
+
+    @field_validator("vllm")
+    @classmethod
+    def _range(cls, v: str) -> str:
+        version_range(v)
+        return v
+
+    @field_validator("patches", "rules", "probes")
+    @classmethod
+    def _pack_file(cls, v: str | None) -> str | None:
+        if v is not None and (not v.endswith(".py") or "/" in v or "\\" in v or v.startswith(".")):
+            raise ValueError("must be a .py file name inside the pack folder")
+        return v
+
+    @model_validator(mode="after")
+    def _patched_needs_patches(self) -> Manifest:
+        for cap, lines in self.capabilities.items():
+            if any(x.status == "patched" for x in lines) and self.patches is None:
+                raise ValueError(f"capabilities.{cap}: a `patched` line needs the pack's `patches` file")
+        return self
+
+
+@dataclass(frozen=True)
+class Support:
+    """A capability's status for one platform and vLLM version, with the reason and the pack that said so."""
+
+    capability: str
+    status: Status
+    reason: str
+    pack: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("native", "patched")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pack
+
+
+@dataclass(frozen=True)
+class Pack:
+    """A loaded pack, or a composite of packs (`a+b`: a target pack plus a drafter pack)."""
+
+    name: str
+    description: str
+    matches: Matches
+    vllm_range: str
+    capabilities: dict[str, tuple[SupportRule, ...]]
+    facts: Facts
+    path: Path | None  # the pack folder (None for a composite)
+    patches_path: Path | None  # the patches module file, None for a native pack or a composite
+    rules_path: Path | None = None  # the pack's own check rules, if any
+    probes_path: Path | None = None  # the pack's own engine probes, if any
+    source: str = "built-in"  # "built-in" or "entry point <name>"
+    components: tuple[Pack, ...] = field(default=())
+
+    @property
+    def parts(self) -> tuple[Pack, ...]:
+        """The simple packs this pack is made of (itself, unless it is a composite)."""
+        return self.components or (self,)
+
+    @property
+    def native(self) -> bool:
+        """No part of the pack changes vLLM."""
+        return all(p.patches_path is None for p in self.parts)
+
+    @property
+    def patch_files(self) -> tuple[tuple[str, Path], ...]:
+        """(pack name, patches file) for every part that has patches, in application order."""
+        return tuple((p.name, p.patches_path) for p in self.parts if p.patches_path is not None)
+
+    @property
+    def provides(self) -> tuple[str, ...]:
+        """Capabilities native or patched on at least one platform and version (for listings)."""
+        return tuple(dict.fromkeys(c for p in self.parts for c, lines in p.capabilities.items() if any(x.status != "unsupported" for x in lines)))
+
+    def supports_vllm(self, version: str) -> bool:
+        """Whether every part of the pack was checked against this vLLM version."""
+        return all(in_range(p.vllm_range, version) for p in self.parts)
+
+    def supports(self, capability: str, platform: str, version: str) -> Support:
+        """The capability's status on this platform and vLLM version, from the first part that has
+        a support table for it (the target pack before a drafter pack). `unknown` when no part
+        speaks of it, the version is outside the part's range, or no line matches."""
+        for part in self.parts:
+            lines = part.capabilities.get(capability)
+            if not lines:
+                continue
+            if not in_range(part.vllm_range, version):
+                return Support(capability, "unknown", f"pack {part.name} was checked against vLLM {part.vllm_range}, not {version}", part.name)
+            for line in lines:
+                if platform in line.platforms and (line.vllm is None or in_range(line.vllm, version)):
+                    return Support(capability, line.status, line.reason or _default_reason(line.status, part.name, platform, version), part.name)
+            return Support(capability, "unknown", f"pack {part.name} says nothing about {capability} on {platform} with vLLM {version}", part.name)
+        return Support(capability, "unknown", f"pack {self.name} says nothing about {capability}", None)
+
+    # -- matching -------------------------------------------------------------------------------
+
+    @property
+    def is_target_pack(self) -> bool:
+        return bool(self.matches.targets)
+
+    def matches_target(self, target_archs: list[str] | tuple[str, ...]) -> bool:
+        return bool(set(self.matches.targets) & set(target_archs or ()))
+
+    def matches_drafter(self, drafter_archs: list[str] | tuple[str, ...], method: str | None) -> bool:
+        if self.matches.methods and method not in self.matches.methods:
+            return False
+        if not self.matches.drafters:
+            return True
+        return bool(set(self.matches.drafters) & set(vllm_drafter_names(drafter_archs, method)))
+
+    def matches_method(self, method: str | None) -> bool:
+        return not self.matches.methods or method in self.matches.methods
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "source": self.source,
+            "matches": {
+                "targets": list(self.matches.targets),
+                "drafters": list(self.matches.drafters),
+                "methods": list(self.matches.methods),
+            },
+            "vllm": self.vllm_range,
+            "provides": list(self.provides),
+            "capabilities": {c: [x.model_dump(mode="json") for x in lines] for p in self.parts for c, lines in p.capabilities.items()},
+            "native": self.native,
+            "patches": [str(p) for _, p in self.patch_files],
+            "facts": self.facts.model_dump(mode="json"),
+            "components": [p.name for p in self.parts] if self.components else [],
+        }
+
+
+def vllm_drafter_names(archs: list[str] | tuple[str, ...], method: str | None) -> list[str]:
+    """The drafter architecture names as written and as vLLM's EAGLE config rewrites them
+    (LlamaForCausalLM -> EagleLlamaForCausalLM for eagle, Eagle3LlamaForCausalLM for eagle3)."""
+    out: list[str] = []
+    for a in archs or ():
+        out.append(a)
+        if method == "eagle" and not a.startswith("Eagle"):
+            out.append(f"Eagle{a}")
+        if method == "eagle3" and not (a.startswith("Eagle3") or a.endswith("Eagle3")):
+            out.append(f"Eagle3{a}")
+    return out
+
+
+def _default_reason(status: str, pack: str, platform: str, version: str) -> str:
+    if status == "native":
+        return f"vLLM {version} does it itself on {platform}"
+    return f"the {pack} pack patches vLLM {version} on {platform}"
+
+
+def _composite(parts: list[Pack]) -> Pack:
+    if len(parts) == 1:
+        return parts[0]
+    return Pack(
+        name="+".join(p.name for p in parts),
+        description=" + ".join(p.description for p in parts),
+        matches=Matches(
+            targets=tuple(t for p in parts for t in p.matches.targets),
+            drafters=tuple(d for p in parts for d in p.matches.drafters),
+            methods=(),
+        ),
+        vllm_range=",".join(p.vllm_range for p in parts),
+        capabilities={},
+        facts=parts[0].facts,
+        path=None,
+        patches_path=None,
+        source="composite",
+        components=tuple(parts),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def packs_dir() -> Path:
+    """Built-in packs: `ppspec_cli/_adapters` in a wheel, else `<repo root>/adapters`."""
+    here = Path(__file__).resolve().parent.parent  # the ppspec_cli package
+    shipped = here / "_adapters"
+    if shipped.is_dir():
+        return shipped
+    return here.parent / "adapters"
+
+
+def load_pack_dir(path: Path, *, source: str = "built-in") -> Pack:
+    """Read and validate one pack folder. PpspecError (naming the file and the key) on any problem."""
+    path = Path(path)
+    manifest_path = path / PACK_FILE
+    if not manifest_path.is_file():
+        raise PpspecError(f"adapter pack folder has no {PACK_FILE}", where=str(path), fix=f"add {PACK_FILE} (see docs/adapters.md)")
+    try:
+        raw = yaml.safe_load(safeio.read_text(manifest_path, limit=1 << 20, what="adapter pack manifest"))
+    except yaml.YAMLError as e:
+        raise PpspecError(f"cannot read adapter pack manifest: {e}", where=str(manifest_path), fix="fix the YAML") from None
+    if not isinstance(raw, dict):
+        raise PpspecError("adapter pack manifest must be a mapping", where=str(manifest_path), fix="see docs/adapters.md")
+    try:
+        m = Manifest.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+        raise PpspecError(
+            f"invalid adapter pack manifest: {loc}: {first['msg']}{more}",
+            where=str(manifest_path),
+            fix="see docs/adapters.md for the pack format",
+        ) from None
+    if m.name != path.name and source == "built-in":
+        raise PpspecError(
+            f"adapter pack name {m.name!r} does not match its folder {path.name!r}",
+            where=str(manifest_path),
+            fix="rename the folder or the pack",
+        )
+    patches_path = None
+    if m.patches is not None:
+        patches_path = path / m.patches
+        if not patches_path.is_file():
+            raise PpspecError(f"adapter pack {m.name} names patches file {m.patches} but it is missing", where=str(path), fix="add the file or drop `patches`")
+    rules_path, probes_path = (None if f is None else path / f for f in (m.rules, m.probes))
+    for key, f in (("rules", rules_path), ("probes", probes_path)):
+        if f is not None and not f.is_file():
+            raise PpspecError(f"adapter pack {m.name} names {key} file {f.name} but it is missing", where=str(path), fix=f"add the file or drop `{key}`")
+    return Pack(
+        name=m.name,
+        description=m.description,
+        matches=m.matches,
+        vllm_range=m.vllm,
+        capabilities=dict(m.capabilities),
+        facts=m.facts,
+        path=path,
+        patches_path=patches_path,
+        rules_path=rules_path,
+        probes_path=probes_path,
+        source=source,
+    )
+
+
+def _entry_point_dirs() -> list[tuple[str, Path]]:
+    out = []
+    for ep in md.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+            value = obj() if callable(obj) else obj
+            out.append((ep.name, Path(value)))
+        except Exception as e:  # noqa: BLE001 - a broken third-party pack must name itself
+            raise PpspecError(
+                f"adapter pack entry point {ep.name!r} ({ep.value}) failed to load: {type(e).__name__}: {e}",
+                where=f"entry point group {ENTRY_POINT_GROUP}",
+                fix="fix or uninstall the package that provides it",
+            ) from None
+    return out
+
+
+@lru_cache(maxsize=1)
+def _load_all() -> tuple[Pack, ...]:
+    packs: dict[str, Pack] = {}
+    base = packs_dir()
+    if base.is_dir():
+        for d in sorted(base.iterdir()):
+            if d.is_dir() and (d / PACK_FILE).is_file():
+                p = load_pack_dir(d)
+                packs[p.name] = p
+    for ep_name, d in _entry_point_dirs():
+        p = load_pack_dir(d, source=f"entry point {ep_name}")
+        if p.name in packs:
+            raise PpspecError(
+                f"adapter pack {p.name!r} from entry point {ep_name!r} clashes with the {packs[p.name].source} pack of the same name",
+                where=str(d),
+                fix="rename the third-party pack",
+            )
+        packs[p.name] = p
+    return tuple(packs.values())
+
+
+def load_packs() -> list[Pack]:
+    """Every pack: built-in ones and those registered under the `ppspec.adapters` entry point."""
+    return list(_load_all())
+
+
+def clear_cache() -> None:
+    """Forget loaded packs (tests install fake entry points)."""
+    _load_all.cache_clear()
+
+
+def get_pack(name: str) -> Pack:
+    """A pack by name; `a+b` gives the composite of packs a and b."""
+    packs = {p.name: p for p in load_packs()}
+    parts = []
+    for n in name.split("+"):
+        n = n.strip()
+        if n not in packs:
+            raise PpspecError(
+                f"unknown adapter pack {n!r}",
+                where="adapter",
+                fix=f"use auto, none, or one of: {', '.join(sorted(packs))}",
+            )
+        parts.append(packs[n])
+    return _composite(parts)
+
+
+def resolve_pack(adapter: str, target_archs: list[str], drafter_archs: list[str], method: str | None) -> Pack | None:
+    """The pack a profile uses.
+
+    `none` -> None. `auto` -> the pack matching the target architecture, combined with a drafter
+    pack matching the drafter (e.g. `deepseek_v3+eagle_global_layer_ids`); None when nothing matches.
+    An explicit name (or `a+b`) must match: a target pack the target architecture, a drafter pack
+    the drafter.
+    """
+    adapter = (adapter or "auto").strip()
+    if adapter == "none":
+        return None
+    target_archs = list(target_archs or [])
+    drafter_archs = list(drafter_archs or [])
+    if adapter == "auto":
+        packs = load_packs()
+        targets = [p for p in packs if p.is_target_pack and p.matches_target(target_archs) and p.matches_method(method)]
+        if len(targets) > 1:
+            raise PpspecError(
+                f"several adapter packs match target {target_archs}: {', '.join(p.name for p in targets)}",
+                where="adapter",
+                fix="name one explicitly in the profile's `adapter:`",
+            )
+        drafters = [
+            p for p in packs if not p.is_target_pack and drafter_archs and p.matches.drafters and p.matches_drafter(drafter_archs, method)
+        ]
+        parts = targets + drafters
+        return _composite(parts) if parts else None
+    pack = get_pack(adapter)
+    for part in pack.parts:
+        if part.is_target_pack:
+            if not part.matches_target(target_archs):
+                raise PpspecError(
+                    f"adapter pack {part.name!r} is for {', '.join(part.matches.targets)}, not target {', '.join(target_archs) or '(unknown)'}",
+                    where="adapter",
+                    fix="use adapter: auto, or a pack listed by `ppspec adapters list` for this architecture",
+                )
+        elif part.matches.drafters and not part.matches_drafter(drafter_archs, method):
+            raise PpspecError(
+                f"adapter pack {part.name!r} is for drafters {', '.join(part.matches.drafters)}"
+                + (f" with method {'/'.join(part.matches.methods)}" if part.matches.methods else "")
+                + f", not {', '.join(drafter_archs) or '(no drafter)'} with method {method}",
+                where="adapter",
+                fix="use adapter: auto, or drop this pack",
+            )
+    return pack
+
+
+def load_pack_module(pack_name: str, kind: str, file: Path) -> Any:
+    """Import one of a pack's Python files (`patches`, `rules`) by path under a private module
+    name (never as a top-level `adapters` package); the same module object on later calls. Raises
+    whatever importing it raises: callers turn that into their own refusal or finding."""
+    import importlib.util
+    import sys
+
+    mod_name = f"ppspec_cli._packs.{pack_name}.{kind}"
+    mod = sys.modules.get(mod_name)
+    if mod is not None and getattr(mod, "__file__", None) == str(file):
+        return mod
+    spec = importlib.util.spec_from_file_location(mod_name, file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {file}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = mod  # torch.compile looks traced functions' modules up here
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(mod_name, None)
+        raise
+    return mod
+
+
+def inner_decoder_path(pack: Pack, target_arch: str) -> str:
+    """Attribute path from the served model to the inner decoder vLLM's PP gate reads."""
+    for part in pack.parts:
+        if target_arch in part.facts.inner_decoder_path:
+            return part.facts.inner_decoder_path[target_arch]
+    return "model"
+
+
+def inner_decoder_ref(pack: Pack, target_arch: str, platform: str) -> str | None:
+    """`module:Class` of the inner decoder for an architecture on a platform, from the pack's facts."""
+    for part in pack.parts:
+        per_platform = part.facts.inner_decoder.get(target_arch)
+        if per_platform:
+            return per_platform.get(platform) or per_platform.get("default")
+    return None

