@@ -132,11 +132,11 @@ def check(
     findings = run_rules(r)
     probe_results = _run_probes(r) if probes else []
     if probes:
-        from ppspec_cli.running.launch import unknown_engine_options
+        from ppspec_cli.planning.engine_options import unknown_engine_options
 
         probe_results += unknown_engine_options(r.profile.engine)
     if not probes and r.vllm is not None:
-        from ppspec_cli.planning.rules import Finding
+        from ppspec_cli.findings import Finding
 
         probe_results.append(Finding("probes-not-run", "info", "platform", f"behaviour probes of the installed vLLM {r.vllm.version} not run (fast mode), nor the `engine:` option names checked against its parser (engine-unknown-option)", "add --probes to run both here; `ppspec serve` checks the names and runs the probes in every engine process"))
     findings = findings + [p for p in probe_results]
@@ -156,7 +156,7 @@ def _run_probes(r):
         from ppspec_cli.running.engine import probes as probes_mod  # noqa: F401
     except ImportError:
         return []
-    from ppspec_cli.planning.rules import Finding
+    from ppspec_cli.findings import Finding
 
     if r.vllm is None:
         return []
@@ -303,7 +303,8 @@ def _verify_line(profile: str, url: str) -> str:
 
 
 def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool, run_dir, health_timeout, where: dict, role=None) -> None:
-    from ppspec_cli.running.launch import build_launch, serve_refuses, unknown_engine_options
+    from ppspec_cli.planning.engine_options import serve_refuses, unknown_engine_options
+    from ppspec_cli.running.launch import build_launch
     from ppspec_cli.planning.profile import load_profile
     from ppspec_cli.commands.render import render_findings
     from ppspec_cli.planning.rules import run_rules

@@ -1,5 +1,5 @@
 """check == serve: every refusal `serve` makes about engine options and the environment is a `check`
-finding with the same code, from one rule set (launch.launch_refusals, codes in launch.REFUSALS).
+finding with the same code, from one rule set (engine_options.launch_refusals, codes in engine_options.REFUSALS).
 
 The list of refusals is read from the registry, not written here: a new refusal without an example
 below fails `test_every_refusal_has_an_example`. Each example runs the real `check` and the real
@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from ppspec_cli.cli import app
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.running.launch import REFUSALS, launch_refusals
+from ppspec_cli.planning.engine_options import REFUSALS, launch_refusals
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "models" / "meta-llama__Llama-3.2-1B-Instruct"
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
@@ -78,7 +78,7 @@ def _check_codes(profile: Path, probes: bool) -> dict[str, str]:
 
 
 def test_every_refusal_has_an_example():
-    assert set(EXAMPLES) == set(REFUSALS), "a refusal in launch.REFUSALS needs an example here (and vice versa)"
+    assert set(EXAMPLES) == set(REFUSALS), "a refusal in engine_options.REFUSALS needs an example here (and vice versa)"
 
 
 def test_the_base_profile_is_not_refused(base, tmp_path):

@@ -19,7 +19,8 @@ from ppspec_cli.knowledge.packs import load_packs
 from ppspec_cli.commands.render import render_findings, render_plan
 from ppspec_cli.planning.resolve import resolve
 from ppspec_cli.planning.profile import parse_profile
-from ppspec_cli.planning.rules import Finding, run_rules
+from ppspec_cli.findings import Finding
+from ppspec_cli.planning.rules import run_rules
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 

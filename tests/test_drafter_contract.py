@@ -16,7 +16,8 @@ from ppspec_cli import demo
 from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.planning.drafter_contract import CODES
 from ppspec_cli.planning.profile import parse_profile
-from ppspec_cli.planning.resolve import VllmInstall, resolve
+from ppspec_cli.knowledge.engine import VllmInstall
+from ppspec_cli.planning.resolve import resolve
 from ppspec_cli.planning.rules import run_rules
 
 QWEN3 = "Qwen__Qwen3-8B"

