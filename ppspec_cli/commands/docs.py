@@ -120,6 +120,18 @@ def with_manifest_reference(doc: str) -> str:
     return f"{head}{ADAPTERS_START}\n\n{manifest_reference()}\n{ADAPTERS_END}{tail}"
 
 
+def run(out: str | None) -> int:
+    """`ppspec docs [--out FILE]`: the profile reference to stdout or a file."""
+    from ppspec_cli.io import safeio
+
+    text = profile_reference()
+    if out:
+        safeio.write_text(out, text, what=out, where="--out", exit_code=2)
+    else:
+        print(text, end="")
+    return 0
+
+
 if __name__ == "__main__":  # python -m ppspec_cli.commands.docs docs/adapters.md
     import sys
     from pathlib import Path

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import unicodedata
 
 from rich.console import Console
-from rich.markup import escape
+
+from ppspec_cli.io.terminal import safe
 from rich.table import Table
 from rich.text import Text
 
@@ -22,19 +22,6 @@ def _human_bytes(n: int | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024  # type: ignore[assignment]
     return str(n)
-
-
-def safe(text: object) -> str:
-    """User-controlled text for the terminal: rich markup escaped, control and bidi/format
-    characters (RTL overrides, zero-width) shown as \\uXXXX instead of acting on the display."""
-    out = []
-    for ch in str(text):
-        cat = unicodedata.category(ch)
-        if ch not in "\n\t" and (cat in ("Cc", "Cf", "Cs", "Co", "Zl", "Zp")):
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return escape("".join(out))
 
 
 def render_findings(console: Console, findings) -> None:

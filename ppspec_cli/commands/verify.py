@@ -9,7 +9,7 @@ from rich.console import Console
 
 from ppspec_cli.io import safeio
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.commands.render import safe
+from ppspec_cli.io.terminal import safe
 from ppspec_cli.verify.client import endpoint_from_host_port, normalize_endpoint
 from ppspec_cli.verify.gates import DEFAULT_TASK_TOLERANCE, TASK, refuse_if_synthetic, resolve_gates, speculative_config_from_engine, synthetic_acceptance_configured
 from ppspec_cli.verify.report import load_report, print_gate_lines, render_table, save_report

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ppspec_cli.io import safeio
-from ppspec_cli.commands.render import safe
+from ppspec_cli.io.terminal import safe
 from ppspec_cli.errors import PpspecError
 
 SCHEMA = "ppspec-verify-report/1"

@@ -1,0 +1,103 @@
+"""`ppspec check` (and the two-engine report `check`/`plan` share for disaggregated profiles)."""
+
+from __future__ import annotations
+
+import json
+
+from ppspec_cli.commands.common import disaggregated, progress, report_json, resolve_profile
+
+
+def run(profile: str, json_out: bool, offline: bool, probes: bool) -> int:
+    """Preflight one profile; 0 when no error-severity finding, else 1."""
+    from ppspec_cli.planning.rules import run_rules
+
+    if disaggregated(profile):
+        return pd_report(profile, offline, json_out, plan=False)
+    r = resolve_profile(profile, offline)
+    findings = run_rules(r)
+    probe_results = probe_findings(r) if probes else []
+    if probes:
+        from ppspec_cli.planning.engine_options import unknown_engine_options
+
+        probe_results += unknown_engine_options(r.profile.engine)
+    if not probes and r.vllm is not None:
+        from ppspec_cli.findings import Finding
+
+        probe_results.append(Finding("probes-not-run", "info", "platform", f"behaviour probes of the installed vLLM {r.vllm.version} not run (fast mode), nor the `engine:` option names checked against its parser (engine-unknown-option)", "add --probes to run both here; `ppspec serve` checks the names and runs the probes in every engine process"))
+    findings = findings + [p for p in probe_results]
+    from ppspec_cli.commands.render import render_check
+
+    if json_out:
+        out = report_json(r, findings)
+        print(json.dumps(out, indent=2))
+    else:
+        render_check(r, findings)
+    return 0 if not any(f.severity == "error" for f in findings) else 1
+
+
+def probe_findings(r) -> list:
+    """Engine tripwires as findings, when the probes module and vLLM are available."""
+    try:
+        from ppspec_cli.running.engine import probes as probes_mod  # noqa: F401
+    except ImportError:
+        return []
+    from ppspec_cli.findings import Finding
+
+    if r.vllm is None:
+        return []
+    try:
+        results = probes_mod.run_probes(
+            target_arch=r.target.architectures[0] if r.target and r.target.architectures else None,
+            method=r.method,
+            num_layers=r.target.num_layers if r.target else None,
+            pp=r.pp,
+            partition=list(r.plan.partition) if r.plan else None,
+            drafter_config=r.drafter_view,
+            pack=r.pack,
+            family=r.family,
+        )
+    except Exception as e:  # noqa: BLE001 - a probe crash is a finding, not a traceback
+        return [Finding("probe-crashed", "warning", "platform", f"engine probes could not run: {type(e).__name__}: {e}", "run with --no-probes; report this")]
+    out = []
+    for p in results:
+        status = getattr(p, "status", None)
+        name = getattr(p, "name", "?")
+        detail = getattr(p, "detail", "")
+        if status == "failed":
+            sev = getattr(p, "severity", None) or "error"
+            out.append(Finding(f"probe-{name}", sev, "platform", f"engine probe {name} failed: {detail}", getattr(p, "fix", "") or ""))
+        elif status == "not_run":
+            out.append(Finding(f"probe-{name}", "info", "platform", f"engine probe {name} not run: {detail}", ""))
+    return out
+
+
+def pd_report(profile_path: str, offline: bool, json_out: bool, *, plan: bool) -> int:
+    """`check` / `plan` of a disaggregated profile: both engines, the KV layer names side by side,
+    the cross-engine findings. Exit as the single-engine commands do."""
+    from ppspec_cli.planning.pd import name_table, resolve_roles, run_pd_rules
+    from ppspec_cli.planning.profile import load_profile
+    from ppspec_cli.commands.render import render_pd_check, render_pd_plan
+
+    d = resolve_roles(load_profile(profile_path), profile_path=profile_path, offline=offline, progress=progress)
+    findings = run_pd_rules(d)
+    rows = name_table(d)
+    ok = not any(f.severity == "error" for f in findings)
+    if json_out:
+        out = {
+            "ok": ok,
+            "profile": d.profile.name,
+            "kv_connector": d.connector_name,
+            "findings": [f.to_json() for f in findings],
+            "roles": {role: {k: v for k, v in report_json(r, []).items() if k not in ("ok", "findings")} for role, r in d.roles.items()},
+            "kv_layer_names": None
+            if rows is None
+            else [{"first": x.first, "last": x.last, "prefill": list(x.prefill), "decode": list(x.decode), "mismatch": x.mismatch} for x in rows],
+        }
+        print(json.dumps(out, indent=2))
+    elif plan:
+        render_pd_plan(d, rows, findings)
+    else:
+        render_pd_check(d, findings)
+    if plan:
+        return 0 if all(r.plan is not None for r in d.roles.values()) else 1
+    return 0 if ok else 1

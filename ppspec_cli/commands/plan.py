@@ -1,0 +1,24 @@
+"""`ppspec plan`: the stage plan of a profile."""
+
+from __future__ import annotations
+
+import json
+
+from ppspec_cli.commands.check import pd_report
+from ppspec_cli.commands.common import disaggregated, report_json, resolve_profile
+
+
+def run(profile: str, json_out: bool, offline: bool) -> int:
+    """Print the plan; 0 when a plan could be built, else 1."""
+    from ppspec_cli.commands.render import render_plan
+    from ppspec_cli.planning.rules import run_rules
+
+    if disaggregated(profile):
+        return pd_report(profile, offline, json_out, plan=True)
+    r = resolve_profile(profile, offline)
+    findings = run_rules(r)
+    if json_out:
+        print(json.dumps(report_json(r, findings), indent=2))
+    else:
+        render_plan(r, findings)
+    return 0 if r.plan is not None else 1

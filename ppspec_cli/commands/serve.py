@@ -1,0 +1,268 @@
+"""`ppspec serve`: check, place, launch and supervise one node's engine; or print every node's
+launch (`--dry-run`), both engines' for a disaggregated profile."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from ppspec_cli.commands.common import progress
+from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import shellout
+
+
+def run(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool, run_dir, health_timeout, where: dict, role=None) -> int:
+    """`ppspec serve` (or its dry run): the exit code (documented in cli.py's serve)."""
+    if role is not None and role not in ("prefill", "decode"):
+        raise PpspecError(f"--role {role[:40]!r} is not a role", where="--role", fix="use --role prefill or --role decode")
+    if dry_run:
+        return _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where, role)
+    return _with_signals(lambda: _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where, role))
+
+
+class _Interrupted(BaseException):
+    """SIGINT/SIGTERM/SIGHUP before the engine supervisor took over. A BaseException, so no
+    `except Exception` on the way (vLLM's import, the probes) can swallow it and launch anyway."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _with_signals(fn) -> int:
+    """Run `serve` so that a stop signal before the engine starts ends it cleanly: nothing has been
+    launched then, so the message says so and the exit code is 128+N (130 Ctrl-C, 143 SIGTERM)."""
+    import signal
+
+    def _raise(signum, _frame):
+        raise _Interrupted(signum)
+
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    old = {s: signal.signal(s, _raise) for s in sigs}
+    try:
+        return fn()
+    except _Interrupted as e:
+        progress(f"interrupted by {signal.Signals(e.signum).name} before the engine started: nothing was launched")
+        return 128 + e.signum
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def placed(profile_path: str, offline: bool, node_rank, run_dir, where: dict, environ=None, role=None):
+    """Load the profile (one role's engine of a disaggregated one), fill in the command line's and
+    SLURM's placement (cluster.place), resolve."""
+    from ppspec_cli.running.cluster import place
+    from ppspec_cli.planning.pd import role_profile
+    from ppspec_cli.planning.profile import load_profile
+    from ppspec_cli.planning.resolve import resolve
+
+    prof = load_profile(profile_path)
+    if role is not None:
+        prof = role_profile(prof, role)
+    prof, placement = place(prof, node_rank=node_rank, run_dir=run_dir, environ=environ, **where)
+    for note in placement.notes:
+        progress(note)
+    return resolve(prof, profile_path=profile_path, offline=offline, progress=progress), placement
+
+
+def _verify_line(profile: str, url: str) -> str:
+    """The `ppspec verify` command for the server being started, pasteable from any directory (the
+    profile's absolute path), with --endpoint when the server is not where the profile file alone
+    points verify (--host, a role's own server)."""
+    from ppspec_cli.planning.profile import load_profile
+    from ppspec_cli.verify.client import endpoint_from_host_port, normalize_endpoint
+
+    top = load_profile(profile).server
+    args = ["verify", os.path.abspath(profile)]
+    if normalize_endpoint(endpoint_from_host_port(top.host, top.port)) != normalize_endpoint(url):
+        args += ["--endpoint", url]
+    return shellout.command(shellout.ppspec_argv() + args)
+
+
+def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool, run_dir, health_timeout, where: dict, role=None) -> int:
+    from ppspec_cli.planning.engine_options import serve_refuses, unknown_engine_options
+    from ppspec_cli.running.launch import build_launch
+    from ppspec_cli.planning.profile import load_profile
+    from ppspec_cli.commands.render import render_findings
+    from ppspec_cli.planning.rules import run_rules
+    from ppspec_cli.running.serve import port_free, run_engine
+
+    prof = load_profile(profile)
+    if role is not None and not prof.disaggregated:
+        raise PpspecError("--role is for disaggregated profiles (with `roles:`); this one runs one engine", where="--role", fix="drop --role")
+    if prof.disaggregated and role is None:
+        if not dry_run:
+            raise PpspecError(
+                "this profile runs two engines (roles prefill and decode): start each with --role",
+                where="--role",
+                fix=f"ppspec serve {profile} --role prefill (and --role decode); --dry-run without --role prints both and the router",
+            )
+        return _pd_dry_run(prof, profile, offline, run_dir, json_out, where)
+    r, placement = placed(profile, offline, node_rank, run_dir, where, role=role)
+    node_rank = placement.node_rank
+    if role is not None:
+        from ppspec_cli.planning.pd import resolve_roles, run_pd_rules
+
+        findings = run_pd_rules(resolve_roles(prof, profile_path=profile, offline=offline, progress=progress, given={role: r}))
+    else:
+        findings = run_rules(r)
+    errors = [f for f in findings if serve_refuses(f)]
+    if not errors and not dry_run:
+        errors = unknown_engine_options(r.profile.engine)  # imports vLLM's parser: seconds (`check --probes` runs it too)
+    if errors and not dry_run:
+        from rich.console import Console
+
+        con = Console(stderr=True, highlight=False)
+        con.print(f"[bold red]ppspec: refusing to launch {r.profile.name}[/bold red]: `check` found {len(errors)} error(s)")
+        render_findings(con, errors)
+        return 1
+    spec = build_launch(r, run_dir=placement.run_dir)
+    t = r.profile.topology
+    if node_rank is not None and not (0 <= node_rank < t.nodes):
+        raise PpspecError(f"--node-rank {node_rank} is outside 0..{t.nodes - 1}", where="--node-rank", fix=f"the profile has {t.nodes} node(s)")
+    if dry_run:
+        nodes = spec.nodes if node_rank is None else [spec.nodes[node_rank]]
+        if json_out:
+            d = spec.to_json()
+            d["nodes"] = [n for n in d["nodes"] if node_rank is None or n["node_rank"] == node_rank]
+            d["plan_data"] = spec.plan_data
+            d["findings"] = [f.to_json() for f in findings]
+            d["ok"] = not errors
+            print(json.dumps(d, indent=2))
+        else:
+            _print_dry_run_findings(findings, "ppspec serve")
+            if spec.overlay:
+                print(shellout.comment(f"drafter served through a config overlay built at launch in {spec.overlay_dir}: {json.dumps(spec.overlay)}"))
+            print(shellout.comment(f"plan file for the ppspec plugin (written at launch): {spec.plan_file}"))
+            if t.nodes > 1:
+                print(shellout.comment("every node needs the same ppspec and vLLM installed (the plugin runs in every worker)"))
+                if r.profile.launch.executor == "mp":
+                    from ppspec_cli.running.rollcall import rollcall_port
+
+                    lp = r.profile.launch
+                    print(shellout.comment(f"the nodes reach the head on ports {lp.master_port} (vLLM) and {rollcall_port(lp.master_port)} (ppspec's roll call)"))
+            for n in nodes:
+                print(shellout.comment(f"node {n.node_rank} ({n.role})"))
+                print(n.shell_line())
+        return 1 if errors else 0
+    node = spec.nodes[node_rank or 0]
+    if node.role == "head":
+        if not port_free(r.profile.server.host, r.profile.server.port):
+            raise PpspecError(
+                f"port {r.profile.server.port} on {r.profile.server.host} is already in use",
+                where="server.port",
+                fix="stop the other server or set server.port to a free port",
+                exit_code=1,
+            )
+    if r.profile.launch.executor == "ray" and node.role == "head":
+        _check_ray(t.tensor_parallel * t.pipeline_parallel * t.data_parallel)
+    for f in findings:
+        if f.severity == "warning":
+            progress(f"warning {f.code}: {f.message}")
+    timeout_s = health_timeout or r.profile.launch.health_timeout_s
+    roll = _roll_call(r.profile, node, timeout_s)
+    try:
+        res = run_engine(
+            spec, node, health_timeout_s=timeout_s, drafter_revision=r.profile.drafter.revision if r.profile.drafter else None,
+            log=progress, roll=roll, verify_line=_verify_line(profile, spec.url),
+        )
+    finally:
+        if roll is not None:
+            roll.close()
+    try:
+        if res.exit_code == 1:
+            print(f"error: {res.reason}", file=sys.stderr, flush=True)
+        else:
+            progress(res.reason)  # 128+N: stopped by signal N (while serving or before ready)
+    except (OSError, ValueError):
+        pass  # our stderr is gone (a closed pipe): the exit code still tells
+    return res.exit_code
+
+
+def _print_dry_run_findings(findings, command: str) -> None:
+    """A dry run's errors and warnings as shell comments, and whether `command` would refuse."""
+    for f in findings:
+        if f.severity in ("error", "warning"):
+            print(shellout.comment(f"{f.severity} {f.code}: {f.message}"))
+    errors = sum(f.severity == "error" for f in findings)
+    if errors:
+        print(shellout.comment(f"`{command}` would refuse this profile: {errors} error(s) (see `ppspec check`)"))
+
+
+def _pd_dry_run(prof, profile_path: str, offline: bool, run_dir, json_out: bool, where: dict) -> int:
+    """`serve --dry-run` of a disaggregated profile without --role: both engines' launches (each
+    with its --kv-transfer-config) and the router line. Exit 1 when `check` finds errors."""
+    from pathlib import Path
+
+    from ppspec_cli.running.cluster import place
+    from ppspec_cli.running.launch import build_launch
+    from ppspec_cli.planning.pd import resolve_roles, role_profile, router_command, run_pd_rules
+    from ppspec_cli.planning.resolve import resolve
+
+    given = {}
+    for role in ("prefill", "decode"):
+        placed, _ = place(role_profile(prof, role), environ={}, **where)
+        given[role] = resolve(placed, profile_path=profile_path, offline=offline, progress=progress)
+    d = resolve_roles(prof, given=given)
+    findings = run_pd_rules(d)
+    errors = [f for f in findings if f.severity == "error"]
+    specs = {role: build_launch(r, run_dir=Path(run_dir) / role if run_dir else None) for role, r in d.roles.items()}
+    router, script = router_command(d)
+    if json_out:
+        print(
+            json.dumps(
+                {
+                    "ok": not errors,
+                    "findings": [f.to_json() for f in findings],
+                    "roles": {role: {**spec.to_json(), "plan_data": spec.plan_data} for role, spec in specs.items()},
+                    "router": {"shell": router, "script": script, "source": "vLLM's source tree (not in the wheel)"},
+                },
+                indent=2,
+            )
+        )
+    else:
+        _print_dry_run_findings(findings, "ppspec serve --role ...")
+        for role, spec in specs.items():
+            print(shellout.comment(f"===== {role} engine: ppspec serve {profile_path} --role {role}" + (" --node-rank i" if len(spec.nodes) > 1 else "")))
+            for n in spec.nodes:
+                print(shellout.comment(f"node {n.node_rank} ({n.role})"))
+                print(n.shell_line())
+        print(shellout.comment(f"===== router: the proxy vLLM ships for {d.connector_name}, {script} in vLLM's source tree (the wheel does not carry it); VLLM_SRC = a vLLM source checkout of the same version"))
+        print(router)
+    return 1 if errors else 0
+
+
+def _roll_call(prof, node, timeout_s: float):
+    """Multi-node `mp`: the head listens for the other nodes' ppspec (rollcall.py); a worker joins
+    it while its engine starts. None for one node or Ray."""
+    if prof.topology.nodes < 2 or prof.launch.executor != "mp":
+        return None
+    from ppspec_cli.running.rollcall import Head, Worker, rollcall_port
+
+    addr, port = prof.launch.master_addr, rollcall_port(prof.launch.master_port)
+    if node.role == "head":
+        return Head(prof.topology.nodes, addr, port)
+    w = Worker(node.node_rank, prof.topology.nodes, addr, port)
+    w.start(timeout_s)
+    return w
+
+
+def _check_ray(world: int) -> None:
+    try:
+        import ray  # type: ignore[import-not-found]
+    except ImportError:
+        raise PpspecError("launch.executor is `ray` but Ray is not installed", where="launch.executor", fix="pip install ray, start the cluster (`ray start --head`), or use executor: mp") from None
+    try:
+        ray.init(address="auto", logging_level="ERROR")
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+    except Exception as e:  # noqa: BLE001
+        raise PpspecError(f"no running Ray cluster reachable ({type(e).__name__})", where="launch.executor", fix="start it with `ray start --head` on the head node and `ray start --address HEAD:6379` on the others", exit_code=1) from None
+    finally:
+        try:
+            ray.shutdown()
+        except Exception:  # noqa: BLE001
+            pass
+    if gpus < world:
+        raise PpspecError(f"the Ray cluster has {gpus} GPU(s) but the profile needs {world}", where="topology", fix="add nodes to the cluster or shrink the topology", exit_code=1)

@@ -1,0 +1,141 @@
+"""The shape of the house, held against the code: the import graph of ppspec_cli (every import,
+module level or inside a function) points one way through the layers and has no cycle; cli.py only
+wires; torch is imported only by code that runs inside the engine or builds models for it.
+
+docs/architecture.md draws the same layers; a new module in an unknown place fails here first."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parent.parent / "ppspec_cli"
+
+#: Lower number = lower layer. A module may import from its own layer or any lower one.
+LAYERS = {
+    "ppspec_cli": 0,  # the package face (__version__)
+    "errors": 0,
+    "findings": 0,
+    "io": 1,
+    "knowledge": 2,
+    "demo": 2,  # seeded tiny models for `demo:` references (io only)
+    "checkpoint": 3,
+    "planning": 4,
+    "running": 5,
+    "verify": 5,
+    "commands": 6,
+    "cli": 7,
+}
+#: Where torch may be imported: code that runs inside the engine, or builds models for it.
+TORCH_OK = ("running/engine/", "demo/")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in PKG.rglob("*.py"):
+        parts = list(p.relative_to(PKG.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(path: Path) -> set[str]:
+    """The ppspec_cli modules `path` imports (anywhere in it)."""
+    found = set()
+    for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(n, ast.ImportFrom) and n.level:
+            raise AssertionError(f"{path}: relative import (the house uses absolute imports)")
+        if isinstance(n, ast.ImportFrom) and n.module and n.module.split(".")[0] == "ppspec_cli":
+            for a in n.names:
+                sub = f"{n.module}.{a.name}"
+                found.add(sub if sub in MODULES else n.module)
+        elif isinstance(n, ast.Import):
+            found.update(a.name for a in n.names if a.name in MODULES)
+    return {m for m in found if m in MODULES}
+
+
+GRAPH = {m: _imports(p) - {m} for m, p in MODULES.items()}
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_every_module_sits_in_a_known_layer():
+    unknown = sorted(m for m in MODULES if _layer(m) not in LAYERS)
+    assert not unknown, f"modules outside the layers of docs/architecture.md: {unknown}"
+
+
+def test_imports_point_down_through_the_layers():
+    up = sorted(f"{a} -> {b}" for a, deps in GRAPH.items() for b in deps if LAYERS[_layer(a)] < LAYERS[_layer(b)])
+    assert not up, "imports that climb to a higher layer:\n" + "\n".join(up)
+
+
+def test_no_import_cycle():
+    """Tarjan's strongly connected components: every one of size 1."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_graph_checks_can_fail():
+    """The cycle and layer checks see function-level imports (where cycles used to hide)."""
+    assert "ppspec_cli.running.launch" in GRAPH["ppspec_cli.commands.serve"]  # imported inside a function
+
+
+def test_cli_only_wires():
+    cli = PKG / "cli.py"
+    n = len(cli.read_text(encoding="utf-8").splitlines())
+    assert n < 350, f"cli.py has {n} lines: move the work into ppspec_cli/commands/"
+    tree = ast.parse(cli.read_text(encoding="utf-8"))
+    big = [f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name != "main" and (f.end_lineno - f.lineno) > 40]
+    assert not big, f"cli.py functions longer than a declaration: {big}"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_torch_only_where_the_engine_runs(module):
+    rel = MODULES[module].relative_to(PKG).as_posix()
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    uses = any(
+        (isinstance(n, ast.Import) and any(a.name.split(".")[0] == "torch" for a in n.names))
+        or (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "torch")
+        for n in ast.walk(tree)
+    )
+    assert not uses or rel.startswith(TORCH_OK), f"{rel} imports torch outside engine/model-building code"
