@@ -202,7 +202,7 @@ def test_headers_are_read_and_embedding_found_with_its_shard(make_checkpoint):
     d = make_checkpoint("llama", LLAMA, index=index_for(shards), shards=shards)
     ck = load_local("llama", d)
     assert gaps(ck) == set()
-    assert ck.tensors_known and ck.tensors["lm_head.weight"].shape == (128256, 4096)
+    assert ck.tensors is not None and ck.tensors["lm_head.weight"].shape == (128256, 4096)
     assert ck.find_tensor(["model.embed_tokens.weight"]) == ("model.embed_tokens.weight", "model-00001-of-00002.safetensors")
     per = ck.layer_weight_bytes(32)
     assert per[0] == per[1] == 4096 * 4 * 4096 * 2 and per[2] == 0

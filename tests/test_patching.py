@@ -162,14 +162,6 @@ def test_class_bases_patch_reverts_by_value(toy_module):
     assert toy_module.Child.__bases__ == (toy_module.Base,) and not issubclass(toy_module.Child, Mixin)
 
 
-def test_apply_all_rolls_back_on_failure(toy_module):
-    good = Patch(name="good", module="ppspec_toy_target", target="Child", attrs={"greet": new_greet}, pack="a")
-    bad = Patch(name="bad", module="ppspec_toy_target", target="Missing", attrs={"x": 1}, pack="a")
-    with pytest.raises(PatchTargetMissing):
-        patching.apply_all([good, bad])
-    assert not good.applied and toy_module.Child().greet() == "base"
-
-
 # ---------------------------------------------------------------------------------------------
 # The shipped patch packs on the installed vLLM
 

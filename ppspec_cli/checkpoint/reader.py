@@ -116,10 +116,6 @@ class Checkpoint:
                 return TORCH_DTYPE_BYTES[d]
         return None
 
-    @property
-    def tensors_known(self) -> bool:
-        return self.tensors is not None
-
     def tensor_names(self) -> set[str] | None:
         if self.tensors is not None:
             return set(self.tensors)

@@ -117,10 +117,6 @@ def name_table(d: Deployment) -> list[NameRow] | None:
     return rows
 
 
-def name_mismatches(d: Deployment) -> list[NameRow]:
-    return [r for r in name_table(d) or [] if r.mismatch]
-
-
 # ---------------------------------------------------------------------------------------------
 # Cross-engine checks
 
@@ -246,7 +242,7 @@ def layer_types(r: Resolved) -> tuple[list[str], str] | None:
     types = r.target.text.get("layer_types")
     if isinstance(types, list) and len(types) == n and all(isinstance(t, str) for t in types):
         return list(types), "the config's layer_types"
-    part = next((p for p in r.family.parts if p.is_target_pack), None) if r.family is not None else None
+    part = r.target_pack
     ll = part.facts.linear_layers if part is not None else None
     if ll is None:
         return None

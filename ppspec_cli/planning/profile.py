@@ -296,9 +296,6 @@ class Profile(_Strict):
             raise ValueError("not a version (write it as vLLM does, e.g. 0.33.0)")
         return v
 
-
-    verify: VerifyDefaults = Field(default_factory=VerifyDefaults, description="Defaults for `ppspec verify` on this profile's server (e.g. a short run for a tiny demo).")
-
     @field_validator("env")
     @classmethod
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:

@@ -42,6 +42,13 @@ class Resolved:
     plan: Plan | None = None
 
     @property
+    def target_pack(self) -> Pack | None:
+        """The part of the matched family that describes the target (None when no pack does)."""
+        if self.family is None:
+            return None
+        return next((p for p in self.family.parts if p.is_target_pack), None)
+
+    @property
     def method(self) -> str | None:
         return self.profile.drafter.method if self.profile.drafter else None
 
@@ -104,9 +111,8 @@ def _engine_version(r: Resolved) -> None:
 
 def _target_facts(r: Resolved) -> Any:
     """The facts of the pack that describes the target (None when no pack does)."""
-    if r.family is None:
-        return None
-    return next((p.facts for p in r.family.parts if p.is_target_pack), None)
+    part = r.target_pack
+    return None if part is None else part.facts
 
 
 def _engine_taps(r: Resolved) -> tuple[tuple[int, ...], str, dict | None]:

@@ -223,7 +223,7 @@ def drafter(r: Resolved) -> Iterator[Finding]:
             )
     if d.method == "mtp" and r.target is not None and r.target.config is not None:
         if not mtp_layers(r):
-            tf = next((p for p in r.family.parts if p.is_target_pack), None) if r.family else None
+            tf = r.target_pack
             keys = " / ".join(f"`{k}`" for k in (tf.facts.mtp_layers.keys if tf else facts.DEFAULT_MTP_LAYER_KEYS))
             whose = f"the {tf.name} pack's key" if tf else "the usual keys"
             yield _f("mtp-no-layers", "error", "drafter.method", f"method mtp needs MTP layers in the target, but its config sets none of {whose} {keys} ({r.target.architectures})", "use a target with MTP heads, or an external drafter")
@@ -463,7 +463,7 @@ def embedding_location(r: Resolved) -> Iterator[Finding]:
     d = r.profile.drafter
     if d is None or r.pp == 1 or d.method not in facts.TARGET_EMBED_METHODS or r.target is None:
         return
-    tf = next((p for p in r.family.parts if p.is_target_pack), None) if r.family is not None else None
+    tf = r.target_pack
     names = list(tf.facts.embedding_tensors) if tf is not None else []
     if not names:
         # no pack names it: vLLM's default parameter name, under the multimodal text model if nested

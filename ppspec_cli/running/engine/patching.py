@@ -288,20 +288,6 @@ def _restore(obj: Any, rec: _Record) -> None:
         setattr(obj, rec.attr, rec.own_original)
 
 
-def apply_all(patches: list[Patch]) -> list[Patch]:
-    """Apply in order; on a failure revert what this call applied, then re-raise."""
-    done: list[Patch] = []
-    try:
-        for p in patches:
-            if p.apply():
-                done.append(p)
-    except Exception:
-        for p in reversed(done):
-            p.revert()
-        raise
-    return patches
-
-
 def revert_all(patches: list[Patch]) -> None:
     for p in reversed(patches):
         p.revert()
