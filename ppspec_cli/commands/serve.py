@@ -123,30 +123,7 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
     if node_rank is not None and not (0 <= node_rank < t.nodes):
         raise PpspecError(f"--node-rank {node_rank} is outside 0..{t.nodes - 1}", where="--node-rank", fix=f"the profile has {t.nodes} node(s)")
     if dry_run:
-        nodes = spec.nodes if node_rank is None else [spec.nodes[node_rank]]
-        if json_out:
-            d = spec.to_json()
-            d["nodes"] = [n for n in d["nodes"] if node_rank is None or n["node_rank"] == node_rank]
-            d["plan_data"] = spec.plan_data
-            d["findings"] = [f.to_json() for f in findings]
-            d["ok"] = not errors
-            print(json.dumps(d, indent=2))
-        else:
-            _print_dry_run_findings(findings, "ppspec serve")
-            if spec.overlay:
-                print(shellout.comment(f"drafter served through a config overlay built at launch in {spec.overlay_dir}: {json.dumps(spec.overlay)}"))
-            print(shellout.comment(f"plan file for the ppspec plugin (written at launch): {spec.plan_file}"))
-            if t.nodes > 1:
-                print(shellout.comment("every node needs the same ppspec and vLLM installed (the plugin runs in every worker)"))
-                if r.profile.launch.executor == "mp":
-                    from ppspec_cli.running.rollcall import rollcall_port
-
-                    lp = r.profile.launch
-                    print(shellout.comment(f"the nodes reach the head on ports {lp.master_port} (vLLM) and {rollcall_port(lp.master_port)} (ppspec's roll call)"))
-            for n in nodes:
-                print(shellout.comment(f"node {n.node_rank} ({n.role})"))
-                print(n.shell_line())
-        return 1 if errors else 0
+        return _print_dry_run(r, spec, findings, errors, node_rank, json_out)
     node = spec.nodes[node_rank or 0]
     if node.role == "head":
         if not port_free(r.profile.server.host, r.profile.server.port):
@@ -179,6 +156,35 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
     except (OSError, ValueError):
         pass  # our stderr is gone (a closed pipe): the exit code still tells
     return res.exit_code
+
+
+def _print_dry_run(r, spec, findings, errors, node_rank, json_out: bool) -> int:
+    """Every node's command line and environment (or one node's), as shell lines or JSON."""
+    t = r.profile.topology
+    nodes = spec.nodes if node_rank is None else [spec.nodes[node_rank]]
+    if json_out:
+        d = spec.to_json()
+        d["nodes"] = [n for n in d["nodes"] if node_rank is None or n["node_rank"] == node_rank]
+        d["plan_data"] = spec.plan_data
+        d["findings"] = [f.to_json() for f in findings]
+        d["ok"] = not errors
+        print(json.dumps(d, indent=2))
+    else:
+        _print_dry_run_findings(findings, "ppspec serve")
+        if spec.overlay:
+            print(shellout.comment(f"drafter served through a config overlay built at launch in {spec.overlay_dir}: {json.dumps(spec.overlay)}"))
+        print(shellout.comment(f"plan file for the ppspec plugin (written at launch): {spec.plan_file}"))
+        if t.nodes > 1:
+            print(shellout.comment("every node needs the same ppspec and vLLM installed (the plugin runs in every worker)"))
+            if r.profile.launch.executor == "mp":
+                from ppspec_cli.running.rollcall import rollcall_port
+
+                lp = r.profile.launch
+                print(shellout.comment(f"the nodes reach the head on ports {lp.master_port} (vLLM) and {rollcall_port(lp.master_port)} (ppspec's roll call)"))
+        for n in nodes:
+            print(shellout.comment(f"node {n.node_rank} ({n.role})"))
+            print(n.shell_line())
+    return 1 if errors else 0
 
 
 def _print_dry_run_findings(findings, command: str) -> None:

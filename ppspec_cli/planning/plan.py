@@ -233,7 +233,7 @@ def draft_layer_ids(num_layers: int, n_draft_layers: int, numbering: Literal["gl
     return tuple(range(start, start + n_draft_layers))
 
 
-def build_plan(
+def build_plan(  # noqa: PLR0913 (a limit to bring it under)
     *,
     num_layers: int,
     pp: int,

@@ -122,7 +122,7 @@ def default_run_dir(profile_name: str) -> Path:
     return base / "runs" / profile_name
 
 
-def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool = True) -> LaunchSpec:
+def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool = True) -> LaunchSpec:  # noqa: C901, PLR0912, PLR0915 (a limit to bring it under)
     """Translate a resolved profile into per-node launches. Raises PpspecError when the profile
     cannot be launched as written (rules have normally reported this already)."""
     p = r.profile
