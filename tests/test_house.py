@@ -139,3 +139,24 @@ def test_torch_only_where_the_engine_runs(module):
         for n in ast.walk(tree)
     )
     assert not uses or rel.startswith(TORCH_OK), f"{rel} imports torch outside engine/model-building code"
+
+
+@pytest.mark.parametrize("args", [["check", "{p}", "--offline"], ["plan", "{p}", "--offline"], ["serve", "{p}", "--dry-run", "--offline"], ["export", "slurm", "{p}", "--offline"], ["export", "k8s", "{p}", "--image", "i:1", "--offline"]])
+def test_each_command_reads_the_profile_once(tmp_path, monkeypatch, args):
+    """Data flows one way: the profile file is read and validated once, then passed on as an object."""
+    from typer.testing import CliRunner
+
+    from ppspec_cli.cli import app
+    from ppspec_cli.planning import profile as profile_mod
+
+    target = tmp_path / "t"
+    target.mkdir()
+    (target / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 128}')
+    prof = tmp_path / "p.yaml"
+    prof.write_text(f"name: once\ntarget: {{model: {target}}}\nplatform: cuda\n")
+    calls = []
+    real = profile_mod.load_profile
+    monkeypatch.setattr(profile_mod, "load_profile", lambda path: calls.append(path) or real(path))
+    r = CliRunner().invoke(app, [a.format(p=prof) for a in args])
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert calls == [str(prof)], calls

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 
-from ppspec_cli.commands.common import disaggregated, progress, report_json, resolve_profile
+from ppspec_cli.commands.common import load, progress, report_json, resolve_profile
 
 
 def run(profile: str, json_out: bool, offline: bool, probes: bool) -> int:
     """Preflight one profile; 0 when no error-severity finding, else 1."""
     from ppspec_cli.planning.rules import run_rules
 
-    if disaggregated(profile):
-        return pd_report(profile, offline, json_out, plan=False)
-    r = resolve_profile(profile, offline)
+    prof = load(profile)
+    if prof.disaggregated:
+        return pd_report(prof, profile, offline, json_out, plan=False)
+    r = resolve_profile(prof, profile, offline)
     findings = run_rules(r)
     probe_results = probe_findings(r) if probes else []
     if probes:
@@ -71,14 +72,13 @@ def probe_findings(r) -> list:
     return out
 
 
-def pd_report(profile_path: str, offline: bool, json_out: bool, *, plan: bool) -> int:
+def pd_report(prof, profile_path: str, offline: bool, json_out: bool, *, plan: bool) -> int:
     """`check` / `plan` of a disaggregated profile: both engines, the KV layer names side by side,
     the cross-engine findings. Exit as the single-engine commands do."""
     from ppspec_cli.planning.pd import name_table, resolve_roles, run_pd_rules
-    from ppspec_cli.planning.profile import load_profile
     from ppspec_cli.commands.render import render_pd_check, render_pd_plan
 
-    d = resolve_roles(load_profile(profile_path), profile_path=profile_path, offline=offline, progress=progress)
+    d = resolve_roles(prof, profile_path=profile_path, offline=offline, progress=progress)
     findings = run_pd_rules(d)
     rows = name_table(d)
     ok = not any(f.severity == "error" for f in findings)

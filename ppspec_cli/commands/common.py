@@ -17,11 +17,16 @@ def progress(msg: str) -> None:
     print(f"ppspec: {msg}", file=sys.stderr, flush=True)
 
 
-def resolve_profile(profile_path: str, offline: bool):
+def load(profile_path: str):
+    """The profile, read and validated once per command (every step after gets the object)."""
     from ppspec_cli.planning.profile import load_profile
+
+    return load_profile(profile_path)
+
+
+def resolve_profile(prof, profile_path: str, offline: bool):
     from ppspec_cli.planning.resolve import resolve
 
-    prof = load_profile(profile_path)
     return resolve(prof, profile_path=profile_path, offline=offline, progress=progress)
 
 
@@ -39,9 +44,3 @@ def report_json(r, findings) -> dict[str, Any]:
         "drafter": None if r.drafter is None else r.drafter.to_json(),
         "plan": None if r.plan is None else r.plan.to_json(),
     }
-
-
-def disaggregated(profile_path: str) -> bool:
-    from ppspec_cli.planning.profile import load_profile
-
-    return load_profile(profile_path).disaggregated

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ppspec_cli.commands.common import disaggregated, progress
+from ppspec_cli.commands.common import load, progress
 from ppspec_cli.commands.serve import placed
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.io import safeio
@@ -13,42 +13,42 @@ from ppspec_cli.io import safeio
 def slurm(profile: str, output: str | None, offline: bool) -> int:
     from ppspec_cli.running.export import PLACEHOLDER_HEAD, slurm_script
 
-    return _export(profile, offline, output, slurm_script, {"master_addr": PLACEHOLDER_HEAD})
+    return _export(load(profile), profile, offline, output, slurm_script, {"master_addr": PLACEHOLDER_HEAD})
 
 
 def k8s(profile: str, image: str, output: str | None, api_key_secret: str | None, host: str | None, offline: bool) -> int:
     import re
 
     from ppspec_cli.running.export import K8S_RUN_DIR, PLACEHOLDER_HEAD, k8s_manifest, k8s_name
-    from ppspec_cli.planning.profile import load_profile
 
     if api_key_secret is not None and not re.match(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$", api_key_secret):
         raise PpspecError(f"--api-key-secret {api_key_secret[:80]!r} is not a Kubernetes Secret name", where="--api-key-secret", fix="lowercase letters, digits, `-` and `.`", exit_code=2)
-    if host is None and load_profile(profile).server.host in ("127.0.0.1", "localhost", "::1"):
+    prof = load(profile)
+    if host is None and prof.server.host in ("127.0.0.1", "localhost", "::1"):
         host = "0.0.0.0"  # a pod is reached on its pod IP; loopback would never pass the readiness probe
         progress("the API server binds 0.0.0.0 in the pod (the profile binds loopback, which the Service could not reach); --host changes it")
-    name = k8s_name(load_profile(profile).name)
+    name = k8s_name(prof.name)
 
     def render(r, spec, path, errors):
         return k8s_manifest(r, spec, path, errors, image=image, api_key_secret=api_key_secret)
 
-    return _export(profile, offline, output, render, {"master_addr": PLACEHOLDER_HEAD, "host": host}, run_dir=str(K8S_RUN_DIR / name))
+    return _export(prof, profile, offline, output, render, {"master_addr": PLACEHOLDER_HEAD, "host": host}, run_dir=str(K8S_RUN_DIR / name))
 
 
-def _export(profile: str, offline: bool, output: str | None, render, where: dict, run_dir=None) -> int:
+def _export(prof, profile: str, offline: bool, output: str | None, render, where: dict, run_dir=None) -> int:
     """Build the launch as `serve --dry-run` does (no SLURM environment: the export is for the
     scheduler to fill in), render it, write it. Exit 1 when `check` found errors (the file is still
     written, with the errors in its header, as `serve --dry-run` prints them)."""
     from ppspec_cli.running.launch import build_launch
     from ppspec_cli.planning.rules import run_rules
 
-    if disaggregated(profile):
+    if prof.disaggregated:
         raise PpspecError(
             "export writes one engine's launch; this profile runs two (roles prefill and decode)",
             where="roles",
             fix=f"`ppspec serve {profile} --dry-run` prints both engines' launches and the router; export each role's engine from them",
         )
-    r, placement = placed(profile, offline, None, run_dir, where, environ={})
+    r, placement = placed(prof, profile, offline, None, run_dir, where, environ={})
     findings = run_rules(r)
     errors = [f"{f.code}: {f.message}" for f in findings if f.severity == "error"]
     spec = build_launch(r, run_dir=placement.run_dir)

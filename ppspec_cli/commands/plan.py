@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ppspec_cli.commands.check import pd_report
-from ppspec_cli.commands.common import disaggregated, report_json, resolve_profile
+from ppspec_cli.commands.common import load, report_json, resolve_profile
 
 
 def run(profile: str, json_out: bool, offline: bool) -> int:
@@ -13,9 +13,10 @@ def run(profile: str, json_out: bool, offline: bool) -> int:
     from ppspec_cli.commands.render import render_plan
     from ppspec_cli.planning.rules import run_rules
 
-    if disaggregated(profile):
-        return pd_report(profile, offline, json_out, plan=True)
-    r = resolve_profile(profile, offline)
+    prof = load(profile)
+    if prof.disaggregated:
+        return pd_report(prof, profile, offline, json_out, plan=True)
+    r = resolve_profile(prof, profile, offline)
     findings = run_rules(r)
     if json_out:
         print(json.dumps(report_json(r, findings), indent=2))

@@ -50,15 +50,13 @@ def _with_signals(fn) -> int:
             signal.signal(s, h)
 
 
-def placed(profile_path: str, offline: bool, node_rank, run_dir, where: dict, environ=None, role=None):
+def placed(prof, profile_path: str, offline: bool, node_rank, run_dir, where: dict, environ=None, role=None):
     """Load the profile (one role's engine of a disaggregated one), fill in the command line's and
     SLURM's placement (cluster.place), resolve."""
     from ppspec_cli.running.cluster import place
     from ppspec_cli.planning.pd import role_profile
-    from ppspec_cli.planning.profile import load_profile
     from ppspec_cli.planning.resolve import resolve
 
-    prof = load_profile(profile_path)
     if role is not None:
         prof = role_profile(prof, role)
     prof, placement = place(prof, node_rank=node_rank, run_dir=run_dir, environ=environ, **where)
@@ -67,14 +65,13 @@ def placed(profile_path: str, offline: bool, node_rank, run_dir, where: dict, en
     return resolve(prof, profile_path=profile_path, offline=offline, progress=progress), placement
 
 
-def _verify_line(profile: str, url: str) -> str:
+def _verify_line(prof, profile: str, url: str) -> str:
     """The `ppspec verify` command for the server being started, pasteable from any directory (the
     profile's absolute path), with --endpoint when the server is not where the profile file alone
     points verify (--host, a role's own server)."""
-    from ppspec_cli.planning.profile import load_profile
     from ppspec_cli.verify.client import endpoint_from_host_port, normalize_endpoint
 
-    top = load_profile(profile).server
+    top = prof.server
     args = ["verify", os.path.abspath(profile)]
     if normalize_endpoint(endpoint_from_host_port(top.host, top.port)) != normalize_endpoint(url):
         args += ["--endpoint", url]
@@ -100,7 +97,7 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
                 fix=f"ppspec serve {profile} --role prefill (and --role decode); --dry-run without --role prints both and the router",
             )
         return _pd_dry_run(prof, profile, offline, run_dir, json_out, where)
-    r, placement = placed(profile, offline, node_rank, run_dir, where, role=role)
+    r, placement = placed(prof, profile, offline, node_rank, run_dir, where, role=role)
     node_rank = placement.node_rank
     if role is not None:
         from ppspec_cli.planning.pd import resolve_roles, run_pd_rules
@@ -143,7 +140,7 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
     try:
         res = run_engine(
             spec, node, health_timeout_s=timeout_s, drafter_revision=r.profile.drafter.revision if r.profile.drafter else None,
-            log=progress, roll=roll, verify_line=_verify_line(profile, spec.url),
+            log=progress, roll=roll, verify_line=_verify_line(prof, profile, spec.url),
         )
     finally:
         if roll is not None:
