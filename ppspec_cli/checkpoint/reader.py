@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from ppspec_cli.io import netio, safeio, shellout
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.knowledge import methods, packs
 
 MAX_CONFIG_BYTES = 8 << 20
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
@@ -185,89 +186,10 @@ def text_part(config: dict[str, Any]) -> tuple[dict[str, Any], str]:
 
 def speculators_view(config: dict[str, Any]) -> dict[str, Any]:
     """How vLLM sees a speculators-format drafter (vLLM's speculators config conversion): the
-    `transformer_layer_config` keys plus the drafter keys mapped to the top level.
-
-    - eagle3 / peagle: `eagle_aux_hidden_state_layer_ids` (when non-empty) stays a top-level,
-      capture-point list;
-    - dflash / dflash2: `aux_hidden_state_layer_ids` becomes the top-level list and
-      `dflash_config.target_layer_ids` = ids - 1; `dflash_config` also gets `mask_token_id`,
-      `sample_from_anchor` (default false) and `causal`;
-    - dspark: `aux_hidden_state_layer_ids` becomes the top-level list and `target_layer_ids` = ids - 1;
-      the DSpark keys (mask token, Markov head, block size, ...) are copied, `sample_from_anchor`
-      defaults to false and `dspark_bonus_anchor` is its negation;
-    - peagle: `mask_token_id` becomes `pard_token`.
-    """
-    if "speculators_config" not in config:
-        return config
-    layer = config.get("transformer_layer_config")
-    out = dict(layer) if isinstance(layer, dict) else {}
-    kind = config.get("speculators_model_type")
-    for k in ("draft_vocab_size", "target_hidden_size", "norm_before_residual"):
-        if config.get(k) is not None:
-            out[k] = config[k]
-    if kind in ("eagle3", "peagle"):
-        if config.get("eagle_aux_hidden_state_layer_ids"):
-            out["eagle_aux_hidden_state_layer_ids"] = config["eagle_aux_hidden_state_layer_ids"]
-        if kind == "peagle" and "mask_token_id" in config:
-            out["pard_token"] = config["mask_token_id"]
-    elif kind in ("dflash", "dflash2", "dspark"):
-        aux = config.get("aux_hidden_state_layer_ids")
-        lowered = None
-        if aux is not None:
-            out["eagle_aux_hidden_state_layer_ids"] = aux
-            if isinstance(aux, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in aux):
-                lowered = [i - 1 for i in aux]
-        anchor = config.get("sample_from_anchor", False)
-        if kind == "dspark":
-            if lowered is not None:
-                out["target_layer_ids"] = lowered
-            out.update({k: config[k] for k in _DSPARK_KEYS if config.get(k) is not None})
-            out["sample_from_anchor"], out["dspark_bonus_anchor"] = anchor, not anchor
-        else:
-            dc: dict[str, Any] = {} if lowered is None else {"target_layer_ids": lowered}
-            if "mask_token_id" in config:
-                dc["mask_token_id"] = config["mask_token_id"]
-            dc["sample_from_anchor"] = anchor
-            dc["causal"] = not config.get("sliding_window_non_causal", True)
-            out["dflash_config"] = dc
-    elif config.get("eagle_aux_hidden_state_layer_ids") is not None:
-        out["eagle_aux_hidden_state_layer_ids"] = config["eagle_aux_hidden_state_layer_ids"]
-    archs = _speculators_architectures(kind, out.get("model_type", "llama"), config.get("architectures"))
-    if archs is not None:
-        out["architectures"] = archs
-    out["speculators_model_type"] = kind
-    return out
-
-
-#: The DSpark keys vLLM's speculators conversion copies to the drafter config when set.
-_DSPARK_KEYS = ("draft_vocab_size", "target_hidden_size", "mask_token_id", "markov_rank", "markov_head_type", "block_size",
-                "enable_confidence_head", "confidence_head_with_markov", "use_aux_hidden_state")
-
-#: The drafter architecture vLLM's speculators conversion selects, per kind (and the layer
-#: config's model_type for eagle3 / peagle); same in vLLM 0.30-0.33 (speculators/algos.py).
-_SPECULATORS_ARCHS: dict[str, dict[str, str] | str] = {
-    "eagle3": {"llama": "Eagle3LlamaForCausalLM", "qwen3": "Eagle3Qwen3ForCausalLM"},
-    "peagle": {"llama": "PeagleLlamaForCausalLM", "qwen3": "PeagleQwen3ForCausalLM"},
-    "dflash": "DFlashDraftModel",
-    "dflash2": "DFlash2DraftModel",
-}
-#: DSpark keeps these architectures when the checkpoint names them; any other name (e.g. the
-#: training-only `DSparkSpeculator`) is served as Qwen3DSparkModel.
-_DSPARK_ARCHS = ("Qwen3DSparkModel", "Qwen3OmniDSparkModel")
-
-
-def _speculators_architectures(kind: Any, model_type: Any, declared: Any) -> list[str] | None:
-    """The architectures vLLM serves a speculators drafter as; the declared ones where vLLM
-    refuses the config (an unknown kind or model_type: the engine reports that, not ppspec)."""
-    if kind == "dspark":
-        names = [a for a in declared if a in _DSPARK_ARCHS] if isinstance(declared, list) else []
-        return names or [_DSPARK_ARCHS[0]]
-    by_kind = _SPECULATORS_ARCHS.get(kind) if isinstance(kind, str) else None
-    if isinstance(by_kind, str):
-        return [by_kind]
-    if isinstance(by_kind, dict) and isinstance(model_type, str) and model_type in by_kind:
-        return [by_kind[model_type]]
-    return declared
+    `transformer_layer_config` keys plus the drafter keys mapped to the top level, per method
+    (each method's `convert_speculators` in knowledge/methods), and the architectures vLLM serves
+    it as (the packs' drafter classes). Any other config is returned as it is."""
+    return methods.speculators_view(config, packs.drafter_classes())
 
 
 def parse_safetensors_header(raw: bytes, *, file: str, file_size: int | None) -> dict[str, TensorInfo]:

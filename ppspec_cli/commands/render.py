@@ -9,7 +9,7 @@ from ppspec_cli.io.terminal import safe
 from rich.table import Table
 from rich.text import Text
 
-from ppspec_cli.knowledge.facts import TAP_METHODS
+from ppspec_cli.knowledge import methods
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -96,9 +96,10 @@ def render_plan(r, findings, console: Console | None = None) -> None:
             console.print(f"[yellow]drafter config overlay at launch:[/yellow] {safe(plan.overlay)}")
         if plan.draft_layer_ids:
             console.print(f"draft layer ids {list(plan.draft_layer_ids)} ({plan.draft_layer_numbering} numbering)")
-    # Tap and relay columns only for drafters that read the target's hidden states (TAP_METHODS):
+    # Tap and relay columns only for drafters that read the target's hidden states (`reads_taps`):
     # without one nothing is tapped or relayed, and zeros there would read as a broken relay.
-    taps_shown = plan.method in TAP_METHODS
+    spec = methods.of(plan.method)
+    taps_shown = spec is not None and spec.reads_taps
     t = Table(show_header=True, header_style="bold")
     for col in ("stage", "layers", *(("taps made", "taps in", "relay to next stage") if taps_shown else ()), "holds", "weights"):
         t.add_column(col)

@@ -34,6 +34,7 @@ from pydantic import (
 
 from ppspec_cli.io import safeio
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.knowledge import methods
 from ppspec_cli.knowledge.facts import DEFAULT_MTP_LAYER_KEYS, MAX_MTP_LAYERS, Method
 
 #: Platforms vLLM builds for, as ppspec names them (the profile's `platform`, the installed build).
@@ -58,6 +59,8 @@ PACK_FILE = "pack.yaml"
 ENTRY_POINT_GROUP = "ppspec.adapters"
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 _CLASS_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_ARCH = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+_CODE = r"^[a-z][a-z0-9]*(-[a-z0-9]+)+$"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,6 +201,85 @@ class Facts(_Strict):
         return v
 
 
+class ServedFrom(_Strict):
+    """A checkpoint architecture vLLM serves as another class."""
+
+    architecture: str = Field(pattern=_ARCH, description="The architecture the drafter config declares.")
+    model_type: str | None = Field(default=None, max_length=64, description="Only when the drafter config's model_type is this.")
+
+
+class SpeculatorsPickSpec(_Strict):
+    """A speculators kind whose conversion in vLLM (speculators/algos.py) serves a drafter as the class."""
+
+    kind: str = Field(max_length=32, description="The checkpoint's `speculators_model_type`, e.g. `eagle3`, `peagle`, `dspark`.")
+    model_type: str | None = Field(default=None, max_length=64, description="Chosen for this `transformer_layer_config.model_type` (eagle3 / peagle).")
+    default: bool = Field(default=False, description="The class the conversion picks when the checkpoint names none it keeps (dspark).")
+
+
+class DrafterClassSpec(_Strict):
+    """One drafter class of vLLM's model registry, as the family's pack knows it. The methods read
+    these facts (knowledge/methods): DFlash's registry check and rename, DSpark's architecture
+    rewrite and top-k support, the speculators conversion's choice of class."""
+
+    name: str = Field(pattern=_ARCH, description="The class name as vLLM's registry has it (after vLLM's renames).")
+    method: Method = Field(description="The speculative method vLLM serves it with.")
+    since: str = Field(default="0.30.0", description="First vLLM release that has the class.")
+    keeps_name: bool = Field(default=False, description="DFlash: vLLM's EAGLEConfig keeps the name instead of prefixing it with `DFlash`.")
+    served_from: tuple[ServedFrom, ...] = Field(default=(), description="Checkpoint architectures vLLM serves as this class.")
+    speculators: tuple[SpeculatorsPickSpec, ...] = Field(default=(), description="Speculators kinds whose conversion serves a drafter as this class.")
+    draft_topk: bool = Field(default=False, description="DSpark: the class takes `dspark_draft_topk` (vLLM refuses it on any other).")
+
+    @field_validator("since")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        try:
+            Version(v)
+        except InvalidVersion:
+            raise ValueError(f"not a version: {v!r}") from None
+        return v
+
+    def fact(self, pack: str) -> methods.DrafterClass:
+        return methods.DrafterClass(
+            name=self.name, method=self.method, since=Version(self.since), pack=pack, keeps_name=self.keeps_name,
+            served_from=tuple((s.architecture, s.model_type) for s in self.served_from),
+            speculators=tuple(methods.SpeculatorsPick(p.kind, p.model_type, p.default) for p in self.speculators),
+            draft_topk=self.draft_topk,
+        )
+
+
+class CodeSpec(_Strict):
+    """A finding code a drafter pack's contract reports."""
+
+    severity: Literal["error", "warning", "info"] = Field(description="Its severity (every finding with the code has it).")
+    meaning: str = Field(min_length=1, max_length=300, description="What it means, in one line (docs and `check` read it).")
+
+
+class Contract(_Strict):
+    """A drafter pack's contract: what vLLM requires of the configs and tensors of some drafter
+    classes (or of any drafter of the pack's methods for some targets) when it builds them. Its
+    `rules` file's `get_rules()` gives (name, fn) pairs; fn(DrafterView) yields Breaches whose
+    codes are listed here. A drafter pack is consulted by `check`, never applied to the engine."""
+
+    drafters: tuple[str, ...] = Field(default=(), description="Drafter classes (as vLLM serves them) whose contract the rules check.")
+    targets: tuple[str, ...] = Field(default=(), description="Or: target architectures for whose drafters the rules apply.")
+    target_model_types: tuple[str, ...] = Field(default=(), description="Or: target config model_types for whose drafters the rules apply.")
+    vocabulary: tuple[str, ...] = Field(
+        default=(), description="Served drafter classes whose vocabularies and vocabulary tensors the contract judges (the generic `shapes` rule leaves them alone)."
+    )
+    codes: dict[str, CodeSpec] = Field(min_length=1, description="Every finding code the rules report (kept names, any prefix), with its severity and meaning.")
+    exports: tuple[str, ...] = Field(
+        default=(), description="Functions of the rules file reachable as `ppspec_cli.planning.drafter_contract.<name>` (the mirror suite calls them)."
+    )
+
+    @field_validator("codes")
+    @classmethod
+    def _code_names(cls, v: dict[str, CodeSpec]) -> dict[str, CodeSpec]:
+        for code in v:
+            if not re.match(_CODE, code):
+                raise ValueError(f"code {code!r} must be lower-case words joined by '-'")
+        return v
+
+
 class Manifest(_Strict):
     """`pack.yaml`: one model family (or drafter family), everything ppspec knows about it under PP."""
 
@@ -217,6 +299,12 @@ class Manifest(_Strict):
     probes: str | None = Field(
         default=None,
         description="Python file in the pack folder with `get_probes()`: the pack's own behaviour probes of the installed vLLM, run by `check --probes`.",
+    )
+    drafter_classes: tuple[DrafterClassSpec, ...] = Field(default=(), description="The family's drafter classes in vLLM's model registry (any pack may list them).")
+    contract: Contract | None = Field(
+        default=None,
+        description="A drafter pack: the contract its `rules` check (their functions get a DrafterView, not the resolved profile). "
+        "Such a pack matches by `matches.methods` and `contract`, changes nothing in vLLM and is never part of `adapter:`.",
     )
 
     @field_validator("name")
@@ -238,6 +326,18 @@ class Manifest(_Strict):
         if v is not None and (not v.endswith(".py") or "/" in v or "\\" in v or v.startswith(".")):
             raise ValueError("must be a .py file name inside the pack folder")
         return v
+
+    @model_validator(mode="after")
+    def _drafter_pack(self) -> Manifest:
+        if self.contract is None:
+            return self
+        if self.rules is None:
+            raise ValueError("contract: a drafter pack needs its `rules` file")
+        if not self.matches.methods or self.matches.targets or self.matches.drafters:
+            raise ValueError("contract: a drafter pack matches by `matches.methods` (required) and its contract, not by matches.targets/drafters")
+        if self.patches or self.probes or self.capabilities:
+            raise ValueError("contract: a drafter pack only checks: no patches, probes or capabilities")
+        return self
 
     @model_validator(mode="after")
     def _patched_needs_patches(self) -> Manifest:
@@ -284,6 +384,13 @@ class Pack:
     probes_path: Path | None = None  # the pack's own engine probes, if any
     source: str = "built-in"  # "built-in" or "entry point <name>"
     components: tuple[Pack, ...] = field(default=())
+    drafter_classes: tuple[methods.DrafterClass, ...] = ()
+    contract: Contract | None = None  # a drafter pack's contract (then `rules_path` holds its rules)
+
+    @property
+    def is_drafter_pack(self) -> bool:
+        """A pack that only checks drafter contracts (never applied, never auto-matched)."""
+        return self.contract is not None
 
     @property
     def parts(self) -> tuple[Pack, ...]:
@@ -365,16 +472,10 @@ class Pack:
 
 
 def vllm_drafter_names(archs: list[str] | tuple[str, ...], method: str | None) -> list[str]:
-    """The drafter architecture names as written and as vLLM's EAGLE config rewrites them
-    (LlamaForCausalLM -> EagleLlamaForCausalLM for eagle, Eagle3LlamaForCausalLM for eagle3)."""
-    out: list[str] = []
-    for a in archs or ():
-        out.append(a)
-        if method == "eagle" and not a.startswith("Eagle"):
-            out.append(f"Eagle{a}")
-        if method == "eagle3" and not (a.startswith("Eagle3") or a.endswith("Eagle3")):
-            out.append(f"Eagle3{a}")
-    return out
+    """The drafter architecture names as written and as vLLM's EAGLE config rewrites them for the
+    method (its `vllm_names`: e.g. `Eagle<arch>` for eagle, `Eagle3<arch>` for eagle3)."""
+    m = methods.of(method)
+    return [n for a in archs or () for n in (m.vllm_names(a) if m is not None else [a])]
 
 
 def _default_reason(status: str, pack: str, platform: str, version: str) -> str:
@@ -467,6 +568,8 @@ def load_pack_dir(path: Path, *, source: str = "built-in") -> Pack:
         rules_path=rules_path,
         probes_path=probes_path,
         source=source,
+        drafter_classes=tuple(c.fact(m.name) for c in m.drafter_classes),
+        contract=m.contract,
     )
 
 
@@ -507,6 +610,21 @@ def _load_all() -> tuple[Pack, ...]:
     return tuple(packs.values())
 
 
+@lru_cache(maxsize=1)
+def _drafter_classes() -> tuple[methods.DrafterClass, ...]:
+    return tuple(c for p in _load_all() for c in p.drafter_classes)
+
+
+def drafter_classes() -> tuple[methods.DrafterClass, ...]:
+    """Every drafter class the packs describe (the methods' registry facts), in pack order."""
+    return _drafter_classes()
+
+
+def drafter_packs(method: str | None) -> list[Pack]:
+    """The drafter packs for a method (their contracts; each says which drafters it judges)."""
+    return [p for p in _load_all() if p.is_drafter_pack and p.matches_method(method) and method is not None]
+
+
 def load_packs() -> list[Pack]:
     """Every pack: built-in ones and those registered under the `ppspec.adapters` entry point."""
     return list(_load_all())
@@ -515,6 +633,7 @@ def load_packs() -> list[Pack]:
 def clear_cache() -> None:
     """Forget loaded packs (tests install fake entry points)."""
     _load_all.cache_clear()
+    _drafter_classes.cache_clear()
 
 
 def get_pack(name: str) -> Pack:
@@ -556,12 +675,18 @@ def resolve_pack(adapter: str, target_archs: list[str], drafter_archs: list[str]
                 fix="name one explicitly in the profile's `adapter:`",
             )
         drafters = [
-            p for p in packs if not p.is_target_pack and drafter_archs and p.matches.drafters and p.matches_drafter(drafter_archs, method)
+            p for p in packs if not p.is_target_pack and not p.is_drafter_pack and drafter_archs and p.matches.drafters and p.matches_drafter(drafter_archs, method)
         ]
         parts = targets + drafters
         return _composite(parts) if parts else None
     pack = get_pack(adapter)
     for part in pack.parts:
+        if part.is_drafter_pack:
+            raise PpspecError(
+                f"adapter pack {part.name!r} is a drafter pack: `check` consults its contract by itself, and it has nothing to apply to the engine",
+                where="adapter",
+                fix=f"drop {part.name} from `adapter:` (use auto, or the target's pack)",
+            )
         if part.is_target_pack:
             if not part.matches_target(target_archs):
                 raise PpspecError(

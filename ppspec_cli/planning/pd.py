@@ -170,7 +170,8 @@ def _draft_names(d: Deployment) -> Iterator[Finding]:
         s = pre.support("global_draft_layer_ids")
         why = f"the drafter numbers its layers {numbering}ly (vLLM {pre.engine_version}: {s.reason})" if s.pack else f"{pre.method} drafters number their layers PP-locally in vLLM {pre.engine_version}"
         fix = "use `adapter: eagle_global_layer_ids` (it numbers EAGLE-1 draft layers globally), or the same pipeline_parallel on both engines"
-        if pre.method != "eagle" or s.status == "unsupported":
+        # only the method's own PP-local numbering has a pack that makes it global
+        if pre.spec is None or pre.spec.numbering != "pp-local" or s.status == "unsupported":
             fix = "give both engines the same pipeline_parallel (no pack numbers this drafter globally), or use a globally numbered drafter (EAGLE3/DFlash/DSpark)"
         yield finding(
             "pd-draft-layer-names",

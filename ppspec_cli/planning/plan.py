@@ -16,7 +16,7 @@ import bisect
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from ppspec_cli.knowledge.facts import drafter_passes
+from ppspec_cli.knowledge.methods import drafter_passes
 from ppspec_cli.planning.partition import default_partition, stage_bounds, suggest_partition
 
 Runner = Literal["v2", "v1"]

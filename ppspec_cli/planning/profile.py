@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ppspec_cli.io import safeio
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.knowledge.facts import METHODS, NEWEST_SUPPORTED, TAP_METHODS, Method, parse_version
+from ppspec_cli.knowledge import methods
+from ppspec_cli.knowledge.facts import NEWEST_SUPPORTED, parse_version
+from ppspec_cli.knowledge.methods import Method
 
 _MODEL_REF = re.compile(r"^[^\x00-\x1f\x7f]+$")
 MAX_PROFILE_BYTES = 1 << 20
@@ -89,13 +91,14 @@ class Drafter(_Strict):
 
     @model_validator(mode="after")
     def _model_needed(self) -> "Drafter":
-        if self.method != "mtp" and not self.model:
+        m = methods.get(self.method)
+        if m.external_drafter and not self.model:
             raise ValueError(f"method {self.method!r} needs `model` (the drafter checkpoint)")
-        if self.method == "mtp" and self.model:
-            raise ValueError("method 'mtp' uses the target's own MTP layers: remove `model`")
+        if not m.external_drafter and self.model:
+            raise ValueError(f"method {self.method!r} uses the target's own MTP layers: remove `model`")
         if self.taps is not None:
-            if self.method not in TAP_METHODS:
-                raise ValueError(f"`taps` only applies to {', '.join(m for m in METHODS if m in TAP_METHODS)}")
+            if not m.reads_taps:
+                raise ValueError(f"`taps` only applies to {', '.join(x.name for x in methods.REGISTRY.values() if x.reads_taps)}")
             if any(t < 0 for t in self.taps):
                 raise ValueError("`taps` must be non-negative layer indices")
         return self

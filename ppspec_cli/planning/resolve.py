@@ -9,11 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from ppspec_cli.knowledge import facts
+from ppspec_cli.knowledge import facts, methods
 from ppspec_cli.checkpoint.reader import Checkpoint, load_checkpoint, speculators_view
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge.engine import VllmInstall, installed_vllm
-from ppspec_cli.knowledge.facts import TAP_METHODS
 from ppspec_cli.knowledge.packs import Pack, Support, resolve_pack
 from ppspec_cli.planning.plan import Plan, Runner, TapSource, build_plan, default_taps, normalize_taps, trained_taps, v1_taps_from_config, v2_taps_from_config
 from ppspec_cli.planning.profile import Profile
@@ -53,6 +52,11 @@ class Resolved:
         return self.profile.drafter.method if self.profile.drafter else None
 
     @property
+    def spec(self) -> methods.SpecMethod | None:
+        """The drafter's method object (None without a drafter)."""
+        return methods.of(self.method)
+
+    @property
     def pp(self) -> int:
         return self.profile.topology.pipeline_parallel
 
@@ -64,7 +68,8 @@ class Resolved:
     @property
     def uses_taps(self) -> bool:
         """The drafter reads target taps with this config on this vLLM version."""
-        return facts.uses_taps(self.method, self.drafter_view, self.version)
+        m = self.spec
+        return m is not None and m.uses_taps(self.drafter_view, self.version)
 
     def support(self, capability: str) -> Support:
         """What the family's pack says about a capability on this platform and vLLM version. A
@@ -123,7 +128,7 @@ def _engine_taps(r: Resolved) -> tuple[tuple[int, ...], str, dict | None]:
     """
     d = r.profile.drafter
     n = r.target.num_layers if r.target else None
-    if d is None or d.method not in TAP_METHODS or n is None:
+    if d is None or not methods.get(d.method).reads_taps or n is None:
         return (), "none", None
     if not r.uses_taps:
         return (), "none (eagle_config.use_aux_hidden_state is false)", None
@@ -158,7 +163,7 @@ def draft_numbering(r: Resolved) -> Literal["global", "pp-local"]:
         return "global"
     if s.status == "unsupported":
         return "pp-local"
-    return "pp-local" if r.method in facts.PP_LOCAL_NUMBERING_METHODS else "global"
+    return r.spec.numbering if r.spec is not None else "global"
 
 
 def mtp_layers(r: Resolved) -> int | None:
@@ -217,10 +222,11 @@ def resolve(
         taps, source, overlay = _engine_taps(r)
         d = profile.drafter
         method = d.method if d else None
+        m = r.spec
         n_draft = 0
         numbering: Literal["global", "pp-local", "none"] = "none"
-        if d is not None:
-            if method == "mtp":
+        if m is not None:
+            if not m.external_drafter:  # the target's own MTP layers draft
                 n_draft = mtp_layers(r) or 0
                 numbering = "global"
             elif r.drafter is not None and r.drafter.num_layers:
@@ -229,7 +235,8 @@ def resolve(
         drafter_has_embed = None
         if r.drafter is not None and r.drafter.tensor_names() is not None:
             drafter_has_embed = any(x.endswith("embed_tokens.weight") for x in r.drafter.tensor_names() or ())
-        needs_embed = r.pp > 1 and (method in facts.TARGET_EMBED_METHODS or (method == "mtp" and r.support("target_embed_for_mtp").ok))
+        embed_cap = m.target_embed_capability if m is not None else None
+        needs_embed = r.pp > 1 and m is not None and (m.needs_target_embed or (embed_cap is not None and r.support(embed_cap).ok))
         lw = r.target.layer_weight_bytes(n, tf.tower_prefixes if tf is not None else ())
         embed_b = lm_b = None
         notes: list[str] = []
@@ -244,9 +251,9 @@ def resolve(
         drafter_b = sum(t.nbytes for t in r.drafter.tensors.values()) if r.drafter and r.drafter.tensors else None
         if drafter_has_embed is False:
             notes.append("the drafter has no embed_tokens: it shares the target's embedding")
-        if method == "mtp" and needs_embed:
-            s = r.support("target_embed_for_mtp")
-            notes.append(f"with mtp under PP the last stage builds a real target embedding (vLLM {r.engine_version}: {s.reason}); its memory is counted there")
+        if embed_cap is not None and needs_embed:
+            s = r.support(embed_cap)
+            notes.append(f"with {method} under PP the last stage builds a real target embedding (vLLM {r.engine_version}: {s.reason}); its memory is counted there")
         r.plan = build_plan(
             num_layers=n,
             pp=r.pp,

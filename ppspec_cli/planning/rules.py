@@ -10,8 +10,7 @@ from typing import Callable, Iterator
 
 from ppspec_cli.findings import Finding, Severity, by_severity, finding
 from ppspec_cli.planning import drafter_contract
-from ppspec_cli.knowledge import facts
-from ppspec_cli.knowledge.facts import TAP_METHODS
+from ppspec_cli.knowledge import facts, methods
 from ppspec_cli.knowledge.packs import PLATFORMS, load_pack_module
 from ppspec_cli.planning.plan import default_partition, default_taps
 from ppspec_cli.planning.resolve import Resolved, mtp_layers
@@ -46,7 +45,7 @@ def _pack_rules(r: Resolved) -> Iterator[Finding]:
     if r.family is None:
         return
     for part in r.family.parts:
-        if part.rules_path is None:
+        if part.rules_path is None or part.is_drafter_pack:  # a drafter pack's rules read a DrafterView (drafter-contract rule)
             continue
         try:
             pack_rules = list(load_pack_module(part.name, "rules", part.rules_path).get_rules())
@@ -199,6 +198,7 @@ def drafter(r: Resolved) -> Iterator[Finding]:
     d = r.profile.drafter
     if d is None:
         return
+    m = methods.get(d.method)
     tp = r.profile.topology.tensor_parallel
     if d.tensor_parallel is not None and d.tensor_parallel not in (1, tp):
         yield _f("draft-tp", "error", "drafter.tensor_parallel", f"draft tensor parallel {d.tensor_parallel} is neither 1 nor the target's TP ({tp})", f"set drafter.tensor_parallel to 1 or {tp}")
@@ -213,7 +213,7 @@ def drafter(r: Resolved) -> Iterator[Finding]:
                 f"the drafter checkpoint is a {built_for} drafter (architectures {r.drafter.architectures}) but the profile says method {d.method!r}",
                 f"set drafter.method: {built_for}, or use a {d.method} drafter",
             )
-        elif built_for is None and d.method in TAP_METHODS:
+        elif built_for is None and m.reads_taps:
             yield _f(
                 "method-unknown",
                 "warning",
@@ -221,13 +221,13 @@ def drafter(r: Resolved) -> Iterator[Finding]:
                 f"cannot tell from the drafter config which method it was built for (architectures {r.drafter.architectures})",
                 "check that this checkpoint is really an " + d.method + " drafter",
             )
-    if d.method == "mtp" and r.target is not None and r.target.config is not None:
+    if not m.external_drafter and r.target is not None and r.target.config is not None:
         if not mtp_layers(r):
             tf = r.target_pack
             keys = " / ".join(f"`{k}`" for k in (tf.facts.mtp_layers.keys if tf else facts.DEFAULT_MTP_LAYER_KEYS))
             whose = f"the {tf.name} pack's key" if tf else "the usual keys"
-            yield _f("mtp-no-layers", "error", "drafter.method", f"method mtp needs MTP layers in the target, but its config sets none of {whose} {keys} ({r.target.architectures})", "use a target with MTP heads, or an external drafter")
-    if d.method == "eagle" and r.pp > 1 and r.plan is not None and r.plan.draft_layer_numbering == "pp-local":
+            yield _f(f"{m.name}-no-layers", "error", "drafter.method", f"method {m.name} needs MTP layers in the target, but its config sets none of {whose} {keys} ({r.target.architectures})", "use a target with MTP heads, or an external drafter")
+    if m.numbering == "pp-local" and r.pp > 1 and r.plan is not None and r.plan.draft_layer_numbering == "pp-local":
         yield _f(
             "eagle1-pp-local-ids",
             "error",
@@ -239,46 +239,45 @@ def drafter(r: Resolved) -> Iterator[Finding]:
 
 @rule("drafter-contract")
 def drafter_contract_rule(r: Resolved) -> Iterator[Finding]:
-    """What vLLM requires of a DFlash/DSpark drafter's config and tensors when it builds it
-    (drafter_contract.check, for this vLLM version and model runner)."""
+    """What vLLM requires of a drafter's config and tensors when it builds it: the method's own
+    contract and the drafter packs' (drafter_contract.check, for this vLLM version and model runner)."""
     d = r.profile.drafter
-    if d is None or d.method not in facts.PARALLEL_DRAFT_METHODS or r.drafter_view is None or r.version is None:
+    if d is None or r.drafter_view is None or r.version is None:
         return
     t = r.target
     for b in drafter_contract.check(
         d.method, r.drafter_view, version=r.version, runner=r.runner, names=r.drafter.tensor_names() if r.drafter else None,
         num_speculative_tokens=d.num_speculative_tokens, target_config=t.config if t else None, target_text=t.text if t else None,
     ):  # fmt: skip
-        yield Finding(b.code, b.severity, b.field, b.message, b.fix)
+        yield Finding(b.code, drafter_contract.severity(b.code), b.field, b.message, b.fix)
 
 
 @rule("shapes")
 def shapes(r: Resolved) -> Iterator[Finding]:
     """Hidden size and vocabulary agreement between drafter and target."""
     d = r.profile.drafter
-    if d is None or r.drafter is None or r.target is None or d.method not in TAP_METHODS | {"eagle"}:
+    if d is None or r.drafter is None or r.target is None or not methods.get(d.method).external_drafter:
         return
+    m = methods.get(d.method)
     view = r.drafter_view or {}
     th, tv = r.target.hidden_size, r.target.vocab_size
-    # a Qwen3 DSpark drafter's vocabularies are judged by its contract (drafter-contract rule)
-    dspark_vocab = d.method == "dspark" and r.version is not None and drafter_contract.planned_class("dspark", drafter_contract.served_architectures("dspark", view, r.version)) == "dspark"
-    dh = view.get("target_hidden_size") if isinstance(view.get("target_hidden_size"), int) else None
-    if dh is None and d.method in ("eagle3", "eagle"):
-        dh = view.get("hidden_size") if isinstance(view.get("hidden_size"), int) else None
+    # a drafter whose vocabularies a drafter pack's contract judges (drafter-contract rule)
+    pack_vocab = r.version is not None and drafter_contract.judges_vocabulary(d.method, view, r.version)
+    dh = next((view[k] for k in m.hidden_size_keys if isinstance(view.get(k), int)), None)
     if th is not None and dh is not None and dh != th:
         yield _f("hidden-size-mismatch", "error", "drafter.model", f"the drafter expects target hidden size {dh}, the target has {th}", "use the drafter trained for this target")
     dv = view.get("vocab_size") if isinstance(view.get("vocab_size"), int) else None
-    if tv is not None and dv is not None and dv != tv and not (dspark_vocab and dv > tv):
+    if tv is not None and dv is not None and dv != tv and not (pack_vocab and dv > tv):
         yield _f("vocab-mismatch", "error", "drafter.model", f"drafter vocab_size {dv} differs from the target's {tv}", "use a drafter trained with the target's tokenizer")
     dvs = view.get("draft_vocab_size")
     names = r.drafter.tensor_names()
-    if isinstance(dvs, int) and tv is not None and dvs != tv and not dspark_vocab:
+    if isinstance(dvs, int) and tv is not None and dvs != tv and not pack_vocab:
         if names is None:
             yield _f("d2t-not-checked", "info", "drafter.model", f"draft vocabulary {dvs} < target vocabulary {tv}: needs a `d2t` mapping tensor; not checked (weights not read)", "")
         elif "d2t" not in names:
             yield _f("d2t-missing", "error", "drafter.model", f"draft vocabulary {dvs} differs from the target's {tv} but the drafter has no `d2t` tensor to map draft ids to target ids", "use a drafter checkpoint that includes d2t")
     # fc width vs number of taps
-    if d.method in TAP_METHODS and r.plan is not None and r.drafter.tensors is not None and th:
+    if m.reads_taps and r.plan is not None and r.drafter.tensors is not None and th:
         fc = r.drafter.tensors.get("fc.weight") or r.drafter.tensors.get("model.fc.weight")
         if fc is not None and len(fc.shape) == 2 and fc.shape[1] % th == 0:
             k = fc.shape[1] // th
@@ -296,7 +295,7 @@ def shapes(r: Resolved) -> Iterator[Finding]:
 def taps(r: Resolved) -> Iterator[Finding]:
     d = r.profile.drafter
     p = r.plan
-    if d is None or p is None or d.method not in TAP_METHODS:
+    if d is None or p is None or not methods.get(d.method).reads_taps:
         return
     n = p.num_layers
     if r.taps_error is not None:
@@ -399,7 +398,7 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
             f"{d.method} with pipeline_parallel={pp} cannot run on the CPU platform: vLLM's CPU backend runs the V1 model runner, which does not relay taps between stages (only Model Runner V2 does, and V2 needs Triton/GPU). The engine would crash at start or, patched, produce wrong tokens",
             "use pipeline_parallel: 1 on CPU (EAGLE3 works there), drop the drafter to use PP=2, or run on GPUs",
         )
-    if d.method in TAP_METHODS and not r.uses_taps:
+    if methods.get(d.method).reads_taps and not r.uses_taps:
         yield _f("taps-off", "info", "drafter.model", f"the drafter sets eagle_config.use_aux_hidden_state: false: vLLM {r.engine_version} plans no taps, relays nothing and does not check the target's opt-in", "")
     if r.runner == "v2" and r.uses_taps and r.target is not None and r.target.architectures:
         arch = r.target.architectures[0]
@@ -427,7 +426,7 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
                 "use pipeline_parallel: 1, or an adapter pack that relays taps for it (`ppspec adapters list`)",
             )
     # embedding on the last stage
-    if d.method in facts.TARGET_EMBED_METHODS and r.drafter is not None:
+    if methods.get(d.method).needs_target_embed and r.drafter is not None:
         names = r.drafter.tensor_names()
         if names is not None and not any(x.endswith("embed_tokens.weight") for x in names):
             arch = r.target.architectures[0] if r.target and r.target.architectures else "?"
@@ -445,14 +444,14 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
 @rule("runner")
 def runner(r: Resolved) -> Iterator[Finding]:
     """Methods the V1 model runner refuses outright (vLLM 0.32 config/vllm.py, V1 unsupported features)."""
-    d = r.profile.drafter
-    if d is not None and d.method == "dspark" and r.runner == "v1":
+    m = r.spec
+    if m is not None and not m.v1_runner and r.runner == "v1":
         where = "the CPU platform" if r.platform == "cpu" else f"vLLM {r.engine_version}"
         yield _f(
-            "dspark-needs-v2",
+            f"{m.name}-needs-v2",
             "error",
             "drafter.method",
-            f"DSpark is implemented only by vLLM's Model Runner V2, but {where} runs the V1 runner: vLLM refuses at start ('Model Runner V1 does not support: dspark speculative decoding')",
+            f"{m.title} is implemented only by vLLM's Model Runner V2, but {where} runs the V1 runner: vLLM refuses at start ('Model Runner V1 does not support: {m.name} speculative decoding')",
             "run on GPUs with vLLM >= 0.30 (Model Runner V2)",
         )
 
@@ -461,7 +460,7 @@ def runner(r: Resolved) -> Iterator[Finding]:
 def embedding_location(r: Resolved) -> Iterator[Finding]:
     """Where the target's embedding tensor is, through the pack's name mapping (not a suffix match)."""
     d = r.profile.drafter
-    if d is None or r.pp == 1 or d.method not in facts.TARGET_EMBED_METHODS or r.target is None:
+    if d is None or r.pp == 1 or not methods.get(d.method).needs_target_embed or r.target is None:
         return
     tf = r.target_pack
     names = list(tf.facts.embedding_tensors) if tf is not None else []

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Literal
 
 from ppspec_cli.knowledge.engine import installed_vllm
 from ppspec_cli.planning import plan as P
-from ppspec_cli.knowledge.facts import AUX_METHODS as GATED_METHODS
+from ppspec_cli.knowledge import methods
 
 Status = Literal["passed", "failed", "not_run"]
 
@@ -272,7 +272,7 @@ def probe_partition(num_layers: int | None, pp: int, partition: list[int] | None
 def probe_v2_runner(method: str | None, pp: int) -> ProbeResult:
     """The platform runs Model Runner V2 (the only runner that relays taps over PP)."""
     name = "model-runner-v2"
-    matters = pp > 1 and method in GATED_METHODS
+    matters = pp > 1 and methods.relay_gated(method)
     sev: Literal["error", "warning", "info"] = "error" if matters else "info"
 
     def run() -> ProbeResult:
@@ -372,7 +372,7 @@ def probe_inner_decoder(target_arch: str | None, method: str | None, pp: int, pa
     ref = inner_decoder_ref(desc, target_arch, platform)
     if ref is None:
         return _not_run(name, f"pack {desc.name} does not name the inner decoder of {target_arch} on {platform}")
-    gated = pp > 1 and method in GATED_METHODS
+    gated = pp > 1 and methods.relay_gated(method)
 
     def run() -> ProbeResult:
         module, _, cls_name = ref.partition(":")
@@ -390,7 +390,7 @@ def probe_inner_decoder(target_arch: str | None, method: str | None, pp: int, pa
                 return ProbeResult(name, "passed", f"{ref} does not opt in; pack {pack.name} opts it in (checked by applying the pack here)", "info")
             return ProbeResult(name, "failed", f"{ref} still does not opt in with pack {pack.name} applied", "error" if gated else "info", "report this")
         if not gated:
-            return _not_run(name, f"{ref} does not opt in, which only matters for {'/'.join(sorted(GATED_METHODS))} with PP>1")
+            return _not_run(name, f"{ref} does not opt in, which only matters for {'/'.join(sorted(methods.RELAY_GATED))} with PP>1")
         return ProbeResult(
             name,
             "failed",

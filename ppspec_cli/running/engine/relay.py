@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 
 from vllm.distributed import parallel_state as _ps
 
+from ppspec_cli.knowledge import methods
 from ppspec_cli.planning.plan import stage_bounds
 from ppspec_cli.running.engine.patching import Patch
 
@@ -262,8 +263,8 @@ def init_with_target_embed(orig_init: Callable[..., Any]) -> Callable[..., Any]:
 
 def check_target_embed_rule(_cls: Any = None) -> bool:
     """Behaviour check: the decision the __init__ wrapper relies on is vLLM's, evaluated here on a
-    tiny config for the first and the last stage of PP=2."""
-    spec = SimpleNamespace(speculative_config=SimpleNamespace(method="eagle3"))
+    tiny config for the first and the last stage of PP=2, with a method whose drafter needs it."""
+    spec = SimpleNamespace(speculative_config=SimpleNamespace(method=methods.EAGLE3.name))
     with simulated_pp(1, 2):
         last = needs_target_embed(spec)
     with simulated_pp(0, 2):

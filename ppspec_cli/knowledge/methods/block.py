@@ -1,0 +1,89 @@
+"""What the parallel block drafters (DFlash, DSpark) share: one drafter pass drafts the whole
+block, the token fed at the parallel-drafting query slots, and vLLM's width checks of
+num_speculative_tokens against the drafter config (config/speculative.py, 0.30-0.33)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from packaging.version import Version
+
+from ppspec_cli.knowledge.methods import Breach, DrafterClass, DrafterView, SpecMethod, is_int
+
+#: Where vLLM looks for the token it feeds at the parallel-drafting query slots, first present
+#: wins (V2: spec_decode/utils.py::get_parallel_drafting_token_id; V1:
+#: llm_base_proposer.py::_init_parallel_drafting_params; the same order in 0.30-0.33). The first
+#: counts when the key is in `dflash_config`, the second when it is set and not null, the others
+#: when the key is there at all (hasattr), even null.
+MASK_TOKEN_KEYS = ("dflash_config.mask_token_id", "mask_token_id", "dspark_noise_token_id", "pard_token", "ptd_token_id")
+
+
+def nested(cfg: Mapping[str, Any], section: str, name: str) -> Any:
+    sub = cfg.get(section)
+    return sub.get(name) if isinstance(sub, dict) else None
+
+
+def dflash_config(cfg: Mapping[str, Any]) -> dict:
+    dc = cfg.get("dflash_config")
+    return dc if isinstance(dc, dict) else {}
+
+
+def positive(v: Any) -> bool:
+    return is_int(v) and v > 0
+
+
+def parallel_drafting_token(cfg: Mapping[str, Any]) -> tuple[str | None, Any]:
+    """(the key vLLM reads the parallel-drafting token from, its raw value); (None, None) when
+    the config names none, which vLLM refuses (MASK_TOKEN_KEYS gives the order)."""
+    dc = dflash_config(cfg)
+    if "mask_token_id" in dc:
+        return "dflash_config.mask_token_id", dc["mask_token_id"]
+    if cfg.get("mask_token_id") is not None:
+        return "mask_token_id", cfg["mask_token_id"]
+    for key in MASK_TOKEN_KEYS[2:]:
+        if key in cfg:
+            return key, cfg[key]
+    return None, None
+
+
+#: The width codes every block drafter reports.
+WIDTH_CODES = {
+    "drafter-n-predict-divisible": ("error", "num_speculative_tokens above the drafter config's `n_predict` and not a multiple of it (vLLM refuses at start)"),
+    "drafter-beyond-block": ("warning", "num_speculative_tokens asks for more draft positions than the drafter's trained block holds; vLLM drafts them anyway"),
+}
+
+
+@dataclass(frozen=True)
+class BlockMethod(SpecMethod):
+    """A parallel block drafter: `parallel_draft`, trained on blocks of `block_size`."""
+
+    block_holds_bonus: bool = False  # the block is the bonus token + block_size - 1 draft slots
+    n_predict_free_since: Version | None = None  # vLLM no longer checks `n_predict` divisibility from this release
+
+    def block_size(self, cfg: Mapping[str, Any]) -> Any:
+        """The block the drafter was trained on, from the keys vLLM's default for the method reads."""
+        return cfg.get("block_size")
+
+    def width_breaches(self, cfg: Mapping[str, Any], version: Version, k: int) -> list[Breach]:
+        """num_speculative_tokens against the drafter config: vLLM refuses k above `n_predict` that
+        is not a multiple of it, and drafts k positions whatever the trained block says. A DFlash
+        block is the bonus token + block_size - 1 masks (vLLM's speculators conversion: "yielding
+        block_size - 1 speculative tokens"); DSpark drafts block_size tokens by vLLM's own default.
+        vLLM never reads block_size otherwise."""
+        out: list[Breach] = []
+        n_predict = cfg.get("n_predict")
+        checked = self.n_predict_free_since is None or version < self.n_predict_free_since
+        if checked and positive(n_predict) and k > n_predict and k % n_predict:
+            out.append(Breach("drafter-n-predict-divisible", f"num_speculative_tokens {k} is above the drafter config's n_predict {n_predict} and not a multiple of it: vLLM {version} refuses at start "
+                              f"('num_speculative_tokens:{k} must be divisible by n_predict={n_predict}')", f"use num_speculative_tokens <= {n_predict} or a multiple of it", "drafter.num_speculative_tokens"))
+        b = self.block_size(cfg)
+        most = b - 1 if self.block_holds_bonus and positive(b) else b
+        if positive(b) and is_int(most) and k > most:
+            trained = f"blocks of {b} (the bonus token and {b - 1} masks)" if self.block_holds_bonus else f"blocks of {b}"
+            out.append(Breach("drafter-beyond-block", f"the drafter was trained on {trained}, so it predicts at most {most} draft tokens, but num_speculative_tokens is {k}: vLLM does not read block_size "
+                              "and drafts the extra positions anyway; they are next to never accepted and cost draft compute", f"set num_speculative_tokens to at most {most}", "drafter.num_speculative_tokens"))
+        return out
+
+    def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Breach]:
+        return self.width_breaches(view.config, view.version, view.num_speculative_tokens)

@@ -1,0 +1,111 @@
+"""DSpark: a parallel block drafter (anchor + noise queries in one pass, then a light sequential
+Markov head) reading target taps (vLLM `method: dspark`). Model Runner V2 only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from packaging.version import Version
+
+from ppspec_cli.knowledge.methods import Breach, DrafterClass, DrafterView, TapKey, declared_architectures, is_int
+from ppspec_cli.knowledge.methods.block import WIDTH_CODES, BlockMethod
+
+#: The class vLLM serves a DSpark drafter as when it keeps none of the checkpoint's names: the
+#: in-target drafter of the DSpark-native targets, weights from the target checkpoint
+#: (config/speculative.py, the `dspark` architecture rewrite); the variant for a target model_type.
+FALLBACK_CLASS = "DSparkDraftModel"
+FALLBACK_CLASS_BY_TARGET_MODEL_TYPE = {"deepseek_v41": "DSparkV41DraftModel"}
+
+#: The DSpark keys vLLM's speculators conversion copies to the drafter config when set.
+SPECULATORS_KEYS = ("draft_vocab_size", "target_hidden_size", "mask_token_id", "markov_rank", "markov_head_type", "block_size",
+                    "enable_confidence_head", "confidence_head_with_markov", "use_aux_hidden_state")
+
+
+def _join(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+@dataclass(frozen=True)
+class DSpark(BlockMethod):
+    def block_size(self, cfg: Mapping[str, Any]) -> Any:
+        """`block_size`, else `dspark_block_size` (the keys vLLM's DSpark default reads)."""
+        return cfg.get("dspark_block_size") if cfg.get("block_size") is None else cfg.get("block_size")
+
+    def recognises(self, cfg: Mapping[str, Any], archs: list[str]) -> bool:
+        return any("DSpark" in a for a in archs) or "dspark_target_layer_ids" in cfg
+
+    def convert_speculators(self, kind: str, config: Mapping[str, Any], out: dict[str, Any]) -> None:
+        """`aux_hidden_state_layer_ids` becomes the top-level list and `target_layer_ids` = ids - 1;
+        the DSpark keys are copied, `sample_from_anchor` defaults to false and
+        `dspark_bonus_anchor` is its negation."""
+        aux = config.get("aux_hidden_state_layer_ids")
+        if aux is not None:
+            out["eagle_aux_hidden_state_layer_ids"] = aux
+            if isinstance(aux, list) and all(is_int(i) for i in aux):
+                out["target_layer_ids"] = [i - 1 for i in aux]
+        out.update({k: config[k] for k in SPECULATORS_KEYS if config.get(k) is not None})
+        anchor = config.get("sample_from_anchor", False)
+        out["sample_from_anchor"], out["dspark_bonus_anchor"] = anchor, not anchor
+
+    def speculators_architectures(self, kind: str, model_type: Any, declared: Any, classes: tuple[DrafterClass, ...]) -> Any:
+        """The declared classes the conversion keeps, else its default class."""
+        picks = [(c.name, p) for c in classes for p in c.speculators if p.kind == kind]
+        kept = {name for name, _ in picks}
+        names = [a for a in declared if isinstance(a, str) and a in kept] if isinstance(declared, list) else []
+        default = next((name for name, p in picks if p.default), None)
+        return names or ([default] if default else declared)
+
+    def served_architectures(self, cfg: Mapping[str, Any], version: Version, target_model_type: str | None, classes: tuple[DrafterClass, ...]) -> list[str]:
+        """A checkpoint name a pack's class is `served_from` (architecture and config model_type)
+        becomes that class; one naming none of the DSpark classes this vLLM keeps becomes the
+        in-target fallback (FALLBACK_CLASS, per target model_type)."""
+        archs = declared_architectures(cfg)
+        mine = [c for c in classes if c.method == self.name]
+        for c in mine:
+            if any(a in archs and (mt is None or cfg.get("model_type") == mt) for a, mt in c.served_from):
+                return [c.name]
+        if not {c.name for c in mine if c.known_in(version)} & set(archs):
+            return [FALLBACK_CLASS_BY_TARGET_MODEL_TYPE.get(target_model_type or "", FALLBACK_CLASS)]
+        return archs
+
+    def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Breach]:
+        return self.topk_breaches(view, classes) + self.width_breaches(view.config, view.version, view.num_speculative_tokens)
+
+    def topk_breaches(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Breach]:
+        """config/speculative.py (0.30-0.33): `dspark_draft_topk` must lie in 1..draft vocabulary
+        (`draft_vocab_size`, else `vocab_size`) and the served class must take it (`draft_topk`)."""
+        cfg = view.config
+        topk = cfg.get("dspark_draft_topk")
+        if topk is None:
+            return []
+        dvs = cfg.get("draft_vocab_size") or cfg.get("vocab_size")
+        if not (isinstance(topk, (int, float)) and is_int(dvs) and 1 <= topk <= dvs):
+            return [Breach("dspark-draft-topk", f"the drafter's dspark_draft_topk is {str(topk)[:40]!r}: vLLM refuses at start ('dspark_draft_topk must be between 1 and the draft vocabulary size ({dvs})')",
+                           "set dspark_draft_topk between 1 and the draft vocabulary size, or remove it")]
+        takers = [c.name for c in classes if c.method == self.name and c.draft_topk]
+        if takers and not set(takers) & set(view.served):
+            return [Breach("dspark-draft-topk", f"the drafter sets dspark_draft_topk but vLLM serves it as {list(view.served)}: vLLM refuses at start ('dspark_draft_topk is only supported by {_join(takers)}')",
+                           "remove dspark_draft_topk from the drafter config")]
+        return []
+
+
+DSPARK = DSpark(
+    name="dspark",
+    title="DSpark",
+    reads_taps=True,
+    relay_gated=True,
+    parallel_draft=True,  # anchor + noise queries in one pass; the Markov head adds no weight read
+    needs_target_embed=True,
+    v1_runner=False,
+    n_predict_free_since=Version("0.32.0"),  # its parallel width is independent of MTP stages
+    tap_keys=(
+        TapKey("dspark_target_layer_ids", 1, "zero-based layer outputs (as is for a deepseek_v41 config)"),
+        TapKey("target_layer_ids", 1, "zero-based layer outputs (speculators conversion)"),
+    ),
+    speculators_kinds=("dspark",),
+    codes={
+        "dspark-draft-topk": ("error", "`dspark_draft_topk` outside 1..draft vocabulary, or on a drafter class that cannot use it (vLLM refuses at start)"),
+        **WIDTH_CODES,
+    },
+)

@@ -1,0 +1,15 @@
+"""MTP: the target's own multi-token-prediction layers draft (vLLM `method: mtp`; model-specific
+aliases are rewritten to it). No drafter checkpoint, no taps; one pass per speculative token."""
+
+from __future__ import annotations
+
+from ppspec_cli.knowledge.methods import SpecMethod
+
+#: How many MTP layers a target has is a family fact (its pack's `mtp_layers`); under PP a family
+#: may build the target embedding on the last stage for it (capability target_embed_for_mtp).
+MTP = SpecMethod(
+    name="mtp",
+    title="MTP",
+    external_drafter=False,
+    target_embed_capability="target_embed_for_mtp",
+)
