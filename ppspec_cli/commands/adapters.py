@@ -169,6 +169,21 @@ def _matches_text(pack: Pack) -> str:
     return "\n".join(parts) or "(anything)"
 
 
+def _provides_nothing(pack: Pack) -> str:
+    if pack.contract is None:
+        return "nothing (describes the family only)"
+    judged = (*pack.contract.drafters, *pack.contract.targets, *pack.contract.target_model_types)
+    return "the drafter contract of " + ", ".join(judged) if judged else "the drafter contract of every drafter of its methods"
+
+
+def _contract_text(pack: Pack) -> str:
+    k = pack.contract
+    assert k is not None
+    rows = [f"{label}: {', '.join(v)}" for label, v in (("drafters", k.drafters), ("targets", k.targets), ("target model types", k.target_model_types), ("judges vocabularies of", k.vocabulary)) if v]
+    rows += [f"{code} ({spec.severity}): {spec.meaning}" for code, spec in k.codes.items()]
+    return "\n".join(rows)
+
+
 def _console() -> Any:
     from rich.console import Console
 
@@ -203,7 +218,7 @@ def adapters_list(json_out: bool) -> int:
         for label, names in (("targets", p.matches.targets), ("drafters", p.matches.drafters), ("methods", p.matches.methods)):
             if names:
                 print_wrapped(c, escape(", ".join(names)), indent=12, label=f"  {label}")
-        print_wrapped(c, escape(", ".join(p.provides) or "nothing (describes the family only)"), indent=12, label="  provides")
+        print_wrapped(c, escape(", ".join(p.provides) or _provides_nothing(p)), indent=12, label="  provides")
         print_wrapped(c, escape(p.vllm_range), indent=12, label="  vLLM")
     return 0
 
@@ -231,6 +246,10 @@ def adapters_show(name: str, json_out: bool) -> int:
     t.add_row("provides", "\n".join(f"{cap}: {CAPABILITIES[cap]}" for cap in pack.provides))
     patches = [str(f) for _, f in pack.patch_files]
     t.add_row("patches", "\n".join(patches) if patches else "none (native)")
+    if pack.contract is not None:
+        t.add_row("contract", escape(_contract_text(pack)))
+    if pack.drafter_classes:
+        t.add_row("drafter classes", "\n".join(f"{d.name}: {d.method} since vLLM {d.since}" for d in pack.drafter_classes))
     f = pack.facts
     if f.inner_decoder:
         t.add_row(

@@ -468,6 +468,8 @@ class Pack:
             "patches": [str(p) for _, p in self.patch_files],
             "facts": self.facts.model_dump(mode="json"),
             "components": [p.name for p in self.parts] if self.components else [],
+            "drafter_classes": [{"name": d.name, "method": d.method, "since": str(d.since)} for p in self.parts for d in p.drafter_classes],
+            "contract": self.contract.model_dump(mode="json") if self.contract is not None else None,
         }
 
 
