@@ -16,175 +16,33 @@ as arguments (`classes`), so this package imports nothing of ppspec but the find
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, get_args
+from typing import Any, Mapping
 
-from packaging.version import Version
+from ppspec_cli.knowledge.methods.base import (
+    METHODS,
+    OTHER_RELAY_GATED,
+    Breach,
+    DrafterClass,
+    DrafterView,
+    Method,
+    Numbering,
+    SpecMethod,
+    SpeculatorsPick,
+    TapKey,
+    declared_architectures,
+    is_int,
+)
+from ppspec_cli.knowledge.methods.dflash import DFLASH
+from ppspec_cli.knowledge.methods.dspark import DSPARK
+from ppspec_cli.knowledge.methods.eagle import EAGLE
+from ppspec_cli.knowledge.methods.eagle3 import EAGLE3
+from ppspec_cli.knowledge.methods.mtp import MTP
 
-from ppspec_cli.findings import Severity
-
-#: The speculative methods ppspec plans, named as vLLM names them. The one list of method names:
-#: the profile schema, the pack manifests and the registry below all use it.
-Method = Literal["eagle3", "dflash", "dspark", "mtp", "eagle"]
-METHODS: tuple[Method, ...] = get_args(Method)
-
-#: Methods vLLM accepts that ppspec does not plan but that vLLM also gates on the target relaying
-#: taps under PP (eagle3_utils.verify_supports_aux_hidden_states_over_pp).
-OTHER_RELAY_GATED = ("extract_hidden_states",)
-
-Numbering = Literal["global", "pp-local"]
-
-
-@dataclass(frozen=True)
-class TapKey:
-    """A drafter-config key that names taps, and how its ids become vLLM taps (capture points:
-    tap L = the residual stream entering layer L)."""
-
-    key: str  # dotted, e.g. "dflash_config.target_layer_ids"
-    offset: int  # add to the ids as written: 0 = already capture points, 1 = zero-based layer outputs
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class SpeculatorsPick:
-    """A speculators kind whose conversion in vLLM serves a drafter as a class."""
-
-    kind: str  # speculators_model_type, e.g. "eagle3", "peagle", "dspark"
-    model_type: str | None = None  # chosen for this transformer_layer_config model_type (None: any)
-    default: bool = False  # the class vLLM picks when the checkpoint names none it keeps
-
-
-@dataclass(frozen=True)
-class DrafterClass:
-    """A drafter class in vLLM's model registry, as a pack describes it (`drafter_classes`)."""
-
-    name: str
-    method: Method
-    since: Version = Version("0.30.0")  # first vLLM release that has it
-    pack: str = ""
-    keeps_name: bool = False  # DFlash: vLLM's EAGLEConfig does not prefix it with `DFlash`
-    served_from: tuple[tuple[str, str | None], ...] = ()  # (checkpoint architecture, config model_type) vLLM serves as this class
-    speculators: tuple[SpeculatorsPick, ...] = ()
-    draft_topk: bool = False  # the class takes `dspark_draft_topk`
-
-    def known_in(self, version: Version) -> bool:
-        return self.since <= version
-
-
-@dataclass(frozen=True)
-class Breach:
-    """One way a drafter config breaks vLLM's drafter contract. Its severity is its code's, in the
-    table of whoever owns the code (a method's CODES or a drafter pack's manifest `contract.codes`)."""
-
-    code: str
-    message: str
-    fix: str
-    field: str = "drafter.model"  # the profile field the fix goes to
-
-
-@dataclass(frozen=True)
-class DrafterView:
-    """The narrow view a drafter contract reads (a method's own and a drafter pack's rules): the
-    drafter config as vLLM sees it, its architectures as declared and as vLLM serves them, the
-    target config facts, the tensor names known, the vLLM version and the model runner. Nothing
-    of the profile or of ppspec's internal resolution."""
-
-    method: Method
-    config: Mapping[str, Any]  # the drafter config as vLLM sees it (speculators conversion applied)
-    declared: tuple[str, ...]  # architectures the config declares
-    served: tuple[str, ...]  # architectures vLLM builds it as (after its renames)
-    version: Version
-    runner: str  # "v1" | "v2"
-    num_speculative_tokens: int
-    tensor_names: frozenset[str] | None  # the drafter's tensor names; None: not read
-    target_architectures: tuple[str, ...] = ()
-    target_model_type: str | None = None
-    target_config: Mapping[str, Any] = field(default_factory=dict)  # the target's raw config.json
-    target_text: Mapping[str, Any] = field(default_factory=dict)  # its text part (text_config, else the config)
-    target_vocab: int | None = None
-
-
-def is_int(v: Any) -> bool:
-    """A JSON integer (not a bool): checkpoint configs are hostile input."""
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def declared_architectures(cfg: Mapping[str, Any]) -> list[str]:
-    """The architecture names a config declares (only strings count)."""
-    archs = cfg.get("architectures")
-    return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
-
-
-@dataclass(frozen=True)
-class SpecMethod:
-    """One speculative method, as vLLM implements it (0.30-0.33). Subclasses override the
-    behaviour that differs; the attributes are the method's facts."""
-
-    name: Method
-    title: str  # as written in messages: "EAGLE3", "DFlash", ...
-    external_drafter: bool = True  # the drafter is its own checkpoint (mtp: the target's MTP layers)
-    reads_taps: bool = False  # the drafter reads the target's auxiliary hidden states ("taps")
-    relay_gated: bool = False  # under PP vLLM requires the target to opt in to relaying taps
-    parallel_draft: bool = False  # the whole draft block in one drafter pass (else one per token)
-    numbering: Numbering = "global"  # how its draft layers are numbered under PP (a pack may change it)
-    needs_target_embed: bool = False  # the last stage builds the target's embedding under PP (spec_decode_needs_target_embed)
-    target_embed_capability: str | None = None  # a pack capability that adds the embedding (mtp: target_embed_for_mtp)
-    v1_runner: bool = True  # Model Runner V1 runs it (else vLLM refuses it there)
-    hidden_size_keys: tuple[str, ...] = ("target_hidden_size",)  # drafter-config keys naming the target hidden size it expects
-    tap_keys: tuple[TapKey, ...] = ()  # the keys its drafters name taps with (the runners read them: planning/plan.py)
-    speculators_kinds: tuple[str, ...] = ()  # speculators_model_type values vLLM serves as this method
-    codes: Mapping[str, tuple[Severity, str]] = field(default_factory=dict)  # the contract codes the method reports
-
-    # -- facts that depend on the config or the version ---------------------------------------
-
-    def drafter_passes(self, num_speculative_tokens: int) -> int:
-        """Drafter forward passes per target step (each reads the drafter's weights once)."""
-        return 1 if self.parallel_draft else num_speculative_tokens
-
-    def uses_taps(self, cfg: Mapping[str, Any] | None, version: Version | None) -> bool:
-        """Whether the drafter reads target taps with this config on this vLLM version (and so is
-        gated on the opt-in). `version` None means the newest supported release."""
-        return self.reads_taps
-
-    def vllm_names(self, arch: str) -> list[str]:
-        """A drafter architecture as written and as vLLM's EAGLE config rewrites it."""
-        return [arch]
-
-    # -- recognising and converting drafter checkpoints ---------------------------------------
-
-    def recognises(self, cfg: Mapping[str, Any], archs: list[str]) -> bool:
-        """The config's architectures (or its method-specific keys) say it is this method's drafter."""
-        return False
-
-    def recognises_by_nested_keys(self, cfg: Mapping[str, Any]) -> bool:
-        """Asked after every method's `recognises` said no: a weaker sign in nested keys."""
-        return False
-
-    def convert_speculators(self, kind: str, config: Mapping[str, Any], out: dict[str, Any]) -> None:
-        """vLLM's speculators conversion of this method's drafter keys into `out`."""
-
-    def speculators_architectures(self, kind: str, model_type: Any, declared: Any, classes: tuple[DrafterClass, ...]) -> Any:
-        """The architectures vLLM serves a speculators drafter of `kind` as (the declared ones when
-        vLLM's conversion has no class for it: the engine reports that, not ppspec)."""
-        return declared
-
-    # -- the drafter contract ------------------------------------------------------------------
-
-    def served_architectures(self, cfg: Mapping[str, Any], version: Version, target_model_type: str | None, classes: tuple[DrafterClass, ...]) -> list[str]:
-        """The architectures vLLM builds the drafter as (config/speculative.py)."""
-        return declared_architectures(cfg)
-
-    def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Breach]:
-        """What vLLM requires of every drafter of this method (drafter packs add their classes' own)."""
-        return []
-
-
-# The registry. Imported last: the method modules subclass SpecMethod.
-from ppspec_cli.knowledge.methods.dflash import DFLASH  # noqa: E402
-from ppspec_cli.knowledge.methods.dspark import DSPARK  # noqa: E402
-from ppspec_cli.knowledge.methods.eagle import EAGLE  # noqa: E402
-from ppspec_cli.knowledge.methods.eagle3 import EAGLE3  # noqa: E402
-from ppspec_cli.knowledge.methods.mtp import MTP  # noqa: E402
+__all__ = [
+    "METHODS", "OTHER_RELAY_GATED", "RELAY_GATED", "REGISTRY", "Breach", "DrafterClass", "DrafterView", "Method", "Numbering", "SpecMethod",
+    "SpeculatorsPick", "TapKey", "DFLASH", "DSPARK", "EAGLE", "EAGLE3", "MTP", "declared_architectures", "drafter_passes", "get", "is_int",
+    "method_of_drafter_config", "of", "relay_gated", "speculators_view",
+]
 
 REGISTRY: dict[str, SpecMethod] = {m.name: m for m in (EAGLE3, DFLASH, DSPARK, MTP, EAGLE)}
 assert tuple(REGISTRY) == METHODS, "every method of the Literal has one object, in its order"

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from packaging.version import Version
 
-from ppspec_cli.knowledge.methods import Breach, DrafterClass, DrafterView, SpecMethod, is_int
+from ppspec_cli.knowledge.methods.base import Breach, DrafterClass, DrafterView, SpecMethod, is_int
 
 #: Where vLLM looks for the token it feeds at the parallel-drafting query slots, first present
 #: wins (V2: spec_decode/utils.py::get_parallel_drafting_token_id; V1:

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from packaging.version import Version
 
-from ppspec_cli.knowledge.methods import Breach, DrafterClass, DrafterView, TapKey, declared_architectures, is_int
+from ppspec_cli.knowledge.methods.base import Breach, DrafterClass, DrafterView, TapKey, declared_architectures, is_int
 from ppspec_cli.knowledge.methods.block import WIDTH_CODES, BlockMethod, nested
 
 #: The class vLLM's speculators conversion serves each DFlash speculators kind as (speculators/algos.py).

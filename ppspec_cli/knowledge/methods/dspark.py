@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from packaging.version import Version
 
-from ppspec_cli.knowledge.methods import Breach, DrafterClass, DrafterView, TapKey, declared_architectures, is_int
+from ppspec_cli.knowledge.methods.base import Breach, DrafterClass, DrafterView, TapKey, declared_architectures, is_int
 from ppspec_cli.knowledge.methods.block import WIDTH_CODES, BlockMethod
 
 #: The class vLLM serves a DSpark drafter as when it keeps none of the checkpoint's names: the

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ppspec_cli.knowledge.methods import SpecMethod
+from ppspec_cli.knowledge.methods.base import SpecMethod
 
 
 @dataclass(frozen=True)

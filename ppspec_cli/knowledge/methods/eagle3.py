@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from packaging.version import Version
 
-from ppspec_cli.knowledge.methods import DrafterClass, SpecMethod, TapKey
+from ppspec_cli.knowledge.methods.base import DrafterClass, SpecMethod, TapKey
 
 #: Since 0.33.0 an EAGLE3 drafter whose `eagle_config.use_aux_hidden_state` is false uses no aux
 #: hidden states: no taps, nothing relayed, and the target's opt-in check is not run. 0.30-0.32

@@ -3,7 +3,7 @@ aliases are rewritten to it). No drafter checkpoint, no taps; one pass per specu
 
 from __future__ import annotations
 
-from ppspec_cli.knowledge.methods import SpecMethod
+from ppspec_cli.knowledge.methods.base import SpecMethod
 
 #: How many MTP layers a target has is a family fact (its pack's `mtp_layers`); under PP a family
 #: may build the target embedding on the last stage for it (capability target_embed_for_mtp).
