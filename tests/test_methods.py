@@ -7,7 +7,9 @@ compares in profile, resolve, rules and packs), written out here so a change to 
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import re
 import typing
 from pathlib import Path
 
@@ -352,3 +354,46 @@ def test_pack_drafter_classes_are_the_installed_vllm_registry():
     block = {a for a in archs if "DFlash" in a or "DSpark" in a or a == "LiLiCorrDraftModel"}
     fallback = {dspark.FALLBACK_CLASS, *dspark.FALLBACK_CLASS_BY_TARGET_MODEL_TYPE.values()}
     assert sorted(block - {c.name for c in known} - fallback) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# The house rules these objects exist for, held against the code
+
+
+PKG = Path(__file__).resolve().parent.parent / "ppspec_cli"
+FAMILY = re.compile(r"Qwen3|Omni|XPress|DeepseekV|DeepSeek-V4|Kimi|MiniMax|Llama")
+METHOD_LITERAL = re.compile(r"""["'](eagle3|dflash|dspark|mtp|eagle)["']""")
+
+
+def _core_files(*skip: str):
+    for p in sorted(PKG.rglob("*.py")):
+        rel = p.relative_to(PKG).as_posix()
+        if not rel.startswith(("demo/", *skip)):
+            yield rel, p.read_text(encoding="utf-8")
+
+
+def test_no_method_name_is_compared_outside_the_methods():
+    hits = [f"{rel}:{i}" for rel, text in _core_files("knowledge/methods/") for i, line in enumerate(text.splitlines(), 1) if METHOD_LITERAL.search(line)]
+    assert hits == [], "ask the method object (knowledge/methods) instead: " + ", ".join(hits)
+
+
+def test_no_family_is_named_in_core_code():
+    """Identifiers and string constants (not docstrings, not comments) of the core package name no
+    model family: family facts, drafter classes and drafter contracts live in adapters/."""
+    hits = []
+    for rel, text in _core_files():
+        tree = ast.parse(text)
+        docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for n in ast.walk(tree):
+            words = []
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
+                words.append(n.value)
+            elif isinstance(n, ast.Name):
+                words.append(n.id)
+            elif isinstance(n, ast.Attribute):
+                words.append(n.attr)
+            elif isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+                words.append(n.name)
+            hits += [f"{rel}:{n.lineno} {w[:60]!r}" for w in words if FAMILY.search(w)]
+    assert hits == [], "move family names into adapters/: " + "; ".join(hits)

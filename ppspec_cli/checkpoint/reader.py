@@ -677,7 +677,7 @@ def load_checkpoint(
             raise PpspecError(
                 f"model {ref!r} is neither an existing directory nor a hub id of the form org/name",
                 where=ref,
-                fix="give a local checkpoint directory or a Hugging Face id like meta-llama/Llama-3.1-8B-Instruct",
+                fix="give a local checkpoint directory or a Hugging Face hub id (org/name, as the model's hub page writes it)",
                 exit_code=1,
             )
         return load_local(ref, p, read_headers=read_headers)
