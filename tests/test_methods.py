@@ -192,7 +192,7 @@ def _drafter_pack(root: Path, **contract) -> Path:
     d.mkdir()
     manifest = {
         "name": "acme_drafter", "description": "a test drafter pack", "matches": {"methods": ["dflash"]}, "vllm": ">=0.30,<0.34", "rules": "rules.py",
-        "contract": {"drafters": ["DFlashAcmeModel"], "codes": {"acme-drafter-odd": {"severity": "warning", "meaning": "an odd drafter"}}, **contract},
+        "contract": {"drafters": {"dflash": ["DFlashAcmeModel"]}, "codes": {"acme-drafter-odd": {"severity": "warning", "meaning": "an odd drafter"}}, **contract},
     }
     (d / "pack.yaml").write_text(yaml.safe_dump(manifest), encoding="utf-8")
     (d / "rules.py").write_text(FAKE_RULES, encoding="utf-8")
@@ -264,7 +264,7 @@ def test_drafter_pack_only_judges_its_drafters(acme):
 
 
 def test_drafter_pack_matching_a_target_judges_every_drafter_of_its_method(acme):
-    acme(drafters=[], targets=["AcmeTargetForCausalLM"])
+    acme(drafters={}, targets=["AcmeTargetForCausalLM"])
     _check({"architectures": ["DFlashDraftModel"]}, target_config={"architectures": ["AcmeTargetForCausalLM"]})
     assert len(SEEN) == 1
     SEEN.clear()
@@ -397,3 +397,17 @@ def test_no_family_is_named_in_core_code():
                 words.append(n.name)
             hits += [f"{rel}:{n.lineno} {w[:60]!r}" for w in words if FAMILY.search(w)]
     assert hits == [], "move family names into adapters/: " + "; ".join(hits)
+
+
+def test_drafter_pack_judges_a_class_only_for_its_method():
+    """`contract.drafters` is per method: a DFlash drafter that vLLM serves under a Qwen3 DSpark
+    class name (a speculators config keeps its architectures) is not held to the DSpark rules, and
+    a DSpark drafter naming an XPress class is not held to XPress's bound (the old planned_class)."""
+    v33 = Version("0.33.0")
+    kw = dict(version=v33, runner="v2", names=None, num_speculative_tokens=2)
+    odd_dflash = {"speculators_model_type": "odd", "architectures": ["Qwen3DSparkModel"]}
+    assert [b.code for b in drafter_contract.check("dflash", odd_dflash, **kw)] == ["dflash-arch-unknown"]
+    both = {"architectures": ["Qwen3DSparkModel", "Qwen3XPressModel"], "markov_rank": 4, "dspark_noise_token_id": 1, "xpress_topc": -1}
+    assert "xpress-topc" not in {b.code for b in drafter_contract.check("dspark", both, **kw)}
+    assert not drafter_contract.judges_vocabulary("dflash", odd_dflash, v33)
+    assert drafter_contract.judges_vocabulary("dspark", {"architectures": ["Qwen3DSparkModel"]}, v33)

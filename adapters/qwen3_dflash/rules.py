@@ -17,8 +17,9 @@ from packaging.version import Version
 from ppspec_cli.knowledge.methods import Breach, DrafterView, is_int
 from ppspec_cli.knowledge.methods.block import dflash_config, parallel_drafting_token
 
-#: qwen3_dspark.py's Qwen3DSparkForCausalLM classes.
+#: qwen3_dspark.py's Qwen3DSparkForCausalLM classes (served with method dspark).
 QWEN3_DSPARK = frozenset({"Qwen3DSparkModel", "Qwen3OmniDSparkModel"})
+DSPARK, DFLASH = "dspark", "dflash"
 
 #: First release whose XPress drafters (and their `xpress_topc` bound) exist.
 XPRESS_SINCE = Version("0.33.0")
@@ -126,7 +127,7 @@ def xpress_topc(v: DrafterView) -> Iterator[Breach]:
     """vLLM 0.33's `xpress_topc` on an XPress drafter must lie in 0..draft vocabulary."""
     cfg = v.config
     topc = cfg.get("xpress_topc")
-    if v.version < XPRESS_SINCE or not XPRESS & set(v.served) or topc is None:
+    if v.method != DFLASH or v.version < XPRESS_SINCE or not XPRESS & set(v.served) or topc is None:
         return
     dvs = cfg.get("draft_vocab_size") or cfg.get("vocab_size")
     if not (isinstance(topc, (int, float)) and is_int(dvs) and 0 <= topc <= dvs):
@@ -165,7 +166,7 @@ def layer_attention(v: DrafterView) -> Iterator[Breach]:
 
 def markov_head(v: DrafterView) -> Iterator[Breach]:
     """Qwen3DSparkForCausalLM builds its Markov head from `markov_rank`."""
-    if not QWEN3_DSPARK & set(v.served):
+    if v.method != DSPARK or not QWEN3_DSPARK & set(v.served):
         return
     rank = v.config.get("markov_rank")
     if not (is_int(rank) and rank > 0):
@@ -174,7 +175,7 @@ def markov_head(v: DrafterView) -> Iterator[Breach]:
 
 
 def vocabulary_tensors(v: DrafterView) -> Iterator[Breach]:
-    if QWEN3_DSPARK & set(v.served):
+    if v.method == DSPARK and QWEN3_DSPARK & set(v.served):
         yield from dspark_tensor_breaches(v.config, v.tensor_names, v.target_vocab)
 
 

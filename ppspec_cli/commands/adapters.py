@@ -172,14 +172,15 @@ def _matches_text(pack: Pack) -> str:
 def _provides_nothing(pack: Pack) -> str:
     if pack.contract is None:
         return "nothing (describes the family only)"
-    judged = (*pack.contract.drafters, *pack.contract.targets, *pack.contract.target_model_types)
+    judged = (*dict.fromkeys(d for ds in pack.contract.drafters.values() for d in ds), *pack.contract.targets, *pack.contract.target_model_types)
     return "the drafter contract of " + ", ".join(judged) if judged else "the drafter contract of every drafter of its methods"
 
 
 def _contract_text(pack: Pack) -> str:
     k = pack.contract
     assert k is not None
-    rows = [f"{label}: {', '.join(v)}" for label, v in (("drafters", k.drafters), ("targets", k.targets), ("target model types", k.target_model_types), ("judges vocabularies of", k.vocabulary)) if v]
+    rows = [f"{m} drafters: {', '.join(ds)}" for m, ds in k.drafters.items()]
+    rows += [f"{label}: {', '.join(v)}" for label, v in (("targets", k.targets), ("target model types", k.target_model_types), ("judges vocabularies of", k.vocabulary)) if v]
     rows += [f"{code} ({spec.severity}): {spec.meaning}" for code, spec in k.codes.items()]
     return "\n".join(rows)
 

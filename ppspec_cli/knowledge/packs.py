@@ -261,7 +261,9 @@ class Contract(_Strict):
     `rules` file's `get_rules()` gives (name, fn) pairs; fn(DrafterView) yields Breaches whose
     codes are listed here. A drafter pack is consulted by `check`, never applied to the engine."""
 
-    drafters: tuple[str, ...] = Field(default=(), description="Drafter classes (as vLLM serves them) whose contract the rules check.")
+    drafters: dict[Method, tuple[str, ...]] = Field(
+        default_factory=dict, description="Per method, the drafter classes (as vLLM serves them) whose contract the rules check."
+    )
     targets: tuple[str, ...] = Field(default=(), description="Or: target architectures for whose drafters the rules apply.")
     target_model_types: tuple[str, ...] = Field(default=(), description="Or: target config model_types for whose drafters the rules apply.")
     vocabulary: tuple[str, ...] = Field(

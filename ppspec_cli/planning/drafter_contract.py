@@ -73,7 +73,7 @@ def _applies(pack: packs.Pack, v: DrafterView) -> bool:
     assert c is not None
     if not (c.drafters or c.targets or c.target_model_types):
         return True
-    return bool(set(c.drafters) & set(v.served) or set(c.targets) & set(v.target_architectures) or (v.target_model_type is not None and v.target_model_type in c.target_model_types))
+    return bool(set(c.drafters.get(v.method, ())) & set(v.served) or set(c.targets) & set(v.target_architectures) or (v.target_model_type is not None and v.target_model_type in c.target_model_types))
 
 
 def _pack_breaches(pack: packs.Pack, v: DrafterView) -> list[Breach]:
@@ -119,7 +119,7 @@ def judges_vocabulary(method: str, cfg: dict, version: Version) -> bool:
     """A drafter pack's contract judges this drafter's vocabularies and vocabulary tensors (its
     `contract.vocabulary` names the served class), so the generic shapes rule leaves them alone."""
     served = set(served_architectures(method, cfg, version))
-    return any(p.contract is not None and set(p.contract.vocabulary) & served for p in packs.drafter_packs(method))
+    return any(p.contract is not None and set(p.contract.vocabulary) & set(p.contract.drafters.get(method, ())) & served for p in packs.drafter_packs(method))
 
 
 def codes() -> dict[str, tuple[Severity, str]]:
