@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import dataclass
 
 from ppspec_cli.commands.common import progress
 from ppspec_cli.errors import PpspecError
@@ -78,13 +79,102 @@ def _verify_line(prof, profile: str, url: str) -> str:
     return shellout.command(shellout.ppspec_argv() + args)
 
 
-def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool, run_dir, health_timeout, where: dict, role=None) -> int:
+@dataclass
+class Prepared:
+    """A profile checked and placed for launch on this node: what `launch` starts."""
+
+    profile_path: str
+    prof: object  # the profile as loaded (planning.profile.Profile), before placement
+    r: object  # planning.resolve.Resolved
+    spec: object  # running.launch.LaunchSpec
+    node: object  # running.launch.NodeLaunch
+    findings: list
+    timeout_s: float
+
+
+def _checked(prof, profile: str, offline: bool, node_rank, run_dir, where: dict, role, dry_run: bool):
+    """Resolve, place and check: (resolved, placement, findings, the errors serve refuses on)."""
     from ppspec_cli.planning.engine_options import serve_refuses, unknown_engine_options
+    from ppspec_cli.planning.rules import run_rules
+
+    r, placement = placed(prof, profile, offline, node_rank, run_dir, where, role=role)
+    if role is not None:
+        from ppspec_cli.planning.pd import resolve_roles, run_pd_rules
+
+        findings = run_pd_rules(resolve_roles(prof, profile_path=profile, offline=offline, progress=progress, given={role: r}))
+    else:
+        findings = run_rules(r)
+    errors = [f for f in findings if serve_refuses(f)]
+    if not errors and not dry_run:
+        errors = unknown_engine_options(r.profile.engine)  # imports vLLM's parser: seconds (`check --probes` runs it too)
+    return r, placement, findings, errors
+
+
+def _refuse(r, errors) -> int:
+    from rich.console import Console
+
+    from ppspec_cli.commands.render import render_findings
+
+    con = Console(stderr=True, highlight=False)
+    con.print(f"[bold red]ppspec: refusing to launch {r.profile.name}[/bold red]: `check` found {len(errors)} error(s)")
+    render_findings(con, errors)
+    return 1
+
+
+def _node_rank_in_range(r, node_rank) -> None:
+    t = r.profile.topology
+    if node_rank is not None and not (0 <= node_rank < t.nodes):
+        raise PpspecError(f"--node-rank {node_rank} is outside 0..{t.nodes - 1}", where="--node-rank", fix=f"the profile has {t.nodes} node(s)")
+
+
+def prepare(prof, profile: str, *, offline: bool = False, node_rank=None, run_dir=None, health_timeout=None, where: dict | None = None, role=None) -> "Prepared | int":
+    """Everything `serve` does before it starts the engine: check (refusing on errors: prints why
+    and returns 1), place, build the launch. `prof`: the loaded profile, or a changed copy of it
+    (`ppspec bench`'s arms); the file `profile` anchors relative paths and messages."""
+    from ppspec_cli.running.launch import build_launch
+
+    where = where or {"master_addr": None, "master_port": None, "host": None}
+    r, placement, findings, errors = _checked(prof, profile, offline, node_rank, run_dir, where, role, False)
+    if errors:
+        return _refuse(r, errors)
+    spec = build_launch(r, run_dir=placement.run_dir)
+    _node_rank_in_range(r, placement.node_rank)
+    return Prepared(profile, prof, r, spec, spec.nodes[placement.node_rank or 0], findings, health_timeout or r.profile.launch.health_timeout_s)
+
+
+def launch(p: Prepared, *, workload=None, stream: bool = True, verify_line: str | None = None):
+    """Start and supervise the prepared engine (supervise.run_engine): its ServeResult. The same
+    pre-launch checks as `serve`: port free, Ray cluster, warnings printed, multi-node roll call."""
+    from ppspec_cli.running.serve import port_free, run_engine
+
+    r, spec, node = p.r, p.spec, p.node
+    t = r.profile.topology
+    if node.role == "head" and not port_free(r.profile.server.host, r.profile.server.port):
+        raise PpspecError(
+            f"port {r.profile.server.port} on {r.profile.server.host} is already in use",
+            where="server.port",
+            fix="stop the other server or set server.port to a free port",
+            exit_code=1,
+        )
+    if r.profile.launch.executor == "ray" and node.role == "head":
+        _check_ray(t.tensor_parallel * t.pipeline_parallel * t.data_parallel)
+    for f in p.findings:
+        if f.severity == "warning":
+            progress(f"warning {f.code}: {f.message}")
+    roll = _roll_call(r.profile, node, p.timeout_s)
+    try:
+        return run_engine(
+            spec, node, health_timeout_s=p.timeout_s, drafter_revision=r.profile.drafter.revision if r.profile.drafter else None,
+            log=progress, roll=roll, verify_line=verify_line, stream=stream, workload=workload,
+        )
+    finally:
+        if roll is not None:
+            roll.close()
+
+
+def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool, run_dir, health_timeout, where: dict, role=None) -> int:
     from ppspec_cli.running.launch import build_launch
     from ppspec_cli.planning.profile import load_profile
-    from ppspec_cli.commands.render import render_findings
-    from ppspec_cli.planning.rules import run_rules
-    from ppspec_cli.running.serve import port_free, run_engine
 
     prof = load_profile(profile)
     if role is not None and not prof.disaggregated:
@@ -97,54 +187,15 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
                 fix=f"ppspec serve {profile} --role prefill (and --role decode); --dry-run without --role prints both and the router",
             )
         return _pd_dry_run(prof, profile, offline, run_dir, json_out, where)
-    r, placement = placed(prof, profile, offline, node_rank, run_dir, where, role=role)
-    node_rank = placement.node_rank
-    if role is not None:
-        from ppspec_cli.planning.pd import resolve_roles, run_pd_rules
-
-        findings = run_pd_rules(resolve_roles(prof, profile_path=profile, offline=offline, progress=progress, given={role: r}))
-    else:
-        findings = run_rules(r)
-    errors = [f for f in findings if serve_refuses(f)]
-    if not errors and not dry_run:
-        errors = unknown_engine_options(r.profile.engine)  # imports vLLM's parser: seconds (`check --probes` runs it too)
-    if errors and not dry_run:
-        from rich.console import Console
-
-        con = Console(stderr=True, highlight=False)
-        con.print(f"[bold red]ppspec: refusing to launch {r.profile.name}[/bold red]: `check` found {len(errors)} error(s)")
-        render_findings(con, errors)
-        return 1
-    spec = build_launch(r, run_dir=placement.run_dir)
-    t = r.profile.topology
-    if node_rank is not None and not (0 <= node_rank < t.nodes):
-        raise PpspecError(f"--node-rank {node_rank} is outside 0..{t.nodes - 1}", where="--node-rank", fix=f"the profile has {t.nodes} node(s)")
     if dry_run:
-        return _print_dry_run(r, spec, findings, errors, node_rank, json_out)
-    node = spec.nodes[node_rank or 0]
-    if node.role == "head":
-        if not port_free(r.profile.server.host, r.profile.server.port):
-            raise PpspecError(
-                f"port {r.profile.server.port} on {r.profile.server.host} is already in use",
-                where="server.port",
-                fix="stop the other server or set server.port to a free port",
-                exit_code=1,
-            )
-    if r.profile.launch.executor == "ray" and node.role == "head":
-        _check_ray(t.tensor_parallel * t.pipeline_parallel * t.data_parallel)
-    for f in findings:
-        if f.severity == "warning":
-            progress(f"warning {f.code}: {f.message}")
-    timeout_s = health_timeout or r.profile.launch.health_timeout_s
-    roll = _roll_call(r.profile, node, timeout_s)
-    try:
-        res = run_engine(
-            spec, node, health_timeout_s=timeout_s, drafter_revision=r.profile.drafter.revision if r.profile.drafter else None,
-            log=progress, roll=roll, verify_line=_verify_line(prof, profile, spec.url),
-        )
-    finally:
-        if roll is not None:
-            roll.close()
+        r, placement, findings, errors = _checked(prof, profile, offline, node_rank, run_dir, where, role, True)
+        spec = build_launch(r, run_dir=placement.run_dir)
+        _node_rank_in_range(r, placement.node_rank)
+        return _print_dry_run(r, spec, findings, errors, placement.node_rank, json_out)
+    p = prepare(prof, profile, offline=offline, node_rank=node_rank, run_dir=run_dir, health_timeout=health_timeout, where=where, role=role)
+    if isinstance(p, int):
+        return p
+    res = launch(p, verify_line=_verify_line(prof, profile, p.spec.url))
     try:
         if res.exit_code == 1:
             print(f"error: {res.reason}", file=sys.stderr, flush=True)

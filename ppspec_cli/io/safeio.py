@@ -205,6 +205,20 @@ def write_text(path: str | os.PathLike[str], text: str, *, what: str = "file", w
     temporary file is left behind."""
     from ppspec_cli.io.redact import redact
 
+    try:
+        data = redact(text).encode("utf-8")
+    except ValueError as e:  # a lone surrogate: no file, one message (as a failed write)
+        raise error(f"cannot write {what}: {e}", where=where or os.fspath(path)[:200], fix="choose a writable path (an existing directory you can write to)", exit_code=exit_code) from None
+    _replace(path, data, what=what, where=where, error=error, exit_code=exit_code)
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes, *, what: str = "file", where: str | None = None, error: ErrorType = PpspecError, exit_code: int = 1) -> None:
+    """write_text for binary content (a PNG plot): the same temporary file, fsync, rename and
+    refusals. No redaction: binary data carries no text a secret could be found in."""
+    _replace(path, bytes(data), what=what, where=where, error=error, exit_code=exit_code)
+
+
+def _replace(path: str | os.PathLike[str], data: bytes, *, what: str, where: str | None, error: ErrorType, exit_code: int) -> None:
     p = os.fspath(path)
     shown = where or p[:200]
     kind = _existing_kind(p)
@@ -214,8 +228,8 @@ def write_text(path: str | os.PathLike[str], text: str, *, what: str = "file", w
     tmp = os.path.join(d, f".{name[:200]}.{os.getpid()}.{secrets.token_hex(4)}.ppspec-tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(redact(text))
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())  # a full disk or a failing NFS server shows here, not after the rename
         kind = _existing_kind(p)  # checked again just before the rename: the path may have changed

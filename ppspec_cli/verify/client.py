@@ -75,6 +75,14 @@ class Completion:
     prompt_tokens: int | None
     finish_reason: str | None
     model: str | None
+    #: The generated token ids, when asked for (`extra={"return_token_ids": True}`) and answered.
+    token_ids: list[int] | None = None
+
+
+def _token_ids(v: Any) -> list[int] | None:
+    if isinstance(v, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in v):
+        return v
+    return None
 
 
 class Client:
@@ -186,8 +194,9 @@ class Client:
             )
         return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
-    def complete(self, model: str, prompt: str, *, max_tokens: int, seed: int = 0, timeout: float | None = None) -> Completion:
-        """One greedy completion (temperature 0) of at most max_tokens tokens."""
+    def complete(self, model: str, prompt: str | list[int], *, max_tokens: int, seed: int = 0, timeout: float | None = None, extra: dict | None = None) -> Completion:
+        """One greedy completion (temperature 0) of at most max_tokens tokens. `extra`: more body
+        fields (e.g. `return_token_ids`), never overriding the greedy settings."""
         body = {
             "model": model,
             "prompt": prompt,
@@ -198,6 +207,8 @@ class Client:
             "seed": seed,
             "stream": False,
         }
+        for k, v in (extra or {}).items():
+            body.setdefault(k, v)
         doc = self._json("POST", "/v1/completions", body, timeout=timeout)
         url = self.url("/v1/completions")
         try:
@@ -223,6 +234,7 @@ class Client:
             prompt_tokens=pt if isinstance(pt, int) else None,
             finish_reason=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
             model=doc.get("model") if isinstance(doc.get("model"), str) else None,
+            token_ids=_token_ids(choice.get("token_ids")),
         )
 
     def metrics(self) -> str:

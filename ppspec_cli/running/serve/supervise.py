@@ -95,6 +95,9 @@ def health_ok(url: str, timeout: float = 2.0) -> bool:
 class ServeResult:
     exit_code: int
     reason: str
+    #: What the `workload` returned (exit code 0), or the exception it raised (exit code 1 or its own).
+    value: object = None
+    error: BaseException | None = None
 
 
 
@@ -215,6 +218,7 @@ def run_engine(
     stream: bool = True,
     roll=None,
     verify_line: str | None = None,
+    workload: Callable[[Callable[[], bool]], object] | None = None,
 ) -> ServeResult:
     """Start the engine for one node and supervise it until it exits or we are signalled.
 
@@ -223,6 +227,11 @@ def run_engine(
     In every case the engine's whole process group is gone when this returns.
     `roll`: the multi-node roll call (rollcall.Head / Worker); a lost node stops the engine (exit 1).
     `verify_line`: the `ppspec verify` command printed after the curl line once the head is ready.
+    `workload`: instead of serving until signalled, run `workload(stop_requested)` in a thread once
+    the engine is ready (`ppspec bench`); exit code 0 and its return value in `value` when it
+    finished, its exception in `error` when it raised. A signal or the engine's death makes
+    `stop_requested()` true (the workload must then stop its own children) and is waited out for
+    WORKLOAD_STOP_S before the engine is stopped.
     """
     log = _never_raises(log or (lambda m: print(f"ppspec: {m}", file=sys.stderr, flush=True)))
     secrets: dict[str, str] = {}
@@ -234,13 +243,13 @@ def run_engine(
     with _Signals() as sigs:
         lock = lock_run_dir(spec.run_dir)
         try:
-            return _run_locked(spec, node, sigs, secrets, health_timeout_s, drafter_revision, log, stream, roll, verify_line)
+            return _run_locked(spec, node, sigs, secrets, health_timeout_s, drafter_revision, log, stream, roll, verify_line, workload)
         finally:
             lock.close()
 
 
 
-def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_revision, log, stream, roll=None, verify_line=None) -> ServeResult:
+def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_revision, log, stream, roll=None, verify_line=None, workload=None) -> ServeResult:
     # Left by a run that was killed outright (we hold the lock, so no live run owns them).
     remove_engine_tmp(spec.run_dir)
     remove_recorded_shm(spec.run_dir)
@@ -305,7 +314,7 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
     shm.start()
     result = ServeResult(1, "the engine supervisor stopped unexpectedly")
     try:
-        result = _supervise(spec, node, proc, sigs, reader, tail, log_path, health_timeout_s, log, shm.scan, roll, verify_line)
+        result = _supervise(spec, node, proc, sigs, reader, tail, log_path, health_timeout_s, log, shm.scan, roll, verify_line, workload)
     finally:
         shm.scan()  # last look before the processes go away
         _terminate(proc, log, sigs=sigs, watch=shm.scan)
@@ -317,7 +326,7 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
     return result
 
 
-def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, health_timeout_s: float, log, before_stop: Callable[[], None], roll=None, verify_line=None) -> ServeResult:
+def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, health_timeout_s: float, log, before_stop: Callable[[], None], roll=None, verify_line=None, workload=None) -> ServeResult:
     log(f"engine starting (pid {proc.pid}); log: {log_path}")
 
     def exited(when: str) -> ServeResult:
@@ -357,6 +366,9 @@ def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, h
             log(f"waiting for {spec.url}/health ... {now - t0:.0f}s")
             last_note = now
         time.sleep(0.5)
+    if node.role == "head" and workload is not None:
+        log(f"serving at {spec.url} — ready in {time.monotonic() - t0:.0f}s")
+        return _run_workload(workload, proc, sigs, roll, exited)
     if node.role == "head":
         log(f"serving at {spec.url} (OpenAI API) — ready in {time.monotonic() - t0:.0f}s")
         model = node.argv[node.argv.index("--served-model-name") + 1] if "--served-model-name" in node.argv else ""
@@ -376,6 +388,43 @@ def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, h
         if proc.poll() is not None:
             return exited("while serving")
         time.sleep(0.3)
+
+
+#: Seconds a workload gets to stop (and stop its own children) after a signal or the engine's death.
+WORKLOAD_STOP_S = 15.0
+
+
+def _run_workload(workload, proc, sigs: _Signals, roll, exited) -> ServeResult:
+    """Run `workload(stop_requested)` in a thread while watching signals, the engine and the roll call."""
+    stop = threading.Event()
+    box: dict[str, object] = {}
+
+    def body() -> None:
+        try:
+            box["value"] = workload(stop.is_set)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller after the engine is stopped
+            box["error"] = e
+
+    t = threading.Thread(target=body, name="ppspec-workload", daemon=True)
+    t.start()
+    result: ServeResult | None = None
+    while t.is_alive():
+        if sigs.first is not None:
+            result = ServeResult(128 + sigs.first, f"stopped by {sigs.name}: the engine shut down cleanly")
+        elif roll is not None and roll.lost():
+            result = ServeResult(1, f"{roll.lost()}; stopped the engine")
+        elif proc.poll() is not None:
+            result = exited("while it was being measured")
+        if result is not None:
+            stop.set()
+            t.join(WORKLOAD_STOP_S)
+            return result
+        t.join(0.3)
+    err = box.get("error")
+    if err is not None:
+        code = getattr(err, "exit_code", 1)
+        return ServeResult(code if isinstance(code, int) else 1, str(err), error=err)  # type: ignore[arg-type]
+    return ServeResult(0, "measured: the engine shut down cleanly", value=box.get("value"))
 
 
 def _terminate(

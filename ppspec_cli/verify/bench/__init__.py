@@ -1,0 +1,1 @@
+"""`ppspec bench`: the load generator (vLLM's benchmark client), results, verdict, report."""
