@@ -18,7 +18,7 @@ app = typer.Typer(
         "Run EAGLE3-family speculative decoding (eagle3, dflash, dspark; also mtp, eagle) under "
         "pipeline parallelism on vLLM, checked before launch.\n\n"
         "Typical flow: `ppspec check PROFILE` (preflight, no GPU), `ppspec plan PROFILE` (stage plan), "
-        "`ppspec serve PROFILE` (launch), `ppspec verify PROFILE` (measure acceptance on the live server).\n\n"
+        "`ppspec serve PROFILE` (launch), `ppspec verify PROFILE` (measure acceptance on the live server), `ppspec bench PROFILE` (does speculation pay at each concurrency: both arms, a verdict).\n\n"
         "Exit codes: 0 ok; 1 a check, launch or gate failed (or the server/engine failed); 2 bad usage or "
         "unreadable input (profile, option value, file); 3 an internal error (a ppspec bug: re-run with --debug "
         "and report it); 4 serve could not confirm ppspec's plugin in every engine process (stopped, nothing served unpatched); 128+N (130 Ctrl-C, 143 SIGTERM) serve interrupted by signal N."

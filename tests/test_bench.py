@@ -1,0 +1,169 @@
+"""`ppspec bench` without an engine: the verdict, parity between arms, what --resume keeps, the
+report and plots, usage errors. The real run on the CPU demo is tests/test_bench_engine.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import safeio
+from ppspec_cli.verify.bench import report, results
+from ppspec_cli.verify.bench.results import Arm
+
+REPO = Path(__file__).resolve().parent.parent
+ARMS = [Arm("baseline", False, None), Arm("spec-k1", True, 1), Arm("spec-k3", True, 3)]
+
+
+def _run(arm: str, c: int, tps: float, tpot: float = 10.0, texts=None, k=None) -> dict:
+    spec = arm != "baseline"
+    return {
+        "arm": arm, "concurrency": c, "speculation": spec, "num_speculative_tokens": k if spec else None,
+        "num_prompts": 8, "max_tokens": 16, "input_len": 32, "completed": 8, "failed": 0,
+        "output_tokens_per_s": tps, "request_throughput": tps / 16, "tpot_ms": {"mean": tpot, "p50": tpot, "p99": tpot * 2},
+        "itl_ms": {"mean": tpot, "p50": tpot, "p99": tpot}, "ttft_ms": {"mean": 20.0, "p50": 20.0, "p99": 30.0},
+        "acceptance_length": 1.8 if spec else None, "acceptance_rate": 0.4 if spec else None,
+        "per_position_acceptance": [0.6, 0.2] if spec else None, "generated_texts": texts or ["a", "b"],
+    }
+
+
+def _runs(table: dict[int, tuple[float, float, float]]) -> list[dict]:
+    out = []
+    for c, (b, k1, k3) in table.items():
+        out += [_run("baseline", c, b), _run("spec-k1", c, k1, k=1), _run("spec-k3", c, k3, k=3)]
+    return out
+
+
+def test_verdict_finds_the_crossover_and_the_best_k_per_level():
+    runs = _runs({1: (100, 130, 150), 4: (300, 330, 310), 16: (800, 700, 600), 32: (1000, 900, 800)})
+    sp = results.speedups(ARMS, runs, [1, 4, 16, 32])
+    assert [round(s["speedup"], 2) for s in sp] == [1.5, 1.1, 0.88, 0.9]
+    assert [s["best_num_speculative_tokens"] for s in sp] == [3, 1, 1, 1]
+    rec = results.recommendation(sp, profile_k=3, arms=ARMS)
+    assert rec["speculate"] is True and rec["crossover_concurrency"] == 4
+    # k=3 and k=1 each win one paying level: the better geometric-mean speed-up there (k=3: 1.5 x 1.03) wins
+    assert rec["num_speculative_tokens"] == 3
+    assert rec["profile_change"] == "keep drafter.num_speculative_tokens: 3"
+    assert "above c=4 without `drafter:`" in rec["summary"]
+
+
+def test_verdict_never_pays_says_drop_the_drafter():
+    runs = _runs({1: (100, 90, 80), 4: (300, 200, 100)})
+    rec = results.recommendation(results.speedups(ARMS, runs, [1, 4]), 2, ARMS)
+    assert rec["speculate"] is False and rec["crossover_concurrency"] is None
+    assert "drafter" in rec["profile_change"]
+
+
+def test_verdict_pays_everywhere_names_a_new_k():
+    runs = _runs({1: (100, 150, 120), 4: (300, 360, 320)})
+    rec = results.recommendation(results.speedups(ARMS, runs, [1, 4]), 3, ARMS)
+    assert rec["crossover_concurrency"] == 4 == rec["highest_measured"]
+    assert rec["profile_change"] == "drafter.num_speculative_tokens: 1"
+
+
+def _par(arm, ids):
+    return {"arm": arm, "outputs": [{"index": i, "token_ids": t, "text": "x"} for i, t in enumerate(ids)]}
+
+
+def test_parity_compares_token_ids_and_names_the_first_difference():
+    runs = _runs({1: (1, 1, 1)})
+    docs = {"baseline": _par("baseline", [[1, 2, 3], [4, 5, 6]]), "spec-k1": _par("spec-k1", [[1, 2, 3], [4, 5, 6]]), "spec-k3": _par("spec-k3", [[1, 2, 3], [4, 9, 6]])}
+    p = results.parity(ARMS, docs, runs)
+    assert p["identical"] is False
+    k1, k3 = p["checks"]
+    assert k1["identical"] and k1["pass"] == "tokens"
+    assert not k3["identical"] and k3["first_difference"] == {"prompt": 1, "token": 1}
+    docs["spec-k3"] = docs["spec-k1"]
+    assert results.parity(ARMS, docs, runs)["identical"] is True
+
+
+def test_parity_also_compares_the_load_runs_and_a_missing_pass_is_not_identical():
+    runs = _runs({1: (1, 1, 1)})
+    runs[1]["generated_texts"] = ["a", "DIFFERENT"]
+    same = _par("x", [[1]])
+    p = results.parity(ARMS, {"baseline": same, "spec-k1": same, "spec-k3": same}, runs)
+    assert p["identical"] is False
+    assert [x["first_difference"] for x in p["load_runs"] if not x["identical"]] == [1]
+    p = results.parity(ARMS, {"baseline": same, "spec-k1": same, "spec-k3": None}, _runs({1: (1, 1, 1)}))
+    assert p["identical"] is False and p["missing"] == ["spec-k3"]
+
+
+def test_int_lists():
+    assert results.parse_int_list("4,1, 16,4", "--concurrency", 1, 64) == [1, 4, 16]
+    for bad in ("", "0", "1,x", "-1", "1e3", "65"):
+        with pytest.raises(PpspecError):
+            results.parse_int_list(bad, "--concurrency", 1, 64)
+
+
+def test_resume_keeps_only_levels_measured_with_the_same_settings(tmp_path):
+    from ppspec_cli.commands.bench import _Bench
+
+    settings = {"concurrency": [1, 4], "num_prompts": 8, "max_tokens": 16, "input_len": 32, "seed": 0, "parity_prompts": 8}
+    b = _Bench("p.yaml", None, ARMS[:2], [1, 4], settings, tmp_path, False, None)
+    d = b.arm_dir(ARMS[0])
+    d.mkdir(parents=True)
+    safeio.write_text(d / "c1.json", json.dumps(_run("baseline", 1, 100)))
+    safeio.write_text(d / "c4.json", json.dumps({**_run("baseline", 4, 100), "max_tokens": 99}))  # other settings
+    assert b.todo(ARMS[0]) == ([4], True)
+    safeio.write_text(d / "parity.json", json.dumps({"outputs": [], "settings": {k: settings[k] for k in ("num_prompts", "max_tokens", "input_len", "seed", "parity_prompts")}}))
+    assert b.todo(ARMS[0]) == ([4], False)
+    assert b.todo(ARMS[1]) == ([1, 4], True)
+    (d / "c1.json").write_text("{not json")
+    assert b.todo(ARMS[0]) == ([1, 4], False)
+
+
+def _doc(runs):
+    sp = results.speedups(ARMS, runs, [1, 4])
+    return {
+        "profile": "demo", "settings": {"concurrency": [1, 4], "num_prompts": 8, "max_tokens": 16, "input_len": 32, "seed": 0},
+        "arms": [a.to_json() for a in ARMS], "runs": runs, "speedup": sp, "parity": {"identical": True, "checks": [], "load_runs": [], "missing": []},
+        "recommendation": results.recommendation(sp, 1, ARMS), "warnings": [], "load_generator": "vllm bench serve",
+    }
+
+
+def test_report_and_plots(tmp_path):
+    pytest.importorskip("matplotlib", reason="the `bench` extra (matplotlib) draws the plots")
+    doc = _doc(_runs({1: (100, 130, 150), 4: (300, 250, 200)}))
+    made, why = report.plots(doc, tmp_path)
+    assert why is None and sorted(p.name for p in made) == ["bench.png", "tokens_per_s.png", "tpot.png"]
+    for p in made:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = report.markdown({**doc, "plots": [str(p) for p in made]})
+    assert "| 1 | spec-k3 | 150.0 |" in md and "1.50x" in md and "![bench](bench.png)" in md
+    assert "crossover: speculation still pays at c=1" in md
+
+
+def test_write_bytes_writes_binary_and_refuses_what_write_text_refuses(tmp_path):
+    p = tmp_path / "x.png"
+    safeio.write_bytes(p, b"\x89PNG\x00\xff")
+    assert p.read_bytes() == b"\x89PNG\x00\xff"
+    with pytest.raises(PpspecError, match="a directory"):
+        safeio.write_bytes(tmp_path, b"x")
+    assert not [f for f in tmp_path.iterdir() if f.name.endswith(".ppspec-tmp")]
+
+
+def _cli(*args, cwd=REPO):
+    import os
+
+    return subprocess.run([sys.executable, "-m", "ppspec_cli.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+@pytest.mark.slow
+def test_usage_errors_exit_2(tmp_path):
+    r = _cli("bench", "profiles/tiny_cpu_demo.yaml", "--endpoint", "http://127.0.0.1:1")
+    assert r.returncode == 2 and "--baseline-endpoint" in r.stderr
+    r = _cli("bench", "profiles/tiny_cpu_demo.yaml", "--concurrency", "1,zero")
+    assert r.returncode == 2 and "--concurrency" in r.stderr
+    nodrafter = tmp_path / "p.yaml"
+    import yaml
+
+    data = yaml.safe_load((REPO / "profiles/tiny_cpu_demo.yaml").read_text())
+    data.pop("drafter")
+    nodrafter.write_text(yaml.safe_dump(data))
+    r = _cli("bench", str(nodrafter), "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and "names no drafter" in r.stderr
+    assert "Traceback" not in r.stderr
