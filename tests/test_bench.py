@@ -167,3 +167,48 @@ def test_usage_errors_exit_2(tmp_path):
     r = _cli("bench", str(nodrafter), "--out", str(tmp_path / "o"))
     assert r.returncode == 2 and "names no drafter" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.fixture
+def fake_servers(tmp_path):
+    """Two stand-in servers (tests/fake_openai.py): the speculative one and the baseline."""
+    from enginehelpers import free_port
+
+    procs = []
+
+    def start(*flags):
+        port = free_port()
+        p = subprocess.Popen([sys.executable, str(REPO / "tests" / "fake_openai.py"), str(port), *flags], stdout=subprocess.PIPE, text=True)
+        procs.append(p)
+        assert p.stdout.readline().strip() == "ready"
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+@pytest.mark.slow
+def test_endpoint_mode_measures_two_running_servers_and_parity_fails_on_a_divergence(tmp_path, fake_servers):
+    base = fake_servers()
+    args = ["bench", "profiles/tiny_cpu_demo.yaml", "--concurrency", "1,2", "--num-prompts", "6", "--max-tokens", "8", "--input-len", "16", "--json", "--baseline-endpoint", base]
+    r = _cli(*args, "--endpoint", fake_servers("--spec"), "--out", str(tmp_path / "ok"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert sorted((x["arm"], x["concurrency"]) for x in doc["runs"]) == [("baseline", 1), ("baseline", 2), ("spec-k2", 1), ("spec-k2", 2)]
+    spec = [x for x in doc["runs"] if x["speculation"]]
+    # the stand-in's counters: N/2 drafts of 2 tokens per request, the first accepted; the client's test request stays outside
+    assert all(x["acceptance_length"] == 2.0 and x["per_position_acceptance"] == [1.0, 0.0] and x["spec_decode"]["drafts"] == 6 * 4 for x in spec)
+    assert all(x["output_tokens"] == 6 * 8 and x["completed"] == 6 for x in doc["runs"])
+    assert doc["parity"]["identical"] is True and doc["parity"]["checks"][0]["prompts"] == 6
+    assert doc["recommendation"]["profile_change"]
+    assert (tmp_path / "ok" / "report.md").is_file() and (tmp_path / "ok" / "arms" / "spec-k2" / "c2.vllm.json").is_file()
+
+    r = _cli(*args, "--endpoint", fake_servers("--spec", "--diverge"), "--out", str(tmp_path / "bad"))
+    assert r.returncode == 1, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert doc["parity"]["identical"] is False
+    diff = doc["parity"]["checks"][0]["first_difference"]
+    assert diff["token"] == 3 and doc["parity"]["checks"][0]["pass"] == "tokens"
+    assert "parity" in r.stderr and "Traceback" not in r.stderr

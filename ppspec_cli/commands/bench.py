@@ -61,7 +61,12 @@ def run(profile: str, *, concurrency: str, num_prompts: int | None, max_tokens: 
 
     state = Path(out) if out else default_run_dir(prof.name).parent / f"{prof.name}-bench"
     settings = {"concurrency": levels, "num_prompts": n_prompts, "max_tokens": max_tokens, "input_len": input_len, "seed": seed, "parity_prompts": min(PARITY_PROMPTS, n_prompts)}
-    state.mkdir(parents=True, exist_ok=True)
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        if not os.access(state, os.W_OK):
+            raise PermissionError(13, "not writable")
+    except OSError as e:
+        raise PpspecError(f"cannot use {str(state)[:200]} for the results: {e.strerror or e}", where="--out", fix="pass --out DIR, a directory you can write to (it is created)") from None
     if not resume:
         for arm in arms:
             shutil.rmtree(state / "arms" / arm.name, ignore_errors=True)
