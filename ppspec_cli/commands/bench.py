@@ -30,8 +30,8 @@ class _Interrupted(BaseException):
 
 
 def run(profile: str, *, concurrency: str, num_prompts: int | None, max_tokens: int, input_len: int, nst: str | None, out: str | None, json_out: bool, resume: bool, endpoint: str | None, baseline_endpoint: str | None, offline: bool, health_timeout: int | None, seed: int = 0) -> int:
-    """Exit code: 0 every run done and parity identical; 1 parity differs, or an engine / the
-    load generator failed; 2 usage; 128+N interrupted by signal N (finished results kept)."""
+    """Exit code: 0 every run done and parity identical; 1 parity differs, a run is missing, or an
+    engine / the load generator failed; 2 usage; 128+N interrupted by signal N (finished results kept)."""
     from ppspec_cli.planning.profile import load_profile
 
     levels = res.parse_int_list(concurrency, "--concurrency", 1, 4096)
@@ -43,58 +43,16 @@ def run(profile: str, *, concurrency: str, num_prompts: int | None, max_tokens: 
     if n_prompts < 1:
         raise PpspecError("--num-prompts must be at least 1", where="--num-prompts", fix="e.g. --num-prompts 64")
     prof = load_profile(profile)
-    if prof.drafter is None:
-        raise PpspecError(f"profile {prof.name} names no drafter: there is no speculation to measure", where="drafter", fix="bench a profile with a `drafter:` section (bench serves it once without the drafter itself)")
-    if endpoint is None and (prof.disaggregated or prof.topology.nodes > 1):
-        raise PpspecError(
-            "bench starts one single-node engine at a time; this profile runs " + ("two engines (roles)" if prof.disaggregated else f"{prof.topology.nodes} nodes"),
-            where="topology", fix="start both servers yourself (with and without the drafter) and pass --endpoint URL --baseline-endpoint URL",
-        )
-    ks = res.parse_int_list(nst, "--num-speculative-tokens", 1, 64) if nst else [prof.drafter.num_speculative_tokens]
-    if endpoint is not None:
-        if nst and len(ks) > 1:
-            raise PpspecError("with --endpoint, the speculative server runs one num_speculative_tokens", where="--num-speculative-tokens", fix="give one value (the server's), or let bench serve the profile")
-        arms = [Arm(BASELINE, False, None, baseline_endpoint), Arm(res.spec_arm_name(ks[0]), True, ks[0], endpoint)]
-    else:
-        arms = [Arm(BASELINE, False, None)] + [Arm(res.spec_arm_name(k), True, k) for k in ks]
-    from ppspec_cli.running.launch import default_run_dir
-
-    state = Path(out) if out else default_run_dir(prof.name).parent / f"{prof.name}-bench"
+    arms = _arms(prof, nst, endpoint, baseline_endpoint)
+    state = _state_dir(out, prof.name)
     settings = {"concurrency": levels, "num_prompts": n_prompts, "max_tokens": max_tokens, "input_len": input_len, "seed": seed, "parity_prompts": min(PARITY_PROMPTS, n_prompts)}
-    try:
-        state.mkdir(parents=True, exist_ok=True)
-        if not os.access(state, os.W_OK):
-            raise PermissionError(13, "not writable")
-    except OSError as e:
-        raise PpspecError(f"cannot use {str(state)[:200]} for the results: {e.strerror or e}", where="--out", fix="pass --out DIR, a directory you can write to (it is created)") from None
     if not resume:
         for arm in arms:
             shutil.rmtree(state / "arms" / arm.name, ignore_errors=True)
     b = _Bench(profile, prof, arms, levels, settings, state, offline, health_timeout)
-    old = {}
-
-    def _raise(signum, _frame):
-        raise _Interrupted(signum)
-
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        old[s] = signal.signal(s, _raise)
-    code = 0
-    try:
-        code = b.measure_all()
-    except _Interrupted as e:
-        code = 128 + e.signum
-        progress(f"interrupted by {signal.Signals(e.signum).name}: every engine is stopped")
-    except PpspecError as e:  # a launch refused, a load generator failed: keep what is measured
-        from ppspec_cli.commands.common import err_console
-
-        b.failures.append(e.message)
-        err_console().print(e.render(), markup=False)
-        code = e.exit_code
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+    code = _measure(b)
     doc = b.assemble()
-    _write_outputs(doc, state, out is not None)
+    _write_outputs(doc, state)
     if json_out:
         print(json.dumps(doc, indent=2))
     else:
@@ -114,7 +72,62 @@ def run(profile: str, *, concurrency: str, num_prompts: int | None, max_tokens: 
     return 0
 
 
-def _write_outputs(doc: dict, state: Path, full: bool) -> None:
+def _arms(prof, nst: str | None, endpoint: str | None, baseline_endpoint: str | None) -> list[Arm]:
+    """baseline (no drafter) first, then one arm per num_speculative_tokens."""
+    if prof.drafter is None:
+        raise PpspecError(f"profile {prof.name} names no drafter: there is no speculation to measure", where="drafter", fix="bench a profile with a `drafter:` section (bench serves it once without the drafter itself)")
+    if endpoint is None and (prof.disaggregated or prof.topology.nodes > 1):
+        raise PpspecError(
+            "bench starts one single-node engine at a time; this profile runs " + ("two engines (roles)" if prof.disaggregated else f"{prof.topology.nodes} nodes"),
+            where="topology", fix="start both servers yourself (with and without the drafter) and pass --endpoint URL --baseline-endpoint URL",
+        )
+    ks = res.parse_int_list(nst, "--num-speculative-tokens", 1, 64) if nst else [prof.drafter.num_speculative_tokens]
+    if endpoint is None:
+        return [Arm(BASELINE, False, None)] + [Arm(res.spec_arm_name(k), True, k) for k in ks]
+    if len(ks) > 1:
+        raise PpspecError("with --endpoint, the speculative server runs one num_speculative_tokens", where="--num-speculative-tokens", fix="give one value (the server's), or let bench serve the profile")
+    return [Arm(BASELINE, False, None, baseline_endpoint), Arm(res.spec_arm_name(ks[0]), True, ks[0], endpoint)]
+
+
+def _state_dir(out: str | None, name: str) -> Path:
+    """--out DIR (created), else ~/.cache/ppspec/runs/NAME-bench: the results and the --resume state."""
+    from ppspec_cli.running.launch import default_run_dir
+
+    state = Path(out) if out else default_run_dir(name).parent / f"{name}-bench"
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        if not os.access(state, os.W_OK):
+            raise PermissionError(13, "not writable")
+    except OSError as e:
+        raise PpspecError(f"cannot use {str(state)[:200]} for the results: {e.strerror or e}", where="--out", fix="pass --out DIR, a directory you can write to (it is created)") from None
+    return state
+
+
+def _measure(b: "_Bench") -> int:
+    """Every arm in turn; a stop signal outside an engine's supervisor (which handles its own)
+    ends the run with 128+N, a refused launch or failed load generator with its exit code."""
+
+    def _raise(signum, _frame):
+        raise _Interrupted(signum)
+
+    old = {s: signal.signal(s, _raise) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return b.measure_all()
+    except _Interrupted as e:
+        progress(f"interrupted by {signal.Signals(e.signum).name}: every engine is stopped")
+        return 128 + e.signum
+    except PpspecError as e:  # a launch refused, a load generator failed: keep what is measured
+        from ppspec_cli.commands.common import err_console
+
+        b.failures.append(e.message)
+        err_console().print(e.render(), markup=False)
+        return e.exit_code
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _write_outputs(doc: dict, state: Path) -> None:
     from ppspec_cli.verify.bench import report
 
     made, why = report.plots(doc, state) if doc["runs"] else ([], "no plots: nothing was measured")
@@ -182,7 +195,7 @@ class _Bench:
         if arm.endpoint is None:
             from ppspec_cli.commands.serve import prepare
 
-            prepared = prepare(self.profile_path, prof=self._variant(arm), offline=self.offline, health_timeout=self.health_timeout)
+            prepared = prepare(self._variant(arm), self.profile_path, offline=self.offline, health_timeout=self.health_timeout)
             if isinstance(prepared, int):
                 return prepared
         job = self._job(arm, prepared, levels, need_parity)
