@@ -212,3 +212,35 @@ def test_endpoint_mode_measures_two_running_servers_and_parity_fails_on_a_diverg
     diff = doc["parity"]["checks"][0]["first_difference"]
     assert diff["token"] == 3 and doc["parity"]["checks"][0]["pass"] == "tokens"
     assert "parity" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_load_generator_and_keeps_the_report(tmp_path, fake_servers):
+    import os
+    import signal
+    import time
+
+    from enginehelpers import alive, descendants
+
+    out = tmp_path / "out"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "ppspec_cli.cli", "bench", "profiles/tiny_cpu_demo.yaml", "--concurrency", "1", "--num-prompts", "2", "--max-tokens", "4",
+         "--endpoint", fake_servers("--spec"), "--baseline-endpoint", fake_servers(), "--out", str(out)],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    seen: set[int] = set()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        seen |= descendants(p.pid)
+        if seen:  # the load generator (importing vLLM)
+            time.sleep(1)
+            break
+        time.sleep(0.1)
+    assert seen, "bench started no load generator"
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err[-2000:]
+    assert "--resume" in err and "Traceback" not in err
+    assert [pid for pid in seen if alive(pid)] == []
+    doc = json.loads((out / "bench.json").read_text())
+    assert doc["complete"] is False and doc["runs"] == []

@@ -113,7 +113,19 @@ class LoadGen:
             deadline = time.monotonic() + level_timeout_s  # each step has its own deadline
 
     def close(self) -> None:
-        """Stop the process group (SIGTERM, SIGKILL after 5 s) and reap it; idempotent."""
+        """Stop the process group (SIGTERM, SIGKILL after 5 s) and reap it; idempotent. Stop
+        signals wait until it is done (a second Ctrl-C must not leave the load generator running)."""
+        stops = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+        try:
+            self._close()
+        finally:
+            if main:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+
+    def _close(self) -> None:
         try:
             if self.proc.stdin is not None:
                 self.proc.stdin.close()
