@@ -137,7 +137,9 @@ def run_level(serve_mod, parser_factory, client, job: dict, concurrency: int, *,
             warnings.append("the counters did not settle after the last response; acceptance may miss the last steps")
     else:
         before = before_all
-        after, _d, _ok = __import__("ppspec_cli.verify.runner", fromlist=["_settled_delta"])._settled_delta(client, before, None)
+        from ppspec_cli.verify.runner import _settled_delta
+
+        after, _d, _ok = _settled_delta(client, before, None)
         warnings.append("vLLM's client did not scrape /metrics around its requests (changed hook): the counters include its test request")
     return {"result": result, "before": before, "after": after, "prompts": hooks.prompts, "warnings": warnings, "argv": vllm_args(job, concurrency=concurrency, num_prompts=n, output_len=out_len, result_file=result_file)}
 
