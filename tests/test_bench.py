@@ -51,6 +51,13 @@ def test_verdict_finds_the_crossover_and_the_best_k_per_level():
     assert "above c=4 without `drafter:`" in rec["summary"]
 
 
+def test_verdict_names_a_dip_below_the_crossover():
+    runs = _runs({1: (100, 130, 120), 4: (300, 290, 280), 16: (800, 850, 820)})
+    rec = results.recommendation(results.speedups(ARMS, runs, [1, 4, 16]), 1, ARMS)
+    assert rec["crossover_concurrency"] == 16
+    assert "but not at c=4" in rec["summary"]
+
+
 def test_verdict_never_pays_says_drop_the_drafter():
     runs = _runs({1: (100, 90, 80), 4: (300, 200, 100)})
     rec = results.recommendation(results.speedups(ARMS, runs, [1, 4]), 2, ARMS)

@@ -195,6 +195,9 @@ def recommendation(sp: list[dict], profile_k: int | None, arms: list[Arm]) -> di
         summary = f"speculation pays at every measured concurrency up to c={top} ({levels})"
     else:
         summary = f"speculation pays up to c={crossover} and costs throughput above it ({levels}): serve loads above c={crossover} without `drafter:`"
+    dips = [s["concurrency"] for s in measured if not s["pays"] and s["concurrency"] < crossover]
+    if dips:  # not a clean crossover: noise, or a real dip; say so rather than hide it
+        summary = summary.replace("speculation pays at every measured concurrency", "speculation pays at most measured concurrencies") + f"; but not at c={', c='.join(map(str, dips))} (repeat the run: a dip below the crossover is often noise)"
     return {"speculate": True, "crossover_concurrency": crossover, "highest_measured": top, "num_speculative_tokens": k, "profile_change": change, "summary": summary}
 
 
