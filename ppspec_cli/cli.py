@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from ppspec_cli.io import redact
+from ppspec_cli.io import terminal
 from ppspec_cli.errors import PpspecError
 
 app = typer.Typer(
@@ -237,7 +237,7 @@ def adapters_show_cmd(name: str = typer.Argument(..., metavar="NAME", help="Pack
 
 def main() -> None:
     """Entry point: one clear message for user errors, a traceback only with --debug."""
-    redact.install()  # every byte ppspec prints goes through the one redaction layer
+    terminal.install()  # every byte ppspec prints is cleaned (io.terminal) and redacted (io.redact)
     try:
         rc = app(standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)
@@ -248,7 +248,7 @@ def main() -> None:
             print(json.dumps({"ok": False, **e.to_json()}, indent=2))
         from ppspec_cli.commands.common import err_console
 
-        err_console().print(e.render(), markup=False)
+        err_console().print(e.render())
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)

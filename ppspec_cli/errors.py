@@ -21,12 +21,24 @@ class PpspecError(Exception):
         self.exit_code = exit_code
 
     def render(self) -> str:
-        parts = [f"error: {self.what}"]
+        """The message as printed: each part bounded (MAX_PART characters; a message may quote a
+        server's answer). Control characters are made inert where it is printed (io.terminal)."""
+        parts = [f"error: {_bound(self.what)}"]
         if self.where:
-            parts.append(f"  where: {self.where}")
+            parts.append(f"  where: {_bound(self.where)}")
         if self.fix:
-            parts.append(f"  fix: {self.fix}")
+            parts.append(f"  fix: {_bound(self.fix)}")
         return "\n".join(parts)
 
     def to_json(self) -> dict:
-        return {"error": self.what, "where": self.where, "fix": self.fix, "exit_code": self.exit_code}
+        return {"error": _bound(self.what), "where": _bound(self.where), "fix": _bound(self.fix), "exit_code": self.exit_code}
+
+
+#: The most characters of one part (what / where / fix) of a rendered error.
+MAX_PART = 4000
+
+
+def _bound(s: object) -> object:
+    if isinstance(s, str) and len(s) > MAX_PART:
+        return s[:MAX_PART] + f"... ({len(s) - MAX_PART} more characters not shown)"
+    return s

@@ -37,6 +37,9 @@ EXAMPLES: dict[str, tuple[dict, dict]] = {
     "env-overrides-plan": ({"env": {"VLLM_PP_LAYER_PARTITION": "8,8"}}, {}),
     "env-plugins-skip-ppspec": ({}, {"VLLM_PLUGINS": "other"}),
     "api-key-env-unset": ({"server": {"api_key_env": "PPSPEC_TEST_UNSET_KEY"}}, {}),
+    "engine-ambiguous-option": ({"engine": {"max-num": 8}}, {}),
+    "engine-untrusted-option": ({"engine": {"worker_extension_cls": "evil.Ext"}}, {}),
+    "env-untrusted-entry": ({"env": {"LD_PRELOAD": "/tmp/evil.so"}}, {}),
 }
 #: Codes only found with vLLM's parser imported: `check --probes` (and `serve`, always).
 NEEDS_PARSER = {"engine-unknown-option"}
@@ -138,7 +141,9 @@ def test_plan_overrides_in_env_and_environment(env, environ, field):
 
 
 def test_plugins_allow_list_with_ppspec_passes():
-    assert launch_refusals({}, {"VLLM_PLUGINS": "other, ppspec"}, None, {"VLLM_PLUGINS": "ppspec"}) == []
+    assert launch_refusals({}, {"VLLM_PLUGINS": "other,ppspec"}, None, {"VLLM_PLUGINS": "ppspec"}) == []
+    # vLLM splits VLLM_PLUGINS on "," and compares names exactly: " ppspec" is not ppspec
+    assert [f.code for f in launch_refusals({}, {"VLLM_PLUGINS": "other, ppspec"}, None, {})] == ["env-plugins-skip-ppspec"]
     assert [f.field for f in launch_refusals({}, {"VLLM_PLUGINS": "other"}, None, {"VLLM_PLUGINS": ""})] == ["env.VLLM_PLUGINS", "environment.VLLM_PLUGINS"]
 
 

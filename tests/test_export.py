@@ -324,4 +324,4 @@ def test_serve_dry_run_in_a_slurm_allocation(env, tmp_path):
     code, out, _ = cli(env, "serve", str(p), "--dry-run")
     assert code == 1 and "topology-master-addr" in out
     code, _, err = cli(env, "serve", str(p), "--dry-run", "--master-addr", "a b")
-    assert code == 1 and "--master-addr 'a b' is not a host name" in err
+    assert code == 2 and "--master-addr 'a b' is not a host name" in err  # a bad value is a usage error (issue 23)

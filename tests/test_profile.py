@@ -52,6 +52,9 @@ engine:
   enforce-eager: true
 env:
   NCCL_DEBUG: INFO
+trust:
+  engine: [chat-template]
+  env: [HF_ENDPOINT]
 verify:
   num_prompts: 6
   max_tokens: 40

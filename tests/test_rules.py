@@ -844,3 +844,38 @@ def test_kimi_k3_style_multimodal_target_with_dspark(make_checkpoint):
     cfg41 = {"architectures": ["DSparkDraftModel"], "model_type": "deepseek_v41", "num_hidden_layers": 1, "hidden_size": 7168, "dspark_target_layer_ids": [1, 30, 59]}
     r41, _ = check(target, make_checkpoint("k3-dspark41", cfg41), method="dspark", pp=2)
     assert r41.plan.taps == (1, 30, 59)  # deepseek_v41 ids are used as is
+
+
+# ---- vLLM's shape rules at engine start (planning.engine_shapes) and the draft-vocabulary direction
+
+
+def test_draft_vocab_larger_than_the_target_is_named_so(llama, make_checkpoint):
+    """Was reported as "draft vocabulary 200000 < target vocabulary 128256" (an info)."""
+    big = drafter_with(make_checkpoint, "bigvocab", draft_vocab_size=200000)
+    _, by = check(llama, big)
+    f = expect(by, "draft-vocab-larger", "error", "drafter.model")
+    assert "200000" in f.message and "larger" in f.message and "<" not in f.message
+
+
+def test_heads_kv_heads_and_max_model_len(make_checkpoint):
+    base = fixture_config("meta-llama__Llama-3.2-1B-Instruct", "config.json")  # 32 heads, 8 KV heads, 131072 positions
+    t = make_checkpoint("shape-target", base)
+    _, by = check(t, method=None, tp=3)
+    expect(by, "heads-tp-indivisible", "error", "topology.tensor_parallel")
+    _, by = check(t, method=None, tp=16)  # 32 % 16 == 0, but 16 % 8 == 0 too: fine
+    assert not {"heads-tp-indivisible", "kv-heads-tp-indivisible"} & set(by)
+    odd_kv = make_checkpoint("shape-kv", {**base, "num_key_value_heads": 6})
+    _, by = check(odd_kv, method=None, tp=4)
+    expect(by, "kv-heads-tp-indivisible", "error", "topology.tensor_parallel")
+    zero = make_checkpoint("shape-zero", {**base, "num_attention_heads": 0, "num_key_value_heads": 0})
+    _, by = check(zero, method=None)
+    expect(by, "heads-zero", "error")
+    expect(by, "kv-heads-zero", "error")
+    _, by = check(t, method=None, engine={"max_model_len": -5})
+    expect(by, "max-model-len-invalid", "error", "engine.max_model_len")
+    _, by = check(t, method=None, engine={"max-model": 10**9})  # an abbreviation vLLM expands
+    expect(by, "max-model-len-too-large", "error", "engine.max-model")
+    _, by = check(t, method=None, engine={"max-model-len": 10**9}, env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"})
+    assert "max-model-len-too-large" not in by
+    _, by = check(t, method=None, engine={"max-model-len": -1})
+    assert "max-model-len-invalid" not in by

@@ -237,11 +237,13 @@ def test_trust_remote_code_only_when_the_profile_sets_it(tmp_path):
 
 @pytest.mark.vllm
 def test_abbreviated_managed_flags_are_refused_at_serve():
-    """argparse accepts unambiguous prefixes (`--trust-remote` for `--trust-remote-code`): serve
-    checks engine keys by exact name against the installed vLLM, so a prefix is refused."""
-    from ppspec_cli.planning.engine_options import check_engine_flags
+    """argparse accepts unambiguous prefixes (`--trust-remote` for `--trust-remote-code`): the
+    engine-option reader resolves a prefix as vLLM's parser does, so a prefix of a managed flag is
+    refused as that flag, and a prefix of an ordinary option is that option (not "unknown")."""
+    from ppspec_cli.planning.engine_options import check_engine_flags, launch_refusals
 
-    assert check_engine_flags({"trust-remote": True, "max-model-len": 512}) == ["trust-remote"]
+    assert check_engine_flags({"trust-remote": True, "max-model": 512, "no-such-option-xyz": 1}) == ["no-such-option-xyz"]
+    assert [f.code for f in launch_refusals({"trust-remote": True}, {}, None, None)] == ["engine-managed-option"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import struct
-import time
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,7 @@ from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge import methods, packs
 
 MAX_CONFIG_BYTES = 8 << 20
-MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
+MAX_HEADER_BYTES = 16 << 20  # a real header is at most a few MiB (safetensors itself allows 100 MiB): a larger one is a gap, not seconds of parsing
 #: Bounds across all shards of one checkpoint (the largest public checkpoints hold ~200k tensors in ~200 shards).
 MAX_SHARDS = 10_000
 MAX_TENSORS = 2_000_000
@@ -443,6 +442,34 @@ def _install_hub_client() -> None:
     _hub_client["installed"] = endpoint
 
 
+#: The most bytes one checkpoint's hub metadata (config, index, safetensors headers) may take.
+HUB_METADATA_LIMIT = 2 * MAX_CONFIG_BYTES + MAX_TOTAL_HEADER_BYTES + (64 << 20)
+#: The most bytes serve downloads of a hub drafter (its JSON and safetensors files).
+HUB_DOWNLOAD_LIMIT_ENV = "PPSPEC_HUB_DOWNLOAD_LIMIT_GB"
+HUB_DOWNLOAD_LIMIT_DEFAULT_GB = 64.0
+
+
+def _hub_limit() -> float:
+    raw = os.environ.get(HUB_DOWNLOAD_LIMIT_ENV, "").strip()
+    try:
+        gb = float(raw) if raw else HUB_DOWNLOAD_LIMIT_DEFAULT_GB
+    except ValueError:
+        gb = float("nan")
+    if not 0 < gb <= 1 << 20:
+        raise PpspecError(f"{HUB_DOWNLOAD_LIMIT_ENV}={raw[:40]!r} is not a size in GB in (0, 1048576]", where=HUB_DOWNLOAD_LIMIT_ENV, fix=f"set it to the GB a drafter download may take (default {HUB_DOWNLOAD_LIMIT_DEFAULT_GB:g}), or unset it", exit_code=1)
+    return gb * 1e9
+
+
+def _hub_too_large(ref: str, limit: float, env: str | None = None) -> PpspecError:
+    what = _hub_client.get("last") or "metadata"
+    return PpspecError(
+        f"the hub ({_endpoint()}) sent more than {limit / 1e6:.0f} MB for {ref!r} (while reading {what!r}); abandoned",
+        where=f"{ref}/{what}",
+        fix="check HF_ENDPOINT (a hub serves small metadata files)" + (f"; raise {env} for a larger drafter" if env else "") + ", or point `model` at a local directory",
+        exit_code=1,
+    )
+
+
 def _hub_overrun(ref: str, budget: float) -> PpspecError:
     what = _hub_client.get("last") or "metadata"
     return PpspecError(
@@ -496,9 +523,11 @@ def download_snapshot(ref: str, revision: str | None) -> Path:
     try:
         _install_hub_client()
         constants.HF_HUB_DISABLE_XET = True  # hf_xet's own connections would escape the deadline
-        _HUB_CLOCK.deadline = time.monotonic() + budget
+        _HUB_CLOCK.reset(budget, _hub_limit())
         return Path(snapshot_download(ref, revision=revision, allow_patterns=SNAPSHOT_PATTERNS))
     except Exception as e:  # noqa: BLE001 - one clear message
+        if _HUB_CLOCK.over():
+            raise _hub_too_large(ref, _hub_limit(), HUB_DOWNLOAD_LIMIT_ENV) from None
         if _HUB_CLOCK.expired():
             raise PpspecError(
                 f"the hub ({_endpoint()}) did not finish sending {ref!r} within the {budget:g} s download deadline; abandoned",
@@ -513,7 +542,7 @@ def download_snapshot(ref: str, revision: str | None) -> Path:
             exit_code=1,
         ) from None
     finally:
-        _HUB_CLOCK.deadline = float("inf")
+        _HUB_CLOCK.clear()
         constants.HF_HUB_DISABLE_XET = xet_was_disabled
 
 
@@ -530,16 +559,18 @@ def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_head
     try:
         _install_hub_client()
         constants.HF_HUB_DISABLE_XET = True
-        _HUB_CLOCK.deadline = time.monotonic() + budget
+        _HUB_CLOCK.reset(budget, HUB_METADATA_LIMIT)
         return _load_hub(ref, revision, offline=offline, read_headers=read_headers)
     except PpspecError:
         raise
     except Exception:
+        if _HUB_CLOCK.over():
+            raise _hub_too_large(ref, HUB_METADATA_LIMIT) from None
         if _HUB_CLOCK.expired():
             raise _hub_overrun(ref, budget) from None
         raise
     finally:
-        _HUB_CLOCK.deadline = float("inf")
+        _HUB_CLOCK.clear()
         constants.HF_HUB_DISABLE_XET = xet_was_disabled
 
 

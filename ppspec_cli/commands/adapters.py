@@ -186,9 +186,9 @@ def _contract_text(pack: Pack) -> str:
 
 
 def _console() -> Any:
-    from rich.console import Console
+    from ppspec_cli.io import terminal
 
-    return Console(soft_wrap=False)
+    return terminal.console(soft_wrap=False)
 
 
 def adapters_list(json_out: bool) -> int:
@@ -203,24 +203,23 @@ def adapters_list(json_out: bool) -> int:
     # One block per pack, not a table: class names are up to ~40 characters, and five columns of
     # them cannot fit 80 columns (or a pipe) without breaking names mid-word. Lists are joined with
     # ", " so they wrap between names; wrapped lines keep the value column's indentation.
-    from rich.markup import escape
-
     from ppspec_cli.commands.render import print_wrapped
+    from ppspec_cli.io.terminal import plain, styled
 
     colors = {"native": "green", "patched by pack": "cyan", "unsupported": "red", "not checked": "yellow"}
     packs = {p.name: p for p in load_packs()}
     c = _console()
-    c.print(f"[bold]Adapter packs[/bold] — status against {escape(where)}", highlight=False)
+    c.print(styled("[bold]Adapter packs[/bold] — status against {}", where))
     for rec in records:
         p = packs[rec["name"]]
         c.print()
-        c.print(f"[bold]{escape(p.name)}[/bold]", highlight=False)
-        print_wrapped(c, f"[{colors[rec['status']]}]{rec['status']}[/]: {escape(rec['status_detail'])}", indent=12, label="  status")
+        c.print(styled("[bold]{}[/bold]", p.name))
+        print_wrapped(c, styled(f"[{colors[rec['status']]}]{{}}[/]: {{}}", rec["status"], rec["status_detail"]), indent=12, label="  status")
         for label, names in (("targets", p.matches.targets), ("drafters", p.matches.drafters), ("methods", p.matches.methods)):
             if names:
-                print_wrapped(c, escape(", ".join(names)), indent=12, label=f"  {label}")
-        print_wrapped(c, escape(", ".join(p.provides) or _provides_nothing(p)), indent=12, label="  provides")
-        print_wrapped(c, escape(p.vllm_range), indent=12, label="  vLLM")
+                print_wrapped(c, plain(", ".join(names)), indent=12, label=f"  {label}")
+        print_wrapped(c, plain(", ".join(p.provides) or _provides_nothing(p)), indent=12, label="  provides")
+        print_wrapped(c, plain(p.vllm_range), indent=12, label="  vLLM")
     return 0
 
 
@@ -232,48 +231,54 @@ def adapters_show(name: str, json_out: bool) -> int:
     if json_out:
         print(json.dumps(rec, indent=2))
         return 0
-    from rich.markup import escape
     from rich.table import Table
+
+    from ppspec_cli.io.terminal import plain
 
     c = _console()
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold", no_wrap=True)
     t.add_column(overflow="fold")
-    t.add_row("pack", f"{pack.name} ({pack.source})")
-    t.add_row("", pack.description)
-    t.add_row("matches", _matches_text(pack))
-    t.add_row("vLLM range", pack.vllm_range)
-    t.add_row("status", f"{rec['status']}: {rec['status_detail']}")
-    t.add_row("provides", "\n".join(f"{cap}: {CAPABILITIES[cap]}" for cap in pack.provides))
+    add_row = t.add_row
+
+    def row(k: str, v: str) -> None:  # pack text is data: plain Text, never markup
+        add_row(plain(k), plain(v))
+
+    row("pack", f"{pack.name} ({pack.source})")
+    row("", pack.description)
+    row("matches", _matches_text(pack))
+    row("vLLM range", pack.vllm_range)
+    row("status", f"{rec['status']}: {rec['status_detail']}")
+    row("provides", "\n".join(f"{cap}: {CAPABILITIES[cap]}" for cap in pack.provides))
     patches = [str(f) for _, f in pack.patch_files]
-    t.add_row("patches", "\n".join(patches) if patches else "none (native)")
+    row("patches", "\n".join(patches) if patches else "none (native)")
     if pack.contract is not None:
-        t.add_row("contract", escape(_contract_text(pack)))
+        row("contract", _contract_text(pack))
     if pack.drafter_classes:
-        t.add_row("drafter classes", "\n".join(f"{d.name}: {d.method} since vLLM {d.since}" for d in pack.drafter_classes))
+        row("drafter classes", "\n".join(f"{d.name}: {d.method} since vLLM {d.since}" for d in pack.drafter_classes))
     f = pack.facts
     if f.inner_decoder:
-        t.add_row(
+        row(
             "inner decoder",
             "\n".join(f"{arch}: " + ", ".join(f"{platform}={ref}" for platform, ref in per.items()) for arch, per in f.inner_decoder.items()),
         )
     if f.inner_decoder_path:
-        t.add_row("decoder path", "\n".join(f"{arch}: {path}" for arch, path in f.inner_decoder_path.items()))
+        row("decoder path", "\n".join(f"{arch}: {path}" for arch, path in f.inner_decoder_path.items()))
     for part in pack.parts:
         for cap, lines in part.capabilities.items():
             rows = [f"{'/'.join(x.platforms)}{' vLLM ' + x.vllm if x.vllm else ''}: {x.status}" + (f" ({x.reason})" if x.reason else "") for x in lines]
-            t.add_row(cap, escape("\n".join(rows)))
+            row(cap, "\n".join(rows))
     if f.embedding_tensors:
-        t.add_row("embedding tensors", ", ".join(f.embedding_tensors))
+        row("embedding tensors", ", ".join(f.embedding_tensors))
     if f.name_mapping:
-        t.add_row("name mapping", "\n".join(f"{k} -> {v}" for k, v in f.name_mapping.items()))
+        row("name mapping", "\n".join(f"{k} -> {v}" for k, v in f.name_mapping.items()))
     if f.text_config_key:
-        t.add_row("text config", f.text_config_key)
-    t.add_row("tap convention", f.tap_convention)
+        row("text config", f.text_config_key)
+    row("tap convention", f.tap_convention)
     if f.installed_vllm:
-        t.add_row("found in vLLM", f.installed_vllm)
+        row("found in vLLM", f.installed_vllm)
     for n in f.notes:
-        t.add_row("note", n)
+        row("note", n)
     c.print(t)
     return 0
 

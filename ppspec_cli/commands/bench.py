@@ -56,11 +56,10 @@ def run(profile: str, *, concurrency: str, num_prompts: int | None, max_tokens: 
     if json_out:
         print(json.dumps(doc, indent=2))
     else:
-        from rich.console import Console
-
+        from ppspec_cli.io import terminal
         from ppspec_cli.verify.bench.report import print_report
 
-        print_report(doc, Console(highlight=False, soft_wrap=True))
+        print_report(doc, terminal.console())
     if code:
         progress(f"finished results are kept in {state}; continue with the same command and --resume")
         return code
@@ -120,7 +119,7 @@ def _measure(b: "_Bench") -> int:
         from ppspec_cli.commands.common import err_console
 
         b.failures.append(e.message)
-        err_console().print(e.render(), markup=False)
+        err_console().print(e.render())
         return e.exit_code
     finally:
         for s, h in old.items():

@@ -8,9 +8,9 @@ from typing import Any
 
 
 def err_console():
-    from rich.console import Console
+    from ppspec_cli.io import terminal
 
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return terminal.console(stderr=True)
 
 
 def progress(msg: str) -> None:

@@ -19,9 +19,10 @@ def slurm(profile: str, output: str | None, offline: bool) -> int:
 def k8s(profile: str, image: str, output: str | None, api_key_secret: str | None, host: str | None, offline: bool) -> int:
     import re
 
-    from ppspec_cli.running.export import K8S_RUN_DIR, PLACEHOLDER_HEAD, k8s_manifest, k8s_name
+    from ppspec_cli.running.export import K8S_RUN_DIR, PLACEHOLDER_HEAD, check_image, k8s_manifest, k8s_name
 
-    if api_key_secret is not None and not re.match(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$", api_key_secret):
+    check_image(image)  # before the preflight: a bad value is a usage error, found at once
+    if api_key_secret is not None and not re.fullmatch(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?", api_key_secret):  # fullmatch: `$` takes a trailing newline
         raise PpspecError(f"--api-key-secret {api_key_secret[:80]!r} is not a Kubernetes Secret name", where="--api-key-secret", fix="lowercase letters, digits, `-` and `.`", exit_code=2)
     prof = load(profile)
     if host is None and prof.server.host in ("127.0.0.1", "localhost", "::1"):

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
 
-from rich.console import Console
-
-from ppspec_cli.io.terminal import safe
 from rich.table import Table
 from rich.text import Text
 
+from ppspec_cli.io import terminal
+from ppspec_cli.io.terminal import safe, styled  # noqa: F401 - safe: for callers of render.safe
 from ppspec_cli.knowledge import methods
+
+Console = Any  # a terminal.console(): the only console ppspec prints through
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -27,21 +29,21 @@ def _human_bytes(n: int | None) -> str:
 def render_findings(console: Console, findings) -> None:
     """One block per finding: severity and code, the field, the message, the fix."""
     if not findings:
-        console.print("[green]no findings[/green]")
+        console.print(styled("[green]no findings[/green]"))
         return
     for f in findings:
         style = _SEV_STYLE[f.severity]
-        console.print(f"[{style}]{f.severity.upper():7}[/] [bold]{safe(f.code)}[/bold]  [dim]({safe(f.field)})[/dim]")
-        print_wrapped(console, safe(f.message))
+        console.print(styled(f"[{style}]{{:7}}[/] [bold]{{}}[/bold]  [dim]({{}})[/dim]", f.severity.upper(), f.code, f.field))
+        print_wrapped(console, terminal.plain(f.message))
         if f.hint:
-            print_wrapped(console, f"[dim]fix:[/dim] {safe(f.hint)}")
+            print_wrapped(console, styled("[dim]fix:[/dim] {}", f.hint))
 
 
-def print_wrapped(console: Console, markup: str, *, indent: int = 8, label: str = "") -> None:
-    """Markup wrapped at the console width between words, every line indented by `indent` columns
+def print_wrapped(console: Console, text: Text, *, indent: int = 8, label: str = "") -> None:
+    """A Text (terminal.styled / terminal.plain) wrapped at the console width between words, every line indented by `indent` columns
     (a wrapped line keeps the indentation; a label shorter than `indent` starts the first line).
     No trailing blanks, so piped output stays clean."""
-    for i, line in enumerate(Text.from_markup(markup).wrap(console, max(20, console.width - indent))):
+    for i, line in enumerate(text.wrap(console, max(20, console.width - indent))):
         line.rstrip()
         console.print(Text(label.ljust(indent) if i == 0 else " " * indent) + line, soft_wrap=True)
 
@@ -49,20 +51,21 @@ def print_wrapped(console: Console, markup: str, *, indent: int = 8, label: str 
 def _engine_line(console: Console, r) -> None:
     p = r.profile
     topo = p.topology
-    console.print(
-        f"[bold]{safe(p.name)}[/bold]: target {safe(p.target.model)}"
-        + (f", drafter {p.drafter.method} {safe(p.drafter.model or '(in-model)')}" if p.drafter else ", no drafter")
+    rest = (
+        f"target {p.target.model}"
+        + (f", drafter {p.drafter.method} {p.drafter.model or '(in-model)'}" if p.drafter else ", no drafter")
         + f"; TP{topo.tensor_parallel} x PP{topo.pipeline_parallel}"
         + (f" x DP{topo.data_parallel}" if topo.data_parallel > 1 else "")
-        + f" on {topo.nodes} node(s); platform {r.platform} ({safe(r.platform_source)}), runner {r.runner.upper()}"
-        + (f"; adapter {safe(r.pack.name)}" if r.pack is not None else "")
+        + f" on {topo.nodes} node(s); platform {r.platform} ({r.platform_source}), runner {r.runner.upper()}"
+        + (f"; adapter {r.pack.name}" if r.pack is not None else "")
     )
+    console.print(styled("[bold]{}[/bold]: {}", p.name, rest))
 
 
 def render_check(r, findings, console: Console | None = None) -> None:
-    console = console or Console(highlight=False)
+    console = console or terminal.console()
     _engine_line(console, r)
-    console.print(f"verdict for vLLM {safe(r.engine_version)} ({safe(r.engine_version_source)})")
+    console.print(f"verdict for vLLM {r.engine_version} ({r.engine_version_source})")
     _render_verdict(console, findings)
 
 
@@ -71,29 +74,26 @@ def _render_verdict(console: Console, findings) -> None:
     n_err = sum(f.severity == "error" for f in findings)
     n_warn = sum(f.severity == "warning" for f in findings)
     if n_err:
-        console.print(f"[bold red]FAIL[/bold red]: {n_err} error(s), {n_warn} warning(s)")
+        console.print(styled("[bold red]FAIL[/bold red]: {} error(s), {} warning(s)", n_err, n_warn))
     else:
-        console.print(f"[bold green]OK[/bold green]: 0 errors, {n_warn} warning(s)")
+        console.print(styled("[bold green]OK[/bold green]: 0 errors, {} warning(s)", n_warn))
 
 
 def render_plan(r, findings, console: Console | None = None) -> None:
-    console = console or Console(highlight=False)
+    console = console or terminal.console()
     plan = r.plan
     if plan is None:
-        console.print("[bold red]no plan[/bold red]: the target's layer count is unknown")
+        console.print(styled("[bold red]no plan[/bold red]: the target's layer count is unknown"))
         render_findings(console, [f for f in findings if f.severity == "error"])
         return
-    console.print(
-        f"[bold]{safe(r.profile.name)}[/bold]: {plan.num_layers} layers over {len(plan.partition)} stage(s) "
-        f"{list(plan.partition)} ({plan.partition_source}); runner {plan.runner.upper()}"
-    )
+    console.print(styled("[bold]{}[/bold]: {}", r.profile.name, f"{plan.num_layers} layers over {len(plan.partition)} stage(s) {list(plan.partition)} ({plan.partition_source}); runner {plan.runner.upper()}"))
     if plan.method:
         console.print(
             f"drafter {plan.method}: taps {list(plan.taps) or '—'} (vLLM capture points: tap L = output of layer L-1; source: {plan.taps_source})"
             + (f"; trained on {list(plan.trained_taps)} via {plan.trained_source}" if plan.trained_taps else "")
         )
         if plan.overlay:
-            console.print(f"[yellow]drafter config overlay at launch:[/yellow] {safe(plan.overlay)}")
+            console.print(styled("[yellow]drafter config overlay at launch:[/yellow] {}", plan.overlay))
         if plan.draft_layer_ids:
             console.print(f"draft layer ids {list(plan.draft_layer_ids)} ({plan.draft_layer_numbering} numbering)")
     # Tap and relay columns only for drafters that read the target's hidden states (`reads_taps`):
@@ -124,7 +124,7 @@ def render_plan(r, findings, console: Console | None = None) -> None:
         )
     console.print(t)
     for note in plan.notes:
-        console.print(f"[dim]note: {safe(note)}[/dim]")
+        console.print(styled("[dim]note: {}[/dim]", note))
     errs = [f for f in findings if f.severity != "info"]
     if errs:
         console.print(f"{len(errs)} finding(s) — run `ppspec check` for details:")
@@ -133,30 +133,30 @@ def render_plan(r, findings, console: Console | None = None) -> None:
 
 def render_pd_check(d, findings, console: Console | None = None) -> None:
     """A disaggregated profile: one line per engine, the connector, then every finding."""
-    console = console or Console(highlight=False)
+    console = console or terminal.console()
     for r in d.roles.values():
         _engine_line(console, r)
     r = d.roles["prefill"]
-    console.print(f"KV connector {safe(d.connector_name)}; verdict for vLLM {safe(r.engine_version)} ({safe(r.engine_version_source)})")
+    console.print(f"KV connector {d.connector_name}; verdict for vLLM {r.engine_version} ({r.engine_version_source})")
     _render_verdict(console, findings)
 
 
 def render_pd_plan(d, rows, findings, console: Console | None = None) -> None:
     """Both engines' plans, then the KV layer names each registers, side by side, mismatches marked."""
-    console = console or Console(highlight=False)
+    console = console or terminal.console()
     for role, r in d.roles.items():
-        console.print(f"[bold]{role} engine[/bold]")
+        console.print(styled("[bold]{} engine[/bold]", role))
         render_plan(r, [], console)
         console.print("")
     if rows is None:
-        console.print("[bold red]KV layer names unknown[/bold red]: the target's layer count is unknown")
+        console.print(styled("[bold red]KV layer names unknown[/bold red]: the target's layer count is unknown"))
     else:
-        console.print(f"KV layer names each engine registers with {safe(d.connector_name)} (kind@stage):")
+        console.print(f"KV layer names each engine registers with {d.connector_name} (kind@stage):")
         t = Table(show_header=True, header_style="bold")
         for col in ("layer name", "prefill", "decode", ""):
             t.add_column(col)
         for row in rows:
-            t.add_row(row.names, ", ".join(row.prefill) or "—", ", ".join(row.decode) or "—", "[bold red]MISMATCH[/bold red]" if row.mismatch else "ok")
+            t.add_row(terminal.plain(row.names), terminal.plain(", ".join(row.prefill) or "—"), terminal.plain(", ".join(row.decode) or "—"), styled("[bold red]MISMATCH[/bold red]") if row.mismatch else "ok")
         console.print(t)
     errs = [f for f in findings if f.severity != "info"]
     if errs:

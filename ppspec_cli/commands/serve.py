@@ -111,12 +111,11 @@ def _checked(prof, profile: str, offline: bool, node_rank, run_dir, where: dict,
 
 
 def _refuse(r, errors) -> int:
-    from rich.console import Console
-
     from ppspec_cli.commands.render import render_findings
+    from ppspec_cli.io.terminal import console, styled
 
-    con = Console(stderr=True, highlight=False)
-    con.print(f"[bold red]ppspec: refusing to launch {r.profile.name}[/bold red]: `check` found {len(errors)} error(s)")
+    con = console(stderr=True)
+    con.print(styled("[bold red]ppspec: refusing to launch {}[/bold red]: `check` found {} error(s)", r.profile.name, len(errors)))
     render_findings(con, errors)
     return 1
 

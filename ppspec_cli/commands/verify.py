@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import sys
 
-from rich.console import Console
+from ppspec_cli.io import terminal
 
 from ppspec_cli.io import safeio
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.io.terminal import safe
 from ppspec_cli.verify.client import endpoint_from_host_port, normalize_endpoint
 from ppspec_cli.verify.gates import DEFAULT_TASK_TOLERANCE, TASK, refuse_if_synthetic, resolve_gates, speculative_config_from_engine, synthetic_acceptance_configured
 from ppspec_cli.verify.report import load_report, print_gate_lines, render_table, save_report
@@ -69,8 +68,8 @@ def verify_command(
     for opt, path in (("--out", out), ("--save-baseline", save_baseline), ("--save-reference", save_reference)):
         if path:
             safeio.check_writable(path, where=opt)
-    err = Console(stderr=True)
-    out_console = Console(stderr=True) if json_out else Console()
+    err = terminal.console(stderr=True)
+    out_console = terminal.console(stderr=json_out)
     ctx = _profile_context(profile) if profile else {}
     url = normalize_endpoint(endpoint or ctx.get("endpoint"))
     key_env = api_key_env or ctx.get("api_key_env")
@@ -144,11 +143,11 @@ def verify_command(
     else:
         render_table(report, out_console)
     if TASK in chosen and report.lm_eval_command:
-        err.print("full GSM8K run (lm-evaluation-harness):", highlight=False)
-        err.print(f"  {safe(report.lm_eval_command)}", highlight=False, soft_wrap=True)
+        err.print("full GSM8K run (lm-evaluation-harness):")
+        err.print(f"  {report.lm_eval_command}", soft_wrap=True)
     for label, path in (("report", out), ("baseline", save_baseline), ("reference", save_reference)):
         if path:
-            err.print(f"{label} written to {safe(path)}", highlight=False)
+            err.print(f"{label} written to {path}")
     if not chosen:
-        err.print("no gates selected: measurement only", highlight=False)
+        err.print("no gates selected: measurement only")
     return 0 if report.passed else 1

@@ -16,6 +16,7 @@ returns or fails within ~10 s whatever the server does. Also:
 from __future__ import annotations
 
 import ipaddress
+import json as _json
 import socket
 import time
 import urllib.parse
@@ -57,16 +58,46 @@ class DeadlineExceeded(Exception):
     timeouts (huggingface_hub retries a stalled download 5 times, a second apart) let it through."""
 
 
+#: Bytes of status line and headers an exchange may read beyond its body limit.
+HEADER_ALLOWANCE = 1 << 20
 #: The most one socket operation waits when neither a deadline nor a timeout bounds it.
 OP_TIMEOUT = 60.0
 
 
+class LimitExceeded(Exception):
+    """More bytes arrived than a clock's `limit`. Like DeadlineExceeded, not an httpx error: no
+    client retries it."""
+
+
 class Clock:
-    """A total deadline shared by the socket operations of one exchange (netio.Http) or of all the
-    hub exchanges for one checkpoint (checkpoint.load_hub). `deadline` is time.monotonic() based."""
+    """A total deadline and a byte budget shared by the socket operations of one exchange
+    (netio.Http) or of all the hub exchanges for one checkpoint (checkpoint.load_hub).
+    `deadline` is time.monotonic() based; `limit` bounds the bytes read from the network
+    (headers and bodies together) until `reset`."""
 
     def __init__(self) -> None:
         self.deadline = float("inf")
+        self.limit = float("inf")
+        self.used = 0
+
+    def reset(self, deadline_s: float, limit: float) -> None:
+        """Start a new budget: `deadline_s` seconds from now, `limit` bytes."""
+        self.deadline = time.monotonic() + deadline_s
+        self.limit = limit
+        self.used = 0
+
+    def clear(self) -> None:
+        self.deadline = float("inf")
+        self.limit = float("inf")
+        self.used = 0
+
+    def count(self, n: int) -> None:
+        self.used += n
+        if self.used > self.limit:
+            raise LimitExceeded(f"more than {self.limit:.0f} bytes")
+
+    def over(self) -> bool:
+        return self.used > self.limit
 
     def expired(self) -> bool:
         return time.monotonic() >= self.deadline
@@ -99,7 +130,9 @@ class _Stream:
         self._inner, self._clock, self._timed_out = inner, clock, timed_out
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._clock.run(self._timed_out, lambda t: self._inner.read(max_bytes, t), timeout)
+        data = self._clock.run(self._timed_out, lambda t: self._inner.read(max_bytes, t), timeout)
+        self._clock.count(len(data))
+        return data
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self._clock.run(self._timed_out, lambda t: self._inner.write(buffer, t), timeout)
@@ -196,10 +229,14 @@ class Http:
         host = urllib.parse.urlsplit(url).hostname
         if not host:
             raise NetError("dns", f"{url} has no host")
-        self._clock.deadline = time.monotonic() + deadline
+        self._clock.reset(deadline, limit + HEADER_ALLOWANCE)
         try:
             hdrs = {"Accept-Encoding": "identity", **(headers or {})}
-            with self._client.stream(method, url, json=json, headers=hdrs) as resp:
+            body = None
+            if json is not None:  # ASCII JSON: a lone surrogate in a value is sent escaped, never a UnicodeEncodeError
+                body = _json.dumps(json).encode("ascii")
+                hdrs.setdefault("Content-Type", "application/json")
+            with self._client.stream(method, url, content=body, headers=hdrs) as resp:
                 chunks: list[bytes] = []
                 size = 0
                 for chunk in resp.iter_bytes():
@@ -210,6 +247,8 @@ class Http:
                 return Reply(resp.status_code, resp.headers, b"".join(chunks))
         except NetError:
             raise
+        except LimitExceeded:
+            raise NetError("too-large", f"{url} sent more than {limit} bytes") from None
         except (httpx.TimeoutException, DeadlineExceeded):
             raise NetError("timeout", f"{url} did not answer within {deadline:g} s") from None
         except httpx.ConnectError as e:
@@ -224,4 +263,4 @@ class Http:
         except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as e:
             raise NetError("connect", f"connection to {url} failed: {type(e).__name__}") from None
         finally:
-            self._clock.deadline = float("inf")
+            self._clock.clear()

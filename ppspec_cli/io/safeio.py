@@ -182,11 +182,11 @@ def read_head(path: str | os.PathLike[str], n: int, *, what: str = "file", error
         os.close(fd)
 
 
-def _existing_kind(p: str) -> str | None:
+def _existing_kind(p: str, dir_fd: int | None = None) -> str | None:
     """What is at `p` when it is something `write_text` must never replace (None: nothing there,
     or a regular file). lstat: a symlink is reported as one, never followed."""
     try:
-        mode = os.lstat(p).st_mode
+        mode = os.stat(p, dir_fd=dir_fd, follow_symlinks=False).st_mode
     except FileNotFoundError:
         return None
     except OSError:
@@ -196,20 +196,21 @@ def _existing_kind(p: str) -> str | None:
     return "a symbolic link" if stat.S_ISLNK(mode) else _kind(mode)
 
 
-def write_text(path: str | os.PathLike[str], text: str, *, what: str = "file", where: str | None = None, error: ErrorType = PpspecError, exit_code: int = 1) -> None:
+def write_text(path: str | os.PathLike[str], text: str, *, what: str = "file", where: str | None = None, error: ErrorType = PpspecError, exit_code: int = 1, dir_fd: int | None = None) -> None:
     """The one way ppspec writes a file: the text goes through the redaction layer (no registered
     secret reaches a file), is written to a temporary file beside `path`, flushed to disk and renamed
     over it (a reader never sees half a file). Only a regular file (or nothing) at `path` is ever
     replaced: a device node, FIFO, socket, directory or symlink there is refused, never renamed
     over. Every OS failure (write, flush, close, rename) is one `error` naming the path; no
-    temporary file is left behind."""
+    temporary file is left behind. `dir_fd`: `path` is a name in the directory open as that
+    descriptor (openat-style: a directory swapped for a link meanwhile is never followed)."""
     from ppspec_cli.io.redact import redact
 
     try:
         data = redact(text).encode("utf-8")
     except ValueError as e:  # a lone surrogate: no file, one message (as a failed write)
         raise error(f"cannot write {what}: {e}", where=where or os.fspath(path)[:200], fix="choose a writable path (an existing directory you can write to)", exit_code=exit_code) from None
-    _replace(path, data, what=what, where=where, error=error, exit_code=exit_code)
+    _replace(path, data, what=what, where=where, error=error, exit_code=exit_code, dir_fd=dir_fd)
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes, *, what: str = "file", where: str | None = None, error: ErrorType = PpspecError, exit_code: int = 1) -> None:
@@ -218,27 +219,29 @@ def write_bytes(path: str | os.PathLike[str], data: bytes, *, what: str = "file"
     _replace(path, bytes(data), what=what, where=where, error=error, exit_code=exit_code)
 
 
-def _replace(path: str | os.PathLike[str], data: bytes, *, what: str, where: str | None, error: ErrorType, exit_code: int) -> None:
+def _replace(path: str | os.PathLike[str], data: bytes, *, what: str, where: str | None, error: ErrorType, exit_code: int, dir_fd: int | None = None) -> None:
     p = os.fspath(path)
     shown = where or p[:200]
-    kind = _existing_kind(p)
+    kind = _existing_kind(p, dir_fd)
     if kind is not None:
         raise error(f"cannot write {what}: {p[:200]} is {kind}; ppspec only replaces regular files", where=shown, fix="choose a path that is a regular file or does not exist yet", exit_code=exit_code)
     d, name = os.path.split(p)
+    if dir_fd is not None and d:
+        raise ValueError("with dir_fd, write_text takes a name, not a path")
     tmp = os.path.join(d, f".{name[:200]}.{os.getpid()}.{secrets.token_hex(4)}.ppspec-tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644, dir_fd=dir_fd)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())  # a full disk or a failing NFS server shows here, not after the rename
-        kind = _existing_kind(p)  # checked again just before the rename: the path may have changed
+        kind = _existing_kind(p, dir_fd)  # checked again just before the rename: the path may have changed
         if kind is not None:
             raise OSError(errno.EEXIST, f"{p[:200]} became {kind} while writing; ppspec only replaces regular files")
-        os.replace(tmp, p)
+        os.replace(tmp, p, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except (OSError, ValueError) as e:
         try:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
         except OSError:
             pass
         msg = getattr(e, "strerror", None) or str(e)

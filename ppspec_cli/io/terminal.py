@@ -1,21 +1,230 @@
-"""Text bound for a terminal: the one sanitiser for untrusted text (server answers, checkpoint and
-pack strings, profile values) shown in tables, findings and progress lines."""
+"""The one sanitiser for every byte bound for a terminal.
+
+Text that reaches ppspec's standard output or error can come from a hostile server, checkpoint,
+profile or adapter pack. Shown raw, it can act on the terminal instead of being read: ESC and CSI
+sequences (colours, cursor moves, screen clears), OSC sequences (window titles, hyperlinks, an OSC 52
+write to the clipboard), C1 controls (0x80-0x9f, which some terminals take as ESC [), a carriage
+return or backspace that overwrites what came before, and Unicode bidi overrides and zero-width
+characters that make a line read differently from what it holds. This module is the one place that
+makes such text inert:
+
+- `clean(text, limit=None)`: every C0/C1 control except newline and tab, DEL, every Unicode format
+  character (bidi overrides and isolates, zero-width space/joiners, BOM, ...), line/paragraph
+  separators, private-use characters and lone surrogates are shown as `\\xNN` / `\\uXXXX`; with
+  `limit`, text longer than that is cut and says how much was left out. Backslashes are kept, so
+  `clean` is idempotent.
+- `install()`: this process's stdout and stderr go through `clean` and `redact` (every `print`, every
+  progress line, the engine-log pump, click's usage errors), stderr writes bounded to MAX_WRITE.
+- `console(stderr=False)`: the only rich console ppspec prints through. It never interprets a string
+  as rich markup or emoji (a `[/bold]` in pack text is just text); styling comes only from
+  `styled(template, *values)`, whose template is ppspec's own and whose values are escaped; every
+  segment it renders (table cells, titles, Text objects) is cleaned; its own colour codes reach the
+  terminal through the redacting channel, never through `clean`.
+
+JSON output is unaffected: `json.dumps` already escapes every control character (and, with its
+default ensure_ascii, every non-ASCII one), so `clean` finds nothing to change in it.
+"""
 
 from __future__ import annotations
 
+import io
+import re
+import sys
 import unicodedata
+from typing import Any
 
-from rich.markup import escape
+from ppspec_cli.io import redact
+
+#: The most characters one write to stderr may carry (a hostile engine log line, an error holding
+#: a server's answer): the rest is cut with a note.
+MAX_WRITE = 16_000
+#: The most characters of one part of an error message (what / where / fix).
+MAX_ERROR_PART = 4_000
+
+#: ASCII text needs cleaning only for these (C0 but tab and newline, DEL).
+_ASCII_BAD = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+
+_BAD_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
 
 
-def safe(text: object) -> str:
-    """User-controlled text for the terminal: rich markup escaped, control and bidi/format
-    characters (RTL overrides, zero-width) shown as \\uXXXX instead of acting on the display."""
-    out = []
-    for ch in str(text):
-        cat = unicodedata.category(ch)
-        if ch not in "\n\t" and (cat in ("Cc", "Cf", "Cs", "Co", "Zl", "Zp")):
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return escape("".join(out))
+def _bad(ch: str) -> bool:
+    return ch not in "\n\t" and unicodedata.category(ch) in _BAD_CATEGORIES
+
+
+def _needs(s: str) -> bool:
+    if s.isascii():
+        return _ASCII_BAD.search(s) is not None
+    return any(_bad(ch) for ch in s)
+
+
+def _escape(ch: str) -> str:
+    o = ord(ch)
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+
+
+def clean(text: Any, limit: int | None = None) -> str:
+    """`text` (made a str) safe for a terminal: see the module doc. `limit`: at most that many
+    characters of the input are kept (the rest is cut and counted)."""
+    s = text if isinstance(text, str) else str(text)
+    cut = 0
+    if limit is not None and len(s) > limit:
+        cut = len(s) - limit
+        s = s[:limit]
+    if _needs(s):
+        s = "".join(_escape(ch) if _bad(ch) else ch for ch in s)
+    if cut:
+        s += f"... ({cut} more characters not shown)"
+    return s
+
+
+def one_line(text: Any, limit: int = 200) -> str:
+    """`clean` for a value shown inside a sentence: newlines and tabs escaped too, bounded."""
+    return clean(text, limit).replace("\n", "\\n").replace("\t", "\\t")
+
+
+def escape_markup(text: Any) -> str:
+    """`clean`, then rich markup escaped: a value inside a `styled` template."""
+    from rich.markup import escape
+
+    return escape(clean(text))
+
+
+# ---- streams -------------------------------------------------------------------------------
+
+
+class _TermStream(io.TextIOBase):
+    """A text stream that cleans and redacts what it forwards (sys.stdout/sys.stderr after install)."""
+
+    def __init__(self, inner: Any, bound: int | None):
+        self.inner = inner
+        self._bound = bound
+
+    def write(self, s: str) -> int:
+        self.inner.write(redact.redact(clean(s, self._bound)))
+        return len(s)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def isatty(self) -> bool:
+        return self.inner.isatty()
+
+    def fileno(self) -> int:
+        return self.inner.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.inner, "encoding", None) or "utf-8"
+
+    @property
+    def errors(self) -> str:  # type: ignore[override]
+        return "backslashreplace"
+
+    def writable(self) -> bool:
+        return True
+
+
+def install() -> None:
+    """Route this process's stdout and stderr through `clean` and `redact` (idempotent)."""
+    redact.register_env()
+    for name, bound in (("stdout", None), ("stderr", MAX_WRITE)):
+        stream = getattr(sys, name)
+        if stream is None or isinstance(stream, _TermStream):
+            continue
+        inner = stream.inner if isinstance(stream, redact._Redacting) else stream  # noqa: SLF001
+        try:  # a lone surrogate must reach the terminal escaped, never as UnicodeEncodeError
+            inner.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, io.UnsupportedOperation):
+            pass
+        setattr(sys, name, _TermStream(inner, bound))
+
+
+class _Channel(io.TextIOBase):
+    """Where `console()` writes: the current sys.stdout/sys.stderr, past `clean` (the console cleans
+    every segment itself, and its own colour codes must stay codes) but never past `redact`."""
+
+    def __init__(self, stderr: bool):
+        self._stderr = stderr
+
+    def _target(self) -> Any:
+        s = sys.stderr if self._stderr else sys.stdout
+        return s.inner if isinstance(s, _TermStream) else s
+
+    def write(self, s: str) -> int:
+        self._target().write(redact.redact(s))
+        return len(s)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def isatty(self) -> bool:
+        try:
+            return self._target().isatty()
+        except (AttributeError, ValueError):
+            return False
+
+    def fileno(self) -> int:
+        return self._target().fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._target(), "encoding", None) or "utf-8"
+
+    def writable(self) -> bool:
+        return True
+
+
+def _console_class() -> type:
+    from rich.console import Console
+    from rich.segment import Segment
+
+    class TermConsole(Console):
+        """A rich console that never parses markup or emoji in a string and cleans every segment."""
+
+        def render_str(self, text: str, **kw: Any) -> Any:  # type: ignore[override]
+            kw["markup"] = False
+            kw["emoji"] = False
+            kw["highlight"] = False
+            return super().render_str(clean(text), **kw)
+
+        def render(self, renderable: Any, options: Any = None) -> Any:  # type: ignore[override]
+            for seg in super().render(renderable, options):
+                if seg.control or not _needs(seg.text):
+                    yield seg
+                else:
+                    yield Segment(clean(seg.text), seg.style, seg.control)
+
+    return TermConsole
+
+
+_TERM_CONSOLE: type | None = None
+
+
+def console(stderr: bool = False, **kw: Any) -> Any:
+    """The rich console for ppspec's human output (see the module doc)."""
+    global _TERM_CONSOLE
+    if _TERM_CONSOLE is None:
+        _TERM_CONSOLE = _console_class()
+    kw.setdefault("highlight", False)
+    kw.setdefault("soft_wrap", True)
+    return _TERM_CONSOLE(file=_Channel(stderr), markup=False, emoji=False, **kw)
+
+
+def styled(template: str, *values: Any) -> Any:
+    """A rich Text from ppspec's own markup `template` with `{}` placeholders filled by `values`,
+    each cleaned and markup-escaped (a value never becomes markup)."""
+    from rich.text import Text
+
+    return Text.from_markup(template.format(*(escape_markup(v) for v in values)), emoji=False)
+
+
+def plain(text: Any) -> Any:
+    """A rich Text holding `text` as it is (cleaned), never markup."""
+    from rich.text import Text
+
+    return Text(clean(text))
+
+
+def safe(text: Any) -> str:
+    """User-controlled text inside ppspec's own markup: cleaned and markup-escaped (escape_markup)."""
+    return escape_markup(text)

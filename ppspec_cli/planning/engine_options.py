@@ -5,8 +5,11 @@ importable) what the installed `vllm serve` parser knows. `check` reports these 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import re
+from importlib import resources
 from typing import Any, Mapping
 
 from ppspec_cli.errors import PpspecError
@@ -20,6 +23,10 @@ MANAGED_FLAGS = {
     "pipeline-parallel-size": "topology.pipeline_parallel",
     "data-parallel-size": "topology.data_parallel",
     "speculative-config": "drafter",
+    # vLLM 0.32's shorthands that build a speculative config of their own
+    "spec-method": "drafter",
+    "spec-model": "drafter",
+    "spec-tokens": "drafter",
     "host": "server.host",
     "port": "server.port",
     "api-key": "server.api_key_env",
@@ -53,6 +60,7 @@ REFUSALS: dict[str, str] = {
     "engine-bad-option-name": "an `engine:` key that is not a vLLM option name",
     "engine-managed-option": "an `engine:` option ppspec derives from the profile, in any spelling vLLM takes as the same "
     "(`_` or `-`, a leading `--`, the `-tp`/`-pp`/`-dp` short forms, a `no-` form, an unambiguous prefix, a dotted part)",
+    "engine-ambiguous-option": "an `engine:` key that is a prefix of several vLLM options (argparse refuses it)",
     "engine-refused-option": "an `engine:` option ppspec does not support (`config`: options ppspec cannot see)",
     "engine-overrides-depth": "`engine: hf-overrides` that change the model's layer count",
     "engine-unknown-option": "an `engine:` option the installed vLLM does not know (needs vLLM's parser: `serve` and `check --probes`)",
@@ -60,6 +68,8 @@ REFUSALS: dict[str, str] = {
     "engine-secret-option": "a secret-looking option under `engine:` (it would be on the engine's command line and in launch.json)",
     "env-overrides-plan": "VLLM_PP_LAYER_PARTITION / VLLM_USE_V2_MODEL_RUNNER set by hand (`env:` or the caller's environment), or PPSPEC_* under `env:`",
     "env-plugins-skip-ppspec": "VLLM_PLUGINS set without `ppspec`: the plugin would not run and the engine would serve unpatched",
+    "engine-untrusted-option": "an `engine:` option that makes the engine run code, read a path, reach an endpoint or drop a safety check, not acknowledged in the profile's `trust.engine`",
+    "env-untrusted-entry": "an `env:` entry that makes the engine run code, read a path, reach an endpoint or drop a safety check, not acknowledged in the profile's `trust.env`",
     "api-key-env-unset": "server.api_key_env names a variable that is not set in this environment "
     "(a warning in `check`, which may run where the key is not exported)",
 }
@@ -71,21 +81,97 @@ def _opt(flag: str, value: str) -> list[str]:
     return [f"{flag}={value}"] if value.startswith("-") else [flag, value]
 
 
+@functools.lru_cache(maxsize=1)
+def vllm_option_strings() -> frozenset[str]:
+    """The long option strings of vLLM's `vllm serve` parser (with their `--no-` forms), from the
+    snapshot of vLLM 0.32 shipped in knowledge/ (a vllm-marked test keeps it equal to the installed
+    parser's): ppspec resolves abbreviations without importing vLLM."""
+    text = resources.files("ppspec_cli.knowledge").joinpath("vllm_serve_options.txt").read_text(encoding="utf-8")
+    return frozenset(x.strip()[2:] for x in text.splitlines() if x.strip().startswith("--"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One `engine:` key read as vLLM's `vllm serve` parser reads `--KEY`:
+
+    - a leading `--`/`-` is dropped; `tp`/`pp`/`dp` are their long options;
+    - `_` and `-` are the same in the option name, the part before the first `.`; a dotted tail
+      (`hf-overrides.rope_scaling.factor`) sets keys of a JSON option and is kept exactly as written
+      (vLLM does not rewrite `_` there);
+    - the name is resolved as argparse (allow_abbrev) does against vLLM's options: the option itself,
+      else the one option it is a prefix of (`trust-remote` is `trust-remote-code`); a prefix of
+      several is `ambiguous` (vLLM refuses it at start);
+    - `no-X` of a boolean option is X turned off (`negated`).
+    """
+
+    key: str  # as written in the profile
+    name: str  # the option name as written, `_` -> `-`, short forms expanded (no abbreviation resolved)
+    flag: str  # the vLLM option it resolves to (`name` when unknown or ambiguous), without `no-`
+    subkeys: tuple[str, ...]
+    negated: bool = False
+    known: bool = False
+    ambiguous: tuple[str, ...] = ()
+
+    @property
+    def argv_name(self) -> str:
+        """What ppspec passes vLLM: the full option name and the dotted tail unchanged."""
+        head = ("no-" if self.negated else "") + self.flag
+        return ".".join((head, *self.subkeys))
+
+
+def read_option(key: object, options: frozenset[str] | None = None) -> Option:
+    """`key` read as vLLM's parser reads it (see Option). `options`: the parser's option names
+    (default: vLLM 0.32's snapshot)."""
+    opts = vllm_option_strings() if options is None else options
+    raw = str(key)
+    k = raw.strip().lstrip("-")
+    head, _, tail = k.partition(".")
+    head = head.replace("_", "-")
+    head = _SHORT.get(head, head)
+    subkeys = tuple(tail.split(".")) if tail else ()
+    name = ".".join((head, *subkeys))
+    if head in opts:
+        full, ambiguous = head, ()
+    else:
+        cands = sorted(o for o in opts if o.startswith(head)) if head else []
+        full, ambiguous = (cands[0], ()) if len(cands) == 1 else (head, tuple(cands))
+    known = full in opts
+    negated = known and full.startswith("no-") and full[3:] in opts
+    flag = full[3:] if negated else full
+    return Option(raw, name, flag, subkeys, negated, known, ambiguous if len(ambiguous) > 1 else ())
+
+
 def _flag_name(k: str) -> str:
-    """An `engine:` key as the long option vLLM reads: `_` and `-` are the same, a leading `--` (or
-    `-`) is dropped, the short forms `tp`/`pp`/`dp` are their long options."""
-    k = k.strip().lstrip("-").replace("_", "-")
-    return _SHORT.get(k, k)
+    """An `engine:` key as the option vLLM reads (Option.argv_name)."""
+    return read_option(k).argv_name
 
 
-def _managed_by(base: str) -> str | None:
-    """The profile field that owns option `base`, if ppspec derives it: the option itself, its
-    `no-` form, or an unambiguous prefix of it (argparse expands those)."""
-    for name in (base, base[3:] if base.startswith("no-") else None):
+def _managed_by(opt: Option) -> str | None:
+    """The profile field that owns the option `opt` resolves to, if ppspec derives it. A prefix of
+    several options that all belong to one field counts as that field (vLLM would refuse the
+    ambiguity, and either reading sets what ppspec derives)."""
+    for name in (opt.flag, opt.name.split(".", 1)[0], opt.name[3:].split(".", 1)[0] if opt.name.startswith("no-") else None):
         if name in MANAGED_FLAGS:
             return MANAGED_FLAGS[name]
+    base = opt.name.split(".", 1)[0]
     owners = {MANAGED_FLAGS[m] for m in MANAGED_FLAGS if m.startswith(base)}
-    return owners.pop() if base and len(owners) == 1 else None
+    owners |= {MANAGED_FLAGS[a] for a in opt.ambiguous if a in MANAGED_FLAGS}
+    if base and len(owners) == 1 and (not opt.ambiguous or all(a in MANAGED_FLAGS for a in opt.ambiguous) or not opt.known):
+        return owners.pop()
+    return None
+
+
+def option_value(opt: Option, value: Any) -> Any:
+    """The JSON value an option sets: a dotted tail nests `value` under its keys (a JSON string
+    value is read as JSON, as vLLM does)."""
+    if isinstance(value, str):
+        try:
+            value = safeio.parse_json(value, what=f"engine.{opt.key[:80]}")
+        except PpspecError:
+            pass
+    for sub in reversed(opt.subkeys):
+        value = {sub: value}
+    return value
 
 
 def _depth_keys(v: Any, depth: int = 0) -> list[str]:
@@ -113,21 +199,22 @@ def serve_refuses(f: Finding) -> bool:
     return f.severity == "error" or f.code in REFUSALS
 
 
-def launch_refusals(engine: Mapping[str, Any], env: Mapping[str, str], api_key_env: str | None, environ: Mapping[str, str] | None) -> list[Finding]:
+def launch_refusals(engine: Mapping[str, Any], env: Mapping[str, str], api_key_env: str | None, environ: Mapping[str, str] | None, trust: Mapping[str, Any] | None = None) -> list[Finding]:
     """Everything `serve` refuses about the engine options, the profile's `env:` and the caller's
     environment (`environ`; None: not looked at), as error findings. `check` reports these and
     `serve` refuses on them: one rule set. (`engine-unknown-option` needs vLLM: `unknown_engine_options`.)"""
     out: list[Finding] = []
     for k in engine:
         key = str(k)
-        name = _flag_name(key)
+        opt = read_option(key)
+        name = opt.name
         fld = f"engine.{key[:80]}"
         if not _FLAG_NAME.match(name):
             out.append(_refusal("engine-bad-option-name", "engine", f"engine key {key[:80]!r} is not an option name",
                                 "use vLLM's long option names without `--` (letters, digits, `-`) and the value as the YAML value, e.g. `max-model-len: 4096`"))
             continue
-        base = name.split(".", 1)[0]  # `speculative-config.method` sets part of a managed flag
-        owner = _managed_by(base)
+        base = opt.flag  # `speculative-config.method` sets part of a managed flag
+        owner = _managed_by(opt)
         if is_secret_name(key):
             out.append(_refusal("engine-secret-option", fld, f"engine.{key} is a secret written into the profile (it would be on the engine's command line and in launch.json)",
                                 "remove it; export the secret in the shell that runs `ppspec serve` (HF_TOKEN for the hub, server.api_key_env for the API key): vLLM reads them from its environment"))
@@ -135,8 +222,11 @@ def launch_refusals(engine: Mapping[str, Any], env: Mapping[str, str], api_key_e
             out.append(_refusal("engine-managed-option", fld, f"engine.{key} sets a flag ppspec derives from the profile ({owner})", f"set `{owner}` instead and remove engine.{key}"))
         elif base in _REFUSED_FLAGS:
             out.append(_refusal("engine-refused-option", fld, f"engine.{key} is not supported by ppspec", _REFUSED_FLAGS[base]))
+        elif opt.ambiguous:
+            out.append(_refusal("engine-ambiguous-option", fld, f"engine.{key[:80]} is a prefix of several vLLM options ({', '.join(opt.ambiguous[:6])}{', ...' if len(opt.ambiguous) > 6 else ''}): vLLM refuses it at start",
+                                "write the option's full name"))
         elif base == "hf-overrides":
-            keys = _depth_keys(engine[k])
+            keys = _depth_keys(option_value(opt, engine[k]))
             if keys:
                 out.append(_refusal("engine-overrides-depth", fld, f"engine.{key} sets {sorted(set(keys))}: the engine would build a model of another depth than the one checked and planned",
                                     "point target.model at a checkpoint whose config.json has that depth (ppspec plans from the checkpoint)"))
@@ -153,9 +243,10 @@ def launch_refusals(engine: Mapping[str, Any], env: Mapping[str, str], api_key_e
             out.append(_refusal("env-overrides-plan", f"environment.{k}", f"{k} is set in this environment: the engine would inherit it where the plan does not set it",
                                 f"unset {k} in the shell that runs ppspec; set topology.layer_partition in the profile instead"))
     for where, val in (("env.VLLM_PLUGINS", env.get("VLLM_PLUGINS")), ("environment.VLLM_PLUGINS", None if environ is None else environ.get("VLLM_PLUGINS"))):
-        if val is not None and "ppspec" not in [x.strip() for x in val.split(",")]:
+        if val is not None and "ppspec" not in val.split(","):  # vLLM: os.environ["VLLM_PLUGINS"].split(","), names compared exactly
             out.append(_refusal("env-plugins-skip-ppspec", where, f"VLLM_PLUGINS={val[:80]!r} leaves out ppspec: its plugin would not run in the engine, which would serve without the plan's checks and patches",
-                                "add ppspec to VLLM_PLUGINS (comma-separated) or unset it"))
+                                "add ppspec to VLLM_PLUGINS (comma-separated, no spaces: vLLM compares each name exactly) or unset it"))
+    out += [f for f in untrusted_findings(engine, env, trust) if f.code != "untrusted-acknowledged"]
     if api_key_env and environ is not None and api_key_env not in environ:
         out.append(_refusal("api-key-env-unset", "server.api_key_env", f"environment variable {api_key_env} (server.api_key_env) is not set here: `serve` refuses to start without it", f"export {api_key_env}=... before `ppspec serve`"))
     return out
@@ -166,11 +257,13 @@ def engine_args(engine: dict[str, Any]) -> list[str]:
     become bare flags (`--x` / `--no-x`); mappings and lists become JSON, as `vllm serve --config` does."""
     out: list[str] = []
     for k, v in engine.items():
-        name = _flag_name(str(k))
+        opt = read_option(k)
+        name = opt.argv_name
         if v is None:
             continue
-        if isinstance(v, bool):
-            out.append(f"--{name}" if v else f"--no-{name}")
+        if isinstance(v, bool) and not opt.subkeys:  # `no-x: true` is --no-x, `no-x: false` is --x
+            on = v != opt.negated
+            out.append(f"--{opt.flag}" if on else f"--no-{opt.flag}")
         elif isinstance(v, (dict, list)):
             out += [f"--{name}", json.dumps(v, separators=(",", ":"), sort_keys=True)]
         else:
@@ -213,11 +306,168 @@ def check_engine_flags(engine: Mapping[str, Any]) -> list[str]:
     parser = vllm_serve_parser()
     if parser is None:
         return []
-    known = set()
-    for a in parser._actions:  # noqa: SLF001 - argparse keeps its actions here
-        for s in a.option_strings:
-            if s.startswith("--"):
-                known.add(s[2:])
-                if s.startswith("--no-"):
-                    known.add(s[5:])
-    return [k for k in engine if _flag_name(str(k)).split(".", 1)[0] not in known]  # `x.y` sets part of --x
+    known = frozenset(s[2:] for s in parser._option_string_actions if s.startswith("--"))  # noqa: SLF001 - argparse's own table
+    return [k for k in engine if not read_option(k, known).known]
+
+
+# ---- untrusted profiles ----------------------------------------------------------------------
+#
+# A profile is input: one written by someone else can ask the engine to run code, load a module,
+# read any path or talk to another endpoint through options and environment entries that look
+# like tuning. Derived from vLLM 0.32's `vllm serve` parser (vllm/engine/arg_utils.py,
+# vllm/entrypoints/openai/cli_args.py) and vllm/envs.py; a vllm-marked test walks the installed
+# parser so that an option of these kinds that is not listed here fails it.
+
+#: Risk kinds and what each means, for the findings.
+RISKS = {
+    "code": "makes the engine import or run code named by the profile",
+    "path": "makes the engine read (or write) a path named by the profile",
+    "endpoint": "makes the engine contact, or trust, an endpoint named by the profile",
+    "weakens": "turns off a safety check of the engine",
+}
+
+#: `engine:` options (vLLM's names) by risk: the option itself.
+UNTRUSTED_OPTIONS: dict[str, tuple[str, str]] = {
+    "worker-cls": ("code", "vLLM imports this class as its worker"),
+    "worker-extension-cls": ("code", "vLLM imports this class into every worker"),
+    "scheduler-cls": ("code", "vLLM imports this class as its scheduler"),
+    "logits-processors": ("code", "vLLM imports these classes and runs them on every step"),
+    "middleware": ("code", "the API server imports and installs this ASGI middleware"),
+    "tool-parser-plugin": ("code", "vLLM executes this Python file"),
+    "reasoning-parser-plugin": ("code", "vLLM executes this Python file"),
+    "io-processor-plugin": ("code", "vLLM loads this IO processor plugin"),
+    "model-class-overrides": ("code", "vLLM imports these model classes instead of its own"),
+    "chat-template": ("path", "a Jinja template from any path (or inline) rendered on every chat request"),
+    "trust-request-chat-template": ("weakens", "clients may send their own chat templates"),
+    "trust-request-mm-kwargs": ("weakens", "clients may send multimodal processor arguments"),
+    "allowed-local-media-path": ("path", "requests may read any file under this directory"),
+    "hf-config-path": ("path", "the model config is read from this path"),
+    "generation-config": ("path", "generation defaults are read from this path"),
+    "lora-modules": ("path", "LoRA adapters loaded from these paths"),
+    "download-dir": ("path", "weights are downloaded to (and read from) this directory"),
+    "logging-config": ("code", "a logging dictConfig, which can instantiate any class"),
+    "log-config-file": ("code", "a logging dictConfig file, which can instantiate any class"),
+    "ssl-keyfile": ("path", "a private key read from this path"),
+    "ssl-certfile": ("path", "a certificate read from this path"),
+    "ssl-ca-certs": ("endpoint", "the CA bundle the server trusts for client certificates"),
+    "mm-encoder-fp8-scale-path": ("path", "scales read from this path"),
+    "mm-encoder-fp8-scale-save-path": ("path", "scales written to this path"),
+    "uds": ("path", "the API server listens on this UNIX socket path"),
+    "profiler-config": ("path", "profiler traces written to the directory it names"),
+    "tool-server": ("endpoint", "the server calls these tool servers"),
+    "otlp-traces-endpoint": ("endpoint", "traces (with request data) are sent to this endpoint"),
+    "kv-events-config": ("endpoint", "KV cache events are published to the endpoint it names"),
+    "allowed-media-domains": ("endpoint", "the server fetches media from these domains for requests"),
+    "model-loader-extra-config": ("path", "loader settings (paths, remote stores) the loader follows"),
+    "weight-transfer-config": ("endpoint", "weights are exchanged with the peer it names"),
+}
+#: Keys inside JSON options that name code or endpoints (the option itself is ordinary).
+UNTRUSTED_SUBKEYS: dict[tuple[str, str], tuple[str, str]] = {
+    ("kv-transfer-config", "kv_connector_module_path"): ("code", "vLLM imports the KV connector from this module"),
+    ("ec-transfer-config", "ec_connector_module_path"): ("code", "vLLM imports the EC connector from this module"),
+    ("compilation-config", "backend"): ("code", "a dotted name here is imported as the compile backend"),
+    ("compilation-config", "inductor_passes"): ("code", "each entry is imported as a compiler pass"),
+    ("compilation-config", "debug_dump_path"): ("path", "compiled graphs are written to this path"),
+    ("speculative-config", "model"): ("path", "the drafter is loaded from here"),
+}
+#: `env:` entries by risk. PYTHON* and LD_* beyond the harmless ones are matched by prefix.
+UNTRUSTED_ENV: dict[str, tuple[str, str]] = {
+    "PATH": ("code", "which programs the engine runs (python, compilers, ninja)"),
+    "BASH_ENV": ("code", "a script every non-interactive bash runs"),
+    "ENV": ("code", "a script every sh runs"),
+    "VLLM_ALLOW_INSECURE_SERIALIZATION": ("code", "the engine unpickles messages (pickle runs code)"),
+    "VLLM_NCCL_SO_PATH": ("code", "the engine loads this shared library"),
+    "VLLM_CUDART_SO_PATH": ("code", "the engine loads this shared library"),
+    "VLLM_RUST_FRONTEND_PATH": ("code", "the engine runs this program"),
+    "VLLM_LOGGING_CONFIG_PATH": ("code", "a logging dictConfig, which can instantiate any class"),
+    "VLLM_CONFIGURE_LOGGING": ("weakens", "logging configured outside ppspec"),
+    "TORCHINDUCTOR_CACHE_DIR": ("code", "compiled kernels (Python) loaded from this directory"),
+    "TRITON_CACHE_DIR": ("code", "compiled kernels loaded from this directory"),
+    "TORCH_EXTENSIONS_DIR": ("code", "compiled extensions loaded from this directory"),
+    "VLLM_SERVER_DEV_MODE": ("weakens", "development endpoints (reset, sleep, collective RPC) open on the API server"),
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": ("path", "clients may load LoRA adapters from paths"),
+    "VLLM_LORA_RESOLVER_CACHE_DIR": ("path", "LoRA adapters resolved from this directory"),
+    "VLLM_LORA_RESOLVER_HF_REPO_LIST": ("endpoint", "LoRA adapters downloaded from these repositories"),
+    "VLLM_MODEL_REDIRECT_PATH": ("path", "model names redirected to paths from this file"),
+    "VLLM_DEBUG_DUMP_PATH": ("path", "debug dumps written here"),
+    "VLLM_CONFIG_ROOT": ("path", "vLLM's configuration read from this directory"),
+    "VLLM_CACHE_ROOT": ("path", "vLLM's caches (compiled code included) under this directory"),
+    "VLLM_XLA_CACHE_PATH": ("path", "compiled graphs read from this directory"),
+    "VLLM_TUNED_CONFIG_FOLDER": ("path", "kernel configs read from this directory"),
+    "HF_HOME": ("path", "checkpoints read from this cache"),
+    "HF_HUB_CACHE": ("path", "checkpoints read from this cache"),
+    "HUGGINGFACE_HUB_CACHE": ("path", "checkpoints read from this cache"),
+    "TRANSFORMERS_CACHE": ("path", "checkpoints read from this cache"),
+    "HF_ENDPOINT": ("endpoint", "checkpoints downloaded from this server instead of the hub"),
+    "S3_ENDPOINT_URL": ("endpoint", "weights read from this S3 endpoint"),
+    "VLLM_USAGE_STATS_SERVER": ("endpoint", "usage reports sent to this server"),
+    "HTTP_PROXY": ("endpoint", "every download goes through this proxy"),
+    "HTTPS_PROXY": ("endpoint", "every download goes through this proxy"),
+    "ALL_PROXY": ("endpoint", "every download goes through this proxy"),
+    "SSL_CERT_FILE": ("endpoint", "the certificates the engine trusts for downloads"),
+    "SSL_CERT_DIR": ("endpoint", "the certificates the engine trusts for downloads"),
+    "REQUESTS_CA_BUNDLE": ("endpoint", "the certificates the engine trusts for downloads"),
+    "CURL_CA_BUNDLE": ("endpoint", "the certificates the engine trusts for downloads"),
+    "HF_HUB_DISABLE_SSL_VERIFICATION": ("weakens", "downloads without TLS verification"),
+}
+#: PYTHON* / LD_* variables that change nothing about which code runs.
+_HARMLESS_PREFIXED = frozenset({"PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONFAULTHANDLER", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONNOUSERSITE", "PYTHONSAFEPATH", "PYTHONTRACEMALLOC", "PYTHONDEVMODE", "PYTHONOPTIMIZE", "PYTHONVERBOSE", "PYTHONLEGACYWINDOWSSTDIO", "PYTHONCOERCECLOCALE", "PYTHONMALLOC", "PYTHONMALLOCSTATS", "PYTHONINTMAXSTRDIGITS", "PYTHONNODEBUGRANGES", "LD_BIND_NOW"})
+
+
+def env_risk(name: str) -> tuple[str, str] | None:
+    """The risk of an `env:` entry (kind, what it does), None when it is ordinary tuning."""
+    up = name.upper()
+    if up in UNTRUSTED_ENV:
+        return UNTRUSTED_ENV[up]
+    if up in _HARMLESS_PREFIXED:
+        return None
+    if up.startswith("LD_") or up.startswith("DYLD_"):
+        return ("code", "the dynamic loader loads or audits libraries it names")
+    if up.startswith("PYTHON"):
+        return ("code", "Python imports, runs or searches code it names (PYTHONPATH, PYTHONSTARTUP, PYTHONHOME, PYTHONWARNINGS, PYTHONBREAKPOINT, ...)")
+    return None
+
+
+def option_risks(key: object, value: Any) -> list[tuple[str, str, str]]:
+    """The risks of one `engine:` entry: (what names it, kind, what it does)."""
+    opt = read_option(key)
+    out = []
+    if opt.flag in UNTRUSTED_OPTIONS and not (opt.negated or value is False or value is None):
+        kind, what = UNTRUSTED_OPTIONS[opt.flag]
+        out.append((opt.flag, kind, what))
+    val = option_value(opt, value)
+    if isinstance(val, dict):
+        for (flag, sub), (kind, what) in UNTRUSTED_SUBKEYS.items():
+            if opt.flag == flag and sub in val and val[sub] not in (None, "", False):
+                if sub == "backend" and "." not in str(val[sub]):
+                    continue  # a registered backend name (inductor, eager), not a dotted import path
+                out.append((f"{flag}.{sub}", kind, what))
+    return out
+
+
+def untrusted_findings(engine: Mapping[str, Any], env: Mapping[str, str], trust: Mapping[str, Any] | None) -> list[Finding]:
+    """Every `engine:` option and `env:` entry that makes the engine run code, read a path, reach an
+    endpoint or drop a safety check: an error (`serve` refuses) unless the profile's `trust:`
+    acknowledges it by name, then a warning that still names the risk."""
+    trust = trust or {}
+    ack_engine = {read_option(a).flag for a in trust.get("engine", ()) or ()} | {str(a).replace("_", "-") for a in trust.get("engine", ()) or ()}
+    ack_env = {str(a).upper() for a in trust.get("env", ()) or ()}
+    out: list[Finding] = []
+    for k, v in engine.items():
+        for name, kind, what in option_risks(k, v):
+            acked = name in ack_engine or name.split(".", 1)[0] in ack_engine
+            code = "untrusted-acknowledged" if acked else "engine-untrusted-option"
+            out.append(Finding(code, "warning" if acked else "error", f"engine.{str(k)[:80]}",
+                               f"engine.{str(k)[:80]} {RISKS[kind]} ({kind}: {what})" + (" — acknowledged in `trust.engine`" if acked else ""),
+                               "fine if you wrote this profile or trust who did" if acked else f"remove it, or acknowledge it with `trust: {{engine: [{name.split('.', 1)[0]}]}}` in the profile once you have read what it points at"))
+    for k in sorted(env):
+        risk = env_risk(k)
+        if risk is None:
+            continue
+        kind, what = risk
+        acked = k.upper() in ack_env
+        code = "untrusted-acknowledged" if acked else "env-untrusted-entry"
+        out.append(Finding(code, "warning" if acked else "error", f"env.{k[:80]}",
+                           f"env.{k[:80]} {RISKS[kind]} ({kind}: {what})" + (" — acknowledged in `trust.env`" if acked else ""),
+                           "fine if you wrote this profile or trust who did" if acked else f"remove it, or acknowledge it with `trust: {{env: [{k[:80]}]}}` in the profile once you have read what it points at"))
+    return out

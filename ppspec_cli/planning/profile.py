@@ -142,6 +142,14 @@ class Server(_Strict):
             raise ValueError("must not contain control, bidi or other non-printable characters")
         return v
 
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        # serve, serve --dry-run and export read the profile here: an empty or malformed host is refused alike
+        if not (re.fullmatch(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?", v) or (":" in v and re.fullmatch(r"[0-9A-Fa-f:.]{2,45}", v))):
+            raise ValueError("must be a host name or an IP address to bind (e.g. 127.0.0.1, 0.0.0.0, ::)")
+        return v
+
 
 class Launch(_Strict):
     """How the engine processes are started across nodes."""
@@ -209,6 +217,23 @@ class VerifyDefaults(_Strict):
     max_tokens: int | None = Field(default=None, ge=1, le=1 << 16, description="Tokens generated per prompt (greedy). Default: 128.")
 
 
+class Trust(_Strict):
+    """What the profile's author acknowledges it makes the engine do beyond serving the checkpoint.
+    A profile from someone else: read `ppspec check`'s untrusted-* findings before serving it."""
+
+    engine: list[str] = Field(
+        default_factory=list,
+        description="`engine:` options you acknowledge that make the engine run code, read a path or reach an endpoint (e.g. `worker-extension-cls`, `chat-template`, `kv-transfer-config`). "
+        "`check` lists every such option (`engine-untrusted-option`) and `serve` refuses one not named here. Name only what you wrote or have read.",
+        max_length=256,
+    )
+    env: list[str] = Field(
+        default_factory=list,
+        description="`env:` entries you acknowledge that make the engine run code, read a path or reach an endpoint (e.g. `LD_PRELOAD`, `PYTHONPATH`, `HF_ENDPOINT`); see `env-untrusted-entry`.",
+        max_length=256,
+    )
+
+
 class Profile(_Strict):
     """A ppspec profile."""
 
@@ -243,6 +268,7 @@ class Profile(_Strict):
         description="Extra vLLM engine arguments, long flag names without `--` (e.g. `max-model-len: 4096`), passed through.",
     )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for the engine processes.")
+    trust: Trust = Field(default_factory=Trust, description="What you acknowledge this profile makes the engine do beyond serving the checkpoint: run code, read paths, reach endpoints (README: Security and limits).")
     roles: dict[Role, RoleSpec] | None = Field(
         default=None,
         description="Disaggregated prefill/decode: one engine per role (`prefill`, `decode`), each with its own topology. "

@@ -271,9 +271,11 @@ def shapes(r: Resolved) -> Iterator[Finding]:
         yield _f("vocab-mismatch", "error", "drafter.model", f"drafter vocab_size {dv} differs from the target's {tv}", "use a drafter trained with the target's tokenizer")
     dvs = view.get("draft_vocab_size")
     names = r.drafter.tensor_names()
-    if isinstance(dvs, int) and tv is not None and dvs != tv and not pack_vocab:
+    if isinstance(dvs, int) and tv is not None and dvs > tv and not pack_vocab:
+        yield _f("draft-vocab-larger", "error", "drafter.model", f"the drafter's draft vocabulary ({dvs}) is larger than the target's ({tv}): draft ids beyond the target's vocabulary map to no target token", "use the drafter trained for this target's tokenizer")
+    elif isinstance(dvs, int) and tv is not None and dvs != tv and not pack_vocab:
         if names is None:
-            yield _f("d2t-not-checked", "info", "drafter.model", f"draft vocabulary {dvs} < target vocabulary {tv}: needs a `d2t` mapping tensor; not checked (weights not read)", "")
+            yield _f("d2t-not-checked", "info", "drafter.model", f"draft vocabulary {dvs} {'<' if dvs < tv else '>'} target vocabulary {tv}: needs a `d2t` mapping tensor; not checked (weights not read)", "")
         elif "d2t" not in names:
             yield _f("d2t-missing", "error", "drafter.model", f"draft vocabulary {dvs} differs from the target's {tv} but the drafter has no `d2t` tensor to map draft ids to target ids", "use a drafter checkpoint that includes d2t")
     # fc width vs number of taps
@@ -502,10 +504,24 @@ def launch_options(r: Resolved) -> Iterator[Finding]:
     `check` runs in the shell that runs `serve`."""
     import os
 
-    from ppspec_cli.planning.engine_options import launch_refusals
+    from ppspec_cli.planning.engine_options import launch_refusals, untrusted_findings
 
     p = r.profile
-    yield from launch_refusals(p.engine, p.env, p.server.api_key_env, os.environ)
+    yield from launch_refusals(p.engine, p.env, p.server.api_key_env, os.environ, p.trust.model_dump())
+    yield from (f for f in untrusted_findings(p.engine, p.env, p.trust.model_dump()) if f.code == "untrusted-acknowledged")
+
+
+@rule("engine-shapes")
+def engine_shapes(r: Resolved) -> Iterator[Finding]:
+    """vLLM's start-up shape rules (heads, KV heads, max-model-len): planning.engine_shapes."""
+    import os
+
+    from ppspec_cli.planning.engine_shapes import shape_findings
+
+    if r.target is None:
+        return
+    p = r.profile
+    yield from shape_findings(r.target.text, r.target.model_type, p.topology.tensor_parallel, p.engine, p.env, os.environ)
 
 
 @rule("security")

@@ -27,13 +27,13 @@ _SCONTROL_MAX_BYTES = 1 << 20
 
 def check_host(value: str, where: str) -> str:
     """`value` when it is a host name or an IP address, else a PpspecError (never a shell word or an option)."""
-    if isinstance(value, str) and (_HOSTNAME.match(value) or (":" in value and _IPV6.match(value))):
+    if isinstance(value, str) and (_HOSTNAME.fullmatch(value) or (":" in value and _IPV6.fullmatch(value))):  # fullmatch: `$` would take a trailing newline
         return value
     raise PpspecError(
         f"{where} {str(value)[:80]!r} is not a host name or IP address",
         where=where,
         fix="give the head node's host name (letters, digits, `.`, `-`) or its IP address",
-        exit_code=1,
+        exit_code=2,
     )
 
 
@@ -51,8 +51,8 @@ def _slurm_int(environ: Mapping[str, str], *names: str) -> int:
     for n in names:
         v = environ.get(n)
         if v is not None:
-            if not v.isdigit() or len(v) > 6:
-                raise PpspecError(f"{n}={v[:40]!r} in the environment is not a node number", where=n, fix="run inside a SLURM allocation (srun/sbatch set it), or unset SLURM_JOB_ID", exit_code=1)
+            if not re.fullmatch(r"[0-9]{1,6}", v):  # ASCII digits only: str.isdigit() takes '²' and '٣'
+                raise PpspecError(f"{n}={v[:40]!r} in the environment is not a node number", where=n, fix="run inside a SLURM allocation (srun/sbatch set it), or unset SLURM_JOB_ID", exit_code=2)
             return int(v)
     raise PpspecError(f"SLURM_JOB_ID is set but {names[0]} is not", where=names[0], fix="start each node with `srun` (it sets the node variables), or pass --node-rank and --master-addr", exit_code=1)
 

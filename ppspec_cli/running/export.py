@@ -134,14 +134,20 @@ def _dumper():
     return Dumper
 
 
+def check_image(image: str) -> str:
+    """`image` when it is a container image reference: no space, control, quote or leading `-` (exit 2)."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}", image or ""):
+        raise PpspecError(f"--image {str(image)[:80]!r} is not an image reference", where="--image", fix="e.g. --image registry.example.com/vllm-ppspec:0.32.0 (vLLM and ppspec installed)", exit_code=2)
+    return image
+
+
 def k8s_manifest(r: Resolved, spec: LaunchSpec, profile_path: str, errors: list[str], *, image: str, api_key_secret: str | None) -> str:
     """ConfigMap (the plugin's plan file), LeaderWorkerSet (one group: leader + headless workers)
     and a Service in front of the leader's API, as one multi-document YAML."""
     import yaml
 
+    check_image(image)
     _mp_only(r, "k8s")
-    if not image or len(image) > 512 or re.search(r"\s", image) or image.startswith("-"):
-        raise PpspecError(f"--image {image[:80]!r} is not an image reference", where="--image", fix="e.g. --image registry.example.com/vllm-ppspec:0.32.0 (vLLM and ppspec installed)", exit_code=1)
     p = r.profile
     t = p.topology
     name = k8s_name(p.name)

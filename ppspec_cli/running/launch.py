@@ -127,7 +127,7 @@ def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool
     cannot be launched as written (rules have normally reported this already)."""
     p = r.profile
     t = p.topology
-    refused = launch_refusals(p.engine, p.env, p.server.api_key_env, None)
+    refused = launch_refusals(p.engine, p.env, p.server.api_key_env, None, p.trust.model_dump())
     if refused:  # `serve` has refused already (they are `check` errors); a caller of this function must too
         f = refused[0]
         raise PpspecError(f"{f.message} [{f.code}]", where=f.field, fix=f.hint, exit_code=1)

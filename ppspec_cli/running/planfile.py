@@ -66,16 +66,21 @@ def _validate(data: Any, where: str) -> dict[str, Any]:
     return data
 
 
+def plan_file_text(data: dict[str, Any], where: str = "plan file") -> str:
+    """The plan file's text: validated, with the format tag."""
+    data = dict(data)
+    data.setdefault("format", PLAN_FORMAT)
+    _validate(data, where)
+    try:
+        return json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    except (TypeError, ValueError) as e:
+        raise PlanFileError(f"plan data is not JSON-serializable: {e}", where=where, fix="report this as a ppspec bug") from None
+
+
 def write_plan_file(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
     """Validate and write atomically (a reader never sees half a file). Adds the format tag."""
     path = Path(path)
-    data = dict(data)
-    data.setdefault("format", PLAN_FORMAT)
-    _validate(data, str(path))
-    try:
-        text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-    except (TypeError, ValueError) as e:
-        raise PlanFileError(f"plan data is not JSON-serializable: {e}", where=str(path), fix="report this as a ppspec bug") from None
+    text = plan_file_text(data, str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, text, what="plan file", error=PlanFileError)
     return path

@@ -16,7 +16,7 @@ from ppspec_cli.errors import PpspecError
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8000"
 MAX_JSON_BYTES = 32 << 20
-MAX_METRICS_BYTES = 64 << 20
+MAX_METRICS_BYTES = 16 << 20  # vLLM's page is tens of KiB; a page this large is not vLLM's
 _START_HINT = "start the server with `ppspec serve PROFILE`, or pass --endpoint URL for a server that is already running"
 
 
@@ -46,9 +46,11 @@ def normalize_endpoint(endpoint: str | None) -> str:
             fix="remove user:password@ from the URL and put the API key in an environment variable (--api-key-env NAME)",
         )
     try:
-        _ = parts.port  # urllib raises ValueError for a port that is not 0-65535
+        port = parts.port  # urllib raises ValueError for a port that is not 0-65535
     except ValueError:
-        raise PpspecError("endpoint port is not a number in 1-65535", where="--endpoint", fix="use a URL like http://127.0.0.1:8000") from None
+        port = -1
+    if port is not None and not 1 <= port <= 65535:  # port 0 is "any port" to bind, never a server's
+        raise PpspecError("endpoint port is not a number in 1-65535", where="--endpoint", fix="use a URL like http://127.0.0.1:8000")
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[: -len("/v1")]

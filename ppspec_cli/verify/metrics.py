@@ -148,6 +148,14 @@ def _bad(why: str, shown: str = "") -> PpspecError:
     )
 
 
+#: Lines of the families ppspec reads: vLLM's samples, TYPE/HELP lines for them, the process start time.
+_KEPT = re.compile(r"^(?:vllm:|process_start_time_seconds|# (?:TYPE|HELP|UNIT) (?:vllm:|process_start_time_seconds))[^\n]*", re.M)
+#: The most lines (samples and their comments) of one /metrics page that are parsed.
+MAX_SERIES = 50_000
+#: Pages up to this many characters are parsed whole; larger ones only for the families ppspec reads.
+WHOLE_PAGE_CHARS = 2 << 20
+
+
 def parse_prometheus(text: str) -> Scrape:
     """Parse the exposition text with prometheus_client's parser; then refuse what no counter can be:
     a series given twice, and a counter value that is negative, NaN or infinite."""
@@ -155,6 +163,14 @@ def parse_prometheus(text: str) -> Scrape:
     types: dict[str, str] = {}
     seen: set[tuple[str, Labels]] = set()
     text = re.split(r"^# EOF[ \t\r]*$", text, maxsplit=1, flags=re.M)[0]  # OpenMetrics' end marker
+    # A page up to WHOLE_PAGE_CHARS is parsed whole (every line checked). A larger one is not a
+    # plain vLLM page: only the families ppspec reads (vLLM's, and the process start time) are
+    # kept, in one regex pass, before the (slow) parser sees them, and they are bounded.
+    if len(text) > WHOLE_PAGE_CHARS:
+        lines = _KEPT.findall(text)
+        text = "\n".join(lines) + "\n"
+    if text.count("\n") > MAX_SERIES:
+        raise _bad(f"more than {MAX_SERIES} series and comment lines of the families ppspec reads; no vLLM server exposes that many")
     try:
         families = list(text_string_to_metric_families(text))
     except Exception as e:  # noqa: BLE001 - the parser raises ValueError, IndexError, TypeError... on bad text

@@ -10,13 +10,17 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Optional
 
-from rich.console import Console
+from pydantic import Field, StrictFloat, StrictInt, StrictStr
+
+from ppspec_cli.io import terminal
+from ppspec_cli.io.terminal import styled
 from rich.table import Table
 
-from ppspec_cli.io import safeio
-from ppspec_cli.io.terminal import safe
+from ppspec_cli.io import records, safeio
+from ppspec_cli.io.records import Record
+from ppspec_cli.io.terminal import safe  # noqa: F401 - kept for callers of report.safe
 from ppspec_cli.errors import PpspecError
 
 SCHEMA = "ppspec-verify-report/1"
@@ -83,23 +87,89 @@ class Report:
 def save_report(report: Report, path: str | Path) -> Path:
     """Write the report atomically (a half-written baseline would poison later gates)."""
     p = Path(path)
-    if p.is_dir():
-        raise PpspecError(f"{p} is a directory", where=str(p), fix="pass a file path such as baseline.json")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.exists():
-        raise PpspecError(f"directory {parent} does not exist", where=str(p), fix="create it first or choose another path")
-    text = json.dumps(report.to_dict(), indent=2, sort_keys=False, allow_nan=False) + "\n"
+    safeio.check_writable(p, where=str(p))  # a directory, a missing parent, a name too long: one message
+    try:
+        text = json.dumps(report.to_dict(), indent=2, sort_keys=False, allow_nan=False) + "\n"
+    except ValueError:  # a non-finite figure (a server's counter at +Inf): JSON has no such number
+        raise PpspecError(f"cannot write {p}: the report holds a non-finite number (a server counter at Inf or NaN)", where=str(p), fix="check the server's /metrics; ppspec writes only finite figures", exit_code=1) from None
     safeio.write_text(p, text, what="report", exit_code=2)
     return p
 
 
+# ---- the report as read back (a baseline or a reference): typed, validated before the run ----
+
+
+Num = StrictInt | StrictFloat
+
+
+class _PromptSetRec(Record):
+    name: Optional[str] = None
+    version: StrictInt | StrictStr | None = None
+    sha256: Optional[str] = None
+
+
+class _SettingsRec(Record):
+    num_prompts: Optional[StrictInt] = None
+    max_tokens: Optional[StrictInt] = None
+    seed: Optional[StrictInt] = None
+
+
+class _SpeculativeRec(Record):
+    configured: Optional[bool] = None
+    synthetic_acceptance: Optional[bool] = None
+
+
+class _SpecDecodeRec(Record):
+    configured: Optional[bool] = None
+    status: Optional[str] = None
+    drafts: Optional[Num] = None
+    draft_tokens: Optional[Num] = None
+    accepted_tokens: Optional[Num] = None
+    mean_acceptance_length: Optional[Num] = None
+    acceptance_rate: Optional[Num] = None
+    per_position_acceptance: Optional[list[Num]] = None
+
+
+class _OutputRec(Record):
+    id: StrictStr | StrictInt
+    text: Optional[str] = None
+    completion_tokens: Optional[StrictInt] = None
+
+
+class _TaskScoreRec(Record):
+    correct: Optional[StrictInt] = None
+    total: Optional[StrictInt] = None
+    score: Optional[Num] = None
+
+
+class ReportRecord(Record):
+    """A saved `ppspec verify` report as gates read it back (--baseline, --reference)."""
+
+    schema_: Literal["ppspec-verify-report/1"] = Field(alias="schema")
+    endpoint: str
+    model: str
+    prompt_set: _PromptSetRec
+    settings: _SettingsRec
+    speculative: _SpeculativeRec
+    counters_delta: dict[str, Any]
+    spec_decode: _SpecDecodeRec
+    throughput: dict[str, Num | str | None]
+    outputs: list[_OutputRec]
+    task_score: Optional[_TaskScoreRec] = None
+    per_engine: dict[str, _SpecDecodeRec] = Field(default_factory=dict)
+    gates: list[dict[str, Any]] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+
+
 def load_report(path: str | Path, role: str = "report") -> dict:
-    """Read a saved report as a dict (gates work on the JSON form)."""
+    """Read a saved report (a baseline, a reference) and validate every field the gates read, BEFORE
+    the run: a wrong type or a non-finite number is exit 2 naming the file, never a crash after it."""
     p = Path(path)
-    if not p.is_file():
-        raise PpspecError(f"{role} file not found: {p}", where=f"--{role}", fix=f"create it with `ppspec verify --save-{role} {p}`")
-    doc = safeio.read_json(p, limit=MAX_REPORT_BYTES, what=f"{role} file", fix="pass a report written by ppspec verify")
-    Report.from_dict(doc, str(p))  # validates the shape
+    fix = f"pass a report written by `ppspec verify --save-{role}` (re-create it: `ppspec verify PROFILE --save-{role} {p}`)"
+    doc = safeio.read_json(p, limit=MAX_REPORT_BYTES, what=f"{role} file", fix=fix)
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        Report.from_dict(doc, str(p))  # the one message for "not a report at all"
+    records.validate(ReportRecord, doc, what=f"{role} file", where=str(p), fix=fix)
     return doc
 
 
@@ -115,10 +185,10 @@ def _num(x: Any, fmt: str = "{:.3f}") -> str:
     return fmt.format(x)
 
 
-def render_table(report: Report | dict, console: Console | None = None) -> None:
+def render_table(report: Report | dict, console: Any = None) -> None:
     """A human summary of the report, then one PASS/FAIL line per gate."""
     r = report.to_dict() if isinstance(report, Report) else report
-    console = console or Console()
+    console = console or terminal.console()
     sd = r.get("spec_decode", {})
     tp = r.get("throughput", {})
     ps = r.get("prompt_set", {})
@@ -127,8 +197,8 @@ def render_table(report: Report | dict, console: Console | None = None) -> None:
     t.add_column("quantity")
     t.add_column("value", overflow="fold")
 
-    def row(k: str, v: object) -> None:  # every value may carry server text: escaped, never markup
-        t.add_row(safe(k), safe(v))
+    def row(k: str, v: object) -> None:  # every value may carry server text: the console never reads markup
+        t.add_row(terminal.plain(k), terminal.plain(v))
 
     row("endpoint", str(r.get("endpoint")))
     row("model", str(r.get("model")))
@@ -162,14 +232,14 @@ def render_table(report: Report | dict, console: Console | None = None) -> None:
         row("arithmetic score", f"{ts.get('correct')}/{ts.get('total')} = {ts.get('score'):.3f}")
     console.print(t)
     for w in r.get("warnings", []):
-        console.print(f"[yellow]warning:[/yellow] {safe(w)}", highlight=False)
+        console.print(styled("[yellow]warning:[/yellow] {}", w))
     print_gate_lines(r, console)
 
 
-def print_gate_lines(r: dict, console: Console) -> None:
+def print_gate_lines(r: dict, console: Any) -> None:
     from ppspec_cli.verify.gates import GATE_TITLES
 
     for g in r.get("gates", []):
         style = "green" if g.get("status") == "PASS" else "red"
         title = GATE_TITLES.get(g.get("name"), g.get("name"))
-        console.print(f"[{style}]{safe(g.get('status'))}[/{style}]  {safe(title)}: {safe(g.get('detail'))}", highlight=False, soft_wrap=True)
+        console.print(styled(f"[{style}]{{}}[/{style}]  {{}}: {{}}", g.get("status"), title, g.get("detail")), soft_wrap=True)

@@ -63,6 +63,12 @@ def lm_eval_command(endpoint: str, model: str, tokenizer: str | None = None) -> 
     )
 
 
+def _listed(served: list[str], n: int = 8) -> str:
+    """A few of the served model ids for a message (a server may list thousands)."""
+    shown = ", ".join(repr(x[:80]) for x in served[:n])
+    return shown + (f" and {len(served) - n} more" if len(served) > n else "")
+
+
 def _pick_model(client: Client, model: str | None, preferred: list[str] | None) -> str:
     served = client.models()
     if not served:
@@ -70,7 +76,7 @@ def _pick_model(client: Client, model: str | None, preferred: list[str] | None) 
     if model:
         if model not in served:
             raise PpspecError(
-                f"model {model!r} is not served at {client.endpoint} (served: {', '.join(served)})",
+                f"model {model!r} is not served at {client.endpoint} (served: {_listed(served)})",
                 where=client.url("/v1/models"),
                 fix="pass one of the served names",
             )
@@ -81,7 +87,7 @@ def _pick_model(client: Client, model: str | None, preferred: list[str] | None) 
     if len(served) == 1:
         return served[0]
     raise PpspecError(
-        f"the server serves several models ({', '.join(served)}) and none was chosen",
+        f"the server serves several models ({_listed(served)}) and none was chosen",
         where=client.url("/v1/models"),
         fix="verify through the profile that launched the server (served_model_name)",
     )

@@ -20,6 +20,7 @@ and the fix — before the model is built — after writing the failure to the s
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -474,10 +475,35 @@ def _write_status() -> None:
         pass  # a status file is evidence, never a reason to stop an engine
 
 
+@functools.lru_cache(maxsize=1)
+def StatusRecord() -> type:  # noqa: N802 - a model class, built on first use (pydantic is imported late)
+    """A plugin status record as `serve` reads it back: `ok` and `workers_confirmed` are booleans
+    (a string "yes" is not an ok status), the rest typed where `serve` reads it."""
+    from typing import Optional
+
+    from pydantic import StrictInt, StrictStr
+
+    from ppspec_cli.io.records import Record
+
+    class _Status(Record):
+        pid: StrictInt | StrictStr
+        ok: bool
+        role: Optional[str] = None
+        error: Optional[str] = None
+        rank: Optional[StrictInt] = None
+        pp_rank: Optional[StrictInt] = None
+        pack: Optional[str] = None
+        vllm: Optional[str] = None
+        workers_confirmed: Optional[bool] = None
+        patches: Optional[list[dict[str, Any]]] = None
+
+    return _Status
+
+
 def read_status_dir(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every plugin status record in a status folder (one per engine process), by pid. Records
     that cannot be read come back as {"pid": ..., "ok": False, "error": "unreadable: ..."}."""
-    from ppspec_cli.io import safeio
+    from ppspec_cli.io import records, safeio
 
     out = []
     d = Path(path)
@@ -486,10 +512,9 @@ def read_status_dir(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     for f in sorted(d.glob("*.json")):
         try:
             rec = safeio.read_json(f, limit=1 << 20, what="status record", follow_symlinks=False)
-            if not isinstance(rec, dict):
-                raise ValueError("not an object")
-        except (safeio.PpspecError, ValueError) as e:
-            rec = {"pid": f.stem, "ok": False, "error": f"unreadable: {e}"}
+            records.validate(StatusRecord(), rec, what="status record", where=str(f), fix="let the ppspec plugin write it")
+        except safeio.PpspecError as e:  # a record of the wrong shape (`ok: "yes"`) is not an ok record
+            rec = {"pid": f.stem, "ok": False, "error": f"unreadable: {e.what}"}
         out.append(rec)
     return sorted(out, key=lambda r: str(r.get("pid")))
 

@@ -43,6 +43,7 @@ import stat
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -148,38 +149,65 @@ def _names(value: object) -> set[str]:
     return {n for n in value if isinstance(n, str)} if isinstance(value, list) else set()
 
 
-def remove_recorded_shm(run_dir: Path) -> None:
+def _held(run_dir: Any) -> tuple[Any, bool]:
+    """The run directory held by descriptor (rundir.RunDir), and whether it was opened here."""
+    if hasattr(run_dir, "fd"):
+        return run_dir, False
+    from ppspec_cli.running.serve.rundir import RunDir
+
+    return RunDir.open(Path(run_dir), create=False), True
+
+
+def remove_recorded_shm(run_dir: Any) -> None:
     """Clean up after a previous run of this run dir that was killed outright (the module's rule,
-    from its record); drop the record."""
-    rec = run_dir / SHM_RECORD
+    from its record); drop the record. `run_dir`: a rundir.RunDir (or a path, opened here)."""
     try:
-        data = safeio.read_json(rec, limit=1 << 20, what="shm record", follow_symlinks=False)
+        rd, own = _held(run_dir)
+    except PpspecError:
+        return
+    try:
+        _remove_recorded(rd)
+    finally:
+        if own:
+            rd.close()
+
+
+def _remove_recorded(rd: Any) -> None:
+    try:
+        text = rd.read_text(SHM_RECORD, 1 << 20)
+        data = safeio.parse_json(text, what="shm record") if text is not None else None
         if isinstance(data, dict):
             before = data.get("before")
             # its last touch: the killed run was alive then (no snapshot: no untracked entry is its own)
-            until = os.lstat(rec).st_mtime + 2 * SCAN_S if isinstance(before, list) else -math.inf
+            until = os.stat(SHM_RECORD, dir_fd=rd.fd, follow_symlinks=False).st_mtime + 2 * SCAN_S if isinstance(before, list) else -math.inf
             _remove(_names(data.get("seen")), _names(before), until)
     except (PpspecError, OSError):
         pass  # no record (the run ended normally) or an unreadable one: nothing is claimed
-    rec.unlink(missing_ok=True)
+    rd.unlink(SHM_RECORD)
 
 
-def remove_engine_shm(run_dir: Path, seen: set[str], before: set[str]) -> None:
+def remove_engine_shm(run_dir: Any, seen: set[str], before: set[str]) -> None:
     """After the engine stopped: remove what it left (the module's rule) and drop the record."""
     _remove(seen, before, math.inf)
-    (run_dir / SHM_RECORD).unlink(missing_ok=True)
+    try:
+        rd, own = _held(run_dir)
+    except PpspecError:
+        return
+    rd.unlink(SHM_RECORD)
+    if own:
+        rd.close()
 
 
 class ShmTracker(threading.Thread):
     """Remembers the /dev/shm entries the engine's own processes map or hold open, so cleanup
     removes those even when their name follows no known shape."""
 
-    def __init__(self, root_pid: int, interval: float = SCAN_S, record: Path | None = None, before: set[str] | None = None):
+    def __init__(self, root_pid: int, interval: float = SCAN_S, record: Any = None, before: set[str] | None = None):
         super().__init__(daemon=True)
         self.root_pid, self.interval = root_pid, interval
         self.seen: set[str] = set()
         self.before = None if before is None else set(before)  # None: the record claims no untracked entry
-        self.record = record  # where the names are kept for a run killed outright (SHM_RECORD)
+        self.record = record  # the run directory (rundir.RunDir) whose SHM_RECORD keeps the names for a run killed outright
         self._written: set[str] | None = None
         self._lock = threading.Lock()
         self._stop_evt = threading.Event()
@@ -193,10 +221,15 @@ class ShmTracker(threading.Thread):
                 if names != self._written:
                     rec = {"seen": sorted(names)} | ({} if self.before is None else {"before": sorted(self.before)})
                     text = json.dumps(rec) + "\n"
-                    safeio.write_text(self.record, text, what="the shared-memory record")
+                    if hasattr(self.record, "fd"):
+                        self.record.write_text(SHM_RECORD, text, what="the shared-memory record")
+                    else:
+                        safeio.write_text(self.record, text, what="the shared-memory record")
                     self._written = names
+                elif hasattr(self.record, "fd"):
+                    os.utime(SHM_RECORD, dir_fd=self.record.fd, follow_symlinks=False)  # the run is alive: see remove_recorded_shm
                 else:
-                    os.utime(self.record, follow_symlinks=False)  # the run is alive: see remove_recorded_shm
+                    os.utime(self.record, follow_symlinks=False)
             except (PpspecError, OSError):
                 pass  # bookkeeping for a later run: never a reason to stop this one
 

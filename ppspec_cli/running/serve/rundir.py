@@ -1,18 +1,28 @@
 """The run directory of one `ppspec serve`: its lock, the files written before the engine starts
-(plan file for the plugin, launch record, plugin-status folder), and the engine's private TMPDIR."""
+(plan file for the plugin, launch record, plugin-status folder), and the engine's private TMPDIR.
+
+`RunDir` is the one way ppspec touches a run directory: it holds the directory open by descriptor
+(os.open(dir, O_DIRECTORY | O_NOFOLLOW)) from the lock to the last cleanup, and every write, open,
+unlink, mkdir and rmdir is relative to that descriptor (dir_fd=, never through the path again);
+cleanup walks with os.fwalk without following links. So a run directory swapped for a symbolic link
+while serving is never followed: ppspec keeps working in (and cleaning) the directory it locked.
+Every write goes through io.safeio.write_text; every OS failure there (a full or read-only file
+system) is one PpspecError naming the run directory, exit 1."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import stat
 import shutil
 import tempfile
 from pathlib import Path
 from typing import IO
 
 from ppspec_cli.io import safeio
-from ppspec_cli.running.planfile import write_plan_file
+from ppspec_cli.running.planfile import plan_file_text, write_plan_file
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.running.launch import LaunchSpec, NodeLaunch
 
@@ -28,9 +38,149 @@ MAX_TMPDIR_LEN = 60
 RUN_DIR_ENTRIES = frozenset({"serve.lock", "plan.json", "launch.json", "engine.log", "plugin-status", "tmp", PRIVATE_TMP_RECORD, READY_FILE, "shm.json", "drafter-overlay"})
 
 
+class RunDir:
+    """A run directory held by descriptor (see the module doc). Also the lock holder: `close()`
+    releases the lock and the descriptor."""
+
+    def __init__(self, path: Path, fd: int):
+        self.path = Path(path)
+        self.fd = fd
+        self._lock: IO[str] | None = None
+
+    # -- opening -------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: Path, *, create: bool = True) -> "RunDir":
+        path = Path(path)
+        try:
+            if create:
+                path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as e:
+            raise _error(path, "open", e) from None
+        return cls(path, fd)
+
+    def close(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> "RunDir":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def entries(self) -> list[str]:
+        return os.listdir(self.fd)
+
+    def kind(self, name: str) -> str | None:
+        """"dir", "file", "link", "other", or None when nothing is there (never follows a link)."""
+        try:
+            mode = os.stat(name, dir_fd=self.fd, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            return None
+        return "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "link" if stat.S_ISLNK(mode) else "other"
+
+    def read_text(self, name: str, limit: int) -> str | None:
+        """A regular file's text (at most `limit` bytes), None when absent or not a regular file."""
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self.fd)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            return f.read(limit).decode("utf-8", "replace")
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def write_text(self, name: str, text: str, *, what: str) -> None:
+        """`name` in this directory, through the one writer (temp + rename, relative to the descriptor)."""
+        safeio.write_text(name, text, what=what, where=f"--run-dir ({self.path / name})", dir_fd=self.fd, exit_code=1)
+
+    def open_write(self, name: str) -> IO[str]:
+        """A new (truncated) text file for streaming (the engine log): never through a link, a
+        regular file only."""
+        try:
+            if self.kind(name) not in (None, "file"):
+                raise OSError(errno.EEXIST, f"{name} is not a regular file")
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=self.fd)
+            return os.fdopen(fd, "w", encoding="utf-8", errors="replace")
+        except OSError as e:
+            raise _error(self.path / name, "write", e) from None
+
+    def mkdir(self, name: str) -> "RunDir":
+        """The subdirectory `name` (created if absent), held by its own descriptor."""
+        try:
+            try:
+                os.mkdir(name, 0o755, dir_fd=self.fd)
+            except FileExistsError:
+                pass
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
+        except OSError as e:
+            raise _error(self.path / name, "create", e) from None
+        return RunDir(self.path / name, fd)
+
+    # -- cleaning (never raises: cleanup must go on) -------------------------------------------
+
+    def unlink(self, name: str) -> None:
+        """Remove the file or link `name` (a link itself, never what it points at)."""
+        try:
+            if self.kind(name) in ("file", "link", "other"):
+                os.unlink(name, dir_fd=self.fd)
+        except OSError:
+            pass
+
+    def rmtree(self, name: str) -> None:
+        """Remove `name` and everything under it, relative to descriptors only (os.fwalk, links
+        never followed: a link inside is removed as a link). A link at `name` is only unlinked."""
+        k = self.kind(name)
+        if k in ("file", "link", "other"):
+            self.unlink(name)
+            return
+        if k != "dir":
+            return
+        try:
+            for _root, dirs, files, rootfd in os.fwalk(name, topdown=False, dir_fd=self.fd, follow_symlinks=False):
+                for f in files:
+                    try:
+                        os.unlink(f, dir_fd=rootfd)
+                    except OSError:
+                        pass
+                for d in dirs:
+                    try:
+                        if stat.S_ISLNK(os.stat(d, dir_fd=rootfd, follow_symlinks=False).st_mode):
+                            os.unlink(d, dir_fd=rootfd)
+                        else:
+                            os.rmdir(d, dir_fd=rootfd)
+                    except OSError:
+                        pass
+            os.rmdir(name, dir_fd=self.fd)
+        except OSError:
+            pass
+
+
+def _error(path: Path, action: str, e: OSError) -> PpspecError:
+    why = {errno.ENOSPC: "the file system is full", errno.EROFS: "the file system is read-only", errno.EDQUOT: "the disk quota is exhausted", errno.EACCES: "permission denied", errno.ELOOP: "it is a symbolic link (ppspec does not follow links here)"}.get(e.errno or 0, e.strerror or str(e))
+    return PpspecError(f"cannot {action} {path} in the run directory: {why}", where="--run-dir", fix="give `ppspec serve` a writable directory with free space (--run-dir)", exit_code=1)
+
+
+def _as_rundir(run_dir: "RunDir | Path") -> tuple[RunDir, bool]:
+    """(RunDir, whether the caller must close it)."""
+    return (run_dir, False) if isinstance(run_dir, RunDir) else (RunDir.open(Path(run_dir)), True)
+
+
 def check_run_dir(run_dir: Path) -> None:
     """Refuse a run directory that holds anything ppspec did not create, or a symbolic link where
     ppspec writes or cleans (cleaning through it would delete files elsewhere)."""
+    if os.path.islink(run_dir):
+        raise PpspecError(f"the run directory {run_dir} is a symbolic link; ppspec does not write or clean through links", where="--run-dir", fix="pass the directory itself", exit_code=1)
     try:
         entries = os.listdir(run_dir)
     except FileNotFoundError:
@@ -60,31 +210,69 @@ def check_run_dir(run_dir: Path) -> None:
         )
 
 
-def lock_run_dir(run_dir: Path) -> IO[str]:
+def _missing_parents(path: Path) -> list[Path]:
+    out = []
+    p = path.absolute()
+    while not p.exists() and p != p.parent:
+        out.append(p)
+        p = p.parent
+    return out
+
+
+def lock_run_dir(run_dir: Path) -> RunDir:
     """Hold an exclusive lock on the run directory for the whole serve: a second `ppspec serve` with
     the same run directory would overwrite the plan file and remove the first one's temp files.
-    The kernel drops the lock when this process dies, even by SIGKILL. Close the returned file to
-    release it."""
+    The kernel drops the lock when this process dies, even by SIGKILL. Returns the run directory
+    held by descriptor; `close()` releases both. A run directory this call created is removed again
+    when the lock cannot be written (a full or read-only file system leaves nothing behind)."""
     check_run_dir(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    f = open(run_dir / "serve.lock", "a+", encoding="utf-8")  # noqa: SIM115 - held for the whole serve
+    created = _missing_parents(Path(run_dir))
+    rd = RunDir.open(run_dir)
+    try:
+        fd = os.open("serve.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=rd.fd)
+        f = os.fdopen(fd, "a+", encoding="utf-8")  # held for the whole serve
+    except OSError as e:
+        rd.close()
+        _remove_created(created)
+        raise _error(Path(run_dir) / "serve.lock", "create", e) from None
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         f.seek(0)
         other = f.read().strip()[:20]
         f.close()
+        rd.close()
         raise PpspecError(
             f"another `ppspec serve` (pid {other or 'unknown'}) is using the run directory {run_dir}",
             where="--run-dir",
             fix="stop that server first, or give this one its own --run-dir",
             exit_code=1,
         ) from None
-    f.seek(0)
-    f.truncate()
-    f.write(f"{os.getpid()}\n")
-    f.flush()
-    return f
+    try:
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    except OSError as e:
+        try:
+            f.close()  # flushes what could not be written: fails the same way
+        except OSError:
+            pass
+        rd.unlink("serve.lock")
+        rd.close()
+        _remove_created(created)
+        raise _error(Path(run_dir) / "serve.lock", "write", e) from None
+    rd._lock = f  # noqa: SLF001
+    return rd
+
+
+def _remove_created(created: list[Path]) -> None:
+    for p in created:  # deepest first; only empty directories this call made
+        try:
+            os.rmdir(p)
+        except OSError:
+            return
 
 
 def status_dir(spec: LaunchSpec) -> Path:
@@ -92,46 +280,74 @@ def status_dir(spec: LaunchSpec) -> Path:
     return Path(spec.plan_data.get("status_dir", spec.run_dir / "plugin-status"))
 
 
-def write_run_files(spec: LaunchSpec, node: NodeLaunch) -> None:
+def write_run_files(spec: LaunchSpec, node: NodeLaunch, rd: RunDir | None = None) -> None:
     """Plan file for the plugin and the launch record, written before anything starts; the plugin
     status folder emptied of a previous run's records."""
-    spec.run_dir.mkdir(parents=True, exist_ok=True)
-    write_plan_file(spec.plan_file, spec.plan_data)
-    status = status_dir(spec)
-    if status.is_dir() and not status.is_symlink():
-        for f in status.iterdir():  # the plugin's records of a previous run (<pid>.json), nothing else
-            if f.suffix == ".json" and f.stem.isdigit() and (f.is_symlink() or f.is_file()):
-                f.unlink()
-    status.mkdir(parents=True, exist_ok=True)
-    rec = {"node_rank": node.node_rank, "role": node.role, "argv": node.argv, "env": node.env, "env_refs": node.env_refs, "url": spec.url}
-    safeio.write_text(spec.run_dir / "launch.json", json.dumps(rec, indent=2) + "\n", what="launch.json")
+    rd, own = _as_rundir(rd if rd is not None else spec.run_dir)
+    try:
+        if spec.plan_file.parent == spec.run_dir:
+            rd.write_text(spec.plan_file.name, plan_file_text(spec.plan_data), what="plan file")
+        else:
+            write_plan_file(spec.plan_file, spec.plan_data)
+        status = status_dir(spec)
+        if status.parent == spec.run_dir:
+            with rd.mkdir(status.name) as sd:
+                for name in sd.entries():  # the plugin's records of a previous run (<pid>.json), nothing else
+                    if name.endswith(".json") and name[:-5].isdigit():
+                        sd.unlink(name)
+        else:
+            status.mkdir(parents=True, exist_ok=True)
+        rec = {"node_rank": node.node_rank, "role": node.role, "argv": node.argv, "env": node.env, "env_refs": node.env_refs, "url": spec.url}
+        rd.write_text("launch.json", json.dumps(rec, indent=2) + "\n", what="launch.json")
+    finally:
+        if own:
+            rd.close()
 
 
-def make_engine_tmp(run_dir: Path) -> Path:
+def make_engine_tmp(run_dir: "RunDir | Path") -> Path:
     """The engine's TMPDIR for this run: <run_dir>/tmp, or a short private /tmp/ppspec-* directory
-    (recorded in the run dir, for a run killed outright) when that path is too long for sockets."""
-    tmp = run_dir / "tmp"
-    if len(str(tmp)) > MAX_TMPDIR_LEN:
-        tmp = Path(tempfile.mkdtemp(prefix="ppspec-", dir="/tmp"))
-        (run_dir / PRIVATE_TMP_RECORD).write_text(str(tmp) + "\n", encoding="utf-8")
-    tmp.mkdir(parents=True, exist_ok=True)
-    return tmp
+    (recorded in the run dir, for a run killed outright) when that path is too long for sockets.
+    A private directory whose record cannot be written is removed again before the error."""
+    rd, own = _as_rundir(run_dir)
+    try:
+        tmp = rd.path / "tmp"
+        if len(str(tmp)) > MAX_TMPDIR_LEN:
+            try:
+                tmp = Path(tempfile.mkdtemp(prefix="ppspec-", dir="/tmp"))
+            except OSError as e:
+                raise _error(Path("/tmp/ppspec-*"), "create", e) from None
+            try:
+                rd.write_text(PRIVATE_TMP_RECORD, str(tmp) + "\n", what="the private TMPDIR record")
+            except PpspecError:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            return tmp
+        rd.mkdir("tmp").close()
+        return tmp
+    finally:
+        if own:
+            rd.close()
 
 
-def remove_engine_tmp(run_dir: Path) -> None:
+def remove_engine_tmp(run_dir: "RunDir | Path") -> None:
     """Remove the engine's temp dirs: <run_dir>/tmp and the private TMPDIR a run recorded (only a
     /tmp/ppspec-* directory of ours). At the start of a serve they are a killed run's leftovers (we
-    hold the lock, so no live run owns them)."""
-    tmp = run_dir / "tmp"
-    if tmp.is_symlink():
-        tmp.unlink()  # the link only, never what it points at
-    else:
-        shutil.rmtree(tmp, ignore_errors=True)  # rmtree does not follow links inside
-    rec = run_dir / PRIVATE_TMP_RECORD
+    hold the lock, so no live run owns them). Relative to the run directory's descriptor: a link
+    at `tmp` is unlinked, never followed."""
     try:
-        p = Path(safeio.read_text(rec, limit=4096, what="tmpdir record", follow_symlinks=False).strip())
+        rd, own = _as_rundir(run_dir) if isinstance(run_dir, RunDir) or os.path.isdir(run_dir) and not os.path.islink(run_dir) else (None, False)
     except PpspecError:
         return
-    if p.parent == Path("/tmp") and p.name.startswith("ppspec-") and not p.is_symlink() and p.is_dir() and p.stat().st_uid == os.getuid():
-        shutil.rmtree(p, ignore_errors=True)
-    rec.unlink(missing_ok=True)
+    if rd is None:
+        return
+    try:
+        rd.rmtree("tmp")
+        text = rd.read_text(PRIVATE_TMP_RECORD, 4096)
+        if text is not None:
+            p = Path(text.strip())
+            if p.parent == Path("/tmp") and p.name.startswith("ppspec-") and not p.is_symlink() and p.is_dir() and p.stat().st_uid == os.getuid():
+                shutil.rmtree(p, ignore_errors=True)
+        rd.unlink(PRIVATE_TMP_RECORD)
+    finally:
+        if own:
+            rd.close()

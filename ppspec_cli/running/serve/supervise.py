@@ -23,7 +23,7 @@ from ppspec_cli.io import netio, redact, shellout
 from ppspec_cli.running.engine.plugin import read_status_dir
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.running.launch import LaunchSpec, NodeLaunch, materialize_overlay
-from ppspec_cli.running.serve.residue import SHM_RECORD, ShmTracker, remove_engine_shm, remove_recorded_shm, shm_snapshot
+from ppspec_cli.running.serve.residue import ShmTracker, remove_engine_shm, remove_recorded_shm, shm_snapshot
 from ppspec_cli.running.serve.confirm import EXIT_UNCONFIRMED, unconfirmed
 from ppspec_cli.running.serve.rundir import READY_FILE, lock_run_dir, status_dir, make_engine_tmp, remove_engine_tmp, write_run_files
 
@@ -241,24 +241,24 @@ def run_engine(
         secrets[k] = os.environ[ref]
         redact.register(secrets[k])
     with _Signals() as sigs:
-        lock = lock_run_dir(spec.run_dir)
+        rd = lock_run_dir(spec.run_dir)  # held by descriptor from here to the last cleanup
         try:
-            return _run_locked(spec, node, sigs, secrets, health_timeout_s, drafter_revision, log, stream, roll, verify_line, workload)
+            return _run_locked(spec, node, sigs, secrets, health_timeout_s, drafter_revision, log, stream, roll, verify_line, workload, rd)
         finally:
-            lock.close()
+            rd.close()
 
 
 
-def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_revision, log, stream, roll=None, verify_line=None, workload=None) -> ServeResult:
+def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_revision, log, stream, roll=None, verify_line=None, workload=None, rd=None) -> ServeResult:
     # Left by a run that was killed outright (we hold the lock, so no live run owns them).
-    remove_engine_tmp(spec.run_dir)
-    remove_recorded_shm(spec.run_dir)
-    (spec.run_dir / READY_FILE).unlink(missing_ok=True)
-    write_run_files(spec, node)
+    remove_engine_tmp(rd)
+    remove_recorded_shm(rd)
+    rd.unlink(READY_FILE)
+    write_run_files(spec, node, rd)
     materialize_overlay(spec, drafter_revision)
     if sigs.first is not None:
         return ServeResult(128 + sigs.first, f"interrupted by {sigs.name} before the engine started: nothing was launched")
-    tmp = make_engine_tmp(spec.run_dir)
+    tmp = make_engine_tmp(rd)
     env = dict(os.environ)
     env.update(node.env)
     env.update(secrets)
@@ -267,7 +267,7 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
     shm_before = shm_snapshot()
     log_path = spec.run_dir / "engine.log"
     tail: collections.deque[str] = collections.deque(maxlen=60)
-    log_file = log_path.open("w", encoding="utf-8", errors="replace")
+    log_file = rd.open_write("engine.log")
     try:
         proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
             node.argv,
@@ -283,7 +283,7 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
         )
     except OSError as e:
         log_file.close()
-        remove_engine_tmp(spec.run_dir)
+        remove_engine_tmp(rd)
         if isinstance(e, FileNotFoundError):
             raise PpspecError(f"cannot start the engine: {node.argv[0]} not found", where="vllm", fix="install vLLM in this environment (pip install 'ppspec[cuda]', or 'ppspec[cpu]' on CPU hosts)", exit_code=1) from None
         raise PpspecError(f"cannot start the engine {node.argv[0]}: {e.strerror or e}", where="vllm", fix="check that the vLLM install is complete and executable", exit_code=1) from None
@@ -299,8 +299,10 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
                 try:
                     log_file.write(redact.redact(line))
                     log_file.flush()
-                except (OSError, ValueError):  # disk full, or closed during shutdown
+                except (OSError, ValueError) as e:  # disk full, or closed during shutdown
                     to_file = False
+                    if isinstance(e, OSError):
+                        log(f"warning: cannot write {log_path} any more ({e.strerror or e}); the engine log goes on on the terminal only")
             if to_terminal:
                 try:
                     sys.stderr.write(line)
@@ -310,11 +312,11 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    shm = ShmTracker(proc.pid, record=spec.run_dir / SHM_RECORD, before=shm_before)
+    shm = ShmTracker(proc.pid, record=rd, before=shm_before)
     shm.start()
     result = ServeResult(1, "the engine supervisor stopped unexpectedly")
     try:
-        result = _supervise(spec, node, proc, sigs, reader, tail, log_path, health_timeout_s, log, shm.scan, roll, verify_line, workload)
+        result = _supervise(spec, node, proc, sigs, reader, tail, log_path, health_timeout_s, log, shm.scan, roll, verify_line, workload, rd)
     finally:
         shm.scan()  # last look before the processes go away
         _terminate(proc, log, sigs=sigs, watch=shm.scan)
@@ -322,11 +324,11 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
         shm.join(timeout=5)  # its last scan is done before cleanup reads what it saw
         reader.join(timeout=5)
         log_file.close()
-        _cleanup(spec, shm_before, shm.seen)
+        _cleanup(rd, shm_before, shm.seen)
     return result
 
 
-def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, health_timeout_s: float, log, before_stop: Callable[[], None], roll=None, verify_line=None, workload=None) -> ServeResult:
+def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, health_timeout_s: float, log, before_stop: Callable[[], None], roll=None, verify_line=None, workload=None, rd=None) -> ServeResult:
     log(f"engine starting (pid {proc.pid}); log: {log_path}")
 
     def exited(when: str) -> ServeResult:
@@ -376,7 +378,10 @@ def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, h
         if verify_line:
             log(f"measure speculation (in another terminal): {verify_line}")
         log("stop with Ctrl-C")
-        (spec.run_dir / READY_FILE).write_text(spec.url + "\n", encoding="utf-8")
+        try:
+            rd.write_text(READY_FILE, spec.url + "\n", what="the ready marker")
+        except PpspecError as e:  # the engine serves; only the marker for scripts is missing
+            log(f"warning: {e.what}; the engine keeps serving")
     else:
         log(f"node {node.node_rank} started: it joins the head's engine (the head serves the API)")
     while True:
@@ -488,9 +493,10 @@ def _group_alive(pgid: int, proc: subprocess.Popen | None = None) -> bool:
 
 
 
-def _cleanup(spec: LaunchSpec, shm_before: set[str], shm_seen: set[str]) -> None:
+def _cleanup(rd, shm_before: set[str], shm_seen: set[str]) -> None:
     """Remove the run's temp dirs and the shared-memory entries the engine's processes used
-    (tracked while they ran; never another process's)."""
-    remove_engine_tmp(spec.run_dir)
-    remove_engine_shm(spec.run_dir, shm_seen, shm_before)
-    (spec.run_dir / READY_FILE).unlink(missing_ok=True)
+    (tracked while they ran; never another process's). Relative to the run directory's descriptor:
+    a run directory swapped for a link meanwhile is never followed."""
+    remove_engine_tmp(rd)
+    remove_engine_shm(rd, shm_seen, shm_before)
+    rd.unlink(READY_FILE)

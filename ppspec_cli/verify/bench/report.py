@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ppspec_cli.io import safeio
-from ppspec_cli.io.terminal import safe
 
 
 def _n(x, fmt: str = "{:.1f}") -> str:
@@ -70,16 +69,18 @@ def verdict_lines(doc: dict) -> list[str]:
 def print_report(doc: dict, console) -> None:
     from rich.table import Table
 
-    t = Table(title=f"ppspec bench: {safe(doc.get('profile') or '')}", show_lines=False)
+    from ppspec_cli.io.terminal import plain
+
+    t = Table(title=plain(f"ppspec bench: {doc.get('profile') or ''}"), show_lines=False)
     for h in HEADER:
         t.add_column(h, justify="left" if h == "arm" else "right")
     for row in table_rows(doc):
-        t.add_row(*[safe(c) for c in row])
+        t.add_row(*[plain(c) for c in row])  # data, never markup (terminal.plain cleans it)
     console.print(t)
     for line in verdict_lines(doc):
-        console.print(safe(line), markup=False)
+        console.print(plain(line))
     for w in doc.get("warnings") or []:
-        console.print(safe(f"warning: {w}"), markup=False)
+        console.print(plain(f"warning: {w}"))
 
 
 def markdown(doc: dict) -> str:
