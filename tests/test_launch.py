@@ -206,3 +206,27 @@ def test_materialize_overlay_keeps_original(tmp_path):
     assert cfg["eagle_aux_hidden_state_layer_ids"] == [3, 31, 59]
     assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 30, 58]
     assert (tmp_path / "ov" / "model.safetensors").resolve() == (src / "model.safetensors").resolve()
+
+
+def test_materialize_overlay_in_a_held_run_dir_never_follows_a_link(tmp_path):
+    """With the run directory held by descriptor (serve), the overlay is built relative to it: a
+    symbolic link planted at drafter-overlay is unlinked, never followed into."""
+    from ppspec_cli.running.launch import LaunchSpec, materialize_overlay
+    from ppspec_cli.running.serve.rundir import RunDir
+
+    src = tmp_path / "drafter"
+    shutil.copytree(FIX / "AQ-MedAI__Kimi-K25-eagle3", src)
+    (src / "model.safetensors").write_bytes(b"weights")
+    run_dir, victim = tmp_path / "run", tmp_path / "victim"
+    run_dir.mkdir()
+    victim.mkdir()
+    (victim / "precious").write_text("keep\n")
+    (run_dir / "drafter-overlay").symlink_to(victim)
+    spec = LaunchSpec([], "http://x", run_dir, run_dir / "plan.json", {}, {"eagle_aux_hidden_state_layer_ids": [3, 31, 59]}, run_dir / "drafter-overlay", str(src))
+    with RunDir.open(run_dir) as rd:
+        materialize_overlay(spec, rd=rd)
+    assert sorted(p.name for p in victim.iterdir()) == ["precious"]
+    ov = run_dir / "drafter-overlay"
+    assert ov.is_dir() and not ov.is_symlink()
+    assert json.loads((ov / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"] == [3, 31, 59]
+    assert (ov / "model.safetensors").resolve() == (src / "model.safetensors").resolve()

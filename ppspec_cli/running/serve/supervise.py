@@ -255,7 +255,7 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
     remove_recorded_shm(rd)
     rd.unlink(READY_FILE)
     write_run_files(spec, node, rd)
-    materialize_overlay(spec, drafter_revision)
+    materialize_overlay(spec, drafter_revision, rd)
     if sigs.first is not None:
         return ServeResult(128 + sigs.first, f"interrupted by {sigs.name} before the engine started: nothing was launched")
     tmp = make_engine_tmp(rd)
