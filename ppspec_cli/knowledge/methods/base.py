@@ -162,6 +162,11 @@ class SpecMethod:
         """The architectures vLLM builds the drafter as (config/speculative.py)."""
         return declared_architectures(cfg)
 
+    def built_fc_taps(self, cfg: Mapping[str, Any], speculators: bool) -> Any:
+        """How many taps vLLM builds the drafter's fc for (knowledge/drafter_width.BuiltWidth), or
+        None when the method's drafters have no such fc ppspec mirrors."""
+        return None
+
     def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Breach]:
         """What vLLM requires of every drafter of this method (drafter packs add their classes' own)."""
         return []

@@ -27,6 +27,12 @@ class Eagle3(SpecMethod):
                 return False
         return True
 
+    def built_fc_taps(self, cfg: Mapping[str, Any], speculators: bool) -> Any:
+        """The fc width vLLM's EAGLE3 drafter classes build (knowledge/drafter_width: vLLM #54526)."""
+        from ppspec_cli.knowledge.drafter_width import built_fc_taps
+
+        return built_fc_taps(dict(cfg), speculators=speculators)
+
     def vllm_names(self, arch: str) -> list[str]:
         """EAGLEConfig names an EAGLE3 drafter `Eagle3{arch}` unless it already says Eagle3."""
         return [arch] if arch.startswith("Eagle3") or arch.endswith("Eagle3") else [arch, f"Eagle3{arch}"]
