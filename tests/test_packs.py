@@ -182,7 +182,7 @@ def test_malformed_version_range(bad):
 
 
 def test_supports_vllm_on_a_pack():
-    p = get_pack("minimax_m3")
+    p = get_pack("minimax_m2")
     assert p.supports_vllm("0.32.0") and not p.supports_vllm("0.31.0")
 
 

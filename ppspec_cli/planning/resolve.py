@@ -170,6 +170,27 @@ def _engine_taps(r: Resolved) -> tuple[tuple[int, ...], str, dict | None]:
     return normalize_taps(served), source, None
 
 
+def needed_behaviours(r: Resolved) -> list[dict[str, Any]]:
+    """What the engine must have for this profile, asserted by value by the plugin in every engine
+    process (plugin.assert_needs): the target's inner decoder relays taps over PP (EAGLE3-family
+    drafter, PP>1, Model Runner V2), and builds its embedding on the last stage (a drafter without
+    its own embed_tokens under PP). `decoder` is the pack's `module:Class` when a pack names it,
+    else null: the plugin asks vLLM's own registry for the architecture's inner decoder."""
+    from ppspec_cli.knowledge.packs import inner_decoder_ref
+
+    if r.pp < 2 or r.target is None or not r.target.architectures or r.profile.drafter is None:
+        return []
+    arch = r.target.architectures[0]
+    ref = inner_decoder_ref(r.family, arch, r.platform) if r.family is not None else None
+    out = []
+    if r.runner == "v2" and r.uses_taps:
+        out.append({"behaviour": "aux_relay_over_pp", "arch": arch, "decoder": ref})
+    names = r.drafter.tensor_names() if r.drafter is not None else None
+    if r.method in facts.TARGET_EMBED_METHODS and names is not None and not any(x.endswith("embed_tokens.weight") for x in names):
+        out.append({"behaviour": "target_embed_on_last_stage", "arch": arch, "decoder": ref})
+    return out
+
+
 def draft_numbering(r: Resolved) -> Literal["global", "pp-local"]:
     """How the drafter names its layers: what its pack says (native, or patched and applied:
     global; unsupported: PP-local), else the method's rule in vLLM (EAGLE-1 PP-local)."""
