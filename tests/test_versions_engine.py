@@ -102,3 +102,23 @@ def test_serve_on_a_nightly_is_ready_with_the_plugin_confirmed_and_verify_passes
             raise
     assert rc == 143, s.log_path.read_text(errors="replace")[-3000:]
     assert os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] != str(tmp_path / "shadow")  # the suite's own env untouched
+
+
+def test_adapters_list_on_a_nightly_reads_every_pack_by_value(tmp_path):
+    """On vLLM reporting 0.34.0.dev0 every pack is probed (read by value in a child interpreter):
+    the llama pack's LlamaModel opts in itself; qwen3_moe's relay anchors match and its embedding
+    patch stands aside (vLLM 0.32's Qwen3MoeModel builds embed_tokens on every stage). On the real
+    version (0.32.0) the same packs are verified."""
+    env = shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.34.0.dev0"))
+    cp = _run({**env, "PPSPEC_CACHE": str(tmp_path / "cache")}, "adapters", "list", "--json")
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    recs = {r["name"]: r for r in json.loads(cp.stdout)}
+    assert recs["llama"]["engine"] == "probed" and "llama:LlamaModel" in recs["llama"]["engine_detail"]
+    assert recs["llama"]["status"] == "native" and recs["llama"]["installed_vllm"]["verified"] is False
+    q = recs["qwen3_moe"]
+    assert q["engine"] == "probed" and "anchors match: qwen3_moe.relay_forward, qwen3_moe.opt_in" in q["engine_detail"]
+    assert "already does it: qwen3_moe.target_embed_on_last_stage" in q["engine_detail"]
+    real = _run({"PPSPEC_CACHE": str(tmp_path / "cache")}, "adapters", "list", "--json")
+    assert {r["name"]: r["engine"] for r in json.loads(real.stdout)}["qwen3_moe"] == "verified"
+    text = _run({**env, "PPSPEC_CACHE": str(tmp_path / "cache")}, "adapters", "list")
+    assert "status against vLLM 0.34.0.dev0 (cpu, unverified)" in text.stdout and "engine    probed" in text.stdout
