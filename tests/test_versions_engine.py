@@ -122,3 +122,41 @@ def test_adapters_list_on_a_nightly_reads_every_pack_by_value(tmp_path):
     assert {r["name"]: r["engine"] for r in json.loads(real.stdout)}["qwen3_moe"] == "verified"
     text = _run({**env, "PPSPEC_CACHE": str(tmp_path / "cache")}, "adapters", "list")
     assert "status against vLLM 0.34.0.dev0 (cpu, unverified)" in text.stdout and "engine    probed" in text.stdout
+
+
+def _moe_profile(tmp_path):
+    """A Qwen3-MoE target (its real config.json; no weights) without a drafter: `adapter: auto`
+    applies the qwen3_moe pack, whose patches the probes and `adapters list` read."""
+    import shutil
+
+    target = tmp_path / "qwen3moe"
+    shutil.copytree(REPO / "tests/fixtures/models/Qwen__Qwen3-30B-A3B", target)
+    p = tmp_path / "moe.yaml"
+    p.write_text(yaml.safe_dump({"name": "moe", "target": {"model": str(target)}, "platform": "auto", "adapter": "auto", "topology": {"pipeline_parallel": 1}}))
+    return p
+
+
+@pytest.mark.parametrize(("fork", "engine", "probe_ok"), [("native-qwen3-moe", "probed", True), ("drifted-qwen3-moe", "drifted", False)])
+def test_a_fork_native_or_drifted_through_check_probes_and_adapters_list(tmp_path, fork, engine, probe_ok):
+    """A nightly fork that opted Qwen3-MoE in natively: the pack's relay patches stand aside
+    (reported); one whose Qwen3MoeModel.forward changed shape: the patch refuses by name, with
+    what differs (check --probes: an error; adapters list: drifted). The plugin's side of both is
+    test_plugin.py (a real engine cannot build a Qwen3-MoE model on this CPU box)."""
+    env = {**shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.34.0.dev0", fork)), "PPSPEC_CACHE": str(tmp_path / "cache")}
+    cp = _run(env, "check", str(_moe_profile(tmp_path)), "--probes", "--json")
+    by = _codes(cp)
+    if probe_ok:
+        assert cp.returncode == 0 and "probe-pack-patches" not in by, cp.stdout[-3000:] + cp.stderr[-2000:]
+        assert "vllm-probed" in by
+    else:
+        f = by["probe-pack-patches"]
+        assert cp.returncode == 1 and f["severity"] == "error", cp.stdout[-3000:]
+        assert "qwen3_moe.relay_forward" in f["message"] and "anchor drifted" in f["message"] and "takes (self, hidden, positions, cache)" in f["message"]
+        assert "vllm-unverified" in by and "vllm-probed" not in by
+    al = _run(env, "adapters", "show", "qwen3_moe", "--json")
+    rec = json.loads(al.stdout)
+    assert rec["engine"] == engine, rec["engine_detail"]
+    if probe_ok:
+        assert "already does it: qwen3_moe.relay_forward, qwen3_moe.opt_in, qwen3_moe.target_embed_on_last_stage" in rec["engine_detail"]
+    else:
+        assert "qwen3_moe.relay_forward: " in rec["engine_detail"] and "anchor drifted" in rec["engine_detail"]
