@@ -268,3 +268,18 @@ def test_a_packs_own_probes_that_break_are_failed_probes_with_the_reason(tmp_pat
     assert [r.status for r in probe_pack_own(ok)] == ["passed"]
     assert probe_pack_own(None) == []
 
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_target_embed_probe_reads_the_decoder_constructor():
+    """The user report's Cohere case, settled by the installed engine: CohereModel builds
+    embed_tokens on every rank (no PPMissingLayer), so a drafter sharing it is fine at PP=2;
+    DeepseekV2Model builds it on the first stage only (an error unless its pack is applied)."""
+    r = probes.probe_target_embed("CohereForCausalLM", "eagle", 2, False, None)
+    assert r.status == "passed" and "commandr:CohereModel builds embed_tokens on the last stage" in r.detail
+    r = probes.probe_target_embed("DeepseekV3ForCausalLM", "eagle3", 2, False, None)
+    assert r.status == "failed" and r.severity == "error" and "first stage only" in r.detail
+    r = probes.probe_target_embed("DeepseekV3ForCausalLM", "eagle3", 2, False, get_pack("deepseek_v3"))
+    assert r.status == "passed" and "pack deepseek_v3 builds it" in r.detail
+    assert probes.probe_target_embed("CohereForCausalLM", "eagle", 2, True, None).status == "not_run"
