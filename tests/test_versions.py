@@ -65,14 +65,19 @@ def test_readme_extras_and_tables_agree_on_the_verified_releases():
 
 
 def test_fc_width_vllm_builds_per_drafter_class():
-    # Eagle3LlamaForCausalLM: num_aux_hidden_states, else the nested list, else 3 (never the top level)
-    assert built_fc_taps({"architectures": ["LlamaForCausalLM"], "eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4]}).taps == 3
-    assert built_fc_taps({"architectures": ["LlamaForCausalLM"], "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2]}}).taps == 2
-    assert built_fc_taps({"architectures": ["Eagle3LlamaForCausalLM"], "num_aux_hidden_states": 4}).taps == 4
-    assert built_fc_taps({"model_type": "llama", "eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4]}, speculators=True).taps == 3
-    # Eagle3Qwen3ForCausalLM reads the top-level list too
-    b = built_fc_taps({"model_type": "qwen3", "eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4]}, speculators=True)
+    """The width vLLM builds, from the packs' drafter-class facts (fc_taps_from)."""
+    from ppspec_cli.knowledge import methods, packs
+
+    classes = packs.drafter_classes()
+    built = methods.get("eagle3").built_fc_taps
+    # the Llama-family class: num_aux_hidden_states, else the nested list, else 3 (never the top level)
+    assert built({"architectures": ["LlamaForCausalLM"], "eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4]}, classes).taps == 3
+    assert built({"architectures": ["LlamaForCausalLM"], "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2]}}, classes).taps == 2
+    assert built({"architectures": ["Eagle3LlamaForCausalLM"], "num_aux_hidden_states": 4}, classes).taps == 4
+    # the Qwen3 class reads the top-level list too
+    b = built({"architectures": ["Eagle3Qwen3ForCausalLM"], "eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4]}, classes)
     assert (b.taps, b.served_class) == (4, "Eagle3Qwen3ForCausalLM")
-    assert built_fc_taps({"architectures": ["Eagle3Qwen3ForCausalLM"], "num_aux_layers": 5, "num_aux_hidden_states": 2}).taps == 5
-    # a class ppspec does not mirror: unknown
-    assert built_fc_taps({"architectures": ["SomethingElseForCausalLM"]}) is None
+    assert built({"architectures": ["Eagle3Qwen3ForCausalLM"], "num_aux_layers": 5, "num_aux_hidden_states": 2}, classes).taps == 5
+    # a class no pack describes: unknown
+    assert built({"architectures": ["SomethingElseForCausalLM"]}, classes) is None
+    assert built_fc_taps({"architectures": ["X"]}, ["X"], ()) is None

@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 
 from ppspec_cli.findings import Finding, Severity, by_severity, finding
 from ppspec_cli.planning import drafter_contract
-from ppspec_cli.knowledge import facts, methods
+from ppspec_cli.knowledge import facts, methods, packs
 from ppspec_cli.knowledge.packs import PLATFORMS, in_range, load_pack_module
 from ppspec_cli.knowledge.versions import settle_command, verified_text
 from ppspec_cli.planning.plan import default_partition, default_taps
@@ -303,7 +303,7 @@ def _fc_width_built(r: Resolved, fc) -> Iterator[Finding]:
     if d is None or not r.uses_taps or r.drafter is None or r.plan is None:
         return
     view = {**(r.drafter_view or {}), **(r.plan.overlay or {})}
-    built = methods.get(d.method).built_fc_taps(view, "speculators_config" in (r.drafter.config or {}))
+    built = methods.get(d.method).built_fc_taps(view, packs.drafter_classes())
     if built is None:
         return
     hidden = view.get("target_hidden_size") if isinstance(view.get("target_hidden_size"), int) else view.get("hidden_size")
