@@ -36,8 +36,19 @@ app.add_typer(export_app, name="export")
 _state = {"debug": False}
 
 
+def _version_callback(value: bool) -> None:
+    if value:
+        from ppspec_cli.commands.version import print_version
+
+        print_version()
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for unexpected errors.")) -> None:
+def _main(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for unexpected errors."),
+    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True, help="Print ppspec's version, the installed vLLM (verified or not) and the verified vLLM releases, then exit."),
+) -> None:
     _state["debug"] = debug or bool(os.environ.get("PPSPEC_DEBUG"))
 
 

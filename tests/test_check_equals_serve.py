@@ -53,7 +53,9 @@ def base(tmp_path, monkeypatch):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("PPSPEC_VLLM_EXECUTABLE", str(tmp_path / "no-such-vllm"))
-    return {"name": "refusal", "target": {"model": str(target)}, "platform": "cuda", "server": {"port": 18931}}
+    # platform auto: a declared `cuda` on a machine with a CPU build of vLLM is itself a refusal
+    # (platform-not-served), which would hide the one each example is about
+    return {"name": "refusal", "target": {"model": str(target)}, "platform": "auto", "server": {"port": 18931}}
 
 
 def _write(tmp_path: Path, data: dict, change: dict) -> Path:

@@ -18,8 +18,10 @@ pytestmark = pytest.mark.slow  # runs the CLI in subprocesses
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 
 
-def prof(target, *, drafter=None, method="eagle3", pp=2, extra="") -> str:
-    text = f"name: cli-test\ntarget: {{model: {target}}}\nplatform: cuda\nadapter: none\n"
+def prof(target, *, drafter=None, method="eagle3", pp=2, extra="", platform="cuda") -> str:
+    """A profile; `platform: auto` where the test must pass on any install (a declared cuda on a
+    CPU build of vLLM is itself an error, platform-not-served)."""
+    text = f"name: cli-test\ntarget: {{model: {target}}}\nplatform: {platform}\nadapter: none\n"
     if drafter is not None:
         text += f"drafter: {{method: {method}, model: {drafter}, num_speculative_tokens: 3}}\n"
     return text + f"topology:\n  pipeline_parallel: {pp}\n" + extra
@@ -44,7 +46,7 @@ def assert_one_paragraph(stderr: str, *needles: str) -> None:
 
 def test_exit_0_when_no_error(make_checkpoint, write_profile):
     t = make_checkpoint("llama", LLAMA, index=fixture_config(LLAMA, "model.safetensors.index.json"))
-    cp = check(write_profile(prof(t)))
+    cp = check(write_profile(prof(t, platform="auto")))
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "OK: 0 errors" in cp.stdout and "Traceback" not in cp.stderr
 
@@ -68,7 +70,7 @@ def test_the_output_says_which_vllm_version_the_verdict_is_for(make_checkpoint, 
 
 def test_exit_1_on_an_error_finding(make_checkpoint, write_profile):
     t = make_checkpoint("llama", LLAMA)
-    cp = check(write_profile(prof(t, extra="  layer_partition: [16, 15]\n")))
+    cp = check(write_profile(prof(t, extra="  layer_partition: [16, 15]\n", platform="auto")))
     assert cp.returncode == 1
     assert "partition-sum" in cp.stdout and "FAIL: 1 error(s)" in cp.stdout
     assert "Traceback" not in cp.stderr
@@ -167,7 +169,7 @@ def test_json_contract(make_checkpoint, write_profile):
 
 def test_json_ok_and_mtp_has_no_taps(make_checkpoint, write_profile):
     t = make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3")
-    cp = check(write_profile(f"name: m\ntarget: {{model: {t}}}\nplatform: cuda\nadapter: none\ndrafter: {{method: mtp, num_speculative_tokens: 1}}\ntopology: {{pipeline_parallel: 2}}\n"), "--json")
+    cp = check(write_profile(f"name: m\ntarget: {{model: {t}}}\nplatform: auto\nadapter: none\ndrafter: {{method: mtp, num_speculative_tokens: 1}}\ntopology: {{pipeline_parallel: 2}}\n"), "--json")
     out = json.loads(cp.stdout)
     assert cp.returncode == 0 and out["ok"] is True
     assert out["plan"]["taps"] == [] and out["plan"]["taps_source"] == "none" and out["plan"]["draft_layer_ids"] == [61]

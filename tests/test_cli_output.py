@@ -73,7 +73,7 @@ def test_adapters_list_in_a_pipe_at_80_columns():
             assert name in words, f"{name} is broken across lines:\n{cp.stdout}"
     # wrapped list lines keep the value column: a line that is neither blank, a pack name nor a
     # labelled row is a continuation indented exactly like the values above it
-    labelled = re.compile(r"^  (status|targets|drafters|methods|provides|vLLM) +\S")
+    labelled = re.compile(r"^  (status|engine|targets|drafters|methods|provides|vLLM) +\S")
     names = {p.name for p in load_packs()}
     for ln in lines[1:]:
         if ln and ln not in names and not labelled.match(ln):

@@ -182,7 +182,7 @@ def test_malformed_version_range(bad):
 
 
 def test_supports_vllm_on_a_pack():
-    p = get_pack("minimax_m3")
+    p = get_pack("minimax_m2")
     assert p.supports_vllm("0.32.0") and not p.supports_vllm("0.31.0")
 
 
@@ -415,3 +415,23 @@ def test_pack_architectures_exist_in_installed_vllm_registry():
             continue
         for a in (*p.matches.targets, *p.matches.drafters):
             assert a in archs, f"{p.name}: {a} is not in the installed vLLM's model registry"
+
+
+def test_engine_state_verified_probed_drifted():
+    """`adapters list`'s engine column: a verified release in the pack's range is verified; an
+    unverified version is probed when every anchor read by value matches (or vLLM already does
+    it), drifted when one moved (named, with what differs)."""
+    qwen3_moe = get_pack("qwen3_moe")
+    assert packs_cli.engine_state(qwen3_moe, None, None)[0] == "not checked"
+    assert packs_cli.engine_state(qwen3_moe, VllmInstall("0.32.0", "vllm", "cuda"), None)[0] == "verified"
+    nightly = VllmInstall("0.34.0.dev0", "vllm", "cuda")
+    assert packs_cli.engine_state(qwen3_moe, nightly, {})[0] == "not probed"
+    rows = [["qwen3_moe.relay_forward", "matches", ""], ["qwen3_moe.target_embed_on_last_stage", "native", "Qwen3MoeModel builds embed_tokens"]]
+    state, detail = packs_cli.engine_state(qwen3_moe, nightly, {"qwen3_moe": rows})
+    assert state == "probed" and "anchors match: qwen3_moe.relay_forward" in detail and "already does it: qwen3_moe.target_embed_on_last_stage" in detail
+    rows.append(["qwen3_moe.opt_in", "drifted", "anchor drifted: forward takes (self, hidden)"])
+    state, detail = packs_cli.engine_state(qwen3_moe, nightly, {"qwen3_moe": rows})
+    assert state == "drifted" and "qwen3_moe.opt_in: anchor drifted" in detail
+    # the capability tables of an unverified version are the newest verified release's
+    assert packs_cli.pack_status(get_pack("llama"), nightly)[0] == "native"
+    assert packs_cli.pack_status(qwen3_moe, VllmInstall("0.33.0+fork", "vllm", "cuda"))[0] == "patched by pack"

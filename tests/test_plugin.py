@@ -183,7 +183,9 @@ def test_active_plugin_applies_verifies_and_reports(tmp_path, monkeypatch, clean
     assert st["format"] == plugin.STATUS_FORMAT and st["ok"] is True and st["verified"] is True
     assert st["pack"] == "qwen3_moe" and st["vllm"] == vllm.__version__ and st["role"] == "unknown"
     names = {p["patch"] for p in st["patches"]}
-    assert {"qwen3_moe.relay_forward", "qwen3_moe.opt_in", "qwen3_moe.target_embed_on_last_stage", "ppspec.tap_watch"} <= names
+    assert {"qwen3_moe.relay_forward", "qwen3_moe.opt_in", "ppspec.tap_watch"} <= names
+    # vLLM 0.32's Qwen3MoeModel already builds embed_tokens on every stage: that patch stands aside
+    assert [(x["patch"], x["native"]) for x in st["skipped"]] == [("qwen3_moe.target_embed_on_last_stage", True)]
     assert all(p["verified"] for p in st["patches"])
     assert st["tripwires"]["partition"] == "passed"
     # Idempotent: a second call (vLLM loads plugins more than once in some processes) changes nothing.
@@ -232,16 +234,88 @@ def test_plugin_without_pack_still_installs_the_tap_watch(tmp_path, monkeypatch,
 
 @pytest.mark.vllm
 @needs_vllm
-def test_refusal_when_vllm_is_outside_the_pack_range(tmp_path, monkeypatch, clean_plugin):
+def test_a_version_outside_the_pack_range_is_evidence_not_a_gate(tmp_path, monkeypatch, clean_plugin):
+    """A nightly (or any version the pack was not verified on) whose code still matches every
+    anchor: the patches apply and are verified by value, as on a verified release; the status says
+    the version is unverified. A pack that patches nothing never refuses for a version."""
+    import vllm.model_executor.models.qwen3_moe as q
+
+    for version in ("0.34.0.dev0", "0.29.1", "0.33.0+fork"):
+        plugin.reset_for_tests()
+        f = write_plan_file(tmp_path / "plan.json", plan_data(tmp_path))
+        monkeypatch.setenv(plugin.ENV_PLAN_FILE, str(f))
+        monkeypatch.setattr(plugin, "_vllm_version", lambda v=version: v)
+        plugin.register()
+        st = _status(tmp_path)
+        assert st["ok"] is True and st["vllm"] == version and st["vllm_verified"] is False, st
+        assert q.Qwen3MoeModel.supports_aux_hidden_states_over_pp is True
+    plugin.reset_for_tests()
+    f = write_plan_file(tmp_path / "plan.json", plan_data(tmp_path, pack="llama", expect={"pp": 1}))
+    monkeypatch.setenv(plugin.ENV_PLAN_FILE, str(f))
+    monkeypatch.setattr(plugin, "_vllm_version", lambda: "0.34.0.dev0")
+    plugin.register()
+    assert _status(tmp_path)["ok"] is True
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_a_fork_that_opted_the_family_in_natively_skips_the_patches(tmp_path, monkeypatch, clean_plugin):
+    """A fork that set Qwen3MoeModel.supports_aux_hidden_states_over_pp = True itself: the pack's
+    relay patches stand aside, reported as native ("already does this"); nothing is stacked."""
+    import vllm.model_executor.models.qwen3_moe as q
+
+    orig_forward = q.Qwen3MoeModel.__dict__["forward"]
+    monkeypatch.setattr(q.Qwen3MoeModel, "supports_aux_hidden_states_over_pp", True)
+    f = write_plan_file(tmp_path / "plan.json", plan_data(tmp_path, expect={"pp": 2, "needs": [{"behaviour": "aux_relay_over_pp", "arch": "Qwen3MoeForCausalLM", "decoder": None}]}))
+    monkeypatch.setenv(plugin.ENV_PLAN_FILE, str(f))
+    monkeypatch.setattr(plugin, "_vllm_version", lambda: "0.34.0.dev0")
+    plugin.register()
+    st = _status(tmp_path)
+    assert st["ok"] is True
+    skipped = {x["patch"]: x for x in st["skipped"]}
+    assert {"qwen3_moe.relay_forward", "qwen3_moe.opt_in", "qwen3_moe.target_embed_on_last_stage"} <= set(skipped)
+    assert all(x["native"] and "already does this" in x["skipped"] for x in skipped.values())
+    assert q.Qwen3MoeModel.__dict__["forward"] is orig_forward
+    assert st["needs"] == [{"behaviour": "aux_relay_over_pp", "decoder": "vllm.model_executor.models.qwen3_moe:Qwen3MoeModel", "status": "present", "detail": "vllm.model_executor.models.qwen3_moe:Qwen3MoeModel.supports_aux_hidden_states_over_pp is True"}]
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_a_drifted_anchor_refuses_with_the_patch_name_and_what_differs(tmp_path, monkeypatch, clean_plugin):
+    """A vLLM whose Qwen3MoeModel.forward takes other parameters (the code moved): the relay patch
+    refuses by name, saying what differs; nothing is left patched."""
+    import vllm.model_executor.models.qwen3_moe as q
+
+    monkeypatch.setattr(q.Qwen3MoeModel, "forward", lambda self, hidden, positions, cache=None: None)
     f = write_plan_file(tmp_path / "plan.json", plan_data(tmp_path))
     monkeypatch.setenv(plugin.ENV_PLAN_FILE, str(f))
-    monkeypatch.setattr(plugin, "_vllm_version", lambda: "0.29.1")
+    monkeypatch.setattr(plugin, "_vllm_version", lambda: "0.34.0.dev0")
     with pytest.raises(plugin.PluginRefusal) as e:
         plugin.register()
     msg = str(e.value)
-    assert "pack qwen3_moe" in msg and "vLLM 0.29.1" in msg and ">=0.30,<0.34" in msg and "Fix:" in msg
+    assert "patch qwen3_moe.relay_forward" in msg and "anchor drifted" in msg and "takes (self, hidden, positions, cache)" in msg
+    assert q.Qwen3MoeModel.supports_aux_hidden_states_over_pp is False
     st = _status(tmp_path)
-    assert st["ok"] is False and st["error"] == msg
+    assert st["ok"] is False and "anchor drifted" in st["error"]
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_a_half_applied_fork_is_caught_by_value(tmp_path, monkeypatch, clean_plugin):
+    """The profile needs the target to relay taps; with `adapter: none` on a build whose decoder
+    does not opt in (it "imports cleanly and looks patched"), the plugin refuses in this process."""
+    f = write_plan_file(tmp_path / "plan.json", plan_data(tmp_path, pack=None, expect={"pp": 2, "needs": [{"behaviour": "aux_relay_over_pp", "arch": "Qwen3MoeForCausalLM", "decoder": None}]}))
+    monkeypatch.setenv(plugin.ENV_PLAN_FILE, str(f))
+    with pytest.raises(plugin.PluginRefusal) as e:
+        plugin.register()
+    msg = str(e.value)
+    assert "needs aux_relay_over_pp" in msg and "Qwen3MoeModel.supports_aux_hidden_states_over_pp is False" in msg
+    # the same need with the family's pack applied: present
+    plugin.reset_for_tests()
+    f = write_plan_file(tmp_path / "plan.json", plan_data(tmp_path, expect={"pp": 2, "needs": [{"behaviour": "aux_relay_over_pp", "arch": "Qwen3MoeForCausalLM", "decoder": "vllm.model_executor.models.qwen3_moe:Qwen3MoeModel"}]}))
+    monkeypatch.setenv(plugin.ENV_PLAN_FILE, str(f))
+    plugin.register()
+    assert _status(tmp_path)["needs"][0]["status"] == "present"
 
 
 @pytest.mark.vllm

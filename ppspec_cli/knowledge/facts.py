@@ -14,6 +14,7 @@ from __future__ import annotations
 from packaging.version import InvalidVersion, Version
 
 from ppspec_cli.knowledge import methods
+from ppspec_cli.knowledge.versions import NEWEST_VERIFIED
 
 #: The method names (one Literal, owned by knowledge/methods with one object per method).
 Method = methods.Method
@@ -39,7 +40,7 @@ PP_SPEC_MIN_VERSION = Version("0.30.0")
 
 #: The newest vLLM release ppspec's facts and packs were checked against; the version a verdict is
 #: for when vLLM is not installed and the profile names no `engine_version`.
-NEWEST_SUPPORTED = "0.33.0"
+NEWEST_SUPPORTED = NEWEST_VERIFIED  # knowledge/versions.py: the verified releases in one place
 
 #: Engine options vLLM refuses together with PP (or mishandles), keyed by the `engine:` flag name.
 PP_REFUSED_ENGINE_FLAGS = {

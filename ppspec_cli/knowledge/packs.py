@@ -229,6 +229,11 @@ class DrafterClassSpec(_Strict):
     served_from: tuple[ServedFrom, ...] = Field(default=(), description="Checkpoint architectures vLLM serves as this class.")
     speculators: tuple[SpeculatorsPickSpec, ...] = Field(default=(), description="Speculators kinds whose conversion serves a drafter as this class.")
     draft_topk: bool = Field(default=False, description="DSpark: the class takes `dspark_draft_topk` (vLLM refuses it on any other).")
+    fc_taps_from: tuple[str, ...] = Field(
+        default=(),
+        description="EAGLE3: the drafter-config keys vLLM's constructor sizes the class's `fc` from (a count, or a tap list; dotted for a nested key), "
+        "first present wins, 3 taps when none is. Empty: not mirrored (the fc-width-built rule stays silent).",
+    )
 
     @field_validator("since")
     @classmethod
@@ -244,7 +249,7 @@ class DrafterClassSpec(_Strict):
             name=self.name, method=self.method, since=Version(self.since), pack=pack, keeps_name=self.keeps_name,
             served_from=tuple((s.architecture, s.model_type) for s in self.served_from),
             speculators=tuple(methods.SpeculatorsPick(p.kind, p.model_type, p.default) for p in self.speculators),
-            draft_topk=self.draft_topk,
+            draft_topk=self.draft_topk, fc_taps_from=self.fc_taps_from,
         )
 
 

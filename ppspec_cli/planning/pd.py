@@ -203,7 +203,7 @@ def _span(ids: tuple[int, ...]) -> str:
 
 def _connector(d: Deployment) -> Iterator[Finding]:
     name = d.connector_name
-    version = d.roles["prefill"].engine_version
+    version = d.roles["prefill"].facts_version
     c = connectors.get(name)
     if c is None:
         other = connectors.OTHER.get(name)
@@ -294,7 +294,7 @@ def _hybrid(c: connectors.Connector, role: Role, r: Resolved, version: str) -> I
 def _layouts(d: Deployment) -> Iterator[Finding]:
     pre, dec = d.roles["prefill"], d.roles["decode"]
     c = connectors.get(d.connector_name)
-    version = pre.engine_version
+    version = pre.facts_version
     checks = (
         ("tensor parallel", pre.profile.topology.tensor_parallel, dec.profile.topology.tensor_parallel, "tp_mismatch", "pd-tp-mismatch", "topology.tensor_parallel"),
         ("block size", _engine_opt(pre, "block-size"), _engine_opt(dec, "block-size"), "block_size_mismatch", "pd-block-size-mismatch", "engine.block-size"),

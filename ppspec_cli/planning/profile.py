@@ -250,7 +250,8 @@ class Profile(_Strict):
     engine_version: str | None = Field(
         default=None,
         description="The vLLM version to check against when vLLM is not installed where `check` runs (e.g. `0.33.0`). "
-        f"The installed vLLM's version wins when there is one; without either, the newest supported release ({NEWEST_SUPPORTED}). "
+        f"The installed vLLM's version wins when there is one (a differing `engine_version` is reported: engine-version-overruled); without either, the newest verified release ({NEWEST_SUPPORTED}). "
+        "A version outside the verified releases (a nightly, rc, `+local` fork build, a newer release) gets the newest verified release's verdict, marked unverified (README: vLLM versions). "
         "`check` says which version its verdict is for and where that came from.",
         max_length=64,
     )

@@ -14,6 +14,7 @@ from ppspec_cli.checkpoint.reader import Checkpoint, load_checkpoint, speculator
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge.engine import VllmInstall, installed_vllm
 from ppspec_cli.knowledge.packs import Pack, Support, resolve_pack
+from ppspec_cli.knowledge.versions import VersionVerdict, verdict
 from ppspec_cli.planning.plan import Plan, Runner, TapSource, build_plan, default_taps, normalize_taps, trained_taps, v1_taps_from_config, v2_taps_from_config
 from ppspec_cli.planning.profile import Profile
 
@@ -31,6 +32,8 @@ class Resolved:
     runner: Runner = "v2"
     engine_version: str = facts.NEWEST_SUPPORTED  # the vLLM version the verdict is for
     engine_version_source: str = "newest supported release"
+    version_verdict: VersionVerdict | None = None  # verified, or whose facts are carried forward (knowledge/versions.py)
+    declared_engine_version: str | None = None  # the profile's engine_version when the installed vLLM overrules it
     pack: Pack | None = None  # the pack whose patches the engine gets (None: `adapter: none` or nothing matches)
     pack_error: PpspecError | None = None
     family: Pack | None = None  # the packs that describe the target and drafter (what `adapter: auto` picks)
@@ -61,9 +64,17 @@ class Resolved:
         return self.profile.topology.pipeline_parallel
 
     @property
+    def facts_version(self) -> str:
+        """The release whose facts the verdict uses: the engine version itself when it is a verified
+        release, else the closest verified release carried forward (knowledge/versions.verdict)."""
+        vv = self.version_verdict or verdict(self.engine_version)
+        return vv.facts_version
+
+    @property
     def version(self) -> Any:
-        """The engine version as a packaging Version (None only if unparsable)."""
-        return facts.parse_version(self.engine_version)
+        """The facts version as a packaging Version (None only if unparsable). Every per-version
+        rule compares against this, so a nightly gets the newest verified release's rules."""
+        return facts.parse_version(self.facts_version)
 
     @property
     def uses_taps(self) -> bool:
@@ -77,7 +88,7 @@ class Resolved:
         if self.family is None:
             arch = ", ".join(self.target.architectures) if self.target and self.target.architectures else "this target"
             return Support(capability, "unknown", f"no adapter pack describes {arch} (`ppspec adapters list`)")
-        s = self.family.supports(capability, self.platform, self.engine_version)
+        s = self.family.supports(capability, self.platform, self.facts_version)
         applied = {p.name for p in self.pack.parts} if self.pack is not None else set()
         if s.status == "patched" and s.pack not in applied:
             how = "adapter: none" if self.profile.adapter == "none" else f"adapter: {self.profile.adapter}"
@@ -107,11 +118,15 @@ def _engine_version(r: Resolved) -> None:
     """The installed vLLM's version; else the profile's engine_version; else the newest supported release."""
     if r.vllm is not None:
         r.engine_version, r.engine_version_source = r.vllm.version, f"installed {r.vllm.distribution}"
+        declared = r.profile.engine_version
+        if declared is not None and facts.parse_version(declared) != facts.parse_version(r.vllm.version):
+            r.declared_engine_version = declared
     elif r.profile.engine_version is not None:
         r.engine_version, r.engine_version_source = r.profile.engine_version, "profile engine_version"
     else:
         r.engine_version = facts.NEWEST_SUPPORTED
         r.engine_version_source = "newest supported release (vLLM is not installed here; set engine_version to check another)"
+    r.version_verdict = verdict(r.engine_version)
 
 
 def _target_facts(r: Resolved) -> Any:
@@ -153,6 +168,27 @@ def _engine_taps(r: Resolved) -> tuple[tuple[int, ...], str, dict | None]:
         fixed = normalize_taps(trained.taps)
         return fixed, "overlay", {"eagle_aux_hidden_state_layer_ids": list(fixed)}
     return normalize_taps(served), source, None
+
+
+def needed_behaviours(r: Resolved) -> list[dict[str, Any]]:
+    """What the engine must have for this profile, asserted by value by the plugin in every engine
+    process (plugin.assert_needs): the target's inner decoder relays taps over PP (EAGLE3-family
+    drafter, PP>1, Model Runner V2), and builds its embedding on the last stage (a drafter without
+    its own embed_tokens under PP). `decoder` is the pack's `module:Class` when a pack names it,
+    else null: the plugin asks vLLM's own registry for the architecture's inner decoder."""
+    from ppspec_cli.knowledge.packs import inner_decoder_ref
+
+    if r.pp < 2 or r.target is None or not r.target.architectures or r.profile.drafter is None:
+        return []
+    arch = r.target.architectures[0]
+    ref = inner_decoder_ref(r.family, arch, r.platform) if r.family is not None else None
+    out = []
+    if r.runner == "v2" and r.uses_taps:
+        out.append({"behaviour": "aux_relay_over_pp", "arch": arch, "decoder": ref})
+    names = r.drafter.tensor_names() if r.drafter is not None else None
+    if r.method in facts.TARGET_EMBED_METHODS and names is not None and not any(x.endswith("embed_tokens.weight") for x in names):
+        out.append({"behaviour": "target_embed_on_last_stage", "arch": arch, "decoder": ref})
+    return out
 
 
 def draft_numbering(r: Resolved) -> Literal["global", "pp-local"]:

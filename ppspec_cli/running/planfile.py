@@ -26,7 +26,7 @@ from ppspec_cli.io.safeio import read_json, write_text
 PLAN_FORMAT = "ppspec-plan/1"
 REQUIRED_KEYS = ("profile", "pack", "plan", "expect")
 #: expect keys the plugin understands (others are kept and ignored).
-EXPECT_KEYS = ("pp", "tp", "partition", "taps", "method", "draft_layer_start", "platform", "num_layers")
+EXPECT_KEYS = ("pp", "tp", "partition", "taps", "method", "draft_layer_start", "platform", "num_layers", "needs")
 MAX_PLAN_BYTES = 4 << 20
 
 
@@ -61,6 +61,12 @@ def _validate(data: Any, where: str) -> dict[str, Any]:
         v = exp.get(k)
         if v is not None and not (isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)):
             raise PlanFileError(f"plan file expect.{k} must be a list of integers or null", where=where, fix="let `ppspec serve` write it")
+    needs = exp.get("needs")
+    if needs is not None and not (
+        isinstance(needs, list)
+        and all(isinstance(n, dict) and all(isinstance(n.get(k), str) or n.get(k) is None for k in ("behaviour", "arch", "decoder")) for n in needs)
+    ):
+        raise PlanFileError("plan file expect.needs must be a list of {behaviour, arch, decoder} objects", where=where, fix="let `ppspec serve` write it")
     if data.get("status_dir") is not None and not isinstance(data["status_dir"], str):
         raise PlanFileError("plan file `status_dir` must be a path", where=where, fix="let `ppspec serve` write it")
     return data

@@ -170,7 +170,7 @@ def _channel_adapters_show(p: str) -> None:
     object.__setattr__(fake, "description", p) if hasattr(fake, "__dataclass_fields__") else None
     old_get, old_rec = adapters.get_pack, adapters.pack_record
     adapters.get_pack = lambda name: fake
-    adapters.pack_record = lambda pack, installed, errs: {**old_rec(real, installed, errs), "status_detail": p}
+    adapters.pack_record = lambda pack, installed, errs, anchors=None: {**old_rec(real, installed, errs, anchors), "status_detail": p}
     try:
         adapters.adapters_show(real.name, False)
     finally:

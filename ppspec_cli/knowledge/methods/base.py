@@ -54,6 +54,7 @@ class DrafterClass:
     served_from: tuple[tuple[str, str | None], ...] = ()  # (checkpoint architecture, config model_type) vLLM serves as this class
     speculators: tuple[SpeculatorsPick, ...] = ()
     draft_topk: bool = False  # the class takes `dspark_draft_topk`
+    fc_taps_from: tuple[str, ...] = ()  # EAGLE3: config keys the class's fc width is read from, first present wins (3 when none)
 
     def known_in(self, version: Version) -> bool:
         return self.since <= version
@@ -161,6 +162,11 @@ class SpecMethod:
     def served_architectures(self, cfg: Mapping[str, Any], version: Version, target_model_type: str | None, classes: tuple[DrafterClass, ...]) -> list[str]:
         """The architectures vLLM builds the drafter as (config/speculative.py)."""
         return declared_architectures(cfg)
+
+    def built_fc_taps(self, cfg: Mapping[str, Any], classes: tuple[DrafterClass, ...]) -> Any:
+        """How many taps vLLM builds the drafter's fc for (knowledge/drafter_width.BuiltWidth), or
+        None when the method's drafters have no such fc ppspec mirrors."""
+        return None
 
     def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Breach]:
         """What vLLM requires of every drafter of this method (drafter packs add their classes' own)."""

@@ -31,6 +31,11 @@ class PatchConflict(PatchError):
     """Another patch already owns an attribute this patch wants to set."""
 
 
+class PatchAnchorDrift(PatchTargetMissing):
+    """The target exists but no longer has the shape the patch was written for (a method's
+    parameters changed): the patch refuses, naming itself and what differs."""
+
+
 class PatchVerifyError(PatchError):
     """The patch was applied but the value check failed."""
 
@@ -69,6 +74,11 @@ class Patch:
     requires_module: attributes that must exist on the module (helpers the replacement uses).
     check: behaviour check run by verify() after the identity check; raise or return False on failure.
     optional: a missing module/target is skipped (recorded as such) instead of refused.
+    expects: the anchor's shape: {attribute: leading parameter names} of methods the patch
+        replaces or calls; other parameters (a changed signature) are a drift, refused by name.
+    native: `native(target)` returns a phrase when the installed vLLM already has what the patch
+        adds (e.g. the class opts in itself), else None: the patch is then skipped and reported
+        ("vLLM X already does this"), never stacked on the engine's own behaviour.
     """
 
     name: str
@@ -81,9 +91,12 @@ class Patch:
     check: Callable[[Any], Any] | None = None
     optional: bool = False
     pack: str = "ppspec"
+    expects: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    native: Callable[[Any], str | None] | None = None
     # state
     applied: bool = field(default=False, init=False)
     skipped: str | None = field(default=None, init=False)
+    native_reason: str | None = field(default=None, init=False)  # set when skipped because vLLM already does it
     _installed: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     _target_obj: Any = field(default=None, init=False, repr=False)
 
@@ -122,6 +135,33 @@ class Patch:
                 raise self._fail(PatchTargetMissing, f"{self.target_name} has no attribute {attr!r}")
         return obj
 
+    def check_shape(self, obj: Any) -> None:
+        """The anchor's shape (`expects`): PatchAnchorDrift naming what differs."""
+        for attr, params in self.expects.items():
+            got = _params(getattr(obj, attr, None))
+            if got is not None and tuple(got[: len(params)]) != tuple(params):
+                raise self._fail(
+                    PatchAnchorDrift,
+                    f"anchor drifted: {self.target_name}.{attr} takes ({', '.join(got)}), the patch was written for ({', '.join(params)}, ...)",
+                )
+
+    def anchor(self) -> tuple[str, str]:
+        """Read the anchor without changing anything: ("matches", ""), ("native", why) or
+        ("drifted", what differs). An optional patch whose target is absent reads "absent"."""
+        try:
+            obj = self.resolve()
+        except PatchTargetMissing as e:
+            return ("absent", str(e)) if self.optional else ("drifted", str(e))
+        if self.native is not None:
+            why = self.native(obj)
+            if why:
+                return "native", why
+        try:
+            self.check_shape(obj)
+        except PatchAnchorDrift as e:
+            return "drifted", str(e)
+        return "matches", ""
+
     def _values(self, obj: Any) -> dict[str, Any]:
         values = self.attrs(_OriginalsView(obj)) if callable(self.attrs) else self.attrs
         if not isinstance(values, dict):
@@ -135,6 +175,7 @@ class Patch:
         Returns True when something was installed now, False when it already was (or was skipped)."""
         if self.applied:
             return False
+        self.skipped = self.native_reason = None
         try:
             obj = self.resolve()
         except PatchTargetMissing as e:
@@ -142,6 +183,12 @@ class Patch:
                 self.skipped = str(e)
                 return False
             raise
+        if self.native is not None:
+            why = self.native(obj)
+            if why:
+                self.native_reason = why
+                self.skipped = f"the installed vLLM already does this: {why}"
+                return False
         values = self._values(obj)
         if not values:
             raise self._fail(PatchError, "sets no attributes")
@@ -160,6 +207,7 @@ class Patch:
                     PatchConflict,
                     f"attribute {a!r} is already patched by {r.pack}.{r.patch}; two packs must not change the same attribute",
                 )
+        self.check_shape(obj)
         records = [_Record(self.pack, self.name, self.target_name, a, _own(obj, a), v) for a, v in values.items()]
         done = []
         try:
@@ -227,6 +275,7 @@ class Patch:
             "attrs": sorted(self._installed) if self.applied else [],
             "applied": self.applied,
             "skipped": self.skipped,
+            "native": self.native_reason is not None,
             "description": self.description,
         }
 
@@ -248,6 +297,18 @@ class _OriginalsView:
     @property
     def target(self) -> Any:
         return self._obj
+
+
+def _params(fn: Any) -> list[str] | None:
+    """A callable's parameter names through wrappers (None when it has no readable signature)."""
+    import inspect
+
+    if fn is None:
+        return None
+    try:
+        return list(inspect.signature(inspect.unwrap(fn)).parameters)
+    except (TypeError, ValueError):
+        return None
 
 
 def _is_slot(obj: Any, attr: str) -> bool:

@@ -6,13 +6,16 @@ started the engine (environment variable PPSPEC_PLAN_FILE set), it returns at on
 nothing. When active it:
 
 1. reads the plan file (ppspec_cli.running.planfile) — missing, unparseable or foreign: refuse;
-2. checks the running vLLM's version against the pack's range;
-3. loads the pack's patches module(s) by file path, applies them idempotently, verifies each by value;
-4. installs the in-engine tripwires: partition (vLLM's own get_pp_indices, with this process's
+2. records the running vLLM's version and whether ppspec verified it (never a gate: see 3 and 4);
+3. loads the pack's patches module(s) by file path and reads each patch's anchor in the running
+   code: it applies (idempotently, verified by value) where the anchor matches, stands aside where
+   vLLM already does what it adds (reported as native), and refuses by name where it has drifted;
+4. asserts by value that the behaviours the profile needs (expect.needs) are present in this process;
+5. installs the in-engine tripwires: partition (vLLM's own get_pp_indices, with this process's
    VLLM_PP_LAYER_PARTITION), pipeline size (the engine's config, when reachable), and a watch on
    EagleModelMixin._set_aux_hidden_state_layers that compares the taps and the stage's layer range
    the engine really uses with the plan when the model is built;
-5. writes `<status_dir>/<pid>.json` (one JSON object, one line): role, pid, pack, patches, verified.
+6. writes `<status_dir>/<pid>.json` (one JSON object, one line): role, pid, pack, patches, verified.
 
 Any failure raises one `PluginRefusal` (a RuntimeError) naming the pack, the patch, the vLLM version
 and the fix — before the model is built — after writing the failure to the status file too.
@@ -82,18 +85,10 @@ def register() -> None:
 
 
 def _vllm_version() -> str | None:
-    try:
-        import vllm
+    """What the running vLLM reports (its version module), else its package metadata."""
+    from ppspec_cli.knowledge.engine import running_vllm_version
 
-        v = getattr(vllm, "__version__", None)
-        if v and v != "dev":
-            return str(v)
-    except Exception:  # noqa: BLE001 - fall back to metadata
-        pass
-    from ppspec_cli.knowledge.engine import installed_vllm
-
-    got = installed_vllm()
-    return got.version if got else None
+    return running_vllm_version()
 
 
 def _activate(plan_path: str) -> None:
@@ -135,12 +130,16 @@ def _activate(plan_path: str) -> None:
     status["pack"] = data.get("pack")
     version = _vllm_version()
     status["vllm"] = version
+    from ppspec_cli.knowledge.versions import verdict
+
+    status["vllm_verified"] = verdict(version).verified if version else False
     try:
         patches = _apply_pack(data.get("pack"), version)
         status["patches"] = [dict(p.report(), verified=True) for p in patches if p.skipped is None]
         status["skipped"] = [p.report() for p in patches if p.skipped is not None]
         status["verified"] = True
         _state["patches"] = patches
+        status["needs"] = assert_needs(_state["expect"].get("needs") or [], version, data.get("pack"))
         _startup_tripwires(pp_size, version, data.get("pack"), status)
         if vllm_config is not None:
             status["pp_rank"] = _pp_rank(vllm_config, rank)
@@ -167,16 +166,10 @@ def _apply_pack(pack_name: str | None, version: str | None) -> list[Any]:
             pack = get_pack(pack_name)
         except PpspecError as e:
             raise PluginRefusal(e.what, pack=pack_name, vllm=version, fix=e.fix or "") from None
-        if version is None:
-            raise PluginRefusal("cannot tell which vLLM version is running", pack=pack_name, fix="reinstall vLLM so its version is known")
-        if not pack.supports_vllm(version):
-            ranges = ", ".join(f"{p.name} {p.vllm_range}" for p in pack.parts)
-            raise PluginRefusal(
-                f"vLLM {version} is outside the range the pack was checked against ({ranges})",
-                pack=pack_name,
-                vllm=version,
-                fix="install a vLLM in that range, or set `adapter: none` in the profile if this vLLM supports the model natively",
-            )
+        # The pack's version range is evidence, not a gate: each patch's anchor is read from the
+        # running code (applies where it matches, stands aside where vLLM already does what it
+        # adds, refuses by name where it has drifted), and the behaviours the profile needs are
+        # asserted by value afterwards (assert_needs).
         for part_name, file in pack.patch_files:
             patches.extend(load_patches(part_name, file, version))
     patches.extend(core_patches())
@@ -197,7 +190,7 @@ def _apply_pack(pack_name: str | None, version: str | None) -> list[Any]:
             pack=pack_name,
             patch=getattr(current, "qualname", None),
             vllm=version,
-            fix="use a vLLM version the pack supports (`ppspec adapters show <pack>`), or update the pack",
+            fix="this vLLM's code differs where the patch applies: use a vLLM release the pack was verified on (`ppspec adapters show <pack>`), or update the pack",
         ) from None
     except PatchError as e:
         _revert_list(patches)
@@ -210,6 +203,47 @@ def _apply_pack(pack_name: str | None, version: str | None) -> list[Any]:
             "run `ppspec check` and report it",
         ) from None
     return patches
+
+
+def assert_needs(needs: list[Any], version: str | None, pack: str | None) -> list[dict[str, Any]]:
+    """Prove by value, in this process, that the engine has each behaviour the profile needs
+    (launch.needed_behaviours: e.g. the target's inner decoder relays taps over PP), whether natively
+    or through the pack just applied. A fork that "imports cleanly and looks patched" but lacks one
+    is refused here, before the model is built. Returns what was checked, for the status record."""
+    from ppspec_cli.knowledge import engine
+
+    out: list[dict[str, Any]] = []
+    for need in needs:
+        if not isinstance(need, dict):
+            continue
+        what, ref, arch = need.get("behaviour"), need.get("decoder"), need.get("arch")
+        try:
+            cls = engine.import_ref(ref) if ref else (engine.inner_decoder_of(arch) if arch else None)
+        except Exception as e:  # noqa: BLE001 - an unimportable decoder is the finding
+            raise PluginRefusal(f"the profile needs {what} of {arch}, but its inner decoder {ref} does not import here: {type(e).__name__}: {e}", pack=pack, vllm=version,
+                                fix="install the same vLLM build on every node, or report it") from None
+        if cls is None:
+            out.append({"behaviour": what, "arch": arch, "status": "unknown", "detail": f"vLLM's registry does not say which inner decoder {arch} builds"})
+            continue
+        name = engine.class_ref(cls)
+        if what == "aux_relay_over_pp":
+            ok = engine.relays_taps(cls)
+            detail = f"{name}.supports_aux_hidden_states_over_pp is {getattr(cls, 'supports_aux_hidden_states_over_pp', None)!r}"
+        elif what == "target_embed_on_last_stage":
+            got = engine.builds_embed_on_last_stage(cls)
+            ok = got is not False
+            detail = f"{name} builds embed_tokens on the last stage: {'unknown' if got is None else got}"
+        else:
+            continue
+        if not ok:
+            raise PluginRefusal(
+                f"the profile needs {what} but this engine lacks it: {detail} (vLLM {version} with pack {pack or 'none'} applied; a fork or build that only looks patched?)",
+                pack=pack,
+                vllm=version,
+                fix="run `ppspec check PROFILE --probes` on this install; use a vLLM build that has it, or an adapter pack that adds it",
+            )
+        out.append({"behaviour": what, "decoder": name, "status": "present", "detail": detail})
+    return out
 
 
 def load_patches(pack_name: str, file: Path, version: str | None = None) -> list[Any]:

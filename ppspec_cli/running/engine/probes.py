@@ -9,7 +9,6 @@ returns a result object; results are data, rendered once by the caller. A probe 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator, Literal
@@ -300,17 +299,24 @@ def probe_v2_runner(method: str | None, pp: int) -> ProbeResult:
     return _guard(name, run)
 
 
-def probe_pack_version(pack: Any) -> ProbeResult:
-    name = "pack-vllm-version"
-    if pack is None:
-        return _not_run(name, "no adapter pack")
-    inst = installed_vllm()
-    if inst is None:
-        return _not_run(name, "vLLM is not installed here")
-    if pack.supports_vllm(inst.version):
-        return ProbeResult(name, "passed", f"vLLM {inst[0]} is within pack {pack.name}'s range", "info")
-    ranges = ", ".join(f"{p.name} {p.vllm_range}" for p in pack.parts)
-    return ProbeResult(name, "failed", f"vLLM {inst[0]} is outside {ranges}: the plugin will refuse to start the engine", "error", "install a vLLM in the pack's range or use adapter: none")
+def probe_vllm_version() -> ProbeResult:
+    """Which vLLM runs here (its version module) and whether ppspec verified that release. Never a
+    failure: an unverified version is what the other probes then read by value."""
+    name = "vllm-version"
+
+    def run() -> ProbeResult:
+        from ppspec_cli.knowledge.engine import running_vllm_version
+        from ppspec_cli.knowledge.versions import verdict, verified_text
+
+        v = running_vllm_version()
+        if v is None:
+            return _not_run(name, "the installed vLLM reports no version")
+        vv = verdict(v)
+        if vv.verified:
+            return ProbeResult(name, "passed", f"vLLM {v} is a verified release ({verified_text()})", "info")
+        return ProbeResult(name, "passed", f"vLLM {v} is unverified ({vv.why}); the probes below read this engine by value instead of trusting ppspec's tables", "info")
+
+    return _guard(name, run)
 
 
 @contextlib.contextmanager
@@ -341,16 +347,21 @@ def probe_pack_patches(pack: Any) -> ProbeResult:
         return _not_run(name, f"pack {pack.name} is native (no patches)")
 
     def run() -> ProbeResult:
+        from ppspec_cli.running.engine.patching import PatchAnchorDrift
         from ppspec_cli.running.engine.plugin import PluginRefusal
 
         try:
             with _pack_patches_applied(pack) as patches:
                 names = [p.qualname for p in patches if p.skipped is None]
+                native = [f"{p.qualname} ({p.native_reason})" for p in patches if p.native_reason]
         except PluginRefusal as e:
             return ProbeResult(name, "failed", str(e), "error", e.fix)
+        except PatchAnchorDrift as e:
+            return ProbeResult(name, "failed", str(e), "error", "this vLLM's code moved where the patch applies: the plugin refuses the engine start; use a release the pack was verified on, or update the pack")
         except Exception as e:  # noqa: BLE001 - PatchError and friends
             return ProbeResult(name, "failed", f"{type(e).__name__}: {e}", "error", "use a vLLM the pack supports, or report this")
-        return ProbeResult(name, "passed", f"{len(names)} patches applied and verified by value, then reverted: {', '.join(names)}", "info")
+        extra = f"; skipped, the installed vLLM already does it: {'; '.join(native)}" if native else ""
+        return ProbeResult(name, "passed", f"{len(names)} patches applied and verified by value, then reverted: {', '.join(names) or 'none'}{extra}", "info")
 
     return _guard(name, run)
 
@@ -362,24 +373,13 @@ def probe_inner_decoder(target_arch: str | None, method: str | None, pp: int, pa
     name = "inner-decoder-opt-in"
     if target_arch is None:
         return _not_run(name, "target architecture unknown")
-    desc = pack if pack is not None else family
-    if desc is None:
-        return _not_run(name, f"no adapter pack names the inner decoder of {target_arch}")
-    from ppspec_cli.knowledge.packs import inner_decoder_ref
-
-    inst = installed_vllm()
-    platform = inst.platform if inst else "cuda"
-    ref = inner_decoder_ref(desc, target_arch, platform)
-    if ref is None:
-        return _not_run(name, f"pack {desc.name} does not name the inner decoder of {target_arch} on {platform}")
     gated = pp > 1 and methods.relay_gated(method)
 
     def run() -> ProbeResult:
-        module, _, cls_name = ref.partition(":")
-        try:
-            cls = getattr(importlib.import_module(module), cls_name)
-        except Exception as e:  # noqa: BLE001 - GPU-only implementations may not import on this host
-            return _not_run(name, f"{ref} cannot be imported here: {type(e).__name__}: {e}")
+        found = _decoder(target_arch, pack, family)
+        if isinstance(found, ProbeResult):
+            return found
+        ref, cls = found
         native = getattr(cls, "supports_aux_hidden_states_over_pp", False) is True
         if native:
             return ProbeResult(name, "passed", f"{ref} opts in natively", "info")
@@ -397,6 +397,68 @@ def probe_inner_decoder(target_arch: str | None, method: str | None, pp: int, pa
             f"{ref} does not opt in to relaying taps over PP on this vLLM/platform: vLLM refuses {method} with PP>1",
             "error",
             "use pipeline_parallel: 1, another platform's build, or a pack that provides aux_relay_over_pp",
+        )
+
+    return _guard(name, run)
+
+
+def _decoder(target_arch: str, pack: Any, family: Any, name: str = "inner-decoder-opt-in") -> tuple[str, type] | ProbeResult:
+    """The target's inner decoder class: named by the applied pack, else by the describing one,
+    else found through vLLM's own model registry (knowledge.engine.inner_decoder_of)."""
+    from ppspec_cli.knowledge import engine
+    from ppspec_cli.knowledge.packs import inner_decoder_ref
+
+    inst = installed_vllm()
+    platform = inst.platform if inst else "cuda"
+    desc = pack if pack is not None else family
+    ref = inner_decoder_ref(desc, target_arch, platform) if desc is not None else None
+    if ref is not None:
+        try:
+            return ref, engine.import_ref(ref)
+        except Exception as e:  # noqa: BLE001 - GPU-only implementations may not import on this host
+            return _not_run(name, f"{ref} cannot be imported here: {type(e).__name__}: {e}")
+    try:
+        cls = engine.inner_decoder_of(target_arch)
+    except Exception as e:  # noqa: BLE001
+        return _not_run(name, f"vLLM's registry cannot load {target_arch} here: {type(e).__name__}: {e}")
+    if cls is None:
+        return _not_run(name, f"neither a pack nor vLLM's registry says which inner decoder {target_arch} builds")
+    return engine.class_ref(cls), cls
+
+
+def probe_target_embed(target_arch: str | None, method: str | None, pp: int, drafter_has_embed: bool | None, pack: Any, family: Any = None) -> ProbeResult:
+    """The target's inner decoder builds a real embed_tokens on the last PP stage, read by value
+    (knowledge.engine.builds_embed_on_last_stage), when the drafter shares the target's."""
+    name = "target-embed-last-stage"
+    if target_arch is None:
+        return _not_run(name, "target architecture unknown")
+    m = methods.of(method)
+    if not (pp > 1 and m is not None and m.needs_target_embed and drafter_has_embed is False):
+        return _not_run(name, "only matters for a drafter without its own embed_tokens under PP")
+
+    def run() -> ProbeResult:
+        from ppspec_cli.knowledge.engine import builds_embed_on_last_stage
+
+        found = _decoder(target_arch, pack, family, name)
+        if isinstance(found, ProbeResult):
+            return found
+        ref, cls = found
+        got = builds_embed_on_last_stage(cls)
+        if got is None:
+            return _not_run(name, f"{ref}'s constructor does not tell whether it builds embed_tokens on the last stage")
+        if got:
+            return ProbeResult(name, "passed", f"{ref} builds embed_tokens on the last stage when the drafter needs the target's", "info")
+        if pack is not None and not pack.native and "target_embed_on_last_stage" in pack.provides:
+            with _pack_patches_applied(pack):
+                patched = builds_embed_on_last_stage(cls)
+            if patched:
+                return ProbeResult(name, "passed", f"{ref} does not; pack {pack.name} builds it (checked by applying the pack here)", "info")
+        return ProbeResult(
+            name,
+            "failed",
+            f"{ref} builds embed_tokens on the first stage only: the drafter, which shares the target's, stops at load ('needs the target input embedding, but it is unavailable on this PP stage')",
+            "error",
+            "use a drafter with its own embed_tokens, an adapter pack that provides target_embed_on_last_stage, or pipeline_parallel: 1",
         )
 
     return _guard(name, run)
@@ -432,11 +494,12 @@ def run_probes(
     drafter_config: dict[str, Any] | None,
     pack: Any,
     family: Any = None,
+    drafter_has_embed: bool | None = None,
 ) -> list[ProbeResult]:
     """Every probe, in a fixed order, then the describing packs' own (`family`). Without an
     importable vLLM every probe is not_run."""
     if installed_vllm() is None:
-        names = ["draft-pp-pinned", "tap-set-normalized", "tap-resolution-v2", "tap-resolution-v1", "partition", "model-runner-v2", "pack-vllm-version", "pack-patches", "inner-decoder-opt-in"]
+        names = ["draft-pp-pinned", "tap-set-normalized", "tap-resolution-v2", "tap-resolution-v1", "partition", "model-runner-v2", "vllm-version", "pack-patches", "inner-decoder-opt-in", "target-embed-last-stage"]
         return [_not_run(n, "vLLM is not installed here") for n in names]
     return [
         probe_draft_pp_pinned(),
@@ -445,8 +508,9 @@ def run_probes(
         probe_tap_resolution_v1(drafter_config),
         probe_partition(num_layers, pp, partition),
         probe_v2_runner(method, pp),
-        probe_pack_version(pack),
+        probe_vllm_version(),
         probe_pack_patches(pack),
         probe_inner_decoder(target_arch, method, pp, pack, family),
+        probe_target_embed(target_arch, method, pp, drafter_has_embed, pack, family),
         *probe_pack_own(family),
     ]

@@ -119,10 +119,38 @@ def relayed_forward(
     return hidden_states
 
 
+#: The leading parameters of the standard decoder forward the relaying one replaces (the anchor).
+FORWARD_PARAMS = ("input_ids", "positions", "intermediate_tensors", "inputs_embeds")
+
+
+def natively_relays(cls: type) -> str | None:
+    """The installed vLLM opts the class in itself (a plain True on the class or a base, not ppspec's
+    opt-in): it relays taps natively, so the relay patches stand aside."""
+    for klass in cls.__mro__:
+        v = vars(klass).get("supports_aux_hidden_states_over_pp")
+        if v is None:
+            continue
+        if v is True:
+            return f"{klass.__module__}:{klass.__qualname__} sets supports_aux_hidden_states_over_pp = True"
+        return None
+    return None
+
+
+def natively_builds_target_embed(cls: type) -> str | None:
+    """The installed vLLM's constructor already builds a real embed_tokens on the last stage when
+    the drafter needs it (knowledge.engine.builds_embed_on_last_stage, by value)."""
+    from ppspec_cli.knowledge.engine import builds_embed_on_last_stage
+
+    if builds_embed_on_last_stage(cls) is True:
+        return f"{cls.__module__}:{cls.__qualname__} builds embed_tokens on the last stage when the drafter needs it"
+    return None
+
+
 def standard_relay_patches(module: str, cls: str) -> list[Patch]:
     """The three patches that teach a standard inner decoder class to relay taps over PP: the
     relaying forward, the opt-in (only where that forward runs), and a real embed_tokens on the last
-    stage when the drafter needs the target's."""
+    stage when the drafter needs the target's. Each stands aside where the installed vLLM already
+    does what it adds (a fork or a later release that opted the family in)."""
     return [
         Patch(
             name="relay_forward",
@@ -131,7 +159,9 @@ def standard_relay_patches(module: str, cls: str) -> list[Patch]:
             attrs={"forward": relayed_forward},
             description="forward relays taps between PP stages (vLLM's convention)",
             requires=("forward", "embed_input_ids", *MIXIN),
+            expects={"forward": ("self", *FORWARD_PARAMS)},
             check=check_relay,
+            native=natively_relays,
         ),
         Patch(
             name="opt_in",
@@ -141,6 +171,7 @@ def standard_relay_patches(module: str, cls: str) -> list[Patch]:
             description="supports_aux_hidden_states_over_pp = True where the relaying forward runs",
             requires=("supports_aux_hidden_states_over_pp",),
             check=check_opt_in,
+            native=natively_relays,
         ),
         Patch(
             name="target_embed_on_last_stage",
@@ -149,6 +180,7 @@ def standard_relay_patches(module: str, cls: str) -> list[Patch]:
             attrs=lambda orig: {"__init__": init_with_target_embed(orig["__init__"])},
             description="real embed_tokens on the last stage when the drafter needs the target's",
             check=check_target_embed_rule,
+            native=natively_builds_target_embed,
         ),
     ]
 
@@ -258,6 +290,7 @@ def init_with_target_embed(orig_init: Callable[..., Any]) -> Callable[..., Any]:
         ensure_target_embed(self, kwargs.get("vllm_config"), kwargs.get("prefix", "") or "")
 
     __init__.ppspec_original = orig_init  # type: ignore[attr-defined]
+    __init__.ppspec_target_embed = True  # type: ignore[attr-defined]
     return __init__
 
 

