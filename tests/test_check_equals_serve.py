@@ -40,6 +40,8 @@ EXAMPLES: dict[str, tuple[dict, dict]] = {
     "engine-ambiguous-option": ({"engine": {"max-num": 8}}, {}),
     "engine-untrusted-option": ({"engine": {"worker_extension_cls": "evil.Ext"}}, {}),
     "env-untrusted-entry": ({"env": {"LD_PRELOAD": "/tmp/evil.so"}}, {}),
+    # by hand, outside SLURM: check warns (SLURM and LWS supply the head), serve refuses
+    "topology-master-addr": ({"topology": {"nodes": 2, "pipeline_parallel": 2}}, {}),
 }
 #: Codes only found with vLLM's parser imported: `check --probes` (and `serve`, always).
 NEEDS_PARSER = {"engine-unknown-option"}

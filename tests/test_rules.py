@@ -188,8 +188,10 @@ def test_topology_tp_across_nodes(llama):
 
 
 def test_topology_master_addr_and_install_everywhere(llama):
+    # a warning for check (SLURM and LWS supply the head); `serve` by hand refuses it (REFUSALS,
+    # tests/test_check_equals_serve.py)
     _, by = check(llama, method=None, tp=8, pp=2, topology={"nodes": 2, "gpus_per_node": 8})
-    expect(by, "topology-master-addr", "error", "launch.master_addr")
+    expect(by, "topology-master-addr", "warning", "launch.master_addr")
     expect(by, "topology-install-everywhere", "info", "topology.nodes")
     _, ray = check(llama, method=None, tp=8, pp=2, topology={"nodes": 2}, launch={"executor": "ray"})
     assert "topology-master-addr" not in ray
@@ -985,3 +987,45 @@ def test_report_speculators_eagle3_four_taps_gets_a_three_tap_fc(llama, make_che
     # three taps at the top level: built 3, fed 3
     _, by = check(llama, speculators_eagle3(make_checkpoint, "spec3", [2, 16, 29], fc_taps=3), pp=2)
     assert "fc-width-built" not in by
+@pytest.fixture
+def net(monkeypatch):
+    """This host's network as the node rules see it (io.netinfo), set per test: host name, what names
+    resolve to, which addresses have a route. The real thing, in network namespaces: tests/test_hosts.py."""
+    from ppspec_cli.io import netinfo
+    from ppspec_cli.planning import rules
+
+    view = {"host": "nodeb", "names": {"nodeb": ["127.0.1.1"], "nodea": ["198.18.0.1"]}, "routes": {"198.18.0.1": netinfo.Route("eth1", "198.18.0.2", False)}}
+    monkeypatch.setattr(netinfo, "host_name", lambda: view["host"])
+    monkeypatch.setattr(netinfo, "resolve", lambda h, timeout_s=5.0: [h] if h[0].isdigit() else view["names"].get(h, []))
+    monkeypatch.setattr(netinfo, "route_to", lambda a: view["routes"].get(a))
+    monkeypatch.setattr(netinfo, "interfaces", lambda: [netinfo.Interface("eth1", True, ["198.18.0.2"])])
+    rules._head_view.cache_clear()
+    yield view
+    rules._head_view.cache_clear()
+
+
+def test_node_network_findings(llama, net):
+    two = {"topology": {"nodes": 2}, "pp": 2}
+    _, by = check(llama, method=None, launch={"master_addr": "nodea", "master_port": 31000}, **two)
+    expect(by, "node-hostname-loopback", "warning", "env")
+    assert "nodeb" in by["node-hostname-loopback"][0].message and "127.0.1.1" in by["node-hostname-loopback"][0].message
+    expect(by, "node-ports", "info", "launch.master_port")
+    assert "31000" in by["node-ports"][0].message and "31001" in by["node-ports"][0].message
+    assert "node-head-unroutable" not in by  # nodea routes by eth1
+    # the profile sets all three variables: no warning about the host name
+    _, by = check(llama, method=None, launch={"master_addr": "nodea"}, env={"GLOO_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_IFNAME": "eth1", "VLLM_HOST_IP": "198.18.0.2"}, **two)
+    assert "node-hostname-loopback" not in by
+    # a head with no route, and one whose name does not resolve here
+    _, by = check(llama, method=None, launch={"master_addr": "10.9.9.9"}, **two)
+    expect(by, "node-head-unroutable", "warning", "launch.master_addr")
+    assert "no route to the head 10.9.9.9" in by["node-head-unroutable"][0].message
+    _, by = check(llama, method=None, launch={"master_addr": "nodez"}, **two)
+    assert "does not resolve" in by["node-head-unroutable"][0].message
+    # a stock /etc/hosts on the worker naming the head nodeb = this host (loopback) is the head's own view: no warning
+    net["host"] = "nodea"
+    net["names"]["nodea"] = ["127.0.1.1"]
+    _, by = check(llama, method=None, launch={"master_addr": "nodea"}, **two)
+    assert "node-head-unroutable" not in by
+    # one node: none of it
+    _, by = check(llama, method=None, launch={"master_addr": "nodea"})
+    assert not {"node-ports", "node-hostname-loopback", "node-head-unroutable"} & set(by)

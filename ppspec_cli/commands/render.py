@@ -103,8 +103,10 @@ def render_plan(r, findings, console: Console | None = None) -> None:
     spec = methods.of(plan.method)
     taps_shown = spec is not None and spec.reads_taps
     t = Table(show_header=True, header_style="bold")
-    for col in ("stage", "layers", *(("taps made", "taps in", "relay to next stage") if taps_shown else ()), "holds", "weights"):
+    for col in ("stage", "node", "layers", *(("taps made", "taps in", "relay to next stage") if taps_shown else ()), "holds", "weights"):
         t.add_column(col)
+    topo = r.profile.topology
+    where = stage_placement(topo.tensor_parallel, len(plan.stages), topo.data_parallel, topo.nodes)
     for s in plan.stages:
         relay = "—" if s.relay_out is None else f"{s.relay_out.slots} slot(s) {list(s.relay_out.taps)}, {_human_bytes(s.relay_out.bytes_per_token)}/tok"
         holds = []
@@ -117,8 +119,10 @@ def render_plan(r, findings, console: Console | None = None) -> None:
         if s.drafter:
             holds.append("drafter")
         tap_cells = (",".join(map(str, s.taps)) if s.taps else "—", str(s.upstream_slots), relay) if taps_shown else ()
+        node, devs = where[s.rank] if s.rank < len(where) else (None, [])
         t.add_row(
             str(s.rank),
+            "?" if node is None else f"{node}, {_devices(r.platform, devs)}",
             f"{s.layers[0]}-{s.layers[1] - 1}" if s.layers[1] > s.layers[0] else "none",
             *tap_cells,
             ", ".join(holds) or "—",
@@ -131,6 +135,32 @@ def render_plan(r, findings, console: Console | None = None) -> None:
     if errs:
         console.print(f"{len(errs)} finding(s) — run `ppspec check` for details:")
         render_findings(console, errs)
+
+
+def stage_placement(tp: int, pp: int, dp: int, nodes: int) -> list[tuple[int | None, list[int]]]:
+    """Node and local device indices of each pipeline stage (of data-parallel replica 0), as vLLM
+    lays ranks out: global rank = (dp_rank x PP + stage) x TP + tp_rank, node i holding ranks
+    i x R .. (i+1) x R - 1 with R = TP x PP x DP / nodes, device = rank mod R. (None, []) when the
+    ranks do not split evenly over the nodes (`check` reports that)."""
+    world = tp * pp * dp
+    if nodes < 1 or world % nodes:
+        return [(None, [])] * pp
+    per = world // nodes
+    out = []
+    for stage in range(pp):
+        ranks = [stage * tp + i for i in range(tp)]
+        hosts = sorted({rk // per for rk in ranks})
+        out.append((hosts[0] if len(hosts) == 1 else None, [rk % per for rk in ranks]))
+    return out
+
+
+def _devices(platform: str, idx: list[int]) -> str:
+    if platform == "cpu":
+        return "CPU"
+    if not idx:
+        return "?"
+    span = f"{idx[0]}" if len(idx) == 1 else (f"{idx[0]}-{idx[-1]}" if idx == list(range(idx[0], idx[-1] + 1)) else ",".join(map(str, idx)))
+    return f"GPU {span}"
 
 
 def render_pd_check(d, findings, console: Console | None = None) -> None:

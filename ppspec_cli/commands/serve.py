@@ -232,6 +232,8 @@ def _print_dry_run(r, spec, findings, errors, node_rank, json_out: bool) -> int:
 
                 lp = r.profile.launch
                 print(shellout.comment(f"the nodes reach the head on ports {lp.master_port} (vLLM) and {rollcall_port(lp.master_port)} (ppspec's roll call)"))
+                if node_rank is None:
+                    print(shellout.comment("on node i, `ppspec serve` adds GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME and VLLM_HOST_IP from its route to the head (unless env: sets them), and keeps its files in its own run directory (HOST-nodeI): `ppspec serve PROFILE --dry-run --node-rank i` there shows that node's exact launch"))
         for n in nodes:
             print(shellout.comment(f"node {n.node_rank} ({n.role})"))
             print(n.shell_line())
@@ -243,7 +245,9 @@ def _print_dry_run_findings(findings, command: str) -> None:
     for f in findings:
         if f.severity in ("error", "warning"):
             print(shellout.comment(f"{f.severity} {f.code}: {f.message}"))
-    errors = sum(f.severity == "error" for f in findings)
+    from ppspec_cli.planning.engine_options import serve_refuses
+
+    errors = sum(serve_refuses(f) for f in findings)
     if errors:
         print(shellout.comment(f"`{command}` would refuse this profile: {errors} error(s) (see `ppspec check`)"))
 

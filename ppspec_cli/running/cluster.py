@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io.netinfo import NodeNet
 from ppspec_cli.planning.profile import Profile
 
 #: A host name, or an IPv4 / IPv6 address: what may stand for a node in argv, scripts and manifests.
@@ -99,6 +100,37 @@ class Placement:
     node_rank: int | None  # None: not decided (dry run of every node)
     run_dir: Path | None  # None: the default run directory
     notes: list[str] = field(default_factory=list)  # one line each, printed as progress
+    net: NodeNet | None = None  # this node's interface/address for vLLM's process groups (multi-node mp)
+
+
+#: What ppspec sets from the route to the head, on every node of a multi-node `mp` launch, unless the
+#: profile's `env:` sets it: Gloo (CPU process groups) and NCCL bind and advertise this interface;
+#: vLLM's message queues and its own address use VLLM_HOST_IP. Without them Gloo takes the address
+#: the host name resolves to, which a stock /etc/hosts maps to 127.0.1.1.
+NET_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "VLLM_HOST_IP")
+
+
+def node_net_env(net: NodeNet | None, profile_env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of NET_ENV this node gets: from `net`, except those the profile sets."""
+    if net is None:
+        return {}
+    out = {}
+    if net.ifname:
+        out["GLOO_SOCKET_IFNAME"] = out["NCCL_SOCKET_IFNAME"] = net.ifname
+    if net.addr:
+        out["VLLM_HOST_IP"] = net.addr
+    return {k: v for k, v in out.items() if k not in profile_env}
+
+
+def node_run_dir(profile_name: str, node_rank: int, job: str | None = None) -> Path:
+    """The default run directory of node `node_rank` of a multi-node profile on this host: homes are
+    usually shared between a cluster's nodes (NFS), so each host and node rank (and SLURM job) gets
+    its own, and the nodes' locks and plan files never collide."""
+    from ppspec_cli.io.netinfo import host_name
+    from ppspec_cli.running.launch import default_run_dir
+
+    leaf = f"{host_name()}-node{node_rank}"
+    return default_run_dir(profile_name) / (f"slurm-{_safe(job)}-{leaf}" if job else leaf)
 
 
 def place(
@@ -111,7 +143,9 @@ def place(
     run_dir: str | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> tuple[Profile, Placement]:
-    """The profile with the command line's and SLURM's values filled in, and this node's placement."""
+    """The profile with the command line's and SLURM's values filled in, and this node's placement.
+    On a node of a multi-node `mp` launch (node rank known) the interface and address towards the
+    head are added to the profile's env (node_net_env)."""
     environ = os.environ if environ is None else environ
     launch: dict = {}
     server: dict = {}
@@ -147,17 +181,25 @@ def place(
                 )
             launch["master_addr"] = check_host(hosts[0], "SLURM_JOB_NODELIST")
             notes.append(f"head node {hosts[0]} (the first host of SLURM_JOB_NODELIST)")
-        if rd is None and node_rank is not None:
-            # Home directories are usually shared between a cluster's nodes: one run directory per
-            # job and node, so the nodes' run-directory locks and plan files never collide.
-            from ppspec_cli.running.launch import default_run_dir
-
-            rd = default_run_dir(profile.name) / f"slurm-{_safe(slurm.job_id)}-node{node_rank}"
+    if rd is None and node_rank is not None and t.nodes > 1:
+        rd = node_run_dir(profile.name, node_rank, slurm.job_id if slurm is not None else None)
     if launch:
         profile = profile.model_copy(update={"launch": profile.launch.model_copy(update=launch)})
+    net = None
+    head = profile.launch.master_addr
+    if t.nodes > 1 and profile.launch.executor == "mp" and node_rank is not None and head:
+        from ppspec_cli.io import netinfo
+
+        net = netinfo.pick(head, is_head=node_rank == 0)
+        add = node_net_env(net, profile.env)
+        if add:
+            profile = profile.model_copy(update={"env": {**profile.env, **add}})
+            notes.append(f"{', '.join(f'{k}={v}' for k, v in add.items())}: {net.how}")
+        elif not net.ifname:
+            notes.append(f"no interface chosen for vLLM's process groups: {net.how}")
     if server:
         profile = profile.model_copy(update={"server": profile.server.model_copy(update=server)})
-    return profile, Placement(node_rank=node_rank, run_dir=rd, notes=notes)
+    return profile, Placement(node_rank=node_rank, run_dir=rd, notes=notes, net=net)
 
 
 def _safe(s: str) -> str:

@@ -124,14 +124,29 @@ def default_run_dir(profile_name: str) -> Path:
 
 def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool = True) -> LaunchSpec:  # noqa: C901, PLR0912, PLR0915 (a limit to bring it under)
     """Translate a resolved profile into per-node launches. Raises PpspecError when the profile
-    cannot be launched as written (rules have normally reported this already)."""
+    cannot be launched as written (rules have normally reported this already).
+
+    Without `run_dir`, a multi-node profile gives every node its own run directory on this host
+    (cluster.node_run_dir: host name and node rank in the path), and the spec's own run directory is
+    node 0's (serve without --node-rank runs node 0). With `run_dir`, every node uses that one."""
+    t = r.profile.topology
+    if run_dir is None and t.nodes > 1:
+        from ppspec_cli.running.cluster import node_run_dir
+
+        per_node = [_build(r, node_run_dir(r.profile.name, i), resolve_demo) for i in range(t.nodes)]
+        spec = per_node[0]
+        spec.nodes = [s.nodes[i] for i, s in enumerate(per_node)]
+        return spec
+    return _build(r, run_dir or default_run_dir(r.profile.name), resolve_demo)
+
+
+def _build(r: Resolved, run_dir: Path, resolve_demo: bool) -> LaunchSpec:
     p = r.profile
     t = p.topology
     refused = launch_refusals(p.engine, p.env, p.server.api_key_env, None, p.trust.model_dump())
     if refused:  # `serve` has refused already (they are `check` errors); a caller of this function must too
         f = refused[0]
         raise PpspecError(f"{f.message} [{f.code}]", where=f.field, fix=f.hint, exit_code=1)
-    run_dir = run_dir or default_run_dir(p.name)
     plan_file = run_dir / "plan.json"
     host, port = p.server.host, p.server.port
     url_host = f"[{host}]" if ":" in host else host

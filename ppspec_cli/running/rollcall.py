@@ -17,6 +17,8 @@ import socket
 import threading
 import time
 
+from ppspec_cli.planning.rules import rollcall_port  # noqa: F401 - one rule, named in check's findings too
+
 PROTOCOL = b"ppspec-rollcall/1"
 HEARTBEAT_S = 2.0
 #: A peer silent for this long is lost (a machine that died sends no FIN).
@@ -25,9 +27,6 @@ _HELLO_MAX = 128
 _HELLO_TIMEOUT_S = 10.0
 
 
-def rollcall_port(master_port: int) -> int:
-    """The head's roll-call port: the rendezvous port + 1 (65535 wraps to 1024)."""
-    return master_port + 1 if master_port < 65535 else 1024
 
 
 class _Peer:
@@ -87,8 +86,15 @@ class Head:
     def _listen(host: str, port: int) -> socket.socket:
         from ppspec_cli.errors import PpspecError
 
+        from ppspec_cli.io import netinfo
+
         last: OSError | None = None
-        for h in (host, ""):  # the head's own address; all interfaces when it is not local (NAT, aliases)
+        addrs = netinfo.resolve(host) or []
+        # The head's own address; all interfaces when it is not local (NAT, aliases), and when the
+        # head's name resolves to loopback here (a stock /etc/hosts: 127.0.1.1 HOSTNAME), which the
+        # other nodes, resolving the same name to the head's real address, could never reach.
+        first = "" if addrs and all(netinfo.is_loopback(a) for a in addrs) else host
+        for h in dict.fromkeys((first, "")):
             fam = socket.AF_INET6 if ":" in h else socket.AF_INET
             s = socket.socket(fam, socket.SOCK_STREAM)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -46,6 +46,7 @@ class RunDir:
         self.path = Path(path)
         self.fd = fd
         self._lock: IO[str] | None = None
+        self.kernel = True  # False: the file system keeps no locks (lock_run_dir goes by the record)
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -62,6 +63,12 @@ class RunDir:
 
     def close(self) -> None:
         if self._lock is not None:
+            try:  # the lock's record names this process: cleared before the lock goes
+                self._lock.seek(0)
+                self._lock.truncate()
+                self._lock.flush()
+            except OSError:
+                pass  # the kernel lock still goes with the close; a record left behind is checked by host
             self._lock.close()
             self._lock = None
         if self.fd >= 0:
@@ -219,51 +226,139 @@ def _missing_parents(path: Path) -> list[Path]:
     return out
 
 
+#: The lock file in a run directory; its content names the holder (see lock_run_dir).
+LOCK_FILE = "serve.lock"
+
+
+def _me() -> dict:
+    from ppspec_cli.io import netinfo
+
+    return {"host": netinfo.host_name(), "boot_id": netinfo.boot_id(), "pid": os.getpid()}
+
+
+def _holder(text: str) -> dict | None:
+    """The holder a lock record names: {host, boot_id, pid}; a bare pid (records of older ppspec
+    versions) has host None; None for an empty or unreadable record."""
+    text = text.strip()[:1024]
+    if not text:
+        return None
+    if text.isdigit() and len(text) <= 10:
+        return {"host": None, "boot_id": None, "pid": int(text)}
+    try:
+        rec = json.loads(text.splitlines()[0])
+    except ValueError:
+        return None
+    if not isinstance(rec, dict):
+        return None
+    host = rec.get("host") if isinstance(rec.get("host"), str) else None
+    boot = rec.get("boot_id") if isinstance(rec.get("boot_id"), str) else None
+    pid = rec.get("pid") if isinstance(rec.get("pid"), int) and not isinstance(rec.get("pid"), bool) else None
+    return {"host": None if host is None else host[:64], "boot_id": None if boot is None else boot[:64], "pid": pid}
+
+
+def _same_host(rec: dict, me: dict) -> bool:
+    return rec.get("host") == me["host"] and (rec.get("boot_id") is None or me["boot_id"] is None or rec["boot_id"] == me["boot_id"])
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if pid is None or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _describe(rec: dict | None, me: dict) -> str:
+    """Who holds the lock, in words. A pid is named as this host's only when the record says so."""
+    from ppspec_cli.io.shellout import printable
+
+    if rec is None:
+        return "another `ppspec serve` (it has not written its record yet)"
+    pid = rec.get("pid")
+    if rec.get("host") is None:
+        return f"another `ppspec serve` (pid {pid} on an unknown host: an older ppspec's record)"
+    if _same_host(rec, me):
+        return f"another `ppspec serve` (pid {pid} on this host)"
+    return f"`ppspec serve` on host {printable(rec['host'])} (pid {pid} there, not on this host {me['host']})"
+
+
 def lock_run_dir(run_dir: Path) -> RunDir:
     """Hold an exclusive lock on the run directory for the whole serve: a second `ppspec serve` with
     the same run directory would overwrite the plan file and remove the first one's temp files.
-    The kernel drops the lock when this process dies, even by SIGKILL. Returns the run directory
-    held by descriptor; `close()` releases both. A run directory this call created is removed again
-    when the lock cannot be written (a full or read-only file system leaves nothing behind)."""
+    The lock is an exclusive flock on serve.lock (the kernel drops it when this process dies, even
+    by SIGKILL; Linux turns flock into a lock on the NFS server, so it holds across the hosts of a
+    shared home) plus a record of the holder in the file: host name, boot id and pid, one JSON line.
+    A pid is only ever looked at when the record comes from this host and this boot: a lock held on
+    another host is reported by host, and another host's record is never taken over from here.
+    Returns the run directory held by descriptor; `close()` clears the record and releases both. A
+    run directory this call created is removed again when the lock cannot be written (a full or
+    read-only file system leaves nothing behind)."""
     check_run_dir(run_dir)
     created = _missing_parents(Path(run_dir))
     rd = RunDir.open(run_dir)
+    me = _me()
     try:
-        fd = os.open("serve.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=rd.fd)
+        fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=rd.fd)
         f = os.fdopen(fd, "a+", encoding="utf-8")  # held for the whole serve
     except OSError as e:
         rd.close()
         _remove_created(created)
-        raise _error(Path(run_dir) / "serve.lock", "create", e) from None
+        raise _error(Path(run_dir) / LOCK_FILE, "create", e) from None
+    kernel = True
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.seek(0)
-        other = f.read().strip()[:20]
-        f.close()
-        rd.close()
-        raise PpspecError(
-            f"another `ppspec serve` (pid {other or 'unknown'}) is using the run directory {run_dir}",
-            where="--run-dir",
-            fix="stop that server first, or give this one its own --run-dir",
-            exit_code=1,
-        ) from None
+    except OSError as e:
+        if e.errno != errno.ENOLCK:
+            f.seek(0)
+            rec = _holder(f.read(1024))
+            f.close()
+            rd.close()
+            raise PpspecError(
+                f"{_describe(rec, me)} is using the run directory {run_dir}",
+                where="--run-dir",
+                fix="stop that server first, or give this one its own --run-dir (multi-node profiles get one per host and node by default)",
+                exit_code=1,
+            ) from None
+        kernel = False  # the file system keeps no locks (NFS mounted `nolock`): the record alone decides
+    f.seek(0)
+    rec = _holder(f.read(1024))
+    if rec is not None and rec.get("host") is not None and rec.get("pid") != me["pid"]:
+        foreign = not _same_host(rec, me)
+        if foreign or (not kernel and _pid_alive(rec.get("pid"))):
+            f.close()
+            rd.close()
+            why = (
+                "its record is from another host, whose processes this host cannot see, and a lock on this file system may not reach across hosts"
+                if foreign
+                else "this file system keeps no locks, and that process is alive"
+            )
+            raise PpspecError(
+                f"{_describe(rec, me)} holds the run directory {run_dir} ({why})",
+                where="--run-dir",
+                fix=f"give this node its own --run-dir; if that server no longer runs, remove {Path(run_dir) / LOCK_FILE}",
+                exit_code=1,
+            )
     try:
         f.seek(0)
         f.truncate()
-        f.write(f"{os.getpid()}\n")
+        f.write(json.dumps(me, sort_keys=True) + "\n")
         f.flush()
-        os.fsync(f.fileno())
+        os.fsync(f.fileno())  # on NFS: the record reaches the server before another host reads it
     except OSError as e:
         try:
             f.close()  # flushes what could not be written: fails the same way
         except OSError:
             pass
-        rd.unlink("serve.lock")
+        rd.unlink(LOCK_FILE)
         rd.close()
         _remove_created(created)
-        raise _error(Path(run_dir) / "serve.lock", "write", e) from None
+        raise _error(Path(run_dir) / LOCK_FILE, "write", e) from None
     rd._lock = f  # noqa: SLF001
+    rd.kernel = kernel
     return rd
 
 
