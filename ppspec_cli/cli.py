@@ -166,17 +166,18 @@ def export_k8s(
     output: Optional[str] = typer.Option(None, "--output", "-o", help=_OUTPUT_HELP),
     api_key_secret: Optional[str] = typer.Option(None, "--api-key-secret", help="Secret holding the API key under `api-key` (default NAME-api-key); used when server.api_key_env is set."),
     host: Optional[str] = typer.Option(None, "--host", help="Address the API server binds in the pod (default: the profile's, or 0.0.0.0 when that is loopback)."),
+    volume: Optional[list[str]] = typer.Option(None, "--volume", help="CLAIM:/path: mount this PersistentVolumeClaim read-only at /path in every pod (repeatable); the profile's local model paths must lie under one."),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub during the preflight."),
 ) -> None:
     """A Kubernetes LeaderWorkerSet: node 0 (leader) serves the API, the others run headless.
 
-    The containers run the engine argv and environment of `ppspec serve --dry-run`; the head's address
-    and each worker's rank come from LWS's LWS_LEADER_ADDRESS / LWS_WORKER_INDEX. Apply with
+    Every pod runs `ppspec serve` on the profile (in a ConfigMap), as each node does under SLURM; the
+    head's address and each worker's rank come from LWS's LWS_LEADER_ADDRESS / LWS_WORKER_INDEX. Apply with
     `kubectl apply -f FILE`. Exit code: 0 written; 1 `check` found errors (written anyway) or the profile cannot be exported.
     """
     from ppspec_cli.commands import export as command
 
-    raise typer.Exit(command.k8s(profile, image, output, api_key_secret, host, offline))
+    raise typer.Exit(command.k8s(profile, image, output, api_key_secret, host, offline, volume))
 
 
 @app.command()

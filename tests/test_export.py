@@ -142,29 +142,37 @@ def test_one_launch_plan_for_dry_run_slurm_and_k8s(profile, env, schema, tmp_pat
     assert [(n["argv"], n["env"], n["env_refs"]) for n in slurm_nodes] == [(n["argv"], n["env"], n["env_refs"]) for n in ref["nodes"]]
     if nodes > 1:
         assert ref["nodes"][1]["argv"][ref["nodes"][1]["argv"].index("--master-addr") + 1] == HEAD
-    # --- Kubernetes: the manifest's containers run the same argv and environment
+    # --- Kubernetes: every pod runs `ppspec serve` on the ConfigMap's profile; its launch (each
+    # pod's dry run, LWS's variables filled in) is the one of `ppspec serve` on the original profile
     code, manifest, err = cli(env, "export", "k8s", str(profile), "--image", "registry.example/vllm-ppspec:1")
     assert code in (0, 1), err
+    docs = [d for d in yaml.safe_load_all(manifest) if d]
     lws = lws_of(manifest)
     jsonschema.validate(lws, schema)
-    ref = dry_run(env, profile, "--master-addr", "ppspec-head.invalid", "--host", "0.0.0.0", "--run-dir", f"/var/run/ppspec/{lws['metadata']['name']}")
+    in_pod = tmp_path / "pod-profile.yaml"
+    in_pod.write_text(docs[0]["data"]["profile.yaml"])
     tpl = lws["spec"]["leaderWorkerTemplate"]
     assert tpl["size"] == nodes
     leader = tpl.get("leaderTemplate", tpl["workerTemplate"])
-    for i, want in enumerate(ref["nodes"]):
+    for i in range(nodes):
         pod = leader if i == 0 else tpl["workerTemplate"]
-        argv = [a.replace("$(LWS_LEADER_ADDRESS)", "ppspec-head.invalid").replace("$(LWS_WORKER_INDEX)", str(i)).replace("$$", "$") for a in container_argv(pod)]
-        assert argv == ["vllm", *want["argv"][1:]]
-        plain, refs = k8s_env(pod)
-        assert plain == want["env"]
-        assert set(refs) == set(want["env_refs"])
+        argv = [a.replace("$(LWS_LEADER_ADDRESS)", "ppspec-head.invalid").replace("$(LWS_WORKER_INDEX)", str(i)) for a in container_argv(pod)]
+        assert argv[:3] == ["ppspec", "serve", "/etc/ppspec/profile.yaml"], argv
+        opts = argv[3:]
+        (got,) = dry_run(env, in_pod, *opts, *([] if nodes > 1 else ["--node-rank", "0"]))["nodes"]
+        if "--node-rank" in opts:
+            j = opts.index("--node-rank")
+            opts = opts[:j] + opts[j + 2 :]
+        want = dry_run(env, profile, *opts)["nodes"][i]
+        assert (got["argv"], got["env"], got["env_refs"]) == (want["argv"], want["env"], want["env_refs"])
     probe = leader["spec"]["containers"][0]["readinessProbe"]["httpGet"]
     assert probe == {"path": "/health", "port": prof.server.port}
 
 
 def test_k8s_manifest_details(env, schema, tmp_path):
-    """GPUs per pod, rank and head address from LWS's variables, the API key only by Secret reference,
-    the plan file mounted where PPSPEC_PLAN_FILE points; and the schema check can fail."""
+    """GPUs per pod, rank and head address from LWS's variables, the API key only by Secret reference
+    (in the variable the profile names, which the pod's ppspec reads), the profile mounted from the
+    ConfigMap where the pods' `ppspec serve` reads it; and the schema check can fail."""
     profile = REPO / "profiles" / "kimi_k3_dspark.yaml"
     data = yaml.safe_load(profile.read_text())
     data["server"] = {"host": "0.0.0.0", "api_key_env": "KIMI_KEY"}
@@ -182,15 +190,17 @@ def test_k8s_manifest_details(env, schema, tmp_path):
     for role in ("leaderTemplate", "workerTemplate"):
         (c,) = tpl[role]["spec"]["containers"]
         assert c["resources"]["limits"] == {"nvidia.com/gpu": 8}
-        plain, refs = k8s_env(tpl[role])
-        assert refs == {"VLLM_API_KEY": {"name": "kimi-key", "key": "api-key"}}
-        plan_mount = [m for m in c["volumeMounts"] if m["name"] == "ppspec-plan"]
-        assert plan_mount[0]["mountPath"] == plain["PPSPEC_PLAN_FILE"] and plan_mount[0]["subPath"] == "plan.json"
+        assert c["env"] == [{"name": "KIMI_KEY", "valueFrom": {"secretKeyRef": {"name": "kimi-key", "key": "api-key"}}}]
+        (mount,) = [m for m in c["volumeMounts"] if m["name"] == "ppspec-profile"]
+        assert mount == {"name": "ppspec-profile", "mountPath": "/etc/ppspec", "readOnly": True}
+        assert c["args"][:2] == ["serve", "/etc/ppspec/profile.yaml"]
     worker = container_argv(tpl["workerTemplate"])
-    assert worker[worker.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)" and "--headless" in worker
+    assert worker[worker.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
     assert worker[worker.index("--master-addr") + 1] == "$(LWS_LEADER_ADDRESS)"
+    leader = container_argv(tpl["leaderTemplate"])
+    assert leader[leader.index("--node-rank") + 1] == "0"
     assert "readinessProbe" not in tpl["workerTemplate"]["spec"]["containers"][0]
-    assert json.loads(cm["data"]["plan.json"])["profile"] == "kimi-k3-dspark"
+    assert yaml.safe_load(cm["data"]["profile.yaml"]) == data
     assert svc["spec"]["selector"]["ppspec.role"] == "leader"
     # the validator is strict: a misspelled field and a wrong type are refused
     bad = json.loads(json.dumps(lws))
@@ -203,14 +213,43 @@ def test_k8s_manifest_details(env, schema, tmp_path):
         jsonschema.validate(bad, schema)
 
 
+def test_k8s_local_model_paths_need_a_volume(env, schema, tmp_path):
+    """A local checkpoint is refused unless a --volume (PersistentVolumeClaim) mounted at a folder
+    above it is given; the ConfigMap's profile names it by its absolute path (it was relative)."""
+
+    models = tmp_path / "models"
+    target = models / "llama"
+    target.mkdir(parents=True)
+    (target / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256, "vocab_size": 1024}))
+    p = tmp_path / "local.yaml"
+    p.write_text(yaml.safe_dump({"name": "local", "target": {"model": "./models/llama"}, "platform": "cpu"}))
+    code, out, err = cli(env, "export", "k8s", str(p), "--image", "reg/img:1")
+    assert code == 1 and f"target.model is the local path {target}" in err and f"--volume CLAIM:{models}" in err, err
+    code, out, err = cli(env, "export", "k8s", str(p), "--image", "reg/img:1", "--volume", f"weights:{models}")
+    assert code in (0, 1), err
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    jsonschema.validate(docs[1], schema)
+    assert yaml.safe_load(docs[0]["data"]["profile.yaml"])["target"]["model"] == str(target)
+    (c,) = docs[1]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"]
+    assert {"name": "models-0", "mountPath": str(models), "readOnly": True} in c["volumeMounts"]
+    assert {"name": "models-0", "persistentVolumeClaim": {"claimName": "weights", "readOnly": True}} in docs[1]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["volumes"]
+    for bad in ("weights", "Weights:/m", "w:relative", "w:/a/../b"):
+        code, _, err = cli(env, "export", "k8s", str(p), "--image", "reg/img:1", "--volume", bad)
+        assert code == 2 and "is not CLAIM:/absolute/path" in err, (bad, err)
+
+
 def test_k8s_escapes_dollar_and_refuses_ray(env, tmp_path):
     data = {"name": "odd", "target": {"model": "demo:tiny-llama"}, "platform": "cpu", "env": {"WEIRD": "$(HOME) and $x"}}
     p = tmp_path / "odd.yaml"
     p.write_text(yaml.safe_dump(data))
     code, out, err = cli(env, "export", "k8s", str(p), "--image", "reg/img:1")
     assert code == 0, err
-    (c,) = lws_of(out)["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"]
-    assert {"name": "WEIRD", "value": "$$(HOME) and $$x"} in c["env"]  # Kubernetes would expand $(HOME)
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    # the profile travels in the ConfigMap, which Kubernetes never expands; the pod's command line
+    # holds no `$(` but LWS's own variables
+    assert yaml.safe_load(docs[0]["data"]["profile.yaml"])["env"] == {"WEIRD": "$(HOME) and $x"}
+    (c,) = docs[1]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"]
+    assert not any("$" in a for a in c["command"] + c["args"]) and "env" not in c
     data.update(topology={"nodes": 2, "pipeline_parallel": 2}, launch={"executor": "ray"})
     p.write_text(yaml.safe_dump(data))
     for kind in ("slurm", "k8s"):
@@ -279,7 +318,9 @@ def test_place_from_slurm_environment(env, tmp_path):
     slurm = {"SLURM_JOB_ID": "77", "SLURM_NODEID": "1", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]", "PATH": env["PATH"]}
     prof, pl = cluster.place(load_profile(_two_node(tmp_path)), environ=slurm)
     assert (prof.launch.master_addr, pl.node_rank) == ("gpu07", 1)
-    assert pl.run_dir is not None and pl.run_dir.name == "slurm-77-node1"
+    from ppspec_cli.io.netinfo import host_name
+
+    assert pl.run_dir is not None and pl.run_dir.name == f"slurm-77-{host_name()}-node1"  # per job, host and node
     # the command line wins over the profile, the profile over SLURM
     prof, pl = cluster.place(load_profile(_two_node(tmp_path, master_addr="10.1.1.1")), environ=slurm, node_rank=0, master_port=31000)
     assert (prof.launch.master_addr, prof.launch.master_port, pl.node_rank) == ("10.1.1.1", 31000, 0)

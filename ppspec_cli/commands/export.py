@@ -16,7 +16,7 @@ def slurm(profile: str, output: str | None, offline: bool) -> int:
     return _export(load(profile), profile, offline, output, slurm_script, {"master_addr": PLACEHOLDER_HEAD})
 
 
-def k8s(profile: str, image: str, output: str | None, api_key_secret: str | None, host: str | None, offline: bool) -> int:
+def k8s(profile: str, image: str, output: str | None, api_key_secret: str | None, host: str | None, offline: bool, volumes: list[str] | None = None) -> int:
     import re
 
     from ppspec_cli.running.export import K8S_RUN_DIR, PLACEHOLDER_HEAD, check_image, k8s_manifest, k8s_name
@@ -31,7 +31,7 @@ def k8s(profile: str, image: str, output: str | None, api_key_secret: str | None
     name = k8s_name(prof.name)
 
     def render(r, spec, path, errors):
-        return k8s_manifest(r, spec, path, errors, image=image, api_key_secret=api_key_secret)
+        return k8s_manifest(r, spec, path, errors, image=image, api_key_secret=api_key_secret, host=host, volumes=volumes)
 
     return _export(prof, profile, offline, output, render, {"master_addr": PLACEHOLDER_HEAD, "host": host}, run_dir=str(K8S_RUN_DIR / name))
 

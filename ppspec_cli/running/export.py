@@ -5,8 +5,9 @@ launch plan as `serve` and `serve --dry-run` (launch.build_launch), so the three
   task takes its node rank from SLURM_NODEID and the head's address is the allocation's first host
   (cluster.place), so the engine's argv and environment are exactly `serve --dry-run`'s.
 - Kubernetes: a LeaderWorkerSet (leader = node 0, which runs the API server; workers = the headless
-  nodes) whose containers run the engine argv and environment of `serve --dry-run`, with the node
-  rank and the head's address taken from the variables LWS sets in every container.
+  nodes) whose pods run `ppspec serve PROFILE` on the profile from a ConfigMap, with the node rank
+  and the head's address taken from the variables LWS sets in every container: overlay, plugin
+  confirmation and roll call happen in the pods as under SLURM.
 """
 
 from __future__ import annotations
@@ -109,18 +110,6 @@ def k8s_name(name: str) -> str:
     return s or "ppspec"
 
 
-def _k8s_literal(s: str) -> str:
-    """Kubernetes expands `$(VAR)` in command/args/env values; `$$` stands for a literal `$`."""
-    return s.replace("$", "$$")
-
-
-def _substitute(argv: list[str], flag: str, value: str) -> list[str]:
-    out = list(argv)
-    i = out.index(flag)
-    out[i + 1] = value
-    return out
-
-
 def _dumper():
     import yaml
 
@@ -141,76 +130,129 @@ def check_image(image: str) -> str:
     return image
 
 
-def k8s_manifest(r: Resolved, spec: LaunchSpec, profile_path: str, errors: list[str], *, image: str, api_key_secret: str | None) -> str:
-    """ConfigMap (the plugin's plan file), LeaderWorkerSet (one group: leader + headless workers)
-    and a Service in front of the leader's API, as one multi-document YAML."""
+#: Where a pod finds the profile (from the ConfigMap) that its `ppspec serve` runs.
+K8S_PROFILE_DIR = Path("/etc/ppspec")
+K8S_PROFILE = K8S_PROFILE_DIR / "profile.yaml"
+
+
+def parse_volumes(specs: list[str] | None) -> list[tuple[str, str]]:
+    """`--volume CLAIM:PATH` values -> (claim, absolute mount path), each checked."""
+    out: list[tuple[str, str]] = []
+    for v in specs or []:
+        claim, sep, path = v.partition(":")
+        if not sep or not re.match(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$", claim) or not path.startswith("/") or len(path) > 1024 or not path.isprintable() or ".." in path.split("/"):
+            raise PpspecError(
+                f"--volume {v[:120]!r} is not CLAIM:/absolute/path",
+                where="--volume",
+                fix="name a PersistentVolumeClaim and where to mount it, e.g. --volume models:/models (the profile's local model paths must lie under it)",
+                exit_code=2,
+            )
+        out.append((claim, path.rstrip("/") or "/"))
+    return out
+
+
+def local_model_paths(r: Resolved) -> dict[str, str]:
+    """The profile's local checkpoints (field -> the absolute path `check` read): what a pod must
+    find at the same path. demo: models are built by ppspec in the pod, hub ids downloaded there."""
+    out = {}
+    for fld, ref, ck in (("target.model", r.profile.target.model, r.target), ("drafter.model", r.profile.drafter.model if r.profile.drafter else None, r.drafter)):
+        if ref and not ref.startswith("demo:") and ck is not None and getattr(ck, "source", None) == "local":
+            out[fld] = str(Path(ck.location).resolve())
+    return out
+
+
+def _under(path: str, mount: str) -> bool:
+    return mount == "/" or path == mount or path.startswith(mount + "/")
+
+
+def k8s_profile_text(r: Resolved, profile_path: str) -> str:
+    """The profile for the pods' ConfigMap: the file as written, with local model paths made
+    absolute (they resolve against the profile's directory, which the pod does not have)."""
+    import yaml
+
+    from ppspec_cli.io import safeio
+    from ppspec_cli.planning.profile import MAX_PROFILE_BYTES
+
+    data = yaml.safe_load(safeio.read_text(profile_path, limit=MAX_PROFILE_BYTES, what="profile file"))
+    for fld, path in local_model_paths(r).items():
+        section, key = fld.split(".")
+        data[section][key] = path
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def k8s_manifest(
+    r: Resolved, spec: LaunchSpec, profile_path: str, errors: list[str], *, image: str, api_key_secret: str | None, host: str | None = None, volumes: list[str] | None = None
+) -> str:
+    """ConfigMap (the profile), LeaderWorkerSet (one group: leader = node 0 + workers) whose pods run
+    `ppspec serve PROFILE --node-rank $(LWS_WORKER_INDEX)`, and a Service in front of the leader's
+    API, as one multi-document YAML. So each pod does what `ppspec serve` does under SLURM: checks
+    the profile, builds the drafter config overlay, confirms the plugin in every engine process and
+    keeps the roll call between the nodes. Local model paths must lie on a `--volume`."""
     import yaml
 
     check_image(image)
     _mp_only(r, "k8s")
+    vols = parse_volumes(volumes)
+    for fld, path in local_model_paths(r).items():
+        if not any(_under(path, m) for _, m in vols):
+            raise PpspecError(
+                f"{fld} is the local path {path}, which a pod does not have",
+                where=fld,
+                fix=f"mount the volume that holds it at the same path: --volume CLAIM:{str(Path(path).parent)} (a PersistentVolumeClaim), or use a hub id",
+                exit_code=1,
+            )
     p = r.profile
     t = p.topology
     name = k8s_name(p.name)
     port = int(p.server.port)
-    nodes = spec.nodes
 
-    def argv_for(rank: int) -> list[str]:
-        argv = ["vllm", *nodes[rank].argv[1:]]  # the image's `vllm` on PATH
-        argv = [_k8s_literal(a) for a in argv]
+    def args_for(rank: str | None) -> list[str]:
+        a = ["serve", str(K8S_PROFILE), "--run-dir", str(spec.run_dir)]
+        if host is not None:
+            a += ["--host", host]
         if t.nodes > 1:
-            argv = _substitute(argv, "--master-addr", f"$({LWS_LEADER_ADDRESS})")
-        return argv
+            a += ["--node-rank", rank or "0", "--master-addr", f"$({LWS_LEADER_ADDRESS})"]
+        return a
 
-    worker_argv = None
-    if t.nodes > 1:
-        worker_argv = _substitute(argv_for(1), "--node-rank", f"$({LWS_WORKER_INDEX})")
-        for rank in range(2, t.nodes):  # one template serves every worker: they differ in the rank only
-            if _substitute(argv_for(rank), "--node-rank", f"$({LWS_WORKER_INDEX})") != worker_argv:
-                raise PpspecError("the worker nodes' command lines differ beyond their rank", where="topology", fix="report this as a ppspec bug", exit_code=1)
-
-    def env_for(rank: int) -> list[dict[str, Any]]:
-        env: list[dict[str, Any]] = [{"name": k, "value": _k8s_literal(v)} for k, v in sorted(nodes[rank].env.items())]
-        for k in sorted(nodes[rank].env_refs):
-            secret = api_key_secret or f"{name}-api-key"
-            env.append({"name": k, "valueFrom": {"secretKeyRef": {"name": secret, "key": "api-key"}}})
-        return env
+    env: list[dict[str, Any]] = []
+    if p.server.api_key_env:  # ppspec serve reads the key from the variable the profile names
+        env.append({"name": p.server.api_key_env, "valueFrom": {"secretKeyRef": {"name": api_key_secret or f"{name}-api-key", "key": "api-key"}}})
 
     g = gpus_per_node(r)
     resources = {"limits": {GPU_RESOURCE[r.platform]: g}} if g else {}
-    mounts = [
+    mounts: list[dict[str, Any]] = [
         {"name": "ppspec-run", "mountPath": str(spec.run_dir)},
-        {"name": "ppspec-plan", "mountPath": str(spec.plan_file), "subPath": "plan.json", "readOnly": True},
+        {"name": "ppspec-profile", "mountPath": str(K8S_PROFILE_DIR), "readOnly": True},
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
-    volumes = [
+    volumes_out: list[dict[str, Any]] = [
         {"name": "ppspec-run", "emptyDir": {}},
-        {"name": "ppspec-plan", "configMap": {"name": f"{name}-plan"}},
+        {"name": "ppspec-profile", "configMap": {"name": f"{name}-profile"}},
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
     ]
+    for i, (claim, path) in enumerate(vols):
+        mounts.append({"name": f"models-{i}", "mountPath": path, "readOnly": True})
+        volumes_out.append({"name": f"models-{i}", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
 
-    def pod(role: str, argv: list[str], env: list[dict[str, Any]]) -> dict[str, Any]:
-        c: dict[str, Any] = {"name": "vllm", "image": image, "command": argv[:1], "args": argv[1:], "env": env, "volumeMounts": copy.deepcopy(mounts)}
+    def pod(role: str, args: list[str]) -> dict[str, Any]:
+        c: dict[str, Any] = {"name": "ppspec", "image": image, "command": ["ppspec"], "args": args, "volumeMounts": copy.deepcopy(mounts)}
+        if env:
+            c["env"] = copy.deepcopy(env)
         if resources:
             c["resources"] = copy.deepcopy(resources)
         if role == "leader":
             c["ports"] = [{"name": "http", "containerPort": port}]
             c["readinessProbe"] = {"httpGet": {"path": "/health", "port": port}, "periodSeconds": 10, "failureThreshold": 3}
-        return {"metadata": {"labels": {"app.kubernetes.io/name": name, "ppspec.role": role}}, "spec": {"containers": [c], "volumes": copy.deepcopy(volumes)}}
+        return {"metadata": {"labels": {"app.kubernetes.io/name": name, "ppspec.role": role}}, "spec": {"containers": [c], "volumes": copy.deepcopy(volumes_out)}}
 
     lwt: dict[str, Any] = {"size": t.nodes, "restartPolicy": "RecreateGroupOnPodRestart"}
     if t.nodes > 1:
-        assert worker_argv is not None
-        lwt["leaderTemplate"] = pod("leader", argv_for(0), env_for(0))
-        lwt["workerTemplate"] = pod("worker", worker_argv, env_for(1))
+        lwt["leaderTemplate"] = pod("leader", args_for("0"))
+        lwt["workerTemplate"] = pod("worker", args_for(f"$({LWS_WORKER_INDEX})"))
     else:
-        lwt["workerTemplate"] = pod("leader", argv_for(0), env_for(0))  # a group of one: LWS runs it as the leader
+        lwt["workerTemplate"] = pod("leader", args_for(None))  # a group of one: LWS runs it as the leader
     docs = [
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": f"{name}-plan"},
-            "data": {"plan.json": json.dumps(spec.plan_data, indent=2, sort_keys=True) + "\n"},
-        },
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-profile"}, "data": {K8S_PROFILE.name: k8s_profile_text(r, profile_path)}},
         {"apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet", "metadata": {"name": name}, "spec": {"replicas": 1, "leaderWorkerTemplate": lwt}},
         {
             "apiVersion": "v1",
@@ -222,10 +264,11 @@ def k8s_manifest(r: Resolved, spec: LaunchSpec, profile_path: str, errors: list[
     head = _header(r, profile_path, errors)
     head += [
         f"# Needs the LeaderWorkerSet controller (LWS, {LWS_API_VERSION}) and an image with vLLM and ppspec installed.",
-        "# Node 0 (the leader) serves the OpenAI API behind the Service; each worker takes its node rank from",
-        f"# {LWS_WORKER_INDEX} and reaches the head at {LWS_LEADER_ADDRESS} (both set by LWS in every container).",
+        f"# Every pod runs `ppspec serve` on the profile in the ConfigMap ({K8S_PROFILE}): node 0 (the leader) serves",
+        f"# the OpenAI API behind the Service; each worker takes its node rank from {LWS_WORKER_INDEX} and reaches the",
+        f"# head at {LWS_LEADER_ADDRESS} (both set by LWS in every container).",
     ]
-    if nodes[0].env_refs:
+    if p.server.api_key_env:
         head.append(f"# API key: kubectl create secret generic {api_key_secret or name + '-api-key'} --from-literal=api-key=... (never in this file)")
     body = yaml.dump_all(docs, Dumper=_dumper(), sort_keys=False, default_flow_style=False, width=1 << 20)
     return "\n".join(head) + "\n---\n" + body
