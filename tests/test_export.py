@@ -326,6 +326,10 @@ def test_place_from_slurm_environment(env, tmp_path):
     assert (prof.launch.master_addr, prof.launch.master_port, pl.node_rank) == ("10.1.1.1", 31000, 0)
     prof, _ = cluster.place(load_profile(_two_node(tmp_path, master_addr="10.1.1.1")), environ=slurm, master_addr="h2")
     assert prof.launch.master_addr == "h2"
+    # outside SLURM: a real start without --node-rank is the head, in its own run directory; a dry run decides nothing
+    prof, pl = cluster.place(load_profile(_two_node(tmp_path, master_addr="10.1.1.1")), environ={}, launching=True)
+    assert pl.node_rank == 0 and pl.run_dir is not None and pl.run_dir.name == f"{host_name()}-node0"
+    assert cluster.place(load_profile(_two_node(tmp_path, master_addr="10.1.1.1")), environ={})[1].node_rank is None
     # a one-node profile ignores SLURM entirely
     one = tmp_path / "one.yaml"
     one.write_text(yaml.safe_dump({"name": "one", "target": {"model": "demo:tiny-llama"}, "platform": "cpu"}))

@@ -51,7 +51,7 @@ def _with_signals(fn) -> int:
             signal.signal(s, h)
 
 
-def placed(prof, profile_path: str, offline: bool, node_rank, run_dir, where: dict, environ=None, role=None):
+def placed(prof, profile_path: str, offline: bool, node_rank, run_dir, where: dict, environ=None, role=None, launching=False):
     """Load the profile (one role's engine of a disaggregated one), fill in the command line's and
     SLURM's placement (cluster.place), resolve."""
     from ppspec_cli.running.cluster import place
@@ -60,7 +60,7 @@ def placed(prof, profile_path: str, offline: bool, node_rank, run_dir, where: di
 
     if role is not None:
         prof = role_profile(prof, role)
-    prof, placement = place(prof, node_rank=node_rank, run_dir=run_dir, environ=environ, **where)
+    prof, placement = place(prof, node_rank=node_rank, run_dir=run_dir, environ=environ, launching=launching, **where)
     for note in placement.notes:
         progress(note)
     return resolve(prof, profile_path=profile_path, offline=offline, progress=progress), placement
@@ -97,7 +97,7 @@ def _checked(prof, profile: str, offline: bool, node_rank, run_dir, where: dict,
     from ppspec_cli.planning.engine_options import serve_refuses, unknown_engine_options
     from ppspec_cli.planning.rules import run_rules
 
-    r, placement = placed(prof, profile, offline, node_rank, run_dir, where, role=role)
+    r, placement = placed(prof, profile, offline, node_rank, run_dir, where, role=role, launching=not dry_run)
     if role is not None:
         from ppspec_cli.planning.pd import resolve_roles, run_pd_rules
 

@@ -142,10 +142,12 @@ def place(
     node_rank: int | None = None,
     run_dir: str | None = None,
     environ: Mapping[str, str] | None = None,
+    launching: bool = False,
 ) -> tuple[Profile, Placement]:
     """The profile with the command line's and SLURM's values filled in, and this node's placement.
     On a node of a multi-node `mp` launch (node rank known) the interface and address towards the
-    head are added to the profile's env (node_net_env)."""
+    head are added to the profile's env (node_net_env). `launching`: a real start (not a dry run of
+    every node): without a rank from the command line or SLURM, this is node 0."""
     environ = os.environ if environ is None else environ
     launch: dict = {}
     server: dict = {}
@@ -181,6 +183,8 @@ def place(
                 )
             launch["master_addr"] = check_host(hosts[0], "SLURM_JOB_NODELIST")
             notes.append(f"head node {hosts[0]} (the first host of SLURM_JOB_NODELIST)")
+    if launching and node_rank is None and t.nodes > 1:
+        node_rank = 0  # `serve` without --node-rank (and outside SLURM) starts the head
     if rd is None and node_rank is not None and t.nodes > 1:
         rd = node_run_dir(profile.name, node_rank, slurm.job_id if slurm is not None else None)
     if launch:

@@ -13,7 +13,6 @@ launch plan as `serve` and `serve --dry-run` (launch.build_launch), so the three
 from __future__ import annotations
 
 import copy
-import json
 import re
 from pathlib import Path
 from typing import Any
