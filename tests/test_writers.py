@@ -117,7 +117,8 @@ def slurm_profile(tmp_path) -> Path:
 WRITERS = {
     "docs --out": lambda out, prof: ["docs", "--out", str(out)],
     "export slurm -o": lambda out, prof: ["export", "slurm", str(prof), "-o", str(out), "--offline"],
-    "export k8s -o": lambda out, prof: ["export", "k8s", str(prof), "--image", "img:1", "-o", str(out), "--offline"],
+    # the profile's local target must be on a volume in the pods (--volume CLAIM:/path)
+    "export k8s -o": lambda out, prof: ["export", "k8s", str(prof), "--image", "img:1", "-o", str(out), "--offline", "--volume", f"models:{prof.parent}"],
     "verify --out": lambda out, prof: ["verify", "--endpoint", "http://127.0.0.1:9", "--out", str(out)],
     "verify --save-baseline": lambda out, prof: ["verify", "--endpoint", "http://127.0.0.1:9", "--save-baseline", str(out)],
     "verify --save-reference": lambda out, prof: ["verify", "--endpoint", "http://127.0.0.1:9", "--save-reference", str(out)],
