@@ -122,7 +122,7 @@ def default_run_dir(profile_name: str) -> Path:
     return base / "runs" / profile_name
 
 
-def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool = True) -> LaunchSpec:  # noqa: C901, PLR0912, PLR0915 (a limit to bring it under)
+def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool = True) -> LaunchSpec:
     """Translate a resolved profile into per-node launches. Raises PpspecError when the profile
     cannot be launched as written (rules have normally reported this already).
 
@@ -140,7 +140,7 @@ def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool
     return _build(r, run_dir or default_run_dir(r.profile.name), resolve_demo)
 
 
-def _build(r: Resolved, run_dir: Path, resolve_demo: bool) -> LaunchSpec:
+def _build(r: Resolved, run_dir: Path, resolve_demo: bool) -> LaunchSpec:  # noqa: C901, PLR0912, PLR0915 (a limit to bring it under)
     p = r.profile
     t = p.topology
     refused = launch_refusals(p.engine, p.env, p.server.api_key_env, None, p.trust.model_dump())
