@@ -141,7 +141,7 @@ def test_torch_only_where_the_engine_runs(module):
     assert not uses or rel.startswith(TORCH_OK), f"{rel} imports torch outside engine/model-building code"
 
 
-@pytest.mark.parametrize("args", [["check", "{p}", "--offline"], ["plan", "{p}", "--offline"], ["serve", "{p}", "--dry-run", "--offline"], ["export", "slurm", "{p}", "--offline"], ["export", "k8s", "{p}", "--image", "i:1", "--offline"]])
+@pytest.mark.parametrize("args", [["check", "{p}", "--offline"], ["plan", "{p}", "--offline"], ["serve", "{p}", "--dry-run", "--offline"], ["export", "slurm", "{p}", "--offline"], ["export", "k8s", "{p}", "--image", "i:1", "--offline", "--volume", "models:{d}"]])
 def test_each_command_reads_the_profile_once(tmp_path, monkeypatch, args):
     """Data flows one way: the profile file is read and validated once, then passed on as an object."""
     from typer.testing import CliRunner
@@ -157,6 +157,6 @@ def test_each_command_reads_the_profile_once(tmp_path, monkeypatch, args):
     calls = []
     real = profile_mod.load_profile
     monkeypatch.setattr(profile_mod, "load_profile", lambda path: calls.append(path) or real(path))
-    r = CliRunner().invoke(app, [a.format(p=prof) for a in args])
+    r = CliRunner().invoke(app, [a.format(p=prof, d=tmp_path) for a in args])
     assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
     assert calls == [str(prof)], calls

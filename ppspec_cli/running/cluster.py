@@ -122,17 +122,6 @@ def node_net_env(net: NodeNet | None, profile_env: Mapping[str, str]) -> dict[st
     return {k: v for k, v in out.items() if k not in profile_env}
 
 
-def node_run_dir(profile_name: str, node_rank: int, job: str | None = None) -> Path:
-    """The default run directory of node `node_rank` of a multi-node profile on this host: homes are
-    usually shared between a cluster's nodes (NFS), so each host and node rank (and SLURM job) gets
-    its own, and the nodes' locks and plan files never collide."""
-    from ppspec_cli.io.netinfo import host_name
-    from ppspec_cli.running.launch import default_run_dir
-
-    leaf = f"{host_name()}-node{node_rank}"
-    return default_run_dir(profile_name) / (f"slurm-{_safe(job)}-{leaf}" if job else leaf)
-
-
 def place(
     profile: Profile,
     *,
@@ -186,6 +175,8 @@ def place(
     if launching and node_rank is None and t.nodes > 1:
         node_rank = 0  # `serve` without --node-rank (and outside SLURM) starts the head
     if rd is None and node_rank is not None and t.nodes > 1:
+        from ppspec_cli.running.launch import node_run_dir
+
         rd = node_run_dir(profile.name, node_rank, slurm.job_id if slurm is not None else None)
     if launch:
         profile = profile.model_copy(update={"launch": profile.launch.model_copy(update=launch)})
@@ -204,7 +195,3 @@ def place(
     if server:
         profile = profile.model_copy(update={"server": profile.server.model_copy(update=server)})
     return profile, Placement(node_rank=node_rank, run_dir=rd, notes=notes, net=net)
-
-
-def _safe(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", s)[:64] or "job"

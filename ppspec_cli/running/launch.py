@@ -122,17 +122,27 @@ def default_run_dir(profile_name: str) -> Path:
     return base / "runs" / profile_name
 
 
+def node_run_dir(profile_name: str, node_rank: int, job: str | None = None) -> Path:
+    """The default run directory of node `node_rank` of a multi-node profile on this host: homes are
+    usually shared between a cluster's nodes (NFS), so each host and node rank (and SLURM job) gets
+    its own, and the nodes' locks and plan files never collide."""
+    import re
+
+    from ppspec_cli.io.netinfo import host_name
+
+    leaf = f"{host_name()}-node{node_rank}"
+    return default_run_dir(profile_name) / (f"slurm-{re.sub(r'[^A-Za-z0-9_.-]', '_', job)[:64] or 'job'}-{leaf}" if job else leaf)
+
+
 def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool = True) -> LaunchSpec:
     """Translate a resolved profile into per-node launches. Raises PpspecError when the profile
     cannot be launched as written (rules have normally reported this already).
 
     Without `run_dir`, a multi-node profile gives every node its own run directory on this host
-    (cluster.node_run_dir: host name and node rank in the path), and the spec's own run directory is
+    (node_run_dir: host name and node rank in the path), and the spec's own run directory is
     node 0's (serve without --node-rank runs node 0). With `run_dir`, every node uses that one."""
     t = r.profile.topology
     if run_dir is None and t.nodes > 1:
-        from ppspec_cli.running.cluster import node_run_dir
-
         per_node = [_build(r, node_run_dir(r.profile.name, i), resolve_demo) for i in range(t.nodes)]
         spec = per_node[0]
         spec.nodes = [s.nodes[i] for i, s in enumerate(per_node)]
