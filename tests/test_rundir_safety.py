@@ -4,6 +4,7 @@ symbolic link where ppspec writes or cleans is refused (cleaning through it woul
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,38 @@ def test_a_ppspec_run_dir_is_reused(tmp_path):
     f.close()
     remove_engine_tmp(d)
     assert not (d / "tmp").exists() and (d / "engine.log").exists()
+
+
+def test_lock_without_file_system_locks_goes_by_the_record(tmp_path, monkeypatch):
+    """NFS mounted `nolock` answers flock with ENOLCK: the record alone decides. A live pid on this
+    host and boot holds the directory; a dead one's record is taken over; another host's record is
+    never taken for a local pid (tests/test_hosts.py runs the cross-host cases on two hosts)."""
+    import errno
+    import fcntl
+    import json
+    import subprocess
+
+    from ppspec_cli.io import netinfo
+
+    def nolock(f, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", nolock)
+    d = tmp_path / "run"
+    lock = lock_run_dir(d)
+    assert lock.kernel is False
+    me = json.loads((d / "serve.lock").read_text())
+    assert me["pid"] == os.getpid() and me["host"] == netinfo.host_name()
+    lock.close()
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        (d / "serve.lock").write_text(json.dumps({**me, "pid": live.pid}) + "\n")
+        with pytest.raises(PpspecError, match=rf"pid {live.pid} on this host.*keeps no locks, and that process is alive"):
+            lock_run_dir(d)
+    finally:
+        live.kill()
+        live.wait()
+    lock_run_dir(d).close()  # its pid is dead now: taken over
+    (d / "serve.lock").write_text(json.dumps({**me, "host": "elsewhere", "pid": os.getpid() + 1}) + "\n")
+    with pytest.raises(PpspecError, match=r"on host elsewhere \(pid \d+ there, not on this host"):
+        lock_run_dir(d)
