@@ -16,7 +16,6 @@ host), for tests that submit real batch jobs.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -288,12 +287,3 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
                     os.killpg(p.pid, signal.SIGKILL)
                 p.wait(timeout=10)
         self.procs = []
-
-
-def squeue_ids(s: Slurm) -> list[str]:
-    p = s.cmd(["squeue", "-h", "-o", "%i"], timeout=30)
-    return p.stdout.split()
-
-
-def as_json(text: str) -> dict:
-    return json.loads(text)
