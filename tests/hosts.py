@@ -276,6 +276,7 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
         return dict(kv.split("=", 1) for kv in p.stdout.split() if "=" in kv)
 
     def stop(self) -> None:
+        self._kill_steps()
         for p in reversed(self.procs):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGTERM)
@@ -287,3 +288,14 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
                     os.killpg(p.pid, signal.SIGKILL)
                 p.wait(timeout=10)
         self.procs = []
+        self._kill_steps()
+
+    def _kill_steps(self) -> None:
+        """slurmstepd daemonizes (it is nobody's child here); one whose node was cut off outlives its
+        slurmd. Ours carry this cluster's SLURM_CONF in their environment."""
+        import psutil
+
+        for p in psutil.process_iter(["name"]):
+            with contextlib.suppress(psutil.Error):
+                if (p.info["name"] or "").startswith("slurmstepd") and p.environ().get("SLURM_CONF") == str(self.conf):
+                    p.kill()
