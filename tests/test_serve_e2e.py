@@ -149,9 +149,11 @@ def test_port_in_use_refused_before_launch(tmp_path):
 
 
 def test_engine_dies_during_start_reports_last_lines(tmp_path):
-    """A bad engine option makes vLLM exit during start: ppspec exits 1 with the log tail, no orphans."""
+    """An engine option value vLLM refuses at start and check cannot judge (a kv-cache-dtype vLLM does
+    not know; a too-large max-model-len, used here before, is now check's max-model-len-too-large):
+    ppspec exits 1 with the log tail, no orphans."""
     prof = write_profile(
-        "profiles/tiny_cpu_demo.yaml", tmp_path / "p.yaml", **{"server.port": free_port(), "engine.max-model-len": 100000}
+        "profiles/tiny_cpu_demo.yaml", tmp_path / "p.yaml", **{"server.port": free_port(), "engine.kv-cache-dtype": "bogus"}
     )
     run_dir = tmp_path / "run"
     with engine_lock():
