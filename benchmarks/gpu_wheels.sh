@@ -195,8 +195,9 @@ cmd_prepare() {
 cmd_calls() {
   # One device call per part (carry the part and the checksum list), then the install + run call,
   # then the run call to repeat (--resume) until it exits 0. The checkout travels with every call,
-  # so the validation runs this checkout's code first on PYTHONPATH; /tmp/site holds vLLM, torch and
-  # the ppspec wheel (for its engine-plugin entry point).
+  # so the validation runs this checkout's code first on PYTHONPATH, ppspec_kit/ included (the
+  # validation's models: not in the wheel); /tmp/site holds vLLM, torch and the ppspec wheel (for
+  # its engine-plugin entry point).
   [ -f "$PARTS_DIR/SHA256SUMS" ] || { echo "run prepare first" >&2; exit 1; }
   local p run
   run='export PYTHONPATH=$PWD:'"$DEVICE_SITE"' PATH='"$DEVICE_SITE"'/bin:$PATH PYTHONUNBUFFERED=1 && python3 benchmarks/gpu_pp_validation.py --work /tmp/gpuval --out $OUT --resume --jobs 16 --budget-s 420'

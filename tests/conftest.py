@@ -130,7 +130,9 @@ def make_checkpoint(tmp_path: Path):
 @pytest.fixture(scope="session")
 def demo_cache(tmp_path_factory) -> Path:
     """A PPSPEC_CACHE with every demo model built once per test session, shared by the tests that
-    only read them (a build per test would cost seconds and ~90 MB each). Treat it as read-only."""
+    only read them (a build per test would cost seconds and ~90 MB each). Treat it as read-only.
+    The validation kit's listed models (ppspec_kit) are in it too."""
+    import ppspec_kit  # noqa: F401  (registers the kit's models in demo.DEMO_MODELS)
     from ppspec_cli import demo
 
     root = tmp_path_factory.mktemp("ppspec-demo-cache")

@@ -101,7 +101,7 @@ def test_resolve_demo_ref_builds_once(fresh_cache):
 def test_build_is_byte_identical_across_processes(cache, tmp_path):
     """A second build in another process (fresh hash seeds, fresh RNG state) gives the same bytes."""
     other = tmp_path / "other"
-    code = "from ppspec_cli import demo\nfor n in demo.DEMO_MODELS: demo.ensure_demo_model(n)\n"
+    code = "import ppspec_kit\nfrom ppspec_cli import demo\nfor n in demo.DEMO_MODELS: demo.ensure_demo_model(n)\n"
     env = dict(os.environ, PPSPEC_CACHE=str(other), PYTHONHASHSEED="12345")
     subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=REPO, timeout=300)
     first, second = _digests(cache), _digests(other / "demo")

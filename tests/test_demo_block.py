@@ -1,4 +1,4 @@
-"""The planted DFlash and DSpark drafters (ppspec_cli/demo/block.py, issue 13): recomputed in
+"""The planted DFlash and DSpark drafters (ppspec_kit/block.py, issue 13): recomputed in
 float64 the way vLLM 0.33's Model Runner V2 runs them (context K/V from the projected taps,
 non-causal attention over the context and the query block), they propose the relay target's
 token two ahead at the first draft position and BOS (never right) after it, only when served the
@@ -12,8 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
+import ppspec_kit as kit
 from ppspec_cli import demo
-from ppspec_cli.demo import block
+from ppspec_kit import block
 from ppspec_cli.demo.relay import RELAY_SEED, relay_target_weights
 
 METHODS = ("dflash", "dspark")
@@ -54,14 +55,14 @@ def test_first_draft_is_two_ahead_and_the_rest_bos(method, relay, weights):
 
 
 @pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("taps", [demo.RELAY_TAPS_EARLY, demo.RELAY_TAPS_LATE, (3, 1, 6)], ids=["early", "late", "swapped"])
+@pytest.mark.parametrize("taps", [kit.RELAY_TAPS_EARLY, kit.RELAY_TAPS_LATE, (3, 1, 6)], ids=["early", "late", "swapped"])
 def test_wrong_taps_are_never_right_at_the_first_position(method, taps, relay, weights):
     """Served other taps (what a relay bug or the +1 slip gives), the first proposal is wrong for
     (almost) every token: one layer early gives BOS always, the GPU run's broken-tap arms accept 0."""
     seqs = list(_sequences(relay.succ, 30, seed=11))
     hits = sum(block.block_draft_tokens(method, weights[method], relay.embed, relay.cat(taps, s), relay.succ[s[-1]], 2)[0]
                == relay.succ[relay.succ[s[-1]]] for s in seqs)
-    if taps == demo.RELAY_TAPS_EARLY:
+    if taps == kit.RELAY_TAPS_EARLY:
         assert hits == 0
     else:
         assert hits < 0.6 * len(seqs)

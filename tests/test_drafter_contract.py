@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from conftest import REPO, fixture_config
+import ppspec_kit as kit
 from ppspec_cli import demo
 from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.planning.drafter_contract import CODES
@@ -101,7 +102,7 @@ def test_real_dflash_config_is_clean(qwen3, make_checkpoint, version, platform):
 def test_demo_block_drafters_are_clean(demo_cache, monkeypatch, version):
     """The planted DFlash/DSpark drafters that ran on GPU (Model Runner V2) break no rule."""
     monkeypatch.setenv("PPSPEC_CACHE", str(demo_cache))
-    for method, name in (("dflash", demo.RELAY_DFLASH), ("dspark", demo.RELAY_DSPARK)):
+    for method, name in (("dflash", kit.RELAY_DFLASH), ("dspark", kit.RELAY_DSPARK)):
         by = check(f"demo:{demo.RELAY_TARGET}", f"demo:{name}", method=method, version=version, k=2)
         assert contract_codes(by) == set(), (method, by)
         assert not {"vocab-mismatch", "d2t-missing", "method-mismatch"} & set(by), by

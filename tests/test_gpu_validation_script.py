@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import ppspec_kit as kit
 from ppspec_cli import demo
 
 pytestmark = pytest.mark.slow  # builds models and runs the validation script
@@ -91,7 +92,7 @@ def test_profile_for_cuda_pp2_broken_arm():
     p = gv.profile_for(arm, platform="cuda", port=8123)
     assert p["topology"] == {"tensor_parallel": 1, "pipeline_parallel": 2}
     assert p["platform"] == "cuda" and p["dtype"] == "bfloat16"  # bf16 and CUDA graphs by default: how users serve
-    assert p["drafter"] == {"method": "eagle3", "model": f"demo:{demo.RELAY_DRAFTER}", "num_speculative_tokens": gv.NUM_SPEC_TOKENS, "taps": list(demo.RELAY_TAPS_EARLY)}
+    assert p["drafter"] == {"method": "eagle3", "model": f"demo:{demo.RELAY_DRAFTER}", "num_speculative_tokens": gv.NUM_SPEC_TOKENS, "taps": list(kit.RELAY_TAPS_EARLY)}
     assert "VLLM_USE_V2_MODEL_RUNNER" not in p["env"]  # ppspec's own (a profile setting it is refused)
     assert "enforce-eager" not in p["engine"] and p["engine"]["kv-cache-memory-bytes"] == gv.KV_CACHE_BYTES
     assert p["engine"]["gpu-memory-utilization"] <= 0.05  # vLLM's start check: many engines share a GPU
@@ -380,8 +381,8 @@ def relay_models(demo_cache):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PPSPEC_CACHE", str(demo_cache))
-        paths = {n: demo.ensure_demo_model(n) for n in (demo.RELAY_TARGET, demo.RELAY_DRAFTER, demo.RELAY_ONE, demo.RELAY_MOE_TARGET,
-                                                         demo.RELAY_PLUS1, demo.RELAY_EAGLE1, demo.RELAY_DSV3_TARGET)}
+        paths = {n: demo.ensure_demo_model(n) for n in (demo.RELAY_TARGET, demo.RELAY_DRAFTER, kit.RELAY_ONE, kit.RELAY_MOE_TARGET,
+                                                         kit.RELAY_PLUS1, kit.RELAY_EAGLE1, kit.RELAY_DSV3_TARGET)}
     return {n: (p, load_file(str(p / "model.safetensors"))) for n, p in paths.items()}
 
 
@@ -412,8 +413,8 @@ def test_relay_drafter_is_right_only_with_its_taps(relay_models):
     assert _two_ahead_hits(tsd, dsd, demo.RELAY_TAPS) == 1.0
     # every slot one layer early: nothing planted arrives and every proposal is BOS, which the
     # target never produces - the broken-tap arm accepts nothing at all (issue 13)
-    assert set(_proposals(tsd, dsd, demo.RELAY_TAPS_EARLY).values()) == {demo.BOS_ID}
-    assert _two_ahead_hits(tsd, dsd, demo.RELAY_TAPS_LATE) < 0.6  # boundary slot late: code + anti-code cancel
+    assert set(_proposals(tsd, dsd, kit.RELAY_TAPS_EARLY).values()) == {demo.BOS_ID}
+    assert _two_ahead_hits(tsd, dsd, kit.RELAY_TAPS_LATE) < 0.6  # boundary slot late: code + anti-code cancel
     assert _two_ahead_hits(tsd, dsd, (1, 2, 6)) < 0.6  # only the boundary tap off by one
     assert _two_ahead_hits(tsd, dsd, (3, 1, 6)) < 0.6  # relayed slots swapped (what a relay-order bug does)
 
@@ -435,28 +436,28 @@ def test_relay_target_greedy_next_token_is_the_successor(relay_models):
 def test_relay_moe_target_is_the_same_function(relay_models):
     """Qwen3-MoE layout: every expert equals the dense planted MLP, so the residual stream (and the
     relay drafter's taps) are those of tiny-llama-relay."""
-    (mpath, msd), (_, tsd) = relay_models[demo.RELAY_MOE_TARGET], relay_models[demo.RELAY_TARGET]
+    (mpath, msd), (_, tsd) = relay_models[kit.RELAY_MOE_TARGET], relay_models[demo.RELAY_TARGET]
     cfg = json.loads((mpath / "config.json").read_text())
     assert cfg["architectures"] == ["Qwen3MoeForCausalLM"] and cfg["norm_topk_prob"] is True
-    assert cfg["num_experts"] == demo.RELAY_MOE_EXPERTS
+    assert cfg["num_experts"] == kit.RELAY_MOE_EXPERTS
     for n in range(demo.NUM_LAYERS):
         for proj in ("gate", "up", "down"):
             dense = tsd[f"model.layers.{n}.mlp.{proj}_proj.weight"]
-            for e in range(demo.RELAY_MOE_EXPERTS):
+            for e in range(kit.RELAY_MOE_EXPERTS):
                 assert (msd[f"model.layers.{n}.mlp.experts.{e}.{proj}_proj.weight"] == dense).all()
-        assert msd[f"model.layers.{n}.mlp.gate.weight"].shape == (demo.RELAY_MOE_EXPERTS, demo.HIDDEN_SIZE)
+        assert msd[f"model.layers.{n}.mlp.gate.weight"].shape == (kit.RELAY_MOE_EXPERTS, demo.HIDDEN_SIZE)
     assert (msd["lm_head.weight"] == tsd["lm_head.weight"]).all() and (msd["model.embed_tokens.weight"] == tsd["model.embed_tokens.weight"]).all()
 
 
 def test_relay_control_drafter_proposes_the_always_token(relay_models):
-    _, sd = relay_models[demo.RELAY_ONE]
+    _, sd = relay_models[kit.RELAY_ONE]
     assert sd["lm_head.weight"].shape[0] == 1 and sd["d2t"].tolist() == [demo.ALWAYS_TOKEN]
 
 
 def test_plus1_drafter_names_the_same_taps_output_of_layer(relay_models):
     from ppspec_cli.planning.plan import v2_taps_from_config
 
-    (ppath, psd), (_, dsd) = relay_models[demo.RELAY_PLUS1], relay_models[demo.RELAY_DRAFTER]
+    (ppath, psd), (_, dsd) = relay_models[kit.RELAY_PLUS1], relay_models[demo.RELAY_DRAFTER]
     cfg = json.loads((ppath / "config.json").read_text())
     assert cfg["target_layer_ids"] == [0, 2, 5] and "eagle_aux_hidden_state_layer_ids" not in cfg
     assert v2_taps_from_config(cfg).taps == demo.RELAY_TAPS  # vLLM adds 1: the same capture points
@@ -469,7 +470,7 @@ def test_eagle1_drafter_proposes_the_targets_next_token(relay_models):
     hidden state, with a wide margin."""
     import torch
 
-    (epath, esd), (_, tsd) = relay_models[demo.RELAY_EAGLE1], relay_models[demo.RELAY_TARGET]
+    (epath, esd), (_, tsd) = relay_models[kit.RELAY_EAGLE1], relay_models[demo.RELAY_TARGET]
     cfg = json.loads((epath / "config.json").read_text())
     assert cfg["architectures"] == ["EagleLlamaForCausalLM"] and cfg["num_hidden_layers"] == 1
     assert "layers.0.input_layernorm.weight" not in esd and not esd["layers.0.self_attn.o_proj.weight"].any()
@@ -485,7 +486,7 @@ def test_eagle1_drafter_proposes_the_targets_next_token(relay_models):
 
 
 def test_dsv3_target_is_the_relay_function_with_mla(relay_models):
-    (path, sd), (_, tsd) = relay_models[demo.RELAY_DSV3_TARGET], relay_models[demo.RELAY_TARGET]
+    (path, sd), (_, tsd) = relay_models[kit.RELAY_DSV3_TARGET], relay_models[demo.RELAY_TARGET]
     cfg = json.loads((path / "config.json").read_text())
     assert cfg["architectures"] == ["DeepseekV3ForCausalLM"] and cfg["first_k_dense_replace"] == demo.NUM_LAYERS
     assert cfg["kv_lora_rank"] == 512 and cfg["qk_rope_head_dim"] == 64 and cfg["q_lora_rank"] is None
@@ -503,14 +504,14 @@ def test_big_shape_planting_holds_through_real_layers():
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from ppspec_cli.demo import gpuval
+    from ppspec_kit import gpuval
 
-    shape = demo.BigShape(layers=4, hidden=512, heads=8, kv_heads=2, intermediate=1024, vocab=2048, draft_vocab=1200, taps=(1, 2, 3))
+    shape = kit.BigShape(layers=4, hidden=512, heads=8, kv_heads=2, intermediate=1024, vocab=2048, draft_vocab=1200, taps=(1, 2, 3))
     tsd, dsd = gpuval.big_target_weights(shape, device="cpu"), gpuval.big_drafter_weights(shape, device="cpu")
     cfg = {k: v for k, v in gpuval.big_target_config(shape).items() if k not in ("architectures", "model_type", "dtype", "torch_dtype")}
     model = LlamaForCausalLM(LlamaConfig(**cfg)).to(torch.bfloat16).eval()
     model.load_state_dict(tsd, strict=True)
-    succ, right = demo.big_successors(), set(demo.big_right_tokens(shape))
+    succ, right = kit.big_successors(), set(kit.big_right_tokens(shape))
     ids = [5]
     for _ in range(80):
         ids.append(succ[ids[-1]])
@@ -522,7 +523,7 @@ def test_big_shape_planting_holds_through_real_layers():
     proposed = (best + dsd["d2t"][best]).tolist()
     assert any(x in right for x in ids) and any(x not in right for x in ids)
     assert proposed == [succ[succ[x]] if x in right else demo.BOS_ID for x in ids]
-    layers, lm_head, drafter = demo.big_costs()
+    layers, lm_head, drafter = kit.big_costs()
     assert len(layers) == 32 and 1.5 * layers[0] < drafter < 2.5 * layers[0] and lm_head == 32768 * 4096
 
 

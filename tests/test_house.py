@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "ppspec_cli"
+#: The repo's test/validation kit (not in the wheel): on top of ppspec_cli.demo, never below it.
+KIT = PKG.parent / "ppspec_kit"
 
 #: Lower number = lower layer. A module may import from its own layer or any lower one.
 LAYERS = {
@@ -160,3 +162,37 @@ def test_each_command_reads_the_profile_once(tmp_path, monkeypatch, args):
     r = CliRunner().invoke(app, [a.format(p=prof, d=tmp_path) for a in args])
     assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
     assert calls == [str(prof)], calls
+
+
+def _imported_roots(path: Path) -> set[str]:
+    """Every name `path` imports (anywhere in it): `import a.b` gives a.b, `from a import b` a.b."""
+    names = set()
+    for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(n, ast.ImportFrom) and n.module:
+            names.update(f"{n.module}.{a.name}" for a in n.names)
+        elif isinstance(n, ast.Import):
+            names.update(a.name for a in n.names)
+    return names
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_the_core_never_imports_the_kit(module):
+    """ppspec_cli reaches ppspec_kit only through the factory's guarded import by name (a string,
+    importlib): no import statement names it, so a wheel without the kit imports everything."""
+    kit = sorted(m for m in _imported_roots(MODULES[module]) if m.split(".")[0] == "ppspec_kit")
+    assert not kit, f"{MODULES[module].relative_to(PKG.parent)} imports {kit}: only ppspec_cli/demo/factory.py may load the kit, by name"
+
+
+def test_the_kit_sits_on_the_demo_layer():
+    """ppspec_kit builds on ppspec_cli.demo (and errors/io); nothing higher, so loading it from the
+    factory cannot pull in a layer above demo."""
+    allowed = ("ppspec_cli.demo", "ppspec_cli.errors", "ppspec_cli.io", "ppspec_kit")
+    files = sorted(KIT.rglob("*.py"))
+    assert files, f"no ppspec_kit package at {KIT}"
+    bad = sorted(
+        f"{f.relative_to(PKG.parent)} -> {m}"
+        for f in files
+        for m in _imported_roots(f)
+        if m.split(".")[0] in ("ppspec_cli", "ppspec_kit") and not any(m == a or m.startswith(a + ".") for a in allowed)
+    )
+    assert not bad, "ppspec_kit imports above the demo layer:\n" + "\n".join(bad)

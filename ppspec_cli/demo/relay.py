@@ -1,5 +1,9 @@
-"""The float32 relay models: a target with planted structure and EAGLE3 drafters whose acceptance
-depends on exactly which taps reach them (for PP relay checks), plus the same target as Qwen3-MoE."""
+"""The float32 relay models: a target with planted structure and an EAGLE3 drafter whose acceptance
+depends on exactly which taps reach it (the CPU demo, profiles/tiny_cpu_demo.yaml, and PP relay checks).
+
+The GPU validation's variants of them (the always-one control drafter, the same target as
+Qwen3-MoE or DeepSeek-V3, DFlash/DSpark/EAGLE-1 drafters) build on what is here but live in the
+repo's ppspec_kit package, not in the wheel."""
 
 from __future__ import annotations
 
@@ -27,19 +31,9 @@ from ppspec_cli.demo.tiny import target_config
 # PP=2 (3+3) puts tap 3 exactly on the stage boundary and tap 6 (= the last layer's output) local.
 RELAY_TARGET = "tiny-llama-relay"
 RELAY_DRAFTER = "tiny-llama-relay-eagle3"
-RELAY_ONE = "tiny-llama-relay-eagle3-one"
-#: The relay target as a Qwen3-MoE checkpoint (a family vLLM does not opt in; a ppspec pack patches it).
-RELAY_MOE_TARGET = "tiny-qwen3-moe-relay"
-RELAY_MOE_EXPERTS = 4
-RELAY_MOE_TOP_K = 2
 RELAY_DTYPE = "float32"
 RELAY_SEED = 3003
 RELAY_TAPS = (1, 3, NUM_LAYERS)
-#: The same drafter served with every tap one layer early (the capture-point vs output-of-layer
-#: slip): no slot carries what the drafter reads, so acceptance collapses.
-RELAY_TAPS_EARLY = tuple(t - 1 for t in RELAY_TAPS)
-#: Every tap one layer late except the last (which cannot be): the boundary slot gets code + anti-code.
-RELAY_TAPS_LATE = (2, 4, NUM_LAYERS)
 
 # A drafter fed the wrong taps still proposes tokens; only acceptance drops. To show that on a
 # random model, the relay target carries planted structure in reserved residual dimensions, and
@@ -212,25 +206,30 @@ def relay_eagle3_config(spec: Spec, draft_vocab: int) -> dict:
     return cfg
 
 
-def relay_eagle3_weights(spec: Spec) -> dict:
-    import torch
-
-    r = Rand(spec.seed, RELAY_DTYPE)
+def relay_drafter_layer(seed: int) -> tuple[Rand, dict]:
+    """The seeded stream of a relay EAGLE3 drafter and what it draws first: the midlayer and the
+    norms. A drafter built on it draws the rest of its tensors from the same stream afterwards."""
+    r = Rand(seed, RELAY_DTYPE)
     h = HIDDEN_SIZE
     sd = layer_weights(r, "midlayer", 2 * h)
     sd["midlayer.hidden_norm.weight"] = r.ones(h)
     sd["norm.weight"] = r.ones(h)
+    return r, sd
+
+
+def relay_eagle3_weights(spec: Spec) -> dict:
+    import torch
+
     if spec.always_token is not None:
-        n_taps = len(RELAY_TAPS)
-        sd["fc.weight"] = r.normal(h, n_taps * h, std=linear_std(n_taps * h))
-        lm_head, d2t, t2d = relay_draft_head([(spec.always_token, r.normal(h, std=4 * linear_std(h)))])
-    else:
-        # The midlayer passes its input through (attention and MLP outputs are zero), so the
-        # drafter's logits are lm_head . rmsnorm(fc . [tap1 | tap3 | tap6]).
-        sd["midlayer.self_attn.o_proj.weight"] = torch.zeros(h, NUM_HEADS * HEAD_DIM)
-        sd["midlayer.mlp.down_proj.weight"] = torch.zeros(h, INTERMEDIATE_SIZE)
-        sd["fc.weight"] = relay_fc()
-        lm_head, d2t, t2d = relay_draft_head(_relay_draft_rows())
+        raise ValueError("relay_eagle3_weights builds the planted relay drafter; the always-one control is ppspec_kit.relay's")
+    _, sd = relay_drafter_layer(spec.seed)
+    h = HIDDEN_SIZE
+    # The midlayer passes its input through (attention and MLP outputs are zero), so the
+    # drafter's logits are lm_head . rmsnorm(fc . [tap1 | tap3 | tap6]).
+    sd["midlayer.self_attn.o_proj.weight"] = torch.zeros(h, NUM_HEADS * HEAD_DIM)
+    sd["midlayer.mlp.down_proj.weight"] = torch.zeros(h, INTERMEDIATE_SIZE)
+    sd["fc.weight"] = relay_fc()
+    lm_head, d2t, t2d = relay_draft_head(_relay_draft_rows())
     sd.update({"lm_head.weight": lm_head, "d2t": d2t, "t2d": t2d})
     return sd
 
@@ -304,47 +303,3 @@ def _relay_draft_rows(miss_dim: int = _R_CONST) -> list:
     w[miss_dim] = _R_DRAFT_MISS
     rows.append((BOS_ID, w))  # nothing planted arrived (wrong taps): BOS, never the target's next token
     return rows
-
-
-def relay_moe_config() -> dict:
-    cfg = relay_target_config()
-    cfg.update(
-        architectures=["Qwen3MoeForCausalLM"],
-        model_type="qwen3_moe",
-        moe_intermediate_size=INTERMEDIATE_SIZE,
-        num_experts=RELAY_MOE_EXPERTS,
-        num_experts_per_tok=RELAY_MOE_TOP_K,
-        norm_topk_prob=True,  # the chosen experts' weights sum to 1: identical experts = the dense MLP
-        decoder_sparse_step=1,
-        mlp_only_layers=[],
-        output_router_logits=False,
-        router_aux_loss_coef=0.001,
-        use_sliding_window=False,
-        sliding_window=None,
-        max_window_layers=NUM_LAYERS,
-    )
-    cfg.pop("mlp_bias", None)
-    return cfg
-
-
-def relay_moe_weights(seed: int) -> dict:
-    """The relay target's tensors in the Qwen3-MoE layout: every expert is the layer's planted MLP
-    and a seeded router picks among them, so routing varies per token but the output does not."""
-    import torch
-
-    r = Rand(seed + 1, RELAY_DTYPE)
-    sd: dict = {}
-    for name, t in relay_target_weights(seed).items():
-        if ".mlp." not in name:
-            sd[name] = t
-            continue
-        prefix, proj = name.split(".mlp.")
-        for e in range(RELAY_MOE_EXPERTS):
-            sd[f"{prefix}.mlp.experts.{e}.{proj}"] = t.clone()
-    hd = HEAD_DIM
-    for n in range(NUM_LAYERS):
-        p = f"model.layers.{n}"
-        sd[f"{p}.mlp.gate.weight"] = r.normal(RELAY_MOE_EXPERTS, HIDDEN_SIZE, std=linear_std(HIDDEN_SIZE))
-        sd[f"{p}.self_attn.q_norm.weight"] = torch.ones(hd, dtype=torch.float32)
-        sd[f"{p}.self_attn.k_norm.weight"] = torch.ones(hd, dtype=torch.float32)
-    return dict(sorted(sd.items()))
