@@ -45,7 +45,7 @@ TRIGGER_EVERY = 4
 
 @dataclass(frozen=True)
 class Spec:
-    kind: str  # "target" | "eagle3" | "relay-target" | "relay-qwen3-moe" | "relay-eagle3" | ... (factory._build)
+    kind: str  # what the model is ("target", "eagle3", "relay-target", "relay-dflash", ...); a builder shared by two kinds reads it
     seed: int
     description: str
     draft_vocab: int = 0
