@@ -11,7 +11,7 @@
 - the in-engine plugin activates only from the plan file ppspec wrote, and refuses plan files it
   cannot parse or that are not regular files.
 
-The bad-input corpus (test_hardening.py) covers the CLI's answers to hostile profiles; the real
+The bad-input corpus (test_robustness.py) covers the CLI's answers to hostile profiles; the real
 engine's bind address and key handling are checked in test_faults_engine.py.
 """
 
