@@ -25,6 +25,9 @@ LOCK = "/tmp/ppspec-engine.lock"
 
 
 _held = {"depth": 0, "file": None}
+#: Seconds this process spent waiting for the engine lock (held by other runs on the machine);
+#: conftest prints the total after the run, so a slow run can be told from a slow suite.
+lock_waited = {"seconds": 0.0, "times": 0}
 
 
 @contextlib.contextmanager
@@ -34,7 +37,10 @@ def engine_lock():
     test under it that takes it again does not wait for itself."""
     if _held["depth"] == 0:
         f = open(LOCK, "w")
+        t0 = time.monotonic()
         fcntl.flock(f, fcntl.LOCK_EX)
+        lock_waited["seconds"] += time.monotonic() - t0
+        lock_waited["times"] += 1
         _held["file"] = f
     _held["depth"] += 1
     try:
