@@ -78,8 +78,7 @@ def test_the_output_says_which_vllm_version_the_verdict_is_for(make_checkpoint, 
 @pytest.mark.slow  # a subprocess: the real interpreter's exit status
 def test_exit_1_on_an_error_finding(make_checkpoint, write_profile):
     t = make_checkpoint("llama", LLAMA)
-    cp = check(write_profile(prof(t, extra="  layer_partition: [16, 15]
-", platform="auto")), real=True)
+    cp = check(write_profile(prof(t, extra="  layer_partition: [16, 15]\n", platform="auto")), real=True)
     assert cp.returncode == 1
     assert "partition-sum" in cp.stdout and "FAIL: 1 error(s)" in cp.stdout
     assert "Traceback" not in cp.stderr
