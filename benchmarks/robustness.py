@@ -1,7 +1,7 @@
 """Robustness benchmark: the attacker suite (tests/fixtures/bad/ppspec_attacks.py: named and
 generated hostile inputs per class of the README's security section), the preflight fuzz at a large
 count, and every `ppspec serve` fault scenario on the fake engine, measured the same way as the
-tests (tests/test_attacks.py, tests/test_hardening_fuzz.py, tests/test_faults.py) over more inputs.
+tests (tests/test_robustness.py, tests/test_faults.py) over more inputs.
 
     .venv/bin/python benchmarks/robustness.py [--attacks 400] [--examples 3000] [--seed N] [--skip-faults]
 

@@ -30,6 +30,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+def pytest_terminal_summary(terminalreporter):
+    """How long the engine tests waited for /tmp/ppspec-engine.lock (other runs on this machine
+    holding it): that time is in their durations but is not the suite's."""
+    helpers = sys.modules.get("enginehelpers")
+    waited = getattr(helpers, "lock_waited", None)
+    if waited and waited["times"]:
+        terminalreporter.write_line(f"engine lock: taken {waited['times']} time(s), {waited['seconds']:.0f} s spent waiting for other runs")
+
+
 def pytest_sessionfinish(session, exitstatus):
     """In CI (CI set, as `.ci/run` runs), a skipped test fails the run: CI installs vLLM and .venv,
     so every skip reason above ("needs vLLM", "no .venv") would hide a broken install there."""

@@ -24,15 +24,34 @@ PPSPEC = [sys.executable, "-m", "ppspec_cli.cli"]
 LOCK = "/tmp/ppspec-engine.lock"
 
 
+_held = {"depth": 0, "file": None}
+#: Seconds this process spent waiting for the engine lock (held by other runs on the machine);
+#: conftest prints the total after the run, so a slow run can be told from a slow suite.
+lock_waited = {"seconds": 0.0, "times": 0}
+
+
 @contextlib.contextmanager
 def engine_lock():
-    """One engine at a time on a 2-core machine (shared with developers' manual runs)."""
-    with open(LOCK, "w") as f:
+    """One engine at a time on a 2-core machine (shared with developers' manual runs). Re-entrant
+    within this process: a module fixture that serves one engine for several tests holds it, and a
+    test under it that takes it again does not wait for itself."""
+    if _held["depth"] == 0:
+        f = open(LOCK, "w")
+        t0 = time.monotonic()
         fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
+        lock_waited["seconds"] += time.monotonic() - t0
+        lock_waited["times"] += 1
+        _held["file"] = f
+    _held["depth"] += 1
+    try:
+        yield
+    finally:
+        _held["depth"] -= 1
+        if _held["depth"] == 0:
+            f = _held["file"]
+            _held["file"] = None
             fcntl.flock(f, fcntl.LOCK_UN)
+            f.close()
 
 
 def free_port() -> int:
@@ -99,8 +118,8 @@ def alive(pid: int) -> bool:
 class Served:
     """A `ppspec serve` process started for a test; collects its engine pids while running."""
 
-    def __init__(self, profile: Path, run_dir: Path, env: dict | None = None, extra_args: list[str] | None = None):
-        self.profile, self.run_dir = profile, run_dir
+    def __init__(self, profile: Path, run_dir: Path, env: dict | None = None, extra_args: list[str] | None = None, api_key: str | None = None):
+        self.profile, self.run_dir, self.api_key = profile, run_dir, api_key
         self.log_path = run_dir.parent / f"{run_dir.name}.serve.log"
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
@@ -134,7 +153,10 @@ class Served:
 
     def complete(self, prompt: str, max_tokens: int = 16) -> dict:
         body = json.dumps({"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}).encode()
-        req = urllib.request.Request(self.url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        req = urllib.request.Request(self.url + "/v1/completions", data=body, headers=headers)
         with urllib.request.urlopen(req, timeout=120) as r:
             return json.loads(r.read())
 
@@ -162,6 +184,27 @@ class Served:
                 os.kill(p, signal.SIGKILL)
         with contextlib.suppress(Exception):
             self.log.close()
+
+
+def gone(s: Served, before: set[str], timeout: float = 10) -> tuple[list[int], set[str]]:
+    """Poll (to a deadline) until every engine pid seen is gone and no new engine temp/shm file is
+    left; returns what is still there at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left, new = [p for p in s.seen_pids if alive(p)], leftover_entries() - before
+        if (not left and not new) or time.monotonic() > deadline:
+            return left, new
+        time.sleep(0.1)
+
+
+def assert_clean_shutdown(s: Served, before: set[str]) -> None:
+    left, new = gone(s, before)
+    assert not left, f"processes left behind: {left}"
+    assert not (s.run_dir / "tmp").exists(), "the run's TMPDIR was not removed"
+    assert not new, f"temp/shm files left behind: {sorted(new)}"
+    # nothing lost: the plan and the launch record are kept
+    assert (s.run_dir / "plan.json").exists() and (s.run_dir / "launch.json").exists()
+    assert (s.run_dir / "engine.log").stat().st_size > 0
 
 
 def spec_counter(metrics_text: str, name: str) -> float:

@@ -1,8 +1,10 @@
 """`ppspec check` / `ppspec plan` as a user runs them: exit codes, the --json contract, and errors
 that are one paragraph without a traceback.
 
-Runs the CLI in a subprocess. `--no-probes` keeps vLLM from being imported (the engine probes are
-tested with the engine code); everything this file checks happens before the probes."""
+The CLI runs in process through its real entry point (tests/inprocess.py); the exit codes 0, 1
+and 2 of a real interpreter are checked once each in a subprocess (marked slow). `--no-probes`
+keeps vLLM from being imported (the engine probes are tested with the engine code); everything
+this file checks happens before the probes."""
 
 from __future__ import annotations
 
@@ -11,9 +13,8 @@ import time
 
 import pytest
 
+import inprocess
 from conftest import fixture_config, run_ppspec, synthetic_kimi_k25_config
-
-pytestmark = pytest.mark.slow  # runs the CLI in subprocesses
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 
@@ -27,8 +28,13 @@ def prof(target, *, drafter=None, method="eagle3", pp=2, extra="", platform="cud
     return text + f"topology:\n  pipeline_parallel: {pp}\n" + extra
 
 
-def check(path, *args, **kw):
-    return run_ppspec("check", str(path), "--no-probes", *args, **kw)
+def cli(*args: str, real: bool = False):
+    """`ppspec ARGS` in process, or with real=True in a fresh interpreter (conftest.run_ppspec)."""
+    return run_ppspec(*args) if real else inprocess.run(*args)
+
+
+def check(path, *args, real: bool = False):
+    return cli("check", str(path), "--no-probes", *args, real=real)
 
 
 def assert_one_paragraph(stderr: str, *needles: str) -> None:
@@ -44,9 +50,10 @@ def assert_one_paragraph(stderr: str, *needles: str) -> None:
 # exit codes
 
 
+@pytest.mark.slow  # a subprocess: the real interpreter's exit status
 def test_exit_0_when_no_error(make_checkpoint, write_profile):
     t = make_checkpoint("llama", LLAMA, index=fixture_config(LLAMA, "model.safetensors.index.json"))
-    cp = check(write_profile(prof(t, platform="auto")))
+    cp = check(write_profile(prof(t, platform="auto")), real=True)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "OK: 0 errors" in cp.stdout and "Traceback" not in cp.stderr
 
@@ -68,9 +75,10 @@ def test_the_output_says_which_vllm_version_the_verdict_is_for(make_checkpoint, 
     assert got["source"].startswith("installed" if inst else "newest supported release"), got
 
 
+@pytest.mark.slow  # a subprocess: the real interpreter's exit status
 def test_exit_1_on_an_error_finding(make_checkpoint, write_profile):
     t = make_checkpoint("llama", LLAMA)
-    cp = check(write_profile(prof(t, extra="  layer_partition: [16, 15]\n", platform="auto")))
+    cp = check(write_profile(prof(t, extra="  layer_partition: [16, 15]\n", platform="auto")), real=True)
     assert cp.returncode == 1
     assert "partition-sum" in cp.stdout and "FAIL: 1 error(s)" in cp.stdout
     assert "Traceback" not in cp.stderr
@@ -110,6 +118,7 @@ def test_exit_2_on_non_utf8(tmp_path):
     assert_one_paragraph(cp.stderr, "not UTF-8")
 
 
+@pytest.mark.slow  # a subprocess: the real interpreter's exit status
 def test_exit_2_on_usage_errors(write_profile):
     cp = run_ppspec("check")
     assert cp.returncode == 2 and "Traceback" not in cp.stderr
@@ -131,7 +140,7 @@ def test_partial_config_target(make_checkpoint, write_profile):
     assert cp.returncode == 1 and out["ok"] is False and out["plan"] is None
     got = {f["code"]: f["severity"] for f in out["findings"]}
     assert got["target-partial-config"] == "warning" and got["target-missing-num-hidden-layers"] == "error"
-    cp = run_ppspec("plan", str(write_profile(prof(t))))
+    cp = cli("plan", str(write_profile(prof(t))))
     assert cp.returncode == 1 and "no plan" in cp.stdout and "Traceback" not in cp.stderr
 
 
@@ -191,18 +200,18 @@ def test_plan_tables_and_json(make_checkpoint, write_profile):
     t = make_checkpoint("llama", LLAMA)
     d = make_checkpoint("sf", "sgl-project__SpecForge/llama3-8B-eagle3.json")
     p = write_profile(prof(t, drafter=d))
-    cp = run_ppspec("plan", str(p))
+    cp = cli("plan", str(p))
     assert cp.returncode == 0 and "Traceback" not in cp.stderr
     assert "32 layers over 2 stage(s) [16, 16]" in cp.stdout
     assert "taps [2, 16, 29]" in cp.stdout and "taps-default" in cp.stdout
-    cpj = run_ppspec("plan", str(p), "--json")
+    cpj = cli("plan", str(p), "--json")
     out = json.loads(cpj.stdout)
     assert out["plan"]["taps"] == [2, 16, 29] and out["plan"]["taps_source"] == "default"
     assert [s["taps"] for s in out["plan"]["stages"]] == [[2, 16], [29]]
 
 
 def test_plan_bad_profile_exit_2(write_profile):
-    cp = run_ppspec("plan", str(write_profile("name: a\n")))
+    cp = cli("plan", str(write_profile("name: a\n")))
     assert cp.returncode == 2
     assert_one_paragraph(cp.stderr, "missing required key `target`")
 

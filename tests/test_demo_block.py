@@ -17,6 +17,8 @@ from ppspec_cli import demo
 from ppspec_kit import block
 from ppspec_cli.demo.relay import RELAY_SEED, relay_target_weights
 
+pytestmark = pytest.mark.slow  # builds the planted drafters' weights with torch (and imports vLLM's config reader)
+
 METHODS = ("dflash", "dspark")
 
 

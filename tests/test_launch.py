@@ -10,18 +10,22 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-pytestmark = pytest.mark.slow  # runs the CLI in subprocesses
+import inprocess
+
+# Fast: the CLI runs in process (tests/inprocess.py) and `serve --dry-run` imports neither vLLM nor torch.
 
 REPO = Path(__file__).resolve().parent.parent
 FIX = Path(__file__).resolve().parent / "fixtures" / "models"
-PPSPEC = [sys.executable, "-m", "ppspec_cli.cli"]
+
+
+def ppspec(*args: str, env: dict, cwd: Path = REPO) -> inprocess.Result:
+    """`ppspec ARGS` in process through the real entry point (no process boundary is tested here)."""
+    return inprocess.run(*args, env=env, cwd=cwd)
 
 # hub id -> fixture config file (real configs; see tests/fixtures/models/SOURCES.md)
 CACHE = {
@@ -60,7 +64,7 @@ def hf_env(tmp_path_factory):
 
 
 def dry(profile: str, env, *extra) -> tuple[int, dict, str]:
-    p = subprocess.run(PPSPEC + ["serve", profile, "--dry-run", "--json", *extra], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    p = ppspec("serve", profile, "--dry-run", "--json", *extra, env=env, cwd=REPO)
     assert "Traceback" not in p.stderr, p.stderr
     return p.returncode, json.loads(p.stdout), p.stderr
 
@@ -124,11 +128,11 @@ def test_kimi_multinode_mp_every_node(hf_env):
 
 
 def test_node_rank_selects_one_node(hf_env):
-    p = subprocess.run(PPSPEC + ["serve", "profiles/deepseek_v4_flash_mtp.yaml", "--dry-run", "--node-rank", "1"], capture_output=True, text=True, env=hf_env, cwd=REPO, timeout=120)
+    p = ppspec("serve", "profiles/deepseek_v4_flash_mtp.yaml", "--dry-run", "--node-rank", "1", env=hf_env, cwd=REPO)
     lines = [ln for ln in p.stdout.splitlines() if not ln.startswith("#")]
     assert len(lines) == 1 and "--node-rank 1" in lines[0] and "--headless" in lines[0]
     assert "'\"method\":\"mtp\"" in lines[0] or '"method":"mtp"' in lines[0]
-    bad = subprocess.run(PPSPEC + ["serve", "profiles/deepseek_v4_flash_mtp.yaml", "--dry-run", "--node-rank", "5"], capture_output=True, text=True, env=hf_env, cwd=REPO, timeout=120)
+    bad = ppspec("serve", "profiles/deepseek_v4_flash_mtp.yaml", "--dry-run", "--node-rank", "5", env=hf_env, cwd=REPO)
     assert bad.returncode == 2 and "outside 0..1" in bad.stderr
 
 
@@ -151,7 +155,7 @@ def test_secret_by_reference_and_shell_metacharacters(hf_env, tmp_path):
     prof = tmp_path / "p.yaml"
     prof.write_text(yaml.safe_dump({"name": "evil", "target": {"model": str(evil)}, "platform": "cuda", "server": {"api_key_env": "MY_KEY", "host": "0.0.0.0"}}))
     env = dict(hf_env, MY_KEY="sk-super-secret-value")
-    p = subprocess.run(PPSPEC + ["serve", str(prof), "--dry-run"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    p = ppspec("serve", str(prof), "--dry-run", env=env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert "sk-super-secret-value" not in p.stdout + p.stderr
     line = [ln for ln in p.stdout.splitlines() if not ln.startswith("#")][0]
@@ -166,7 +170,7 @@ def test_engine_flag_managed_by_profile_is_refused(hf_env, tmp_path):
     data["engine"]["tensor-parallel-size"] = 4
     prof = tmp_path / "p.yaml"
     prof.write_text(yaml.safe_dump(data))
-    p = subprocess.run(PPSPEC + ["serve", str(prof), "--dry-run"], capture_output=True, text=True, env=hf_env, cwd=REPO, timeout=120)
+    p = ppspec("serve", str(prof), "--dry-run", env=hf_env, cwd=REPO)
     assert p.returncode == 1
     assert "topology.tensor_parallel" in p.stderr and "Traceback" not in p.stderr
 

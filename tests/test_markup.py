@@ -30,16 +30,15 @@ def test_report_with_markup_like_server_text_renders_verbatim():
     assert "\x1b" not in out
 
 
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+import inprocess  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.slow  # runs the CLI in a subprocess
 @pytest.mark.parametrize(
     "args,needle",
     [
@@ -54,6 +53,6 @@ REPO = Path(__file__).resolve().parent.parent
 )
 def test_bad_options_are_refused_at_start_with_exit_2(args, needle):
     """Before any request: the endpoint is a closed port, so reaching it would be exit 1 instead."""
-    cp = subprocess.run([sys.executable, "-m", "ppspec_cli.cli", *args], capture_output=True, text=True, cwd=REPO, timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"})
+    cp = inprocess.run(*args, cwd=REPO, env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})  # in process: exit codes of main()
     assert cp.returncode == 2, cp.stderr
     assert needle in cp.stderr and "unexpected" not in cp.stderr and "Traceback" not in cp.stderr

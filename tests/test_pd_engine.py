@@ -12,7 +12,6 @@ import shutil
 import urllib.request
 
 import pytest
-from safetensors.torch import load_file
 
 from enginehelpers import Served, engine_lock, free_port, write_profile
 
@@ -30,6 +29,8 @@ def post(url: str, model: str, max_tokens: int) -> dict:
 
 
 def test_prefill_pp2_decode_pp1_through_the_connector(tmp_path):
+    from safetensors.torch import load_file  # imports torch: not at collection (the fast set collects this file)
+
     kv = tmp_path / "kv"
     ports = {"prefill": free_port(), "decode": free_port()}
     prof = write_profile(

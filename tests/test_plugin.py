@@ -35,6 +35,8 @@ def plan_data(tmp_path, *, pack="qwen3_moe", expect=None, num_layers=6):
 
 @pytest.fixture
 def clean_plugin():
+    """A fresh plugin state. reset_for_tests imports the relay module, and with it vLLM: a test
+    that uses this fixture is marked `vllm` (so slow), else the fast set would import vLLM."""
     plugin.reset_for_tests()
     yield
     plugin.reset_for_tests()
@@ -68,6 +70,7 @@ def test_inert_without_plan_file_imports_nothing_heavy():
     assert got == {"ret": None, "heavy": []}
 
 
+@pytest.mark.vllm  # clean_plugin imports vLLM
 def test_inert_when_variable_is_empty(monkeypatch, clean_plugin):
     monkeypatch.setenv(plugin.ENV_PLAN_FILE, "")
     assert plugin.register() is None
@@ -120,6 +123,7 @@ def test_write_refuses_a_foreign_format(tmp_path):
         write_plan_file(tmp_path / "p.json", {**plan_data(tmp_path), "format": "nope/2"})
 
 
+@pytest.mark.vllm  # clean_plugin imports vLLM
 def test_plugin_refuses_an_unparseable_plan_file(tmp_path, monkeypatch, clean_plugin):
     f = tmp_path / "plan.json"
     f.write_text("{oops", encoding="utf-8")
@@ -132,12 +136,14 @@ def test_plugin_refuses_an_unparseable_plan_file(tmp_path, monkeypatch, clean_pl
     assert plugin._state["active"] is False
 
 
+@pytest.mark.vllm  # clean_plugin imports vLLM
 def test_plugin_refuses_a_missing_plan_file(tmp_path, monkeypatch, clean_plugin):
     monkeypatch.setenv(plugin.ENV_PLAN_FILE, str(tmp_path / "gone.json"))
     with pytest.raises(plugin.PluginRefusal, match="does not exist"):
         plugin.register()
 
 
+@pytest.mark.vllm  # clean_plugin imports vLLM
 def test_plugin_refuses_an_unknown_pack(tmp_path, monkeypatch, clean_plugin):
     f = write_plan_file(tmp_path / "plan.json", plan_data(tmp_path, pack="no_such_pack", expect={}))
     monkeypatch.setenv(plugin.ENV_PLAN_FILE, str(f))

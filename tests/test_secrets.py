@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import inprocess
 from ppspec_cli.io import redact, safeio
 
 HERE = Path(__file__).resolve().parent
@@ -69,7 +70,7 @@ def _ppspec(args, env, cwd):
     return subprocess.run([sys.executable, "-m", "ppspec_cli.cli", *args], capture_output=True, text=True, env=e, cwd=cwd, timeout=120)
 
 
-@pytest.mark.slow  # runs the CLI in a subprocess
+@pytest.mark.slow  # runs the CLI in a subprocess: the token is in the environment it starts with
 def test_secret_env_values_never_printed(tmp_path):
     """A token in the environment that reaches a message (here: through a model path) is masked."""
     prof = {"name": "p", "target": {"model": f"/nonexistent/{KEY}"}, "platform": "cuda"}
@@ -79,14 +80,13 @@ def test_secret_env_values_never_printed(tmp_path):
     assert KEY not in cp.stdout + cp.stderr
 
 
-@pytest.mark.slow  # runs the CLI in a subprocess
 @pytest.mark.parametrize("where", [{"engine": {"hf-token": KEY}}, {"engine": {"api-key": KEY}}, {"env": {"API_KEY": KEY}}, {"env": {"AWS_SECRET_ACCESS_KEY": KEY}}])
 def test_secrets_in_profile_are_refused_never_on_a_command_line(tmp_path, where):
     PF.write_target(tmp_path / "t")
     prof = {"name": "p", "target": {"model": str(tmp_path / "t")}, "platform": "cuda", **where}
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(prof))
     for extra in ([], ["--json"]):
-        cp = _ppspec(["serve", str(tmp_path / "p.yaml"), "--dry-run", *extra], {}, tmp_path)
+        cp = inprocess.run("serve", str(tmp_path / "p.yaml"), "--dry-run", *extra, cwd=tmp_path)
         assert cp.returncode == 1 and ("secret" in cp.stdout + cp.stderr or "api_key_env" in cp.stderr)
         assert KEY not in cp.stdout + cp.stderr
 
@@ -103,13 +103,12 @@ class _Echo(http.server.BaseHTTPRequestHandler):
         self.end_headers()
 
 
-@pytest.mark.slow  # runs the CLI in a subprocess
 def test_server_echo_in_a_redirect_is_masked_in_output(tmp_path):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
     threading.Thread(target=srv.serve_forever, args=(0.02,), daemon=True).start()
     try:
         url = f"http://127.0.0.1:{srv.server_address[1]}"
-        cp = _ppspec(["verify", "--endpoint", url, "--api-key-env", "MY_SERVER_KEY"], {"MY_SERVER_KEY": KEY}, tmp_path)
+        cp = inprocess.run("verify", "--endpoint", url, "--api-key-env", "MY_SERVER_KEY", env={"MY_SERVER_KEY": KEY}, cwd=tmp_path)
     finally:
         srv.shutdown()
         srv.server_close()

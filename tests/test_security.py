@@ -11,8 +11,9 @@
 - the in-engine plugin activates only from the plan file ppspec wrote, and refuses plan files it
   cannot parse or that are not regular files.
 
-The bad-input corpus (test_hardening.py) covers the CLI's answers to hostile profiles; the real
-engine's bind address and key handling are checked in test_faults_engine.py.
+The bad-input corpus (test_robustness.py) covers the CLI's answers to hostile profiles; the real
+engine's bind address and key handling are checked in test_demo_engine.py. `serve --dry-run` runs in
+process (tests/inprocess.py); serve itself, verify and the plugin probe in subprocesses.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+import inprocess
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -208,7 +211,7 @@ def _dry(tmp_path: Path, profile: dict) -> tuple[int, dict, str]:
     profile = {"name": "dry", "target": {"model": str(tmp_path / "t")}, "platform": "cuda", **profile}
     prof = tmp_path / "p.yaml"
     prof.write_text(yaml.safe_dump(profile))
-    cp = subprocess.run(PPSPEC + ["serve", str(prof), "--dry-run", "--json"], capture_output=True, text=True, env=PF.ppspec_env({}), cwd=REPO, timeout=120)
+    cp = inprocess.run("serve", str(prof), "--dry-run", "--json", cwd=REPO)  # a dry run: no process boundary to test
     return cp.returncode, json.loads(cp.stdout), cp.stderr
 
 
@@ -278,8 +281,8 @@ def test_api_key_stays_out_of_files_logs_and_reports(tmp_path):
     rc, out, rec, run_dir = _serve_fake(tmp_path, profile, env=env, extra={"while_serving": while_serving})
     assert rc == 143, out  # stopped by SIGTERM (serve exits 128+N)
     assert rec["api_key_sha256"] == hashlib.sha256(KEY.encode()).hexdigest(), "the key did not reach the engine"
-    dry = subprocess.run(PPSPEC + ["serve", str(tmp_path / "profile.yaml"), "--dry-run"], capture_output=True, text=True, env=PF.ppspec_env(env), cwd=REPO, timeout=120)
-    dry_json = subprocess.run(PPSPEC + ["serve", str(tmp_path / "profile.yaml"), "--dry-run", "--json"], capture_output=True, text=True, env=PF.ppspec_env(env), cwd=REPO, timeout=120)
+    dry = inprocess.run("serve", str(tmp_path / "profile.yaml"), "--dry-run", env=env, cwd=REPO)
+    dry_json = inprocess.run("serve", str(tmp_path / "profile.yaml"), "--dry-run", "--json", env=env, cwd=REPO)
     assert 'VLLM_API_KEY="${PPSPEC_TEST_KEY}"' in dry.stdout
     assert "500" in verify_out[0] and "Bearer" in verify_out[0], verify_out[0]  # the echo reached verify's message...
     everything = "\n".join([out, verify_out[0], dry.stdout, dry.stderr, dry_json.stdout, dry_json.stderr, _all_text([run_dir, tmp_path / "profile.yaml"])])

