@@ -423,3 +423,18 @@ def test_pp_tripwire_reads_the_engine_config_from_the_caller(tmp_path, monkeypat
     plugin.reset_for_tests()
     with pytest.raises(plugin.PluginRefusal, match="pipeline_parallel_size=4 but the plan is for 2"):
         engine_init(SimpleNamespace(parallel_config=SimpleNamespace(pipeline_parallel_size=4, tensor_parallel_size=1)))
+
+
+@pytest.mark.parametrize(
+    "expect,where",
+    [({"pp": True}, "expect.pp"), ({"pp": "2"}, "expect.pp"), ({"partition": [1.5, 2]}, "expect.partition"), ({"needs": [{"behaviour": 3}]}, "expect.needs"), ({"platform": 7}, "expect.platform")],
+)
+def test_the_plan_file_model_is_strict_for_writer_and_reader(tmp_path, expect, where):
+    """One typed model for both sides: what the writer refuses, the reader refuses, naming the field."""
+    data = {**plan_data(tmp_path), "expect": {**plan_data(tmp_path)["expect"], **expect}}
+    with pytest.raises(PlanFileError, match=where):
+        write_plan_file(tmp_path / "w.json", data)
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"format": PLAN_FORMAT, **{k: v for k, v in data.items() if k != "format"}}), encoding="utf-8")
+    with pytest.raises(PlanFileError, match=where):
+        read_plan_file(f)

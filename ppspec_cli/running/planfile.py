@@ -10,7 +10,9 @@ JSON, written before the engine starts and named by the environment variable PPS
      "status_dir": "<folder where every engine process writes <pid>.json>"}
 
 `expect` lists what the plugin's in-engine tripwires must find; a key that is absent or null is not
-checked. Standard library only: the plugin reads this in every engine process.
+checked. One typed model (`PlanFile`, pydantic, strict) is the schema for both sides: `serve`
+validates what it writes, the plugin what it reads (pydantic is a dependency of vLLM itself, so it
+is there in every engine process).
 """
 
 from __future__ import annotations
@@ -18,15 +20,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.io.safeio import read_json, write_text
 
 PLAN_FORMAT = "ppspec-plan/1"
-REQUIRED_KEYS = ("profile", "pack", "plan", "expect")
-#: expect keys the plugin understands (others are kept and ignored).
-EXPECT_KEYS = ("pp", "tp", "partition", "taps", "method", "draft_layer_start", "platform", "num_layers", "needs")
 MAX_PLAN_BYTES = 4 << 20
 
 
@@ -34,41 +35,68 @@ class PlanFileError(PpspecError):
     """The plan file is missing, unreadable, not JSON, or not a ppspec plan."""
 
 
+class _Model(BaseModel):
+    # strict: an int is an int (not "2", not true); unknown keys are kept (a newer ppspec may add
+    # some) and ignored by the plugin.
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+
+
+class Need(_Model):
+    """A behaviour the profile needs from the engine, asserted by value in every process."""
+
+    behaviour: str | None = None
+    arch: str | None = None
+    decoder: str | None = None
+
+
+class Expect(_Model):
+    """What the plugin's in-engine tripwires must find; None (or absent) is not checked."""
+
+    pp: int | None = None
+    tp: int | None = None
+    partition: list[int] | None = None
+    taps: list[int] | None = None
+    method: str | None = None
+    draft_layer_start: int | None = None
+    platform: str | None = None
+    num_layers: int | None = None
+    needs: list[Need] | None = None
+
+
+class PlanFile(_Model):
+    """The plan file, one model for its writer (`serve`) and its reader (the plugin)."""
+
+    format: Literal["ppspec-plan/1"]
+    profile: str
+    pack: str | None
+    plan: dict[str, Any] | None
+    expect: Expect
+    status_dir: str | None = None
+
+
+#: The keys every plan file carries (the model's required fields).
+REQUIRED_KEYS = tuple(n for n, f in PlanFile.model_fields.items() if f.is_required() and n != "format")
+#: expect keys the plugin understands (others are kept and ignored).
+EXPECT_KEYS = tuple(Expect.model_fields)
+
+
 def _validate(data: Any, where: str) -> dict[str, Any]:
+    """`data` checked against PlanFile; one PlanFileError naming the first problem."""
+    fix = "let `ppspec serve` write it"
     if not isinstance(data, dict):
-        raise PlanFileError("plan file is not a JSON object", where=where, fix="let `ppspec serve` write it")
+        raise PlanFileError("plan file is not a JSON object", where=where, fix=fix)
     fmt = data.get("format")
     if fmt != PLAN_FORMAT:
-        raise PlanFileError(
-            f"plan file has format {fmt!r}, expected {PLAN_FORMAT!r}",
-            where=where,
-            fix="use the ppspec that wrote the plan file (or re-run `ppspec serve`)",
-        )
+        raise PlanFileError(f"plan file has format {str(fmt)[:40]!r}, expected {PLAN_FORMAT!r}", where=where, fix="use the ppspec that wrote the plan file (or re-run `ppspec serve`)")
     missing = [k for k in REQUIRED_KEYS if k not in data]
     if missing:
-        raise PlanFileError(f"plan file lacks {', '.join(missing)}", where=where, fix="let `ppspec serve` write it")
-    if data["pack"] is not None and not isinstance(data["pack"], str):
-        raise PlanFileError("plan file `pack` must be a pack name or null", where=where, fix="let `ppspec serve` write it")
-    if data["plan"] is not None and not isinstance(data["plan"], dict):
-        raise PlanFileError("plan file `plan` must be an object or null", where=where, fix="let `ppspec serve` write it")
-    if not isinstance(data["expect"], dict):
-        raise PlanFileError("plan file `expect` must be an object", where=where, fix="let `ppspec serve` write it")
-    exp = data["expect"]
-    for k in ("pp", "tp", "draft_layer_start", "num_layers"):
-        if exp.get(k) is not None and (not isinstance(exp[k], int) or isinstance(exp[k], bool)):
-            raise PlanFileError(f"plan file expect.{k} must be an integer or null", where=where, fix="let `ppspec serve` write it")
-    for k in ("partition", "taps"):
-        v = exp.get(k)
-        if v is not None and not (isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)):
-            raise PlanFileError(f"plan file expect.{k} must be a list of integers or null", where=where, fix="let `ppspec serve` write it")
-    needs = exp.get("needs")
-    if needs is not None and not (
-        isinstance(needs, list)
-        and all(isinstance(n, dict) and all(isinstance(n.get(k), str) or n.get(k) is None for k in ("behaviour", "arch", "decoder")) for n in needs)
-    ):
-        raise PlanFileError("plan file expect.needs must be a list of {behaviour, arch, decoder} objects", where=where, fix="let `ppspec serve` write it")
-    if data.get("status_dir") is not None and not isinstance(data["status_dir"], str):
-        raise PlanFileError("plan file `status_dir` must be a path", where=where, fix="let `ppspec serve` write it")
+        raise PlanFileError(f"plan file lacks {', '.join(missing)}", where=where, fix=fix)
+    try:
+        PlanFile.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise PlanFileError(f"plan file {loc}: {err['msg'][:120]}", where=where, fix=fix) from None
     return data
 
 
