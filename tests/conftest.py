@@ -180,3 +180,13 @@ def run_ppspec(*args: str, env: dict[str, str] | None = None, cwd: Path | None =
         cwd=str(cwd or REPO),
         timeout=timeout,
     )
+
+
+def pack_rules(name: str):
+    """A pack's rules module (adapters/<name>/rules.py), loaded as ppspec loads it: tests call the
+    functions a family's drafter contract lives in through this, never through a core module."""
+    from ppspec_cli.knowledge.packs import get_pack, load_pack_module
+
+    pack = get_pack(name)
+    return load_pack_module(pack.name, "rules", pack.rules_path)
+

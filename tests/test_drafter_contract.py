@@ -15,11 +15,14 @@ from conftest import REPO, fixture_config
 import ppspec_kit as kit
 from ppspec_cli import demo
 from ppspec_cli.planning import resolve as resolve_mod
-from ppspec_cli.planning.drafter_contract import CODES
+from ppspec_cli.planning import drafter_contract
+
 from ppspec_cli.planning.profile import parse_profile
 from ppspec_cli.knowledge.engine import VllmInstall
 from ppspec_cli.planning.resolve import resolve
 from ppspec_cli.planning.rules import run_rules
+
+CODES = drafter_contract.codes()
 
 QWEN3 = "Qwen__Qwen3-8B"
 ZLAB = ("z-lab__Qwen3-8B-DFlash-b16", "config.partial.json")

@@ -234,7 +234,7 @@ def test_drafter_pack_rules_receive_only_the_narrow_view(acme):
     assert v.target_architectures == ("Qwen3ForCausalLM",) and v.target_model_type == "qwen3" and v.target_vocab == 10
     assert v.version == Version("0.33.0") and v.runner == "v2"
     # the code is the pack's, with the manifest's severity, and listed in CODES
-    assert drafter_contract.CODES["acme-drafter-odd"] == ("warning", "an odd drafter")
+    assert drafter_contract.codes()["acme-drafter-odd"] == ("warning", "an odd drafter")
     assert drafter_contract.severity("acme-drafter-odd") == "warning"
 
 
@@ -329,7 +329,7 @@ def test_builtin_drafter_packs_own_the_family_contract_codes():
     assert owners["dspark-served-as-deepseek-v4"] == "deepseek_v4_dspark"
     assert owners["drafter-no-mask-token"] == owners["xpress-topc"] == "qwen3_dflash"
     assert owners["dflash-arch-unknown"] == "dflash" and owners["dspark-draft-topk"] == "dspark"
-    assert set(owners) == set(drafter_contract.CODES)
+    assert set(owners) == set(drafter_contract.codes())
 
 
 def test_breach_is_the_contract_type():

@@ -25,7 +25,7 @@ from hypothesis import strategies as st  # noqa: E402
 from mirror.cases import VERSIONS, Case, case_params, refusal_matching  # noqa: E402
 from ppspec_cli.knowledge import facts  # noqa: E402
 from ppspec_cli.checkpoint.reader import speculators_view  # noqa: E402
-from ppspec_cli.planning.drafter_contract import parallel_drafting_token  # noqa: E402
+from ppspec_cli.knowledge.methods.block import parallel_drafting_token  # noqa: E402
 from ppspec_cli.knowledge.engine import installed_vllm  # noqa: E402
 from ppspec_cli.planning.plan import (  # noqa: E402
     build_plan,

@@ -275,9 +275,6 @@ class Contract(_Strict):
         default=(), description="Served drafter classes whose vocabularies and vocabulary tensors the contract judges (the generic `shapes` rule leaves them alone)."
     )
     codes: dict[str, CodeSpec] = Field(min_length=1, description="Every finding code the rules report (kept names, any prefix), with its severity and meaning.")
-    exports: tuple[str, ...] = Field(
-        default=(), description="Functions of the rules file reachable as `ppspec_cli.planning.drafter_contract.<name>` (the mirror suite calls them)."
-    )
 
     @field_validator("codes")
     @classmethod

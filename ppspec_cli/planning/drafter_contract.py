@@ -9,14 +9,12 @@ per vLLM version. Two owners, one entry point (`check`):
   runner), never the resolved profile.
 
 Nothing is filled in: a key or tensor ppspec cannot see is not judged. The `drafter-contract`
-rule in rules.py turns the breaches into findings; `CODES` is every code either owner reports.
-Names a drafter pack exports (its manifest's `contract.exports`) are reachable here too, so the
-mirror suite can call vLLM's functions' twins by name.
+rule in rules.py turns the breaches into findings; `codes()` is every code either owner reports.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Iterable
 
 from packaging.version import Version
 
@@ -142,13 +140,3 @@ def severity(code: str) -> Severity:
     """A contract code's severity; `pack-rule-failed` (a broken drafter pack) is a warning, as
     for every pack's rules."""
     return "warning" if code == PACK_RULE_FAILED else codes()[code][0]
-
-
-def __getattr__(name: str) -> Any:
-    """`CODES`, and the functions drafter packs export (`contract.exports`)."""
-    if name == "CODES":
-        return codes()
-    for p in packs.load_packs():
-        if p.contract is not None and name in p.contract.exports and p.rules_path is not None:
-            return getattr(packs.load_pack_module(p.name, "rules", p.rules_path), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,12 +18,19 @@ from packaging.version import Version
 from mirror.cases import VERSIONS, Case, case_params, load_cases, refusal_matching
 from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.checkpoint.reader import speculators_view
-from ppspec_cli.planning.drafter_contract import attention_breaches, dspark_tensor_breaches, omni_breaches, parallel_drafting_token, registered_dflash, served_architectures
+from conftest import pack_rules
+from ppspec_cli.knowledge.methods.block import parallel_drafting_token
+from ppspec_cli.planning.drafter_contract import registered_dflash, served_architectures
+
 from ppspec_cli.planning.plan import build_plan, default_partition, default_taps, normalize_taps, stage_bounds, v1_taps_from_config, v2_taps_from_config
 from ppspec_cli.planning.profile import parse_profile
 from ppspec_cli.knowledge.engine import VllmInstall
 from ppspec_cli.planning.resolve import resolve
 from ppspec_cli.planning.rules import run_rules
+
+attention_breaches = pack_rules("qwen3_dflash").attention_breaches
+dspark_tensor_breaches = pack_rules("qwen3_dflash").dspark_tensor_breaches
+omni_breaches = pack_rules("qwen3_omni").omni_breaches
 
 
 def test_cases_load_and_cover_every_version():
