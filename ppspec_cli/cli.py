@@ -58,14 +58,17 @@ def check(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (for scripts) instead of a table."),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub; use local files and the HF cache only."),
     probes: bool = typer.Option(False, "--probes/--no-probes", help="Also run behaviour probes of the installed vLLM (tripwires). Imports vLLM: tens of seconds. `serve` runs them inside every engine process anyway."),
+    severity: str = typer.Option("info", "--severity", metavar="LEVEL", help="Show findings of this severity or worse: error, warning or info (all). The verdict and --json always count every finding."),
+    quiet: bool = typer.Option(False, "--quiet", help="Errors and warnings only (--severity warning)."),
 ) -> None:
     """Preflight a profile: read the checkpoints' metadata and the installed vLLM, report every problem.
 
-    Exit code: 0 when no error-severity finding, 1 when there is one, 2 on usage errors.
+    Exit code: 0 when no error-severity finding (`ppspec serve` would launch), 1 when there is one, 2 on
+    usage errors. Every finding code is explained in `ppspec docs --findings` (docs/findings.md).
     """
     from ppspec_cli.commands import check as command
 
-    raise typer.Exit(command.run(profile, json_out, offline, probes))
+    raise typer.Exit(command.run(profile, json_out, offline, probes, "warning" if quiet and severity == "info" else severity))
 
 
 @app.command()

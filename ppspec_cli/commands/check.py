@@ -7,10 +7,15 @@ import json
 from ppspec_cli.commands.common import load, progress, report_json, resolve_profile
 
 
-def run(profile: str, json_out: bool, offline: bool, probes: bool) -> int:
-    """Preflight one profile; 0 when no error-severity finding, else 1."""
+def run(profile: str, json_out: bool, offline: bool, probes: bool, min_severity: str = "info") -> int:
+    """Preflight one profile; 0 when no error-severity finding, else 1. `min_severity`: the least
+    severe findings shown in the table (the verdict and the JSON count all)."""
+    from ppspec_cli.commands.render import SEVERITIES
+    from ppspec_cli.errors import PpspecError
     from ppspec_cli.planning.rules import run_rules
 
+    if min_severity not in SEVERITIES:
+        raise PpspecError(f"--severity {min_severity[:40]!r} is not a severity", where="--severity", fix="use error, warning or info", exit_code=2)
     prof = load(profile)
     if prof.disaggregated:
         return pd_report(prof, profile, offline, json_out, plan=False)
@@ -34,8 +39,10 @@ def run(profile: str, json_out: bool, offline: bool, probes: bool) -> int:
         out = report_json(r, findings)
         print(json.dumps(out, indent=2))
     else:
-        render_check(r, findings)
-    return 0 if not any(f.severity == "error" for f in findings) else 1
+        render_check(r, findings, min_severity=min_severity)
+    from ppspec_cli.planning.engine_options import refusals
+
+    return 1 if refusals(findings) else 0  # the verdict `serve --dry-run` and `export` give too
 
 
 def settled_by_probes(r, findings, probe_results) -> list:
