@@ -33,7 +33,9 @@ import sys
 import tempfile
 import threading
 import time
+import re
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -41,6 +43,9 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 LOCK = "/tmp/ppspec-engine.lock"
 PPSPEC = [sys.executable, "-m", "ppspec_cli.cli"]
+
+
+STARTS: dict[str, float] = {}
 
 
 def free_port() -> int:
@@ -70,6 +75,40 @@ def stop(proc: subprocess.Popen) -> None:
             continue
 
 
+#: Moments of an engine start, as vLLM logs them (first match of each), to compare both runs.
+MILESTONES = [
+    ("first engine log line", r"."),
+    ("API server starts", r"vLLM API server version|non-default args"),
+    ("engine core starts", r"Initializing a V1 LLM engine|EngineCore"),
+    ("model weights loaded", r"Loading weights took|Model loading took"),
+    ("KV cache / warm-up done", r"init engine .* took|KV cache"),
+    ("API routes up", r"Starting vLLM server|Available routes|Route:"),
+    ("application ready", r"Application startup complete"),
+]
+_STAMP = re.compile(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
+
+
+def milestones(log: Path, t0_wall: float) -> dict[str, float]:
+    """Seconds after exec (wall clock, 1 s resolution: vLLM stamps its lines to the second) at
+    which each milestone's first line was logged."""
+    out: dict[str, float] = {}
+    year = datetime.fromtimestamp(t0_wall).year
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        m = _STAMP.search(line)
+        if not m:
+            continue
+        mo, d, hh, mm, ss = map(int, m.groups())
+        t = datetime(year, mo, d, hh, mm, ss).timestamp() - t0_wall
+        for name, pat in MILESTONES:
+            if name not in out and re.search(pat, line):
+                out[name] = t
+    return out
+
+
 def base_env() -> dict:
     env = dict(os.environ)
     env.update({"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONPATH": str(REPO)})
@@ -79,6 +118,7 @@ def base_env() -> dict:
 def bare(argv: list[str], env: dict, url: str, timeout: float, log: Path) -> float:
     """Seconds from exec to the first 200 on /health."""
     with open(log, "w") as out:
+        STARTS["bare"] = time.time()
         t0 = time.monotonic()
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
@@ -96,6 +136,7 @@ def bare(argv: list[str], env: dict, url: str, timeout: float, log: Path) -> flo
 def with_ppspec(profile: Path, run_dir: Path, env: dict, timeout: float) -> tuple[float, list[tuple[float, str]]]:
     """Seconds from exec of `ppspec serve` to its `serving at` line, and every stderr line with the
     second it arrived at."""
+    STARTS["ppspec"] = time.time()
     t0 = time.monotonic()
     proc = subprocess.Popen([*PPSPEC, "serve", str(profile), "--run-dir", str(run_dir)], env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -125,6 +166,7 @@ def main() -> int:
     ap.add_argument("profile", nargs="?", default=str(REPO / "profiles" / "tiny_cpu_demo.yaml"))
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--ppspec-first", action="store_true", help="start ppspec's run first (default: the bare engine first)")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (both engine logs) and print where it is")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ppspec-ttr-"))
     try:
@@ -176,11 +218,23 @@ def main() -> int:
         for t, x in lines:
             if x.startswith("ppspec:"):
                 print(f"  {t:6.1f}  {x[:110]}")
+        mb = milestones(work / "bare.log", STARTS["bare"])
+        mp = milestones(run_dir / "engine.log", STARTS["ppspec"])
+        print("where the time goes (seconds after exec, from vLLM's own timestamps, +-1 s):")
+        print(f"  {'milestone':28} {'bare':>6} {'ppspec':>7} {'diff':>6}")
+        for name, _ in MILESTONES:
+            if name in mb or name in mp:
+                b, q = mb.get(name), mp.get(name)
+                diff = f"{q - b:+6.0f}" if b is not None and q is not None else "     —"
+                print(f"  {name:28} {'—' if b is None else f'{b:6.0f}':>6} {'—' if q is None else f'{q:7.0f}':>7} {diff}")
         within = d <= 2.0 or got["ppspec"] <= 1.05 * got["bare"]
         print(f"within 5% or 2 s of the bare engine: {'yes' if within else 'no'}")
         return 0
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print(f"logs kept in {work} (bare.log, run/engine.log)")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -97,6 +97,7 @@ def serve(
     master_port: Optional[int] = typer.Option(None, "--master-port", min=1, max=65535, help="The head's rendezvous port (overrides launch.master_port)."),
     host: Optional[str] = typer.Option(None, "--host", help="Address the API server binds (overrides server.host)."),
     role: Optional[str] = typer.Option(None, "--role", help="Disaggregated profiles (`roles:`): which engine to start, `prefill` or `decode`. With --dry-run and no --role, both engines and the router."),
+    verbose: bool = typer.Option(False, "--verbose", help="Stream the engine's whole log to the terminal (default: a line per start-up phase and vLLM's warnings and errors; RUN_DIR/engine.log always has all of it)."),
 ) -> None:
     """Check the profile, then launch the vLLM server with the adapter pack applied in every engine process.
 
@@ -112,7 +113,7 @@ def serve(
     from ppspec_cli.commands import serve as command
 
     where = {"master_addr": master_addr, "master_port": master_port, "host": host}
-    raise typer.Exit(command.run(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where, role))
+    raise typer.Exit(command.run(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where, role, verbose))
 
 
 @app.command()
@@ -226,12 +227,14 @@ def verify(
 
 @app.command()
 def docs(
-    out: Optional[str] = typer.Option(None, "--out", help="Write the profile reference to this file instead of stdout."),
+    out: Optional[str] = typer.Option(None, "--out", help="Write the reference to this file instead of stdout."),
+    findings: bool = typer.Option(False, "--findings", help="The findings reference instead: every finding code, its cause and fix (docs/findings.md)."),
 ) -> None:
-    """Print the profile reference (generated from the schema's field descriptions)."""
+    """Print the profile reference (generated from the schema's field descriptions), or with
+    --findings the reference of every finding code."""
     from ppspec_cli.commands import docs as command
 
-    raise typer.Exit(command.run(out))
+    raise typer.Exit(command.run(out, findings))
 
 
 @adapters_app.command("list")
@@ -243,8 +246,9 @@ def adapters_list_cmd(json_out: bool = typer.Option(False, "--json", help="Print
 
 
 @adapters_app.command("show")
-def adapters_show_cmd(name: str = typer.Argument(..., metavar="NAME", help="Pack name (see `ppspec adapters list`)."), json_out: bool = typer.Option(False, "--json", help="Print the pack as one JSON object.")) -> None:
-    """Show one adapter pack: what it matches, provides and patches."""
+def adapters_show_cmd(name: str = typer.Argument(..., metavar="NAME", help="Pack name (see `ppspec adapters list`), or a model architecture (e.g. Qwen3MoeForCausalLM): the pack that covers it."), json_out: bool = typer.Option(False, "--json", help="Print the pack as one JSON object.")) -> None:
+    """Show one adapter pack: what it matches, provides and patches. Given an architecture name,
+    say which pack covers it and show that pack."""
     from ppspec_cli.commands.adapters import adapters_show
 
     raise typer.Exit(adapters_show(name, json_out))

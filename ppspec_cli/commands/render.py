@@ -112,6 +112,19 @@ def _render_verdict(console: Console, findings, min_severity: str = "info") -> N
         console.print("[dim]every code, its cause and fix: `ppspec docs --findings` (docs/findings.md)[/dim]")
 
 
+#: The plan table's tap columns (README: Reading the plan). Each holds tap ids.
+PLAN_TAP_COLUMNS = ("taps made", "taps received", "sends to next stage")
+PLAN_TAP_LEGEND = (
+    "taps are vLLM capture points (tap L = the output of layer L-1; 0 = the embeddings). taps made: the ones this "
+    "stage's layers produce; taps received: those arriving from earlier stages; sends to next stage: every tap "
+    "made so far, relayed over the hop, and its size per token. weights: this stage's share of the checkpoint."
+)
+
+
+def _ids(taps) -> str:
+    return ", ".join(map(str, taps)) if taps else "—"
+
+
 def render_plan(r, findings, console: Console | None = None, invalid_partition: list[int] | None = None) -> None:
     console = console or terminal.console()
     plan = r.plan
@@ -136,25 +149,27 @@ def render_plan(r, findings, console: Console | None = None, invalid_partition: 
             console.print(f"draft layer ids {list(plan.draft_layer_ids)} ({plan.draft_layer_numbering} numbering)")
     # Tap and relay columns only for drafters that read the target's hidden states (`reads_taps`):
     # without one nothing is tapped or relayed, and zeros there would read as a broken relay.
+    # Every tap column holds tap ids (vLLM capture points), never counts: a count read like tap 2.
     spec = methods.of(plan.method)
     taps_shown = spec is not None and spec.reads_taps
     t = Table(show_header=True, header_style="bold")
-    for col in ("stage", "node", "layers", *(("taps made", "taps in", "relay to next stage") if taps_shown else ()), "holds", "weights"):
+    for col in ("stage", "node", "layers", *(PLAN_TAP_COLUMNS if taps_shown else ()), "holds", "weights"):
         t.add_column(col)
     topo = r.profile.topology
     where = stage_placement(topo.tensor_parallel, len(plan.stages), topo.data_parallel, topo.nodes)
     for s in plan.stages:
-        relay = "—" if s.relay_out is None else f"{s.relay_out.slots} slot(s) {list(s.relay_out.taps)}, {_human_bytes(s.relay_out.bytes_per_token)}/tok"
+        relay = "—" if s.relay_out is None else f"{_ids(s.relay_out.taps)} ({_human_bytes(s.relay_out.bytes_per_token)}/token)"
         holds = []
         if s.embedding == "first":
             holds.append("embedding")
         elif s.embedding == "drafter-needs":
-            holds.append("embedding (for drafter)")
+            holds.append("embedding (for the drafter)")
         if s.lm_head:
             holds.append("lm_head")
         if s.drafter:
             holds.append("drafter")
-        tap_cells = (",".join(map(str, s.taps)) if s.taps else "—", str(s.upstream_slots), relay) if taps_shown else ()
+        received = tuple(x for x in plan.taps if x <= s.layers[0]) if s.rank > 0 else ()
+        tap_cells = (_ids(s.taps), _ids(received), relay) if taps_shown else ()
         node, devs = where[s.rank] if s.rank < len(where) else (None, [])
         t.add_row(
             str(s.rank),
@@ -165,6 +180,8 @@ def render_plan(r, findings, console: Console | None = None, invalid_partition: 
             _human_bytes(s.weight_bytes),
         )
     console.print(t)
+    if taps_shown:
+        console.print(f"[dim]{PLAN_TAP_LEGEND}[/dim]")
     for note in plan.notes:
         console.print(styled("[dim]note: {}[/dim]", note))
     errs = [f for f in findings if f.severity != "info"]
