@@ -104,11 +104,14 @@ def serve(
     Refuses to start when `check` finds an error. Waits for /health, prints where it listens and a
     curl line, streams the engine log, and on Ctrl-C / SIGTERM stops the whole process tree.
 
-    Exit code: 130 stopped by Ctrl-C, 143 by SIGTERM, 129 by SIGHUP (128+N for signal N: while
-    serving after a clean shutdown, or before the engine was ready); 1 refused by `check`, or the
-    engine failed (exited, never became healthy, port taken); 2 usage errors; 4 the engine started
-    but not every engine process confirmed an ok ppspec plugin status (API server, engine core, and
-    every worker through the engine core): the engine was stopped (docs/architecture.md).
+    Exit code: 0 the dry run printed a launch `serve` would start (a real serve runs until it is
+    stopped); 1 a check or launch failed: refused (the reasons are printed; `check` reports them
+    too), or the engine failed (exited, never became healthy, port taken, a node lost); 2 usage
+    errors or unreadable input; 3 an internal error (a ppspec bug: --debug shows it); 4 the engine
+    started but not every engine process confirmed an ok ppspec plugin status (API server, engine
+    core, and every worker through the engine core): the engine was stopped (docs/architecture.md);
+    130 stopped by Ctrl-C, 143 by SIGTERM, 129 by SIGHUP (128+N for signal N, while serving after a
+    clean shutdown or before the engine was ready).
     """
     from ppspec_cli.commands import serve as command
 

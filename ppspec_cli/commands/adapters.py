@@ -350,7 +350,7 @@ def adapters_show(name: str, json_out: bool) -> int:
         if not covering:
             names = ", ".join(sorted(p.name for p in load_packs()))
             raise PpspecError(
-                f"{name[:80]!r} is neither an adapter pack nor an architecture a pack covers",
+                f"unknown adapter pack {name[:80]!r}, and no pack covers an architecture of that name",
                 where="NAME",
                 fix=f"use a pack name ({names}) or an architecture from `ppspec adapters list`; an architecture no pack names runs under PP "
                 "only where vLLM supports it natively (`ppspec check PROFILE` says)",
