@@ -1,6 +1,6 @@
 """Time to ready: `ppspec serve PROFILE` next to the same `vllm serve` command line started by hand,
-measured in one run on this machine (one start each; bare vLLM first by default, `--ppspec-first`
-swaps the order). Prints both times, the difference and the ratio, and the moments at which
+measured in one run on this machine (one start each by default, bare vLLM first; `--ppspec-first`
+swaps the order, `--rounds N` alternates N times and prints medians). Prints both times, the difference and the ratio, and the moments at which
 ppspec's progress lines arrived (where its time goes: preflight, engine start, confirmation).
 
 "Ready" for the bare engine is its first 200 on /health; for ppspec, the moment it prints
@@ -28,6 +28,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -166,6 +167,7 @@ def main() -> int:
     ap.add_argument("profile", nargs="?", default=str(REPO / "profiles" / "tiny_cpu_demo.yaml"))
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--ppspec-first", action="store_true", help="start ppspec's run first (default: the bare engine first)")
+    ap.add_argument("--rounds", type=int, default=1, help="start each this many times, alternating which goes first; medians are printed (default 1)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (both engine logs) and print where it is")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ppspec-ttr-"))
@@ -198,16 +200,22 @@ def main() -> int:
                 cache_state = "stale (this run imports vLLM's serve parser before the engine starts)"
         except (OSError, ValueError):
             cache_state = "cold (this run imports vLLM's serve parser before the engine starts)"
-        with open(LOCK, "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            order = ["ppspec", "bare"] if args.ppspec_first else ["bare", "ppspec"]
-            got: dict[str, float] = {}
-            lines: list[tuple[float, str]] = []
-            for which in order:
-                if which == "bare":
-                    got["bare"] = bare(node["argv"], bare_env, url, args.timeout, work / "bare.log")
-                else:
-                    got["ppspec"], lines = with_ppspec(profile, run_dir, env, args.timeout)
+        order = ["ppspec", "bare"] if args.ppspec_first else ["bare", "ppspec"]
+        times: dict[str, list[float]] = {"bare": [], "ppspec": []}
+        lines: list[tuple[float, str]] = []
+        for i in range(args.rounds):
+            with open(LOCK, "w") as lock:  # held per round: other engines on this machine get their turn between rounds
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                for which in order if i % 2 == 0 else order[::-1]:  # alternate who goes first
+                    if which == "bare":
+                        times["bare"].append(bare(node["argv"], bare_env, url, args.timeout, work / "bare.log"))
+                    else:
+                        t, lines = with_ppspec(profile, run_dir, env, args.timeout)
+                        times["ppspec"].append(t)
+        got = {k: statistics.median(v) for k, v in times.items()}
+        if args.rounds > 1:
+            print(f"{args.rounds} rounds, alternating; medians below. bare: {', '.join(f'{t:.1f}' for t in times['bare'])} s; "
+                  f"ppspec: {', '.join(f'{t:.1f}' for t in times['ppspec'])} s")
         print(f"profile: {args.profile}")
         print(f"vLLM option cache before the run: {cache_state}")
         print(f"bare `vllm serve` (same argv and env, plugin inert): ready in {got['bare']:.1f} s")

@@ -206,3 +206,32 @@ def test_engine_output_shows_phases_and_a_few_warnings(capsys):
     for ln in lines:
         v.feed(ln)
     assert len(capsys.readouterr().err.splitlines()) >= len(lines)  # --verbose: every line (rich may wrap long ones)
+
+
+# ---- time to ready: serve does not import vLLM's argument parser when the install is known
+
+
+def test_known_serve_options_come_from_the_cache_for_the_same_install(tmp_path, monkeypatch):
+    """Importing vLLM's serve parser cost 7-15 s before every engine start (issue 26: ppspec 8 s
+    slower to ready than a bare `vllm serve`). It is read once per install and cached, keyed by
+    the install; another install (a changed key) reads the parser again."""
+    from ppspec_cli.planning import engine_options as eo
+
+    monkeypatch.setenv("PPSPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(eo, "_parser_key", lambda: "install A")
+    calls = []
+
+    class Parser:
+        class A:
+            option_strings = ["--max-model-len", "--no-enforce-eager"]
+
+        _actions = [A]
+
+    monkeypatch.setattr(eo, "vllm_serve_parser", lambda: calls.append(1) or Parser)
+    assert eo.known_serve_options() == {"max-model-len", "no-enforce-eager", "enforce-eager"} and calls == [1]
+    assert eo.check_engine_flags({"max-model-len": 1, "bogus-flag": 2}) == ["bogus-flag"] and calls == [1]  # from the cache
+    monkeypatch.setattr(eo, "_parser_key", lambda: "install B")
+    eo.known_serve_options()
+    assert calls == [1, 1]
+    (tmp_path / "vllm-serve-options.json").write_text("{not json")
+    assert eo.known_serve_options() == {"max-model-len", "no-enforce-eager", "enforce-eager"} and len(calls) == 3  # a damaged cache is a miss

@@ -29,7 +29,7 @@ def run(profile: str, json_out: bool, offline: bool, probes: bool, min_severity:
     if not probes and r.vllm is not None:
         from ppspec_cli.findings import Finding
 
-        probe_results.append(Finding("probes-not-run", "info", "platform", f"behaviour probes of the installed vLLM {r.vllm.version} not run (fast mode), nor the `engine:` option names checked against its parser (engine-unknown-option)", "add --probes to run both here; `ppspec serve` checks the names and runs the probes in every engine process"))
+        probe_results.append(Finding("probes-not-run", "info", "platform", f"vLLM {r.vllm.version}'s behaviour probes and the `engine:` option names were not checked (fast mode)", "`check --probes` checks both; `ppspec serve` always does"))
     if probes and r.vllm is not None:
         findings = settled_by_probes(r, findings, probe_results)
     findings = findings + [p for p in probe_results]
