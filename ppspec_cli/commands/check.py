@@ -111,7 +111,9 @@ def pd_report(prof, profile_path: str, offline: bool, json_out: bool, *, plan: b
     d = resolve_roles(prof, profile_path=profile_path, offline=offline, progress=progress)
     findings = run_pd_rules(d)
     rows = name_table(d)
-    ok = not any(f.severity == "error" for f in findings)
+    from ppspec_cli.planning.engine_options import refusals
+
+    ok = not refusals(findings)  # the one verdict (engine_options.serve_refuses)
     if json_out:
         out = {
             "ok": ok,
@@ -128,6 +130,6 @@ def pd_report(prof, profile_path: str, offline: bool, json_out: bool, *, plan: b
         render_pd_plan(d, rows, findings)
     else:
         render_pd_check(d, findings)
-    if plan:
-        return 0 if all(r.plan is not None for r in d.roles.values()) else 1
+    if plan:  # as for one engine: 1 without a plan, or when `check` would say no
+        return 0 if ok and all(r.plan is not None for r in d.roles.values()) else 1
     return 0 if ok else 1
