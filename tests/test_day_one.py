@@ -235,3 +235,15 @@ def test_known_serve_options_come_from_the_cache_for_the_same_install(tmp_path, 
     assert calls == [1, 1]
     (tmp_path / "vllm-serve-options.json").write_text("{not json")
     assert eo.known_serve_options() == {"max-model-len", "no-enforce-eager", "enforce-eager"} and len(calls) == 3  # a damaged cache is a miss
+
+
+def test_engine_output_is_quiet_while_ppspec_stops_the_engine(capsys):
+    from ppspec_cli.running.serve.supervise import EngineOutput
+
+    out = EngineOutput(lambda m: None, verbose=False)
+    out.feed("(APIServer pid=1) ERROR 12-01 16:40:22 [async_llm.py:700] AsyncLLM output_handler failed.")
+    assert "output_handler failed" in capsys.readouterr().err  # an error while serving is shown
+    out.stopping = True
+    out.feed("(APIServer pid=1) ERROR 12-01 16:40:22 [async_llm.py:700] EngineDeadError: EngineCore encountered an issue.")
+    out.feed("/usr/lib/python3.11/multiprocessing/resource_tracker.py:254: UserWarning: resource_tracker: There appear to be 1 leaked semaphore objects to clean up at shutdown")
+    assert capsys.readouterr().err == "" and out.leaked == {"semaphore": 1}
