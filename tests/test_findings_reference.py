@@ -26,11 +26,26 @@ DOC = REPO / "docs" / "findings.md"
 CONSTRUCTORS = {"_f", "Finding", "finding", "_refusal", "Breach"}
 
 
+#: Codes built from a method's name (f"{m.name}-suffix"): which methods can report each, by the
+#: SpecMethod field its rule tests. A new such code fails the collector until it is listed here.
+METHOD_CODES = {
+    "-no-layers": lambda m: not m.external_drafter,  # rules.py: a target without MTP layers
+    "-needs-v2": lambda m: not m.v1_runner,  # rules.py: a method Model Runner V1 refuses
+}
+
+
 def _strings(node) -> list[str]:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return [node.value]
     if isinstance(node, ast.IfExp):
         return _strings(node.body) + _strings(node.orelse)
+    if isinstance(node, ast.JoinedStr) and len(node.values) == 2 and isinstance(node.values[1], ast.Constant):
+        head, tail = node.values
+        if isinstance(head, ast.FormattedValue) and ast.unparse(head.value) == "m.name":
+            from ppspec_cli.knowledge.methods import REGISTRY
+
+            assert tail.value in METHOD_CODES, f"a finding code f'{{m.name}}{tail.value}': say in METHOD_CODES which methods report it"
+            return [f"{name}{tail.value}" for name, m in REGISTRY.items() if METHOD_CODES[tail.value](m)]
     return []
 
 
