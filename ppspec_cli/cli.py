@@ -249,7 +249,7 @@ def adapters_list_cmd(json_out: bool = typer.Option(False, "--json", help="Print
 
 
 @adapters_app.command("show")
-def adapters_show_cmd(name: str = typer.Argument(..., metavar="NAME", help="Pack name (see `ppspec adapters list`), or a model architecture (e.g. Qwen3MoeForCausalLM): the pack that covers it."), json_out: bool = typer.Option(False, "--json", help="Print the pack as one JSON object.")) -> None:
+def adapters_show_cmd(name: str = typer.Argument(..., metavar="NAME", help="Pack name (see `ppspec adapters list`), or a model architecture as its config.json names it: the pack that covers it."), json_out: bool = typer.Option(False, "--json", help="Print the pack as one JSON object.")) -> None:
     """Show one adapter pack: what it matches, provides and patches. Given an architecture name,
     say which pack covers it and show that pack."""
     from ppspec_cli.commands.adapters import adapters_show

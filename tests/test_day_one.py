@@ -116,9 +116,20 @@ def test_the_config_estimate_matches_a_real_index():
 
     cfg = fixture_config("meta-llama__Llama-3.1-8B-Instruct")
     total = json.loads((MODELS / "meta-llama__Llama-3.1-8B-Instruct" / "model.safetensors.index.json").read_text())["metadata"]["total_size"]
-    layers, embed, lm_head = estimate(cfg["architectures"], cfg, 2)
+    layers, embed, lm_head = estimate("dense-gated", cfg, 2)  # the layout its pack declares (adapters/llama: facts.weight_layout)
     assert abs(sum(layers) + embed + lm_head - total) < 1 << 20, (sum(layers) + embed + lm_head, total)
-    assert estimate(["DeepseekV3ForCausalLM"], fixture_config("deepseek-ai__DeepSeek-V3"), 2) is None  # MLA: no formula, unknown
+    moe = fixture_config("Qwen__Qwen3-30B-A3B")
+    layers, embed, lm_head = estimate("sparse-gated", moe, 2)
+    assert 30.4e9 < (sum(layers) + embed + lm_head) / 2 < 30.6e9  # 30.5 B parameters (its model card)
+    assert estimate(None, fixture_config("deepseek-ai__DeepSeek-V3"), 2) is None  # no declared layout (MLA): unknown, never guessed
+    assert estimate("dense-gated", {k: v for k, v in cfg.items() if k != "intermediate_size"}, 2) is None
+
+
+def test_packs_declare_the_weight_layout_the_plan_uses():
+    from ppspec_cli.knowledge.packs import get_pack
+
+    assert get_pack("llama").facts.weight_layout == "dense-gated" and get_pack("qwen3_moe").facts.weight_layout == "sparse-gated"
+    assert get_pack("deepseek_v3").facts.weight_layout is None
 
 
 # ---- advice that says what to do

@@ -38,7 +38,7 @@ SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
     },
     "Drafter and target": {
         "method-mismatch": ("The drafter checkpoint was built for another method than `drafter.method`.", "Set `drafter.method` to the checkpoint's method, or use a drafter built for this one."),
-        "method-unknown": ("The drafter config does not say which method it was built for (e.g. a plain `LlamaForCausalLM` architecture).", "Check that the checkpoint really is a drafter for `drafter.method` (its model card)."),
+        "method-unknown": ("The drafter config does not say which method it was built for (e.g. it names a plain causal-LM architecture).", "Check that the checkpoint really is a drafter for `drafter.method` (its model card)."),
         "mtp-no-layers": ("`method: mtp` but the target's config declares no MTP layers.", "Use a target with MTP heads, or an external drafter."),
         "eagle1-pp-local-ids": ("EAGLE-1 draft layers numbered from the last stage's local layer count under PP: their ids collide with target layers and KV transfer between engines breaks.", "Use `adapter: eagle_global_layer_ids`, or an EAGLE3 drafter."),
         "hidden-size-mismatch": ("The drafter's hidden size is not the target's.", "Use a drafter trained for this target."),
@@ -77,7 +77,6 @@ SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
         "adapter-unknown": ("`adapter:` names no pack ppspec knows.", "Use a name from `ppspec adapters list`, `auto` or `none`."),
         "adapter-vllm-version": ("The pack was not checked against this vLLM version; the plugin refuses to start the engine.", "Install a vLLM in the range `ppspec adapters show PACK` gives, or `adapter: none`."),
         "pack-rule-failed": ("An adapter pack's own rules could not load or crashed: what they check was not checked.", "Fix the pack, or report it to its author (the message has the error)."),
-        "kimi_k3-aux-attn-res-boundary": ("Kimi-K3 pack: with the attention-residual stream on, vLLM refuses a tap that ends a non-final PP stage.", "Move the stage boundary off the taps with `topology.layer_partition`, or unset the variable the message names."),
         "probes-not-run": ("`check` without `--probes` did not import vLLM: its behaviour probes and the `engine:` option names were not checked.", "`check --probes` runs both; `ppspec serve` always does."),
         "probe-crashed": ("The behaviour probes of the installed vLLM could not run.", "Run `check --no-probes`, and report the message."),
         "probe-<name>": ("A behaviour probe of the installed vLLM failed or did not run (names: see below; a pack's own probes are `probe-<pack>-<name>`).", "The message says what the probe saw and the fix."),
@@ -99,6 +98,7 @@ SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
         "pd-port-clash": ("Both engines listen on the same host and port.", "Give `roles.prefill.server` and `roles.decode.server` different ports."),
     },
     "Checkpoints (target-* and drafter-*: the same code for either model)": {},  # filled from CHECKPOINT
+    "Adapter packs' own rules (`<pack>-<rule>`)": {},  # filled from each pack's rules module (its CODES)
 }
 
 #: Checkpoint problems, reported as `target-<code>` or `drafter-<code>`.
@@ -135,6 +135,25 @@ def sections() -> dict[str, dict[str, tuple[str, str]]]:
     out = {title: dict(entries) for title, entries in SECTIONS.items()}
     out["Drafter contract (DFlash, DSpark: what vLLM requires of the drafter's config and tensors)"] = _contract()
     out["Checkpoints (target-* and drafter-*: the same code for either model)"] = {f"target-{c}": v for c, v in CHECKPOINT.items()} | {f"drafter-{c}": v for c, v in CHECKPOINT.items()}
+    out["Adapter packs' own rules (`<pack>-<rule>`)"] = _pack_codes()
+    return out
+
+
+def _pack_codes() -> dict[str, tuple[str, str]]:
+    """The codes the packs' own rules report, documented by each pack next to its rules: the rules
+    module's `CODES` ({code: (cause, fix)})."""
+    from ppspec_cli.knowledge.packs import load_pack_module, load_packs
+
+    out: dict[str, tuple[str, str]] = {}
+    for pack in load_packs():
+        for part in pack.parts:
+            if part.rules_path is None:
+                continue
+            try:
+                codes = getattr(load_pack_module(part.name, "rules", part.rules_path), "CODES", {})
+            except Exception:  # noqa: BLE001 - a broken pack is `pack-rule-failed` in check; here it documents nothing
+                continue
+            out.update({str(c): (str(v[0]), str(v[1])) for c, v in dict(codes).items()})
     return out
 
 

@@ -231,7 +231,7 @@ def _target_weights(target: Checkpoint, n: int, tf) -> tuple[list[int] | None, i
     else:
         from ppspec_cli.planning.weights import estimate
 
-        est = estimate(target.architectures or [], target.text, target.dtype_bytes)
+        est = estimate(tf.weight_layout if tf is not None else None, target.text, target.dtype_bytes)
         if est is not None:
             lw, embed_b, lm_b = est
             notes.append("memory per stage is estimated from config.json (no index or safetensors headers here): attention + MLP per layer, "
