@@ -233,10 +233,7 @@ def test_known_serve_options_come_from_the_cache_for_the_same_install(tmp_path, 
     calls = []
 
     class Parser:
-        class A:
-            option_strings = ["--max-model-len", "--no-enforce-eager"]
-
-        _actions = [A]
+        _option_string_actions = {"--max-model-len": None, "--enforce-eager": None, "--no-enforce-eager": None, "-tp": None}
 
     monkeypatch.setattr(eo, "vllm_serve_parser", lambda: calls.append(1) or Parser)
     assert eo.known_serve_options() == {"max-model-len", "no-enforce-eager", "enforce-eager"} and calls == [1]

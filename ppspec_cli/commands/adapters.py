@@ -361,11 +361,11 @@ def adapters_show(name: str, json_out: bool) -> int:
             errs = _import_errors_for(packs, installed)
             print(json.dumps({"architecture": name, "packs": [{**pack_record(p, installed, errs), "covers_as": role} for p, role in covering]}, indent=2))
             return 0
-        from ppspec_cli.io.terminal import safe
+        from ppspec_cli.io.terminal import styled
 
         c = _console()
         for p, role in covering:
-            c.print(f"[bold]{safe(name)}[/bold] is covered by pack [bold]{safe(p.name)}[/bold] (as a {role}; `adapter: auto` picks it)", highlight=False)
+            c.print(styled("[bold]{}[/bold] is covered by pack [bold]{}[/bold] (as a {}; `adapter: auto` picks it)", name, p.name, role), highlight=False)
         for p, _ in covering:
             c.print()
             _show(p.name, False)

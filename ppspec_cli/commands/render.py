@@ -109,7 +109,7 @@ def _render_verdict(console: Console, findings, min_severity: str = "info") -> N
     else:
         console.print(styled("[bold green]OK[/bold green]: 0 errors, {} warning(s){}", n_warn, rest))
     if n_err or n_warn:
-        console.print("[dim]every code, its cause and fix: `ppspec docs --findings` (docs/findings.md)[/dim]")
+        console.print(styled("[dim]every code, its cause and fix: `ppspec docs --findings` (docs/findings.md)[/dim]"))
 
 
 #: The plan table's tap columns (README: Reading the plan). Each holds tap ids.
@@ -133,8 +133,8 @@ def render_plan(r, findings, console: Console | None = None, invalid_partition: 
         render_findings(console, [f for f in findings if f.severity == "error"])
         return
     if invalid_partition is not None:
-        console.print(styled("[bold]{}[/bold]: {}", r.profile.name, f"{plan.num_layers} layers over {len(plan.partition)} stage(s); layer_partition {invalid_partition} (profile)")
-                      + " [bold red]INVALID[/bold red]: no plan (vLLM would refuse this split at engine start)")
+        console.print(styled("[bold]{}[/bold]: {} [bold red]INVALID[/bold red]: no plan (vLLM would refuse this split at engine start)", r.profile.name,
+                             f"{plan.num_layers} layers over {len(plan.partition)} stage(s); layer_partition {invalid_partition} (profile)"))
         render_findings(console, [f for f in findings if f.severity == "error"])
         return
     console.print(styled("[bold]{}[/bold]: {}", r.profile.name, f"{plan.num_layers} layers over {len(plan.partition)} stage(s) {list(plan.partition)} ({plan.partition_source}); runner {plan.runner.upper()}"))
@@ -181,7 +181,7 @@ def render_plan(r, findings, console: Console | None = None, invalid_partition: 
         )
     console.print(t)
     if taps_shown:
-        console.print(f"[dim]{PLAN_TAP_LEGEND}[/dim]")
+        console.print(styled("[dim]{}[/dim]", PLAN_TAP_LEGEND), soft_wrap=False)  # wrapped at the width
     for note in plan.notes:
         console.print(styled("[dim]note: {}[/dim]", note))
     errs = [f for f in findings if f.severity != "info"]

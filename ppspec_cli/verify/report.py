@@ -232,7 +232,7 @@ def render_table(report: Report | dict, console: Any = None) -> None:
         row("arithmetic score", f"{ts.get('correct')}/{ts.get('total')} = {ts.get('score'):.3f}")
     console.print(t)
     if ts and ts.get("total"):
-        console.print(f"[dim]arithmetic score: {ARITHMETIC_NOTE}[/dim]", highlight=False, soft_wrap=True)
+        console.print(styled("[dim]arithmetic score: {}[/dim]", ARITHMETIC_NOTE), highlight=False, soft_wrap=True)
     for w in r.get("warnings", []):
         console.print(styled("[yellow]warning:[/yellow] {}", w))
     print_gate_lines(r, console)
