@@ -130,6 +130,6 @@ def pd_report(prof, profile_path: str, offline: bool, json_out: bool, *, plan: b
         render_pd_plan(d, rows, findings)
     else:
         render_pd_check(d, findings)
-    if plan:  # as for one engine: 1 without a plan, or when `check` would say no
-        return 0 if ok and all(r.plan is not None for r in d.roles.values()) else 1
+    if plan:  # as for one engine: 1 without a plan
+        return 0 if all(r.plan is not None for r in d.roles.values()) else 1
     return 0 if ok else 1

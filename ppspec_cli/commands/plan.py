@@ -18,11 +18,10 @@ def invalid_partition(r) -> list[int] | None:
 
 
 def run(profile: str, json_out: bool, offline: bool) -> int:
-    """Print the plan. Exit 0 when it is the plan `serve` would launch; 1 when there is none, the
-    profile's layer_partition is invalid (no table: the default split is not the profile's), or
-    `check` finds errors (the verdict `check`, `serve --dry-run` and `export` give)."""
+    """Print the plan. Exit 0 when a plan of the profile's own split could be built (the findings
+    printed with it; `check` gives the launch verdict); 1 when there is none or the profile's
+    layer_partition is invalid (no table: the default split is not the profile's)."""
     from ppspec_cli.commands.render import render_plan
-    from ppspec_cli.planning.engine_options import refusals
     from ppspec_cli.planning.rules import run_rules
 
     prof = load(profile)
@@ -39,4 +38,4 @@ def run(profile: str, json_out: bool, offline: bool) -> int:
         print(json.dumps(out, indent=2))
     else:
         render_plan(r, findings, invalid_partition=bad)
-    return 1 if r.plan is None or bad is not None or refusals(findings) else 0
+    return 1 if r.plan is None or bad is not None else 0
