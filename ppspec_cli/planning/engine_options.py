@@ -195,10 +195,11 @@ def _refusal(code: str, field: str, message: str, fix: str) -> Finding:
     return Finding(code, "warning" if code in AT_LAUNCH else "error", field, message, fix)
 
 
-#: Refusals about the machine `serve` runs on rather than the profile: `check`, `serve --dry-run`
-#: and `export` (often run on a login node, where the key is not exported) report them as warnings
-#: and say that `serve` will refuse there; `serve` itself refuses on them when it launches.
-AT_LAUNCH = frozenset({"api-key-env-unset"})
+#: Refusals about how and where `serve` is started rather than the profile: `check`, `serve
+#: --dry-run` and `export` (often run on a login node, where the key is not exported; for SLURM or
+#: Kubernetes, which supply the head) report them as warnings and say that `serve` will refuse;
+#: `serve` itself refuses on them when it launches.
+AT_LAUNCH = frozenset({"api-key-env-unset", "topology-master-addr"})
 
 
 def serve_refuses(f: Finding, *, launching: bool = False) -> bool:
