@@ -104,8 +104,11 @@ def _checked(prof, profile: str, offline: bool, node_rank, run_dir, where: dict,
         findings = run_pd_rules(resolve_roles(prof, profile_path=profile, offline=offline, progress=progress, given={role: r}))
     else:
         findings = run_rules(r)
-    errors = refusals(findings, launching=not dry_run)  # a dry run gives `check`'s verdict
+    errors = refusals(findings, launching=not dry_run)  # a dry run gives `check`'s verdict...
     if dry_run:
+        from ppspec_cli.planning.engine_options import DRY_RUN_REFUSES
+
+        errors += [f for f in findings if f.code in DRY_RUN_REFUSES and f not in errors]  # ...but prints no launch that cannot run
         # A dry run previews the launch for the nodes that will serve it, which may not be this
         # machine: that this machine's vLLM build cannot serve the platform is printed, not fatal.
         errors = [f for f in errors if f.code != "platform-not-served"]

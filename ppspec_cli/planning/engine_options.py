@@ -200,6 +200,10 @@ def _refusal(code: str, field: str, message: str, fix: str) -> Finding:
 #: Kubernetes, which supply the head) report them as warnings and say that `serve` will refuse;
 #: `serve` itself refuses on them when it launches.
 AT_LAUNCH = frozenset({"api-key-env-unset", "topology-master-addr"})
+#: Of those, what a dry run outside SLURM refuses too: the by-hand command lines it prints could not
+#: run (no head address to give the nodes); `check` and the exports (whose scheduler supplies the
+#: head) only warn.
+DRY_RUN_REFUSES = frozenset({"topology-master-addr"})
 
 
 def serve_refuses(f: Finding, *, launching: bool = False) -> bool:
