@@ -58,14 +58,17 @@ def check(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (for scripts) instead of a table."),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub; use local files and the HF cache only."),
     probes: bool = typer.Option(False, "--probes/--no-probes", help="Also run behaviour probes of the installed vLLM (tripwires). Imports vLLM: tens of seconds. `serve` runs them inside every engine process anyway."),
+    severity: str = typer.Option("info", "--severity", metavar="LEVEL", help="Show findings of this severity or worse: error, warning or info (all). The verdict and --json always count every finding."),
+    quiet: bool = typer.Option(False, "--quiet", help="Errors and warnings only (--severity warning)."),
 ) -> None:
     """Preflight a profile: read the checkpoints' metadata and the installed vLLM, report every problem.
 
-    Exit code: 0 when no error-severity finding, 1 when there is one, 2 on usage errors.
+    Exit code: 0 when no error-severity finding (`ppspec serve` would launch), 1 when there is one, 2 on
+    usage errors. Every finding code is explained in `ppspec docs --findings` (docs/findings.md).
     """
     from ppspec_cli.commands import check as command
 
-    raise typer.Exit(command.run(profile, json_out, offline, probes))
+    raise typer.Exit(command.run(profile, json_out, offline, probes, "warning" if quiet and severity == "info" else severity))
 
 
 @app.command()
@@ -94,22 +97,26 @@ def serve(
     master_port: Optional[int] = typer.Option(None, "--master-port", min=1, max=65535, help="The head's rendezvous port (overrides launch.master_port)."),
     host: Optional[str] = typer.Option(None, "--host", help="Address the API server binds (overrides server.host)."),
     role: Optional[str] = typer.Option(None, "--role", help="Disaggregated profiles (`roles:`): which engine to start, `prefill` or `decode`. With --dry-run and no --role, both engines and the router."),
+    verbose: bool = typer.Option(False, "--verbose", help="Stream the engine's whole log to the terminal (default: a line per start-up phase and vLLM's warnings and errors; RUN_DIR/engine.log always has all of it)."),
 ) -> None:
     """Check the profile, then launch the vLLM server with the adapter pack applied in every engine process.
 
     Refuses to start when `check` finds an error. Waits for /health, prints where it listens and a
     curl line, streams the engine log, and on Ctrl-C / SIGTERM stops the whole process tree.
 
-    Exit code: 130 stopped by Ctrl-C, 143 by SIGTERM, 129 by SIGHUP (128+N for signal N: while
-    serving after a clean shutdown, or before the engine was ready); 1 refused by `check`, or the
-    engine failed (exited, never became healthy, port taken); 2 usage errors; 4 the engine started
-    but not every engine process confirmed an ok ppspec plugin status (API server, engine core, and
-    every worker through the engine core): the engine was stopped (docs/architecture.md).
+    Exit code: 0 the dry run printed a launch `serve` would start (a real serve runs until it is
+    stopped); 1 a check or launch failed: refused (the reasons are printed; `check` reports them
+    too), or the engine failed (exited, never became healthy, port taken, a node lost); 2 usage
+    errors or unreadable input; 3 an internal error (a ppspec bug: --debug shows it); 4 the engine
+    started but not every engine process confirmed an ok ppspec plugin status (API server, engine
+    core, and every worker through the engine core): the engine was stopped (docs/architecture.md);
+    130 stopped by Ctrl-C, 143 by SIGTERM, 129 by SIGHUP (128+N for signal N, while serving after a
+    clean shutdown or before the engine was ready).
     """
     from ppspec_cli.commands import serve as command
 
     where = {"master_addr": master_addr, "master_port": master_port, "host": host}
-    raise typer.Exit(command.run(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where, role))
+    raise typer.Exit(command.run(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where, role, verbose))
 
 
 @app.command()
@@ -223,12 +230,14 @@ def verify(
 
 @app.command()
 def docs(
-    out: Optional[str] = typer.Option(None, "--out", help="Write the profile reference to this file instead of stdout."),
+    out: Optional[str] = typer.Option(None, "--out", help="Write the reference to this file instead of stdout."),
+    findings: bool = typer.Option(False, "--findings", help="The findings reference instead: every finding code, its cause and fix (docs/findings.md)."),
 ) -> None:
-    """Print the profile reference (generated from the schema's field descriptions)."""
+    """Print the profile reference (generated from the schema's field descriptions), or with
+    --findings the reference of every finding code."""
     from ppspec_cli.commands import docs as command
 
-    raise typer.Exit(command.run(out))
+    raise typer.Exit(command.run(out, findings))
 
 
 @adapters_app.command("list")
@@ -240,8 +249,9 @@ def adapters_list_cmd(json_out: bool = typer.Option(False, "--json", help="Print
 
 
 @adapters_app.command("show")
-def adapters_show_cmd(name: str = typer.Argument(..., metavar="NAME", help="Pack name (see `ppspec adapters list`)."), json_out: bool = typer.Option(False, "--json", help="Print the pack as one JSON object.")) -> None:
-    """Show one adapter pack: what it matches, provides and patches."""
+def adapters_show_cmd(name: str = typer.Argument(..., metavar="NAME", help="Pack name (see `ppspec adapters list`), or a model architecture as its config.json names it: the pack that covers it."), json_out: bool = typer.Option(False, "--json", help="Print the pack as one JSON object.")) -> None:
+    """Show one adapter pack: what it matches, provides and patches. Given an architecture name,
+    say which pack covers it and show that pack."""
     from ppspec_cli.commands.adapters import adapters_show
 
     raise typer.Exit(adapters_show(name, json_out))

@@ -154,3 +154,38 @@ def test_plugins_allow_list_with_ppspec_passes():
 def test_hf_overrides_that_keep_the_depth_pass():
     assert launch_refusals({"hf-overrides": {"rope_theta": 1e6}}, {}, None, {}) == []
     assert [f.code for f in launch_refusals({"hf-overrides": {"num_nextn_predict_layers": 2}}, {}, None, {})] == ["engine-overrides-depth"]
+
+
+# One verdict for "would this launch" (engine_options.serve_refuses): `check`, `serve --dry-run` and
+# `export slurm` exit alike on the same profile, and a dry run names the reason when it is no.
+
+
+def _verdicts(prof: Path, tmp_path: Path) -> dict[str, tuple[int, str]]:
+    out = {"check": _cli("check", str(prof), "--offline")}
+    out["dry-run"] = _cli("serve", str(prof), "--offline", "--dry-run", "--run-dir", str(tmp_path / "run"))
+    rc, text = _cli("serve", str(prof), "--offline", "--dry-run", "--json", "--run-dir", str(tmp_path / "run"))
+    out["dry-run --json"] = (rc, text)
+    out["export slurm"] = _cli("export", "slurm", str(prof), "--offline", "-o", str(tmp_path / "job.sbatch"))
+    return out
+
+
+def test_an_unset_api_key_is_a_warning_for_all_three_and_a_refusal_at_launch(base, tmp_path):
+    """The key is exported where the engine serves, not necessarily where the profile is checked or
+    exported: check, the dry run and the export all pass (with the warning), serve itself refuses."""
+    prof = _write(tmp_path, base, {"server": {"api_key_env": "PPSPEC_TEST_UNSET_KEY"}})
+    v = _verdicts(prof, tmp_path)
+    assert {k: rc for k, (rc, _) in v.items()} == {"check": 0, "dry-run": 0, "dry-run --json": 0, "export slurm": 0}, v
+    assert "api-key-env-unset" in v["check"][1] and "api-key-env-unset" in v["dry-run"][1]
+    js = json.loads(v["dry-run --json"][1])
+    assert js["ok"] is True and js["refused_by"] == []
+    rc, out = _cli("serve", str(prof), "--offline", "--run-dir", str(tmp_path / "run"))
+    assert rc == 1 and "api-key-env-unset" in out and "not found" not in out, out
+
+
+def test_an_error_is_a_no_from_all_three_with_the_reason(base, tmp_path):
+    prof = _write(tmp_path, base, {"topology": {"pipeline_parallel": 2, "layer_partition": [10, 20]}})
+    v = _verdicts(prof, tmp_path)
+    assert {k: rc for k, (rc, _) in v.items()} == {"check": 1, "dry-run": 1, "dry-run --json": 1, "export slurm": 1}, v
+    assert "would refuse this profile: 1 error(s): partition-sum" in v["dry-run"][1]
+    assert json.loads(v["dry-run --json"][1])["refused_by"] == ["partition-sum"]
+    assert "partition-sum" in v["export slurm"][1]

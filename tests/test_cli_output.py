@@ -109,12 +109,23 @@ def _plan_output(make_checkpoint, **drafter) -> str:
 def test_plan_without_a_tap_drafter_has_no_tap_columns(make_checkpoint):
     out = _plan_output(make_checkpoint)
     assert "32 layers over 2 stage(s)" in out and "lm_head" in out
-    for gone in ("taps made", "taps in", "relay to next stage", "slot(s)", "B/tok"):
+    for gone in ("taps made", "taps received", "sends to next stage", "B/token", "capture points"):
         assert gone not in out, out
     d = make_checkpoint("sf", "sgl-project__SpecForge/llama3-8B-eagle3.json")
     out = _plan_output(make_checkpoint, method="eagle3", model=str(d))
-    for shown in ("taps made", "taps in", "relay to next stage", "slot(s)"):
+    for shown in ("taps made", "taps received", "sends to next stage", "KiB/token", "taps are vLLM capture points"):
         assert shown in out, out
+
+
+def test_plan_tap_columns_hold_tap_ids_not_counts(make_checkpoint):
+    """Issue 26: a column of slot counts (`2`) read like tap 2. Stage 1 of a 32-layer PP=2 plan with
+    taps [2, 16, 29] receives taps 2 and 16 and sends nothing; stage 0 sends 2 and 16."""
+    d = make_checkpoint("sf", "sgl-project__SpecForge/llama3-8B-eagle3.json")
+    out = _plan_output(make_checkpoint, method="eagle3", model=str(d))
+    rows = {ln.split("│")[1].strip(): [c.strip() for c in ln.split("│")[1:-1]] for ln in out.splitlines() if ln.startswith("│") and ln.split("│")[1].strip().isdigit()}
+    cols = slice(3, 6)  # stage, node, layers, then the tap columns
+    assert rows["0"][cols] == ["2, 16", "—", "2, 16 (16.0 KiB/token)"], rows
+    assert rows["1"][cols] == ["29", "2, 16", "—"], rows
 
 
 def readme_rows() -> dict[tuple[str, ...], str]:

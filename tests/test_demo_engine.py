@@ -207,3 +207,15 @@ def test_engine_killed_while_serving_leaves_nothing_and_no_key(demo):
     for f in files:
         assert KEY.encode() not in f.read_bytes(), f"the API key is in {f}"
     assert KEY not in out + "".join(demo.outputs)
+
+
+def test_serve_output_up_to_ready_fits_one_screen(demo):
+    """Issue 26: the default output up to the ready lines fits one 80x24 terminal (a line per
+    start-up phase, a few vLLM warnings); the whole engine log (route list, config dump) is in
+    engine.log, not on the terminal."""
+    out = demo.s.log_path.read_text(errors="replace")  # the serve process's own output (the engine may be stopped by now)
+    until = out.split("stop with Ctrl-C", 1)[0].splitlines() + ["ppspec: stop with Ctrl-C"]
+    rows = sum(max(1, -(-len(ln) // 80)) for ln in until)
+    assert rows <= 24, f"{rows} rows at 80 columns before ready:\n" + "\n".join(until)
+    assert "Route:" not in out and "engine: loading the model" in out, out[-3000:]
+    assert "Route:" in (demo.run_dir / "engine.log").read_text(errors="replace")

@@ -389,7 +389,7 @@ def test_taps_runner_mismatch_on_v1(make_checkpoint):
     d = make_checkpoint("dfl", {**fixture_config("sgl-project__SpecForge", "qwen3-8b-dflash.json"), "target_layer_ids": [1, 9, 17, 25, 33]})
     r, by = check(qwen, d, method="dflash", platform="cpu")
     assert r.runner == "v1"
-    f = expect(by, "taps-runner-mismatch", "warning", "drafter.model")
+    f = expect(by, "taps-runner-mismatch", "info", "drafter.model")  # fixed by the overlay: nothing to do
     assert "[2, 18, 33]" in f.message  # what V1 would tap: the defaults of a 36-layer target
     assert r.plan.taps == (2, 10, 18, 26, 34) and r.plan.taps_source == "overlay"
     r2, by2 = check(qwen, d, method="dflash", platform="cuda")
@@ -402,7 +402,7 @@ def test_taps_runner_mismatch_on_v1(make_checkpoint):
 def test_nested_eagle_config_v2(kimi_target, kimi_eagle3):
     r, by = check(kimi_target, kimi_eagle3, pp=2)
     assert r.runner == "v2" and r.plan.num_layers == 61
-    f = expect(by, "taps-nested-eagle-config", "warning", "drafter.model")
+    f = expect(by, "taps-nested-eagle-config", "info", "drafter.model")  # fixed by the overlay: nothing to do
     assert "eagle_config" in f.message and "[2, 30, 58]" in f.message and "[3, 31, 59]" in f.message
     assert r.engine_taps.key == "default"  # V2 ignores the nested key...
     assert r.plan.taps == (3, 31, 59) and r.plan.taps_source == "overlay"  # ...so ppspec overlays the trained taps
@@ -416,7 +416,7 @@ def test_nested_eagle_config_v2(kimi_target, kimi_eagle3):
 def test_nested_eagle_config_v1(kimi_target, kimi_eagle3):
     r, by = check(kimi_target, kimi_eagle3, platform="cpu")
     assert r.runner == "v1"
-    f = expect(by, "taps-nested-eagle-config", "warning")
+    f = expect(by, "taps-nested-eagle-config", "info")
     assert "V1 runner would tap [2, 30, 58]" in f.message  # as is: one layer early
     assert r.plan.taps == (3, 31, 59) and r.plan.taps_source == "overlay"
 
@@ -443,7 +443,7 @@ def test_nested_eagle_config_that_equals_v2_defaults(kimi_target, make_checkpoin
     assert by["taps-nested-eagle-config"][0].severity == "info" and "taps-default" not in by
     r1, by1 = check(kimi_target, d, platform="cpu")
     assert r1.plan.taps == (2, 30, 58) and r1.plan.taps_source == "overlay"
-    assert by1["taps-nested-eagle-config"][0].severity == "warning"
+    assert by1["taps-nested-eagle-config"][0].severity == "info" and "overlay" in by1["taps-nested-eagle-config"][0].message
 
 
 def test_pinned_taps_override_the_trap(kimi_target, kimi_eagle3):
@@ -1029,3 +1029,15 @@ def test_node_network_findings(llama, net):
     # one node: none of it
     _, by = check(llama, method=None, launch={"master_addr": "nodea"})
     assert not {"node-ports", "node-hostname-loopback", "node-head-unroutable"} & set(by)
+
+
+
+
+def test_no_warning_says_there_is_nothing_to_do():
+    """A warning asks the user to act: one whose fix is "nothing to do" is an info (issue 26)."""
+    for path in (REPO / "ppspec_cli").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and len(node.args) >= 5 and all(isinstance(a, ast.Constant) for a in node.args[1:2]):
+                sev, hint = node.args[1], node.args[4]
+                if sev.value == "warning" and isinstance(hint, ast.Constant) and isinstance(hint.value, str):
+                    assert not hint.value.lower().startswith("nothing to do"), f"{path.name}:{node.lineno}: a warning whose fix is 'nothing to do'"

@@ -46,5 +46,14 @@ def aux_attn_res_boundary(r: Any) -> Iterator[Finding]:
         )
 
 
+#: The codes these rules report, with cause and fix (the findings reference: `ppspec docs --findings`).
+CODES = {
+    "kimi_k3-aux-attn-res-boundary": (
+        "With the attention-residual stream on, vLLM refuses a tap that ends a non-final PP stage of an attention-residual Kimi-K3.",
+        "Move the stage boundary off the taps with `topology.layer_partition`, or unset the variable the message names.",
+    ),
+}
+
+
 def get_rules() -> list[tuple[str, Any]]:
     return [("aux-attn-res-boundary", aux_attn_res_boundary)]

@@ -330,8 +330,50 @@ def adapters_list(json_out: bool) -> int:
     return 0
 
 
+def packs_covering(arch: str) -> list[tuple[Pack, str]]:
+    """(pack, "target" | "drafter") for every pack that names architecture `arch` (exact name first;
+    else a case-insensitive match), as `adapter: auto` matches them."""
+    for same in (lambda a, b: a == b, lambda a, b: a.lower() == b.lower()):
+        got = [(p, role) for p in load_packs() for role, names in (("target", p.matches.targets), ("drafter", p.matches.drafters)) if any(same(n, arch) for n in names)]
+        if got:
+            return got
+    return []
+
+
 def adapters_show(name: str, json_out: bool) -> int:
-    """Print one pack in full. Unknown name: PpspecError listing the known ones."""
+    """Print one pack in full; NAME may also be an architecture (`Qwen3MoeForCausalLM`): then the
+    pack(s) that cover it, each in full. Neither: PpspecError listing the known packs."""
+    try:
+        get_pack(name)
+    except PpspecError:
+        covering = packs_covering(name)
+        if not covering:
+            names = ", ".join(sorted(p.name for p in load_packs()))
+            raise PpspecError(
+                f"unknown adapter pack {name[:80]!r}, and no pack covers an architecture of that name",
+                where="NAME",
+                fix=f"use a pack name ({names}) or an architecture from `ppspec adapters list`; an architecture no pack names runs under PP "
+                "only where vLLM supports it natively (`ppspec check PROFILE` says)",
+            ) from None
+        if json_out:
+            installed = installed_vllm()
+            packs = [p for p, _ in covering]
+            errs = _import_errors_for(packs, installed)
+            print(json.dumps({"architecture": name, "packs": [{**pack_record(p, installed, errs), "covers_as": role} for p, role in covering]}, indent=2))
+            return 0
+        from ppspec_cli.io.terminal import styled
+
+        c = _console()
+        for p, role in covering:
+            c.print(styled("[bold]{}[/bold] is covered by pack [bold]{}[/bold] (as a {}; `adapter: auto` picks it)", name, p.name, role), highlight=False)
+        for p, _ in covering:
+            c.print()
+            _show(p.name, False)
+        return 0
+    return _show(name, json_out)
+
+
+def _show(name: str, json_out: bool) -> int:
     pack = get_pack(name)
     installed = installed_vllm()
     anchors = probe_anchors([pack], installed.platform, verdict(installed.version).facts_version) if installed and _needs_anchor_read(pack, installed) else {}

@@ -7,10 +7,15 @@ import json
 from ppspec_cli.commands.common import load, progress, report_json, resolve_profile
 
 
-def run(profile: str, json_out: bool, offline: bool, probes: bool) -> int:
-    """Preflight one profile; 0 when no error-severity finding, else 1."""
+def run(profile: str, json_out: bool, offline: bool, probes: bool, min_severity: str = "info") -> int:
+    """Preflight one profile; 0 when no error-severity finding, else 1. `min_severity`: the least
+    severe findings shown in the table (the verdict and the JSON count all)."""
+    from ppspec_cli.commands.render import SEVERITIES
+    from ppspec_cli.errors import PpspecError
     from ppspec_cli.planning.rules import run_rules
 
+    if min_severity not in SEVERITIES:
+        raise PpspecError(f"--severity {min_severity[:40]!r} is not a severity", where="--severity", fix="use error, warning or info", exit_code=2)
     prof = load(profile)
     if prof.disaggregated:
         return pd_report(prof, profile, offline, json_out, plan=False)
@@ -24,7 +29,7 @@ def run(profile: str, json_out: bool, offline: bool, probes: bool) -> int:
     if not probes and r.vllm is not None:
         from ppspec_cli.findings import Finding
 
-        probe_results.append(Finding("probes-not-run", "info", "platform", f"behaviour probes of the installed vLLM {r.vllm.version} not run (fast mode), nor the `engine:` option names checked against its parser (engine-unknown-option)", "add --probes to run both here; `ppspec serve` checks the names and runs the probes in every engine process"))
+        probe_results.append(Finding("probes-not-run", "info", "platform", f"vLLM {r.vllm.version}'s behaviour probes and the `engine:` option names were not checked (fast mode)", "`check --probes` checks both; `ppspec serve` always does"))
     if probes and r.vllm is not None:
         findings = settled_by_probes(r, findings, probe_results)
     findings = findings + [p for p in probe_results]
@@ -34,8 +39,10 @@ def run(profile: str, json_out: bool, offline: bool, probes: bool) -> int:
         out = report_json(r, findings)
         print(json.dumps(out, indent=2))
     else:
-        render_check(r, findings)
-    return 0 if not any(f.severity == "error" for f in findings) else 1
+        render_check(r, findings, min_severity=min_severity)
+    from ppspec_cli.planning.engine_options import refusals
+
+    return 1 if refusals(findings) else 0  # the verdict `serve --dry-run` and `export` give too
 
 
 def settled_by_probes(r, findings, probe_results) -> list:
@@ -104,7 +111,9 @@ def pd_report(prof, profile_path: str, offline: bool, json_out: bool, *, plan: b
     d = resolve_roles(prof, profile_path=profile_path, offline=offline, progress=progress)
     findings = run_pd_rules(d)
     rows = name_table(d)
-    ok = not any(f.severity == "error" for f in findings)
+    from ppspec_cli.planning.engine_options import refusals
+
+    ok = not refusals(findings)  # the one verdict (engine_options.serve_refuses)
     if json_out:
         out = {
             "ok": ok,
@@ -121,6 +130,6 @@ def pd_report(prof, profile_path: str, offline: bool, json_out: bool, *, plan: b
         render_pd_plan(d, rows, findings)
     else:
         render_pd_check(d, findings)
-    if plan:
+    if plan:  # as for one engine: 1 without a plan
         return 0 if all(r.plan is not None for r in d.roles.values()) else 1
     return 0 if ok else 1

@@ -31,8 +31,10 @@ def resolve_profile(prof, profile_path: str, offline: bool):
 
 
 def report_json(r, findings) -> dict[str, Any]:
+    from ppspec_cli.planning.engine_options import refusals
+
     return {
-        "ok": not any(f.severity == "error" for f in findings),
+        "ok": not refusals(findings),
         "profile": r.profile.name,
         "findings": [f.to_json() for f in findings],
         "platform": r.platform,

@@ -1,7 +1,8 @@
 """Generate the profile reference and the adapter pack manifest reference from the pydantic
 schemas, so the docs never drift from the code.
 
-`ppspec docs --out docs/profile-reference.md` writes the first; `python -m ppspec_cli.commands.docs
+`ppspec docs --out docs/profile-reference.md` writes the first (`ppspec docs --findings --out
+docs/findings.md` the findings reference, from planning/finding_codes.py); `python -m ppspec_cli.commands.docs
 docs/adapters.md` rewrites the generated part of the second (between its two markers)."""
 
 from __future__ import annotations
@@ -120,11 +121,21 @@ def with_manifest_reference(doc: str) -> str:
     return f"{head}{ADAPTERS_START}\n\n{manifest_reference()}\n{ADAPTERS_END}{tail}"
 
 
-def run(out: str | None) -> int:
-    """`ppspec docs [--out FILE]`: the profile reference to stdout or a file."""
+def findings_reference() -> str:
+    """docs/findings.md: every finding code with cause and fix (planning/finding_codes.py), and
+    the names of the engine probes (`probe-<name>`)."""
+    from ppspec_cli.planning.finding_codes import reference_markdown
+    from ppspec_cli.running.engine.probes import PROBE_NAMES
+
+    return reference_markdown(list(PROBE_NAMES))
+
+
+def run(out: str | None, findings: bool = False) -> int:
+    """`ppspec docs [--findings] [--out FILE]`: the profile reference (or the findings reference)
+    to stdout or a file."""
     from ppspec_cli.io import safeio
 
-    text = profile_reference()
+    text = findings_reference() if findings else profile_reference()
     if out:
         safeio.write_text(out, text, what=out, where="--out", exit_code=2)
     else:

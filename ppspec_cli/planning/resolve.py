@@ -213,6 +213,32 @@ def mtp_layers(r: Resolved) -> int | None:
     return facts.mtp_layer_count(r.target.text, m.keys, m.default, m.fixed)
 
 
+def _target_weights(target: Checkpoint, n: int, tf) -> tuple[list[int] | None, int | None, int | None, list[str]]:
+    """(bytes per layer, embedding bytes, lm_head bytes, notes for the plan): exact from safetensors
+    headers; else the index's total spread over the layers; else estimated from config.json
+    (planning/weights.py); else unknown."""
+    lw = target.layer_weight_bytes(n, tf.tower_prefixes if tf is not None else ())
+    embed_b = lm_b = None
+    notes: list[str] = []
+    if target.tensors:
+        emb = [t for t in target.tensors.values() if t.name.endswith("embed_tokens.weight")]
+        lm = [t for t in target.tensors.values() if t.name.endswith("lm_head.weight")]
+        embed_b = emb[0].nbytes if emb else None
+        lm_b = lm[0].nbytes if lm else embed_b
+    elif target.index_total_size:
+        lw = [target.index_total_size // n] * n
+        notes.append("memory per stage is approximate: the index's total size spread evenly over the layers (headers not read)")
+    else:
+        from ppspec_cli.planning.weights import estimate
+
+        est = estimate(tf.weight_layout if tf is not None else None, target.text, target.dtype_bytes)
+        if est is not None:
+            lw, embed_b, lm_b = est
+            notes.append("memory per stage is estimated from config.json (no index or safetensors headers here): attention + MLP per layer, "
+                         "embedding and lm_head, in the config's dtype; the drafter is not counted")
+    return lw, embed_b, lm_b, notes
+
+
 def resolve(
     profile: Profile,
     *,
@@ -273,17 +299,7 @@ def resolve(
             drafter_has_embed = any(x.endswith("embed_tokens.weight") for x in r.drafter.tensor_names() or ())
         embed_cap = m.target_embed_capability if m is not None else None
         needs_embed = r.pp > 1 and m is not None and (m.needs_target_embed or (embed_cap is not None and r.support(embed_cap).ok))
-        lw = r.target.layer_weight_bytes(n, tf.tower_prefixes if tf is not None else ())
-        embed_b = lm_b = None
-        notes: list[str] = []
-        if r.target.tensors:
-            emb = [t for t in r.target.tensors.values() if t.name.endswith("embed_tokens.weight")]
-            lm = [t for t in r.target.tensors.values() if t.name.endswith("lm_head.weight")]
-            embed_b = emb[0].nbytes if emb else None
-            lm_b = lm[0].nbytes if lm else embed_b
-        elif r.target.index_total_size:
-            lw = [r.target.index_total_size // n] * n
-            notes.append("memory per stage is approximate: the index's total size spread evenly over the layers (headers not read)")
+        lw, embed_b, lm_b, notes = _target_weights(r.target, n, tf)
         drafter_b = sum(t.nbytes for t in r.drafter.tensors.values()) if r.drafter and r.drafter.tensors else None
         if drafter_has_embed is False:
             notes.append("the drafter has no embed_tokens: it shares the target's embedding")

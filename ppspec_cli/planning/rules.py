@@ -243,8 +243,8 @@ def topology(r: Resolved) -> Iterator[Finding]:
             "topology-install-everywhere",
             "info",
             "topology.nodes",
-            "every node must have ppspec installed: its vLLM plugin applies the adapter pack inside every worker",
-            "pip install ppspec (same version) on each node; `ppspec serve PROFILE --node-rank i` on node i",
+            "every node must have the same ppspec and vLLM installed: ppspec's vLLM plugin applies the adapter pack inside every worker",
+            "install the same ppspec wheel next to vLLM on each node (README: Install on a GPU cluster) and compare `ppspec --version` there; then `ppspec serve PROFILE --node-rank i` on node i",
         )
     n = r.target.num_layers if r.target else None
     pp = t.pipeline_parallel
@@ -430,8 +430,13 @@ def taps(r: Resolved) -> Iterator[Finding]:
                 "taps-default",
                 "warning",
                 "drafter.model",
-                f"the drafter config names no taps, so vLLM taps the target's defaults {list(default_taps(n))}. A drafter trained on other taps collapses acceptance silently (vLLM issue #50170: 1.2%)",
-                "pin drafter.taps to the taps the drafter was trained on",
+                f"the drafter config names no taps, so vLLM taps the target's defaults {list(default_taps(n))} (capture points: the hidden states "
+                f"entering those layers, i.e. the outputs of layers {[t - 1 for t in default_taps(n)]}). Right for heads trained on them (EAGLE-3's reference "
+                "trainer, SafeAILab/EAGLE, which made the yuhuili/EAGLE3-* heads, reads exactly these layers); a drafter trained on other taps "
+                "collapses acceptance silently (vLLM issue #50170: 1.2%)",
+                f"find the layers in the drafter's training recipe or model card (SpecForge/SGLang write them as eagle_aux_hidden_state_layer_ids, "
+                f"output-of-layer ids = tap - 1); if they are the defaults, pin `drafter.taps: {list(default_taps(n))}` to say so; else pin the right ones. "
+                "On a live server `ppspec verify` shows it: an acceptance rate near 0 (drafter gate) means wrong taps",
             )
         elif nested:
             # The runner ignores (V2) the nested key but its defaults happen to equal the trained taps.
@@ -448,7 +453,7 @@ def taps(r: Resolved) -> Iterator[Finding]:
         served = list(r.engine_taps.taps) if r.engine_taps and r.engine_taps.taps else list(default_taps(n))
         yield _f(
             "taps-nested-eagle-config" if nested else "taps-runner-mismatch",
-            "warning",
+            "info",  # ppspec fixes it: nothing for the user to do (an info, not a warning)
             "drafter.model",
             (
                 f"the drafter nests its taps as `eagle_config.eagle_aux_hidden_state_layer_ids` {list(r.trained.raw or ())} (read as {_convention(d)} = vLLM taps {list(r.trained.taps or ())}); "

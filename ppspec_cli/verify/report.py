@@ -231,9 +231,19 @@ def render_table(report: Report | dict, console: Any = None) -> None:
     if ts and ts.get("total"):
         row("arithmetic score", f"{ts.get('correct')}/{ts.get('total')} = {ts.get('score'):.3f}")
     console.print(t)
+    if ts and ts.get("total"):
+        console.print(styled("[dim]arithmetic score: {}[/dim]", ARITHMETIC_NOTE), highlight=False, soft_wrap=True)
     for w in r.get("warnings", []):
         console.print(styled("[yellow]warning:[/yellow] {}", w))
     print_gate_lines(r, console)
+
+
+#: What the arithmetic score row means (printed under the table whenever it is shown).
+ARITHMETIC_NOTE = (
+    "how many of this run's built-in arithmetic prompts came back with the exact integer answer. "
+    "It means something only next to a speculation-off run of the same model (--reference FILE, task gate): "
+    "speculation must not lower it. The tiny demo models are not trained language models: they score 0 either way."
+)
 
 
 def print_gate_lines(r: dict, console: Any) -> None:

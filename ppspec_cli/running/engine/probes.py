@@ -484,6 +484,10 @@ def probe_pack_own(family: Any) -> list[ProbeResult]:
     return out
 
 
+#: Every probe run_probes runs, in its order (the packs' own come after, named `<pack>-<name>`).
+PROBE_NAMES = ("draft-pp-pinned", "tap-set-normalized", "tap-resolution-v2", "tap-resolution-v1", "partition", "model-runner-v2", "vllm-version", "pack-patches", "inner-decoder-opt-in", "target-embed-last-stage")
+
+
 def run_probes(
     *,
     target_arch: str | None,
@@ -499,8 +503,7 @@ def run_probes(
     """Every probe, in a fixed order, then the describing packs' own (`family`). Without an
     importable vLLM every probe is not_run."""
     if installed_vllm() is None:
-        names = ["draft-pp-pinned", "tap-set-normalized", "tap-resolution-v2", "tap-resolution-v1", "partition", "model-runner-v2", "vllm-version", "pack-patches", "inner-decoder-opt-in", "target-embed-last-stage"]
-        return [_not_run(n, "vLLM is not installed here") for n in names]
+        return [_not_run(n, "vLLM is not installed here") for n in PROBE_NAMES]
     return [
         probe_draft_pp_pinned(),
         probe_tap_set_normalized(),

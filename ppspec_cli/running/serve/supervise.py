@@ -43,6 +43,95 @@ LIKELY_CAUSES: list[tuple[str, str]] = [
 ]
 
 
+#: A vLLM log line: `(ProcessName pid=N) LEVEL MM-DD HH:MM:SS [file.py:N] message` (the process
+#: part absent in the main process).
+_VLLM_LINE = re.compile(r"^(?:\([^)]*\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] ?(.*)$")
+#: The phases of an engine start, as vLLM (0.30-0.33) logs them: (pattern, the one line shown).
+ENGINE_PHASES: list[tuple[str, str]] = [
+    (r"non-default args|vLLM API server version", "API server process up"),
+    (r"Initializing a V1 LLM engine", "engine core starting"),
+    (r"Starting to load model", "loading the model"),
+    (r"Loading drafter model|Loading draft model", "loading the drafter"),
+    (r"init engine .* took", "KV cache allocated, model warmed up"),
+    (r"Starting vLLM (API )?server on", "HTTP server starting"),
+]
+#: Distinct vLLM warnings shown (one row each) before the rest are only counted: start-up on the CPU
+#: platform alone logs a dozen, and the ready lines must stay on the screen.
+SHOWN_WARNINGS = 3
+#: Python's multiprocessing resource tracker, when vLLM's processes are stopped by a signal: it
+#: reports the named semaphores they did not unlink, and unlinks them itself (harmless).
+_LEAKED = re.compile(r"resource_tracker: There appear to be (\d+) leaked (semaphore|shared_memory) objects")
+
+
+class EngineOutput:
+    """What of the engine's output reaches the terminal. By default a progress line per start-up
+    phase (ENGINE_PHASES), vLLM's errors, and its first SHOWN_WARNINGS distinct warnings (one row
+    each; the others are counted, `hidden_warnings`); with `verbose`, every line. engine.log always
+    has every line. Terminal text goes through io.terminal.safe (printed by a rich console, so the
+    escapes are its own)."""
+
+    def __init__(self, log: Callable[[str], None], verbose: bool):
+        from rich.console import Console
+
+        self.log, self.verbose = log, verbose
+        self.phases_seen: set[int] = set()
+        self.warned: set[str] = set()
+        self.stopping = False  # set once ppspec stops the engine: what it logs while being stopped stays in engine.log
+        self.leaked: dict[str, int] = {}  # kind (semaphore, shared_memory) -> count the resource tracker reported
+        self.last_shown = time.monotonic()
+
+        class _Console(Console):
+            def on_broken_pipe(self) -> None:  # rich's default ends the process (SystemExit) and redirects stdout
+                raise BrokenPipeError("the terminal output is closed")
+
+        self._console = _Console(stderr=True, highlight=False, soft_wrap=True)
+
+    @property
+    def hidden_warnings(self) -> int:
+        return max(0, len(self.warned) - SHOWN_WARNINGS)
+
+    def _print(self, text: str, one_row: bool = False) -> None:
+        from ppspec_cli.io.terminal import safe
+
+        if one_row:
+            width = max(40, self._console.width)
+            text = text if len(text) <= width else text[: width - 1] + "…"
+        self._console.print(safe(text))
+        self.last_shown = time.monotonic()
+
+    def feed(self, line: str) -> None:
+        """One line of engine output (without its newline); may raise OSError/ValueError when our
+        stderr is gone (the caller stops writing then)."""
+        text = redact.redact(line)
+        m = _LEAKED.search(text)
+        if m:
+            self.leaked[m.group(2)] = self.leaked.get(m.group(2), 0) + int(m.group(1))
+        if self.verbose:
+            self._print(text)
+            return
+        v = _VLLM_LINE.match(text)
+        if v is None:
+            return
+        level, msg = v.groups()
+        if self.stopping:
+            return
+        if level in ("ERROR", "CRITICAL"):
+            self._print(f"ppspec: vLLM {level.lower()}: {msg}")
+        elif level == "WARNING":
+            if msg.startswith("[shutdown]") or msg in self.warned or len(self.warned) >= 1000:
+                return  # the stop ppspec itself asked for; or seen already
+            self.warned.add(msg)
+            if len(self.warned) <= SHOWN_WARNINGS:
+                self._print(f"ppspec: vLLM warning: {msg}", one_row=True)
+        else:
+            for i, (pat, what) in enumerate(ENGINE_PHASES):
+                if i not in self.phases_seen and re.search(pat, msg):
+                    self.phases_seen.add(i)
+                    self.log(f"engine: {what}")
+                    self.last_shown = time.monotonic()
+                    return
+
+
 def curl_line(url: str, model: str, key_env: str | None) -> str:
     """The pasteable completion request printed once the server is ready (the key by reference)."""
     body = json.dumps({"model": model, "prompt": "hello world", "max_tokens": 16, "temperature": 0})
@@ -101,6 +190,9 @@ class ServeResult:
 
 
 
+#: Seconds between two /health polls while the engine starts (each is one loopback GET): ready is
+#: reported at most this late after the engine is.
+HEALTH_POLL_S = 0.25
 #: Seconds between SIGTERM to the engine's process group and SIGKILL of what is left of it.
 STOP_GRACE_S = 20.0
 #: Environment variable overriding STOP_GRACE_S (seconds; big engines may need longer to exit).
@@ -219,6 +311,7 @@ def run_engine(
     roll=None,
     verify_line: str | None = None,
     workload: Callable[[Callable[[], bool]], object] | None = None,
+    verbose: bool = False,
 ) -> ServeResult:
     """Start the engine for one node and supervise it until it exits or we are signalled.
 
@@ -232,6 +325,8 @@ def run_engine(
     finished, its exception in `error` when it raised. A signal or the engine's death makes
     `stop_requested()` true (the workload must then stop its own children) and is waited out for
     WORKLOAD_STOP_S before the engine is stopped.
+    `stream`: show engine output on the terminal at all; `verbose`: every line of it, else a line
+    per start-up phase and vLLM's warnings and errors (EngineOutput). engine.log has every line.
     """
     log = _never_raises(log or (lambda m: print(f"ppspec: {m}", file=sys.stderr, flush=True)))
     secrets: dict[str, str] = {}
@@ -243,13 +338,13 @@ def run_engine(
     with _Signals() as sigs:
         rd = lock_run_dir(spec.run_dir)  # held by descriptor from here to the last cleanup
         try:
-            return _run_locked(spec, node, sigs, secrets, health_timeout_s, drafter_revision, log, stream, roll, verify_line, workload, rd)
+            return _run_locked(spec, node, sigs, secrets, health_timeout_s, drafter_revision, log, stream, roll, verify_line, workload, rd, verbose)
         finally:
             rd.close()
 
 
 
-def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_revision, log, stream, roll=None, verify_line=None, workload=None, rd=None) -> ServeResult:
+def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_revision, log, stream, roll=None, verify_line=None, workload=None, rd=None, verbose=False) -> ServeResult:
     # Left by a run that was killed outright (we hold the lock, so no live run owns them).
     remove_engine_tmp(rd)
     remove_recorded_shm(rd)
@@ -290,7 +385,8 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
 
     def pump() -> None:
         """Drain the engine's output whatever happens to our own outputs: an engine whose pipe is
-        not read blocks as soon as the pipe buffer (64 KiB) is full."""
+        not read blocks as soon as the pipe buffer (64 KiB) is full. Every line goes to
+        engine.log; the terminal gets what `shown` lets through (EngineOutput)."""
         assert proc.stdout is not None
         to_file, to_terminal = True, stream
         for line in proc.stdout:
@@ -305,30 +401,38 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
                         log(f"warning: cannot write {log_path} any more ({e.strerror or e}); the engine log goes on on the terminal only")
             if to_terminal:
                 try:
-                    sys.stderr.write(line)
-                    sys.stderr.flush()
+                    shown.feed(line.rstrip("\n"))
                 except (OSError, ValueError):  # our stderr is gone (a closed pipe)
                     to_terminal = False
 
+    shown = EngineOutput(log, verbose)
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
     shm = ShmTracker(proc.pid, record=rd, before=shm_before)
     shm.start()
     result = ServeResult(1, "the engine supervisor stopped unexpectedly")
     try:
-        result = _supervise(spec, node, proc, sigs, reader, tail, log_path, health_timeout_s, log, shm.scan, roll, verify_line, workload, rd)
+        result = _supervise(spec, node, proc, sigs, reader, tail, log_path, health_timeout_s, shown, shm.scan, roll, verify_line, workload, rd)
     finally:
         shm.scan()  # last look before the processes go away
+        shown.stopping = True  # the tracebacks of a stopped engine (EngineDeadError...) are not news
         _terminate(proc, log, sigs=sigs, watch=shm.scan)
         shm.stop()
         shm.join(timeout=5)  # its last scan is done before cleanup reads what it saw
         reader.join(timeout=5)
         log_file.close()
         _cleanup(rd, shm_before, shm.seen)
+        if shown.leaked:
+            left = sorted(shm_snapshot() - shm_before)
+            what = " and ".join(f"{n} {kind.replace('_', ' ')} object(s)" for kind, n in sorted(shown.leaked.items()))
+            log(f"the 'leaked ... objects' warning in engine.log is Python's resource tracker removing {what} vLLM's stopped processes left: harmless"
+                + (" (nothing of the engine's is left in /dev/shm)" if not left else f"; still in /dev/shm: {', '.join(left[:5])}"))
     return result
 
 
-def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, health_timeout_s: float, log, before_stop: Callable[[], None], roll=None, verify_line=None, workload=None, rd=None) -> ServeResult:
+def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, health_timeout_s: float, shown: EngineOutput, before_stop: Callable[[], None], roll=None, verify_line=None, workload=None, rd=None) -> ServeResult:
+    """`shown`: the engine's output on the terminal (EngineOutput); its `log` prints ppspec's lines."""
+    log = shown.log
     log(f"engine starting (pid {proc.pid}); log: {log_path}")
 
     def exited(when: str) -> ServeResult:
@@ -364,10 +468,12 @@ def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, h
         now = time.monotonic()
         if now - t0 > health_timeout_s:
             return ServeResult(1, _health_timeout_reason(spec, node, health_timeout_s, tail, log_path, roll))
-        if now - last_note >= 15:
+        if now - max(last_note, shown.last_shown) >= 15:  # only when nothing else showed progress
             log(f"waiting for {spec.url}/health ... {now - t0:.0f}s")
             last_note = now
-        time.sleep(0.5)
+        time.sleep(HEALTH_POLL_S)
+    if shown.hidden_warnings:
+        log(f"vLLM logged {shown.hidden_warnings} more warning(s) while starting (engine.log has them; --verbose shows all)")
     if node.role == "head" and workload is not None:
         log(f"serving at {spec.url} — ready in {time.monotonic() - t0:.0f}s")
         return _run_workload(workload, proc, sigs, roll, exited)
