@@ -17,7 +17,7 @@ from conftest import REPO
 from ppspec_cli.checkpoint.reader import CONFIG_INT_LIMITS
 from ppspec_cli.cli import app
 from ppspec_cli.commands.docs import findings_reference
-from ppspec_cli.planning.drafter_contract import CODES as CONTRACT_CODES
+from ppspec_cli.planning.drafter_contract import codes as contract_codes
 from ppspec_cli.planning.engine_options import REFUSALS
 from ppspec_cli.planning.finding_codes import entry, sections
 from ppspec_cli.running.engine.probes import PROBE_NAMES
@@ -69,7 +69,7 @@ def codes_in_the_code_base() -> set[str]:
     found = {c for c in found if c and " " not in c}
     found |= {f"{role}-{g}" for g in gaps for role in ("target", "drafter")}
     found |= {f"probe-{n}" for n in PROBE_NAMES}
-    return found | set(CONTRACT_CODES) | set(REFUSALS)
+    return found | set(contract_codes()) | set(REFUSALS)
 
 
 def test_the_collector_finds_codes_of_every_kind():

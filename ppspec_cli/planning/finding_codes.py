@@ -63,7 +63,7 @@ SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
         "embedding-not-checked": ("Where the last stage's target embedding lives was not checked (no index or weights here).", "None on a login node; it is checked where the weights are."),
         "dspark-needs-v2": ("DSpark exists only in vLLM's Model Runner V2, and this platform runs V1; vLLM refuses at start.", "Run on GPUs with vLLM >= 0.30."),
     },
-    "Drafter contract (DFlash, DSpark: what vLLM requires of the drafter's config and tensors)": {},  # filled from drafter_contract.CODES
+    "Drafter contract (DFlash, DSpark: what vLLM requires of the drafter's config and tensors)": {},  # filled from drafter_contract.codes()
     "Engine options and environment": {
         "engine-bad-option-name": ("An `engine:` key that is not a vLLM option name.", "Use vLLM's long option names without `--`, the value as the YAML value (`max-model-len: 4096`)."),
         "engine-ambiguous-option": ("An `engine:` key that is a prefix of several vLLM options (argparse refuses it).", "Write the option's full name."),
@@ -144,13 +144,13 @@ CHECKPOINT: dict[str, tuple[str, str]] = {
 
 
 def _contract() -> dict[str, tuple[str, str]]:
-    from ppspec_cli.planning.drafter_contract import CODES
+    from ppspec_cli.planning.drafter_contract import codes
 
-    return {code: (meaning[0].upper() + meaning[1:] + ".", "Fix the drafter's config or checkpoint as the message says (it names vLLM's rule).") for code, (_sev, meaning) in CODES.items()}
+    return {code: (meaning[0].upper() + meaning[1:] + ".", "Fix the drafter's config or checkpoint as the message says (it names vLLM's rule).") for code, (_sev, meaning) in codes().items()}
 
 
 def sections() -> dict[str, dict[str, tuple[str, str]]]:
-    """Every section with its entries (the drafter contract's from drafter_contract.CODES, the
+    """Every section with its entries (the drafter contract's from drafter_contract.codes(), the
     checkpoint codes under both roles' prefix)."""
     out = {title: dict(entries) for title, entries in SECTIONS.items()}
     out["Drafter contract (DFlash, DSpark: what vLLM requires of the drafter's config and tensors)"] = _contract()
