@@ -140,15 +140,24 @@ def test_ppspec_check_accepts_the_gpu_profiles(tmp_path, demo_cache):
     """The PP>1 profiles pass ppspec's own preflight for the CUDA platform (tap 3 on the boundary,
     the Qwen3-MoE and DeepSeek-V3 targets through their packs, the EAGLE-1 drafter through its
     pack, output-of-layer tap ids) — so on the GPU machine `serve` will not refuse them."""
+    from ppspec_cli.knowledge.engine import installed_vllm
+
+    inst = installed_vllm()
+    cpu_build = inst is not None and inst.platform == "cpu"
     env = dict(os.environ, PPSPEC_CACHE=str(demo_cache), HF_HUB_OFFLINE="1")
     for name in ("relay-pp2-spec", "relay-pp2-early", "moe-pp2-spec", "plus1-pp2", "eagle1-pp2", "dsv3-pp2-spec",
                  "dflash-pp2", "dspark-pp2", "dflash-pp2-early", "deep-pp4-spec-split", "deep-moe-pp4-spec"):
         path = gv.write_profile(tmp_path / f"{name}.yaml", gv.profile_for(gv.ARMS_BY_NAME[name], platform="cuda", port=8000))
         r = subprocess.run([sys.executable, "-m", "ppspec_cli.cli", "check", str(path), "--offline", "--json"],
                            capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
-        assert r.returncode == 0, name + "\n" + r.stdout[-3000:] + r.stderr[-3000:]
-        text = json.dumps(json.loads(r.stdout))
-        assert '"error"' not in text.replace('"errors": 0', ""), text[:3000]
+        out = json.loads(r.stdout)
+        # On this machine a CPU build of vLLM is installed: it cannot serve `platform: cuda`, which
+        # check says (platform-not-served). The GPU machine has the CUDA build: every other error
+        # would be one there too.
+        here_only = {"platform-not-served"} if cpu_build else set()
+        errors = [f["code"] for f in out["findings"] if f["severity"] == "error" and f["code"] not in here_only]
+        assert not errors and r.returncode == (1 if here_only & {f["code"] for f in out["findings"]} else 0), name + "\n" + r.stdout[-3000:] + r.stderr[-3000:]
+        text = json.dumps(out)
         if name in ("relay-pp2-early", "dflash-pp2-early"):
             assert "taps-pinned-differ" in text
 
