@@ -15,24 +15,19 @@ import socket
 import stat
 from pathlib import Path
 
+import inprocess
 import pytest
-from typer.testing import CliRunner
 
-from ppspec_cli.io import safeio
-from ppspec_cli.cli import app
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import safeio
 
 KINDS = ["chardev-null", "chardev-full", "fifo", "socket", "symlink", "dangling-symlink", "directory"]
 
 
 def _cli(args: list[str]) -> tuple[int, str]:
-    """The app in process, as main() ends it: a PpspecError is its exit code and its rendering."""
-    r = CliRunner().invoke(app, args)
-    if isinstance(r.exception, PpspecError):
-        return r.exception.exit_code, r.output + r.exception.render()
-    if r.exception is not None and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return r.exit_code, r.output
+    """The real entry point in process (tests/inprocess.py): exit code and everything printed."""
+    r = inprocess.run(*args)
+    return r.returncode, r.stdout + r.stderr
 
 
 def _make(kind: str, path: Path) -> tuple[int, int]:
