@@ -276,10 +276,26 @@ def hub_env(tmp_path: Path, endpoint: str, offline: bool, **extra) -> dict[str, 
     return env
 
 
+def _cpu_build() -> bool:
+    from ppspec_cli.knowledge.engine import installed_vllm
+
+    inst = installed_vllm()
+    return inst is not None and inst.platform == "cpu"
+
+
 def check_json(profile_path, env, *args) -> tuple[int, dict, str]:
+    """`check --json` on the profile. These profiles say `platform: cuda` (the hub is what is under
+    test): where a CPU build of vLLM is installed (this machine), check rightly adds the error
+    platform-not-served; it is asserted here and then set aside, so the verdict is the hub's."""
     cp = run_ppspec("check", str(profile_path), "--json", "--no-probes", *args, env=env)
     assert "Traceback" not in cp.stderr, cp.stderr
-    return cp.returncode, json.loads(cp.stdout), cp.stderr
+    rc, out = cp.returncode, json.loads(cp.stdout)
+    if _cpu_build() and '"platform": "cuda"' in json.dumps({"platform": out.get("platform")}):
+        assert "platform-not-served" in {f["code"] for f in out["findings"]}, out["findings"]
+        out["findings"] = [f for f in out["findings"] if f["code"] != "platform-not-served"]
+        if not any(f["severity"] == "error" for f in out["findings"]):
+            rc, out["ok"] = 0, True
+    return rc, out, cp.stderr
 
 
 def codes(out: dict) -> dict[str, dict]:
@@ -491,12 +507,11 @@ def test_unreachable_hub_is_one_clear_error_and_fast(tmp_path, write_profile):
     assert "Traceback" not in cp.stderr and "Traceback" not in cp.stdout
     assert "could not be reached" in cp.stdout and endpoint in cp.stdout
     assert elapsed < 30, elapsed
-    cpj = run_ppspec("check", str(profile(write_profile)), "--json", "--no-probes", env=env)
-    out = json.loads(cpj.stdout)
+    rc, out, err = check_json(profile(write_profile), env)
     errors = [f for f in out["findings"] if f["severity"] == "error"]
     assert {f["code"] for f in errors} == {"target-unreadable", "drafter-unreadable"}
     assert all("could not be reached" in f["message"] for f in errors)
-    assert cpj.returncode == 1 and "Traceback" not in cpj.stderr
+    assert rc == 1 and "Traceback" not in err
 
 
 def test_unreachable_hub_falls_back_to_the_cache_fast(tmp_path, cached, write_profile):
