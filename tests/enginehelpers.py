@@ -151,6 +151,11 @@ class Served:
         self.log.flush()
         return self.log_path.read_text(errors="replace")
 
+    def engine_log(self) -> str:
+        """The whole engine log (serve shows only a compact summary; the rest is in the run dir)."""
+        f = self.run_dir / "engine.log"
+        return f.read_text(errors="replace") if f.exists() else ""
+
     def complete(self, prompt: str, max_tokens: int = 16) -> dict:
         body = json.dumps({"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}).encode()
         headers = {"Content-Type": "application/json"}
