@@ -151,6 +151,16 @@ class Served:
         self.log.flush()
         return self.log_path.read_text(errors="replace")
 
+    def exit_by_itself(self, timeout: float = 120) -> int:
+        """Wait for ppspec to notice the dead engine and exit (no signal from the test)."""
+        t_end = time.monotonic() + timeout
+        while self.proc.poll() is None and time.monotonic() < t_end:
+            self.seen_pids |= descendants(self.proc.pid)
+            time.sleep(0.1)
+        rc = self.proc.wait(timeout=5)
+        self.log.close()
+        return rc
+
     def engine_log(self) -> str:
         """The whole engine log (serve shows only a compact summary; the rest is in the run dir)."""
         f = self.run_dir / "engine.log"

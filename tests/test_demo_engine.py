@@ -169,24 +169,13 @@ def _engine_pid(s: Served) -> int:
     return int(m.group(1))
 
 
-def _exit_by_itself(s: Served, timeout: float = 120) -> int:
-    """Wait for ppspec to notice the dead engine and exit (no signal from the test)."""
-    t_end = time.monotonic() + timeout
-    while s.proc.poll() is None and time.monotonic() < t_end:
-        s.seen_pids |= descendants(s.proc.pid)
-        time.sleep(0.1)
-    rc = s.proc.wait(timeout=5)
-    s.log.close()
-    return rc
-
-
 def test_engine_killed_while_serving_leaves_nothing_and_no_key(demo):
     """Last test of the module: it ends the engine."""
     s = demo.s
     assert s.proc.poll() is None, "the demo server is gone already:\n" + s.output()[-3000:]
     s.seen_pids |= descendants(s.proc.pid)
     os.kill(_engine_pid(s), signal.SIGKILL)
-    rc = _exit_by_itself(s)
+    rc = s.exit_by_itself()
     out = s.log_path.read_text(errors="replace")
     assert rc == 1, out[-3000:]
     assert "the engine exited with code -9 while serving" in out

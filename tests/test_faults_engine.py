@@ -51,17 +51,6 @@ def _assert_nothing_left(s: Served, before: set[str], plan_hash: str, prof_hash:
     assert _sha(s.profile) == prof_hash, "the profile changed"
 
 
-def _exit_by_itself(s: Served, timeout: float = 120) -> int:
-    """Wait for ppspec to notice the dead engine and exit (no signal from the test)."""
-    t_end = time.monotonic() + timeout
-    while s.proc.poll() is None and time.monotonic() < t_end:
-        s.seen_pids |= descendants(s.proc.pid)
-        time.sleep(0.1)
-    rc = s.proc.wait(timeout=5)
-    s.log.close()
-    return rc
-
-
 def test_engine_killed_while_starting_leaves_nothing(tmp_path):
     prof = write_profile("profiles/tiny_cpu_demo_pp2.yaml", tmp_path / "pp2.yaml", **{"server.port": free_port()})
     run_dir = tmp_path / "run"
@@ -81,7 +70,7 @@ def test_engine_killed_while_starting_leaves_nothing(tmp_path):
             assert not (run_dir / "ready").exists(), "too late: the engine is already serving"
             plan_hash = _sha(run_dir / "plan.json")
             os.kill(_engine_pid(s), signal.SIGKILL)
-            rc = _exit_by_itself(s)
+            rc = s.exit_by_itself()
         except BaseException:
             s.kill_all()
             raise
