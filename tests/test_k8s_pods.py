@@ -127,7 +127,12 @@ def test_k8s_pod_builds_the_overlay_and_confirms_the_plugin(tmp_path):
             assert "eagle_aux_hidden_state_layer_ids" not in original and original["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
             assert cfg["eagle_aux_hidden_state_layer_ids"] and "eagle_config" in cfg, cfg
             assert unconfirmed(run_dir / "plugin-status") is None
-            assert "serving at" in text and "ready in" in text
+            # the health probe can answer before ppspec's own readiness poll prints its line: wait for it
+            t1 = time.monotonic()
+            while "ready in" not in text and time.monotonic() - t1 < 60 and proc.poll() is None:
+                time.sleep(1)
+                text = log.read_text(errors="replace")
+            assert "serving at" in text and "ready in" in text, text[-3000:]
             print(f"k8s pod: ready after {time.monotonic() - t0:.0f}s, overlay taps {cfg['eagle_aux_hidden_state_layer_ids']}")
             proc.send_signal(signal.SIGTERM)  # what the kubelet sends on pod deletion
             assert proc.wait(timeout=180) == 143, log.read_text(errors="replace")[-3000:]
