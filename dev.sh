@@ -2,7 +2,7 @@
 # ppspec developer bootstrap: the one script behind the README's fresh-machine commands.
 #
 #   bash dev.sh demo [ARGS...]    install if needed, then `ppspec serve profiles/tiny_cpu_demo.yaml ARGS...`
-#   bash dev.sh test [ARGS...]    install if needed, `ruff check .`, then the whole pytest suite (ARGS go to pytest)
+#   bash dev.sh test [ARGS...]    install if needed, `ruff check .`, then the whole pytest suite on 2 workers (ARGS go to pytest)
 #   bash dev.sh install           install if needed, nothing else
 #   bash dev.sh system-deps       as root with apt: the system packages the multi-node tests use (slurm-wlm, munge, iproute2)
 #   (PPSPEC_SKIP_INSTALL=1 uses an existing .venv as it is; PPSPEC_PYTHON picks the base Python)
@@ -162,8 +162,33 @@ system_deps() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# The suite on 2 workers (pytest-xdist), a file at a time each, longest files first
+# (tests/conftest.py LONG_FIRST). Each worker runs in tests/worker.sh: its own mount namespace with
+# a private /dev/shm and temp dir, so two engines may run side by side and each test's "nothing
+# left behind" check still sees only its own engine's files. That needs root and unshare; without
+# them, or with PPSPEC_TEST_WORKERS=1 (or -n, --dist, --tx or -p no:xdist given to pytest), it runs in one process.
+parallel_args() {
+    local workers="${PPSPEC_TEST_WORKERS:-2}"
+    local cores
+    cores="$(nproc 2>/dev/null || echo 1)"
+    [ "$cores" -lt "$workers" ] && workers="$cores"
+    if [ "$workers" -lt 2 ] || [ "$(id -u)" != 0 ] || ! command -v unshare >/dev/null 2>&1; then
+        log "tests: one process (workers=$workers, uid=$(id -u)); see parallel_args in dev.sh"
+        return 0
+    fi
+    local a
+    for a in "${TEST_ARGS[@]}"; do
+        case "$a" in -n | -n[0-9]* | -nauto | -nlogical | --numprocesses* | --dist* | --tx* | no:xdist | -pno:xdist) return 0 ;; esac
+    done
+    export PPSPEC_WORKER_PYTHON="$PY"
+    # --tx alone (not -n, which would replace these specs with plain `popen` workers)
+    log "tests: $workers workers, each with its own /dev/shm and temp dir (tests/worker.sh)"
+    PARALLEL=(--dist loadfile --no-loadscope-reorder --tx "$workers*popen//python=$ROOT/tests/worker.sh")
+}
+
 cmd="${1:-}"
 [ $# -gt 0 ] && shift
+TEST_ARGS=("$@")
 case "$cmd" in
     demo)
         ensure_installed
@@ -176,7 +201,9 @@ case "$cmd" in
         "$VENV/bin/ruff" check --no-cache . \
             || die "ruff check found problems (above); fix them (\`.venv/bin/ruff check --fix .\` fixes some) and run again"
         rc=0
-        "$PY" -m pytest "$@" || rc=$?
+        PARALLEL=()
+        parallel_args
+        "$PY" -m pytest "${PARALLEL[@]}" "$@" || rc=$?
         if [ "$rc" -eq 5 ]; then
             log "pytest collected no tests (exit 5): counting that as a failure"
         fi

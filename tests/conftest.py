@@ -22,26 +22,108 @@ MODELS = FIXTURES / "models"
 ST_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 
 
+#: The longest files first (seconds on an idle 2-core box, 2026-12-01), so that `bash dev.sh test`'s
+#: two workers (one file at a time each, --dist loadfile) do not end with one of them alone on a long
+#: engine file. Only the order changes; a file missing here runs after these, in its usual place.
+LONG_FIRST = (
+    "test_multinode_engine.py",  # 246 s
+    "test_versions_engine.py",  # 156 s
+    "test_gpu_validation_script.py",  # 131 s
+    "test_plugin_engine.py",
+    "test_bench_engine.py",
+    "test_pd_engine.py",
+    "test_plugin_confirm_engine.py",
+    "test_k8s_pods.py",
+    "test_suite.py",  # tests/attack
+    "test_faults.py",
+    "test_verify_e2e.py",
+    "test_serve_e2e.py",
+    "test_bench.py",
+    "test_demo_engine.py",
+    "test_faults_engine.py",
+    "test_wheel_install.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
     """`-m "not slow"` selects the fast tests: a test that starts a vLLM engine or imports vLLM is
-    slow too (its `engine`/`vllm` marker implies `slow`)."""
+    slow too (its `engine`/`vllm` marker implies `slow`). Long files are put first (LONG_FIRST)."""
     for item in items:
         if item.get_closest_marker("engine") or item.get_closest_marker("vllm"):
             item.add_marker(pytest.mark.slow)
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda it: rank.get(it.path.name, len(rank)))  # stable: the rest keep their order
+
+
+#: What the workers of an xdist run report back (pytest_testnodedown), summed for the summary below.
+_from_workers: dict[str, Any] = {"lock": {"seconds": 0.0, "times": 0}, "attack": {}}
+
+
+def _session_report() -> dict[str, Any]:
+    """This process's engine-lock waits and attacker-suite counts (tests/attack/counts.py)."""
+    helpers = sys.modules.get("enginehelpers")
+    waited = dict(getattr(helpers, "lock_waited", None) or {"seconds": 0.0, "times": 0})
+    counts = getattr(sys.modules.get("attack.counts") or sys.modules.get("tests.attack.counts"), "COUNTS", {})
+    return {"lock": waited, "attack": {"\t".join(k): list(v) for k, v in counts.items()}}
+
+
+def _merge(report: dict[str, Any]) -> None:
+    _from_workers["lock"]["seconds"] += report["lock"]["seconds"]
+    _from_workers["lock"]["times"] += report["lock"]["times"]
+    for k, (n, bad) in report["attack"].items():
+        old = _from_workers["attack"].get(k, (0, 0))
+        _from_workers["attack"][k] = (old[0] + n, old[1] + bad)
+
+
+class _XdistReports:
+    """Registered only when pytest-xdist is loaded (its hooks exist only then)."""
+
+    @pytest.hookimpl
+    def pytest_testnodedown(self, node, error):
+        report = getattr(node, "workeroutput", {}).get("ppspec")
+        if report:
+            _merge(json.loads(report))
+
+
+def pytest_configure(config):
+    # `bash dev.sh test` starts its workers through tests/worker.sh (PPSPEC_WORKER_PYTHON set); a
+    # worker started otherwise (`-n N` next to dev.sh's --tx specs makes plain ones) would share
+    # /dev/shm with the other worker's engines and see their files as its own leftovers
+    if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("PPSPEC_WORKER_PYTHON") and os.environ.get("PPSPEC_TEST_ISOLATED") != "1":
+        raise pytest.UsageError("this xdist worker was not started by tests/worker.sh: run the suite with `bash dev.sh test` (no -n)")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistReports(), "ppspec-xdist-reports")
 
 
 def pytest_terminal_summary(terminalreporter):
-    """How long the engine tests waited for /tmp/ppspec-engine.lock (other runs on this machine
-    holding it): that time is in their durations but is not the suite's."""
-    helpers = sys.modules.get("enginehelpers")
-    waited = getattr(helpers, "lock_waited", None)
-    if waited and waited["times"]:
-        terminalreporter.write_line(f"engine lock: taken {waited['times']} time(s), {waited['seconds']:.0f} s spent waiting for other runs")
+    """The attacker suite's cases / problems per mechanism and class (issue 23), and how long the
+    engine tests waited for the engine lock (other runs on this machine holding it): that time is
+    in their durations but is not the suite's. Summed over the workers of an xdist run."""
+    _merge(_session_report())
+    attack, waited = _from_workers["attack"], _from_workers["lock"]
+    tr = terminalreporter
+    if attack:
+        tr.section("attacker suite (issue 23): cases / problems per mechanism and class")
+        by_mech: dict[str, list] = {}
+        for key, (n, bad) in sorted(attack.items()):
+            mech, cls = key.split("\t", 1)
+            by_mech.setdefault(mech, []).append((cls, n, bad))
+        for mech, rows in by_mech.items():
+            total, bad = sum(r[1] for r in rows), sum(r[2] for r in rows)
+            tr.write_line(f"{mech}: {total} cases, {bad} problems  (" + ", ".join(f"{c} {n}/{b}" for c, n, b in rows) + ")")
+    if waited["times"]:
+        tr.write_line(f"engine lock: taken {waited['times']} time(s), {waited['seconds']:.0f} s spent waiting for other runs")
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """In CI (CI set, as `.ci/run` runs), a skipped test fails the run: CI installs vLLM and .venv,
+    """A worker of an xdist run hands its report to the controller (see _XdistReports).
+
+    In CI (CI set, as `.ci/run` runs), a skipped test fails the run: CI installs vLLM and .venv,
     so every skip reason above ("needs vLLM", "no .venv") would hide a broken install there."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["ppspec"] = json.dumps(_session_report())
+        return
     if not os.environ.get("CI") or exitstatus not in (0,):
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

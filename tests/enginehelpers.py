@@ -30,13 +30,24 @@ _held = {"depth": 0, "file": None}
 lock_waited = {"seconds": 0.0, "times": 0}
 
 
+def _lock_path() -> str:
+    """A worker of `bash dev.sh test` (tests/worker.sh) has its own /dev/shm and temp dir, so the two
+    workers' engines may run side by side: each takes the lock of its own slot (gw0, gw1), which
+    still keeps it from sharing the machine's cores with another run's engine in that slot. A plain
+    `pytest` run shares one /dev/shm with everything else and takes the machine-wide lock."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if os.environ.get("PPSPEC_TEST_ISOLATED") == "1" and worker:
+        return f"{LOCK}.{worker}"
+    return LOCK
+
+
 @contextlib.contextmanager
 def engine_lock():
-    """One engine at a time on a 2-core machine (shared with developers' manual runs). Re-entrant
+    """One engine at a time per slot (see `_lock_path`; shared with developers' manual runs). Re-entrant
     within this process: a module fixture that serves one engine for several tests holds it, and a
     test under it that takes it again does not wait for itself."""
     if _held["depth"] == 0:
-        f = open(LOCK, "w")
+        f = open(_lock_path(), "w")
         t0 = time.monotonic()
         fcntl.flock(f, fcntl.LOCK_EX)
         lock_waited["seconds"] += time.monotonic() - t0
