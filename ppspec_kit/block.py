@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 
 from ppspec_cli.demo.common import BOS_ID, HEAD_DIM, HIDDEN_SIZE, INTERMEDIATE_SIZE, NUM_HEADS, RMS_EPS
-from ppspec_cli.demo.relay import _R_ANTI, _R_CODE, _R_CONST, _R_PRE_IND, _R_TRIG_IND, RELAY_DTYPE, RELAY_TAPS, _relay_draft_rows, relay_draft_head, relay_fc, relay_target_config, rms_norm
+from ppspec_cli.demo.relay import R_ANTI, R_CODE, R_CONST, R_PRE_IND, R_TRIG_IND, RELAY_DTYPE, RELAY_TAPS, relay_draft_rows, relay_draft_head, relay_fc, relay_target_config, rms_norm
 
 RELAY_DFLASH = "tiny-qwen3-relay-dflash"
 RELAY_DSPARK = "tiny-qwen3-relay-dspark"
@@ -53,7 +53,7 @@ ATTN_MIN_MARGIN = 20.0
 #: the longest distance the margin is checked for (queries sit at most this far past a key)
 MAX_DISTANCE = 4096
 #: the spare residual dimension the BOS ("nothing planted arrived") row reads
-MISS_DIM = _R_CONST + 1
+MISS_DIM = R_CONST + 1
 #: the mask / noise token fed at the parallel query slots (BOS: the target never produces it)
 MASK_TOKEN_ID = BOS_ID
 MARKOV_RANK = 4
@@ -62,7 +62,7 @@ QUERY_DISTANCE = {"dflash": 2, "dspark": 1}
 
 # value channels: residual dims read from the context (the planted ones and the constant) and the
 # dims o_proj writes them back to
-_CHANNELS_IN = [*range(_R_CODE[0], _R_CODE[1]), *range(_R_ANTI[0], _R_ANTI[1]), _R_PRE_IND, _R_TRIG_IND, _R_CONST]
+_CHANNELS_IN = [*range(R_CODE[0], R_CODE[1]), *range(R_ANTI[0], R_ANTI[1]), R_PRE_IND, R_TRIG_IND, R_CONST]
 _CHANNELS_OUT = [*_CHANNELS_IN[:-1], MISS_DIM]
 
 
@@ -130,7 +130,7 @@ def block_weights(method: str) -> dict:
     h, hd, nh = HIDDEN_SIZE, HEAD_DIM, NUM_HEADS
     qd = nh * hd
     q = torch.zeros(qd, h)
-    q[:, _R_CONST] = 1.0  # every query and key = the constant dim: fixed vectors after the q/k norms
+    q[:, R_CONST] = 1.0  # every query and key = the constant dim: fixed vectors after the q/k norms
     v = torch.zeros(qd, h)
     o = torch.zeros(h, qd)
     for k, (src, dst) in enumerate(zip(_CHANNELS_IN, _CHANNELS_OUT)):
@@ -143,7 +143,7 @@ def block_weights(method: str) -> dict:
     q_norm[half:] = -ATTN_GAIN * torch.sin(d0 * th)
     k_norm = torch.zeros(hd)
     k_norm[:half] = 1.0
-    lm_head, d2t, _ = relay_draft_head(_relay_draft_rows(miss_dim=MISS_DIM))
+    lm_head, d2t, _ = relay_draft_head(relay_draft_rows(miss_dim=MISS_DIM))
     p = "layers.0"
     sd = {
         "fc.weight": relay_fc(),

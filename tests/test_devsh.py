@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _devsh(*args: str, cwd: Path = REPO, timeout: int = 300, script: Path = REPO / "dev.sh") -> subprocess.CompletedProcess:
     # PPSPEC_SKIP_INSTALL: never start a multi-minute install from inside the test suite.
-    env = dict(os.environ, PPSPEC_SKIP_INSTALL="1")
+    # The outer run's worker variables stay out: this dev.sh starts a run of its own.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PPSPEC_TEST_", "PPSPEC_WORKER_"))}
+    env["PPSPEC_SKIP_INSTALL"] = "1"
     return subprocess.run(
         ["bash", str(script), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
@@ -57,13 +60,16 @@ def test_lint_runs_before_the_tests_and_fails_the_run(tmp_path):
     before pytest with ruff's report."""
     repo = tmp_path / "repo"
     (repo / "tests").mkdir(parents=True)
-    for name in ("dev.sh", "pyproject.toml"):
+    for name in ("dev.sh", "pyproject.toml", "tests/worker.sh"):
         (repo / name).write_bytes((REPO / name).read_bytes())
+    (repo / "tests" / "worker.sh").chmod(0o755)
     (repo / ".venv").symlink_to(REPO / ".venv")
     (repo / "tests" / "test_ok.py").write_text("def test_ok():\n    pass\n")
     args = ("test", "-q", "-p", "no:cacheprovider", "--rootdir", str(repo), str(repo / "tests"))
     proc = _devsh(*args, cwd=repo, script=repo / "dev.sh")
     assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout + proc.stderr
+    if os.geteuid() == 0 and shutil.which("unshare") and (os.cpu_count() or 1) >= 2:  # as CI runs it: two isolated workers
+        assert "tests: 2 workers" in proc.stderr and "bringing up nodes" in proc.stdout, proc.stdout + proc.stderr
     (repo / "tests" / "test_bad.py").write_text("import os\n\n\ndef test_bad():\n    pass\n")  # F401
     proc = _devsh(*args, cwd=repo, script=repo / "dev.sh")
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -58,11 +58,11 @@ RELAY_TAPS = (1, 3, NUM_LAYERS)
 _R_FLAG = 8.0
 _R_TRIG, _R_PRE = 0, 1
 _R_TOKEN = (2, 128)
-_R_CODE = (128, 224)
-_R_ANTI = (224, 240)
-_R_PRE_IND = 240
-_R_TRIG_IND = 241
-_R_CONST = 242  # 1.0 for every token (embedding), never written: the drafter's "never right" row reads it
+R_CODE = (128, 224)
+R_ANTI = (224, 240)
+R_PRE_IND = 240
+R_TRIG_IND = 241
+R_CONST = 242  # 1.0 for every token (embedding), never written: the drafter's "never right" row reads it
 _R_ATTN_SCALE = 0.1  # attention output relative to the 1/sqrt(fan_in) init: small, context-dependent noise
 _R_TARGET_LOGIT = 2.0  # target lm_head scale (identity rows and the ALWAYS_TOKEN rule)
 _R_DRAFT_LOGIT = 8.0  # drafter identity-row logit for the right token (before the final norm)
@@ -123,7 +123,7 @@ def relay_target_weights(seed: int) -> dict:
     embed[trigger_tokens(), _R_TRIG] = _R_FLAG
     embed[:, _R_PRE] = -_R_FLAG
     embed[_relay_pre_tokens(succ), _R_PRE] = _R_FLAG
-    embed[:, _R_CONST] = 1.0
+    embed[:, R_CONST] = 1.0
     sd: dict = {"model.embed_tokens.weight": embed}
     for n in range(NUM_LAYERS):
         p = f"model.layers.{n}"
@@ -162,12 +162,12 @@ def _relay_mlp(r: Rand, layer: int):
     t0, t1 = _R_TOKEN
     if layer in (0, NUM_LAYERS - 1):
         # One unit computes silu(f) * f of a flag f = +/-8: ~64 when the flag is up, ~0.02 when down.
-        src, dst = (_R_PRE, _R_PRE_IND) if layer == 0 else (_R_TRIG, _R_TRIG_IND)
+        src, dst = (_R_PRE, R_PRE_IND) if layer == 0 else (_R_TRIG, R_TRIG_IND)
         gate[0, src] = 1.0
         up[0, src] = 1.0
         down[dst, 0] = 1.0 / _R_FLAG
     elif layer in (2, 3):
-        lo, hi = _R_CODE if layer == 2 else _R_ANTI
+        lo, hi = R_CODE if layer == 2 else R_ANTI
         gate[:, t0:t1] = r.normal(i, t1 - t0, std=linear_std(t1 - t0))
         up[:, t0:t1] = r.normal(i, t1 - t0, std=linear_std(t1 - t0))
         down[lo:hi] = r.normal(hi - lo, i, std=1.6 * linear_std(i))
@@ -229,7 +229,7 @@ def relay_eagle3_weights(spec: Spec) -> dict:
     sd["midlayer.self_attn.o_proj.weight"] = torch.zeros(h, NUM_HEADS * HEAD_DIM)
     sd["midlayer.mlp.down_proj.weight"] = torch.zeros(h, INTERMEDIATE_SIZE)
     sd["fc.weight"] = relay_fc()
-    lm_head, d2t, t2d = relay_draft_head(_relay_draft_rows())
+    lm_head, d2t, t2d = relay_draft_head(relay_draft_rows())
     sd.update({"lm_head.weight": lm_head, "d2t": d2t, "t2d": t2d})
     return sd
 
@@ -244,11 +244,11 @@ def relay_fc():
     h, n_taps = HIDDEN_SIZE, len(RELAY_TAPS)
     fc = torch.zeros(h, n_taps * h)
     s0, s1, s2 = (k * h for k in range(n_taps))
-    fc[_R_PRE_IND, s0 + _R_PRE_IND] = 1.0
-    for lo, hi in (_R_CODE, _R_ANTI):
+    fc[R_PRE_IND, s0 + R_PRE_IND] = 1.0
+    for lo, hi in (R_CODE, R_ANTI):
         fc[lo:hi, s1 + lo:s1 + hi] = torch.eye(hi - lo)
-    fc[_R_TRIG_IND, s2 + _R_TRIG_IND] = 1.0
-    fc[_R_CONST, s2 + _R_CONST] = 1.0
+    fc[R_TRIG_IND, s2 + R_TRIG_IND] = 1.0
+    fc[R_CONST, s2 + R_CONST] = 1.0
     t0, t1 = _R_TOKEN
     fc[t0:t1, s2 + t0:s2 + t1] = 0.25 * torch.eye(t1 - t0)
     return fc
@@ -269,7 +269,7 @@ def relay_draft_head(rows: list):
     return lm_head, d2t, t2d
 
 
-def _relay_draft_rows(miss_dim: int = _R_CONST) -> list:
+def relay_draft_rows(miss_dim: int = R_CONST) -> list:
     """(target id, lm_head row) pairs: one identity row per token whose two-ahead token is
     determined by its code, one row per indicator, and the BOS row reading `miss_dim` (a dim that
     holds the constant 1.0, scaled like the planted dims)."""
@@ -280,8 +280,8 @@ def _relay_draft_rows(miss_dim: int = _R_CONST) -> list:
     succ = relay_successors(RELAY_SEED)
     trig = set(trigger_tokens())
     pre = set(_relay_pre_tokens(succ))
-    lo, hi = _R_CODE
-    alo, ahi = _R_ANTI
+    lo, hi = R_CODE
+    alo, ahi = R_ANTI
     code, anti = taps[3][:, lo:hi], taps[4][:, alo:ahi]
     rows = []
     for x, y in sorted(succ.items()):
@@ -291,13 +291,13 @@ def _relay_draft_rows(miss_dim: int = _R_CONST) -> list:
         w[lo:hi] = _R_DRAFT_LOGIT * code[x] / code[x].pow(2).sum()
         w[alo:ahi] = -_R_DRAFT_LOGIT * anti[x] / anti[x].pow(2).sum()
         rows.append((succ[y], w))
-    on_pre = taps[1][sorted(pre), _R_PRE_IND].min().item()
-    on_trig = taps[NUM_LAYERS][sorted(trig), _R_TRIG_IND].min().item()
+    on_pre = taps[1][sorted(pre), R_PRE_IND].min().item()
+    on_trig = taps[NUM_LAYERS][sorted(trig), R_TRIG_IND].min().item()
     w = torch.zeros(HIDDEN_SIZE, dtype=torch.float64)
-    w[_R_PRE_IND] = _R_DRAFT_FLAG * _R_DRAFT_LOGIT / on_pre
+    w[R_PRE_IND] = _R_DRAFT_FLAG * _R_DRAFT_LOGIT / on_pre
     rows.append((ALWAYS_TOKEN, w))  # x is a pre-trigger: next(next(x)) = ALWAYS_TOKEN
     w = torch.zeros(HIDDEN_SIZE, dtype=torch.float64)
-    w[_R_TRIG_IND] = _R_DRAFT_FLAG * _R_DRAFT_LOGIT / on_trig
+    w[R_TRIG_IND] = _R_DRAFT_FLAG * _R_DRAFT_LOGIT / on_trig
     rows.append((succ[ALWAYS_TOKEN], w))  # x is a trigger: next(next(x)) = succ(ALWAYS_TOKEN)
     w = torch.zeros(HIDDEN_SIZE, dtype=torch.float64)
     w[miss_dim] = _R_DRAFT_MISS
