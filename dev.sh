@@ -166,13 +166,14 @@ system_deps() {
 # (tests/conftest.py LONG_FIRST). Each worker runs in tests/worker.sh: its own mount namespace with
 # a private /dev/shm and temp dir, so two engines may run side by side and each test's "nothing
 # left behind" check still sees only its own engine's files. That needs root and unshare; without
-# them, or with PPSPEC_TEST_WORKERS=1 (or -n, --dist, --tx or -p no:xdist given to pytest), it runs in one process.
+# them (or where this machine refuses a private mount namespace), or with PPSPEC_TEST_WORKERS=1 (or -n, --dist, --tx or -p no:xdist given to pytest), it runs in one process.
 parallel_args() {
     local workers="${PPSPEC_TEST_WORKERS:-2}"
     local cores
     cores="$(nproc 2>/dev/null || echo 1)"
     [ "$cores" -lt "$workers" ] && workers="$cores"
-    if [ "$workers" -lt 2 ] || [ "$(id -u)" != 0 ] || ! command -v unshare >/dev/null 2>&1; then
+    if [ "$workers" -lt 2 ] || [ "$(id -u)" != 0 ] || ! command -v unshare >/dev/null 2>&1 \
+        || ! unshare --mount --propagation private -- sh -c 'mount -t tmpfs tmpfs /dev/shm' >/dev/null 2>&1; then
         log "tests: one process (workers=$workers, uid=$(id -u)); see parallel_args in dev.sh"
         return 0
     fi
