@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
 from ppspec_cli.planning.partition import stage_bounds, suggest_partition
-from ppspec_cli.planning.plan import build_plan, default_partition
+from ppspec_cli.planning.plan import EngineTaps, WeightBytes, build_plan, default_partition
 
 
 def stage_costs(layer_costs: Sequence[float], partition: Sequence[int], *, first_extra: float = 0.0, last_extra: float = 0.0) -> list[float]:
@@ -51,13 +52,13 @@ def test_drafter_moves_layers_off_the_last_stage():
 
 
 def test_plan_reports_the_suggestion_with_the_drafter_counted():
-    common = dict(num_layers=32, pp=2, layer_partition=None, method="eagle3", runner="v2", taps=(2, 16, 29), taps_source="default",
-                  trained=None, overlay=None, hidden_size=4096, dtype_bytes=2, n_draft_layers=1, draft_numbering="global",
-                  drafter_needs_target_embed=True, layer_weight_bytes=[100] * 32, embed_bytes=50, lm_head_bytes=50)
-    p = build_plan(**common, drafter_bytes=150, num_speculative_tokens=2)
+    common = dict(num_layers=32, pp=2, layer_partition=None, method="eagle3", runner="v2", taps=EngineTaps((2, 16, 29), "default"),
+                  hidden_size=4096, dtype_bytes=2, n_draft_layers=1, draft_numbering="global", drafter_needs_target_embed=True)
+    sizes = WeightBytes((100,) * 32, embed=50, lm_head=50)
+    p = build_plan(**common, weights=replace(sizes, drafter=150), num_speculative_tokens=2)
     assert p.suggested_partition == (18, 14) and any("suggested layer_partition [18, 14]" in n for n in p.notes)
     assert p.to_json()["suggested_partition"] == [18, 14]
-    no_drafter = build_plan(**{**common, "method": None}, drafter_bytes=None)
+    no_drafter = build_plan(**{**common, "method": None}, weights=sizes)
     assert no_drafter.suggested_partition is None
-    tiny = build_plan(**common, drafter_bytes=1, num_speculative_tokens=1)  # lm_head + 1 byte: default stays best
+    tiny = build_plan(**common, weights=replace(sizes, drafter=1), num_speculative_tokens=1)  # lm_head + 1 byte: default stays best
     assert tiny.suggested_partition == (16, 16) and not any("suggested" in n for n in tiny.notes)

@@ -5,11 +5,15 @@ code under test; tests/test_vllm_mirror.py checks the same functions against vLL
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from conftest import fixture_config
 from ppspec_cli.planning.plan import (
+    EngineTaps,
     TapSource,
+    WeightBytes,
     build_plan,
     default_partition,
     default_taps,
@@ -257,6 +261,15 @@ def test_draft_layer_ids():
     assert draft_layer_ids(61, 0, "global", 30) == ()
 
 
+#: the taps of the 61-layer eagle3 example: trained on (2, 30, 58) in output-of-layer terms, served as (3, 31, 59)
+_TAPS = EngineTaps(
+    (3, 31, 59),
+    "overlay",
+    trained=TapSource("eagle_config.eagle_aux_hidden_state_layer_ids", (2, 30, 58), (3, 31, 59)),
+    overlay={"eagle_aux_hidden_state_layer_ids": [3, 31, 59]},
+)
+
+
 def _plan(**kw):
     base = dict(
         num_layers=61,
@@ -264,10 +277,7 @@ def _plan(**kw):
         layer_partition=None,
         method="eagle3",
         runner="v2",
-        taps=(3, 31, 59),
-        taps_source="overlay",
-        trained=TapSource("eagle_config.eagle_aux_hidden_state_layer_ids", (2, 30, 58), (3, 31, 59)),
-        overlay={"eagle_aux_hidden_state_layer_ids": [3, 31, 59]},
+        taps=_TAPS,
         hidden_size=7168,
         dtype_bytes=2,
         n_draft_layers=1,
@@ -297,7 +307,7 @@ def test_build_plan_61_layers_pp2():
 
 
 def test_build_plan_pp4_relay_is_cumulative_hop_by_hop():
-    p = _plan(num_layers=80, pp=4, taps=(2, 40, 77), hidden_size=8192)
+    p = _plan(num_layers=80, pp=4, taps=replace(_TAPS, taps=(2, 40, 77)), hidden_size=8192)
     assert p.partition == (20, 20, 20, 20)
     assert [s.taps for s in p.stages] == [(2,), (40,), (), (77,)]
     assert [s.upstream_slots for s in p.stages] == [0, 1, 2, 2]
@@ -308,7 +318,7 @@ def test_build_plan_pp4_relay_is_cumulative_hop_by_hop():
 
 
 def test_build_plan_explicit_partition_and_taps_sorted():
-    p = _plan(layer_partition=[40, 21], taps=(59, 3, 31, 31))
+    p = _plan(layer_partition=[40, 21], taps=replace(_TAPS, taps=(59, 3, 31, 31)))
     assert p.partition == (40, 21) and p.partition_source == "profile"
     assert p.taps == (3, 31, 59)
     assert p.stages[0].taps == (3, 31) and p.stages[1].taps == (59,)
@@ -323,10 +333,10 @@ def test_build_plan_bad_partition_falls_back_to_default(bad):
 
 
 def test_build_plan_no_drafter_and_mtp():
-    p = _plan(method=None, taps=(), taps_source="none", trained=None, overlay=None, n_draft_layers=0, draft_numbering="none", drafter_needs_target_embed=False)
+    p = _plan(method=None, taps=EngineTaps((), "none"), n_draft_layers=0, draft_numbering="none", drafter_needs_target_embed=False)
     assert p.taps == () and all(s.relay_out is None or s.relay_out.slots == 0 for s in p.stages)
     assert p.stages[-1].drafter is False and p.stages[-1].embedding == "none"
-    m = _plan(method="mtp", taps=(), taps_source="none", trained=None, overlay=None, n_draft_layers=1, draft_numbering="global", drafter_needs_target_embed=False)
+    m = _plan(method="mtp", taps=EngineTaps((), "none"), n_draft_layers=1, draft_numbering="global", drafter_needs_target_embed=False)
     assert m.draft_layer_ids == (61,) and m.stages[-1].drafter is True and m.to_json()["taps"] == []
 
 
@@ -337,13 +347,12 @@ def test_build_plan_pp1_has_one_stage_without_relay():
 
 
 def test_build_plan_pp_local_numbering():
-    p = _plan(num_layers=93, pp=2, method="eagle", taps=(), n_draft_layers=5, draft_numbering="pp-local")
+    p = _plan(num_layers=93, pp=2, method="eagle", taps=replace(_TAPS, taps=()), n_draft_layers=5, draft_numbering="pp-local")
     assert p.draft_layer_ids == (46, 47, 48, 49, 50)
 
 
 def test_build_plan_weight_memory_per_stage():
-    per_layer = [10] * 61
-    p = _plan(layer_weight_bytes=per_layer, embed_bytes=1000, lm_head_bytes=500, drafter_bytes=70)
+    p = _plan(weights=WeightBytes((10,) * 61, embed=1000, lm_head=500, drafter=70))
     s0, s1 = p.stages
     assert s0.weight_bytes == 31 * 10 + 1000
     # last stage: its layers + lm_head + drafter + the target embedding it loads for the drafter

@@ -233,26 +233,41 @@ def draft_layer_ids(num_layers: int, n_draft_layers: int, numbering: Literal["gl
     return tuple(range(start, start + n_draft_layers))
 
 
-def build_plan(  # noqa: PLR0913 (a limit to bring it under)
+@dataclass(frozen=True)
+class EngineTaps:
+    """The taps the served engine will use and where they come from (planning/resolve.py)."""
+
+    taps: tuple[int, ...]
+    source: str  # config key, "default", "profile" or "overlay"
+    trained: TapSource | None = None  # what the drafter was trained on, if the config tells
+    overlay: dict[str, Any] | None = None  # drafter config keys ppspec overrides at launch
+
+
+@dataclass(frozen=True)
+class WeightBytes:
+    """Weight sizes read (or estimated) from the checkpoints: the bytes each stage holds and the
+    drafter-aware partition suggestion. None: unknown."""
+
+    layers: tuple[int, ...] | None = None  # one entry per target decoder layer
+    embed: int | None = None
+    lm_head: int | None = None
+    drafter: int | None = None
+
+
+def build_plan(
     *,
     num_layers: int,
     pp: int,
     layer_partition: list[int] | None,
     method: str | None,
     runner: Runner,
-    taps: tuple[int, ...],
-    taps_source: str,
-    trained: TapSource | None,
-    overlay: dict[str, Any] | None,
+    taps: EngineTaps,
     hidden_size: int | None,
     dtype_bytes: int | None,
     n_draft_layers: int,
     draft_numbering: Literal["global", "pp-local", "none"],
     drafter_needs_target_embed: bool,
-    layer_weight_bytes: list[int] | None = None,
-    embed_bytes: int | None = None,
-    lm_head_bytes: int | None = None,
-    drafter_bytes: int | None = None,
+    weights: WeightBytes | None = None,
     notes: tuple[str, ...] = (),
     num_speculative_tokens: int = 1,
 ) -> Plan:
@@ -263,14 +278,16 @@ def build_plan(  # noqa: PLR0913 (a limit to bring it under)
     if len(partition) != pp or sum(partition) != num_layers or any(p < 0 for p in partition):
         partition, source = default_partition(num_layers, pp), "default"
     bounds = stage_bounds(partition)
-    taps = normalize_taps(taps)
-    produced = stage_taps(taps, bounds)
+    w = weights or WeightBytes()
+    trained = taps.trained
+    tap_ids = normalize_taps(taps.taps)
+    produced = stage_taps(tap_ids, bounds)
     stages = []
     for i, (start, end) in enumerate(bounds):
         last = i == pp - 1
         relay = None
         if not last:
-            carried = tuple(t for t in taps if t <= end)
+            carried = tuple(t for t in tap_ids if t <= end)
             relay = Relay(len(carried), relay_bytes(len(carried), hidden_size, dtype_bytes), carried)
         if i == 0:
             emb: Literal["first", "drafter-needs", "none"] = "first"
@@ -279,20 +296,20 @@ def build_plan(  # noqa: PLR0913 (a limit to bring it under)
         else:
             emb = "none"
         wb = None
-        if layer_weight_bytes is not None:
-            wb = sum(layer_weight_bytes[start:end])
-            if i == 0 and embed_bytes:
-                wb += embed_bytes
+        if w.layers is not None:
+            wb = sum(w.layers[start:end])
+            if i == 0 and w.embed:
+                wb += w.embed
             if last:
-                wb += (lm_head_bytes or 0) + (drafter_bytes or 0)
+                wb += (w.lm_head or 0) + (w.drafter or 0)
                 if emb == "drafter-needs" and pp > 1:
-                    wb += embed_bytes or 0
+                    wb += w.embed or 0
         stages.append(
             Stage(
                 rank=i,
                 layers=(start, end),
                 taps=produced[i],
-                upstream_slots=upstream_slots(taps, start) if i > 0 else 0,
+                upstream_slots=upstream_slots(tap_ids, start) if i > 0 else 0,
                 relay_out=relay,
                 embedding=emb,
                 lm_head=last,
@@ -301,10 +318,10 @@ def build_plan(  # noqa: PLR0913 (a limit to bring it under)
             )
         )
     suggested = None
-    if pp > 1 and method and layer_weight_bytes is not None and drafter_bytes and len(layer_weight_bytes) == num_layers >= pp:
+    if pp > 1 and method and w.layers is not None and w.drafter and len(w.layers) == num_layers >= pp:
         passes = drafter_passes(method, num_speculative_tokens)
-        extra = (lm_head_bytes or 0) + passes * drafter_bytes
-        suggested = tuple(suggest_partition(layer_weight_bytes, pp, last_extra=extra, prefer=default_partition(num_layers, pp)))
+        extra = (w.lm_head or 0) + passes * w.drafter
+        suggested = tuple(suggest_partition(w.layers, pp, last_extra=extra, prefer=default_partition(num_layers, pp)))
         if list(suggested) != partition:
             notes = (*notes, f"suggested layer_partition {list(suggested)}: balances the weight bytes each stage reads per step, counting the "
                              f"lm_head and {passes} drafter pass(es) on the last stage (docs/gpu-validation.md, drafter-aware partition)")
@@ -315,11 +332,11 @@ def build_plan(  # noqa: PLR0913 (a limit to bring it under)
         partition_source=source,
         method=method,
         runner=runner,
-        taps=taps,
-        taps_source=taps_source,
+        taps=tap_ids,
+        taps_source=taps.source,
         trained_taps=trained.taps if trained and trained.taps is not None else None,
         trained_source=trained.key if trained else None,
-        overlay=overlay,
+        overlay=taps.overlay,
         stages=tuple(stages),
         draft_layer_ids=draft_layer_ids(num_layers, n_draft_layers, draft_numbering, partition[-1]),
         draft_layer_numbering=draft_numbering,

@@ -15,7 +15,7 @@ from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge.engine import VllmInstall, installed_vllm
 from ppspec_cli.knowledge.packs import Pack, Support, resolve_pack
 from ppspec_cli.knowledge.versions import VersionVerdict, verdict
-from ppspec_cli.planning.plan import Plan, Runner, TapSource, build_plan, default_taps, normalize_taps, trained_taps, v1_taps_from_config, v2_taps_from_config
+from ppspec_cli.planning.plan import EngineTaps, Plan, Runner, TapSource, WeightBytes, build_plan, default_taps, normalize_taps, trained_taps, v1_taps_from_config, v2_taps_from_config
 from ppspec_cli.planning.profile import Profile
 
 
@@ -312,19 +312,13 @@ def resolve(
             layer_partition=profile.topology.layer_partition,
             method=method,
             runner=r.runner,
-            taps=taps,
-            taps_source=source,
-            trained=r.trained,
-            overlay=overlay,
+            taps=EngineTaps(taps, source, trained=r.trained, overlay=overlay),
             hidden_size=r.target.hidden_size,
             dtype_bytes=r.target.dtype_bytes,
             n_draft_layers=n_draft,
             draft_numbering=numbering,
             drafter_needs_target_embed=needs_embed,
-            layer_weight_bytes=lw,
-            embed_bytes=embed_b,
-            lm_head_bytes=lm_b,
-            drafter_bytes=drafter_b,
+            weights=WeightBytes(tuple(lw) if lw is not None else None, embed=embed_b, lm_head=lm_b, drafter=drafter_b),
             notes=tuple(notes),
             num_speculative_tokens=profile.drafter.num_speculative_tokens if profile.drafter else 1,
         )

@@ -22,7 +22,7 @@ from conftest import pack_rules
 from ppspec_cli.knowledge.methods.block import parallel_drafting_token
 from ppspec_cli.planning.drafter_contract import registered_dflash, served_architectures
 
-from ppspec_cli.planning.plan import build_plan, default_partition, default_taps, normalize_taps, stage_bounds, v1_taps_from_config, v2_taps_from_config
+from ppspec_cli.planning.plan import EngineTaps, build_plan, default_partition, default_taps, normalize_taps, stage_bounds, v1_taps_from_config, v2_taps_from_config
 from ppspec_cli.planning.profile import parse_profile
 from ppspec_cli.knowledge.engine import VllmInstall
 from ppspec_cli.planning.resolve import resolve
@@ -87,8 +87,8 @@ def _taps_answer(case: Case) -> Any:
     if case.check == "stages":
         part = i["partition"]
         plan = build_plan(
-            num_layers=i["num_layers"], pp=len(part), layer_partition=part, method="eagle3", runner="v2", taps=tuple(i["taps"]),
-            taps_source="mirror", trained=None, overlay=None, hidden_size=8, dtype_bytes=2, n_draft_layers=1,
+            num_layers=i["num_layers"], pp=len(part), layer_partition=part, method="eagle3", runner="v2", taps=EngineTaps(tuple(i["taps"]), "mirror"),
+            hidden_size=8, dtype_bytes=2, n_draft_layers=1,
             draft_numbering="global", drafter_needs_target_embed=True,
         )  # fmt: skip
         assert [list(s.layers) for s in plan.stages] == [list(b) for b in stage_bounds(part)]
