@@ -12,7 +12,7 @@ from ppspec_cli.errors import PpspecError
 from ppspec_cli.verify.client import endpoint_from_host_port, normalize_endpoint
 from ppspec_cli.verify.gates import DEFAULT_TASK_TOLERANCE, TASK, refuse_if_synthetic, resolve_gates, speculative_config_from_engine, synthetic_acceptance_configured
 from ppspec_cli.verify.report import load_report, print_gate_lines, render_table, save_report
-from ppspec_cli.verify.runner import DEFAULT_MAX_TOKENS, apply_gates, run_verify
+from ppspec_cli.verify.runner import DEFAULT_MAX_TOKENS, ProfileContext, apply_gates, run_verify
 
 
 def _profile_context(path: str) -> dict:
@@ -91,14 +91,16 @@ def verify_command(
 
     report = run_verify(
         url,
-        preferred_models=ctx.get("preferred"),
+        profile=ProfileContext(
+            name=ctx.get("name"),
+            preferred_models=tuple(ctx.get("preferred") or ()),
+            spec_config=spec_cfg,
+            expect_speculative=ctx.get("speculative"),
+            tokenizer=ctx.get("tokenizer"),
+        ),
         api_key_env=key_env,
         max_tokens=max_tokens,
         num_prompts=num_prompts,
-        spec_config=spec_cfg,
-        expect_speculative=ctx.get("speculative"),
-        profile_name=ctx.get("name"),
-        tokenizer=ctx.get("tokenizer"),
         refuse_synthetic=wants_gates or bool(save_baseline or save_reference),
     )
     if ctx.get("name"):  # which packs ran in which engine process, from the run `ppspec serve` keeps

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime, UTC
 from typing import Any, Callable, Mapping
 
@@ -19,7 +20,7 @@ from ppspec_cli.errors import PpspecError
 from ppspec_cli.verify import metrics as m
 from ppspec_cli.verify.client import Client
 from ppspec_cli.verify.gates import DEFAULT_MIN_ACCEPTANCE, DEFAULT_PARITY_RATIO, DEFAULT_TASK_TOLERANCE, evaluate_gates, refuse_if_synthetic, synthetic_acceptance_configured
-from ppspec_cli.verify.prompts import PromptSet, extract_answer, load_prompt_set
+from ppspec_cli.verify.prompts import PromptItem, PromptSet, extract_answer, load_prompt_set
 from ppspec_cli.verify.report import Report
 
 ProgressFn = Callable[[str], None]
@@ -117,66 +118,58 @@ def _settled_delta(client: Client, before: m.Scrape, expected_tokens: int | None
         time.sleep(SETTLE_POLL_S)
 
 
-def run_verify(  # noqa: PLR0913, PLR0915 (a limit to bring it under)
-    endpoint: str,
-    *,
-    model: str | None = None,
-    preferred_models: list[str] | None = None,
-    api_key_env: str | None = None,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    num_prompts: int | None = None,
-    seed: int = 0,
-    prompt_set: PromptSet | None = None,
-    spec_config: Mapping[str, Any] | None = None,
-    expect_speculative: bool | None = None,
-    profile_name: str | None = None,
-    tokenizer: str | None = None,
-    request_timeout_s: float = 300.0,
-    warmup: bool = True,
-    progress: ProgressFn | None = _stderr_progress,
-    refuse_synthetic: bool = False,
-) -> Report:
-    """Measure acceptance, throughput and greedy outputs on a live server. No gates are applied.
+@dataclass(frozen=True)
+class ProfileContext:
+    """What the profile that launched the server tells verify about it (`ppspec verify --profile`).
+    Verify against a bare endpoint passes none: the server alone is measured."""
 
-    spec_config: the speculative config the engine was launched with (from the profile), used to
-    detect synthetic acceptance; the server's dev-mode /server_info is consulted as well.
-    refuse_synthetic: raise before sending anything when synthetic acceptance is configured.
-    """
-    if not (1 <= max_tokens <= 1 << 16):
-        raise PpspecError(f"--max-tokens must be in 1..65536, got {max_tokens}", where="--max-tokens", fix="use e.g. 128")
-    ps = prompt_set or load_prompt_set()
-    items = ps.select(num_prompts)
-    client = Client(endpoint, api_key_env=api_key_env, timeout=request_timeout_s)
-    say = progress or (lambda _line: None)
+    name: str | None = None  # recorded as the report's `profile`
+    #: served names to pick, first match wins, when the server serves several models
+    preferred_models: tuple[str, ...] = ()
+    #: the speculative config the engine was launched with, used to detect synthetic acceptance
+    spec_config: Mapping[str, Any] | None = None
+    expect_speculative: bool | None = None  # True: the profile names a drafter; None: unknown
+    tokenizer: str | None = None  # passed on to the printed lm_eval command
 
-    client.health()
-    chosen = _pick_model(client, model, preferred_models)
 
-    warnings: list[str] = []
+@dataclass(frozen=True)
+class _ServedSpec:
+    """Whether synthetic acceptance is configured, where that was seen, and the served speculative
+    config when the server's dev-mode /server_info tells it."""
+
+    synthetic: bool
+    synthetic_source: str | None
+    served: dict | None
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """What sending the prompts gave: one record per prompt and the client-side totals."""
+
+    outputs: list[dict]
+    latency_s: float  # summed over the requests
+    wall_s: float
+    usage_tokens: int | None  # completion tokens the server answered; None when one answer lacked them
+    correct: int
+    total: int  # items with an expected answer
+
+
+def _served_spec(client: Client, spec_config: Mapping[str, Any] | None) -> _ServedSpec:
     synthetic = synthetic_acceptance_configured(spec_config)
-    synthetic_source = "profile" if synthetic else None
+    source = "profile" if synthetic else None
     info = client.server_info()
-    served_spec = None
+    served = None
     if info:
         cfg = info.get("vllm_config")
         if isinstance(cfg, dict) and isinstance(cfg.get("speculative_config"), dict):
-            served_spec = cfg["speculative_config"]
-            if synthetic_acceptance_configured(served_spec):
-                synthetic, synthetic_source = True, "/server_info"
-    if synthetic and refuse_synthetic:
-        refuse_if_synthetic({"rejection_sample_method": "synthetic"}, f"speculative config ({synthetic_source})")
+            served = cfg["speculative_config"]
+            if synthetic_acceptance_configured(served):
+                synthetic, source = True, "/server_info"
+    return _ServedSpec(synthetic, source, served)
 
-    if warmup:
-        say(f"warm-up request to {client.endpoint} ({chosen})")
-        client.complete(chosen, WARMUP_PROMPT, max_tokens=min(8, max_tokens), seed=seed)
 
-    before = m.parse_prometheus(client.metrics())
-    configured = m.spec_decode_configured(before)
-    if expect_speculative is True and not configured:
-        warnings.append("the profile names a drafter but the server exposes no spec-decode counters: speculation is off")
-    if expect_speculative is False and configured:
-        warnings.append("the profile names no drafter but the server runs speculative decoding")
-
+def _send_prompts(client: Client, model: str, items: tuple[PromptItem, ...], *, max_tokens: int, seed: int, say: ProgressFn) -> _Sent:
+    """Send each prompt greedily, one at a time, and record its answer (and whether it is right)."""
     outputs: list[dict] = []
     total_latency = 0.0
     usage_tokens: int | None = 0
@@ -185,7 +178,7 @@ def run_verify(  # noqa: PLR0913, PLR0915 (a limit to bring it under)
     n = len(items)
     for i, item in enumerate(items, start=1):
         t0 = time.perf_counter()
-        c = client.complete(chosen, item.prompt, max_tokens=max_tokens, seed=seed)
+        c = client.complete(model, item.prompt, max_tokens=max_tokens, seed=seed)
         dt = time.perf_counter() - t0
         total_latency += dt
         if c.completion_tokens is None:
@@ -210,19 +203,107 @@ def run_verify(  # noqa: PLR0913, PLR0915 (a limit to bring it under)
         outputs.append(rec)
         say(f"[{i:>{len(str(n))}}/{n}] {item.id:<5} {c.completion_tokens if c.completion_tokens is not None else '?':>5} tokens  {dt:6.2f} s")
     wall = time.perf_counter() - t_start
+    return _Sent(outputs, total_latency, wall, usage_tokens, correct, total)
 
-    after, d, settled = _settled_delta(client, before, usage_tokens)
+
+def _model_match(after: m.Scrape, chosen: str, warnings: list[str]) -> dict[str, str] | None:
+    """The label filter that keeps our model's counters when several models report to /metrics."""
+    names = m.model_names(after)
+    if len(names) > 1:
+        if chosen in names:
+            return {"model_name": chosen}
+        warnings.append(f"counters carry several model names ({', '.join(names)}); summing over all of them")
+    return None
+
+
+def _throughput(sent: _Sent, d: m.Scrape, match: dict[str, str] | None, gen: int | None, warnings: list[str]) -> dict[str, Any]:
+    output_tokens = sent.usage_tokens if sent.usage_tokens is not None else gen
+    if sent.usage_tokens is not None and gen is not None and gen > sent.usage_tokens:
+        warnings.append(
+            f"the server generated {gen} tokens during the run but answered {sent.usage_tokens} to verify: "
+            "other clients were served at the same time, so the counters include their traffic"
+        )
+    itl = m.engine_tpot_s(d, match)
+    wall = sent.wall_s
+    return {
+        "output_tokens": output_tokens,
+        "wall_time_s": round(wall, 4),
+        "output_tokens_per_s": (output_tokens / wall) if output_tokens and wall > 0 else None,
+        "time_per_output_token_ms": (1000.0 * sent.latency_s / output_tokens) if output_tokens else None,
+        "engine_inter_token_latency_ms": 1000.0 * itl if itl is not None else None,
+        "concurrency": 1,
+    }
+
+
+def _speculative_info(configured: bool, spec: _ServedSpec, expected: bool | None) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "configured": configured,
+        "synthetic_acceptance": spec.synthetic,
+        "synthetic_source": spec.synthetic_source,
+        "expected_by_profile": expected,
+    }
+    if spec.served is not None:
+        info["served_method"] = spec.served.get("method")
+        info["served_num_speculative_tokens"] = spec.served.get("num_speculative_tokens")
+    return info
+
+
+def run_verify(
+    endpoint: str,
+    *,
+    model: str | None = None,
+    profile: ProfileContext | None = None,
+    api_key_env: str | None = None,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    num_prompts: int | None = None,
+    seed: int = 0,
+    prompt_set: PromptSet | None = None,
+    request_timeout_s: float = 300.0,
+    warmup: bool = True,
+    progress: ProgressFn | None = _stderr_progress,
+    refuse_synthetic: bool = False,
+) -> Report:
+    """Measure acceptance, throughput and greedy outputs on a live server. No gates are applied.
+
+    profile: what the profile that launched the server says (ProfileContext); its spec_config and
+    the server's dev-mode /server_info are both consulted to detect synthetic acceptance.
+    refuse_synthetic: raise before sending anything when synthetic acceptance is configured.
+    """
+    if not (1 <= max_tokens <= 1 << 16):
+        raise PpspecError(f"--max-tokens must be in 1..65536, got {max_tokens}", where="--max-tokens", fix="use e.g. 128")
+    prof = profile or ProfileContext()
+    ps = prompt_set or load_prompt_set()
+    items = ps.select(num_prompts)
+    client = Client(endpoint, api_key_env=api_key_env, timeout=request_timeout_s)
+    say = progress or (lambda _line: None)
+
+    client.health()
+    chosen = _pick_model(client, model, list(prof.preferred_models))
+
+    warnings: list[str] = []
+    spec = _served_spec(client, prof.spec_config)
+    if spec.synthetic and refuse_synthetic:
+        refuse_if_synthetic({"rejection_sample_method": "synthetic"}, f"speculative config ({spec.synthetic_source})")
+
+    if warmup:
+        say(f"warm-up request to {client.endpoint} ({chosen})")
+        client.complete(chosen, WARMUP_PROMPT, max_tokens=min(8, max_tokens), seed=seed)
+
+    before = m.parse_prometheus(client.metrics())
+    configured = m.spec_decode_configured(before)
+    if prof.expect_speculative is True and not configured:
+        warnings.append("the profile names a drafter but the server exposes no spec-decode counters: speculation is off")
+    if prof.expect_speculative is False and configured:
+        warnings.append("the profile names no drafter but the server runs speculative decoding")
+
+    sent = _send_prompts(client, chosen, items, max_tokens=max_tokens, seed=seed, say=say)
+
+    after, d, settled = _settled_delta(client, before, sent.usage_tokens)
     if not settled:
         warnings.append(f"the counters did not settle within {SETTLE_TIMEOUT_S:g} s after the last response; figures may miss the last steps")
     configured = configured or m.spec_decode_configured(after)
 
-    match = None
-    names = m.model_names(after)
-    if len(names) > 1:
-        if chosen in names:
-            match = {"model_name": chosen}
-        else:
-            warnings.append(f"counters carry several model names ({', '.join(names)}); summing over all of them")
+    match = _model_match(after, chosen, warnings)
     stats = m.spec_decode_stats(d, match, configured=configured)
     warnings += stats.warnings()
     per_engine = {}
@@ -231,49 +312,24 @@ def run_verify(  # noqa: PLR0913, PLR0915 (a limit to bring it under)
         per_engine = {k: v.to_dict() for k, v in m.spec_decode_stats_by(d, "engine", match).items()}
 
     summary = m.summarize(d, match)
-    gen = summary.get("generation_tokens")
-    output_tokens = usage_tokens if usage_tokens is not None else gen
-    if usage_tokens is not None and gen is not None and gen > usage_tokens:
-        warnings.append(
-            f"the server generated {gen} tokens during the run but answered {usage_tokens} to verify: "
-            "other clients were served at the same time, so the counters include their traffic"
-        )
-    itl = m.engine_tpot_s(d, match)
-    throughput = {
-        "output_tokens": output_tokens,
-        "wall_time_s": round(wall, 4),
-        "output_tokens_per_s": (output_tokens / wall) if output_tokens and wall > 0 else None,
-        "time_per_output_token_ms": (1000.0 * total_latency / output_tokens) if output_tokens else None,
-        "engine_inter_token_latency_ms": 1000.0 * itl if itl is not None else None,
-        "concurrency": 1,
-    }
-    task = {"correct": correct, "total": total, "score": (correct / total) if total else None} if total else None
-
-    spec_info = {
-        "configured": configured,
-        "synthetic_acceptance": synthetic,
-        "synthetic_source": synthetic_source,
-        "expected_by_profile": expect_speculative,
-    }
-    if served_spec is not None:
-        spec_info["served_method"] = served_spec.get("method")
-        spec_info["served_num_speculative_tokens"] = served_spec.get("num_speculative_tokens")
+    throughput = _throughput(sent, d, match, summary.get("generation_tokens"), warnings)
+    task = {"correct": sent.correct, "total": sent.total, "score": (sent.correct / sent.total) if sent.total else None} if sent.total else None
 
     return Report(
         endpoint=client.endpoint,
         model=chosen,
-        profile=profile_name,
+        profile=prof.name,
         prompt_set=ps.describe(),
         settings={"max_tokens": max_tokens, "num_prompts": len(items), "seed": seed, "temperature": 0.0, "warmup": warmup},
-        speculative=spec_info,
+        speculative=_speculative_info(configured, spec, prof.expect_speculative),
         counters_delta=summary,
         spec_decode=stats.to_dict(),
         per_engine=per_engine,
         throughput=throughput,
-        outputs=outputs,
+        outputs=sent.outputs,
         task_score=task,
         warnings=warnings,
-        lm_eval_command=lm_eval_command(client.endpoint, chosen, tokenizer),
+        lm_eval_command=lm_eval_command(client.endpoint, chosen, prof.tokenizer),
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         ppspec_version=__version__,
     )
