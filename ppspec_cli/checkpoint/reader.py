@@ -281,8 +281,8 @@ def _safe_shard_name(name: str) -> bool:
     return all(len(part.encode("utf-8", "replace")) <= 255 for part in Path(name).parts)  # else ENAMETOOLONG
 
 
-def load_local(ref: str, path: Path, *, read_headers: bool = True) -> Checkpoint:  # noqa: C901, PLR0912 (a limit to bring it under)
-    """Metadata from a local directory. A directory with only config files is normal (a login node)."""
+def _open_local(ref: str, path: Path) -> Checkpoint:
+    """An empty local Checkpoint for an existing, listable directory (its file names listed)."""
     if not path.exists():
         raise PpspecError(f"checkpoint directory not found: {path}", where=ref, fix="check the path, or use a hub id (org/name)", exit_code=1)
     if not path.is_dir():
@@ -292,21 +292,30 @@ def load_local(ref: str, path: Path, *, read_headers: bool = True) -> Checkpoint
         ck.files = sorted(p.name for p in path.iterdir())
     except OSError as e:
         raise PpspecError(f"cannot list checkpoint directory: {e.strerror}", where=str(path), fix="check permissions", exit_code=1) from None
+    return ck
+
+
+def _local_config_path(ck: Checkpoint, path: Path) -> Path | None:
+    """config.json, else the first `config*.json` (a partial config), else None."""
     cfg_path = path / "config.json"
-    if not cfg_path.exists():
-        partial = [f for f in ck.files if f.startswith("config") and f.endswith(".json")]
-        if partial:
-            cfg_path = path / partial[0]
-        else:
-            ck.gaps.append(Gap("missing-config", f"no config.json in {path}"))
-            return ck
-    _apply_config(ck, _read_json(cfg_path, cfg_path.name), cfg_path.name)
-    idx_candidates = [f for f in ck.files if f.startswith("model.safetensors.index") and f.endswith(".json")]
-    if idx_candidates:
-        _apply_index(ck, _read_json(path / idx_candidates[0], idx_candidates[0]), idx_candidates[0])
+    if cfg_path.exists():
+        return cfg_path
+    partial = [f for f in ck.files if f.startswith("config") and f.endswith(".json")]
+    return path / partial[0] if partial else None
+
+
+def _read_config(ck: Checkpoint, file: Path, name: str) -> None:
+    _apply_config(ck, _read_json(file, name), name)
+
+
+def _read_index(ck: Checkpoint, file: Path, name: str) -> None:
+    _apply_index(ck, _read_json(file, name), name)
+
+
+def _local_shards(ck: Checkpoint, path: Path) -> tuple[list[str], list[str], list[str]]:
+    """The shard files to read headers of -> (present, missing, unsafe), with their gaps: the
+    index's shards when there is an index, else the directory's *.safetensors."""
     shards = sorted(set((ck.weight_map or {}).values())) if ck.weight_map else [f for f in ck.files if f.endswith(".safetensors")]
-    if not read_headers:
-        return ck
     unsafe = [s for s in shards if not _safe_shard_name(s)]
     if unsafe:
         # Never follow an index out of the checkpoint directory (`../x`, absolute paths).
@@ -315,12 +324,18 @@ def load_local(ref: str, path: Path, *, read_headers: bool = True) -> Checkpoint
     missing = [s for s in shards if s not in present and s not in unsafe]
     if ck.weight_map is not None and missing and present:
         ck.gaps.append(Gap("missing-shards", f"the index names {len(missing)} shard file(s) that are not in the directory (e.g. {missing[0]})"))
+    return present, missing, unsafe
+
+
+def _read_local_headers(ck: Checkpoint, path: Path, present: list[str]) -> dict[str, TensorInfo] | None:
+    """The tensors of the `present` shards from their safetensors headers (bounded reads of
+    8 + N bytes each, bounded in total); None, with a gap, when there are none or one is bad."""
     if not present:
         ck.gaps.append(Gap("no-weights", "no safetensors files here (metadata only): tensor-level checks are not run"))
-        return ck
+        return None
     if len(present) > MAX_SHARDS:
         ck.gaps.append(Gap("bad-safetensors", f"{len(present)} shard files, more than the {MAX_SHARDS} ppspec reads headers of: tensor-level checks not run"))
-        return ck
+        return None
     tensors: dict[str, TensorInfo] = {}
     header_bytes = 0
     for s in present:
@@ -338,12 +353,15 @@ def load_local(ref: str, path: Path, *, read_headers: bool = True) -> Checkpoint
                 raise ValueError(f"the shards hold more than {MAX_TENSORS} tensors together")
         except ValueError as e:
             ck.gaps.append(Gap("bad-safetensors", f"{s}: {e}"))
-            return ck
+            return None
         except _HeaderError as e:
             ck.gaps.append(Gap("bad-safetensors", f"{s}: {e.what}"))
-            return ck
-    if ck.weight_map is not None and (missing or unsafe):
-        return ck  # incomplete view: keep the index as the name list
+            return None
+    return tensors
+
+
+def _use_tensors(ck: Checkpoint, tensors: dict[str, TensorInfo]) -> Checkpoint:
+    """Keep the headers' tensors, noting where the index disagrees with them (local and hub alike)."""
     if ck.weight_map is not None:
         wrong = sorted(n for n, f in ck.weight_map.items() if n not in tensors or tensors[n].file != f)
         if wrong:
@@ -352,6 +370,28 @@ def load_local(ref: str, path: Path, *, read_headers: bool = True) -> Checkpoint
             )
     ck.tensors = tensors
     return ck
+
+
+def load_local(ref: str, path: Path, *, read_headers: bool = True) -> Checkpoint:
+    """Metadata from a local directory. A directory with only config files is normal (a login node)."""
+    ck = _open_local(ref, path)
+    cfg_path = _local_config_path(ck, path)
+    if cfg_path is None:
+        ck.gaps.append(Gap("missing-config", f"no config.json in {path}"))
+        return ck
+    _read_config(ck, cfg_path, cfg_path.name)
+    idx_candidates = [f for f in ck.files if f.startswith("model.safetensors.index") and f.endswith(".json")]
+    if idx_candidates:
+        _read_index(ck, path / idx_candidates[0], idx_candidates[0])
+    if not read_headers:
+        return ck
+    present, missing, unsafe = _local_shards(ck, path)
+    tensors = _read_local_headers(ck, path, present)
+    if tensors is None:
+        return ck
+    if ck.weight_map is not None and (missing or unsafe):
+        return ck  # incomplete view: keep the index as the name list
+    return _use_tensors(ck, tensors)
 
 
 def _endpoint() -> str:
@@ -574,70 +614,60 @@ def load_hub(ref: str, revision: str | None, *, offline: bool = False, read_head
         constants.HF_HUB_DISABLE_XET = xet_was_disabled
 
 
-def _load_hub(ref: str, revision: str | None, *, offline: bool, read_headers: bool) -> Checkpoint:  # noqa: C901 (a limit to bring it under)
+def _hub_fetch(ref: str, name: str, revision: str | None, *, cache_only: bool, offline: bool) -> Path | None:
+    """One metadata file of hub repo `ref` (its announced size checked first), or from the cache
+    only; None when the repository has no such file (or an optional one is not cached)."""
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_download, hf_hub_url
+    from huggingface_hub.utils import EntryNotFoundError
+
     try:
-        from huggingface_hub import constants, get_hf_file_metadata, get_safetensors_metadata, hf_hub_download, hf_hub_url
-        from huggingface_hub.utils import EntryNotFoundError
-    except ImportError:  # pragma: no cover - dependency
-        raise PpspecError("huggingface_hub is not installed", fix="pip install huggingface_hub", exit_code=1) from None
-    offline = offline or bool(constants.HF_HUB_OFFLINE)
-    ck = Checkpoint(ref=ref, location=f"{ref}@{revision or 'main'}", source="hub")
-    # hf_hub_download retries an unreachable hub for ~25 s per file before falling back to the
-    # cache; one HEAD without retries tells us first, and then we read the cache only.
-    unreachable = False if offline else _hub_unreachable(ref, revision)
-    cache_only = offline or unreachable
+        if not cache_only:
+            # the size the hub announces, checked before anything is downloaded
+            size = get_hf_file_metadata(hf_hub_url(ref, name, revision=revision), timeout=constants.HF_HUB_ETAG_TIMEOUT).size
+            if size is not None and size > MAX_CONFIG_BYTES:
+                raise PpspecError(
+                    f"the hub announces {name} as {size} bytes, more than the {MAX_CONFIG_BYTES >> 20} MiB ppspec reads; not downloaded",
+                    where=f"{ref}/{name}",
+                    fix="check that this is really a model repository",
+                    exit_code=1,
+                )
+        return Path(hf_hub_download(ref, name, revision=revision, local_files_only=cache_only))
+    except PpspecError:
+        raise
+    except Exception as e:  # noqa: BLE001 - translated into one clear message
+        if _HUB_CLOCK.expired():
+            raise  # load_hub reports the overrun
+        # LocalEntryNotFoundError (and its IncompleteSnapshotError) is also an
+        # EntryNotFoundError: "not cached, hub offline/unreachable" is not "no such file".
+        if any(c.__name__ == "LocalEntryNotFoundError" for c in type(e).__mro__):
+            if name == "config.json":
+                raise _hub_error(e, ref, offline=offline, revision=revision) from None
+            return None  # optional file not in the cache
+        if isinstance(e, EntryNotFoundError):
+            return None
+        raise _hub_error(e, ref, offline=offline, revision=revision) from None
 
-    def fetch(name: str) -> Path | None:
-        try:
-            if not cache_only:
-                # the size the hub announces, checked before anything is downloaded
-                size = get_hf_file_metadata(hf_hub_url(ref, name, revision=revision), timeout=constants.HF_HUB_ETAG_TIMEOUT).size
-                if size is not None and size > MAX_CONFIG_BYTES:
-                    raise PpspecError(
-                        f"the hub announces {name} as {size} bytes, more than the {MAX_CONFIG_BYTES >> 20} MiB ppspec reads; not downloaded",
-                        where=f"{ref}/{name}",
-                        fix="check that this is really a model repository",
-                        exit_code=1,
-                    )
-            return Path(hf_hub_download(ref, name, revision=revision, local_files_only=cache_only))
-        except PpspecError:
-            raise
-        except Exception as e:  # noqa: BLE001 - translated into one clear message
-            if _HUB_CLOCK.expired():
-                raise  # load_hub reports the overrun
-            # LocalEntryNotFoundError (and its IncompleteSnapshotError) is also an
-            # EntryNotFoundError: "not cached, hub offline/unreachable" is not "no such file".
-            if any(c.__name__ == "LocalEntryNotFoundError" for c in type(e).__mro__):
-                if name == "config.json":
-                    raise _hub_error(e, ref, offline=offline, revision=revision) from None
-                return None  # optional file not in the cache
-            if isinstance(e, EntryNotFoundError):
-                return None
-            raise _hub_error(e, ref, offline=offline, revision=revision) from None
 
-    cfg = fetch("config.json")
-    if cfg is None:
-        ck.gaps.append(Gap("missing-config", "the repository has no config.json"))
-        return ck
-    ck.files.append("config.json")
-    _apply_config(ck, _read_json(cfg, "config.json"), "config.json")
-    idx = fetch("model.safetensors.index.json")
-    if idx is not None:
-        ck.files.append("model.safetensors.index.json")
-        _apply_index(ck, _read_json(idx, "model.safetensors.index.json"), "model.safetensors.index.json")
-    if not read_headers:
-        return ck
+def _hub_headers_skipped(ck: Checkpoint, *, offline: bool, unreachable: bool) -> bool:
+    """True, with the gap that says why, when the hub's safetensors headers are not to be read."""
     if offline:
         ck.gaps.append(Gap("no-weights", "offline: safetensors headers not read (tensor-level checks not run)"))
-        return ck
+        return True
     if unreachable:
         ck.gaps.append(Gap("no-weights", f"the hub ({_endpoint()}) could not be reached: metadata from the local cache, safetensors headers not read"))
-        return ck
+        return True
     if ck.weight_map is not None and len(set(ck.weight_map.values())) > MAX_SHARDS:
         ck.gaps.append(Gap("bad-safetensors", f"the index names more than {MAX_SHARDS} shard files: headers not read, tensor-level checks not run"))
-        return ck
+        return True
+    return False
+
+
+def _hub_safetensors_metadata(ck: Checkpoint, ref: str, revision: str | None) -> Any | None:
+    """The repository's safetensors headers by range reads; None, with a gap, when unreadable."""
+    from huggingface_hub import get_safetensors_metadata
+
     try:
-        meta = get_safetensors_metadata(ref, revision=revision)  # range reads of the headers only
+        return get_safetensors_metadata(ref, revision=revision)  # range reads of the headers only
     except Exception as e:  # noqa: BLE001
         if _HUB_CLOCK.expired():
             raise  # load_hub reports the overrun
@@ -648,11 +678,16 @@ def _load_hub(ref: str, revision: str | None, *, offline: bool, read_headers: bo
             ck.gaps.append(Gap("no-weights", "the repository has no safetensors weights: tensor-level checks not run"))
         else:
             ck.gaps.append(Gap("no-weights", f"safetensors headers not read ({kind}): tensor-level checks not run"))
-        return ck
-    tensors: dict[str, TensorInfo] = {}
+        return None
+
+
+def _hub_tensors(ck: Checkpoint, meta: Any) -> dict[str, TensorInfo] | None:
+    """The tensors huggingface_hub parsed from the headers, checked as the local reader checks
+    them; None, with a gap, when there are too many or one does not add up."""
     if sum(len(fm.tensors) for fm in meta.files_metadata.values()) > MAX_TENSORS:
         ck.gaps.append(Gap("bad-safetensors", f"the shards hold more than {MAX_TENSORS} tensors together: tensor-level checks not run"))
-        return ck
+        return None
+    tensors: dict[str, TensorInfo] = {}
     for fname, fm in meta.files_metadata.items():
         for tname, ti in fm.tensors.items():
             t = TensorInfo(tname, ti.dtype, tuple(ti.shape), fname)
@@ -660,14 +695,37 @@ def _load_hub(ref: str, revision: str | None, *, offline: bool, read_headers: bo
             if t.dtype not in DTYPE_BYTES or (len(offs) == 2 and offs[1] - offs[0] != t.nbytes):
                 # the same lie the local reader refuses: a span that does not fit dtype x shape
                 ck.gaps.append(Gap("bad-safetensors", f"{fname}: tensor {tname!r} ({t.dtype} {list(t.shape)}) does not match its data_offsets {list(offs)}"))
-                return ck
+                return None
             tensors[tname] = t
-    if ck.weight_map is not None:
-        wrong = sorted(n for n, f in ck.weight_map.items() if n not in tensors or tensors[n].file != f)
-        if wrong:
-            ck.gaps.append(Gap("index-mismatch", f"{len(wrong)} tensor(s) of the index are not in the shard it names (e.g. {wrong[0]} -> {ck.weight_map[wrong[0]]}); the headers are used"))
-    ck.tensors = tensors
-    return ck
+    return tensors
+
+
+def _load_hub(ref: str, revision: str | None, *, offline: bool, read_headers: bool) -> Checkpoint:
+    try:
+        from huggingface_hub import constants
+    except ImportError:  # pragma: no cover - dependency
+        raise PpspecError("huggingface_hub is not installed", fix="pip install huggingface_hub", exit_code=1) from None
+    offline = offline or bool(constants.HF_HUB_OFFLINE)
+    ck = Checkpoint(ref=ref, location=f"{ref}@{revision or 'main'}", source="hub")
+    # hf_hub_download retries an unreachable hub for ~25 s per file before falling back to the
+    # cache; one HEAD without retries tells us first, and then we read the cache only.
+    unreachable = False if offline else _hub_unreachable(ref, revision)
+    cache_only = offline or unreachable
+    cfg = _hub_fetch(ref, "config.json", revision, cache_only=cache_only, offline=offline)
+    if cfg is None:
+        ck.gaps.append(Gap("missing-config", "the repository has no config.json"))
+        return ck
+    ck.files.append("config.json")
+    _read_config(ck, cfg, "config.json")
+    idx = _hub_fetch(ref, "model.safetensors.index.json", revision, cache_only=cache_only, offline=offline)
+    if idx is not None:
+        ck.files.append("model.safetensors.index.json")
+        _read_index(ck, idx, "model.safetensors.index.json")
+    if not read_headers or _hub_headers_skipped(ck, offline=offline, unreachable=unreachable):
+        return ck
+    meta = _hub_safetensors_metadata(ck, ref, revision)
+    tensors = None if meta is None else _hub_tensors(ck, meta)
+    return ck if tensors is None else _use_tensors(ck, tensors)
 
 
 def is_local_ref(ref: str) -> bool:
