@@ -15,6 +15,7 @@ from typing import Any
 
 from ppspec_cli.io import safeio, shellout
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.planning.profile import Profile
 from ppspec_cli.planning.resolve import Resolved, needed_behaviours
 from ppspec_cli.planning.engine_options import _flag_name, _opt, engine_args, launch_refusals
 from ppspec_cli.running.planfile import PLAN_FORMAT
@@ -150,51 +151,106 @@ def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool
     return _build(r, run_dir or default_run_dir(r.profile.name), resolve_demo)
 
 
-def _build(r: Resolved, run_dir: Path, resolve_demo: bool) -> LaunchSpec:  # noqa: C901, PLR0912, PLR0915 (a limit to bring it under)
+def _build(r: Resolved, run_dir: Path, resolve_demo: bool) -> LaunchSpec:
+    """One node set's launch, from the profile alone: the argv shared by every engine node, each
+    node's own part, the environment, and the plan file the in-engine plugin reads."""
     p = r.profile
-    t = p.topology
-    refused = launch_refusals(p.engine, p.env, p.server.api_key_env, None, p.trust.model_dump())
-    if refused:  # `serve` has refused already (they are `check` errors); a caller of this function must too
-        f = refused[0]
-        raise PpspecError(f"{f.message} [{f.code}]", where=f.field, fix=f.hint, exit_code=1)
+    _refuse_unlaunchable(p)
     plan_file = run_dir / "plan.json"
-    host, port = p.server.host, p.server.port
-    url_host = f"[{host}]" if ":" in host else host
-    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else url_host}:{port}"
     target_ref = _engine_ref(p.target.model, r.target, resolve_demo)
     base = [vllm_executable(), "serve", target_ref]
-    common: list[str] = []
-    if p.target.revision:
-        common += _opt("--revision", p.target.revision)
-    if p.dtype:
-        common += _opt("--dtype", p.dtype)
-    if p.trust_remote_code:
-        common += ["--trust-remote-code"]
-    common += ["--tensor-parallel-size", str(t.tensor_parallel), "--pipeline-parallel-size", str(t.pipeline_parallel)]
-    if t.data_parallel > 1:
-        common += ["--data-parallel-size", str(t.data_parallel)]
+    drafter = _drafter_launch(r, run_dir, resolve_demo)
+    common = _shared_engine_args(p, drafter.config)
+    extra = _pass_through_args(r)
+    env, env_refs = _environment(r, plan_file), _env_refs(p)
+    nodes = []
+    for rank in range(p.topology.nodes):
+        role = "worker" if rank > 0 else "head"
+        argv = _node_argv(p, rank, role, base + common, extra)
+        nodes.append(NodeLaunch(rank, role, argv, dict(env), dict(env_refs)))
     overlay = r.plan.overlay if r.plan is not None else None
-    overlay_dir = None
-    drafter_source = None
-    if p.drafter is not None:
-        d = p.drafter
-        spec: dict[str, Any] = {"method": d.method, "num_speculative_tokens": d.num_speculative_tokens}
-        if d.model:
-            drafter_source = _engine_ref(d.model, r.drafter, resolve_demo)
-            if overlay:
-                overlay_dir = run_dir / "drafter-overlay"
-                spec["model"] = str(overlay_dir)
-            else:
-                spec["model"] = drafter_source
-                if d.revision:
-                    spec["revision"] = d.revision
-        if d.tensor_parallel is not None:
-            spec["draft_tensor_parallel_size"] = d.tensor_parallel
-        common += ["--speculative-config", json.dumps(spec, separators=(",", ":"), sort_keys=True)]
-    if p.launch.executor == "ray" or t.nodes > 1:
-        common += ["--distributed-executor-backend", p.launch.executor]
-    extra = engine_args(p.engine)
+    return LaunchSpec(nodes, _server_url(p.server.host, p.server.port), run_dir, plan_file, _plan_data(r, run_dir), overlay, drafter.overlay_dir, drafter.source)
 
+
+def _refuse_unlaunchable(p: Profile) -> None:
+    """`serve` has refused these already (they are `check` errors); a caller of build_launch must too."""
+    refused = launch_refusals(p.engine, p.env, p.server.api_key_env, None, p.trust.model_dump())
+    if refused:
+        f = refused[0]
+        raise PpspecError(f"{f.message} [{f.code}]", where=f.field, fix=f.hint, exit_code=1)
+
+
+def _server_url(host: str, port: int) -> str:
+    """The URL clients reach the head's server at (a wildcard bind is reached on loopback)."""
+    url_host = f"[{host}]" if ":" in host else host
+    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else url_host}:{port}"
+
+
+@dataclass
+class _DrafterLaunch:
+    config: dict[str, Any] | None  # the --speculative-config value; None without a drafter
+    overlay_dir: Path | None  # where the config overlay is built (the engine loads the drafter from there)
+    source: str | None  # the drafter dir/id the overlay is made from
+
+
+def _drafter_launch(r: Resolved, run_dir: Path, resolve_demo: bool) -> _DrafterLaunch:
+    """The speculative config. When the plan overlays drafter config keys, the engine loads the
+    drafter from the overlay directory (built at serve time from `source`), not from its own."""
+    d = r.profile.drafter
+    if d is None:
+        return _DrafterLaunch(None, None, None)
+    overlay = r.plan.overlay if r.plan is not None else None
+    config: dict[str, Any] = {"method": d.method, "num_speculative_tokens": d.num_speculative_tokens}
+    overlay_dir = source = None
+    if d.model:
+        source = _engine_ref(d.model, r.drafter, resolve_demo)
+        if overlay:
+            overlay_dir = run_dir / "drafter-overlay"
+            config["model"] = str(overlay_dir)
+        else:
+            config["model"] = source
+            if d.revision:
+                config["revision"] = d.revision
+    if d.tensor_parallel is not None:
+        config["draft_tensor_parallel_size"] = d.tensor_parallel
+    return _DrafterLaunch(config, overlay_dir, source)
+
+
+def _shared_engine_args(p: Profile, speculative_config: dict[str, Any] | None) -> list[str]:
+    """The engine options ppspec derives from the profile, the same on every node."""
+    t = p.topology
+    args: list[str] = []
+    if p.target.revision:
+        args += _opt("--revision", p.target.revision)
+    if p.dtype:
+        args += _opt("--dtype", p.dtype)
+    if p.trust_remote_code:
+        args += ["--trust-remote-code"]
+    args += ["--tensor-parallel-size", str(t.tensor_parallel), "--pipeline-parallel-size", str(t.pipeline_parallel)]
+    if t.data_parallel > 1:
+        args += ["--data-parallel-size", str(t.data_parallel)]
+    if speculative_config is not None:
+        args += ["--speculative-config", json.dumps(speculative_config, separators=(",", ":"), sort_keys=True)]
+    if p.launch.executor == "ray" or t.nodes > 1:
+        args += ["--distributed-executor-backend", p.launch.executor]
+    return args
+
+
+def _pass_through_args(r: Resolved) -> list[str]:
+    """The profile's `engine:` keys, last on every engine argv; plus, on CPU with PP, an eager
+    compilation config unless the profile chose one (or enforce-eager) itself."""
+    p = r.profile
+    args = engine_args(p.engine)
+    if r.platform == "cpu" and p.topology.pipeline_parallel > 1:
+        if not any(_flag_name(k) in ("compilation-config", "enforce-eager") for k in p.engine):
+            # With enforce-eager the CPU worker skips warm-up and PP stage buffers are never allocated.
+            args += ["--compilation-config", json.dumps({"mode": 2, "backend": "eager"}, separators=(",", ":"), sort_keys=True)]
+    return args
+
+
+def _environment(r: Resolved, plan_file: Path) -> dict[str, str]:
+    """What ppspec sets in every node's environment; the profile's own `env:` wins."""
+    p, t = r.profile, r.profile.topology
     env: dict[str, str] = {"PPSPEC_PLAN_FILE": str(plan_file)}
     if t.layer_partition:
         env["VLLM_PP_LAYER_PARTITION"] = ",".join(str(x) for x in t.layer_partition)
@@ -205,50 +261,51 @@ def _build(r: Resolved, run_dir: Path, resolve_demo: bool) -> LaunchSpec:  # noq
         env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # else vLLM reserves most of RAM for KV cache
         if t.pipeline_parallel > 1:
             env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
-            if not any(_flag_name(k) in ("compilation-config", "enforce-eager") for k in p.engine):
-                # With enforce-eager the CPU worker skips warm-up and PP stage buffers are never allocated.
-                extra += ["--compilation-config", json.dumps({"mode": 2, "backend": "eager"}, separators=(",", ":"), sort_keys=True)]
-    env.update(p.env)  # the profile's own settings win
-    env_refs: dict[str, str] = {}
-    if p.server.api_key_env:
-        env_refs["VLLM_API_KEY"] = p.server.api_key_env
+    env.update(p.env)
+    return env
 
-    nodes: list[NodeLaunch] = []
-    for rank in range(t.nodes):
-        argv = list(base) + list(common)
-        role = "head"
-        if t.nodes > 1 and p.launch.executor == "mp":
-            argv += ["--nnodes", str(t.nodes), "--node-rank", str(rank), *_opt("--master-addr", p.launch.master_addr or "MASTER_ADDR"), "--master-port", str(p.launch.master_port)]
-            if rank > 0:
-                argv += ["--headless"]
-                role = "worker"
-        elif t.nodes > 1 and rank > 0:
-            role = "worker"  # ray: worker nodes join the Ray cluster; only the head runs vllm serve
-        if role == "head":
-            argv += [*_opt("--host", host), "--port", str(port), *_opt("--served-model-name", p.server.served_model_name or p.name)]
-        argv += extra
-        if p.launch.executor == "ray" and role == "worker":
-            argv = ["ray", "start", "--address", f"{p.launch.master_addr or 'HEAD_ADDR'}:6379"]
-        nodes.append(NodeLaunch(rank, role, argv, dict(env), dict(env_refs)))
 
-    plan_data = {
+def _env_refs(p: Profile) -> dict[str, str]:
+    """Variables copied from the caller's environment by name (secrets: never written out)."""
+    return {"VLLM_API_KEY": p.server.api_key_env} if p.server.api_key_env else {}
+
+
+def _node_argv(p: Profile, rank: int, role: str, engine_argv: list[str], extra: list[str]) -> list[str]:
+    """Node `rank`'s command. Multi-node mp: every node runs `vllm serve` with the rendezvous flags
+    (workers headless). Ray: worker nodes only join the head's Ray cluster. Only the head serves."""
+    t, launch = p.topology, p.launch
+    if launch.executor == "ray" and role == "worker":
+        return ["ray", "start", "--address", f"{launch.master_addr or 'HEAD_ADDR'}:6379"]
+    argv = list(engine_argv)
+    if t.nodes > 1 and launch.executor == "mp":
+        argv += ["--nnodes", str(t.nodes), "--node-rank", str(rank), *_opt("--master-addr", launch.master_addr or "MASTER_ADDR"), "--master-port", str(launch.master_port)]
+        if role == "worker":
+            argv += ["--headless"]
+    if role == "head":
+        argv += [*_opt("--host", p.server.host), "--port", str(p.server.port), *_opt("--served-model-name", p.server.served_model_name or p.name)]
+    return argv + extra
+
+
+def _plan_data(r: Resolved, run_dir: Path) -> dict[str, Any]:
+    """The plan file's content: the plan and what the in-engine plugin expects to find."""
+    p, t, plan = r.profile, r.profile.topology, r.plan
+    return {
         "format": PLAN_FORMAT,
         "profile": p.name,
         "pack": None if r.pack is None else r.pack.name,
-        "plan": None if r.plan is None else r.plan.to_json(),
+        "plan": None if plan is None else plan.to_json(),
         "expect": {
             "pp": t.pipeline_parallel,
             "tp": t.tensor_parallel,
-            "partition": None if r.plan is None else list(r.plan.partition),
-            "taps": None if r.plan is None else list(r.plan.taps),
+            "partition": None if plan is None else list(plan.partition),
+            "taps": None if plan is None else list(plan.taps),
             "method": p.drafter.method if p.drafter else None,
-            "draft_layer_start": (r.plan.draft_layer_ids[0] if r.plan is not None and r.plan.draft_layer_ids else None),
+            "draft_layer_start": (plan.draft_layer_ids[0] if plan is not None and plan.draft_layer_ids else None),
             "platform": r.platform,
             "needs": needed_behaviours(r),
         },
         "status_dir": str(run_dir / "plugin-status"),
     }
-    return LaunchSpec(nodes, url, run_dir, plan_file, plan_data, overlay, overlay_dir, drafter_source)
 
 
 def materialize_overlay(spec: LaunchSpec, revision: str | None = None, rd: Any = None) -> None:
