@@ -129,12 +129,14 @@ def alive(pid: int) -> bool:
 class Served:
     """A `ppspec serve` process started for a test; collects its engine pids while running."""
 
-    def __init__(self, profile: Path, run_dir: Path, env: dict | None = None, extra_args: list[str] | None = None, api_key: str | None = None):
+    def __init__(self, profile: Path, run_dir: Path, env: dict | None = None, extra_args: list[str] | None = None, api_key: str | None = None, wrap=None):
+        """`wrap`: turns the argv into the one to run (e.g. `hosts.argv(i, argv)`: on a namespace host)."""
         self.profile, self.run_dir, self.api_key = profile, run_dir, api_key
         self.log_path = run_dir.parent / f"{run_dir.name}.serve.log"
         self.log = open(self.log_path, "w")
+        argv = PPSPEC + ["serve", str(profile), "--run-dir", str(run_dir)] + (extra_args or [])
         self.proc = subprocess.Popen(
-            PPSPEC + ["serve", str(profile), "--run-dir", str(run_dir)] + (extra_args or []),
+            wrap(argv) if wrap else argv,
             stdout=self.log,
             stderr=subprocess.STDOUT,
             env=engine_env(env),

@@ -16,11 +16,13 @@ host), for tests that submit real batch jobs.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -136,6 +138,17 @@ class Hosts:
     def popen(self, i: int, cmd: list[str], **kw) -> subprocess.Popen:
         kw.setdefault("start_new_session", True)
         return subprocess.Popen(self.argv(i, cmd), **kw)
+
+    def post_json(self, i: int, url: str, body: dict, timeout: float = 120) -> dict:
+        """POST `body` as JSON to `url` from host i (its own network stack); the answer as a dict."""
+        code = (
+            "import json, sys, urllib.request\n"
+            f"req = urllib.request.Request({url!r}, data={json.dumps(body)!r}.encode(), headers={{'Content-Type': 'application/json'}})\n"
+            f"print(urllib.request.urlopen(req, timeout={timeout!r}).read().decode())\n"
+        )
+        r = self.run(i, [sys.executable, "-c", code], timeout=timeout + 60)
+        assert r.returncode == 0, f"POST {url} from {self.names[i]} failed: {r.stderr[-2000:]}"
+        return json.loads(r.stdout)
 
     def link(self, i: int, up: bool) -> None:
         """Cut (or restore) host i's cable: what a node failure looks like to everyone else."""

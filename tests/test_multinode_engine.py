@@ -59,15 +59,7 @@ def host_env(home: Path, extra: dict | None = None) -> dict:
 
 def complete_from(hosts: Hosts, i: int, url: str, model: str) -> dict:
     """A completion request sent from host i (its own network stack) to `url`."""
-    body = json.dumps({"model": model, "prompt": "hello world", "max_tokens": 16, "temperature": 0})
-    code = (
-        "import json, sys, urllib.request\n"
-        f"req = urllib.request.Request({url + '/v1/completions'!r}, data={body!r}.encode(), headers={{'Content-Type': 'application/json'}})\n"
-        "print(urllib.request.urlopen(req, timeout=120).read().decode())\n"
-    )
-    r = hosts.run(i, [sys.executable, "-c", code], timeout=180)
-    assert r.returncode == 0, f"the completion from {hosts.names[i]} to {url} failed: {r.stderr[-2000:]}"
-    return json.loads(r.stdout)
+    return hosts.post_json(i, url + "/v1/completions", {"model": model, "prompt": "hello world", "max_tokens": 16, "temperature": 0})
 
 
 class Tree:
