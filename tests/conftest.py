@@ -61,10 +61,10 @@ _from_workers: dict[str, Any] = {"lock": {"seconds": 0.0, "times": 0}, "attack":
 
 def _session_report() -> dict[str, Any]:
     """This process's engine-lock waits and attacker-suite counts (tests/attack/counts.py)."""
-    helpers = sys.modules.get("enginehelpers")
-    waited = dict(getattr(helpers, "lock_waited", None) or {"seconds": 0.0, "times": 0})
-    counts = getattr(sys.modules.get("attack.counts") or sys.modules.get("tests.attack.counts"), "COUNTS", {})
-    return {"lock": waited, "attack": {"\t".join(k): list(v) for k, v in counts.items()}}
+    # read only if this session loaded them (a copy of this conftest elsewhere has neither)
+    waited = getattr(sys.modules.get("enginehelpers"), "lock_waited", {"seconds": 0.0, "times": 0})
+    counts = getattr(sys.modules.get("attack.counts"), "COUNTS", {})  # tests/attack/test_suite.py fills it
+    return {"lock": dict(waited), "attack": {"\t".join(k): list(v) for k, v in counts.items()}}
 
 
 def _merge(report: dict[str, Any]) -> None:

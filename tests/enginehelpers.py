@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import glob
+import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -174,6 +176,12 @@ class Served:
         self.log.close()
         return rc
 
+    def engine_pid(self) -> int:
+        """The engine's pid as serve announced it ("engine starting (pid N)")."""
+        m = re.search(r"engine starting \(pid (\d+)\)", self.output())
+        assert m, self.output()[-2000:]
+        return int(m.group(1))
+
     def engine_log(self) -> str:
         """The whole engine log (serve shows only a compact summary; the rest is in the run dir)."""
         f = self.run_dir / "engine.log"
@@ -223,6 +231,26 @@ def gone(s: Served, before: set[str], timeout: float = 10) -> tuple[list[int], s
         if (not left and not new) or time.monotonic() > deadline:
             return left, new
         time.sleep(0.1)
+
+
+def sha256_of(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def assert_nothing_left_after_kill(s: Served, before: set[str], plan_hash: str, prof_hash: str) -> None:
+    """After the engine was SIGKILLed: no engine process, no TMPDIR, no ready marker, no new
+    temp/shm entry, and the plan file and the profile unchanged."""
+    t_end = time.monotonic() + 10
+    while any(alive(p) for p in s.seen_pids) and time.monotonic() < t_end:
+        time.sleep(0.2)
+    left = sorted(p for p in s.seen_pids if alive(p))
+    assert not left, f"orphaned engine processes: {left}"
+    assert not (s.run_dir / "tmp").exists(), "the run's TMPDIR was not removed"
+    assert not (s.run_dir / "ready").exists()
+    new = new_entries_left(before)
+    assert not new, f"temp/shm files left behind: {sorted(new)}"
+    assert sha256_of(s.run_dir / "plan.json") == plan_hash, "the plan file changed"
+    assert sha256_of(s.profile) == prof_hash, "the profile changed"
 
 
 def assert_clean_shutdown(s: Served, before: set[str]) -> None:

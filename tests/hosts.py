@@ -23,7 +23,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 SUBNET = "198.18.0"
@@ -153,6 +155,28 @@ class Hosts:
     def link(self, i: int, up: bool) -> None:
         """Cut (or restore) host i's cable: what a node failure looks like to everyone else."""
         _ip("link", "set", "eth1", "up" if up else "down", ns=self.ns[i])
+
+
+@contextlib.contextmanager
+def hosts_or_skip(n: int = 2) -> Iterator[Hosts]:
+    """`n` namespace hosts for a test, or the test skipped with the reason they cannot be made."""
+    why = can_make_hosts()
+    if why:
+        import pytest
+
+        pytest.skip(why)
+    with Hosts(n) as h:
+        yield h
+
+
+@contextlib.contextmanager
+def shared_home(prefix: str = "ppspec-home-") -> Iterator[Path]:
+    """The home every host sees (as an NFS home); short, since run dirs hold vLLM's socket paths."""
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------- SLURM

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -32,16 +31,12 @@ from pathlib import Path
 
 import pytest
 
-from enginehelpers import PPSPEC, REPO, Served, alive, descendants, engine_env, engine_lock, free_port, leftover_entries, new_entries_left, spec_counter, write_profile
+from enginehelpers import PPSPEC, REPO, Served, assert_nothing_left_after_kill, descendants, engine_env, engine_lock, free_port, leftover_entries, sha256_of, spec_counter, write_profile
 
 pytestmark = [pytest.mark.vllm, pytest.mark.engine]
 
 KEY = "sk-ppspec-engine-" + hashlib.sha256(str(time.time_ns()).encode()).hexdigest()[:20]
 KEY_ENV = {"PPSPEC_E2E_KEY": KEY}
-
-
-def _sha(p: Path) -> str:
-    return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
 def plugin_status(run_dir: Path) -> list[dict]:
@@ -74,7 +69,7 @@ class Demo:
         self.tmp = tmp
         self.port = free_port()
         self.profile = write_profile("profiles/tiny_cpu_demo.yaml", tmp / "demo.yaml", **{"server.port": self.port, "server.api_key_env": "PPSPEC_E2E_KEY"})
-        self.prof_hash = _sha(self.profile)
+        self.prof_hash = sha256_of(self.profile)
         self.run_dir = tmp / "run"
         self.before = leftover_entries()
         self.s = Served(self.profile, self.run_dir, env=KEY_ENV, api_key=KEY)
@@ -89,7 +84,7 @@ def demo(tmp_path_factory):
         d = Demo(tmp_path_factory.mktemp("demo-engine"))
         try:
             d.s.wait_ready()
-            d.plan_hash = _sha(d.run_dir / "plan.json")
+            d.plan_hash = sha256_of(d.run_dir / "plan.json")
             d.s.seen_pids |= descendants(d.s.proc.pid)
             yield d
         finally:
@@ -163,33 +158,17 @@ def test_verify_measures_through_the_key_from_the_environment(demo):
     assert json.loads(report.read_text()).get("spec_decode"), "verify measured nothing"
 
 
-def _engine_pid(s: Served) -> int:
-    m = re.search(r"engine starting \(pid (\d+)\)", s.output())
-    assert m, s.output()[-2000:]
-    return int(m.group(1))
-
-
 def test_engine_killed_while_serving_leaves_nothing_and_no_key(demo):
     """Last test of the module: it ends the engine."""
     s = demo.s
     assert s.proc.poll() is None, "the demo server is gone already:\n" + s.output()[-3000:]
     s.seen_pids |= descendants(s.proc.pid)
-    os.kill(_engine_pid(s), signal.SIGKILL)
+    os.kill(s.engine_pid(), signal.SIGKILL)
     rc = s.exit_by_itself()
     out = s.log_path.read_text(errors="replace")
     assert rc == 1, out[-3000:]
     assert "the engine exited with code -9 while serving" in out
-    t_end = time.monotonic() + 10
-    while any(alive(p) for p in s.seen_pids) and time.monotonic() < t_end:
-        time.sleep(0.2)
-    left = sorted(p for p in s.seen_pids if alive(p))
-    assert not left, f"orphaned engine processes: {left}"
-    assert not (s.run_dir / "tmp").exists(), "the run's TMPDIR was not removed"
-    assert not (s.run_dir / "ready").exists()
-    new = new_entries_left(demo.before)
-    assert not new, f"temp/shm files left behind: {sorted(new)}"
-    assert _sha(s.run_dir / "plan.json") == demo.plan_hash, "the plan file changed"
-    assert _sha(s.profile) == demo.prof_hash, "the profile changed"
+    assert_nothing_left_after_kill(s, demo.before, demo.plan_hash, demo.prof_hash)
     # nothing lost: the plan, the launch record and the engine log are kept
     assert (s.run_dir / "launch.json").exists() and (s.run_dir / "engine.log").stat().st_size > 0
     files = [p for p in demo.run_dir.rglob("*") if p.is_file() and not p.is_symlink()] + [p for p in demo.reports if p.exists()] + [demo.profile]

@@ -12,49 +12,22 @@ test_verify_e2e.py's; every other fault is in test_faults.py on the fake engine.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
-from enginehelpers import Served, alive, descendants, engine_lock, free_port, leftover_entries, new_entries_left, write_profile
+from enginehelpers import Served, assert_nothing_left_after_kill, descendants, engine_lock, free_port, leftover_entries, sha256_of, write_profile
 
 pytestmark = [pytest.mark.vllm, pytest.mark.engine]
 
 
 
-def _sha(p: Path) -> str:
-    return hashlib.sha256(p.read_bytes()).hexdigest()
-
-
-def _engine_pid(s: Served) -> int:
-    m = re.search(r"engine starting \(pid (\d+)\)", s.output())
-    assert m, s.output()[-2000:]
-    return int(m.group(1))
-
-
-def _assert_nothing_left(s: Served, before: set[str], plan_hash: str, prof_hash: str) -> None:
-    t_end = time.monotonic() + 10
-    while any(alive(p) for p in s.seen_pids) and time.monotonic() < t_end:
-        time.sleep(0.2)
-    left = sorted(p for p in s.seen_pids if alive(p))
-    assert not left, f"orphaned engine processes: {left}"
-    assert not (s.run_dir / "tmp").exists(), "the run's TMPDIR was not removed"
-    assert not (s.run_dir / "ready").exists()
-    new = new_entries_left(before)
-    assert not new, f"temp/shm files left behind: {sorted(new)}"
-    assert _sha(s.run_dir / "plan.json") == plan_hash, "the plan file changed"
-    assert _sha(s.profile) == prof_hash, "the profile changed"
-
-
 def test_engine_killed_while_starting_leaves_nothing(tmp_path):
     prof = write_profile("profiles/tiny_cpu_demo_pp2.yaml", tmp_path / "pp2.yaml", **{"server.port": free_port()})
     run_dir = tmp_path / "run"
-    prof_hash = _sha(prof)
+    prof_hash = sha256_of(prof)
     with engine_lock():
         before = leftover_entries()
         s = Served(prof, run_dir)
@@ -68,8 +41,8 @@ def test_engine_killed_while_starting_leaves_nothing(tmp_path):
                 time.sleep(0.2)
             s.seen_pids |= descendants(s.proc.pid)
             assert not (run_dir / "ready").exists(), "too late: the engine is already serving"
-            plan_hash = _sha(run_dir / "plan.json")
-            os.kill(_engine_pid(s), signal.SIGKILL)
+            plan_hash = sha256_of(run_dir / "plan.json")
+            os.kill(s.engine_pid(), signal.SIGKILL)
             rc = s.exit_by_itself()
         except BaseException:
             s.kill_all()
@@ -78,4 +51,4 @@ def test_engine_killed_while_starting_leaves_nothing(tmp_path):
         assert rc == 1, out[-3000:]
         assert "the engine exited with code -9 during start-up" in out and "Last log lines" in out
         assert "Traceback (most recent call last)" not in out.split("error: the engine exited")[-1]
-        _assert_nothing_left(s, before, plan_hash, prof_hash)
+        assert_nothing_left_after_kill(s, before, plan_hash, prof_hash)

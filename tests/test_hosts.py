@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
-from hosts import Hosts, can_make_hosts
+from hosts import Hosts, hosts_or_skip, shared_home
 
 pytestmark = pytest.mark.slow  # runs ppspec on the namespace hosts, in subprocesses
 
@@ -28,18 +26,14 @@ PPSPEC = [sys.executable, "-m", "ppspec_cli.cli"]
 
 @pytest.fixture(scope="module")
 def hosts():
-    why = can_make_hosts()
-    if why:
-        pytest.skip(why)
-    with Hosts(2) as h:
+    with hosts_or_skip() as h:
         yield h
 
 
 @pytest.fixture
 def home():
-    d = Path(tempfile.mkdtemp(prefix="ppspec-home-"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    with shared_home() as d:
+        yield d
 
 
 def env_for(home: Path) -> dict:

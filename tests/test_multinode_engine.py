@@ -25,7 +25,7 @@ import psutil
 import pytest
 import yaml
 from enginehelpers import PPSPEC, REPO, alive, descendants, engine_env, engine_lock, free_port, leftover_entries, new_entries_left
-from hosts import Hosts, Slurm, can_make_hosts, can_run_slurm
+from hosts import Hosts, Slurm, can_run_slurm, hosts_or_skip, shared_home
 
 pytestmark = [pytest.mark.vllm, pytest.mark.engine]
 
@@ -103,18 +103,14 @@ def lock_record(run_dir: Path) -> dict:
 
 @pytest.fixture
 def hosts():
-    why = can_make_hosts()
-    if why:
-        pytest.skip(why)
-    with Hosts(2) as h:
+    with hosts_or_skip() as h:
         yield h
 
 
 @pytest.fixture
 def home():
-    d = Path(tempfile.mkdtemp(prefix="ppspec-home-"))  # short: run dirs hold vLLM's socket paths
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    with shared_home() as d:
+        yield d
 
 
 def test_two_hosts_by_hand(hosts, home):
