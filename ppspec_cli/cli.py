@@ -261,7 +261,7 @@ def main() -> None:
     """Entry point: one clear message for user errors, a traceback only with --debug."""
     terminal.install()  # every byte ppspec prints is cleaned (io.terminal) and redacted (io.redact)
     try:
-        rc = app(standalone_mode=False)
+        rc = app(prog_name="ppspec", standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)
     except PpspecError as e:
         if _state["debug"]:
@@ -288,21 +288,13 @@ def main() -> None:
         where = str(e.filename or "")
         print(f"error: {e.strerror}\n  where: {where[:120]}{'...' if len(where) > 120 else ''}\n  fix: use a shorter path (each name at most 255 bytes)", file=sys.stderr)
         sys.exit(2)
-    except Exception as e:  # click usage errors and the unexpected
-        import click
-
-        try:  # typer >= 0.2x vendors its own click; older typer uses click itself
-            import typer._click.exceptions as _tce
-        except ImportError:
-            _tce = click.exceptions
-        _TClickException = getattr(_tce, "ClickException", click.exceptions.ClickException)
-        _TAbort = getattr(_tce, "Abort", click.exceptions.Abort)
-        if isinstance(e, (click.exceptions.ClickException, _TClickException)):
+    except typer.Abort:
+        print("ppspec: aborted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:  # usage errors (typer's, public base class) and the unexpected
+        if isinstance(e, typer.TyperException) and callable(getattr(e, "show", None)):
             e.show()
             sys.exit(2)
-        if isinstance(e, (click.exceptions.Abort, _TAbort)):
-            print("ppspec: aborted", file=sys.stderr)
-            sys.exit(130)
         if _state["debug"]:
             raise
         print(f"error: unexpected {type(e).__name__}: {e}\n  fix: re-run with --debug for the traceback and report it", file=sys.stderr)
