@@ -198,3 +198,17 @@ def test_layer_terms_dense_and_moe():
     assert layer_terms(moe, 2) == ((192 + 8 * 4 + 16) * 2, 3 * 8 * 4 * 2, 4, 2)
     assert layer_terms({**dense, "kv_lora_rank": 512}, 2) is None  # MLA: not modelled
     assert math.isfinite(layer_terms(dense, 1)[0])
+
+
+def test_validation_page_and_calibration_are_current():
+    """docs/prediction-validation.md and docs/gpu-bench-h200-pp1/calibration.json are what
+    tools/predict_validation.py writes now (regenerate them after changing the model)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("predict_validation", REPO / "tools" / "predict_validation.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text, cal = mod.page()
+    assert (REPO / "docs" / "prediction-validation.md").read_text() == text
+    assert (REPO / "docs" / "gpu-bench-h200-pp1" / "calibration.json").read_text() == cal
+    assert "WRONG" not in text and "NOT within" not in text
