@@ -212,3 +212,53 @@ def test_validation_page_and_calibration_are_current():
     assert (REPO / "docs" / "prediction-validation.md").read_text() == text
     assert (REPO / "docs" / "gpu-bench-h200-pp1" / "calibration.json").read_text() == cal
     assert "WRONG" not in text and "NOT within" not in text
+
+
+@pytest.fixture
+def llama70b_cache(tmp_path):
+    """An offline hub cache holding only Llama-3.3-70B's config (the drafter's is not there)."""
+    d = tmp_path / "hub" / "models--meta-llama--Llama-3.3-70B-Instruct"
+    snap = d / "snapshots" / ("0" * 40)
+    snap.mkdir(parents=True)
+    (d / "refs").mkdir()
+    (d / "refs" / "main").write_text("0" * 40)
+    (snap / "config.json").write_text((REPO / "tests/fixtures/models/meta-llama__Llama-3.3-70B-Instruct/config.json").read_text())
+    return {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1", "PPSPEC_CACHE": str(tmp_path / "cache")}
+
+
+def test_plan_predict_on_the_shipped_multinode_profile(llama70b_cache):
+    import inprocess
+
+    r = inprocess.run("plan", str(REPO / "profiles/llama33_70b_eagle3_pp4.yaml"), "--offline", "--predict", "--acceptance-length", "2.5", "--link", "ib-ndr", env=llama70b_cache)
+    out = r.stdout[r.stdout.index("prediction ("):]
+    assert r.returncode == 0, r.stderr
+    assert all(len(line) <= 80 for line in out.splitlines())
+    assert "stages [20, 20, 20, 20]" in out and "TP x2" in out and "ib-ndr" in out
+    assert "drafter size unknown" in out and "h100 assumed" in out and "calibration: none: roofline" in out
+    j = inprocess.run("plan", str(REPO / "profiles/llama33_70b_eagle3_pp4.yaml"), "--offline", "--predict", "--acceptance-length", "2.5", "--json", env=llama70b_cache)
+    pred = json.loads(j.stdout)["prediction"]
+    assert {(lv["concurrency"], lv["num_speculative_tokens"]) for lv in pred["levels"]} == {(c, k) for c in (1, 4, 16, 32) for k in (0, 1, 2, 3)}
+    c1 = [lv for lv in pred["levels"] if lv["concurrency"] == 1]
+    assert [lv["bound"] for lv in c1] == ["latency"] * 4  # one request: the pipeline never fills
+    assert pred["assumptions"]["acceptance"]["per_position"][0] > 0.5 and pred["calibration"]["mode"] == "roofline"
+
+
+def test_done_when_command_h200_json():
+    import inprocess
+
+    j = inprocess.run("plan", str(REPO / "docs/gpu-bench-h200-pp1/profile.yaml"), "--offline", "--predict", "--hardware", "h200", "--acceptance-length", "1.25",
+                      "--concurrency", "1,4,16,32", "--json", env={"PPSPEC_CACHE": None})
+    if j.returncode != 0 and "demo" in j.stderr:
+        pytest.skip("the 8B-class demo model is not built here (15 GB, `ppspec plan` builds it once)")
+    pred = json.loads(j.stdout)["prediction"]
+    assert pred["calibration"]["mode"] == "calibrated"  # docs/gpu-bench-h200-pp1/calibration.json beside the profile
+    assert [b["num_speculative_tokens"] for b in pred["best"]] == [1, 1, 1, 1] and pred["schedule"] == [[1, 32, 1]]
+
+
+def test_bad_prediction_inputs_are_one_clear_message(llama70b_cache):
+    import inprocess
+
+    prof = str(REPO / "profiles/llama33_70b_eagle3_pp4.yaml")
+    for extra, words in ((["--hardware", "tpu9"], "not in the table"), (["--acceptance-length", "9"], "must lie in"), (["--concurrency", "0,x"], "comma-separated")):
+        r = inprocess.run("plan", prof, "--offline", "--predict", *extra, env=llama70b_cache)
+        assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr

@@ -170,11 +170,11 @@ def render(pred: Prediction) -> str:
     for lv in pred.levels:
         j = lv.to_json()
         lines.append(f"{lv.concurrency:>5} {lv.k:>2} {lv.tpot_ms:>9.2f} {lv.output_tokens_per_s:>10.1f} {lv.acceptance_length:>5.2f} {lv.speedup:>8.2f}x  {j['bound']}")
-    lines.append("best k: " + ", ".join(f"c={b.concurrency} k={b.k} ({b.speedup:.2f}x)" for b in pred.best))
+    lines += _wrap("best k: ", ", ".join(f"c={b.concurrency} k={b.k} ({b.speedup:.2f}x)" for b in pred.best))
     cx = pred.crossover
     hi = max(b.concurrency for b in pred.best)
-    lines.append("crossover: " + ("speculation pays at no level" if cx is None else f"speculation still pays at c={cx}" + (" (the highest level: the crossover lies above)" if cx == hi else "")))
-    lines.append(f"schedule [[batch_lo, batch_hi, k], ...]: {pred.schedule}")
+    lines += _wrap("crossover: ", ("speculation pays at no level" if cx is None else f"speculation still pays at c={cx}" + (" (the highest level: the crossover lies above)" if cx == hi else "")))
+    lines += _wrap("schedule [[batch_lo, batch_hi, k], ...]: ", str(pred.schedule))
     acc = hw["accelerator"]
     lines += _wrap("hardware: ", f"{acc['name']} ({acc['memory_bandwidth_gbs']:g} GB/s, {acc['bf16_tflops']:g} TFLOPS bf16); pipeline link {hw['pp_link']['name']} ({hw['pp_link']['bandwidth_gbs']:g} GB/s, {hw['pp_link']['latency_us']:g} us); TP x{a['tensor_parallel']}, stages {a['partition']}, context {a['context_length']} tokens")
     lines += _wrap("acceptance: ", a["acceptance"]["source"] + "; per position " + " ".join(f"{x:.2f}" for x in a["acceptance"]["per_position"][:6]))
