@@ -9,7 +9,7 @@ from typing import Any
 
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.planning import hardware as hwtable
-from ppspec_cli.planning.predict import Acceptance, Costs, Hardware, Prediction, predict
+from ppspec_cli.planning.predict import ROOFLINE_ERROR, Acceptance, Costs, Hardware, Prediction, predict
 from ppspec_cli.planning.predict_inputs import acceptance_from_report, calibration_entry, costs_of, shape_from_resolved
 
 #: the largest report or calibration file read (the H200 bench.json is 60 KB; margin for long runs)
@@ -117,7 +117,8 @@ def _calibration(r: Any, opts: PredictOptions, hw_name: str, shape) -> tuple[Cos
             return costs_of(entry), {"mode": "calibrated", "file": path, "fitted_on": entry.get("source"), "rms_rel_error": entry.get("rms_rel_error"), "costs": asdict(costs_of(entry))}
         if opts.calibration:
             raise PpspecError(f"no entry for hardware {hw_name!r} and this model shape", where=path, fix="calibrate on this hardware and shape, or drop --calibration for the roofline")
-    return Costs(), {"mode": "roofline", "file": None, "costs": asdict(Costs()), "expected_error": "see docs/prediction-validation.md (calibration-free rows)"}
+    return Costs(), {"mode": "roofline", "file": None, "costs": asdict(Costs()),
+                     "expected_error": {"mean": ROOFLINE_ERROR[0], "worst": ROOFLINE_ERROR[1], "on": "docs/prediction-validation.md (roofline rows, the H200 PP=1 record)"}}
 
 
 def prediction(r: Any, opts: PredictOptions) -> Prediction:
@@ -182,7 +183,8 @@ def render(pred: Prediction) -> str:
     if cal["mode"] == "calibrated":
         lines += _wrap("calibration: ", f"{cal['file']} (fitted on {cal.get('fitted_on')}; RMS error {cal.get('rms_rel_error')})")
     else:
-        lines += _wrap("calibration: ", "none: roofline with default efficiencies and overheads (calibration-free: expect the errors of docs/prediction-validation.md)")
+        mean, worst = ROOFLINE_ERROR
+        lines += _wrap("calibration: ", f"none: roofline with default efficiencies and overheads (calibration-free; on the one GPU record its speed-up error was {100 * mean:.1f}% mean, {100 * worst:.1f}% worst: docs/prediction-validation.md)")
     for n in a["notes"]:
         lines += _wrap("note: ", n)
     return "\n".join(lines)

@@ -111,6 +111,12 @@ class Costs:
     draft_pass_overhead_ms: float = 0.1
 
 
+#: the calibration-free (roofline) speed-up error on the project's GPU record (mean, worst over its
+#: 12 speculative arms; docs/prediction-validation.md, kept equal by tests/test_predict.py): the
+#: label a prediction without calibration carries
+ROOFLINE_ERROR = (0.023, 0.044)
+
+
 # ---------------------------------------------------------------------------------------------
 # Acceptance
 

@@ -14,9 +14,10 @@ Shape sources, best first, each named in the prediction's notes:
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
-from ppspec_cli.planning.predict import Acceptance, Costs, Shape
+from ppspec_cli.planning.predict import Acceptance, Costs, Hardware, Measured, Shape, fit_costs
 
 
 def _pos(cfg: dict[str, Any], *keys: str) -> int | None:
@@ -174,3 +175,38 @@ def costs_of(entry: dict[str, Any]) -> Costs:
     c = entry["costs"]
     fields = ("eff_bw", "eff_flops", "step_overhead_ms", "spec_overhead_ms", "draft_pass_overhead_ms")
     return Costs(**{f: float(c[f]) for f in fields if isinstance(c.get(f), (int, float)) and not isinstance(c.get(f), bool)})
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration from a bench record (ppspec-bench/1): what `bench` (or a tool) writes
+
+
+def measured_runs(bench: dict[str, Any]) -> list[Measured]:
+    """bench.json's runs as the fit reads them: concurrency, k (0 = baseline), mean TPOT and the
+    run's own acceptance length (1 for the baseline). Runs without a TPOT are left out."""
+    out = []
+    for r in bench.get("runs") or []:
+        tpot = (r.get("tpot_ms") or {}).get("mean") if isinstance(r, dict) else None
+        if not isinstance(tpot, (int, float)) or tpot <= 0:
+            continue
+        k = r.get("num_speculative_tokens") or 0
+        al = r.get("acceptance_length") if k else 1.0
+        if not isinstance(al, (int, float)) or al < 1.0:
+            continue
+        out.append(Measured(int(r["concurrency"]), int(k), float(tpot), float(al)))
+    return out
+
+
+def bench_context(bench: dict[str, Any]) -> int:
+    """The mean context a bench request decodes at: its prompt plus half of its output."""
+    s = bench.get("settings") or {}
+    return int(s.get("input_len", 0)) + int(s.get("max_tokens", 0)) // 2
+
+
+def calibration_from_bench(bench: dict[str, Any], shape: Shape, hw: Hardware, hardware_name: str, source: str) -> dict[str, Any] | None:
+    """One `ppspec-calibration/1` entry fitted on a bench record (None without usable runs)."""
+    runs = measured_runs(bench)
+    if not runs:
+        return None
+    fit = fit_costs(shape, hw, runs, ctx=bench_context(bench))
+    return {"hardware": hardware_name, "shape": shape_key(shape), "costs": asdict(fit.costs), "source": f"{source} ({len(runs)} runs)", "rms_rel_error": round(fit.rms_rel_error, 4)}
