@@ -211,7 +211,7 @@ def test_validation_page_and_calibration_are_current():
     text, cal = mod.page()
     assert (REPO / "docs" / "prediction-validation.md").read_text() == text
     assert (REPO / "docs" / "gpu-bench-h200-pp1" / "calibration.json").read_text() == cal
-    assert "WRONG" not in text and "NOT within" not in text
+    assert "WRONG" not in text and "NOT within" not in text and "is stale" not in text
 
 
 @pytest.fixture
@@ -262,3 +262,42 @@ def test_bad_prediction_inputs_are_one_clear_message(llama70b_cache):
     for extra, words in ((["--hardware", "tpu9"], "not in the table"), (["--acceptance-length", "9"], "must lie in"), (["--concurrency", "0,x"], "comma-separated")):
         r = inprocess.run("plan", prof, "--offline", "--predict", *extra, env=llama70b_cache)
         assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr
+    pd = inprocess.run("plan", str(REPO / "profiles/tiny_cpu_pd.yaml"), "--offline", "--predict", env=llama70b_cache)
+    assert pd.returncode == 2 and "disaggregated" in pd.stderr
+
+
+def test_measured_runs_and_calibration_from_bench():
+    from ppspec_cli.planning.predict_inputs import bench_context, calibration_from_bench, measured_runs
+
+    bench = json.loads((REPO / "docs/gpu-bench-h200-pp1/bench.json").read_text())
+    runs = measured_runs(bench)
+    assert len(runs) == 16 and sum(r.k == 0 for r in runs) == 4
+    assert {r.acceptance_length for r in runs if r.k == 0} == {1.0}
+    assert bench_context(bench) == 128 + 64
+    s = toy()
+    assert measured_runs({"runs": [{"concurrency": 1, "tpot_ms": {"mean": None}}]}) == []
+    assert calibration_from_bench({"runs": []}, s, HW, "toy", "x") is None
+    # a synthetic record made by the model itself is fitted back to its own overheads
+    truth = Costs(eff_bw=0.8, eff_flops=0.5, step_overhead_ms=1.0, spec_overhead_ms=0.2, draft_pass_overhead_ms=0.1)
+    s = toy(drafter_bytes=1e8)
+    synth = []
+    for c in (1, 4, 16):
+        for k in (0, 1, 2):
+            al = 1.0 + 0.5 * (k > 0)
+            r = round_time(s, HW, truth, Acceptance((0.5,) + (0.0,) * max(k - 1, 0), "t"), concurrency=c, k=k, ctx=100)
+            synth.append({"concurrency": c, "num_speculative_tokens": k or None, "tpot_ms": {"mean": r.round_s * 1e3 / al}, "acceptance_length": al if k else None})
+    entry = calibration_from_bench({"runs": synth, "settings": {"input_len": 100, "max_tokens": 0}}, s, HW, "toy", "synthetic")
+    assert entry["costs"]["eff_bw"] == pytest.approx(0.8) and entry["costs"]["step_overhead_ms"] == pytest.approx(1.0, abs=1e-6)
+    assert entry["costs"]["spec_overhead_ms"] == pytest.approx(0.2, abs=1e-6) and entry["rms_rel_error"] < 1e-6
+
+
+def test_plan_predict_acceptance_from_a_bench_report(llama70b_cache):
+    import inprocess
+
+    j = inprocess.run("plan", str(REPO / "profiles/llama33_70b_eagle3_pp4.yaml"), "--offline", "--predict", "--acceptance-from",
+                      str(REPO / "docs/gpu-bench-h200-pp1/bench.json"), "--num-speculative-tokens", "1,3", "--json", env=llama70b_cache)
+    pred = json.loads(j.stdout)["prediction"]
+    assert pred["assumptions"]["acceptance"]["per_position"][0] == pytest.approx(0.25, abs=0.01)
+    assert {lv["num_speculative_tokens"] for lv in pred["levels"]} == {0, 1, 3}
+    al = {lv["num_speculative_tokens"]: lv["acceptance_length"] for lv in pred["levels"] if lv["concurrency"] == 1}
+    assert al[1] == pytest.approx(1.25, abs=0.01) and al[3] == pytest.approx(al[1], abs=0.01)  # later positions measured 0

@@ -38,6 +38,11 @@ def run(profile: str, json_out: bool, offline: bool, predict=None) -> int:
 
     prof = load(profile)
     if prof.disaggregated:
+        if predict is not None:
+            from ppspec_cli.errors import PpspecError
+
+            raise PpspecError("--predict covers one engine; this profile is disaggregated (`roles:`)", where=profile,
+                              fix="predict the decode engine from a profile of its own (its target, drafter and topology)")
         return pd_report(prof, profile, offline, json_out, plan=True)
     r = resolve_profile(prof, profile, offline)
     findings = run_rules(r)
