@@ -259,7 +259,8 @@ def test_bad_prediction_inputs_are_one_clear_message(llama70b_cache):
     import inprocess
 
     prof = str(REPO / "profiles/llama33_70b_eagle3_pp4.yaml")
-    for extra, words in ((["--hardware", "tpu9"], "not in the table"), (["--acceptance-length", "9"], "must lie in"), (["--concurrency", "0,x"], "comma-separated")):
+    for extra, words in ((["--hardware", "tpu9"], "not in the table"), (["--acceptance-length", "9"], "must lie in"), (["--concurrency", "0,x"], "comma-separated"),
+                          (["--num-speculative-tokens", "65"], "from 0 to 64"), (["--link", "ib-ndr,bw=-1"], "must be positive")):
         r = inprocess.run("plan", prof, "--offline", "--predict", *extra, env=llama70b_cache)
         assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr
     pd = inprocess.run("plan", str(REPO / "profiles/tiny_cpu_pd.yaml"), "--offline", "--predict", env=llama70b_cache)

@@ -21,6 +21,12 @@ DEFAULT_CONDITIONAL_ACCEPTANCE = 0.6
 #: the context (prompt + generated) each request's KV read covers, unless --context-length
 DEFAULT_CONTEXT = 1024
 CALIBRATION_FILE = "calibration.json"
+#: the highest concurrency level accepted: vLLM 0.32's largest default max_num_seqs is 1024
+#: (engine/arg_utils.py, GPUs of >= 70 GiB), x4 margin
+MAX_CONCURRENCY = 4096
+#: the largest k accepted: the largest draft blocks shipped are 16 tokens (z-lab/Qwen3-8B-DFlash-b16,
+#: tests/fixtures/models), x4 margin
+MAX_SPECULATIVE_TOKENS = 64
 
 
 @dataclass(frozen=True)
@@ -40,8 +46,10 @@ def _ints(text: str, what: str) -> list[int]:
         vals = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
         vals = []
-    if not vals or vals[0] < (0 if "speculative" in what else 1) or vals[-1] > 4096:
-        raise PpspecError(f"{what} must be a comma-separated list of integers (got {text!r})", where=what, fix="e.g. 1,4,16,32")
+    spec = "speculative" in what
+    if not vals or vals[0] < (0 if spec else 1) or vals[-1] > (MAX_SPECULATIVE_TOKENS if spec else MAX_CONCURRENCY):
+        top = MAX_SPECULATIVE_TOKENS if spec else MAX_CONCURRENCY
+        raise PpspecError(f"{what} must be a comma-separated list of integers from {0 if spec else 1} to {top} (got {text!r})", where=what, fix="e.g. 1,4,16,32")
     return vals
 
 
