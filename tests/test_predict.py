@@ -243,16 +243,44 @@ def test_plan_predict_on_the_shipped_multinode_profile(llama70b_cache):
     assert pred["assumptions"]["acceptance"]["per_position"][0] > 0.5 and pred["calibration"]["mode"] == "roofline"
 
 
-def test_done_when_command_h200_json():
+def _h200_profile_without_weights(tmp_path: Path) -> Path:
+    """docs/gpu-bench-h200-pp1/profile.yaml with its demo models replaced by local folders holding
+    only their config.json (tests/fixtures/predict): no 15 GB demo build."""
+    import yaml
+
+    prof = yaml.safe_load((REPO / "docs/gpu-bench-h200-pp1/profile.yaml").read_text())
+    for name, key in (("llama-8b-planted", "target"), ("llama-8b-planted-eagle3", "drafter")):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text((REPO / f"tests/fixtures/predict/{name}.config.json").read_text())
+        prof[key]["model"] = str(d)
+    out = tmp_path / "profile.yaml"
+    out.write_text(yaml.safe_dump(prof))
+    return out
+
+
+def test_done_when_command_h200_json(tmp_path):
+    """The issue's command, on the recorded run's profile (config-only models) with its calibration file."""
     import inprocess
 
-    j = inprocess.run("plan", str(REPO / "docs/gpu-bench-h200-pp1/profile.yaml"), "--offline", "--predict", "--hardware", "h200", "--acceptance-length", "1.25",
-                      "--concurrency", "1,4,16,32", "--json", env={"PPSPEC_CACHE": None})
-    if j.returncode != 0 and "demo" in j.stderr:
-        pytest.skip("the 8B-class demo model is not built here (15 GB, `ppspec plan` builds it once)")
+    prof = _h200_profile_without_weights(tmp_path)
+    j = inprocess.run("plan", str(prof), "--offline", "--predict", "--hardware", "h200", "--acceptance-length", "1.25", "--concurrency", "1,4,16,32",
+                      "--calibration", str(REPO / "docs/gpu-bench-h200-pp1/calibration.json"), "--json", env={"PPSPEC_CACHE": str(tmp_path / "cache")})
+    assert j.returncode == 0, j.stderr
     pred = json.loads(j.stdout)["prediction"]
-    assert pred["calibration"]["mode"] == "calibrated"  # docs/gpu-bench-h200-pp1/calibration.json beside the profile
-    assert [b["num_speculative_tokens"] for b in pred["best"]] == [1, 1, 1, 1] and pred["schedule"] == [[1, 32, 1]]
+    assert pred["calibration"]["mode"] == "calibrated"
+    assert [b["num_speculative_tokens"] for b in pred["best"]] == [1, 1, 1, 1] and pred["schedule"] == [[1, 32, 1]] and pred["crossover"] == 32
+    assert len(pred["levels"]) == 16 and all(lv["bound"] == "latency" for lv in pred["levels"])  # PP=1: one batch
+    assert any("drafter size unknown" in n for n in pred["assumptions"]["notes"])
+    # without --calibration and no calibration.json beside this profile: the roofline, said so
+    r = inprocess.run("plan", str(prof), "--offline", "--predict", "--hardware", "h200", "--acceptance-length", "1.25", "--json", env={"PPSPEC_CACHE": str(tmp_path / "cache")})
+    assert json.loads(r.stdout)["prediction"]["calibration"]["mode"] == "roofline"
+    # a calibration.json beside the profile is found; one for other hardware is refused when named
+    (tmp_path / "calibration.json").write_text((REPO / "docs/gpu-bench-h200-pp1/calibration.json").read_text())
+    r = inprocess.run("plan", str(prof), "--offline", "--predict", "--hardware", "h200", "--acceptance-length", "1.25", "--json", env={"PPSPEC_CACHE": str(tmp_path / "cache")})
+    assert json.loads(r.stdout)["prediction"]["calibration"]["file"] == str(tmp_path / "calibration.json")
+    r = inprocess.run("plan", str(prof), "--offline", "--predict", "--hardware", "h100", "--calibration", str(tmp_path / "calibration.json"), env={"PPSPEC_CACHE": str(tmp_path / "cache")})
+    assert r.returncode == 2 and "no entry for hardware 'h100'" in r.stderr
 
 
 def test_bad_prediction_inputs_are_one_clear_message(llama70b_cache):
