@@ -330,3 +330,19 @@ def test_plan_predict_acceptance_from_a_bench_report(llama70b_cache):
     assert {lv["num_speculative_tokens"] for lv in pred["levels"]} == {0, 1, 3}
     al = {lv["num_speculative_tokens"]: lv["acceptance_length"] for lv in pred["levels"] if lv["concurrency"] == 1}
     assert al[1] == pytest.approx(1.25, abs=0.01) and al[3] == pytest.approx(al[1], abs=0.01)  # later positions measured 0
+
+
+def test_drafter_bytes_sources():
+    """Headers, else the index total, else its config (layers + one lm_head per pass), else an assumption."""
+    from types import SimpleNamespace as NS
+
+    from ppspec_cli.planning.predict_inputs import _drafter_bytes
+
+    cfg = json.loads((REPO / "tests/fixtures/predict/llama-8b-planted-eagle3.config.json").read_text())
+    notes: list[str] = []
+    t = NS(name="model.layers.0.w", nbytes=10)
+    assert _drafter_bytes(NS(drafter=NS(tensors={"a": t}, index_total_size=99, text=cfg, dtype_bytes=2)), 1.0, 1.0, notes) == 10.0
+    assert _drafter_bytes(NS(drafter=NS(tensors=None, index_total_size=99, text=cfg, dtype_bytes=2)), 1.0, 1.0, notes) == 99.0
+    est = _drafter_bytes(NS(drafter=NS(tensors=None, index_total_size=None, text=cfg, dtype_bytes=2)), 1.0, 1.0, notes)
+    assert est == layer_terms(cfg, 2)[0] + 32000 * 4096 * 2 and "32000 tokens" in notes[-1]
+    assert _drafter_bytes(NS(drafter=None), 5.0, 7.0, notes) == 12.0 and "assumed" in notes[-1]

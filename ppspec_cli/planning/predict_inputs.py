@@ -63,6 +63,16 @@ def _drafter_bytes(r: Any, layer: float, lm_head: float, notes: list[str]) -> fl
         return float(total)
     if d is not None and d.index_total_size:
         return float(d.index_total_size)
+    text = (d.text if d is not None else None) or {}
+    n = _pos(text, "num_hidden_layers")
+    db = (d.dtype_bytes if d is not None else None) or 0
+    terms = layer_terms(text, db) if n and db else None
+    h = _pos(text, "hidden_size")
+    vocab = _pos(text, "draft_vocab_size", "vocab_size")
+    if terms is not None and h and vocab:
+        # every draft pass ends in logits: one lm_head read (its own, or the target's it shares)
+        notes.append(f"drafter size estimated from its config.json: {n} layer(s) and an lm_head over {vocab} tokens")
+        return n * (terms[0] + terms[3] * terms[1]) + vocab * h * db
     notes.append("drafter size unknown (its checkpoint was not read): assumed one target layer plus an lm_head")
     return layer + lm_head
 
