@@ -271,7 +271,7 @@ def test_done_when_command_h200_json(tmp_path):
     assert pred["calibration"]["mode"] == "calibrated"
     assert [b["num_speculative_tokens"] for b in pred["best"]] == [1, 1, 1, 1] and pred["schedule"] == [[1, 32, 1]] and pred["crossover"] == 32
     assert len(pred["levels"]) == 16 and all(lv["bound"] == "latency" for lv in pred["levels"])  # PP=1: one batch
-    assert any("drafter size unknown" in n for n in pred["assumptions"]["notes"])
+    assert any("drafter size estimated from its config.json" in n for n in pred["assumptions"]["notes"])
     # without --calibration and no calibration.json beside this profile: the roofline, said so
     r = inprocess.run("plan", str(prof), "--offline", "--predict", "--hardware", "h200", "--acceptance-length", "1.25", "--json", env={"PPSPEC_CACHE": str(tmp_path / "cache")})
     assert json.loads(r.stdout)["prediction"]["calibration"]["mode"] == "roofline"
