@@ -12,8 +12,9 @@ from ppspec_cli.planning import hardware as hwtable
 from ppspec_cli.planning.predict import ROOFLINE_ERROR, Acceptance, Costs, Hardware, Prediction, predict
 from ppspec_cli.planning.predict_inputs import acceptance_from_report, calibration_entry, costs_of, shape_from_resolved
 
-#: the largest report or calibration file read (the H200 bench.json is 60 KB; margin for long runs)
-REPORT_LIMIT = 16 * 1024 * 1024
+#: the largest report or calibration file read: what verify and bench read their own files with
+#: (verify/report.py MAX_REPORT_BYTES, verify/bench/results.py MAX_RECORD_BYTES: 64 MiB)
+REPORT_LIMIT = 64 << 20
 #: when neither --acceptance-length nor --acceptance-from is given: a constant conditional
 #: acceptance of 0.6 per position (an assumption, printed; EAGLE3 heads on chat prompts accept
 #: more, planted or mismatched drafters far less)
