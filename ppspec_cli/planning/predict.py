@@ -405,16 +405,26 @@ def _solve3(a: list[list[float]], y: list[float]) -> list[float] | None:
     return [m[i][n] / m[i][i] for i in range(n)]
 
 
-def _overheads(shape: Shape, hw: Hardware, base: Costs, runs: list[Measured], ctx: int) -> Costs:
+@dataclass(frozen=True)
+class Group:
+    """Runs measured on one deployment (shape, hardware, context): what a fit reads."""
+
+    shape: Shape
+    hw: Hardware
+    runs: tuple[Measured, ...]
+    ctx: int
+
+
+def _overheads(groups: list[Group], base: Costs) -> Costs:
     """Least squares for the three overheads given the efficiencies (the round is linear in them at PP=1)."""
     zero = replace(base, step_overhead_ms=0.0, spec_overhead_ms=0.0, draft_pass_overhead_ms=0.0)
     rows, ys = [], []
-    for r in runs:
-        acc = Acceptance((), "fit")
-        rest = round_time(shape, hw, zero, acc, concurrency=r.concurrency, k=r.k, ctx=ctx).round_s * 1e3
-        passes = 0 if r.k == 0 else (1 if shape.parallel_draft else r.k)
-        rows.append([1.0, 1.0 if r.k > 0 else 0.0, float(passes)])
-        ys.append(r.tpot_ms * r.acceptance_length - rest)
+    for g in groups:
+        for r in g.runs:
+            rest = round_time(g.shape, g.hw, zero, Acceptance((), "fit"), concurrency=r.concurrency, k=r.k, ctx=g.ctx).round_s * 1e3
+            passes = 0 if r.k == 0 else (1 if g.shape.parallel_draft else r.k)
+            rows.append([1.0, 1.0 if r.k > 0 else 0.0, float(passes)])
+            ys.append(r.tpot_ms * r.acceptance_length - rest)
     cols = [i for i in range(3) if any(row[i] for row in rows)]
     ata = [[sum(row[i] * row[j] for row in rows) for j in cols] for i in cols]
     aty = [sum(row[i] * y for row, y in zip(rows, ys, strict=True)) for i in cols]
@@ -425,13 +435,14 @@ def _overheads(shape: Shape, hw: Hardware, base: Costs, runs: list[Measured], ct
     return replace(base, step_overhead_ms=vals[0], spec_overhead_ms=vals[1], draft_pass_overhead_ms=vals[2])
 
 
-def _rms(shape: Shape, hw: Hardware, costs: Costs, runs: list[Measured], ctx: int) -> float:
+def _rms(groups: list[Group], costs: Costs) -> float:
     errs = []
-    for r in runs:
-        acc = Acceptance((r.acceptance_length - 1.0,) + (0.0,) * max(r.k - 1, 0), "measured")
-        pred = round_time(shape, hw, costs, acc, concurrency=r.concurrency, k=r.k, ctx=ctx).round_s * 1e3
-        meas = r.tpot_ms * r.acceptance_length
-        errs.append((pred - meas) / meas)
+    for g in groups:
+        for r in g.runs:
+            acc = Acceptance((r.acceptance_length - 1.0,) + (0.0,) * max(r.k - 1, 0), "measured")
+            pred = round_time(g.shape, g.hw, costs, acc, concurrency=r.concurrency, k=r.k, ctx=g.ctx).round_s * 1e3
+            meas = r.tpot_ms * r.acceptance_length
+            errs.append((pred - meas) / meas)
     return math.sqrt(sum(e * e for e in errs) / len(errs)) if errs else 0.0
 
 
@@ -441,17 +452,24 @@ def _rms(shape: Shape, hw: Hardware, costs: Costs, runs: list[Measured], ctx: in
 EFF_BW_GRID = tuple(round(0.30 + 0.02 * i, 2) for i in range(36))
 
 
-def fit_costs(shape: Shape, hw: Hardware, runs: list[Measured], *, ctx: int, eff_flops: float = Costs.eff_flops) -> Fit:
-    """Fit the bandwidth efficiency (grid) and, for each, the three overheads by least squares;
-    keep the smallest RMS relative error of the round time over the runs."""
+def fit_groups(groups: list[Group], *, eff_flops: float = Costs.eff_flops) -> Fit:
+    """Fit the bandwidth efficiency (grid) and, for each, the three overheads by least squares over
+    every group's runs (records of several deployments on one hardware fit together); keep the
+    smallest RMS relative error of the round time."""
     best: Fit | None = None
+    n = sum(len(g.runs) for g in groups)
     for eb in EFF_BW_GRID:
-        c = _overheads(shape, hw, Costs(eff_bw=eb, eff_flops=eff_flops), runs, ctx)
-        err = _rms(shape, hw, c, runs, ctx)
+        c = _overheads(groups, Costs(eff_bw=eb, eff_flops=eff_flops))
+        err = _rms(groups, c)
         if best is None or err < best.rms_rel_error - 1e-12:
-            best = Fit(c, err, len(runs))
+            best = Fit(c, err, n)
     assert best is not None
     return best
+
+
+def fit_costs(shape: Shape, hw: Hardware, runs: list[Measured], *, ctx: int, eff_flops: float = Costs.eff_flops) -> Fit:
+    """fit_groups for the runs of one deployment."""
+    return fit_groups([Group(shape, hw, tuple(runs), ctx)], eff_flops=eff_flops)
 
 
 # ---------------------------------------------------------------------------------------------
