@@ -208,9 +208,11 @@ def test_validation_page_and_calibration_are_current():
     spec = importlib.util.spec_from_file_location("predict_validation", REPO / "tools" / "predict_validation.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    text, cal = mod.page()
+    text, files = mod.page()
     assert (REPO / "docs" / "prediction-validation.md").read_text() == text
-    assert (REPO / "docs" / "gpu-bench-h200-pp1" / "calibration.json").read_text() == cal
+    assert REPO / "docs" / "gpu-bench-h200-pp1" / "calibration.json" in files
+    for path, content in files.items():
+        assert path.read_text() == content, path
     assert "WRONG" not in text and "NOT within" not in text and "is stale" not in text
 
 
@@ -346,3 +348,20 @@ def test_drafter_bytes_sources():
     est = _drafter_bytes(NS(drafter=NS(tensors=None, index_total_size=None, text=cfg, dtype_bytes=2)), 1.0, 1.0, notes)
     assert est == layer_terms(cfg, 2)[0] + 32000 * 4096 * 2 and "32000 tokens" in notes[-1]
     assert _drafter_bytes(NS(drafter=None), 5.0, 7.0, notes) == 12.0 and "assumed" in notes[-1]
+
+
+def test_validation_calibrates_a_record_from_the_others_on_its_hardware(monkeypatch):
+    """With a second record on the same hardware, each is predicted from the other's fit (here the
+    same runs under another name, so that fit is this record's own: the errors are the in-sample ones)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("predict_validation2", REPO / "tools" / "predict_validation.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    first = mod.RECORDS[0]
+    monkeypatch.setattr(mod, "RECORDS", (first, replace(first, title="the same runs again")))
+    rows, info = mod.record_rows(first)
+    assert info["others"] == 1 and all("other" in r for r in rows)
+    assert max(abs(r["other"] - r["measured"]) / r["measured"] for r in rows) < 0.10
+    text, _ = mod.page()
+    assert text.count("calibrated on the other records |") == 2

@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""Predicted vs measured speed-up for every bench record in the repository and the published PP
-points; writes docs/prediction-validation.md and docs/gpu-bench-h200-pp1/calibration.json.
+"""Predicted vs measured speed-up for every bench record in the repository (RECORDS) and the
+published PP points; writes docs/prediction-validation.md and each record's calibration.json.
 
-    PYTHONPATH=. python tools/predict_validation.py            # rewrite both files
-    PYTHONPATH=. python tools/predict_validation.py --check    # exit 1 if either is stale
+    PYTHONPATH=. python tools/predict_validation.py            # rewrite the files
+    PYTHONPATH=. python tools/predict_validation.py --check    # exit 1 if any is stale
+
+A new bench record (e.g. the prepared PP=2 run): its folder under docs/ with bench.json, one
+`Record` line in RECORDS (its shape and hardware); records on the same hardware then calibrate
+each other (the "other records" column).
 
 tests/test_predict.py checks the page is current. Pure arithmetic (planning/predict.py); the
 inputs of each point are stated on the page.
@@ -13,20 +17,21 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ppspec_cli.planning.hardware import ACCELERATORS, LINKS, Link  # noqa: E402
-from ppspec_cli.planning.predict import Acceptance, Costs, Hardware, Shape, fit_costs, predict, round_time  # noqa: E402
+from ppspec_cli.planning.predict import Acceptance, Costs, Group, Hardware, Shape, fit_costs, fit_groups, predict, round_time  # noqa: E402
 from ppspec_cli.planning.predict import ROOFLINE_ERROR  # noqa: E402
 from ppspec_cli.planning.predict_inputs import CALIBRATION_SCHEMA, bench_context, calibration_from_bench, layer_terms, measured_runs  # noqa: E402
 
 PAGE = REPO / "docs" / "prediction-validation.md"
-H200_DIR = REPO / "docs" / "gpu-bench-h200-pp1"
-CALIBRATION = H200_DIR / "calibration.json"
+DOCS = REPO / "docs"
+H200_DIR = DOCS / "gpu-bench-h200-pp1"
 FIXTURES = REPO / "tests" / "fixtures"
 
 
@@ -63,25 +68,58 @@ def predicted_speedup(shape: Shape, hw: Hardware, costs: Costs, c: int, k: int, 
     return spec.output_tokens_per_s / base.output_tokens_per_s
 
 
-def h200_rows(bench: dict) -> tuple[list[dict], dict]:
-    shape = h200_shape()
-    hw = Hardware(ACCELERATORS["h200"], LINKS["nvlink4"], LINKS["nvlink4"])
-    ctx = bench_context(bench)  # mean context over a request's decode
-    runs = measured_runs(bench)
+@dataclass(frozen=True)
+class Record:
+    """A bench record in the repository: docs/FOLDER/bench.json, the shape and hardware it ran on."""
+
+    title: str
+    folder: str
+    shape: Callable[[], Shape]
+    hardware: str
+    link: str  # between pipeline stages
+
+    @property
+    def hw(self) -> Hardware:
+        acc = ACCELERATORS[self.hardware]
+        return Hardware(acc, LINKS[self.link], LINKS[acc.intra_link])
+
+    @property
+    def bench(self) -> dict:
+        return json.loads((DOCS / self.folder / "bench.json").read_text())
+
+    def group(self) -> Group:
+        b = self.bench
+        return Group(self.shape(), self.hw, tuple(measured_runs(b)), bench_context(b))
+
+
+#: every bench record in the repository (the CPU demo has none: docs/bench.md shows its plot only)
+RECORDS = (Record("H200, PP=1, 8B-class planted shape", "gpu-bench-h200-pp1", h200_shape, "h200", "nvlink4"),)
+
+
+def record_rows(rec: Record) -> tuple[list[dict], dict]:
+    """Per speculative run: measured, roofline, leave-one-level-out, leave-one-k-out and (when other
+    records ran on the same hardware) calibrated on those other records."""
+    bench = rec.bench
+    g = rec.group()
+    shape, hw, ctx, runs = g.shape, g.hw, g.ctx, list(g.runs)
     meas = measured_speedups(bench)
     als = per_arm_acceptance(bench)
     levels = sorted({c for c, _ in meas})
     loo = {c: fit_costs(shape, hw, [r for r in runs if r.concurrency != c], ctx=ctx).costs for c in levels}
     ks = sorted({k for _, k in meas})
     lko = {k: fit_costs(shape, hw, [r for r in runs if r.k != k], ctx=ctx).costs for k in ks}
-    full = fit_costs(shape, hw, runs, ctx=ctx)
+    others = [o.group() for o in RECORDS if o is not rec and o.hardware == rec.hardware]
+    other = fit_groups(others).costs if others else None
     rows = []
     for (c, k), m in sorted(meas.items()):
-        rows.append({"c": c, "k": k, "measured": m,
-                     "roofline": predicted_speedup(shape, hw, Costs(), c, k, als[(c, k)], ctx),
-                     "loo": predicted_speedup(shape, hw, loo[c], c, k, als[(c, k)], ctx),
-                     "lko": predicted_speedup(shape, hw, lko[k], c, k, als[(c, k)], ctx)})
-    return rows, {"shape": shape, "ctx": ctx, "fit": full, "levels": levels}
+        row = {"c": c, "k": k, "measured": m,
+               "roofline": predicted_speedup(shape, hw, Costs(), c, k, als[(c, k)], ctx),
+               "loo": predicted_speedup(shape, hw, loo[c], c, k, als[(c, k)], ctx),
+               "lko": predicted_speedup(shape, hw, lko[k], c, k, als[(c, k)], ctx)}
+        if other is not None:
+            row["other"] = predicted_speedup(shape, hw, other, c, k, als[(c, k)], ctx)
+        rows.append(row)
+    return rows, {"shape": shape, "ctx": ctx, "fit": fit_costs(shape, hw, runs, ctx=ctx), "levels": levels, "others": len(others)}
 
 
 def err(p: float, m: float) -> float:
@@ -274,39 +312,37 @@ def done_when_section(bench: dict, info: dict) -> list[str]:
     return [*out, ""]
 
 
-def page() -> tuple[str, str]:
-    bench = json.loads((H200_DIR / "bench.json").read_text())
-    rows, info = h200_rows(bench)
-    fit = info["fit"]
+COLUMNS = (("roofline", "roofline (calibration-free)"), ("loo", "leave-one-level-out"), ("lko", "leave-one-k-out"), ("other", "calibrated on the other records"))
+
+
+def record_section(rec: Record) -> tuple[list[str], dict, tuple[float, float]]:
+    """The section of one record, its fit info and the roofline's (mean, worst) error."""
+    rows, info = record_rows(rec)
+    cols = [(c, n) for c, n in COLUMNS if c in rows[0]]
+    n_runs = sum(1 for _ in info["levels"])
     lines = [
-        "# Prediction validation (generated by `tools/predict_validation.py`; do not edit)",
+        f"## {rec.title} ([{rec.folder}/]({rec.folder}/))",
         "",
-        "Predicted vs measured speed-up (output tokens/s with speculation over without, the same",
-        "concurrency) for every bench record in the repository and the published PP points. The cost",
-        "model and its terms: [predict.md](predict.md). Regenerate: `PYTHONPATH=. python tools/predict_validation.py`.",
-        "",
-        "## H200, PP=1, 8B-class planted shape ([gpu-bench-h200-pp1/](gpu-bench-h200-pp1/))",
-        "",
-        f"Inputs: the shape from its config and headers, H200 datasheet figures, context {info['ctx']} tokens",
-        "(128 prompt + half of 128 generated), each run's own measured acceptance length (so the cost",
-        "model alone is tested). Two predictions per run:",
+        f"Inputs: the shape, {rec.hardware} datasheet figures, context {info['ctx']} tokens (the prompt plus half of the",
+        "output), each run's own measured acceptance length (so the cost model alone is tested). Predictions per run:",
         "- **roofline**: calibration-free (the default efficiencies and overheads of `Costs`);",
-        "- **leave-one-level-out**: calibrated on the other three concurrency levels of this record (12",
-        "  runs), predicting the held-out level. The only GPU record in the repository is this one, so no",
-        "  calibration from a *different* record is possible yet (the PP=2 run is still to do);",
-        "- **leave-one-k-out**: calibrated on the baseline and the other two k arms, predicting the held-out",
-        "  k at every level (what a user gets for a k they did not measure).",
+        f"- **leave-one-level-out**: calibrated on this record's other {n_runs - 1} concurrency levels, predicting the held-out level;",
+        "- **leave-one-k-out**: calibrated on the baseline and the other k arms, predicting the held-out k at every level",
+        "  (what a user gets for a k they did not measure);",
+        ("- **calibrated on the other records**: fitted on every other record of this hardware (out of sample)."
+         if info["others"] else "- no other bench record ran on this hardware, so none calibrates this one from outside (run II below is"
+         "\n  predicted with this record's calibration instead)."),
         "",
-        "| c | k | measured | roofline | error | leave-one-level-out | error | leave-one-k-out | error |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| c | k | measured | " + " | ".join(f"{n} | error" for _, n in cols) + " |",
+        "|---|---|---|" + "---|---|" * len(cols),
     ]
     for r in rows:
-        cells = " | ".join(f"{r[col]:.3f}x | {_pct(err(r[col], r['measured']))}" for col in ("roofline", "loo", "lko"))
+        cells = " | ".join(f"{r[c]:.3f}x | {_pct(err(r[c], r['measured']))}" for c, _ in cols)
         lines.append(f"| {r['c']} | {r['k']} | {r['measured']:.3f}x | {cells} |")
-    lines.append("")
-    summary = []
+    lines += ["", f"| prediction | mean error (all {len(rows)} arms) | worst | mean error (best k per level) | worst | best k right | crossover (pred. vs meas.) |",
+              "|---|---|---|---|---|---|---|"]
     roof = (0.0, 0.0)
-    for col, name in (("roofline", "roofline (calibration-free)"), ("loo", "leave-one-level-out"), ("lko", "leave-one-k-out")):
+    for col, name in cols:
         es = [err(r[col], r["measured"]) for r in rows]
         if col == "roofline":
             roof = (round(sum(es) / len(es), 3), round(max(es), 3))
@@ -316,23 +352,52 @@ def page() -> tuple[str, str]:
         mc, pc = crossover_of(mb), crossover_of(pb)
         lv = info["levels"]
         within = (mc is None and pc is None) or (mc is not None and pc is not None and abs(lv.index(mc) - lv.index(pc)) <= 1)
-        summary.append(f"| {name} | {_pct(sum(es) / len(es))} | {_pct(max(es))} | {_pct(sum(best_err) / len(best_err))} | {_pct(max(best_err))} | {kmatch} of {len(mb)} | {pc} vs {mc}: {'within one level' if within else 'NOT within one level'} |")
+        lines.append(f"| {name} | {_pct(sum(es) / len(es))} | {_pct(max(es))} | {_pct(sum(best_err) / len(best_err))} | {_pct(max(best_err))} | {kmatch} of {len(mb)} | {pc} vs {mc}: {'within one level' if within else 'NOT within one level'} |")
+    fit = info["fit"]
     lines += [
-        "| prediction | mean error (all 12 arms) | worst | mean error (best k per level) | worst | best k right | crossover (pred. vs meas.) |",
-        "|---|---|---|---|---|---|---|",
-        *summary,
         "",
-        "Fitted on all 16 runs (the entry written to [gpu-bench-h200-pp1/calibration.json](gpu-bench-h200-pp1/calibration.json),",
-        "which `ppspec plan docs/gpu-bench-h200-pp1/profile.yaml --predict --hardware h200` uses: in-sample there):",
+        f"Fitted on all {fit.runs} runs (the entry written to [{rec.folder}/calibration.json]({rec.folder}/calibration.json),",
+        f"which `ppspec plan docs/{rec.folder}/profile.yaml --predict --hardware {rec.hardware}` uses: in-sample there):",
         f"eff_bw {fit.costs.eff_bw}, eff_flops {fit.costs.eff_flops}, step overhead {fit.costs.step_overhead_ms:.3f} ms,",
         f"speculative-round overhead {fit.costs.spec_overhead_ms:.3f} ms, per drafter pass {fit.costs.draft_pass_overhead_ms:.3f} ms;",
-        f"RMS error of the round time {_pct(fit.rms_rel_error)}. A bandwidth efficiency at the grid's edge with a",
-        "large fixed overhead means this record cannot separate the two: at PP=1 the bytes per step barely",
-        "change from c=1 to c=32 (weights dominate the KV), so only their sum is pinned. A record with a",
-        "longer context or a larger batch would separate them.",
+        f"RMS error of the round time {_pct(fit.rms_rel_error)}.",
         "",
-        *done_when_section(bench, info),
-        *run2_section(fit.costs),
+    ]
+    return lines, info, roof
+
+
+def page() -> tuple[str, dict[Path, str]]:
+    """The page's text and every calibration file's, by path."""
+    lines = [
+        "# Prediction validation (generated by `tools/predict_validation.py`; do not edit)",
+        "",
+        "Predicted vs measured speed-up (output tokens/s with speculation over without, the same",
+        "concurrency) for every bench record in the repository and the published PP points. The cost",
+        "model and its terms: [predict.md](predict.md). Regenerate: `PYTHONPATH=. python tools/predict_validation.py`.",
+        "",
+    ]
+    files: dict[Path, str] = {}
+    infos = {}
+    roof = (0.0, 0.0)
+    for rec in RECORDS:
+        sec, info, r_err = record_section(rec)
+        lines += sec
+        infos[rec.folder] = info
+        if rec.folder == "gpu-bench-h200-pp1":
+            roof = r_err
+            lines += [
+                "On this record a bandwidth efficiency at the grid's edge with a large fixed overhead means the record",
+                "cannot separate the two: at PP=1 the bytes per step barely change from c=1 to c=32 (weights dominate",
+                "the KV), so only their sum is pinned. A record with a longer context or a larger batch would separate them.",
+                "",
+            ]
+        entry = calibration_from_bench(rec.bench, info["shape"], rec.hw, rec.hardware, f"docs/{rec.folder}/bench.json")
+        assert entry is not None and entry["costs"] == asdict(info["fit"].costs)
+        files[DOCS / rec.folder / "calibration.json"] = json.dumps({"schema": CALIBRATION_SCHEMA, "entries": [entry]}, indent=2) + "\n"
+    h200 = infos["gpu-bench-h200-pp1"]
+    lines += [
+        *done_when_section(json.loads((H200_DIR / "bench.json").read_text()), h200),
+        *run2_section(h200["fit"].costs),
         "The CPU demo has no bench record in the repository (docs/bench.md shows its plot only): not validated.",
         "",
         "## Published points (sign: does speculation pay?)",
@@ -355,24 +420,22 @@ def page() -> tuple[str, str]:
         "whenever the true acceptance lies on the same side of it.",
         "",
     ]
-    entry = calibration_from_bench(bench, info["shape"], Hardware(ACCELERATORS["h200"], LINKS["nvlink4"], LINKS["nvlink4"]), "h200", "docs/gpu-bench-h200-pp1/bench.json")
-    assert entry is not None and entry["costs"] == asdict(fit.costs)
-    cal = {"schema": CALIBRATION_SCHEMA, "entries": [entry]}
     if roof != ROOFLINE_ERROR:
         lines.append(f"**planning/predict.py's ROOFLINE_ERROR {ROOFLINE_ERROR} is stale: the table gives {roof}.**")
-    return "\n".join(lines), json.dumps(cal, indent=2) + "\n"
+    return "\n".join(lines), files
 
 
 def main(argv: list[str]) -> int:
-    text, cal = page()
+    text, files = page()
     if "--check" in argv:
-        stale = [str(p) for p, t in ((PAGE, text), (CALIBRATION, cal)) if not p.is_file() or p.read_text() != t]
+        stale = [str(p) for p, t in ((PAGE, text), *files.items()) if not p.is_file() or p.read_text() != t]
         if stale:
             print(f"stale: {', '.join(stale)} (run tools/predict_validation.py)")
             return 1
         return 0
     PAGE.write_text(text)
-    CALIBRATION.write_text(cal)
+    for p, t in files.items():
+        p.write_text(t)
     print(text)
     return 0
 
