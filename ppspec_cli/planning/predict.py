@@ -102,7 +102,8 @@ class Costs:
     peak memory bandwidth and 50% of peak tensor throughput; vLLM spends about a millisecond per
     round outside the model (scheduler, sampler, launches) on a GPU; a speculative round adds a few
     tenths (rejection sampling, draft bookkeeping) and each drafter pass a tenth (its launches).
-    docs/prediction-validation.md gives the error these defaults make against measured runs."""
+    docs/prediction-validation.md gives the error these defaults make against measured runs (they
+    were set knowing the H200 record's figures, though not fitted to them: that error is optimistic)."""
 
     eff_bw: float = 0.7
     eff_flops: float = 0.5
