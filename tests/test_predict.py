@@ -245,6 +245,7 @@ def test_plan_predict_on_the_shipped_multinode_profile(llama70b_cache):
     assert all(len(line) <= 80 for line in out.splitlines())
     assert "stages [20, 20, 20, 20]" in out and "TP x2" in out and "ib-ndr" in out
     assert "drafter size unknown" in out and "h100 assumed" in out and "calibration: none: roofline" in out
+    assert "why c=1 k=" in out and "latency-bound, 1 batch(es) of 1" in out and "throughput-bound, 4 batch(es) of 8" in out
     j = inprocess.run("plan", str(REPO / "profiles/llama33_70b_eagle3_pp4.yaml"), "--offline", "--predict", "--acceptance-length", "2.5", "--json", env=llama70b_cache)
     pred = json.loads(j.stdout)["prediction"]
     assert {(lv["concurrency"], lv["num_speculative_tokens"]) for lv in pred["levels"]} == {(c, k) for c in (1, 4, 16, 32) for k in (0, 1, 2, 3)}

@@ -185,6 +185,12 @@ def render(pred: Prediction) -> str:
     hi = max(b.concurrency for b in pred.best)
     lines += _wrap("crossover: ", ("speculation pays at no level" if cx is None else f"speculation still pays at c={cx}" + (" (the highest level: the crossover lies above)" if cx == hi else "")))
     lines += _wrap("schedule [[batch_lo, batch_hi, k], ...]: ", str(pred.schedule))
+    for b in {pred.best[0].concurrency: pred.best[0], pred.best[-1].concurrency: pred.best[-1]}.values():
+        j = b.to_json()
+        t = j["terms_ms"]
+        lines += _wrap(f"why c={b.concurrency} k={b.k}: ", f"per round {j['round_ms']:.2f} ms ({j['bound']}-bound, {j['batches_in_flight']} batch(es) of {j['batch_size']:g}): "
+                       f"stages {' + '.join(f'{x:.2f}' for x in t['stages'])}, hops {sum(t['hops']):.2f}, drafter {t['drafter']:.2f}, "
+                       f"broadcast {t['broadcast']:.2f}, overheads {t['overhead']:.2f} ms; {b.acceptance_length:.2f} tokens per round")
     acc = hw["accelerator"]
     lines += _wrap("hardware: ", f"{acc['name']} ({acc['memory_bandwidth_gbs']:g} GB/s, {acc['bf16_tflops']:g} TFLOPS bf16); pipeline link {hw['pp_link']['name']} ({hw['pp_link']['bandwidth_gbs']:g} GB/s, {hw['pp_link']['latency_us']:g} us); TP x{a['tensor_parallel']}, stages {a['partition']}, context {a['context_length']} tokens")
     lines += _wrap("acceptance: ", a["acceptance"]["source"] + "; per position " + " ".join(f"{x:.2f}" for x in a["acceptance"]["per_position"][:6]))
