@@ -76,12 +76,23 @@ def plan(
     profile: str = typer.Argument(..., metavar="PROFILE", help="Path to the profile YAML."),
     json_out: bool = typer.Option(False, "--json", help="Print the plan and findings as one JSON object."),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub."),
+    predict: bool = typer.Option(False, "--predict", help="Also predict speculation's speed-up per concurrency and k from a cost model (docs/predict.md)."),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="With --predict: h200, h100, a100, l40s or cpu; overrides as NAME,bw=GB/s,tflops=N."),
+    link: Optional[str] = typer.Option(None, "--link", help="With --predict: the pipeline link (nvlink4, pcie5, ib-ndr, tcp-100g, ...; NAME,bw=GB/s,lat=us)."),
+    acceptance_length: Optional[float] = typer.Option(None, "--acceptance-length", help="With --predict: mean acceptance length at the profile's num_speculative_tokens."),
+    acceptance_from: Optional[str] = typer.Option(None, "--acceptance-from", help="With --predict: read per-position acceptance from a bench.json or verify report."),
+    concurrency: str = typer.Option("1,4,16,32", "--concurrency", help="With --predict: concurrency levels, comma-separated."),
+    nst: Optional[str] = typer.Option(None, "--num-speculative-tokens", help="With --predict: k values, comma-separated (default 1,2,3 and the profile's)."),
+    context_length: Optional[int] = typer.Option(None, "--context-length", min=1, help="With --predict: tokens of context per request (default min(1024, max-model-len))."),
+    calibration: Optional[str] = typer.Option(None, "--calibration", help="With --predict: calibration file (default: calibration.json beside the profile, if it matches)."),
 ) -> None:
     """Show the stage plan: layers per stage, where each tap lives, what each hop relays, draft layer
-    ids, embedding placement and weight memory per stage."""
+    ids, embedding placement and weight memory per stage. With --predict, the predicted speed-up."""
     from ppspec_cli.commands import plan as command
+    from ppspec_cli.commands.predict_render import PredictOptions
 
-    raise typer.Exit(command.run(profile, json_out, offline))
+    opts = PredictOptions(hardware, link, acceptance_length, acceptance_from, concurrency, nst, context_length, calibration) if predict else None
+    raise typer.Exit(command.run(profile, json_out, offline, opts))
 
 
 @app.command()
