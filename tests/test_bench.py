@@ -92,7 +92,7 @@ def test_vllm_structure_rules_for_a_schedule():
     assert any("starts after" in p for p in schedule.structure_problems([[1, 4, 1], [9, 5, 1]]))
 
 
-def _check(sched, *, nst=2, dp=1, pp=1, runner="v2", platform="cuda", version="0.33.0"):
+def _check(sched, *, nst=2, dp=1, pp=1, runner="v2", platform="cuda", version="0.33.0", method="eagle3"):
     from types import SimpleNamespace
 
     from ppspec_cli.knowledge.facts import parse_version
@@ -100,7 +100,7 @@ def _check(sched, *, nst=2, dp=1, pp=1, runner="v2", platform="cuda", version="0
 
     text = (REPO / "profiles/tiny_cpu_demo.yaml").read_text()
     prof = parse_profile(text)
-    prof = prof.model_copy(update={"drafter": prof.drafter.model_copy(update={"schedule": sched, "num_speculative_tokens": nst}), "topology": prof.topology.model_copy(update={"data_parallel": dp})})
+    prof = prof.model_copy(update={"drafter": prof.drafter.model_copy(update={"schedule": sched, "num_speculative_tokens": nst, "method": method}), "topology": prof.topology.model_copy(update={"data_parallel": dp})})
     r = SimpleNamespace(profile=prof, version=parse_version(version), engine_version=version, runner=runner, platform=platform, pp=pp)
     return {f.code: f for f in schedule.check(r)}
 
@@ -113,7 +113,10 @@ def test_check_applies_vllms_rules_per_release_runner_and_topology():
     assert "schedule-dp-disabled" in _check([[1, 8, 1]], dp=2)
     assert "schedule-cudagraph-piecewise" in _check([[1, 8, 1]], runner="v1")
     assert "schedule-cudagraph-piecewise" not in _check([[1, 8, 1]], runner="v1", platform="cpu")
-    assert "schedule-release-unverified" in _check([[1, 8, 1]], version="0.31.0")
+    assert "schedule-release-unverified" in _check([[1, 8, 1]], version="0.29.0")
+    assert "schedule-release-unverified" not in _check([[1, 8, 1]], version="0.30.0")
+    assert "schedule-method-disabled" in _check([[1, 8, 1]], runner="v1", version="0.33.0", method="dspark")
+    assert "schedule-method-disabled" not in _check([[1, 8, 1]], runner="v1", version="0.32.0", method="dspark")
     assert "schedule-pp-unverified" in _check([[1, 8, 1]], pp=2)
     both = _check([[1, 2, 2], [3, 64, 0]])
     assert both["schedule-boundary-thrash"].severity == "info" and "schedule-zero-k-cost" in both
@@ -405,11 +408,14 @@ def test_endpoint_mode_measures_two_running_servers_and_parity_fails_on_a_diverg
     assert sorted((x["arm"], x["concurrency"]) for x in doc["runs"]) == [("baseline", 1), ("baseline", 2), ("spec-k2", 1), ("spec-k2", 2)]
     spec = [x for x in doc["runs"] if x["speculation"]]
     # the stand-in's counters: N/2 drafts of 2 tokens per request, the first accepted; the client's test request stays outside
-    assert all(x["acceptance_length"] == 2.0 and x["per_position_acceptance"] == [1.0, 0.0] and x["spec_decode"]["drafts"] == 6 * 4 for x in spec)
-    assert all(x["output_tokens"] == 6 * 8 and x["completed"] == 6 for x in doc["runs"])
+    n = {1: 6, 2: 8}  # at least --num-prompts, at least 4 per slot
+    assert all(x["acceptance_length"] == 2.0 and x["per_position_acceptance"] == [1.0, 0.0] and x["spec_decode"]["drafts"] == n[x["concurrency"]] * 4 for x in spec)
+    assert all(x["output_tokens"] == n[x["concurrency"]] * 8 and x["completed"] == 2 * n[x["concurrency"]] and len(x["samples"]) == 2 for x in doc["runs"])
     assert doc["parity"]["identical"] is True and doc["parity"]["checks"][0]["prompts"] == 6
-    assert doc["recommendation"]["profile_change"]
-    assert (tmp_path / "ok" / "report.md").is_file() and (tmp_path / "ok" / "arms" / "spec-k2" / "c2.vllm.json").is_file()
+    assert doc["recommendation"]["profile_change"] and "the schedule is proposed, not measured" in " ".join(doc["warnings"])
+    assert [a["name"] for a in doc["arms"]] == ["baseline", "spec-k2"] and doc["recommendation"]["schedule"][0][0] == 1
+    assert all(lv["verdict"] in ("faster", "slower", "no significant difference") for lv in doc["levels"])
+    assert (tmp_path / "ok" / "report.md").is_file() and (tmp_path / "ok" / "arms" / "spec-k2" / "c2-r1.vllm.json").is_file()
 
     r = _cli(*args, "--endpoint", fake_servers("--spec", "--diverge"), "--out", str(tmp_path / "bad"))
     assert r.returncode == 1, r.stderr[-3000:]

@@ -66,7 +66,7 @@ SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
     "Dynamic speculative decoding (`drafter.schedule`)": {
         "schedule-invalid": ("The schedule breaks vLLM's rules (positive ranges, start <= end, k >= 0, sorted without overlap, the first starting at 1); vLLM refuses it at start.", "Give ranges as the message says, e.g. `[[1, 2, 2], [3, 4096, 0]]`."),
         "schedule-k-above-max": ("A range's k exceeds `drafter.num_speculative_tokens`; vLLM silently clamps it.", "Raise num_speculative_tokens to the largest k, or lower that k."),
-        "schedule-release-unverified": ("The vLLM release is older than those whose source or notes were read for dynamic speculative decoding (0.32, 0.33).", "Serve with vLLM >= 0.32, or remove `drafter.schedule`."),
+        "schedule-release-unverified": ("The vLLM release is older than those whose source was read for dynamic speculative decoding (0.30 to 0.33).", "Serve with vLLM >= 0.30, or remove `drafter.schedule`."),
         "schedule-dp-disabled": ("Data parallelism: vLLM drops the schedule and serves the static num_speculative_tokens.", "Serve without data parallelism to use it, or remove it."),
         "schedule-method-disabled": ("vLLM 0.33 drops the schedule on the V1 runner for this method.", "Serve with Model Runner V2, or remove it."),
         "schedule-cudagraph-piecewise": ("On the V1 runner with CUDA graphs, a schedule makes vLLM use piecewise instead of full CUDA graphs.", "Measure it with `ppspec bench`, or serve with Model Runner V2."),

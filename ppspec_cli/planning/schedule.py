@@ -1,20 +1,20 @@
 """`drafter.schedule`: vLLM's dynamic speculative decoding (`speculative_config.
-num_speculative_tokens_per_batch_size`, vLLM 0.32 and 0.33), a list of `[batch_lo, batch_hi, k]`
+num_speculative_tokens_per_batch_size`, vLLM 0.30 to 0.33), a list of `[batch_lo, batch_hi, k]`
 inclusive ranges of the number of scheduled requests and the draft tokens per step there.
 
 Two things live here: `check` (vLLM's own rules for the schedule, per release, and the known
 pitfalls, as findings) and `derive` (the schedule `ppspec bench` proposes from the best k it
 measured at each concurrency).
 
-vLLM's rules, read in vLLM 0.32's source (vllm/v1/spec_decode/dynamic/utils.py
+vLLM's rules, read in the source of vLLM 0.30, 0.31, 0.32 and 0.33 (the same
+vllm/v1/spec_decode/dynamic/utils.py in all four:
 `validate_and_normalize_dynamic_sd_schedule` and `build_dynamic_sd_schedule_lookup`;
 vllm/config/vllm.py `_maybe_disable_dynamic_sd_for_data_parallel` and
 `_maybe_override_dynamic_sd_cudagraph_mode`): ranges positive with start <= end, k >= 0, sorted
 ranges without overlap, the first starting at 1; gaps and the tail carry the previous k forward;
 k is clamped to num_speculative_tokens; data parallelism drops the schedule (static k); on the V1
-model runner full CUDA graphs become piecewise. vLLM 0.33 (from its release notes, not in the
-installed source) also drops it on V1 for methods other than ngram, eagle, eagle3, mtp,
-draft_model and dflash.
+model runner full CUDA graphs become piecewise. vLLM 0.33 (`_maybe_disable_dynamic_sd_for_v1`)
+also drops it on V1 for methods other than ngram, eagle, eagle3, mtp, draft_model and dflash.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from ppspec_cli.findings import Finding, finding
 if TYPE_CHECKING:
     from ppspec_cli.planning.resolve import Resolved
 
-#: The releases whose source (0.32) or release notes (0.33) were read for the rules above.
-VERIFIED_FROM = (0, 32)
-#: vLLM 0.33 keeps a schedule on the V1 runner only for these methods (release notes).
+#: The oldest release whose source was read for the rules above (0.30 to 0.33 all have the feature).
+VERIFIED_FROM = (0, 30)
+#: vLLM 0.33 keeps a schedule on the V1 runner only for these methods (config/vllm.py).
 V1_METHODS_033 = frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"})
 #: The top of the last range bench derives: the highest --concurrency bench accepts. vLLM cuts any
 #: range at its max_num_seqs and carries the last k through the tail, so a larger top is harmless.
@@ -85,7 +85,7 @@ def _release(r: "Resolved", field: str) -> Iterator[Finding]:
     v = r.version
     d = r.profile.drafter
     if v is not None and (v.major, v.minor) < VERIFIED_FROM:
-        yield finding("schedule-release-unverified", "warning", field, f"dynamic speculative decoding is verified in vLLM 0.32 and 0.33; for vLLM {r.engine_version} it is not (an older vLLM refuses the unknown speculative_config key at start)", "serve with vLLM >= 0.32, or remove drafter.schedule")
+        yield finding("schedule-release-unverified", "warning", field, f"dynamic speculative decoding is read in the source of vLLM 0.30 to 0.33; vLLM {r.engine_version} is older (it may refuse the unknown speculative_config key at start)", "serve with vLLM >= 0.30, or remove drafter.schedule")
     if r.profile.topology.data_parallel > 1:
         yield finding("schedule-dp-disabled", "warning", field, f"data_parallel {r.profile.topology.data_parallel}: vLLM drops the schedule and serves the static num_speculative_tokens {d.num_speculative_tokens} (ranks could pick different k and deadlock)", "serve without data parallelism to use the schedule, or remove it")
     if r.runner == "v1" and v is not None and (v.major, v.minor) >= (0, 33) and d.method not in V1_METHODS_033:
