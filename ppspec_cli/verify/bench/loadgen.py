@@ -208,19 +208,9 @@ def parity_pass(client, job: dict, prompts: list) -> dict:
 
 
 def _device() -> str:
-    """What the engine runs on, for the run's identity: the GPU's name (torch, imported with vLLM),
-    else the CPU's architecture and core count."""
-    import platform
+    from ppspec_cli.running.engine.device import device_name
 
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            n = torch.cuda.device_count()
-            return f"{n} x {torch.cuda.get_device_name(0)}"
-    except Exception:  # noqa: BLE001 - the identity says "cpu" then
-        pass
-    return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
+    return device_name()
 
 
 def main() -> int:
