@@ -231,7 +231,7 @@ def plots(doc: dict, out_dir: Path) -> tuple[list[Path], str | None]:
         ax.set_xticklabels([str(c) for c in levels])
         ax.set_xlabel("concurrency (requests in flight)")
         ax.set_ylabel(ylabel)
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title, fontsize=9)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
         ax.margins(x=0.08, y=0.15)
@@ -243,7 +243,7 @@ def plots(doc: dict, out_dir: Path) -> tuple[list[Path], str | None]:
     out_dir.mkdir(parents=True, exist_ok=True)
     made = []
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-    panel(a1, tps, "output tokens/s (higher is better)", True, "throughput (bars: min-max of the repeats); label: best speculative arm over none, green faster, red slower, gray within noise")
+    panel(a1, tps, "output tokens/s (higher is better)", True, "throughput (bars: min-max of the repeats)\nlabel: best speculative arm over none; green faster, red slower, gray within noise")
     panel(a2, tpot, "TPOT mean, ms (lower is better)", False, "time per output token")
     fig.suptitle(f"ppspec bench: {name}", fontsize=11)
     fig.tight_layout()
