@@ -320,7 +320,7 @@ def test_report_fits_80_columns_and_plots_start_at_zero(tmp_path):
     text = con.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "…" not in text and "spec-k3" in text and "1.50x" in text
-    assert "c=1: speculation faster: 1.50x (1.49-1.51)" in text  # the best arm's median over the baseline's, with its spread
+    assert "c=1: speculation vs none: faster, 1.50x (1.49-1.51) (spec-k3)" in text  # the best arm's median over the baseline's, with its spread
     md = report.markdown(doc)
     assert "| 1 | spec-k3 | 2 | 150.8 (150.0-151.5) |" in md and "10.00 / <0.01 / 10.00" in md and "/ 0.00 /" not in md
     pytest.importorskip("matplotlib", reason="the `bench` extra (matplotlib) draws the plots")

@@ -110,7 +110,7 @@ def verdict_lines(doc: dict) -> list[str]:
     for lv in doc.get("levels") or []:
         if lv.get("verdict") is None:
             continue
-        lines.append(f"c={lv['concurrency']}: speculation {lv['verdict']}: {_ratio(lv.get('speedup'))} ({lv['best_speculative_arm']} vs baseline){_envelope(lv.get('envelope'))}")
+        lines.append(f"c={lv['concurrency']}: speculation vs none: {lv['verdict']}, {_ratio(lv.get('speedup'))} ({lv['best_speculative_arm']}){_envelope(lv.get('envelope'))}")
     c = rec.get("crossover_concurrency")
     if rec.get("highest_measured") is not None:
         if c is None:
