@@ -311,7 +311,7 @@ def _two_reps(table):
     return out
 
 
-def test_report_fits_80_columns_and_plots_start_at_zero(tmp_path):
+def test_report_fits_80_columns_and_plots_start_at_zero(tmp_path, monkeypatch):
     from rich.console import Console
 
     doc = _doc(_two_reps({1: (100, 130, 150), 4: (300, 250, 200)}))
@@ -324,8 +324,19 @@ def test_report_fits_80_columns_and_plots_start_at_zero(tmp_path):
     md = report.markdown(doc)
     assert "| 1 | spec-k3 | 2 | 150.8 (150.0-151.5) |" in md and "10.00 / <0.01 / 10.00" in md and "/ 0.00 /" not in md
     pytest.importorskip("matplotlib", reason="the `bench` extra (matplotlib) draws the plots")
+    import matplotlib.axes
+
+    bottoms = []
+    orig = matplotlib.axes.Axes.set_ylim
+
+    def set_ylim(self, *a, **kw):
+        bottoms.append(kw.get("bottom", a[0] if a else None))
+        return orig(self, *a, **kw)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_ylim", set_ylim)
     made, why = report.plots(doc, tmp_path)
     assert why is None and sorted(p.name for p in made) == ["bench.png", "tokens_per_s.png", "tpot.png"]
+    assert bottoms.count(0) == 4  # every panel's y-axis starts at zero (two in bench.png, one in each other plot)
     for p in made:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
