@@ -40,7 +40,7 @@ for ks in 1 1,2 1,2,3; do
   if [ "$l" -lt "$need" ]; then echo "bench: stage k=$ks needs ~$need s, $l s left: next call"; exit 3; fi
   s=$(date +%s)
   timeout -s INT "$l" ppspec bench "$PROFILE" --concurrency 1,4,16,32 --num-speculative-tokens "$ks" \
-      --num-prompts 64 --max-tokens 128 --input-len 128 --out "$B" --offline --resume --health-timeout 420 \
+      --num-prompts 64 --max-tokens 128 --input-len 128 --out "$B" --offline --resume \
       > "$B/stdout-k$tag.txt" 2> "$B/stderr-k$tag.txt"
   rc=$?; took=$(( $(date +%s) - s ))
   echo "stage k=$ks: exit $rc after $took s"

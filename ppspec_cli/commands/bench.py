@@ -11,11 +11,13 @@ import signal
 import sys
 import time
 from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
 
 from ppspec_cli.commands.common import progress
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.io import safeio
+from ppspec_cli.verify.bench import judge
 from ppspec_cli.verify.bench import results as res
 from ppspec_cli.verify.bench.results import BASELINE, Arm
 
@@ -29,31 +31,55 @@ class _Interrupted(BaseException):
         self.signum = signum
 
 
-def run(profile: str, *, concurrency: str, num_prompts: int | None, max_tokens: int, input_len: int, nst: str | None, out: str | None, json_out: bool, resume: bool, endpoint: str | None, baseline_endpoint: str | None, offline: bool, health_timeout: int | None, seed: int = 0) -> int:
+#: Most --repeat: each repeat is one more full pass over the levels.
+MAX_REPEAT = 20
+
+
+@dataclass(frozen=True)
+class Options:
+    """`ppspec bench`'s command line (cli.py fills it)."""
+
+    concurrency: str = "1,4,16,32"
+    num_prompts: int = 16
+    max_tokens: int = 128
+    input_len: int = 128
+    nst: str | None = None
+    out: str | None = None
+    json_out: bool = False
+    resume: bool = False
+    endpoint: str | None = None
+    baseline_endpoint: str | None = None
+    offline: bool = False
+    repeat: int = 2
+    allow_mixed: bool = False
+    seed: int = 0
+
+
+def run(profile: str, o: Options) -> int:
     """Exit code: 0 every run done and parity identical; 1 parity differs, a run is missing, or an
-    engine / the load generator failed; 2 usage; 128+N interrupted by signal N (finished results kept)."""
+    engine / the load generator failed; 2 usage (and --resume over another host's or version's
+    results without --allow-mixed); 128+N interrupted by signal N (finished results kept)."""
     from ppspec_cli.planning.profile import load_profile
 
-    levels = res.parse_int_list(concurrency, "--concurrency", 1, 4096)
-    if (endpoint is None) != (baseline_endpoint is None):
-        raise PpspecError("--endpoint and --baseline-endpoint go together", where="--endpoint", fix="give both (the speculative server and the one without speculation), or neither to let bench serve the profile")
-    if not 1 <= max_tokens <= 1 << 16 or not 1 <= input_len <= 1 << 20:
-        raise PpspecError("--max-tokens must be in 1..65536 and --input-len in 1..1048576", where="--max-tokens / --input-len", fix="e.g. --max-tokens 128 --input-len 128")
-    n_prompts = num_prompts if num_prompts is not None else max(16, 4 * max(levels))
-    if n_prompts < 1:
-        raise PpspecError("--num-prompts must be at least 1", where="--num-prompts", fix="e.g. --num-prompts 64")
+    levels = _validate(o)
     prof = load_profile(profile)
-    arms = _arms(prof, nst, endpoint, baseline_endpoint)
-    state = _state_dir(out, prof.name)
-    settings = {"concurrency": levels, "num_prompts": n_prompts, "max_tokens": max_tokens, "input_len": input_len, "seed": seed, "parity_prompts": min(PARITY_PROMPTS, n_prompts)}
-    if not resume:
-        for arm in arms:
-            shutil.rmtree(state / "arms" / arm.name, ignore_errors=True)
-    b = _Bench(profile, prof, arms, levels, settings, state, offline, health_timeout)
+    arms = _arms(prof, o.nst, o.endpoint, o.baseline_endpoint)
+    state = _state_dir(o.out, prof.name)
+    per_level = {str(c): res.prompts_at(o.num_prompts, c) for c in levels}
+    settings = {
+        "concurrency": levels, "num_prompts": o.num_prompts, "prompts_per_level": per_level, "max_tokens": o.max_tokens, "input_len": o.input_len, "seed": o.seed,
+        "repeat": o.repeat, "parity_prompts": min(PARITY_PROMPTS, per_level[str(levels[0])]), "parity_source_prompts": per_level[str(levels[0])],
+    }
+    if not o.resume:
+        for name in [a.name for a in arms] + [res.TUNED]:
+            shutil.rmtree(state / "arms" / name, ignore_errors=True)
+    b = _Bench(profile, prof, arms, settings, state, o.offline, None, _identity(o.endpoint is None))
+    if o.resume:
+        b.check_kept(o.allow_mixed)
     code = _measure(b)
     doc = b.assemble()
     _write_outputs(doc, state)
-    if json_out:
+    if o.json_out:
         print(json.dumps(doc, indent=2))
     else:
         from ppspec_cli.io import terminal
@@ -69,6 +95,32 @@ def run(profile: str, *, concurrency: str, num_prompts: int | None, max_tokens: 
         progress("parity: the speculative arms' greedy outputs differ from the baseline's (see the report)")
         return 1
     return 0
+
+
+def _validate(o: Options) -> list[int]:
+    """Usage errors (exit 2) before anything starts; the concurrency levels."""
+    levels = res.parse_int_list(o.concurrency, "--concurrency", 1, res.MAX_CONCURRENCY)
+    if (o.endpoint is None) != (o.baseline_endpoint is None):
+        raise PpspecError("--endpoint and --baseline-endpoint go together", where="--endpoint", fix="give both (the speculative server and the one without speculation), or neither to let bench serve the profile")
+    if not 1 <= o.max_tokens <= 1 << 16 or not 1 <= o.input_len <= 1 << 20:
+        raise PpspecError("--max-tokens must be in 1..65536 and --input-len in 1..1048576", where="--max-tokens / --input-len", fix="e.g. --max-tokens 128 --input-len 128")
+    if not 1 <= o.num_prompts <= 1 << 20:
+        raise PpspecError("--num-prompts must be in 1..1048576", where="--num-prompts", fix="e.g. --num-prompts 64")
+    if not 1 <= o.repeat <= MAX_REPEAT:
+        raise PpspecError(f"--repeat must be in 1..{MAX_REPEAT}", where="--repeat", fix="e.g. --repeat 3 (2 or more: one repeat has no spread to judge)")
+    return levels
+
+
+def _identity(served: bool) -> dict:
+    """This run's identity, recorded in every result it measures (and checked on --resume)."""
+    import uuid
+
+    from ppspec_cli import __version__
+    from ppspec_cli.io.netinfo import host_name
+    from ppspec_cli.knowledge.engine import installed_vllm
+
+    v = installed_vllm()
+    return {"run_id": uuid.uuid4().hex[:12], "host": host_name(), "ppspec_version": __version__, "vllm_version": v.version if v else None, "served": served}
 
 
 def _arms(prof, nst: str | None, endpoint: str | None, baseline_endpoint: str | None) -> list[Arm]:
@@ -139,23 +191,45 @@ def _write_outputs(doc: dict, state: Path) -> None:
 
 
 class _Bench:
-    def __init__(self, profile_path, prof, arms, levels, settings, state: Path, offline, health_timeout):
-        self.profile_path, self.prof, self.arms, self.levels = profile_path, prof, arms, levels
+    def __init__(self, profile_path, prof, arms, settings, state: Path, offline, health_timeout, identity: dict):
+        self.profile_path, self.prof, self.arms, self.levels = profile_path, prof, list(arms), settings["concurrency"]
         self.settings, self.state, self.offline, self.health_timeout = settings, state, offline, health_timeout
+        self.identity = identity
         self.level_times: list[float] = []
         self.start_times: list[float] = []
         self.failures: list[str] = []
+        self.warnings: list[str] = []
         self.t0 = time.monotonic()
 
     def arm_dir(self, arm: Arm) -> Path:
         return self.state / "arms" / arm.name
 
-    def todo(self, arm: Arm) -> tuple[list[int], bool]:
-        d = self.arm_dir(arm)
-        levels = [c for c in self.levels if not res.level_done(res.load_record(d / f"c{c}.json"), self.settings)]
-        par = res.load_record(d / "parity.json")
-        need_parity = par is None or par.get("settings") != _parity_key(self.settings)
-        return levels, need_parity
+    def _kept(self, arm: Arm, c: int, r: int) -> dict | None:
+        rec = res.load_record(self.arm_dir(arm) / res.record_name(c, r))
+        return rec if res.level_done(rec, self.settings, arm) else None
+
+    def todo(self, arm: Arm) -> tuple[list[tuple[int, int]], bool]:
+        """The (concurrency, repeat) runs still to measure, repeats outermost (so drift spreads over
+        the levels), and whether the parity pass is still to do."""
+        runs = [(c, r) for r in range(self.settings["repeat"]) for c in self.levels if self._kept(arm, c, r) is None]
+        par = res.load_record(self.arm_dir(arm) / "parity.json")
+        need_parity = par is None or par.get("settings") != _parity_key(self.settings, arm)
+        return runs, need_parity
+
+    def check_kept(self, allow_mixed: bool) -> None:
+        """--resume: results measured on another host or with other ppspec/vLLM versions are refused
+        (or, with --allow-mixed, kept with a warning)."""
+        kept = [rec for arm in self.arms + [Arm(res.TUNED, True, None)] for c in self.levels for r in range(self.settings["repeat"]) if (rec := res.load_record(self.arm_dir(arm) / res.record_name(c, r))) is not None]
+        lines = res.foreign(kept, self.identity)
+        if not lines:
+            return
+        if allow_mixed:
+            self.warnings += [f"kept results from another run (--allow-mixed): {line}" for line in lines]
+            return
+        raise PpspecError(
+            f"{self.state} holds results from another machine or version: " + "; ".join(lines[:3]),
+            where="--resume", fix="measure afresh (drop --resume, or another --out), or pass --allow-mixed to combine them anyway",
+        )
 
     def _eta(self, levels_left: int, arms_left: int) -> str:
         if not self.level_times:
@@ -166,42 +240,79 @@ class _Bench:
         return f", ETA ~{int(s // 60)}m{int(s % 60):02d}s"
 
     def measure_all(self) -> int:
+        """The static arms, then (serving the profile) the tuned arm: the schedule their grid proposes."""
+        n_runs = len(self.levels) * self.settings["repeat"]
+        with_tuned = all(a.endpoint is None for a in self.arms)
         plan = [(a, *self.todo(a)) for a in self.arms]
-        for i, (arm, levels, need_parity) in enumerate(plan, start=1):
-            tag = f"arm {i}/{len(plan)} {arm.name}"
-            if not levels and not need_parity:
-                progress(f"{tag}: measured earlier (kept, --resume)")
-                continue
-            arms_left = sum(1 for a, lv, p in plan[i:] if lv or p)
-            code = self.measure_arm(arm, tag, levels, need_parity, arms_left, sum(len(lv) for _a, lv, _p in plan[i:]))
+        total = len(plan) + with_tuned
+        for i, (arm, runs, need_parity) in enumerate(plan, start=1):
+            arms_left = sum(1 for _a, lv, p in plan[i:] if lv or p) + with_tuned
+            code = self._one(arm, f"arm {i}/{total} {arm.name}", runs, need_parity, arms_left, sum(len(lv) for _a, lv, _p in plan[i:]) + with_tuned * n_runs)
             if code:
                 return code
-        return 0
+        if not with_tuned:
+            self.warnings.append("with --endpoint bench serves nothing: the schedule is proposed, not measured")
+            return 0
+        tuned = self.tuned_arm()
+        if tuned is None:
+            return 0
+        self.arms.append(tuned)
+        return self._one(tuned, f"arm {total}/{total} {tuned.name}", *self.todo(tuned), 0, 0)
+
+    def _one(self, arm: Arm, tag: str, runs, need_parity: bool, arms_left: int, later: int) -> int:
+        if not runs and not need_parity:
+            progress(f"{tag}: measured earlier (kept, --resume)")
+            return 0
+        return self.measure_arm(arm, tag, runs, need_parity, arms_left, later)
+
+    def grid(self) -> dict[tuple[str, int], list[float]]:
+        """(arm, concurrency) -> output tokens/s of each kept repeat."""
+        out: dict[tuple[str, int], list[float]] = {}
+        for arm in self.arms:
+            for c in self.levels:
+                xs = [rec["output_tokens_per_s"] for r in range(self.settings["repeat"]) if (rec := self._kept(arm, c, r)) is not None and isinstance(rec.get("output_tokens_per_s"), (int, float))]
+                if xs:
+                    out[(arm.name, c)] = xs
+        return out
+
+    def _static(self) -> list[tuple[str, int]]:
+        return [(a.name, a.num_speculative_tokens or 0) for a in self.arms if a.name != res.TUNED]
+
+    def tuned_arm(self) -> Arm | None:
+        """The schedule the static arms' grid proposes (judge.per_level, planning/schedule.derive)."""
+        grid = self.grid()
+        if not all(judge.complete(grid, a, self.levels) for a, _k in self._static()):
+            return None
+        sch = judge.proposed_schedule(judge.per_level(grid, self._static(), self.levels))
+        if not sch:
+            return None
+        k = max(e[2] for e in sch) or max(k for _a, k in self._static())
+        return Arm(res.TUNED, True, k, None, tuple(tuple(e) for e in sch))
 
     def _variant(self, arm: Arm):
         p = self.prof
         if not arm.speculation:
             return p.model_copy(update={"drafter": None})
-        return p.model_copy(update={"drafter": p.drafter.model_copy(update={"num_speculative_tokens": arm.num_speculative_tokens})})
+        return p.model_copy(update={"drafter": p.drafter.model_copy(update={"num_speculative_tokens": arm.num_speculative_tokens, "schedule": arm.schedule_list()})})
 
-    def measure_arm(self, arm: Arm, tag: str, levels: list[int], need_parity: bool, arms_left: int, later_levels: int) -> int:
+    def measure_arm(self, arm: Arm, tag: str, runs: list[tuple[int, int]], need_parity: bool, arms_left: int, later_runs: int) -> int:
         from ppspec_cli.verify.bench.harness import LoadGen, Stopped
 
         d = self.arm_dir(arm)
         d.mkdir(parents=True, exist_ok=True)
-        progress(f"{tag}: " + ("measuring " + arm.endpoint if arm.endpoint else "serving the profile " + ("without its drafter" if not arm.speculation else f"with num_speculative_tokens {arm.num_speculative_tokens}")) + f"; levels c={','.join(map(str, levels)) or '-'}")
+        what = "without its drafter" if not arm.speculation else (f"with the schedule {arm.schedule_list()}" if arm.schedule else f"with num_speculative_tokens {arm.num_speculative_tokens}")
+        progress(f"{tag}: " + ("measuring " + arm.endpoint if arm.endpoint else "serving the profile " + what) + f"; {len(runs)} run(s) of c={','.join(map(str, sorted({c for c, _r in runs}))) or '-'}")
         prepared = None
+        prepare, launch = _serve()
         if arm.endpoint is None:
-            from ppspec_cli.commands.serve import prepare
-
             prepared = prepare(self._variant(arm), self.profile_path, offline=self.offline, health_timeout=self.health_timeout)
             if isinstance(prepared, int):
                 return prepared
-        job = self._job(arm, prepared, levels, need_parity)
+        job = self._job(arm, prepared, runs, need_parity)
         env = {"HF_HUB_OFFLINE": "1"} if self.offline or os.path.isdir(job["tokenizer"]) else {}
         lg = LoadGen(d / "loadgen.log", env)  # imports vLLM while the engine starts
         t_start = time.monotonic()
-        done_levels = [0]
+        done = [0]
 
         def on_event(ev: dict) -> None:
             e = ev["event"]
@@ -210,10 +321,9 @@ class _Bench:
                     self.start_times.append(time.monotonic() - t_start)
                 progress(f"{tag}: warm-up")
             elif e == "level":
-                left = len(levels) - done_levels[0]
-                progress(f"{tag}: c={ev['concurrency']} ({done_levels[0] + 1}/{len(levels)}){self._eta(left + later_levels, arms_left)}")
+                progress(f"{tag}: c={ev['concurrency']} repeat {ev.get('repeat', 0) + 1} ({done[0] + 1}/{len(runs)}){self._eta(len(runs) - done[0] + later_runs, arms_left)}")
             elif e == "level_done":
-                done_levels[0] += 1
+                done[0] += 1
                 self.level_times.append(float(ev.get("seconds") or 0))
                 rec = res.load_record(Path(ev["file"])) or {}
                 acc = rec.get("acceptance_length")
@@ -221,7 +331,7 @@ class _Bench:
             elif e == "parity":
                 progress(f"{tag}: parity pass ({self.settings['parity_prompts']} prompts, one at a time)")
 
-        timeout = 300.0 + 0.5 * self.settings["num_prompts"] * self.settings["max_tokens"]
+        timeout = 300.0 + 0.5 * max(self.settings["prompts_per_level"].values()) * self.settings["max_tokens"]
 
         def workload(stop) -> None:
             try:
@@ -230,7 +340,7 @@ class _Bench:
                 return
             if need_parity and (d / "parity.json").is_file():
                 doc = res.load_record(d / "parity.json") or {}
-                doc["settings"] = _parity_key(self.settings)
+                doc["settings"] = _parity_key(self.settings, arm)
                 safeio.write_text(d / "parity.json", json.dumps(doc, indent=1), what="bench parity outputs")
 
         try:
@@ -241,8 +351,6 @@ class _Bench:
                     self.failures.append(f"{arm.name}: {e.what}")
                     raise
                 return 0
-            from ppspec_cli.commands.serve import launch
-
             r = launch(prepared, workload=workload, stream=False)
         finally:
             lg.close()
@@ -257,20 +365,18 @@ class _Bench:
             return r.exit_code
         return 0
 
-    def _job(self, arm: Arm, prepared, levels: list[int], need_parity: bool) -> dict:
+    def _job(self, arm: Arm, prepared, runs: list[tuple[int, int]], need_parity: bool) -> dict:
         from ppspec_cli.verify.client import normalize_endpoint
 
         p = self.prof
-        if arm.endpoint is not None:
-            base = normalize_endpoint(arm.endpoint)
-        else:
-            base = normalize_endpoint(prepared.spec.url)
+        base = normalize_endpoint(arm.endpoint if arm.endpoint is not None else prepared.spec.url)
+        identity = {k: v for k, v in self.identity.items() if k != "served"}
         return {
             "base_url": base,
             "model": p.server.served_model_name or p.name,
             "tokenizer": _tokenizer(p, prepared),
-            "levels": levels,
-            "num_prompts": self.settings["num_prompts"],
+            "runs": [list(x) for x in runs],
+            "prompts_per_level": self.settings["prompts_per_level"],
             "max_tokens": self.settings["max_tokens"],
             "input_len": self.settings["input_len"],
             "seed": self.settings["seed"],
@@ -278,49 +384,80 @@ class _Bench:
             "arm": arm.name,
             "speculation": arm.speculation,
             "num_speculative_tokens": arm.num_speculative_tokens,
+            "schedule": arm.schedule_list(),
             "parity_prompts": self.settings["parity_prompts"] if need_parity else 0,
+            "parity_source_prompts": self.settings["parity_source_prompts"],
             "api_key_env": p.server.api_key_env,
-            "warmup": bool(levels),
+            "warmup": bool(runs),
+            "identity": identity,
+            "served": self.identity.get("served", True),
         }
 
     def assemble(self) -> dict:
-        from ppspec_cli import __version__
-
-        runs, parity_docs = [], {}
+        """bench.json: the runs (median and samples), the judged levels, parity, the recommendation."""
+        samples, runs, parity_docs = [], [], {}
         for arm in self.arms:
-            d = self.arm_dir(arm)
             for c in self.levels:
-                rec = res.load_record(d / f"c{c}.json")
-                if res.level_done(rec, self.settings):
-                    runs.append(rec)
-            parity_docs[arm.name] = res.load_record(d / "parity.json")
-        sp = res.speedups(self.arms, runs, self.levels)
-        missing = [f"{a.name} c={c}" for a in self.arms for c in self.levels if not any(r["arm"] == a.name and r["concurrency"] == c for r in runs)]
-        warnings = [f"{r['arm']} c={r['concurrency']}: {w}" for r in runs for w in r.get("warnings") or []]
+                recs = [rec for r in range(self.settings["repeat"]) if (rec := self._kept(arm, c, r)) is not None]
+                samples += recs
+                if recs:
+                    runs.append(res.aggregate(recs))
+            parity_docs[arm.name] = res.load_record(self.arm_dir(arm) / "parity.json")
+        grid = self.grid()
+        static = self._static()
+        levels_doc = judge.per_level(grid, static, self.levels)
+        d = self.prof.drafter
+        incumbent = res.spec_arm_name(d.num_speculative_tokens) if d.schedule is None and any(a == res.spec_arm_name(d.num_speculative_tokens) for a, _k in static) else None
+        tuned = next((a for a in self.arms if a.name == res.TUNED), None)
+        choice = judge.choose(grid, static, self.levels, incumbent, tuned.name if tuned else None)
+        recommended = res.TUNED if choice["schedule"] else choice["static"]
+        if recommended is not None:
+            for lv, env in zip(levels_doc, judge.envelope(grid, self.levels, recommended, incumbent, [a.name for a in self.arms])):
+                lv["best_arm"] = env["best_arm"]
+                lv["envelope"] = env
+        missing = [f"{a.name} c={c} repeat {r + 1}" for a in self.arms for c in self.levels for r in range(self.settings["repeat"]) if self._kept(a, c, r) is None]
+        warnings = [f"{r['arm']} c={r['concurrency']}: {w}" for r in runs for w in dict.fromkeys(r.get("warnings") or [])]
         warnings += [f"{r['arm']} c={r['concurrency']}: {r['failed']} request(s) failed" for r in runs if r.get("failed")]
+        devices = sorted({str(x.get("device")) for x in samples if x.get("device")})
+        if len(devices) > 1:
+            warnings.append("results from different devices: " + ", ".join(devices))
         if missing:
-            warnings.append("not measured: " + ", ".join(missing))
-        warnings += self.failures
+            warnings.append("not measured: " + ", ".join(missing[:12]) + (f" and {len(missing) - 12} more" if len(missing) > 12 else ""))
+        warnings += self.warnings + self.failures
+        ident = {k: v for k, v in self.identity.items() if k != "served"}
         return {
             "schema": res.SCHEMA,
+            **ident,
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "device": devices[0] if len(devices) == 1 else (devices or None),
             "profile": self.prof.name,
             "profile_path": os.path.abspath(self.profile_path),
+            "profile_num_speculative_tokens": d.num_speculative_tokens,
             "settings": self.settings,
             "arms": [a.to_json() for a in self.arms],
             "load_generator": runs[0]["load_generator"] if runs else "vllm bench serve",
             "runs": [res.public_run(r) for r in runs],
-            "speedup": sp,
-            "parity": res.parity(self.arms, parity_docs, runs),
-            "recommendation": res.recommendation(sp, self.prof.drafter.num_speculative_tokens, self.arms),
+            "levels": levels_doc,
+            "parity": res.parity(self.arms, parity_docs, samples),
+            "recommendation": res.recommendation(levels_doc, choice, self.arms, d.num_speculative_tokens, judge.proposed_schedule(levels_doc)),
             "complete": not missing and not any(r.get("failed") for r in runs),
             "warnings": warnings,
-            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "ppspec_version": __version__,
         }
 
 
-def _parity_key(settings: dict) -> dict:
-    return {k: settings[k] for k in ("num_prompts", "max_tokens", "input_len", "seed", "parity_prompts")}
+def _parity_key(settings: dict, arm: Arm | None = None) -> dict:
+    key = {k: settings[k] for k in ("max_tokens", "input_len", "seed", "parity_prompts", "parity_source_prompts")}
+    if arm is not None and arm.schedule:
+        key["schedule"] = arm.schedule_list()
+    return key
+
+
+def _serve():
+    """`serve`'s two steps bench runs each arm through (prepare: check, adapter pack, plugin; launch:
+    the supervised engine): the one place bench reaches them."""
+    from ppspec_cli.commands.serve import launch, prepare
+
+    return prepare, launch
 
 
 def _tokenizer(p, prepared) -> str:

@@ -63,6 +63,17 @@ SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
         "embedding-not-checked": ("Where the last stage's target embedding lives was not checked (no index or weights here).", "None on a login node; it is checked where the weights are."),
         "dspark-needs-v2": ("DSpark exists only in vLLM's Model Runner V2, and this platform runs V1; vLLM refuses at start.", "Run on GPUs with vLLM >= 0.30."),
     },
+    "Dynamic speculative decoding (`drafter.schedule`)": {
+        "schedule-invalid": ("The schedule breaks vLLM's rules (positive ranges, start <= end, k >= 0, sorted without overlap, the first starting at 1); vLLM refuses it at start.", "Give ranges as the message says, e.g. `[[1, 2, 2], [3, 4096, 0]]`."),
+        "schedule-k-above-max": ("A range's k exceeds `drafter.num_speculative_tokens`; vLLM silently clamps it.", "Raise num_speculative_tokens to the largest k, or lower that k."),
+        "schedule-release-unverified": ("The vLLM release is older than those whose source was read for dynamic speculative decoding (0.30 to 0.33).", "Serve with vLLM >= 0.30, or remove `drafter.schedule`."),
+        "schedule-dp-disabled": ("Data parallelism: vLLM drops the schedule and serves the static num_speculative_tokens.", "Serve without data parallelism to use it, or remove it."),
+        "schedule-method-disabled": ("vLLM 0.33 drops the schedule on the V1 runner for this method.", "Serve with Model Runner V2, or remove it."),
+        "schedule-cudagraph-piecewise": ("On the V1 runner with CUDA graphs, a schedule makes vLLM use piecewise instead of full CUDA graphs.", "Measure it with `ppspec bench`, or serve with Model Runner V2."),
+        "schedule-pp-unverified": ("A schedule under pipeline parallelism: untested by vLLM, not yet run by ppspec's GPU validation.", "Run `ppspec verify` and `ppspec bench` on the deployment first."),
+        "schedule-boundary-thrash": ("vLLM picks k from the raw scheduled-request count (prefills included): near a boundary k flips (vLLM #49548).", "Keep boundaries away from the load you serve; measure with `ppspec bench`."),
+        "schedule-zero-k-cost": ("A range with k 0 still reserves lookahead slots and runs the drafter's prefill: slower than no speculation.", "Serve without `drafter:` where speculation never pays."),
+    },
     "Drafter contract (DFlash, DSpark: what vLLM requires of the drafter's config and tensors)": {},  # filled from drafter_contract.codes()
     "Engine options and environment": {
         "engine-bad-option-name": ("An `engine:` key that is not a vLLM option name.", "Use vLLM's long option names without `--`, the value as the YAML value (`max-model-len: 4096`)."),

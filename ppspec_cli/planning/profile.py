@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -22,6 +22,9 @@ from ppspec_cli.knowledge.methods import Method
 
 _MODEL_REF = re.compile(r"^[^\x00-\x1f\x7f]+$")
 MAX_PROFILE_BYTES = 1 << 20
+#: Ranges of a `drafter.schedule`: published schedules have 1-4 ranges and bench derives one per measured
+#: concurrency at most (its --concurrency list); 256 leaves a wide margin and keeps the checks cheap.
+MAX_SCHEDULE_RANGES = 256
 
 
 class _Strict(BaseModel):
@@ -74,6 +77,14 @@ class Drafter(_Strict):
         description="Pin the tap set, in vLLM capture-point terms (tap L = output of layer L-1). "
         "Overrides whatever the drafter config says; ppspec serves the drafter through a local config overlay.",
         max_length=64,
+    )
+    schedule: list[Annotated[list[int], Field(min_length=3, max_length=3)]] | None = Field(
+        default=None,
+        max_length=MAX_SCHEDULE_RANGES,
+        description="Dynamic speculative decoding: `[[batch_lo, batch_hi, k], ...]`, inclusive ranges of the number "
+        "of scheduled requests and the draft tokens per step there (k may be 0; k <= `num_speculative_tokens`). "
+        "Passed as vLLM's `speculative_config.num_speculative_tokens_per_batch_size` (vLLM 0.30 to 0.33); `check` "
+        "applies vLLM's rules. `ppspec bench` derives one from its measurements (docs/bench.md).",
     )
     tap_convention: Literal["auto", "capture_point", "layer_output"] = Field(
         default="auto",

@@ -10,7 +10,7 @@ import functools
 from typing import Callable, Iterator
 
 from ppspec_cli.findings import Finding, Severity, by_severity, finding
-from ppspec_cli.planning import drafter_contract
+from ppspec_cli.planning import drafter_contract, schedule
 from ppspec_cli.knowledge import facts, methods, packs
 from ppspec_cli.knowledge.packs import PLATFORMS, in_range, load_pack_module
 from ppspec_cli.knowledge.versions import settle_command, verified_text
@@ -306,6 +306,12 @@ def drafter(r: Resolved) -> Iterator[Finding]:
             f"EAGLE-1 drafters number draft layers from the last stage's local layer count under PP (ids {list(r.plan.draft_layer_ids)} collide with the target's own layers), which breaks KV transfer between engines with different PP",
             "use `adapter: eagle_global_layer_ids` (numbers them globally), or an EAGLE3 drafter",
         )
+
+
+@rule("schedule")
+def schedule_rule(r: Resolved) -> Iterator[Finding]:
+    """`drafter.schedule` (dynamic speculative decoding) against vLLM's rules for this release (planning/schedule.py)."""
+    yield from schedule.check(r)
 
 
 @rule("drafter-contract")

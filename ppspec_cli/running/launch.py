@@ -213,6 +213,8 @@ def _drafter_launch(r: Resolved, run_dir: Path, resolve_demo: bool) -> _DrafterL
                 config["revision"] = d.revision
     if d.tensor_parallel is not None:
         config["draft_tensor_parallel_size"] = d.tensor_parallel
+    if d.schedule is not None:  # dynamic speculative decoding (vLLM 0.32+): batch-size ranges -> k
+        config["num_speculative_tokens_per_batch_size"] = [list(e) for e in d.schedule]
     return _DrafterLaunch(config, overlay_dir, source)
 
 

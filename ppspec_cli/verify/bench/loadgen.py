@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -107,19 +108,19 @@ class _Hooks:
         self.mod.benchmark = self._orig_bench
 
 
-def run_level(serve_mod, parser_factory, client, job: dict, concurrency: int, *, warmup: bool = False) -> dict:
+def run_level(serve_mod, parser_factory, client, job: dict, concurrency: int, *, repeat: int = 0, warmup: bool = False) -> dict:
     """One `vllm bench serve` run at one concurrency, with ppspec's scrapes around it: its result
     dict, the scrapes, the prompts."""
     from ppspec_cli.verify import metrics as m
 
-    n = job["num_prompts"]
+    n = job["prompts_per_level"][str(concurrency)]
     out_len = job["max_tokens"]
     result_file = None
     if warmup:
-        n = max(job["levels"])
+        n = concurrency
         out_len = min(16, out_len)
     else:
-        result_file = str(Path(job["out_dir"]) / f"c{concurrency}.vllm.json")
+        result_file = str(Path(job["out_dir"]) / f"c{concurrency}-r{repeat}.vllm.json")
     state = {"completed": n}
     hooks = _Hooks(serve_mod, client, lambda: state["completed"] * out_len)
     hooks.install()
@@ -144,7 +145,7 @@ def run_level(serve_mod, parser_factory, client, job: dict, concurrency: int, *,
     return {"result": result, "before": before, "after": after, "prompts": hooks.prompts, "warnings": warnings, "argv": vllm_args(job, concurrency=concurrency, num_prompts=n, output_len=out_len, result_file=result_file)}
 
 
-def level_record(job: dict, concurrency: int, run: dict) -> dict:
+def level_record(job: dict, concurrency: int, run: dict, repeat: int = 0) -> dict:
     """A level's figures: vLLM's client's latency/throughput numbers, ppspec's acceptance figures
     from the /metrics delta (verify's formulas), vLLM's own acceptance figures next to them."""
     from ppspec_cli.verify import metrics as m
@@ -163,9 +164,16 @@ def level_record(job: dict, concurrency: int, run: dict) -> dict:
         "concurrency": concurrency,
         "speculation": job["speculation"],
         "num_speculative_tokens": job.get("num_speculative_tokens"),
-        "num_prompts": job["num_prompts"],
+        "schedule": job.get("schedule"),
+        "repeat": repeat,
+        "num_prompts": job["prompts_per_level"][str(concurrency)],
         "max_tokens": job["max_tokens"],
         "input_len": job["input_len"],
+        "seed": job["seed"],
+        **(job.get("identity") or {}),
+        "device": job.get("device"),
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "file": f"c{concurrency}-r{repeat}.json",
         "completed": res.get("completed"),
         "failed": res.get("failed"),
         "duration_s": res.get("duration"),
@@ -197,6 +205,12 @@ def parity_pass(client, job: dict, prompts: list) -> dict:
         c = client.complete(job["model"], prompt, max_tokens=job["max_tokens"], seed=job["seed"], extra={"return_token_ids": True})
         outs.append({"index": i, "token_ids": c.token_ids, "text": c.text, "completion_tokens": c.completion_tokens})
     return {"arm": job["arm"], "outputs": outs}
+
+
+def _device() -> str:
+    from ppspec_cli.running.engine.device import device_name
+
+    return device_name()
 
 
 def main() -> int:
@@ -232,25 +246,25 @@ def main() -> int:
         if job.get("api_key_env"):
             os.environ["OPENAI_API_KEY"] = os.environ[job["api_key_env"]]  # vLLM's client reads the key there
         out_dir = Path(job["out_dir"])
+        job["device"] = _device() if job.get("served") else None
         if job.get("warmup", True):
             _emit(events, "warmup")
-            run_level(serve_mod, parser_factory, client, job, max(job["levels"]), warmup=True)
-        prompts: list = []
-        for c in job["levels"]:
-            _emit(events, "level", concurrency=c)
+            run_level(serve_mod, parser_factory, client, job, max(c for c, _r in job["runs"]), warmup=True)
+        for c, r in job["runs"]:
+            _emit(events, "level", concurrency=c, repeat=r)
             t = time.monotonic()
-            run = run_level(serve_mod, parser_factory, client, job, c)
-            prompts = prompts or run["prompts"]
-            rec = level_record(job, c, run)
-            safeio.write_text(out_dir / f"c{c}.json", json.dumps(rec, indent=1), what="bench level result")
-            _emit(events, "level_done", concurrency=c, seconds=round(time.monotonic() - t, 2), file=str(out_dir / f"c{c}.json"))
-        if job.get("parity_prompts") and job.get("need_parity", True):
-            if not prompts:
-                args = parser_factory().parse_args(vllm_args(job, concurrency=1, num_prompts=job["num_prompts"], output_len=job["max_tokens"], result_file=None))
-                from vllm.benchmarks.datasets import get_samples
-                from vllm.tokenizers import get_tokenizer
+            run = run_level(serve_mod, parser_factory, client, job, c, repeat=r)
+            rec = level_record(job, c, run, repeat=r)
+            safeio.write_text(out_dir / f"c{c}-r{r}.json", json.dumps(rec, indent=1), what="bench level result")
+            _emit(events, "level_done", concurrency=c, repeat=r, seconds=round(time.monotonic() - t, 2), file=str(out_dir / f"c{c}-r{r}.json"))
+        if job.get("parity_prompts"):
+            # the same prompts for every arm, whichever levels this arm measured now: the seeded
+            # set of the lowest level, drawn as vLLM's client draws it
+            args = parser_factory().parse_args(vllm_args(job, concurrency=1, num_prompts=job["parity_source_prompts"], output_len=job["max_tokens"], result_file=None))
+            from vllm.benchmarks.datasets import get_samples
+            from vllm.tokenizers import get_tokenizer
 
-                prompts = [r.prompt for r in get_samples(args, get_tokenizer(job["tokenizer"]))]
+            prompts = [r.prompt for r in get_samples(args, get_tokenizer(job["tokenizer"]))]
             _emit(events, "parity")
             par = parity_pass(client, job, prompts)
             safeio.write_text(out_dir / "parity.json", json.dumps(par, indent=1), what="bench parity outputs")

@@ -1,35 +1,56 @@
-"""`ppspec bench`'s results: the arms, what is already measured (for --resume), greedy parity
-between arms, and the verdict (speed-up per concurrency, crossover, best num_speculative_tokens,
-the one-line profile change)."""
+"""`ppspec bench`'s results: the arms, what is already measured (for --resume, one record per
+(arm, concurrency, repeat)), the runs as the report shows them (the median and every sample),
+greedy parity between arms, and the recommendation's wording (the judgement is judge.py's)."""
 
 from __future__ import annotations
 
-import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.io import safeio
+from ppspec_cli.planning import schedule
+from ppspec_cli.verify.bench import judge
 
-SCHEMA = "ppspec-bench/1"
-#: Speculation "pays" at a level when its best arm's output tokens/s exceeds the baseline's by this factor.
-PAYS_ABOVE = 1.0
+SCHEMA = "ppspec-bench/2"
 MAX_RECORD_BYTES = 64 << 20
-BASELINE = "baseline"
+BASELINE = judge.BASELINE
+TUNED = judge.TUNED
+#: Each in-flight slot serves at least this many requests per level (requests = max(--num-prompts,
+#: MIN_ROUNDS x concurrency)): ramp-up and drain (the first TTFTs, the last stragglers) are then a
+#: small share of the level. A GPU level of 2 rounds at c=32 (~1.5 s) moved tokens/s by 5%.
+MIN_ROUNDS = 4
+#: Highest --concurrency bench accepts (also the top of a derived schedule: planning/schedule.TOP).
+MAX_CONCURRENCY = schedule.TOP
 
 
 @dataclass(frozen=True)
 class Arm:
-    """One engine configuration: the profile without its drafter, or with k speculative tokens."""
+    """One engine configuration: the profile without its drafter, with k speculative tokens, or
+    (the tuned arm) with the schedule bench derived."""
 
     name: str
     speculation: bool
     num_speculative_tokens: int | None
     endpoint: str | None = None  # --endpoint / --baseline-endpoint: a server already running
+    schedule: tuple[tuple[int, int, int], ...] | None = None
 
     def to_json(self) -> dict:
-        return {"name": self.name, "speculation": self.speculation, "num_speculative_tokens": self.num_speculative_tokens, "endpoint": self.endpoint}
+        return {"name": self.name, "speculation": self.speculation, "num_speculative_tokens": self.num_speculative_tokens, "endpoint": self.endpoint, "schedule": [list(e) for e in self.schedule] if self.schedule else None}
+
+    def schedule_list(self) -> list[list[int]] | None:
+        return [list(e) for e in self.schedule] if self.schedule else None
+
+
+def prompts_at(num_prompts: int, c: int) -> int:
+    """Requests measured at concurrency c: at least --num-prompts, at least MIN_ROUNDS per slot."""
+    return max(num_prompts, MIN_ROUNDS * c)
+
+
+def record_name(c: int, r: int) -> str:
+    return f"c{c}-r{r}.json"
 
 
 def spec_arm_name(k: int | None) -> str:
@@ -50,7 +71,8 @@ def parse_int_list(text: str, what: str, lo: int, hi: int) -> list[int]:
 
 
 def settings_match(rec: dict, settings: dict) -> bool:
-    return all(rec.get(k) == settings[k] for k in ("num_prompts", "max_tokens", "input_len"))
+    c = rec.get("concurrency")
+    return isinstance(c, int) and rec.get("num_prompts") == prompts_at(settings["num_prompts"], c) and all(rec.get(k) == settings[k] for k in ("max_tokens", "input_len", "seed"))
 
 
 def load_record(path: Path) -> dict | None:
@@ -65,8 +87,11 @@ def load_record(path: Path) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
-def level_done(rec: dict | None, settings: dict) -> bool:
-    return rec is not None and settings_match(rec, settings) and (rec.get("completed") or 0) > 0
+def level_done(rec: dict | None, settings: dict, arm: Arm | None = None) -> bool:
+    """A kept record counts when measured with the same settings (and, for the tuned arm, the same schedule)."""
+    if rec is None or not settings_match(rec, settings) or not (rec.get("completed") or 0) > 0:
+        return False
+    return arm is None or rec.get("schedule") == arm.schedule_list()
 
 
 # -- parity ------------------------------------------------------------------------------------
@@ -79,12 +104,29 @@ def _first_token_diff(a: list, b: list) -> int:
     return min(len(a), len(b))
 
 
-def parity(arms: list[Arm], parity_docs: dict[str, dict | None], runs: list[dict]) -> dict:
+def _pass_check(arm: Arm, base: dict, doc: dict) -> dict:
+    b_out, s_out = base.get("outputs") or [], doc.get("outputs") or []
+    n = min(len(b_out), len(s_out))
+    by_tokens = all(o.get("token_ids") is not None for o in b_out[:n] + s_out[:n])
+    diffs = []
+    for bo, so in zip(b_out, s_out):
+        if by_tokens:
+            if bo["token_ids"] != so["token_ids"]:
+                diffs.append({"prompt": bo["index"], "token": _first_token_diff(bo["token_ids"], so["token_ids"])})
+        elif bo.get("text") != so.get("text"):
+            diffs.append({"prompt": bo["index"], "token": None})
+    if n == 0 or len(b_out) != len(s_out):
+        diffs.append({"prompt": None, "token": None, "why": f"{len(s_out)} outputs against the baseline's {len(b_out)}"})
+    return {"arm": arm.name, "pass": "tokens" if by_tokens else "text", "prompts": n, "identical": not diffs, "first_difference": diffs[0] if diffs else None, "differing_prompts": len(diffs)}
+
+
+def parity(arms: list[Arm], parity_docs: dict[str, dict | None], samples: list[dict]) -> dict:
     """Greedy outputs of every speculative arm against the baseline's: the parity pass's token ids
-    (one request at a time), and the texts of every load run at the same concurrency."""
+    (one request at a time), and the texts of every load run (each repeat) against the baseline's
+    at the same concurrency. `status`: identical, differs, incomplete (some compared, some arm not
+    measured) or not compared (nothing was)."""
     base = parity_docs.get(BASELINE)
     checks: list[dict] = []
-    identical = True
     missing = []
     for arm in arms:
         if not arm.speculation:
@@ -92,115 +134,144 @@ def parity(arms: list[Arm], parity_docs: dict[str, dict | None], runs: list[dict
         doc = parity_docs.get(arm.name)
         if base is None or doc is None:
             missing.append(arm.name)
-            identical = False
             continue
-        b_out, s_out = base.get("outputs") or [], doc.get("outputs") or []
-        n = min(len(b_out), len(s_out))
-        by_tokens = all(o.get("token_ids") is not None for o in b_out[:n] + s_out[:n])
-        diffs = []
-        for bo, so in zip(b_out, s_out):
-            if by_tokens:
-                if bo["token_ids"] != so["token_ids"]:
-                    diffs.append({"prompt": bo["index"], "token": _first_token_diff(bo["token_ids"], so["token_ids"])})
-            elif bo.get("text") != so.get("text"):
-                diffs.append({"prompt": bo["index"], "token": None})
-        if n == 0 or len(b_out) != len(s_out):
-            diffs.append({"prompt": None, "token": None, "why": f"{len(s_out)} outputs against the baseline's {len(b_out)}"})
-        checks.append({"arm": arm.name, "pass": "tokens" if by_tokens else "text", "prompts": n, "identical": not diffs, "first_difference": diffs[0] if diffs else None, "differing_prompts": len(diffs)})
-        identical = identical and not diffs
-    # the load runs: the same seeded prompts at every level, so the texts compare between arms
+        checks.append(_pass_check(arm, base, doc))
+    # the load runs: the same seeded prompts at a level, so the texts compare between arms
     load = []
-    by_key = {(r["arm"], r["concurrency"]): r for r in runs}
-    for r in runs:
-        if not r.get("speculation"):
-            continue
-        b = by_key.get((BASELINE, r["concurrency"]))
-        bt, st = (b or {}).get("generated_texts"), r.get("generated_texts")
-        if not bt or not st:
+    base_texts: dict[int, list] = {}
+    for r in samples:
+        if not r.get("speculation") and r.get("generated_texts"):
+            base_texts.setdefault(r["concurrency"], r["generated_texts"])
+    for r in samples:
+        bt, st = base_texts.get(r["concurrency"]), r.get("generated_texts")
+        if not r.get("speculation") or not bt or not st:
             continue
         diff = [i for i, (x, y) in enumerate(zip(bt, st)) if x != y]
-        load.append({"arm": r["arm"], "concurrency": r["concurrency"], "requests": min(len(bt), len(st)), "identical": not diff and len(bt) == len(st), "first_difference": diff[0] if diff else None})
-        identical = identical and not diff and len(bt) == len(st)
-    return {"identical": identical and bool(checks), "checks": checks, "load_runs": load, "missing": missing}
+        load.append({"arm": r["arm"], "concurrency": r["concurrency"], "repeat": r.get("repeat", 0), "requests": min(len(bt), len(st)), "identical": not diff and len(bt) == len(st), "first_difference": diff[0] if diff else None})
+    differs = any(not c["identical"] for c in checks) or any(not x["identical"] for x in load)
+    if differs:
+        status = "differs"
+    elif not checks:
+        status = "not compared"
+    else:
+        status = "incomplete" if missing else "identical"
+    return {"identical": status == "identical", "status": status, "checks": checks, "load_runs": load, "missing": missing}
 
 
-# -- verdict -----------------------------------------------------------------------------------
+# -- runs --------------------------------------------------------------------------------------
+
+#: Figures a run shows as the median of its repeats (dicts: per key).
+_MEDIAN_KEYS = ("output_tokens_per_s", "request_throughput", "duration_s", "acceptance_length", "acceptance_rate", "vllm_acceptance_length", "vllm_acceptance_rate")
+_MEDIAN_DICTS = ("tpot_ms", "itl_ms", "ttft_ms", "e2el_ms")
+#: What each entry of a run's `samples` keeps.
+_SAMPLE_KEYS = ("repeat", "output_tokens_per_s", "request_throughput", "duration_s", "tpot_ms", "itl_ms", "ttft_ms", "e2el_ms", "acceptance_length", "acceptance_rate", "per_position_acceptance", "completed", "failed", "measured_at", "run_id", "host", "device", "ppspec_version", "vllm_version", "file")
 
 
-def speedups(arms: list[Arm], runs: list[dict], levels: list[int]) -> list[dict]:
-    """Per level: each speculative arm's output tokens/s over the baseline's, and the best arm."""
-    by_key = {(r["arm"], r["concurrency"]): r for r in runs}
-    out = []
-    for c in levels:
-        base = by_key.get((BASELINE, c))
-        bt = (base or {}).get("output_tokens_per_s")
-        per_arm = {}
-        for arm in arms:
-            if not arm.speculation:
-                continue
-            st = (by_key.get((arm.name, c)) or {}).get("output_tokens_per_s")
-            if bt and st:
-                per_arm[arm.name] = {"speedup": st / bt, "num_speculative_tokens": arm.num_speculative_tokens, "tpot_speedup": _ratio((base or {}).get("tpot_ms", {}).get("mean"), (by_key.get((arm.name, c)) or {}).get("tpot_ms", {}).get("mean"))}
-        best = max(per_arm.items(), key=lambda kv: kv[1]["speedup"]) if per_arm else None
-        out.append({
-            "concurrency": c,
-            "baseline_output_tokens_per_s": bt,
-            "arms": per_arm,
-            "best_arm": best[0] if best else None,
-            "best_num_speculative_tokens": best[1]["num_speculative_tokens"] if best else None,
-            "speedup": best[1]["speedup"] if best else None,
-            "pays": bool(best and best[1]["speedup"] > PAYS_ABOVE),
-        })
+def _median(xs: list) -> float | None:
+    nums = [x for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool)]
+    return statistics.median(nums) if nums else None
+
+
+def aggregate(recs: list[dict]) -> dict[str, Any]:
+    """One (arm, concurrency): the first repeat's record (settings, arguments, acceptance detail)
+    with every figure replaced by the median over the repeats, `samples` (one entry per repeat) and
+    `spread` (output tokens/s: median, min, max, n)."""
+    recs = sorted(recs, key=lambda r: r.get("repeat", 0))
+    out = {k: v for k, v in recs[0].items() if k != "generated_texts"}
+    for k in _MEDIAN_KEYS:
+        out[k] = _median([r.get(k) for r in recs])
+    for k in _MEDIAN_DICTS:
+        keys = {kk for r in recs for kk in (r.get(k) or {})}
+        out[k] = {kk: _median([(r.get(k) or {}).get(kk) for r in recs]) for kk in sorted(keys)}
+    pos = [r.get("per_position_acceptance") for r in recs if r.get("per_position_acceptance")]
+    if pos and all(len(p) == len(pos[0]) for p in pos):
+        out["per_position_acceptance"] = [statistics.median(col) for col in zip(*pos)]
+    out["completed"] = sum(r.get("completed") or 0 for r in recs)
+    out["failed"] = sum(r.get("failed") or 0 for r in recs)
+    out["repeats"] = len(recs)
+    out["samples"] = [{k: r.get(k) for k in _SAMPLE_KEYS if k in r} for r in recs]
+    out["spread"] = judge.spread(r["output_tokens_per_s"] for r in recs if isinstance(r.get("output_tokens_per_s"), (int, float)))
+    out["warnings"] = [w for r in recs for w in r.get("warnings") or []]
     return out
-
-
-def _ratio(base: float | None, spec: float | None) -> float | None:
-    return base / spec if base and spec else None
-
-
-def recommendation(sp: list[dict], profile_k: int | None, arms: list[Arm]) -> dict:
-    """The crossover and the one-line profile change."""
-    measured = [s for s in sp if s["speedup"] is not None]
-    if not measured:
-        return {"speculate": None, "crossover_concurrency": None, "num_speculative_tokens": None, "profile_change": None, "summary": "nothing to compare: a level lacks the baseline or every speculative arm"}
-    paying = [s for s in measured if s["pays"]]
-    crossover = max((s["concurrency"] for s in paying), default=None)
-    top = max(s["concurrency"] for s in measured)
-    levels = ", ".join(f"c={s['concurrency']} {s['speedup']:.2f}x" for s in measured)
-    if not paying:
-        return {
-            "speculate": False,
-            "crossover_concurrency": None,
-            "num_speculative_tokens": None,
-            "profile_change": "delete the `drafter:` section (serve without speculation)",
-            "summary": f"speculation costs throughput at every measured concurrency ({levels})",
-        }
-    # k: the one that wins most paying levels; a tie goes to the better geometric-mean speed-up there
-    wins: dict[int, int] = {}
-    for s in paying:
-        wins[s["best_num_speculative_tokens"]] = wins.get(s["best_num_speculative_tokens"], 0) + 1
-
-    def gmean(k: int) -> float:
-        vals = [a["speedup"] for s in paying for a in s["arms"].values() if a["num_speculative_tokens"] == k]
-        return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else 0.0
-
-    k = max(wins, key=lambda kk: (wins[kk], gmean(kk)))
-    if k is None:
-        change = "keep the `drafter:` section as it is"
-    elif k == profile_k:
-        change = f"keep drafter.num_speculative_tokens: {k}"
-    else:
-        change = f"drafter.num_speculative_tokens: {k}"
-    if crossover == top:
-        summary = f"speculation pays at every measured concurrency up to c={top} ({levels})"
-    else:
-        summary = f"speculation pays up to c={crossover} and costs throughput above it ({levels}): serve loads above c={crossover} without `drafter:`"
-    dips = [s["concurrency"] for s in measured if not s["pays"] and s["concurrency"] < crossover]
-    if dips:  # not a clean crossover: noise, or a real dip; say so rather than hide it
-        summary = summary.replace("speculation pays at every measured concurrency", "speculation pays at most measured concurrencies") + f"; but not at c={', c='.join(map(str, dips))} (repeat the run: a dip below the crossover is often noise)"
-    return {"speculate": True, "crossover_concurrency": crossover, "highest_measured": top, "num_speculative_tokens": k, "profile_change": change, "summary": summary}
 
 
 def public_run(rec: dict) -> dict[str, Any]:
     """A level's record as the JSON report shows it (without the generated texts)."""
     return {k: v for k, v in rec.items() if k != "generated_texts"}
+
+
+# -- identity ----------------------------------------------------------------------------------
+
+#: What must agree between kept results and this run for --resume to mix them.
+IDENTITY_KEYS = ("host", "ppspec_version", "vllm_version")
+
+
+def foreign(records: list[dict], identity: dict) -> list[str]:
+    """Kept records measured elsewhere or with other versions: one line per distinct origin."""
+    seen = []
+    for r in records:
+        diff = {k: r.get(k) for k in IDENTITY_KEYS if r.get(k) != identity.get(k)}
+        if diff:
+            line = f"{r.get('arm')} c={r.get('concurrency')} (run {r.get('run_id') or '?'}, {r.get('measured_at') or 'time unknown'}): " + ", ".join(f"{k} {v!r} (this run: {identity.get(k)!r})" for k, v in diff.items())
+            key = tuple(sorted(diff.items(), key=str))
+            if key not in [k for k, _l in seen]:
+                seen.append((key, line))
+    return [line for _k, line in seen]
+
+
+# -- recommendation ------------------------------------------------------------------------------
+
+
+def _label(arm: Arm | None) -> str:
+    if arm is None:
+        return "?"
+    if not arm.speculation:
+        return "no speculation"
+    if arm.schedule:
+        return f"the schedule {arm.schedule_list()}"
+    return f"num_speculative_tokens {arm.num_speculative_tokens}"
+
+
+def _fmt_ratio(r: dict | None) -> str:
+    return f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})" if r else "-"
+
+
+def recommendation(levels_doc: list[dict], choice: dict, arms: list[Arm], profile_k: int | None, proposed: list[list[int]] | None) -> dict:
+    """The profile change (only where a difference is significant), the schedule, the crossover."""
+    by_name = {a.name: a for a in arms}
+    judged = [lv for lv in levels_doc if lv["verdict"] is not None]
+    per_level = ", ".join(f"c={lv['concurrency']} {lv['verdict']} {_fmt_ratio(lv['speedup'])}" for lv in judged)
+    tuned = by_name.get(TUNED)
+    out: dict[str, Any] = {
+        "configuration": None, "speculate": None, "num_speculative_tokens": None,
+        "schedule": tuned.schedule_list() if tuned else proposed, "schedule_measured": tuned is not None, "schedule_recommended": bool(choice.get("schedule")),
+        "changes_profile": False, "profile_change": None,
+        "crossover_concurrency": max((lv["concurrency"] for lv in judged if lv["verdict"] == judge.FASTER), default=None),
+        "highest_measured": max((lv["concurrency"] for lv in judged), default=None),
+        "summary": None,
+    }
+    static = by_name.get(choice.get("static") or "")
+    if static is None:
+        out["summary"] = "nothing to compare: an arm lacks a level"
+        return out
+    rec = tuned if choice.get("schedule") else static
+    out["configuration"] = rec.name
+    out["speculate"] = rec.speculation
+    out["num_speculative_tokens"] = rec.num_speculative_tokens
+    if rec.schedule:
+        out["changes_profile"] = True
+        out["profile_change"] = f"drafter.schedule: {rec.schedule_list()} with drafter.num_speculative_tokens: {rec.num_speculative_tokens}"
+        why = "the schedule beats every static arm beyond the noise"
+    elif not rec.speculation:
+        out["changes_profile"] = True
+        out["profile_change"] = "delete the `drafter:` section (serve without speculation)"
+        why = "no speculation: " + ("it beats the profile's setting beyond the noise" if choice.get("moved") else "the best measured")
+    elif rec.num_speculative_tokens == profile_k:
+        out["profile_change"] = f"keep drafter.num_speculative_tokens: {profile_k}"
+        why = "no measured configuration beats the profile's own beyond the noise"
+    else:
+        out["changes_profile"] = True
+        out["profile_change"] = f"drafter.num_speculative_tokens: {rec.num_speculative_tokens}"
+        why = f"{_label(rec)} beats the profile's setting beyond the noise" if choice.get("moved") and profile_k is not None and by_name.get(spec_arm_name(profile_k)) else f"{_label(rec)}: the best measured (the profile's k {profile_k} was not measured)"
+    out["summary"] = f"speculation against none: {per_level or 'not judged'}; recommended: {_label(rec)} ({why})"
+    return out
