@@ -487,3 +487,38 @@ def test_slurm_job_fields_are_validated(tmp_path, field, value):
     p.write_text(yaml.safe_dump({"name": "t", "target": {"model": "demo:tiny-llama"}, "launch": {"slurm": {field: value}}}))
     with pytest.raises(PpspecError, match=f"launch.slurm.{field}"):
         load_profile(p)
+
+
+def test_relative_model_path_from_any_directory(env, tmp_path):
+    """Issue 29: `model: models/llama` next to the profile is that folder whatever the working
+    directory (check says it read it as a folder); the exported script, run from `/`, gives every
+    task the absolute path."""
+    prof_dir = tmp_path / "proj"
+    target = prof_dir / "models" / "llama"
+    target.mkdir(parents=True)
+    (target / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 512, "vocab_size": 1024}))
+    p = prof_dir / "local.yaml"
+    p.write_text(yaml.safe_dump({"name": "local", "target": {"model": "models/llama"}, "platform": "cpu", "topology": {"nodes": 2, "pipeline_parallel": 2}}))
+    code, out, err = inprocess_json(env, "/", "check", str(p), "--json")
+    codes = {f["code"]: f for f in out["findings"]}
+    assert "target-unreadable" not in codes, codes.get("target-unreadable")
+    assert codes["target-local-folder"]["severity"] == "info" and str(target) in codes["target-local-folder"]["message"]
+    script = tmp_path / "job.sbatch"
+    code, _, err = cli(env, "export", "slurm", str(p), "-o", str(script))
+    assert code in (0, 1) and script.is_file(), err
+    record = tmp_path / "tasks"
+    record.mkdir()
+    recorder = tmp_path / "ppspec-recorder"
+    recorder.write_text(RECORDER)
+    recorder.chmod(0o755)
+    job_env = dict(env, SLURM_JOB_ID="7", SLURM_JOB_NODELIST=f"{HEAD},gpu-b01", SLURM_JOB_NUM_NODES="2", PPSPEC=str(recorder), STANDIN_PPSPEC_RECORD=str(record))
+    r = subprocess.run(["bash", str(script), "--dry-run", "--json", "--run-dir", str(tmp_path / "run")], check=False, env=job_env, capture_output=True, text=True, timeout=120, cwd="/")
+    assert r.returncode == 0, r.stderr
+    for i in (0, 1):
+        (node,) = replay_task(record, i, Path("/"))["nodes"]
+        assert str(target) in node["argv"], node["argv"]
+
+
+def inprocess_json(env: dict, cwd: str, *args: str) -> tuple[int, dict, str]:
+    r = inprocess.run(*args, env=env, cwd=cwd)
+    return r.returncode, json.loads(r.stdout), r.stderr

@@ -140,6 +140,7 @@ CHECKPOINT: dict[str, tuple[str, str]] = {
     "index-mismatch": ("The index and the shards disagree on where tensors are (different revisions).", "Download the index and the shards again together."),
     "bad-index": ("model.safetensors.index.json has no usable `weight_map`.", "Restore it from the model repository."),
     "partial-index": ("The index is marked partial: tensor placement is unknown.", "Use the checkpoint's real index."),
+    "local-folder": ("The model reference has the form of a hub id (org/name) and is also a folder relative to the profile's folder: it is read as that folder.", "None if that is the checkpoint you mean; write `./org/name` to say so, or move the folder to use the hub."),
 }
 
 

@@ -32,7 +32,7 @@ class ModelRef(_Strict):
     """A checkpoint: a Hugging Face hub id, a local directory, or `demo:<name>` for a built-in tiny model."""
 
     model: str = Field(
-        description="Hub id (`org/name`), local directory, or `demo:<name>` (a seeded tiny model ppspec builds locally).",
+        description="Hub id (`org/name`), local directory (a relative path starts from the profile's folder, wherever ppspec runs; an `org/name` that is a folder there is read as that folder, and `check` says so), or `demo:<name>` (a seeded tiny model ppspec builds locally).",
         min_length=1,
         max_length=512,
     )
@@ -57,7 +57,7 @@ class Drafter(_Strict):
     )
     model: str | None = Field(
         default=None,
-        description="Drafter checkpoint (hub id, local directory or `demo:<name>`). Omit for `mtp`.",
+        description="Drafter checkpoint (hub id, local directory relative to the profile's folder, or `demo:<name>`). Omit for `mtp`.",
         max_length=512,
     )
     revision: str | None = Field(default=None, description="Hub revision of the drafter.", max_length=128)

@@ -88,6 +88,7 @@ _GAP_SEVERITY: dict[str, Severity] = {
     "unsafe-shard-name": "error",
     "index-mismatch": "warning",
     "no-weights": "info",
+    "local-folder": "info",
 }
 
 
@@ -114,6 +115,7 @@ def checkpoint_metadata(r: Resolved) -> Iterator[Finding]:
                 "index-mismatch": "the index and the shards come from different revisions: download them again together",
                 "bad-index": "restore model.safetensors.index.json from the model repository",
                 "partial-index": "get the checkpoint's real model.safetensors.index.json; ppspec does not fill in tensor placement",
+                "local-folder": "none if that folder is the checkpoint you mean (write ./ in front to say so); move it away to use the hub id",
             }.get(g.code, "fix the checkpoint's config.json; ppspec never guesses model facts")
             yield _f(f"{role}-{g.code}", sev, fld, f"{role} checkpoint: {g.message}", hint)
 
