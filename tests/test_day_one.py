@@ -111,6 +111,40 @@ def test_plan_estimates_weights_from_the_config_without_an_index(profile):
     assert "estimated from config.json" in text and "unknown" not in text
 
 
+def test_index_weights_count_the_last_stage_embedding_copy_and_the_drafter(profile, tmp_path):
+    """Issue 29: with only an index, the last stage of an EAGLE3 plan under PP holds lm_head, the
+    target embedding copy the drafter reads (the yuhuili head has no embed_tokens) and the drafter
+    (its index's total here); the index's total less the embedding and lm_head is spread over the
+    layers. Stage by stage the figures agree with the config estimate (Llama-3.1-8B, 32 layers),
+    and the plan says what is and is not counted."""
+    from ppspec_cli.planning.weights import estimate
+
+    p = profile(model="meta-llama__Llama-3.1-8B-Instruct", drafter="yuhuili__EAGLE3-LLaMA3.1-Instruct-8B")
+    drafter_total = 850_000_000
+    (tmp_path / "drafter" / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": drafter_total}, "weight_map": {"midlayer.self_attn.q_proj.weight": "model.safetensors", "fc.weight": "model.safetensors"}})
+    )
+    rc, out = cli("plan", str(p), "--offline", "--json")
+    d = json.loads(out)
+    s0, s1 = d["plan"]["stages"]
+    assert s1["embedding"] == "drafter-needs", s1
+    cfg = fixture_config("meta-llama__Llama-3.1-8B-Instruct")
+    layers, embed, lm_head = estimate("dense-gated", cfg, 2)
+    want0 = sum(layers[:16]) + embed
+    want1 = sum(layers[16:]) + lm_head + embed + drafter_total
+    assert abs(s0["weight_bytes"] - want0) < 1 << 20, (s0["weight_bytes"], want0)
+    assert abs(s1["weight_bytes"] - want1) < 1 << 20, (s1["weight_bytes"], want1)
+    _, text = cli("plan", str(p), "--offline")
+    flat = " ".join(text.split())
+    assert "the embedding and lm_head are vocab x hidden x the config's dtype each" in flat, text
+    assert ("weights: the last stage counts lm_head, the target embedding copy the drafter reads, the drafter (its index's total size); "
+            "never counted: KV cache, activations, CUDA graphs, the runtime") in flat, text
+    # without the drafter's size: said so
+    (tmp_path / "drafter" / "model.safetensors.index.json").unlink()
+    _, text = cli("plan", str(p), "--offline")
+    assert "the drafter is not counted (its size is unknown here: no headers or index read)" in " ".join(text.split()), text
+
+
 def test_the_config_estimate_matches_a_real_index():
     from ppspec_cli.planning.weights import estimate
 
