@@ -199,6 +199,21 @@ def test_verify_explains_the_arithmetic_score():
     assert "0/4" in out and "arithmetic score: how many of this run's built-in arithmetic prompts" in out and "--reference" in out
 
 
+def test_verify_says_what_each_latency_measures():
+    """Issue 29: "engine inter-token latency 6.4 ms" above "time per output token 4.1 ms" read as a
+    contradiction; each row now says what it measures (the engine's is per step, and a step emits
+    every accepted draft token)."""
+    from ppspec_cli.verify.report import render_table
+
+    report = {"endpoint": "http://127.0.0.1:8000", "model": "m", "spec_decode": {"configured": False}, "prompt_set": {}, "settings": {},
+              "throughput": {"time_per_output_token_ms": 4.1, "engine_inter_token_latency_ms": 6.4}, "gates": [], "warnings": []}
+    buf = io.StringIO()
+    render_table(report, Console(file=buf, width=80, color_system=None))
+    out = " ".join(buf.getvalue().replace("│", " ").split())
+    assert "time per output token 4.1 ms (client: each request's time, prefill included, over its tokens)" in out, out
+    assert "engine inter-token latency 6.4 ms (engine: time between its steps; a step emits every accepted draft token at once)" in out, out
+
+
 # ---- serve's exit codes: `serve --help` and the README say the same
 
 
