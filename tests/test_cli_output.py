@@ -155,11 +155,11 @@ def test_plan_fits_80_columns(make_checkpoint, monkeypatch):
 
 
 def readme_rows() -> dict[tuple[str, ...], str]:
-    """The README command table: {command path: the usage text in its first cell}."""
+    """The command table of docs/commands.md: {command path: the usage text in its first cell}."""
     from conftest import REPO
 
     rows = {}
-    for line in (REPO / "README.md").read_text(encoding="utf-8").splitlines():
+    for line in (REPO / "docs" / "commands.md").read_text(encoding="utf-8").splitlines():
         m = re.match(r"^\| `ppspec ([^`]+)` \|", line)
         if m:
             usage = m.group(1).replace("\\|", "|")
@@ -168,14 +168,14 @@ def readme_rows() -> dict[tuple[str, ...], str]:
     return rows
 
 
-def test_readme_command_table_matches_the_cli():
-    """Every command has a README row listing exactly its options: flags bare (`[--json]`), value
+def test_commands_page_matches_the_cli():
+    """Every command has a row in docs/commands.md listing exactly its options: flags bare (`[--json]`), value
     options with a value (`[--endpoint URL]`), arguments by their metavar (`[PROFILE]` when optional)."""
     from conftest import REPO
 
     rows = readme_rows()
     leaves = {p: c for p, c in ALL if p and not getattr(c, "commands", None)}
-    assert set(rows) == set(leaves), f"README rows {sorted(rows)} vs commands {sorted(leaves)}"
+    assert set(rows) == set(leaves), f"docs/commands.md rows {sorted(rows)} vs commands {sorted(leaves)}"
     for path, cmd in leaves.items():
         usage = rows[path]
         shown = {}
@@ -183,13 +183,13 @@ def test_readme_command_table_matches_the_cli():
             opt, *value = group.split()
             shown[opt] = value
         expected = {p.opts[0]: p for p in cmd.params if p.param_type_name == "option" and p.name != "help"}
-        assert set(shown) == set(expected), f"`ppspec {' '.join(path)}`: README lists {sorted(shown)}, the CLI has {sorted(expected)}"
+        assert set(shown) == set(expected), f"`ppspec {' '.join(path)}`: docs/commands.md lists {sorted(shown)}, the CLI has {sorted(expected)}"
         for opt, p in expected.items():
             assert len(shown[opt]) == (0 if p.is_flag else 1), f"`ppspec {' '.join(path)}`: {opt} is {'a flag' if p.is_flag else 'an option with a value'}"
         for arg in (p for p in cmd.params if p.param_type_name == "argument"):
             want = arg.metavar if arg.required else f"[{arg.metavar}]"
             assert re.search(rf"(^| ){re.escape(want)}( |$)", usage), f"`ppspec {' '.join(path)}`: argument {want} missing"
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "commands.md").read_text(encoding="utf-8")
     for p in typer.main.get_command(app).params:
         if p.name != "help":
-            assert f"`ppspec {p.opts[0]}" in readme, f"global option {p.opts[0]} is not in the README"
+            assert f"`ppspec {p.opts[0]}" in readme, f"global option {p.opts[0]} is not in docs/commands.md"

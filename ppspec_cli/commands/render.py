@@ -112,7 +112,7 @@ def _render_verdict(console: Console, findings, min_severity: str = "info") -> N
         console.print(styled("[dim]every code, its cause and fix: `ppspec docs --findings` (docs/findings.md)[/dim]"))
 
 
-#: The plan table's tap columns (README: Reading the plan). Each holds tap ids.
+#: The plan table's tap columns (docs/guide.md: Reading the plan). Each holds tap ids.
 PLAN_TAP_COLUMNS = ("taps made", "taps received", "sends to next stage")
 PLAN_TAP_LEGEND = (
     "taps are vLLM capture points (tap L = the output of layer L-1; 0 = the embeddings). taps made: the ones this "

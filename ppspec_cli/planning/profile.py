@@ -296,7 +296,7 @@ class Profile(_Strict):
         default=None,
         description="The vLLM version to check against when vLLM is not installed where `check` runs (e.g. `0.33.0`). "
         f"The installed vLLM's version wins when there is one (a differing `engine_version` is reported: engine-version-overruled); without either, the newest verified release ({NEWEST_SUPPORTED}). "
-        "A version outside the verified releases (a nightly, rc, `+local` fork build, a newer release) gets the newest verified release's verdict, marked unverified (README: vLLM versions). "
+        "A version outside the verified releases (a nightly, rc, `+local` fork build, a newer release) gets the newest verified release's verdict, marked unverified (docs/versions.md). "
         "`check` says which version its verdict is for and where that came from.",
         max_length=64,
     )
@@ -314,7 +314,7 @@ class Profile(_Strict):
         description="Extra vLLM engine arguments, long flag names without `--` (e.g. `max-model-len: 4096`), passed through.",
     )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for the engine processes.")
-    trust: Trust = Field(default_factory=Trust, description="What you acknowledge this profile makes the engine do beyond serving the checkpoint: run code, read paths, reach endpoints (README: Security and limits).")
+    trust: Trust = Field(default_factory=Trust, description="What you acknowledge this profile makes the engine do beyond serving the checkpoint: run code, read paths, reach endpoints (docs/security.md).")
     roles: dict[Role, RoleSpec] | None = Field(
         default=None,
         description="Disaggregated prefill/decode: one engine per role (`prefill`, `decode`), each with its own topology. "

@@ -246,7 +246,7 @@ def topology(r: Resolved) -> Iterator[Finding]:
             "info",
             "topology.nodes",
             "every node must have the same ppspec and vLLM installed: ppspec's vLLM plugin applies the adapter pack inside every worker",
-            "install the same ppspec wheel next to vLLM on each node (README: Install on a GPU cluster) and compare `ppspec --version` there; then `ppspec serve PROFILE --node-rank i` on node i",
+            "install the same ppspec wheel next to vLLM on each node (docs/install.md) and compare `ppspec --version` there; then `ppspec serve PROFILE --node-rank i` on node i",
         )
     n = r.target.num_layers if r.target else None
     pp = t.pipeline_parallel
