@@ -426,3 +426,17 @@ def test_layer_bytes_skip_encoder_towers_and_mtp_layers(make_checkpoint):
     # a pack's tower_prefixes decide instead of the usual names: here only the vision tower is one
     assert ck.layer_weight_bytes(2, ("vision_tower.",)) == [8 * 8 * 4 + 50 * 50 * 4, 8 * 4 * 4]
     assert ck.layer_weight_bytes(2, ("vision_tower.", "multi_modal_projector.")) == [8 * 8 * 4, 8 * 4 * 4]
+
+
+def test_verify_names_a_relative_target_by_its_absolute_path(tmp_path, make_checkpoint, monkeypatch):
+    """The lm_eval line verify prints names the target's tokenizer: a relative model path is the
+    profile's folder's, whatever the working directory; a hub id and a demo model stay as written."""
+    from ppspec_cli.commands.verify import _tokenizer_ref
+
+    make_checkpoint("prof/models/llama", LLAMA)
+    monkeypatch.chdir("/")
+    prof = str(tmp_path / "prof" / "p.yaml")
+    assert _tokenizer_ref("models/llama", prof) == str(tmp_path / "prof" / "models" / "llama")
+    assert _tokenizer_ref("./models/llama", prof) == str(tmp_path / "prof" / "models" / "llama")
+    assert _tokenizer_ref("org/name", prof) == "org/name"
+    assert _tokenizer_ref("demo:tiny-llama", prof) is None
