@@ -522,3 +522,14 @@ def test_relative_model_path_from_any_directory(env, tmp_path):
 def inprocess_json(env: dict, cwd: str, *args: str) -> tuple[int, dict, str]:
     r = inprocess.run(*args, env=env, cwd=cwd)
     return r.returncode, json.loads(r.stdout), r.stderr
+
+
+def test_slurm_script_hostile_master_addr_is_inert(env, tmp_path):
+    """The profile's launch.master_addr is only reported (not used) in the script: quotes, `$(...)`,
+    backticks and a newline in it run nothing and cannot end the comment or the echo."""
+    hostile = 'x"$(touch PWNED)`touch PWNED2`\necho PWNED3 > PWNED3'
+    data = {"name": "t", "target": {"model": "demo:tiny-llama"}, "platform": "cpu", "topology": {"nodes": 2, "pipeline_parallel": 2}, "launch": {"master_addr": hostile}}
+    text, r, srun = _export_and_run(env, tmp_path, data, {})
+    assert r.returncode == 0, r.stderr
+    assert srun is not None and srun[srun.index("--master-addr") + 1] == HEAD
+    assert "is not used" in r.stderr and not list(Path("/").glob("PWNED*")) and not list(tmp_path.rglob("PWNED*"))

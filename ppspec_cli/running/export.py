@@ -116,14 +116,9 @@ def _slurm_head(r: Resolved, fixed: str | None) -> list[str]:
             "and node 0 (the head) runs on the allocation's first host; pass --master-addr ADDR after the script to name it otherwise"
         )
         lines.insert(0, comment(f"Head address: {note}."))
-        lines.append(f'echo "ppspec: {printable_for_echo(note)}" >&2')
+        # one single-quoted word: the profile's value is printed as written, never expanded
+        lines += ["# shellcheck disable=SC2016", f"printf '%s\\n' {quote('ppspec: ' + printable(note))} >&2"]
     return lines
-
-
-def printable_for_echo(text: str) -> str:
-    """`text` for inside an echo's double quotes, inert: non-printable characters shown as escapes
-    (shellout.printable), then `"`, `$`, `` ` `` and `\\` escaped."""
-    return "".join("\\" + c if c in '"$`\\' else c for c in printable(text))
 
 
 def _slurm_api(r: Resolved) -> list[str]:
