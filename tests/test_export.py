@@ -473,8 +473,8 @@ def test_slurm_script_resources_key_and_head_from_the_profile(env, tmp_path):
     assert r.returncode == 0, r.stderr
     assert srun is not None and "--cpus-per-task=48" in srun and srun[srun.index("--master-addr") + 1] == HEAD
     assert f"the API will be at http://{HEAD}:8100, with the API key in BIG_KEY" in r.stderr
-    assert "the profile's launch.master_addr (10.0.0.1) is not used: SLURM picks the job's nodes" in r.stderr
-    assert "# Head address: the profile's launch.master_addr (10.0.0.1) is not used" in text
+    assert "launch.master_addr in the profile (10.0.0.1) is not used: SLURM picks the nodes of the job" in r.stderr
+    assert "# Head address: launch.master_addr in the profile (10.0.0.1) is not used" in text
     # no key: said, with the risk
     data["server"] = {"host": "0.0.0.0"}
     _, r, _ = _export_and_run(env, tmp_path, data, {})
@@ -533,3 +533,19 @@ def test_slurm_script_hostile_master_addr_is_inert(env, tmp_path):
     assert r.returncode == 0, r.stderr
     assert srun is not None and srun[srun.index("--master-addr") + 1] == HEAD
     assert "is not used" in r.stderr and not list(Path("/").glob("PWNED*")) and not list(tmp_path.rglob("PWNED*"))
+
+
+def test_the_documented_sbatch_script_is_the_export(env, tmp_path):
+    """docs/multinode.md shows the script `ppspec export slurm` writes for kimi_k3_dspark.yaml (kept
+    at /shared/ppspec/profiles/): the docs stay in step with the exporter (check-error lines aside,
+    which depend on the local hub cache)."""
+    shared = tmp_path / "shared" / "ppspec" / "profiles"
+    shared.mkdir(parents=True)
+    shutil.copy(REPO / "profiles" / "kimi_k3_dspark.yaml", shared)
+    out = tmp_path / "job.sbatch"
+    code, _, err = cli(env, "export", "slurm", str(shared / "kimi_k3_dspark.yaml"), "-o", str(out))
+    assert code in (0, 1) and out.is_file(), err
+    got = [ln.replace(str(tmp_path), "") for ln in out.read_text().splitlines() if not ln.startswith("# check error")]
+    doc = (REPO / "docs" / "multinode.md").read_text(encoding="utf-8")
+    shown = doc.split("```bash\n#!/bin/bash\n", 1)[1].split("```", 1)[0].splitlines()
+    assert ["#!/bin/bash", *shown] == got, "regenerate the script in docs/multinode.md (ppspec export slurm)"

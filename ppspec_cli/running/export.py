@@ -112,8 +112,8 @@ def _slurm_head(r: Resolved, fixed: str | None) -> list[str]:
     ]
     if n > 1 and fixed:
         note = (
-            f"the profile's launch.master_addr ({fixed}) is not used: SLURM picks the job's nodes when it starts, "
-            "and node 0 (the head) runs on the allocation's first host; pass --master-addr ADDR after the script to name it otherwise"
+            f"launch.master_addr in the profile ({fixed}) is not used: SLURM picks the nodes of the job when it starts, "
+            "and node 0 (the head) runs on the first host of the allocation; pass --master-addr ADDR after the script to name it otherwise"
         )
         lines.insert(0, comment(f"Head address: {note}."))
         # one single-quoted word: the profile's value is printed as written, never expanded
