@@ -372,6 +372,33 @@ def test_relative_paths_resolve_against_the_profile_directory(tmp_path, make_che
     assert ck.source == "local" and ck.num_layers == 32
 
 
+def test_relative_references_ignore_the_working_directory(tmp_path, make_checkpoint, monkeypatch):
+    """Issue 29: `model: models/llama` (hub-id-shaped) next to the profile is that folder from any
+    working directory, with a note saying it was read as a folder; `./models/llama` is the profile's
+    folder's even when the working directory has one of its own; a hub id stays a hub id when only
+    the working directory has such a folder."""
+    make_checkpoint("prof/models/llama", LLAMA)
+    base = tmp_path / "prof"
+    other = tmp_path / "elsewhere"
+    (other / "models" / "llama").mkdir(parents=True)  # an empty folder of the same name where ppspec runs
+    (other / "org" / "name").mkdir(parents=True)
+    monkeypatch.chdir(other)
+    for ref in ("models/llama", "./models/llama"):
+        assert is_local_ref(ref, base)
+        ck = load_checkpoint(ref, base_dir=base)
+        assert (ck.source, ck.num_layers, ck.location) == ("local", 32, str(base / "models" / "llama")), ref
+        notes = [g.message for g in ck.gaps if g.code == "local-folder"]
+        if ref.startswith("./"):
+            assert notes == []
+        else:
+            assert notes == [f"'models/llama' has the form of a hub id (org/name) and is the folder {base / 'models' / 'llama'} next to the profile: it is read as that folder"]
+    assert not is_local_ref("org/name", base)  # the working directory's folder does not count
+    monkeypatch.chdir("/")
+    with pytest.raises(PpspecError) as ei:
+        load_checkpoint("models/llama/extra", base_dir=base)
+    assert f"(next to the profile: {base / 'models' / 'llama' / 'extra'})" in ei.value.what
+
+
 def test_neither_directory_nor_hub_id(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(PpspecError) as ei:
@@ -399,3 +426,17 @@ def test_layer_bytes_skip_encoder_towers_and_mtp_layers(make_checkpoint):
     # a pack's tower_prefixes decide instead of the usual names: here only the vision tower is one
     assert ck.layer_weight_bytes(2, ("vision_tower.",)) == [8 * 8 * 4 + 50 * 50 * 4, 8 * 4 * 4]
     assert ck.layer_weight_bytes(2, ("vision_tower.", "multi_modal_projector.")) == [8 * 8 * 4, 8 * 4 * 4]
+
+
+def test_verify_names_a_relative_target_by_its_absolute_path(tmp_path, make_checkpoint, monkeypatch):
+    """The lm_eval line verify prints names the target's tokenizer: a relative model path is the
+    profile's folder's, whatever the working directory; a hub id and a demo model stay as written."""
+    from ppspec_cli.commands.verify import _tokenizer_ref
+
+    make_checkpoint("prof/models/llama", LLAMA)
+    monkeypatch.chdir("/")
+    prof = str(tmp_path / "prof" / "p.yaml")
+    assert _tokenizer_ref("models/llama", prof) == str(tmp_path / "prof" / "models" / "llama")
+    assert _tokenizer_ref("./models/llama", prof) == str(tmp_path / "prof" / "models" / "llama")
+    assert _tokenizer_ref("org/name", prof) == "org/name"
+    assert _tokenizer_ref("demo:tiny-llama", prof) is None

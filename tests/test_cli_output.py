@@ -95,14 +95,14 @@ def test_wrapped_finding_text_keeps_its_indentation():
     assert " ".join(" ".join(body[fix_at:]).split()) == " ".join(("fix: " + f.hint).split())
 
 
-def _plan_output(make_checkpoint, **drafter) -> str:
+def _plan_output(make_checkpoint, width: int = 160, pp: int = 2, **drafter) -> str:
     t = make_checkpoint("llama", LLAMA)
-    prof = {"name": "t", "target": {"model": str(t)}, "platform": "cuda", "adapter": "none", "topology": {"pipeline_parallel": 2}}
+    prof = {"name": "t", "target": {"model": str(t)}, "platform": "cuda", "adapter": "none", "topology": {"pipeline_parallel": pp}}
     if drafter:
         prof["drafter"] = {**drafter, "num_speculative_tokens": 3}
     r = resolve(parse_profile(yaml.safe_dump(prof)), offline=True)
     buf = io.StringIO()
-    render_plan(r, run_rules(r), Console(file=buf, width=120, color_system=None, highlight=False))
+    render_plan(r, run_rules(r), Console(file=buf, width=width, color_system=None, highlight=False))
     return buf.getvalue()
 
 
@@ -122,18 +122,44 @@ def test_plan_tap_columns_hold_tap_ids_not_counts(make_checkpoint):
     taps [2, 16, 29] receives taps 2 and 16 and sends nothing; stage 0 sends 2 and 16."""
     d = make_checkpoint("sf", "sgl-project__SpecForge/llama3-8B-eagle3.json")
     out = _plan_output(make_checkpoint, method="eagle3", model=str(d))
-    rows = {ln.split("│")[1].strip(): [c.strip() for c in ln.split("│")[1:-1]] for ln in out.splitlines() if ln.startswith("│") and ln.split("│")[1].strip().isdigit()}
+    lines = [ln for ln in out.splitlines() if ln.startswith("│")]
+    rows = {ln.split("│")[1].strip(): [c.strip() for c in ln.split("│")[1:-1]] for ln in lines if ln.split("│")[1].strip().isdigit()}
     cols = slice(3, 6)  # stage, node, layers, then the tap columns
-    assert rows["0"][cols] == ["2, 16", "—", "2, 16 (16.0 KiB/token)"], rows
+    assert rows["0"][cols] == ["2, 16", "—", "2, 16"], rows
+    assert lines[1].split("│")[6].strip() == "(16.0 KiB/token)", lines  # the size, under the taps it is for
     assert rows["1"][cols] == ["29", "2, 16", "—"], rows
 
 
+def test_plan_fits_80_columns(make_checkpoint, monkeypatch):
+    """Issue 29: at 80 columns the stages are stacked (one block per stage) rather than a table cut
+    to `embeddi…`; no line is over 80 and every value of the wide table is there. `ppspec plan`
+    itself, with COLUMNS=80."""
+    d = make_checkpoint("sf", "sgl-project__SpecForge/llama3-8B-eagle3.json")
+    wide = _plan_output(make_checkpoint, width=400, pp=4, method="eagle3", model=str(d))
+    values = []
+    for ln in wide.splitlines():
+        if ln.startswith("│"):
+            values += [c.strip().rstrip(",") for c in ln.split("│")[1:-1] if c.strip()]
+    assert "embedding (for the drafter)" in values and "(16.0 KiB/token)" in values, values
+    t = make_checkpoint("llama", LLAMA)
+    prof = t.parent / "p.yaml"
+    prof.write_text(yaml.safe_dump({"name": "t", "target": {"model": str(t)}, "platform": "cuda", "adapter": "none", "topology": {"pipeline_parallel": 4},
+                                    "drafter": {"method": "eagle3", "model": str(d), "num_speculative_tokens": 3}}))
+    res = typer.testing.CliRunner().invoke(app, ["plan", str(prof), "--offline"], env={"COLUMNS": "80", "HF_HUB_OFFLINE": "1"}, terminal_width=80)
+    out = res.stdout
+    assert "stage 3: node 0, GPU 3, layers" in out, out
+    assert "…" not in out and max(len(ln) for ln in out.splitlines()) <= 80, out
+    flat = " ".join(out.split())
+    for v in values:
+        assert v in flat, (v, out)
+
+
 def readme_rows() -> dict[tuple[str, ...], str]:
-    """The README command table: {command path: the usage text in its first cell}."""
+    """The command table of docs/commands.md: {command path: the usage text in its first cell}."""
     from conftest import REPO
 
     rows = {}
-    for line in (REPO / "README.md").read_text(encoding="utf-8").splitlines():
+    for line in (REPO / "docs" / "commands.md").read_text(encoding="utf-8").splitlines():
         m = re.match(r"^\| `ppspec ([^`]+)` \|", line)
         if m:
             usage = m.group(1).replace("\\|", "|")
@@ -142,14 +168,14 @@ def readme_rows() -> dict[tuple[str, ...], str]:
     return rows
 
 
-def test_readme_command_table_matches_the_cli():
-    """Every command has a README row listing exactly its options: flags bare (`[--json]`), value
+def test_commands_page_matches_the_cli():
+    """Every command has a row in docs/commands.md listing exactly its options: flags bare (`[--json]`), value
     options with a value (`[--endpoint URL]`), arguments by their metavar (`[PROFILE]` when optional)."""
     from conftest import REPO
 
     rows = readme_rows()
     leaves = {p: c for p, c in ALL if p and not getattr(c, "commands", None)}
-    assert set(rows) == set(leaves), f"README rows {sorted(rows)} vs commands {sorted(leaves)}"
+    assert set(rows) == set(leaves), f"docs/commands.md rows {sorted(rows)} vs commands {sorted(leaves)}"
     for path, cmd in leaves.items():
         usage = rows[path]
         shown = {}
@@ -157,13 +183,13 @@ def test_readme_command_table_matches_the_cli():
             opt, *value = group.split()
             shown[opt] = value
         expected = {p.opts[0]: p for p in cmd.params if p.param_type_name == "option" and p.name != "help"}
-        assert set(shown) == set(expected), f"`ppspec {' '.join(path)}`: README lists {sorted(shown)}, the CLI has {sorted(expected)}"
+        assert set(shown) == set(expected), f"`ppspec {' '.join(path)}`: docs/commands.md lists {sorted(shown)}, the CLI has {sorted(expected)}"
         for opt, p in expected.items():
             assert len(shown[opt]) == (0 if p.is_flag else 1), f"`ppspec {' '.join(path)}`: {opt} is {'a flag' if p.is_flag else 'an option with a value'}"
         for arg in (p for p in cmd.params if p.param_type_name == "argument"):
             want = arg.metavar if arg.required else f"[{arg.metavar}]"
             assert re.search(rf"(^| ){re.escape(want)}( |$)", usage), f"`ppspec {' '.join(path)}`: argument {want} missing"
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "commands.md").read_text(encoding="utf-8")
     for p in typer.main.get_command(app).params:
         if p.name != "help":
-            assert f"`ppspec {p.opts[0]}" in readme, f"global option {p.opts[0]} is not in the README"
+            assert f"`ppspec {p.opts[0]}" in readme, f"global option {p.opts[0]} is not in docs/commands.md"

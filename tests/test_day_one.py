@@ -1,7 +1,7 @@
 """What a new user on day one reads and acts on (issue 26): grouped findings and the severity filter,
 the plan of an invalid partition, the tap columns and the weight estimate, advice that says what to
 do (taps-default), `adapters show ARCH`, verify's arithmetic score, the serve exit codes that
-`serve --help` and the README document. In-process (CliRunner), no engine."""
+`serve --help` and docs/commands.md document. In-process (CliRunner), no engine."""
 
 from __future__ import annotations
 
@@ -111,6 +111,40 @@ def test_plan_estimates_weights_from_the_config_without_an_index(profile):
     assert "estimated from config.json" in text and "unknown" not in text
 
 
+def test_index_weights_count_the_last_stage_embedding_copy_and_the_drafter(profile, tmp_path):
+    """Issue 29: with only an index, the last stage of an EAGLE3 plan under PP holds lm_head, the
+    target embedding copy the drafter reads (the yuhuili head has no embed_tokens) and the drafter
+    (its index's total here); the index's total less the embedding and lm_head is spread over the
+    layers. Stage by stage the figures agree with the config estimate (Llama-3.1-8B, 32 layers),
+    and the plan says what is and is not counted."""
+    from ppspec_cli.planning.weights import estimate
+
+    p = profile(model="meta-llama__Llama-3.1-8B-Instruct", drafter="yuhuili__EAGLE3-LLaMA3.1-Instruct-8B")
+    drafter_total = 850_000_000
+    (tmp_path / "drafter" / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": drafter_total}, "weight_map": {"midlayer.self_attn.q_proj.weight": "model.safetensors", "fc.weight": "model.safetensors"}})
+    )
+    rc, out = cli("plan", str(p), "--offline", "--json")
+    d = json.loads(out)
+    s0, s1 = d["plan"]["stages"]
+    assert s1["embedding"] == "drafter-needs", s1
+    cfg = fixture_config("meta-llama__Llama-3.1-8B-Instruct")
+    layers, embed, lm_head = estimate("dense-gated", cfg, 2)
+    want0 = sum(layers[:16]) + embed
+    want1 = sum(layers[16:]) + lm_head + embed + drafter_total
+    assert abs(s0["weight_bytes"] - want0) < 1 << 20, (s0["weight_bytes"], want0)
+    assert abs(s1["weight_bytes"] - want1) < 1 << 20, (s1["weight_bytes"], want1)
+    _, text = cli("plan", str(p), "--offline")
+    flat = " ".join(text.split())
+    assert "the embedding and lm_head are vocab x hidden x the config's dtype each" in flat, text
+    assert ("weights: the last stage counts lm_head, the target embedding copy the drafter reads, the drafter (its index's total size); "
+            "never counted: KV cache, activations, CUDA graphs, the runtime") in flat, text
+    # without the drafter's size: said so
+    (tmp_path / "drafter" / "model.safetensors.index.json").unlink()
+    _, text = cli("plan", str(p), "--offline")
+    assert "the drafter is not counted (its size is unknown here: no headers or index read)" in " ".join(text.split()), text
+
+
 def test_the_config_estimate_matches_a_real_index():
     from ppspec_cli.planning.weights import estimate
 
@@ -165,7 +199,22 @@ def test_verify_explains_the_arithmetic_score():
     assert "0/4" in out and "arithmetic score: how many of this run's built-in arithmetic prompts" in out and "--reference" in out
 
 
-# ---- serve's exit codes: `serve --help` and the README say the same
+def test_verify_says_what_each_latency_measures():
+    """Issue 29: "engine inter-token latency 6.4 ms" above "time per output token 4.1 ms" read as a
+    contradiction; each row now says what it measures (the engine's is per step, and a step emits
+    every accepted draft token)."""
+    from ppspec_cli.verify.report import render_table
+
+    report = {"endpoint": "http://127.0.0.1:8000", "model": "m", "spec_decode": {"configured": False}, "prompt_set": {}, "settings": {},
+              "throughput": {"time_per_output_token_ms": 4.1, "engine_inter_token_latency_ms": 6.4}, "gates": [], "warnings": []}
+    buf = io.StringIO()
+    render_table(report, Console(file=buf, width=80, color_system=None))
+    out = " ".join(buf.getvalue().replace("│", " ").split())
+    assert "time per output token 4.1 ms (client: each request's time, prefill included, over its tokens)" in out, out
+    assert "engine inter-token latency 6.4 ms (engine: time between its steps; a step emits every accepted draft token at once)" in out, out
+
+
+# ---- serve's exit codes: `serve --help` and docs/commands.md say the same
 
 
 def _codes(text: str) -> tuple[set[int], dict[int, str]]:
@@ -181,12 +230,12 @@ def test_serve_help_and_readme_agree_on_every_exit_code():
 
     _, helptext = cli("serve", "--help")
     serve_doc = " ".join(helptext.split("Exit code:", 1)[1].split("Arguments:")[0].split())
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    exits = " ".join(readme.split("**Documented exits**:", 1)[1].split("\n- ", 1)[0].split())
+    readme = (REPO / "docs" / "commands.md").read_text(encoding="utf-8")  # the docs page of every command (README links it)
+    exits = " ".join(readme.split("**Documented exits**:", 1)[1].split("\n## ", 1)[0].split())
     (h_named, h_items), (r_named, r_items) = _codes(serve_doc), _codes(exits)
     for code in (0, 1, 2, 3, EXIT_UNCONFIRMED, 130, 143):
         assert code in h_named, f"serve --help does not document exit {code}: {serve_doc}"
-        assert code in r_named, f"the README does not document exit {code}: {exits}"
+        assert code in r_named, f"docs/commands.md does not document exit {code}: {exits}"
     assert h_named - r_named <= {129}, (h_named, r_named)  # the README gives 128+N, with 130 and 143 as examples
     assert "128+N" in serve_doc and "128+N" in exits
     for code, word in ((1, "fail"), (2, "usage"), (3, "internal"), (EXIT_UNCONFIRMED, "plugin")):

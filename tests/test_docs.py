@@ -1,9 +1,15 @@
 """docs/profile-reference.md is generated from the schema and must never drift from it.
 
-Regenerate after a schema change: `ppspec docs --out docs/profile-reference.md`."""
+Regenerate after a schema change: `ppspec docs --out docs/profile-reference.md`.
+
+The README is the front door (what ppspec is, the two set-up commands first, install, one profile,
+the commands, what to read next) and the manual lives in docs/: every link between them resolves,
+every command and option of the CLI is in a docs page, every finding code a page names is in the
+findings registry (docs/findings.md)."""
 
 from __future__ import annotations
 
+import re
 import typing
 
 import pytest
@@ -74,3 +80,110 @@ def test_adapters_manifest_reference_is_generated():
             assert f"| `{name}` |" in ref
     for cap in CAPABILITIES:
         assert f"| `{cap}` |" in ref
+
+
+# ---- the README as the front door, the docs pages in step with the CLI and the registry
+
+#: A five-minute read: the README stays this short (the manual is in docs/).
+README_MAX_LINES = 120
+
+
+def doc_pages() -> list:
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def test_readme_is_the_front_door():
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert len(lines) <= README_MAX_LINES, f"the README has {len(lines)} lines: move the detail into a docs/ page"
+    first_block = text.split("```bash\n", 1)[1].split("```", 1)[0]
+    assert "bash dev.sh demo" in first_block and "bash dev.sh test" in first_block, "the two set-up commands come first"
+    assert text.index("bash dev.sh demo") < text.index("## Install"), "set-up before install"
+    assert any("docs/architecture.md" in ln for ln in lines[:10]), "docs/architecture.md is linked near the top"
+    for heading in ("## Install on a cluster", "## One profile", "## The commands", "## What to read next"):
+        assert heading in text, heading
+    # every page of the manual is reachable from the README, by its links and the pages' own
+    seen, todo = set(), [REPO / "README.md"]
+    while todo:
+        page = todo.pop()
+        for target in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+            dest = (page.parent / target).resolve()
+            if dest.parent == (REPO / "docs").resolve() and dest.exists() and dest.name not in seen:
+                seen.add(dest.name)
+                todo.append(dest)
+    pages = {p.name for p in (REPO / "docs").glob("*.md")}
+    assert pages - seen == set(), f"docs pages no link from the README leads to: {sorted(pages - seen)}"
+
+
+def _anchors(text: str) -> set[str]:
+    """GitHub's anchors of a page's headings (lowercase, punctuation dropped, spaces to dashes)."""
+    out = set()
+    in_code = False
+    for ln in text.splitlines():
+        if ln.startswith("```"):
+            in_code = not in_code
+        elif not in_code and ln.startswith("#"):
+            out.add(re.sub(r"[^a-z0-9 _-]", "", ln.lstrip("#").strip().lower()).replace(" ", "-"))
+    return out
+
+
+def test_every_link_between_the_pages_resolves():
+    """Relative links of the README and the docs pages name files that exist, and anchors name
+    headings of that page (the move of the manual into docs/ broke none)."""
+    bad = []
+    for page in doc_pages():
+        text = page.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"^[a-z]+://", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                bad.append(f"{page.name}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest.read_text(encoding="utf-8")):
+                bad.append(f"{page.name}: {target} (no such heading)")
+    assert not bad, bad
+
+
+def test_every_command_and_option_is_in_a_docs_page():
+    """`--help` and the docs say the same commands and options: each command path and each of its
+    options (every spelling, `-o` too) appears in the README or a docs page."""
+    import typer.main
+
+    from ppspec_cli.cli import app
+
+    text = "\n".join(p.read_text(encoding="utf-8") for p in doc_pages())
+    missing = []
+
+    def walk(cmd, path):
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for name, sub in subs.items():
+                walk(sub, (*path, name))
+            return
+        if f"ppspec {' '.join(path)}" not in text:
+            missing.append(" ".join(path))
+        for p in cmd.params:
+            if p.param_type_name == "option" and p.name != "help":
+                missing.extend(f"{' '.join(path)} {o}" for o in p.opts if o not in text)
+
+    walk(typer.main.get_command(app), ())
+    assert not missing, f"not in any docs page: {missing}"
+
+
+def test_every_finding_code_a_page_names_is_in_the_registry():
+    """A code a page names in backticks (one the code base reports) has its entry in the registry
+    and in docs/findings.md; the measurement can fail (it sees codes in the pages)."""
+    from test_findings_reference import codes_in_the_code_base
+
+    from ppspec_cli.planning.finding_codes import entry
+
+    reported = codes_in_the_code_base()
+    findings = (REPO / "docs" / "findings.md").read_text(encoding="utf-8")
+    named = set()
+    for page in doc_pages():
+        if page.name != "findings.md":
+            named |= {t for t in re.findall(r"`([a-z0-9_]+(?:-[a-z0-9_]+)+)`", page.read_text(encoding="utf-8")) if t in reported}
+    assert {"taps-nested-eagle-config", "topology-master-addr", "untrusted-acknowledged"} <= named, sorted(named)
+    missing = sorted(c for c in named if entry(c) is None or f"`{c}`" not in findings)
+    assert not missing, f"codes the docs name without a registry entry: {missing}"

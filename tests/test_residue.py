@@ -184,3 +184,21 @@ def test_next_serve_with_an_old_or_hostile_record_claims_nothing_untracked(shm, 
     residue.remove_recorded_shm(tmp_path)
     assert not rec.exists()
     assert untracked.exists()
+
+
+def test_only_this_engines_entries_are_reported_left(shm, tmp_path):
+    """Issue 29: serve's shutdown line named every new /dev/shm entry, other engines' too. Left of
+    ours: what our engine used (seen) and an engine-shaped entry nothing uses; another engine's
+    segment (held open by a live process), another user's entry and a name of no engine shape
+    that we never used are not ours; and what was there before never is."""
+    pre = make(shm, psm_name())
+    before = residue.shm_snapshot()
+    ours_seen, ours_shaped = make(shm, "anything-our-engine-mapped"), make(shm, sem_name())
+    theirs = make(shm, psm_name())
+    foreign = make(shm, "vllm_offload_x.mmap")
+    other_user = make(shm, sem_name())
+    os.chown(other_user, os.getuid() + 4242, -1)
+    with open(theirs, "rb"):  # a live engine holds it
+        left = residue.engine_left({ours_seen.name}, before)
+    assert left == sorted([ours_seen.name, ours_shaped.name]), left
+    assert pre.name not in left and theirs.name not in left and foreign.name not in left and other_user.name not in left

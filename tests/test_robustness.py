@@ -10,7 +10,7 @@
    variable huggingface_hub reads at import (HF_ENDPOINT, HF_HUB_CACHE) runs in a fresh interpreter.
 2. The preflight fuzz (ppspec_fuzz.py): generated profiles over generated checkpoints through all
    that check / plan / serve --dry-run do in process; nothing but PpspecError, no hang.
-3. The attacker suite (ppspec_attacks.py): named and generated cases per class of the README's
+3. The attacker suite (ppspec_attacks.py): named and generated cases per class of docs/security.md's
    security section (data loss, secrets, injections, hangs, unhandled); every class counts 0.
 
 benchmarks/robustness.py runs 2 and 3 at scale, plus the serve faults of test_faults.py. Unit-level

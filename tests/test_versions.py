@@ -1,5 +1,5 @@
 """knowledge/versions.py: which vLLM versions are verified and what an unverified one's verdict
-rests on; the README, the extras and the tables say the same; knowledge/drafter_width.py."""
+rests on; docs/versions.md, the extras and the tables say the same; knowledge/drafter_width.py."""
 
 from __future__ import annotations
 
@@ -49,9 +49,9 @@ def test_platform_labels_are_dropped_a_forks_label_is_kept():
 
 
 def test_readme_extras_and_tables_agree_on_the_verified_releases():
-    """One statement of the verified releases: versions.py; the README says it in one place, the
+    """One statement of the verified releases: versions.py; docs/versions.md says it in one place, the
     `[cuda]` extra installs exactly that range, the `[cpu]` extra stays inside it."""
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "versions.md").read_text()  # the docs page that says it (README links it)
     series = ", ".join(versions.VERIFIED_SERIES[:-1]) + " and " + versions.VERIFIED_SERIES[-1]
     assert f"**Verified releases: vLLM {series}** (`{versions.VERIFIED_RANGE}`" in readme
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]

@@ -1,4 +1,4 @@
-"""The install path of the README's "Install on a GPU cluster": build ppspec's wheel, install it into
+"""The install path of docs/install.md ("Install on a GPU cluster"): build ppspec's wheel, install it into
 a fresh environment next to an existing vLLM, and run `ppspec adapters list` and `ppspec check` from
 that environment, on the profile the wheel ships (packs and profiles live inside it, under
 ppspec_cli/_adapters and ppspec_cli/_profiles; nothing is read from this repository).

@@ -764,11 +764,25 @@ def _load_hub(ref: str, revision: str | None, *, offline: bool, read_headers: bo
     return ck if tensors is None else _use_tensors(ck, tensors)
 
 
-def is_local_ref(ref: str) -> bool:
-    """A path (absolute, ./, ../, ~) or an existing directory is local; `org/name` is a hub id."""
-    if ref.startswith(("/", "./", "../", "~")) or os.path.isdir(ref):
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def is_local_ref(ref: str, base_dir: Path | None = None) -> bool:
+    """A path (absolute, ./, ../, ~) or an existing directory is local; `org/name` is a hub id.
+    With `base_dir` (the profile's folder) a relative reference is looked up there, never in the
+    working directory: the answer is the same wherever ppspec runs."""
+    if ref.startswith(("/", "./", "../", "~")):
         return True
-    return not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$", ref)
+    if os.path.isdir(ref if base_dir is None else base_dir / ref):
+        return True
+    return not _HUB_ID.fullmatch(ref)
+
+
+def local_path(ref: str, base_dir: Path | None) -> Path:
+    """Where a local reference points: `~` expanded; a relative path against the profile's folder
+    (as compose-style tools resolve theirs), or the working directory when there is no profile."""
+    p = Path(os.path.expanduser(ref))
+    return p if p.is_absolute() or base_dir is None else base_dir / p
 
 
 def load_checkpoint(
@@ -794,18 +808,19 @@ def load_checkpoint(
             fix="check the model path or hub id in the profile",
             exit_code=1,
         )
-    if is_local_ref(ref):
-        p = Path(os.path.expanduser(ref))
-        if not p.is_absolute() and base_dir is not None and not p.exists():
-            p = base_dir / p
+    if is_local_ref(ref, base_dir):
+        p = local_path(ref, base_dir)
         if not p.exists() and not ref.startswith(("/", "./", "../", "~")):
             raise PpspecError(
-                f"model {ref!r} is neither an existing directory nor a hub id of the form org/name",
+                f"model {ref!r} is neither an existing directory{'' if base_dir is None else f' (next to the profile: {p})'} nor a hub id of the form org/name",
                 where=ref,
-                fix="give a local checkpoint directory or a Hugging Face hub id (org/name, as the model's hub page writes it)",
+                fix="give a local checkpoint directory (relative paths start from the profile's folder) or a Hugging Face hub id (org/name, as the model's hub page writes it)",
                 exit_code=1,
             )
-        return load_local(ref, p, read_headers=read_headers)
+        ck = load_local(ref, p, read_headers=read_headers)
+        if _HUB_ID.fullmatch(ref):
+            ck.gaps.append(Gap("local-folder", f"{ref!r} has the form of a hub id (org/name) and is the folder {p} next to the profile: it is read as that folder"))
+        return ck
     if progress:
         from huggingface_hub import constants
 

@@ -13,7 +13,12 @@ from ppspec_cli.io import safeio
 def slurm(profile: str, output: str | None, offline: bool) -> int:
     from ppspec_cli.running.export import PLACEHOLDER_HEAD, slurm_script
 
-    return _export(load(profile), profile, offline, output, slurm_script, {"master_addr": PLACEHOLDER_HEAD})
+    prof = load(profile)
+
+    def render(r, spec, path, errors):  # the script says what becomes of the profile's own head address
+        return slurm_script(r, spec, path, errors, profile_master_addr=prof.launch.master_addr)
+
+    return _export(prof, profile, offline, output, render, {"master_addr": PLACEHOLDER_HEAD})
 
 
 def k8s(profile: str, image: str, output: str | None, api_key_secret: str | None, host: str | None, offline: bool, volumes: list[str] | None = None) -> int:

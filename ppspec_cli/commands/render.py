@@ -112,7 +112,7 @@ def _render_verdict(console: Console, findings, min_severity: str = "info") -> N
         console.print(styled("[dim]every code, its cause and fix: `ppspec docs --findings` (docs/findings.md)[/dim]"))
 
 
-#: The plan table's tap columns (README: Reading the plan). Each holds tap ids.
+#: The plan table's tap columns (docs/guide.md: Reading the plan). Each holds tap ids.
 PLAN_TAP_COLUMNS = ("taps made", "taps received", "sends to next stage")
 PLAN_TAP_LEGEND = (
     "taps are vLLM capture points (tap L = the output of layer L-1; 0 = the embeddings). taps made: the ones this "
@@ -125,38 +125,11 @@ def _ids(taps) -> str:
     return ", ".join(map(str, taps)) if taps else "—"
 
 
-def render_plan(r, findings, console: Console | None = None, invalid_partition: list[int] | None = None) -> None:
-    console = console or terminal.console()
-    plan = r.plan
-    if plan is None:
-        console.print(styled("[bold red]no plan[/bold red]: the target's layer count is unknown"))
-        render_findings(console, [f for f in findings if f.severity == "error"])
-        return
-    if invalid_partition is not None:
-        console.print(styled("[bold]{}[/bold]: {} [bold red]INVALID[/bold red]: no plan (vLLM would refuse this split at engine start)", r.profile.name,
-                             f"{plan.num_layers} layers over {len(plan.partition)} stage(s); layer_partition {invalid_partition} (profile)"))
-        render_findings(console, [f for f in findings if f.severity == "error"])
-        return
-    console.print(styled("[bold]{}[/bold]: {}", r.profile.name, f"{plan.num_layers} layers over {len(plan.partition)} stage(s) {list(plan.partition)} ({plan.partition_source}); runner {plan.runner.upper()}"))
-    if plan.method:
-        console.print(
-            f"drafter {plan.method}: taps {list(plan.taps) or '—'} (vLLM capture points: tap L = output of layer L-1; source: {plan.taps_source})"
-            + (f"; trained on {list(plan.trained_taps)} via {plan.trained_source}" if plan.trained_taps else "")
-        )
-        if plan.overlay:
-            console.print(styled("[yellow]drafter config overlay at launch:[/yellow] {}", plan.overlay))
-        if plan.draft_layer_ids:
-            console.print(f"draft layer ids {list(plan.draft_layer_ids)} ({plan.draft_layer_numbering} numbering)")
-    # Tap and relay columns only for drafters that read the target's hidden states (`reads_taps`):
-    # without one nothing is tapped or relayed, and zeros there would read as a broken relay.
-    # Every tap column holds tap ids (vLLM capture points), never counts: a count read like tap 2.
-    spec = methods.of(plan.method)
-    taps_shown = spec is not None and spec.reads_taps
-    t = Table(show_header=True, header_style="bold")
-    for col in ("stage", "node", "layers", *(PLAN_TAP_COLUMNS if taps_shown else ()), "holds", "weights"):
-        t.add_column(col)
+def _plan_rows(r, plan, taps_shown: bool) -> list[tuple[str, ...]]:
+    """The plan table's cells, one tuple per stage, in the order of _plan_columns."""
     topo = r.profile.topology
     where = stage_placement(topo.tensor_parallel, len(plan.stages), topo.data_parallel, topo.nodes)
+    rows = []
     for s in plan.stages:
         relay = "—" if s.relay_out is None else f"{_ids(s.relay_out.taps)} ({_human_bytes(s.relay_out.bytes_per_token)}/token)"
         holds = []
@@ -171,19 +144,93 @@ def render_plan(r, findings, console: Console | None = None, invalid_partition: 
         received = tuple(x for x in plan.taps if x <= s.layers[0]) if s.rank > 0 else ()
         tap_cells = (_ids(s.taps), _ids(received), relay) if taps_shown else ()
         node, devs = where[s.rank] if s.rank < len(where) else (None, [])
-        t.add_row(
-            str(s.rank),
-            "?" if node is None else f"{node}, {_devices(r.platform, devs)}",
-            f"{s.layers[0]}-{s.layers[1] - 1}" if s.layers[1] > s.layers[0] else "none",
-            *tap_cells,
-            ", ".join(holds) or "—",
-            _human_bytes(s.weight_bytes),
+        rows.append(
+            (
+                str(s.rank),
+                "?" if node is None else f"{node}, {_devices(r.platform, devs)}",
+                f"{s.layers[0]}-{s.layers[1] - 1}" if s.layers[1] > s.layers[0] else "none",
+                *tap_cells,
+                ", ".join(holds) or "—",
+                _human_bytes(s.weight_bytes),
+            )
         )
-    console.print(t)
+    return rows
+
+
+def _plan_columns(taps_shown: bool) -> tuple[str, ...]:
+    return ("stage", "node", "layers", *(PLAN_TAP_COLUMNS if taps_shown else ()), "holds", "weights")
+
+
+def _print_plan_stages(console: Console, cols: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """The stages as a table when it fits the terminal's width; else one block per stage (the
+    table's values, one `column: value` line each, wrapped between words), so no value is cut."""
+    from rich.cells import cell_len
+
+    # in the table a list stacks one item a line, a size goes under its taps
+    cells_of = [tuple(c.replace(", ", ",\n") if col == "holds" else c.replace(" (", "\n(") for col, c in zip(cols, row)) for row in rows]
+    # the table's natural width: each column's widest line plus its padding (2), and the borders
+    natural = sum(max(cell_len(ln) for c in col for ln in c.split("\n")) + 2 for col in zip(cols, *cells_of)) + len(cols) + 1
+    if natural <= console.width:
+        t = Table(show_header=True, header_style="bold")
+        for col in cols:
+            t.add_column(col, no_wrap=True)
+        for row in cells_of:
+            t.add_row(*(terminal.plain(c) for c in row))
+        console.print(t)
+        return
+    for row in rows:
+        cells = dict(zip(cols, row))
+        _wrapped(console, styled("[bold]stage {}[/bold]: node {}, layers {}, weights {}", cells["stage"], cells["node"], cells["layers"], cells["weights"]))
+        for col, value in cells.items():
+            if col not in ("stage", "node", "layers", "weights"):
+                _wrapped(console, styled("{}: {}", col, value), first=2, rest=4)
+
+
+def _wrapped(console: Console, text: Text, *, first: int = 0, rest: int = 2) -> None:
+    """`text` wrapped between words at the console's width: the first line indented `first`
+    columns, the others `rest`; no trailing blanks."""
+    for i, line in enumerate(text.wrap(console, max(20, console.width - max(first, rest)))):
+        line.rstrip()
+        console.print(Text(" " * (first if i == 0 else rest)) + line, soft_wrap=True)
+
+
+def render_plan(r, findings, console: Console | None = None, invalid_partition: list[int] | None = None) -> None:
+    """The plan: one line on the split, the drafter's taps, the stages (a table, or stacked when the
+    table is wider than the terminal), the notes; every line wrapped at the terminal's width."""
+    console = console or terminal.console()
+    plan = r.plan
+    if plan is None:
+        console.print(styled("[bold red]no plan[/bold red]: the target's layer count is unknown"))
+        render_findings(console, [f for f in findings if f.severity == "error"])
+        return
+    if invalid_partition is not None:
+        console.print(styled("[bold]{}[/bold]: {} [bold red]INVALID[/bold red]: no plan (vLLM would refuse this split at engine start)", r.profile.name,
+                             f"{plan.num_layers} layers over {len(plan.partition)} stage(s); layer_partition {invalid_partition} (profile)"))
+        render_findings(console, [f for f in findings if f.severity == "error"])
+        return
+    _wrapped(console, styled("[bold]{}[/bold]: {}", r.profile.name, f"{plan.num_layers} layers over {len(plan.partition)} stage(s) {list(plan.partition)} ({plan.partition_source}); runner {plan.runner.upper()}"))
+    if plan.method:
+        _wrapped(
+            console,
+            terminal.plain(
+                f"drafter {plan.method}: taps {list(plan.taps) or '—'} (vLLM capture points: tap L = output of layer L-1; source: {plan.taps_source})"
+                + (f"; trained on {list(plan.trained_taps)} via {plan.trained_source}" if plan.trained_taps else "")
+            ),
+        )
+        if plan.overlay:
+            _wrapped(console, styled("[yellow]drafter config overlay at launch:[/yellow] {}", plan.overlay))
+        if plan.draft_layer_ids:
+            _wrapped(console, terminal.plain(f"draft layer ids {list(plan.draft_layer_ids)} ({plan.draft_layer_numbering} numbering)"))
+    # Tap and relay columns only for drafters that read the target's hidden states (`reads_taps`):
+    # without one nothing is tapped or relayed, and zeros there would read as a broken relay.
+    # Every tap column holds tap ids (vLLM capture points), never counts: a count read like tap 2.
+    spec = methods.of(plan.method)
+    taps_shown = spec is not None and spec.reads_taps
+    _print_plan_stages(console, _plan_columns(taps_shown), _plan_rows(r, plan, taps_shown))
     if taps_shown:
-        console.print(styled("[dim]{}[/dim]", PLAN_TAP_LEGEND), soft_wrap=False)  # wrapped at the width
+        _wrapped(console, styled("[dim]{}[/dim]", PLAN_TAP_LEGEND), rest=0)
     for note in plan.notes:
-        console.print(styled("[dim]note: {}[/dim]", note))
+        _wrapped(console, styled("[dim]note: {}[/dim]", note))
     errs = [f for f in findings if f.severity != "info"]
     if errs:
         console.print(f"{len(errs)} finding(s) — run `ppspec check` for details:")

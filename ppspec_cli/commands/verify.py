@@ -15,6 +15,19 @@ from ppspec_cli.verify.report import load_report, print_gate_lines, render_table
 from ppspec_cli.verify.runner import DEFAULT_MAX_TOKENS, ProfileContext, apply_gates, run_verify
 
 
+def _tokenizer_ref(ref: str, profile_path: str) -> str | None:
+    """The target as the printed lm_eval line names its tokenizer: a hub id as written, a local
+    folder by its absolute path (relative paths start from the profile's folder, as in `check`)."""
+    from pathlib import Path
+
+    from ppspec_cli.checkpoint.reader import is_local_ref, local_path
+
+    if ref.startswith("demo:"):
+        return None
+    base = Path(profile_path).resolve().parent
+    return str(local_path(ref, base).resolve()) if is_local_ref(ref, base) else ref
+
+
 def _profile_context(path: str) -> dict:
     """What verify needs from a profile: where the server listens and what it should be doing."""
     from ppspec_cli.planning.profile import load_profile
@@ -23,7 +36,7 @@ def _profile_context(path: str) -> dict:
     engine = dict(prof.engine or {})
     spec_cfg = speculative_config_from_engine(engine) or {}
     preferred = [n for n in (prof.server.served_model_name, prof.name, prof.target.model) if n]
-    tokenizer = prof.target.model if not prof.target.model.startswith("demo:") else None
+    tokenizer = _tokenizer_ref(prof.target.model, path)
     return {
         "endpoint": endpoint_from_host_port(prof.server.host, prof.server.port),
         "api_key_env": prof.server.api_key_env,

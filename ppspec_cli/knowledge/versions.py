@@ -21,7 +21,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 #: The vLLM releases (minor series) ppspec's facts, packs and mirror cases were read off and tested
-#: against. The one place that says so: README's "vLLM versions" section and the `[cuda]` / `[cpu]`
+#: against. The one place that says so: docs/versions.md ("vLLM versions") and the `[cuda]` / `[cpu]`
 #: extras in pyproject.toml agree with it (a test keeps them in step).
 VERIFIED_SERIES: tuple[str, ...] = ("0.30", "0.31", "0.32", "0.33")
 #: The same as a PEP 440 range.

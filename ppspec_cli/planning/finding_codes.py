@@ -24,7 +24,7 @@ SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
         "node-head-unroutable": ("From this host the head's address (`launch.master_addr`) is not reachable: a node that cannot reach the head never joins it.", "Run `ppspec check` on each node; give `launch.master_addr` as an address the nodes reach (the head's on the cluster network)."),
         "node-hostname-loopback": ("This host's name resolves to a loopback address: vLLM's Gloo/NCCL groups take their address from the host name unless told, and the other nodes cannot reach loopback.", "`ppspec serve` sets GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME and VLLM_HOST_IP from the route to the head (`serve --dry-run --node-rank i` shows them); set them in `env:` to choose yourself."),
         "node-ports": ("The TCP ports the nodes use (vLLM's rendezvous, ppspec's roll call, the API, vLLM's own groups): for the firewall.", "Open them between the nodes."),
-        "topology-install-everywhere": ("A multi-node profile: ppspec's vLLM plugin must run in every node's workers.", "Install the same ppspec wheel next to the same vLLM on every node; compare `ppspec --version` (README: Install on a GPU cluster)."),
+        "topology-install-everywhere": ("A multi-node profile: ppspec's vLLM plugin must run in every node's workers.", "Install the same ppspec wheel next to the same vLLM on every node; compare `ppspec --version` (docs/install.md)."),
         "draft-tp": ("The drafter's tensor parallelism is neither 1 nor the target's; vLLM refuses it.", "Set `drafter.tensor_parallel` to 1 or to the target's TP."),
         "heads-zero": ("The target's config has no attention heads (`num_attention_heads` 0): vLLM builds no attention layer.", "Fix the checkpoint's config.json."),
         "kv-heads-zero": ("The target's config has `num_key_value_heads` 0: vLLM cannot split it.", "Fix the checkpoint's config.json."),
@@ -80,6 +80,7 @@ SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
         "engine-ambiguous-option": ("An `engine:` key that is a prefix of several vLLM options (argparse refuses it).", "Write the option's full name."),
         "engine-untrusted-option": ("An `engine:` option that makes the engine run code, read a path, reach an endpoint or drop a safety check, not acknowledged in `trust.engine`.", "Remove it, or acknowledge it under `trust: {engine: [...]}` once you have read what it points at."),
         "env-untrusted-entry": ("An `env:` entry that makes the engine run code, read a path, reach an endpoint or drop a safety check, not acknowledged in `trust.env`.", "Remove it, or acknowledge it under `trust: {env: [...]}` once you have read what it points at."),
+        "untrusted-acknowledged": ("An `engine:` option or `env:` entry of that kind, acknowledged under `trust:`: a warning, so it stays visible.", "None if you wrote the profile or trust who did; otherwise remove it and its acknowledgement."),
         "engine-managed-option": ("An `engine:` option ppspec derives from the profile (in any spelling vLLM takes for it).", "Set the profile field the message names instead."),
         "engine-refused-option": ("An `engine:` option ppspec does not support (`config`: options ppspec could not see).", "Put each option under `engine:` in the profile."),
         "engine-overrides-depth": ("`hf-overrides` that change the model's layer count: the engine would build another model than the one planned.", "Point `target.model` at a checkpoint with that depth."),
@@ -95,7 +96,7 @@ SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
         "trust-remote-code": ("`trust_remote_code: true`: the checkpoint's own Python code runs in the engine.", "Keep it off unless the model needs it and you trust its repository."),
     },
     "Platform, vLLM and adapter packs": {
-        "vllm-not-installed": ("vLLM is not installed here: probes not run; the verdict is for the version the message names.", "None on a login node; install vLLM where the engine runs, or set `engine_version` (README: Install on a GPU cluster)."),
+        "vllm-not-installed": ("vLLM is not installed here: probes not run; the verdict is for the version the message names.", "None on a login node; install vLLM where the engine runs, or set `engine_version` (docs/install.md)."),
         "vllm-too-old": ("This vLLM refuses speculative decoding with pipeline parallelism (support arrived in 0.30).", "Install vLLM >= 0.30."),
         "vllm-unverified": ("This vLLM is not a release ppspec verified: the verdict carries the newest verified release's facts forward.", "Settle it where vLLM is installed: `check --probes` reads the engine by value (class attributes, tap resolution, partition, every patch anchor)."),
         "vllm-probed": ("An unverified vLLM that `check --probes` read by value and found to match what the profile needs.", "None: information."),
@@ -151,6 +152,7 @@ CHECKPOINT: dict[str, tuple[str, str]] = {
     "index-mismatch": ("The index and the shards disagree on where tensors are (different revisions).", "Download the index and the shards again together."),
     "bad-index": ("model.safetensors.index.json has no usable `weight_map`.", "Restore it from the model repository."),
     "partial-index": ("The index is marked partial: tensor placement is unknown.", "Use the checkpoint's real index."),
+    "local-folder": ("The model reference has the form of a hub id (org/name) and is also a folder relative to the profile's folder: it is read as that folder.", "None if that is the checkpoint you mean; write `./org/name` to say so, or move the folder to use the hub."),
     "config-over-read-limit": ("config.json is larger than the limit ppspec reads (MAX_CONFIG_BYTES in checkpoint/reader.py, 20x the largest real config): the model's facts are unknown, no plan is made.", "Check that `model` points at a model; report the size if it is a real config."),
     "over-read-limit": ("A checkpoint file is larger than the limit ppspec reads for its kind (config, index, headers; each limit traced to the largest real file of its kind, in checkpoint/reader.py): what it holds is unknown.", "Nothing to fix in the checkpoint; report the size if it is a real one."),
 }

@@ -35,7 +35,7 @@ class ModelRef(_Strict):
     """A checkpoint: a Hugging Face hub id, a local directory, or `demo:<name>` for a built-in tiny model."""
 
     model: str = Field(
-        description="Hub id (`org/name`), local directory, or `demo:<name>` (a seeded tiny model ppspec builds locally).",
+        description="Hub id (`org/name`), local directory (a relative path starts from the profile's folder, wherever ppspec runs; an `org/name` that is a folder there is read as that folder, and `check` says so), or `demo:<name>` (a seeded tiny model ppspec builds locally).",
         min_length=1,
         max_length=512,
     )
@@ -60,7 +60,7 @@ class Drafter(_Strict):
     )
     model: str | None = Field(
         default=None,
-        description="Drafter checkpoint (hub id, local directory or `demo:<name>`). Omit for `mtp`.",
+        description="Drafter checkpoint (hub id, local directory relative to the profile's folder, or `demo:<name>`). Omit for `mtp`.",
         max_length=512,
     )
     revision: str | None = Field(default=None, description="Hub revision of the drafter.", max_length=128)
@@ -162,6 +162,50 @@ class Server(_Strict):
         return v
 
 
+#: SLURM's --time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or the words it takes.
+_SLURM_TIME = re.compile(r"(?:\d{1,7}(?::\d{1,2}){0,2}|\d{1,5}-\d{1,2}(?::\d{1,2}){0,2}|UNLIMITED|INFINITE|unlimited|infinite)")
+#: SLURM's --mem sizes: a whole number with an optional K, M, G or T suffix (0: all of the node's memory).
+_SLURM_MEM = re.compile(r"\d{1,12}[KMGT]?")
+
+
+class SlurmJob(_Strict):
+    """What the job `ppspec export slurm` writes asks of SLURM, per node. The nodes and GPUs come from `topology`."""
+
+    time: str | None = Field(
+        default=None,
+        description="The job's wall-clock limit (`#SBATCH --time`), in SLURM's formats: `MM`, `HH:MM:SS`, `D-HH:MM:SS`, "
+        "`UNLIMITED`... Default: none written, so the partition's default limit applies (often short for a server).",
+        max_length=32,
+    )
+    cpus_per_node: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="CPUs for the one task on each node (`--cpus-per-task`, in the header and on `srun`). Default: the whole "
+        "node (`--exclusive`, and `srun` gets every CPU the allocation has on a node).",
+    )
+    mem_per_node: str | None = Field(
+        default=None,
+        description="Memory per node (`--mem`: a number with K, M, G or T, e.g. `512G`). Default: `0`, SLURM's word for all "
+        "of each node's memory.",
+        max_length=16,
+    )
+
+    @field_validator("time")
+    @classmethod
+    def _time(cls, v: str | None) -> str | None:
+        if v is not None and not _SLURM_TIME.fullmatch(v):
+            raise ValueError("not a SLURM time limit (e.g. 120, 12:00:00, 2-00:00:00 or UNLIMITED)")
+        return v
+
+    @field_validator("mem_per_node")
+    @classmethod
+    def _mem(cls, v: str | None) -> str | None:
+        if v is not None and not _SLURM_MEM.fullmatch(v):
+            raise ValueError("not a SLURM memory size (a whole number with K, M, G or T, e.g. 512G)")
+        return v
+
+
 class Launch(_Strict):
     """How the engine processes are started across nodes."""
 
@@ -173,6 +217,7 @@ class Launch(_Strict):
     master_addr: str | None = Field(default=None, description="Head node address for multi-node `mp` (required when nodes > 1).", max_length=255)
     master_port: int = Field(default=29501, ge=1, le=65535, description="Rendezvous port for multi-node `mp`.")
     health_timeout_s: int = Field(default=900, ge=5, le=86400, description="How long `serve` waits for `/health` before giving up.")
+    slurm: SlurmJob = Field(default_factory=SlurmJob, description="Resources the job `ppspec export slurm` writes requests (time limit, CPUs, memory).")
 
 
 #: The engine option that carries the KV connector: ppspec sets it from `kv_transfer`.
@@ -262,7 +307,7 @@ class Profile(_Strict):
         default=None,
         description="The vLLM version to check against when vLLM is not installed where `check` runs (e.g. `0.33.0`). "
         f"The installed vLLM's version wins when there is one (a differing `engine_version` is reported: engine-version-overruled); without either, the newest verified release ({NEWEST_SUPPORTED}). "
-        "A version outside the verified releases (a nightly, rc, `+local` fork build, a newer release) gets the newest verified release's verdict, marked unverified (README: vLLM versions). "
+        "A version outside the verified releases (a nightly, rc, `+local` fork build, a newer release) gets the newest verified release's verdict, marked unverified (docs/versions.md). "
         "`check` says which version its verdict is for and where that came from.",
         max_length=64,
     )
@@ -280,7 +325,7 @@ class Profile(_Strict):
         description="Extra vLLM engine arguments, long flag names without `--` (e.g. `max-model-len: 4096`), passed through.",
     )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for the engine processes.")
-    trust: Trust = Field(default_factory=Trust, description="What you acknowledge this profile makes the engine do beyond serving the checkpoint: run code, read paths, reach endpoints (README: Security and limits).")
+    trust: Trust = Field(default_factory=Trust, description="What you acknowledge this profile makes the engine do beyond serving the checkpoint: run code, read paths, reach endpoints (docs/security.md).")
     roles: dict[Role, RoleSpec] | None = Field(
         default=None,
         description="Disaggregated prefill/decode: one engine per role (`prefill`, `decode`), each with its own topology. "

@@ -213,6 +213,37 @@ def mtp_layers(r: Resolved) -> int | None:
     return facts.mtp_layer_count(r.target.text, m.keys, m.default, m.fixed)
 
 
+def _index_weights(target: Checkpoint, n: int) -> tuple[list[int], int | None, int | None, str]:
+    """From the index alone (sizes of tensors not read): the embedding and lm_head are vocab x
+    hidden x the config's dtype bytes each (one counted only when the index names it: a tied
+    lm_head is not stored), the rest of the total spread evenly over the layers."""
+    names = target.weight_map or {}
+    v, h, b = target.vocab_size, target.hidden_size, target.dtype_bytes
+    embed_b = v * h * b if v and h and b and any(k.endswith("embed_tokens.weight") for k in names) else None
+    if embed_b is None:
+        return [target.index_total_size // n] * n, None, None, (
+            "memory per stage is approximate: the index's total size spread evenly over the layers (headers not read; "
+            "the embedding's size is unknown, so it is spread too)"
+        )
+    stored = embed_b * (2 if any(k.endswith("lm_head.weight") for k in names) else 1)
+    body = max(0, target.index_total_size - stored)
+    return [body // n] * n, embed_b, embed_b, (
+        "memory per stage is approximate (headers not read): the embedding and lm_head are vocab x hidden x the config's dtype "
+        "each, the rest of the index's total is spread evenly over the layers (MTP layers or towers in it included)"
+    )
+
+
+def _counted_note(method: str | None, needs_embed: bool, drafter_b: int | None, drafter_src: str) -> str:
+    """What the plan's per-stage weights count on the last stage, and what they never count."""
+    last = ["lm_head"]
+    if needs_embed:
+        last.append("the target embedding copy the drafter reads")
+    if method and drafter_b is not None:
+        last.append(f"the drafter ({drafter_src})")
+    tail = "" if not method or drafter_b is not None else "; the drafter is not counted (its size is unknown here: no headers or index read)"
+    return f"weights: the last stage counts {', '.join(last)}{tail}; never counted: KV cache, activations, CUDA graphs, the runtime"
+
+
 def _target_weights(target: Checkpoint, n: int, tf) -> tuple[list[int] | None, int | None, int | None, list[str]]:
     """(bytes per layer, embedding bytes, lm_head bytes, notes for the plan): exact from safetensors
     headers; else the index's total spread over the layers; else estimated from config.json
@@ -226,8 +257,8 @@ def _target_weights(target: Checkpoint, n: int, tf) -> tuple[list[int] | None, i
         embed_b = emb[0].nbytes if emb else None
         lm_b = lm[0].nbytes if lm else embed_b
     elif target.index_total_size:
-        lw = [target.index_total_size // n] * n
-        notes.append("memory per stage is approximate: the index's total size spread evenly over the layers (headers not read)")
+        lw, embed_b, lm_b, note = _index_weights(target, n)
+        notes.append(note)
     else:
         from ppspec_cli.planning.weights import estimate
 
@@ -235,7 +266,7 @@ def _target_weights(target: Checkpoint, n: int, tf) -> tuple[list[int] | None, i
         if est is not None:
             lw, embed_b, lm_b = est
             notes.append("memory per stage is estimated from config.json (no index or safetensors headers here): attention + MLP per layer, "
-                         "embedding and lm_head, in the config's dtype; the drafter is not counted")
+                         "embedding and lm_head, in the config's dtype")
     return lw, embed_b, lm_b, notes
 
 
@@ -300,7 +331,13 @@ def resolve(
         embed_cap = m.target_embed_capability if m is not None else None
         needs_embed = r.pp > 1 and m is not None and (m.needs_target_embed or (embed_cap is not None and r.support(embed_cap).ok))
         lw, embed_b, lm_b, notes = _target_weights(r.target, n, tf)
-        drafter_b = sum(t.nbytes for t in r.drafter.tensors.values()) if r.drafter and r.drafter.tensors else None
+        drafter_b, drafter_src = None, ""
+        if r.drafter is not None and r.drafter.tensors:
+            drafter_b, drafter_src = sum(t.nbytes for t in r.drafter.tensors.values()), "its safetensors headers"
+        elif r.drafter is not None and r.drafter.index_total_size:
+            drafter_b, drafter_src = r.drafter.index_total_size, "its index's total size"
+        if lw is not None:
+            notes.append(_counted_note(method, needs_embed, drafter_b, drafter_src))
         if drafter_has_embed is False:
             notes.append("the drafter has no embed_tokens: it shares the target's embedding")
         if embed_cap is not None and needs_embed:

@@ -88,6 +88,7 @@ _GAP_SEVERITY: dict[str, Severity] = {
     "unsafe-shard-name": "error",
     "index-mismatch": "warning",
     "no-weights": "info",
+    "local-folder": "info",
     "over-read-limit": "warning",
     "config-over-read-limit": "error",
 }
@@ -116,6 +117,7 @@ def checkpoint_metadata(r: Resolved) -> Iterator[Finding]:
                 "index-mismatch": "the index and the shards come from different revisions: download them again together",
                 "bad-index": "restore model.safetensors.index.json from the model repository",
                 "partial-index": "get the checkpoint's real model.safetensors.index.json; ppspec does not fill in tensor placement",
+                "local-folder": "none if that folder is the checkpoint you mean (write ./ in front to say so); move it away to use the hub id",
                 "config-over-read-limit": "nothing to fix if it is a real config: its facts (layers, sizes) are unknown to ppspec, so no plan is made; report the file's size",
                 "over-read-limit": "nothing to fix in the checkpoint: what the file holds is unknown to ppspec; report the file's size if it is a real checkpoint",
             }.get(g.code, "fix the checkpoint's config.json; ppspec never guesses model facts")
@@ -248,7 +250,7 @@ def topology(r: Resolved) -> Iterator[Finding]:
             "info",
             "topology.nodes",
             "every node must have the same ppspec and vLLM installed: ppspec's vLLM plugin applies the adapter pack inside every worker",
-            "install the same ppspec wheel next to vLLM on each node (README: Install on a GPU cluster) and compare `ppspec --version` there; then `ppspec serve PROFILE --node-rank i` on node i",
+            "install the same ppspec wheel next to vLLM on each node (docs/install.md) and compare `ppspec --version` there; then `ppspec serve PROFILE --node-rank i` on node i",
         )
     n = r.target.num_layers if r.target else None
     pp = t.pipeline_parallel

@@ -20,7 +20,7 @@ from typing import Any
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.running.launch import LaunchSpec
 from ppspec_cli.planning.resolve import Resolved
-from ppspec_cli.io.shellout import comment, quote
+from ppspec_cli.io.shellout import comment, printable, quote
 
 #: What the SLURM script passes as the head's address; the script computes it in the allocation.
 SLURM_HEAD_VAR = "head_addr"
@@ -62,22 +62,107 @@ def _header(r: Resolved, profile_path: str, findings_errors: list[str]) -> list[
     return lines
 
 
-def slurm_script(r: Resolved, spec: LaunchSpec, profile_path: str, errors: list[str]) -> str:
-    """The sbatch script. Every value in it is either validated (numbers, the profile name) or
-    quoted by shellout.quote; the head's address is computed at run time and only ever expanded
-    inside double quotes."""
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def _slurm_resources(r: Resolved) -> list[str]:
+    """The #SBATCH lines, each under a comment that says what it asks for and where it comes from
+    (sbatch options given on its command line override them)."""
+    t = r.profile.topology
+    job = r.profile.launch.slurm
+    lines = [
+        "# What the job asks of SLURM, one line each (options on sbatch's command line win over these lines,",
+        "# e.g. sbatch --partition=gpu --account=ACCOUNT --time=1-00:00:00 THIS_FILE):",
+        "# the job's name in squeue (the profile's name)",
+        f"#SBATCH --job-name={r.profile.name}",
+        "# topology.nodes nodes, one `ppspec serve` task on each (it starts that node's engine processes)",
+        f"#SBATCH --nodes={t.nodes}",
+        "#SBATCH --ntasks-per-node=1",
+    ]
+    g = gpus_per_node(r)
+    if g:
+        src = "topology.gpus_per_node" if t.gpus_per_node else "tensor x pipeline x data parallel / nodes"
+        lines += [f"# GPUs on each node ({src})", f"#SBATCH --gpus-per-node={g}"]
+    if job.cpus_per_node:
+        lines += ["# CPUs for the task on each node (launch.slurm.cpus_per_node; srun asks for them again below)", f"#SBATCH --cpus-per-task={job.cpus_per_node}"]
+    else:
+        lines += [
+            "# the whole node: every CPU (engine workers, tokenizer, weight loading), where a cgroup-limited",
+            "# cluster gives a job only what it asks for (launch.slurm.cpus_per_node asks for a number instead)",
+            "#SBATCH --exclusive",
+        ]
+    mem = job.mem_per_node or "0"
+    lines += [f"# memory per node: {'launch.slurm.mem_per_node' if job.mem_per_node else '0 is all of the node' + chr(39) + 's (launch.slurm.mem_per_node asks for an amount)'}", f"#SBATCH --mem={mem}"]
+    if job.time:
+        lines += ["# the wall-clock limit (launch.slurm.time)", f"#SBATCH --time={job.time}"]
+    else:
+        lines.append("# no --time: the partition's default limit applies (set launch.slurm.time, or sbatch --time=...)")
+    return lines
+
+
+def _slurm_head(r: Resolved, fixed: str | None) -> list[str]:
+    """How the head's address is chosen, and what happens to the profile's launch.master_addr."""
+    n = r.profile.topology.nodes
+    lines = [
+        f'{SLURM_HEAD_VAR}="$(scontrol show hostnames "${{SLURM_JOB_NODELIST:-}}" | sed -n 1p)"',
+        f'if [ -z "${SLURM_HEAD_VAR}" ]; then',
+        '    echo "ppspec: cannot read the head node from SLURM_JOB_NODELIST (scontrol show hostnames)" >&2',
+        "    exit 2",
+        "fi",
+    ]
+    if n > 1 and fixed:
+        note = (
+            f"launch.master_addr in the profile ({fixed}) is not used: SLURM picks the nodes of the job when it starts, "
+            "and node 0 (the head) runs on the first host of the allocation; pass --master-addr ADDR after the script to name it otherwise"
+        )
+        lines.insert(0, comment(f"Head address: {note}."))
+        # one single-quoted word: the profile's value is printed as written, never expanded
+        lines += ["# shellcheck disable=SC2016", f"printf '%s\\n' {quote('ppspec: ' + printable(note))} >&2"]
+    return lines
+
+
+def _slurm_api(r: Resolved) -> list[str]:
+    """Where the API is reachable (the head binds server.host), and the API key the server needs."""
+    s = r.profile.server
+    port = int(s.port)
+    key = s.api_key_env  # validated: a shell variable name
+    lines: list[str] = []
+    if key:
+        lines += [
+            f'if [ -z "${{{key}:-}}" ]; then',
+            f'    echo "ppspec: server.api_key_env names {key}, which is empty in this job: export it before sbatch (sbatch passes the submit shell\'s environment)" >&2',
+            "    exit 2",
+            "fi",
+        ]
+    if s.host in LOOPBACK_HOSTS:
+        lines += [
+            comment(f"The API binds {s.host} (server.host, loopback): only the head node itself reaches it."),
+            f'echo "ppspec: the API listens on {s.host}:{port} on ${SLURM_HEAD_VAR} only (server.host is loopback): use it there, or tunnel: '
+            f'ssh -N -L {port}:127.0.0.1:{port} ${SLURM_HEAD_VAR}; to serve the cluster set server.host: 0.0.0.0 and server.api_key_env" >&2',
+        ]
+        return lines
+    where = f"http://${SLURM_HEAD_VAR}:{port}" if s.host in ("0.0.0.0", "::") else f"http://{'[' + s.host + ']' if ':' in s.host else s.host}:{port} (server.host: it must be an address of ${SLURM_HEAD_VAR})"
+    keyed = f"with the API key in {key}" if key else "with no API key: anyone who can reach the port can use it (set server.api_key_env)"
+    lines.append(f'echo "ppspec: the API will be at {where}, {keyed}" >&2')
+    return lines
+
+
+def slurm_script(r: Resolved, spec: LaunchSpec, profile_path: str, errors: list[str], profile_master_addr: str | None = None) -> str:
+    """The sbatch script. Every value in it is either validated (numbers, the profile name, host
+    names, variable names) or quoted by shellout.quote; the head's address is computed at run time
+    and only ever expanded inside double quotes. The profile's path is absolute, and `ppspec serve`
+    resolves the profile's relative model paths against the profile's folder: nothing depends on
+    the directory the job is submitted from."""
     _mp_only(r, "slurm")
     t = r.profile.topology
     n = t.nodes
     prof = quote(str(Path(profile_path).resolve()))
-    lines = ["#!/bin/bash"]
-    lines += [f"#SBATCH --job-name={r.profile.name}", f"#SBATCH --nodes={n}", "#SBATCH --ntasks-per-node=1"]
-    g = gpus_per_node(r)
-    if g:
-        lines.append(f"#SBATCH --gpus-per-node={g}")
+    job = r.profile.launch.slurm
+    cpus = str(job.cpus_per_node) if job.cpus_per_node else '"$cpus"'
+    lines = ["#!/bin/bash", *_slurm_resources(r)]
     lines += _header(r, profile_path, errors)
     lines += [
-        "# Submit: sbatch THIS_FILE [more `ppspec serve` options, e.g. --run-dir DIR]",
+        "# Submit: sbatch [sbatch options] THIS_FILE [more `ppspec serve` options, e.g. --run-dir DIR]",
         "# One srun task per node runs `ppspec serve PROFILE`; each takes its node rank from SLURM_NODEID,",
         "# and the head (node 0, which serves the API) is the allocation's first host.",
         "# Every node needs the same ppspec and vLLM, and the profile at the same path (a shared file system).",
@@ -90,14 +175,18 @@ def slurm_script(r: Resolved, spec: LaunchSpec, profile_path: str, errors: list[
         f'    echo "ppspec: this job needs {n} node(s) (sbatch --nodes={n}); the allocation has ${{nodes:-none}}" >&2',
         "    exit 2",
         "fi",
-        f'{SLURM_HEAD_VAR}="$(scontrol show hostnames "${{SLURM_JOB_NODELIST:-}}" | sed -n 1p)"',
-        f'if [ -z "${SLURM_HEAD_VAR}" ]; then',
-        '    echo "ppspec: cannot read the head node from SLURM_JOB_NODELIST (scontrol show hostnames)" >&2',
-        "    exit 2",
-        "fi",
-        f'echo "ppspec: {n} node(s), head ${SLURM_HEAD_VAR}; the API will be at http://${SLURM_HEAD_VAR}:{r.profile.server.port}" >&2',
+    ]
+    if not job.cpus_per_node:
+        lines += [
+            "# srun does not pass the allocation's CPUs on to its tasks (SLURM 22.05 and later): ask for them, the fewest",
+            "# any node has (SLURM_JOB_CPUS_PER_NODE lists them as 64(x2),32 ...)",
+            'cpus="$(printf \'%s\\n\' "${SLURM_JOB_CPUS_PER_NODE:-${SLURM_CPUS_ON_NODE:-1}}" | tr \',\' \'\\n\' | sed \'s/(.*//\' | sort -n | sed -n 1p)"',
+        ]
+    lines += _slurm_head(r, profile_master_addr)
+    lines += [f'echo "ppspec: {n} node(s), head ${SLURM_HEAD_VAR}" >&2', *_slurm_api(r)]
+    lines += [
         "# --kill-on-bad-exit: when one node fails, the others are stopped and the job fails with it.",
-        f"exec srun --nodes={n} --ntasks={n} --ntasks-per-node=1 --kill-on-bad-exit=1 \\",
+        f"exec srun --nodes={n} --ntasks={n} --ntasks-per-node=1 --cpus-per-task={cpus} --kill-on-bad-exit=1 \\",
         f'    "$ppspec_bin" serve "$profile" --master-addr "${SLURM_HEAD_VAR}" --master-port {int(r.profile.launch.master_port)} "$@"',
     ]
     return "\n".join(lines) + "\n"

@@ -224,9 +224,10 @@ def render_table(report: Report | dict, console: Any = None) -> None:
     row("output tokens", str(tp.get("output_tokens")))
     row("wall time", _num(tp.get("wall_time_s"), "{:.2f} s"))
     row("output tokens/s", _num(tp.get("output_tokens_per_s"), "{:.1f}"))
-    row("time per output token", _num(tp.get("time_per_output_token_ms"), "{:.1f} ms"))
+    # what each measures, next to its value: the two differ by design (docs/verify.md)
+    row("time per output token", _num(tp.get("time_per_output_token_ms"), "{:.1f} ms") + f" ({TPOT_MEANS})")
     if tp.get("engine_inter_token_latency_ms") is not None:
-        row("engine inter-token latency", _num(tp.get("engine_inter_token_latency_ms"), "{:.1f} ms"))
+        row("engine inter-token latency", _num(tp.get("engine_inter_token_latency_ms"), "{:.1f} ms") + f" ({ITL_MEANS})")
     ts = r.get("task_score")
     if ts and ts.get("total"):
         row("arithmetic score", f"{ts.get('correct')}/{ts.get('total')} = {ts.get('score'):.3f}")
@@ -236,6 +237,12 @@ def render_table(report: Report | dict, console: Any = None) -> None:
     for w in r.get("warnings", []):
         console.print(styled("[yellow]warning:[/yellow] {}", w))
     print_gate_lines(r, console)
+
+
+#: What verify's two latency rows measure (vLLM 0.32 records one inter-token latency per engine step
+#: that emits tokens for a request, vllm/v1/metrics/stats.py update_from_output, whatever their number).
+TPOT_MEANS = "client: each request's time, prefill included, over its tokens"
+ITL_MEANS = "engine: time between its steps; a step emits every accepted draft token at once"
 
 
 #: What the arithmetic score row means (printed under the table whenever it is shown).

@@ -198,6 +198,17 @@ def remove_engine_shm(run_dir: Any, seen: set[str], before: set[str]) -> None:
         rd.close()
 
 
+def engine_left(seen: set[str], before: set[str]) -> list[str]:
+    """What of this engine is still in /dev/shm after cleanup, by the module's rule: entries of
+    ours (regular, our uid) that were not there before it started and that it used (`seen`), or
+    that have an engine's name and nothing uses. Another engine's entries (in use by it, of
+    another user, or of no shape vLLM's processes make and never ours) are not this engine's."""
+    ours = {n: st for n, st in _ours().items() if n not in before}
+    shaped = {n: st for n, st in ours.items() if n not in seen and ENGINE_SHM_NAME.fullmatch(n)}
+    used = _shm_in_use() if shaped else set()
+    return sorted([n for n in ours if n in seen] + [n for n, st in shaped.items() if (st.st_dev, st.st_ino) not in used])
+
+
 class ShmTracker(threading.Thread):
     """Remembers the /dev/shm entries the engine's own processes map or hold open, so cleanup
     removes those even when their name follows no known shape."""

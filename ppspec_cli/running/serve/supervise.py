@@ -23,7 +23,7 @@ from ppspec_cli.io import netio, redact, shellout
 from ppspec_cli.running.engine.plugin import read_status_dir
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.running.launch import LaunchSpec, NodeLaunch, materialize_overlay
-from ppspec_cli.running.serve.residue import ShmTracker, remove_engine_shm, remove_recorded_shm, shm_snapshot
+from ppspec_cli.running.serve.residue import ShmTracker, engine_left, remove_engine_shm, remove_recorded_shm, shm_snapshot
 from ppspec_cli.running.serve.confirm import EXIT_UNCONFIRMED, unconfirmed
 from ppspec_cli.running.serve.rundir import READY_FILE, lock_run_dir, status_dir, make_engine_tmp, remove_engine_tmp, write_run_files
 
@@ -423,7 +423,7 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
         log_file.close()
         _cleanup(rd, shm_before, shm.seen)
         if shown.leaked:
-            left = sorted(shm_snapshot() - shm_before)
+            left = engine_left(shm.seen, shm_before)  # only ours: another engine's entries are not this one's residue
             what = " and ".join(f"{n} {kind.replace('_', ' ')} object(s)" for kind, n in sorted(shown.leaked.items()))
             log(f"the 'leaked ... objects' warning in engine.log is Python's resource tracker removing {what} vLLM's stopped processes left: harmless"
                 + (" (nothing of the engine's is left in /dev/shm)" if not left else f"; still in /dev/shm: {', '.join(left[:5])}"))
