@@ -1141,3 +1141,19 @@ def test_issue31_unregistered_architecture_stays_unknown(v033, make_checkpoint, 
     _, by = check(synthetic(make_checkpoint, "SomeForkForCausalLM"), specforge, pp=2, engine_version="0.33.0")
     f = expect(by, "target-opt-in-unknown", "warning", "target.model")
     assert "does not register" in f.message
+
+
+def test_issue31_nested_ids_whose_convention_trainers_read_differently(kimi_target, kimi_eagle3, make_checkpoint):
+    """Kimi-K2.5's EAGLE3 head nests [2, 30, 58]: ppspec's auto reads output-of-layer ids (taps
+    [3, 31, 59]); SGLang's heuristic (sglang #25454: first id 1 -> output-of-layer, else capture
+    points) reads capture points ([2, 30, 58]). Both readings are named; a convention the profile
+    states, or a first id of 1 (both read output-of-layer), says nothing."""
+    _, by = check(kimi_target, kimi_eagle3, pp=2)
+    f = expect(by, "taps-convention-ambiguous", "warning", "drafter.tap_convention")
+    assert "[3, 31, 59]" in f.message and "[2, 30, 58]" in f.message and "sglang #25454" in f.message
+    _, by = check(kimi_target, kimi_eagle3, pp=2, dopts={"tap_convention": "layer_output"})
+    assert "taps-convention-ambiguous" not in by
+    cfg = fixture_config("AQ-MedAI__Kimi-K25-eagle3")
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 29, 57]
+    _, by = check(kimi_target, make_checkpoint("k2-first-1", cfg), pp=2)
+    assert "taps-convention-ambiguous" not in by

@@ -327,7 +327,25 @@ def adapters_list(json_out: bool) -> int:
                 print_wrapped(c, plain(", ".join(names)), indent=12, label=f"  {label}")
         print_wrapped(c, plain(", ".join(p.provides) or _provides_nothing(p)), indent=12, label="  provides")
         print_wrapped(c, plain(p.vllm_range), indent=12, label="  vLLM")
+    _print_arch_tables(c)
     return 0
+
+
+def _print_arch_tables(c: Any) -> None:
+    """Per release: how many architectures vLLM's own source covers and where the facts came from
+    (knowledge/arch; docs/adapters.md, "vLLM's own facts for every architecture")."""
+    from ppspec_cli.commands.render import print_wrapped
+    from ppspec_cli.io.terminal import plain, styled
+    from ppspec_cli.knowledge import archtable
+
+    c.print()
+    c.print(styled("[bold]vLLM's facts for every registered architecture[/bold] (read from its source)"))
+    for v in archtable.committed_versions():
+        t = archtable.committed(v)
+        if t is None:
+            continue
+        n_t, n_d = t.counts
+        print_wrapped(c, plain(f"{n_t} architectures, {n_d} drafter/MTP classes; {t.describe()}"), indent=12, label=f"  {v}")
 
 
 def packs_covering(arch: str) -> list[tuple[Pack, str]]:

@@ -47,6 +47,11 @@ LOCAL_DEPTH_CALL = "get_num_layers"
 REGISTRY = "vllm/model_executor/models/registry.py"
 SPEC_CONFIG = "vllm/config/speculative.py"
 _MODELS_PKG = "vllm.model_executor.models"
+#: A decoder built from another package's class never carries vLLM's opt-in attribute.
+EXTERNAL_NOTE = "a class from outside vLLM, which never sets supports_aux_hidden_states_over_pp: vLLM's PP gate reads False"
+#: decoder_why prefix: the language model is the registered architecture named by this config's
+#: `architectures` (`text_config`, or `.` for the top-level config), resolved per profile.
+LM_FROM_CONFIG = "language model: the registered architecture named by the config's architectures at "
 _MAX_DEPTH = 12
 
 
@@ -374,13 +379,25 @@ class Scanner:
             if fname.endswith("init_vllm_registered_model"):
                 return self._registered(val, platform, where)
             got = self.src.resolve(c.module, fname, platform)
+            if got is None and self._outside(c.module, fname, platform):
+                return None, where, f"self.{attr} is built by {fname}: {EXTERNAL_NOTE}"
             return got, where, "" if got else f"self.{attr} is built by {fname}, which is not a class in vLLM's source"
         return None, holder.where(), f"no constructor in the MRO assigns self.{attr}"
+
+    def _outside(self, module: str, fname: str, platform: str) -> bool:
+        """The name comes from a package other than vLLM (transformers, torch)."""
+        info = self.src.module(module)
+        head = fname.split(".")[0]
+        got = info.imports.get(head, {}).get(platform) if info else None
+        return got is not None and not got[0].startswith("vllm") and got[0] != "" and not got[0].startswith(".")
 
     def _returned(self, owner: ClassInfo, method: str, platform: str, where: str, attr: str) -> tuple[ClassInfo | None, str, str]:
         """`self.<attr> = self.<method>(...)`: the one class the method's `return X(...)` names."""
         found = {_dotted(n.value.func) for n in ast.walk(owner.methods[method]) if isinstance(n, ast.Return) and isinstance(n.value, ast.Call)}
         found.discard(None)
+        outside = {f for f in found if f and self._outside(owner.module, f, platform)}
+        if outside and outside == found:
+            return None, where, f"self.{attr} is built by self.{method}, which returns {', '.join(sorted(outside))}: {EXTERNAL_NOTE}"
         classes = [c for c in (self.src.resolve(owner.module, f, platform) for f in sorted(found) if f) if c is not None]  # type: ignore[arg-type]
         if len(classes) == 1 and len(found) == 1:
             return classes[0], where, ""
@@ -392,6 +409,13 @@ class Scanner:
                 archs = _literal(kw.value)
                 if isinstance(archs, list) and archs and isinstance(archs[0], str) and archs[0] in self.registry:
                     return self.cls(archs[0], platform), where, ""
+        for kw in call.keywords:
+            if kw.arg == "hf_config":
+                cfg = (_dotted(kw.value) or "").split(".")
+                if len(cfg) == 2 and cfg[0] in ("config", "hf_config", "self.config"):
+                    return None, where, f"{LM_FROM_CONFIG}{cfg[1]}"
+                if cfg == ["config"] or cfg == ["hf_config"]:
+                    return None, where, f"{LM_FROM_CONFIG}."
         return None, where, "the language model is chosen at run time from the config's architectures (init_vllm_registered_model)"
 
     def decoder(self, outer: ClassInfo, platform: str) -> tuple[ClassInfo | None, str, str]:
@@ -431,6 +455,12 @@ class Scanner:
                     relays_fwd = True
                     break
                 todo += [x for x in called if _owner(mro, method=x) is not None and x not in RELAY_CALLS]
+                if "super" in called and m in called:  # super().<m>(...): the next definition up the MRO
+                    rest = mro[mro.index(owner) + 1:]
+                    up = _owner(rest, method=m)
+                    if up is not None and _calls(up.methods[m]) & RELAY_CALLS:
+                        relays_fwd = True
+                        break
         return {
             "opt_in": opt_val is True,
             "opt_in_defined_by": opt.ref if opt else None,
@@ -478,9 +508,11 @@ class Scanner:
         dec, where, why = self.decoder(outer, platform)
         out["decoder"] = dec.ref if dec else None
         out["decoder_at"] = where
+        if dec is None and why.startswith(LM_FROM_CONFIG):
+            out["language_model_from"] = why[len(LM_FROM_CONFIG):]
         if dec is None:
             out["decoder_why"] = why
-            gate_reads_none = "reads none" in why
+            gate_reads_none = "reads none" in why or EXTERNAL_NOTE in why or (why.startswith("no constructor") and _owner(mro, attr="model") is None)
             out.update(relay=None if not gate_reads_none else {"opt_in": False, "forward_relays": False, "relays_over_pp": False},
                        embed_last_stage=None, embed_why=why)
             if not gate_reads_none:
@@ -500,12 +532,16 @@ class Scanner:
             return None
         info = self.src.module(c.module)
         mro = self.src.mro(c, platform)
-        calls = set().union(*(_calls(x.methods["__init__"]) for x in mro if isinstance(x, ClassInfo) and "__init__" in x.methods))
         out: dict[str, Any] = {"class": c.ref, "at": c.where()}
-        if TOTAL_DEPTH_CALL in calls:
-            out["numbering"] = "global"
-        elif LOCAL_DEPTH_CALL in calls:
-            out["numbering"] = "pp-local"
+        # the most derived constructor that reads a depth decides (it builds the draft model it names)
+        decider = next(((x, cs) for x in mro if isinstance(x, ClassInfo) and "__init__" in x.methods
+                        and (cs := _calls(x.methods["__init__"]) & {TOTAL_DEPTH_CALL, LOCAL_DEPTH_CALL})), None)
+        if decider is not None and len(decider[1]) == 1:
+            out["numbering"] = "global" if TOTAL_DEPTH_CALL in decider[1] else "pp-local"
+            out["numbering_at"] = decider[0].where(decider[0].methods["__init__"].lineno)
+        elif decider is not None:
+            out["numbering"] = None
+            out["numbering_why"] = f"{decider[0].where()}: the constructor reads both depths"
         else:
             out["numbering"] = None
             out["numbering_why"] = f"the constructor calls neither {TOTAL_DEPTH_CALL} nor {LOCAL_DEPTH_CALL}"

