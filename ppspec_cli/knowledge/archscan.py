@@ -224,6 +224,8 @@ class Source:
         if name in info.classes:
             return info.classes[name]
         target = info.imports.get(name, {}).get(platform)
+        if target is None and info.tree is not None:
+            return self._lazy(info, name, platform, depth)
         if target is None or target[1] is None:
             return None
         found = self.resolve(target[0], target[1], platform, depth + 1)
@@ -231,9 +233,84 @@ class Source:
             return None
         return found
 
+    def _lazy(self, info: ModuleInfo, name: str, platform: str, depth: int) -> ClassInfo | None:
+        """A package's module-level `__getattr__(name)` (lazy re-exports), run for one name and
+        platform: its if-tests on the name and the platform, its imports, its return."""
+        fn = next((n for n in info.tree.body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"), None) if info.tree else None
+        if fn is None or not fn.args.args:
+            return None
+        exported = next((_literal(n.value) for n in info.tree.body if isinstance(n, ast.Assign)  # type: ignore[union-attr]
+                         and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)), None)
+        env = _LazyRun(self, info, fn.args.args[0].arg, name, platform, exported if isinstance(exported, (list, tuple)) else ())
+        return env.run(fn.body, depth)
+
     def mro(self, cls: ClassInfo, platform: str) -> list[ClassInfo | str]:
         """C3 linearisation; bases outside the source stay as their dotted names."""
         return _c3(self, cls, platform, 0)
+
+
+class _LazyRun:
+    """Follows one path through a lazy `__getattr__` for a known name and platform."""
+
+    def __init__(self, src: Source, info: ModuleInfo, arg: str, name: str, platform: str, exported: Any):
+        self.src, self.info, self.arg, self.name, self.platform, self.exported = src, info, arg, name, platform, tuple(exported)
+        self.bound: dict[str, tuple[str, str | None]] = {}
+        self.base = info.name  # a package's __init__: relative imports start here
+
+    def _truth(self, test: ast.expr) -> bool | None:
+        plats = _platforms_true(test)
+        if plats is not None:
+            return self.platform in plats
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) and test.left.id == self.arg:
+            right = test.comparators[0]
+            vals = self.exported if isinstance(right, ast.Name) and right.id == "__all__" else _literal(right)
+            if isinstance(test.ops[0], ast.Eq):
+                return vals == self.name
+            if isinstance(test.ops[0], ast.In) and isinstance(vals, (list, tuple, set, frozenset)):
+                return self.name in vals
+        return None
+
+    def run(self, body: list[ast.stmt], depth: int) -> ClassInfo | None:
+        for st in body:
+            if isinstance(st, ast.If):
+                t = self._truth(st.test)
+                if t is None:
+                    return None  # a test the source does not decide statically
+                got = self.run(st.body if t else st.orelse, depth)
+                if got is not None or self._returned:
+                    return got
+            elif isinstance(st, ast.ImportFrom):
+                mod = self.src._abs(self.info, st.level, st.module, True)
+                for a in st.names:
+                    sub = f"{mod}.{a.name}"
+                    self.bound[a.asname or a.name] = (sub, None) if self.src.path_of(sub) else (mod, a.name)
+            elif isinstance(st, ast.Raise):
+                self._returned = True
+                return None
+            elif isinstance(st, ast.Return) and st.value is not None:
+                self._returned = True
+                return self._value(st.value, depth)
+        return None
+
+    _returned = False
+
+    def _value(self, v: ast.expr, depth: int) -> ClassInfo | None:
+        if isinstance(v, ast.Subscript) and isinstance(v.value, ast.Dict) and isinstance(v.slice, ast.Name) and v.slice.id == self.arg:
+            hit = next((val for key, val in zip(v.value.keys, v.value.values) if _literal(key) == self.name), None)
+            return self._value(hit, depth) if hit is not None else None
+        if isinstance(v, ast.Call) and _dotted(v.func) == "getattr" and len(v.args) == 2 and isinstance(v.args[0], ast.Name):
+            b = self.bound.get(v.args[0].id)
+            return self.src.resolve(b[0], self.name, self.platform, depth + 1) if b and b[1] is None else None
+        d = _dotted(v)
+        if not d:
+            return None
+        head, _, rest = d.partition(".")
+        b = self.bound.get(head)
+        if b is None:
+            return None
+        if b[1] is None:
+            return self.src.resolve(b[0], rest, self.platform, depth + 1) if rest else None
+        return self.src.resolve(b[0], b[1], self.platform, depth + 1) if not rest else None
 
 
 def _c3(src: Source, cls: ClassInfo, platform: str, depth: int) -> list[ClassInfo | str]:
