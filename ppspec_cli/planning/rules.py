@@ -544,7 +544,7 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
                 "target-relay-trap",
                 "error",
                 "target.model",
-                f"{arch} on {where}: {rv[1]}. vLLM's PP check reads the attribute and lets {d.method} start; the next stage then gets no taps and the engine fails on the first step",
+                f"{arch} on {r.platform}, vLLM {r.arch_table.version if r.arch_table else r.engine_version} source: {rv[1]}. vLLM's PP check reads the attribute and lets {d.method} start; the next stage then gets no taps and the engine fails on the first step",
                 "use an adapter pack whose patch makes that forward relay taps (`ppspec adapters list`), or pipeline_parallel: 1",
             )
         elif s.status == "patched":
