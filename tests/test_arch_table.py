@@ -89,6 +89,7 @@ def test_pick_prefers_the_installed_engine_that_serves(tmp_path, monkeypatch):
     # another platform than the install's: the committed table of the declared version
     assert archtable.pick("rocm", fork, "0.31.0", verified_install=False).version == "0.31.0"
     # a verified install reads its committed table (same code); nothing installed: the declared version's
+    monkeypatch.setattr(archscan, "source_version", lambda root: ("0.32.0", None))
     assert archtable.pick("cuda", VllmInstall("0.32.0", "vllm", "cuda"), "0.32.0", verified_install=True).source == "committed"
     assert archtable.pick("cuda", None, "0.34.0", verified_install=False).version == archtable.committed_versions()[-1]
 

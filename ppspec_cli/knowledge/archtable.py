@@ -4,8 +4,9 @@ tools/vllm_arch_facts.py), and the same read of the installed engine, cached per
 
 Which table a verdict uses (`pick`):
 1. the installed engine's, when it is the engine that will serve the profile (its build targets
-   the profile's platform): a verified release reads its committed table (the same code); any
-   other install (a nightly, a release candidate, a fork) is scanned by value, once per install;
+   the profile's platform): a verified release (by its metadata, else by the version its source
+   was built as, `vllm/_version.py`) reads its committed table (the same code); any other install
+   (a nightly, a release candidate, a fork) is scanned by value, once per install;
 2. else the committed table of the profile's engine version (its release);
 3. else the newest committed release's (the verdict is then unverified: knowledge/versions.py).
 
@@ -179,10 +180,17 @@ def pick(platform: str, installed: Any, facts_version: str, *, verified_install:
     """The table a verdict uses (module doc). `installed` is knowledge.engine.VllmInstall or None."""
     if installed is not None and installed.platform == platform:
         if verified_install and (t := committed(installed.version)) is not None:
-            return t
+            return t  # a verified release: its committed table is the same code
         root = installed_source_root()
         if root is not None:
-            return installed_table(root, installed.version)
+            # the version the source itself was built as (vllm/_version.py), else the metadata's
+            from ppspec_cli.knowledge import archscan
+            from ppspec_cli.knowledge.versions import verdict
+
+            built = archscan.source_version(root)[0] or installed.version
+            if verdict(built).verified and (t := committed(built)) is not None:
+                return t  # the code on disk is a verified release
+            return installed_table(root, built)
     return committed(facts_version) or newest()
 
 
