@@ -64,7 +64,9 @@ def test_walker_drafters_and_mtp(fixture_table):
     assert d["LocalDraft"]["platforms"]["cuda,rocm,xpu,cpu"]["numbering"] == "pp-local"
     m = d["PlainMTP"]["platforms"]["cuda,rocm,xpu,cpu"]
     assert m["numbering"] is None and m["mtp_layers"]["keys"] == ["num_nextn_predict_layers"] and m["mtp_layers"]["default"] == 1
-    assert fixture_table["mtp_rewrites"]["model_type"]["plain"] == "PlainMTP"  # through the model_type rename
+    rw = fixture_table["mtp_rewrites"]["model_type"]
+    assert rw["plain"] == "PlainMTP" and rw["plain_big"] == "BigMTP"  # through the rename, the flag read on the original type
+    assert "odd" not in rw  # a branch that writes architectures in a form not read: unknown, never the renamed type's
     assert archscan.source_version(FIXTURE) == ("9.9.0", "gabc1234")
 
 

@@ -721,25 +721,30 @@ def mtp_rewrites(src: Source) -> dict[str, dict[str, str]]:
     renames: dict[str, str] = {}
     by_type: dict[str, str] = {}
     by_arch: dict[str, str] = {}
+    branch: dict[str, list[ast.stmt]] = {}
+    flags = _flags(info.tree)
     for n in ast.walk(info.tree):
         if not isinstance(n, ast.If):
             continue
         kind, keys = _test_keys(n.test)
         if not kind:
             continue
-        arch = _arch_in(n.body)
         new_type = _type_rename(n.body)
         for k in keys:
+            arch = _arch_in(n.body, k, flags)
             if arch:
                 (by_type if kind == "model_type" else by_arch).setdefault(k, arch)
-            elif new_type and kind == "model_type" and new_type != k:
+                branch.setdefault(k, n.body)
+            elif new_type and kind == "model_type" and new_type != k and not _writes_architectures(n.body):
                 renames.setdefault(k, new_type)
     for mt, new in renames.items():
         hops = 0
         while new in renames and hops < 4:
             new, hops = renames[new], hops + 1
-        if new in by_type:
-            by_type.setdefault(mt, by_type[new])
+        if new in branch:  # the branch of the renamed type, decided for the original one
+            got = _arch_in(branch[new], mt, flags)
+            if got:
+                by_type.setdefault(mt, got)
     out["model_type"], out["architecture"] = dict(sorted(by_type.items())), dict(sorted(by_arch.items()))
     return out
 
@@ -766,16 +771,49 @@ def _test_keys(test: ast.expr) -> tuple[str | None, list[str]]:
     return None, []
 
 
-def _arch_in(body: list[ast.stmt]) -> str | None:
+def _arch_in(body: list[ast.stmt], key: str, flags: dict[str, set[str]]) -> str | None:
+    """The MTP architecture a branch writes into `architectures` for `key`: a literal, or
+    `"A" if flag else "B"` where the branch set `flag = <config>.model_type in (...)`."""
     for st in body:
         for n in ast.walk(st):
-            if isinstance(n, ast.Dict):
-                for k, v in zip(n.keys, n.values):
-                    if _literal(k) == "architectures":
-                        lv = _literal(v)
-                        if isinstance(lv, list) and lv and isinstance(lv[0], str):
-                            return lv[0]
+            if not isinstance(n, ast.Dict):
+                continue
+            for k, v in zip(n.keys, n.values):
+                if _literal(k) != "architectures" or not isinstance(v, ast.List) or not v.elts:
+                    continue
+                el = v.elts[0]
+                if isinstance(el, ast.Constant) and isinstance(el.value, str):
+                    return el.value
+                if isinstance(el, ast.IfExp) and isinstance(el.test, ast.Name):
+                    flag = flags.get(el.test.id)
+                    a, b = _literal(el.body), _literal(el.orelse)
+                    if flag is not None and isinstance(a, str) and isinstance(b, str):
+                        return a if key in flag else b
     return None
+
+
+def _writes_architectures(body: list[ast.stmt]) -> bool:
+    """The branch sets `architectures` itself (a dict key or `x["architectures"] = ...`): a rename
+    in it is not followed (what it writes, where unreadable, stays unknown)."""
+    for st in body:
+        for n in ast.walk(st):
+            if isinstance(n, ast.Dict) and any(_literal(k) == "architectures" for k in n.keys):
+                return True
+            if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and _literal(n.slice) == "architectures":
+                return True
+    return False
+
+
+def _flags(tree: ast.AST) -> dict[str, set[str]]:
+    """`name = <config>.model_type in (...)` anywhere in the module: the model types that set it
+    (read on the config's original model type, before any rename)."""
+    out: dict[str, set[str]] = {}
+    for st in ast.walk(tree):
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            kind, keys = _test_keys(st.value)
+            if kind == "model_type":
+                out.setdefault(st.targets[0].id, set(keys))
+    return out
 
 
 def _type_rename(body: list[ast.stmt]) -> str | None:
