@@ -230,3 +230,14 @@ def test_walker_lazy_package_getattr(fixture_table):
     assert _one(e, "cuda")["class"].endswith("lazy.gpu:LazyForCausalLM") and _one(e, "cuda")["relay"]["relays_over_pp"]
     assert _one(e, "rocm")["class"].endswith("lazy.other:LazyForCausalLM") and not _one(e, "rocm")["relay"]["relays_over_pp"]
     assert _one(e, "xpu") is None
+
+
+def test_adapters_show_an_architecture_no_pack_covers(capsys):
+    from ppspec_cli.commands import adapters
+
+    assert adapters.adapters_show("Qwen3NextForCausalLM", True) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["packs"] == [] and set(doc["vllm"]) == set(archtable.committed_versions())
+    assert doc["vllm"]["0.33.0"]["cuda"]["relay_verdict"] == "unsupported"
+    assert adapters.adapters_show("Qwen3VLForConditionalGeneration", False) == 0
+    assert "the forward that runs never relays" in capsys.readouterr().out
