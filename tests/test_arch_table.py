@@ -241,3 +241,16 @@ def test_adapters_show_an_architecture_no_pack_covers(capsys):
     assert doc["vllm"]["0.33.0"]["cuda"]["relay_verdict"] == "unsupported"
     assert adapters.adapters_show("Qwen3VLForConditionalGeneration", False) == 0
     assert "the forward that runs never relays" in capsys.readouterr().out
+
+
+def test_an_unreadable_installed_source_is_no_table_not_a_traceback(tmp_path, monkeypatch, make_checkpoint):
+    """A fork whose source the walker cannot read: the verdict says unknown (no table), check runs on."""
+    from ppspec_cli.planning import resolve as resolve_mod
+    from ppspec_cli.planning.profile import parse_profile
+
+    monkeypatch.setenv("PPSPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: VllmInstall("9.9.0+fork", "vllm", "cuda"))
+    monkeypatch.setattr(archtable, "installed_source_root", lambda: tmp_path / "nowhere")
+    target = make_checkpoint("t", {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "hidden_size": 64, "vocab_size": 100})
+    r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\n"), offline=True)
+    assert r.arch_table is None and r.support("aux_relay_over_pp").status in ("unknown", "native", "unsupported")
