@@ -1069,12 +1069,12 @@ def synthetic(make_checkpoint, arch, **extra):
 
 def test_issue31_hybrid_decoder_that_never_opts_in_is_refused(v033, make_checkpoint, specforge):
     """Qwen3-Next + EAGLE3 at PP=2: Qwen3NextModel never sets supports_aux_hidden_states_over_pp
-    (vLLM 0.33 vllm/model_executor/models/qwen3_next.py; the mixin's False at interfaces.py), so
+    (vLLM 0.33: self.model = Qwen3NextModel(...) at qwen3_next.py:847; the mixin's False at interfaces.py:1611), so
     vLLM refuses (eagle3_utils.verify_supports_aux_hidden_states_over_pp)."""
     target = synthetic(make_checkpoint, "Qwen3NextForCausalLM", model_type="qwen3_next")
     _, by = check(target, specforge, pp=2, engine_version="0.33.0")
     f = expect(by, "target-not-opted-in", "error", "target.model")
-    assert "Qwen3NextModel" in f.message and "qwen3_next.py" in f.message and "target-opt-in-unknown" not in by
+    assert "Qwen3NextModel" in f.message and "qwen3_next.py:847" in f.message and "target-opt-in-unknown" not in by
     _, pp1 = check(target, specforge, pp=1, engine_version="0.33.0")
     assert "target-not-opted-in" not in pp1 and "target-no-taps-interface" not in pp1
 
@@ -1090,23 +1090,33 @@ def test_issue31_multimodal_inherited_opt_in_whose_forward_never_relays(v033, ma
 
 
 def test_issue31_no_eagle3_interface_at_any_pp(v033, make_checkpoint, specforge):
-    """GLM-4.5 (Glm4MoeForCausalLM) has no SupportsEagle3 in its bases (glm4_moe.py): vLLM raises
+    """GLM-4.5 (Glm4MoeForCausalLM) has no SupportsEagle3 in its bases (glm4_moe.py:534 in 0.33): vLLM raises
     'Model does not support EAGLE3 interface' (eagle3_utils.py:29 in 0.33) at PP=1 as at PP=2; mtp is fine."""
     target = synthetic(make_checkpoint, "Glm4MoeForCausalLM", model_type="glm4_moe", num_nextn_predict_layers=1)
     for pp in (1, 2):
         _, by = check(target, specforge, pp=pp, engine_version="0.33.0")
-        assert "Glm4MoeForCausalLM" in expect(by, "target-no-taps-interface", "error", "drafter.method").message
+        assert "glm4_moe.py:534" in expect(by, "target-no-taps-interface", "error", "drafter.method").message
         assert "target-not-opted-in" not in by and "target-opt-in-unknown" not in by
     _, mtp = check(target, method="mtp", pp=2, engine_version="0.33.0")
     assert "target-no-taps-interface" not in mtp and "mtp-no-layers" not in mtp
 
 
-@pytest.mark.parametrize("arch", ["GptOssForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM"])
-def test_issue31_moe_and_gpt_oss_style_targets_are_refused_not_unknown(v033, make_checkpoint, specforge, arch):
+@pytest.mark.parametrize(
+    ("arch", "line"),
+    [
+        ("GptOssForCausalLM", "gpt_oss.py:1413"),  # self.model = GptOssModel(...): the mixin's False (interfaces.py:1611), forward gpt_oss.py:507
+        ("Qwen3MoeForCausalLM", "qwen3_moe.py:577"),  # Qwen3MoeModel: the mixin's False, forward qwen3_moe.py:487
+        ("DeepseekV3ForCausalLM", "deepseek_v2.py:1914"),  # DeepseekV2Model: no opt-in at all, forward deepseek_v2.py:1508
+    ],
+)
+def test_issue31_moe_and_gpt_oss_style_targets_are_refused_not_unknown(v033, make_checkpoint, specforge, arch, line):
     """MoE and gpt-oss-style targets implement SupportsEagle3 but their decoders do not relay taps
-    over PP in 0.33 (gpt_oss.py GptOssModel, qwen3_moe.py Qwen3MoeModel, deepseek_v2.py DeepseekV2Model)."""
-    _, by = check(synthetic(make_checkpoint, arch), specforge, pp=2, engine_version="0.33.0")
-    expect(by, "target-not-opted-in", "error", "target.model")
+    over PP in vLLM 0.33 (the table cites the line that builds the decoder; a family whose pack
+    patches it says the pack is not applied, adapter: none)."""
+    r, by = check(synthetic(make_checkpoint, arch), specforge, pp=2, engine_version="0.33.0")
+    assert r.arch_facts()["decoder_at"].endswith(line) and r.arch_facts()["supports_eagle3"] is True
+    f = expect(by, "target-not-opted-in", "error", "target.model")
+    assert (line in f.message) if r.family is None else ("does not apply the" in f.message)
     assert "target-opt-in-unknown" not in by
 
 
