@@ -254,3 +254,10 @@ def test_an_unreadable_installed_source_is_no_table_not_a_traceback(tmp_path, mo
     target = make_checkpoint("t", {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "hidden_size": 64, "vocab_size": 100})
     r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\n"), offline=True)
     assert r.arch_table is None and r.support("aux_relay_over_pp").status in ("unknown", "native", "unsupported")
+
+
+def test_hybrid_flag_from_the_interfaces():
+    """Qwen3-Next's CausalLM lists IsHybrid among its bases (vLLM 0.33 qwen3_next.py:813); Qwen3 dense does not."""
+    t = archtable.committed("0.33.0")
+    assert t.target("Qwen3NextForCausalLM", "cuda")["is_hybrid"] is True
+    assert t.target("Qwen3ForCausalLM", "cuda")["is_hybrid"] is False

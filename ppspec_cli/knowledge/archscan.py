@@ -39,6 +39,7 @@ RELAY_CALLS = frozenset({"collect_remote_aux_hidden_states", "pack_local_aux_hid
 PP_INTERFACE = "SupportsPP"
 TAPS_INTERFACE = "SupportsEagle3"
 EAGLE1_INTERFACE = "SupportsEagle"
+HYBRID_INTERFACE = "IsHybrid"
 TARGET_EMBED_RULE = "spec_decode_needs_target_embed"
 MISSING_LAYER = "PPMissingLayer"
 EMBED_LAYER = "VocabParallelEmbedding"
@@ -581,6 +582,7 @@ class Scanner:
             "supports_pp": PP_INTERFACE in names,
             "supports_eagle3": TAPS_INTERFACE in names or attr_true("supports_eagle3"),
             "supports_eagle": EAGLE1_INTERFACE in names or attr_true("supports_eagle"),
+            "is_hybrid": HYBRID_INTERFACE in names,  # mixes attention with linear/state-space layers
         }
         dec, where, why = self.decoder(outer, platform)
         out["decoder"] = dec.ref if dec else None
