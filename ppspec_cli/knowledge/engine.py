@@ -168,8 +168,34 @@ def inner_decoder_of(arch: str) -> type | None:
 
 
 def relays_taps(decoder: type) -> bool:
-    """vLLM's PP gate, by value: the inner decoder's supports_aux_hidden_states_over_pp."""
-    return getattr(decoder, "supports_aux_hidden_states_over_pp", False) is True
+    """Whether the inner decoder relays taps over PP, by value: vLLM's PP gate (its
+    supports_aux_hidden_states_over_pp) AND the forward that runs relays them (calls the mixin's
+    collect/pack helpers itself, through its own methods or through `super().forward`). The
+    attribute alone is fooled by a subclass that inherits it and overrides forward without relaying."""
+    if getattr(decoder, "supports_aux_hidden_states_over_pp", False) is not True:
+        return False
+    return forward_relays(decoder)
+
+
+def forward_relays(decoder: type) -> bool:
+    from ppspec_cli.knowledge.archscan import RELAY_CALLS
+
+    mro = [k for k in decoder.__mro__ if k is not object]
+    todo: list[tuple[str, int]] = [("forward", 0)]
+    seen: set[tuple[str, int]] = set()
+    while todo:
+        name, start = todo.pop()
+        owner = next((i for i in range(start, len(mro)) if name in vars(mro[i])), None)
+        if owner is None or (name, owner) in seen:
+            continue
+        seen.add((name, owner))
+        names = _code_names(_unwrap(vars(mro[owner])[name]))
+        if names & RELAY_CALLS:
+            return True
+        if "super" in names and name in names:
+            todo.append((name, owner + 1))
+        todo += [(n, 0) for n in names if n != name and any(callable(vars(k).get(n)) for k in mro)]
+    return False
 
 
 def builds_embed_on_last_stage(decoder: type) -> bool | None:

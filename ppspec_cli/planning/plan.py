@@ -127,6 +127,25 @@ def trained_taps(cfg: dict, convention: Literal["auto", "capture_point", "layer_
     return v2_taps_from_config(cfg)
 
 
+@dataclass(frozen=True)
+class NestedReadings:
+    """The two readings of a nested `eagle_config.eagle_aux_hidden_state_layer_ids` list."""
+
+    raw: tuple[int, ...]
+    as_layer_output: tuple[int, ...]  # id v = output of layer v = vLLM tap v+1 (ppspec's `auto`)
+    as_capture_point: tuple[int, ...]  # id v = vLLM tap v
+    sglang_reads: Literal["layer_output", "capture_point"]  # SGLang's heuristic (sglang #25454): first id 1 -> output-of-layer
+
+
+def nested_readings(cfg: dict) -> NestedReadings | None:
+    """Both readings of a nested id list that no top-level list overrides (None otherwise)."""
+    nested = _ids(_get(cfg, "eagle_config.eagle_aux_hidden_state_layer_ids"))
+    if not nested or _ids(cfg.get("eagle_aux_hidden_state_layer_ids")):
+        return None
+    sglang: Literal["layer_output", "capture_point"] = "layer_output" if nested[0] == 1 else "capture_point"
+    return NestedReadings(nested, tuple(x + 1 for x in nested), tuple(nested), sglang)
+
+
 def normalize_taps(taps: tuple[int, ...]) -> tuple[int, ...]:
     """vLLM stores the tap set sorted and de-duplicated."""
     return tuple(sorted(set(taps)))

@@ -90,7 +90,9 @@ class Drafter(_Strict):
         default="auto",
         description="How to read tap ids nested under `eagle_config` in the drafter config: "
         "`layer_output` (SGLang/SpecForge: id v = output of layer v = vLLM tap v+1), `capture_point` "
-        "(already vLLM taps), or `auto` (`layer_output`, the convention of the tools that write that key).",
+        "(already vLLM taps), or `auto` (`layer_output`, the convention of the tools that write that key). "
+        "SGLang reads such a list as capture points unless its first id is 1 (sglang #25454): where the two "
+        "readings differ and this is `auto`, `check` names both (`taps-convention-ambiguous`).",
     )
 
     @field_validator("model")

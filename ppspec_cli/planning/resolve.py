@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from ppspec_cli.knowledge import facts, methods
+from ppspec_cli.knowledge import archtable, facts, methods
 from ppspec_cli.checkpoint.reader import Checkpoint, load_checkpoint, speculators_view
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge.engine import VllmInstall, installed_vllm
@@ -42,6 +42,24 @@ class Resolved:
     trained: TapSource | None = None  # what the drafter was trained on
     taps_error: str | None = None  # the drafter config's tap ids are malformed (not a list of ints)
     plan: Plan | None = None
+    arch_table: archtable.ArchTable | None = None  # vLLM's facts for every registered architecture (knowledge/archtable.pick)
+
+    @property
+    def target_arch(self) -> str | None:
+        return self.target.architectures[0] if self.target and self.target.architectures else None
+
+    def arch_facts(self) -> dict[str, Any] | None:
+        """The table's facts for the target's architecture on this platform (None: not registered / no table)."""
+        arch = self.target_arch
+        t = self.arch_table.target(arch, self.platform) if self.arch_table is not None and arch else None
+        if t is None or self.arch_table is None or self.target is None:
+            return t
+        return archtable.with_language_model(self.arch_table, t, self.target.config, self.platform)
+
+    def relay_verdict(self) -> tuple[str, str] | None:
+        """('native' | 'unsupported' | 'trap' | 'unknown', reason) from the table (None: not in it)."""
+        t = self.arch_facts()
+        return archtable.relay_verdict(t) if t is not None else None
 
     @property
     def target_pack(self) -> Pack | None:
@@ -85,15 +103,26 @@ class Resolved:
     def support(self, capability: str) -> Support:
         """What the family's pack says about a capability on this platform and vLLM version. A
         capability the pack only *patches* counts only when that pack's patches are applied."""
-        if self.family is None:
-            arch = ", ".join(self.target.architectures) if self.target and self.target.architectures else "this target"
-            return Support(capability, "unknown", f"no adapter pack describes {arch} (`ppspec adapters list`)")
-        s = self.family.supports(capability, self.platform, self.facts_version)
+        s = self.family.supports(capability, self.platform, self.facts_version) if self.family is not None else None
         applied = {p.name for p in self.pack.parts} if self.pack is not None else set()
-        if s.status == "patched" and s.pack not in applied:
-            how = "adapter: none" if self.profile.adapter == "none" else f"adapter: {self.profile.adapter}"
-            return Support(capability, "unsupported", f"{s.reason}, but {how} does not apply the {s.pack} pack", s.pack)
-        return s
+        if s is not None and s.status == "patched":  # a pack's patch changes what vLLM does: it overrides the table
+            if s.pack not in applied:
+                how = "adapter: none" if self.profile.adapter == "none" else f"adapter: {self.profile.adapter}"
+                return Support(capability, "unsupported", f"{s.reason}, but {how} does not apply the {s.pack} pack", s.pack)
+            return s
+        got = archtable.table_support(self.arch_table, self.target_arch, capability, self.platform, self.arch_facts())
+        if s is not None and got is not None and s.status == got[0]:
+            return s  # the pack agrees with vLLM's source (tests/test_arch_table.py holds them together)
+        if got is not None:  # vLLM's own source, read per release (knowledge/arch)
+            return Support(capability, got[0], got[1], s.pack if s is not None else None)  # type: ignore[arg-type]
+        if s is not None and s.status != "unknown":
+            return s
+        arch = ", ".join(self.target.architectures) if self.target and self.target.architectures else "this target"
+        if self.arch_table is not None and self.target_arch and not self.arch_table.registers(self.target_arch):
+            return Support(capability, "unknown", f"vLLM {self.arch_table.version} does not register {arch} (remote code or a fork's class) and no adapter pack describes it")
+        if self.arch_table is None:
+            return Support(capability, "unknown", f"no table of vLLM {self.facts_version}'s architectures and no installed engine; no adapter pack describes {arch}")
+        return Support(capability, "unknown", f"vLLM {self.arch_table.version}'s source does not decide it for {arch} statically, and no adapter pack describes it (`ppspec adapters list`)")
 
 
 def _resolve_pack(r: Resolved) -> None:
@@ -127,6 +156,20 @@ def _engine_version(r: Resolved) -> None:
         r.engine_version = facts.NEWEST_SUPPORTED
         r.engine_version_source = "newest supported release (vLLM is not installed here; set engine_version to check another)"
     r.version_verdict = verdict(r.engine_version)
+
+
+def _arch_table(r: Resolved) -> archtable.ArchTable | None:
+    """The table of vLLM facts this verdict uses (knowledge/archtable.pick); a broken table or
+    cache is no table (the verdict then says unknown, never a traceback)."""
+    vv = r.version_verdict
+    verified = r.vllm is not None and vv is not None and vv.verified
+    version = r.facts_version
+    if r.vllm is not None and r.vllm.platform != r.platform and r.profile.engine_version is not None:
+        version = verdict(r.profile.engine_version).facts_version  # the installed engine will not serve this profile
+    try:
+        return archtable.pick(r.platform, r.vllm, version, verified_install=verified)
+    except Exception:  # noqa: BLE001 - a damaged table or a fork's source the walker cannot read: no table (unknown), never a traceback
+        return None
 
 
 def _target_facts(r: Resolved) -> Any:
@@ -199,7 +242,39 @@ def draft_numbering(r: Resolved) -> Literal["global", "pp-local"]:
         return "global"
     if s.status == "unsupported":
         return "pp-local"
+    got = drafter_facts(r)
+    if got is not None and got.get("numbering") in ("global", "pp-local"):
+        return got["numbering"]  # the drafter class's constructor in vLLM's source (knowledge/arch)
     return r.spec.numbering if r.spec is not None else "global"
+
+
+def drafter_facts(r: Resolved) -> dict[str, Any] | None:
+    """The table's facts for the drafter class vLLM builds (its architecture as written, or as
+    vLLM's EAGLE config rewrites it for the method). None: not registered / no table."""
+    from ppspec_cli.knowledge.packs import vllm_drafter_names
+
+    if r.arch_table is None or r.drafter is None or not r.drafter.architectures:
+        return None
+    for name in [*r.drafter.architectures[:1], *vllm_drafter_names(r.drafter.architectures[:1], r.method)]:
+        got = r.arch_table.drafter(name, r.platform)
+        if got is not None:
+            return got
+    return None
+
+
+def mtp_rule(r: Resolved) -> dict[str, Any] | None:
+    """How vLLM's MTP class for this target reads its layer count, from the table: the MTP
+    architecture `method: mtp` rewrites the target to (config/speculative.py), and the config key
+    and default its constructor reads ({"mtp_arch", "keys", "default", "at"}). None: not in the table."""
+    t = r.arch_table
+    if t is None or r.target is None:
+        return None
+    mtp_arch = t.mtp_architecture(r.target.model_type, r.target_arch)
+    entry = t.drafter(mtp_arch, r.platform) if mtp_arch else None
+    rule = entry.get("mtp_layers") if entry else None
+    if not isinstance(rule, dict) or not rule.get("keys"):
+        return None
+    return {"mtp_arch": mtp_arch, **rule}
 
 
 def mtp_layers(r: Resolved) -> int | None:
@@ -208,6 +283,9 @@ def mtp_layers(r: Resolved) -> int | None:
         return None
     tf = _target_facts(r)
     if tf is None:
+        got = mtp_rule(r)
+        if got is not None:
+            return facts.mtp_layer_count(r.target.text, tuple(got["keys"]), got.get("default"))
         return facts.mtp_layer_count(r.target.text)
     m = tf.mtp_layers
     return facts.mtp_layer_count(r.target.text, m.keys, m.default, m.fixed)
@@ -308,6 +386,7 @@ def resolve(
         r.runner = "v2"
 
     _resolve_pack(r)
+    r.arch_table = _arch_table(r)
     tf = _target_facts(r)
 
     if r.target is not None and r.target.num_layers:

@@ -14,8 +14,8 @@ from ppspec_cli.planning import drafter_contract, schedule
 from ppspec_cli.knowledge import facts, methods, packs
 from ppspec_cli.knowledge.packs import PLATFORMS, in_range, load_pack_module
 from ppspec_cli.knowledge.versions import settle_command, verified_text
-from ppspec_cli.planning.plan import default_partition, default_taps
-from ppspec_cli.planning.resolve import Resolved, mtp_layers
+from ppspec_cli.planning.plan import default_partition, default_taps, nested_readings
+from ppspec_cli.planning.resolve import Resolved, drafter_facts, mtp_layers
 
 RuleFn = Callable[[Resolved], Iterator[Finding]]
 RULES: list[tuple[str, RuleFn]] = []
@@ -461,6 +461,7 @@ def taps(r: Resolved) -> Iterator[Finding]:
                 f"and taps the target's defaults {list(p.taps)}, which match — no overlay needed",
                 "to override, set drafter.tap_convention (capture_point | layer_output) or pin drafter.taps",
             )
+    yield from _convention_ambiguous(r)
     if p.taps_source == "overlay" and r.trained is not None:
         served = list(r.engine_taps.taps) if r.engine_taps and r.engine_taps.taps else list(default_taps(n))
         yield _f(
@@ -478,6 +479,31 @@ def taps(r: Resolved) -> Iterator[Finding]:
         )
     if p.taps_source == "profile" and trained_known and set(r.trained.taps) != set(p.taps):  # type: ignore[union-attr, arg-type]
         yield _f("taps-pinned-differ", "warning", "drafter.taps", f"pinned taps {list(p.taps)} differ from the drafter config's {list(r.trained.taps)} (via {r.trained.key})", "make sure the drafter was trained on the pinned taps")  # type: ignore[union-attr, arg-type]
+
+
+def _convention_ambiguous(r: Resolved) -> Iterator[Finding]:
+    """A nested id list whose convention the head's files do not settle (the profile leaves
+    tap_convention on auto) and which trainers read differently: ppspec's auto reads it as
+    output-of-layer ids, SGLang's heuristic (sglang #25454) as capture points unless the first id is 1."""
+    d = r.profile.drafter
+    if d is None or d.tap_convention != "auto" or d.taps is not None or r.drafter_view is None:
+        return
+    try:
+        nr = nested_readings(r.drafter_view)
+    except TypeError:
+        return
+    if nr is None or nr.sglang_reads == "layer_output":
+        return
+    yield _f(
+        "taps-convention-ambiguous",
+        "warning",
+        "drafter.tap_convention",
+        f"the drafter nests its tap ids as `eagle_config.eagle_aux_hidden_state_layer_ids` {list(nr.raw)} and its files do not say which convention they use: "
+        f"read as output-of-layer ids (ppspec's `tap_convention: auto`, SpecForge's writing) they are vLLM taps {list(nr.as_layer_output)}; "
+        f"read as capture points (SGLang's reading since sglang #25454, as the first id is not 1) they are vLLM taps {list(nr.as_capture_point)}. "
+        f"ppspec serves {list(nr.as_layer_output)}",
+        f"say which one the head was trained with: `drafter.tap_convention: layer_output` (taps {list(nr.as_layer_output)}) or `capture_point` (taps {list(nr.as_capture_point)}), or pin drafter.taps",
+    )
 
 
 def _convention(d) -> str:
@@ -520,11 +546,20 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
         )
     if methods.get(d.method).reads_taps and not r.uses_taps:
         yield _f("taps-off", "info", "drafter.model", f"the drafter sets eagle_config.use_aux_hidden_state: false: vLLM {r.engine_version} plans no taps, relays nothing and does not check the target's opt-in", "")
-    if r.runner == "v2" and r.uses_taps and r.target is not None and r.target.architectures:
+    if r.runner == "v2" and r.uses_taps and r.target is not None and r.target.architectures and _has_taps_interface(r):
         arch = r.target.architectures[0]
         s = r.support("aux_relay_over_pp")
         where = f"{r.platform}, vLLM {r.engine_version}" + _carried(r)
-        if s.status == "patched":
+        rv = r.relay_verdict()
+        if s.status != "patched" and rv is not None and rv[0] == "trap":
+            yield _f(
+                "target-relay-trap",
+                "error",
+                "target.model",
+                f"{arch} on {r.platform}, vLLM {r.arch_table.version if r.arch_table else r.engine_version} source: {rv[1]}. vLLM's PP check reads the attribute and lets {d.method} start; the next stage then gets no taps and the engine fails on the first step",
+                "use an adapter pack whose patch makes that forward relay taps (`ppspec adapters list`), or pipeline_parallel: 1",
+            )
+        elif s.status == "patched":
             yield _f("target-opt-in-by-pack", "info", "adapter", f"{arch} ({where}): {s.reason}", "")
         elif s.status == "unsupported":
             elsewhere = r.family is not None and any(r.family.supports("aux_relay_over_pp", p, r.facts_version).status == "native" for p in PLATFORMS if p != r.platform)
@@ -567,6 +602,58 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
                     f"the drafter has no embed_tokens of its own and shares the target's, but {arch} does not build its embedding on the last stage under PP ({s.reason}); vLLM: 'needs the target input embedding, but it is unavailable on this PP stage'",
                     "use an adapter pack that builds the target embedding on the last stage (`ppspec adapters list`)",
                 )
+
+
+def _has_taps_interface(r: Resolved) -> bool:
+    """False only when vLLM's source says the target lacks the EAGLE3 interface (the
+    `target-no-taps-interface` finding says so; vLLM raises before any PP check)."""
+    t = r.arch_facts()
+    return t is None or t.get("supports_eagle3") is not False
+
+
+@rule("arch-table")
+def arch_table_rule(r: Resolved) -> Iterator[Finding]:
+    """What vLLM's source decides per architecture (knowledge/arch, read per release): the
+    target implements the EAGLE3 interface a tap-reading drafter needs; a drafter class that sizes
+    fc from its own num_hidden_layers when the config names no taps."""
+    d = r.profile.drafter
+    if d is None or not r.uses_taps:
+        return
+    t = r.arch_facts()
+    tbl = r.arch_table
+    if t is not None and tbl is not None and t.get("supports_eagle3") is False:
+        yield _f(
+            "target-no-taps-interface",
+            "error",
+            "drafter.method",
+            f"{r.target_arch} does not implement vLLM's EAGLE3 interface (SupportsEagle3 is not among the bases of {t.get('class')}, {t.get('at')}; vLLM {tbl.version}): "
+            f"vLLM stops at start with 'Model does not support EAGLE3 interface', at any pipeline_parallel, for {d.method}",
+            "use a target architecture that implements it, an adapter pack that adds it, or a method that reads no taps (mtp, eagle)",
+        )
+    yield from _fc_from_layers(r)
+
+
+def _fc_from_layers(r: Resolved) -> Iterator[Finding]:
+    """A drafter class whose fc is sized from the number of taps the config names, else from the
+    drafter's own num_hidden_layers, fed the target's default taps (vLLM: combine_hidden_states raises)."""
+    p = r.plan
+    tbl = r.arch_table
+    if p is None or tbl is None or r.drafter is None or not r.drafter.architectures or p.taps_source != "default":
+        return
+    dr = drafter_facts(r)
+    fc = (dr or {}).get("fc") or {}
+    n_draft = r.drafter.num_layers
+    if fc.get("rule") != "taps-else-num-hidden-layers" or not n_draft or n_draft == len(p.taps):
+        return
+    yield _f(
+        "drafter-fc-default-taps",
+        "error",
+        "drafter.model",
+        f"the drafter config names no taps, so vLLM {tbl.version} feeds {r.drafter.architectures[0]} the target's {len(p.taps)} default taps {list(p.taps)}, "
+        f"but sizes its fc from the drafter's num_hidden_layers ({n_draft}; {dr.get('class') if dr else '?'}, {fc.get('at_line') and str(dr.get('at', '')).split(':')[0] + ':' + str(fc.get('at_line'))}): "
+        "combine_hidden_states raises on the first step",
+        f"pin `drafter.taps` to the {n_draft} layers the drafter was trained on (ppspec then serves it through a config overlay naming them)",
+    )
 
 
 @rule("runner")

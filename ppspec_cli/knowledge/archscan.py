@@ -1,0 +1,894 @@
+"""Read vLLM's model facts from its source, statically (`ast`, no import of vLLM or torch).
+
+Given the directory that holds the `vllm` package (an unpacked wheel, or an installed
+site-packages), walk vLLM's model registry (`model_executor/models/registry.py`: the dicts that
+map an architecture name to a (module, class) pair) and read, per architecture and per platform:
+
+- the class vLLM builds, its bases through inheritance (`SupportsPP`, `SupportsEagle3`,
+  `SupportsEagle`);
+- the inner decoder vLLM's PP gate reads (`model.model`, or `model.language_model.model` for a
+  multimodal model) and, in that decoder's MRO, who defines the opt-in attribute
+  `supports_aux_hidden_states_over_pp` and who defines the `forward` that runs, and whether that
+  forward relays taps between stages (calls the mixin's collect/pack helpers). Both are needed:
+  a subclass can inherit the attribute and override `forward` with one that never relays;
+- whether the decoder builds a real embedding on the last stage when the method needs it;
+- per drafter class: how draft layers are numbered (from the target's total depth, or from the
+  stage-local count), how `fc` is sized;
+- per MTP class: the config key its layer count is read from and its default;
+- which MTP architecture the `mtp` method rewrites a target to (config/speculative.py).
+
+Where the source does not decide a fact statically the value is None and a `why` says so; the
+reader never guesses. The output is plain JSON-able data (`scan(root)`); tools/vllm_arch_facts.py
+writes it per release, knowledge/archtable.py reads it.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: The platforms a vLLM model package dispatches on (its `current_platform` branches).
+PLATFORMS = ("cuda", "rocm", "xpu", "cpu", "tpu")
+_PLATFORM_CALLS = {"is_rocm": "rocm", "is_xpu": "xpu", "is_cpu": "cpu", "is_cuda": "cuda", "is_tpu": "tpu"}
+
+#: vLLM's names for what ppspec reads (interfaces.py); stable across 0.30-0.33.
+OPT_IN_ATTR = "supports_aux_hidden_states_over_pp"
+RELAY_CALLS = frozenset({"collect_remote_aux_hidden_states", "pack_local_aux_hidden_states"})
+PP_INTERFACE = "SupportsPP"
+TAPS_INTERFACE = "SupportsEagle3"
+EAGLE1_INTERFACE = "SupportsEagle"
+HYBRID_INTERFACE = "IsHybrid"
+TARGET_EMBED_RULE = "spec_decode_needs_target_embed"
+MISSING_LAYER = "PPMissingLayer"
+EMBED_LAYER = "VocabParallelEmbedding"
+TOTAL_DEPTH_CALL = "get_total_num_hidden_layers"
+LOCAL_DEPTH_CALL = "get_num_layers"
+REGISTRY = "vllm/model_executor/models/registry.py"
+SPEC_CONFIG = "vllm/config/speculative.py"
+_MODELS_PKG = "vllm.model_executor.models"
+#: A decoder built from another package's class never carries vLLM's opt-in attribute.
+EXTERNAL_NOTE = "a class from outside vLLM, which never sets supports_aux_hidden_states_over_pp: vLLM's PP gate reads False"
+#: decoder_why prefix: the language model is the registered architecture named by this config's
+#: `architectures` (`text_config`, or `.` for the top-level config), resolved per profile.
+LM_FROM_CONFIG = "language model: the registered architecture named by the config's architectures at "
+_MAX_DEPTH = 12
+
+
+# ---------------------------------------------------------------------------------------------
+# Modules and classes
+
+
+@dataclass
+class ClassInfo:
+    name: str
+    module: str
+    file: str
+    lineno: int
+    bases: list[str]
+    attrs: dict[str, ast.expr]
+    attr_lines: dict[str, int]
+    methods: dict[str, ast.FunctionDef]
+
+    @property
+    def ref(self) -> str:
+        return f"{self.module}:{self.name}"
+
+    def where(self, line: int | None = None) -> str:
+        return f"{self.file}:{line or self.lineno}"
+
+
+@dataclass
+class ModuleInfo:
+    name: str
+    file: str
+    classes: dict[str, ClassInfo] = field(default_factory=dict)
+    # local name -> platform -> (module, name or None for a module alias)
+    imports: dict[str, dict[str, tuple[str, str | None]]] = field(default_factory=dict)
+    tree: ast.Module | None = None
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr}" if head else None
+    if isinstance(node, ast.Subscript):  # Generic[T], Protocol[...]
+        return _dotted(node.value)
+    return None
+
+
+def _platforms_true(test: ast.expr) -> set[str] | None:
+    """The platforms on which a module-level `if` test holds at run time (`current_platform.is_rocm()`,
+    `...device_type == "tpu"`, `TYPE_CHECKING` (never), `not`, `or`, `and`); None when the test is not
+    about the platform."""
+    if isinstance(test, (ast.Name, ast.Attribute)) and (_dotted(test) or "").endswith("TYPE_CHECKING"):
+        return set()
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and test.func.attr in _PLATFORM_CALLS:
+        return {_PLATFORM_CALLS[test.func.attr]}
+    if isinstance(test, ast.Compare) and len(test.comparators) == 1 and isinstance(test.comparators[0], ast.Constant):
+        v = test.comparators[0].value
+        if isinstance(v, str) and v in PLATFORMS and isinstance(test.left, ast.Attribute) and test.left.attr in ("device_type", "device_name"):
+            return {v} if isinstance(test.ops[0], ast.Eq) else set(PLATFORMS) - {v}
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _platforms_true(test.operand)
+        return None if inner is None else set(PLATFORMS) - inner
+    if isinstance(test, ast.BoolOp):
+        parts = [_platforms_true(v) for v in test.values]
+        if any(x is None for x in parts):
+            return None
+        out = set(parts[0] or ())
+        for x in parts[1:]:
+            out = (out | x) if isinstance(test.op, ast.Or) else (out & x)  # type: ignore[operator]
+        return out
+    return None
+
+
+class Source:
+    """The `vllm` package under `root`, parsed on demand."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self._mods: dict[str, ModuleInfo | None] = {}
+
+    def path_of(self, module: str) -> Path | None:
+        rel = Path(*module.split("."))
+        for p in (self.root / rel.with_suffix(".py"), self.root / rel / "__init__.py"):
+            if p.is_file():
+                return p
+        return None
+
+    def module(self, name: str) -> ModuleInfo | None:
+        if name in self._mods:
+            return self._mods[name]
+        self._mods[name] = None
+        p = self.path_of(name)
+        if p is None:
+            return None
+        try:
+            tree = ast.parse(p.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, OSError):
+            return None
+        info = ModuleInfo(name, p.relative_to(self.root).as_posix(), tree=tree)
+        is_pkg = p.name == "__init__.py"
+        self._block(info, tree.body, set(PLATFORMS), is_pkg)
+        self._mods[name] = info
+        return info
+
+    def _abs(self, info: ModuleInfo, level: int, mod: str | None, is_pkg: bool) -> str:
+        if level == 0:
+            return mod or ""
+        parts = info.name.split(".")
+        base = parts if is_pkg else parts[:-1]
+        base = base[: len(base) - (level - 1)] if level > 1 else base
+        return ".".join([*base, *([mod] if mod else [])])
+
+    def _block(self, info: ModuleInfo, body: list[ast.stmt], plats: set[str], is_pkg: bool) -> None:
+        for st in body:
+            if isinstance(st, ast.ImportFrom):
+                src = self._abs(info, st.level, st.module, is_pkg)
+                for a in st.names:
+                    for p in plats:
+                        info.imports.setdefault(a.asname or a.name, {})[p] = (src, a.name)
+            elif isinstance(st, ast.Import):
+                for a in st.names:
+                    local = a.asname or a.name.split(".")[0]
+                    for p in plats:
+                        info.imports.setdefault(local, {})[p] = (a.name if a.asname else local, None)
+            elif isinstance(st, ast.ClassDef):
+                info.classes.setdefault(st.name, self._class(info, st))
+            elif isinstance(st, ast.If):
+                true_on = _platforms_true(st.test)
+                if true_on is None:
+                    self._block(info, st.body, plats, is_pkg)
+                    self._block(info, st.orelse, plats, is_pkg)
+                else:
+                    self._block(info, st.body, plats & true_on, is_pkg)
+                    self._block(info, st.orelse, plats - true_on, is_pkg)
+            elif isinstance(st, ast.Try):
+                self._block(info, st.body, plats, is_pkg)
+
+    def _class(self, info: ModuleInfo, node: ast.ClassDef) -> ClassInfo:
+        attrs: dict[str, ast.expr] = {}
+        lines: dict[str, int] = {}
+        methods: dict[str, ast.FunctionDef] = {}
+        for st in node.body:
+            if isinstance(st, ast.Assign):
+                for t in st.targets:
+                    if isinstance(t, ast.Name):
+                        attrs[t.id], lines[t.id] = st.value, st.lineno
+            elif isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value is not None:
+                attrs[st.target.id], lines[st.target.id] = st.value, st.lineno
+            elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                methods[st.name] = st  # type: ignore[assignment]
+        bases = [b for b in (_dotted(x) for x in node.bases) if b]
+        return ClassInfo(node.name, info.name, info.file, node.lineno, bases, attrs, lines, methods)
+
+    # -- name resolution ----------------------------------------------------------------------
+
+    def resolve(self, module: str, name: str, platform: str, depth: int = 0) -> ClassInfo | None:
+        """The class `name` means inside `module` on `platform` (through imports and re-exports)."""
+        if depth > _MAX_DEPTH:
+            return None
+        info = self.module(module)
+        if info is None:
+            return None
+        head, _, rest = name.partition(".")
+        if rest:
+            target = info.imports.get(head, {}).get(platform)
+            if target is None:
+                return None
+            mod = target[0] if target[1] is None else f"{target[0]}.{target[1]}"
+            return self.resolve(mod, rest, platform, depth + 1)
+        if name in info.classes:
+            return info.classes[name]
+        target = info.imports.get(name, {}).get(platform)
+        if target is None and info.tree is not None:
+            return self._lazy(info, name, platform, depth)
+        if target is None or target[1] is None:
+            return None
+        found = self.resolve(target[0], target[1], platform, depth + 1)
+        if found is None and self.path_of(f"{target[0]}.{target[1]}") is None:
+            return None
+        return found
+
+    def _lazy(self, info: ModuleInfo, name: str, platform: str, depth: int) -> ClassInfo | None:
+        """A package's module-level `__getattr__(name)` (lazy re-exports), run for one name and
+        platform: its if-tests on the name and the platform, its imports, its return."""
+        fn = next((n for n in info.tree.body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"), None) if info.tree else None
+        if fn is None or not fn.args.args:
+            return None
+        exported = next((_literal(n.value) for n in info.tree.body if isinstance(n, ast.Assign)  # type: ignore[union-attr]
+                         and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)), None)
+        env = _LazyRun(self, info, fn.args.args[0].arg, name, platform, exported if isinstance(exported, (list, tuple)) else ())
+        return env.run(fn.body, depth)
+
+    def mro(self, cls: ClassInfo, platform: str) -> list[ClassInfo | str]:
+        """C3 linearisation; bases outside the source stay as their dotted names."""
+        return _c3(self, cls, platform, 0)
+
+
+class _LazyRun:
+    """Follows one path through a lazy `__getattr__` for a known name and platform."""
+
+    def __init__(self, src: Source, info: ModuleInfo, arg: str, name: str, platform: str, exported: Any):
+        self.src, self.info, self.arg, self.name, self.platform, self.exported = src, info, arg, name, platform, tuple(exported)
+        self.bound: dict[str, tuple[str, str | None]] = {}
+        self.base = info.name  # a package's __init__: relative imports start here
+
+    def _truth(self, test: ast.expr) -> bool | None:
+        plats = _platforms_true(test)
+        if plats is not None:
+            return self.platform in plats
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) and test.left.id == self.arg:
+            right = test.comparators[0]
+            vals = self.exported if isinstance(right, ast.Name) and right.id == "__all__" else _literal(right)
+            if isinstance(test.ops[0], ast.Eq):
+                return vals == self.name
+            if isinstance(test.ops[0], ast.In) and isinstance(vals, (list, tuple, set, frozenset)):
+                return self.name in vals
+        return None
+
+    def run(self, body: list[ast.stmt], depth: int) -> ClassInfo | None:
+        for st in body:
+            if isinstance(st, ast.If):
+                t = self._truth(st.test)
+                if t is None:
+                    return None  # a test the source does not decide statically
+                got = self.run(st.body if t else st.orelse, depth)
+                if got is not None or self._returned:
+                    return got
+            elif isinstance(st, ast.ImportFrom):
+                mod = self.src._abs(self.info, st.level, st.module, True)
+                for a in st.names:
+                    sub = f"{mod}.{a.name}"
+                    self.bound[a.asname or a.name] = (sub, None) if self.src.path_of(sub) else (mod, a.name)
+            elif isinstance(st, ast.Raise):
+                self._returned = True
+                return None
+            elif isinstance(st, ast.Return) and st.value is not None:
+                self._returned = True
+                return self._value(st.value, depth)
+        return None
+
+    _returned = False
+
+    def _value(self, v: ast.expr, depth: int) -> ClassInfo | None:
+        if isinstance(v, ast.Subscript) and isinstance(v.value, ast.Dict) and isinstance(v.slice, ast.Name) and v.slice.id == self.arg:
+            hit = next((val for key, val in zip(v.value.keys, v.value.values) if _literal(key) == self.name), None)
+            return self._value(hit, depth) if hit is not None else None
+        if isinstance(v, ast.Call) and _dotted(v.func) == "getattr" and len(v.args) == 2 and isinstance(v.args[0], ast.Name):
+            b = self.bound.get(v.args[0].id)
+            return self.src.resolve(b[0], self.name, self.platform, depth + 1) if b and b[1] is None else None
+        d = _dotted(v)
+        if not d:
+            return None
+        head, _, rest = d.partition(".")
+        b = self.bound.get(head)
+        if b is None:
+            return None
+        if b[1] is None:
+            return self.src.resolve(b[0], rest, self.platform, depth + 1) if rest else None
+        return self.src.resolve(b[0], b[1], self.platform, depth + 1) if not rest else None
+
+
+def _c3(src: Source, cls: ClassInfo, platform: str, depth: int) -> list[ClassInfo | str]:
+    if depth > _MAX_DEPTH:
+        return [cls]
+    seqs: list[list[ClassInfo | str]] = []
+    for b in cls.bases:
+        got = src.resolve(cls.module, b, platform)
+        seqs.append(_c3(src, got, platform, depth + 1) if got is not None else [b])
+    seqs.append([(src.resolve(cls.module, b, platform) or b) for b in cls.bases])
+    out: list[ClassInfo | str] = [cls]
+    key = lambda c: c.ref if isinstance(c, ClassInfo) else c  # noqa: E731
+    seqs = [list(s) for s in seqs if s]
+    while seqs:
+        for s in seqs:
+            head = s[0]
+            if not any(key(head) in {key(x) for x in t[1:]} for t in seqs):
+                break
+        else:  # inconsistent: fall back to depth-first order without repeats
+            rest = [c for s in seqs for c in s]
+            seen = {key(c) for c in out}
+            out += [c for c in rest if not (key(c) in seen or seen.add(key(c)))]
+            return out
+        out.append(head)
+        seqs = [[c for c in t if key(c) != key(head)] for t in seqs]
+        seqs = [t for t in seqs if t]
+    return out
+
+
+def _name(c: ClassInfo | str) -> str:
+    return c.name if isinstance(c, ClassInfo) else c.rsplit(".", 1)[-1]
+
+
+def _calls(fn: ast.AST) -> set[str]:
+    """Every function or method name a body calls (bare names and attribute names)."""
+    out: set[str] = set()
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Call):
+            if isinstance(n.func, ast.Name):
+                out.add(n.func.id)
+            elif isinstance(n.func, ast.Attribute):
+                out.add(n.func.attr)
+    return out
+
+
+def _names(fn: ast.AST) -> set[str]:
+    out: set[str] = set()
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name):
+            out.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            out.add(n.attr)
+    return out
+
+
+def _literal(node: ast.expr | None) -> Any:
+    try:
+        return ast.literal_eval(node) if node is not None else None
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+def _owner(mro: list[ClassInfo | str], *, attr: str | None = None, method: str | None = None) -> ClassInfo | None:
+    for c in mro:
+        if isinstance(c, ClassInfo) and ((attr and attr in c.attrs) or (method and method in c.methods)):
+            return c
+    return None
+
+
+def _self_assign(fn: ast.AST, attr: str) -> ast.expr | None:
+    """The value of the first `self.<attr> = ...` in a body (nested blocks included)."""
+    for n in ast.walk(fn):
+        if isinstance(n, (ast.Assign, ast.AnnAssign)):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name) and t.value.id == "self" and n.value is not None:
+                    return n.value
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Facts per class
+
+
+class Scanner:
+    def __init__(self, root: Path):
+        self.src = Source(root)
+        self.registry: dict[str, tuple[str, str]] = {}
+        self.registry_lines: dict[str, int] = {}
+        self.registry_kind: dict[str, str] = {}
+
+    # registry ---------------------------------------------------------------------------------
+
+    def read_registry(self) -> None:
+        info = self.src.module("vllm.model_executor.models.registry")
+        if info is None or info.tree is None:
+            raise FileNotFoundError(f"no {REGISTRY} under {self.src.root}")
+        for st in info.tree.body:
+            if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) and isinstance(st.value, ast.Dict)):
+                continue
+            group = st.targets[0].id
+            if not group.endswith("_MODELS") or group in ("_VLLM_MODELS", "_PREVIOUSLY_SUPPORTED_MODELS", "_OOT_SUPPORTED_MODELS"):
+                continue
+            for k, v in zip(st.value.keys, st.value.values):
+                arch, pair = _literal(k), _literal(v)
+                if isinstance(arch, str) and isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(x, str) for x in pair):
+                    self.registry.setdefault(arch, pair)
+                    self.registry_lines.setdefault(arch, k.lineno if k is not None else st.lineno)
+                    self.registry_kind.setdefault(arch, group.strip("_").lower())
+
+    def module_of(self, arch: str) -> str:
+        mod = self.registry[arch][0]
+        return mod if mod.startswith("vllm.") else f"{_MODELS_PKG}.{mod}"
+
+    def cls(self, arch: str, platform: str) -> ClassInfo | None:
+        mod = self.module_of(arch)
+        return self.src.resolve(mod, self.registry[arch][1], platform)
+
+    # class facts -------------------------------------------------------------------------------
+
+    def _built_class(self, holder: ClassInfo, attr: str, platform: str) -> tuple[ClassInfo | None, str, str]:
+        """The class `self.<attr> = X(...)` builds in the first constructor of holder's MRO that
+        assigns it: (class, where, why-not)."""
+        for c in self.src.mro(holder, platform):
+            if not isinstance(c, ClassInfo) or "__init__" not in c.methods:
+                continue
+            val = _self_assign(c.methods["__init__"], attr)
+            if val is None:
+                continue
+            where = c.where(val.lineno)
+            if not isinstance(val, ast.Call):
+                return None, where, f"self.{attr} is not built by a constructor call"
+            fname = _dotted(val.func)
+            if fname is None:
+                return None, where, f"self.{attr} is built by an expression the source does not name"
+            if fname.startswith("self.") and (maker := _owner(self.src.mro(holder, platform), method=fname[5:])) is not None:
+                return self._returned(maker, fname[5:], platform, where, attr)
+            if fname.startswith("self."):
+                ref = _owner(self.src.mro(holder, platform), attr=fname[5:])
+                cref = _dotted(ref.attrs[fname[5:]]) if ref else None
+                got = self.src.resolve(ref.module, cref, platform) if ref and cref else None
+                return got, where, "" if got else f"self.{attr} is built by {fname}, not a class named in the source"
+            if fname.endswith("init_vllm_registered_model"):
+                return self._registered(val, platform, where)
+            got = self.src.resolve(c.module, fname, platform)
+            if got is None and self._outside(c.module, fname, platform):
+                return None, where, f"self.{attr} is built by {fname}: {EXTERNAL_NOTE}"
+            return got, where, "" if got else f"self.{attr} is built by {fname}, which is not a class in vLLM's source"
+        return None, holder.where(), f"no constructor in the MRO assigns self.{attr}"
+
+    def _outside(self, module: str, fname: str, platform: str) -> bool:
+        """The name comes from a package other than vLLM (transformers, torch)."""
+        info = self.src.module(module)
+        head = fname.split(".")[0]
+        got = info.imports.get(head, {}).get(platform) if info else None
+        return got is not None and not got[0].startswith("vllm") and got[0] != "" and not got[0].startswith(".")
+
+    def _returned(self, owner: ClassInfo, method: str, platform: str, where: str, attr: str) -> tuple[ClassInfo | None, str, str]:
+        """`self.<attr> = self.<method>(...)`: the one class the method's `return X(...)` names."""
+        found = {_dotted(n.value.func) for n in ast.walk(owner.methods[method]) if isinstance(n, ast.Return) and isinstance(n.value, ast.Call)}
+        found.discard(None)
+        outside = {f for f in found if f and self._outside(owner.module, f, platform)}
+        if outside and outside == found:
+            return None, where, f"self.{attr} is built by self.{method}, which returns {', '.join(sorted(outside))}: {EXTERNAL_NOTE}"
+        classes = [c for c in (self.src.resolve(owner.module, f, platform) for f in sorted(found) if f) if c is not None]  # type: ignore[arg-type]
+        if len(classes) == 1 and len(found) == 1:
+            return classes[0], where, ""
+        return None, where, f"self.{attr} is built by self.{method}, which does not return one class named in the source"
+
+    def _registered(self, call: ast.Call, platform: str, where: str) -> tuple[ClassInfo | None, str, str]:
+        for kw in call.keywords:
+            if kw.arg == "architectures":
+                archs = _literal(kw.value)
+                if isinstance(archs, list) and archs and isinstance(archs[0], str) and archs[0] in self.registry:
+                    return self.cls(archs[0], platform), where, ""
+        for kw in call.keywords:
+            if kw.arg == "hf_config":
+                cfg = (_dotted(kw.value) or "").split(".")
+                if len(cfg) == 2 and cfg[0] in ("config", "hf_config", "self.config"):
+                    return None, where, f"{LM_FROM_CONFIG}{cfg[1]}"
+                if cfg == ["config"] or cfg == ["hf_config"]:
+                    return None, where, f"{LM_FROM_CONFIG}."
+        return None, where, "the language model is chosen at run time from the config's architectures (init_vllm_registered_model)"
+
+    def decoder(self, outer: ClassInfo, platform: str) -> tuple[ClassInfo | None, str, str]:
+        """The inner decoder vLLM's PP gate reads: `.model` of the model or of its language model."""
+        mro = self.src.mro(outer, platform)
+        lm_attr = "language_model"
+        has_lm = _self_assign_in_mro(mro, lm_attr) is not None
+        if has_lm:
+            lm, where, why = self._built_class(outer, lm_attr, platform)
+            if lm is None:
+                return None, where, why
+            inner, w2, why2 = self._built_class(lm, "model", platform)
+            if inner is None and why2.startswith("no constructor"):
+                return None, where, "the language model has no `.model`: vLLM's PP gate reads none and refuses"
+            return inner, w2, why2
+        return self._built_class(outer, "model", platform)
+
+    def relay(self, dec: ClassInfo, platform: str) -> dict[str, Any]:
+        mro = self.src.mro(dec, platform)
+        opt = _owner(mro, attr=OPT_IN_ATTR)
+        fwd = _owner(mro, method="forward")
+        opt_val = _literal(opt.attrs[OPT_IN_ATTR]) if opt else False
+        relays_fwd = False
+        if fwd is not None:
+            seen: set[str] = set()
+            todo = ["forward"]
+            while todo:  # the forward and the own methods it calls
+                m = todo.pop()
+                if m in seen:
+                    continue
+                seen.add(m)
+                owner = _owner(mro, method=m)
+                if owner is None:
+                    continue
+                called = _calls(owner.methods[m])
+                if called & RELAY_CALLS:
+                    relays_fwd = True
+                    break
+                todo += [x for x in called if _owner(mro, method=x) is not None and x not in RELAY_CALLS]
+                if "super" in called and m in called:  # super().<m>(...): the next definition up the MRO
+                    rest = mro[mro.index(owner) + 1:]
+                    up = _owner(rest, method=m)
+                    if up is not None and _calls(up.methods[m]) & RELAY_CALLS:
+                        relays_fwd = True
+                        break
+        return {
+            "opt_in": opt_val is True,
+            "opt_in_defined_by": opt.ref if opt else None,
+            "opt_in_at": opt.where(opt.attr_lines[OPT_IN_ATTR]) if opt else None,
+            "forward_defined_by": fwd.ref if fwd else None,
+            "forward_at": fwd.where(fwd.methods["forward"].lineno) if fwd else None,
+            "forward_relays": relays_fwd,
+            "relays_over_pp": bool(opt_val is True and relays_fwd),
+        }
+
+    def embed_last_stage(self, dec: ClassInfo, platform: str) -> tuple[bool | None, str]:
+        names: set[str] = set()
+        where = dec.where()
+        for c in self.src.mro(dec, platform):
+            if isinstance(c, ClassInfo) and "__init__" in c.methods:
+                init = c.methods["__init__"]
+                names |= _names(init)
+                where = c.where(init.lineno)
+                if "super" not in _calls(init):
+                    break
+        if not names:
+            return None, "no readable constructor"
+        if TARGET_EMBED_RULE in names:
+            return True, where
+        if MISSING_LAYER not in names and EMBED_LAYER in names:
+            return True, where
+        if MISSING_LAYER in names:
+            return False, where
+        return None, f"{where}: the constructor neither builds {EMBED_LAYER} nor a {MISSING_LAYER}"
+
+    def target(self, arch: str, platform: str) -> dict[str, Any] | None:
+        outer = self.cls(arch, platform)
+        if outer is None:
+            return None
+        mro = self.src.mro(outer, platform)
+        names = {_name(c) for c in mro}
+        attr_true = lambda a: any(isinstance(c, ClassInfo) and _literal(c.attrs.get(a)) is True for c in mro)  # noqa: E731
+        out: dict[str, Any] = {
+            "class": outer.ref,
+            "at": outer.where(),
+            "supports_pp": PP_INTERFACE in names,
+            "supports_eagle3": TAPS_INTERFACE in names or attr_true("supports_eagle3"),
+            "supports_eagle": EAGLE1_INTERFACE in names or attr_true("supports_eagle"),
+            "is_hybrid": HYBRID_INTERFACE in names,  # mixes attention with linear/state-space layers
+        }
+        dec, where, why = self.decoder(outer, platform)
+        out["decoder"] = dec.ref if dec else None
+        out["decoder_at"] = where
+        if dec is None and why.startswith(LM_FROM_CONFIG):
+            out["language_model_from"] = why[len(LM_FROM_CONFIG):]
+        if dec is None:
+            out["decoder_why"] = why
+            gate_reads_none = "reads none" in why or EXTERNAL_NOTE in why or (why.startswith("no constructor") and _owner(mro, attr="model") is None)
+            out.update(relay=None if not gate_reads_none else {"opt_in": False, "forward_relays": False, "relays_over_pp": False},
+                       embed_last_stage=None, embed_why=why)
+            if not gate_reads_none:
+                out["relay_why"] = why
+            return out
+        out["relay"] = self.relay(dec, platform)
+        emb, ewhere = self.embed_last_stage(dec, platform)
+        out["embed_last_stage"] = emb
+        out["embed_at" if emb is not None else "embed_why"] = ewhere
+        return out
+
+    # drafters and MTP -------------------------------------------------------------------------
+
+    def drafter(self, arch: str, platform: str) -> dict[str, Any] | None:
+        c = self.cls(arch, platform)
+        if c is None:
+            return None
+        info = self.src.module(c.module)
+        mro = self.src.mro(c, platform)
+        out: dict[str, Any] = {"class": c.ref, "at": c.where()}
+        # the most derived constructor that reads a depth decides (it builds the draft model it names)
+        decider = next(((x, cs) for x in mro if isinstance(x, ClassInfo) and "__init__" in x.methods
+                        and (cs := _calls(x.methods["__init__"]) & {TOTAL_DEPTH_CALL, LOCAL_DEPTH_CALL})), None)
+        if decider is not None and len(decider[1]) == 1:
+            out["numbering"] = "global" if TOTAL_DEPTH_CALL in decider[1] else "pp-local"
+            out["numbering_at"] = decider[0].where(decider[0].methods["__init__"].lineno)
+        elif decider is not None:
+            out["numbering"] = None
+            out["numbering_why"] = f"{decider[0].where()}: the constructor reads both depths"
+        else:
+            out["numbering"] = None
+            out["numbering_why"] = f"the constructor calls neither {TOTAL_DEPTH_CALL} nor {LOCAL_DEPTH_CALL}"
+        out["fc"] = _fc_rule(info.tree) if info and info.tree else None
+        mtp = _mtp_layers(self.src, c, platform) if out["numbering"] is None else None
+        if mtp is not None:
+            out["mtp_layers"] = mtp
+        return out
+
+
+def _self_assign_in_mro(mro: list[ClassInfo | str], attr: str) -> ast.expr | None:
+    for c in mro:
+        if isinstance(c, ClassInfo) and "__init__" in c.methods:
+            v = _self_assign(c.methods["__init__"], attr)
+            if v is not None:
+                return v
+    return None
+
+
+def _fc_rule(tree: ast.Module) -> dict[str, Any] | None:
+    """How the drafter module sizes `fc`: from the taps when the config names them, else from the
+    drafter's num_hidden_layers (`len(taps) if taps else config.num_hidden_layers`), else from a
+    fixed count. None when the module has no such expression."""
+    for n in ast.walk(tree):
+        if isinstance(n, ast.IfExp) and isinstance(n.body, ast.Call) and _dotted(n.body.func) == "len":
+            other = _dotted(n.orelse) or ""
+            if other.endswith(".num_hidden_layers"):
+                return {"rule": "taps-else-num-hidden-layers", "at_line": n.lineno,
+                        "text": "fc width = target hidden x (number of taps the config names, else the drafter's num_hidden_layers)"}
+            fallback = _literal(n.orelse)
+            if isinstance(fallback, int):
+                return {"rule": "taps-else-fixed", "fixed": fallback, "at_line": n.lineno,
+                        "text": f"fc width = target hidden x (number of taps the config names, else {fallback})"}
+    return None
+
+
+def _mtp_layers(src: Source, c: ClassInfo, platform: str) -> dict[str, Any] | None:
+    """`self.X = getattr(config, "key", default)` (or `config.key`) where X is iterated by range()
+    in a constructor of the class or of the module it builds as `self.model`."""
+    seen: list[ClassInfo] = []
+    todo = [c]
+    while todo and len(seen) < 8:
+        k = todo.pop(0)
+        if any(k.ref == s.ref for s in seen):
+            continue
+        seen.append(k)
+        for m in src.mro(k, platform):
+            if not isinstance(m, ClassInfo) or "__init__" not in m.methods:
+                continue
+            init = m.methods["__init__"]
+            got = _ranged_count(init)
+            if got is not None:
+                got["at"] = m.where(got.pop("line"))
+                return got
+            v = _self_assign(init, "model")
+            if isinstance(v, ast.Call) and (fname := _dotted(v.func)):
+                sub = src.resolve(m.module, fname, platform)
+                if sub is not None:
+                    todo.append(sub)
+    return None
+
+
+def _ranged_count(init: ast.AST) -> dict[str, Any] | None:
+    ranged = set()
+    for n in ast.walk(init):
+        if isinstance(n, ast.Call) and _dotted(n.func) == "range" and n.args:
+            a = n.args[-1] if len(n.args) == 1 else n.args[1]
+            for x in ast.walk(a):
+                d = _dotted(x) if isinstance(x, ast.Attribute) else ""
+                if d and d.startswith("self.") and d.count(".") == 1:
+                    ranged.add(d[5:])
+    for n in ast.walk(init):
+        if not isinstance(n, ast.Assign) or len(n.targets) != 1:
+            continue
+        t = n.targets[0]
+        if not (isinstance(t, ast.Attribute) and t.attr in ranged and isinstance(t.value, ast.Name) and t.value.id == "self"):
+            continue
+        v = n.value
+        if isinstance(v, ast.Call) and _dotted(v.func) == "getattr" and len(v.args) >= 2 and isinstance(v.args[1], ast.Constant):
+            default = _literal(v.args[2]) if len(v.args) > 2 else None
+            return {"keys": [v.args[1].value], "default": default, "line": n.lineno}
+        if isinstance(v, ast.Attribute) and (_dotted(v.value) or "").split(".")[-1] in ("config", "hf_config", "text_config"):
+            return {"keys": [v.attr], "default": None, "line": n.lineno}
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# MTP rewrite (config/speculative.py)
+
+
+def mtp_rewrites(src: Source) -> dict[str, dict[str, str]]:
+    """What `method: mtp` rewrites a target to: {"model_type": {mt: mtp_arch}, "architecture":
+    {arch: mtp_arch}}, read from the if-chain in SpeculativeConfig's config override: a test on
+    `hf_config.model_type` or `hf_config.architectures[0]`, a body that sets the model type (a
+    rewrite, followed) or the architectures list."""
+    info = src.module("vllm.config.speculative")
+    out: dict[str, dict[str, str]] = {"model_type": {}, "architecture": {}}
+    if info is None or info.tree is None:
+        return out
+    renames: dict[str, str] = {}
+    by_type: dict[str, str] = {}
+    by_arch: dict[str, str] = {}
+    branch: dict[str, list[ast.stmt]] = {}
+    flags = _flags(info.tree)
+    for n in ast.walk(info.tree):
+        if not isinstance(n, ast.If):
+            continue
+        kind, keys = _test_keys(n.test)
+        if not kind:
+            continue
+        new_type = _type_rename(n.body)
+        for k in keys:
+            arch = _arch_in(n.body, k, flags)
+            if arch:
+                (by_type if kind == "model_type" else by_arch).setdefault(k, arch)
+                branch.setdefault(k, n.body)
+            elif new_type and kind == "model_type" and new_type != k and not _writes_architectures(n.body):
+                renames.setdefault(k, new_type)
+    for mt, new in renames.items():
+        hops = 0
+        while new in renames and hops < 4:
+            new, hops = renames[new], hops + 1
+        if new in branch:  # the branch of the renamed type, decided for the original one
+            got = _arch_in(branch[new], mt, flags)
+            if got:
+                by_type.setdefault(mt, got)
+    out["model_type"], out["architecture"] = dict(sorted(by_type.items())), dict(sorted(by_arch.items()))
+    return out
+
+
+def _test_keys(test: ast.expr) -> tuple[str | None, list[str]]:
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None, []
+    left = _dotted(test.left) or ""
+    if isinstance(test.left, ast.Subscript) and (_dotted(test.left.value) or "").endswith("architectures"):
+        kind = "architecture"
+    elif isinstance(test.left, ast.NamedExpr) and isinstance(test.left.value, ast.Subscript):
+        kind = "architecture"
+    elif left.endswith(".model_type"):
+        kind = "model_type"
+    else:
+        return None, []
+    v = _literal(test.comparators[0])
+    if isinstance(test.ops[0], ast.Eq) and isinstance(v, str):
+        return kind, [v]
+    if isinstance(test.ops[0], ast.In) and isinstance(v, (tuple, list, set, frozenset)):
+        return kind, [x for x in v if isinstance(x, str)]
+    if isinstance(test.ops[0], ast.In) and isinstance(v, str):  # `in ("x")` is a plain string
+        return kind, [v]
+    return None, []
+
+
+def _arch_in(body: list[ast.stmt], key: str, flags: dict[str, set[str]]) -> str | None:
+    """The MTP architecture a branch writes into `architectures` for `key`: a literal, or
+    `"A" if flag else "B"` where the branch set `flag = <config>.model_type in (...)`."""
+    for st in body:
+        for n in ast.walk(st):
+            if not isinstance(n, ast.Dict):
+                continue
+            for k, v in zip(n.keys, n.values):
+                if _literal(k) != "architectures" or not isinstance(v, ast.List) or not v.elts:
+                    continue
+                el = v.elts[0]
+                if isinstance(el, ast.Constant) and isinstance(el.value, str):
+                    return el.value
+                if isinstance(el, ast.IfExp) and isinstance(el.test, ast.Name):
+                    flag = flags.get(el.test.id)
+                    a, b = _literal(el.body), _literal(el.orelse)
+                    if flag is not None and isinstance(a, str) and isinstance(b, str):
+                        return a if key in flag else b
+    return None
+
+
+def _writes_architectures(body: list[ast.stmt]) -> bool:
+    """The branch sets `architectures` itself (a dict key or `x["architectures"] = ...`): a rename
+    in it is not followed (what it writes, where unreadable, stays unknown)."""
+    for st in body:
+        for n in ast.walk(st):
+            if isinstance(n, ast.Dict) and any(_literal(k) == "architectures" for k in n.keys):
+                return True
+            if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and _literal(n.slice) == "architectures":
+                return True
+    return False
+
+
+def _flags(tree: ast.AST) -> dict[str, set[str]]:
+    """`name = <config>.model_type in (...)` anywhere in the module: the model types that set it
+    (read on the config's original model type, before any rename)."""
+    out: dict[str, set[str]] = {}
+    for st in ast.walk(tree):
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            kind, keys = _test_keys(st.value)
+            if kind == "model_type":
+                out.setdefault(st.targets[0].id, set(keys))
+    return out
+
+
+def _type_rename(body: list[ast.stmt]) -> str | None:
+    for st in body:
+        for n in ast.walk(st):
+            if isinstance(n, ast.Assign) and any((_dotted(t) or "").endswith(".model_type") for t in n.targets):
+                v = _literal(n.value)
+                if isinstance(v, str):
+                    return v
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole table
+
+
+def _is_drafter(kind: str) -> bool:
+    return kind == "speculative_decoding_models"
+
+
+def scan(root: Path, platforms: tuple[str, ...] = ("cuda", "rocm", "xpu", "cpu")) -> dict[str, Any]:
+    """Every registered architecture's facts, per platform (JSON-able)."""
+    sc = Scanner(Path(root))
+    sc.read_registry()
+    targets: dict[str, Any] = {}
+    drafters: dict[str, Any] = {}
+    for arch in sorted(sc.registry):
+        kind = sc.registry_kind[arch]
+        per: dict[str, Any] = {}
+        for p in platforms:
+            got = sc.drafter(arch, p) if _is_drafter(kind) else sc.target(arch, p)
+            per[p] = got if got is not None else {"class": None, "why": f"{sc.module_of(arch)}:{sc.registry[arch][1]} is not a class in the source on {p}"}
+        entry = {"registry": f"{REGISTRY}:{sc.registry_lines[arch]}", "group": kind, "platforms": _fold(per)}
+        (drafters if _is_drafter(kind) else targets)[arch] = entry
+    return {"targets": targets, "drafters": drafters, "mtp_rewrites": mtp_rewrites(sc.src)}
+
+
+def _fold(per: dict[str, Any]) -> dict[str, Any]:
+    """Platforms with the same facts share one entry: {"cuda,rocm,xpu,cpu": {...}}."""
+    groups: list[tuple[list[str], Any]] = []
+    for p, v in per.items():
+        for ps, w in groups:
+            if w == v:
+                ps.append(p)
+                break
+        else:
+            groups.append(([p], v))
+    return {",".join(ps): v for ps, v in groups}
+
+
+def source_version(root: Path) -> tuple[str | None, str | None]:
+    """(version, git commit) of the vLLM source under root, from `vllm/_version.py` (written at
+    build time; a wheel without a commit says None), else the dist-info's METADATA."""
+    root = Path(root)
+    version = commit = None
+    vf = root / "vllm" / "_version.py"
+    if vf.is_file():
+        try:
+            tree = ast.parse(vf.read_text(encoding="utf-8"))
+        except (SyntaxError, OSError):
+            tree = None
+        for n in ast.walk(tree) if tree else ():
+            if isinstance(n, ast.Assign):
+                names = {t.id for t in ast.walk(n) if isinstance(t, ast.Name)}
+                v = _literal(n.value) if not isinstance(n.value, ast.Name) else None
+                if "version" in names and isinstance(v, str):
+                    version = v
+                if "commit_id" in names and (isinstance(v, str) or v is None) and not isinstance(n.value, ast.Name):
+                    commit = v
+    if version is None:
+        for meta in sorted(root.glob("vllm*.dist-info/METADATA")):
+            for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
+                if line.startswith("Version:"):
+                    version = line.split(":", 1)[1].strip()
+                    break
+    return version, commit

@@ -1,0 +1,262 @@
+"""vLLM's architecture tables: per release, the facts knowledge/archscan.py reads off vLLM's source
+for every registered architecture (committed under knowledge/arch/vllm-<version>.json by
+tools/vllm_arch_facts.py), and the same read of the installed engine, cached per install.
+
+Which table a verdict uses (`pick`):
+1. the installed engine's, when it is the engine that will serve the profile (its build targets
+   the profile's platform): a verified release (by its metadata, else by the version its source
+   was built as, `vllm/_version.py`) reads its committed table (the same code); any other install
+   (a nightly, a release candidate, a fork) is scanned by value, once per install;
+2. else the committed table of the profile's engine version (its release);
+3. else the newest committed release's (the verdict is then unverified: knowledge/versions.py).
+
+Nothing here imports vLLM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import safeio
+
+#: The table format (bumped when a reader could misread an older table).
+SCHEMA = 1
+#: The committed tables, one file per release.
+TABLE_DIR = Path(__file__).resolve().parent / "arch"
+#: A table is a few hundred KB; nothing larger is a table.
+MAX_TABLE_BYTES = 8 * 1024 * 1024
+
+
+def table_document(scanned: dict[str, Any], version: str | None, commit: str | None, *, origin: str) -> dict[str, Any]:
+    """The JSON document of one table (what tools/vllm_arch_facts.py writes)."""
+    return {
+        "schema": SCHEMA,
+        "vllm_version": version or "unknown",
+        "commit": commit,
+        "origin": origin,
+        "generated_by": "tools/vllm_arch_facts.py (ppspec_cli.knowledge.archscan)",
+        **scanned,
+    }
+
+
+@dataclass(frozen=True)
+class ArchTable:
+    version: str
+    commit: str | None
+    origin: str  # "wheel vllm-0.33.0-...whl", "installed source ..."
+    source: str  # "committed" | "installed"
+    doc: dict[str, Any] = field(repr=False, compare=False)
+
+    def _entry(self, group: str, arch: str, platform: str) -> dict[str, Any] | None:
+        e = self.doc.get(group, {}).get(arch)
+        if not isinstance(e, dict):
+            return None
+        for plats, facts in (e.get("platforms") or {}).items():
+            if platform in plats.split(","):
+                return facts if isinstance(facts, dict) and facts.get("class") else None
+        return None
+
+    def registers(self, arch: str) -> bool:
+        return arch in self.doc.get("targets", {}) or arch in self.doc.get("drafters", {})
+
+    def target(self, arch: str, platform: str) -> dict[str, Any] | None:
+        return self._entry("targets", arch, platform)
+
+    def drafter(self, arch: str, platform: str) -> dict[str, Any] | None:
+        return self._entry("drafters", arch, platform)
+
+    def mtp_architecture(self, model_type: str | None, arch: str | None) -> str | None:
+        """The MTP architecture `method: mtp` rewrites the target to (config/speculative.py)."""
+        rw = self.doc.get("mtp_rewrites") or {}
+        return (rw.get("architecture") or {}).get(arch or "") or (rw.get("model_type") or {}).get(model_type or "")
+
+    @property
+    def counts(self) -> tuple[int, int]:
+        return len(self.doc.get("targets", {})), len(self.doc.get("drafters", {}))
+
+    def describe(self) -> str:
+        where = f"generated from the vLLM {self.version} {self.origin}" if self.source == "committed" else f"read from the installed engine ({self.origin})"
+        return f"{where}{f', commit {self.commit}' if self.commit else ''}"
+
+
+def _load(path: Path, source: str) -> ArchTable:
+    doc = safeio.read_json(path, limit=MAX_TABLE_BYTES, what="vLLM architecture table", fix="regenerate it with tools/vllm_arch_facts.py")
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise PpspecError(f"{path} is not a schema-{SCHEMA} vLLM architecture table", where=str(path), fix="regenerate it with tools/vllm_arch_facts.py")
+    return ArchTable(str(doc.get("vllm_version")), doc.get("commit"), str(doc.get("origin", "")), source, doc)
+
+
+def _release(v: str | None) -> Version | None:
+    try:
+        return Version(Version(v or "").base_version)
+    except InvalidVersion:
+        return None
+
+
+def committed_versions() -> list[str]:
+    """The releases with a committed table, oldest first."""
+    got = [p.name[len("vllm-"):-len(".json")] for p in TABLE_DIR.glob("vllm-*.json")]
+    return sorted((v for v in got if _release(v) is not None), key=lambda v: _release(v))  # type: ignore[arg-type, return-value]
+
+
+def committed(version: str | None) -> ArchTable | None:
+    """The committed table of a version's release (0.33.0rc1, 0.33.0+fork -> 0.33.0)."""
+    rel = _release(version)
+    for v in committed_versions():
+        if _release(v) == rel:
+            return _committed_file(v)
+    return None
+
+
+_LOADED: dict[str, ArchTable] = {}
+
+
+def _committed_file(v: str) -> ArchTable:
+    if v not in _LOADED:
+        _LOADED[v] = _load(TABLE_DIR / f"vllm-{v}.json", "committed")
+    return _LOADED[v]
+
+
+def newest() -> ArchTable | None:
+    vs = committed_versions()
+    return _committed_file(vs[-1]) if vs else None
+
+
+# ---------------------------------------------------------------------------------------------
+# The installed engine, read by value
+
+
+def installed_source_root() -> Path | None:
+    """The directory holding the installed `vllm` package (found without importing it)."""
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))).parent
+
+
+def cache_dir() -> Path:
+    """$PPSPEC_CACHE/arch, else ~/.cache/ppspec/arch (the demo models' cache root)."""
+    return Path(os.environ.get("PPSPEC_CACHE") or "~/.cache/ppspec").expanduser() / "arch"
+
+
+def _install_key(root: Path, version: str) -> str:
+    reg = root / "vllm" / "model_executor" / "models" / "registry.py"
+    mtime = reg.stat().st_mtime_ns if reg.is_file() else 0
+    return hashlib.sha256(f"{version}\0{root.resolve()}\0{mtime}".encode()).hexdigest()[:24]
+
+
+def installed_table(root: Path, version: str) -> ArchTable:
+    """The installed engine's table: scanned once per install (version + path + mtime), then
+    read from the cache."""
+    from ppspec_cli.knowledge import archscan
+
+    path = cache_dir() / f"vllm-{_install_key(root, version)}.json"
+    if path.is_file():
+        try:
+            return _load(path, "installed")
+        except PpspecError:
+            pass  # a damaged cache entry: scan again
+    _, commit = archscan.source_version(root)
+    doc = table_document(archscan.scan(root), version, commit, origin=f"installed vLLM {version} at {root / 'vllm'}")
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    safeio.write_text(path, json.dumps(doc, sort_keys=True), what="vLLM architecture cache")
+    return ArchTable(version, commit, str(doc["origin"]), "installed", doc)
+
+
+def pick(platform: str, installed: Any, facts_version: str, *, verified_install: bool) -> ArchTable | None:
+    """The table a verdict uses (module doc). `installed` is knowledge.engine.VllmInstall or None."""
+    if installed is not None and installed.platform == platform:
+        if verified_install and (t := committed(installed.version)) is not None:
+            return t  # a verified release: its committed table is the same code
+        root = installed_source_root()
+        if root is not None:
+            # the version the source itself was built as (vllm/_version.py), else the metadata's
+            from ppspec_cli.knowledge import archscan
+            from ppspec_cli.knowledge.versions import verdict
+
+            built = archscan.source_version(root)[0] or installed.version
+            if verdict(built).verified and (t := committed(built)) is not None:
+                return t  # the code on disk is a verified release
+            return installed_table(root, built)
+    return committed(facts_version) or newest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Capabilities (knowledge/packs.py's names) answered from a table
+
+
+def _short(ref: str | None) -> str:
+    return (ref or "?").rsplit(":", 1)[-1]
+
+
+def relay_verdict(t: dict[str, Any]) -> tuple[str, str]:
+    """('native' | 'unsupported' | 'trap' | 'unknown', reason) for relaying taps over PP."""
+    relay = t.get("relay")
+    dec = _short(t.get("decoder"))
+    if not isinstance(relay, dict):
+        return "unknown", f"vLLM's source does not say which inner decoder it builds ({t.get('relay_why') or t.get('decoder_why')})"
+    if relay.get("relays_over_pp"):
+        return "native", f"its inner decoder {dec} opts in ({relay.get('opt_in_at')}) and its forward relays taps ({relay.get('forward_at')})"
+    if t.get("decoder") is None:
+        return "unsupported", f"{t.get('decoder_why')} ({t.get('decoder_at')})"
+    if relay.get("opt_in"):
+        return "trap", (f"its inner decoder {dec} inherits supports_aux_hidden_states_over_pp = True from {_short(relay.get('opt_in_defined_by'))} "
+                        f"({relay.get('opt_in_at')}) but runs its own forward ({relay.get('forward_at')}), which never relays taps between stages")
+    where = relay.get("opt_in_at") or t.get("decoder_at")
+    return "unsupported", f"its inner decoder {dec} ({t.get('decoder_at')}) does not opt in to relaying taps over PP (supports_aux_hidden_states_over_pp is False: {where})"
+
+
+def table_support(table: ArchTable | None, arch: str | None, capability: str, platform: str, entry: dict[str, Any] | None = None) -> tuple[str, str] | None:
+    """(status, reason) from the table, or None when the table cannot say (no table, architecture
+    not registered, or a capability the table does not carry). `entry`: the architecture's facts
+    already resolved for a checkpoint (with_language_model)."""
+    if table is None or not arch:
+        return None
+    t = entry if entry is not None else table.target(arch, platform)
+    if t is None:
+        return None
+    src = f"vLLM {table.version} source"
+    if capability == "aux_relay_over_pp":
+        status, why = relay_verdict(t)
+        if status == "unknown":
+            return None
+        return ("unsupported" if status == "trap" else status), f"{src}: {why}"
+    if capability == "target_embed_on_last_stage":
+        emb = t.get("embed_last_stage")
+        if emb is None:
+            return None
+        return ("native" if emb else "unsupported"), f"{src}: {_short(t.get('decoder'))} {'builds' if emb else 'does not build'} its embedding on the last stage ({t.get('embed_at')})"
+    return None
+
+
+def with_language_model(table: ArchTable, t: dict[str, Any], config: dict[str, Any] | None, platform: str) -> dict[str, Any]:
+    """A multimodal class whose language model vLLM picks at run time from the config's
+    `architectures` (`init_vllm_registered_model(hf_config=config.text_config)`): the decoder facts
+    of that registered architecture, for this checkpoint. Unchanged when it cannot be told."""
+    where = t.get("language_model_from")
+    if not where or not isinstance(config, dict):
+        return t
+    sub = config if where == "." else config.get(where)
+    archs = sub.get("architectures") if isinstance(sub, dict) else None
+    inner_arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    inner = table.target(inner_arch, platform) if inner_arch else None
+    if inner is None:
+        return t
+    keep = ("decoder", "decoder_at", "decoder_why", "relay", "relay_why", "embed_last_stage", "embed_at", "embed_why")
+    merged = {k: v for k, v in t.items() if k not in keep}
+    merged.update({k: inner[k] for k in keep if k in inner})
+    merged["language_model"] = f"{inner_arch} (from the config's {where if where != '.' else ''} architectures)"
+    return merged

