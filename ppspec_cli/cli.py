@@ -58,8 +58,9 @@ def check(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (for scripts) instead of a table."),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub; use local files and the HF cache only."),
     probes: bool = typer.Option(False, "--probes/--no-probes", help="Also run behaviour probes of the installed vLLM (tripwires). Imports vLLM: tens of seconds. `serve` runs them inside every engine process anyway."),
-    severity: str = typer.Option("info", "--severity", metavar="LEVEL", help="Show findings of this severity or worse: error, warning or info (all). The verdict and --json always count every finding."),
-    quiet: bool = typer.Option(False, "--quiet", help="Errors and warnings only (--severity warning)."),
+    severity: str = typer.Option("warning", "--severity", metavar="LEVEL", help="Show findings of this severity or worse: error, warning (the default) or info (all). The verdict and --json always count every finding."),
+    quiet: bool = typer.Option(False, "--quiet", help="Errors and warnings only (the default; kept for scripts)."),
+    verbose: bool = typer.Option(False, "--verbose", help="Every finding, the infos too (--severity info)."),
 ) -> None:
     """Preflight a profile: read the checkpoints' metadata and the installed vLLM, report every problem.
 
@@ -68,7 +69,7 @@ def check(
     """
     from ppspec_cli.commands import check as command
 
-    raise typer.Exit(command.run(profile, json_out, offline, probes, "warning" if quiet and severity == "info" else severity))
+    raise typer.Exit(command.run(profile, json_out, offline, probes, "warning" if quiet and severity == "info" else severity, verbose))
 
 
 @app.command()
@@ -76,12 +77,13 @@ def plan(
     profile: str = typer.Argument(..., metavar="PROFILE", help="Path to the profile YAML."),
     json_out: bool = typer.Option(False, "--json", help="Print the plan and findings as one JSON object."),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub."),
+    verbose: bool = typer.Option(False, "--verbose", help="Every finding under the plan (default: the verdict and the errors to act on first)."),
 ) -> None:
     """Show the stage plan: layers per stage, where each tap lives, what each hop relays, draft layer
-    ids, embedding placement and weight memory per stage."""
+    ids, embedding placement and weight memory per stage. Exit code: the verdict `check` gives."""
     from ppspec_cli.commands import plan as command
 
-    raise typer.Exit(command.run(profile, json_out, offline))
+    raise typer.Exit(command.run(profile, json_out, offline, verbose))
 
 
 @app.command()
@@ -104,8 +106,8 @@ def serve(
     Refuses to start when `check` finds an error. Waits for /health, prints where it listens and a
     curl line, streams the engine log, and on Ctrl-C / SIGTERM stops the whole process tree.
 
-    Exit code: 0 the dry run printed a launch `serve` would start (a real serve runs until it is
-    stopped); 1 a check or launch failed: refused (the reasons are printed; `check` reports them
+    Exit code: 0 the dry run printed a launch of a profile `check` passes (its JSON `ok` says whether
+    `serve` would start it on this machine; a real serve runs until it is stopped); 1 a check or launch failed: refused (the reasons are printed; `check` reports them
     too), or the engine failed (exited, never became healthy, port taken, a node lost); 2 usage
     errors or unreadable input; 3 an internal error (a ppspec bug: --debug shows it); 4 the engine
     started but not every engine process confirmed an ok ppspec plugin status (API server, engine

@@ -17,10 +17,10 @@ from conftest import run_ppspec
 from ppspec_cli.cli import app
 from ppspec_cli.knowledge.packs import load_packs
 from ppspec_cli.commands.render import render_findings, render_plan
+from ppspec_cli.preflight.core import preflight
 from ppspec_cli.planning.resolve import resolve
 from ppspec_cli.planning.profile import parse_profile
 from ppspec_cli.findings import Finding
-from ppspec_cli.planning.rules import run_rules
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 
@@ -100,9 +100,10 @@ def _plan_output(make_checkpoint, **drafter) -> str:
     prof = {"name": "t", "target": {"model": str(t)}, "platform": "cuda", "adapter": "none", "topology": {"pipeline_parallel": 2}}
     if drafter:
         prof["drafter"] = {**drafter, "num_speculative_tokens": 3}
-    r = resolve(parse_profile(yaml.safe_dump(prof)), offline=True)
+    p = parse_profile(yaml.safe_dump(prof))
+    pf = preflight(p, "", offline=True, resolved=resolve(p, offline=True))
     buf = io.StringIO()
-    render_plan(r, run_rules(r), Console(file=buf, width=120, color_system=None, highlight=False))
+    render_plan(pf, Console(file=buf, width=120, color_system=None, highlight=False))
     return buf.getvalue()
 
 

@@ -192,11 +192,12 @@ class _Bench:
         progress(f"{tag}: " + ("measuring " + arm.endpoint if arm.endpoint else "serving the profile " + ("without its drafter" if not arm.speculation else f"with num_speculative_tokens {arm.num_speculative_tokens}")) + f"; levels c={','.join(map(str, levels)) or '-'}")
         prepared = None
         if arm.endpoint is None:
-            from ppspec_cli.commands.serve import prepare
+            from ppspec_cli.commands.render import render_refusal
+            from ppspec_cli.preflight.pipeline import Refused, prepare
 
-            prepared = prepare(self._variant(arm), self.profile_path, offline=self.offline, health_timeout=self.health_timeout)
-            if isinstance(prepared, int):
-                return prepared
+            prepared = prepare(self._variant(arm), self.profile_path, progress=progress, offline=self.offline, health_timeout=self.health_timeout)
+            if isinstance(prepared, Refused):
+                return render_refusal(prepared)
         job = self._job(arm, prepared, levels, need_parity)
         env = {"HF_HUB_OFFLINE": "1"} if self.offline or os.path.isdir(job["tokenizer"]) else {}
         lg = LoadGen(d / "loadgen.log", env)  # imports vLLM while the engine starts
@@ -241,9 +242,9 @@ class _Bench:
                     self.failures.append(f"{arm.name}: {e.message}")
                     raise
                 return 0
-            from ppspec_cli.commands.serve import launch
+            from ppspec_cli.preflight.pipeline import launch
 
-            r = launch(prepared, workload=workload, stream=False)
+            r = launch(prepared, progress=progress, workload=workload, stream=False)
         finally:
             lg.close()
         if r.exit_code != 0:

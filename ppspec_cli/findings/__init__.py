@@ -3,7 +3,7 @@ every module that judges a profile speaks in these; nothing here imports ppspec.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -37,3 +37,13 @@ def by_severity(findings: Iterable[Finding]) -> list[Finding]:
 
 def errors(findings: Iterable[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity == "error"]
+
+
+def guarded(source: str, fn: Callable[[], Iterable[Finding]], *, code: str = "rule-crashed", field: str = "profile", fix: str = "report this (the message names the rule and the error)") -> list[Finding]:
+    """The one guard every rule source runs through (core rules, pack rules, drafter contracts,
+    probes, engine-option and P/D rules): a rule that raises becomes a warning finding that names it
+    (`source`), never a traceback; what it checks was not checked. Signals (BaseException) pass."""
+    try:
+        return list(fn())
+    except Exception as e:  # noqa: BLE001 - the guard: any crash of a rule is a finding
+        return [Finding(code, "warning", field, f"{source} crashed ({type(e).__name__}: {str(e)[:300]}); what it checks was not checked", fix)]

