@@ -66,7 +66,7 @@ def codes_in_the_code_base() -> set[str]:
                         found.update(_strings(node.args[0]))
                     elif fn == "Gap":
                         gaps.update(_strings(node.args[0]))
-                    elif fn == "guarded":  # the one guard: its `code=`, else rule-crashed
+                    elif fn == "guard":  # the one guard: its `code=`, else rule-crashed
                         kw = [k.value for k in node.keywords if k.arg == "code"]
                         found.update(_strings(kw[0]) if kw else ["rule-crashed"])
                 if path.name == "pd.py" and isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("pd-") and " " not in node.value:

@@ -15,12 +15,14 @@ def run(profile: str, json_out: bool, offline: bool, probes: bool, min_severity:
     and the JSON count all."""
     from ppspec_cli.commands.render import SEVERITIES, render_check, render_pd_check
     from ppspec_cli.errors import PpspecError
-    from ppspec_cli.preflight.core import preflight
+    from ppspec_cli.preflight.core import preflight, probed
 
     if min_severity not in SEVERITIES:
         raise PpspecError(f"--severity {min_severity[:40]!r} is not a severity", where="--severity", fix="use error, warning or info", exit_code=2)
     prof = load(profile)
-    pf = preflight(prof, profile, offline=offline, probes=probes, progress=progress)
+    pf = preflight(prof, profile, offline=offline, progress=progress)
+    if probes:
+        pf = probed(pf)
     if json_out:
         print(json.dumps(preflight_json(pf), indent=2))
     elif pf.deployment is not None:

@@ -3,7 +3,8 @@ every module that judges a profile speaks in these; nothing here imports ppspec.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -39,11 +40,14 @@ def errors(findings: Iterable[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity == "error"]
 
 
-def guarded(source: str, fn: Callable[[], Iterable[Finding]], *, code: str = "rule-crashed", field: str = "profile", fix: str = "report this (the message names the rule and the error)") -> list[Finding]:
-    """The one guard every rule source runs through (core rules, pack rules, drafter contracts,
-    probes, engine-option and P/D rules): a rule that raises becomes a warning finding that names it
-    (`source`), never a traceback; what it checks was not checked. Signals (BaseException) pass."""
+@contextmanager
+def guard(out: list[Finding], source: str, *, code: str = "rule-crashed", field: str = "profile", fix: str = "report this (the message names the rule and the error)") -> Iterator[None]:
+    """The one guard every rule source runs in (core rules, pack rules, drafter contracts, probes,
+    engine-option and P/D rules): `with guard(out, "rule 'x'"): out.extend(list(rule(r)))`. A rule
+    that raises adds a warning finding to `out` that names it (`source`), never a traceback; what it
+    checks was not checked. Signals (BaseException) pass. Only the findings travel here, not the
+    facts the rule reads."""
     try:
-        return list(fn())
+        yield
     except Exception as e:  # noqa: BLE001 - the guard: any crash of a rule is a finding
-        return [Finding(code, "warning", field, f"{source} crashed ({type(e).__name__}: {str(e)[:300]}); what it checks was not checked", fix)]
+        out.append(Finding(code, "warning", field, f"{source} crashed ({type(e).__name__}: {str(e)[:300]}); what it checks was not checked", fix))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Callable, Iterator
 
-from ppspec_cli.findings import Finding, Severity, by_severity, finding, guarded
+from ppspec_cli.findings import Finding, Severity, by_severity, finding, guard
 from ppspec_cli.findings.registry import gap_severity
 from ppspec_cli.planning import drafter_contract
 from ppspec_cli.knowledge import facts, methods, packs
@@ -34,11 +34,12 @@ _f = finding
 
 
 def run_rules(r: Resolved) -> list[Finding]:
-    """Every core rule, then the packs' rules, each through the one guard (findings.guarded): a
-    rule that crashes is a `rule-crashed` warning naming it, never a traceback."""
+    """Every core rule, then the packs' rules, each in the one guard (findings.guard): a rule that
+    crashes is a `rule-crashed` warning naming it, never a traceback."""
     out: list[Finding] = []
     for name, fn in RULES:
-        out.extend(guarded(f"rule {name!r}", functools.partial(fn, r)))
+        with guard(out, f"rule {name!r}"):
+            out.extend(list(fn(r)))
     out.extend(_pack_rules(r))
     return by_severity(out)
 
@@ -58,7 +59,9 @@ def _pack_rules(r: Resolved) -> Iterator[Finding]:
             yield _f("pack-rule-failed", "warning", "adapter", f"pack {part.name}: its rules ({part.rules_path.name}) cannot be loaded: {type(e).__name__}: {e}", "fix the pack, or report it to its author")
             continue
         for name, fn in pack_rules:
-            got = guarded(f"pack {part.name}: rule {name!r}", functools.partial(fn, r), code="pack-rule-failed", field="adapter", fix="report this to the pack's author")
+            got: list = []
+            with guard(got, f"pack {part.name}: rule {name!r}", code="pack-rule-failed", field="adapter", fix="report this to the pack's author"):
+                got = list(fn(r))
             for f in got:
                 if isinstance(f, Finding) and f.code.startswith(f"{part.name}-") and f.severity in ("error", "warning", "info"):
                     yield f

