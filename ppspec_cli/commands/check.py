@@ -29,4 +29,4 @@ def run(profile: str, json_out: bool, offline: bool, probes: bool, min_severity:
         render_pd_check(pf, min_severity="info" if verbose else min_severity)
     else:
         render_check(pf, min_severity="info" if verbose else min_severity)
-    return pf.verdict("profile").exit_code
+    return pf.profile_verdict.exit_code

@@ -44,7 +44,7 @@ def engine_json(r) -> dict[str, Any]:
 def preflight_json(pf) -> dict[str, Any]:
     """The preflight as `check --json` and `plan --json` print it: the profile verdict (`ok`,
     `refused_by`, every finding) and what this machine adds (`here`: would `serve` start it here)."""
-    v, here = pf.verdict("profile"), pf.verdict("here")
+    v, here = pf.profile_verdict, pf.here_verdict
     head = {**v.to_json(), "profile": pf.profile.name, "findings": [f.to_json() for f in pf.findings],
             "here": {**here.to_json(), "findings": [f.to_json() for f in pf.here]}}
     d = pf.deployment

@@ -37,4 +37,4 @@ def run(profile: str, json_out: bool, offline: bool, verbose: bool = False) -> i
         render_pd_plan(pf, name_table(d), verbose=verbose)
     else:
         render_plan(pf, invalid_partition=invalid_partition(pf.resolved), verbose=verbose)
-    return pf.verdict("profile").exit_code
+    return pf.profile_verdict.exit_code

@@ -104,8 +104,8 @@ def _version_line(console: Console, r, prefix: str = "") -> None:
 def render_here(console: Console, pf) -> None:
     """The `here` question as its own section, when its answer differs from the profile's: what
     `ppspec serve` would refuse on this machine, and the installed build."""
-    known = set(pf.verdict("profile").refused)
-    extra = [f for f in pf.verdict("here").refused if f not in known]
+    known = set(pf.profile_verdict.refused)
+    extra = [f for f in pf.here_verdict.refused if f not in known]
     if not extra:
         return
     inst = next((r.installed for r in pf.engines if r.installed is not None), None)

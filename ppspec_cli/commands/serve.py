@@ -138,13 +138,13 @@ def _print_dry_run(r, spec, pf, node_rank, json_out: bool) -> int:
         for n in nodes:
             print(shellout.comment(f"node {n.node_rank} ({n.role})"))
             print(n.shell_line())
-    return pf.verdict("profile").exit_code
+    return pf.profile_verdict.exit_code
 
 
 def _verdicts_json(pf) -> dict:
     """A dry run's answers: `ok` / `refused_by` are what `serve` does here (the here verdict);
     `profile` is the verdict `check`, `plan` and `export` give (the exit code)."""
-    here, prof = pf.verdict("here"), pf.verdict("profile")
+    here, prof = pf.here_verdict, pf.profile_verdict
     return {**here.to_json(), "profile_verdict": prof.to_json()}
 
 
@@ -154,7 +154,7 @@ def _print_dry_run_findings(pf, command: str) -> None:
     for f in pf.findings + pf.here:
         if f.severity in ("error", "warning"):
             print(shellout.comment(f"{f.severity} {f.code}: {f.message}"))
-    prof, here = pf.verdict("profile"), pf.verdict("here")
+    prof, here = pf.profile_verdict, pf.here_verdict
     if not prof.ok:
         print(shellout.comment(f"`{command}` would refuse this profile: {len(prof.refused)} error(s): {', '.join(prof.refused_by)} (see `ppspec check`)"))
     elif not here.ok:
@@ -197,4 +197,4 @@ def _pd_dry_run(prof, profile_path: str, offline: bool, run_dir, json_out: bool,
                 print(n.shell_line())
         print(shellout.comment(f"===== router: the proxy vLLM ships for {d.connector_name}, {script} in vLLM's source tree (the wheel does not carry it); VLLM_SRC = a vLLM source checkout of the same version"))
         print(router)
-    return pf.verdict("profile").exit_code
+    return pf.profile_verdict.exit_code

@@ -20,26 +20,34 @@ from ppspec_cli.preflight.verdict import Question, Verdict, verdict
 
 @dataclass(frozen=True)
 class Preflight:
-    """The facts and the findings of one profile. `resolved`: one engine's facts (planning.resolve),
-    or the disaggregated deployment's (`deployment`, planning.pd) with `resolved` None. `findings`:
-    the profile question's; `here`: what this machine adds (the `here` question reads both)."""
+    """The facts, the findings and both verdicts of one profile. `resolved`: one engine's facts
+    (planning.resolve), or the disaggregated deployment's (`deployment`, planning.pd) with `resolved`
+    None. `findings`: the profile question's; `here`: what this machine adds (the `here` question
+    reads both). Made by `_made`, which gives the verdicts: commands read them, never judge."""
 
     profile: Any
     resolved: Any
     deployment: Any
     findings: tuple[Finding, ...]
     here: tuple[Finding, ...]
+    profile_verdict: Verdict
+    here_verdict: Verdict
 
     def verdict(self, question: Question) -> Verdict:
-        return verdict(self.findings + self.here if question == "here" else self.findings, question)
+        return self.here_verdict if question == "here" else self.profile_verdict
 
     def with_here(self, extra: list[Finding]) -> "Preflight":
-        return Preflight(self.profile, self.resolved, self.deployment, self.findings, tuple(by_severity(list(self.here) + extra)))
+        return _made(self.profile, self.resolved, self.deployment, list(self.findings), list(self.here) + extra)
 
     @property
     def engines(self) -> list:
         """The resolved engine(s): one, or each role's."""
         return [self.resolved] if self.deployment is None else list(self.deployment.roles.values())
+
+
+def _made(profile, resolved, deployment, findings: list[Finding], here: list[Finding]) -> Preflight:
+    f, h = tuple(by_severity(findings)), tuple(by_severity(here))
+    return Preflight(profile, resolved, deployment, f, h, verdict(f, "profile"), verdict(f + h, "here"))
 
 
 def preflight(prof, profile_path: str, *, offline: bool, resolved=None, given: dict | None = None, progress: Callable[[str], None] | None = None) -> Preflight:
@@ -55,7 +63,7 @@ def preflight(prof, profile_path: str, *, offline: bool, resolved=None, given: d
         with guard(findings, "the P/D rules"):
             findings = run_pd_rules(d)
         here = [f for r in d.roles.values() for f in _here(r)]
-        return Preflight(prof, None, d, tuple(by_severity(findings)), tuple(_once(by_severity(here))))
+        return _made(prof, None, d, findings, _once(here))
     if resolved is None:
         from ppspec_cli.planning.resolve import resolve
 
@@ -66,7 +74,7 @@ def preflight(prof, profile_path: str, *, offline: bool, resolved=None, given: d
     findings = run_rules(r)
     if r.vllm is not None:
         findings.append(Finding("probes-not-run", "info", "platform", f"vLLM {r.vllm.version}'s behaviour probes and the `engine:` option names were not checked (fast mode)", "`check --probes` checks both; `ppspec serve` always does"))
-    return Preflight(prof, r, None, tuple(by_severity(findings)), tuple(_here(r)))
+    return _made(prof, r, None, findings, _here(r))
 
 
 def _once(findings: list[Finding]) -> list[Finding]:
@@ -96,7 +104,7 @@ def probed(p: Preflight) -> Preflight:
     with guard(got, "the engine option names"):
         got += unknown_engine_options(r.profile.engine)
     kept = [f for f in settled_by_probes(r, list(p.findings), got) if f.code != "probes-not-run"]
-    return Preflight(p.profile, r, None, tuple(by_severity(kept + got)), p.here)
+    return _made(p.profile, r, None, kept + got, list(p.here))
 
 
 def launch_findings(p: Preflight) -> Preflight:

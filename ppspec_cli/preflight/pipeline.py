@@ -37,11 +37,11 @@ class Checked:
 
     @property
     def profile(self) -> Verdict:
-        return self.preflight.verdict("profile")
+        return self.preflight.profile_verdict
 
     @property
     def here(self) -> Verdict:
-        return self.preflight.verdict("here")
+        return self.preflight.here_verdict
 
 
 def checked(prof, profile_path: str, *, offline: bool, node_rank=None, run_dir=None, where: dict, progress: Callable[[str], None], role=None, launching=False, environ=None) -> Checked:
@@ -92,7 +92,7 @@ def prepare(prof, profile: str, *, progress: Callable[[str], None], offline: boo
     pf = c.preflight
     if c.here.ok:
         pf = launch_findings(pf)  # the installed parser's option names: only when nothing else refuses (seconds)
-    v = pf.verdict("here")
+    v = pf.here_verdict
     if not v.ok:
         return Refused(c.resolved, v)
     r = c.resolved
