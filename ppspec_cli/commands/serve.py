@@ -98,15 +98,10 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
 def _dry_run(prof, profile: str, offline: bool, node_rank, run_dir, where: dict, role, json_out: bool) -> int:
     """The launch `serve` would start, printed: the exit code is the profile verdict (as `check`'s);
     `ok` / `refused_by` and the header say whether `serve` would start it here."""
-    from ppspec_cli.preflight.core import launch_findings
-    from ppspec_cli.preflight.pipeline import checked, node_rank_in_range
-    from ppspec_cli.running.launch import build_launch
+    from ppspec_cli.preflight.pipeline import dry_run
 
-    c = checked(prof, profile, offline=offline, node_rank=node_rank, run_dir=run_dir, where=where, progress=progress, role=role)
-    pf = launch_findings(c.preflight) if c.here.ok else c.preflight  # as `serve` does: its `ok` is serve's answer
-    spec = build_launch(c.resolved, run_dir=c.placement.run_dir)
-    node_rank_in_range(c.resolved, c.placement.node_rank)
-    return _print_dry_run(c.resolved, spec, pf, c.placement.node_rank, json_out)
+    d = dry_run(prof, profile, offline=offline, node_rank=node_rank, run_dir=run_dir, where=where, progress=progress, role=role)
+    return _print_dry_run(d.resolved, d.spec, d.preflight, d.node_rank, json_out)
 
 
 def _print_dry_run(r, spec, pf, node_rank, json_out: bool) -> int:
@@ -164,18 +159,10 @@ def _print_dry_run_findings(pf, command: str) -> None:
 def _pd_dry_run(prof, profile_path: str, offline: bool, run_dir, json_out: bool, where: dict) -> int:
     """`serve --dry-run` of a disaggregated profile without --role: both engines' launches (each
     with its --kv-transfer-config) and the router line. The exit code is the profile verdict."""
-    from pathlib import Path
+    from ppspec_cli.preflight.pipeline import pd_dry_run
 
-    from ppspec_cli.planning.pd import router_command
-    from ppspec_cli.preflight.core import preflight
-    from ppspec_cli.preflight.pipeline import placed
-    from ppspec_cli.running.launch import build_launch
-
-    given = {role: placed(prof, profile_path, offline, None, None, where, progress, environ={}, role=role)[0] for role in ("prefill", "decode")}
-    pf = preflight(prof, profile_path, offline=offline, given=given, progress=progress)
-    d = pf.deployment
-    specs = {role: build_launch(r, run_dir=Path(run_dir) / role if run_dir else None) for role, r in d.roles.items()}
-    router, script = router_command(d)
+    dr = pd_dry_run(prof, profile_path, offline=offline, run_dir=run_dir, where=where, progress=progress)
+    pf, specs, router, script, d = dr.preflight, dr.specs, dr.router, dr.script, dr.preflight.deployment
     if json_out:
         print(
             json.dumps(

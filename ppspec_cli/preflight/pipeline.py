@@ -55,6 +55,53 @@ def checked(prof, profile_path: str, *, offline: bool, node_rank=None, run_dir=N
 
 
 @dataclass(frozen=True)
+class DryRun:
+    """What `serve --dry-run` prints: the preflight as `serve` would have it here (its option names
+    checked when nothing else refuses), the placed engine, its launch, the node asked for."""
+
+    preflight: Preflight
+    resolved: object
+    spec: object  # running.launch.LaunchSpec
+    node_rank: int | None
+
+
+def dry_run(prof, profile: str, *, offline: bool, node_rank, run_dir, where: dict, progress: Callable[[str], None], role=None) -> DryRun:
+    from ppspec_cli.running.launch import build_launch
+
+    c = checked(prof, profile, offline=offline, node_rank=node_rank, run_dir=run_dir, where=where, progress=progress, role=role)
+    pf = launch_findings(c.preflight) if c.here.ok else c.preflight  # as `serve` does: the dry run's `ok` is serve's answer
+    spec = build_launch(c.resolved, run_dir=c.placement.run_dir)
+    node_rank_in_range(c.resolved, c.placement.node_rank)
+    return DryRun(pf, c.resolved, spec, c.placement.node_rank)
+
+
+@dataclass(frozen=True)
+class PdDryRun:
+    """`serve --dry-run` of a disaggregated profile: both engines' launches and the router."""
+
+    preflight: Preflight
+    specs: dict  # role -> running.launch.LaunchSpec
+    router: str
+    script: str
+
+
+def pd_dry_run(prof, profile_path: str, *, offline: bool, run_dir, where: dict, progress: Callable[[str], None]) -> PdDryRun:
+    from pathlib import Path
+
+    from ppspec_cli.planning.pd import router_command
+    from ppspec_cli.running.launch import build_launch
+
+    given = {role: placed(prof, profile_path, offline, None, None, where, progress, environ={}, role=role)[0] for role in ("prefill", "decode")}
+    pf = preflight(prof, profile_path, offline=offline, given=given, progress=progress)
+    if pf.here_verdict.ok:
+        pf = launch_findings(pf)
+    d = pf.deployment
+    specs = {role: build_launch(r, run_dir=Path(run_dir) / role if run_dir else None) for role, r in d.roles.items()}
+    router, script = router_command(d)
+    return PdDryRun(pf, specs, router, script)
+
+
+@dataclass(frozen=True)
 class Prepared:
     """A profile checked and placed for launch on this node: what `launch` starts."""
 
