@@ -32,7 +32,7 @@ LAYERS = {
     "cli": 8,
 }
 #: The modules every command shares (rendering and the profile loader): not commands themselves.
-COMMAND_SHARED = ("ppspec_cli.commands.common", "ppspec_cli.commands.render", "ppspec_cli.commands")
+COMMAND_SHARED = ("ppspec_cli.commands.common", "ppspec_cli.commands.render", "ppspec_cli.commands.predict_render", "ppspec_cli.commands")
 #: Where torch may be imported: code that runs inside the engine, or builds models for it.
 TORCH_OK = ("running/engine/", "demo/")
 

@@ -1,5 +1,5 @@
 """`ppspec plan`: the stage plan of a profile (both engines' for a disaggregated one), with the
-profile verdict `check` gives: the same exit code."""
+profile verdict `check` gives: the same exit code. `--predict` adds the cost model's prediction."""
 
 from __future__ import annotations
 
@@ -17,7 +17,19 @@ def invalid_partition(r) -> list[int] | None:
     return None
 
 
-def run(profile: str, json_out: bool, offline: bool, verbose: bool = False) -> int:
+def with_prediction(r, opts, *, json_out: bool):
+    """`--predict`: the prediction's JSON, or print its text (commands/predict_render.py)."""
+    from ppspec_cli.commands.predict_render import prediction, render
+
+    pred = prediction(r, opts)
+    if json_out:
+        return pred.to_json()
+    print()
+    print(render(pred))
+    return None
+
+
+def run(profile: str, json_out: bool, offline: bool, predict=None, verbose: bool = False) -> int:
     """Print the plan and what to act on first (`verbose`: every finding); exit with the profile
     verdict (0 no error, 1 refused: no plan, an invalid layer_partition, or any other error `check` reports)."""
     from ppspec_cli.commands.render import render_pd_plan, render_plan
@@ -25,16 +37,25 @@ def run(profile: str, json_out: bool, offline: bool, verbose: bool = False) -> i
     from ppspec_cli.preflight.core import preflight
 
     prof = load(profile)
+    if prof.disaggregated and predict is not None:
+        from ppspec_cli.errors import PpspecError
+
+        raise PpspecError("--predict covers one engine; this profile is disaggregated (`roles:`)", where=profile,
+                          fix="predict the decode engine from a profile of its own (its target, drafter and topology)")
     pf = preflight(prof, profile, offline=offline, progress=progress)
-    d = pf.deployment
+    d, r = pf.deployment, pf.resolved
     if json_out:
         out = preflight_json(pf)
-        if d is None and (bad := invalid_partition(pf.resolved)) is not None:
+        if d is None and (bad := invalid_partition(r)) is not None:
             out["plan"] = None  # the default split would read as the profile's
             out["invalid_layer_partition"] = bad
+        if predict is not None:
+            out["prediction"] = with_prediction(r, predict, json_out=True)
         print(json.dumps(out, indent=2))
     elif d is not None:
         render_pd_plan(pf, name_table(d), verbose=verbose)
     else:
-        render_plan(pf, invalid_partition=invalid_partition(pf.resolved), verbose=verbose)
+        render_plan(pf, invalid_partition=invalid_partition(r), verbose=verbose)
+        if predict is not None:
+            with_prediction(r, predict, json_out=False)
     return pf.profile_verdict.exit_code
