@@ -134,3 +134,12 @@ def test_committed_reference_equals_generated():
 def test_cli_docs_findings_prints_it():
     r = CliRunner().invoke(app, ["docs", "--findings"])
     assert r.exit_code == 0 and r.stdout == findings_reference()
+
+
+def test_settled_by_names_a_probe():
+    """An unknown the registry says a probe settles names a probe that exists (check --probes drops the
+    finding when that probe passed: preflight.core.settled_by_probes)."""
+    from ppspec_cli.findings.registry import SETTLED_BY
+
+    assert SETTLED_BY and all(p.removeprefix("probe-") in PROBE_NAMES for p in SETTLED_BY.values()), SETTLED_BY
+    assert all(TABLE[c].severities == ("warning",) for c in SETTLED_BY)

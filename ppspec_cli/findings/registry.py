@@ -41,6 +41,7 @@ class Code:
     question: Question = "profile"
     refuses_here: bool = False
     section: str = ""
+    settled_by: str | None = None  # the probe whose pass answers this unknown (`check --probes`: the finding goes)
 
 
 CORE: tuple[Code, ...] = (
@@ -113,7 +114,7 @@ CORE: tuple[Code, ...] = (
     Code("d2t-missing", ("error",), "A reduced draft vocabulary without the `d2t` tensor mapping draft ids to target ids.", "Use the drafter's complete checkpoint (with `d2t`).", section="Drafter and target"),
     Code("d2t-not-checked", ("info",), "A reduced draft vocabulary needs a `d2t` tensor; the weights are not here, so it was not looked for.", "None on a login node; it is checked where the weights are.", section="Drafter and target"),
     Code("embed-last-stage", ("error",), "The drafter shares the target's embedding, but the target does not build it on the last stage under PP; vLLM fails at start.", "Use an adapter pack that provides `target_embed_on_last_stage` (`ppspec adapters list`).", section="Drafter and target"),
-    Code("embed-last-stage-unknown", ("warning",), "Whether the target builds its embedding on the last stage under PP (which a drafter sharing it needs) is not known for this vLLM.", "Settle it where vLLM is installed: `check --probes` reads the inner decoder by value (the plugin asserts it in every engine process).", section="Drafter and target"),
+    Code("embed-last-stage-unknown", ("warning",), "Whether the target builds its embedding on the last stage under PP (which a drafter sharing it needs) is not known for this vLLM.", "Settle it where vLLM is installed: `check --probes` reads the inner decoder by value (the plugin asserts it in every engine process).", settled_by="probe-target-embed-last-stage", section="Drafter and target"),
     Code("embedding-found", ("info",), "Where the last stage loads the target embedding from (for the drafter).", "None: information.", section="Drafter and target"),
     Code("embedding-not-found", ("error",), "The last stage needs the target embedding, but no tensor of that name is in the checkpoint.", "Check the checkpoint, or add its embedding name to the adapter pack's facts.", section="Drafter and target"),
     Code("embedding-not-checked", ("info",), "Where the last stage's target embedding lives was not checked (no index or weights here).", "None on a login node; it is checked where the weights are.", section="Drafter and target"),
@@ -148,7 +149,7 @@ CORE: tuple[Code, ...] = (
     Code("cpu-pp-taps", ("error",), "A tap-based drafter with PP > 1 on the CPU platform, whose V1 runner does not relay taps.", "Use pipeline_parallel: 1 on CPU, or GPUs.", section="Platform, vLLM and adapter packs"),
     Code("target-not-opted-in", ("error",), "The target family does not relay taps over pipeline stages in this vLLM; vLLM refuses the launch.", "Use an adapter pack that relays them (`ppspec adapters list`), another platform, or pipeline_parallel: 1.", section="Platform, vLLM and adapter packs"),
     Code("target-opt-in-by-pack", ("info",), "The adapter pack's patches make the target relay taps over PP.", "None: information.", section="Platform, vLLM and adapter packs"),
-    Code("target-opt-in-unknown", ("warning",), "Whether the target relays taps over pipeline stages in this vLLM is not known (vLLM runs the drafter under PP only if the inner decoder opts in).", "Settle it where vLLM is installed: `check --probes` reads the inner decoder's class attribute; or pipeline_parallel: 1.", section="Platform, vLLM and adapter packs"),
+    Code("target-opt-in-unknown", ("warning",), "Whether the target relays taps over pipeline stages in this vLLM is not known (vLLM runs the drafter under PP only if the inner decoder opts in).", "Settle it where vLLM is installed: `check --probes` reads the inner decoder's class attribute; or pipeline_parallel: 1.", settled_by="probe-inner-decoder-opt-in", section="Platform, vLLM and adapter packs"),
     Code("adapter-unknown", ("error",), "`adapter:` names no pack ppspec knows.", "Use a name from `ppspec adapters list`, `auto` or `none`.", section="Platform, vLLM and adapter packs"),
     Code("adapter-vllm-unverified", ("warning",), "The pack's patches were verified on other vLLM releases: each applies where its anchor matches the installed code, stands aside where vLLM already has the behaviour, and refuses the engine start where the anchor drifted.", "None if the engine starts; `check --probes` checks every anchor here.", section="Platform, vLLM and adapter packs"),
     Code("pack-rule-failed", ("warning",), "An adapter pack's own rules could not load or crashed: what they check was not checked.", "Fix the pack, or report it to its author (the message has the error).", section="Platform, vLLM and adapter packs"),
@@ -219,6 +220,8 @@ def _checkpoint_codes() -> tuple[Code, ...]:
 
 #: Every core code by name (the sections in the order the docs show them).
 TABLE: dict[str, Code] = {c.code: c for c in CORE + _checkpoint_codes()}
+#: unknown code -> the probe whose pass settles it (`check --probes` drops the finding then).
+SETTLED_BY: dict[str, str] = {c.code: c.settled_by for c in CORE if c.settled_by}
 #: The refusals about engine options and the environment (`engine_options.launch_refusals`): `check`
 #: reports each and `serve` refuses on it (tests/test_check_equals_serve.py has an example of each).
 LAUNCH_REFUSALS: frozenset[str] = frozenset(

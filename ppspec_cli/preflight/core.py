@@ -123,8 +123,9 @@ def settled_by_probes(r, findings, probe_results) -> list:
     """An unverified vLLM whose every probe passed was read by value here: its `vllm-unverified`
     warning becomes `vllm-probed` (info), and the unknowns the probes settled (opt-in, last-stage
     embedding) go; a failed probe keeps them and adds its own error."""
+    from ppspec_cli.findings.registry import SETTLED_BY as settled
+
     failed = [p for p in probe_results if p.severity == "error"]
-    settled = {"target-opt-in-unknown": "probe-inner-decoder-opt-in", "embed-last-stage-unknown": "probe-target-embed-last-stage"}
     reported = {p.code for p in probe_results if p.code.startswith("probe-")}  # failed or not run
     out = []
     for f in findings:
