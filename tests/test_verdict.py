@@ -247,3 +247,19 @@ def test_every_command_gives_the_same_profile_verdict(models, tmp_path):
 
     prop()
     assert set(seen) == {EXIT_OK, EXIT_REFUSED}, seen  # the measurement can fail: both verdicts came up
+
+
+def test_a_valid_check_is_short_and_details_come_on_request(models, tmp_path):
+    """Issue 29 item 10: the verdict and what to act on first; the infos with --verbose; --json complete."""
+    prof = tmp_path / "v.yaml"
+    prof.write_text(yaml.safe_dump({"name": "short", "target": {"model": str(models["llama"])}, "drafter": {"method": "eagle3", "model": str(models["eagle3"]), "num_speculative_tokens": 3},
+                                    "topology": {"pipeline_parallel": 2, "gpus_per_node": 2}, "platform": "cuda", "engine_version": "0.33.0"}))
+    with installed(None):
+        short, full, js = (_run("check", str(prof), "--offline", *a) for a in ((), ("--verbose",), ("--json",)))
+        plan, plan_full = (_run("plan", str(prof), "--offline", *a) for a in ((), ("--verbose",)))
+    assert short.returncode == full.returncode == plan.returncode == 0
+    assert len(short.stdout.splitlines()) <= 30 and "INFO" not in short.stdout and "not shown: --verbose shows all" in short.stdout, short.stdout
+    assert "INFO" in full.stdout and len(full.stdout.splitlines()) > len(short.stdout.splitlines())
+    infos = [f for f in json.loads(js.stdout)["findings"] if f["severity"] == "info"]
+    assert infos and all(f["code"] in full.stdout for f in infos)  # --json and --verbose keep every finding
+    assert "OK: no errors" in plan.stdout and "WARNING" not in plan.stdout and "WARNING" in plan_full.stdout
