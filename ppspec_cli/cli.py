@@ -64,8 +64,9 @@ def check(
 ) -> None:
     """Preflight a profile: read the checkpoints' metadata and the installed vLLM, report every problem.
 
-    Exit code: 0 when no error-severity finding (`ppspec serve` would launch), 1 when there is one, 2 on
-    usage errors. Every finding code is explained in `ppspec docs --findings` (docs/findings.md).
+    Exit code: 0 when the profile launches on the platform and vLLM it declares (no error finding), 1
+    when it does not, 2 on usage errors; what this machine adds (would `serve` start it here) is its
+    own section. Every finding code is explained in `ppspec docs --findings` (docs/findings.md).
     """
     from ppspec_cli.commands import check as command
 
