@@ -58,17 +58,19 @@ def check(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (for scripts) instead of a table."),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub; use local files and the HF cache only."),
     probes: bool = typer.Option(False, "--probes/--no-probes", help="Also run behaviour probes of the installed vLLM (tripwires). Imports vLLM: tens of seconds. `serve` runs them inside every engine process anyway."),
-    severity: str = typer.Option("info", "--severity", metavar="LEVEL", help="Show findings of this severity or worse: error, warning or info (all). The verdict and --json always count every finding."),
-    quiet: bool = typer.Option(False, "--quiet", help="Errors and warnings only (--severity warning)."),
+    severity: str = typer.Option("warning", "--severity", metavar="LEVEL", help="Show findings of this severity or worse: error, warning (the default) or info (all). The verdict and --json always count every finding."),
+    quiet: bool = typer.Option(False, "--quiet", help="Errors and warnings only (the default; kept for scripts)."),
+    verbose: bool = typer.Option(False, "--verbose", help="Every finding, the infos too (--severity info)."),
 ) -> None:
     """Preflight a profile: read the checkpoints' metadata and the installed vLLM, report every problem.
 
-    Exit code: 0 when no error-severity finding (`ppspec serve` would launch), 1 when there is one, 2 on
-    usage errors. Every finding code is explained in `ppspec docs --findings` (docs/findings.md).
+    Exit code: 0 when the profile launches on the platform and vLLM it declares (no error finding), 1
+    when it does not, 2 on usage errors; what this machine adds (would `serve` start it here) is its
+    own section. Every finding code is explained in `ppspec docs --findings` (docs/findings.md).
     """
     from ppspec_cli.commands import check as command
 
-    raise typer.Exit(command.run(profile, json_out, offline, probes, "warning" if quiet and severity == "info" else severity))
+    raise typer.Exit(command.run(profile, json_out, offline, probes, "warning" if quiet and severity == "info" else severity, verbose))
 
 
 @app.command()
@@ -76,6 +78,7 @@ def plan(
     profile: str = typer.Argument(..., metavar="PROFILE", help="Path to the profile YAML."),
     json_out: bool = typer.Option(False, "--json", help="Print the plan and findings as one JSON object."),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub."),
+    verbose: bool = typer.Option(False, "--verbose", help="Every finding under the plan (default: the verdict and the errors to act on first)."),
     predict: bool = typer.Option(False, "--predict", help="Also predict speculation's speed-up per concurrency and k from a cost model (docs/predict.md)."),
     hardware: Optional[str] = typer.Option(None, "--hardware", help="With --predict: h200, h100, a100, l40s or cpu; overrides as NAME,bw=GB/s,tflops=N."),
     link: Optional[str] = typer.Option(None, "--link", help="With --predict: the pipeline link (nvlink4, pcie5, ib-ndr, tcp-100g, ...; NAME,bw=GB/s,lat=us)."),
@@ -87,12 +90,12 @@ def plan(
     calibration: Optional[str] = typer.Option(None, "--calibration", help="With --predict: calibration file (default: calibration.json beside the profile, if it matches)."),
 ) -> None:
     """Show the stage plan: layers per stage, where each tap lives, what each hop relays, draft layer
-    ids, embedding placement and weight memory per stage. With --predict, the predicted speed-up."""
+    ids, embedding placement and weight memory per stage; exit code as `check`'s. With --predict, the predicted speed-up."""
     from ppspec_cli.commands import plan as command
     from ppspec_cli.commands.predict_render import PredictOptions
 
     opts = PredictOptions(hardware, link, acceptance_length, acceptance_from, concurrency, nst, context_length, calibration) if predict else None
-    raise typer.Exit(command.run(profile, json_out, offline, opts))
+    raise typer.Exit(command.run(profile, json_out, offline, opts, verbose))
 
 
 @app.command()
@@ -115,8 +118,8 @@ def serve(
     Refuses to start when `check` finds an error. Waits for /health, prints where it listens and a
     curl line, streams the engine log, and on Ctrl-C / SIGTERM stops the whole process tree.
 
-    Exit code: 0 the dry run printed a launch `serve` would start (a real serve runs until it is
-    stopped); 1 a check or launch failed: refused (the reasons are printed; `check` reports them
+    Exit code: 0 the dry run printed a launch of a profile `check` passes (its JSON `ok` says whether
+    `serve` would start it on this machine; a real serve runs until it is stopped); 1 a check or launch failed: refused (the reasons are printed; `check` reports them
     too), or the engine failed (exited, never became healthy, port taken, a node lost); 2 usage
     errors or unreadable input; 3 an internal error (a ppspec bug: --debug shows it); 4 the engine
     started but not every engine process confirmed an ok ppspec plugin status (API server, engine

@@ -1,5 +1,5 @@
 """check == serve: every refusal `serve` makes about engine options and the environment is a `check`
-finding with the same code, from one rule set (engine_options.launch_refusals, codes in engine_options.REFUSALS).
+finding with the same code, from one rule set (engine_options.launch_refusals, codes in the registry's LAUNCH_REFUSALS).
 
 The list of refusals is read from the registry, not written here: a new refusal without an example
 below fails `test_every_refusal_has_an_example`. Each example runs the real `check` and the real
@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 
 from ppspec_cli.cli import app
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.planning.engine_options import REFUSALS, launch_refusals
+from ppspec_cli.findings.registry import LAUNCH_REFUSALS as REFUSALS
+from ppspec_cli.planning.engine_options import launch_refusals
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "models" / "meta-llama__Llama-3.2-1B-Instruct"
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
@@ -85,7 +86,7 @@ def _check_codes(profile: Path, probes: bool) -> dict[str, str]:
 
 
 def test_every_refusal_has_an_example():
-    assert set(EXAMPLES) == set(REFUSALS), "a refusal in engine_options.REFUSALS needs an example here (and vice versa)"
+    assert set(EXAMPLES) == set(REFUSALS), "a refusal in the registry's LAUNCH_REFUSALS needs an example here (and vice versa)"
 
 
 def test_the_base_profile_is_not_refused(base, tmp_path):
@@ -156,7 +157,7 @@ def test_hf_overrides_that_keep_the_depth_pass():
     assert [f.code for f in launch_refusals({"hf-overrides": {"num_nextn_predict_layers": 2}}, {}, None, {})] == ["engine-overrides-depth"]
 
 
-# One verdict for "would this launch" (engine_options.serve_refuses): `check`, `serve --dry-run` and
+# One verdict for "would this launch" (preflight/verdict.py): `check`, `serve --dry-run` and
 # `export slurm` exit alike on the same profile, and a dry run names the reason when it is no.
 
 
@@ -171,13 +172,15 @@ def _verdicts(prof: Path, tmp_path: Path) -> dict[str, tuple[int, str]]:
 
 def test_an_unset_api_key_is_a_warning_for_all_three_and_a_refusal_at_launch(base, tmp_path):
     """The key is exported where the engine serves, not necessarily where the profile is checked or
-    exported: check, the dry run and the export all pass (with the warning), serve itself refuses."""
+    exported: check, the dry run and the export all pass (the profile verdict, with the warning);
+    serve itself refuses here, and the dry run's `ok` says so (its here-verdict is serve's)."""
     prof = _write(tmp_path, base, {"server": {"api_key_env": "PPSPEC_TEST_UNSET_KEY"}})
     v = _verdicts(prof, tmp_path)
     assert {k: rc for k, (rc, _) in v.items()} == {"check": 0, "dry-run": 0, "dry-run --json": 0, "export slurm": 0}, v
     assert "api-key-env-unset" in v["check"][1] and "api-key-env-unset" in v["dry-run"][1]
+    assert "on this machine: `ppspec serve` would refuse: api-key-env-unset" in v["check"][1]
     js = json.loads(v["dry-run --json"][1])
-    assert js["ok"] is True and js["refused_by"] == []
+    assert js["ok"] is False and js["refused_by"] == ["api-key-env-unset"] and js["profile_verdict"] == {"ok": True, "refused_by": []}
     rc, out = _cli("serve", str(prof), "--offline", "--run-dir", str(tmp_path / "run"))
     assert rc == 1 and "api-key-env-unset" in out and "not found" not in out, out
 

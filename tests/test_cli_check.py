@@ -20,8 +20,8 @@ LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 
 
 def prof(target, *, drafter=None, method="eagle3", pp=2, extra="", platform="cuda") -> str:
-    """A profile; `platform: auto` where the test must pass on any install (a declared cuda on a
-    CPU build of vLLM is itself an error, platform-not-served)."""
+    """A profile; a declared `cuda` is judged for cuda wherever it is checked (a CPU build of vLLM
+    installed here only makes `serve` refuse it here: platform-not-served)."""
     text = f"name: cli-test\ntarget: {{model: {target}}}\nplatform: {platform}\nadapter: none\n"
     if drafter is not None:
         text += f"drafter: {{method: {method}, model: {drafter}, num_speculative_tokens: 3}}\n"
@@ -59,20 +59,27 @@ def test_exit_0_when_no_error(make_checkpoint, write_profile):
 
 
 def test_the_output_says_which_vllm_version_the_verdict_is_for(make_checkpoint, write_profile):
-    """The installed vLLM's version (read from metadata) wins over the profile's engine_version."""
+    """The installed vLLM's version (read from metadata) wins over the profile's engine_version only
+    when it is the engine that serves the profile (its platform); a cuda profile checked where a CPU
+    build is installed is judged for its declared vLLM, as on a login node. (Before: the installed
+    CPU build replaced every profile's engine_version.)"""
     from ppspec_cli.planning.resolve import installed_vllm
 
     t = make_checkpoint("llama", LLAMA)
     inst = installed_vllm()
+    serves_cuda = inst is not None and inst.platform == "cuda"
     cp = check(write_profile(prof(t, extra="engine_version: 0.30.0\n")))
-    if inst is not None:
-        assert f"verdict for vLLM {inst.version} (installed {inst.distribution})" in cp.stdout, cp.stdout
+    if serves_cuda:
+        assert f"verdict for cuda, vLLM {inst.version} (installed {inst.distribution})" in cp.stdout, cp.stdout
     else:
-        assert "verdict for vLLM 0.30.0 (profile engine_version)" in cp.stdout, cp.stdout
+        assert "verdict for cuda, vLLM 0.30.0 (profile engine_version)" in cp.stdout, cp.stdout
     cp = check(write_profile(prof(t)), "--json")
     got = json.loads(cp.stdout)["engine_version"]
-    assert got["version"] == (inst.version if inst else "0.33.0"), got
-    assert got["source"].startswith("installed" if inst else "newest supported release"), got
+    assert got["version"] == (inst.version if serves_cuda else "0.33.0"), got
+    assert got["source"].startswith("installed" if serves_cuda else "newest supported release"), got
+    if inst is not None:  # platform auto: the installed build serves it and decides by value
+        cp = check(write_profile(prof(t, platform="auto", extra="engine_version: 0.30.0\n")))
+        assert f"verdict for {inst.platform}, vLLM {inst.version} (installed {inst.distribution})" in cp.stdout, cp.stdout
 
 
 @pytest.mark.slow  # a subprocess: the real interpreter's exit status
@@ -200,10 +207,11 @@ def test_plan_tables_and_json(make_checkpoint, write_profile):
     t = make_checkpoint("llama", LLAMA)
     d = make_checkpoint("sf", "sgl-project__SpecForge/llama3-8B-eagle3.json")
     p = write_profile(prof(t, drafter=d))
-    cp = cli("plan", str(p))
+    cp = cli("plan", str(p), "--verbose")
     assert cp.returncode == 0 and "Traceback" not in cp.stderr
     assert "32 layers over 2 stage(s) [16, 16]" in cp.stdout
     assert "taps [2, 16, 29]" in cp.stdout and "taps-default" in cp.stdout
+    assert "taps-default" not in cli("plan", str(p)).stdout  # an info: shown on request
     cpj = cli("plan", str(p), "--json")
     out = json.loads(cpj.stdout)
     assert out["plan"]["taps"] == [2, 16, 29] and out["plan"]["taps_source"] == "default"

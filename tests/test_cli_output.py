@@ -17,10 +17,10 @@ from conftest import run_ppspec
 from ppspec_cli.cli import app
 from ppspec_cli.knowledge.packs import load_packs
 from ppspec_cli.commands.render import render_findings, render_plan
+from ppspec_cli.preflight.core import preflight
 from ppspec_cli.planning.resolve import resolve
 from ppspec_cli.planning.profile import parse_profile
 from ppspec_cli.findings import Finding
-from ppspec_cli.planning.rules import run_rules
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 
@@ -75,7 +75,10 @@ def test_adapters_list_in_a_pipe_at_80_columns():
     # labelled row is a continuation indented exactly like the values above it
     labelled = re.compile(r"^  (status|engine|targets|drafters|methods|provides|vLLM) +\S")
     names = {p.name for p in load_packs()}
-    for ln in lines[1:]:
+    # the packs, then the section of vLLM's own facts per release (issue 31): rows labelled by release
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("vLLM's facts for every registered architecture"))
+    assert all(re.match(r"^  \d+\.\d+\.\d+ +\d+ architectures|^ {12}\S", ln) for ln in lines[at + 1:] if ln), lines[at:]
+    for ln in lines[1:at]:
         if ln and ln not in names and not labelled.match(ln):
             assert re.match(r"^ {12}\S", ln), f"continuation line lost its indentation: {ln!r}"
 
@@ -100,9 +103,10 @@ def _plan_output(make_checkpoint, width: int = 160, pp: int = 2, **drafter) -> s
     prof = {"name": "t", "target": {"model": str(t)}, "platform": "cuda", "adapter": "none", "topology": {"pipeline_parallel": pp}}
     if drafter:
         prof["drafter"] = {**drafter, "num_speculative_tokens": 3}
-    r = resolve(parse_profile(yaml.safe_dump(prof)), offline=True)
+    p = parse_profile(yaml.safe_dump(prof))
+    pf = preflight(p, "", offline=True, resolved=resolve(p, offline=True))
     buf = io.StringIO()
-    render_plan(r, run_rules(r), Console(file=buf, width=width, color_system=None, highlight=False))
+    render_plan(pf, Console(file=buf, width=width, color_system=None, highlight=False))
     return buf.getvalue()
 
 

@@ -72,12 +72,14 @@ def test_findings_sharing_a_fix_print_it_once():
 
 def test_check_quiet_and_severity_show_less_and_keep_the_verdict(profile):
     p = profile(drafter="yuhuili__EAGLE3-LLaMA3.1-Instruct-8B")  # warnings (method-unknown, ...) and infos (no weights)
-    rc, full = cli("check", str(p), "--offline")
+    rc, full = cli("check", str(p), "--offline", "--verbose")
     assert "INFO" in full and "WARNING" in full
-    rc_q, quiet = cli("check", str(p), "--offline", "--quiet")
-    assert rc_q == rc and "INFO " not in quiet and "WARNING" in quiet
+    assert cli("check", str(p), "--offline", "--severity", "info")[1] == full
     n_info = full.count("\nINFO ")
-    assert f"{n_info} info ({n_info} finding(s) not shown: --severity info shows all)" in quiet, quiet
+    for flags in ((), ("--quiet",)):  # the default shows errors and warnings (issue 29: details on request)
+        rc_q, quiet = cli("check", str(p), "--offline", *flags)
+        assert rc_q == rc and "INFO " not in quiet and "WARNING" in quiet
+        assert f"{n_info} info ({n_info} finding(s) not shown: --verbose shows all)" in quiet, quiet
     _, errors_only = cli("check", str(p), "--offline", "--severity", "error")
     assert "WARNING" not in errors_only and "INFO " not in errors_only
     rc_bad, out = cli("check", str(p), "--severity", "loud")

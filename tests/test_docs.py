@@ -176,7 +176,7 @@ def test_every_finding_code_a_page_names_is_in_the_registry():
     and in docs/findings.md; the measurement can fail (it sees codes in the pages)."""
     from test_findings_reference import codes_in_the_code_base
 
-    from ppspec_cli.planning.finding_codes import entry
+    from ppspec_cli.preflight.registry import lookup as entry
 
     reported = codes_in_the_code_base()
     findings = (REPO / "docs" / "findings.md").read_text(encoding="utf-8")

@@ -378,9 +378,12 @@ def test_serve_dry_run_in_a_slurm_allocation(env, tmp_path):
     argv = d["nodes"][0]["argv"]
     assert (argv[argv.index("--master-addr") + 1], argv[argv.index("--master-port") + 1]) == ("10.9.9.9", "30001")
     assert "--headless" not in argv
-    # outside SLURM without an address the profile is refused, with the fix
+    # outside SLURM without an address serve refuses here (the nodes cannot meet): the dry run says
+    # so and names the code; its exit code is the profile verdict, as check's (a warning: SLURM and
+    # LWS supply the head). Before issue 30 the dry run alone exited 1.
     code, out, _ = cli(env, "serve", str(p), "--dry-run")
-    assert code == 1 and "topology-master-addr" in out
+    assert code == 0 and "topology-master-addr" in out and "would refuse to start it on this machine: topology-master-addr" in out, out
+    assert cli(env, "check", str(p))[0] == 0
     code, _, err = cli(env, "serve", str(p), "--dry-run", "--master-addr", "a b")
     assert code == 2 and "--master-addr 'a b' is not a host name" in err  # a bad value is a usage error (issue 23)
 

@@ -1,6 +1,8 @@
-"""docs/findings.md: every finding code the code base can report has an entry (cause and fix), every
-entry is a code the code base reports, and the committed file is what `ppspec docs --findings`
-generates. Regenerate: `ppspec docs --findings --out docs/findings.md`.
+"""The registry of finding codes (ppspec_cli/findings/registry.py, joined with the codes owned next to
+their rules in ppspec_cli/preflight/registry.py): every code the code base can raise is registered,
+with the severity it is raised with; every registered code is one the code base raises; and
+docs/findings.md is what `ppspec docs --findings` generates from it. Regenerate:
+`ppspec docs --findings --out docs/findings.md`.
 
 The codes are collected from the source, not listed here: the first argument of every finding
 constructor (`_f`, `Finding`, `finding`, `_refusal`, `Breach`) that is a string (or a conditional
@@ -18,8 +20,8 @@ from ppspec_cli.checkpoint.reader import CONFIG_INT_LIMITS
 from ppspec_cli.cli import app
 from ppspec_cli.commands.docs import findings_reference
 from ppspec_cli.planning.drafter_contract import codes as contract_codes
-from ppspec_cli.planning.engine_options import REFUSALS
-from ppspec_cli.planning.finding_codes import entry, sections
+from ppspec_cli.findings.registry import LAUNCH_REFUSALS, SEVERITIES, TABLE
+from ppspec_cli.preflight.registry import PROBE_ENTRY, codes, lookup
 from ppspec_cli.running.engine.probes import PROBE_NAMES
 
 DOC = REPO / "docs" / "findings.md"
@@ -54,7 +56,7 @@ def codes_in_the_code_base() -> set[str]:
     gaps: set[str] = {"unreadable"} | {f"{p}-{k.replace('_', '-')}" for k in CONFIG_INT_LIMITS for p in ("missing", "bad")}
     for root in ("ppspec_cli", "adapters"):
         for path in (REPO / root).rglob("*.py"):
-            if path.name == "finding_codes.py":
+            if path.name == "registry.py":
                 continue
             tree = ast.parse(path.read_text(encoding="utf-8"))
             for node in ast.walk(tree):
@@ -64,6 +66,9 @@ def codes_in_the_code_base() -> set[str]:
                         found.update(_strings(node.args[0]))
                     elif fn == "Gap":
                         gaps.update(_strings(node.args[0]))
+                    elif fn == "guard":  # the one guard: its `code=`, else rule-crashed
+                        kw = [k.value for k in node.keywords if k.arg == "code"]
+                        found.update(_strings(kw[0]) if kw else ["rule-crashed"])
                 elif isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["code"]:
                     found.update(_strings(node.value))  # code = "a" if ... else "b"; Finding(code, ...)
                 if path.name == "pd.py" and isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("pd-") and " " not in node.value:
@@ -71,7 +76,7 @@ def codes_in_the_code_base() -> set[str]:
     found = {c for c in found if c and " " not in c}
     found |= {f"{role}-{g}" for g in gaps for role in ("target", "drafter")}
     found |= {f"probe-{n}" for n in PROBE_NAMES}
-    return found | set(contract_codes()) | set(REFUSALS)
+    return found | set(contract_codes()) | set(LAUNCH_REFUSALS)
 
 
 def test_the_collector_finds_codes_of_every_kind():
@@ -83,20 +88,45 @@ def test_the_collector_finds_codes_of_every_kind():
 
 
 def test_every_code_has_an_entry():
-    missing = sorted(c for c in codes_in_the_code_base() if entry(c) is None)
-    assert not missing, f"finding codes without an entry in ppspec_cli/planning/finding_codes.py: {missing}"
+    missing = sorted(c for c in codes_in_the_code_base() if lookup(c) is None)
+    assert not missing, f"finding codes raised but not in the registry (ppspec_cli/findings/registry.py): {missing}"
 
 
 def test_every_entry_is_a_code_the_code_base_reports():
     known = codes_in_the_code_base()
-    stale = sorted(c for entries in sections().values() for c in entries if "<" not in c and c not in known)
-    assert not stale, f"entries for codes nothing reports (renamed or removed?): {stale}"
+    stale = sorted(c for c in codes() if c != PROBE_ENTRY and c not in known)
+    assert not stale, f"registered codes nothing raises (renamed or removed?): {stale}"
 
 
-def test_every_entry_says_cause_and_fix():
-    for entries in sections().values():
-        for code, (cause, fix) in entries.items():
-            assert cause.strip() and fix.strip(), code
+def test_every_entry_says_cause_fix_severity_and_question():
+    for code, c in codes().items():
+        assert c.cause.strip() and c.fix.strip(), code
+        assert c.severities and set(c.severities) <= set(SEVERITIES), code
+        assert c.question in ("profile", "here"), code
+
+
+def _raised_severities() -> dict[str, set[str]]:
+    """code -> the severities the source raises it with (constructor calls with literal arguments)."""
+    out: dict[str, set[str]] = {}
+    for root in ("ppspec_cli", "adapters"):
+        for path in (REPO / root).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Call) and len(node.args) >= 2:
+                    fn = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+                    if fn in ("_f", "Finding", "finding"):
+                        sevs = {s for s in _strings(node.args[1]) if s in SEVERITIES}
+                        for c in _strings(node.args[0]):
+                            out.setdefault(c, set()).update(sevs)
+    return out
+
+
+def test_codes_are_raised_with_their_registered_severities():
+    """The registry's severity is the code's: a literal severity where a code is raised is one the
+    registry lists for it (the measurement sees `partition-sum` raised as an error)."""
+    raised = _raised_severities()
+    assert raised["partition-sum"] == {"error"}
+    wrong = sorted(f"{c}: raised {sorted(s)}, registered {TABLE[c].severities}" for c, s in raised.items() if c in TABLE and not s <= set(TABLE[c].severities))
+    assert not wrong, wrong
 
 
 def test_committed_reference_equals_generated():
@@ -106,3 +136,12 @@ def test_committed_reference_equals_generated():
 def test_cli_docs_findings_prints_it():
     r = CliRunner().invoke(app, ["docs", "--findings"])
     assert r.exit_code == 0 and r.stdout == findings_reference()
+
+
+def test_settled_by_names_a_probe():
+    """An unknown the registry says a probe settles names a probe that exists (check --probes drops the
+    finding when that probe passed: preflight.core.settled_by_probes)."""
+    from ppspec_cli.findings.registry import SETTLED_BY
+
+    assert SETTLED_BY and all(p.removeprefix("probe-") in PROBE_NAMES for p in SETTLED_BY.values()), SETTLED_BY
+    assert all(TABLE[c].severities == ("warning",) for c in SETTLED_BY)

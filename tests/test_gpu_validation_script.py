@@ -151,12 +151,11 @@ def test_ppspec_check_accepts_the_gpu_profiles(tmp_path, demo_cache):
         r = subprocess.run([sys.executable, "-m", "ppspec_cli.cli", "check", str(path), "--offline", "--json"],
                            capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
         out = json.loads(r.stdout)
-        # On this machine a CPU build of vLLM is installed: it cannot serve `platform: cuda`, which
-        # check says (platform-not-served). The GPU machine has the CUDA build: every other error
-        # would be one there too.
-        here_only = {"platform-not-served"} if cpu_build else set()
-        errors = [f["code"] for f in out["findings"] if f["severity"] == "error" and f["code"] not in here_only]
-        assert not errors and r.returncode == (1 if here_only & {f["code"] for f in out["findings"]} else 0), name + "\n" + r.stdout[-3000:] + r.stderr[-3000:]
+        # Judged for cuda, as on the GPU machine: no error. That this machine's CPU build of vLLM
+        # cannot serve it is the here question's (issue 30), not check's verdict.
+        errors = [f["code"] for f in out["findings"] if f["severity"] == "error"]
+        assert not errors and r.returncode == 0, name + "\n" + r.stdout[-3000:] + r.stderr[-3000:]
+        assert out["here"]["refused_by"] == (["platform-not-served"] if cpu_build else []), out["here"]
         text = json.dumps(out)
         if name in ("relay-pp2-early", "dflash-pp2-early"):
             assert "taps-pinned-differ" in text

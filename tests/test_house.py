@@ -27,9 +27,12 @@ LAYERS = {
     "planning": 4,
     "running": 5,
     "verify": 5,
-    "commands": 6,
-    "cli": 7,
+    "preflight": 6,  # the facts once, one guard, one verdict, the code lookup, the launch pipeline
+    "commands": 7,
+    "cli": 8,
 }
+#: The modules every command shares (rendering and the profile loader): not commands themselves.
+COMMAND_SHARED = ("ppspec_cli.commands.common", "ppspec_cli.commands.render", "ppspec_cli.commands.predict_render", "ppspec_cli.commands")
 #: Where torch may be imported: code that runs inside the engine, or builds models for it.
 TORCH_OK = ("running/engine/", "demo/")
 
@@ -117,9 +120,20 @@ def test_no_import_cycle():
     assert not cycles, f"import cycles: {cycles}"
 
 
+def test_no_command_module_imports_another():
+    """Commands only render what the preflight decided: what two commands share lives below them
+    (ppspec_cli/preflight/) or in the shared rendering and loading modules."""
+    def is_command(m: str) -> bool:
+        return m.startswith("ppspec_cli.commands.") and m not in COMMAND_SHARED
+
+    assert is_command("ppspec_cli.commands.serve") and not is_command("ppspec_cli.commands.render")  # the check can fail
+    bad = sorted(f"{a} -> {b}" for a, deps in GRAPH.items() if is_command(a) for b in deps if is_command(b))
+    assert not bad, "command modules importing each other:\n" + "\n".join(bad)
+
+
 def test_the_graph_checks_can_fail():
     """The cycle and layer checks see function-level imports (where cycles used to hide)."""
-    assert "ppspec_cli.running.launch" in GRAPH["ppspec_cli.commands.serve"]  # imported inside a function
+    assert "ppspec_cli.preflight.pipeline" in GRAPH["ppspec_cli.commands.serve"]  # imported inside a function
 
 
 def test_cli_only_wires():

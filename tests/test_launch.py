@@ -101,10 +101,11 @@ def test_qwen3_dflash_taps_plus_one(hf_env):
 
 def test_llama33_70b_pp4_partition_and_relay(hf_env):
     rc, out, _ = dry("profiles/llama33_70b_eagle3_pp4.yaml", hf_env)
-    # no drafter metadata in the offline cache: the only error is that, the launch is still shown
-    # (platform-not-served: this machine's CPU build of vLLM, if any, cannot serve the cuda profile;
-    # a dry run prints it but leaves it to the nodes that serve)
+    # no drafter metadata in the offline cache: the only profile error is that, the launch is still
+    # shown (platform-not-served, this machine's CPU build of vLLM if any, is the here question's:
+    # in `refused_by`, what serve would do here, not in the exit code)
     assert rc == 1 and {f["code"] for f in out["findings"] if f["severity"] == "error"} - {"platform-not-served"} == {"drafter-unreadable"}
+    assert out["profile_verdict"]["refused_by"] == ["drafter-unreadable"]
     plan = out["plan_data"]["plan"]
     assert plan["partition"] == [20, 20, 20, 20]
     spec = json.loads(out["nodes"][0]["argv"][out["nodes"][0]["argv"].index("--speculative-config") + 1])

@@ -241,7 +241,9 @@ def test_plan_predict_on_the_shipped_multinode_profile(llama70b_cache):
 
     r = inprocess.run("plan", str(REPO / "profiles/llama33_70b_eagle3_pp4.yaml"), "--offline", "--predict", "--acceptance-length", "2.5", "--link", "ib-ndr", env=llama70b_cache)
     out = r.stdout[r.stdout.index("prediction ("):]
-    assert r.returncode == 0, r.stderr
+    # the drafter's config is not in this cache: check refuses (drafter-unreadable) and plan exits as
+    # check does (issue 30: one verdict); the plan and the prediction are printed all the same
+    assert r.returncode == 1 and "drafter-unreadable" in r.stdout, r.stdout + r.stderr
     assert all(len(line) <= 80 for line in out.splitlines())
     assert "stages [20, 20, 20, 20]" in out and "TP x2" in out and "ib-ndr" in out
     assert "drafter size unknown" in out and "h100 assumed" in out and "calibration: none: roofline" in out

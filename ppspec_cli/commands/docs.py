@@ -2,7 +2,7 @@
 schemas, so the docs never drift from the code.
 
 `ppspec docs --out docs/profile-reference.md` writes the first (`ppspec docs --findings --out
-docs/findings.md` the findings reference, from planning/finding_codes.py); `python -m ppspec_cli.commands.docs
+docs/findings.md` the findings reference, from the registry of finding codes); `python -m ppspec_cli.commands.docs
 docs/adapters.md` rewrites the generated part of the second (between its two markers)."""
 
 from __future__ import annotations
@@ -122,9 +122,9 @@ def with_manifest_reference(doc: str) -> str:
 
 
 def findings_reference() -> str:
-    """docs/findings.md: every finding code with cause and fix (planning/finding_codes.py), and
+    """docs/findings.md: every finding code from the one registry (preflight/registry.py), and
     the names of the engine probes (`probe-<name>`)."""
-    from ppspec_cli.planning.finding_codes import reference_markdown
+    from ppspec_cli.preflight.registry import reference_markdown
     from ppspec_cli.running.engine.probes import PROBE_NAMES
 
     return reference_markdown(list(PROBE_NAMES))

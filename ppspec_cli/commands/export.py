@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 
 from ppspec_cli.commands.common import load, progress
-from ppspec_cli.commands.serve import placed
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.io import safeio
 
@@ -43,10 +42,12 @@ def k8s(profile: str, image: str, output: str | None, api_key_secret: str | None
 
 def _export(prof, profile: str, offline: bool, output: str | None, render, where: dict, run_dir=None) -> int:
     """Build the launch as `serve --dry-run` does (no SLURM environment: the export is for the
-    scheduler to fill in), render it, write it. Exit 1 when `check` found errors (the file is still
-    written, with the errors in its header, as `serve --dry-run` prints them)."""
+    scheduler to fill in), render it, write it. The exit code is the profile verdict (`check`'s):
+    1 when it refuses (the file is still written, with the errors in its header). The script runs
+    on the scheduler's nodes, not here: this machine's vLLM build does not decide (their `ppspec
+    serve` checks their own install)."""
+    from ppspec_cli.preflight.pipeline import checked
     from ppspec_cli.running.launch import build_launch
-    from ppspec_cli.planning.rules import run_rules
 
     if prof.disaggregated:
         raise PpspecError(
@@ -54,18 +55,11 @@ def _export(prof, profile: str, offline: bool, output: str | None, render, where
             where="roles",
             fix=f"`ppspec serve {profile} --dry-run` prints both engines' launches and the router; export each role's engine from them",
         )
-    r, placement = placed(prof, profile, offline, None, run_dir, where, environ={})
-    from ppspec_cli.planning.engine_options import refusals
-
-    findings = run_rules(r)
-    # The script runs on the scheduler's nodes, not here: this machine's vLLM build does not decide
-    # which platform they serve (each node's `ppspec serve` checks its own install).
-    for f in [f for f in findings if f.code == "platform-not-served"]:
-        progress(f"note: {f.message}; the export is for the scheduler's nodes, whose `ppspec serve` checks their own vLLM")
-    findings = [f for f in findings if f.code != "platform-not-served"]
-    errors = [f"{f.code}: {f.message}" for f in refusals(findings)]  # the verdict `check` and `serve --dry-run` give
-    spec = build_launch(r, run_dir=placement.run_dir)
-    text = render(r, spec, profile, errors)
+    c = checked(prof, profile, offline=offline, run_dir=run_dir, where=where, progress=progress, environ={})
+    v = c.profile
+    errors = [f"{f.code}: {f.message}" for f in v.refused]
+    spec = build_launch(c.resolved, run_dir=c.placement.run_dir)
+    text = render(c.resolved, spec, profile, errors)
     if output:
         from pathlib import Path
 
@@ -77,4 +71,4 @@ def _export(prof, profile: str, offline: bool, output: str | None, render, where
         progress(f"check error {e}")
     if errors:
         progress(f"`check` found {len(errors)} error(s): `ppspec serve` would refuse this profile on every node")
-    return 1 if errors else 0
+    return v.exit_code

@@ -1,11 +1,11 @@
-"""`ppspec plan`: the stage plan of a profile."""
+"""`ppspec plan`: the stage plan of a profile (both engines' for a disaggregated one), with the
+profile verdict `check` gives: the same exit code. `--predict` adds the cost model's prediction."""
 
 from __future__ import annotations
 
 import json
 
-from ppspec_cli.commands.check import pd_report
-from ppspec_cli.commands.common import load, report_json, resolve_profile
+from ppspec_cli.commands.common import load, preflight_json, progress
 
 
 def invalid_partition(r) -> list[int] | None:
@@ -29,34 +29,33 @@ def with_prediction(r, opts, *, json_out: bool):
     return None
 
 
-def run(profile: str, json_out: bool, offline: bool, predict=None) -> int:
-    """Print the plan. Exit 0 when a plan of the profile's own split could be built (the findings
-    printed with it; `check` gives the launch verdict); 1 when there is none or the profile's
-    layer_partition is invalid (no table: the default split is not the profile's)."""
-    from ppspec_cli.commands.render import render_plan
-    from ppspec_cli.planning.rules import run_rules
+def run(profile: str, json_out: bool, offline: bool, predict=None, verbose: bool = False) -> int:
+    """Print the plan and what to act on first (`verbose`: every finding); exit with the profile
+    verdict (0 no error, 1 refused: no plan, an invalid layer_partition, or any other error `check` reports)."""
+    from ppspec_cli.commands.render import render_pd_plan, render_plan
+    from ppspec_cli.planning.pd import name_table
+    from ppspec_cli.preflight.core import preflight
 
     prof = load(profile)
-    if prof.disaggregated:
-        if predict is not None:
-            from ppspec_cli.errors import PpspecError
+    if prof.disaggregated and predict is not None:
+        from ppspec_cli.errors import PpspecError
 
-            raise PpspecError("--predict covers one engine; this profile is disaggregated (`roles:`)", where=profile,
-                              fix="predict the decode engine from a profile of its own (its target, drafter and topology)")
-        return pd_report(prof, profile, offline, json_out, plan=True)
-    r = resolve_profile(prof, profile, offline)
-    findings = run_rules(r)
-    bad = invalid_partition(r)
+        raise PpspecError("--predict covers one engine; this profile is disaggregated (`roles:`)", where=profile,
+                          fix="predict the decode engine from a profile of its own (its target, drafter and topology)")
+    pf = preflight(prof, profile, offline=offline, progress=progress)
+    d, r = pf.deployment, pf.resolved
     if json_out:
-        out = report_json(r, findings)
-        if bad is not None:
+        out = preflight_json(pf)
+        if d is None and (bad := invalid_partition(r)) is not None:
             out["plan"] = None  # the default split would read as the profile's
             out["invalid_layer_partition"] = bad
         if predict is not None:
             out["prediction"] = with_prediction(r, predict, json_out=True)
         print(json.dumps(out, indent=2))
+    elif d is not None:
+        render_pd_plan(pf, name_table(d), verbose=verbose)
     else:
-        render_plan(r, findings, invalid_partition=bad)
+        render_plan(pf, invalid_partition=invalid_partition(r), verbose=verbose)
         if predict is not None:
             with_prediction(r, predict, json_out=False)
-    return 1 if r.plan is None or bad is not None else 0
+    return pf.profile_verdict.exit_code

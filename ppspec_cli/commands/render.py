@@ -84,18 +84,40 @@ def _engine_line(console: Console, r) -> None:
     console.print(styled("[bold]{}[/bold]: {}", p.name, rest))
 
 
-def render_check(r, findings, console: Console | None = None, min_severity: str = "info") -> None:
+def render_check(pf, console: Console | None = None, min_severity: str = "warning") -> None:
+    """One engine: what it is, which vLLM the verdict is for, the findings at `min_severity` or
+    worse, the profile verdict, then what this machine says (only when it differs)."""
     console = console or terminal.console()
+    r = pf.resolved
     _engine_line(console, r)
+    _version_line(console, r)
+    _render_verdict(console, list(pf.findings), min_severity)
+    render_here(console, pf)
+
+
+def _version_line(console: Console, r, prefix: str = "") -> None:
     vv = r.version_verdict
     unverified = f"; unverified: vLLM {vv.facts_version}'s facts carried forward" if vv is not None and not vv.verified else ""
-    console.print(f"verdict for vLLM {r.engine_version} ({r.engine_version_source}{unverified})")
-    _render_verdict(console, findings, min_severity)
+    console.print(f"{prefix}verdict for {r.platform}, vLLM {r.engine_version} ({r.engine_version_source}{unverified})")
 
 
-def _render_verdict(console: Console, findings, min_severity: str = "info") -> None:
-    """The findings at `min_severity` or worse, then the verdict over all of them (engine_options'
-    one notion: any error refuses), and how many were left out."""
+def render_here(console: Console, pf) -> None:
+    """The `here` question as its own section, when its answer differs from the profile's: what
+    `ppspec serve` would refuse on this machine, and the installed build."""
+    known = set(pf.profile_verdict.refused)
+    extra = [f for f in pf.here_verdict.refused if f not in known]
+    if not extra:
+        return
+    inst = next((r.installed for r in pf.engines if r.installed is not None), None)
+    build = f"{inst.distribution} {inst.version} ({inst.platform} build)" if inst is not None else "vLLM not installed"
+    _wrapped(console, styled("[bold yellow]on this machine[/bold yellow]: `ppspec serve` would refuse: {}; {}", ", ".join(sorted({f.code for f in extra})), build))
+    for f in extra:
+        print_wrapped(console, styled("{}: {}", f.code, f.message))
+
+
+def _render_verdict(console: Console, findings, min_severity: str = "warning") -> None:
+    """The findings at `min_severity` or worse, then the profile verdict over all of them (any error
+    refuses), and how many were left out."""
     show = shown(findings, min_severity)
     if show or len(show) == len(findings):
         render_findings(console, show)
@@ -103,13 +125,42 @@ def _render_verdict(console: Console, findings, min_severity: str = "info") -> N
     n_warn = sum(f.severity == "warning" for f in findings)
     n_info = sum(f.severity == "info" for f in findings)
     hidden = len(findings) - len(show)
-    rest = f", {n_info} info" + (f" ({hidden} finding(s) not shown: --severity info shows all)" if hidden else "")
+    rest = f", {n_info} info" + (f" ({hidden} finding(s) not shown: --verbose shows all)" if hidden else "")
     if n_err:
         console.print(styled("[bold red]FAIL[/bold red]: {} error(s), {} warning(s){}", n_err, n_warn, rest))
     else:
         console.print(styled("[bold green]OK[/bold green]: 0 errors, {} warning(s){}", n_warn, rest))
     if n_err or n_warn:
         console.print(styled("[dim]every code, its cause and fix: `ppspec docs --findings` (docs/findings.md)[/dim]"))
+
+
+def render_refusal(refused, console: Console | None = None) -> int:
+    """`serve` refusing to start here (preflight.pipeline.Refused): the reasons; exit code 1."""
+    con = console or terminal.console(stderr=True)
+    v = refused.verdict
+    con.print(styled("[bold red]ppspec: refusing to launch {}[/bold red]: {} reason(s) (`ppspec check` reports them too)", refused.r.profile.name, len(v.refused)))
+    render_findings(con, list(v.refused))
+    return v.exit_code
+
+
+def _act_first(console: Console, pf, verbose: bool) -> None:
+    """Under a plan: the verdict and what to act on first (the errors); `verbose`: every finding."""
+    fs = list(pf.findings)
+    if verbose:
+        _render_verdict(console, fs, "info")
+        render_here(console, pf)
+        return
+    errors = [f for f in fs if f.severity == "error"]
+    n_warn = sum(f.severity == "warning" for f in fs)
+    if errors:
+        console.print(styled("[bold red]FAIL[/bold red]: `ppspec serve` would refuse this profile; act on these first:"))
+        for f in errors:
+            print_wrapped(console, styled("[bold red]{}[/bold red]: {}", f.code, f.message), indent=2)
+    else:
+        console.print(styled("[bold green]OK[/bold green]: no errors"))
+    if n_warn or len(fs) > len(errors):
+        _wrapped(console, styled("[dim]{} warning(s), {} info: `ppspec check` (or `plan --verbose`) shows them[/dim]", n_warn, len(fs) - len(errors) - n_warn))
+    render_here(console, pf)
 
 
 #: The plan table's tap columns (docs/guide.md: Reading the plan). Each holds tap ids.
@@ -194,19 +245,23 @@ def _wrapped(console: Console, text: Text, *, first: int = 0, rest: int = 2) -> 
         console.print(Text(" " * (first if i == 0 else rest)) + line, soft_wrap=True)
 
 
-def render_plan(r, findings, console: Console | None = None, invalid_partition: list[int] | None = None) -> None:
+def render_plan(pf, console: Console | None = None, invalid_partition: list[int] | None = None, verbose: bool = False) -> None:
+    """The plan table of one engine, then the verdict and what to act on first."""
+    console = console or terminal.console()
+    _plan_table(console, pf.resolved, invalid_partition)
+    _act_first(console, pf, verbose)
+
+
+def _plan_table(console: Console, r, invalid_partition: list[int] | None = None) -> None:
     """The plan: one line on the split, the drafter's taps, the stages (a table, or stacked when the
     table is wider than the terminal), the notes; every line wrapped at the terminal's width."""
-    console = console or terminal.console()
     plan = r.plan
     if plan is None:
         console.print(styled("[bold red]no plan[/bold red]: the target's layer count is unknown"))
-        render_findings(console, [f for f in findings if f.severity == "error"])
         return
     if invalid_partition is not None:
         console.print(styled("[bold]{}[/bold]: {} [bold red]INVALID[/bold red]: no plan (vLLM would refuse this split at engine start)", r.profile.name,
                              f"{plan.num_layers} layers over {len(plan.partition)} stage(s); layer_partition {invalid_partition} (profile)"))
-        render_findings(console, [f for f in findings if f.severity == "error"])
         return
     _wrapped(console, styled("[bold]{}[/bold]: {}", r.profile.name, f"{plan.num_layers} layers over {len(plan.partition)} stage(s) {list(plan.partition)} ({plan.partition_source}); runner {plan.runner.upper()}"))
     if plan.method:
@@ -231,10 +286,6 @@ def render_plan(r, findings, console: Console | None = None, invalid_partition: 
         _wrapped(console, styled("[dim]{}[/dim]", PLAN_TAP_LEGEND), rest=0)
     for note in plan.notes:
         _wrapped(console, styled("[dim]note: {}[/dim]", note))
-    errs = [f for f in findings if f.severity != "info"]
-    if errs:
-        console.print(f"{len(errs)} finding(s) — run `ppspec check` for details:")
-        render_findings(console, errs)
 
 
 def stage_placement(tp: int, pp: int, dp: int, nodes: int) -> list[tuple[int | None, list[int]]]:
@@ -263,22 +314,24 @@ def _devices(platform: str, idx: list[int]) -> str:
     return f"GPU {span}"
 
 
-def render_pd_check(d, findings, console: Console | None = None) -> None:
-    """A disaggregated profile: one line per engine, the connector, then every finding."""
+def render_pd_check(pf, console: Console | None = None, min_severity: str = "warning") -> None:
+    """A disaggregated profile: one line per engine, the connector, then the findings and verdict."""
     console = console or terminal.console()
+    d = pf.deployment
     for r in d.roles.values():
         _engine_line(console, r)
-    r = d.roles["prefill"]
-    console.print(f"KV connector {d.connector_name}; verdict for vLLM {r.engine_version} ({r.engine_version_source})")
-    _render_verdict(console, findings)
+    _version_line(console, d.roles["prefill"], f"KV connector {d.connector_name}; ")
+    _render_verdict(console, list(pf.findings), min_severity)
+    render_here(console, pf)
 
 
-def render_pd_plan(d, rows, findings, console: Console | None = None) -> None:
+def render_pd_plan(pf, rows, console: Console | None = None, verbose: bool = False) -> None:
     """Both engines' plans, then the KV layer names each registers, side by side, mismatches marked."""
     console = console or terminal.console()
+    d = pf.deployment
     for role, r in d.roles.items():
         console.print(styled("[bold]{} engine[/bold]", role))
-        render_plan(r, [], console)
+        _plan_table(console, r)
         console.print("")
     if rows is None:
         console.print(styled("[bold red]KV layer names unknown[/bold red]: the target's layer count is unknown"))
@@ -290,7 +343,4 @@ def render_pd_plan(d, rows, findings, console: Console | None = None) -> None:
         for row in rows:
             t.add_row(terminal.plain(row.names), terminal.plain(", ".join(row.prefill) or "—"), terminal.plain(", ".join(row.decode) or "—"), styled("[bold red]MISMATCH[/bold red]") if row.mismatch else "ok")
         console.print(t)
-    errs = [f for f in findings if f.severity != "info"]
-    if errs:
-        console.print(f"{len(errs)} finding(s) — run `ppspec check` for details:")
-        render_findings(console, errs)
+    _act_first(console, pf, verbose)

@@ -13,7 +13,7 @@ from importlib import resources
 from typing import Any, Mapping
 
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.findings import Finding
+from ppspec_cli.findings import Finding, registry
 from ppspec_cli.io import safeio
 from ppspec_cli.io.redact import is_secret_name
 
@@ -53,28 +53,6 @@ PLAN_ENV = ("VLLM_PP_LAYER_PARTITION", "VLLM_USE_V2_MODEL_RUNNER")
 #: Config keys that set a model's depth (its layer count, its MTP layer count): `hf-overrides` that
 #: change one make the engine build another model than the one ppspec planned.
 DEPTH_KEYS = frozenset({"num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"})
-
-#: Every refusal of the engine options and the environment a profile asks for, by finding code.
-#: One rule set (`launch_refusals`): `check` reports each as an error and `serve` refuses on it.
-REFUSALS: dict[str, str] = {
-    "topology-master-addr": "a multi-node `mp` launch by hand (outside SLURM) with no head address: the nodes cannot meet",
-    "engine-bad-option-name": "an `engine:` key that is not a vLLM option name",
-    "engine-managed-option": "an `engine:` option ppspec derives from the profile, in any spelling vLLM takes as the same "
-    "(`_` or `-`, a leading `--`, the `-tp`/`-pp`/`-dp` short forms, a `no-` form, an unambiguous prefix, a dotted part)",
-    "engine-ambiguous-option": "an `engine:` key that is a prefix of several vLLM options (argparse refuses it)",
-    "engine-refused-option": "an `engine:` option ppspec does not support (`config`: options ppspec cannot see)",
-    "engine-overrides-depth": "`engine: hf-overrides` that change the model's layer count",
-    "engine-unknown-option": "an `engine:` option the installed vLLM does not know (needs vLLM's parser: `serve` and `check --probes`)",
-    "env-secret": "a secret-looking name under `env:` (secrets come from the caller's environment)",
-    "engine-secret-option": "a secret-looking option under `engine:` (it would be on the engine's command line and in launch.json)",
-    "env-overrides-plan": "VLLM_PP_LAYER_PARTITION / VLLM_USE_V2_MODEL_RUNNER set by hand (`env:` or the caller's environment), or PPSPEC_* under `env:`",
-    "env-plugins-skip-ppspec": "VLLM_PLUGINS set without `ppspec`: the plugin would not run and the engine would serve unpatched",
-    "engine-untrusted-option": "an `engine:` option that makes the engine run code, read a path, reach an endpoint or drop a safety check, not acknowledged in the profile's `trust.engine`",
-    "env-untrusted-entry": "an `env:` entry that makes the engine run code, read a path, reach an endpoint or drop a safety check, not acknowledged in the profile's `trust.env`",
-    "api-key-env-unset": "server.api_key_env names a variable that is not set in this environment "
-    "(a warning in `check`, which may run where the key is not exported)",
-}
-
 
 def _opt(flag: str, value: str) -> list[str]:
     """`--flag value`, or `--flag=value` when the value starts with `-`: argparse would otherwise read
@@ -191,32 +169,9 @@ def _depth_keys(v: Any, depth: int = 0) -> list[str]:
 
 
 def _refusal(code: str, field: str, message: str, fix: str) -> Finding:
-    assert code in REFUSALS, code  # every refusal is registered (the check == serve test reads REFUSALS)
-    return Finding(code, "warning" if code in AT_LAUNCH else "error", field, message, fix)
-
-
-#: Refusals about how and where `serve` is started rather than the profile: `check`, `serve
-#: --dry-run` and `export` (often run on a login node, where the key is not exported; for SLURM or
-#: Kubernetes, which supply the head) report them as warnings and say that `serve` will refuse;
-#: `serve` itself refuses on them when it launches.
-AT_LAUNCH = frozenset({"api-key-env-unset", "topology-master-addr"})
-#: Of those, what a dry run outside SLURM refuses too: the by-hand command lines it prints could not
-#: run (no head address to give the nodes); `check` and the exports (whose scheduler supplies the
-#: head) only warn.
-DRY_RUN_REFUSES = frozenset({"topology-master-addr"})
-
-
-def serve_refuses(f: Finding, *, launching: bool = False) -> bool:
-    """The one answer to "would `ppspec serve` launch this": it refuses on every error finding
-    (every REFUSALS code but AT_LAUNCH's is one); when it is launching here and now, also on the
-    AT_LAUNCH warnings. `check`'s and `export`'s exit codes and `serve --dry-run`'s use
-    `launching=False`: the same findings give the same verdict in all three."""
-    return f.severity == "error" or (launching and f.code in AT_LAUNCH)
-
-
-def refusals(findings, *, launching: bool = False) -> list[Finding]:
-    """The findings `serve` refuses on (see serve_refuses)."""
-    return [f for f in findings if serve_refuses(f, launching=launching)]
+    """A refusal, with its registered severity (findings/registry.py: an error, except the two
+    `serve` refuses only when it starts here, which the profile question reports as warnings)."""
+    return Finding(code, registry.TABLE[code].severities[0], field, message, fix)  # type: ignore[arg-type]
 
 
 def launch_refusals(engine: Mapping[str, Any], env: Mapping[str, str], api_key_env: str | None, environ: Mapping[str, str] | None, trust: Mapping[str, Any] | None = None) -> list[Finding]:

@@ -26,7 +26,8 @@ class Resolved:
     target: Checkpoint | None
     drafter: Checkpoint | None
     load_errors: dict[str, PpspecError] = field(default_factory=dict)  # "target"/"drafter" -> error
-    vllm: VllmInstall | None = None
+    vllm: VllmInstall | None = None  # the installed vLLM when it is the engine that serves this profile (same platform)
+    installed: VllmInstall | None = None  # the vLLM installed here, whatever platform it serves (the `here` question)
     platform: str = "cuda"
     platform_source: str = "default"
     runner: Runner = "v2"
@@ -154,7 +155,8 @@ def _engine_version(r: Resolved) -> None:
         r.engine_version, r.engine_version_source = r.profile.engine_version, "profile engine_version"
     else:
         r.engine_version = facts.NEWEST_SUPPORTED
-        r.engine_version_source = "newest supported release (vLLM is not installed here; set engine_version to check another)"
+        why = "vLLM is not installed here" if r.installed is None else f"the {r.installed.distribution} installed here serves {r.installed.platform}, not {r.platform}"
+        r.engine_version_source = f"newest supported release ({why}; set engine_version to check another)"
     r.version_verdict = verdict(r.engine_version)
 
 
@@ -371,7 +373,10 @@ def resolve(
     if r.drafter and r.drafter.config:
         r.drafter_view = speculators_view(r.drafter.config)
 
-    r.vllm = installed_vllm()
+    r.installed = installed_vllm()
+    # The installed build decides by value only when it is the engine that will serve the profile:
+    # a cuda profile checked in a CPU venv is judged for cuda and its declared vLLM, as on a login node.
+    r.vllm = r.installed if r.installed is not None and profile.platform in ("auto", r.installed.platform) else None
     if profile.platform != "auto":
         r.platform, r.platform_source = profile.platform, "profile"
     elif r.vllm is not None:

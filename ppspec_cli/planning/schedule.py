@@ -23,14 +23,13 @@ import math
 from typing import TYPE_CHECKING, Iterator
 
 from ppspec_cli.findings import Finding, finding
+from ppspec_cli.knowledge import methods
 
 if TYPE_CHECKING:
     from ppspec_cli.planning.resolve import Resolved
 
 #: The oldest release whose source was read for the rules above (0.30 to 0.33 all have the feature).
 VERIFIED_FROM = (0, 30)
-#: vLLM 0.33 keeps a schedule on the V1 runner only for these methods (config/vllm.py).
-V1_METHODS_033 = frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"})
 #: The top of the last range bench derives: the highest --concurrency bench accepts. vLLM cuts any
 #: range at its max_num_seqs and carries the last k through the tail, so a larger top is harmless.
 TOP = 4096
@@ -88,7 +87,7 @@ def _release(r: "Resolved", field: str) -> Iterator[Finding]:
         yield finding("schedule-release-unverified", "warning", field, f"dynamic speculative decoding is read in the source of vLLM 0.30 to 0.33; vLLM {r.engine_version} is older (it may refuse the unknown speculative_config key at start)", "serve with vLLM >= 0.30, or remove drafter.schedule")
     if r.profile.topology.data_parallel > 1:
         yield finding("schedule-dp-disabled", "warning", field, f"data_parallel {r.profile.topology.data_parallel}: vLLM drops the schedule and serves the static num_speculative_tokens {d.num_speculative_tokens} (ranks could pick different k and deadlock)", "serve without data parallelism to use the schedule, or remove it")
-    if r.runner == "v1" and v is not None and (v.major, v.minor) >= (0, 33) and d.method not in V1_METHODS_033:
+    if r.runner == "v1" and v is not None and (v.major, v.minor) >= (0, 33) and not methods.get(d.method).schedule_on_v1:
         yield finding("schedule-method-disabled", "warning", field, f"vLLM {r.engine_version} drops the schedule on the V1 runner for method {d.method}", "serve with Model Runner V2, or remove drafter.schedule")
     if r.runner == "v1" and r.platform != "cpu":
         yield finding("schedule-cudagraph-piecewise", "warning", field, "on the V1 runner a schedule makes vLLM replace full CUDA graphs with piecewise ones (the verification length changes at run time): every step may get slower", "measure it (`ppspec bench`), or serve with Model Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1)")

@@ -119,6 +119,7 @@ class SpecMethod:
     needs_target_embed: bool = False  # the last stage builds the target's embedding under PP (spec_decode_needs_target_embed)
     target_embed_capability: str | None = None  # a pack capability that adds the embedding (mtp: target_embed_for_mtp)
     v1_runner: bool = True  # Model Runner V1 runs it (else vLLM refuses it there)
+    schedule_on_v1: bool = True  # vLLM 0.33 keeps a `drafter.schedule` on the V1 runner for it (config/vllm.py: ngram, eagle, eagle3, mtp, draft_model, dflash)
     hidden_size_keys: tuple[str, ...] = ("target_hidden_size",)  # drafter-config keys naming the target hidden size it expects
     tap_keys: tuple[TapKey, ...] = ()  # the keys its drafters name taps with (the runners read them: planning/plan.py)
     speculators_kinds: tuple[str, ...] = ()  # speculators_model_type values vLLM serves as this method

@@ -98,6 +98,7 @@ DSPARK = DSpark(
     parallel_draft=True,  # anchor + noise queries in one pass; the Markov head adds no weight read
     needs_target_embed=True,
     v1_runner=False,
+    schedule_on_v1=False,
     n_predict_free_since=Version("0.32.0"),  # its parallel width is independent of MTP stages
     tap_keys=(
         TapKey("dspark_target_layer_ids", 1, "zero-based layer outputs (as is for a deepseek_v41 config)"),

@@ -1,0 +1,65 @@
+"""One verdict over findings, for the question asked (findings/registry.py says which each code
+answers):
+
+- `profile` (check, plan, export, bench, `serve --dry-run`'s exit code): refused by an error about
+  the profile itself, judged for the platform and vLLM it declares;
+- `here` (serve; `serve --dry-run`'s `ok`; check's "on this machine" section): refused by every
+  error, and by the warnings `serve` refuses on when it starts here (`refuses_here`: an API key not
+  exported, a multi-node launch by hand without a head address).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from ppspec_cli.findings import Finding
+from ppspec_cli.preflight.registry import lookup
+
+Question = Literal["profile", "here"]
+
+#: The exit codes every command documents: the profile (or launch) is fine; it is refused; bad usage
+#: or unreadable input (PpspecError's default).
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+
+
+def question_of(code: str) -> str:
+    entry = lookup(code)
+    return "profile" if entry is None else entry.question
+
+
+def refuses(f: Finding, question: Question) -> bool:
+    """Whether `f` refuses the answer to `question`."""
+    entry = lookup(f.code)
+    if question == "profile":
+        return f.severity == "error" and (entry is None or entry.question == "profile")
+    return f.severity == "error" or (entry is not None and entry.refuses_here)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    question: Question
+    refused: tuple[Finding, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.refused
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.ok else EXIT_REFUSED
+
+    @property
+    def refused_by(self) -> list[str]:
+        """The codes that refuse, sorted, once each (`--json`'s `refused_by`)."""
+        return sorted({f.code for f in self.refused})
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "refused_by": self.refused_by}
+
+
+def verdict(findings: Iterable[Finding], question: Question) -> Verdict:
+    return Verdict(question, tuple(f for f in findings if refuses(f, question)))
