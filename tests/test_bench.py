@@ -378,6 +378,8 @@ def test_usage_errors_exit_2(tmp_path):
     assert r.returncode == 2 and "--baseline-endpoint" in r.stderr
     r = _cli("bench", "profiles/tiny_cpu_demo.yaml", "--concurrency", "1,zero")
     assert r.returncode == 2 and "--concurrency" in r.stderr
+    r = _cli("bench", "profiles/tiny_cpu_demo.yaml", "--repeat", "0")
+    assert r.returncode == 2 and "--repeat must be in 1..20" in r.stderr
     nodrafter = tmp_path / "p.yaml"
     import yaml
 
