@@ -182,6 +182,14 @@ def test_a_schedule_is_recommended_only_when_it_beats_every_static_arm():
     assert env[1]["vs_profile"]["verdict"] == judge.FASTER and env[1]["vs_profile"]["ratio"]["median"] == pytest.approx(351 / 280.5)
 
 
+def test_a_one_range_schedule_against_its_static_twin_exposes_drift():
+    g = _grid({("spec-k1", 1): [110, 126], ("tuned", 1): [134, 138], ("spec-k1", 4): [300, 310], ("tuned", 4): [301, 309]})
+    w = judge.drift_check(g, [1, 4], [[1, 4096, 1]], STATIC)
+    assert len(w) == 1 and w[0].startswith("c=1:") and "spec-k1" in w[0] and "drifted" in w[0]
+    assert judge.drift_check(g, [1, 4], [[1, 2, 1], [3, 4096, 0]], STATIC) == []  # two ranges: no twin
+    assert judge.drift_check(g, [1, 4], [[1, 4096, 2]], STATIC) == []  # no static arm with k=2
+
+
 # -- runs, identity, parity -----------------------------------------------------------------------
 
 
