@@ -106,6 +106,9 @@ def _check(sched, *, nst=2, dp=1, pp=1, runner="v2", platform="cuda", version="0
 
 
 def test_check_applies_vllms_rules_per_release_runner_and_topology():
+    from ppspec_cli.planning import rules
+
+    assert ("schedule", rules.schedule_rule) in rules.RULES  # `check` runs it
     assert _check(None) == {}
     assert set(_check([[1, 2, 2], [3, 4096, 2]])) == set()
     assert _check([[2, 8, 1]])["schedule-invalid"].severity == "error"
