@@ -4,7 +4,7 @@
 # On the device, after `bash benchmarks/gpu_wheels.sh install` (vLLM 0.33 + ppspec in /tmp/site):
 #   END=$(( $(date +%s) + 560 )) bash benchmarks/gpu_bench_pp1.sh docs/gpu-bench-h200-pp1/profile.yaml
 # Stages: baseline + spec-k1, then spec-k2, then spec-k3, each one `ppspec bench --resume` that adds
-# one arm to the same --out. A stage starts only when the time left before END covers it (estimate:
+# one arm to the same --out, then measures the schedule bench derives (the tuned arm). A stage starts only when the time left before END covers it (estimate:
 # the slowest arm so far, 260 s before any was measured), so no engine start is lost to the per-call
 # limit; a stage that still overruns is stopped with SIGINT (bench keeps its finished levels).
 # Repeat the call until it prints "bench: complete". Results: $OUT/bench-8b-pp1 (the device returns at most
@@ -35,12 +35,12 @@ est=$(cat "$B/.arm_s" 2>/dev/null || echo 260)
 for ks in 1 1,2 1,2,3; do
   tag=${ks//,/}
   [ -f "$B/.done-$tag" ] && continue
-  arms=1; [ "$ks" = 1 ] && arms=2
+  arms=2; [ "$ks" = 1 ] && arms=3  # the new static arm(s) and the tuned arm (re-measured when the derived schedule changes)
   need=$(( arms * est )); l=$(left)
   if [ "$l" -lt "$need" ]; then echo "bench: stage k=$ks needs ~$need s, $l s left: next call"; exit 3; fi
   s=$(date +%s)
   timeout -s INT "$l" ppspec bench "$PROFILE" --concurrency 1,4,16,32 --num-speculative-tokens "$ks" \
-      --num-prompts 64 --max-tokens 128 --input-len 128 --out "$B" --offline --resume \
+      --num-prompts 64 --max-tokens 128 --input-len 128 --repeat 3 --out "$B" --offline --resume \
       > "$B/stdout-k$tag.txt" 2> "$B/stderr-k$tag.txt"
   rc=$?; took=$(( $(date +%s) - s ))
   echo "stage k=$ks: exit $rc after $took s"

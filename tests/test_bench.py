@@ -106,6 +106,9 @@ def _check(sched, *, nst=2, dp=1, pp=1, runner="v2", platform="cuda", version="0
 
 
 def test_check_applies_vllms_rules_per_release_runner_and_topology():
+    from ppspec_cli.planning import rules
+
+    assert ("schedule", rules.schedule_rule) in rules.RULES  # `check` runs it
     assert _check(None) == {}
     assert set(_check([[1, 2, 2], [3, 4096, 2]])) == set()
     assert _check([[2, 8, 1]])["schedule-invalid"].severity == "error"
@@ -180,6 +183,14 @@ def test_a_schedule_is_recommended_only_when_it_beats_every_static_arm():
     env = judge.envelope(g, [1, 4], "tuned", "spec-k3", [a.name for a in arms])
     assert env[0]["best_arm"] == "tuned" and env[0]["vs_best"]["verdict"] == judge.SAME
     assert env[1]["vs_profile"]["verdict"] == judge.FASTER and env[1]["vs_profile"]["ratio"]["median"] == pytest.approx(351 / 280.5)
+
+
+def test_a_one_range_schedule_against_its_static_twin_exposes_drift():
+    g = _grid({("spec-k1", 1): [110, 126], ("tuned", 1): [134, 138], ("spec-k1", 4): [300, 310], ("tuned", 4): [301, 309]})
+    w = judge.drift_check(g, [1, 4], [[1, 4096, 1]], STATIC)
+    assert len(w) == 1 and w[0].startswith("c=1:") and "spec-k1" in w[0] and "drifted" in w[0]
+    assert judge.drift_check(g, [1, 4], [[1, 2, 1], [3, 4096, 0]], STATIC) == []  # two ranges: no twin
+    assert judge.drift_check(g, [1, 4], [[1, 4096, 2]], STATIC) == []  # no static arm with k=2
 
 
 # -- runs, identity, parity -----------------------------------------------------------------------
@@ -378,6 +389,8 @@ def test_usage_errors_exit_2(tmp_path):
     assert r.returncode == 2 and "--baseline-endpoint" in r.stderr
     r = _cli("bench", "profiles/tiny_cpu_demo.yaml", "--concurrency", "1,zero")
     assert r.returncode == 2 and "--concurrency" in r.stderr
+    r = _cli("bench", "profiles/tiny_cpu_demo.yaml", "--repeat", "0")
+    assert r.returncode == 2 and "--repeat must be in 1..20" in r.stderr
     nodrafter = tmp_path / "p.yaml"
     import yaml
 

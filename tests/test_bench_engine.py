@@ -76,7 +76,7 @@ def test_bench_cpu_demo_repeats_tuned_arm_interrupt_resume(tmp_path):
     assert sorted((x["arm"], x["concurrency"]) for x in doc["runs"]) == [(a, c) for a in ("baseline", "spec-k2", "tuned") for c in (1, 2)]
     for x in doc["runs"]:
         assert x["repeats"] == 2 and [s["repeat"] for s in x["samples"]] == [0, 1]
-        assert all(s["output_tokens_per_s"] > 0 and s["completed"] == 4 for s in x["samples"])
+        assert all(s["output_tokens_per_s"] > 0 and s["completed"] == {1: 4, 2: 8}[x["concurrency"]] for s in x["samples"])  # at least 4 per slot
         assert x["spread"]["min"] <= x["output_tokens_per_s"] <= x["spread"]["max"]
         assert x["failed"] == 0 and x["tpot_ms"]["p50"] > 0 and x["ttft_ms"]["mean"] > 0
         if x["arm"] == "spec-k2":

@@ -426,6 +426,7 @@ class _Bench:
             warnings.append("results from different devices: " + ", ".join(devices))
         if missing:
             warnings.append("not measured: " + ", ".join(missing[:12]) + (f" and {len(missing) - 12} more" if len(missing) > 12 else ""))
+        warnings += judge.drift_check(grid, self.levels, tuned.schedule_list() if tuned else None, static)
         warnings += self.warnings + self.failures
         ident = {k: v for k, v in self.identity.items() if k != "served"}
         return {

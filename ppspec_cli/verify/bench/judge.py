@@ -140,3 +140,23 @@ def envelope(grid: Grid, levels: list[int], recommended: str, incumbent: str | N
             row["vs_profile"] = {"arm": incumbent, "ratio": ratio(rec, grid.get((incumbent, c))), "verdict": compare(rec, grid.get((incumbent, c)))}
         out.append(row)
     return out
+
+
+def drift_check(grid: Grid, levels: list[int], tuned_schedule: list[list[int]] | None, static: list[tuple[str, int]]) -> list[str]:
+    """A schedule of one range serves the same k as a static arm (through vLLM's dynamic path):
+    a significant difference between the two, at a level, is drift between engine sessions (the
+    repeats of one arm run in one session, so their spread does not hold it) or the dynamic path's
+    own cost. Either way the verdicts of this run rest on more than the configurations."""
+    if not tuned_schedule or len(tuned_schedule) != 1:
+        return []
+    k = tuned_schedule[0][2]
+    twin = next((a for a, kk in static if kk == k), None)
+    if twin is None:
+        return []
+    out = []
+    for c in levels:
+        v = compare(grid.get((TUNED, c)), grid.get((twin, c)))
+        if v in (FASTER, SLOWER):
+            r = ratio(grid.get((TUNED, c)), grid.get((twin, c)))
+            out.append(f"c={c}: the tuned arm ({tuned_schedule}) serves the same k as {twin} yet measured {v} ({r['median']:.2f}x): the machine drifted between engine sessions (or vLLM's dynamic path costs that much); treat this run's verdicts with care and repeat on a quieter machine")
+    return out
