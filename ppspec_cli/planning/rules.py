@@ -301,11 +301,10 @@ def drafter_contract_rule(r: Resolved) -> Iterator[Finding]:
     if d is None or r.drafter_view is None or r.version is None:
         return
     t = r.target
-    for b in drafter_contract.check(
+    yield from drafter_contract.check(
         d.method, r.drafter_view, version=r.version, runner=r.runner, names=r.drafter.tensor_names() if r.drafter else None,
         num_speculative_tokens=d.num_speculative_tokens, target_config=t.config if t else None, target_text=t.text if t else None,
-    ):  # fmt: skip
-        yield Finding(b.code, drafter_contract.severity(b.code), b.field, b.message, b.fix)
+    )  # fmt: skip
 
 
 @rule("shapes")
