@@ -172,8 +172,24 @@ def test_engine_flag_managed_by_profile_is_refused(hf_env, tmp_path):
     prof = tmp_path / "p.yaml"
     prof.write_text(yaml.safe_dump(data))
     p = ppspec("serve", str(prof), "--dry-run", env=hf_env, cwd=REPO)
-    assert p.returncode == 1
-    assert "topology.tensor_parallel" in p.stderr and "Traceback" not in p.stderr
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    # refused once, in the verdict (issue 30): build_launch trusts it and the dry run shows the launch
+    assert "# error engine-managed-option: engine.tensor-parallel-size sets a flag ppspec derives from the profile (topology.tensor_parallel)" in p.stdout
+    assert "would refuse this profile" in p.stdout and "vllm serve" in p.stdout
+    assert "[engine-managed-option]" not in p.stdout + p.stderr
+
+
+def test_a_secret_engine_option_builds_no_launch(hf_env, tmp_path):
+    """Where a launch cannot be built (a secret would be on its command line), build_launch still
+    refuses, defensively: one message, where and fix, without the verdict's code."""
+    data = yaml.safe_load((REPO / "profiles/llama31_8b_eagle3_pp2.yaml").read_text())
+    data["engine"]["hf-token"] = "sk-abc-123"
+    prof = tmp_path / "p.yaml"
+    prof.write_text(yaml.safe_dump(data))
+    p = ppspec("serve", str(prof), "--dry-run", env=hf_env, cwd=REPO)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert "engine.hf-token is a secret" in p.stderr and "builds no launch" in p.stderr and "where: engine.hf-token" in p.stderr
+    assert "sk-abc-123" not in p.stdout + p.stderr and "engine-secret-option" not in p.stderr
 
 
 def test_nested_eagle_config_served_through_overlay(hf_env, tmp_path):
