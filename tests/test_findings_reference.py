@@ -156,7 +156,7 @@ NOT_FINDINGS = {
     "Code": "the registry's row for a code (ppspec_cli/findings/registry.py)",
     "CodeSpec": "a drafter pack manifest's row for a code it owns (joins the registry)",
     "Gap": "what a checkpoint reader could not read; rules report it as target-<gap> / drafter-<gap>",
-    "ProbeResult": "a behaviour probe's outcome (passed/failed/not run); the preflight turns it into a probe-<name> Finding",
+    "ProbeResult": "a behaviour probe's outcome (passed/failed/not run); it enters the preflight as ProbeResult.finding()",
 }
 
 
