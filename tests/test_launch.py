@@ -253,3 +253,28 @@ def test_materialize_overlay_in_a_held_run_dir_never_follows_a_link(tmp_path):
     assert ov.is_dir() and not ov.is_symlink()
     assert json.loads((ov / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"] == [3, 31, 59]
     assert (ov / "model.safetensors").resolve() == (src / "model.safetensors").resolve()
+
+
+def test_the_hosts_network_is_the_here_question(hf_env, tmp_path, monkeypatch):
+    """Issue 30: a multi-node profile's host-name and head-route checks are this machine's (`here`
+    findings, `check` shows them in its "on this machine" part); the profile findings keep the ports."""
+    from ppspec_cli.io import netinfo
+    from ppspec_cli.planning import rules
+
+    monkeypatch.setattr(netinfo, "host_name", lambda: "nodeb")
+    monkeypatch.setattr(netinfo, "resolve", lambda h, timeout_s=5.0: [h] if h[0].isdigit() else {"nodeb": ["127.0.1.1"]}.get(h, []))
+    monkeypatch.setattr(netinfo, "route_to", lambda a: None)
+    rules._head_view.cache_clear()
+    data = yaml.safe_load((REPO / "profiles/llama31_8b_eagle3_pp2.yaml").read_text())
+    data["topology"]["nodes"] = 2
+    data["launch"] = {"executor": "mp", "master_addr": "nodez"}
+    prof = tmp_path / "p.yaml"
+    prof.write_text(yaml.safe_dump(data))
+    p = ppspec("check", str(prof), "--json", env=hf_env, cwd=REPO)
+    out = json.loads(p.stdout)
+    profile_codes, here_codes = {f["code"] for f in out["findings"]}, {f["code"] for f in out["here"]["findings"]}
+    assert "node-ports" in profile_codes and not {"node-hostname-loopback", "node-head-unroutable"} & profile_codes
+    assert {"node-hostname-loopback", "node-head-unroutable"} <= here_codes
+    text = ppspec("check", str(prof), env=hf_env, cwd=REPO).stdout
+    assert "on this machine" in text and "node-hostname-loopback: on this host (nodeb)" in text and "node-head-unroutable: from this host (nodeb)" in text, text
+    rules._head_view.cache_clear()

@@ -83,12 +83,16 @@ def _once(findings: list[Finding]) -> list[Finding]:
 
 
 def _here(r) -> list[Finding]:
-    """The `here` question's own rules: whether the vLLM installed here serves the profile."""
-    from ppspec_cli.planning.rules import platform_served
+    """The `here` question's own rules: whether the vLLM installed here serves the profile, and
+    this host's view of a multi-node launch's network (host name, route to the head: DNS and
+    routes are asked here only, never by the profile question)."""
+    from ppspec_cli.planning.rules import node_network_here, platform_served
 
     out: list[Finding] = []
     with guard(out, "rule 'platform-served'"):
         out.extend(list(platform_served(r)))
+    with guard(out, "rule 'node-network'", field="launch"):
+        out.extend(list(node_network_here(r)))
     return out
 
 
