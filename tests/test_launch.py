@@ -172,8 +172,24 @@ def test_engine_flag_managed_by_profile_is_refused(hf_env, tmp_path):
     prof = tmp_path / "p.yaml"
     prof.write_text(yaml.safe_dump(data))
     p = ppspec("serve", str(prof), "--dry-run", env=hf_env, cwd=REPO)
-    assert p.returncode == 1
-    assert "topology.tensor_parallel" in p.stderr and "Traceback" not in p.stderr
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    # refused once, in the verdict (issue 30): build_launch trusts it and the dry run shows the launch
+    assert "# error engine-managed-option: engine.tensor-parallel-size sets a flag ppspec derives from the profile (topology.tensor_parallel)" in p.stdout
+    assert "would refuse this profile" in p.stdout and "vllm serve" in p.stdout
+    assert "[engine-managed-option]" not in p.stdout + p.stderr
+
+
+def test_a_secret_engine_option_builds_no_launch(hf_env, tmp_path):
+    """Where a launch cannot be built (a secret would be on its command line), build_launch still
+    refuses, defensively: one message, where and fix, without the verdict's code."""
+    data = yaml.safe_load((REPO / "profiles/llama31_8b_eagle3_pp2.yaml").read_text())
+    data["engine"]["hf-token"] = "sk-abc-123"
+    prof = tmp_path / "p.yaml"
+    prof.write_text(yaml.safe_dump(data))
+    p = ppspec("serve", str(prof), "--dry-run", env=hf_env, cwd=REPO)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert "engine.hf-token is a secret" in p.stderr and "builds no launch" in p.stderr and "where: engine.hf-token" in p.stderr
+    assert "sk-abc-123" not in p.stdout + p.stderr and "engine-secret-option" not in p.stderr
 
 
 def test_nested_eagle_config_served_through_overlay(hf_env, tmp_path):
@@ -237,3 +253,28 @@ def test_materialize_overlay_in_a_held_run_dir_never_follows_a_link(tmp_path):
     assert ov.is_dir() and not ov.is_symlink()
     assert json.loads((ov / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"] == [3, 31, 59]
     assert (ov / "model.safetensors").resolve() == (src / "model.safetensors").resolve()
+
+
+def test_the_hosts_network_is_the_here_question(hf_env, tmp_path, monkeypatch):
+    """Issue 30: a multi-node profile's host-name and head-route checks are this machine's (`here`
+    findings, `check` shows them in its "on this machine" part); the profile findings keep the ports."""
+    from ppspec_cli.io import netinfo
+    from ppspec_cli.planning import rules
+
+    monkeypatch.setattr(netinfo, "host_name", lambda: "nodeb")
+    monkeypatch.setattr(netinfo, "resolve", lambda h, timeout_s=5.0: [h] if h[0].isdigit() else {"nodeb": ["127.0.1.1"]}.get(h, []))
+    monkeypatch.setattr(netinfo, "route_to", lambda a: None)
+    rules._head_view.cache_clear()
+    data = yaml.safe_load((REPO / "profiles/llama31_8b_eagle3_pp2.yaml").read_text())
+    data["topology"]["nodes"] = 2
+    data["launch"] = {"executor": "mp", "master_addr": "nodez"}
+    prof = tmp_path / "p.yaml"
+    prof.write_text(yaml.safe_dump(data))
+    p = ppspec("check", str(prof), "--json", env=hf_env, cwd=REPO)
+    out = json.loads(p.stdout)
+    profile_codes, here_codes = {f["code"] for f in out["findings"]}, {f["code"] for f in out["here"]["findings"]}
+    assert "node-ports" in profile_codes and not {"node-hostname-loopback", "node-head-unroutable"} & profile_codes
+    assert {"node-hostname-loopback", "node-head-unroutable"} <= here_codes
+    text = ppspec("check", str(prof), env=hf_env, cwd=REPO).stdout
+    assert "on this machine" in text and "node-hostname-loopback: on this host (nodeb)" in text and "node-head-unroutable: from this host (nodeb)" in text, text
+    rules._head_view.cache_clear()

@@ -19,7 +19,7 @@ from packaging.version import Version
 
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge import methods, packs as packs_mod
-from ppspec_cli.knowledge.methods import Breach, DrafterView
+from ppspec_cli.knowledge.methods import DrafterView
 from ppspec_cli.planning import drafter_contract
 from ppspec_cli.planning.plan import trained_taps, v2_taps_from_config
 from ppspec_cli.planning.profile import Drafter
@@ -173,14 +173,16 @@ def test_speculators_conversion_without_packs_keeps_the_declared_architectures()
 SEEN: list = []
 
 FAKE_RULES = """
-from ppspec_cli.knowledge.methods import Breach
+from ppspec_cli.findings import Finding
 from tests_fake_seen import SEEN
 
 def judge(v):
     SEEN.append(v)
-    yield Breach("acme-drafter-odd", f"odd drafter {list(v.served)}", "fix it")
+    yield Finding("acme-drafter-odd", "warning", "drafter.model", f"odd drafter {list(v.served)}", "fix it")
     if v.config.get("foreign"):
-        yield Breach("mtp-no-layers", "not mine", "")
+        yield Finding("mtp-no-layers", "error", "drafter.model", "not mine", "")
+    if v.config.get("louder"):
+        yield Finding("acme-drafter-odd", "error", "drafter.model", "its own code, another severity", "")
 
 def get_rules():
     return [("judge", judge)]
@@ -332,9 +334,29 @@ def test_builtin_drafter_packs_own_the_family_contract_codes():
     assert set(owners) == set(drafter_contract.codes())
 
 
-def test_breach_is_the_contract_type():
-    b = Breach("x-y", "m", "f")
-    assert b.field == "drafter.model"
+def test_drafter_pack_giving_its_code_another_severity_is_a_pack_failure(acme):
+    """A pack rule's finding carries its manifest's severity; another one is not passed on."""
+    acme()
+    out = _check({"architectures": ["AcmeModel"], "louder": True})
+    assert [(f.code, f.severity) for f in out if f.code.startswith("acme")] == [("acme-drafter-odd", "warning")]
+    bad = [f for f in out if f.code == drafter_contract.PACK_RULE_FAILED]
+    assert len(bad) == 1 and "another severity" in bad[0].message and "acme-drafter-odd warning" in bad[0].message
+
+
+def test_the_contract_yields_findings_at_their_owners_severity():
+    """One type: the method's contract and the built-in drafter packs' rules yield Finding, each at
+    the severity its owner's table gives its code (what the drafter-contract rule passes on)."""
+    from ppspec_cli.findings import Finding
+
+    cfg = {"architectures": ["DFlashDraftModel"], "vocab_size": 32, "block_size": 2, "n_predict": 2, "dflash_config": {}, "dspark_draft_topk": 0}
+    seen = set()
+    for method in ("dflash", "dspark"):
+        out = drafter_contract.check(method, cfg, version=Version("0.32.0"), runner="v1", names=None, num_speculative_tokens=3)
+        assert out and all(type(f) is Finding for f in out), out
+        for f in out:
+            assert f.severity == drafter_contract.severity(f.code), f
+            seen.add(f.code)
+    assert {"drafter-no-mask-token", "drafter-n-predict-divisible", "drafter-beyond-block"} <= seen, seen
 
 
 @pytest.mark.vllm

@@ -267,6 +267,19 @@ def test_a_packs_own_probes_that_break_are_failed_probes_with_the_reason(tmp_pat
     ok = pack("fine", "from ppspec_cli.running.engine.probes import ProbeResult\ndef get_probes():\n    return [('x', lambda: ProbeResult('fine-x', 'passed', 'yes', 'info'))]\n")
     assert [r.status for r in probe_pack_own(ok)] == ["passed"]
     assert probe_pack_own(None) == []
+    (odd,) = probe_pack_own(pack("odd", "def get_probes():\n    return [('x', lambda: {'status': 'passed'})]\n"))
+    assert odd.status == "failed" and odd.severity == "warning" and "dict, not a ProbeResult" in odd.detail
+
+
+def test_a_probe_enters_the_preflight_as_a_finding():
+    """Issue 30, one type: a failed probe is a `probe-<name>` Finding at its severity, one not run an
+    info, a passed one nothing (what preflight.core reads; no result is read by attribute guesswork)."""
+    from ppspec_cli.findings import Finding
+    from ppspec_cli.running.engine.probes import ProbeResult
+
+    assert ProbeResult("partition", "failed", "vLLM splits otherwise", "error", "set it").finding() == Finding("probe-partition", "error", "platform", "engine probe partition failed: vLLM splits otherwise", "set it")
+    assert ProbeResult("partition", "not_run", "no vLLM", "info").finding() == Finding("probe-partition", "info", "platform", "engine probe partition not run: no vLLM", "")
+    assert ProbeResult("partition", "passed", "agrees", "info").finding() is None
 
 
 

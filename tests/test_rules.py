@@ -69,6 +69,9 @@ def check(target: Path | str | None, drafter: Path | str | None = None, *, metho
     return r, by
 
 
+profile_check = check
+
+
 def eagle3_shards(hidden=4096, taps=3, draft_vocab=32000, vocab=128256, d2t=True, embed=False):
     t = {
         "fc.weight": ("BF16", [hidden, taps * hidden]),
@@ -1031,6 +1034,17 @@ def net(monkeypatch):
 
 
 def test_node_network_findings(llama, net):
+    """The host's view is the `here` question's (preflight.core._here): node-ports is the profile's,
+    the host-name and head-route checks are this machine's, and the profile rules never ask DNS."""
+    from ppspec_cli.planning.rules import node_network_here
+
+    def check(*a, **kw):
+        r, by = profile_check(*a, **kw)
+        assert not {"node-hostname-loopback", "node-head-unroutable"} & set(by)
+        for f in node_network_here(r):
+            by.setdefault(f.code, []).append(f)
+        return r, by
+
     two = {"topology": {"nodes": 2}, "pp": 2}
     _, by = check(llama, method=None, launch={"master_addr": "nodea", "master_port": 31000}, **two)
     expect(by, "node-hostname-loopback", "warning", "env")
@@ -1055,6 +1069,23 @@ def test_node_network_findings(llama, net):
     # one node: none of it
     _, by = check(llama, method=None, launch={"master_addr": "nodea"})
     assert not {"node-ports", "node-hostname-loopback", "node-head-unroutable"} & set(by)
+
+
+def test_the_profile_question_asks_no_dns(llama, monkeypatch):
+    """Issue 30: the profile rules of a multi-node profile never resolve a name nor look up a route
+    (a login node's DNS says nothing about the nodes); the here rules do."""
+    from ppspec_cli.io import netinfo
+    from ppspec_cli.planning import rules
+    from ppspec_cli.planning.rules import node_network_here
+
+    asked: list[str] = []
+    monkeypatch.setattr(netinfo, "resolve", lambda h, timeout_s=5.0: asked.append(h) or ["127.0.1.1"])
+    monkeypatch.setattr(netinfo, "route_to", lambda a: asked.append(a))
+    rules._head_view.cache_clear()
+    r, by = profile_check(llama, method=None, launch={"master_addr": "nodea"}, topology={"nodes": 2}, pp=2)
+    assert asked == [] and "node-ports" in by
+    assert {f.code for f in node_network_here(r)} >= {"node-hostname-loopback"} and asked
+    rules._head_view.cache_clear()
 
 
 

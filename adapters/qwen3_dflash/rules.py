@@ -4,8 +4,8 @@ Qwen3 DSpark classes) require of a drafter config and its tensors when vLLM buil
 off the vLLM 0.30.0, 0.32.0 and 0.33.0 sources; where a rule differs the version is a parameter.
 
 A drafter pack's rules get a DrafterView (the drafter config as vLLM sees it, its architectures,
-the target config facts, the tensor names, version and runner) and yield Breaches with the codes
-pack.yaml lists. Loaded by file path; must not import vLLM or torch.
+the target config facts, the tensor names, version and runner) and yield Findings with the codes
+pack.yaml lists, at the severity it gives each. Loaded by file path; must not import vLLM or torch.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any, Iterator, Mapping
 
 from packaging.version import Version
 
-from ppspec_cli.knowledge.methods import Breach, DrafterView, is_int
+from ppspec_cli.findings import Finding
+from ppspec_cli.knowledge.methods import DrafterView, is_int
 from ppspec_cli.knowledge.methods.block import dflash_config, parallel_drafting_token
 
 #: qwen3_dspark.py's Qwen3DSparkForCausalLM classes (served with method dspark).
@@ -63,35 +64,27 @@ def sliding_window(cfg: Mapping[str, Any]) -> tuple[bool, Any]:
     return True, cfg.get("sliding_window")
 
 
-def attention_breaches(cfg: Mapping[str, Any], runner: str) -> list[Breach]:
+def attention_breaches(cfg: Mapping[str, Any], runner: str) -> list[Finding]:
     """qwen3_dflash.py::_resolve_layer_attention (same in 0.30-0.33), for every draft layer."""
     types = layer_types(cfg)
     use_swa = bool(dflash_config(cfg).get("use_swa", False))
-    out: list[Breach] = []
+    out: list[Finding] = []
     if types is None and not use_swa:
         return out
     n_sliding = sum(t == SLIDING for t in types or ())
     if types is not None and 0 < n_sliding < len(types) and runner != "v2":
-        out.append(Breach(
-            "dflash-mixed-attention-v1",
-            f"the drafter mixes sliding and full attention layers ({n_sliding} of {len(types)} sliding): vLLM's V1 model runner refuses at start "
-            "('DFlash drafters with mixed sliding/full attention require the V2 model runner')",
-            "run on GPUs (Model Runner V2), or use a drafter whose layers all use one attention type",
-        ))
+        out.append(Finding("dflash-mixed-attention-v1", "error", "drafter.model", f"the drafter mixes sliding and full attention layers ({n_sliding} of {len(types)} sliding): vLLM's V1 model runner refuses at start "
+            "('DFlash drafters with mixed sliding/full attention require the V2 model runner')", "run on GPUs (Model Runner V2), or use a drafter whose layers all use one attention type"))
     any_sliding = use_swa or n_sliding > 0
     known, window = sliding_window(cfg)
     if any_sliding and known and window is None:
-        out.append(Breach(
-            "dflash-no-sliding-window",
-            "the drafter has sliding-attention layers but no window size: vLLM refuses at start ('DFlash sliding attention requires a window size configured in "
+        out.append(Finding("dflash-no-sliding-window", "error", "drafter.model", "the drafter has sliding-attention layers but no window size: vLLM refuses at start ('DFlash sliding attention requires a window size configured in "
             "dflash_config.swa_window_size or the top-level sliding_window')"
-            + (" (its qwen3 config sets sliding_window but not use_sliding_window: true, so transformers drops it)" if cfg.get("sliding_window") is not None else ""),
-            "set dflash_config.swa_window_size to the window the drafter was trained with",
-        ))
+            + (" (its qwen3 config sets sliding_window but not use_sliding_window: true, so transformers drops it)" if cfg.get("sliding_window") is not None else ""), "set dflash_config.swa_window_size to the window the drafter was trained with"))
     return out
 
 
-def dspark_tensor_breaches(cfg: Mapping[str, Any], names: set[str] | frozenset[str] | None, target_vocab: int | None) -> list[Breach]:
+def dspark_tensor_breaches(cfg: Mapping[str, Any], names: set[str] | frozenset[str] | None, target_vocab: int | None) -> list[Finding]:
     """qwen3_dspark.py::Qwen3DSparkForCausalLM.load_weights (same in 0.30-0.33): a drafter whose
     input vocab is larger than the target's must ship embed_tokens; one whose draft vocab is smaller
     must ship lm_head and d2t (names are matched as vLLM matches them: by substring; t2d is skipped)."""
@@ -103,19 +96,16 @@ def dspark_tensor_breaches(cfg: Mapping[str, Any], names: set[str] | frozenset[s
     if not (expanded or reduced):
         return []
     if names is None:
-        return [Breach("dspark-tensors-not-checked", f"the DSpark drafter's vocabulary (input {vocab}, draft {dvs}) differs from the target's {target_vocab}; "
+        return [Finding("dspark-tensors-not-checked", "info", "drafter.model", f"the DSpark drafter's vocabulary (input {vocab}, draft {dvs}) differs from the target's {target_vocab}; "
                        "whether it ships the embed_tokens / lm_head / d2t tensors vLLM then requires was not checked (no index or weights here)", "")]
     loaded = [n for n in names if "t2d" not in n]
     out = []
     if expanded and not any("embed_tokens" in n for n in loaded):
-        out.append(Breach("dspark-embed-missing", f"the DSpark drafter's input vocabulary ({vocab}) is larger than the target's ({target_vocab}) but it has no embed_tokens tensor: vLLM refuses at load",
-                          "use a drafter checkpoint that includes its embed_tokens"))
+        out.append(Finding("dspark-embed-missing", "error", "drafter.model", f"the DSpark drafter's input vocabulary ({vocab}) is larger than the target's ({target_vocab}) but it has no embed_tokens tensor: vLLM refuses at load", "use a drafter checkpoint that includes its embed_tokens"))
     if reduced and not any("lm_head" in n for n in loaded):
-        out.append(Breach("dspark-lm-head-missing", f"the DSpark drafter's draft vocabulary ({dvs}) is smaller than the target's ({target_vocab}) but it has no lm_head tensor (the target's cannot be shared): vLLM refuses at load",
-                          "use a drafter checkpoint that includes its lm_head"))
+        out.append(Finding("dspark-lm-head-missing", "error", "drafter.model", f"the DSpark drafter's draft vocabulary ({dvs}) is smaller than the target's ({target_vocab}) but it has no lm_head tensor (the target's cannot be shared): vLLM refuses at load", "use a drafter checkpoint that includes its lm_head"))
     if reduced and not any("d2t" in n for n in loaded):
-        out.append(Breach("dspark-d2t-missing", f"the DSpark drafter's draft vocabulary ({dvs}) is smaller than the target's ({target_vocab}) but it has no d2t tensor to map draft ids to target ids: vLLM refuses at load",
-                          "use a drafter checkpoint that includes d2t"))
+        out.append(Finding("dspark-d2t-missing", "error", "drafter.model", f"the DSpark drafter's draft vocabulary ({dvs}) is smaller than the target's ({target_vocab}) but it has no d2t tensor to map draft ids to target ids: vLLM refuses at load", "use a drafter checkpoint that includes d2t"))
     return out
 
 
@@ -123,7 +113,7 @@ def dspark_tensor_breaches(cfg: Mapping[str, Any], names: set[str] | frozenset[s
 # The rules (in the order vLLM meets them)
 
 
-def xpress_topc(v: DrafterView) -> Iterator[Breach]:
+def xpress_topc(v: DrafterView) -> Iterator[Finding]:
     """vLLM 0.33's `xpress_topc` on an XPress drafter must lie in 0..draft vocabulary."""
     cfg = v.config
     topc = cfg.get("xpress_topc")
@@ -131,50 +121,42 @@ def xpress_topc(v: DrafterView) -> Iterator[Breach]:
         return
     dvs = cfg.get("draft_vocab_size") or cfg.get("vocab_size")
     if not (isinstance(topc, (int, float)) and is_int(dvs) and 0 <= topc <= dvs):
-        yield Breach("xpress-topc", f"the drafter's xpress_topc is {str(topc)[:40]!r}: vLLM refuses at start ('xpress_topc must be between 0 and the draft vocabulary size ({dvs})')",
-                     "set xpress_topc between 0 and the draft vocabulary size, or remove it")
+        yield Finding("xpress-topc", "error", "drafter.model", f"the drafter's xpress_topc is {str(topc)[:40]!r}: vLLM refuses at start ('xpress_topc must be between 0 and the draft vocabulary size ({dvs})')", "set xpress_topc between 0 and the draft vocabulary size, or remove it")
 
 
-def mask_token(v: DrafterView) -> Iterator[Breach]:
+def mask_token(v: DrafterView) -> Iterator[Finding]:
     """The parallel-drafting token (vLLM's get_parallel_drafting_token_id order)."""
     cfg = v.config
     key, tok = parallel_drafting_token(cfg)
     if key is None:
-        yield Breach(
-            "drafter-no-mask-token",
-            f"the {v.method} drafter config names no parallel-drafting token: vLLM refuses at start ('Model config must specify `dflash_config.mask_token_id`, "
-            "`mask_token_id`, `dspark_noise_token_id`, `pard_token`, or `ptd_token_id` for parallel drafting.')",
-            "set the token the drafter was trained with (DFlash: dflash_config.mask_token_id; DSpark: dspark_noise_token_id) in its config.json",
-        )
+        yield Finding("drafter-no-mask-token", "error", "drafter.model", f"the {v.method} drafter config names no parallel-drafting token: vLLM refuses at start ('Model config must specify `dflash_config.mask_token_id`, "
+            "`mask_token_id`, `dspark_noise_token_id`, `pard_token`, or `ptd_token_id` for parallel drafting.')", "set the token the drafter was trained with (DFlash: dflash_config.mask_token_id; DSpark: dspark_noise_token_id) in its config.json")
     elif not is_int(tok) or tok < 0:
-        yield Breach("drafter-bad-mask-token", f"the drafter's parallel-drafting token `{key}` is {str(tok)[:40]!r}, not a non-negative integer token id: vLLM cannot use it",
-                     f"set `{key}` to the token id the drafter was trained with")
+        yield Finding("drafter-bad-mask-token", "error", "drafter.model", f"the drafter's parallel-drafting token `{key}` is {str(tok)[:40]!r}, not a non-negative integer token id: vLLM cannot use it", f"set `{key}` to the token id the drafter was trained with")
     elif is_int(cfg.get("vocab_size")) and tok >= cfg["vocab_size"]:
-        yield Breach("drafter-mask-token-out-of-vocab", f"the drafter's parallel-drafting token `{key}` = {tok} lies outside its input vocabulary (vocab_size {cfg['vocab_size']}): "
+        yield Finding("drafter-mask-token-out-of-vocab", "warning", "drafter.model", f"the drafter's parallel-drafting token `{key}` = {tok} lies outside its input vocabulary (vocab_size {cfg['vocab_size']}): "
                      "vLLM does not check this and embeds a row that is not a trained token", f"check `{key}` and vocab_size against the drafter's training config")
 
 
-def sample_from_anchor(v: DrafterView) -> Iterator[Breach]:
+def sample_from_anchor(v: DrafterView) -> Iterator[Finding]:
     if v.runner == "v2" and dflash_config(v.config).get("sample_from_anchor", False):
-        yield Breach("dflash-sample-from-anchor", "the drafter sets dflash_config.sample_from_anchor: true: vLLM's Model Runner V2 refuses it at start ('sample_from_anchor=True is not supported for DFlash')",
-                     "remove dflash_config.sample_from_anchor (DFlash uses the anchor as the bonus token); a DSpark drafter sets the top-level sample_from_anchor")
+        yield Finding("dflash-sample-from-anchor", "error", "drafter.model", "the drafter sets dflash_config.sample_from_anchor: true: vLLM's Model Runner V2 refuses it at start ('sample_from_anchor=True is not supported for DFlash')", "remove dflash_config.sample_from_anchor (DFlash uses the anchor as the bonus token); a DSpark drafter sets the top-level sample_from_anchor")
 
 
-def layer_attention(v: DrafterView) -> Iterator[Breach]:
+def layer_attention(v: DrafterView) -> Iterator[Finding]:
     yield from attention_breaches(v.config, v.runner)
 
 
-def markov_head(v: DrafterView) -> Iterator[Breach]:
+def markov_head(v: DrafterView) -> Iterator[Finding]:
     """Qwen3DSparkForCausalLM builds its Markov head from `markov_rank`."""
     if v.method != DSPARK or not QWEN3_DSPARK & set(v.served):
         return
     rank = v.config.get("markov_rank")
     if not (is_int(rank) and rank > 0):
-        yield Breach("dspark-no-markov-rank", f"the DSpark drafter config's markov_rank is {'missing' if rank is None else repr(rank)[:40]}: vLLM's Qwen3 DSpark model cannot build its Markov head and fails at start",
-                     "set markov_rank to the rank the drafter was trained with")
+        yield Finding("dspark-no-markov-rank", "error", "drafter.model", f"the DSpark drafter config's markov_rank is {'missing' if rank is None else repr(rank)[:40]}: vLLM's Qwen3 DSpark model cannot build its Markov head and fails at start", "set markov_rank to the rank the drafter was trained with")
 
 
-def vocabulary_tensors(v: DrafterView) -> Iterator[Breach]:
+def vocabulary_tensors(v: DrafterView) -> Iterator[Finding]:
     if v.method == DSPARK and QWEN3_DSPARK & set(v.served):
         yield from dspark_tensor_breaches(v.config, v.tensor_names, v.target_vocab)
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
-from ppspec_cli.knowledge.methods import Breach, DrafterView, declared_architectures, is_int
+from ppspec_cli.findings import Finding
+from ppspec_cli.knowledge.methods import DrafterView, declared_architectures, is_int
 from ppspec_cli.knowledge.methods.block import MASK_TOKEN_KEYS, nested, positive
 
 #: Targets vLLM holds to the Qwen3-Omni DSpark contract (config/speculative.py::_is_qwen3_omni_target).
@@ -130,11 +131,11 @@ def _vocabulary(target_text: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[
     return out
 
 
-def omni_contract(v: DrafterView) -> Iterator[Breach]:
+def omni_contract(v: DrafterView) -> Iterator[Finding]:
     thinker = nested(v.target_config, "thinker_config", "text_config")
     text = thinker if isinstance(thinker, dict) else v.target_text
     for field, why in omni_breaches(v.target_config, text, v.config, list(v.served), v.num_speculative_tokens):
-        yield Breach("dspark-omni-contract", f"{why}: vLLM refuses at start", "convert the drafter for Qwen3-Omni (its trained block size, the thinker's shapes and taps), or set the field as the message says", field)
+        yield Finding("dspark-omni-contract", "error", field, f"{why}: vLLM refuses at start", "convert the drafter for Qwen3-Omni (its trained block size, the thinker's shapes and taps), or set the field as the message says")
 
 
 def get_rules() -> list[tuple[str, Any]]:

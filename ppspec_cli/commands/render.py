@@ -103,11 +103,20 @@ def _version_line(console: Console, r, prefix: str = "") -> None:
 
 def render_here(console: Console, pf) -> None:
     """The `here` question as its own section, when its answer differs from the profile's: what
-    `ppspec serve` would refuse on this machine, and the installed build."""
+    `ppspec serve` would refuse on this machine, and the installed build; then this machine's own
+    warnings (its view of a multi-node launch's network)."""
     known = set(pf.profile_verdict.refused)
     extra = [f for f in pf.here_verdict.refused if f not in known]
-    if not extra:
-        return
+    notes = [f for f in pf.here if f.severity == "warning" and f not in extra]
+    if extra:
+        _refused_here(console, pf, extra)
+    if notes:
+        _wrapped(console, styled("[bold yellow]on this machine[/bold yellow]: {} warning(s): {}", len(notes), ", ".join(f.code for f in notes)))
+        for f in notes:
+            print_wrapped(console, styled("{}: {}", f.code, f.message))
+
+
+def _refused_here(console: Console, pf, extra) -> None:
     inst = next((r.installed for r in pf.engines if r.installed is not None), None)
     build = f"{inst.distribution} {inst.version} ({inst.platform} build)" if inst is not None else "vLLM not installed"
     _wrapped(console, styled("[bold yellow]on this machine[/bold yellow]: `ppspec serve` would refuse: {}; {}", ", ".join(sorted({f.code for f in extra})), build))

@@ -271,8 +271,8 @@ class CodeSpec(_Strict):
 class Contract(_Strict):
     """A drafter pack's contract: what vLLM requires of the configs and tensors of some drafter
     classes (or of any drafter of the pack's methods for some targets) when it builds them. Its
-    `rules` file's `get_rules()` gives (name, fn) pairs; fn(DrafterView) yields Breaches whose
-    codes are listed here. A drafter pack is consulted by `check`, never applied to the engine."""
+    `rules` file's `get_rules()` gives (name, fn) pairs; fn(DrafterView) yields findings
+    (ppspec_cli.findings.Finding) whose codes are listed here, at the severity listed here. A drafter pack is consulted by `check`, never applied to the engine."""
 
     drafters: dict[Method, tuple[str, ...]] = Field(
         default_factory=dict, description="Per method, the drafter classes (as vLLM serves them) whose contract the rules check."

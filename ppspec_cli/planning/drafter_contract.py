@@ -8,8 +8,9 @@ per vLLM version. Two owners, one entry point (`check`):
   drafter config as vLLM sees it, architectures, target config facts, tensor names, version,
   runner), never the resolved profile.
 
-Nothing is filled in: a key or tensor ppspec cannot see is not judged. The `drafter-contract`
-rule in rules.py turns the breaches into findings; `codes()` is every code either owner reports.
+Nothing is filled in: a key or tensor ppspec cannot see is not judged. Both owners yield findings
+(ppspec_cli.findings.Finding, the one type), each at its code's severity in its owner's table; the
+`drafter-contract` rule in rules.py passes them on. `codes()` is every code either owner reports.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from typing import Iterable
 from packaging.version import Version
 
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.findings import Severity
+from ppspec_cli.findings import Finding, Severity
 from ppspec_cli.knowledge import methods, packs
-from ppspec_cli.knowledge.methods import Breach, DrafterView, declared_architectures, is_int
+from ppspec_cli.knowledge.methods import DrafterView, declared_architectures, is_int
 from ppspec_cli.knowledge.methods.block import parallel_drafting_token
 from ppspec_cli.knowledge.methods.dflash import DFLASH
 
-__all__ = ["Breach", "DrafterView", "check", "codes", "judges_vocabulary", "parallel_drafting_token", "registered_dflash", "served_architectures", "severity", "view"]
+__all__ = ["DrafterView", "check", "codes", "judges_vocabulary", "parallel_drafting_token", "registered_dflash", "served_architectures", "severity", "view"]
 
 #: The code a drafter pack's rule gets when it fails to load, crashes or reports a code it does not own.
 PACK_RULE_FAILED = "pack-rule-failed"
@@ -74,42 +75,43 @@ def _applies(pack: packs.Pack, v: DrafterView) -> bool:
     return bool(set(c.drafters.get(v.method, ())) & set(v.served) or set(c.targets) & set(v.target_architectures) or (v.target_model_type is not None and v.target_model_type in c.target_model_types))
 
 
-def _pack_breaches(pack: packs.Pack, v: DrafterView) -> list[Breach]:
+def _pack_findings(pack: packs.Pack, v: DrafterView) -> list[Finding]:
     """One drafter pack's rules over the view. A rule that fails to load, crashes or reports a
-    code its manifest does not list is a `pack-rule-failed` breach, never a traceback."""
+    code its manifest does not list (or gives it another severity) is a `pack-rule-failed`
+    finding, never a traceback."""
     assert pack.contract is not None and pack.rules_path is not None
     owned = pack.contract.codes
     try:
         rules = list(packs.load_pack_module(pack.name, "rules", pack.rules_path).get_rules())
     except Exception as e:  # noqa: BLE001 - a broken pack must not break check
-        return [Breach(PACK_RULE_FAILED, f"pack {pack.name}: its rules ({pack.rules_path.name}) cannot be loaded: {type(e).__name__}: {e}", "fix the pack, or report it to its author", "adapter")]
-    out: list[Breach] = []
+        return [Finding(PACK_RULE_FAILED, "warning", "adapter", f"pack {pack.name}: its rules ({pack.rules_path.name}) cannot be loaded: {type(e).__name__}: {e}", "fix the pack, or report it to its author")]
+    out: list[Finding] = []
     for name, fn in rules:
         try:
             got = list(fn(v))
         except Exception as e:  # noqa: BLE001
-            out.append(Breach(PACK_RULE_FAILED, f"pack {pack.name}: rule {name!r} crashed ({type(e).__name__}: {e}); what it checks was not checked", "report this to the pack's author", "adapter"))
+            out.append(Finding(PACK_RULE_FAILED, "warning", "adapter", f"pack {pack.name}: rule {name!r} crashed ({type(e).__name__}: {e}); what it checks was not checked", "report this to the pack's author"))
             continue
         for b in got:
-            if isinstance(b, Breach) and b.code in owned:
+            if isinstance(b, Finding) and b.code in owned and b.severity == owned[b.code].severity:
                 out.append(b)
             else:
-                out.append(Breach(PACK_RULE_FAILED, f"pack {pack.name}: rule {name!r} produced {b!r}, not a Breach with a code its manifest lists ({', '.join(owned)})", "report this to the pack's author", "adapter"))
+                out.append(Finding(PACK_RULE_FAILED, "warning", "adapter", f"pack {pack.name}: rule {name!r} produced {b!r}, not a Finding with a code its manifest lists at its listed severity ({', '.join(f'{c} {s.severity}' for c, s in owned.items())})", "report this to the pack's author"))
     return out
 
 
 def check(
     method: str, cfg: dict, *, version: Version, runner: str, names: set[str] | None, num_speculative_tokens: int,
     target_config: dict | None = None, target_text: dict | None = None,
-) -> list[Breach]:
-    """Every breach of vLLM's drafter contract in this drafter config, for `version` and `runner`
+) -> list[Finding]:
+    """Every finding of vLLM's drafter contract in this drafter config, for `version` and `runner`
     ("v1" | "v2"), against the target's raw config and its text part: the method's own contract,
     then every drafter pack's whose contract covers the drafter (in pack order)."""
     v = view(method, cfg, version=version, runner=runner, names=names, num_speculative_tokens=num_speculative_tokens, target_config=target_config, target_text=target_text)
     out = methods.get(method).contract(v, packs.drafter_classes())
     for pack in packs.drafter_packs(method):
         if _applies(pack, v):
-            out.extend(_pack_breaches(pack, v))
+            out.extend(_pack_findings(pack, v))
     return out
 
 

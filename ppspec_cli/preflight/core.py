@@ -83,12 +83,16 @@ def _once(findings: list[Finding]) -> list[Finding]:
 
 
 def _here(r) -> list[Finding]:
-    """The `here` question's own rules: whether the vLLM installed here serves the profile."""
-    from ppspec_cli.planning.rules import platform_served
+    """The `here` question's own rules: whether the vLLM installed here serves the profile, and
+    this host's view of a multi-node launch's network (host name, route to the head: DNS and
+    routes are asked here only, never by the profile question)."""
+    from ppspec_cli.planning.rules import node_network_here, platform_served
 
     out: list[Finding] = []
     with guard(out, "rule 'platform-served'"):
         out.extend(list(platform_served(r)))
+    with guard(out, "rule 'node-network'", field="launch"):
+        out.extend(list(node_network_here(r)))
     return out
 
 
@@ -119,14 +123,14 @@ def launch_findings(p: Preflight) -> Preflight:
     return p.with_here(_once(got))
 
 
-def settled_by_probes(r, findings, probe_results) -> list:
+def settled_by_probes(r, findings: list[Finding], probe_found: list[Finding]) -> list[Finding]:
     """An unverified vLLM whose every probe passed was read by value here: its `vllm-unverified`
     warning becomes `vllm-probed` (info), and the unknowns the probes settled (opt-in, last-stage
     embedding) go; a failed probe keeps them and adds its own error."""
     from ppspec_cli.findings.registry import SETTLED_BY as settled
 
-    failed = [p for p in probe_results if p.severity == "error"]
-    reported = {p.code for p in probe_results if p.code.startswith("probe-")}  # failed or not run
+    failed = [p for p in probe_found if p.severity == "error"]
+    reported = {p.code for p in probe_found if p.code.startswith("probe-")}  # failed or not run
     out = []
     for f in findings:
         if f.code == "vllm-unverified" and not failed:
@@ -162,10 +166,4 @@ def _probe_findings(r) -> list[Finding]:
         family=r.family,
         drafter_has_embed=None if r.drafter is None or r.drafter.tensor_names() is None else any(x.endswith("embed_tokens.weight") for x in r.drafter.tensor_names() or ()),
     )
-    out = []
-    for p in results:
-        if p.status == "failed":
-            out.append(Finding(f"probe-{p.name}", p.severity or "error", "platform", f"engine probe {p.name} failed: {p.detail}", p.fix or ""))
-        elif p.status == "not_run":
-            out.append(Finding(f"probe-{p.name}", "info", "platform", f"engine probe {p.name} not run: {p.detail}", ""))
-    return out
+    return [f for f in (p.finding() for p in results) if f is not None]

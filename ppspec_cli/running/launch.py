@@ -136,8 +136,9 @@ def node_run_dir(profile_name: str, node_rank: int, job: str | None = None) -> P
 
 
 def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool = True) -> LaunchSpec:
-    """Translate a resolved profile into per-node launches. Raises PpspecError when the profile
-    cannot be launched as written (rules have normally reported this already).
+    """Translate a resolved profile into per-node launches. The preflight's verdict decides whether
+    it starts (prepare); this builds what a dry run and an export show even for a refused profile,
+    and raises PpspecError only where no launch can be built (UNBUILDABLE: a secret, a non-option key).
 
     Without `run_dir`, a multi-node profile gives every node its own run directory on this host
     (node_run_dir: host name and node rank in the path), and the spec's own run directory is
@@ -155,7 +156,7 @@ def _build(r: Resolved, run_dir: Path, resolve_demo: bool) -> LaunchSpec:
     """One node set's launch, from the profile alone: the argv shared by every engine node, each
     node's own part, the environment, and the plan file the in-engine plugin reads."""
     p = r.profile
-    _refuse_unlaunchable(p)
+    _refuse_unbuildable(p)
     plan_file = run_dir / "plan.json"
     target_ref = _engine_ref(p.target.model, r.target, resolve_demo)
     base = [vllm_executable(), "serve", target_ref]
@@ -172,12 +173,19 @@ def _build(r: Resolved, run_dir: Path, resolve_demo: bool) -> LaunchSpec:
     return LaunchSpec(nodes, _server_url(p.server.host, p.server.port), run_dir, plan_file, _plan_data(r, run_dir), overlay, drafter.overlay_dir, drafter.source)
 
 
-def _refuse_unlaunchable(p: Profile) -> None:
-    """`serve` has refused these already (they are `check` errors); a caller of build_launch must too."""
-    refused = launch_refusals(p.engine, p.env, p.server.api_key_env, None, p.trust.model_dump())
-    if refused:
-        f = refused[0]
-        raise PpspecError(f"{f.message} [{f.code}]", where=f.field, fix=f.hint, exit_code=1)
+#: The refusals a launch cannot even be built with: a secret would be written into the argv, the
+#: environment and launch.json (and an export's script); a key that is no option name is no flag.
+#: The other engine-option refusals build a launch that `serve` never starts: the verdict refuses
+#: them once (preflight), and a dry run or export shows that launch next to the refusal.
+UNBUILDABLE = frozenset({"engine-secret-option", "env-secret", "engine-bad-option-name"})
+
+
+def _refuse_unbuildable(p: Profile) -> None:
+    """Defensive, for any caller: `serve`, `check` and `export` have reported these in the verdict
+    (engine_options.launch_refusals); here only the message, where and fix, not the code again."""
+    for f in launch_refusals(p.engine, p.env, None, None, None):
+        if f.code in UNBUILDABLE:
+            raise PpspecError(f"{f.message}: ppspec builds no launch with it", where=f.field, fix=f.hint, exit_code=1)
 
 
 def _server_url(host: str, port: int) -> str:

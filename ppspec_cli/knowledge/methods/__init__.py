@@ -21,7 +21,6 @@ from typing import Any, Mapping
 from ppspec_cli.knowledge.methods.base import (
     METHODS,
     OTHER_RELAY_GATED,
-    Breach,
     DrafterClass,
     DrafterView,
     Method,
@@ -39,7 +38,7 @@ from ppspec_cli.knowledge.methods.eagle3 import EAGLE3
 from ppspec_cli.knowledge.methods.mtp import MTP
 
 __all__ = [
-    "METHODS", "OTHER_RELAY_GATED", "RELAY_GATED", "REGISTRY", "Breach", "DrafterClass", "DrafterView", "Method", "Numbering", "SpecMethod",
+    "METHODS", "OTHER_RELAY_GATED", "RELAY_GATED", "REGISTRY", "DrafterClass", "DrafterView", "Method", "Numbering", "SpecMethod",
     "SpeculatorsPick", "TapKey", "DFLASH", "DSPARK", "EAGLE", "EAGLE3", "MTP", "declared_architectures", "drafter_passes", "get", "is_int",
     "method_of_drafter_config", "of", "relay_gated", "speculators_view",
 ]

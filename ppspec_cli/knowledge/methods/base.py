@@ -1,5 +1,5 @@
 """The types every method module shares: the method base class, the narrow DrafterView a drafter
-contract reads, Breach, TapKey and the drafter-class facts packs supply. See the package
+contract reads (a contract yields findings: ppspec_cli.findings.Finding), TapKey and the drafter-class facts packs supply. See the package
 docstring (ppspec_cli/knowledge/methods/__init__.py) for the design."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any, Literal, Mapping, get_args
 
 from packaging.version import Version
 
-from ppspec_cli.findings import Severity
+from ppspec_cli.findings import Finding, Severity
 
 #: The speculative methods ppspec plans, named as vLLM names them. The one list of method names:
 #: the profile schema, the pack manifests and the registry below all use it.
@@ -58,17 +58,6 @@ class DrafterClass:
 
     def known_in(self, version: Version) -> bool:
         return self.since <= version
-
-
-@dataclass(frozen=True)
-class Breach:
-    """One way a drafter config breaks vLLM's drafter contract. Its severity is its code's, in the
-    table of whoever owns the code (a method's CODES or a drafter pack's manifest `contract.codes`)."""
-
-    code: str
-    message: str
-    fix: str
-    field: str = "drafter.model"  # the profile field the fix goes to
 
 
 @dataclass(frozen=True)
@@ -169,6 +158,6 @@ class SpecMethod:
         None when the method's drafters have no such fc ppspec mirrors."""
         return None
 
-    def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Breach]:
+    def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Finding]:
         """What vLLM requires of every drafter of this method (drafter packs add their classes' own)."""
         return []

@@ -9,7 +9,8 @@ from typing import Any, Mapping
 
 from packaging.version import Version
 
-from ppspec_cli.knowledge.methods.base import Breach, DrafterClass, DrafterView, SpecMethod, is_int
+from ppspec_cli.findings import Finding
+from ppspec_cli.knowledge.methods.base import DrafterClass, DrafterView, SpecMethod, is_int
 
 #: Where vLLM looks for the token it feeds at the parallel-drafting query slots, first present
 #: wins (V2: spec_decode/utils.py::get_parallel_drafting_token_id; V1:
@@ -65,25 +66,25 @@ class BlockMethod(SpecMethod):
         """The block the drafter was trained on, from the keys vLLM's default for the method reads."""
         return cfg.get("block_size")
 
-    def width_breaches(self, cfg: Mapping[str, Any], version: Version, k: int) -> list[Breach]:
+    def width_breaches(self, cfg: Mapping[str, Any], version: Version, k: int) -> list[Finding]:
         """num_speculative_tokens against the drafter config: vLLM refuses k above `n_predict` that
         is not a multiple of it, and drafts k positions whatever the trained block says. A DFlash
         block is the bonus token + block_size - 1 masks (vLLM's speculators conversion: "yielding
         block_size - 1 speculative tokens"); DSpark drafts block_size tokens by vLLM's own default.
         vLLM never reads block_size otherwise."""
-        out: list[Breach] = []
+        out: list[Finding] = []
         n_predict = cfg.get("n_predict")
         checked = self.n_predict_free_since is None or version < self.n_predict_free_since
         if checked and positive(n_predict) and k > n_predict and k % n_predict:
-            out.append(Breach("drafter-n-predict-divisible", f"num_speculative_tokens {k} is above the drafter config's n_predict {n_predict} and not a multiple of it: vLLM {version} refuses at start "
-                              f"('num_speculative_tokens:{k} must be divisible by n_predict={n_predict}')", f"use num_speculative_tokens <= {n_predict} or a multiple of it", "drafter.num_speculative_tokens"))
+            out.append(Finding("drafter-n-predict-divisible", "error", "drafter.num_speculative_tokens", f"num_speculative_tokens {k} is above the drafter config's n_predict {n_predict} and not a multiple of it: vLLM {version} refuses at start "
+                              f"('num_speculative_tokens:{k} must be divisible by n_predict={n_predict}')", f"use num_speculative_tokens <= {n_predict} or a multiple of it"))
         b = self.block_size(cfg)
         most = b - 1 if self.block_holds_bonus and positive(b) else b
         if positive(b) and is_int(most) and k > most:
             trained = f"blocks of {b} (the bonus token and {b - 1} masks)" if self.block_holds_bonus else f"blocks of {b}"
-            out.append(Breach("drafter-beyond-block", f"the drafter was trained on {trained}, so it predicts at most {most} draft tokens, but num_speculative_tokens is {k}: vLLM does not read block_size "
-                              "and drafts the extra positions anyway; they are next to never accepted and cost draft compute", f"set num_speculative_tokens to at most {most}", "drafter.num_speculative_tokens"))
+            out.append(Finding("drafter-beyond-block", "warning", "drafter.num_speculative_tokens", f"the drafter was trained on {trained}, so it predicts at most {most} draft tokens, but num_speculative_tokens is {k}: vLLM does not read block_size "
+                              "and drafts the extra positions anyway; they are next to never accepted and cost draft compute", f"set num_speculative_tokens to at most {most}"))
         return out
 
-    def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Breach]:
+    def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Finding]:
         return self.width_breaches(view.config, view.version, view.num_speculative_tokens)

@@ -7,7 +7,8 @@ from typing import Any, Mapping
 
 from packaging.version import Version
 
-from ppspec_cli.knowledge.methods.base import Breach, DrafterClass, DrafterView, TapKey, declared_architectures, is_int
+from ppspec_cli.findings import Finding
+from ppspec_cli.knowledge.methods.base import DrafterClass, DrafterView, TapKey, declared_architectures, is_int
 from ppspec_cli.knowledge.methods.block import WIDTH_CODES, BlockMethod, nested
 
 #: The class vLLM's speculators conversion serves each DFlash speculators kind as (speculators/algos.py).
@@ -57,10 +58,10 @@ class DFlash(BlockMethod):
         """Whether vLLM `version`'s model registry has this (served) DFlash architecture."""
         return any(c.name == arch and c.method == self.name and c.known_in(version) for c in classes)
 
-    def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Breach]:
-        out: list[Breach] = []
+    def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Finding]:
+        out: list[Finding] = []
         if view.served and not any(self.registered(a, view.version, classes) for a in view.served):
-            out.append(Breach("dflash-arch-unknown", f"vLLM {view.version} serves this DFlash drafter as {list(view.served)} (architectures {list(view.declared)}, renamed DFlash<arch>), a class its model registry does not have: "
+            out.append(Finding("dflash-arch-unknown", "error", "drafter.model", f"vLLM {view.version} serves this DFlash drafter as {list(view.served)} (architectures {list(view.declared)}, renamed DFlash<arch>), a class its model registry does not have: "
                               "vLLM refuses at start", "use a DFlash drafter whose config names an architecture this vLLM serves (e.g. DFlashDraftModel)"))
         return out + self.width_breaches(view.config, view.version, view.num_speculative_tokens)
 

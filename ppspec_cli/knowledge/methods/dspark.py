@@ -8,7 +8,8 @@ from typing import Any, Mapping
 
 from packaging.version import Version
 
-from ppspec_cli.knowledge.methods.base import Breach, DrafterClass, DrafterView, TapKey, declared_architectures, is_int
+from ppspec_cli.findings import Finding
+from ppspec_cli.knowledge.methods.base import DrafterClass, DrafterView, TapKey, declared_architectures, is_int
 from ppspec_cli.knowledge.methods.block import WIDTH_CODES, BlockMethod
 
 #: The class vLLM serves a DSpark drafter as when it keeps none of the checkpoint's names: the
@@ -69,10 +70,10 @@ class DSpark(BlockMethod):
             return [FALLBACK_CLASS_BY_TARGET_MODEL_TYPE.get(target_model_type or "", FALLBACK_CLASS)]
         return archs
 
-    def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Breach]:
+    def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Finding]:
         return self.topk_breaches(view, classes) + self.width_breaches(view.config, view.version, view.num_speculative_tokens)
 
-    def topk_breaches(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Breach]:
+    def topk_breaches(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Finding]:
         """config/speculative.py (0.30-0.33): `dspark_draft_topk` must lie in 1..draft vocabulary
         (`draft_vocab_size`, else `vocab_size`) and the served class must take it (`draft_topk`)."""
         cfg = view.config
@@ -81,12 +82,10 @@ class DSpark(BlockMethod):
             return []
         dvs = cfg.get("draft_vocab_size") or cfg.get("vocab_size")
         if not (isinstance(topk, (int, float)) and is_int(dvs) and 1 <= topk <= dvs):
-            return [Breach("dspark-draft-topk", f"the drafter's dspark_draft_topk is {str(topk)[:40]!r}: vLLM refuses at start ('dspark_draft_topk must be between 1 and the draft vocabulary size ({dvs})')",
-                           "set dspark_draft_topk between 1 and the draft vocabulary size, or remove it")]
+            return [Finding("dspark-draft-topk", "error", "drafter.model", f"the drafter's dspark_draft_topk is {str(topk)[:40]!r}: vLLM refuses at start ('dspark_draft_topk must be between 1 and the draft vocabulary size ({dvs})')", "set dspark_draft_topk between 1 and the draft vocabulary size, or remove it")]
         takers = [c.name for c in classes if c.method == self.name and c.draft_topk]
         if takers and not set(takers) & set(view.served):
-            return [Breach("dspark-draft-topk", f"the drafter sets dspark_draft_topk but vLLM serves it as {list(view.served)}: vLLM refuses at start ('dspark_draft_topk is only supported by {_join(takers)}')",
-                           "remove dspark_draft_topk from the drafter config")]
+            return [Finding("dspark-draft-topk", "error", "drafter.model", f"the drafter sets dspark_draft_topk but vLLM serves it as {list(view.served)}: vLLM refuses at start ('dspark_draft_topk is only supported by {_join(takers)}')", "remove dspark_draft_topk from the drafter config")]
         return []
 
 

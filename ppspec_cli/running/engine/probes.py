@@ -13,6 +13,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator, Literal
 
+from ppspec_cli.findings import Finding
 from ppspec_cli.knowledge.engine import installed_vllm
 from ppspec_cli.planning import plan as P
 from ppspec_cli.knowledge import methods
@@ -31,6 +32,15 @@ class ProbeResult:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def finding(self) -> Finding | None:
+        """The probe as it enters the preflight (issue 30: one finding type): a failed probe is a
+        `probe-<name>` finding at its severity, one not run an info; a passed probe none."""
+        if self.status == "failed":
+            return Finding(f"probe-{self.name}", self.severity or "error", "platform", f"engine probe {self.name} failed: {self.detail}", self.fix or "")
+        if self.status == "not_run":
+            return Finding(f"probe-{self.name}", "info", "platform", f"engine probe {self.name} not run: {self.detail}", "")
+        return None
+
 
 # ---------------------------------------------------------------------------------------------
 # The installed vLLM, from metadata only
@@ -47,11 +57,14 @@ def _not_run(name: str, why: str) -> ProbeResult:
 def _guard(name: str, fn: Callable[[], ProbeResult]) -> ProbeResult:
     """Run a probe; an import failure is not_run, any other crash is failed (with the reason)."""
     try:
-        return fn()
+        got = fn()
     except ImportError as e:
         return _not_run(name, f"vLLM piece not importable here: {e}")
     except Exception as e:  # noqa: BLE001 - a probe that crashes is itself a finding
         return ProbeResult(name, "failed", f"probe crashed: {type(e).__name__}: {e}", "warning", "report this with `ppspec check --json`")
+    if not isinstance(got, ProbeResult):  # a pack's probe returning something else: a failure, never read by guesswork
+        return ProbeResult(name, "failed", f"probe returned {type(got).__name__}, not a ProbeResult", "warning", "report this to the pack's author")
+    return got
 
 
 @contextlib.contextmanager
