@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
+
+from ppspec_cli.io import env as env_io
 from typing import Optional
 
 import typer
@@ -49,7 +50,7 @@ def _main(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for unexpected errors."),
     version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True, help="Print ppspec's version, the installed vLLM (verified or not) and the verified vLLM releases, then exit."),
 ) -> None:
-    _state["debug"] = debug or bool(os.environ.get("PPSPEC_DEBUG"))
+    _state["debug"] = debug or bool(env_io.get("PPSPEC_DEBUG"))
 
 
 @app.command()

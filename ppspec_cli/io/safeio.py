@@ -262,3 +262,87 @@ def check_writable(path: str | os.PathLike[str], *, where: str, exit_code: int =
         raise PpspecError(f"directory {parent} does not exist", where=where, fix="create it first or choose another path", exit_code=exit_code)
     if not os.access(parent, os.W_OK | os.X_OK):
         raise PpspecError(f"directory {parent} is not writable", where=where, fix="choose a writable path", exit_code=exit_code)
+
+
+def remove_tree(path: str | os.PathLike[str], *, what: str = "directory", exit_code: int = 1) -> None:
+    """Remove what is at `path` WITHOUT following a symbolic link: a link (planted by another user,
+    say) is unlinked itself, never its target; a regular file is unlinked; a directory is removed
+    by shutil.rmtree's descriptor-based walk (it never follows a link inside). Nothing there: done."""
+    import shutil
+
+    p = os.fspath(path)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise PpspecError(f"cannot remove {what}: {e.strerror or e}", where=p[:200], fix="check the path and its permissions", exit_code=exit_code) from None
+    try:
+        if stat.S_ISDIR(st.st_mode):
+            if not shutil.rmtree.avoids_symlink_attacks:  # pragma: no cover - every Linux Python has it
+                raise OSError(errno.ENOTSUP, "this platform's rmtree may follow symbolic links")
+            shutil.rmtree(p)
+        else:
+            os.unlink(p)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise PpspecError(f"cannot remove {what}: {e.strerror or e}", where=p[:200], fix="check the path and its permissions (another user's entry in a shared directory cannot be removed: choose your own --out)", exit_code=exit_code) from None
+
+
+def make_dirs(path: str | os.PathLike[str], *, what: str = "directory", mode: int = 0o755, exit_code: int = 1) -> None:
+    """mkdir -p; one error naming the path when it cannot be made (or is not a directory)."""
+    p = os.fspath(path)
+    try:
+        os.makedirs(p, mode=mode, exist_ok=True)
+    except OSError as e:
+        raise PpspecError(f"cannot create {what}: {e.strerror or e}", where=p[:200], fix="choose a writable path (an existing directory you can write to)", exit_code=exit_code) from None
+
+
+def open_log(path: str | os.PathLike[str], *, what: str = "log file", exit_code: int = 1) -> Any:
+    """A fresh text file at `path` for a log (line-buffered). Never written THROUGH what was there: an
+    existing entry (a regular file, or a symbolic link planted by another user) is unlinked, never
+    truncated or followed, and the new file is created exclusively (O_EXCL|O_NOFOLLOW), so a link
+    to someone else's file can never truncate it. A device, FIFO or directory there is refused."""
+    p = os.fspath(path)
+    kind = _existing_kind(p)
+    if kind is not None and kind != "a symbolic link":
+        raise PpspecError(f"cannot write {what}: {p[:200]} is {kind}", where=p[:200], fix="remove it, or choose another output directory", exit_code=exit_code)
+    try:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as e:
+        raise PpspecError(f"cannot write {what}: {e.strerror or e}", where=p[:200], fix="choose a writable path (an existing directory you can write to)", exit_code=exit_code) from None
+    return os.fdopen(fd, "w", encoding="utf-8", errors="replace", buffering=1)
+
+
+def set_mode(path: str | os.PathLike[str], mode: int) -> None:
+    """chmod that never follows a symbolic link (a link is left as it is)."""
+    if not os.path.islink(path):
+        os.chmod(path, mode)
+
+
+def rename(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    """os.rename (atomic within one file system); OSError as os.rename raises it."""
+    os.rename(src, dst)
+
+
+def symlink(target: str | os.PathLike[str], name: str | os.PathLike[str], *, dir_fd: int | None = None) -> None:
+    """Create the symbolic link `name` -> `target` (never replacing what is at `name`)."""
+    os.symlink(target, name, dir_fd=dir_fd)
+
+
+def remove_if_unchanged(path: str | os.PathLike[str], ident: tuple[int, int, float]) -> bool:
+    """Unlink `path` only while it is still the entry `ident` = (st_dev, st_ino, st_ctime) seen
+    earlier (lstat: never followed): an entry replaced meanwhile is left alone. True when removed."""
+    try:
+        st = os.lstat(path)
+        if (st.st_dev, st.st_ino, st.st_ctime) != ident:
+            return False
+        os.unlink(path)
+        return True
+    except OSError:
+        return False

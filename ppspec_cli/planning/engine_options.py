@@ -326,10 +326,10 @@ _PARSER_SOURCES = ("engine/arg_utils.py", "entrypoints/launchers/cli_args.py", "
 
 
 def _options_cache_file():
-    import os
-    from pathlib import Path
 
-    return Path(os.environ.get("PPSPEC_CACHE") or Path.home() / ".cache" / "ppspec") / _OPTIONS_CACHE
+    from ppspec_cli.io.cache import owned_dir
+
+    return owned_dir() / _OPTIONS_CACHE
 
 
 def _parser_key() -> str | None:

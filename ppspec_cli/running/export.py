@@ -172,7 +172,10 @@ def k8s_profile_text(r: Resolved, profile_path: str) -> str:
     from ppspec_cli.io import safeio
     from ppspec_cli.planning.profile import MAX_PROFILE_BYTES
 
-    data = yaml.safe_load(safeio.read_text(profile_path, limit=MAX_PROFILE_BYTES, what="profile file"))
+    from ppspec_cli.io import yamlload
+    from ppspec_cli.planning.profile import MAX_PROFILE_EXPANDED_BYTES, MAX_PROFILE_NODES
+
+    data = yamlload.load(safeio.read_text(profile_path, limit=MAX_PROFILE_BYTES, what="profile file"), what="the profile", source=profile_path, max_nodes=MAX_PROFILE_NODES, max_bytes=MAX_PROFILE_EXPANDED_BYTES)
     for fld, path in local_model_paths(r).items():
         section, key = fld.split(".")
         data[section][key] = path
