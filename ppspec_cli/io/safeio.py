@@ -200,8 +200,10 @@ def write_text(path: str | os.PathLike[str], text: str, *, what: str = "file", w
     """The one way ppspec writes a file: the text goes through the redaction layer (no registered
     secret reaches a file), is written to a temporary file beside `path`, flushed to disk and renamed
     over it (a reader never sees half a file). Only a regular file (or nothing) at `path` is ever
-    replaced: a device node, FIFO, socket, directory or symlink there is refused, never renamed
-    over. Every OS failure (write, flush, close, rename) is one `error` naming the path; no
+    replaced. A character device or FIFO the user names (`--out /dev/null`, a pipe) is written
+    THROUGH (opened without create/truncate, never followed, never replaced), and /dev/stdout,
+    /dev/stderr, /dev/fd/N write to that descriptor itself; a socket, directory, block device or
+    symlink there is refused, never renamed over. Every OS failure (write, flush, close, rename) is one `error` naming the path; no
     temporary file is left behind. `dir_fd`: `path` is a name in the directory open as that
     descriptor (openat-style: a directory swapped for a link meanwhile is never followed)."""
     from ppspec_cli.io.redact import redact
@@ -219,10 +221,62 @@ def write_bytes(path: str | os.PathLike[str], data: bytes, *, what: str = "file"
     _replace(path, bytes(data), what=what, where=where, error=error, exit_code=exit_code)
 
 
+#: Paths that name one of this process's own descriptors (the user's redirection): written to that
+#: descriptor directly, never opened by name (so never followed into a replacement).
+_STD_NAMES = {"/dev/stdout": 1, "/dev/stderr": 2}
+_FD_NAME = re.compile(r"/(?:dev/fd|proc/self/fd)/([0-9]{1,6})")
+#: What is written THROUGH (the user named it, e.g. `--out /dev/null`): never replaced, never created.
+_THROUGH = ("a character device", "a FIFO")
+
+
+def named_fd(p: str) -> int | None:
+    """The descriptor `p` names (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N), or None."""
+    if p in _STD_NAMES:
+        return _STD_NAMES[p]
+    m = _FD_NAME.fullmatch(p)
+    return int(m.group(1)) if m else None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _write_through(p: str, data: bytes, dir_fd: int | None) -> None:
+    """Write `data` into the character device or FIFO at `p` (lstat said so): opened without
+    O_CREAT/O_TRUNC and with O_NOFOLLOW, and checked again on the descriptor."""
+    fd = os.open(p, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0), dir_fd=dir_fd)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+            raise OSError(errno.EEXIST, f"{p[:200]} changed while opening it")
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
 def _replace(path: str | os.PathLike[str], data: bytes, *, what: str, where: str | None, error: ErrorType, exit_code: int, dir_fd: int | None = None) -> None:
     p = os.fspath(path)
     shown = where or p[:200]
+    std = named_fd(p) if dir_fd is None else None
     kind = _existing_kind(p, dir_fd)
+    if std is not None or kind in _THROUGH:
+        try:
+            if std is not None:
+                import sys
+
+                for stream in (sys.stdout, sys.stderr):  # what ppspec printed before comes first
+                    try:
+                        stream.flush()
+                    except (OSError, ValueError):
+                        pass
+                _write_all(std, data)
+            else:
+                _write_through(p, data, dir_fd)
+        except OSError as e:
+            raise error(f"cannot write {what}: {e.strerror or e}", where=shown, fix="choose a writable path (an existing directory you can write to)", exit_code=exit_code) from None
+        return
     if kind is not None:
         raise error(f"cannot write {what}: {p[:200]} is {kind}; ppspec only replaces regular files", where=shown, fix="choose a path that is a regular file or does not exist yet", exit_code=exit_code)
     d, name = os.path.split(p)
@@ -256,8 +310,10 @@ def check_writable(path: str | os.PathLike[str], *, where: str, exit_code: int =
     if len(p.encode("utf-8", "replace")) > 4096 or any(len(c.encode("utf-8", "replace")) > 255 for c in p.split(os.sep)):
         raise PpspecError("output path is longer than the file system allows", where=where, fix="choose a shorter path", exit_code=exit_code)
     kind = _existing_kind(p)
+    if named_fd(p) is not None or kind in _THROUGH:
+        return  # written through (write_text): the user's own descriptor, device or FIFO
     if kind is not None:
-        raise PpspecError(f"{p[:200]} is {kind}; ppspec only writes regular files", where=where, fix="pass the path of a regular file, or of one that does not exist yet", exit_code=exit_code)
+        raise PpspecError(f"{p[:200]} is {kind}; ppspec only writes regular files or through a character device or FIFO", where=where, fix="pass the path of a regular file, or of one that does not exist yet", exit_code=exit_code)
     if not os.path.isdir(parent):
         raise PpspecError(f"directory {parent} does not exist", where=where, fix="create it first or choose another path", exit_code=exit_code)
     if not os.access(parent, os.W_OK | os.X_OK):

@@ -84,6 +84,39 @@ def expanded_size(node: Any, max_nodes: int, max_bytes: int) -> tuple[int, int] 
     return nodes, size
 
 
+def _where(path: tuple) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(the document)"
+
+
+def _first_not_json(node: Any) -> tuple[str, Any, str, str] | None:
+    """(key path, mark, what, value) of the first scalar that is not a JSON value (the graph is
+    already within its budget: this walk is bounded)."""
+    stack: list[tuple[Any, tuple]] = [(node, ())]
+    while stack:
+        n, path = stack.pop()
+        if isinstance(n, yaml.ScalarNode):
+            what = NOT_JSON.get(n.tag)
+            if what is None and n.tag == "tag:yaml.org,2002:float" and n.value.lower().lstrip("+-") in (".nan", ".inf"):
+                what = "a non-finite number"
+            if what:
+                return _where(path), n.start_mark, what, n.value
+        elif isinstance(n, yaml.SequenceNode):
+            if n.tag in NOT_JSON:
+                return _where(path), n.start_mark, NOT_JSON[n.tag], ""
+            stack.extend((v, (*path, i)) for i, v in reversed(list(enumerate(n.value))))
+        elif isinstance(n, yaml.MappingNode):
+            if n.tag in NOT_JSON:
+                return _where(path), n.start_mark, NOT_JSON[n.tag], ""
+            for k, v in reversed(n.value):
+                key = k.value if isinstance(k, yaml.ScalarNode) else "?"
+                stack.append((v, (*path, key)))
+                stack.append((k, (*path, key)))
+    return None
+
+
 def load(text: str, *, what: str, source: str, max_nodes: int, max_bytes: int, fix: str = "write the values out; no YAML anchors/aliases are needed") -> Any:
     """The YAML document `text` as JSON values, refused (one PpspecError naming `source`) past the
     budget or on a non-JSON value; a syntax error stays yaml.YAMLError."""
@@ -95,6 +128,14 @@ def load(text: str, *, what: str, source: str, max_nodes: int, max_bytes: int, f
             f"{what} expands to more than {max_nodes} values or {max_bytes >> 10} KiB of text (YAML anchors/aliases?); ppspec does not read it",
             where=source,
             fix=fix,
+        )
+    bad = _first_not_json(node)
+    if bad is not None:
+        at, mark, kind, value = bad
+        raise PpspecError(
+            f"`{at}` in {what} is {kind} ({value[:40]!r}), not a JSON value",
+            where=f"{source}:{mark.line + 1}",
+            fix="quote it (\"...\") so it stays a string, or write a plain number",
         )
     loader = _JsonLoader("")
     try:
