@@ -122,17 +122,28 @@ def test_write_text_writes_through_a_device_or_fifo_and_never_replaces_it(tmp_pa
     reader = _drain(path) if kind == "fifo" else None
     if kind == "chardev-full":
         with pytest.raises(PpspecError, match="No space left"):
-            safeio.write_text(path, "x\n", what="report")
+            safeio.write_text(path, "x\n", what="report", through=True)
     else:
-        safeio.write_text(path, "x\n", what="report")
+        safeio.write_text(path, "x\n", what="report", through=True)
     if reader:
         reader[0].join(10)
         assert reader[1] == [b"x\n"]
     _unchanged(path, before)
 
 
+@pytest.mark.parametrize("kind", THROUGH)
+def test_ppspecs_own_files_are_never_written_through(tmp_path, kind):
+    """Without through=True (a cache, a record, a run-dir file: no user named it), a device or FIFO
+    planted there is refused as before, without blocking."""
+    path = tmp_path / "out"
+    before = _make(kind, path)
+    with pytest.raises(PpspecError, match="cannot write"):
+        safeio.write_text(path, "x\n", what="record")
+    _unchanged(path, before)
+
+
 def test_write_text_to_dev_stdout_writes_the_descriptor(tmp_path, capfd):
-    safeio.write_text("/dev/stdout", "to stdout\n")
+    safeio.write_text("/dev/stdout", "to stdout\n", through=True)
     assert capfd.readouterr().out == "to stdout\n"
     safeio.check_writable("/dev/stdout", where="--out")  # accepted at start too
 

@@ -64,7 +64,7 @@ def _export(prof, profile: str, offline: bool, output: str | None, render, where
     if output:
         from pathlib import Path
 
-        safeio.write_text(Path(output), text, what=output, where="--output")
+        safeio.write_text(Path(output), text, what=output, where="--output", through=True)
         progress(f"wrote {output}")
     else:
         sys.stdout.write(text)

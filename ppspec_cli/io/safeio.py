@@ -196,14 +196,15 @@ def _existing_kind(p: str, dir_fd: int | None = None) -> str | None:
     return "a symbolic link" if stat.S_ISLNK(mode) else _kind(mode)
 
 
-def write_text(path: str | os.PathLike[str], text: str, *, what: str = "file", where: str | None = None, error: ErrorType = PpspecError, exit_code: int = 1, dir_fd: int | None = None) -> None:
+def write_text(path: str | os.PathLike[str], text: str, *, what: str = "file", where: str | None = None, error: ErrorType = PpspecError, exit_code: int = 1, dir_fd: int | None = None, through: bool = False) -> None:
     """The one way ppspec writes a file: the text goes through the redaction layer (no registered
     secret reaches a file), is written to a temporary file beside `path`, flushed to disk and renamed
     over it (a reader never sees half a file). Only a regular file (or nothing) at `path` is ever
-    replaced. A character device or FIFO the user names (`--out /dev/null`, a pipe) is written
-    THROUGH (opened without create/truncate, never followed, never replaced), and /dev/stdout,
-    /dev/stderr, /dev/fd/N write to that descriptor itself; a socket, directory, block device or
-    symlink there is refused, never renamed over. Every OS failure (write, flush, close, rename) is one `error` naming the path; no
+    replaced. `through=True` (a path the user named: `--out`, `-o`): a character device or FIFO
+    there (`--out /dev/null`, a pipe) is written THROUGH (opened without create/truncate, never
+    followed, never replaced), and /dev/stdout, /dev/stderr, /dev/fd/N write to that descriptor
+    itself. Otherwise (ppspec's own files: caches, records, the run dir) and for a socket,
+    directory, block device or symlink, what is there is refused, never renamed over. Every OS failure (write, flush, close, rename) is one `error` naming the path; no
     temporary file is left behind. `dir_fd`: `path` is a name in the directory open as that
     descriptor (openat-style: a directory swapped for a link meanwhile is never followed)."""
     from ppspec_cli.io.redact import redact
@@ -212,7 +213,7 @@ def write_text(path: str | os.PathLike[str], text: str, *, what: str = "file", w
         data = redact(text).encode("utf-8")
     except ValueError as e:  # a lone surrogate: no file, one message (as a failed write)
         raise error(f"cannot write {what}: {e}", where=where or os.fspath(path)[:200], fix="choose a writable path (an existing directory you can write to)", exit_code=exit_code) from None
-    _replace(path, data, what=what, where=where, error=error, exit_code=exit_code, dir_fd=dir_fd)
+    _replace(path, data, what=what, where=where, error=error, exit_code=exit_code, dir_fd=dir_fd, through=through)
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes, *, what: str = "file", where: str | None = None, error: ErrorType = PpspecError, exit_code: int = 1) -> None:
@@ -256,12 +257,12 @@ def _write_through(p: str, data: bytes, dir_fd: int | None) -> None:
         os.close(fd)
 
 
-def _replace(path: str | os.PathLike[str], data: bytes, *, what: str, where: str | None, error: ErrorType, exit_code: int, dir_fd: int | None = None) -> None:
+def _replace(path: str | os.PathLike[str], data: bytes, *, what: str, where: str | None, error: ErrorType, exit_code: int, dir_fd: int | None = None, through: bool = False) -> None:
     p = os.fspath(path)
     shown = where or p[:200]
-    std = named_fd(p) if dir_fd is None else None
+    std = named_fd(p) if through and dir_fd is None else None
     kind = _existing_kind(p, dir_fd)
-    if std is not None or kind in _THROUGH:
+    if through and (std is not None or kind in _THROUGH):
         try:
             if std is not None:
                 import sys
@@ -303,8 +304,9 @@ def _replace(path: str | os.PathLike[str], data: bytes, *, what: str, where: str
 
 
 def check_writable(path: str | os.PathLike[str], *, where: str, exit_code: int = 2) -> None:
-    """Refuse at start an output path that `write_text` could not write later (after a long run):
-    a directory, a missing or unwritable parent, a name longer than the file system allows."""
+    """Refuse at start an output path the user named that `write_text(..., through=True)` could not
+    write later (after a long run): a directory, a socket, a symlink, a missing or unwritable parent,
+    a name longer than the file system allows. A character device, FIFO or /dev/stdout passes."""
     p = os.fspath(path)
     parent = os.path.dirname(p) or "."
     if len(p.encode("utf-8", "replace")) > 4096 or any(len(c.encode("utf-8", "replace")) > 255 for c in p.split(os.sep)):

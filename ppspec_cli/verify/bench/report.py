@@ -84,24 +84,29 @@ def print_report(doc: dict, console) -> None:
 
 
 def markdown(doc: dict) -> str:
+    """The Markdown report. Every value from the results (records read back with --resume, a
+    server's figures, names) goes through io/markdown.text: no HTML, link or table break survives."""
+    from ppspec_cli.io.markdown import link_target
+    from ppspec_cli.io.markdown import text as md
+
     s = doc["settings"]
     out = [
-        f"# ppspec bench: {doc.get('profile')}",
+        f"# ppspec bench: {md(doc.get('profile'))}",
         "",
-        f"{doc.get('created_at', '')} · ppspec {doc.get('ppspec_version')} · load generator: {doc.get('load_generator')}",
+        f"{md(doc.get('created_at', ''))} · ppspec {md(doc.get('ppspec_version'))} · load generator: {md(doc.get('load_generator'))}",
         "",
-        f"Settings: concurrency {', '.join(map(str, s['concurrency']))}; {s['num_prompts']} seeded random prompts of {s['input_len']} tokens (seed {s['seed']}), "
-        f"{s['max_tokens']} output tokens each (greedy, ignore_eos), after a warm-up; arms: {', '.join(a['name'] for a in doc['arms'])}.",
+        f"Settings: concurrency {md(', '.join(map(str, s['concurrency'])))}; {md(s['num_prompts'])} seeded random prompts of {md(s['input_len'])} tokens (seed {md(s['seed'])}), "
+        f"{md(s['max_tokens'])} output tokens each (greedy, ignore_eos), after a warm-up; arms: {md(', '.join(str(a['name']) for a in doc['arms']))}.",
         "",
         "## Verdict",
         "",
-        *[f"- {line}" for line in verdict_lines(doc)],
+        *[f"- {md(line)}" for line in verdict_lines(doc)],
         "",
         "## Runs",
         "",
         "| " + " | ".join(HEADER) + " |",
         "|" + "|".join("---" for _ in HEADER) + "|",
-        *["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in table_rows(doc)],
+        *["| " + " | ".join(md(c) for c in row) + " |" for row in table_rows(doc)],
         "",
         "Throughput, TPOT, ITL and TTFT are `vllm bench serve`'s figures; acceptance length, rate and per-position",
         "acceptance are ppspec's, from the `/metrics` difference around each level's measured requests (docs/verify.md's formulas).",
@@ -109,9 +114,9 @@ def markdown(doc: dict) -> str:
         "and the texts of every load run against the baseline's at the same concurrency.",
     ]
     if doc.get("plots"):
-        out += ["", "## Plots", "", *[f"![{Path(p).stem}]({Path(p).name})" for p in doc["plots"]]]
+        out += ["", "## Plots", "", *[f"![{md(Path(str(p)).stem)}]({link_target(p)})" for p in doc["plots"]]]
     if doc.get("warnings"):
-        out += ["", "## Warnings", "", *[f"- {w}" for w in doc["warnings"]]]
+        out += ["", "## Warnings", "", *[f"- {md(w)}" for w in doc["warnings"]]]
     return "\n".join(out) + "\n"
 
 
