@@ -30,8 +30,8 @@ def k8s(profile: str, image: str, output: str | None, api_key_secret: str | None
         progress("the API server binds 0.0.0.0 in the pod (the profile binds loopback, which the Service could not reach); --host changes it")
     name = k8s_name(prof.name)
 
-    def render(r, spec, path, errors):
-        return k8s_manifest(r, spec, path, errors, image=image, api_key_secret=api_key_secret, host=host, volumes=volumes)
+    def render(r, spec, path, errors, warnings=None):
+        return k8s_manifest(r, spec, path, errors, image=image, api_key_secret=api_key_secret, host=host, volumes=volumes, warnings=warnings)
 
     return _export(prof, profile, offline, output, render, {"master_addr": PLACEHOLDER_HEAD, "host": host}, run_dir=str(K8S_RUN_DIR / name))
 
@@ -59,8 +59,9 @@ def _export(prof, profile: str, offline: bool, output: str | None, render, where
         progress(f"note: {f.message}; the export is for the scheduler's nodes, whose `ppspec serve` checks their own vLLM")
     findings = [f for f in findings if f.code != "platform-not-served"]
     errors = [f"{f.code}: {f.message}" for f in refusals(findings)]  # the verdict `check` and `serve --dry-run` give
+    warnings = [f"{f.code}: {f.message}" for f in findings if f.severity == "warning"]  # acknowledged risks (`trust:`) included
     spec = build_launch(r, run_dir=placement.run_dir)
-    text = render(r, spec, profile, errors)
+    text = render(r, spec, profile, errors, warnings)
     if output:
         from pathlib import Path
 
@@ -70,6 +71,8 @@ def _export(prof, profile: str, offline: bool, output: str | None, render, where
         sys.stdout.write(text)
     for e in errors:
         progress(f"check error {e}")
+    for w in warnings:
+        progress(f"check warning {w}")
     if errors:
         progress(f"`check` found {len(errors)} error(s): `ppspec serve` would refuse this profile on every node")
     return 1 if errors else 0

@@ -673,11 +673,12 @@ def launch_options(r: Resolved) -> Iterator[Finding]:
     function, so `check` reports exactly what `serve` refuses. The caller's environment counts:
     `check` runs in the shell that runs `serve`."""
 
-    from ppspec_cli.planning.engine_options import launch_refusals, untrusted_findings
+    from ppspec_cli.planning.engine_options import launch_refusals, pd_kv_view, untrusted_findings
 
     p = r.profile
-    yield from launch_refusals(p.engine, p.env, p.server.api_key_env, env_io.snapshot(), p.trust.model_dump())
-    yield from (f for f in untrusted_findings(p.engine, p.env, p.trust.model_dump()) if f.code == "untrusted-acknowledged")
+    kv = pd_kv_view(p.kv_transfer)  # a P/D shared_storage_path is a path risk like an engine option's
+    yield from launch_refusals(p.engine, p.env, p.server.api_key_env, env_io.snapshot(), p.trust.model_dump(), kv)
+    yield from (f for f in untrusted_findings(p.engine, p.env, p.trust.model_dump(), kv) if f.code == "untrusted-acknowledged")
 
 
 @rule("engine-shapes")

@@ -17,7 +17,7 @@ from ppspec_cli.io import safeio, shellout
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.planning.profile import Profile
 from ppspec_cli.planning.resolve import Resolved, needed_behaviours
-from ppspec_cli.planning.engine_options import _flag_name, _opt, engine_args, launch_refusals
+from ppspec_cli.planning.engine_options import _flag_name, _opt, engine_args, launch_refusals, pd_kv_view
 from ppspec_cli.running.planfile import PLAN_FORMAT
 
 
@@ -177,7 +177,7 @@ def _build(r: Resolved, run_dir: Path, resolve_demo: bool) -> LaunchSpec:
 
 def _refuse_unlaunchable(p: Profile) -> None:
     """`serve` has refused these already (they are `check` errors); a caller of build_launch must too."""
-    refused = launch_refusals(p.engine, p.env, p.server.api_key_env, None, p.trust.model_dump())
+    refused = launch_refusals(p.engine, p.env, p.server.api_key_env, None, p.trust.model_dump(), pd_kv_view(p.kv_transfer))
     if refused:
         f = refused[0]
         raise PpspecError(f"{f.message} [{f.code}]", where=f.field, fix=f.hint, exit_code=1)
