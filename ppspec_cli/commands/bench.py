@@ -71,6 +71,10 @@ def run(profile: str, *, concurrency: str, num_prompts: int | None, max_tokens: 
 
 
 def _arms(prof, nst: str | None, endpoint: str | None, baseline_endpoint: str | None) -> list[Arm]:
+    from ppspec_cli.io import redact
+
+    for url in (endpoint, baseline_endpoint):  # a `user:password@` endpoint never lands in bench.json, report.md or the terminal
+        redact.register_url(url)
     """baseline (no drafter) first, then one arm per num_speculative_tokens."""
     if prof.drafter is None:
         raise PpspecError(f"profile {prof.name} names no drafter: there is no speculation to measure", where="drafter", fix="bench a profile with a `drafter:` section (bench serves it once without the drafter itself)")

@@ -244,10 +244,36 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+#: How long a write into a FIFO waits for a reader to open it (`cat fifo` started just after
+#: ppspec): then one error, never a hang on a FIFO nobody reads (one planted where a file was meant).
+FIFO_READER_WAIT_S = 2.0
+
+
+def _open_through(p: str, dir_fd: int | None) -> int:
+    """A write descriptor on the device or FIFO at `p`, without O_CREAT/O_TRUNC, never following a
+    link; a FIFO with no reader is retried for FIFO_READER_WAIT_S, then ENXIO."""
+    import time
+
+    flags = os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    deadline = time.monotonic() + FIFO_READER_WAIT_S
+    while True:
+        try:
+            fd = os.open(p, flags, dir_fd=dir_fd)
+        except OSError as e:
+            if e.errno != errno.ENXIO or time.monotonic() >= deadline:
+                if e.errno == errno.ENXIO:
+                    raise OSError(errno.ENXIO, f"no process reads the FIFO (waited {FIFO_READER_WAIT_S:g} s)") from None
+                raise
+            time.sleep(0.05)
+            continue
+        os.set_blocking(fd, True)
+        return fd
+
+
 def _write_through(p: str, data: bytes, dir_fd: int | None) -> None:
     """Write `data` into the character device or FIFO at `p` (lstat said so): opened without
     O_CREAT/O_TRUNC and with O_NOFOLLOW, and checked again on the descriptor."""
-    fd = os.open(p, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0), dir_fd=dir_fd)
+    fd = _open_through(p, dir_fd)
     try:
         mode = os.fstat(fd).st_mode
         if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
