@@ -3,8 +3,8 @@ under one root owned by the user (io/settings.cache_root: $PPSPEC_CACHE, else th
 directory), never trusted when someone else could have put something there.
 
 `owned_dir(*parts)` creates the directory (0700) if missing and refuses, naming the path, a cache
-root or sub-directory that is not a directory, is a symbolic link, is not owned by this user, or is
-writable by the group or by others: a file planted there by another user (a demo model, an
+root (a link's target) or sub-directory (never a link) that is not a directory, is not owned by
+this user, or is writable by the group or by others: a file planted there by another user (a demo model, an
 option-name list) would otherwise reach the engine. `check_owned(path)` holds the same for a file
 read back from the cache. Inside an owned directory nobody else can swap a file in, so a file that
 passes the check stays the one read.
@@ -47,6 +47,10 @@ def check_owned(p: Path, *, directory: bool) -> None:
 def owned_dir(*parts: str, create: bool = True) -> Path:
     """cache_root()/parts..., each level created 0700 when missing and checked (check_owned)."""
     p = cache_root()
+    if os.path.islink(p):
+        if not os.path.exists(p):
+            raise _refuse(p, "is a symbolic link to nothing")
+        p = Path(os.path.realpath(p))  # the root may be a link of the user's (~/.cache on /scratch): its target is judged
     for part in ("", *parts):
         p = p / part if part else p
         if create and not os.path.lexists(p):

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.findings import Finding
+from ppspec_cli.io.records import Record
 from ppspec_cli.io import safeio
 from ppspec_cli.io.redact import is_secret_name
 
@@ -325,6 +326,13 @@ _OPTIONS_CACHE = "vllm-serve-options.json"
 _PARSER_SOURCES = ("engine/arg_utils.py", "entrypoints/launchers/cli_args.py", "entrypoints/openai/cli_args.py", "entrypoints/cli/serve.py")
 
 
+class OptionCache(Record):
+    """The cached option names of one vLLM install (`key`: planning.engine_options._parser_key)."""
+
+    key: str
+    options: list[str]
+
+
 def _options_cache_file():
 
     from ppspec_cli.io.cache import owned_dir
@@ -367,19 +375,22 @@ def known_serve_options() -> set[str] | None:
     key = _parser_key()
     if key is None:
         return None
+    from ppspec_cli.io import records
+    from ppspec_cli.io.cache import owned_file
+
     f = _options_cache_file()
-    try:
-        data = safeio.read_json(f, limit=1 << 20, what="vLLM option cache")
-        if isinstance(data, dict) and data.get("key") == key and isinstance(data.get("options"), list) and all(isinstance(x, str) for x in data["options"]):
-            return set(data["options"])
-    except Exception:  # noqa: BLE001 - a missing or damaged cache is only a cache miss
-        pass
+    if owned_file(f):  # a planted or loose cache file (another owner, group/world writable, a link) is refused with its path
+        try:
+            rec, _ = records.load(f, OptionCache, what="vLLM option cache", limit=1 << 20, fix=f"delete {f}")
+            if rec.key == key:
+                return set(rec.options)
+        except PpspecError:
+            pass  # a damaged cache of ours is only a cache miss: the parser is read again and the cache rewritten
     parser = vllm_serve_parser()
     if parser is None:
         return None
     known = {s[2:] for s in parser._option_string_actions if s.startswith("--")}  # noqa: SLF001 - argparse's own table
     try:
-        f.parent.mkdir(parents=True, exist_ok=True)
         safeio.write_text(f, json.dumps({"key": key, "options": sorted(known)}), what="the vLLM option cache")
     except (OSError, PpspecError):
         pass  # an unwritable cache only costs the next run the parser again

@@ -990,6 +990,11 @@ MECHANISMS: dict[str, Callable[[], Iterator[Case]]] = {
 }
 
 
+from .cases3 import MECHANISMS3  # noqa: E402 - round 3's entry points (issue 32)
+
+MECHANISMS.update(MECHANISMS3)
+
+
 def all_cases() -> Iterator[Case]:
     for gen in MECHANISMS.values():
         yield from gen()
