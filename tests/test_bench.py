@@ -120,7 +120,9 @@ def test_resume_keeps_only_levels_measured_with_the_same_settings(tmp_path):
     assert b.todo(ARMS[0]) == ([4], False)
     assert b.todo(ARMS[1]) == ([1, 4], True)
     (d / "c1.json").write_text("{not json")
-    assert b.todo(ARMS[0]) == ([1, 4], False)
+    with pytest.raises(PpspecError) as e:  # issue 32: a saved record that is not of its shape is refused, the file named
+        b.todo(ARMS[0])
+    assert e.value.where.endswith("c1.json")
 
 
 def _doc(runs):

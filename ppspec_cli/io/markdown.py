@@ -18,12 +18,14 @@ from typing import Any
 
 from ppspec_cli.io.terminal import clean
 
-#: Inline Markdown punctuation (emphasis, code, links, images, tables, strikethrough) and `:` (a bare
-#: `https://...` is a link in GitHub's Markdown): backslash-escaped wherever it stands.
-_INLINE = re.compile(r"([\\`*_{}\[\]()!|~:])")
-#: What starts a block (heading, list, quote, setext/thematic line) when it opens a line.
-_BLOCK_START = re.compile(r"^(\s*)([#+\-=])")
-_ORDERED = re.compile(r"^(\s*\d+)([.)])")
+#: Inline Markdown punctuation (emphasis, code, links, images, tables, strikethrough): backslash-escaped
+#: wherever it stands. A bare `https://...` or `www.` is a link in GitHub's Markdown: its `:` / `.` is escaped.
+_INLINE = re.compile(r"([\\`*_{}\[\]()!|~])")
+_SCHEME = re.compile(r":(?=//)")
+#: What starts a block (heading, list item, setext line) when it opens a line and a space follows
+#: (`>` needs nothing: it becomes an entity).
+_BLOCK_START = re.compile(r"^(\s*)([#+\-=])(?=\s)")
+_ORDERED = re.compile(r"^(\s*\d{1,9})([.)])(?=\s)")
 _WWW = re.compile(r"(?i)\bwww\.")
 
 
@@ -31,6 +33,7 @@ def text(value: Any, limit: int = 2000) -> str:
     """`value` as literal Markdown text on one line (see the module doc)."""
     s = clean(value, limit=limit).replace("\r", "\\r").replace("\n", "\\n")
     s = _INLINE.sub(r"\\\1", s)
+    s = _SCHEME.sub(r"\\:", s)
     s = _WWW.sub(lambda m: m.group(0)[:3] + "\\.", s)
     s = _BLOCK_START.sub(lambda m: m.group(1) + "\\" + m.group(2), s)
     s = _ORDERED.sub(lambda m: m.group(1) + "\\" + m.group(2), s)

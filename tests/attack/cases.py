@@ -652,11 +652,17 @@ def untrusted_cases() -> Iterator[Case]:
                 continue
             yield ("untrusted", f"option-{kind}", f"{s}", opt_case(s, "x.y", None))
         yield ("untrusted", "acknowledged", flag, opt_case(flag, "x.y", [flag.replace("-", "_")]))
+    def nest(dotted: str, value: object) -> dict:
+        """{"a": {"b": value}} for "a.b" (a nested sub-key such as kv_connector_extra_config.shared_storage_path)."""
+        for part in reversed(dotted.split(".")):
+            value = {part: value}
+        return value  # type: ignore[return-value]
+
     for (flag, sub), (kind, _what) in sorted(UNTRUSTED_SUBKEYS.items()):
         value = "evil.backend" if sub == "backend" else "evil.module"
-        yield ("untrusted", f"subkey-{kind}", f"{flag}={{{sub}}}", opt_case(flag, {sub: value}, None))
+        yield ("untrusted", f"subkey-{kind}", f"{flag}={{{sub}}}", opt_case(flag, nest(sub, value), None))
         yield ("untrusted", f"subkey-{kind}", f"{flag}.{sub}", opt_case(f"{flag.replace('-', '_')}.{sub}", value, None))
-        yield ("untrusted", f"subkey-{kind}", f"{flag} JSON string", opt_case(flag, json.dumps({sub: value}), None))
+        yield ("untrusted", f"subkey-{kind}", f"{flag} JSON string", opt_case(flag, json.dumps(nest(sub, value)), None))
 
     def env_case(name: str, ack: bool) -> Callable[[], str | None]:
         def run() -> str | None:

@@ -146,8 +146,9 @@ def _cache_case(accessor: str, hostile: str) -> Callable[[], str | None]:
                 os.chmod(target, 0o1777)
             elif hostile == "other-owner":
                 os.chown(target, 65534, 65534)
-            elif hostile == "symlink":  # the directory swapped for a link to another user's
+            elif hostile == "symlink":  # the directory swapped for a link to one anyone can write
                 (Path(td) / "theirs").mkdir()
+                os.chmod(Path(td) / "theirs", 0o777)
                 target.rmdir()
                 target.symlink_to(Path(td) / "theirs")
             with env(PPSPEC_CACHE=str(root)):
@@ -339,7 +340,7 @@ def _markdown_case(value: str) -> Callable[[], str | None]:
         md = markdown(doc)
         if re.search(r"<[a-zA-Z/!]", md):
             return "raw HTML in report.md"
-        if re.search(r"(?<!\\)\]\(", md) or "://" in md or "www." in md.lower():
+        if re.search(r"(?<!\\)\]\(", md) or re.search(r"(?<!\\)://", md) or "www." in md.lower():
             return "a link in report.md"
         lines = md.splitlines()
         if sum(1 for ln in lines if ln.startswith("# ")) > 1:

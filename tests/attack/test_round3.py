@@ -42,7 +42,7 @@ def test_environment_guard_can_fail(monkeypatch):
 def test_cache_guard_can_fail(monkeypatch):
     from ppspec_cli.io import cache
 
-    monkeypatch.setattr(cache, "check_owned", lambda p, directory: None)
+    monkeypatch.setattr(cache, "check_owned", lambda p, directory, shown=None: None)
     bad = _problems("caches")
     assert len(bad) >= 12, bad[:5]
 

@@ -72,8 +72,9 @@ class ParityOutput(Record):
 class ParityRecord(Record):
     """One arm's greedy parity pass (loadgen.parity_pass)."""
 
-    arm: str = Field(max_length=64)
+    arm: Optional[str] = Field(default=None, max_length=64)
     outputs: list[ParityOutput]
+    settings: Optional[dict[str, int]] = None  # the settings it was measured with (commands/bench.py _parity_key)
 
 
 def model_for(name: str) -> type[Record]:
