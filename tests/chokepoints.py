@@ -124,7 +124,8 @@ def _call_kind(call: ast.Call, aliases: dict[str, str]) -> tuple[str, str] | Non
         return "dynamic", f"getattr({_dotted(call.args[0], aliases)}, ...)"
     if isinstance(call.func, ast.Attribute) and (name is None or not name.startswith(("os.", "shutil.", "io."))):
         attr = call.func.attr
-        if attr in METHODS and len(call.args) <= PATH_ARGS[attr]:
+        unbound = bool(name) and name.rsplit(".", 2)[-2:-1] in (["Path"], ["PosixPath"], ["PurePath"])  # Path.write_text(p, data)
+        if attr in METHODS and (unbound or len(call.args) <= PATH_ARGS[attr]):
             return METHODS[attr], f".{attr}()"
         classmethod_of = isinstance(call.func.value, ast.Name) and call.func.value.id[:1].isupper()  # RunDir.open(path): a class's constructor
         if attr == "open" and not classmethod_of and _writes(_mode(call, 0)):

@@ -67,6 +67,8 @@ def test_every_exception_is_still_needed():
         ('open(p, "r+")', "write"),
         ("open(p, m)", "write"),  # a mode we cannot read is a write
         ('Path(p).write_text("x")', "write"),
+        ('Path.write_text(p, "x")', "write"),
+        ("pathlib.Path.unlink(p)", "delete"),
         ('Path(p).open("w")', "write"),
         ("os.write(fd, b'x')", "write"),
         ("shutil.copy(a, b)", "write"),
@@ -92,7 +94,7 @@ def test_every_exception_is_still_needed():
     ],
 )
 def test_the_checker_sees_each_kind(line, kind):
-    src = "import os, json, shutil, subprocess, yaml\nfrom pathlib import Path\nfrom os import environ\nfrom os import remove as rm\n" + line + "\n"
+    src = "import os, json, shutil, subprocess, yaml, pathlib\nfrom pathlib import Path\nfrom os import environ\nfrom os import remove as rm\n" + line + "\n"
     found = [v for v in scan(src, "x.py") if v.line == 5]
     assert [v.kind for v in found] == [kind], (line, found)
 
