@@ -166,3 +166,17 @@ def test_remove_tree_unlinks_a_planted_link_and_never_its_target(tmp_path):
     arm.symlink_to(target)
     safeio.remove_tree(arm)
     assert not os.path.lexists(arm) and (target / "keep").read_text() == "x"
+
+
+@pytest.mark.parametrize(("var", "value"), [("PPSPEC_STOP_GRACE_S", "nan"), ("PPSPEC_CACHE", "__FILE__"), ("PPSPEC_HUB_DEADLINE", "-1")])
+def test_a_bad_variable_is_one_cli_error_before_anything_runs(tmp_path, var, value):
+    """Every command checks the PPSPEC_* variables first: one message naming the variable, exit 2,
+    no traceback (PPSPEC_CACHE set to a file used to print one)."""
+    import inprocess
+
+    if value == "__FILE__":
+        value = str(tmp_path / "f")
+        (tmp_path / "f").write_text("x")
+    r = inprocess.run("check", "does-not-matter.yaml", env={var: value})
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert var in r.stderr and "Traceback" not in r.stderr and "not found" not in r.stderr
