@@ -40,7 +40,7 @@ class _NotJson(Exception):
         self.what, self.mark, self.value = what, mark, value
 
 
-class _JsonLoader(yaml.SafeLoader):
+class _SafeJsonLoader(yaml.SafeLoader):
     """SafeLoader that constructs JSON values only."""
 
 
@@ -59,8 +59,8 @@ def _finite_float(loader: Any, node: Any) -> float:
 
 
 for _tag in NOT_JSON:
-    _JsonLoader.add_constructor(_tag, _refuse(_tag))
-_JsonLoader.add_constructor("tag:yaml.org,2002:float", _finite_float)
+    _SafeJsonLoader.add_constructor(_tag, _refuse(_tag))
+_SafeJsonLoader.add_constructor("tag:yaml.org,2002:float", _finite_float)
 
 
 def expanded_size(node: Any, max_nodes: int, max_bytes: int) -> tuple[int, int] | None:
@@ -120,7 +120,7 @@ def _first_not_json(node: Any) -> tuple[str, Any, str, str] | None:
 def load(text: str, *, what: str, source: str, max_nodes: int, max_bytes: int, fix: str = "write the values out; no YAML anchors/aliases are needed") -> Any:
     """The YAML document `text` as JSON values, refused (one PpspecError naming `source`) past the
     budget or on a non-JSON value; a syntax error stays yaml.YAMLError."""
-    node = yaml.compose(text, Loader=_JsonLoader)
+    node = yaml.compose(text, Loader=_SafeJsonLoader)
     if node is None:
         return None
     if expanded_size(node, max_nodes, max_bytes) is None:
@@ -137,7 +137,7 @@ def load(text: str, *, what: str, source: str, max_nodes: int, max_bytes: int, f
             where=f"{source}:{mark.line + 1}",
             fix="quote it (\"...\") so it stays a string, or write a plain number",
         )
-    loader = _JsonLoader("")
+    loader = _SafeJsonLoader("")
     try:
         return loader.construct_document(node)
     except _NotJson as e:
@@ -153,4 +153,4 @@ def load(text: str, *, what: str, source: str, max_nodes: int, max_bytes: int, f
 
 def compose(text: str) -> Any:
     """The node graph of `text` (for line numbers), without constructing anything."""
-    return yaml.compose(text, Loader=_JsonLoader)
+    return yaml.compose(text, Loader=_SafeJsonLoader)
