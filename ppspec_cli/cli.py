@@ -80,12 +80,23 @@ def plan(
     profile: str = typer.Argument(..., metavar="PROFILE", help="Path to the profile YAML."),
     json_out: bool = typer.Option(False, "--json", help="Print the plan and findings as one JSON object."),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub."),
+    predict: bool = typer.Option(False, "--predict", help="Also predict speculation's speed-up per concurrency and k from a cost model (docs/predict.md)."),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="With --predict: h200, h100, a100, l40s or cpu; overrides as NAME,bw=GB/s,tflops=N."),
+    link: Optional[str] = typer.Option(None, "--link", help="With --predict: the pipeline link (nvlink4, pcie5, ib-ndr, tcp-100g, ...; NAME,bw=GB/s,lat=us)."),
+    acceptance_length: Optional[float] = typer.Option(None, "--acceptance-length", help="With --predict: mean acceptance length at the profile's num_speculative_tokens."),
+    acceptance_from: Optional[str] = typer.Option(None, "--acceptance-from", help="With --predict: read per-position acceptance from a bench.json or verify report."),
+    concurrency: str = typer.Option("1,4,16,32", "--concurrency", help="With --predict: concurrency levels, comma-separated."),
+    nst: Optional[str] = typer.Option(None, "--num-speculative-tokens", help="With --predict: k values, comma-separated (default 1,2,3 and the profile's)."),
+    context_length: Optional[int] = typer.Option(None, "--context-length", min=1, help="With --predict: tokens of context per request (default min(1024, max-model-len))."),
+    calibration: Optional[str] = typer.Option(None, "--calibration", help="With --predict: calibration file (default: calibration.json beside the profile, if it matches)."),
 ) -> None:
     """Show the stage plan: layers per stage, where each tap lives, what each hop relays, draft layer
-    ids, embedding placement and weight memory per stage."""
+    ids, embedding placement and weight memory per stage. With --predict, the predicted speed-up."""
     from ppspec_cli.commands import plan as command
+    from ppspec_cli.commands.predict_render import PredictOptions
 
-    raise typer.Exit(command.run(profile, json_out, offline))
+    opts = PredictOptions(hardware, link, acceptance_length, acceptance_from, concurrency, nst, context_length, calibration) if predict else None
+    raise typer.Exit(command.run(profile, json_out, offline, opts))
 
 
 @app.command()
@@ -265,7 +276,7 @@ def main() -> None:
     """Entry point: one clear message for user errors, a traceback only with --debug."""
     terminal.install()  # every byte ppspec prints is cleaned (io.terminal) and redacted (io.redact)
     try:
-        rc = app(standalone_mode=False)
+        rc = app(prog_name="ppspec", standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)
     except PpspecError as e:
         if _state["debug"]:
@@ -292,21 +303,13 @@ def main() -> None:
         where = str(e.filename or "")
         print(f"error: {e.strerror}\n  where: {where[:120]}{'...' if len(where) > 120 else ''}\n  fix: use a shorter path (each name at most 255 bytes)", file=sys.stderr)
         sys.exit(2)
-    except Exception as e:  # click usage errors and the unexpected
-        import click
-
-        try:  # typer >= 0.2x vendors its own click; older typer uses click itself
-            import typer._click.exceptions as _tce
-        except ImportError:
-            _tce = click.exceptions
-        _TClickException = getattr(_tce, "ClickException", click.exceptions.ClickException)
-        _TAbort = getattr(_tce, "Abort", click.exceptions.Abort)
-        if isinstance(e, (click.exceptions.ClickException, _TClickException)):
+    except typer.Abort:
+        print("ppspec: aborted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:  # usage errors (typer's, public base class) and the unexpected
+        if isinstance(e, typer.TyperException) and callable(getattr(e, "show", None)):
             e.show()
             sys.exit(2)
-        if isinstance(e, (click.exceptions.Abort, _TAbort)):
-            print("ppspec: aborted", file=sys.stderr)
-            sys.exit(130)
         if _state["debug"]:
             raise
         print(f"error: unexpected {type(e).__name__}: {e}\n  fix: re-run with --debug for the traceback and report it", file=sys.stderr)

@@ -253,3 +253,21 @@ def test_ctrl_c_stops_the_load_generator_and_keeps_the_report(tmp_path, fake_ser
     assert [pid for pid in seen if alive(pid)] == []
     doc = json.loads((out / "bench.json").read_text())
     assert doc["complete"] is False and doc["runs"] == []
+
+
+@pytest.mark.slow
+def test_a_dead_endpoint_is_one_clear_error_and_the_finished_levels_are_kept(tmp_path, fake_servers):
+    """Issue 29 item 3: a measurement that fails (here the speculative server is not there) ends with
+    one error and the documented exit code, not AttributeError/exit 3; the baseline's levels stay."""
+    from enginehelpers import free_port
+
+    out = tmp_path / "out"
+    dead = f"http://127.0.0.1:{free_port()}"
+    r = _cli("bench", "profiles/tiny_cpu_demo.yaml", "--concurrency", "1", "--num-prompts", "2", "--max-tokens", "4", "--input-len", "16",
+             "--endpoint", dead, "--baseline-endpoint", fake_servers(), "--out", str(out), "--json")
+    assert r.returncode == 1, (r.returncode, r.stderr[-3000:])
+    assert "Traceback" not in r.stderr and "AttributeError" not in r.stderr and "unexpected" not in r.stderr
+    assert r.stderr.count("error:") >= 1 and dead.split("//")[1] in r.stderr
+    doc = json.loads((out / "bench.json").read_text())
+    assert [(x["arm"], x["concurrency"]) for x in doc["runs"]] == [("baseline", 1)]
+    assert doc["complete"] is False

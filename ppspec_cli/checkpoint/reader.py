@@ -19,9 +19,20 @@ from ppspec_cli.io import netio, safeio, shellout
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge import methods, packs
 
+# Read limits, one per kind of file, each traced to the largest real file of its kind (with margin).
+# A file over its limit is a gap ("over-read-limit": what it would tell is unknown), never "corrupt".
+#: config.json: real ones are 1-30 KB (DeepSeek-V3's is 1.7 KB; multimodal configs with per-module
+#: quantization lists reach a few hundred KB). 8 MiB is over 20x the largest.
 MAX_CONFIG_BYTES = 8 << 20
-MAX_HEADER_BYTES = 16 << 20  # a real header is at most a few MiB (safetensors itself allows 100 MiB): a larger one is a gap, not seconds of parsing
-#: Bounds across all shards of one checkpoint (the largest public checkpoints hold ~200k tensors in ~200 shards).
+#: model.safetensors.index.json: DeepSeek-V3 ~9 MB (~92k tensors), Kimi-K2 ~13 MB (~140k); a 4-bit
+#: re-quantization with four scale tensors per weight would reach ~50 MB. 128 MiB is ~10x Kimi-K2's;
+#: a 13 MB index parses in ~0.4 s here (benchmarks/read_limits.py).
+MAX_INDEX_BYTES = 128 << 20
+#: One safetensors header: the format's own ceiling (the safetensors library refuses a header over
+#: 100,000,000 bytes as corrupt, and so does vLLM's loader); a real shard's header is KBs to a few MB.
+MAX_HEADER_BYTES = 100_000_000
+#: Bounds across all shards of one checkpoint: the largest public checkpoints hold ~140k tensors
+#: (Kimi-K2) in at most ~200 shards (Llama-3.1-405B: 191) with ~15 MB of headers together.
 MAX_SHARDS = 10_000
 MAX_TENSORS = 2_000_000
 MAX_TOTAL_HEADER_BYTES = 512 << 20
@@ -305,11 +316,33 @@ def _local_config_path(ck: Checkpoint, path: Path) -> Path | None:
 
 
 def _read_config(ck: Checkpoint, file: Path, name: str) -> None:
+    over = _over_limit(file, name, MAX_CONFIG_BYTES, "MAX_CONFIG_BYTES")
+    if over:
+        ck.gaps.append(Gap("config-over-read-limit", over))
+        return
     _apply_config(ck, _read_json(file, name), name)
 
 
+def _over_limit(file: Path, name: str, limit: int, constant: str) -> str | None:
+    """When `file` is larger than `limit`: the gap's message (what, and the limit named); else None."""
+    try:
+        size = file.stat().st_size
+    except OSError:
+        return None  # the read reports it
+    if size <= limit:
+        return None
+    return f"{name} is {size / 2**20:.1f} MiB, over the {limit >> 20} MiB ppspec reads ({constant}): what it holds is unknown to ppspec"
+
+
 def _read_index(ck: Checkpoint, file: Path, name: str) -> None:
-    _apply_index(ck, _read_json(file, name), name)
+    over = _over_limit(file, name, MAX_INDEX_BYTES, "MAX_INDEX_BYTES")
+    if over:
+        ck.gaps.append(Gap("over-read-limit", over))
+        return
+    data = safeio.read_json(file, limit=MAX_INDEX_BYTES, what=name, fix="restore the file from the model repository", exit_code=1)
+    if not isinstance(data, dict):
+        raise PpspecError(f"{name} must be a JSON object", where=str(file), fix="restore the file from the model repository", exit_code=1)
+    _apply_index(ck, data, name)
 
 
 def _local_shards(ck: Checkpoint, path: Path) -> tuple[list[str], list[str], list[str]]:
@@ -334,7 +367,7 @@ def _read_local_headers(ck: Checkpoint, path: Path, present: list[str]) -> dict[
         ck.gaps.append(Gap("no-weights", "no safetensors files here (metadata only): tensor-level checks are not run"))
         return None
     if len(present) > MAX_SHARDS:
-        ck.gaps.append(Gap("bad-safetensors", f"{len(present)} shard files, more than the {MAX_SHARDS} ppspec reads headers of: tensor-level checks not run"))
+        ck.gaps.append(Gap("over-read-limit", f"{len(present)} shard files, more than the {MAX_SHARDS} ppspec reads headers of (MAX_SHARDS): tensor-level checks not run"))
         return None
     tensors: dict[str, TensorInfo] = {}
     header_bytes = 0
@@ -346,11 +379,13 @@ def _read_local_headers(ck: Checkpoint, path: Path, present: list[str]) -> dict[
                 (n,) = struct.unpack("<Q", head)
                 header_bytes += min(n, MAX_HEADER_BYTES)
                 if header_bytes > MAX_TOTAL_HEADER_BYTES:
-                    raise ValueError(f"the shards' headers together exceed {MAX_TOTAL_HEADER_BYTES >> 20} MiB")
+                    ck.gaps.append(Gap("over-read-limit", f"the shards' headers together exceed the {MAX_TOTAL_HEADER_BYTES >> 20} MiB ppspec reads (MAX_TOTAL_HEADER_BYTES): tensor-level checks not run"))
+                    return None
                 head, size = safeio.read_head(fp, 8 + min(n, MAX_HEADER_BYTES), what=f"shard {s}", error=_HeaderError)
             tensors.update(parse_safetensors_header(head, file=s, file_size=size))
             if len(tensors) > MAX_TENSORS:
-                raise ValueError(f"the shards hold more than {MAX_TENSORS} tensors together")
+                ck.gaps.append(Gap("over-read-limit", f"the shards hold more than {MAX_TENSORS} tensors together (MAX_TENSORS): tensor-level checks not run"))
+                return None
         except ValueError as e:
             ck.gaps.append(Gap("bad-safetensors", f"{s}: {e}"))
             return None
@@ -474,7 +509,7 @@ def _install_hub_client() -> None:
 
 
 #: The most bytes one checkpoint's hub metadata (config, index, safetensors headers) may take.
-HUB_METADATA_LIMIT = 2 * MAX_CONFIG_BYTES + MAX_TOTAL_HEADER_BYTES + (64 << 20)
+HUB_METADATA_LIMIT = MAX_CONFIG_BYTES + MAX_INDEX_BYTES + MAX_TOTAL_HEADER_BYTES + (64 << 20)
 #: The most bytes serve downloads of a hub drafter (its JSON and safetensors files).
 HUB_DOWNLOAD_LIMIT_ENV = "PPSPEC_HUB_DOWNLOAD_LIMIT_GB"
 HUB_DOWNLOAD_LIMIT_DEFAULT_GB = 64.0
@@ -612,9 +647,10 @@ def _hub_fetch(ref: str, name: str, revision: str | None, *, cache_only: bool, o
         if not cache_only:
             # the size the hub announces, checked before anything is downloaded
             size = get_hf_file_metadata(hf_hub_url(ref, name, revision=revision), timeout=constants.HF_HUB_ETAG_TIMEOUT).size
-            if size is not None and size > MAX_CONFIG_BYTES:
+            limit = MAX_INDEX_BYTES if name.startswith("model.safetensors.index") else MAX_CONFIG_BYTES
+            if size is not None and size > limit:
                 raise PpspecError(
-                    f"the hub announces {name} as {size} bytes, more than the {MAX_CONFIG_BYTES >> 20} MiB ppspec reads; not downloaded",
+                    f"the hub announces {name} as {size} bytes, more than the {limit >> 20} MiB ppspec reads; not downloaded",
                     where=f"{ref}/{name}",
                     fix="check that this is really a model repository",
                     exit_code=1,
@@ -645,7 +681,7 @@ def _hub_headers_skipped(ck: Checkpoint, *, offline: bool, unreachable: bool) ->
         ck.gaps.append(Gap("no-weights", f"the hub ({_endpoint()}) could not be reached: metadata from the local cache, safetensors headers not read"))
         return True
     if ck.weight_map is not None and len(set(ck.weight_map.values())) > MAX_SHARDS:
-        ck.gaps.append(Gap("bad-safetensors", f"the index names more than {MAX_SHARDS} shard files: headers not read, tensor-level checks not run"))
+        ck.gaps.append(Gap("over-read-limit", f"the index names more than {MAX_SHARDS} shard files (MAX_SHARDS): headers not read, tensor-level checks not run"))
         return True
     return False
 
@@ -673,7 +709,7 @@ def _hub_tensors(ck: Checkpoint, meta: Any) -> dict[str, TensorInfo] | None:
     """The tensors huggingface_hub parsed from the headers, checked as the local reader checks
     them; None, with a gap, when there are too many or one does not add up."""
     if sum(len(fm.tensors) for fm in meta.files_metadata.values()) > MAX_TENSORS:
-        ck.gaps.append(Gap("bad-safetensors", f"the shards hold more than {MAX_TENSORS} tensors together: tensor-level checks not run"))
+        ck.gaps.append(Gap("over-read-limit", f"the shards hold more than {MAX_TENSORS} tensors together (MAX_TENSORS): tensor-level checks not run"))
         return None
     tensors: dict[str, TensorInfo] = {}
     for fname, fm in meta.files_metadata.items():

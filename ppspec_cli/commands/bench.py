@@ -126,7 +126,7 @@ def _measure(b: "_Bench") -> int:
     except PpspecError as e:  # a launch refused, a load generator failed: keep what is measured
         from ppspec_cli.commands.common import err_console
 
-        b.failures.append(e.message)
+        b.failures.append(e.what)
         err_console().print(e.render())
         return e.exit_code
     finally:
@@ -246,7 +246,7 @@ class _Bench:
                 try:
                     workload(lambda: False)
                 except PpspecError as e:
-                    self.failures.append(f"{arm.name}: {e.message}")
+                    self.failures.append(f"{arm.name}: {e.what}")
                     raise
                 return 0
             from ppspec_cli.commands.serve import launch

@@ -18,10 +18,8 @@ library only: the in-engine plugin reads its plan file through this module.
 from __future__ import annotations
 
 import errno
-import itertools
 import json
 import os
-import re
 import secrets
 import stat
 from typing import Any, Callable
@@ -122,15 +120,23 @@ def read_text(path: str | os.PathLike[str], *, limit: int, what: str = "file", f
         raise error(f"{what} is not UTF-8 text", where=str(path), fix=fix, exit_code=exit_code) from None
 
 
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
-
-
-def json_depth(text: str) -> int:
-    """Deepest bracket nesting of a JSON text (strings skipped), without recursing."""
-    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
-    return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
+def json_depth(value: Any) -> int:
+    """Deepest nesting of a parsed JSON value (a scalar is 0, `{}` is 1), without recursing. Measured
+    on the parsed value: json's own parser stops runaway nesting with RecursionError, and walking the
+    containers is ~10x faster than scanning the text (a 13 MB checkpoint index: 0.03 s)."""
+    best = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        x, d = stack.pop()
+        if isinstance(x, dict):
+            items: Any = x.values()
+        elif isinstance(x, list):
+            items = x
+        else:
+            continue
+        best = max(best, d)
+        stack.extend((v, d + 1) for v in items if isinstance(v, (dict, list)))
+    return best
 
 
 def _no_constant(name: str) -> Any:
@@ -145,15 +151,18 @@ def parse_json(
         text = data.decode("utf-8") if isinstance(data, bytes) else data
     except UnicodeDecodeError:
         raise error(f"{what} is not valid JSON (not UTF-8 text)", where=where, fix=fix, exit_code=exit_code) from None
-    depth = json_depth(text)
-    if depth > max_depth:
-        raise error(f"{what} nests {depth} levels deep, more than the {max_depth} ppspec accepts", where=where, fix=fix, exit_code=exit_code)
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        value = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise error(f"{what} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})", where=where, fix=fix, exit_code=exit_code) from None
-    except (ValueError, RecursionError) as e:
+    except RecursionError:
+        raise error(f"{what} nests deeper than the {max_depth} levels ppspec accepts", where=where, fix=fix, exit_code=exit_code) from None
+    except ValueError as e:
         raise error(f"{what} is not valid JSON ({str(e)[:120]})", where=where, fix=fix, exit_code=exit_code) from None
+    depth = json_depth(value)
+    if depth > max_depth:
+        raise error(f"{what} nests {depth} levels deep, more than the {max_depth} ppspec accepts", where=where, fix=fix, exit_code=exit_code)
+    return value
 
 
 def read_json(

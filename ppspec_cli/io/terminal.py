@@ -92,6 +92,14 @@ def escape_markup(text: Any) -> str:
 # ---- streams -------------------------------------------------------------------------------
 
 
+def _text_only(s: Any) -> None:
+    """A text stream takes str only, as io.TextIOWrapper does. Libraries probe a stream by writing
+    b"" to it and treat one that accepts bytes as binary (click 8.2+ does, for every --help and usage
+    error): accepting them would print the bytes' repr."""
+    if not isinstance(s, str):
+        raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+
+
 class _TermStream(io.TextIOBase):
     """A text stream that cleans and redacts what it forwards (sys.stdout/sys.stderr after install)."""
 
@@ -100,6 +108,7 @@ class _TermStream(io.TextIOBase):
         self._bound = bound
 
     def write(self, s: str) -> int:
+        _text_only(s)
         self.inner.write(redact.redact(clean(s, self._bound)))
         return len(s)
 
@@ -151,6 +160,7 @@ class _Channel(io.TextIOBase):
         return s.inner if isinstance(s, _TermStream) else s
 
     def write(self, s: str) -> int:
+        _text_only(s)
         self._target().write(redact.redact(s))
         return len(s)
 

@@ -135,11 +135,13 @@ CHECKPOINT: dict[str, tuple[str, str]] = {
     "missing-architectures": ("The config has no `architectures` list: the family and pack cannot be chosen.", "Fix the checkpoint's config.json."),
     "no-weights": ("Metadata only here (no safetensors files): tensor-level checks are not run.", "None on a login node; they run where the weights are."),
     "missing-shards": ("The index names shard files that are not in the directory.", "Download the missing shards, or fix model.safetensors.index.json."),
-    "bad-safetensors": ("A safetensors header is corrupt or truncated, or there are too many shards to read.", "Download the file again."),
+    "bad-safetensors": ("A safetensors header is corrupt or truncated (or over the format's own 100,000,000-byte ceiling).", "Download the file again."),
     "unsafe-shard-name": ("The index names shard files outside the checkpoint directory (not read).", "Fix model.safetensors.index.json."),
     "index-mismatch": ("The index and the shards disagree on where tensors are (different revisions).", "Download the index and the shards again together."),
     "bad-index": ("model.safetensors.index.json has no usable `weight_map`.", "Restore it from the model repository."),
     "partial-index": ("The index is marked partial: tensor placement is unknown.", "Use the checkpoint's real index."),
+    "config-over-read-limit": ("config.json is larger than the limit ppspec reads (MAX_CONFIG_BYTES in checkpoint/reader.py, 20x the largest real config): the model's facts are unknown, no plan is made.", "Check that `model` points at a model; report the size if it is a real config."),
+    "over-read-limit": ("A checkpoint file is larger than the limit ppspec reads for its kind (config, index, headers; each limit traced to the largest real file of its kind, in checkpoint/reader.py): what it holds is unknown.", "Nothing to fix in the checkpoint; report the size if it is a real one."),
 }
 
 

@@ -89,6 +89,8 @@ _GAP_SEVERITY: dict[str, Severity] = {
     "unsafe-shard-name": "error",
     "index-mismatch": "warning",
     "no-weights": "info",
+    "over-read-limit": "warning",
+    "config-over-read-limit": "error",
 }
 
 
@@ -115,6 +117,8 @@ def checkpoint_metadata(r: Resolved) -> Iterator[Finding]:
                 "index-mismatch": "the index and the shards come from different revisions: download them again together",
                 "bad-index": "restore model.safetensors.index.json from the model repository",
                 "partial-index": "get the checkpoint's real model.safetensors.index.json; ppspec does not fill in tensor placement",
+                "config-over-read-limit": "nothing to fix if it is a real config: its facts (layers, sizes) are unknown to ppspec, so no plan is made; report the file's size",
+                "over-read-limit": "nothing to fix in the checkpoint: what the file holds is unknown to ppspec; report the file's size if it is a real checkpoint",
             }.get(g.code, "fix the checkpoint's config.json; ppspec never guesses model facts")
             yield _f(f"{role}-{g.code}", sev, fld, f"{role} checkpoint: {g.message}", hint)
 

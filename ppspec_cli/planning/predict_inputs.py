@@ -1,0 +1,222 @@
+"""What the predictor (planning/predict.py) is fed: the model shape from the resolved profile, the
+acceptance from a report, the calibration from a file. No I/O here (commands read the files).
+
+Shape sources, best first, each named in the prediction's notes:
+- per-layer attention / MLP / expert bytes from config.json (the same formulas as planning/weights.py:
+  grouped-KV attention, a gated MLP or `num_experts` gated experts of which `num_experts_per_tok`
+  are routed per token), scaled to the bytes the safetensors headers hold when they are read
+  (so an FP8 checkpoint reads half a bf16 one);
+- a layout the formulas do not cover (MLA, mixed dense/sparse layers) falls back to the headers'
+  per-layer bytes, all of them read per step (MoE sparsity not modelled: said so);
+- the drafter's bytes from its headers (else its index total; else one target layer plus an
+  lm_head, stated as an assumption).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from ppspec_cli.planning.predict import Acceptance, Costs, Hardware, Measured, Shape, fit_costs
+
+
+def _pos(cfg: dict[str, Any], *keys: str) -> int | None:
+    for k in keys:
+        v = cfg.get(k)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def layer_terms(text: dict[str, Any], dtype_bytes: int) -> tuple[float, float, int, int] | None:
+    """(dense bytes per layer, bytes per expert, experts, experts per token) from a config, or None."""
+    h, heads = _pos(text, "hidden_size"), _pos(text, "num_attention_heads")
+    if h is None or heads is None or text.get("kv_lora_rank") or text.get("mlp_only_layers"):
+        return None
+    kv = _pos(text, "num_key_value_heads") or heads
+    hd = _pos(text, "head_dim") or h // heads
+    attn = h * heads * hd * 2 + h * kv * hd * 2
+    experts = _pos(text, "num_experts", "num_local_experts", "n_routed_experts")
+    if experts:
+        inter = _pos(text, "moe_intermediate_size", "intermediate_size")
+        top = _pos(text, "num_experts_per_tok", "num_experts_per_token")
+        if inter is None or top is None or text.get("decoder_sparse_step", 1) != 1 or text.get("first_k_dense_replace"):
+            return None
+        return (attn + h * experts + 2 * h) * dtype_bytes, 3 * h * inter * dtype_bytes, experts, top
+    inter = _pos(text, "intermediate_size")
+    if inter is None:
+        return None
+    return (attn + 3 * h * inter + 2 * h) * dtype_bytes, 0.0, 0, 0
+
+
+def _header_bytes(ck: Any, pred) -> int | None:
+    tensors = getattr(ck, "tensors", None)
+    if not tensors:
+        return None
+    return sum(t.nbytes for t in tensors.values() if pred(t.name))
+
+
+def _drafter_bytes(r: Any, layer: float, lm_head: float, notes: list[str]) -> float:
+    d = r.drafter
+    total = _header_bytes(d, lambda n: True) if d is not None else None
+    if total:
+        return float(total)
+    if d is not None and d.index_total_size:
+        return float(d.index_total_size)
+    text = (d.text if d is not None else None) or {}
+    n = _pos(text, "num_hidden_layers")
+    db = (d.dtype_bytes if d is not None else None) or 0
+    terms = layer_terms(text, db) if n and db else None
+    h = _pos(text, "hidden_size")
+    vocab = _pos(text, "draft_vocab_size", "vocab_size")
+    if terms is not None and h and vocab:
+        # every draft pass ends in logits: one lm_head read (its own, or the target's it shares)
+        notes.append(f"drafter size estimated from its config.json: {n} layer(s) and an lm_head over {vocab} tokens")
+        return n * (terms[0] + terms[3] * terms[1]) + vocab * h * db
+    notes.append("drafter size unknown (its checkpoint was not read): assumed one target layer plus an lm_head")
+    return layer + lm_head
+
+
+def shape_from_resolved(r: Any) -> tuple[Shape | None, list[str]]:
+    """The Shape of a resolved profile (planning/resolve.py), and notes on where each part came
+    from; None (with the reason) when the plan or the target's config is missing."""
+    notes: list[str] = []
+    plan, t = r.plan, r.target
+    if plan is None or t is None:
+        return None, ["no plan (the target's config could not be read): nothing to predict"]
+    text = t.text or {}
+    db = t.dtype_bytes or plan.dtype_bytes
+    h, heads = _pos(text, "hidden_size"), _pos(text, "num_attention_heads")
+    if db is None or h is None or heads is None:
+        return None, ["the target's dtype, hidden size or head count is unknown: nothing to predict"]
+    n = plan.num_layers
+    kv = _pos(text, "num_key_value_heads") or heads
+    hd = _pos(text, "head_dim") or h // heads
+    vocab = _pos(text, "vocab_size") or 0
+    terms = layer_terms(text, db)
+    real_layers = _header_bytes(t, lambda name: ".layers." in name)
+    if terms is not None:
+        dense, expert, ne, top = terms
+        if real_layers:
+            est = n * (dense + ne * expert)
+            scale = real_layers / est if est else 1.0
+            dense, expert = dense * scale, expert * scale
+            notes.append(f"layer bytes from config.json, scaled x{scale:.2f} to the safetensors headers")
+        else:
+            notes.append("layer bytes estimated from config.json in its dtype")
+    elif real_layers:
+        dense, expert, ne, top = real_layers / n, 0.0, 0, 0
+        notes.append("layer layout not modelled (e.g. MLA or mixed layers): every layer's bytes read per step")
+    else:
+        return None, ["the target's layer sizes are unknown (no formula for its layout, no headers): nothing to predict"]
+    lm = _header_bytes(t, lambda name: name.endswith("lm_head.weight")) or vocab * h * db
+    tp = r.profile.topology.tensor_parallel
+    method = r.method
+    parallel = False
+    if method:
+        from ppspec_cli.knowledge.methods import of
+
+        m = of(method)
+        parallel = bool(m and m.parallel_draft)
+    drafter = _drafter_bytes(r, dense + top * expert, lm, notes) if method else 0.0
+    dlayers = _pos((r.drafter.text if r.drafter else {}) or {}, "num_hidden_layers") or 1
+    relay = tuple(s.relay_out.bytes_per_token if s.relay_out else 0 for s in plan.stages[:-1])
+    shape = Shape(
+        num_layers=n, hidden_size=h, num_heads=heads, num_kv_heads=kv, head_dim=hd, act_bytes=db,
+        layer_dense_bytes=dense, expert_bytes=expert, num_experts=ne, experts_per_token=top,
+        lm_head_bytes=float(lm), drafter_bytes=drafter, drafter_layers=dlayers, parallel_draft=parallel,
+        partition=tuple(plan.partition), relay_bytes_per_token=relay, tp=tp,
+    )
+    return shape, notes
+
+
+# ---------------------------------------------------------------------------------------------
+# Acceptance from a report (bench.json, a verify report: any JSON with per_position_acceptance)
+
+
+def _walk(doc: Any, out: list[list[float]]) -> None:
+    if isinstance(doc, dict):
+        p = doc.get("per_position_acceptance")
+        if isinstance(p, list) and p and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in p):
+            out.append([float(x) for x in p])
+        for v in doc.values():
+            _walk(v, out)
+    elif isinstance(doc, list):
+        for v in doc:
+            _walk(v, out)
+
+
+def acceptance_from_report(doc: Any, where: str) -> Acceptance | None:
+    """The per-position acceptance of a report: the longest lists found (the largest k measured),
+    averaged position by position over every run that has one. None when there is none."""
+    found: list[list[float]] = []
+    _walk(doc, found)
+    if not found:
+        return None
+    longest = max(len(p) for p in found)
+    rows = [p for p in found if len(p) == longest]
+    mean = tuple(sum(r[i] for r in rows) / len(rows) for i in range(longest))
+    return Acceptance(mean, f"read from {where} ({len(rows)} run(s), {longest} position(s))")
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration files
+
+CALIBRATION_SCHEMA = "ppspec-calibration/1"
+
+
+def shape_key(shape: Shape) -> dict[str, int]:
+    """What a calibration entry must match: the model's size class and the parallel layout."""
+    return {"num_layers": shape.num_layers, "hidden_size": shape.hidden_size, "act_bytes": shape.act_bytes, "tp": shape.tp, "pp": len(shape.stages)}
+
+
+def calibration_entry(doc: Any, hardware: str, shape: Shape) -> dict[str, Any] | None:
+    """The entry of a calibration file for this hardware and shape, or None."""
+    if not isinstance(doc, dict) or doc.get("schema") != CALIBRATION_SCHEMA:
+        return None
+    key = shape_key(shape)
+    for e in doc.get("entries") or []:
+        if isinstance(e, dict) and e.get("hardware") == hardware and e.get("shape") == key and isinstance(e.get("costs"), dict):
+            return e
+    return None
+
+
+def costs_of(entry: dict[str, Any]) -> Costs:
+    c = entry["costs"]
+    fields = ("eff_bw", "eff_flops", "step_overhead_ms", "spec_overhead_ms", "draft_pass_overhead_ms")
+    return Costs(**{f: float(c[f]) for f in fields if isinstance(c.get(f), (int, float)) and not isinstance(c.get(f), bool)})
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration from a bench record (ppspec-bench/1): what `bench` (or a tool) writes
+
+
+def measured_runs(bench: dict[str, Any]) -> list[Measured]:
+    """bench.json's runs as the fit reads them: concurrency, k (0 = baseline), mean TPOT and the
+    run's own acceptance length (1 for the baseline). Runs without a TPOT are left out."""
+    out = []
+    for r in bench.get("runs") or []:
+        tpot = (r.get("tpot_ms") or {}).get("mean") if isinstance(r, dict) else None
+        if not isinstance(tpot, (int, float)) or tpot <= 0:
+            continue
+        k = r.get("num_speculative_tokens") or 0
+        al = r.get("acceptance_length") if k else 1.0
+        if not isinstance(al, (int, float)) or al < 1.0:
+            continue
+        out.append(Measured(int(r["concurrency"]), int(k), float(tpot), float(al)))
+    return out
+
+
+def bench_context(bench: dict[str, Any]) -> int:
+    """The mean context a bench request decodes at: its prompt plus half of its output."""
+    s = bench.get("settings") or {}
+    return int(s.get("input_len", 0)) + int(s.get("max_tokens", 0)) // 2
+
+
+def calibration_from_bench(bench: dict[str, Any], shape: Shape, hw: Hardware, hardware_name: str, source: str) -> dict[str, Any] | None:
+    """One `ppspec-calibration/1` entry fitted on a bench record (None without usable runs)."""
+    runs = measured_runs(bench)
+    if not runs:
+        return None
+    fit = fit_costs(shape, hw, runs, ctx=bench_context(bench))
+    return {"hardware": hardware_name, "shape": shape_key(shape), "costs": asdict(fit.costs), "source": f"{source} ({len(runs)} runs)", "rms_rel_error": round(fit.rms_rel_error, 4)}
