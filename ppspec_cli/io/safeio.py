@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import secrets
 import stat
 from typing import Any, Callable
