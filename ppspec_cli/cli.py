@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
+
+from ppspec_cli.io import env as env_io
 from typing import Optional
 
 import typer
@@ -49,7 +50,10 @@ def _main(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for unexpected errors."),
     version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True, help="Print ppspec's version, the installed vLLM (verified or not) and the verified vLLM releases, then exit."),
 ) -> None:
-    _state["debug"] = debug or bool(os.environ.get("PPSPEC_DEBUG"))
+    _state["debug"] = debug or bool(env_io.get("PPSPEC_DEBUG"))  # read raw: a bad PPSPEC_* below must still show without a traceback
+    from ppspec_cli.io.settings import settings
+
+    settings()  # every PPSPEC_* variable checked once, first: a bad one is one error (exit 2) before anything runs
 
 
 @app.command()

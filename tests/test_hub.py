@@ -592,10 +592,11 @@ def test_hub_behind_a_proxy_with_credentials(tmp_path, write_profile, hub):
 
 
 def test_hub_deadline_value_is_checked(tmp_path, write_profile, hub):
-    """A bad budget is the checkpoint's one clear finding, before any request is made."""
+    """A bad budget is one clear error, exit 2, before any request is made (issue 32: every PPSPEC_*
+    variable is checked first, by io/settings, as a usage error)."""
     hub.repos = {"meta-llama/Llama-3.1-8B-Instruct": llama_repo(), "org/eagle3": eagle3_repo()}
     rc, out, _ = check_json(profile(write_profile), hub_env(tmp_path, hub.url, offline=False, PPSPEC_HUB_DEADLINE="soon"))
-    assert rc == 1 and "PPSPEC_HUB_DEADLINE='soon'" in codes(out)["target-unreadable"]["message"]
+    assert rc == 2 and "PPSPEC_HUB_DEADLINE='soon'" in out["error"]
     assert hub.log == []
 
 

@@ -360,7 +360,7 @@ def test_import_check_on_the_installed_vllm_is_real_and_cached(tmp_path, monkeyp
     def no_child(*a, **k):
         raise AssertionError("the cached answer was not used")
 
-    monkeypatch.setattr(packs_cli.subprocess, "run", no_child)
+    monkeypatch.setattr(packs_cli.spawn, "run", no_child)
     assert packs_cli.import_errors([m3, llama]) == got
 
 

@@ -1,8 +1,11 @@
 """Every ppspec writer against every kind of thing that can already be at its path.
 
 A writer writes a temporary file beside the path and renames it over: that must only ever replace
-a regular file. A device node, FIFO, socket, directory or symlink at the path is refused (exit 1/2,
-the path named), left exactly as it was, and no temporary file stays behind. The device nodes are
+a regular file. A character device or FIFO the user names (`--out /dev/null`, a named pipe) is
+written THROUGH, never replaced (issue 32: refusing them broke normal use); /dev/stdout and
+/dev/stderr write to that descriptor. A socket, directory or symlink at the path is refused (exit
+1/2, the path named), left exactly as it was, and no temporary file stays behind; a symlink is
+never followed into a replacement. The device nodes are
 private ones made with mknod in the test's own directory (same numbers as /dev/null and /dev/full):
 no test ever writes to this machine's real /dev.
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import threading
 from pathlib import Path
 
 import inprocess
@@ -21,7 +25,9 @@ import pytest
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.io import safeio
 
-KINDS = ["chardev-null", "chardev-full", "fifo", "socket", "symlink", "dangling-symlink", "directory"]
+KINDS = ["socket", "symlink", "dangling-symlink", "directory"]
+#: Written through, never replaced (chardev-full: written through and refused by the device, ENOSPC).
+THROUGH = ["chardev-null", "chardev-full", "fifo"]
 
 
 def _cli(args: list[str]) -> tuple[int, str]:
@@ -96,6 +102,52 @@ def test_a_failed_write_is_an_error_with_no_partial_file(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["out"]
 
 
+def _drain(path: Path) -> tuple[threading.Thread, list[bytes]]:
+    """A reader at the FIFO (as `cat fifo` would be), collecting what is written through it."""
+    got: list[bytes] = []
+
+    def read() -> None:
+        with open(path, "rb") as f:
+            got.append(f.read())
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    return t, got
+
+
+@pytest.mark.parametrize("kind", THROUGH)
+def test_write_text_writes_through_a_device_or_fifo_and_never_replaces_it(tmp_path, kind):
+    path = tmp_path / "out"
+    before = _make(kind, path)
+    reader = _drain(path) if kind == "fifo" else None
+    if kind == "chardev-full":
+        with pytest.raises(PpspecError, match="No space left"):
+            safeio.write_text(path, "x\n", what="report", through=True)
+    else:
+        safeio.write_text(path, "x\n", what="report", through=True)
+    if reader:
+        reader[0].join(10)
+        assert reader[1] == [b"x\n"]
+    _unchanged(path, before)
+
+
+@pytest.mark.parametrize("kind", THROUGH)
+def test_ppspecs_own_files_are_never_written_through(tmp_path, kind):
+    """Without through=True (a cache, a record, a run-dir file: no user named it), a device or FIFO
+    planted there is refused as before, without blocking."""
+    path = tmp_path / "out"
+    before = _make(kind, path)
+    with pytest.raises(PpspecError, match="cannot write"):
+        safeio.write_text(path, "x\n", what="record")
+    _unchanged(path, before)
+
+
+def test_write_text_to_dev_stdout_writes_the_descriptor(tmp_path, capfd):
+    safeio.write_text("/dev/stdout", "to stdout\n", through=True)
+    assert capfd.readouterr().out == "to stdout\n"
+    safeio.check_writable("/dev/stdout", where="--out")  # accepted at start too
+
+
 @pytest.fixture
 def slurm_profile(tmp_path) -> Path:
     target = tmp_path / "target"
@@ -130,6 +182,25 @@ def test_every_cli_writer_refuses_a_path_that_is_not_a_regular_file(tmp_path, sl
     assert "Traceback" not in text
     assert "dest" in text, text  # the path is named
     _unchanged(out, before)
+
+
+@pytest.mark.parametrize("writer", sorted(w for w in WRITERS if not w.startswith("verify")))
+def test_every_cli_writer_writes_through_dev_null_and_a_fifo(tmp_path, slurm_profile, writer):
+    """`--out /dev/null` (here a private node with its numbers) and a named pipe work: exit 0, the
+    node left as it was, the text in the pipe."""
+    null = tmp_path / "null"
+    before = _make("chardev-null", null)
+    code, text = _cli(WRITERS[writer](null, slurm_profile))
+    assert code == 0, text
+    _unchanged(null, before)
+    fifo = tmp_path / "fifo"
+    before = _make("fifo", fifo)
+    t, got = _drain(fifo)
+    code, text = _cli(WRITERS[writer](fifo, slurm_profile))
+    t.join(10)
+    assert code == 0, text
+    assert got and len(got[0]) > 0
+    _unchanged(fifo, before)
 
 
 @pytest.mark.parametrize("writer", sorted(w for w in WRITERS if not w.startswith("verify")))

@@ -480,21 +480,12 @@ _hub_client: dict[str, Any] = {}  # "installed" -> endpoint; "last" -> the last 
 
 
 def _hub_budget(env: str = HUB_DEADLINE_ENV, default: float = HUB_DEADLINE_DEFAULT) -> float:
-    raw = os.environ.get(env, "").strip()
-    if not raw:
-        return default
-    try:
-        budget = float(raw)
-    except ValueError:
-        budget = float("nan")
-    if not 0 < budget <= 86400:
-        raise PpspecError(
-            f"{env}={raw[:40]!r} is not a number of seconds in (0, 86400]",
-            where=env,
-            fix=f"set it to the seconds one checkpoint's hub metadata may take (default {default:g}), or unset it",
-            exit_code=1,
-        )
-    return budget
+    """$PPSPEC_HUB_DEADLINE or $PPSPEC_HUB_DOWNLOAD_DEADLINE (io/settings: seconds in (0, 86400], else one error), or `default`."""
+    from ppspec_cli.io.settings import settings
+
+    s = settings()
+    budget = s.hub_download_deadline if env == HUB_DOWNLOAD_DEADLINE_ENV else s.hub_deadline
+    return default if budget is None else budget
 
 
 def _install_hub_client() -> None:
@@ -525,14 +516,11 @@ HUB_DOWNLOAD_LIMIT_DEFAULT_GB = 64.0
 
 
 def _hub_limit() -> float:
-    raw = os.environ.get(HUB_DOWNLOAD_LIMIT_ENV, "").strip()
-    try:
-        gb = float(raw) if raw else HUB_DOWNLOAD_LIMIT_DEFAULT_GB
-    except ValueError:
-        gb = float("nan")
-    if not 0 < gb <= 1 << 20:
-        raise PpspecError(f"{HUB_DOWNLOAD_LIMIT_ENV}={raw[:40]!r} is not a size in GB in (0, 1048576]", where=HUB_DOWNLOAD_LIMIT_ENV, fix=f"set it to the GB a drafter download may take (default {HUB_DOWNLOAD_LIMIT_DEFAULT_GB:g}), or unset it", exit_code=1)
-    return gb * 1e9
+    """$PPSPEC_HUB_DOWNLOAD_LIMIT_GB (io/settings: a size in GB in (0, 1048576], else one error) in bytes."""
+    from ppspec_cli.io.settings import settings
+
+    gb = settings().hub_download_limit_gb
+    return (HUB_DOWNLOAD_LIMIT_DEFAULT_GB if gb is None else gb) * 1e9
 
 
 def _hub_too_large(ref: str, limit: float, env: str | None = None) -> PpspecError:

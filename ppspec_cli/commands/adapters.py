@@ -21,14 +21,12 @@ installed versions of the packages that decide it.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from importlib import metadata as md
 from pathlib import Path
 from typing import Any
 
-from ppspec_cli.io import safeio
+from ppspec_cli.io import safeio, spawn
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge.packs import CAPABILITIES, Pack, get_pack, load_packs
 from ppspec_cli.knowledge import facts
@@ -58,7 +56,9 @@ sys.stdout.write("PPSPEC-IMPORTS " + json.dumps(out))
 
 
 def _cache_file() -> Path:
-    return Path(os.environ.get("PPSPEC_CACHE") or Path.home() / ".cache" / "ppspec") / "import-check.json"
+    from ppspec_cli.io.cache import owned_dir
+
+    return owned_dir() / "import-check.json"
 
 
 def _install_key() -> str:
@@ -74,8 +74,13 @@ def _install_key() -> str:
 def _read_cache(key: str) -> dict[str, str | None]:
     from ppspec_cli.io.safeio import read_json
 
+    from ppspec_cli.io.cache import owned_file
+
+    f = _cache_file()  # a cache dir of another user's: refused here, with its path
     try:
-        data = read_json(_cache_file(), limit=1 << 20, what="import-check cache")
+        if not owned_file(f):
+            return {}
+        data = read_json(f, limit=1 << 20, what="import-check cache", follow_symlinks=False)
     except Exception:  # noqa: BLE001 - a missing or damaged cache is only a cache miss
         return {}
     if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("modules"), dict):
@@ -84,9 +89,8 @@ def _read_cache(key: str) -> dict[str, str | None]:
 
 
 def _write_cache(key: str, modules: dict[str, str | None]) -> None:
-    f = _cache_file()
     try:
-        f.parent.mkdir(parents=True, exist_ok=True)
+        f = _cache_file()
         safeio.write_text(f, json.dumps({"key": key, "modules": modules}), what="the import-check cache")
     except (OSError, PpspecError):
         pass  # an unwritable cache only costs the next run the check again
@@ -100,16 +104,15 @@ def import_errors(modules: list[str]) -> dict[str, str | None]:
     todo = sorted(set(modules) - set(known))
     if todo:
         try:
-            cp = subprocess.run(
-                [sys.executable, "-c", _CHILD, *todo],
+            cp = spawn.run(  # isolated (-P), without PPSPEC_PLAN_FILE: the ppspec vLLM plugin stays inert
+                spawn.python_argv("-c", _CHILD, *todo),
                 capture_output=True,
                 text=True,
                 timeout=IMPORT_CHECK_DEADLINE_S,
-                env={k: v for k, v in os.environ.items() if k != "PPSPEC_PLAN_FILE"},  # the ppspec vLLM plugin stays inert
             )
             line = next((ln for ln in cp.stdout.splitlines() if ln.startswith("PPSPEC-IMPORTS ")), None)
             got = json.loads(line.split(" ", 1)[1]) if line else {}
-        except (OSError, subprocess.TimeoutExpired, ValueError):
+        except (OSError, spawn.TimeoutExpired, ValueError):
             got = {}
         if got:
             known.update({m: got[m] for m in todo if m in got})
@@ -211,14 +214,13 @@ def probe_anchors(packs: list[Pack], platform: str, facts_version: str) -> dict[
     if not packs:
         return {}
     try:
-        cp = subprocess.run(
-            [sys.executable, "-c", _ANCHOR_CHILD, platform, facts_version, *[p.name for p in packs]],
+        cp = spawn.run(
+            spawn.python_argv("-c", _ANCHOR_CHILD, platform, facts_version, *[p.name for p in packs]),
             capture_output=True, text=True, timeout=IMPORT_CHECK_DEADLINE_S,
-            env={k: v for k, v in os.environ.items() if k != "PPSPEC_PLAN_FILE"},
         )  # fmt: skip
         line = next((ln for ln in cp.stdout.splitlines() if ln.startswith("PPSPEC-ANCHORS ")), None)
         return json.loads(line.split(" ", 1)[1]) if line else {p.name: f"the anchor read did not finish (exit {cp.returncode})" for p in packs}
-    except (OSError, subprocess.TimeoutExpired, ValueError) as e:
+    except (OSError, spawn.TimeoutExpired, ValueError) as e:
         return {p.name: f"the anchor read could not run ({type(e).__name__})" for p in packs}
 
 

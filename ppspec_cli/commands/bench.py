@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sys
 import time
@@ -72,7 +71,7 @@ def run(profile: str, o: Options) -> int:
     }
     if not o.resume:
         for name in [a.name for a in arms] + [res.TUNED]:
-            shutil.rmtree(state / "arms" / name, ignore_errors=True)
+            safeio.remove_tree(state / "arms" / name, what="the arm's previous results")  # a planted link is unlinked, never followed
     b = _Bench(profile, prof, arms, settings, state, o.offline, None, _identity(o.endpoint is None))
     if o.resume:
         b.check_kept(o.allow_mixed)
@@ -104,8 +103,8 @@ def _validate(o: Options) -> list[int]:
         raise PpspecError("--endpoint and --baseline-endpoint go together", where="--endpoint", fix="give both (the speculative server and the one without speculation), or neither to let bench serve the profile")
     if not 1 <= o.max_tokens <= 1 << 16 or not 1 <= o.input_len <= 1 << 20:
         raise PpspecError("--max-tokens must be in 1..65536 and --input-len in 1..1048576", where="--max-tokens / --input-len", fix="e.g. --max-tokens 128 --input-len 128")
-    if not 1 <= o.num_prompts <= 1 << 20:
-        raise PpspecError("--num-prompts must be in 1..1048576", where="--num-prompts", fix="e.g. --num-prompts 64")
+    if not 1 <= o.num_prompts <= MAX_NUM_PROMPTS:
+        raise PpspecError(f"--num-prompts must be in 1..{MAX_NUM_PROMPTS}", where="--num-prompts", fix="e.g. --num-prompts 64")
     if not 1 <= o.repeat <= MAX_REPEAT:
         raise PpspecError(f"--repeat must be in 1..{MAX_REPEAT}", where="--repeat", fix="e.g. --repeat 3 (2 or more: one repeat has no spread to judge)")
     return levels
@@ -125,6 +124,10 @@ def _identity(served: bool) -> dict:
 
 def _arms(prof, nst: str | None, endpoint: str | None, baseline_endpoint: str | None) -> list[Arm]:
     """baseline (no drafter) first, then one arm per num_speculative_tokens."""
+    from ppspec_cli.io import redact
+
+    for url in (endpoint, baseline_endpoint):  # a `user:password@` endpoint never lands in bench.json, report.md or the terminal
+        redact.register_url(url)
     if prof.drafter is None:
         raise PpspecError(f"profile {prof.name} names no drafter: there is no speculation to measure", where="drafter", fix="bench a profile with a `drafter:` section (bench serves it once without the drafter itself)")
     if endpoint is None and (prof.disaggregated or prof.topology.nodes > 1):
@@ -138,6 +141,11 @@ def _arms(prof, nst: str | None, endpoint: str | None, baseline_endpoint: str | 
     if len(ks) > 1:
         raise PpspecError("with --endpoint, the speculative server runs one num_speculative_tokens", where="--num-speculative-tokens", fix="give one value (the server's), or let bench serve the profile")
     return [Arm(BASELINE, False, None, baseline_endpoint), Arm(res.spec_arm_name(ks[0]), True, ks[0], endpoint)]
+
+
+#: The most prompts one bench level sends: over the ~94 thousand conversations of ShareGPT V3, the
+#: largest prompt set vLLM's benchmark client ships a loader for.
+MAX_NUM_PROMPTS = 1 << 17
 
 
 def _state_dir(out: str | None, name: str) -> Path:

@@ -137,7 +137,7 @@ def run(out: str | None, findings: bool = False) -> int:
 
     text = findings_reference() if findings else profile_reference()
     if out:
-        safeio.write_text(out, text, what=out, where="--out", exit_code=2)
+        safeio.write_text(out, text, what=out, where="--out", exit_code=2, through=True)
     else:
         print(text, end="")
     return 0

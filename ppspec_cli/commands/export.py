@@ -14,8 +14,8 @@ def slurm(profile: str, output: str | None, offline: bool) -> int:
 
     prof = load(profile)
 
-    def render(r, spec, path, errors):  # the script says what becomes of the profile's own head address
-        return slurm_script(r, spec, path, errors, profile_master_addr=prof.launch.master_addr)
+    def render(r, spec, path, errors, warnings=None):  # the script says what becomes of the profile's own head address
+        return slurm_script(r, spec, path, errors, profile_master_addr=prof.launch.master_addr, warnings=warnings)
 
     return _export(prof, profile, offline, output, render, {"master_addr": PLACEHOLDER_HEAD})
 
@@ -34,8 +34,8 @@ def k8s(profile: str, image: str, output: str | None, api_key_secret: str | None
         progress("the API server binds 0.0.0.0 in the pod (the profile binds loopback, which the Service could not reach); --host changes it")
     name = k8s_name(prof.name)
 
-    def render(r, spec, path, errors):
-        return k8s_manifest(r, spec, path, errors, image=image, api_key_secret=api_key_secret, host=host, volumes=volumes)
+    def render(r, spec, path, errors, warnings=None):
+        return k8s_manifest(r, spec, path, errors, image=image, api_key_secret=api_key_secret, host=host, volumes=volumes, warnings=warnings)
 
     return _export(prof, profile, offline, output, render, {"master_addr": PLACEHOLDER_HEAD, "host": host}, run_dir=str(K8S_RUN_DIR / name))
 
@@ -58,17 +58,21 @@ def _export(prof, profile: str, offline: bool, output: str | None, render, where
     c = checked(prof, profile, offline=offline, run_dir=run_dir, where=where, progress=progress, environ={})
     v = c.profile
     errors = [f"{f.code}: {f.message}" for f in v.refused]
+    # every warning check gives (acknowledged risks under `trust:` included) travels with the file
+    warnings = [f"{f.code}: {f.message}" for f in c.preflight.findings if f.severity == "warning"]
     spec = build_launch(c.resolved, run_dir=c.placement.run_dir)
-    text = render(c.resolved, spec, profile, errors)
+    text = render(c.resolved, spec, profile, errors, warnings)
     if output:
         from pathlib import Path
 
-        safeio.write_text(Path(output), text, what=output, where="--output")
+        safeio.write_text(Path(output), text, what=output, where="--output", through=True)
         progress(f"wrote {output}")
     else:
         sys.stdout.write(text)
     for e in errors:
         progress(f"check error {e}")
+    for w in warnings:
+        progress(f"check warning {w}")
     if errors:
         progress(f"`check` found {len(errors)} error(s): `ppspec serve` would refuse this profile on every node")
     return v.exit_code

@@ -59,7 +59,9 @@ def trigger_tokens() -> list[int]:
 
 
 def write_json(path: Path, obj: object) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    from ppspec_cli.io import safeio
+
+    safeio.write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n", what=path.name)
 
 
 class Rand:

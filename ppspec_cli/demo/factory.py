@@ -18,13 +18,13 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ppspec_cli.io import safeio
+from ppspec_cli.io import records, safeio
+from ppspec_cli.io.records import Record
 from ppspec_cli.errors import PpspecError
 
 from ppspec_cli.demo.common import (
@@ -195,8 +195,9 @@ def is_demo_ref(ref: str) -> bool:
 
 def demo_cache_dir() -> Path:
     """Where demo models live: $PPSPEC_CACHE/demo, else ~/.cache/ppspec/demo."""
-    root = os.environ.get("PPSPEC_CACHE") or "~/.cache/ppspec"
-    return Path(root).expanduser() / "demo"
+    from ppspec_cli.io.cache import owned_dir
+
+    return owned_dir("demo")
 
 
 def resolve_model_ref(ref: str) -> str:
@@ -223,12 +224,11 @@ def ensure_demo_model(name: str, *, progress: Callable[[str], None] | None = Non
         entry.build(entry.spec, tmp)
         write_json(tmp / STAMP_FILE, {"factory_version": FACTORY_VERSION, "name": name})
         for f in tmp.iterdir():  # mkdtemp/safetensors create owner-only modes; models are shared
-            f.chmod(0o644)
-        tmp.chmod(0o755)
+            safeio.set_mode(f, 0o644)
+        safeio.set_mode(tmp, 0o755)
         _install(tmp, target)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        _remove_quietly(tmp)
     if progress:
         progress(f"demo model {name} ready")
     return target
@@ -281,12 +281,23 @@ def _require_build_deps(name: str) -> None:
         )
 
 
+class DemoStamp(Record):
+    """A demo model's stamp file (STAMP_FILE): which factory built it, under which name."""
+
+    factory_version: int
+    name: str
+
+
 def _is_current(path: Path) -> bool:
+    """The model at `path` was built by this FACTORY_VERSION (its stamp, read as a typed record:
+    a stamp of another shape is an outdated model, rebuilt, never trusted)."""
+    if not os.path.lexists(path / STAMP_FILE):
+        return False
     try:
-        stamp = safeio.read_json(path / STAMP_FILE, limit=1 << 16, what="demo stamp")
+        stamp, _ = records.load(path / STAMP_FILE, DemoStamp, what="demo stamp", limit=1 << 16, fix="delete the demo model's directory; ppspec rebuilds it")
     except PpspecError:
         return False
-    return isinstance(stamp, dict) and stamp.get("factory_version") == FACTORY_VERSION
+    return stamp.factory_version == FACTORY_VERSION
 
 
 def _install(tmp: Path, target: Path) -> None:
@@ -296,12 +307,20 @@ def _install(tmp: Path, target: Path) -> None:
         if _is_current(target):  # another process finished the same build first
             return
         old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-        os.rename(target, old / "model")
+        safeio.rename(target, old / "model")
     try:
-        os.rename(tmp, target)
+        safeio.rename(tmp, target)
     except OSError:
         if not _is_current(target):
             raise
     finally:
         if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+            _remove_quietly(old)
+
+
+def _remove_quietly(p: Path) -> None:
+    """A leftover build directory: removed (never through a link), or left when it cannot be."""
+    try:
+        safeio.remove_tree(p, what="a demo build directory")
+    except PpspecError:
+        pass

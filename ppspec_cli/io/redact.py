@@ -63,6 +63,27 @@ def register(value: Any) -> None:
         _pattern = re.compile("|".join(re.escape(s) for s in sorted(_secrets, key=len, reverse=True)))
 
 
+def register_url(url: str | None) -> None:
+    """A URL's credentials (`scheme://user:password@host`): the `user:password@` part is registered
+    whatever its length (with its `@` it is distinctive), and the password alone when it is long
+    enough, so neither reaches a file (bench.json, a report) or the terminal."""
+    global _pattern
+    if not url or "@" not in url:
+        return
+    import urllib.parse
+
+    try:
+        netloc = urllib.parse.urlsplit(url).netloc
+    except ValueError:
+        return
+    userinfo, at, _host = netloc.rpartition("@")
+    if not at or not userinfo:
+        return
+    _secrets.add(userinfo + "@")
+    _pattern = re.compile("|".join(re.escape(s) for s in sorted(_secrets, key=len, reverse=True)))
+    register(urllib.parse.unquote(userinfo.partition(":")[2]))
+
+
 def register_env(environ: Mapping[str, str] | None = None) -> None:
     """Register the value of every secret-named variable of `environ` (default: this process's)."""
     for k, v in (os.environ if environ is None else environ).items():

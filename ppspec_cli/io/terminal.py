@@ -208,6 +208,25 @@ def _console_class() -> type:
 
 
 _TERM_CONSOLE: type | None = None
+#: The narrowest terminal a message is laid out for, and the width used when $COLUMNS is unusable
+#: (0, negative, not a number, or absurd): `COLUMNS=0` made rich print nothing at all, errors included.
+MIN_COLUMNS = 20
+FALLBACK_COLUMNS = 80
+MAX_COLUMNS = 10_000
+
+
+def _sane_width() -> int | None:
+    """None: let rich size itself ($COLUMNS unset or usable); else the width to use instead."""
+    from ppspec_cli.io import env
+
+    raw = env.get("COLUMNS")
+    if raw is None:
+        return None
+    try:
+        n = int(raw.strip())
+    except ValueError:
+        return FALLBACK_COLUMNS
+    return None if MIN_COLUMNS <= n <= MAX_COLUMNS else (FALLBACK_COLUMNS if n < MIN_COLUMNS else MAX_COLUMNS)
 
 
 def console(stderr: bool = False, **kw: Any) -> Any:
@@ -217,6 +236,9 @@ def console(stderr: bool = False, **kw: Any) -> Any:
         _TERM_CONSOLE = _console_class()
     kw.setdefault("highlight", False)
     kw.setdefault("soft_wrap", True)
+    width = _sane_width()
+    if width is not None:
+        kw.setdefault("width", width)
     return _TERM_CONSOLE(file=_Channel(stderr), markup=False, emoji=False, **kw)
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,9 +144,12 @@ def installed_source_root() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))).parent
 
 
-def cache_dir() -> Path:
-    """$PPSPEC_CACHE/arch, else ~/.cache/ppspec/arch (the demo models' cache root)."""
-    return Path(os.environ.get("PPSPEC_CACHE") or "~/.cache/ppspec").expanduser() / "arch"
+def cache_dir(create: bool = False) -> Path:
+    """The cache of scanned installs: `arch` under ppspec's per-user cache root (io/settings:
+    $PPSPEC_CACHE, else the user's cache directory), owned by this user (io/cache refuses another's)."""
+    from ppspec_cli.io import cache
+
+    return cache.owned_dir("arch", create=create)
 
 
 def _install_key(root: Path, version: str) -> str:
@@ -171,7 +173,7 @@ def installed_table(root: Path, version: str) -> ArchTable:
     doc = table_document(archscan.scan(root), version, commit, origin=f"installed vLLM {version} at {root / 'vllm'}")
     import json
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = cache_dir(create=True) / path.name
     safeio.write_text(path, json.dumps(doc, sort_keys=True), what="vLLM architecture cache")
     return ArchTable(version, commit, str(doc["origin"]), "installed", doc)
 

@@ -20,7 +20,6 @@ from importlib import metadata as md
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import (
@@ -32,7 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-from ppspec_cli.io import safeio
+from ppspec_cli.io import safeio, yamlload
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge import methods
 from ppspec_cli.knowledge.facts import DEFAULT_MTP_LAYER_KEYS, MAX_MTP_LAYERS
@@ -533,6 +532,11 @@ def packs_dir() -> Path:
     return here.parent / "adapters"
 
 
+#: What one adapter pack manifest may expand to (io/yamlload): the largest built-in manifest is a
+#: few hundred values; 100,000 leaves room for any real one and none for an alias bomb.
+MAX_MANIFEST_NODES = 100_000
+
+
 def load_pack_dir(path: Path, *, source: str = "built-in") -> Pack:
     """Read and validate one pack folder. PpspecError (naming the file and the key) on any problem."""
     path = Path(path)
@@ -540,8 +544,8 @@ def load_pack_dir(path: Path, *, source: str = "built-in") -> Pack:
     if not manifest_path.is_file():
         raise PpspecError(f"adapter pack folder has no {PACK_FILE}", where=str(path), fix=f"add {PACK_FILE} (see docs/adapters.md)")
     try:
-        raw = yaml.safe_load(safeio.read_text(manifest_path, limit=1 << 20, what="adapter pack manifest"))
-    except yaml.YAMLError as e:
+        raw = yamlload.load(safeio.read_text(manifest_path, limit=1 << 20, what="adapter pack manifest"), what="adapter pack manifest", source=str(manifest_path), max_nodes=MAX_MANIFEST_NODES, max_bytes=2 << 20)
+    except yamlload.YAMLError as e:
         raise PpspecError(f"cannot read adapter pack manifest: {e}", where=str(manifest_path), fix="fix the YAML") from None
     if not isinstance(raw, dict):
         raise PpspecError("adapter pack manifest must be a mapping", where=str(manifest_path), fix="see docs/adapters.md")

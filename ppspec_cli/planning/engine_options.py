@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.findings import Finding, registry
+from ppspec_cli.io.records import Record
 from ppspec_cli.io import safeio
 from ppspec_cli.io.redact import is_secret_name
 
@@ -174,7 +175,7 @@ def _refusal(code: str, field: str, message: str, fix: str) -> Finding:
     return Finding(code, registry.TABLE[code].severities[0], field, message, fix)  # type: ignore[arg-type]
 
 
-def launch_refusals(engine: Mapping[str, Any], env: Mapping[str, str], api_key_env: str | None, environ: Mapping[str, str] | None, trust: Mapping[str, Any] | None = None) -> list[Finding]:
+def launch_refusals(engine: Mapping[str, Any], env: Mapping[str, str], api_key_env: str | None, environ: Mapping[str, str] | None, trust: Mapping[str, Any] | None = None, kv_transfer: Mapping[str, Any] | None = None) -> list[Finding]:
     """Everything `serve` refuses about the engine options, the profile's `env:` and the caller's
     environment (`environ`; None: not looked at), as error findings. `check` reports these and
     `serve` refuses on them: one rule set. (`engine-unknown-option` needs vLLM: `unknown_engine_options`.)"""
@@ -221,7 +222,7 @@ def launch_refusals(engine: Mapping[str, Any], env: Mapping[str, str], api_key_e
         if val is not None and "ppspec" not in val.split(","):  # vLLM: os.environ["VLLM_PLUGINS"].split(","), names compared exactly
             out.append(_refusal("env-plugins-skip-ppspec", where, f"VLLM_PLUGINS={val[:80]!r} leaves out ppspec: its plugin would not run in the engine, which would serve without the plan's checks and patches",
                                 "add ppspec to VLLM_PLUGINS (comma-separated, no spaces: vLLM compares each name exactly) or unset it"))
-    out += [f for f in untrusted_findings(engine, env, trust) if f.code != "untrusted-acknowledged"]
+    out += [f for f in untrusted_findings(engine, env, trust, kv_transfer) if f.code != "untrusted-acknowledged"]
     if api_key_env and environ is not None and api_key_env not in environ:
         out.append(_refusal("api-key-env-unset", "server.api_key_env", f"environment variable {api_key_env} (server.api_key_env) is not set here: `ppspec serve` refuses to start where it is not set (a dry run or an export is fine; the node that serves needs it)", f"export {api_key_env}=... before `ppspec serve`"))
     return out
@@ -280,11 +281,18 @@ _OPTIONS_CACHE = "vllm-serve-options.json"
 _PARSER_SOURCES = ("engine/arg_utils.py", "entrypoints/launchers/cli_args.py", "entrypoints/openai/cli_args.py", "entrypoints/cli/serve.py")
 
 
-def _options_cache_file():
-    import os
-    from pathlib import Path
+class OptionCache(Record):
+    """The cached option names of one vLLM install (`key`: planning.engine_options._parser_key)."""
 
-    return Path(os.environ.get("PPSPEC_CACHE") or Path.home() / ".cache" / "ppspec") / _OPTIONS_CACHE
+    key: str
+    options: list[str]
+
+
+def _options_cache_file():
+
+    from ppspec_cli.io.cache import owned_dir
+
+    return owned_dir() / _OPTIONS_CACHE
 
 
 def _parser_key() -> str | None:
@@ -322,19 +330,22 @@ def known_serve_options() -> set[str] | None:
     key = _parser_key()
     if key is None:
         return None
+    from ppspec_cli.io import records
+    from ppspec_cli.io.cache import owned_file
+
     f = _options_cache_file()
-    try:
-        data = safeio.read_json(f, limit=1 << 20, what="vLLM option cache")
-        if isinstance(data, dict) and data.get("key") == key and isinstance(data.get("options"), list) and all(isinstance(x, str) for x in data["options"]):
-            return set(data["options"])
-    except Exception:  # noqa: BLE001 - a missing or damaged cache is only a cache miss
-        pass
+    if owned_file(f):  # a planted or loose cache file (another owner, group/world writable, a link) is refused with its path
+        try:
+            rec, _ = records.load(f, OptionCache, what="vLLM option cache", limit=1 << 20, fix=f"delete {f}")
+            if rec.key == key:
+                return set(rec.options)
+        except PpspecError:
+            pass  # a damaged cache of ours is only a cache miss: the parser is read again and the cache rewritten
     parser = vllm_serve_parser()
     if parser is None:
         return None
     known = {s[2:] for s in parser._option_string_actions if s.startswith("--")}  # noqa: SLF001 - argparse's own table
     try:
-        f.parent.mkdir(parents=True, exist_ok=True)
         safeio.write_text(f, json.dumps({"key": key, "options": sorted(known)}), what="the vLLM option cache")
     except (OSError, PpspecError):
         pass  # an unwritable cache only costs the next run the parser again
@@ -412,6 +423,9 @@ UNTRUSTED_SUBKEYS: dict[tuple[str, str], tuple[str, str]] = {
     ("compilation-config", "inductor_passes"): ("code", "each entry is imported as a compiler pass"),
     ("compilation-config", "debug_dump_path"): ("path", "compiled graphs are written to this path"),
     ("speculative-config", "model"): ("path", "the drafter is loaded from here"),
+    # ExampleConnector's directory (P/D `kv_transfer.extra_config`, or an engine's own kv-transfer-config):
+    # the prefill engine writes KV tensors there and the decode engine loads them (default /tmp: shared).
+    ("kv-transfer-config", "kv_connector_extra_config.shared_storage_path"): ("path", "the prefill engine writes the KV cache here and the decode engine loads it"),
 }
 #: `env:` entries by risk. PYTHON* and LD_* beyond the harmless ones are matched by prefix.
 UNTRUSTED_ENV: dict[str, tuple[str, str]] = {
@@ -471,6 +485,22 @@ def env_risk(name: str) -> tuple[str, str] | None:
     return None
 
 
+def _dig(val: Mapping[str, Any], dotted: str) -> Any:
+    """val["a"]["b"] for "a.b" (None where a level is missing or not a mapping)."""
+    for part in dotted.split("."):
+        if not isinstance(val, Mapping):
+            return None
+        val = val.get(part)
+    return val
+
+
+def pd_kv_view(kv_transfer: Any) -> dict[str, Any] | None:
+    """A P/D profile's `kv_transfer` as the `--kv-transfer-config` keys its risks are judged on."""
+    if kv_transfer is None:
+        return None
+    return {**kv_transfer.options, "kv_connector_extra_config": kv_transfer.extra_config}
+
+
 def option_risks(key: object, value: Any) -> list[tuple[str, str, str]]:
     """The risks of one `engine:` entry: (what names it, kind, what it does)."""
     opt = read_option(key)
@@ -481,14 +511,14 @@ def option_risks(key: object, value: Any) -> list[tuple[str, str, str]]:
     val = option_value(opt, value)
     if isinstance(val, dict):
         for (flag, sub), (kind, what) in UNTRUSTED_SUBKEYS.items():
-            if opt.flag == flag and sub in val and val[sub] not in (None, "", False):
+            if opt.flag == flag and _dig(val, sub) not in (None, "", False):
                 if sub == "backend" and "." not in str(val[sub]):
                     continue  # a registered backend name (inductor, eager), not a dotted import path
                 out.append((f"{flag}.{sub}", kind, what))
     return out
 
 
-def untrusted_findings(engine: Mapping[str, Any], env: Mapping[str, str], trust: Mapping[str, Any] | None) -> list[Finding]:
+def untrusted_findings(engine: Mapping[str, Any], env: Mapping[str, str], trust: Mapping[str, Any] | None, kv_transfer: Mapping[str, Any] | None = None) -> list[Finding]:
     """Every `engine:` option and `env:` entry that makes the engine run code, read a path, reach an
     endpoint or drop a safety check: an error (`serve` refuses) unless the profile's `trust:`
     acknowledges it by name, then a warning that still names the risk."""
@@ -496,12 +526,15 @@ def untrusted_findings(engine: Mapping[str, Any], env: Mapping[str, str], trust:
     ack_engine = {read_option(a).flag for a in trust.get("engine", ()) or ()} | {str(a).replace("_", "-") for a in trust.get("engine", ()) or ()}
     ack_env = {str(a).upper() for a in trust.get("env", ()) or ()}
     out: list[Finding] = []
-    for k, v in engine.items():
+    entries = [(f"engine.{str(k)[:80]}", k, v) for k, v in engine.items()]
+    if kv_transfer:  # a P/D profile's kv_transfer: the same risks as the engine option it becomes
+        entries.append(("kv_transfer", "kv_transfer_config", kv_transfer))
+    for label, k, v in entries:
         for name, kind, what in option_risks(k, v):
             acked = name in ack_engine or name.split(".", 1)[0] in ack_engine
             code = "untrusted-acknowledged" if acked else "engine-untrusted-option"
-            out.append(Finding(code, "warning" if acked else "error", f"engine.{str(k)[:80]}",
-                               f"engine.{str(k)[:80]} {RISKS[kind]} ({kind}: {what})" + (" — acknowledged in `trust.engine`" if acked else ""),
+            out.append(Finding(code, "warning" if acked else "error", label,
+                               f"{label} {RISKS[kind]} ({kind}: {what})" + (" — acknowledged in `trust.engine`" if acked else ""),
                                "fine if you wrote this profile or trust who did" if acked else f"remove it, or acknowledge it with `trust: {{engine: [{name.split('.', 1)[0]}]}}` in the profile once you have read what it points at"))
     for k in sorted(env):
         risk = env_risk(k)

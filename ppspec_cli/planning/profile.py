@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ppspec_cli.io import safeio
+from ppspec_cli.io import safeio, yamlload
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge import methods
 from ppspec_cli.knowledge.facts import NEWEST_SUPPORTED, parse_version
@@ -403,6 +403,9 @@ class Profile(_Strict):
 
 #: A profile is a few dozen values; YAML aliases can expand a tiny file into billions of them.
 MAX_PROFILE_NODES = 20_000
+#: ...or a 27 KB file into 40 MB of text: what a profile expands to may be at most twice the
+#: largest profile ppspec reads as written (io/yamlload counts every alias where it is used).
+MAX_PROFILE_EXPANDED_BYTES = 2 * MAX_PROFILE_BYTES
 
 
 class _TooManyNodes(Exception):
@@ -417,7 +420,7 @@ def _line_index(text: str, source: str = "<profile>") -> dict[tuple, int]:
     of values, which would hang every later consumer).
     """
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yamlload.compose(text)
     except yaml.YAMLError:
         return {}
     lines: dict[tuple, int] = {}
@@ -475,7 +478,7 @@ def parse_profile(text: str, source: str = "<profile>") -> Profile:
             f"profile is larger than {MAX_PROFILE_BYTES // 1024} KiB", where=source, fix="a profile is a short YAML file; check you passed the right file"
         )
     try:
-        data = yaml.safe_load(text)
+        data = yamlload.load(text, what="the profile", source=source, max_nodes=MAX_PROFILE_NODES, max_bytes=MAX_PROFILE_EXPANDED_BYTES)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source

@@ -11,6 +11,7 @@ from typing import Callable, Iterator
 
 from ppspec_cli.findings import Finding, Severity, by_severity, finding, guard
 from ppspec_cli.findings.registry import gap_severity
+from ppspec_cli.io import env as env_io
 from ppspec_cli.planning import drafter_contract, schedule
 from ppspec_cli.knowledge import facts, methods, packs
 from ppspec_cli.knowledge.packs import PLATFORMS, in_range, load_pack_module
@@ -760,26 +761,25 @@ def launch_options(r: Resolved) -> Iterator[Finding]:
     """What `serve` refuses about engine options and environment (engine_options.REFUSALS): the same
     function, so `check` reports exactly what `serve` refuses. The caller's environment counts:
     `check` runs in the shell that runs `serve`."""
-    import os
 
-    from ppspec_cli.planning.engine_options import launch_refusals, untrusted_findings
+    from ppspec_cli.planning.engine_options import launch_refusals, pd_kv_view, untrusted_findings
 
     p = r.profile
-    yield from launch_refusals(p.engine, p.env, p.server.api_key_env, os.environ, p.trust.model_dump())
-    yield from (f for f in untrusted_findings(p.engine, p.env, p.trust.model_dump()) if f.code == "untrusted-acknowledged")
+    kv = pd_kv_view(p.kv_transfer)  # a P/D shared_storage_path is a path risk like an engine option's
+    yield from launch_refusals(p.engine, p.env, p.server.api_key_env, env_io.snapshot(), p.trust.model_dump(), kv)
+    yield from (f for f in untrusted_findings(p.engine, p.env, p.trust.model_dump(), kv) if f.code == "untrusted-acknowledged")
 
 
 @rule("engine-shapes")
 def engine_shapes(r: Resolved) -> Iterator[Finding]:
     """vLLM's start-up shape rules (heads, KV heads, max-model-len): planning.engine_shapes."""
-    import os
 
     from ppspec_cli.planning.engine_shapes import shape_findings
 
     if r.target is None:
         return
     p = r.profile
-    yield from shape_findings(r.target.text, r.target.model_type, p.topology.tensor_parallel, p.engine, p.env, os.environ)
+    yield from shape_findings(r.target.text, r.target.model_type, p.topology.tensor_parallel, p.engine, p.env, env_io.snapshot())
 
 
 @rule("security")

@@ -155,6 +155,16 @@ def launch(p: Prepared, *, progress: Callable[[str], None], workload=None, strea
 
     r, spec, node = p.r, p.spec, p.node
     t = r.profile.topology
+    from ppspec_cli.running.serve.rundir import in_use_by
+
+    holder = in_use_by(spec.run_dir)  # before the port: the same serve holds both, and the run dir is what to change
+    if holder is not None:
+        raise PpspecError(
+            f"{holder} is using the run directory {spec.run_dir}",
+            where="--run-dir",
+            fix="stop that server first, or give this one its own --run-dir (multi-node profiles get one per host and node by default)",
+            exit_code=1,
+        )
     if node.role == "head" and not port_free(r.profile.server.host, r.profile.server.port):
         raise PpspecError(
             f"port {r.profile.server.port} on {r.profile.server.host} is already in use",

@@ -7,14 +7,14 @@ exports all see the same values. Precedence: command line > profile > SLURM's en
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import env as env_io
+from ppspec_cli.io import spawn
 from ppspec_cli.io.netinfo import NodeNet
 from ppspec_cli.planning.profile import Profile
 
@@ -73,17 +73,17 @@ def slurm_hostnames(nodelist: str, environ: Mapping[str, str] | None = None) -> 
     """`scontrol show hostnames NODELIST`: the allocation's hosts in SLURM's order (bounded, with a deadline)."""
     fix = "run `ppspec serve` where SLURM's `scontrol` works (a node of the allocation), or pass --master-addr"
     try:
-        out = subprocess.run(  # fixed argv, no shell
+        out = spawn.run(  # fixed argv, no shell
             ["scontrol", "show", "hostnames", nodelist],
             check=False,
             capture_output=True,
             timeout=SCONTROL_TIMEOUT_S,
             env=None if environ is None else dict(environ),
-            stdin=subprocess.DEVNULL,
+            stdin=spawn.DEVNULL,
         )
     except FileNotFoundError:
         raise PpspecError("SLURM_JOB_NODELIST is set but `scontrol` is not on PATH", where="scontrol", fix=fix, exit_code=1) from None
-    except subprocess.TimeoutExpired:
+    except spawn.TimeoutExpired:
         raise PpspecError(f"`scontrol show hostnames` did not answer within {SCONTROL_TIMEOUT_S:.0f}s", where="scontrol", fix=fix, exit_code=1) from None
     except OSError as e:
         raise PpspecError(f"cannot run `scontrol`: {e.strerror or e}", where="scontrol", fix=fix, exit_code=1) from None
@@ -137,7 +137,7 @@ def place(
     On a node of a multi-node `mp` launch (node rank known) the interface and address towards the
     head are added to the profile's env (node_net_env). `launching`: a real start (not a dry run of
     every node): without a rank from the command line or SLURM, this is node 0."""
-    environ = os.environ if environ is None else environ
+    environ = env_io.snapshot() if environ is None else environ
     launch: dict = {}
     server: dict = {}
     notes: list[str] = []

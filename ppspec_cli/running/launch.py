@@ -69,7 +69,9 @@ def vllm_executable() -> str:
     in), else on PATH, else the `bin/vllm` beside an importable vllm package (the layout of
     `pip install --target DIR`). When vLLM imports but no command is found, that is an error of
     its own: "install vLLM" would send the user the wrong way."""
-    override = os.environ.get(ENV_VLLM_EXECUTABLE)
+    from ppspec_cli.io.settings import settings
+
+    override = settings().vllm_executable
     if override:
         return override
     cand = Path(sys.executable).parent / "vllm"
@@ -119,8 +121,9 @@ def _engine_ref(ref: str, ck: Any, resolve_demo: bool) -> str:
 
 
 def default_run_dir(profile_name: str) -> Path:
-    base = Path(os.environ.get("PPSPEC_CACHE") or Path.home() / ".cache" / "ppspec")
-    return base / "runs" / profile_name
+    from ppspec_cli.io.cache import owned_dir
+
+    return owned_dir("runs") / profile_name
 
 
 def node_run_dir(profile_name: str, node_rank: int, job: str | None = None) -> Path:
@@ -350,22 +353,19 @@ def materialize_overlay(spec: LaunchSpec, revision: str | None = None, rd: Any =
             with rd.mkdir(out.name) as d:
                 for f in src.iterdir():
                     if f.name != "config.json":
-                        os.symlink(f.resolve(), f.name, dir_fd=d.fd)
+                        safeio.symlink(f.resolve(), f.name, dir_fd=d.fd)
                 d.write_text("config.json", cfg_text, what="the drafter overlay's config.json")
                 d.write_text("PPSPEC_OVERLAY.txt", note, what="the drafter overlay's note")
         except OSError as e:
             raise PpspecError(f"cannot build the drafter overlay: {e.strerror or e}", where=str(out), fix="check that the run directory is writable (--run-dir)", exit_code=1) from None
         return
     try:
-        if out.is_symlink() or out.is_file():
-            out.unlink()
-        elif out.exists():
-            shutil.rmtree(out)
+        safeio.remove_tree(out, what="the previous drafter overlay")  # a link there is unlinked, never followed
         out.mkdir(parents=True)
         for f in src.iterdir():
             if f.name == "config.json":
                 continue
-            (out / f.name).symlink_to(f.resolve())
+            safeio.symlink(f.resolve(), out / f.name)
         safeio.write_text(out / "config.json", cfg_text, what="the drafter overlay's config.json")
         safeio.write_text(out / "PPSPEC_OVERLAY.txt", note, what="the drafter overlay's note")
     except OSError as e:

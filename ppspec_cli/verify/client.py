@@ -6,12 +6,12 @@ the endpoint; the API key is read from an environment variable and never appears
 
 from __future__ import annotations
 
-import os
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
 from ppspec_cli.io import netio, redact, safeio
+from ppspec_cli.io import env as env_io
 from ppspec_cli.errors import PpspecError
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8000"
@@ -96,7 +96,7 @@ class Client:
         self.timeout = timeout
         self._api_key: str | None = None
         if api_key_env:
-            key = os.environ.get(api_key_env)
+            key = env_io.get(api_key_env)
             if not key:
                 raise PpspecError(
                     f"environment variable {api_key_env} is not set (it should hold the server's API key)",

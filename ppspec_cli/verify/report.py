@@ -92,7 +92,7 @@ def save_report(report: Report, path: str | Path) -> Path:
         text = json.dumps(report.to_dict(), indent=2, sort_keys=False, allow_nan=False) + "\n"
     except ValueError:  # a non-finite figure (a server's counter at +Inf): JSON has no such number
         raise PpspecError(f"cannot write {p}: the report holds a non-finite number (a server counter at Inf or NaN)", where=str(p), fix="check the server's /metrics; ppspec writes only finite figures", exit_code=1) from None
-    safeio.write_text(p, text, what="report", exit_code=2)
+    safeio.write_text(p, text, what="report", exit_code=2, through=True)
     return p
 
 

@@ -303,8 +303,27 @@ def _writers() -> dict[str, Callable[[Path], None]]:
     }
 
 
+#: Writers of a path the user names (`--out`, `--save-*`): a character device or FIFO there is
+#: written THROUGH (issue 32: `--out /dev/null` must work), never replaced. The others (ppspec's own
+#: files) refuse it.
+THROUGH_WRITERS = ("verify --out/--save-*", "docs --out")
+
+
+def _fifo_reader(p: Path) -> tuple[threading.Thread, list[bytes]]:
+    """A reader at the FIFO `p` (as `cat p` would be): what was written through it lands in the list."""
+    got: list[bytes] = []
+
+    def read() -> None:
+        with open(p, "rb") as f:
+            got.append(f.read())
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    return t, got
+
+
 def _writer_case(wname: str, kind: str) -> Callable[[], str | None]:
-    def run() -> str | None:
+    def run() -> str | None:  # noqa: C901, PLR0911, PLR0912
         from ppspec_cli.errors import PpspecError
 
         if kind == "char-device" and os.geteuid() != 0:
@@ -316,6 +335,8 @@ def _writer_case(wname: str, kind: str) -> Callable[[], str | None]:
             except OSError as e:
                 return f"could not build target: {e}"
             before = os.lstat(p).st_mode if os.path.lexists(p) else None
+            through = wname in THROUGH_WRITERS and kind in ("fifo", "char-device")
+            reader = _fifo_reader(p) if through and kind == "fifo" else None
             try:
                 _writers()[wname](p)
                 ok = True
@@ -326,6 +347,12 @@ def _writer_case(wname: str, kind: str) -> Callable[[], str | None]:
             except Exception as e:  # noqa: BLE001
                 return f"crashed: {type(e).__name__}: {str(e)[:80]}"
             after = os.lstat(p).st_mode if os.path.lexists(p) else None
+            if through and not ok:
+                return f"refused to write through a {kind} the user named"
+            if reader is not None:
+                reader[0].join(10)  # the writer closed the FIFO: the reader has its EOF
+                if not reader[1] or not reader[1][0]:
+                    return "wrote nothing through the FIFO"
             if kind in ("missing", "regular", "dangling-symlink") and kind != "dangling-symlink" and not ok:
                 return "refused a writable target"
             if kind not in ("missing", "regular", "too-long") and (before is None or after is None or stat.S_IFMT(before) != stat.S_IFMT(after)):
@@ -625,11 +652,17 @@ def untrusted_cases() -> Iterator[Case]:
                 continue
             yield ("untrusted", f"option-{kind}", f"{s}", opt_case(s, "x.y", None))
         yield ("untrusted", "acknowledged", flag, opt_case(flag, "x.y", [flag.replace("-", "_")]))
+    def nest(dotted: str, value: object) -> dict:
+        """{"a": {"b": value}} for "a.b" (a nested sub-key such as kv_connector_extra_config.shared_storage_path)."""
+        for part in reversed(dotted.split(".")):
+            value = {part: value}
+        return value  # type: ignore[return-value]
+
     for (flag, sub), (kind, _what) in sorted(UNTRUSTED_SUBKEYS.items()):
         value = "evil.backend" if sub == "backend" else "evil.module"
-        yield ("untrusted", f"subkey-{kind}", f"{flag}={{{sub}}}", opt_case(flag, {sub: value}, None))
+        yield ("untrusted", f"subkey-{kind}", f"{flag}={{{sub}}}", opt_case(flag, nest(sub, value), None))
         yield ("untrusted", f"subkey-{kind}", f"{flag}.{sub}", opt_case(f"{flag.replace('-', '_')}.{sub}", value, None))
-        yield ("untrusted", f"subkey-{kind}", f"{flag} JSON string", opt_case(flag, json.dumps({sub: value}), None))
+        yield ("untrusted", f"subkey-{kind}", f"{flag} JSON string", opt_case(flag, json.dumps(nest(sub, value)), None))
 
     def env_case(name: str, ack: bool) -> Callable[[], str | None]:
         def run() -> str | None:
@@ -961,6 +994,11 @@ MECHANISMS: dict[str, Callable[[], Iterator[Case]]] = {
     "run-dir": rundir_cases,
     "validation": validation_cases,
 }
+
+
+from .cases3 import MECHANISMS3  # noqa: E402 - round 3's entry points (issue 32)
+
+MECHANISMS.update(MECHANISMS3)
 
 
 def all_cases() -> Iterator[Case]:

@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ppspec_cli.io import env as env_io
+
 ENV_PLAN_FILE = "PPSPEC_PLAN_FILE"
 STATUS_FORMAT = "ppspec-plugin-status/1"
 #: Patches the plugin itself installs (not from a pack): the tap watch.
@@ -68,7 +70,7 @@ _state: dict[str, Any] = {
 
 def register() -> None:
     """vLLM's general-plugin hook. Inert (and import-free) unless PPSPEC_PLAN_FILE is set."""
-    path = os.environ.get(ENV_PLAN_FILE)
+    path = env_io.get(ENV_PLAN_FILE)
     if not path:
         return
     if _state["active"] and _state["status"]["pid"] == os.getpid():
@@ -335,7 +337,7 @@ def worker_status(wrapper: Any) -> dict[str, Any]:
     st = _state.get("status")
     if not _state["active"] or not st or st.get("pid") != os.getpid():
         why = st.get("error") if st else None
-        plugins = os.environ.get("VLLM_PLUGINS")
+        plugins = env_io.get("VLLM_PLUGINS")
         return {"pid": os.getpid(), "rank": rank, "pp_rank": pp_rank, "ok": False, "pack": None,
                 "error": why or "the ppspec plugin did not run in this worker" + (f" (VLLM_PLUGINS={plugins!r})" if plugins is not None else " (its import failed, or vLLM skipped it)")}
     return {"pid": os.getpid(), "rank": rank, "pp_rank": pp_rank, "ok": bool(st.get("ok")), "pack": st.get("pack"),

@@ -9,12 +9,13 @@ returns a result object; results are data, rendered once by the caller. A probe 
 from __future__ import annotations
 
 import contextlib
-import os
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator, Literal
 
 from ppspec_cli.findings import Finding
 from ppspec_cli.knowledge.engine import installed_vllm
+from ppspec_cli.io.env import env_set
+from ppspec_cli.io.env import get as env_get
 from ppspec_cli.planning import plan as P
 from ppspec_cli.knowledge import methods
 
@@ -67,21 +68,6 @@ def _guard(name: str, fn: Callable[[], ProbeResult]) -> ProbeResult:
     return got
 
 
-@contextlib.contextmanager
-def env_set(name: str, value: str | None) -> Iterator[None]:
-    """Set (or, with None, unset) one environment variable for the block; packs' probes use it too."""
-    old = os.environ.get(name)
-    try:
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
 
 
 @contextlib.contextmanager
@@ -288,7 +274,7 @@ def probe_v2_runner(method: str | None, pp: int) -> ProbeResult:
     sev: Literal["error", "warning", "info"] = "error" if matters else "info"
 
     def run() -> ProbeResult:
-        forced = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
+        forced = env_get("VLLM_USE_V2_MODEL_RUNNER")
         inst = installed_vllm()
         platform = inst.platform if inst else None
         from vllm.triton_utils import HAS_TRITON

@@ -137,12 +137,8 @@ def _remove(seen: set[str], before: set[str], shapes_until: float) -> None:
     used = _shm_in_use()
     for name, st in cands.items():
         p = SHM_DIR / name
-        try:
-            now = os.lstat(p)
-            if (now.st_dev, now.st_ino, now.st_ctime) == (st.st_dev, st.st_ino, st.st_ctime) and (st.st_dev, st.st_ino) not in used:
-                p.unlink()
-        except OSError:
-            pass
+        if (st.st_dev, st.st_ino) not in used:
+            safeio.remove_if_unchanged(p, (st.st_dev, st.st_ino, st.st_ctime))
 
 
 def _names(value: object) -> set[str]:

@@ -286,6 +286,28 @@ def _describe(rec: dict | None, me: dict) -> str:
     return f"`ppspec serve` on host {printable(rec['host'])} (pid {pid} there, not on this host {me['host']})"
 
 
+def in_use_by(run_dir: Path) -> str | None:
+    """Who holds the run directory's lock right now (lock_run_dir's words), or None: free, absent or
+    not readable. Looks only: never creates, never takes the lock, never follows a link. `serve`
+    asks before its port check, so a second serve of the same profile and run directory says the
+    directory is in use (its port is busy too, for the same reason)."""
+    try:
+        fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return _describe(_holder(f.read(1024)), _me())
+            return None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    return None
+
+
 def lock_run_dir(run_dir: Path) -> RunDir:
     """Hold an exclusive lock on the run directory for the whole serve: a second `ppspec serve` with
     the same run directory would overwrite the plan file and remove the first one's temp files.

@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -19,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ppspec_cli.io import netio, redact, shellout
+from ppspec_cli.io import env as env_io
+from ppspec_cli.io import netio, redact, shellout, spawn
 from ppspec_cli.running.engine.plugin import read_status_dir
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.running.launch import LaunchSpec, NodeLaunch, materialize_overlay
@@ -202,10 +202,11 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def stop_grace_s() -> float:
-    try:
-        return min(max(float(os.environ.get(ENV_STOP_GRACE, STOP_GRACE_S)), 0.0), 3600.0)
-    except ValueError:
-        return STOP_GRACE_S
+    """$PPSPEC_STOP_GRACE_S (io/settings: a finite number in [0, 3600], else one error) or STOP_GRACE_S."""
+    from ppspec_cli.io.settings import settings
+
+    grace = settings().stop_grace_s
+    return STOP_GRACE_S if grace is None else grace
 
 
 class _Signals:
@@ -329,11 +330,12 @@ def run_engine(
     per start-up phase and vLLM's warnings and errors (EngineOutput). engine.log has every line.
     """
     log = _never_raises(log or (lambda m: print(f"ppspec: {m}", file=sys.stderr, flush=True)))
+    stop_grace_s()  # a bad PPSPEC_STOP_GRACE_S is one error now, before anything starts (not a kill at the first Ctrl-C)
     secrets: dict[str, str] = {}
     for k, ref in node.env_refs.items():  # before anything is written or started
-        if ref not in os.environ:
+        if not env_io.has(ref):
             raise PpspecError(f"environment variable {ref} (server.api_key_env) is not set [api-key-env-unset]", where="server.api_key_env", fix=f"export {ref}=... before `ppspec serve`", exit_code=1)
-        secrets[k] = os.environ[ref]
+        secrets[k] = env_io.get(ref) or ""
         redact.register(secrets[k])
     with _Signals() as sigs:
         rd = lock_run_dir(spec.run_dir)  # held by descriptor from here to the last cleanup
@@ -354,8 +356,7 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
     if sigs.first is not None:
         return ServeResult(128 + sigs.first, f"interrupted by {sigs.name} before the engine started: nothing was launched")
     tmp = make_engine_tmp(rd)
-    env = dict(os.environ)
-    env.update(node.env)
+    env = spawn.child_env(node.env)
     env.update(secrets)
     env["TMPDIR"] = str(tmp)
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -364,12 +365,12 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
     tail: collections.deque[str] = collections.deque(maxlen=60)
     log_file = rd.open_write("engine.log")
     try:
-        proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
+        proc = spawn.popen(
             node.argv,
             env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stdin=spawn.DEVNULL,
+            stdout=spawn.PIPE,
+            stderr=spawn.STDOUT,
             start_new_session=True,
             preexec_fn=die_with_parent(),  # noqa: PLW1509 - only prctl + getppid, no locks taken
             text=True,
@@ -539,7 +540,7 @@ def _run_workload(workload, proc, sigs: _Signals, roll, exited) -> ServeResult:
 
 
 def _terminate(
-    proc: subprocess.Popen,
+    proc: spawn.Popen,
     log: Callable[[str], None],
     grace_s: float | None = None,
     sigs: _Signals | None = None,
@@ -582,11 +583,11 @@ def _terminate(
             time.sleep(0.05)
     try:
         proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
+    except spawn.TimeoutExpired:
         pass
 
 
-def _group_alive(pgid: int, proc: subprocess.Popen | None = None) -> bool:
+def _group_alive(pgid: int, proc: spawn.Popen | None = None) -> bool:
     if proc is not None:
         proc.poll()  # reap the leader: its zombie would keep the group "alive"
     try:

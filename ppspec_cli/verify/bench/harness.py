@@ -7,14 +7,13 @@ import json
 import os
 import queue
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Callable
 
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import safeio, spawn
 
 #: Longest event line read from the load generator.
 MAX_EVENT_BYTES = 1 << 16
@@ -34,17 +33,15 @@ class LoadGen:
         from ppspec_cli.running.serve import die_with_parent
 
         self.log_path = log_path
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = log_path.open("w", encoding="utf-8", errors="replace")
-        e = dict(os.environ)
-        e.update(env or {})
-        e.setdefault("PYTHONUNBUFFERED", "1")
-        self.proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
-            [sys.executable, "-m", "ppspec_cli.verify.bench.loadgen"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
+        safeio.make_dirs(log_path.parent, what="the bench output directory")
+        self._log = safeio.open_log(log_path, what="the load generator's log")  # never truncates through a planted link
+        e = {"PYTHONUNBUFFERED": "1", **(env or {})}
+        self.proc = spawn.popen(
+            spawn.python_argv("-m", "ppspec_cli.verify.bench.loadgen"),  # -P: a module planted in the working directory never runs
+            stdin=spawn.PIPE,
+            stdout=spawn.PIPE,
             stderr=self._log,
-            env=e,
+            env=spawn.child_env(e),
             start_new_session=True,
             preexec_fn=die_with_parent(),  # noqa: PLW1509 - prctl + getppid only
         )
@@ -150,7 +147,7 @@ class LoadGen:
             break
         try:
             self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+        except spawn.TimeoutExpired:
             pass
         self._reader.join(timeout=2)
         self._log.close()

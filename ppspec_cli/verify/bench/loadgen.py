@@ -214,7 +214,9 @@ def _device() -> str:
 
 
 def main() -> int:
-    events = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    from ppspec_cli.io import spawn
+
+    events = spawn.event_stream(1)
     os.dup2(2, 1)  # vLLM's client prints its tables and args: keep them off the event stream
     sys.stdout = sys.stderr
     t0 = time.monotonic()
@@ -244,7 +246,9 @@ def main() -> int:
         job["vllm_version"] = getattr(vllm, "__version__", "?")
         client = Client(job["base_url"], api_key_env=job.get("api_key_env"), timeout=600.0)
         if job.get("api_key_env"):
-            os.environ["OPENAI_API_KEY"] = os.environ[job["api_key_env"]]  # vLLM's client reads the key there
+            from ppspec_cli.io import env as env_io
+
+            env_io.set_var("OPENAI_API_KEY", env_io.get(job["api_key_env"]))  # vLLM's client reads the key there
         out_dir = Path(job["out_dir"])
         job["device"] = _device() if job.get("served") else None
         if job.get("warmup", True):

@@ -150,19 +150,24 @@ def print_report(doc: dict, console) -> None:
 
 
 def markdown(doc: dict) -> str:
+    """The Markdown report. Every value from the results (records read back with --resume, a
+    server's figures, names) goes through io/markdown.text: no HTML, link or table break survives."""
+    from ppspec_cli.io.markdown import link_target
+    from ppspec_cli.io.markdown import text as md
+
     s = doc["settings"]
     per = s.get("prompts_per_level") or {}
     out = [
-        f"# ppspec bench: {doc.get('profile')}",
+        f"# ppspec bench: {md(doc.get('profile'))}",
         "",
-        f"{doc.get('created_at', '')} · run {doc.get('run_id')} on {doc.get('host')} ({doc.get('device') or 'device unknown'}) · ppspec {doc.get('ppspec_version')} · vLLM {doc.get('vllm_version')} · load generator: {doc.get('load_generator')}",
+        f"{md(doc.get('created_at', ''))} · run {md(doc.get('run_id'))} on {md(doc.get('host'))} ({md(doc.get('device') or 'device unknown')}) · ppspec {md(doc.get('ppspec_version'))} · vLLM {md(doc.get('vllm_version'))} · load generator: {md(doc.get('load_generator'))}",
         "",
-        f"Settings: concurrency {', '.join(map(str, s['concurrency']))}; requests per level {', '.join(f'c={c}: {n}' for c, n in per.items())} (seeded random prompts of {s['input_len']} tokens, seed {s['seed']}), "
-        f"{s['max_tokens']} output tokens each (greedy, ignore_eos), after a warm-up; each (arm, level) measured {s.get('repeat', 1)} time(s); arms: {', '.join(a['name'] for a in doc['arms'])}.",
+        f"Settings: concurrency {md(', '.join(map(str, s['concurrency'])))}; requests per level {md(', '.join(f'c={c}: {n}' for c, n in per.items()))} (seeded random prompts of {md(s['input_len'])} tokens, seed {md(s['seed'])}), "
+        f"{md(s['max_tokens'])} output tokens each (greedy, ignore_eos), after a warm-up; each (arm, level) measured {md(s.get('repeat', 1))} time(s); arms: {md(', '.join(str(a['name']) for a in doc['arms']))}.",
         "",
         "## Verdict",
         "",
-        *[f"- {line}" for line in verdict_lines(doc)],
+        *[f"- {md(line)}" for line in verdict_lines(doc)],
         "",
         "A difference is significant when every repeat of one arm beat every repeat of the other (their min-max ranges do not",
         "overlap) and the medians differ by more than 3% (docs/bench.md, How a difference is judged).",
@@ -171,7 +176,7 @@ def markdown(doc: dict) -> str:
         "",
         "| " + " | ".join(FULL_HEADER) + " |",
         "|" + "|".join("---" for _ in FULL_HEADER) + "|",
-        *["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in full_rows(doc)],
+        *["| " + " | ".join(md(c) for c in row) + " |" for row in full_rows(doc)],
         "",
         "Throughput, TPOT, ITL and TTFT are `vllm bench serve`'s figures; acceptance length, rate and per-position",
         "acceptance are ppspec's, from the `/metrics` difference around each level's measured requests (docs/verify.md's formulas).",
@@ -180,9 +185,9 @@ def markdown(doc: dict) -> str:
         "and the texts of every load run against the baseline's at the same concurrency.",
     ]
     if doc.get("plots"):
-        out += ["", "## Plots", "", *[f"![{Path(p).stem}]({Path(p).name})" for p in doc["plots"]]]
+        out += ["", "## Plots", "", *[f"![{md(Path(str(p)).stem)}]({link_target(p)})" for p in doc["plots"]]]
     if doc.get("warnings"):
-        out += ["", "## Warnings", "", *[f"- {w}" for w in doc["warnings"]]]
+        out += ["", "## Warnings", "", *[f"- {md(w)}" for w in doc["warnings"]]]
     return "\n".join(out) + "\n"
 
 

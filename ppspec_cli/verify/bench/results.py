@@ -4,13 +4,13 @@ greedy parity between arms, and the recommendation's wording (the judgement is j
 
 from __future__ import annotations
 
+import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.io import safeio
 from ppspec_cli.planning import schedule
 from ppspec_cli.verify.bench import judge
 
@@ -76,15 +76,16 @@ def settings_match(rec: dict, settings: dict) -> bool:
 
 
 def load_record(path: Path) -> dict | None:
-    """A finished level's (or parity pass's) record, or None when absent or unreadable (it is
-    measured again)."""
-    if not path.is_file():
+    """A finished level's (or parity pass's) record, or None when absent. A record that is there
+    but not of its typed shape (verify/bench/schema.py) is one error naming the file: its text
+    would otherwise reach the report, and its figures the verdict."""
+    from ppspec_cli.io import records
+    from ppspec_cli.verify.bench.schema import model_for
+
+    if not os.path.lexists(path):
         return None
-    try:
-        doc = safeio.read_json(path, limit=MAX_RECORD_BYTES, what="bench result")
-    except PpspecError:
-        return None
-    return doc if isinstance(doc, dict) else None
+    _, doc = records.load(path, model_for(path.name), what="saved bench result", limit=MAX_RECORD_BYTES, fix=f"delete {path} (that level is measured again), or run without --resume")
+    return doc
 
 
 def level_done(rec: dict | None, settings: dict, arm: Arm | None = None) -> bool:
