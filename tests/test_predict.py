@@ -372,3 +372,29 @@ def test_validation_calibrates_a_record_from_the_others_on_its_hardware(monkeypa
     assert max(abs(r["other"] - r["measured"]) / r["measured"] for r in rows) < 0.10
     text, _ = mod.page()
     assert text.count("calibrated on the other records |") == 4  # two sections: the column header and the summary row
+
+
+def test_bench_writes_a_calibration_for_the_device_it_ran_on(monkeypatch):
+    """Issue 34 item 3: a finished bench fits the predictor's costs on its static arms (the tuned
+    arm's k changes with the batch: left out) for the device it ran on; an unknown device gets none."""
+    from types import SimpleNamespace
+
+    from ppspec_cli.planning import hardware, predict_inputs
+
+    bench = json.loads((REPO / "docs/gpu-bench-h200-tuned/bench.json").read_text())
+    runs = predict_inputs.measured_runs(bench)
+    assert len(runs) == sum(1 for r in bench["runs"] if r["arm"] != "tuned") == 8
+    text = json.loads((REPO / "tests/fixtures/predict/llama-8b-planted.config.json").read_text())
+    dense, _, _, _ = layer_terms(text, 2)
+    shape = Shape(num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, act_bytes=2, layer_dense_bytes=dense,
+                  lm_head_bytes=32768 * 4096 * 2, drafter_bytes=805322752.0)
+    monkeypatch.setattr(predict_inputs, "shape_from_resolved", lambda r: (shape, []))
+    r = SimpleNamespace(profile=SimpleNamespace(topology=SimpleNamespace(nodes=1)))
+    cal, note = predict_inputs.bench_calibration(bench, r, "bench.json")
+    entry = cal["entries"][0]
+    assert cal["schema"] == "ppspec-calibration/1" and entry["hardware"] == "h200" and entry["rms_rel_error"] < 0.10, note
+    assert calibration_entry(cal, "h200", shape) is not None
+    none, why = predict_inputs.bench_calibration({**bench, "device": "1 x Gaudi3"}, r, "bench.json")
+    assert none is None and "not in the predictor's hardware table" in why
+    assert hardware.name_from_device("cpu (x86_64, 2 cores)") == "cpu" and hardware.name_from_device("2 x NVIDIA H100 80GB HBM3") == "h100"
+    assert hardware.name_from_device(None) is None

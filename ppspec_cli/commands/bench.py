@@ -78,6 +78,8 @@ def run(profile: str, o: Options) -> int:
     code = _measure(b)
     doc = b.assemble()
     _write_outputs(doc, state)
+    if o.endpoint is None and doc["runs"]:
+        _write_calibration(doc, prof, profile, o.offline, state)
     if o.json_out:
         print(json.dumps(doc, indent=2))
     else:
@@ -196,6 +198,19 @@ def _write_outputs(doc: dict, state: Path) -> None:
     safeio.write_text(state / "bench.json", json.dumps(doc, indent=2) + "\n", what="bench report")
     safeio.write_text(state / "report.md", report.markdown(doc), what="bench report")
     progress(f"wrote {state / 'bench.json'}, {state / 'report.md'}" + (f" and {len(made)} plot(s)" if made else ""))
+
+
+def _write_calibration(doc: dict, prof, profile_path: str, offline: bool, state: Path) -> None:
+    """OUT/calibration.json: the predictor's costs fitted on this run (docs/predict.md), for
+    `ppspec plan PROFILE --predict --calibration OUT/calibration.json` on the same hardware and shape."""
+    from ppspec_cli.planning.predict_inputs import bench_calibration
+    from ppspec_cli.planning.resolve import resolve
+
+    cal, note = bench_calibration(doc, resolve(prof, profile_path=profile_path, offline=offline, read_headers=False), str(state / "bench.json"))
+    if cal is not None:
+        safeio.write_text(state / "calibration.json", json.dumps(cal, indent=2) + "\n", what="bench calibration")
+        note += f": {state / 'calibration.json'} (`ppspec plan PROFILE --predict --calibration` reads it)"
+    progress(note)
 
 
 class _Bench:

@@ -11,6 +11,8 @@ point-to-point message on that fabric, stated as assumptions and overridable wit
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 
@@ -79,6 +81,15 @@ LINKS: dict[str, Link] = {
 
 def accelerator(name: str) -> Accelerator | None:
     return ACCELERATORS.get(name.lower())
+
+
+def name_from_device(device: str | None) -> str | None:
+    """The table's accelerator a measured device is (bench records `1 x NVIDIA H200`, or `cpu (...)`
+    for the CPU platform): the entry whose name is a word of it, else None (not in the table)."""
+    words = set(re.findall(r"[a-z0-9]+", (device or "").lower()))
+    if (device or "").lower().startswith("cpu"):
+        return "cpu"
+    return next((n for n in ACCELERATORS if n != "cpu" and n in words), None)
 
 
 def link(name: str) -> Link | None:

@@ -196,6 +196,8 @@ def measured_runs(bench: dict[str, Any]) -> list[Measured]:
     run's own acceptance length (1 for the baseline). Runs without a TPOT are left out."""
     out = []
     for r in bench.get("runs") or []:
+        if isinstance(r, dict) and r.get("schedule"):
+            continue  # a tuned arm's k changes with the batch: not one (c, k) point
         tpot = (r.get("tpot_ms") or {}).get("mean") if isinstance(r, dict) else None
         if not isinstance(tpot, (int, float)) or tpot <= 0:
             continue
@@ -220,3 +222,24 @@ def calibration_from_bench(bench: dict[str, Any], shape: Shape, hw: Hardware, ha
         return None
     fit = fit_costs(shape, hw, runs, ctx=bench_context(bench))
     return {"hardware": hardware_name, "shape": shape_key(shape), "costs": asdict(fit.costs), "source": f"{source} ({len(runs)} runs)", "rms_rel_error": round(fit.rms_rel_error, 4)}
+
+
+def bench_calibration(bench: dict[str, Any], r: Any, source: str) -> tuple[dict[str, Any] | None, str]:
+    """The calibration file a finished bench writes beside its bench.json (`ppspec plan --predict
+    --calibration FILE` reads it): one entry for the device it ran on and the profile's shape, fitted
+    on its static arms; or None and why not."""
+    from ppspec_cli.planning import hardware as hwtable
+
+    shape, _notes = shape_from_resolved(r)
+    if shape is None:
+        return None, "no calibration: the model's shape is not known from its config"
+    name = hwtable.name_from_device(bench.get("device"))
+    acc = hwtable.accelerator(name) if name else None
+    if acc is None:
+        return None, f"no calibration: the device {str(bench.get('device'))[:60]!r} is not in the predictor's hardware table (planning/hardware.py)"
+    topo = r.profile.topology
+    hw = Hardware(acc, hwtable.default_pp_link(acc, topo.nodes > 1), hwtable.LINKS[acc.intra_link])
+    entry = calibration_from_bench(bench, shape, hw, name, source)
+    if entry is None:
+        return None, "no calibration: no run with a TPOT to fit"
+    return {"schema": CALIBRATION_SCHEMA, "entries": [entry]}, f"calibration for {name} (rms error {entry['rms_rel_error']:.1%})"
