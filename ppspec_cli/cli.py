@@ -263,7 +263,7 @@ def docs(
 
 
 @adapters_app.command("list")
-def adapters_list_cmd(json_out: bool = typer.Option(False, "--json", help="Print a JSON list.")) -> None:
+def adapters_list_cmd(json_out: bool = typer.Option(False, "--json", help="Print one JSON object: the packs and the per-release architecture tables.")) -> None:
     """List adapter packs and their status against the installed vLLM."""
     from ppspec_cli.commands.adapters import adapters_list
 

@@ -368,7 +368,8 @@ def test_adapters_list_json(capsys, monkeypatch):
     monkeypatch.setattr(packs_cli, "installed_vllm", lambda: VllmInstall("0.32.0", "vllm", "cuda"))
     monkeypatch.setattr(packs_cli, "import_errors", lambda modules: {})  # not this test's concern
     assert packs_cli.adapters_list(True) == 0
-    out = json.loads(capsys.readouterr().out)
+    doc = json.loads(capsys.readouterr().out)
+    out = doc["packs"]
     by = {r["name"]: r for r in out}
     assert BUILT_IN <= set(by)
     for r in out:
@@ -377,6 +378,23 @@ def test_adapters_list_json(capsys, monkeypatch):
     assert by["llama"]["status"] == "native"
     assert by["qwen3_moe"]["status"] == "patched by pack"
     assert by["deepseek_v3"]["matches"]["targets"][0] == "DeepseekV3ForCausalLM"
+    # the per-release table summary the text output ends with: one row per committed table
+    from ppspec_cli.knowledge import archtable
+
+    tables = {t["vllm_version"]: t for t in doc["arch_tables"]}
+    assert list(tables) == archtable.committed_versions() and "0.32.0" in tables
+    t32 = tables["0.32.0"]
+    assert t32["architectures"] > 100 and t32["drafter_classes"] > 5 and t32["source"] == "committed"
+    assert t32["origin"].startswith("wheel vllm-0.32.0") and t32["commit"] and t32["commit"] in t32["described"]
+    # a verified 0.32.0 install decides by its release's committed table
+    assert doc["engine_arch_table"] == t32
+
+
+def test_adapters_list_json_without_an_engine(capsys, monkeypatch):
+    monkeypatch.setattr(packs_cli, "installed_vllm", lambda: None)
+    assert packs_cli.adapters_list(True) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["engine_arch_table"] is None and len(doc["arch_tables"]) >= 4
 
 
 def test_adapters_list_table_and_show(capsys):

@@ -117,14 +117,18 @@ def test_adapters_list_on_a_nightly_reads_every_pack_by_value(tmp_path):
     env = shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.34.0.dev0"))
     cp = _run({**env, "PPSPEC_CACHE": str(tmp_path / "cache")}, "adapters", "list", "--json")
     assert cp.returncode == 0, cp.stderr[-3000:]
-    recs = {r["name"]: r for r in json.loads(cp.stdout)}
+    listed = json.loads(cp.stdout)
+    recs = {r["name"]: r for r in listed["packs"]}
+    # the code on disk is still 0.32.0 (its vllm/_version.py, read statically): a verified release,
+    # so verdicts use that release's committed table (archtable.pick)
+    assert listed["engine_arch_table"]["vllm_version"] == "0.32.0" and listed["engine_arch_table"]["source"] == "committed"
     assert recs["llama"]["engine"] == "probed" and "llama:LlamaModel" in recs["llama"]["engine_detail"]
     assert recs["llama"]["status"] == "native" and recs["llama"]["installed_vllm"]["verified"] is False
     q = recs["qwen3_moe"]
     assert q["engine"] == "probed" and "anchors match: qwen3_moe.relay_forward, qwen3_moe.opt_in" in q["engine_detail"]
     assert "already does it: qwen3_moe.target_embed_on_last_stage" in q["engine_detail"]
     real = _run({"PPSPEC_CACHE": str(tmp_path / "cache")}, "adapters", "list", "--json")
-    assert {r["name"]: r["engine"] for r in json.loads(real.stdout)}["qwen3_moe"] == "verified"
+    assert {r["name"]: r["engine"] for r in json.loads(real.stdout)["packs"]}["qwen3_moe"] == "verified"
     text = _run({**env, "PPSPEC_CACHE": str(tmp_path / "cache")}, "adapters", "list")
     assert "status against vLLM 0.34.0.dev0 (cpu, unverified)" in text.stdout and "engine    probed" in text.stdout
 

@@ -298,13 +298,13 @@ def _console() -> Any:
 
 
 def adapters_list(json_out: bool) -> int:
-    """Print every pack (table, or a JSON list with name/matches/provides/status...). Exit code 0."""
+    """Print every pack and the per-release architecture tables (text, or one JSON object: packs, arch_tables, engine_arch_table). Exit code 0."""
     installed = installed_vllm()
     errs = _import_errors_for(load_packs(), installed)
     anchors = probe_anchors([p for p in load_packs() if _needs_anchor_read(p, installed)], installed.platform, verdict(installed.version).facts_version) if installed else {}
     records = [pack_record(p, installed, errs, anchors) for p in load_packs()]
     if json_out:
-        print(json.dumps(records, indent=2))
+        print(json.dumps({"packs": records, "arch_tables": _arch_table_records(), "engine_arch_table": _engine_arch_table(installed)}, indent=2))
         return 0
     where = f"vLLM {installed.version} ({installed.platform}, {'verified' if verdict(installed.version).verified else 'unverified'})" if installed else "no vLLM installed"
     # One block per pack, not a table: class names are up to ~40 characters, and five columns of
@@ -331,6 +331,25 @@ def adapters_list(json_out: bool) -> int:
         print_wrapped(c, plain(p.vllm_range), indent=12, label="  vLLM")
     _print_arch_tables(c)
     return 0
+
+
+def _arch_table_records() -> list[dict[str, Any]]:
+    """Per committed release, what its table covers and where it came from (the text's last block)."""
+    from ppspec_cli.knowledge import archtable
+
+    return [t.summary() for v in archtable.committed_versions() if (t := archtable.committed(v)) is not None]
+
+
+def _engine_arch_table(installed: Any) -> dict[str, Any] | None:
+    """The table verdicts on the installed engine use: a verified release's committed table, else
+    the installed source read by value (cached per install); None without an installed vLLM."""
+    if installed is None:
+        return None
+    from ppspec_cli.knowledge import archtable
+
+    v = verdict(installed.version)
+    t = archtable.pick(installed.platform, installed, v.facts_version, verified_install=v.verified)
+    return t.summary() if t is not None else None
 
 
 def _print_arch_tables(c: Any) -> None:

@@ -81,6 +81,11 @@ class ArchTable:
     def counts(self) -> tuple[int, int]:
         return len(self.doc.get("targets", {})), len(self.doc.get("drafters", {}))
 
+    def summary(self) -> dict[str, Any]:
+        """What `adapters list --json` shows of a table: its coverage and where its facts came from."""
+        n_t, n_d = self.counts
+        return {"vllm_version": self.version, "architectures": n_t, "drafter_classes": n_d, "source": self.source, "origin": self.origin, "commit": self.commit, "described": self.describe()}
+
     def describe(self) -> str:
         where = f"generated from the vLLM {self.version} {self.origin}" if self.source == "committed" else f"read from the installed engine ({self.origin})"
         return f"{where}{f', commit {self.commit}' if self.commit else ''}"
