@@ -261,3 +261,37 @@ def test_hybrid_flag_from_the_interfaces():
     t = archtable.committed("0.33.0")
     assert t.target("Qwen3NextForCausalLM", "cuda")["is_hybrid"] is True
     assert t.target("Qwen3ForCausalLM", "cuda")["is_hybrid"] is False
+
+
+def test_hybrid_layer_rule_from_the_source():
+    """Which per-layer config list a hybrid decoder reads to decide full attention vs linear/mamba:
+    Qwen3-Next reads `config.layer_types[extract_layer_index(prefix)]` (vLLM 0.32 qwen3_next.py:668;
+    its `full_attention_interval` reaches vLLM as that list), Jamba `config.layers_block_type[layer_idx]`
+    over the literal ALL_DECODER_LAYER_TYPES (jamba.py:294, :323), Nemotron-H
+    `config.hybrid_override_pattern[layer_idx]` (nemotron_h.py:598). A non-hybrid has no rule."""
+    t = archtable.committed("0.32.0")
+    q = t.target("Qwen3NextForCausalLM", "cuda")["layer_rule"]
+    assert q["key"] == "layer_types" and q["at"] == "vllm/model_executor/models/qwen3_next.py:668"
+    assert set(q["kinds"]) == {"full_attention", "linear_attention"}
+    j = t.target("JambaForCausalLM", "cuda")["layer_rule"]  # not layers_num_experts (jamba.py:145): a count, not a layout
+    assert j == {"key": "layers_block_type", "at": "vllm/model_executor/models/jamba.py:323", "kinds": {"attention": "JambaAttentionDecoderLayer", "mamba": "JambaMambaDecoderLayer"}}
+    n = t.target("NemotronHForCausalLM", "cuda")["layer_rule"]
+    assert n["key"] == "hybrid_override_pattern" and n["kinds"]["*"] == "NemotronHAttentionDecoderLayer"
+    assert "layer_rule" not in t.target("Qwen3ForCausalLM", "cuda")
+    f = t.target("FalconH1ForCausalLM", "cuda")  # falcon_h1.py indexes no per-layer list by the layer
+    assert f["layer_rule"] is None and "reads no per-layer config list" in f["layer_rule_why"]
+    for v in archtable.committed_versions():  # every committed table was regenerated with the field
+        hyb = [e for e in archtable.committed(v).doc["targets"].values() for facts in e["platforms"].values() if facts.get("is_hybrid")]
+        assert hyb and all("layer_rule" in facts for e in hyb for facts in e["platforms"].values() if facts.get("is_hybrid"))
+
+
+def test_layer_rule_reader_can_fail(tmp_path):
+    """The reader: a layout list indexed by the layer, the first such; a per-layer count is not one."""
+    m = tmp_path / "vllm" / "hyb.py"
+    m.parent.mkdir()
+    m.write_text("def build(config, layer_idx):\n    n = config.layers_num_experts[layer_idx]\n"
+                 "    if config.layer_types[layer_idx] == 'full_attention':\n        return n\n")
+    got = archscan.layer_rule(archscan.Source(tmp_path), "vllm.hyb")
+    assert got == {"key": "layer_types", "at": "vllm/hyb.py:3", "kinds": {"full_attention": None}}
+    m.write_text("def build(config, layer_idx):\n    return config.layers_num_experts[layer_idx]\n")
+    assert archscan.layer_rule(archscan.Source(tmp_path), "vllm.hyb") is None

@@ -15,7 +15,10 @@ map an architecture name to a (module, class) pair) and read, per architecture a
 - per drafter class: how draft layers are numbered (from the target's total depth, or from the
   stage-local count), how `fc` is sized;
 - per MTP class: the config key its layer count is read from and its default;
-- which MTP architecture the `mtp` method rewrites a target to (config/speculative.py).
+- which MTP architecture the `mtp` method rewrites a target to (config/speculative.py);
+- per hybrid target (`IsHybrid`): the per-layer config list its decoder's module reads to decide a
+  layer's kind (`config.layer_types[layer_idx]`: Qwen3-Next's `full_attention_interval` reaches vLLM
+  as the `layer_types` list its config class builds) and the kinds the module names (`layer_rule`).
 
 Where the source does not decide a fact statically the value is None and a `why` says so; the
 reader never guesses. The output is plain JSON-able data (`scan(root)`); tools/vllm_arch_facts.py
@@ -591,6 +594,9 @@ class Scanner:
             out["language_model_from"] = why[len(LM_FROM_CONFIG):]
         if dec is None:
             out["decoder_why"] = why
+            if out["is_hybrid"]:
+                out["layer_rule"] = None
+                out["layer_rule_why"] = f"no decoder read statically: {why}"
             gate_reads_none = "reads none" in why or EXTERNAL_NOTE in why or (why.startswith("no constructor") and _owner(mro, attr="model") is None)
             out.update(relay=None if not gate_reads_none else {"opt_in": False, "forward_relays": False, "relays_over_pp": False},
                        embed_last_stage=None, embed_why=why)
@@ -598,6 +604,11 @@ class Scanner:
                 out["relay_why"] = why
             return out
         out["relay"] = self.relay(dec, platform)
+        if out["is_hybrid"]:
+            rule = layer_rule(self.src, dec.module)
+            out["layer_rule"] = rule
+            if rule is None:
+                out["layer_rule_why"] = f"{dec.where()}: its module reads no per-layer config list (layer_types, layers_block_type, hybrid_override_pattern) indexed by the layer"
         emb, ewhere = self.embed_last_stage(dec, platform)
         out["embed_last_stage"] = emb
         out["embed_at" if emb is not None else "embed_why"] = ewhere
@@ -892,3 +903,66 @@ def source_version(root: Path) -> tuple[str | None, str | None]:
                     version = line.split(":", 1)[1].strip()
                     break
     return version, commit
+
+
+# ---------------------------------------------------------------------------------------------
+# Hybrid layer layouts
+
+
+#: How a hybrid decoder is told a layer's kind: a per-layer config list indexed by the layer's
+#: index (`config.layer_types[layer_idx]`, `config.hybrid_override_pattern[layer_idx]`), or
+#: iterated (`for i, t in enumerate(config.layers_block_type)`).
+_LAYER_INDEX_CALL = "extract_layer_index"
+
+
+def _indexes_a_layer(node: ast.expr) -> bool:
+    for x in ast.walk(node):
+        if isinstance(x, ast.Call) and (_dotted(x.func) or "").endswith(_LAYER_INDEX_CALL):
+            return True
+        if isinstance(x, ast.Name) and "layer" in x.id:
+            return True
+    return False
+
+
+def _config_key(node: ast.expr) -> str | None:
+    d = _dotted(node) or ""
+    head, _, key = d.rpartition(".")
+    # a layout list is named for what it holds (layer_types, layers_block_type,
+    # hybrid_override_pattern); per-layer counts (layers_num_experts) are not layouts
+    ok = head.split(".")[-1] in ("config", "hf_config", "text_config") and ("type" in key or "pattern" in key)
+    return key if ok else None
+
+
+def _layer_kinds(tree: ast.Module) -> dict[str, str | None]:
+    """The layer kinds the module names: the keys of a module-level dict literal that maps a kind to
+    a decoder-layer class (`{"attention": JambaAttentionDecoderLayer, ...}`: kind -> class), else
+    the string constants compared with a `layer_type`/`is_attn` value (kind -> None)."""
+    for n in tree.body:
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict) and any("LAYER_TYPES" in (_dotted(t) or "") for t in n.targets):
+            got = {k.value: _dotted(v) for k, v in zip(n.value.keys, n.value.values, strict=True) if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+            if got:
+                return got
+    kinds: dict[str, str | None] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], ast.Eq | ast.NotEq):
+            sides = [n.left, n.comparators[0]]
+            const = [s.value for s in sides if isinstance(s, ast.Constant) and isinstance(s.value, str)]
+            other = [s for s in sides if not isinstance(s, ast.Constant)]
+            if const and other and ((_dotted(other[0]) or "").endswith("layer_type") or (isinstance(other[0], ast.Subscript) and _config_key(other[0].value))):
+                kinds.setdefault(const[0], None)
+    return dict(sorted(kinds.items()))
+
+
+def layer_rule(src: Source, module: str) -> dict[str, Any] | None:
+    """Which config key a hybrid model's module reads, per layer, to decide the layer's kind (full
+    attention vs linear attention / mamba / ...), and the kinds it names; None when the module
+    reads no per-layer config list."""
+    info = src.module(module)
+    if info is None or info.tree is None:
+        return None
+    for n in ast.walk(info.tree):
+        if isinstance(n, ast.Subscript) and (key := _config_key(n.value)) and _indexes_a_layer(n.slice):
+            return {"key": key, "at": f"{info.file}:{n.lineno}", "kinds": _layer_kinds(info.tree)}
+        if isinstance(n, ast.Call) and _dotted(n.func) == "enumerate" and n.args and (key := _config_key(n.args[0])):
+            return {"key": key, "at": f"{info.file}:{n.lineno}", "kinds": _layer_kinds(info.tree)}
+    return None
