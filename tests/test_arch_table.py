@@ -295,3 +295,35 @@ def test_layer_rule_reader_can_fail(tmp_path):
     assert got == {"key": "layer_types", "at": "vllm/hyb.py:3", "kinds": {"full_attention": None}}
     m.write_text("def build(config, layer_idx):\n    return config.layers_num_experts[layer_idx]\n")
     assert archscan.layer_rule(archscan.Source(tmp_path), "vllm.hyb") is None
+
+
+def test_mtp_rewrites_behind_a_dict_lookup_or_a_guarded_store():
+    """vLLM 0.32 config/speculative.py: `if hf_config.model_type in ("deepseek_v4", "deepseek_v41")`
+    (:695) sets `is_v41 = hf_config.model_type == "deepseek_v41"` (:700) and only `if not is_v41:`
+    writes `overrides["architectures"] = ["DeepSeekV4MTPModel"]` (:705): V4 rewrites, V4.1 gets no
+    MTP architecture. MiMo-V2 writes `[mtp_arch_maps[arch]]` (:757) from the literal dict at :744."""
+    rw = archtable.committed("0.32.0").doc["mtp_rewrites"]
+    assert rw["model_type"]["deepseek_v4"] == "DeepSeekV4MTPModel" and "deepseek_v41" not in rw["model_type"]
+    assert rw["architecture"]["MiMoV2ForCausalLM"] == "MiMoV2MTPModel"
+    assert rw["architecture"]["MiMoV2OmniForCausalLM"] == "MiMoV2OmniMTPModel"
+    assert archtable.committed("0.33.0").mtp_architecture("deepseek_v4", "DeepseekV4ForCausalLM") == "DeepSeekV4MTPModel"
+
+
+def test_mtp_rewrite_reader_can_fail(tmp_path):
+    """A lookup in a dict the branch does not assign, or a store under a guard that excludes the key, is no rewrite."""
+    f = tmp_path / "vllm" / "config" / "speculative.py"
+    f.parent.mkdir(parents=True)
+    f.write_text(
+        "def override(hf_config, other):\n"
+        "    if hf_config.model_type in ('a', 'b'):\n"
+        "        is_b = hf_config.model_type == 'b'\n"
+        "        o = {}\n"
+        "        if not is_b:\n"
+        "            o['architectures'] = ['AMtp']\n"
+        "    if (arch := hf_config.architectures[0]) in ('X', 'Y'):\n"
+        "        maps = {'X': 'XMtp'}\n"
+        "        hf_config.update({'architectures': [maps[arch]]})\n"
+        "    if hf_config.architectures[0] == 'Z':\n"
+        "        hf_config.update({'architectures': [other[arch]]})\n")
+    rw = archscan.mtp_rewrites(archscan.Source(tmp_path))
+    assert rw == {"model_type": {"a": "AMtp"}, "architecture": {"X": "XMtp"}}

@@ -785,24 +785,62 @@ def _test_keys(test: ast.expr) -> tuple[str | None, list[str]]:
 
 
 def _arch_in(body: list[ast.stmt], key: str, flags: dict[str, set[str]]) -> str | None:
-    """The MTP architecture a branch writes into `architectures` for `key`: a literal, or
-    `"A" if flag else "B"` where the branch set `flag = <config>.model_type in (...)`."""
+    """The MTP architecture a branch writes into `architectures` for `key`: a literal,
+    `"A" if flag else "B"` where the branch set `flag = <config>.model_type in (...)`, a lookup
+    `maps[arch]` in a dict literal the branch assigns (`maps = {"ArchA": "MtpA", ...}`), or
+    `x["architectures"] = [literal]` (under `if not flag:`: only for keys the flag does not hold)."""
+    dicts = {t.id: n.value for st in body for n in ast.walk(st) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict)
+             for t in n.targets if isinstance(t, ast.Name)}
     for st in body:
         for n in ast.walk(st):
-            if not isinstance(n, ast.Dict):
-                continue
-            for k, v in zip(n.keys, n.values):
-                if _literal(k) != "architectures" or not isinstance(v, ast.List) or not v.elts:
-                    continue
-                el = v.elts[0]
-                if isinstance(el, ast.Constant) and isinstance(el.value, str):
-                    return el.value
-                if isinstance(el, ast.IfExp) and isinstance(el.test, ast.Name):
-                    flag = flags.get(el.test.id)
-                    a, b = _literal(el.body), _literal(el.orelse)
-                    if flag is not None and isinstance(a, str) and isinstance(b, str):
-                        return a if key in flag else b
+            if isinstance(n, ast.Dict):
+                for k, v in zip(n.keys, n.values, strict=True):
+                    if _literal(k) == "architectures" and isinstance(v, ast.List) and v.elts:
+                        got = _arch_value(v.elts[0], key, flags, dicts)
+                        if got:
+                            return got
+            if isinstance(n, ast.Assign) and _stores_architectures(n) and isinstance(n.value, ast.List) and n.value.elts:
+                got = _arch_value(n.value.elts[0], key, flags, dicts)
+                if got and not _guarded_out(st, n, key, flags):
+                    return got
     return None
+
+
+def _arch_value(el: ast.expr, key: str, flags: dict[str, set[str]], dicts: dict[str, ast.Dict]) -> str | None:
+    if isinstance(el, ast.Constant) and isinstance(el.value, str):
+        return el.value
+    if isinstance(el, ast.IfExp) and isinstance(el.test, ast.Name):
+        flag = flags.get(el.test.id)
+        a, b = _literal(el.body), _literal(el.orelse)
+        if flag is not None and isinstance(a, str) and isinstance(b, str):
+            return a if key in flag else b
+    if isinstance(el, ast.Subscript) and isinstance(el.value, ast.Name) and el.value.id in dicts:
+        table = _literal(dicts[el.value.id])
+        got = table.get(key) if isinstance(table, dict) else None
+        return got if isinstance(got, str) else None
+    return None
+
+
+def _stores_architectures(n: ast.Assign) -> bool:
+    return any(isinstance(t, ast.Subscript) and _literal(t.slice) == "architectures" for t in n.targets)
+
+
+def _flag_excludes(test: ast.expr, key: str, flags: dict[str, set[str]]) -> bool:
+    """`if not flag:` where `key` sets the flag, or `if flag:` where it does not: the branch does
+    not run for `key`."""
+    neg = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+    name = test.operand if neg else test  # type: ignore[union-attr]
+    if not isinstance(name, ast.Name) or name.id not in flags:
+        return False
+    return (key in flags[name.id]) == neg
+
+
+def _guarded_out(top: ast.stmt, target: ast.stmt, key: str, flags: dict[str, set[str]]) -> bool:
+    """`target` sits in an `if` (under `top`) that does not run for `key`."""
+    for n in ast.walk(top):
+        if isinstance(n, ast.If) and _flag_excludes(n.test, key, flags) and any(x is target for b in n.body for x in ast.walk(b)):
+            return True
+    return False
 
 
 def _writes_architectures(body: list[ast.stmt]) -> bool:
