@@ -327,3 +327,22 @@ def test_mtp_rewrite_reader_can_fail(tmp_path):
         "        hf_config.update({'architectures': [other[arch]]})\n")
     rw = archscan.mtp_rewrites(archscan.Source(tmp_path))
     assert rw == {"model_type": {"a": "AMtp"}, "architecture": {"X": "XMtp"}}
+
+
+def test_plan_reports_the_layer_kinds_per_stage_of_a_hybrid_target(tmp_path, monkeypatch, make_checkpoint):
+    """Qwen3-Next (vLLM 0.32 qwen3_next.py:668 reads config.layer_types per layer) at PP=2: each
+    stage's full/linear attention layers, from the config's list; a dense target says nothing."""
+    from ppspec_cli.planning import resolve as resolve_mod, rules
+    from ppspec_cli.planning.profile import parse_profile
+
+    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: VllmInstall("0.32.0", "vllm", "cuda"))
+    kinds = ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * 2
+    cfg = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "num_hidden_layers": 8, "hidden_size": 64, "vocab_size": 100, "layer_types": kinds}
+    target = make_checkpoint("t", cfg)
+    r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine: {{version: 0.32.0}}\ntopology: {{pipeline_parallel: 2}}\n"), offline=True)
+    got = [f for f in rules.arch_table_rule(r) if f.code == "target-hybrid-stages"]
+    assert len(got) == 1 and "qwen3_next.py:668" in got[0].message
+    assert "stage 0 (layers 0-3): full_attention x1, linear_attention x3; stage 1 (layers 4-7): full_attention x1, linear_attention x3" in got[0].message
+    dense = make_checkpoint("d", {**cfg, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"})
+    r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {dense}}}\nplatform: cuda\nengine: {{version: 0.32.0}}\ntopology: {{pipeline_parallel: 2}}\n"), offline=True)
+    assert not [f for f in rules.arch_table_rule(r) if f.code == "target-hybrid-stages"]

@@ -1126,6 +1126,19 @@ def test_issue31_hybrid_decoder_that_never_opts_in_is_refused(v033, make_checkpo
     assert "target-not-opted-in" not in pp1 and "target-no-taps-interface" not in pp1
 
 
+def test_issue31_hybrid_target_layer_kinds_per_stage(v033, make_checkpoint):
+    """Qwen3-Next at PP=2: vLLM 0.33 builds each layer from config.layer_types (the table's layer_rule);
+    check says which kinds each stage holds (info); without the list it says nothing."""
+    n = fixture_config(LLAMA)["num_hidden_layers"]
+    kinds = ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(n)]
+    target = synthetic(make_checkpoint, "Qwen3NextForCausalLM", model_type="qwen3_next", layer_types=kinds)
+    _, by = check(target, method=None, pp=2, engine_version="0.33.0")
+    f = expect(by, "target-hybrid-stages", "info", "topology.pipeline_parallel")
+    assert "config's `layer_types`" in f.message and "qwen3_next.py:" in f.message and "stage 1 (layers" in f.message
+    _, pp1 = check(target, method=None, pp=1, engine_version="0.33.0")
+    assert "target-hybrid-stages" not in pp1
+
+
 def test_issue31_multimodal_inherited_opt_in_whose_forward_never_relays(v033, make_checkpoint, specforge):
     """Qwen3-VL + EAGLE3 under PP: Qwen3LLMModel inherits the opt-in from Qwen2Model (qwen2.py:335)
     but defines its own forward (qwen3_vl.py:1849 in 0.33) that never calls the relay helpers."""

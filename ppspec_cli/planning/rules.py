@@ -601,6 +601,7 @@ def arch_table_rule(r: Resolved) -> Iterator[Finding]:
     """What vLLM's source decides per architecture (knowledge/arch, read per release): the
     target implements the EAGLE3 interface a tap-reading drafter needs; a drafter class that sizes
     fc from its own num_hidden_layers when the config names no taps."""
+    yield from _hybrid_stages(r)
     d = r.profile.drafter
     if d is None or not r.uses_taps:
         return
@@ -616,6 +617,30 @@ def arch_table_rule(r: Resolved) -> Iterator[Finding]:
             "use a target architecture that implements it, an adapter pack that adds it, or a method that reads no taps (mtp, eagle)",
         )
     yield from _fc_from_layers(r)
+
+
+def _hybrid_stages(r: Resolved) -> Iterator[Finding]:
+    """A hybrid target under PP: which layer kinds each stage holds, read from the per-layer config
+    list vLLM's decoder indexes (the table's layer_rule: `layer_types` for Qwen3-Next, ...)."""
+    p, t, tbl = r.plan, r.arch_facts(), r.arch_table
+    rule = (t or {}).get("layer_rule")
+    if p is None or tbl is None or r.target is None or not rule or len(p.stages) < 2:
+        return
+    kinds = r.target.text.get(rule["key"])
+    kinds = list(kinds) if isinstance(kinds, list | str) else None
+    if kinds is None or len(kinds) != p.num_layers or not all(isinstance(k, str) for k in kinds):
+        return
+    per = []
+    for s in p.stages:
+        got = [kinds[i] for i in range(*s.layers)]
+        per.append(f"stage {s.rank} (layers {s.layers[0]}-{s.layers[1] - 1}): " + ", ".join(f"{k} x{got.count(k)}" for k in sorted(set(got))))
+    yield _f(
+        "target-hybrid-stages",
+        "info",
+        "topology.pipeline_parallel",
+        f"{r.target_arch} mixes layer kinds; vLLM {tbl.version} builds each layer from the config's `{rule['key']}` ({rule['at']}): " + "; ".join(per),
+        "",
+    )
 
 
 def _fc_from_layers(r: Resolved) -> Iterator[Finding]:
