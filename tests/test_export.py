@@ -356,7 +356,8 @@ def test_place_from_slurm_environment(env, tmp_path):
         ({"SLURM_NODEID": "x1"}, "is not a node number"),
         ({"SLURM_JOB_NODELIST": "gpu07"}, "listed 1 host(s) for a 2-node allocation"),
         ({"PATH": "/nonexistent"}, "`scontrol` is not on PATH"),
-        ({"SLURM_JOB_NODELIST": "-x,$(id)"}, "is not a host name or IP address"),
+        ({"SLURM_JOB_NODELIST": "-x,$(id)"}, "is not a SLURM host list"),  # refused before scontrol sees it
+        ({"SLURM_NODEID": "2"}, "SLURM_NODEID=2 is not a node of this 2-node allocation"),
     ],
 )
 def test_place_slurm_errors(env, tmp_path, change, message):

@@ -65,6 +65,7 @@ class Hub:
     url: str = ""
     # "org/name/fname" -> how the server stalls it: "headers" (drips its response headers), "body" (drips
     # the body), "chunked" (a chunked body that never ends); each would take hours to finish.
+    # "download": range reads served, a whole-file GET stalls as "chunked" (what serve's download gets).
     # "xet": served whole, but announced as stored on Xet (whose client bypasses ppspec's deadline)
     stall: dict[str, str] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
@@ -103,7 +104,7 @@ def _handler(hub: Hub):
             f = hub.repos[repo].get(fname)
             if f is None:
                 return self._empty(404, **{"X-Error-Code": "EntryNotFound", "X-Repo-Commit": COMMIT})
-            if f"{repo}/{fname}" in hub.stall:
+            if f"{repo}/{fname}" in hub.stall and not (hub.stall[f"{repo}/{fname}"] == "download" and rng):
                 return self._stall(hub.stall[f"{repo}/{fname}"], f, body)
             start, end, status = 0, f.size, 200
             if rng:
@@ -162,6 +163,11 @@ def _handler(hub: Hub):
             if how == "body":  # announced in full, then one byte a second
                 self.wfile.write(f"{head}Content-Length: {f.size}\r\n\r\n".encode())
                 return self._drip(f.read(0, f.size)) if body else None
+            if how == "download" and not body:  # the real size: a client must GET it
+                self.send_response(200)
+                for k, v in (("X-Repo-Commit", COMMIT), ("ETag", f'"{f.etag}"'), ("Content-Length", str(f.size))):
+                    self.send_header(k, v)
+                return self.end_headers()
             if not body:  # "chunked": HEAD fine, GET a body that never ends
                 return self._empty(200, **{"X-Repo-Commit": COMMIT, "ETag": f'"{f.etag}"'})
             self.wfile.write(f"{head}Transfer-Encoding: chunked\r\n\r\n".encode())
@@ -669,3 +675,54 @@ def test_serve_builds_the_overlay_of_a_hub_drafter(tmp_path, hub):
     assert not any(e["path"].endswith("modeling_evil.py") for e in hub.log)
     assert not hub.violations
     assert os.listdir(tmp_path / "hf-cache")  # downloaded into the HF cache, as the engine would
+
+
+def test_ctrl_c_during_the_drafter_download_starts_no_engine(tmp_path, hub):
+    """Ctrl-C while `serve` downloads a hub drafter for its config overlay (the hub stalls the
+    weights, a download of hours): serve ends with 130 and says nothing was launched; the engine
+    never starts. Before, the signal was only recorded and serve waited out the download deadline."""
+    import signal
+    import sys
+
+    import yaml
+
+    sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "bad"))
+    import ppspec_faults as PF
+    from fake_vllm import make_fake_engine
+
+    repo = eagle3_repo((2, 16, 29))
+    cfg = json.loads(repo["config.json"].prefix)
+    cfg.update(num_hidden_layers=1, hidden_size=2048, vocab_size=128256, draft_vocab_size=32000)
+    repo["config.json"] = VFile.of(json.dumps(cfg).encode())
+    prefix, size = safetensors_header({"d2t": ("I64", [32000]), "fc.weight": ("F16", [2048, 3 * 2048]), "lm_head.weight": ("F16", [32000, 2048]), "t2d": ("BOOL", [128256])}, {"format": "pt"})
+    repo["model.safetensors"] = VFile(prefix, len(prefix) + size)
+    hub.repos["org/eagle3"] = repo
+    hub.whole.add("org/eagle3")
+    hub.stall = {"org/eagle3/model.safetensors": "download"}
+    target = PF.write_target(tmp_path / "target")
+    prof = tmp_path / "profile.yaml"
+    prof.write_text(yaml.safe_dump({
+        "name": "hub-overlay-int", "platform": "cpu", "target": {"model": str(target)},
+        "drafter": {"method": "eagle3", "model": "org/eagle3", "num_speculative_tokens": 2, "taps": [2, 8, 13]},
+        "server": {"host": "127.0.0.1", "port": PF.free_port()},
+    }))
+    run_dir, record = tmp_path / "run", tmp_path / "record.json"
+    env = PF.ppspec_env({**hub_env(tmp_path, hub.url, offline=False), "PPSPEC_VLLM_EXECUTABLE": str(make_fake_engine(tmp_path / "bin")), "FAKE_VLLM_MODE": "serve", "FAKE_VLLM_RECORD": str(record)})
+    p = subprocess.Popen([sys.executable, "-m", "ppspec_cli.cli", "serve", str(prof), "--run-dir", str(run_dir)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        stalled = lambda: any(e["method"] == "GET" and e["path"].split("?")[0].endswith("/model.safetensors") and not e["range"] for e in list(hub.log))  # noqa: E731
+        t0 = time.monotonic()
+        while not stalled() and p.poll() is None and time.monotonic() - t0 < 60:
+            time.sleep(0.05)
+        started = p.poll() is None
+        if started:
+            p.send_signal(signal.SIGINT)
+        out = p.communicate(timeout=90)[0]  # a hang guard, not a timing assert
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert started, f"serve ended before the stalled download:\n{out}"
+    assert p.returncode == 130, out
+    assert "Traceback" not in out and "nothing was launched" in out, out
+    assert not record.exists(), "the engine was started after Ctrl-C"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import struct
+import threading
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -574,10 +575,46 @@ HUB_DOWNLOAD_DEADLINE_DEFAULT = 3600.0
 SNAPSHOT_PATTERNS = ["*.json", "*.safetensors"]
 
 
-def download_snapshot(ref: str, revision: str | None) -> Path:
+class DownloadCancelled(Exception):
+    """`download_snapshot` was cancelled (a stop signal): nothing further is downloaded."""
+
+
+#: How often (seconds) the waiting thread asks whether the download was cancelled.
+_CANCEL_POLL_S = 0.2
+
+
+def _snapshot_cancellable(ref: str, revision: str | None, cancelled: Callable[[], bool]) -> str:
+    """huggingface_hub's snapshot_download in a daemon thread, waited on so that `cancelled()` is
+    asked while it runs (a signal handler only records: a download blocked on a stalled hub would
+    otherwise hold `serve` until the deadline). On cancel the hub clock expires, so every exchange
+    still running ends at its next socket operation, and DownloadCancelled is raised."""
+    from huggingface_hub import snapshot_download
+
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["path"] = snapshot_download(ref, revision=revision, allow_patterns=SNAPSHOT_PATTERNS)
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+            box["error"] = e
+
+    t = threading.Thread(target=work, name="ppspec-hub-download", daemon=True)
+    t.start()
+    while t.is_alive():
+        if cancelled():
+            _HUB_CLOCK.reset(0.0, 0)  # every exchange still running ends at its next operation
+            raise DownloadCancelled(ref)
+        t.join(_CANCEL_POLL_S)
+    if "error" in box:
+        raise box["error"]
+    return box["path"]
+
+
+def download_snapshot(ref: str, revision: str | None, cancelled: Callable[[], bool] | None = None) -> Path:
     """The files of hub repo `ref` the engine loads, downloaded (or found in the cache) within one
     total deadline (PPSPEC_HUB_DOWNLOAD_DEADLINE seconds, default 3600) on the same bounded client
-    as the metadata reads. Returns the local snapshot directory; every failure is one PpspecError."""
+    as the metadata reads. Returns the local snapshot directory; every failure is one PpspecError.
+    `cancelled`: asked while the download runs; when it says yes, DownloadCancelled."""
     from huggingface_hub import constants, snapshot_download
 
     budget = _hub_budget(HUB_DOWNLOAD_DEADLINE_ENV, HUB_DOWNLOAD_DEADLINE_DEFAULT)
@@ -587,7 +624,11 @@ def download_snapshot(ref: str, revision: str | None) -> Path:
         _install_hub_client()
         constants.HF_HUB_DISABLE_XET = True  # hf_xet's own connections would escape the deadline
         _HUB_CLOCK.reset(budget, _hub_limit())
+        if cancelled is not None:
+            return Path(_snapshot_cancellable(ref, revision, cancelled))
         return Path(snapshot_download(ref, revision=revision, allow_patterns=SNAPSHOT_PATTERNS))
+    except DownloadCancelled:
+        raise
     except Exception as e:  # noqa: BLE001 - one clear message
         if _HUB_CLOCK.over():
             raise _hub_too_large(ref, _hub_limit(), HUB_DOWNLOAD_LIMIT_ENV) from None
@@ -605,7 +646,8 @@ def download_snapshot(ref: str, revision: str | None) -> Path:
             exit_code=1,
         ) from None
     finally:
-        _HUB_CLOCK.clear()
+        if not _HUB_CLOCK.expired() or cancelled is None or not cancelled():  # a cancelled download's threads stay on an expired clock
+            _HUB_CLOCK.clear()
         constants.HF_HUB_DISABLE_XET = xet_was_disabled
 
 

@@ -505,7 +505,9 @@ def option_risks(key: object, value: Any) -> list[tuple[str, str, str]]:
     """The risks of one `engine:` entry: (what names it, kind, what it does)."""
     opt = read_option(key)
     out = []
-    if opt.flag in UNTRUSTED_OPTIONS and not (opt.negated or value is False or value is None):
+    # off: `x: false`, `no-x: true` (--no-x); `no-x: false` is `--x` and turns it on (engine_args)
+    off = value is None or (value is not False if opt.negated else value is False)
+    if opt.flag in UNTRUSTED_OPTIONS and not off:
         kind, what = UNTRUSTED_OPTIONS[opt.flag]
         out.append((opt.flag, kind, what))
     val = option_value(opt, value)

@@ -19,6 +19,7 @@ from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge import methods
 from ppspec_cli.knowledge.facts import NEWEST_SUPPORTED, parse_version
 from ppspec_cli.knowledge.methods import Method
+from ppspec_cli.planning.engine_options import read_option
 
 _MODEL_REF = re.compile(r"^[^\x00-\x1f\x7f]+$")
 MAX_PROFILE_BYTES = 1 << 20
@@ -346,7 +347,9 @@ class Profile(_Strict):
         if self.kv_transfer is None:
             raise ValueError("`roles` needs `kv_transfer` (the KV connector between the two engines)")
         for where, eng in (("engine", self.engine), *((f"roles.{r}.engine", s.engine) for r, s in self.roles.items())):
-            if any(str(k).strip().lstrip("-").replace("_", "-") == KV_FLAG for k in eng):
+            # every spelling vLLM's parser reads as it: `kv_transfer_config`, an abbreviation
+            # (`kv-transfer`), a dotted key (`kv-transfer-config.kv_connector`)
+            if any(read_option(k).flag == KV_FLAG or str(k).strip().lstrip("-").replace("_", "-").split(".", 1)[0] == KV_FLAG for k in eng):
                 raise ValueError(f"`{where}.{KV_FLAG}`: ppspec sets it for each engine from `kv_transfer`")
         if "topology" in self.model_fields_set:
             raise ValueError("with `roles`, each role has its own topology: move the top-level `topology` under roles.prefill / roles.decode")

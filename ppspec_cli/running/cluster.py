@@ -48,6 +48,14 @@ class Slurm:
     nodelist: str  # SLURM_JOB_NODELIST, compressed form (`node[01-04]`)
 
 
+#: A SLURM host list (`node[01-04,07],gpu-a1`): host-name characters, brackets, ranges, commas;
+#: never a leading `-` (it reaches `scontrol show hostnames` as an argument).
+_NODELIST = re.compile(r"[A-Za-z0-9_.\[][A-Za-z0-9_.\[\],-]*")
+#: The longest host list ppspec reads: SLURM's compressed form of a 10,000-node allocation is far
+#: shorter; 64 KiB is the bound the environment reader already gives a variable.
+NODELIST_MAX = 65536
+
+
 def _slurm_int(environ: Mapping[str, str], *names: str) -> int:
     for n in names:
         v = environ.get(n)
@@ -64,9 +72,16 @@ def slurm_from_env(environ: Mapping[str, str]) -> Slurm | None:
     if not job:
         return None
     nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or ""
-    if not nodelist or len(nodelist) > 65536:
+    if not nodelist:
         raise PpspecError("SLURM_JOB_ID is set but SLURM_JOB_NODELIST is not", where="SLURM_JOB_NODELIST", fix="run inside a SLURM allocation, or pass --master-addr", exit_code=1)
-    return Slurm(job_id=job[:64], node_id=_slurm_int(environ, "SLURM_NODEID"), nnodes=_slurm_int(environ, "SLURM_JOB_NUM_NODES", "SLURM_NNODES"), nodelist=nodelist)
+    if len(nodelist) > NODELIST_MAX or not _NODELIST.fullmatch(nodelist):
+        raise PpspecError(f"SLURM_JOB_NODELIST={nodelist[:40]!r} in the environment is not a SLURM host list", where="SLURM_JOB_NODELIST",
+                          fix="run inside a SLURM allocation (it sets e.g. `node[01-04]`), or pass --master-addr", exit_code=2)
+    s = Slurm(job_id=job[:64], node_id=_slurm_int(environ, "SLURM_NODEID"), nnodes=_slurm_int(environ, "SLURM_JOB_NUM_NODES", "SLURM_NNODES"), nodelist=nodelist)
+    if s.node_id >= s.nnodes:
+        raise PpspecError(f"SLURM_NODEID={s.node_id} is not a node of this {s.nnodes}-node allocation (0..{s.nnodes - 1})", where="SLURM_NODEID",
+                          fix="start each node with `srun` inside the allocation (it sets SLURM_NODEID), or pass --node-rank", exit_code=2)
+    return s
 
 
 def slurm_hostnames(nodelist: str, environ: Mapping[str, str] | None = None) -> list[str]:

@@ -225,9 +225,19 @@ def _dumper():
     return Dumper
 
 
+#: A container image reference as the OCI distribution grammar writes it (docker/distribution's
+#: reference package): [domain[:port]/]lowercase-path[:tag][@algorithm:hex]. Anything else is one
+#: the kubelet cannot pull (an uppercase path, `a//b`, an empty tag, `+`).
+_IMG_DOMAIN = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]{1,5})?"
+_IMG_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REF = re.compile(rf"(?:{_IMG_DOMAIN}/)?{_IMG_PART}(?:/{_IMG_PART})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(?:@[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{{32,}})?")
+#: docker/distribution's NameTotalLengthMax is 255 for the name; with a tag and a digest, 512 in all.
+IMAGE_MAX = 512
+
+
 def check_image(image: str) -> str:
-    """`image` when it is a container image reference: no space, control, quote or leading `-` (exit 2)."""
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}", image or ""):
+    """`image` when it is a container image reference (IMAGE_REF, at most IMAGE_MAX characters), else exit 2."""
+    if not isinstance(image, str) or len(image) > IMAGE_MAX or not IMAGE_REF.fullmatch(image):
         raise PpspecError(f"--image {str(image)[:80]!r} is not an image reference", where="--image", fix="e.g. --image registry.example.com/vllm-ppspec:0.32.0 (vLLM and ppspec installed)", exit_code=2)
     return image
 

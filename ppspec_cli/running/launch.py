@@ -11,7 +11,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ppspec_cli.io import safeio, shellout
 from ppspec_cli.errors import PpspecError
@@ -321,7 +321,7 @@ def _plan_data(r: Resolved, run_dir: Path) -> dict[str, Any]:
     }
 
 
-def materialize_overlay(spec: LaunchSpec, revision: str | None = None, rd: Any = None) -> None:
+def materialize_overlay(spec: LaunchSpec, revision: str | None = None, rd: Any = None, cancelled: Callable[[], bool] | None = None) -> None:
     """Build the drafter overlay: a directory that links every drafter file except config.json,
     which carries the overlay keys. The original checkpoint is never modified. `rd`: the run
     directory held by descriptor (serve.rundir.RunDir): the overlay is then built relative to it."""
@@ -331,7 +331,7 @@ def materialize_overlay(spec: LaunchSpec, revision: str | None = None, rd: Any =
     if not src.is_dir():
         from ppspec_cli.checkpoint.reader import download_snapshot
 
-        src = download_snapshot(spec.drafter_source, revision)
+        src = download_snapshot(spec.drafter_source, revision, cancelled)  # DownloadCancelled when cancelled() says so
     try:
         cfg = safeio.read_json(src / "config.json", limit=8 << 20, what="drafter config.json", exit_code=1)
     except PpspecError as e:

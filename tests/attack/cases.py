@@ -944,6 +944,15 @@ def validation_cases() -> Iterator[Case]:
 
     for v in ("²", "١", "-1", " 1", "1\n", "", "1e3", "0x1", "１"):
         yield ("validation", "slurm-nodeid", repr(v), expect_exit2(lambda v=v: _slurm_int({"SLURM_NODEID": v}, "SLURM_NODEID"), "SLURM_NODEID"))
+    def nodelist(v: str, nodeid: str = "0", nnodes: str = "2") -> None:
+        from ppspec_cli.running.cluster import slurm_from_env
+
+        slurm_from_env({"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": v, "SLURM_NODEID": nodeid, "SLURM_NNODES": nnodes})
+
+    for v in ("-oProxyCommand=x", "node[1-2]\n", "a b", "n;id", "$(id)", "n\x1b[2J", "n\x00", "n" * 70000, "nöde", "--help"):
+        yield ("validation", "slurm-nodelist", repr(v[:12]), expect_exit2(lambda v=v: nodelist(v), "SLURM_JOB_NODELIST"))
+    for nodeid, nnodes in (("2", "2"), ("999999", "2"), ("1", "0"), ("0", "-1"), ("0", "99999999999")):
+        yield ("validation", "slurm-nodeid", f"{nodeid}/{nnodes}", expect_exit2(lambda i=nodeid, n=nnodes: nodelist("node[1-2]", i, n), "SLURM_NODEID/SLURM_NNODES"))
     for v in ("", "host\n", "-oProxyCommand=x", "a b", "a;b", "$(id)", "h\x1b", "x" * 300, "..", "a..b."):
         for where in ("--master-addr", "--host"):
             yield ("validation", "host", f"{where} {v[:12]!r}", expect_exit2(lambda v=v, w=where: check_host(v, w), where))
@@ -953,7 +962,7 @@ def validation_cases() -> Iterator[Case]:
 
         check_image(v)
 
-    for v in ("", "img\n", "-x", "a b", "img\"x", "x" * 600):
+    for v in ("", "img\n", "-x", "a b", "img\"x", "x" * 600, "Img/Upper", "img:", "img::t", "a//b", "img+x", "img/", ".img", "img@sha256:zz", "img:" + "t" * 200, "img\u200b", "img\x00"):
         yield ("validation", "image", repr(v[:12]), expect_exit2(lambda v=v: image(v), "--image"))
 
     def secret(v: str) -> None:

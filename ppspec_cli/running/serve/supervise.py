@@ -22,6 +22,7 @@ from ppspec_cli.io import env as env_io
 from ppspec_cli.io import netio, redact, shellout, spawn
 from ppspec_cli.running.engine.plugin import read_status_dir
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.checkpoint.reader import DownloadCancelled
 from ppspec_cli.running.launch import LaunchSpec, NodeLaunch, materialize_overlay
 from ppspec_cli.running.serve.residue import ShmTracker, engine_left, remove_engine_shm, remove_recorded_shm, shm_snapshot
 from ppspec_cli.running.serve.confirm import EXIT_UNCONFIRMED, unconfirmed
@@ -352,7 +353,11 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
     remove_recorded_shm(rd)
     rd.unlink(READY_FILE)
     write_run_files(spec, node, rd)
-    materialize_overlay(spec, drafter_revision, rd)
+    try:  # a hub download of the drafter can take long: a stop signal ends it, and no engine starts
+        materialize_overlay(spec, drafter_revision, rd, cancelled=lambda: sigs.first is not None)
+    except (DownloadCancelled, PpspecError):
+        if sigs.first is None:
+            raise
     if sigs.first is not None:
         return ServeResult(128 + sigs.first, f"interrupted by {sigs.name} before the engine started: nothing was launched")
     tmp = make_engine_tmp(rd)
