@@ -296,6 +296,8 @@ def check_json(profile_path, env, *args) -> tuple[int, dict, str]:
     cp = run_ppspec("check", str(profile_path), "--json", "--no-probes", *args, env=env)
     assert "Traceback" not in cp.stderr, cp.stderr
     rc, out = cp.returncode, json.loads(cp.stdout)
+    if "findings" not in out:  # an error before any check ran (exit 2: `{"ok": false, "error": ...}`)
+        return rc, out, cp.stderr
     assert "platform-not-served" not in {f["code"] for f in out["findings"]}, out["findings"]
     if _cpu_build() and out.get("platform") == "cuda":
         assert "platform-not-served" in out["here"]["refused_by"], out["here"]

@@ -265,24 +265,18 @@ def test_a_version_outside_the_pack_range_is_evidence_not_a_gate(tmp_path, monke
 
 @pytest.mark.vllm
 @needs_vllm
-def test_a_fork_that_opted_the_family_in_natively_skips_the_patches(tmp_path, monkeypatch, clean_plugin):
-    """A fork that set Qwen3MoeModel.supports_aux_hidden_states_over_pp = True itself: the pack's
-    relay patches stand aside, reported as native ("already does this"); nothing is stacked."""
+def test_a_fork_that_only_sets_the_opt_in_attribute_is_refused(tmp_path, monkeypatch, clean_plugin):
+    """A fork that set Qwen3MoeModel.supports_aux_hidden_states_over_pp = True but kept a `forward`
+    that never relays taps (issue 31: the Qwen3-VL trap; what counts is the forward that runs): the
+    attribute alone is not native support, and the plugin refuses the engine rather than stand aside."""
     import vllm.model_executor.models.qwen3_moe as q
 
-    orig_forward = q.Qwen3MoeModel.__dict__["forward"]
     monkeypatch.setattr(q.Qwen3MoeModel, "supports_aux_hidden_states_over_pp", True)
     f = write_plan_file(tmp_path / "plan.json", plan_data(tmp_path, expect={"pp": 2, "needs": [{"behaviour": "aux_relay_over_pp", "arch": "Qwen3MoeForCausalLM", "decoder": None}]}))
     monkeypatch.setenv(plugin.ENV_PLAN_FILE, str(f))
     monkeypatch.setattr(plugin, "_vllm_version", lambda: "0.34.0.dev0")
-    plugin.register()
-    st = _status(tmp_path)
-    assert st["ok"] is True
-    skipped = {x["patch"]: x for x in st["skipped"]}
-    assert {"qwen3_moe.relay_forward", "qwen3_moe.opt_in", "qwen3_moe.target_embed_on_last_stage"} <= set(skipped)
-    assert all(x["native"] and "already does this" in x["skipped"] for x in skipped.values())
-    assert q.Qwen3MoeModel.__dict__["forward"] is orig_forward
-    assert st["needs"] == [{"behaviour": "aux_relay_over_pp", "decoder": "vllm.model_executor.models.qwen3_moe:Qwen3MoeModel", "status": "present", "detail": "vllm.model_executor.models.qwen3_moe:Qwen3MoeModel.supports_aux_hidden_states_over_pp is True"}]
+    with pytest.raises(plugin.PluginRefusal, match="aux_relay_over_pp"):
+        plugin.register()
 
 
 @pytest.mark.vllm
