@@ -346,3 +346,77 @@ def test_plan_reports_the_layer_kinds_per_stage_of_a_hybrid_target(tmp_path, mon
     dense = make_checkpoint("d", {**cfg, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"})
     r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {dense}}}\nplatform: cuda\nengine: {{version: 0.32.0}}\ntopology: {{pipeline_parallel: 2}}\n"), offline=True)
     assert not [f for f in rules.arch_table_rule(r) if f.code == "target-hybrid-stages"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Every registered architecture's relay verdict is decided (issue 31, done-when)
+
+
+def test_walker_follows_initialize_model_class_attributes_and_local_returns(fixture_table):
+    """`initialize_model(..., model_class=X)` builds X (vLLM's mllama4.py for Llama 4); without it,
+    the architecture `with_hf_config(cfg, [arch])` names; `return self.model_cls(...)` reads the
+    class attribute of the class being built (MuseSpark's `_init_model`); `return m` after
+    `m = Ext(...)` with `Ext` imported inside the method from transformers (the Transformers MTP
+    backend's `_create_model`) is a class from outside vLLM: the PP gate reads False."""
+    init = _one(fixture_table["targets"]["InitForConditionalGeneration"])
+    assert init["decoder"].endswith("relay:MadeModel") and archtable.relay_verdict(init)[0] == "native"
+    by_arch = _one(fixture_table["targets"]["InitArchForConditionalGeneration"])
+    assert by_arch["decoder"].endswith("plain:PlainModel") and archtable.relay_verdict(by_arch)[0] == "unsupported"
+    attr = _one(fixture_table["targets"]["AttrForCausalLM"])  # the subclass's model_cls, not AttrBase's
+    assert attr["decoder"].endswith("trap:TrapModel") and archtable.relay_verdict(attr)[0] == "trap"
+    ext = _one(fixture_table["targets"]["ExtForMTP"])
+    status, why = archtable.relay_verdict(ext)
+    assert status == "unsupported" and "returns ExtModel" in why and "built.py:43" in why
+
+
+#: Architectures whose EAGLE3/DFlash/DSpark verdict under PP the committed tables leave unknown,
+#: each with the reason vLLM itself cannot say. Empty: every registered architecture is decided.
+UNDECIDED_RELAY: dict[tuple[str, str], str] = {}
+
+
+def _undecided_relay(table: archtable.ArchTable) -> set[tuple[str, str]]:
+    """(release, architecture) whose tap relay over PP a `check` could not decide: the class exists
+    on the platform, vLLM would start it under PP (SupportsPP) with a tap-reading drafter
+    (SupportsEagle3), and the relay verdict is unknown. A multimodal class whose language model is
+    the registered architecture its config names (`language_model_from`) is decided per checkpoint
+    (archtable.with_language_model); a class that is not SupportsPP is refused at PP > 1 whatever
+    it relays; one without SupportsEagle3 at any PP (target-no-taps-interface)."""
+    out = set()
+    for arch, e in table.doc["targets"].items():
+        for facts in e["platforms"].values():
+            if not facts.get("class") or facts.get("language_model_from") or not facts.get("supports_pp") or not facts.get("supports_eagle3"):
+                continue
+            if archtable.relay_verdict(facts)[0] == "unknown":
+                out.add((table.version, arch))
+    return out
+
+
+def test_every_registered_architecture_has_a_relay_verdict():
+    """Before: Llama4ForConditionalGeneration (0.30-0.33: `initialize_model(model_class=Llama4ForCausalLM)`,
+    mllama4.py:780 in 0.33), MuseSparkForConditionalGeneration (0.33: `return self.model_cls(...)`,
+    muse_spark/nvidia/model.py:1818) and TransformersForMTP / TransformersMoEForMTP (0.33:
+    `_create_model` returns transformers' MtpModel, transformers/mtp.py:49) were unknown."""
+    got = set().union(*(_undecided_relay(archtable.committed(v)) for v in archtable.committed_versions()))
+    assert got == set(UNDECIDED_RELAY), sorted(got)
+    t = archtable.committed("0.33.0")
+    assert archtable.relay_verdict(t.target("Llama4ForConditionalGeneration", "cuda"))[0] == "native"
+    assert t.target("Llama4ForConditionalGeneration", "cuda")["decoder"] == "vllm.model_executor.models.llama4:Llama4Model"
+    assert t.target("MuseSparkForConditionalGeneration", "rocm")["relay"]["forward_at"].startswith("vllm/models/muse_spark/amd/model.py:")
+    assert archtable.relay_verdict(t.target("TransformersForMTP", "cuda"))[0] == "unsupported"
+
+
+def test_undecided_relay_list_can_fail():
+    broken = dict(archtable.committed("0.33.0").doc)
+    e = broken["targets"]["Llama4ForConditionalGeneration"]
+    broken["targets"] = {"Llama4ForConditionalGeneration": {**e, "platforms": {k: {**v, "relay": None} for k, v in e["platforms"].items()}}}
+    assert _undecided_relay(archtable.ArchTable("0.33.0", None, "test", "committed", broken)) == {("0.33.0", "Llama4ForConditionalGeneration")}
+
+
+def test_a_multimodal_language_model_is_decided_from_the_checkpoint_config():
+    """Llava builds `init_vllm_registered_model(hf_config=config.text_config)`: the relay verdict is
+    that of the architecture the checkpoint's text_config names."""
+    t = archtable.committed("0.33.0")
+    e = t.target("LlavaForConditionalGeneration", "cuda")
+    assert e["language_model_from"] == "text_config" and archtable.relay_verdict(e)[0] == "unknown"
+    got = archtable.with_language_model(t, e, {"text_config": {"architectures": ["LlamaForCausalLM"]}}, "cuda")
+    assert archtable.relay_verdict(got)[0] == "native"

@@ -48,6 +48,8 @@ MISSING_LAYER = "PPMissingLayer"
 EMBED_LAYER = "VocabParallelEmbedding"
 TOTAL_DEPTH_CALL = "get_total_num_hidden_layers"
 LOCAL_DEPTH_CALL = "get_num_layers"
+#: model_loader/utils.py: builds `model_class`, else the registered architecture its config names.
+INIT_MODEL_CALL = "initialize_model"
 REGISTRY = "vllm/model_executor/models/registry.py"
 SPEC_CONFIG = "vllm/config/speculative.py"
 _MODELS_PKG = "vllm.model_executor.models"
@@ -395,6 +397,22 @@ def _self_assign(fn: ast.AST, attr: str) -> ast.expr | None:
     return None
 
 
+def _returned_calls(fn: ast.AST) -> list[ast.Call]:
+    """The calls a function returns: `return X(...)`, or `return name` where the function assigns
+    `name = X(...)` (its last such assignment)."""
+    local: dict[str, ast.Call] = {}
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Call):
+            local[n.targets[0].id] = n.value
+    out = []
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Return) and isinstance(n.value, ast.Call):
+            out.append(n.value)
+        elif isinstance(n, ast.Return) and isinstance(n.value, ast.Name) and n.value.id in local:
+            out.append(local[n.value.id])
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Facts per class
 
@@ -451,7 +469,7 @@ class Scanner:
             if fname is None:
                 return None, where, f"self.{attr} is built by an expression the source does not name"
             if fname.startswith("self.") and (maker := _owner(self.src.mro(holder, platform), method=fname[5:])) is not None:
-                return self._returned(maker, fname[5:], platform, where, attr)
+                return self._returned(holder, maker, fname[5:], platform, where, attr)
             if fname.startswith("self."):
                 ref = _owner(self.src.mro(holder, platform), attr=fname[5:])
                 cref = _dotted(ref.attrs[fname[5:]]) if ref else None
@@ -459,30 +477,66 @@ class Scanner:
                 return got, where, "" if got else f"self.{attr} is built by {fname}, not a class named in the source"
             if fname.endswith("init_vllm_registered_model"):
                 return self._registered(val, platform, where)
+            if fname.split(".")[-1] == INIT_MODEL_CALL:
+                return self._initialized(val, c, platform, where)
             got = self.src.resolve(c.module, fname, platform)
             if got is None and self._outside(c.module, fname, platform):
                 return None, where, f"self.{attr} is built by {fname}: {EXTERNAL_NOTE}"
             return got, where, "" if got else f"self.{attr} is built by {fname}, which is not a class in vLLM's source"
         return None, holder.where(), f"no constructor in the MRO assigns self.{attr}"
 
-    def _outside(self, module: str, fname: str, platform: str) -> bool:
-        """The name comes from a package other than vLLM (transformers, torch)."""
+    def _outside(self, module: str, fname: str, platform: str, fn: ast.AST | None = None) -> bool:
+        """The name comes from a package other than vLLM (transformers, torch): imported so at the
+        module's top, or inside the function `fn` that uses it."""
         info = self.src.module(module)
         head = fname.split(".")[0]
         got = info.imports.get(head, {}).get(platform) if info else None
+        if got is None and fn is not None:
+            got = next(((st.module or "", a.name) for st in ast.walk(fn) if isinstance(st, ast.ImportFrom) and st.level == 0
+                        for a in st.names if (a.asname or a.name) == head), None)
         return got is not None and not got[0].startswith("vllm") and got[0] != "" and not got[0].startswith(".")
 
-    def _returned(self, owner: ClassInfo, method: str, platform: str, where: str, attr: str) -> tuple[ClassInfo | None, str, str]:
-        """`self.<attr> = self.<method>(...)`: the one class the method's `return X(...)` names."""
-        found = {_dotted(n.value.func) for n in ast.walk(owner.methods[method]) if isinstance(n, ast.Return) and isinstance(n.value, ast.Call)}
+    def _returned(self, holder: ClassInfo, owner: ClassInfo, method: str, platform: str, where: str, attr: str) -> tuple[ClassInfo | None, str, str]:
+        """`self.<attr> = self.<method>(...)`: the one class the method's `return X(...)` names (X a
+        class, `self.<cls_attr>` a class attribute of the built object's class, or a local name the
+        method assigns `X(...)` to)."""
+        fn = owner.methods[method]
+        found = {_dotted(c.func) for c in _returned_calls(fn)}
         found.discard(None)
-        outside = {f for f in found if f and self._outside(owner.module, f, platform)}
+        outside = {f for f in found if f and self._outside(owner.module, f, platform, fn)}
         if outside and outside == found:
-            return None, where, f"self.{attr} is built by self.{method}, which returns {', '.join(sorted(outside))}: {EXTERNAL_NOTE}"
-        classes = [c for c in (self.src.resolve(owner.module, f, platform) for f in sorted(found) if f) if c is not None]  # type: ignore[arg-type]
+            return None, where, f"self.{attr} is built by self.{method} ({owner.where(fn.lineno)}), which returns {', '.join(sorted(outside))}: {EXTERNAL_NOTE}"
+        classes = [c for c in (self._class_named(holder, owner, f, platform) for f in sorted(found) if f) if c is not None]  # type: ignore[arg-type]
         if len(classes) == 1 and len(found) == 1:
             return classes[0], where, ""
-        return None, where, f"self.{attr} is built by self.{method}, which does not return one class named in the source"
+        return None, where, f"self.{attr} is built by self.{method} ({owner.where(fn.lineno)}), which does not return one class named in the source"
+
+    def _class_named(self, holder: ClassInfo, owner: ClassInfo, name: str, platform: str) -> ClassInfo | None:
+        """The class `name` means in a method of `owner` run on an instance of `holder`: a
+        `self.<attr>` reads the class attribute through holder's MRO (a subclass's override wins)."""
+        if not name.startswith("self."):
+            return self.src.resolve(owner.module, name, platform)
+        ref = _owner(self.src.mro(holder, platform), attr=name[5:])
+        cref = _dotted(ref.attrs[name[5:]]) if ref else None
+        return self.src.resolve(ref.module, cref, platform) if ref and cref else None
+
+    def _initialized(self, call: ast.Call, c: ClassInfo, platform: str, where: str) -> tuple[ClassInfo | None, str, str]:
+        """`initialize_model(vllm_config=..., model_class=X)` builds X; without `model_class` it
+        builds the registered architecture the config names: a literal list passed to
+        `vllm_config.with_hf_config(cfg, [arch])`, else the config's own `architectures`."""
+        kw = {k.arg: k.value for k in call.keywords if k.arg}
+        if (mc := _dotted(kw["model_class"]) if "model_class" in kw else None) is not None:
+            got = self.src.resolve(c.module, mc, platform)
+            return got, where, "" if got else f"initialize_model builds {mc}, which is not a class in vLLM's source"
+        vc = kw.get("vllm_config")
+        if isinstance(vc, ast.Call) and (_dotted(vc.func) or "").endswith("with_hf_config") and vc.args:
+            archs = _literal(vc.args[1]) if len(vc.args) > 1 else _literal(next((k.value for k in vc.keywords if k.arg == "architectures"), None))
+            if isinstance(archs, list) and archs and isinstance(archs[0], str) and archs[0] in self.registry:
+                return self.cls(archs[0], platform), where, ""
+            cfg = (_dotted(vc.args[0]) or "").split(".")
+            if len(cfg) == 2 and cfg[0] in ("config", "hf_config"):
+                return None, where, f"{LM_FROM_CONFIG}{cfg[1]}"
+        return None, where, "the language model is chosen at run time from the config's architectures (initialize_model)"
 
     def _registered(self, call: ast.Call, platform: str, where: str) -> tuple[ClassInfo | None, str, str]:
         for kw in call.keywords:
