@@ -278,8 +278,8 @@ def test_hybrid_layer_rule_from_the_source():
     n = t.target("NemotronHForCausalLM", "cuda")["layer_rule"]
     assert n["key"] == "hybrid_override_pattern" and n["kinds"]["*"] == "NemotronHAttentionDecoderLayer"
     assert "layer_rule" not in t.target("Qwen3ForCausalLM", "cuda")
-    f = t.target("FalconH1ForCausalLM", "cuda")  # falcon_h1.py indexes no per-layer list by the layer
-    assert f["layer_rule"] is None and "reads no per-layer config list" in f["layer_rule_why"]
+    f = t.target("FalconH1ForCausalLM", "cuda")["layer_rule"]  # one parallel attention + SSM layer class for every layer
+    assert f["rule"] == "uniform" and f["layer_class"] == "FalconH1ParallelHybrid" and f["at"].startswith("vllm/model_executor/models/falcon_h1.py:")
     for v in archtable.committed_versions():  # every committed table was regenerated with the field
         hyb = [e for e in archtable.committed(v).doc["targets"].values() for facts in e["platforms"].values() if facts.get("is_hybrid")]
         assert hyb and all("layer_rule" in facts for e in hyb for facts in e["platforms"].values() if facts.get("is_hybrid"))
@@ -420,3 +420,84 @@ def test_a_multimodal_language_model_is_decided_from_the_checkpoint_config():
     assert e["language_model_from"] == "text_config" and archtable.relay_verdict(e)[0] == "unknown"
     got = archtable.with_language_model(t, e, {"text_config": {"architectures": ["LlamaForCausalLM"]}}, "cuda")
     assert archtable.relay_verdict(got)[0] == "native"
+
+
+# ---------------------------------------------------------------------------------------------
+# Hybrid layouts vLLM decides by a predicate on the layer index, or by one class for every layer
+
+
+def _plan_hybrid(monkeypatch, make_checkpoint, cfg, version="0.33.0", pp=2):
+    from ppspec_cli.planning import resolve as resolve_mod, rules
+    from ppspec_cli.planning.profile import parse_profile
+
+    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: None)
+    target = make_checkpoint("t", cfg)
+    r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine: {{version: {version}}}\ntopology: {{pipeline_parallel: {pp}}}\n"), offline=True)
+    return [f for f in rules.arch_table_rule(r) if f.code == "target-hybrid-stages"]
+
+
+def _fixture_config(name):
+    return json.loads((Path(__file__).parent / "fixtures" / "hybrid" / name).read_text(encoding="utf-8"))
+
+
+def test_kimi_linear_layer_kinds_per_stage(monkeypatch, make_checkpoint):
+    """Kimi-Linear: a layer is KDA when `config.is_kda_layer(layer_idx)`, which vLLM's config class
+    defines as `(layer_idx + 1) in linear_attn_config["kda_layers"]` (0.33
+    transformers_utils/configs/kimi_linear.py:157, called at kimi_k3/nvidia/model.py:715); the
+    others are full (MLA) attention. A 1-based list: layer 3 (0-based) is the first full one."""
+    rule = archtable.committed("0.33.0").target("KimiLinearForCausalLM", "cuda")["layer_rule"]
+    assert rule["rule"] == "listed" and rule["key"] == ["linear_attn_config", "kda_layers"] and rule["offset"] == 1
+    assert rule["at"] == "vllm/transformers_utils/configs/kimi_linear.py:157"
+    cfg = _fixture_config("kimi_linear_config.json")
+    got = _plan_hybrid(monkeypatch, make_checkpoint, cfg)
+    assert len(got) == 1 and "kimi_linear.py:157" in got[0].message
+    assert "stage 0 (layers 0-13): kda x11, not kda x3; stage 1 (layers 14-26): kda x9, not kda x4" in got[0].message, got[0].message
+    kinds = archtable.layer_kinds(rule, cfg, cfg["num_hidden_layers"])
+    assert kinds[:4] == ["kda", "kda", "kda", "not kda"] and kinds[-1] == "not kda"
+
+
+def test_falcon_h1_every_layer_is_one_parallel_hybrid(monkeypatch, make_checkpoint):
+    """Falcon-H1 builds every layer as FalconH1ParallelHybrid (attention and Mamba side by side:
+    0.33 falcon_h1.py, `get_layer` -> `layer_class = FalconH1ParallelHybrid`): each stage holds
+    its share of that one kind."""
+    cfg = _fixture_config("falcon_h1_config.json")
+    got = _plan_hybrid(monkeypatch, make_checkpoint, cfg)
+    n = cfg["num_hidden_layers"]
+    assert len(got) == 1 and "every layer is one FalconH1ParallelHybrid" in got[0].message
+    assert f"stage 0 (layers 0-{n // 2 - 1}): FalconH1ParallelHybrid x{n // 2}" in got[0].message, got[0].message
+
+
+def test_bailing_group_rules_with_and_without_a_tail():
+    """Bailing V2.5 (0.32 bailing_moe_linear.py:68): linear unless (i + 1) % layer_group_size == 0,
+    default 1 read by `getattr(config, "layer_group_size", 1)`; Bailing V3 (bailing_moe_v3.py:131):
+    KDA unless (i + 1) % g == 0 or i is past the last whole group."""
+    t = archtable.committed("0.32.0")
+    v25 = t.target("BailingMoeV2_5ForCausalLM", "cuda")["layer_rule"]
+    assert v25["rule"] == "every" and v25["key"] == "layer_group_size" and v25["default"] == 1 and not v25["tail"]
+    assert archtable.layer_kinds(v25, {"layer_group_size": 4}, 8) == ["linear"] * 3 + ["not linear"] + ["linear"] * 3 + ["not linear"]
+    assert archtable.layer_kinds(v25, {}, 3) == ["not linear"] * 3  # the default group of 1: every layer full
+    v3 = t.target("BailingMoeV3ForCausalLM", "cuda")["layer_rule"]
+    assert v3["rule"] == "every" and v3["tail"] and v3["default"] is None
+    assert archtable.layer_kinds(v3, {"layer_group_size": 4}, 10) == ["kda"] * 3 + ["not kda"] + ["kda"] * 3 + ["not kda"] * 3
+    assert archtable.layer_kinds(v3, {}, 10) is None  # no group size in the config: nothing said
+
+
+def test_predicate_and_uniform_readers_can_fail(tmp_path):
+    """The readers on small modules: a predicate named is_<kind>_layer called with the layer index;
+    one that tests something else, or a get_layer choosing between two classes, gives no rule."""
+    m = tmp_path / "vllm" / "hyb.py"
+    m.parent.mkdir()
+    m.write_text("def _is_lin_layer(i, g):\n    return (i + 1) % g != 0\n\n"
+                 "class Dec:\n    def __init__(self, config, layer_idx):\n        self.lin = _is_lin_layer(layer_idx, config.group)\n")
+    got = archscan.layer_rule(archscan.Source(tmp_path), "vllm.hyb")
+    assert got["rule"] == "every" and got["key"] == "group" and got["hit"] == "lin" and got["at"] == "vllm/hyb.py:1" and not got["hit_on_multiple"]
+    m.write_text("def _is_lin_layer(i, g):\n    return i > g\n\nclass Dec:\n    def __init__(self, config, layer_idx):\n        self.lin = _is_lin_layer(layer_idx, config.group)\n")
+    assert archscan.layer_rule(archscan.Source(tmp_path), "vllm.hyb") is None
+    m.write_text("class A: pass\nclass B: pass\n\nclass Dec:\n    def __init__(self, config):\n        def get_layer(prefix):\n"
+                 "            return A() if prefix else B()\n        self.layers = make_layers(4, get_layer)\n")
+    src = archscan.Source(tmp_path)
+    assert archscan.layer_rule(src, "vllm.hyb", src.module("vllm.hyb").classes["Dec"]) is None
+    m.write_text("class A: pass\n\nclass Dec:\n    def __init__(self, config):\n        def get_layer(prefix):\n"
+                 "            cls = A\n            return cls(prefix)\n        self.layers = make_layers(4, get_layer)\n")
+    src = archscan.Source(tmp_path)
+    assert archscan.layer_rule(src, "vllm.hyb", src.module("vllm.hyb").classes["Dec"])["layer_class"] == "A"

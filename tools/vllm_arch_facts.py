@@ -25,7 +25,7 @@ from ppspec_cli.knowledge import archscan  # noqa: E402
 from ppspec_cli.knowledge.archtable import SCHEMA, TABLE_DIR, table_document  # noqa: E402
 
 #: The parts of a wheel the scan reads (the rest is never unpacked).
-WHEEL_PARTS = ("vllm/model_executor/", "vllm/models/", "vllm/config/", "vllm/v1/", "vllm/_version.py")
+WHEEL_PARTS = ("vllm/model_executor/", "vllm/models/", "vllm/config/", "vllm/v1/", "vllm/transformers_utils/configs/", "vllm/_version.py")
 
 
 def _unpack(wheel: Path, into: Path) -> None:

@@ -16,9 +16,12 @@ map an architecture name to a (module, class) pair) and read, per architecture a
   stage-local count), how `fc` is sized;
 - per MTP class: the config key its layer count is read from and its default;
 - which MTP architecture the `mtp` method rewrites a target to (config/speculative.py);
-- per hybrid target (`IsHybrid`): the per-layer config list its decoder's module reads to decide a
-  layer's kind (`config.layer_types[layer_idx]`: Qwen3-Next's `full_attention_interval` reaches vLLM
-  as the `layer_types` list its config class builds) and the kinds the module names (`layer_rule`).
+- per hybrid target (`IsHybrid`): how its decoder decides a layer's kind (`layer_rule`): the
+  per-layer config list its module reads (`config.layer_types[layer_idx]`: Qwen3-Next's
+  `full_attention_interval` reaches vLLM as the `layer_types` list its config class builds), a
+  predicate on the layer index (Bailing's `layer_group_size`, Kimi-Linear's
+  `linear_attn_config["kda_layers"]` read by vLLM's config class), or one layer class for every
+  layer (Falcon-H1).
 
 Where the source does not decide a fact statically the value is None and a `why` says so; the
 reader never guesses. The output is plain JSON-able data (`scan(root)`); tools/vllm_arch_facts.py
@@ -659,7 +662,7 @@ class Scanner:
             return out
         out["relay"] = self.relay(dec, platform)
         if out["is_hybrid"]:
-            rule = layer_rule(self.src, dec.module)
+            rule = layer_rule(self.src, dec.module, dec)
             out["layer_rule"] = rule
             if rule is None:
                 out["layer_rule_why"] = f"{dec.where()}: its module reads no per-layer config list (layer_types, layers_block_type, hybrid_override_pattern) indexed by the layer"
@@ -1021,11 +1024,11 @@ def _config_key(node: ast.expr) -> str | None:
     head, _, key = d.rpartition(".")
     # a layout list is named for what it holds (layer_types, layers_block_type,
     # hybrid_override_pattern); per-layer counts (layers_num_experts) are not layouts
-    ok = head.split(".")[-1] in ("config", "hf_config", "text_config") and ("type" in key or "pattern" in key)
+    ok = head.split(".")[-1] in ("config", "hf_config", "text_config") and ("type" in key or "pattern" in key) and not key.startswith("mlp_")
     return key if ok else None
 
 
-def _layer_kinds(tree: ast.Module) -> dict[str, str | None]:
+def _layer_kinds(tree: ast.Module, aliases: dict[str, str] | None = None) -> dict[str, str | None]:
     """The layer kinds the module names: the keys of a module-level dict literal that maps a kind to
     a decoder-layer class (`{"attention": JambaAttentionDecoderLayer, ...}`: kind -> class), else
     the string constants compared with a `layer_type`/`is_attn` value (kind -> None)."""
@@ -1035,26 +1038,200 @@ def _layer_kinds(tree: ast.Module) -> dict[str, str | None]:
             if got:
                 return got
     kinds: dict[str, str | None] = {}
+    aliases = aliases or {}
     for n in ast.walk(tree):
         if isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], ast.Eq | ast.NotEq):
             sides = [n.left, n.comparators[0]]
             const = [s.value for s in sides if isinstance(s, ast.Constant) and isinstance(s.value, str)]
             other = [s for s in sides if not isinstance(s, ast.Constant)]
-            if const and other and ((_dotted(other[0]) or "").endswith("layer_type") or (isinstance(other[0], ast.Subscript) and _config_key(other[0].value))):
+            if const and other and ((_dotted(other[0]) or "").endswith("layer_type") or (isinstance(other[0], ast.Subscript) and (_config_key(other[0].value) or (_dotted(other[0].value) or "") in aliases))):
                 kinds.setdefault(const[0], None)
     return dict(sorted(kinds.items()))
 
 
-def layer_rule(src: Source, module: str) -> dict[str, Any] | None:
-    """Which config key a hybrid model's module reads, per layer, to decide the layer's kind (full
-    attention vs linear attention / mamba / ...), and the kinds it names; None when the module
-    reads no per-layer config list."""
+def layer_rule(src: Source, module: str, decoder: ClassInfo | None = None) -> dict[str, Any] | None:
+    """How a hybrid model's module decides, per layer, the layer's kind (full attention vs linear
+    attention / mamba / ...), with the file:line that decides it; None when the source does not say:
+
+    - a per-layer config list indexed by the layer (`config.layer_types[layer_idx]`, also through a
+      local `layer_types = config.layer_types`): {"key", "at", "kinds"};
+    - a predicate on the layer index called where the layer is built (`_is_kda_layer(layer_id,
+      config.layer_group_size, ...)`, `config.is_kda_layer(layer_idx)` on vLLM's config class):
+      {"rule": "every" | "listed", ...} (`_predicate_rule`);
+    - every layer the same class (`make_layers(n, get_layer)` whose `get_layer` builds one class,
+      Falcon-H1's parallel attention + SSM layer): {"rule": "uniform", "layer_class", "at"}.
+    (An MLP layout list, `mlp_layer_types`, is not a layer-kind layout.)"""
     info = src.module(module)
     if info is None or info.tree is None:
         return None
+    aliases = _config_aliases(info.tree)
     for n in ast.walk(info.tree):
-        if isinstance(n, ast.Subscript) and (key := _config_key(n.value)) and _indexes_a_layer(n.slice):
-            return {"key": key, "at": f"{info.file}:{n.lineno}", "kinds": _layer_kinds(info.tree)}
+        if isinstance(n, ast.Subscript) and (key := _config_key(n.value) or aliases.get(_dotted(n.value) or "")) and _indexes_a_layer(n.slice):
+            return {"key": key, "at": f"{info.file}:{n.lineno}", "kinds": _layer_kinds(info.tree, aliases)}
         if isinstance(n, ast.Call) and _dotted(n.func) == "enumerate" and n.args and (key := _config_key(n.args[0])):
-            return {"key": key, "at": f"{info.file}:{n.lineno}", "kinds": _layer_kinds(info.tree)}
+            return {"key": key, "at": f"{info.file}:{n.lineno}", "kinds": _layer_kinds(info.tree, aliases)}
+    got = _predicate_rule(src, info, decoder)
+    if got is not None:
+        return got
+    return _uniform_rule(src, info, decoder)
+
+
+def _config_aliases(tree: ast.Module) -> dict[str, str]:
+    """`layer_types = config.layer_types` (a local name for a layout list): name -> key."""
+    out: dict[str, str] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and (key := _config_key(n.value)):
+            out.setdefault(n.targets[0].id, key)
+    return out
+
+
+_PRED_PREFIXES = ("is_", "_is_")
+
+
+def _predicate_name(fname: str) -> str | None:
+    """`is_linear_layer` / `_is_kda_layer` -> "linear" / "kda" (the kind the predicate names)."""
+    last = fname.rsplit(".", 1)[-1]
+    if not last.startswith(_PRED_PREFIXES) or not last.endswith("_layer"):
+        return None
+    core = last.lstrip("_")[len("is_"):-len("_layer")]
+    return core or None
+
+
+def _predicate_rule(src: Source, info: ModuleInfo, decoder: ClassInfo | None = None) -> dict[str, Any] | None:
+    """A call `is_<kind>_layer(<layer index>, ...)` in the module: a module-level function of the
+    module, or a method of vLLM's config class (`config.is_kda_layer(layer_idx)`, the class imported
+    from vllm.transformers_utils.configs), read by `_read_predicate`."""
+    assert info.tree is not None
+    funcs = {n.name: n for n in info.tree.body if isinstance(n, ast.FunctionDef)}
+    init = decoder.methods.get("__init__") if decoder is not None and decoder.module == info.name else None
+    # the call where the decoder builds its layers first (it decides), then any other in the module
+    calls = [*(ast.walk(init) if init is not None else ()), *ast.walk(info.tree)]
+    for n in calls:
+        in_init = init is not None and any(n is x for x in ast.walk(init))
+        if not (isinstance(n, ast.Call) and n.args and (fname := _dotted(n.func)) and (kind := _predicate_name(fname))
+                and (_indexes_a_layer(n.args[0]) or (in_init and isinstance(n.args[0], ast.Name)))):
+            continue
+        if "." not in fname and fname in funcs:
+            fn, where = funcs[fname], f"{info.file}:{funcs[fname].lineno}"
+            params = [a.arg for a in fn.args.args]
+            bind = {p: _arg_key(a, info.tree) for p, a in zip(params[1:], n.args[1:])}
+            got = _read_predicate(fn, params[0], bind, None)
+        elif (_dotted(n.func.value) or "").split(".")[-1] in ("config", "hf_config", "text_config") and (m := _config_method(src, info, fname.rsplit(".", 1)[-1])):  # type: ignore[union-attr]
+            fn, where = m
+            params = [a.arg for a in fn.args.args]
+            got = _read_predicate(fn, params[1], {}, params[0]) if len(params) > 1 else None
+        else:
+            continue
+        if got is not None:
+            return {**got, "hit": kind, "miss": f"not {kind}", "at": where, "called_at": f"{info.file}:{n.lineno}"}
+    return None
+
+
+def _arg_key(arg: ast.expr, tree: ast.Module) -> tuple[str, Any] | None:
+    """What a call argument reads from the config: `config.key` -> (key, None);
+    `self.attr` assigned `getattr(config, "key", default)` (or `config.key`) in the module -> (key, default)."""
+    if (key := _config_key_any(arg)) is not None:
+        return key, None
+    d = _dotted(arg) or ""
+    if d.startswith("self.") and d.count(".") == 1:
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and _dotted(n.targets[0]) == d:
+                v = n.value
+                if isinstance(v, ast.Call) and _dotted(v.func) == "getattr" and len(v.args) >= 2 and isinstance(v.args[1], ast.Constant):
+                    return str(v.args[1].value), _literal(v.args[2]) if len(v.args) > 2 else None
+                if (key := _config_key_any(v)) is not None:
+                    return key, None
+    return None
+
+
+def _config_key_any(node: ast.expr) -> str | None:
+    d = _dotted(node) or ""
+    head, _, key = d.rpartition(".")
+    return key if head.split(".")[-1] in ("config", "hf_config", "text_config") else None
+
+
+def _config_method(src: Source, info: ModuleInfo, method: str) -> tuple[ast.FunctionDef, str] | None:
+    """The method on a vLLM config class the module imports (vllm.transformers_utils.configs)."""
+    for per in info.imports.values():
+        for mod, name in per.values():
+            if not mod.startswith("vllm.transformers_utils.configs") or name is None:
+                continue
+            cls = src.resolve(mod, name, "cuda")
+            if cls is not None and method in cls.methods:
+                return cls.methods[method], cls.where(cls.methods[method].lineno)
+    return None
+
+
+def _read_predicate(fn: ast.FunctionDef, layer: str, bind: dict[str, tuple[str, Any] | None], this: str | None) -> dict[str, Any] | None:
+    """The rule a layer predicate computes, from its returned expression (guards such as
+    `x is not None and ...` or an `if g > 0:` around the return are passed through):
+
+    - `(layer + c) % G == 0` (negated or `!=`): {"rule": "every", "key", "default", "offset": c,
+      "hit_on_multiple": whether the predicate holds on those layers, "tail": whether
+      `or layer >= N // G * G` also makes the layers after the last full group behave like them};
+    - `(layer + c) in <config>.A["B"]`: {"rule": "listed", "key": ["A", "B"], "offset": c}."""
+    ret = next((n.value for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None and not isinstance(n.value, ast.Constant)), None)
+    if ret is None:
+        return None
+    neg = False
+    while isinstance(ret, ast.UnaryOp) and isinstance(ret.op, ast.Not):
+        neg, ret = not neg, ret.operand
+    parts = ret.values if isinstance(ret, ast.BoolOp) else [ret]
+    tail = isinstance(ret, ast.BoolOp) and isinstance(ret.op, ast.Or) and any(_is_tail(x, layer) for x in parts)
+
+    def key_of(node: ast.expr) -> tuple[str, Any] | None:
+        d = _dotted(node) or ""
+        if this and d.startswith(this + ".") and d.count(".") == 1:
+            return d.split(".", 1)[1], None
+        return bind.get(d) if isinstance(node, ast.Name) else None
+
+    for x in parts:
+        if not (isinstance(x, ast.Compare) and len(x.ops) == 1):
+            continue
+        off = _layer_offset(x.left.left if isinstance(x.left, ast.BinOp) and isinstance(x.left.op, ast.Mod) else x.left, layer)
+        if off is not None and isinstance(x.left, ast.BinOp) and isinstance(x.left.op, ast.Mod) and _literal(x.comparators[0]) == 0 and (k := key_of(x.left.right)):
+            eq = isinstance(x.ops[0], ast.Eq)
+            return {"rule": "every", "key": k[0], "default": k[1], "offset": off, "hit_on_multiple": eq != neg, "tail": bool(tail)}
+        if off is not None and isinstance(x.ops[0], ast.In) and isinstance(x.comparators[0], ast.Subscript):
+            sub = x.comparators[0]
+            if (k := key_of(sub.value)) and isinstance(_literal(sub.slice), str) and not neg:
+                return {"rule": "listed", "key": [k[0], _literal(sub.slice)], "offset": off}
+    return None
+
+
+def _layer_offset(node: ast.expr, layer: str) -> int | None:
+    """`layer` -> 0, `layer + c` / `(layer + c)` -> c; else None."""
+    if isinstance(node, ast.Name) and node.id == layer:
+        return 0
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and isinstance(node.left, ast.Name) and node.left.id == layer and isinstance(_literal(node.right), int):
+        return int(_literal(node.right))
+    return None
+
+
+def _is_tail(node: ast.expr, layer: str) -> bool:
+    """`layer >= N // G * G`: the layers after the last whole group."""
+    return (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.GtE) and _layer_offset(node.left, layer) == 0
+            and isinstance(node.comparators[0], ast.BinOp) and isinstance(node.comparators[0].op, ast.Mult)
+            and isinstance(node.comparators[0].left, ast.BinOp) and isinstance(node.comparators[0].left.op, ast.FloorDiv))
+
+
+def _uniform_rule(src: Source, info: ModuleInfo, decoder: ClassInfo | None) -> dict[str, Any] | None:
+    """The decoder builds its layers with `make_layers(n, get_layer)` where `get_layer` returns one
+    class for every index (through a local `layer_class = X`)."""
+    init = decoder.methods.get("__init__") if decoder is not None else None
+    if init is None:
+        return None
+    nested = {f.name: f for f in ast.walk(init) if isinstance(f, ast.FunctionDef) and f is not init}
+    for n in ast.walk(init):
+        if not (isinstance(n, ast.Call) and (_dotted(n.func) or "").endswith("make_layers") and len(n.args) >= 2 and isinstance(n.args[1], ast.Name)):
+            continue
+        fn = nested.get(n.args[1].id)
+        if fn is None:
+            continue
+        local = {t.id: _dotted(a.value) for a in ast.walk(fn) if isinstance(a, ast.Assign) for t in a.targets if isinstance(t, ast.Name) and isinstance(a.value, ast.Name | ast.Attribute)}
+        made = {local.get(_dotted(r.value.func) or "", _dotted(r.value.func)) for r in ast.walk(fn) if isinstance(r, ast.Return) and isinstance(r.value, ast.Call)}
+        classes = [c for m in made if m and (c := src.resolve(decoder.module, m, "cuda")) is not None]  # type: ignore[union-attr]
+        if len(made) == 1 and len(classes) == 1:
+            cls = classes[0]
+            return {"rule": "uniform", "layer_class": cls.name, "class_at": cls.where(), "at": f"{info.file}:{fn.lineno}"}
     return None

@@ -262,8 +262,60 @@ def with_language_model(table: ArchTable, t: dict[str, Any], config: dict[str, A
     inner = table.target(inner_arch, platform) if inner_arch else None
     if inner is None:
         return t
-    keep = ("decoder", "decoder_at", "decoder_why", "relay", "relay_why", "embed_last_stage", "embed_at", "embed_why")
+    keep = ("decoder", "decoder_at", "decoder_why", "relay", "relay_why", "embed_last_stage", "embed_at", "embed_why", "layer_rule", "layer_rule_why")
     merged = {k: v for k, v in t.items() if k not in keep}
     merged.update({k: inner[k] for k in keep if k in inner})
     merged["language_model"] = f"{inner_arch} (from the config's {where if where != '.' else ''} architectures)"
     return merged
+
+
+# ---------------------------------------------------------------------------------------------
+# Hybrid layer layouts (the table's layer_rule, knowledge/archscan.layer_rule), applied to a config
+
+
+def layer_kinds(rule: dict[str, Any] | None, text: dict[str, Any], n_layers: int) -> list[str] | None:
+    """Each layer's kind, by the rule vLLM's source applies to the target's (text) config; None
+    when the config does not carry what the rule reads (then nothing is said)."""
+    if not rule or n_layers <= 0:
+        return None
+    kind = rule.get("rule", "list")
+    if kind == "list":
+        got = text.get(rule.get("key", ""))
+        got = list(got) if isinstance(got, list | str) else None
+        return got if got is not None and len(got) == n_layers and all(isinstance(k, str) for k in got) else None
+    if kind == "uniform":
+        return [str(rule.get("layer_class"))] * n_layers
+    if kind == "every":
+        g = text.get(rule["key"], rule.get("default"))
+        if not isinstance(g, int) or isinstance(g, bool) or g <= 0:
+            return None
+        off, last_group = int(rule.get("offset", 0)), n_layers // g * g
+        out = []
+        for i in range(n_layers):
+            on = (i + off) % g == 0 or (bool(rule.get("tail")) and i >= last_group)
+            out.append(rule["hit"] if on == bool(rule.get("hit_on_multiple")) else rule["miss"])
+        return out
+    if kind == "listed":
+        v: Any = text
+        for k in rule.get("key", []):
+            v = v.get(k) if isinstance(v, dict) else None
+        if not isinstance(v, list) or not all(isinstance(x, int) for x in v):
+            return None
+        off = int(rule.get("offset", 0))
+        return [rule["hit"] if i + off in v else rule["miss"] for i in range(n_layers)]
+    return None
+
+
+def describe_layer_rule(rule: dict[str, Any]) -> str:
+    """How vLLM decides each layer's kind, in words, with the source line."""
+    kind = rule.get("rule", "list")
+    if kind == "uniform":
+        return f"every layer is one {rule.get('layer_class')} ({rule.get('class_at')}; built at {rule.get('at')})"
+    if kind == "every":
+        tail = ", and the layers after the last whole group" if rule.get("tail") else ""
+        which = "holds" if rule.get("hit_on_multiple") else "does not hold"
+        return (f"the config's `{rule['key']}` (g): is_{rule['hit']}_layer {which} on layer i where (i + {rule.get('offset', 0)}) % g == 0{tail} "
+                f"({rule.get('at')}, called at {rule.get('called_at')})")
+    if kind == "listed":
+        return f"the config's `{'.'.join(rule['key'])}`: is_{rule['hit']}_layer holds on layer i where i + {rule.get('offset', 0)} is listed ({rule.get('at')}, called at {rule.get('called_at')})"
+    return f"the config's `{rule.get('key')}` ({rule.get('at')})"

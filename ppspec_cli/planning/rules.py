@@ -13,7 +13,7 @@ from ppspec_cli.findings import Finding, Severity, by_severity, finding, guard
 from ppspec_cli.findings.registry import gap_severity
 from ppspec_cli.io import env as env_io
 from ppspec_cli.planning import drafter_contract, schedule
-from ppspec_cli.knowledge import facts, methods, packs
+from ppspec_cli.knowledge import archtable, facts, methods, packs
 from ppspec_cli.knowledge.packs import PLATFORMS, in_range, load_pack_module
 from ppspec_cli.knowledge.versions import settle_command, verified_text
 from ppspec_cli.planning.plan import default_partition, default_taps, nested_readings
@@ -626,9 +626,8 @@ def _hybrid_stages(r: Resolved) -> Iterator[Finding]:
     rule = (t or {}).get("layer_rule")
     if p is None or tbl is None or r.target is None or not rule or len(p.stages) < 2:
         return
-    kinds = r.target.text.get(rule["key"])
-    kinds = list(kinds) if isinstance(kinds, list | str) else None
-    if kinds is None or len(kinds) != p.num_layers or not all(isinstance(k, str) for k in kinds):
+    kinds = archtable.layer_kinds(rule, r.target.text, p.num_layers)
+    if kinds is None:
         return
     per = []
     for s in p.stages:
@@ -638,7 +637,7 @@ def _hybrid_stages(r: Resolved) -> Iterator[Finding]:
         "target-hybrid-stages",
         "info",
         "topology.pipeline_parallel",
-        f"{r.target_arch} mixes layer kinds; vLLM {tbl.version} builds each layer from the config's `{rule['key']}` ({rule['at']}): " + "; ".join(per),
+        f"{r.target_arch} mixes layer kinds; vLLM {tbl.version} builds each layer by {archtable.describe_layer_rule(rule)}: " + "; ".join(per),
         "",
     )
 
