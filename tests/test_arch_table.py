@@ -5,6 +5,7 @@ and the adapter packs held to agree with them."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 import json
 from pathlib import Path
 
@@ -501,3 +502,55 @@ def test_predicate_and_uniform_readers_can_fail(tmp_path):
                  "            cls = A\n            return cls(prefix)\n        self.layers = make_layers(4, get_layer)\n")
     src = archscan.Source(tmp_path)
     assert archscan.layer_rule(src, "vllm.hyb", src.module("vllm.hyb").classes["Dec"])["layer_class"] == "A"
+
+
+# ---------------------------------------------------------------------------------------------
+# Packs keep only what vLLM lacks (issue 31): no pack restates what the generated tables decide
+
+
+def _pack_duplicates() -> list[str]:
+    """A pack line (native/unsupported) for a capability the tables carry, every cell of which
+    (platform x verified release in its range) the table decides the same way for every
+    architecture the pack matches; an inner_decoder fact equal to the table's decoder on every
+    release. Patched lines are the pack's own (its patches change vLLM)."""
+    from ppspec_cli.knowledge.packs import TABLE_CAPABILITIES, _from_table, in_range
+
+    out = []
+    for pack in load_packs():
+        for part in pack.parts:
+            for cap in TABLE_CAPABILITIES:
+                for line in part.capabilities.get(cap, ()):
+                    if line.status == "patched":
+                        continue
+                    cells = [(pl, v) for pl in line.platforms for v in archtable.committed_versions()
+                             if in_range(part.vllm_range, v) and (line.vllm is None or in_range(line.vllm, v))]
+                    if cells and all((got := _from_table(part, cap, pl, v)) is not None and got.status == line.status for pl, v in cells):
+                        out.append(f"{part.name} {cap} {line.status} {'/'.join(line.platforms)}: the tables decide it")
+            for arch, per in part.facts.inner_decoder.items():
+                for pl, ref in per.items():
+                    plats = PLATFORMS if pl == "default" else (pl,)
+                    tabled = [(archtable.committed(v).target(arch, p) or {}).get("decoder") for v in archtable.committed_versions() for p in plats]
+                    if tabled and all(x == ref for x in tabled):
+                        out.append(f"{part.name} inner_decoder {arch} {pl}: the tables name {ref}")
+    return out
+
+
+def test_packs_keep_only_what_vllm_lacks():
+    assert _pack_duplicates() == []
+
+
+def test_pack_duplicate_check_can_fail(tmp_path, monkeypatch):
+    from ppspec_cli.knowledge import packs as packs_mod
+
+    d = tmp_path / "dup"
+    d.mkdir()
+    (d / "pack.yaml").write_text(
+        "name: dup\ndescription: restates the table\nmatches:\n  targets: [LlamaForCausalLM]\nvllm: \">=0.30,<0.34\"\n"
+        "capabilities:\n  aux_relay_over_pp:\n    - {status: native}\n"
+        "facts:\n  inner_decoder:\n    LlamaForCausalLM: {default: \"vllm.model_executor.models.llama:LlamaModel\"}\n", encoding="utf-8")
+    dup = packs_mod.load_pack_dir(d)
+    monkeypatch.setattr(sys.modules[__name__], "load_packs", lambda: [dup])
+    got = _pack_duplicates()
+    assert any("aux_relay_over_pp native" in x for x in got) and any("inner_decoder LlamaForCausalLM" in x for x in got)
+    # a pack whose line says what the table does not decide the same way is no duplicate
+    assert archtable.table_support(archtable.committed("0.32.0"), "LlamaForCausalLM", "aux_relay_over_pp", "cuda")[0] == "native"

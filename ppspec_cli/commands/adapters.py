@@ -28,7 +28,7 @@ from typing import Any
 
 from ppspec_cli.io import safeio, spawn
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.knowledge.packs import CAPABILITIES, Pack, get_pack, load_packs
+from ppspec_cli.knowledge.packs import CAPABILITIES, Pack, get_pack, load_packs, table_lines
 from ppspec_cli.knowledge import facts
 from ppspec_cli.knowledge.engine import installed_vllm
 from ppspec_cli.knowledge.versions import verdict
@@ -120,12 +120,15 @@ def import_errors(modules: list[str]) -> dict[str, str | None]:
     return {m: known[m] for m in modules if m in known}
 
 
-def _modules_for(pack: Pack, platform: str) -> dict[str, str]:
-    """module -> the architecture whose inner decoder lives there, on this platform."""
+def _modules_for(pack: Pack, platform: str, version: str | None = None) -> dict[str, str]:
+    """module -> the architecture whose inner decoder lives there, on this platform (the pack's
+    fact, else vLLM's source for that release: packs.inner_decoder_ref)."""
+    from ppspec_cli.knowledge.packs import inner_decoder_ref
+
     out: dict[str, str] = {}
     for part in pack.parts:
-        for arch, per_platform in part.facts.inner_decoder.items():
-            ref = per_platform.get(platform) or per_platform.get("default")
+        for arch in dict.fromkeys([*part.facts.inner_decoder, *part.matches.targets]):
+            ref = inner_decoder_ref(part, arch, platform, version)
             if ref:
                 out.setdefault(ref.partition(":")[0], arch)
     return out
@@ -174,7 +177,7 @@ ENGINE_STATES = ("verified", "probed", "drifted", "not probed", "not checked")
 _ANCHOR_CHILD = """
 import json, sys
 from ppspec_cli.knowledge import engine
-from ppspec_cli.knowledge.packs import get_pack
+from ppspec_cli.knowledge.packs import get_pack, inner_decoder_ref
 from ppspec_cli.running.engine.plugin import load_patches
 platform, facts_version = sys.argv[1], sys.argv[2]
 out = {}
@@ -191,8 +194,8 @@ for name in sys.argv[3:]:
             if part.patches_path is not None or part.supports("aux_relay_over_pp", platform, facts_version).status != "native":
                 continue
             refs = []
-            for arch, per in part.facts.inner_decoder.items():
-                ref = per.get(platform) or per.get("default")
+            for arch in dict.fromkeys([*part.facts.inner_decoder, *part.matches.targets]):
+                ref = inner_decoder_ref(part, arch, platform, facts_version)
                 if ref and ref not in refs:
                     refs.append(ref)
             for ref in refs:
@@ -504,6 +507,9 @@ def _show(name: str, json_out: bool) -> int:
     for part in pack.parts:
         for cap, lines in part.capabilities.items():
             rows = [f"{'/'.join(x.platforms)}{' vLLM ' + x.vllm if x.vllm else ''}: {x.status}" + (f" ({x.reason})" if x.reason else "") for x in lines]
+            if not lines:  # left to vLLM's own source, per release (knowledge/arch)
+                rows = [f"vLLM {x['vllm']} {'/'.join(x['platforms'])}: {x['status']} ({x['reason']})" for x in table_lines(part, cap)]
+                cap = f"{cap} (vLLM's source)"
             row(cap, "\n".join(rows))
     if f.embedding_tensors:
         row("embedding tensors", ", ".join(f.embedding_tensors))

@@ -422,7 +422,8 @@ class Pack:
     @property
     def provides(self) -> tuple[str, ...]:
         """Capabilities native or patched on at least one platform and version (for listings)."""
-        return tuple(dict.fromkeys(c for p in self.parts for c, lines in p.capabilities.items() if any(x.status != "unsupported" for x in lines)))
+        return tuple(dict.fromkeys(c for p in self.parts for c, lines in p.capabilities.items()
+                                   if any(x.status != "unsupported" for x in lines) or (not lines and _table_provides(p, c))))
 
     def supports_vllm(self, version: str) -> bool:
         """Whether every part of the pack was checked against this vLLM version."""
@@ -435,13 +436,17 @@ class Pack:
         for part in self.parts:
             lines = part.capabilities.get(capability)
             if not lines:
+                got = _from_table(part, capability, platform, version)
+                if got is not None:
+                    return got
                 continue
             if not in_range(part.vllm_range, version):
                 return Support(capability, "unknown", f"pack {part.name} was checked against vLLM {part.vllm_range}, not {version}", part.name)
             for line in lines:
                 if platform in line.platforms and (line.vllm is None or in_range(line.vllm, version)):
                     return Support(capability, line.status, line.reason or _default_reason(line.status, part.name, platform, version), part.name)
-            return Support(capability, "unknown", f"pack {part.name} says nothing about {capability} on {platform} with vLLM {version}", part.name)
+            got = _from_table(part, capability, platform, version)  # the lines cover only what vLLM's source does not decide
+            return got or Support(capability, "unknown", f"pack {part.name} says nothing about {capability} on {platform} with vLLM {version}", part.name)
         return Support(capability, "unknown", f"pack {self.name} says nothing about {capability}", None)
 
     # -- matching -------------------------------------------------------------------------------
@@ -476,6 +481,7 @@ class Pack:
             "vllm": self.vllm_range,
             "provides": list(self.provides),
             "capabilities": {c: [x.model_dump(mode="json") for x in lines] for p in self.parts for c, lines in p.capabilities.items()},
+            "capabilities_from_vllm": {c: table_lines(p, c) for p in self.parts for c, lines in p.capabilities.items() if not lines},
             "native": self.native,
             "patches": [str(p) for _, p in self.patch_files],
             "facts": self.facts.model_dump(mode="json"),
@@ -756,10 +762,71 @@ def inner_decoder_path(pack: Pack, target_arch: str) -> str:
     return "model"
 
 
-def inner_decoder_ref(pack: Pack, target_arch: str, platform: str) -> str | None:
-    """`module:Class` of the inner decoder for an architecture on a platform, from the pack's facts."""
+def inner_decoder_ref(pack: Pack, target_arch: str, platform: str, version: str | None = None) -> str | None:
+    """`module:Class` of the inner decoder for an architecture on a platform: the pack's fact where
+    it states one (a fact vLLM's source does not give), else vLLM's own source read per release
+    (knowledge/arch, the release `version` or the newest verified one) for an architecture the pack
+    matches."""
     for part in pack.parts:
         per_platform = part.facts.inner_decoder.get(target_arch)
         if per_platform:
             return per_platform.get(platform) or per_platform.get("default")
-    return None
+    if not any(target_arch in part.matches.targets for part in pack.parts):
+        return None
+    from ppspec_cli.knowledge import archtable
+
+    table = archtable.committed(version) if version else archtable.newest()
+    facts = table.target(target_arch, platform) if table is not None else None
+    return facts.get("decoder") if facts else None
+
+
+#: The capabilities vLLM's source decides per architecture (knowledge/archtable.table_support): a
+#: pack states them only where it patches them (or for a release with no table).
+TABLE_CAPABILITIES = ("aux_relay_over_pp", "target_embed_on_last_stage")
+
+
+def table_lines(part: Pack, capability: str) -> list[dict[str, Any]]:
+    """What vLLM's source decides for a capability the pack leaves to it (an empty line list), per
+    verified release in the pack's range: [{"vllm", "platforms", "status", "reason"}], platforms
+    with the same status grouped."""
+    from ppspec_cli.knowledge import archtable
+
+    out: list[dict[str, Any]] = []
+    for v in archtable.committed_versions():
+        if not in_range(part.vllm_range, v):
+            continue
+        groups: dict[str, list[str]] = {}
+        reasons: dict[str, str] = {}
+        for pl in PLATFORMS:
+            got = _from_table(part, capability, pl, v)
+            st = got.status if got is not None else "unknown"
+            groups.setdefault(st, []).append(pl)
+            reasons.setdefault(st, got.reason if got is not None else "vLLM's source does not decide it for every architecture the pack matches")
+        out += [{"vllm": v, "platforms": pls, "status": st, "reason": reasons[st]} for st, pls in groups.items()]
+    return out
+
+
+def _table_provides(part: Pack, capability: str) -> bool:
+    """vLLM's source gives the capability to the pack's architectures on some platform and release."""
+    from ppspec_cli.knowledge import archtable
+
+    return any((got := _from_table(part, capability, pl, v)) is not None and got.ok for v in archtable.committed_versions() for pl in PLATFORMS)
+
+
+def _from_table(part: Pack, capability: str, platform: str, version: str) -> Support | None:
+    """A capability the pack states nothing of, for the architectures it matches, from the table of
+    vLLM's source for that release: when every matched architecture the release registers gets the
+    same verdict (the packs keep only what vLLM lacks: issue 31)."""
+    if capability not in TABLE_CAPABILITIES or not part.matches.targets or not in_range(part.vllm_range, version):
+        return None
+    from ppspec_cli.knowledge import archtable
+
+    table = archtable.committed(version)
+    if table is None:
+        return None
+    got = {a: archtable.table_support(table, a, capability, platform) for a in part.matches.targets if table.registers(a)}
+    verdicts = {g[0] for g in got.values() if g is not None}
+    if len(verdicts) != 1 or None in got.values():
+        return None
+    arch, (status, reason) = next(iter(got.items()))  # type: ignore[misc]
+    return Support(capability, status, f"{reason} ({arch}; the {part.name} pack matches it)" if len(got) == 1 else reason, part.name)  # type: ignore[arg-type]
