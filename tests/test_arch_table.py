@@ -554,3 +554,24 @@ def test_pack_duplicate_check_can_fail(tmp_path, monkeypatch):
     assert any("aux_relay_over_pp native" in x for x in got) and any("inner_decoder LlamaForCausalLM" in x for x in got)
     # a pack whose line says what the table does not decide the same way is no duplicate
     assert archtable.table_support(archtable.committed("0.32.0"), "LlamaForCausalLM", "aux_relay_over_pp", "cuda")[0] == "native"
+
+
+def test_a_target_without_supports_pp_is_refused_under_pp(monkeypatch, make_checkpoint):
+    """vLLM raises 'Pipeline parallelism is not supported for this model' at start when PP > 1 and
+    the architecture is not SupportsPP (0.33 config/model.py:1573, the table's checks); Mamba2's
+    class lists no SupportsPP. PP = 1, or a SupportsPP target, is no finding."""
+    from ppspec_cli.planning import resolve as resolve_mod, rules
+    from ppspec_cli.planning.profile import parse_profile
+
+    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: None)
+    assert archtable.committed("0.33.0").doc["checks"]["pp_needs_supports_pp"] == "vllm/config/model.py:1573"
+
+    def codes(arch, pp):
+        t = make_checkpoint(f"{arch}{pp}", {"architectures": [arch], "model_type": "x", "num_hidden_layers": 8, "hidden_size": 64, "vocab_size": 100})
+        r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine: {{version: 0.33.0}}\ntopology: {{pipeline_parallel: {pp}}}\n"), offline=True)
+        return {f.code: f for f in rules.arch_table_rule(r)}
+
+    got = codes("Mamba2ForCausalLM", 2)
+    assert got["target-no-pp"].severity == "error" and "config/model.py:1573" in got["target-no-pp"].message and "mamba2.py:" in got["target-no-pp"].message
+    assert "target-no-pp" not in codes("Mamba2ForCausalLM", 1)
+    assert "target-no-pp" not in codes("LlamaForCausalLM", 2)

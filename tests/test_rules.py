@@ -1150,6 +1150,19 @@ def test_issue31_multimodal_inherited_opt_in_whose_forward_never_relays(v033, ma
     assert "target-opt-in-unknown" not in by and "target-not-opted-in" not in by
 
 
+def test_issue31_target_without_supports_pp_is_refused_under_pp(v033, make_checkpoint):
+    """Mamba2ForCausalLM lists no SupportsPP (vLLM 0.33 mamba2.py): vLLM's ModelConfig raises 'Pipeline
+    parallelism is not supported for this model' (config/model.py:1573 in 0.33) at PP=2 with or
+    without a drafter; PP=1 is fine."""
+    target = synthetic(make_checkpoint, "Mamba2ForCausalLM", model_type="mamba2")
+    for method in (None, "mtp"):
+        _, by = check(target, method=method, pp=2, engine_version="0.33.0")
+        f = expect(by, "target-no-pp", "error", "topology.pipeline_parallel")
+        assert "config/model.py:1573" in f.message and "SupportsPP" in f.message
+    _, pp1 = check(target, method=None, pp=1, engine_version="0.33.0")
+    assert "target-no-pp" not in pp1
+
+
 def test_issue31_no_eagle3_interface_at_any_pp(v033, make_checkpoint, specforge):
     """GLM-4.5 (Glm4MoeForCausalLM) has no SupportsEagle3 in its bases (glm4_moe.py:534 in 0.33): vLLM raises
     'Model does not support EAGLE3 interface' (eagle3_utils.py:29 in 0.33) at PP=1 as at PP=2; mtp is fine."""

@@ -956,7 +956,24 @@ def scan(root: Path, platforms: tuple[str, ...] = ("cuda", "rocm", "xpu", "cpu")
             per[p] = got if got is not None else {"class": None, "why": f"{sc.module_of(arch)}:{sc.registry[arch][1]} is not a class in the source on {p}"}
         entry = {"registry": f"{REGISTRY}:{sc.registry_lines[arch]}", "group": kind, "platforms": _fold(per)}
         (drafters if _is_drafter(kind) else targets)[arch] = entry
-    return {"targets": targets, "drafters": drafters, "mtp_rewrites": mtp_rewrites(sc.src)}
+    return {"targets": targets, "drafters": drafters, "mtp_rewrites": mtp_rewrites(sc.src), "checks": engine_checks(sc.src)}
+
+
+#: Where vLLM refuses pipeline parallelism for a model that does not implement SupportsPP
+#: (config/model.py, ModelConfig.verify_with_parallel_config): the message it raises.
+PP_REFUSAL_TEXT = "Pipeline parallelism is not supported for this model"
+
+
+def engine_checks(src: Source) -> dict[str, str]:
+    """Engine-wide checks a verdict cites, each as the file:line of the statement that raises:
+    `pp_needs_supports_pp` (PP > 1 with a model that is not SupportsPP)."""
+    out: dict[str, str] = {}
+    info = src.module("vllm.config.model")
+    for n in ast.walk(info.tree) if info is not None and info.tree is not None else ():
+        if isinstance(n, ast.Raise) and any(isinstance(c, ast.Constant) and isinstance(c.value, str) and PP_REFUSAL_TEXT in c.value for c in ast.walk(n)):
+            out["pp_needs_supports_pp"] = f"{info.file}:{n.lineno}"  # type: ignore[union-attr]
+            break
+    return out
 
 
 def _fold(per: dict[str, Any]) -> dict[str, Any]:

@@ -602,6 +602,7 @@ def arch_table_rule(r: Resolved) -> Iterator[Finding]:
     target implements the EAGLE3 interface a tap-reading drafter needs; a drafter class that sizes
     fc from its own num_hidden_layers when the config names no taps."""
     yield from _hybrid_stages(r)
+    yield from _no_pp(r)
     d = r.profile.drafter
     if d is None or not r.uses_taps:
         return
@@ -617,6 +618,22 @@ def arch_table_rule(r: Resolved) -> Iterator[Finding]:
             "use a target architecture that implements it, an adapter pack that adds it, or a method that reads no taps (mtp, eagle)",
         )
     yield from _fc_from_layers(r)
+
+
+def _no_pp(r: Resolved) -> Iterator[Finding]:
+    """PP > 1 with a target vLLM's source says is not SupportsPP: vLLM refuses at start, whatever the drafter."""
+    t, tbl = r.arch_facts(), r.arch_table
+    if r.pp < 2 or t is None or tbl is None or t.get("supports_pp") is not False:
+        return
+    where = (tbl.doc.get("checks") or {}).get("pp_needs_supports_pp")
+    yield _f(
+        "target-no-pp",
+        "error",
+        "topology.pipeline_parallel",
+        f"{r.target_arch} does not implement vLLM's SupportsPP interface ({t.get('class')}, {t.get('at')}; vLLM {tbl.version}): vLLM refuses "
+        f"pipeline_parallel={r.pp} at start ('Pipeline parallelism is not supported for this model'{f', {where}' if where else ''})",
+        "use pipeline_parallel: 1 (tensor or data parallelism to spread the model), or a target architecture that implements SupportsPP",
+    )
 
 
 def _hybrid_stages(r: Resolved) -> Iterator[Finding]:
