@@ -370,6 +370,18 @@ def test_walker_follows_initialize_model_class_attributes_and_local_returns(fixt
     assert status == "unsupported" and "returns ExtModel" in why and "built.py:43" in why
 
 
+def test_walker_takes_the_language_model_vllm_takes(fixture_table):
+    """vLLM's PP gate and EAGLE loader read `model.get_language_model().model`: an override
+    returning `self.text` names it; the interface's default returns the child built under
+    `with self._mark_language_model(...)` (MiniCPM-O's `self.llm`), not `language_model` by name."""
+    marked = _one(fixture_table["targets"]["MarkedForConditionalGeneration"])
+    assert marked["decoder"].endswith("trap:TrapModel") and archtable.relay_verdict(marked)[0] == "trap"
+    own = _one(fixture_table["targets"]["OwnLMForConditionalGeneration"])
+    assert own["decoder"].endswith("relay:MadeModel") and archtable.relay_verdict(own)[0] == "native"
+    t = archtable.committed("0.33.0").target("MiniCPMO", "cuda")
+    assert t["decoder"] == "vllm.model_executor.models.qwen2:Qwen2Model" and t["embed_last_stage"] is True
+
+
 #: Architectures whose EAGLE3/DFlash/DSpark verdict under PP the committed tables leave unknown,
 #: each with the reason vLLM itself cannot say. Empty: every registered architecture is decided.
 UNDECIDED_RELAY: dict[tuple[str, str], str] = {}

@@ -504,8 +504,13 @@ class Scanner:
         class, `self.<cls_attr>` a class attribute of the built object's class, or a local name the
         method assigns `X(...)` to)."""
         fn = owner.methods[method]
-        found = {_dotted(c.func) for c in _returned_calls(fn)}
+        calls = _returned_calls(fn)
+        found = {_dotted(c.func) for c in calls}
         found.discard(None)
+        if len(calls) == 1 and (f := _dotted(calls[0].func) or "").endswith("init_vllm_registered_model"):
+            return self._registered(calls[0], platform, where)
+        if len(calls) == 1 and f.split(".")[-1] == INIT_MODEL_CALL:
+            return self._initialized(calls[0], owner, platform, where)
         outside = {f for f in found if f and self._outside(owner.module, f, platform, fn)}
         if outside and outside == found:
             return None, where, f"self.{attr} is built by self.{method} ({owner.where(fn.lineno)}), which returns {', '.join(sorted(outside))}: {EXTERNAL_NOTE}"
@@ -559,8 +564,8 @@ class Scanner:
     def decoder(self, outer: ClassInfo, platform: str) -> tuple[ClassInfo | None, str, str]:
         """The inner decoder vLLM's PP gate reads: `.model` of the model or of its language model."""
         mro = self.src.mro(outer, platform)
-        lm_attr = "language_model"
-        has_lm = _self_assign_in_mro(mro, lm_attr) is not None
+        lm_attr = _language_model_attr(mro)
+        has_lm = lm_attr is not None and _self_assign_in_mro(mro, lm_attr) is not None
         if has_lm:
             lm, where, why = self._built_class(outer, lm_attr, platform)
             if lm is None:
@@ -697,6 +702,38 @@ class Scanner:
         if mtp is not None:
             out["mtp_layers"] = mtp
         return out
+
+
+#: The interface whose default `get_language_model` returns the child built under
+#: `with self._mark_language_model(...)` (interfaces.SupportsMultiModal).
+MM_INTERFACE = "SupportsMultiModal"
+LM_MARK = "_mark_language_model"
+
+
+def _language_model_attr(mro: list[ClassInfo | str]) -> str | None:
+    """The attribute vLLM's PP gate and EAGLE loader take the language model from
+    (`model.get_language_model()` if the model has one, else `model.language_model`): an override
+    `return self.<attr>` (`return self`: none, the model is its own language model), else the
+    attribute a constructor assigns inside `with self._mark_language_model(...)` (the interface's
+    default), else `language_model`."""
+    got = _owner(mro, method="get_language_model")
+    if got is not None and got.name != MM_INTERFACE:
+        ret = next((n.value for n in ast.walk(got.methods["get_language_model"]) if isinstance(n, ast.Return) and n.value is not None), None)
+        d = _dotted(ret) if ret is not None else None
+        if d == "self":
+            return None
+        if d and d.startswith("self.") and d.count(".") == 1:
+            return d[5:]
+    for c in mro:
+        if not isinstance(c, ClassInfo) or "__init__" not in c.methods:
+            continue
+        for w in ast.walk(c.methods["__init__"]):
+            if isinstance(w, ast.With) and any(isinstance(i.context_expr, ast.Call) and (_dotted(i.context_expr.func) or "").endswith(LM_MARK) for i in w.items):
+                for st in w.body:
+                    for t in (st.targets if isinstance(st, ast.Assign) else [st.target] if isinstance(st, ast.AnnAssign) else []):
+                        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                            return t.attr
+    return "language_model"
 
 
 def _self_assign_in_mro(mro: list[ClassInfo | str], attr: str) -> ast.expr | None:
