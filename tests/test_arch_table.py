@@ -587,3 +587,29 @@ def test_a_target_without_supports_pp_is_refused_under_pp(monkeypatch, make_chec
     assert got["target-no-pp"].severity == "error" and "config/model.py:1573" in got["target-no-pp"].message and "mamba2.py:" in got["target-no-pp"].message
     assert "target-no-pp" not in codes("Mamba2ForCausalLM", 1)
     assert "target-no-pp" not in codes("LlamaForCausalLM", 2)
+
+
+def test_transformers_backend_embedding_on_the_last_stage_follows_tie_word_embeddings(monkeypatch, make_checkpoint):
+    """The Transformers backend splits the model over stages itself (`pipeline_parallel`, 0.33
+    transformers/base.py:429): modules before the layer list become PPMissingLayer on every stage
+    but the first, unless `self._get_tie_word_embeddings() and is_last_rank` (base.py:379 reads
+    tie_word_embeddings on the text and top-level configs). Tied: the last stage has the embedding;
+    untied: it does not; not in the config files: the config class's default decides, not said."""
+    from ppspec_cli.planning import resolve as resolve_mod
+    from ppspec_cli.planning.profile import parse_profile
+
+    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: None)
+    rule = archtable.committed("0.33.0").target("OlmoForCausalLM", "cuda")["embed_rule"]
+    assert rule == {"config_flag": "tie_word_embeddings", "at": "vllm/model_executor/models/transformers/base.py:429",
+                    "flag_at": "vllm/model_executor/models/transformers/base.py:379"}
+
+    def status(**extra):
+        cfg = {"architectures": ["OlmoForCausalLM"], "model_type": "olmo", "num_hidden_layers": 8, "hidden_size": 64, "vocab_size": 100, **extra}
+        t = make_checkpoint(f"olmo{len(extra)}{extra.get('tie_word_embeddings')}", cfg)
+        r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine: {{version: 0.33.0}}\ntopology: {{pipeline_parallel: 2}}\n"), offline=True)
+        return r.support("target_embed_on_last_stage")
+
+    tied = status(tie_word_embeddings=True)
+    assert tied.status == "native" and "base.py:429" in tied.reason
+    assert status(tie_word_embeddings=False).status == "unsupported"
+    assert status().status == "unknown"

@@ -664,6 +664,8 @@ class Scanner:
                        embed_last_stage=None, embed_why=why)
             if not gate_reads_none:
                 out["relay_why"] = why
+            if (rule := _pp_embed_rule(mro)) is not None:
+                out["embed_rule"] = rule
             return out
         out["relay"] = self.relay(dec, platform)
         if out["is_hybrid"]:
@@ -702,6 +704,33 @@ class Scanner:
         if mtp is not None:
             out["mtp_layers"] = mtp
         return out
+
+
+#: A method that splits a model over PP stages itself (the Transformers backend's `pipeline_parallel`).
+PP_SPLIT_METHOD = "pipeline_parallel"
+TIE_FLAG = "tie_word_embeddings"
+
+
+def _pp_embed_rule(mro: list[ClassInfo | str]) -> dict[str, Any] | None:
+    """A class that places its modules on PP stages itself and keeps the modules before the layer
+    list (the embedding) on a stage other than the first only under `if ... (self.<m>() and
+    ...is_last_rank): continue`, where `<m>` reads the config's tie_word_embeddings: the last stage
+    holds the embedding exactly when the checkpoint ties it (`{"config_flag", "at", "flag_at"}`)."""
+    owner = _owner(mro, method=PP_SPLIT_METHOD)
+    if owner is None:
+        return None
+    for n in ast.walk(owner.methods[PP_SPLIT_METHOD]):
+        if not (isinstance(n, ast.If) and any(isinstance(b, ast.Continue) for b in n.body)):
+            continue
+        names = {x.attr for x in ast.walk(n.test) if isinstance(x, ast.Attribute)}
+        if "is_last_rank" not in names:
+            continue
+        for call in (x for x in ast.walk(n.test) if isinstance(x, ast.Call)):
+            m = (_dotted(call.func) or "").removeprefix("self.")
+            flag_owner = _owner(mro, method=m) if m and "." not in m else None
+            if flag_owner is not None and any(isinstance(c, ast.Constant) and c.value == TIE_FLAG for c in ast.walk(flag_owner.methods[m])):
+                return {"config_flag": TIE_FLAG, "at": owner.where(n.lineno), "flag_at": flag_owner.where(flag_owner.methods[m].lineno)}
+    return None
 
 
 #: The interface whose default `get_language_model` returns the child built under

@@ -245,7 +245,7 @@ def table_support(table: ArchTable | None, arch: str | None, capability: str, pl
         emb = t.get("embed_last_stage")
         if emb is None:
             return None
-        return ("native" if emb else "unsupported"), f"{src}: {_short(t.get('decoder'))} {'builds' if emb else 'does not build'} its embedding on the last stage ({t.get('embed_at')})"
+        return ("native" if emb else "unsupported"), f"{src}: {_short(t.get('decoder') or t.get('class'))} {'builds' if emb else 'does not build'} its embedding on the last stage ({t.get('embed_at')})"
     return None
 
 
@@ -319,3 +319,25 @@ def describe_layer_rule(rule: dict[str, Any]) -> str:
     if kind == "listed":
         return f"the config's `{'.'.join(rule['key'])}`: is_{rule['hit']}_layer holds on layer i where i + {rule.get('offset', 0)} is listed ({rule.get('at')}, called at {rule.get('called_at')})"
     return f"the config's `{rule.get('key')}` ({rule.get('at')})"
+
+
+def with_embed_rule(t: dict[str, Any], config: dict[str, Any] | None, text: dict[str, Any] | None) -> dict[str, Any]:
+    """A class that keeps its embedding on the last PP stage only when the checkpoint ties it (the
+    table's `embed_rule`: the Transformers backend's `pipeline_parallel`): the embedding fact for
+    this checkpoint. vLLM reads the flag on the text config and on the top-level config (either
+    set keeps it); a flag the config files leave out takes the config class's default, which is
+    not in them: then nothing is said."""
+    rule = t.get("embed_rule")
+    if not isinstance(rule, dict) or t.get("embed_last_stage") is not None:
+        return t
+    flag = rule.get("config_flag", "")
+    cfgs = [c for c in (text, config) if isinstance(c, dict)]
+    vals = [c.get(flag) for c in cfgs]
+    if any(v is True for v in vals):
+        got: bool | None = True
+    elif vals and all(v is False for v in vals):
+        got = False
+    else:
+        return t
+    why = f"{'ties' if got else 'does not tie'} its embeddings ({flag}); the class keeps the embedding on the last stage only then ({rule.get('at')})"
+    return {**t, "embed_last_stage": got, "embed_at": why}
