@@ -433,6 +433,11 @@ def test_a_multimodal_language_model_is_decided_from_the_checkpoint_config():
     assert e["language_model_from"] == "text_config" and archtable.relay_verdict(e)[0] == "unknown"
     got = archtable.with_language_model(t, e, {"text_config": {"architectures": ["LlamaForCausalLM"]}}, "cuda")
     assert archtable.relay_verdict(got)[0] == "native"
+    # a text_config naming no architectures: vLLM asks transformers' table for the model_type
+    # (config/vllm.py with_hf_config): unknown, with that line as the reason
+    none = archtable.with_language_model(t, e, {"text_config": {"model_type": "mistral"}}, "cuda")
+    status, why = archtable.relay_verdict(none)
+    assert status == "unknown" and "model_type 'mistral'" in why and t.doc["checks"]["lm_arch_from_transformers"] in why
 
 
 # ---------------------------------------------------------------------------------------------

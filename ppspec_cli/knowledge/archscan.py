@@ -1031,15 +1031,28 @@ PP_REFUSAL_TEXT = "Pipeline parallelism is not supported for this model"
 
 
 def engine_checks(src: Source) -> dict[str, str]:
-    """Engine-wide checks a verdict cites, each as the file:line of the statement that raises:
-    `pp_needs_supports_pp` (PP > 1 with a model that is not SupportsPP)."""
+    """Engine-wide rules a verdict cites, each as a file:line: `pp_needs_supports_pp` (the `raise`
+    for PP > 1 with a model that is not SupportsPP); `lm_arch_from_transformers` (where
+    `VllmConfig.with_hf_config` gives a sub-config without `architectures` transformers' causal-LM
+    class for its model_type: the language model of a multimodal class whose config names none)."""
     out: dict[str, str] = {}
     info = src.module("vllm.config.model")
     for n in ast.walk(info.tree) if info is not None and info.tree is not None else ():
         if isinstance(n, ast.Raise) and any(isinstance(c, ast.Constant) and isinstance(c.value, str) and PP_REFUSAL_TEXT in c.value for c in ast.walk(n)):
             out["pp_needs_supports_pp"] = f"{info.file}:{n.lineno}"  # type: ignore[union-attr]
             break
+    info = src.module("vllm.config.vllm")
+    for n in ast.walk(info.tree) if info is not None and info.tree is not None else ():
+        if isinstance(n, ast.FunctionDef) and n.name == "with_hf_config":
+            hit = next((x for x in ast.walk(n) if isinstance(x, ast.ImportFrom) and any(a.name == CAUSAL_LM_MAPPING for a in x.names)), None)
+            if hit is not None:
+                out["lm_arch_from_transformers"] = f"{info.file}:{hit.lineno}"  # type: ignore[union-attr]
+            break
     return out
+
+
+#: transformers' model_type -> causal-LM class name table vLLM falls back on (config/vllm.py).
+CAUSAL_LM_MAPPING = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
 
 
 def _fold(per: dict[str, Any]) -> dict[str, Any]:

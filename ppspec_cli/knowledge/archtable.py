@@ -260,6 +260,12 @@ def with_language_model(table: ArchTable, t: dict[str, Any], config: dict[str, A
     archs = sub.get("architectures") if isinstance(sub, dict) else None
     inner_arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
     inner = table.target(inner_arch, platform) if inner_arch else None
+    if inner is None and inner_arch is None and isinstance(sub, dict):
+        # vLLM then asks transformers for the causal-LM class of the model_type: not in vLLM's source
+        at = (table.doc.get("checks") or {}).get("lm_arch_from_transformers") or "VllmConfig.with_hf_config"
+        why = (f"the checkpoint's {where if where != '.' else 'config'} names no architectures: vLLM builds the language model "
+               f"transformers' table names for model_type {sub.get('model_type')!r} ({at}), which is not in vLLM's source")
+        return {**t, "relay_why": why, "decoder_why": why, "embed_why": why}
     if inner is None:
         return t
     keep = ("decoder", "decoder_at", "decoder_why", "relay", "relay_why", "embed_last_stage", "embed_at", "embed_why", "layer_rule", "layer_rule_why")

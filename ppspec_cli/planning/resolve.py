@@ -124,7 +124,9 @@ class Resolved:
             return Support(capability, "unknown", f"vLLM {self.arch_table.version} does not register {arch} (remote code or a fork's class) and no adapter pack describes it")
         if self.arch_table is None:
             return Support(capability, "unknown", f"no table of vLLM {self.facts_version}'s architectures and no installed engine; no adapter pack describes {arch}")
-        return Support(capability, "unknown", f"vLLM {self.arch_table.version}'s source does not decide it for {arch} statically, and no adapter pack describes it (`ppspec adapters list`)")
+        t = self.arch_facts() or {}
+        why = t.get("relay_why" if capability == "aux_relay_over_pp" else "embed_why")
+        return Support(capability, "unknown", f"vLLM {self.arch_table.version}'s source does not decide it for {arch} statically{f' ({why})' if why else ''}, and no adapter pack describes it (`ppspec adapters list`)")
 
 
 def _resolve_pack(r: Resolved) -> None:
