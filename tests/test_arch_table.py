@@ -618,3 +618,23 @@ def test_transformers_backend_embedding_on_the_last_stage_follows_tie_word_embed
     assert tied.status == "native" and "base.py:429" in tied.reason
     assert status(tie_word_embeddings=False).status == "unsupported"
     assert status().status == "unknown"
+
+
+def test_every_undecided_fact_carries_vllms_reason():
+    """Where a table leaves a verdict fact unknown (the inner decoder's relay, the embedding on the
+    last stage, a hybrid's layer rule), the entry says why, in terms of vLLM's source: nothing is
+    left null silently. (Undecided embeddings remain: docs/adapters.md.)"""
+    silent = []
+    for v in archtable.committed_versions():
+        for arch, e in archtable.committed(v).doc["targets"].items():
+            for plats, f in e["platforms"].items():
+                if not f.get("class"):
+                    assert f.get("why"), (v, arch, plats)
+                    continue
+                if f.get("relay") is None and not (f.get("relay_why") or f.get("decoder_why")):
+                    silent.append((v, arch, plats, "relay"))
+                if f.get("embed_last_stage") is None and not f.get("embed_why"):
+                    silent.append((v, arch, plats, "embed"))
+                if f.get("is_hybrid") and f.get("layer_rule") is None and not f.get("layer_rule_why"):
+                    silent.append((v, arch, plats, "layer_rule"))
+    assert silent == []
