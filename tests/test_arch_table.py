@@ -378,6 +378,8 @@ def test_walker_takes_the_language_model_vllm_takes(fixture_table):
     assert marked["decoder"].endswith("trap:TrapModel") and archtable.relay_verdict(marked)[0] == "trap"
     own = _one(fixture_table["targets"]["OwnLMForConditionalGeneration"])
     assert own["decoder"].endswith("relay:MadeModel") and archtable.relay_verdict(own)[0] == "native"
+    local = _one(fixture_table["targets"]["LocalLMForConditionalGeneration"])  # `lm = X(...)`; `self.language_model = lm`
+    assert local["decoder"].endswith("relay:MadeModel")
     t = archtable.committed("0.33.0").target("MiniCPMO", "cuda")
     assert t["decoder"] == "vllm.model_executor.models.qwen2:Qwen2Model" and t["embed_last_stage"] is True
 

@@ -466,6 +466,9 @@ class Scanner:
             if val is None:
                 continue
             where = c.where(val.lineno)
+            if isinstance(val, ast.Name):  # `lm = X(...)` then `self.<attr> = lm`
+                val = next((n.value for n in ast.walk(c.methods["__init__"]) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                            and any(isinstance(t, ast.Name) and t.id == val.id for t in n.targets)), val)  # type: ignore[union-attr]
             if not isinstance(val, ast.Call):
                 return None, where, f"self.{attr} is not built by a constructor call"
             fname = _dotted(val.func)
