@@ -367,7 +367,7 @@ def test_walker_follows_initialize_model_class_attributes_and_local_returns(fixt
     assert attr["decoder"].endswith("trap:TrapModel") and archtable.relay_verdict(attr)[0] == "trap"
     ext = _one(fixture_table["targets"]["ExtForMTP"])
     status, why = archtable.relay_verdict(ext)
-    assert status == "unsupported" and "returns ExtModel" in why and "built.py:43" in why
+    assert status == "unsupported" and "returns ExtModel" in why and "built.py:44" in why
 
 
 def test_walker_takes_the_language_model_vllm_takes(fixture_table):
@@ -380,6 +380,15 @@ def test_walker_takes_the_language_model_vllm_takes(fixture_table):
     assert own["decoder"].endswith("relay:MadeModel") and archtable.relay_verdict(own)[0] == "native"
     local = _one(fixture_table["targets"]["LocalLMForConditionalGeneration"])  # `lm = X(...)`; `self.language_model = lm`
     assert local["decoder"].endswith("relay:MadeModel")
+    # init_vllm_registered_model: an hf_config alias (`self.text_config = config.text_config`), an
+    # architectures list given to with_hf_config, `config.get_text_config()` (the checkpoint's text config)
+    assert _one(fixture_table["targets"]["AliasLMForConditionalGeneration"])["language_model_from"] == "text_config"
+    assert _one(fixture_table["targets"]["PinnedLMForConditionalGeneration"])["decoder"].endswith("plain:PlainModel")
+    text_lm = _one(fixture_table["targets"]["TextLMForConditionalGeneration"])
+    assert text_lm["language_model_from"] == archtable.TEXT_CONFIG_PATH
+    table = archtable.ArchTable("9.9.0", None, "test", "committed", fixture_table)
+    got = archtable.with_language_model(table, text_lm, {"llm_config": {"architectures": ["RelayForCausalLM"]}}, "cuda", {"architectures": ["RelayForCausalLM"]})
+    assert got["decoder"].endswith("relay:RelayModel")
     t = archtable.committed("0.33.0").target("MiniCPMO", "cuda")
     assert t["decoder"] == "vllm.model_executor.models.qwen2:Qwen2Model" and t["embed_last_stage"] is True
 

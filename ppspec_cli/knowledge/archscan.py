@@ -416,6 +416,32 @@ def _returned_calls(fn: ast.AST) -> list[ast.Call]:
     return out
 
 
+#: decoder_why's config path for `config.get_text_config()`: the checkpoint's text config.
+TEXT_CONFIG_PATH = "(text config)"
+_CONFIG_HEADS = ("config", "hf_config", "self.config", "vllm_config.model_config.hf_config", "self.hf_config")
+
+
+def _config_path(node: ast.expr | None, fn: ast.AST | None, hops: int = 0) -> str | None:
+    """Which part of the checkpoint's config an expression is: "." (the whole), a top-level key
+    ("text_config"), TEXT_CONFIG_PATH (`.get_text_config()`), through one local or `self.` alias
+    assigned in `fn`; None when it is none of these."""
+    if node is None or hops > 2:
+        return None
+    if isinstance(node, ast.Call) and (_dotted(node.func) or "").endswith("get_text_config"):
+        return TEXT_CONFIG_PATH
+    d = _dotted(node) or ""
+    if d in _CONFIG_HEADS:
+        return "."
+    head, _, key = d.rpartition(".")
+    if head in _CONFIG_HEADS and key:
+        return key
+    if fn is not None and d:
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign) and any(_dotted(t) == d for t in n.targets):
+                return _config_path(n.value, fn, hops + 1)
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # Facts per class
 
@@ -482,7 +508,7 @@ class Scanner:
                 got = self.src.resolve(ref.module, cref, platform) if ref and cref else None
                 return got, where, "" if got else f"self.{attr} is built by {fname}, not a class named in the source"
             if fname.endswith("init_vllm_registered_model"):
-                return self._registered(val, platform, where)
+                return self._registered(val, platform, where, c.methods["__init__"])
             if fname.split(".")[-1] == INIT_MODEL_CALL:
                 return self._initialized(val, c, platform, where)
             got = self.src.resolve(c.module, fname, platform)
@@ -549,19 +575,25 @@ class Scanner:
                 return None, where, f"{LM_FROM_CONFIG}{cfg[1]}"
         return None, where, "the language model is chosen at run time from the config's architectures (initialize_model)"
 
-    def _registered(self, call: ast.Call, platform: str, where: str) -> tuple[ClassInfo | None, str, str]:
-        for kw in call.keywords:
-            if kw.arg == "architectures":
-                archs = _literal(kw.value)
-                if isinstance(archs, list) and archs and isinstance(archs[0], str) and archs[0] in self.registry:
-                    return self.cls(archs[0], platform), where, ""
-        for kw in call.keywords:
-            if kw.arg == "hf_config":
-                cfg = (_dotted(kw.value) or "").split(".")
-                if len(cfg) == 2 and cfg[0] in ("config", "hf_config", "self.config"):
-                    return None, where, f"{LM_FROM_CONFIG}{cfg[1]}"
-                if cfg == ["config"] or cfg == ["hf_config"]:
-                    return None, where, f"{LM_FROM_CONFIG}."
+    def _registered(self, call: ast.Call, platform: str, where: str, fn: ast.AST | None = None) -> tuple[ClassInfo | None, str, str]:
+        """`init_vllm_registered_model(...)`: the registered architecture an `architectures` list
+        names (its own keyword, or `vllm_config.with_hf_config(cfg, architectures=[...])`), else
+        the one the checkpoint's sub-config names (`hf_config=config.text_config`, also through
+        `self.text_config = config.text_config` or a local in the constructor `fn`;
+        `config.get_text_config()`: the checkpoint's text config)."""
+        kw = {k.arg: k.value for k in call.keywords if k.arg}
+        vc = kw.get("vllm_config")
+        wh = vc if isinstance(vc, ast.Call) and (_dotted(vc.func) or "").endswith("with_hf_config") else None
+        archs_node = kw.get("architectures")
+        if archs_node is None and wh is not None:
+            archs_node = wh.args[1] if len(wh.args) > 1 else next((k.value for k in wh.keywords if k.arg == "architectures"), None)
+        archs = _literal(archs_node)
+        if isinstance(archs, list) and archs and isinstance(archs[0], str) and archs[0] in self.registry:
+            return self.cls(archs[0], platform), where, ""
+        cfg_node = kw.get("hf_config") or (wh.args[0] if wh is not None and wh.args else None)
+        path = _config_path(cfg_node, fn) if cfg_node is not None else None
+        if path is not None:
+            return None, where, f"{LM_FROM_CONFIG}{path}"
         return None, where, "the language model is chosen at run time from the config's architectures (init_vllm_registered_model)"
 
     def decoder(self, outer: ClassInfo, platform: str) -> tuple[ClassInfo | None, str, str]:

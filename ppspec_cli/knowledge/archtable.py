@@ -249,14 +249,18 @@ def table_support(table: ArchTable | None, arch: str | None, capability: str, pl
     return None
 
 
-def with_language_model(table: ArchTable, t: dict[str, Any], config: dict[str, Any] | None, platform: str) -> dict[str, Any]:
+#: archscan.TEXT_CONFIG_PATH: the language model's config is the checkpoint's text config.
+TEXT_CONFIG_PATH = "(text config)"
+
+
+def with_language_model(table: ArchTable, t: dict[str, Any], config: dict[str, Any] | None, platform: str, text: dict[str, Any] | None = None) -> dict[str, Any]:
     """A multimodal class whose language model vLLM picks at run time from the config's
     `architectures` (`init_vllm_registered_model(hf_config=config.text_config)`): the decoder facts
     of that registered architecture, for this checkpoint. Unchanged when it cannot be told."""
     where = t.get("language_model_from")
     if not where or not isinstance(config, dict):
         return t
-    sub = config if where == "." else config.get(where)
+    sub = config if where == "." else (text if where == TEXT_CONFIG_PATH else config.get(where))
     archs = sub.get("architectures") if isinstance(sub, dict) else None
     inner_arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
     inner = table.target(inner_arch, platform) if inner_arch else None

@@ -55,7 +55,7 @@ class Resolved:
         t = self.arch_table.target(arch, self.platform) if self.arch_table is not None and arch else None
         if t is None or self.arch_table is None or self.target is None:
             return t
-        t = archtable.with_language_model(self.arch_table, t, self.target.config, self.platform)
+        t = archtable.with_language_model(self.arch_table, t, self.target.config, self.platform, self.target.text)
         return archtable.with_embed_rule(t, self.target.config, self.target.text)
 
     def relay_verdict(self) -> tuple[str, str] | None:
