@@ -3,6 +3,7 @@
     python tools/vllm_arch_facts.py --wheel vllm-0.33.0-...whl            # a release wheel
     python tools/vllm_arch_facts.py --source /path/site-packages          # a dir holding vllm/
     python tools/vllm_arch_facts.py --wheel W --out ppspec_cli/knowledge/arch/vllm-0.33.0.json
+    python tools/vllm_arch_facts.py --unknowns                            # what the committed tables leave unknown
 
 The source is read with `ast` only (ppspec_cli.knowledge.archscan): nothing of vLLM is imported,
 so any platform's wheel is read on any machine. The output carries the release's version and,
@@ -38,11 +39,14 @@ def _unpack(wheel: Path, into: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--unknowns", action="store_true", help="print, per committed table, the SupportsPP architectures whose PP verdict stays unknown")
     src.add_argument("--wheel", type=Path, help="a vLLM wheel (.whl)")
     src.add_argument("--source", type=Path, help="a directory holding the vllm package (site-packages, an unpacked wheel)")
     ap.add_argument("--origin", help="what the table says it was generated from (default: the wheel's file name, or 'source <dir>')")
     ap.add_argument("--out", type=Path, help=f"where to write (default: {TABLE_DIR}/vllm-<version>.json)")
     a = ap.parse_args(argv)
+    if a.unknowns:
+        return _unknowns()
     with tempfile.TemporaryDirectory() as tmp:
         root = a.source
         origin = a.origin or (f"wheel {a.wheel.name}" if a.wheel else f"source {a.source}")
@@ -53,6 +57,29 @@ def main(argv: list[str] | None = None) -> int:
     out = a.out or TABLE_DIR / f"vllm-{doc['vllm_version']}.json"
     out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"{out}: schema {SCHEMA}, vLLM {doc['vllm_version']} ({doc['commit'] or 'no commit in the wheel'}): {len(doc['targets'])} targets, {len(doc['drafters'])} drafters")
+    return 0
+
+
+def _unknowns() -> int:
+    """Per committed release: SupportsPP targets whose tap relay over PP is unknown although they
+    are SupportsEagle3 (EAGLE3/DFlash/DSpark at PP > 1), and those whose last-stage embedding is
+    unknown (a drafter sharing the target's embedding at PP > 1); a class whose language model or
+    embedding rule the checkpoint's config decides is counted as decided."""
+    from ppspec_cli.knowledge import archtable
+
+    for v in archtable.committed_versions():
+        t = archtable.committed(v)
+        relay: set[str] = set()
+        embed: set[str] = set()
+        for arch, e in t.doc["targets"].items():
+            for f in e["platforms"].values():
+                if not f.get("class") or f.get("supports_pp") is False or f.get("language_model_from"):
+                    continue
+                if f.get("supports_eagle3") and archtable.relay_verdict(f)[0] == "unknown":
+                    relay.add(arch)
+                if f.get("embed_last_stage") is None and not f.get("embed_rule"):
+                    embed.add(arch)
+        print(f"vLLM {v}: {t.counts[0]} architectures; relay unknown {len(relay)} {sorted(relay)}; last-stage embedding unknown {len(embed)}")
     return 0
 
 
