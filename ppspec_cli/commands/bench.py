@@ -33,6 +33,12 @@ class _Interrupted(BaseException):
 #: Most --repeat: each repeat is one more full pass over the levels.
 MAX_REPEAT = 20
 
+#: --sessions: each repeat of every arm in its own engine session, arms interleaved round by round
+#: (the machine's drift between sessions lands in the spread the verdict judges), or one session
+#: per arm holding all its repeats (fewer engine starts; drift between arms is not in the spread).
+PER_REPEAT, PER_ARM = "per-repeat", "per-arm"
+SESSIONS = (PER_REPEAT, PER_ARM)
+
 
 @dataclass(frozen=True)
 class Options:
@@ -52,6 +58,7 @@ class Options:
     repeat: int = 2
     allow_mixed: bool = False
     seed: int = 0
+    sessions: str = PER_REPEAT
 
 
 def run(profile: str, o: Options) -> int:
@@ -67,7 +74,7 @@ def run(profile: str, o: Options) -> int:
     per_level = {str(c): res.prompts_at(o.num_prompts, c) for c in levels}
     settings = {
         "concurrency": levels, "num_prompts": o.num_prompts, "prompts_per_level": per_level, "max_tokens": o.max_tokens, "input_len": o.input_len, "seed": o.seed,
-        "repeat": o.repeat, "parity_prompts": min(PARITY_PROMPTS, per_level[str(levels[0])]), "parity_source_prompts": per_level[str(levels[0])],
+        "repeat": o.repeat, "sessions": o.sessions, "parity_prompts": min(PARITY_PROMPTS, per_level[str(levels[0])]), "parity_source_prompts": per_level[str(levels[0])],
     }
     if not o.resume:
         for name in [a.name for a in arms] + [res.TUNED]:
@@ -107,6 +114,8 @@ def _validate(o: Options) -> list[int]:
         raise PpspecError("--max-tokens must be in 1..65536 and --input-len in 1..1048576", where="--max-tokens / --input-len", fix="e.g. --max-tokens 128 --input-len 128")
     if not 1 <= o.num_prompts <= MAX_NUM_PROMPTS:
         raise PpspecError(f"--num-prompts must be in 1..{MAX_NUM_PROMPTS}", where="--num-prompts", fix="e.g. --num-prompts 64")
+    if o.sessions not in SESSIONS:
+        raise PpspecError(f"--sessions must be {' or '.join(SESSIONS)}, not {o.sessions[:40]!r}", where="--sessions", fix=f"--sessions {PER_REPEAT} (the default: drift between engine sessions is in the spread) or --sessions {PER_ARM} (fewer engine starts)")
     if not 1 <= o.repeat <= MAX_REPEAT:
         raise PpspecError(f"--repeat must be in 1..{MAX_REPEAT}", where="--repeat", fix="e.g. --repeat 3 (2 or more: one repeat has no spread to judge)")
     return levels
@@ -262,17 +271,34 @@ class _Bench:
         s = per * levels_left + start * arms_left
         return f", ETA ~{int(s // 60)}m{int(s % 60):02d}s"
 
+    def sessions(self, arms: list[Arm]) -> list[tuple[Arm, list[tuple[int, int]], bool]]:
+        """The engine sessions still to run for these arms, in order: (arm, its (concurrency, repeat)
+        runs, whether its parity pass runs there). per-repeat: round r serves every arm once for
+        repeat r (arms interleaved, so drift between sessions spreads over every arm's samples);
+        an arm's parity pass joins its first session. per-arm: one session per arm."""
+        todo = {a.name: self.todo(a) for a in arms}
+        if self.settings.get("sessions", PER_REPEAT) == PER_ARM:
+            return [(a, *todo[a.name]) for a in arms if todo[a.name][0] or todo[a.name][1]]
+        parity = {a.name: todo[a.name][1] for a in arms}
+        out = []
+        for r in range(self.settings["repeat"]):
+            for a in arms:
+                runs = [x for x in todo[a.name][0] if x[1] == r]
+                if runs:
+                    out.append((a, runs, parity[a.name]))
+                    parity[a.name] = False
+        return out + [(a, [], True) for a in arms if parity[a.name]]
+
     def measure_all(self) -> int:
         """The static arms, then (serving the profile) the tuned arm: the schedule their grid proposes."""
-        n_runs = len(self.levels) * self.settings["repeat"]
         with_tuned = all(a.endpoint is None for a in self.arms)
-        plan = [(a, *self.todo(a)) for a in self.arms]
-        total = len(plan) + with_tuned
-        for i, (arm, runs, need_parity) in enumerate(plan, start=1):
-            arms_left = sum(1 for _a, lv, p in plan[i:] if lv or p) + with_tuned
-            code = self._one(arm, f"arm {i}/{total} {arm.name}", runs, need_parity, arms_left, sum(len(lv) for _a, lv, _p in plan[i:]) + with_tuned * n_runs)
-            if code:
-                return code
+        names = [a.name for a in self.arms] + ([res.TUNED] if with_tuned else [])
+        for a in self.arms:
+            if not any(x[0] is a for x in self.sessions([a])):
+                progress(f"{self._tag(a, names, None)}: measured earlier (kept, --resume)")
+        code = self._run_sessions(self.sessions(self.arms), names, tuned_runs=len(self.levels) * self.settings["repeat"] if with_tuned else 0)
+        if code:
+            return code
         if not with_tuned:
             self.warnings.append("with --endpoint bench serves nothing: the schedule is proposed, not measured")
             return 0
@@ -280,13 +306,28 @@ class _Bench:
         if tuned is None:
             return 0
         self.arms.append(tuned)
-        return self._one(tuned, f"arm {total}/{total} {tuned.name}", *self.todo(tuned), 0, 0)
+        plan = self.sessions([tuned])
+        if not plan:
+            progress(f"{self._tag(tuned, names, None)}: measured earlier (kept, --resume)")
+        return self._run_sessions(plan, names, tuned_runs=0)
 
-    def _one(self, arm: Arm, tag: str, runs, need_parity: bool, arms_left: int, later: int) -> int:
-        if not runs and not need_parity:
-            progress(f"{tag}: measured earlier (kept, --resume)")
-            return 0
-        return self.measure_arm(arm, tag, runs, need_parity, arms_left, later)
+    def _tag(self, arm: Arm, names: list[str], runs: list[tuple[int, int]] | None) -> str:
+        tag = f"arm {names.index(arm.name) + 1}/{len(names)} {arm.name}"
+        reps = sorted({r for _c, r in runs or []})
+        if self.settings.get("sessions", PER_REPEAT) == PER_REPEAT and len(reps) == 1 and self.settings["repeat"] > 1:
+            tag += f" repeat {reps[0] + 1}/{self.settings['repeat']}"
+        return tag
+
+    def _run_sessions(self, plan, names: list[str], tuned_runs: int) -> int:
+        """Each planned session in turn (ETA: the runs and engine starts still ahead, the tuned
+        arm's counted as a full set while it is not yet derived)."""
+        tuned_sessions = (self.settings["repeat"] if self.settings.get("sessions", PER_REPEAT) == PER_REPEAT else 1) if tuned_runs else 0
+        for i, (arm, runs, need_parity) in enumerate(plan):
+            later = plan[i + 1:]
+            code = self.measure_arm(arm, self._tag(arm, names, runs), runs, need_parity, len(later) + tuned_sessions, sum(len(x[1]) for x in later) + tuned_runs)
+            if code:
+                return code
+        return 0
 
     def grid(self) -> dict[tuple[str, int], list[float]]:
         """(arm, concurrency) -> output tokens/s of each kept repeat."""

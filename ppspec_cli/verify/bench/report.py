@@ -149,6 +149,14 @@ def print_report(doc: dict, console) -> None:
         console.print(plain(f"warning: {w}"))
 
 
+def _sessions_text(settings: dict) -> str:
+    if settings.get("sessions") == "per-arm":
+        return "all of an arm's repeats in one engine session"
+    if settings.get("sessions") == "per-repeat":
+        return "each repeat in its own engine session, arms interleaved"
+    return "engine sessions not recorded"
+
+
 def markdown(doc: dict) -> str:
     """The Markdown report. Every value from the results (records read back with --resume, a
     server's figures, names) goes through io/markdown.text: no HTML, link or table break survives."""
@@ -163,7 +171,7 @@ def markdown(doc: dict) -> str:
         f"{md(doc.get('created_at', ''))} · run {md(doc.get('run_id'))} on {md(doc.get('host'))} ({md(doc.get('device') or 'device unknown')}) · ppspec {md(doc.get('ppspec_version'))} · vLLM {md(doc.get('vllm_version'))} · load generator: {md(doc.get('load_generator'))}",
         "",
         f"Settings: concurrency {md(', '.join(map(str, s['concurrency'])))}; requests per level {md(', '.join(f'c={c}: {n}' for c, n in per.items()))} (seeded random prompts of {md(s['input_len'])} tokens, seed {md(s['seed'])}), "
-        f"{md(s['max_tokens'])} output tokens each (greedy, ignore_eos), after a warm-up; each (arm, level) measured {md(s.get('repeat', 1))} time(s); arms: {md(', '.join(str(a['name']) for a in doc['arms']))}.",
+        f"{md(s['max_tokens'])} output tokens each (greedy, ignore_eos), after a warm-up; each (arm, level) measured {md(s.get('repeat', 1))} time(s), {md(_sessions_text(s))}; arms: {md(', '.join(str(a['name']) for a in doc['arms']))}.",
         "",
         "## Verdict",
         "",
