@@ -80,7 +80,12 @@ def test_report_md_shows_record_text_inert():
     doc = {"profile": evil, "settings": {"concurrency": [1], "num_prompts": 1, "max_tokens": 1, "input_len": 1, "seed": 0}, "arms": [{"name": evil}],
            "runs": [{"arm": evil, "concurrency": 1, "speculation": False}], "speedup": [], "warnings": [evil], "parity": {}}
     md = markdown(doc)
-    assert "<img" not in md and "](javascript" not in md and "&lt;img" in md
+    import re
+
+    assert "<img" not in md and "&lt;img" in md
+    # no link can form: every bracket of the record's text is escaped (a `(` after an escaped `]` is plain text)
+    assert "\\[click\\](javascript" in md and not re.search(r"(?<!\\)[\[\]]click|click(?<!\\)\]", md)
+    assert not re.search(r"(?<!\\)\]\(javascript", md)
     row = next(ln for ln in md.splitlines() if ln.startswith("| 1 "))
     from ppspec_cli.verify.bench.report import FULL_HEADER
 

@@ -19,8 +19,10 @@ from typing import Any
 from ppspec_cli.io.terminal import clean
 
 #: Inline Markdown punctuation (emphasis, code, links, images, tables, strikethrough): backslash-escaped
-#: wherever it stands. A bare `https://...` or `www.` is a link in GitHub's Markdown: its `:` / `.` is escaped.
-_INLINE = re.compile(r"([\\`*_{}\[\]()!|~])")
+#: wherever it stands. `(`, `)` and `!` stay as they are: they make a link or an image only after a
+#: `[...]`, and both brackets are escaped (so figures like "1.13x (1.11-1.15)" read as written).
+#: A bare `https://...` or `www.` is a link in GitHub's Markdown: its `:` / `.` is escaped.
+_INLINE = re.compile(r"([\\`*_\[\]|~])")
 _SCHEME = re.compile(r":(?=//)")
 #: What starts a block (heading, list item, setext line) when it opens a line and a space follows
 #: (`>` needs nothing: it becomes an entity).
