@@ -77,23 +77,23 @@ def dominates(grid: Grid, x: str, y: str, levels: list[int]) -> bool:
 
 def per_level(grid: Grid, static: list[tuple[str, int]], levels: list[int]) -> list[dict]:
     """Per level: the best static speculative arm (by median) against the baseline: the verdict
-    and the speed-up with its spread; and the k the schedule takes there (0 where the baseline's
-    median is the best of the static arms)."""
+    and the speed-up with its spread; and the k the schedule takes there: that arm's k, 0 only
+    where the baseline is significantly faster than it (a median that wins within the noise does
+    not switch speculation off: the schedule would flip with the noise)."""
     out = []
     for c in levels:
         spec = [(a, k) for a, k in static if k and grid.get((a, c))]
         best = max(spec, key=lambda ak: _med(grid, ak[0], c), default=None)
         base = grid.get((BASELINE, c))
         v = compare(grid.get((best[0], c)), base) if best else None
-        all_static = [(a, k) for a, k in static if grid.get((a, c))]
-        top = max(all_static, key=lambda ak: _med(grid, ak[0], c), default=None)
+        k = (0 if v == SLOWER else best[1]) if best else (0 if base else None)
         out.append({
             "concurrency": c,
             "verdict": v,
             "best_speculative_arm": best[0] if best else None,
             "best_num_speculative_tokens": best[1] if best else None,
             "speedup": ratio(grid.get((best[0], c)), base) if best else None,
-            "schedule_k": (top[1] or 0) if top else None,
+            "schedule_k": k,
             "arms": {a: spread(grid[(a, c)]) for a, _k in static if grid.get((a, c))},
         })
     return out
