@@ -226,6 +226,33 @@ def relay_verdict(t: dict[str, Any]) -> tuple[str, str]:
     return "unsupported", f"its inner decoder {dec} ({t.get('decoder_at')}) does not opt in to relaying taps over PP (supports_aux_hidden_states_over_pp is False: {where})"
 
 
+def drafter_load_verdict(t: dict[str, Any], checks: dict[str, str], pp: int) -> tuple[str, str]:
+    """('refused' | 'ok' | 'unknown', reason): whether vLLM's drafter load (the V1 runner's
+    SpecDecodeBaseProposer.load_model, every method that reads the target's hidden states: eagle,
+    eagle3, mtp, dflash, dspark) accepts the target. At PP world size 1 `_maybe_share_embeddings`
+    needs `.model` of the target (of its language model) with `embed_tokens` or `embedding`; at any
+    PP `_maybe_share_lm_head` reads `.model`."""
+    cls = _short(t.get("class"))
+    if t.get("target_model") is False:
+        if pp == 1 and checks.get("drafter_needs_target_model"):
+            return "refused", (f"{cls} ({t.get('target_model_at')}) has no `.model`: vLLM raises "
+                               f"AttributeError(\"Target model does not have 'model' attribute\") ({checks['drafter_needs_target_model']})")
+        if pp > 1 and checks.get("drafter_reads_target_model"):
+            return "refused", (f"{cls} ({t.get('target_model_at')}) has no `.model`: vLLM reads target.model at load "
+                               f"({checks['drafter_reads_target_model']}) and raises AttributeError (\"'{cls}' object has no attribute 'model'\")")
+    if t.get("target_model") is None:
+        return "unknown", str(t.get("target_model_why") or t.get("decoder_why"))
+    if pp > 1:
+        return "ok", f"at pipeline_parallel > 1 vLLM loads the drafter's embedding itself ({checks.get('drafter_share_embed_pp1', '?')}) and {cls} has `.model`"
+    emb = t.get("model_embed")
+    if emb is False and checks.get("drafter_needs_target_embed"):
+        return "refused", (f"its `.model` {_short(t.get('decoder'))} ({t.get('model_embed_at')}) has neither embed_tokens nor embedding: vLLM raises "
+                           f"AttributeError(\"Target model does not have 'embed_tokens' or 'embedding' attribute\") ({checks['drafter_needs_target_embed']})")
+    if emb is None or emb is False:
+        return "unknown", str(t.get("model_embed_why") or "the table carries no drafter-load check")
+    return "ok", f"its `.model` has {emb} ({t.get('model_embed_at')})"
+
+
 def table_support(table: ArchTable | None, arch: str | None, capability: str, platform: str, entry: dict[str, Any] | None = None) -> tuple[str, str] | None:
     """(status, reason) from the table, or None when the table cannot say (no table, architecture
     not registered, or a capability the table does not carry). `entry`: the architecture's facts
