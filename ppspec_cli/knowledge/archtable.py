@@ -296,10 +296,11 @@ def with_language_model(table: ArchTable, t: dict[str, Any], config: dict[str, A
         at = (table.doc.get("checks") or {}).get("lm_arch_from_transformers") or "VllmConfig.with_hf_config"
         why = (f"the checkpoint's {where if where != '.' else 'config'} names no architectures: vLLM builds the language model "
                f"transformers' table names for model_type {sub.get('model_type')!r} ({at}), which is not in vLLM's source")
-        return {**t, "relay_why": why, "decoder_why": why, "embed_why": why}
+        return {**t, "relay_why": why, "decoder_why": why, "embed_why": why, "target_model_why": why}
     if inner is None:
         return t
-    keep = ("decoder", "decoder_at", "decoder_why", "relay", "relay_why", "embed_last_stage", "embed_at", "embed_why", "layer_rule", "layer_rule_why")
+    keep = ("decoder", "decoder_at", "decoder_why", "relay", "relay_why", "embed_last_stage", "embed_at", "embed_why", "layer_rule", "layer_rule_why",
+            "target_model", "target_model_at", "target_model_why", "model_embed", "model_embed_at", "model_embed_why", "embed_not_needed")
     merged = {k: v for k, v in t.items() if k not in keep}
     merged.update({k: inner[k] for k in keep if k in inner})
     merged["language_model"] = f"{inner_arch} (from the config's {where if where != '.' else ''} architectures)"
