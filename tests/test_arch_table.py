@@ -660,24 +660,26 @@ GPT2_CONFIG = {
 }
 
 
-def _drafter_codes(make_checkpoint, name, config, *, pp=1, method="eagle3", version="0.33.0"):
+def _drafter_codes(make_checkpoint, name, config, *, pp=1, method="eagle3", platform="cuda"):
     from ppspec_cli.planning import rules
     from ppspec_cli.planning.profile import parse_profile
     from ppspec_cli.planning import resolve as resolve_mod
 
-    t = make_checkpoint(f"{name}-{pp}-{method}-{version}", config)
-    d = make_checkpoint(f"head-{name}-{pp}-{method}-{version}", "yuhuili__EAGLE3-LLaMA3.1-Instruct-8B")
-    r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine: {{version: {version}}}\n"
+    t = make_checkpoint(f"{name}-{pp}-{method}-{platform}", config)
+    d = make_checkpoint(f"head-{name}-{pp}-{method}-{platform}", "yuhuili__EAGLE3-LLaMA3.1-Instruct-8B")
+    r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {t}}}\nplatform: {platform}\nengine: {{version: 0.33.0}}\n"
                                           f"drafter: {{method: {method}, model: {d}, num_speculative_tokens: 3}}\ntopology: {{pipeline_parallel: {pp}}}\n"), offline=True)
     return {f.code: f for f in rules.arch_table_rule(r)}
 
 
 def test_a_target_without_model_is_refused_at_drafter_load(monkeypatch, make_checkpoint):
-    """vLLM's drafter load (SpecDecodeBaseProposer.load_model -> _maybe_share_embeddings, 0.33
-    v1/spec_decode/llm_base_proposer.py:1424) at PP world size 1 reads `target.model` and raises
-    "Target model does not have 'model' attribute" (:1427) for GPT-2 (gpt2.py: `self.transformer`);
-    at PP > 1 it skips the sharing but `_maybe_share_lm_head` still reads `target.model` (:1578).
-    Llama (`self.model = LlamaModel`, whose constructor builds `embed_tokens`) is not refused."""
+    """GPT-2 keeps its decoder under `self.transformer` (gpt2.py). vLLM 0.33 on a GPU runs Model
+    Runner V2, whose eagle/eagle3/mtp loader reads `target_language_model.model`
+    (v1/worker/gpu/spec_decode/eagle/utils.py:102; dspark/utils.py:129); on CPU the V1 runner's
+    SpecDecodeBaseProposer at PP world size 1 (llm_base_proposer.py:1424) raises "Target model
+    does not have 'model' attribute" (:1427), and at PP > 1 reads `target.model` in
+    `_maybe_share_lm_head` (:1578). Llama (`self.model = LlamaModel`, with `embed_tokens`) is not
+    refused; DFlash on V2 reads `.model` through getattr with a default: not refused by this."""
     from ppspec_cli.planning import resolve as resolve_mod
 
     monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: None)
@@ -685,35 +687,42 @@ def test_a_target_without_model_is_refused_at_drafter_load(monkeypatch, make_che
     assert checks["drafter_needs_target_model"] == "vllm/v1/spec_decode/llm_base_proposer.py:1427"
     assert checks["drafter_share_embed_pp1"] == "vllm/v1/spec_decode/llm_base_proposer.py:1424"
     assert checks["drafter_reads_target_model"] == "vllm/v1/spec_decode/llm_base_proposer.py:1578"
-    got = _drafter_codes(make_checkpoint, "gpt2", GPT2_CONFIG)
-    f = got["target-no-drafter-embedding"]
-    assert f.severity == "error" and "Target model does not have 'model' attribute" in f.message and "llm_base_proposer.py:1427" in f.message
-    assert "gpt2.py:" in f.message and "without a drafter" in f.hint
-    pp2 = _drafter_codes(make_checkpoint, "gpt2", GPT2_CONFIG, pp=2)["target-no-drafter-embedding"]
-    assert "llm_base_proposer.py:1578" in pp2.message and "no attribute 'model'" in pp2.message
-    # every method goes through the same load (mtp, eagle), and 0.30's table cites its own line
+    assert checks["v2_reads_target_model_eagle3"] == checks["v2_reads_target_model_mtp"] == "vllm/v1/worker/gpu/spec_decode/eagle/utils.py:102"
+    assert checks["v2_reads_target_model_dspark"] == "vllm/v1/worker/gpu/spec_decode/dspark/utils.py:129"
+    assert "v2_reads_target_model_dflash" not in checks
+    f = _drafter_codes(make_checkpoint, "gpt2", GPT2_CONFIG)["target-no-drafter-embedding"]
+    assert f.severity == "error" and "eagle/utils.py:102" in f.message and "has no attribute 'model'" in f.message and "gpt2.py:" in f.message
+    assert "without a drafter" in f.hint
+    cpu = _drafter_codes(make_checkpoint, "gpt2", GPT2_CONFIG, platform="cpu")["target-no-drafter-embedding"]
+    assert "Target model does not have 'model' attribute" in cpu.message and "llm_base_proposer.py:1427" in cpu.message
+    cpu2 = _drafter_codes(make_checkpoint, "gpt2", GPT2_CONFIG, pp=2, platform="cpu")["target-no-drafter-embedding"]
+    assert "llm_base_proposer.py:1578" in cpu2.message
     assert "target-no-drafter-embedding" in _drafter_codes(make_checkpoint, "gpt2", GPT2_CONFIG, method="eagle")
+    assert "target-no-drafter-embedding" not in _drafter_codes(make_checkpoint, "gpt2", GPT2_CONFIG, method="dflash")
     t30 = archtable.committed("0.30.0")
-    assert "llm_base_proposer.py:1434" in archtable.drafter_load_verdict(t30.target("GPT2LMHeadModel", "cuda"), t30.doc["checks"], 1)[1]
+    assert "llm_base_proposer.py:1434" in archtable.drafter_load_verdict(t30.target("GPT2LMHeadModel", "cpu"), t30.doc["checks"], 1, "eagle3", "cpu")[1]
     llama = json.loads((REPO / "tests" / "fixtures" / "models" / "meta-llama__Llama-3.1-8B-Instruct" / "config.json").read_text())
-    assert "target-no-drafter-embedding" not in _drafter_codes(make_checkpoint, "llama", llama)
+    for platform in ("cuda", "cpu"):
+        assert "target-no-drafter-embedding" not in _drafter_codes(make_checkpoint, "llama", llama, platform=platform)
     assert "target-no-drafter-embedding" not in _drafter_codes(make_checkpoint, "llama", llama, pp=2)
 
 
-def test_a_model_without_embed_tokens_is_refused_at_pp1_only():
-    """OPT: `self.model = OPTModel`, whose embedding lives in `self.decoder` (opt.py): at PP = 1
-    vLLM raises "Target model does not have 'embed_tokens' or 'embedding' attribute"; at PP > 1
-    it does not share the embedding and `.model` exists: not refused there."""
+def test_a_model_without_embed_tokens_is_refused_by_the_v1_runner_at_pp1_only():
+    """OPT: `self.model = OPTModel`, whose embedding lives in `self.decoder` (opt.py): the V1 runner
+    at PP = 1 raises "Target model does not have 'embed_tokens' or 'embedding' attribute"; at PP > 1
+    it does not share the embedding; Model Runner V2 shares it only where the target has one."""
     t = archtable.committed("0.33.0")
-    opt = t.target("OPTForCausalLM", "cuda")
+    ck = t.doc["checks"]
+    opt = t.target("OPTForCausalLM", "cpu")
     assert opt["target_model"] is True and opt["model_embed"] is False and opt["model_embed_at"].startswith("vllm/model_executor/models/opt.py:")
-    status, why = archtable.drafter_load_verdict(opt, t.doc["checks"], 1)
+    status, why = archtable.drafter_load_verdict(opt, ck, 1, "eagle3", "cpu")
     assert status == "refused" and "'embed_tokens' or 'embedding'" in why and "llm_base_proposer.py:1433" in why
-    assert archtable.drafter_load_verdict(opt, t.doc["checks"], 2)[0] == "ok"
-    llama = t.target("LlamaForCausalLM", "cuda")
-    assert llama["model_embed"] == "embed_tokens" and archtable.drafter_load_verdict(llama, t.doc["checks"], 1)[0] == "ok"
+    assert archtable.drafter_load_verdict(opt, ck, 2, "eagle3", "cpu")[0] == "ok"
+    assert archtable.drafter_load_verdict(opt, ck, 1, "eagle3", "cuda")[0] == "ok"
+    llama = t.target("LlamaForCausalLM", "cpu")
+    assert llama["model_embed"] == "embed_tokens" and archtable.drafter_load_verdict(llama, ck, 1, "eagle3", "cpu")[0] == "ok"
     # a decoder built by a class outside vLLM (the Transformers backend): not vLLM's to say
-    assert archtable.drafter_load_verdict(t.target("TransformersForCausalLM", "cuda"), t.doc["checks"], 1)[0] == "unknown"
+    assert archtable.drafter_load_verdict(t.target("TransformersForCausalLM", "cpu"), ck, 1, "eagle3", "cpu")[0] == "unknown"
 
 
 def test_drafter_load_reader_can_fail(tmp_path):

@@ -1164,13 +1164,13 @@ def test_issue31_target_without_supports_pp_is_refused_under_pp(v033, make_check
 
 
 def test_issue31_target_without_model_is_refused_at_drafter_load(v033, make_checkpoint, specforge):
-    """GPT-2 keeps its decoder under `.transformer` (gpt2.py): vLLM's drafter load reads `target.model`
-    (0.33 v1/spec_decode/llm_base_proposer.py:1427 at PP=1, :1578 at any PP) and raises AttributeError;
-    Llama's `.model` has embed_tokens: no finding."""
+    """GPT-2 keeps its decoder under `.transformer` (gpt2.py): vLLM 0.33's Model Runner V2 reads
+    `target.model` when it loads an eagle3 drafter (v1/worker/gpu/spec_decode/eagle/utils.py:102) and
+    raises AttributeError; Llama's `.model` has embed_tokens: no finding."""
     target = synthetic(make_checkpoint, "GPT2LMHeadModel", model_type="gpt2")
     _, by = check(target, specforge, pp=1, engine_version="0.33.0")
     f = expect(by, "target-no-drafter-embedding", "error", "target.model")
-    assert "Target model does not have 'model' attribute" in f.message and "llm_base_proposer.py:1427" in f.message
+    assert "has no attribute 'model'" in f.message and "eagle/utils.py:102" in f.message
     _, llama = check(synthetic(make_checkpoint, "LlamaForCausalLM", model_type="llama"), specforge, pp=1, engine_version="0.33.0")
     assert "target-no-drafter-embedding" not in llama
 

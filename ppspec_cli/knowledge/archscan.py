@@ -1117,14 +1117,17 @@ def scan(root: Path, platforms: tuple[str, ...] = ("cuda", "rocm", "xpu", "cpu")
 
 def _embed_not_needed(targets: dict[str, Any], checks: dict[str, str]) -> None:
     """A target without `.model` never reaches the last-stage embedding question: vLLM's drafter
-    load reads `.model` at any pipeline_parallel (`_maybe_share_lm_head`) and refuses first."""
-    at = checks.get("drafter_reads_target_model")
-    if at is None:
+    load reads `.model` at any pipeline_parallel (V1 `_maybe_share_lm_head`; V2's eagle/mtp/dspark
+    loaders) and refuses first; a dflash drafter under PP passes vLLM's relay gate only through the
+    inner decoder `.model`, which it lacks (its relay verdict is unsupported)."""
+    at, v2 = checks.get("drafter_reads_target_model"), checks.get("v2_reads_target_model_eagle")
+    if at is None or v2 is None:
         return
     for entry in targets.values():
         for f in entry["platforms"].values():
             if f.get("target_model") is False and f.get("embed_last_stage") is None and not f.get("embed_rule"):
-                f["embed_not_needed"] = f"no `.model`: vLLM's drafter load reads target.model at any pipeline_parallel ({at}) and refuses before any stage needs the embedding"
+                f["embed_not_needed"] = (f"no `.model`: vLLM refuses the drafter before any stage needs the embedding (the V1 runner reads target.model at any "
+                                         f"pipeline_parallel, {at}; Model Runner V2 for eagle/eagle3/mtp/dspark, {v2}; for dflash its PP gate reads `.model` and finds none)")
 
 
 #: Where vLLM refuses pipeline parallelism for a model that does not implement SupportsPP
@@ -1151,6 +1154,48 @@ def engine_checks(src: Source) -> dict[str, str]:
                 out["lm_arch_from_transformers"] = f"{info.file}:{hit.lineno}"  # type: ignore[union-attr]
             break
     out.update(_proposer_checks(src))
+    out.update(_v2_checks(src))
+    return out
+
+
+#: Model Runner V2's speculator packages (v1/worker/gpu/spec_decode/<dir>, dispatched on the method
+#: in its __init__.py) and the methods each serves.
+V2_SPEC_DIRS = {"eagle": ("eagle", "eagle3"), "mtp": ("mtp",), "dspark": ("dspark",), "dflash": ("dflash",)}
+V2_SPEC_PKG = "vllm.v1.worker.gpu.spec_decode"
+SHARED_EAGLE_LOADER = "load_eagle_model"
+
+
+def _unguarded_model_read(tree: ast.Module) -> int | None:
+    """The line of the first `<lm>.model` read where `<lm>` was bound from a `get_language_model()`
+    expression (an attribute read, not a getattr with a default)."""
+    lms = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and "get_language_model" in ast.unparse(n.value)
+           for t in n.targets if isinstance(t, ast.Name)}
+    hits = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "model" and isinstance(n.value, ast.Name) and n.value.id in lms]
+    return min(hits) if hits else None
+
+
+def _v2_checks(src: Source) -> dict[str, str]:
+    """`v2_reads_target_model_<method>`: where Model Runner V2's drafter load for that method reads
+    the target's (language model's) `.model` unguarded (eagle/utils.py `load_eagle_model`, which the
+    mtp package imports; dspark/utils.py); a method whose loader reads it through getattr with a
+    default (dflash) gets no key."""
+    lines: dict[str, str] = {}
+    shares: set[str] = set()
+    for d in V2_SPEC_DIRS:
+        for mod in (f"{V2_SPEC_PKG}.{d}.utils", f"{V2_SPEC_PKG}.{d}.speculator"):
+            info = src.module(mod)
+            if info is None or info.tree is None:
+                continue
+            if (line := _unguarded_model_read(info.tree)) is not None and d not in lines:
+                lines[d] = f"{info.file}:{line}"
+            if any(isinstance(n, ast.ImportFrom) and (n.module or "").endswith(".eagle.utils") and any(a.name == SHARED_EAGLE_LOADER for a in n.names) for n in ast.walk(info.tree)):
+                shares.add(d)
+    out: dict[str, str] = {}
+    for d, methods in V2_SPEC_DIRS.items():
+        at = lines.get(d) or (lines.get("eagle") if d in shares else None)
+        for m in methods:
+            if at is not None:
+                out[f"v2_reads_target_model_{m}"] = at
     return out
 
 
