@@ -700,7 +700,7 @@ def test_a_target_without_model_is_refused_at_drafter_load(monkeypatch, make_che
     assert "target-no-drafter-embedding" in _drafter_codes(make_checkpoint, "gpt2", GPT2_CONFIG, method="eagle")
     assert "target-no-drafter-embedding" not in _drafter_codes(make_checkpoint, "gpt2", GPT2_CONFIG, method="dflash")
     t30 = archtable.committed("0.30.0")
-    assert "llm_base_proposer.py:1434" in archtable.drafter_load_verdict(t30.target("GPT2LMHeadModel", "cpu"), t30.doc["checks"], 1, "eagle3", "cpu")[1]
+    assert "llm_base_proposer.py:1434" in archtable.drafter_load_verdict(t30.target("GPT2LMHeadModel", "cpu"), t30.doc["checks"], 1, "eagle3", "v1")[1]
     llama = json.loads((REPO / "tests" / "fixtures" / "models" / "meta-llama__Llama-3.1-8B-Instruct" / "config.json").read_text())
     for platform in ("cuda", "cpu"):
         assert "target-no-drafter-embedding" not in _drafter_codes(make_checkpoint, "llama", llama, platform=platform)
@@ -715,14 +715,14 @@ def test_a_model_without_embed_tokens_is_refused_by_the_v1_runner_at_pp1_only():
     ck = t.doc["checks"]
     opt = t.target("OPTForCausalLM", "cpu")
     assert opt["target_model"] is True and opt["model_embed"] is False and opt["model_embed_at"].startswith("vllm/model_executor/models/opt.py:")
-    status, why = archtable.drafter_load_verdict(opt, ck, 1, "eagle3", "cpu")
+    status, why = archtable.drafter_load_verdict(opt, ck, 1, "eagle3", "v1")
     assert status == "refused" and "'embed_tokens' or 'embedding'" in why and "llm_base_proposer.py:1433" in why
-    assert archtable.drafter_load_verdict(opt, ck, 2, "eagle3", "cpu")[0] == "ok"
-    assert archtable.drafter_load_verdict(opt, ck, 1, "eagle3", "cuda")[0] == "ok"
+    assert archtable.drafter_load_verdict(opt, ck, 2, "eagle3", "v1")[0] == "ok"
+    assert archtable.drafter_load_verdict(opt, ck, 1, "eagle3", "v2")[0] == "ok"
     llama = t.target("LlamaForCausalLM", "cpu")
-    assert llama["model_embed"] == "embed_tokens" and archtable.drafter_load_verdict(llama, ck, 1, "eagle3", "cpu")[0] == "ok"
+    assert llama["model_embed"] == "embed_tokens" and archtable.drafter_load_verdict(llama, ck, 1, "eagle3", "v1")[0] == "ok"
     # a decoder built by a class outside vLLM (the Transformers backend): not vLLM's to say
-    assert archtable.drafter_load_verdict(t.target("TransformersForCausalLM", "cpu"), ck, 1, "eagle3", "cpu")[0] == "unknown"
+    assert archtable.drafter_load_verdict(t.target("TransformersForCausalLM", "cpu"), ck, 1, "eagle3", "v1")[0] == "unknown"
 
 
 def test_drafter_load_reader_can_fail(tmp_path):

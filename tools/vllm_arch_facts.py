@@ -84,9 +84,9 @@ def _unknowns() -> int:
                     relay.add(arch)
                 if f.get("embed_last_stage") is None and not f.get("embed_rule") and not f.get("embed_not_needed"):
                     embed.add(arch)
-                if archtable.drafter_load_verdict(f, t.doc.get("checks") or {}, 1, "eagle3", "cpu")[0] == "refused":
+                if archtable.drafter_load_verdict(f, t.doc.get("checks") or {}, 1, "eagle3", "v1")[0] == "refused":
                     refused_v1.add(arch)
-                if archtable.drafter_load_verdict(f, t.doc.get("checks") or {}, 1, "eagle3", "cuda")[0] == "refused":
+                if archtable.drafter_load_verdict(f, t.doc.get("checks") or {}, 1, "eagle3", "v2")[0] == "refused":
                     refused_v2.add(arch)
         print(f"vLLM {v}: {t.counts[0]} architectures; relay unknown {len(relay)} {sorted(relay)}; "
               f"last-stage embedding unknown {len(embed)} {sorted(embed)}; eagle3 drafter load refused at PP=1: V1 runner {len(refused_v1)}, Model Runner V2 {len(refused_v2)}")

@@ -226,21 +226,16 @@ def relay_verdict(t: dict[str, Any]) -> tuple[str, str]:
     return "unsupported", f"its inner decoder {dec} ({t.get('decoder_at')}) does not opt in to relaying taps over PP (supports_aux_hidden_states_over_pp is False: {where})"
 
 
-#: The platform whose vLLM build runs the V1 model runner (no Triton: Model Runner V2 needs it);
-#: every GPU platform runs Model Runner V2 (vllm/config/vllm.py `use_v2_model_runner`).
-V1_RUNNER_PLATFORMS = ("cpu",)
-
-
-def drafter_load_verdict(t: dict[str, Any], checks: dict[str, str], pp: int, method: str = "eagle3", platform: str = "cuda") -> tuple[str, str]:
+def drafter_load_verdict(t: dict[str, Any], checks: dict[str, str], pp: int, method: str = "eagle3", runner: str = "v2") -> tuple[str, str]:
     """('refused' | 'ok' | 'unknown', reason): whether vLLM's drafter load accepts the target.
     The V1 runner (SpecDecodeBaseProposer.load_model, every method that reads the target's hidden
     states) needs, at PP world size 1, `.model` of the target (of its language model) with
     `embed_tokens` or `embedding` (`_maybe_share_embeddings`), and reads `.model` at any PP
     (`_maybe_share_lm_head`). Model Runner V2 reads `.model` unguarded in the loaders of eagle,
     eagle3, mtp and dspark (`v2_reads_target_model_<method>`), and shares the embedding only where
-    the target has one."""
+    the target has one. `runner`: 'v1' | 'v2' (the profile's, planning/resolve: CPU runs V1)."""
     cls = _short(t.get("class"))
-    v1 = platform in V1_RUNNER_PLATFORMS
+    v1 = runner == "v1"
     if t.get("target_model") is False:
         return _no_model_verdict(t, checks, pp, method, v1)
     if t.get("target_model") is None:
