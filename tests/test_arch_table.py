@@ -649,3 +649,127 @@ def test_every_undecided_fact_carries_vllms_reason():
                 if f.get("is_hybrid") and f.get("layer_rule") is None and not f.get("layer_rule_why"):
                     silent.append((v, arch, plats, "layer_rule"))
     assert silent == []
+
+
+#: GPT-2 small's config keys and values (openai-community/gpt2: n_embd 768, n_layer 12, n_head 12,
+#: n_positions 1024, vocab 50257; GPT-2 keeps its decoder under `.transformer`, vLLM's gpt2.py too).
+GPT2_CONFIG = {
+    "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1, "bos_token_id": 50256,
+    "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "gpt2",
+    "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1, "vocab_size": 50257,
+}
+
+
+def _drafter_codes(make_checkpoint, name, config, *, pp=1, method="eagle3", platform="cuda"):
+    from ppspec_cli.planning import rules
+    from ppspec_cli.planning.profile import parse_profile
+    from ppspec_cli.planning import resolve as resolve_mod
+
+    t = make_checkpoint(f"{name}-{pp}-{method}-{platform}", config)
+    d = make_checkpoint(f"head-{name}-{pp}-{method}-{platform}", "yuhuili__EAGLE3-LLaMA3.1-Instruct-8B")
+    r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {t}}}\nplatform: {platform}\nengine: {{version: 0.33.0}}\n"
+                                          f"drafter: {{method: {method}, model: {d}, num_speculative_tokens: 3}}\ntopology: {{pipeline_parallel: {pp}}}\n"), offline=True)
+    return {f.code: f for f in rules.arch_table_rule(r)}
+
+
+def test_a_target_without_model_is_refused_at_drafter_load(monkeypatch, make_checkpoint):
+    """GPT-2 keeps its decoder under `self.transformer` (gpt2.py). vLLM 0.33 on a GPU runs Model
+    Runner V2, whose eagle/eagle3/mtp loader reads `target_language_model.model`
+    (v1/worker/gpu/spec_decode/eagle/utils.py:102; dspark/utils.py:129); on CPU the V1 runner's
+    SpecDecodeBaseProposer at PP world size 1 (llm_base_proposer.py:1424) raises "Target model
+    does not have 'model' attribute" (:1427), and at PP > 1 reads `target.model` in
+    `_maybe_share_lm_head` (:1578). Llama (`self.model = LlamaModel`, with `embed_tokens`) is not
+    refused; DFlash on V2 reads `.model` through getattr with a default: not refused by this."""
+    from ppspec_cli.planning import resolve as resolve_mod
+
+    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: None)
+    checks = archtable.committed("0.33.0").doc["checks"]
+    assert checks["drafter_needs_target_model"] == "vllm/v1/spec_decode/llm_base_proposer.py:1427"
+    assert checks["drafter_share_embed_pp1"] == "vllm/v1/spec_decode/llm_base_proposer.py:1424"
+    assert checks["drafter_reads_target_model"] == "vllm/v1/spec_decode/llm_base_proposer.py:1578"
+    assert checks["v2_reads_target_model_eagle3"] == checks["v2_reads_target_model_mtp"] == "vllm/v1/worker/gpu/spec_decode/eagle/utils.py:102"
+    assert checks["v2_reads_target_model_dspark"] == "vllm/v1/worker/gpu/spec_decode/dspark/utils.py:129"
+    assert "v2_reads_target_model_dflash" not in checks
+    f = _drafter_codes(make_checkpoint, "gpt2", GPT2_CONFIG)["target-no-drafter-embedding"]
+    assert f.severity == "error" and "eagle/utils.py:102" in f.message and "has no attribute 'model'" in f.message and "gpt2.py:" in f.message
+    assert "without a drafter" in f.hint
+    cpu = _drafter_codes(make_checkpoint, "gpt2", GPT2_CONFIG, platform="cpu")["target-no-drafter-embedding"]
+    assert "Target model does not have 'model' attribute" in cpu.message and "llm_base_proposer.py:1427" in cpu.message
+    cpu2 = _drafter_codes(make_checkpoint, "gpt2", GPT2_CONFIG, pp=2, platform="cpu")["target-no-drafter-embedding"]
+    assert "llm_base_proposer.py:1578" in cpu2.message
+    assert "target-no-drafter-embedding" in _drafter_codes(make_checkpoint, "gpt2", GPT2_CONFIG, method="eagle")
+    assert "target-no-drafter-embedding" not in _drafter_codes(make_checkpoint, "gpt2", GPT2_CONFIG, method="dflash")
+    t30 = archtable.committed("0.30.0")
+    assert "llm_base_proposer.py:1434" in archtable.drafter_load_verdict(t30.target("GPT2LMHeadModel", "cpu"), t30.doc["checks"], 1, "eagle3", "v1")[1]
+    llama = json.loads((REPO / "tests" / "fixtures" / "models" / "meta-llama__Llama-3.1-8B-Instruct" / "config.json").read_text())
+    for platform in ("cuda", "cpu"):
+        assert "target-no-drafter-embedding" not in _drafter_codes(make_checkpoint, "llama", llama, platform=platform)
+    assert "target-no-drafter-embedding" not in _drafter_codes(make_checkpoint, "llama", llama, pp=2)
+
+
+def test_a_model_without_embed_tokens_is_refused_by_the_v1_runner_at_pp1_only():
+    """OPT: `self.model = OPTModel`, whose embedding lives in `self.decoder` (opt.py): the V1 runner
+    at PP = 1 raises "Target model does not have 'embed_tokens' or 'embedding' attribute"; at PP > 1
+    it does not share the embedding; Model Runner V2 shares it only where the target has one."""
+    t = archtable.committed("0.33.0")
+    ck = t.doc["checks"]
+    opt = t.target("OPTForCausalLM", "cpu")
+    assert opt["target_model"] is True and opt["model_embed"] is False and opt["model_embed_at"].startswith("vllm/model_executor/models/opt.py:")
+    status, why = archtable.drafter_load_verdict(opt, ck, 1, "eagle3", "v1")
+    assert status == "refused" and "'embed_tokens' or 'embedding'" in why and "llm_base_proposer.py:1433" in why
+    assert archtable.drafter_load_verdict(opt, ck, 2, "eagle3", "v1")[0] == "ok"
+    assert archtable.drafter_load_verdict(opt, ck, 1, "eagle3", "v2")[0] == "ok"
+    llama = t.target("LlamaForCausalLM", "cpu")
+    assert llama["model_embed"] == "embed_tokens" and archtable.drafter_load_verdict(llama, ck, 1, "eagle3", "v1")[0] == "ok"
+    # a decoder built by a class outside vLLM (the Transformers backend): not vLLM's to say
+    assert archtable.drafter_load_verdict(t.target("TransformersForCausalLM", "cpu"), ck, 1, "eagle3", "v1")[0] == "unknown"
+
+
+def test_drafter_load_reader_can_fail(tmp_path):
+    """The scanner's reads are real: a decoder that assigns `self.embedding` counts, one that assigns
+    `self.wte` does not, and a proposer without the raises yields no checks."""
+    pkg = tmp_path / "vllm" / "v1" / "spec_decode"
+    pkg.mkdir(parents=True)
+    (pkg / "llm_base_proposer.py").write_text("class SpecDecodeBaseProposer:\n    def _maybe_share_embeddings(self, m):\n        pass\n", encoding="utf-8")
+    assert archscan._proposer_checks(archscan.Source(tmp_path)) == {}
+    mods = tmp_path / "vllm" / "model_executor" / "models"
+    mods.mkdir(parents=True)
+    (mods / "m.py").write_text("class A:\n    def __init__(self):\n        self.embedding = 1\n\nclass B:\n    def __init__(self):\n        self.wte = 1\n", encoding="utf-8")
+    sc = archscan.Scanner(tmp_path)
+    a = sc.src.resolve("vllm.model_executor.models.m", "A", "cuda")
+    b = sc.src.resolve("vllm.model_executor.models.m", "B", "cuda")
+    assert sc.model_embed(a, "cuda") == {"model_embed": "embedding", "model_embed_at": "vllm/model_executor/models/m.py:3"}
+    assert sc.model_embed(b, "cuda")["model_embed"] is False
+
+
+#: What the committed tables still leave undecided about the last-stage embedding (vLLM's reason
+#: in embed_why): a class chosen at run time (InternLM2's `model_type`, MiniCPM-V's version
+#: dispatch), OPT at PP > 1 (its decoder names no embedding vLLM's reader knows), and 0.33's
+#: Transformers MTP backend (a decoder from transformers).
+UNDECIDED_EMBED = {
+    (v, a) for v in ("0.30.0", "0.31.0", "0.32.0", "0.33.0") for a in ("InternLM2ForCausalLM", "InternLM2ForRewardModel", "MiniCPMV", "OPTForCausalLM")
+} | {("0.33.0", "TransformersForMTP"), ("0.33.0", "TransformersMoEForMTP")}
+
+
+def _undecided_embed(table):
+    out = set()
+    for arch, e in table.doc["targets"].items():
+        for f in e["platforms"].values():
+            if not f.get("class") or f.get("supports_pp") is False or f.get("language_model_from"):
+                continue
+            if f.get("embed_last_stage") is None and not f.get("embed_rule") and not f.get("embed_not_needed"):
+                out.add((table.version, arch))
+    return out
+
+
+def test_undecided_last_stage_embeddings_are_listed():
+    """Before the drafter-load facts: 24/24/23/25 per release (0.30-0.33); a target with no `.model`
+    is refused at drafter load at any PP, so its last-stage embedding is not needed."""
+    got = set().union(*(_undecided_embed(archtable.committed(v)) for v in archtable.committed_versions()))
+    assert got == UNDECIDED_EMBED, sorted(got ^ UNDECIDED_EMBED)
+    gpt2 = archtable.committed("0.33.0").target("GPT2LMHeadModel", "cuda")
+    assert gpt2["target_model"] is False and "llm_base_proposer.py:1578" in gpt2["embed_not_needed"]
+    broken = dict(archtable.committed("0.33.0").doc)
+    e = broken["targets"]["GPT2LMHeadModel"]
+    broken["targets"] = {"GPT2LMHeadModel": {**e, "platforms": {k: {x: y for x, y in v.items() if x != "embed_not_needed"} for k, v in e["platforms"].items()}}}
+    assert _undecided_embed(archtable.ArchTable("0.33.0", None, "test", "committed", broken)) == {("0.33.0", "GPT2LMHeadModel")}

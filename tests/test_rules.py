@@ -1163,6 +1163,18 @@ def test_issue31_target_without_supports_pp_is_refused_under_pp(v033, make_check
     assert "target-no-pp" not in pp1
 
 
+def test_issue31_target_without_model_is_refused_at_drafter_load(v033, make_checkpoint, specforge):
+    """GPT-2 keeps its decoder under `.transformer` (gpt2.py): vLLM 0.33's Model Runner V2 reads
+    `target.model` when it loads an eagle3 drafter (v1/worker/gpu/spec_decode/eagle/utils.py:102) and
+    raises AttributeError; Llama's `.model` has embed_tokens: no finding."""
+    target = synthetic(make_checkpoint, "GPT2LMHeadModel", model_type="gpt2")
+    _, by = check(target, specforge, pp=1, engine_version="0.33.0")
+    f = expect(by, "target-no-drafter-embedding", "error", "target.model")
+    assert "has no attribute 'model'" in f.message and "eagle/utils.py:102" in f.message
+    _, llama = check(synthetic(make_checkpoint, "LlamaForCausalLM", model_type="llama"), specforge, pp=1, engine_version="0.33.0")
+    assert "target-no-drafter-embedding" not in llama
+
+
 def test_issue31_no_eagle3_interface_at_any_pp(v033, make_checkpoint, specforge):
     """GLM-4.5 (Glm4MoeForCausalLM) has no SupportsEagle3 in its bases (glm4_moe.py:534 in 0.33): vLLM raises
     'Model does not support EAGLE3 interface' (eagle3_utils.py:29 in 0.33) at PP=1 as at PP=2; mtp is fine."""

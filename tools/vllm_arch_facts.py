@@ -64,22 +64,32 @@ def _unknowns() -> int:
     """Per committed release: SupportsPP targets whose tap relay over PP is unknown although they
     are SupportsEagle3 (EAGLE3/DFlash/DSpark at PP > 1), and those whose last-stage embedding is
     unknown (a drafter sharing the target's embedding at PP > 1); a class whose language model or
-    embedding rule the checkpoint's config decides is counted as decided."""
+    embedding rule the checkpoint's config decides is counted as decided, and one vLLM's drafter
+    load refuses first (no `.model`: `embed_not_needed`) as not needed. Also: the architectures
+    whose eagle3 drafter load vLLM refuses at PP = 1, on the V1 runner (CPU) and on Model Runner
+    V2 (GPU) (archtable.drafter_load_verdict)."""
     from ppspec_cli.knowledge import archtable
 
     for v in archtable.committed_versions():
         t = archtable.committed(v)
         relay: set[str] = set()
         embed: set[str] = set()
+        refused_v1: set[str] = set()
+        refused_v2: set[str] = set()
         for arch, e in t.doc["targets"].items():
             for f in e["platforms"].values():
                 if not f.get("class") or f.get("supports_pp") is False or f.get("language_model_from"):
                     continue
                 if f.get("supports_eagle3") and archtable.relay_verdict(f)[0] == "unknown":
                     relay.add(arch)
-                if f.get("embed_last_stage") is None and not f.get("embed_rule"):
+                if f.get("embed_last_stage") is None and not f.get("embed_rule") and not f.get("embed_not_needed"):
                     embed.add(arch)
-        print(f"vLLM {v}: {t.counts[0]} architectures; relay unknown {len(relay)} {sorted(relay)}; last-stage embedding unknown {len(embed)}")
+                if archtable.drafter_load_verdict(f, t.doc.get("checks") or {}, 1, "eagle3", "v1")[0] == "refused":
+                    refused_v1.add(arch)
+                if archtable.drafter_load_verdict(f, t.doc.get("checks") or {}, 1, "eagle3", "v2")[0] == "refused":
+                    refused_v2.add(arch)
+        print(f"vLLM {v}: {t.counts[0]} architectures; relay unknown {len(relay)} {sorted(relay)}; "
+              f"last-stage embedding unknown {len(embed)} {sorted(embed)}; eagle3 drafter load refused at PP=1: V1 runner {len(refused_v1)}, Model Runner V2 {len(refused_v2)}")
     return 0
 
 

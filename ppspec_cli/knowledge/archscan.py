@@ -63,6 +63,17 @@ EXTERNAL_NOTE = "a class from outside vLLM, which never sets supports_aux_hidden
 LM_FROM_CONFIG = "language model: the registered architecture named by the config's architectures at "
 _MAX_DEPTH = 12
 
+#: What vLLM's drafter load reads off the target to share its embedding with an EAGLE/EAGLE3/
+#: DFlash/DSpark/MTP drafter (v1/spec_decode/llm_base_proposer.py, SpecDecodeBaseProposer
+#: `_maybe_share_embeddings`, at PP world size 1): `.model` of the target (of its language model
+#: for a multimodal class), and on it the first of these attributes.
+TARGET_EMBED_ATTRS = ("embed_tokens", "embedding")
+PROPOSER_MODULE = "vllm.v1.spec_decode.llm_base_proposer"
+NO_MODEL_TEXT = "Target model does not have 'model' attribute"
+NO_EMBED_TEXT = "Target model does not have 'embed_tokens' or 'embedding' attribute"
+#: Bases outside vLLM's source that add no module attribute (torch's Module, typing's Protocol).
+_PLAIN_BASES = frozenset({"Module", "Protocol", "object", "Generic", "ABC"})
+
 
 # ---------------------------------------------------------------------------------------------
 # Modules and classes
@@ -649,6 +660,29 @@ class Scanner:
             "relays_over_pp": bool(opt_val is True and relays_fwd),
         }
 
+    def model_embed(self, dec: ClassInfo, platform: str) -> dict[str, Any]:
+        """Which of vLLM's TARGET_EMBED_ATTRS the inner decoder has (`model_embed`: its name, or
+        False), as its constructors (or a class attribute or property) in the MRO assign it; null
+        where a base outside vLLM's source or a non-constructor method may add it."""
+        mro = self.src.mro(dec, platform)
+        for attr in TARGET_EMBED_ATTRS:
+            for c in mro:
+                if not isinstance(c, ClassInfo):
+                    continue
+                val = _self_assign(c.methods["__init__"], attr) if "__init__" in c.methods else None
+                if val is not None:
+                    return {"model_embed": attr, "model_embed_at": c.where(val.lineno)}
+                if attr in c.attrs or attr in c.methods:
+                    return {"model_embed": attr, "model_embed_at": c.where(c.attr_lines.get(attr) or c.methods[attr].lineno)}
+        outside = [_name(c) for c in mro if not isinstance(c, ClassInfo) and _name(c) not in _PLAIN_BASES]
+        if outside:
+            return {"model_embed": None, "model_embed_why": f"{dec.where()}: a base outside vLLM's source ({', '.join(outside)}) may add it"}
+        late = [f"{c.name}.{m}" for c in mro if isinstance(c, ClassInfo) for m, fn in c.methods.items()
+                if m != "__init__" and any(_self_assign(fn, a) is not None for a in TARGET_EMBED_ATTRS)]
+        if late:
+            return {"model_embed": None, "model_embed_why": f"{dec.where()}: assigned outside the constructor ({', '.join(late)})"}
+        return {"model_embed": False, "model_embed_at": dec.where()}
+
     def embed_last_stage(self, dec: ClassInfo, platform: str) -> tuple[bool | None, str]:
         names: set[str] = set()
         where = dec.where()
@@ -689,6 +723,7 @@ class Scanner:
         out["decoder_at"] = where
         if dec is None and why.startswith(LM_FROM_CONFIG):
             out["language_model_from"] = why[len(LM_FROM_CONFIG):]
+        out.update(_target_model_fact(mro, dec, where, why))
         if dec is None:
             out["decoder_why"] = why
             if out["is_hybrid"]:
@@ -702,6 +737,7 @@ class Scanner:
             if (rule := _pp_embed_rule(mro)) is not None:
                 out["embed_rule"] = rule
             return out
+        out.update(self.model_embed(dec, platform))
         out["relay"] = self.relay(dec, platform)
         if out["is_hybrid"]:
             rule = layer_rule(self.src, dec.module, dec)
@@ -798,6 +834,23 @@ def _language_model_attr(mro: list[ClassInfo | str]) -> str | None:
                         if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
                             return t.attr
     return "language_model"
+
+
+def _target_model_fact(mro: list[ClassInfo | str], dec: ClassInfo | None, where: str, why: str) -> dict[str, Any]:
+    """`target_model`: whether the target (its language model, for a multimodal class) has the
+    `.model` vLLM's drafter load reads; null where the source does not say (a class chosen at run
+    time, a base outside vLLM's source)."""
+    if EXTERNAL_NOTE in why:
+        return {"target_model": True, "target_model_at": where, "model_embed": None,
+                "model_embed_why": f"{why.split(':', 1)[0]}: whether that class has embed_tokens or embedding is its library's, not vLLM's"}
+    if dec is not None:
+        return {"target_model": True, "target_model_at": where}
+    outside = any(not isinstance(c, ClassInfo) and _name(c) not in _PLAIN_BASES for c in mro)
+    no_lm_model = why.startswith("the language model has no `.model`")
+    no_model = why.startswith("no constructor in the MRO assigns self.model") and _owner(mro, attr="model") is None and _owner(mro, method="model") is None
+    if (no_lm_model or no_model) and not outside:
+        return {"target_model": False, "target_model_at": where}
+    return {"target_model": None, "target_model_why": why}
 
 
 def _self_assign_in_mro(mro: list[ClassInfo | str], attr: str) -> ast.expr | None:
@@ -1057,7 +1110,24 @@ def scan(root: Path, platforms: tuple[str, ...] = ("cuda", "rocm", "xpu", "cpu")
             per[p] = got if got is not None else {"class": None, "why": f"{sc.module_of(arch)}:{sc.registry[arch][1]} is not a class in the source on {p}"}
         entry = {"registry": f"{REGISTRY}:{sc.registry_lines[arch]}", "group": kind, "platforms": _fold(per)}
         (drafters if _is_drafter(kind) else targets)[arch] = entry
-    return {"targets": targets, "drafters": drafters, "mtp_rewrites": mtp_rewrites(sc.src), "checks": engine_checks(sc.src)}
+    checks = engine_checks(sc.src)
+    _embed_not_needed(targets, checks)
+    return {"targets": targets, "drafters": drafters, "mtp_rewrites": mtp_rewrites(sc.src), "checks": checks}
+
+
+def _embed_not_needed(targets: dict[str, Any], checks: dict[str, str]) -> None:
+    """A target without `.model` never reaches the last-stage embedding question: vLLM's drafter
+    load reads `.model` at any pipeline_parallel (V1 `_maybe_share_lm_head`; V2's eagle/mtp/dspark
+    loaders) and refuses first; a dflash drafter under PP passes vLLM's relay gate only through the
+    inner decoder `.model`, which it lacks (its relay verdict is unsupported)."""
+    at, v2 = checks.get("drafter_reads_target_model"), checks.get("v2_reads_target_model_eagle")
+    if at is None or v2 is None:
+        return
+    for entry in targets.values():
+        for f in entry["platforms"].values():
+            if f.get("target_model") is False and f.get("embed_last_stage") is None and not f.get("embed_rule"):
+                f["embed_not_needed"] = (f"no `.model`: vLLM refuses the drafter before any stage needs the embedding (the V1 runner reads target.model at any "
+                                         f"pipeline_parallel, {at}; Model Runner V2 for eagle/eagle3/mtp/dspark, {v2}; for dflash its PP gate reads `.model` and finds none)")
 
 
 #: Where vLLM refuses pipeline parallelism for a model that does not implement SupportsPP
@@ -1083,6 +1153,85 @@ def engine_checks(src: Source) -> dict[str, str]:
             if hit is not None:
                 out["lm_arch_from_transformers"] = f"{info.file}:{hit.lineno}"  # type: ignore[union-attr]
             break
+    out.update(_proposer_checks(src))
+    out.update(_v2_checks(src))
+    return out
+
+
+#: Model Runner V2's speculator packages (v1/worker/gpu/spec_decode/<dir>, dispatched on the method
+#: in its __init__.py) and the methods each serves.
+V2_SPEC_DIRS = {"eagle": ("eagle", "eagle3"), "mtp": ("mtp",), "dspark": ("dspark",), "dflash": ("dflash",)}
+V2_SPEC_PKG = "vllm.v1.worker.gpu.spec_decode"
+SHARED_EAGLE_LOADER = "load_eagle_model"
+
+
+def _unguarded_model_read(tree: ast.Module) -> int | None:
+    """The line of the first `<lm>.model` read where `<lm>` was bound from a `get_language_model()`
+    expression (an attribute read, not a getattr with a default)."""
+    lms = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and "get_language_model" in ast.unparse(n.value)
+           for t in n.targets if isinstance(t, ast.Name)}
+    hits = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "model" and isinstance(n.value, ast.Name) and n.value.id in lms]
+    return min(hits) if hits else None
+
+
+def _v2_checks(src: Source) -> dict[str, str]:
+    """`v2_reads_target_model_<method>`: where Model Runner V2's drafter load for that method reads
+    the target's (language model's) `.model` unguarded (eagle/utils.py `load_eagle_model`, which the
+    mtp package imports; dspark/utils.py); a method whose loader reads it through getattr with a
+    default (dflash) gets no key."""
+    lines: dict[str, str] = {}
+    shares: set[str] = set()
+    for d in V2_SPEC_DIRS:
+        for mod in (f"{V2_SPEC_PKG}.{d}.utils", f"{V2_SPEC_PKG}.{d}.speculator"):
+            info = src.module(mod)
+            if info is None or info.tree is None:
+                continue
+            if (line := _unguarded_model_read(info.tree)) is not None and d not in lines:
+                lines[d] = f"{info.file}:{line}"
+            if any(isinstance(n, ast.ImportFrom) and (n.module or "").endswith(".eagle.utils") and any(a.name == SHARED_EAGLE_LOADER for a in n.names) for n in ast.walk(info.tree)):
+                shares.add(d)
+    out: dict[str, str] = {}
+    for d, methods in V2_SPEC_DIRS.items():
+        at = lines.get(d) or (lines.get("eagle") if d in shares else None)
+        for m in methods:
+            if at is not None:
+                out[f"v2_reads_target_model_{m}"] = at
+    return out
+
+
+def _raise_line(fn: ast.AST, text: str) -> int | None:
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Raise) and any(isinstance(c, ast.Constant) and isinstance(c.value, str) and text in c.value for c in ast.walk(n)):
+            return n.lineno
+    return None
+
+
+def _proposer_checks(src: Source) -> dict[str, str]:
+    """vLLM's drafter load (SpecDecodeBaseProposer): `drafter_needs_target_model` and
+    `drafter_needs_target_embed`, the raises of `_maybe_share_embeddings` for a target without
+    `.model` / without `.model.embed_tokens` or `.model.embedding`; `drafter_share_embed_pp1`, the
+    `if` that runs them at PP world size 1 only; `drafter_reads_target_model`, the unguarded
+    `target_language_model.model` read in `_maybe_share_lm_head` (any PP)."""
+    info = src.module(PROPOSER_MODULE)
+    cls = info.classes.get("SpecDecodeBaseProposer") if info is not None else None
+    if info is None or cls is None:
+        return {}
+    out: dict[str, str] = {}
+    share = cls.methods.get("_maybe_share_embeddings")
+    if share is not None:
+        for key, text in (("drafter_needs_target_model", NO_MODEL_TEXT), ("drafter_needs_target_embed", NO_EMBED_TEXT)):
+            if (line := _raise_line(share, text)) is not None:
+                out[key] = f"{info.file}:{line}"
+        gate = next((n for n in ast.walk(share) if isinstance(n, ast.If) and "world_size" in ast.unparse(n.test) and _raise_line(n, NO_MODEL_TEXT)), None)
+        if gate is not None and "== 1" in ast.unparse(gate.test):
+            out["drafter_share_embed_pp1"] = f"{info.file}:{gate.lineno}"
+    head = cls.methods.get("_maybe_share_lm_head")
+    if head is not None and len(head.args.args) > 1:
+        param = head.args.args[1].arg
+        hit = next((n for n in ast.walk(head) if isinstance(n, ast.Attribute) and n.attr == "model" and isinstance(n.value, ast.Name)
+                    and n.value.id == param), None)
+        if hit is not None:
+            out["drafter_reads_target_model"] = f"{info.file}:{hit.lineno}"
     return out
 
 

@@ -226,6 +226,47 @@ def relay_verdict(t: dict[str, Any]) -> tuple[str, str]:
     return "unsupported", f"its inner decoder {dec} ({t.get('decoder_at')}) does not opt in to relaying taps over PP (supports_aux_hidden_states_over_pp is False: {where})"
 
 
+def drafter_load_verdict(t: dict[str, Any], checks: dict[str, str], pp: int, method: str = "eagle3", runner: str = "v2") -> tuple[str, str]:
+    """('refused' | 'ok' | 'unknown', reason): whether vLLM's drafter load accepts the target.
+    The V1 runner (SpecDecodeBaseProposer.load_model, every method that reads the target's hidden
+    states) needs, at PP world size 1, `.model` of the target (of its language model) with
+    `embed_tokens` or `embedding` (`_maybe_share_embeddings`), and reads `.model` at any PP
+    (`_maybe_share_lm_head`). Model Runner V2 reads `.model` unguarded in the loaders of eagle,
+    eagle3, mtp and dspark (`v2_reads_target_model_<method>`), and shares the embedding only where
+    the target has one. `runner`: 'v1' | 'v2' (the profile's, planning/resolve: CPU runs V1)."""
+    cls = _short(t.get("class"))
+    v1 = runner == "v1"
+    if t.get("target_model") is False:
+        return _no_model_verdict(t, checks, pp, method, v1)
+    if t.get("target_model") is None:
+        return "unknown", str(t.get("target_model_why") or t.get("decoder_why"))
+    if not v1 or pp > 1:
+        return "ok", (f"{cls} has `.model`; " + ("Model Runner V2 shares the target embedding only where the target has one" if not v1
+                      else f"at pipeline_parallel > 1 the V1 runner loads the drafter's embedding itself ({checks.get('drafter_share_embed_pp1', '?')})"))
+    emb = t.get("model_embed")
+    if emb is False and checks.get("drafter_needs_target_embed"):
+        return "refused", (f"its `.model` {_short(t.get('decoder'))} ({t.get('model_embed_at')}) has neither embed_tokens nor embedding: vLLM's V1 runner raises "
+                           f"AttributeError(\"Target model does not have 'embed_tokens' or 'embedding' attribute\") ({checks['drafter_needs_target_embed']})")
+    if emb is None or emb is False:
+        return "unknown", str(t.get("model_embed_why") or "the table carries no drafter-load check")
+    return "ok", f"its `.model` has {emb} ({t.get('model_embed_at')})"
+
+
+def _no_model_verdict(t: dict[str, Any], checks: dict[str, str], pp: int, method: str, v1: bool) -> tuple[str, str]:
+    cls = _short(t.get("class"))
+    no_attr = f"AttributeError(\"'{cls}' object has no attribute 'model'\")"
+    where = f"{cls} ({t.get('target_model_at')}) has no `.model`"
+    if v1 and pp == 1 and checks.get("drafter_needs_target_model"):
+        return "refused", f"{where}: vLLM's V1 runner raises AttributeError(\"Target model does not have 'model' attribute\") ({checks['drafter_needs_target_model']})"
+    if v1 and checks.get("drafter_reads_target_model"):
+        return "refused", f"{where}: vLLM's V1 runner reads target.model at drafter load ({checks['drafter_reads_target_model']}): {no_attr}"
+    if not v1 and checks.get(f"v2_reads_target_model_{method}"):
+        return "refused", f"{where}: Model Runner V2 reads target.model when it loads the {method} drafter ({checks[f'v2_reads_target_model_{method}']}): {no_attr}"
+    if not v1:
+        return "ok", f"{where}, but Model Runner V2's {method} loader reads it through getattr with a default"
+    return "unknown", f"{where}; the table carries no drafter-load check"
+
+
 def table_support(table: ArchTable | None, arch: str | None, capability: str, platform: str, entry: dict[str, Any] | None = None) -> tuple[str, str] | None:
     """(status, reason) from the table, or None when the table cannot say (no table, architecture
     not registered, or a capability the table does not carry). `entry`: the architecture's facts
@@ -269,10 +310,11 @@ def with_language_model(table: ArchTable, t: dict[str, Any], config: dict[str, A
         at = (table.doc.get("checks") or {}).get("lm_arch_from_transformers") or "VllmConfig.with_hf_config"
         why = (f"the checkpoint's {where if where != '.' else 'config'} names no architectures: vLLM builds the language model "
                f"transformers' table names for model_type {sub.get('model_type')!r} ({at}), which is not in vLLM's source")
-        return {**t, "relay_why": why, "decoder_why": why, "embed_why": why}
+        return {**t, "relay_why": why, "decoder_why": why, "embed_why": why, "target_model_why": why}
     if inner is None:
         return t
-    keep = ("decoder", "decoder_at", "decoder_why", "relay", "relay_why", "embed_last_stage", "embed_at", "embed_why", "layer_rule", "layer_rule_why")
+    keep = ("decoder", "decoder_at", "decoder_why", "relay", "relay_why", "embed_last_stage", "embed_at", "embed_why", "layer_rule", "layer_rule_why",
+            "target_model", "target_model_at", "target_model_why", "model_embed", "model_embed_at", "model_embed_why", "embed_not_needed")
     merged = {k: v for k, v in t.items() if k not in keep}
     merged.update({k: inner[k] for k in keep if k in inner})
     merged["language_model"] = f"{inner_arch} (from the config's {where if where != '.' else ''} architectures)"

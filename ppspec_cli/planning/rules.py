@@ -603,6 +603,7 @@ def arch_table_rule(r: Resolved) -> Iterator[Finding]:
     fc from its own num_hidden_layers when the config names no taps."""
     yield from _hybrid_stages(r)
     yield from _no_pp(r)
+    yield from _drafter_load(r)
     d = r.profile.drafter
     if d is None or not r.uses_taps:
         return
@@ -618,6 +619,28 @@ def arch_table_rule(r: Resolved) -> Iterator[Finding]:
             "use a target architecture that implements it, an adapter pack that adds it, or a method that reads no taps (mtp, eagle)",
         )
     yield from _fc_from_layers(r)
+
+
+def _drafter_load(r: Resolved) -> Iterator[Finding]:
+    """A drafter on a target vLLM's drafter load refuses (the table's target_model / model_embed
+    against its checks: archtable.drafter_load_verdict, on the profile's runner): the V1 runner
+    reads `.model` at any PP and, at PP = 1, `.model.embed_tokens` (or `.embedding`); Model Runner
+    V2 reads `.model` for eagle, eagle3, mtp and dspark."""
+    d, t, tbl = r.profile.drafter, r.arch_facts(), r.arch_table
+    if d is None or t is None or tbl is None:
+        return
+    status, why = archtable.drafter_load_verdict(t, tbl.doc.get("checks") or {}, r.pp, d.method, r.runner)
+    if status != "refused":
+        return
+    yield _f(
+        "target-no-drafter-embedding",
+        "error",
+        "target.model",
+        f"{r.target_arch} on vLLM {tbl.version}: {why}. vLLM stops loading the {d.method} drafter at start, at pipeline_parallel={r.pp}",
+        "use a target architecture whose `.model` has embed_tokens (Llama, Qwen, Mistral, ... in `ppspec adapters show ARCH`), or serve this target without a drafter"
+        + (" (at pipeline_parallel > 1 vLLM skips this sharing and reads only `.model`)" if r.pp == 1 and t.get("target_model") is not False else "")
+        + (" (Model Runner V2 reads `.model` only through getattr for dflash)" if t.get("target_model") is False and r.runner == "v2" and d.method != "dflash" else ""),
+    )
 
 
 def _no_pp(r: Resolved) -> Iterator[Finding]:
