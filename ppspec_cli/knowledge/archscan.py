@@ -1160,7 +1160,22 @@ def engine_checks(src: Source) -> dict[str, str]:
 
 #: Model Runner V2's speculator packages (v1/worker/gpu/spec_decode/<dir>, dispatched on the method
 #: in its __init__.py) and the methods each serves.
-V2_SPEC_DIRS = {"eagle": ("eagle", "eagle3"), "mtp": ("mtp",), "dspark": ("dspark",), "dflash": ("dflash",)}
+def _v2_spec_dirs() -> dict[str, tuple[str, ...]]:
+    """Model Runner V2's speculator package -> the methods it loads (each method object's `v2_speculator`)."""
+    from ppspec_cli.knowledge.methods import REGISTRY
+
+    out: dict[str, tuple[str, ...]] = {}
+    for m in REGISTRY.values():
+        if m.v2_speculator:
+            out[m.v2_speculator] = out.get(m.v2_speculator, ()) + (m.name,)
+    return out
+
+
+def _shared_loader_home() -> str | None:
+    """The V2 package whose utils define the shared EAGLE loader (EAGLE3's own package)."""
+    from ppspec_cli.knowledge.methods.eagle3 import EAGLE3
+
+    return EAGLE3.v2_speculator
 V2_SPEC_PKG = "vllm.v1.worker.gpu.spec_decode"
 SHARED_EAGLE_LOADER = "load_eagle_model"
 
@@ -1181,7 +1196,8 @@ def _v2_checks(src: Source) -> dict[str, str]:
     default (dflash) gets no key."""
     lines: dict[str, str] = {}
     shares: set[str] = set()
-    for d in V2_SPEC_DIRS:
+    dirs = _v2_spec_dirs()
+    for d in dirs:
         for mod in (f"{V2_SPEC_PKG}.{d}.utils", f"{V2_SPEC_PKG}.{d}.speculator"):
             info = src.module(mod)
             if info is None or info.tree is None:
@@ -1191,8 +1207,9 @@ def _v2_checks(src: Source) -> dict[str, str]:
             if any(isinstance(n, ast.ImportFrom) and (n.module or "").endswith(".eagle.utils") and any(a.name == SHARED_EAGLE_LOADER for a in n.names) for n in ast.walk(info.tree)):
                 shares.add(d)
     out: dict[str, str] = {}
-    for d, methods in V2_SPEC_DIRS.items():
-        at = lines.get(d) or (lines.get("eagle") if d in shares else None)
+    home = _shared_loader_home()
+    for d, methods in dirs.items():
+        at = lines.get(d) or (lines.get(home) if home and d in shares else None)
         for m in methods:
             if at is not None:
                 out[f"v2_reads_target_model_{m}"] = at

@@ -226,7 +226,7 @@ def relay_verdict(t: dict[str, Any]) -> tuple[str, str]:
     return "unsupported", f"its inner decoder {dec} ({t.get('decoder_at')}) does not opt in to relaying taps over PP (supports_aux_hidden_states_over_pp is False: {where})"
 
 
-def drafter_load_verdict(t: dict[str, Any], checks: dict[str, str], pp: int, method: str = "eagle3", runner: str = "v2") -> tuple[str, str]:
+def drafter_load_verdict(t: dict[str, Any], checks: dict[str, str], pp: int, method: str, runner: str) -> tuple[str, str]:
     """('refused' | 'ok' | 'unknown', reason): whether vLLM's drafter load accepts the target.
     The V1 runner (SpecDecodeBaseProposer.load_model, every method that reads the target's hidden
     states) needs, at PP world size 1, `.model` of the target (of its language model) with

@@ -637,10 +637,21 @@ def _drafter_load(r: Resolved) -> Iterator[Finding]:
         "error",
         "target.model",
         f"{r.target_arch} on vLLM {tbl.version}: {why}. vLLM stops loading the {d.method} drafter at start, at pipeline_parallel={r.pp}",
-        "use a target architecture whose `.model` has embed_tokens (Llama, Qwen, Mistral, ... in `ppspec adapters show ARCH`), or serve this target without a drafter"
+        "use a target architecture whose `.model` has embed_tokens (`ppspec adapters show ARCH` gives vLLM's facts for one), or serve this target without a drafter"
         + (" (at pipeline_parallel > 1 vLLM skips this sharing and reads only `.model`)" if r.pp == 1 and t.get("target_model") is not False else "")
-        + (" (Model Runner V2 reads `.model` only through getattr for dflash)" if t.get("target_model") is False and r.runner == "v2" and d.method != "dflash" else ""),
+        + _v2_getattr_hint(t, tbl.doc.get("checks") or {}, r.runner),
     )
+
+
+def _v2_getattr_hint(t: dict, checks: dict, runner: str) -> str:
+    """The methods whose Model Runner V2 loader reads `.model` through getattr (no
+    `v2_reads_target_model_<method>` check in the table): their drafters load on such a target."""
+    from ppspec_cli.knowledge.methods import METHODS
+
+    spared = [m for m in METHODS if f"v2_reads_target_model_{m}" not in checks]
+    if t.get("target_model") is not False or runner != "v2" or not spared:
+        return ""
+    return f" (Model Runner V2 reads `.model` only through getattr when it loads a drafter of: {', '.join(spared)})"
 
 
 def _no_pp(r: Resolved) -> Iterator[Finding]:

@@ -108,6 +108,7 @@ class SpecMethod:
     needs_target_embed: bool = False  # the last stage builds the target's embedding under PP (spec_decode_needs_target_embed)
     target_embed_capability: str | None = None  # a pack capability that adds the embedding (mtp: target_embed_for_mtp)
     v1_runner: bool = True  # Model Runner V1 runs it (else vLLM refuses it there)
+    v2_speculator: str | None = None  # Model Runner V2's package that loads its drafter (vllm/v1/worker/gpu/spec_decode/<this>)
     schedule_on_v1: bool = True  # vLLM 0.33 keeps a `drafter.schedule` on the V1 runner for it (config/vllm.py: ngram, eagle, eagle3, mtp, draft_model, dflash)
     hidden_size_keys: tuple[str, ...] = ("target_hidden_size",)  # drafter-config keys naming the target hidden size it expects
     tap_keys: tuple[TapKey, ...] = ()  # the keys its drafters name taps with (the runners read them: planning/plan.py)

@@ -69,6 +69,7 @@ class DFlash(BlockMethod):
 DFLASH = DFlash(
     name="dflash",
     title="DFlash",
+    v2_speculator="dflash",
     reads_taps=True,
     relay_gated=True,
     parallel_draft=True,  # the bonus token + one mask query per draft token, in one pass

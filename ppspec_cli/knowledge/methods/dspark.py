@@ -92,6 +92,7 @@ class DSpark(BlockMethod):
 DSPARK = DSpark(
     name="dspark",
     title="DSpark",
+    v2_speculator="dspark",
     reads_taps=True,
     relay_gated=True,
     parallel_draft=True,  # anchor + noise queries in one pass; the Markov head adds no weight read

@@ -24,6 +24,7 @@ class Eagle(SpecMethod):
 EAGLE = Eagle(
     name="eagle",
     title="EAGLE-1",
+    v2_speculator="eagle",
     needs_target_embed=True,
     numbering="pp-local",
     hidden_size_keys=("target_hidden_size", "hidden_size"),

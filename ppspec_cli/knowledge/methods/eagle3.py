@@ -66,6 +66,7 @@ class Eagle3(SpecMethod):
 EAGLE3 = Eagle3(
     name="eagle3",
     title="EAGLE3",
+    v2_speculator="eagle",
     reads_taps=True,
     relay_gated=True,
     needs_target_embed=True,

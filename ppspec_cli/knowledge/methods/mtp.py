@@ -10,6 +10,7 @@ from ppspec_cli.knowledge.methods.base import SpecMethod
 MTP = SpecMethod(
     name="mtp",
     title="MTP",
+    v2_speculator="mtp",
     external_drafter=False,
     target_embed_capability="target_embed_for_mtp",
 )
