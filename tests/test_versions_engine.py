@@ -8,6 +8,7 @@ plugin confirmed in every process, and its printed `verify` passes."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import shlex
@@ -17,13 +18,24 @@ import subprocess
 import pytest
 import yaml
 
-from enginehelpers import PPSPEC, REPO, Served, engine_env, engine_lock, free_port, shadow_env, shadow_vllm_version, write_profile
+from enginehelpers import PPSPEC, REPO, Served, engine_env, engine_lock, free_port, leftover_entries, new_entries_left, shadow_env, shadow_vllm_version, write_profile
 
 pytestmark = [pytest.mark.vllm]
 
 
 def _run(env_extra: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(PPSPEC + list(args), capture_output=True, text=True, env=engine_env({**env_extra, "COLUMNS": "200"}), cwd=REPO, timeout=timeout)
+
+
+def _start(env_extra: dict, *args: str) -> subprocess.Popen:
+    """`_run` without waiting: for CLI runs that do not depend on each other (each reads vLLM in
+    its own child interpreter for seconds), started side by side and then `_finish`ed."""
+    return subprocess.Popen(PPSPEC + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=engine_env({**env_extra, "COLUMNS": "200"}), cwd=REPO)
+
+
+def _finish(p: subprocess.Popen, timeout: float = 300) -> subprocess.CompletedProcess:
+    out, err = p.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
 def _codes(cp: subprocess.CompletedProcess) -> dict[str, dict]:
@@ -158,7 +170,14 @@ def test_a_fork_native_or_drifted_through_check_probes_and_adapters_list(tmp_pat
     what differs (check --probes: an error; adapters list: drifted). The plugin's side of both is
     test_plugin.py (a real engine cannot build a Qwen3-MoE model on this CPU box)."""
     env = {**shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.34.0.dev0", fork)), "PPSPEC_CACHE": str(tmp_path / "cache")}
-    cp = _run(env, "check", str(_moe_profile(tmp_path)), "--probes", "--json")
+    started = [_start(env, "check", str(_moe_profile(tmp_path)), "--probes", "--json"), _start(env, "adapters", "show", "qwen3_moe", "--json")]
+    try:
+        cp, al = (_finish(p) for p in started)
+    finally:
+        for p in started:
+            if p.poll() is None:  # the other one timed out: nothing of this test keeps running
+                p.kill()
+                p.wait(30)
     by = _codes(cp)
     if probe_ok:
         assert cp.returncode == 0 and "probe-pack-patches" not in by, cp.stdout[-3000:] + cp.stderr[-2000:]
@@ -168,7 +187,6 @@ def test_a_fork_native_or_drifted_through_check_probes_and_adapters_list(tmp_pat
         assert cp.returncode == 1 and f["severity"] == "error", cp.stdout[-3000:]
         assert "qwen3_moe.relay_forward" in f["message"] and "anchor drifted" in f["message"] and "takes (self, hidden, positions, cache)" in f["message"]
         assert "vllm-unverified" in by and "vllm-probed" not in by
-    al = _run(env, "adapters", "show", "qwen3_moe", "--json")
     rec = json.loads(al.stdout)
     assert rec["engine"] == engine, rec["engine_detail"]
     if probe_ok:
@@ -197,9 +215,19 @@ def test_forks_in_a_real_engine(tmp_path):
         shadow = shadow_vllm_version(tmp_path / f"shadow-{fork}", "0.34.0.dev0", fork)
         return {"PYTHONPATH": os.pathsep.join([str(shadow), _plugin_path(tmp_path / f"{fork}-shim")])}
 
+    argv = ["--enforce-eager", "--speculative-config", spec]
+    # both engines side by side under this test's one engine lock (own ports and directories; each
+    # one's /dev/shm entries tracked by its own processes); nothing of either left afterwards
     with engine_lock():
-        _, st, metrics, left = _serve(tmp_path, "native", target, ["--enforce-eager", "--speculative-config", spec], plan, env("native-qwen3-moe"))
-        assert left == []
+        before = leftover_entries()
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            native = pool.submit(_serve, tmp_path, "native", target, argv, plan, env("native-qwen3-moe"), check_left=False)
+            drifted = pool.submit(_serve, tmp_path, "drifted", target, argv, plan, env("drifted-qwen3-moe"), check_left=False)
+            with pytest.raises(AssertionError, match="engine exited"):
+                drifted.result()
+            _, st, metrics, _ = native.result()
+        left = sorted(new_entries_left(before))
+        assert left == [], left
         assert st and all(r["ok"] and r["vllm"] == "0.34.0.dev0" and r["vllm_verified"] is False for r in st), st
         worker = next(r for r in st if r["role"] == "worker")
         skipped = {x["patch"]: x for x in worker["skipped"]}
@@ -207,9 +235,6 @@ def test_forks_in_a_real_engine(tmp_path):
         assert "qwen3_moe.relay_forward" not in {p["patch"] for p in worker["patches"]}
         assert worker["tripwires"]["taps"] == "passed"
         assert "vllm:spec_decode_num_drafts" in metrics
-
-        with pytest.raises(AssertionError, match="engine exited"):
-            _serve(tmp_path, "drifted", target, ["--enforce-eager", "--speculative-config", spec], plan, env("drifted-qwen3-moe"))
     from ppspec_cli.running.engine.plugin import read_status_dir
 
     st = read_status_dir(tmp_path / "drifted" / "status")
