@@ -24,23 +24,23 @@ ST_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "
 
 #: The longest files first, so that `bash dev.sh test`'s two workers (one file at a time each,
 #: --dist loadfile) do not end with one of them alone on a long engine file. Only the order changes;
-#: a file missing here runs after these, in its usual place. Seconds: each file's worker-seconds in a
-#: full run on this 2-core box under load (2026-12-04, load average 3-8), ~ where a file changed
-#: that evening (measured on its own, or estimated from its tests' figures).
+#: a file missing here runs after these, in its usual place. Seconds: the file's worker-seconds in a
+#: full run under load (2026-12-04, load average 3-8); where a file was cut that evening, the figure
+#: of the file (or the changed tests) run alone afterwards, with the load then.
 LONG_FIRST = (
     "test_multinode_engine.py",  # 481 s
-    "test_gpu_validation_script.py",  # ~310 s (381 s with the dflash-pp1-early arm)
-    "test_versions_engine.py",  # ~300 s (494 s before three `adapters list` runs became one)
+    "test_gpu_validation_script.py",  # 443 s alone at load 5-8 (381 s in the run, one arm more)
+    "test_versions_engine.py",  # 183 s alone at load 1-2.5 (494 s in the run)
     "test_bench_engine.py",  # 208 s
-    "test_plugin_engine.py",  # 147 s
-    "test_pd_engine.py",  # ~120 s (164 s with the two engines started one after the other)
+    "test_pd_engine.py",  # 112 s alone at load 4-7 (164 s in the run)
     "test_bench.py",  # 107 s
     "test_demo.py",  # 102 s
     "test_faults.py",  # 99 s
     "test_serve_e2e.py",  # 93 s
     "test_k8s_pods.py",  # 93 s
-    "test_plugin_confirm_engine.py",  # 85 s (160 s with its two serves one after the other)
+    "test_plugin_confirm_engine.py",  # 85 s alone at load 4-5 (160 s in the run)
     "test_demo_block.py",  # 81 s
+    "test_plugin_engine.py",  # 78 s alone at load 3-5, less its lock wait (147 s in the run)
     "test_demo_engine.py",  # 64 s
     "test_verify_e2e.py",  # 58 s
     "test_suite.py",  # 43 s (tests/attack)
