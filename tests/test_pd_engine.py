@@ -50,10 +50,12 @@ def _prefill_on_a_decode_on_b(hosts, home) -> None:
     on = {"prefill": 0, "decode": 1}
     urls = {"prefill": f"http://{hosts.addrs[0]}:{ports['prefill']}", "decode": f"http://127.0.0.1:{ports['decode']}"}
     try:
+        # both engines start side by side (neither needs the other to start; the test's engine lock
+        # covers both), which saves one engine's start-up time
         for role in ("prefill", "decode"):
-            s = Served(prof, home / f"run-{role}", env={"HOME": str(home)}, extra_args=["--role", role], wrap=lambda argv, i=on[role]: hosts.argv(i, argv))
-            served[role] = s
-            s.wait_ready(timeout=400)
+            served[role] = Served(prof, home / f"run-{role}", env={"HOME": str(home)}, extra_args=["--role", role], wrap=lambda argv, i=on[role]: hosts.argv(i, argv))
+        for s in served.values():
+            s.wait_ready(timeout=600)
 
         def post(role: str, max_tokens: int) -> dict:  # always from host B: the prefill engine across the link
             return hosts.post_json(1, urls[role] + "/v1/completions", body(max_tokens))

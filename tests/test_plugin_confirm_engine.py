@@ -8,13 +8,14 @@
    healthy, no engine process confirmed the plugin, serve stops it and exits 4.
 
 Both faults are injected by an engine wrapper (PPSPEC_VLLM_EXECUTABLE), so `ppspec serve` itself
-is untouched. Two engine starts, serialized by the engine lock.
+is untouched. Two engine starts, side by side under one engine lock (a module fixture).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -62,25 +63,48 @@ def _wrapper(tmp: Path, exports: dict[str, str]) -> Path:
     return w
 
 
-def _serve(tmp: Path, profile: str, exports: dict[str, str]) -> tuple[int, str]:
+def _start(tmp: Path, profile: str, exports: dict[str, str]) -> subprocess.Popen:
+    """`ppspec serve` of `profile` through the fault-injecting wrapper; its output in tmp/serve.log."""
     prof = write_profile(profile, tmp / "p.yaml", **{"server.port": free_port()})
     env = engine_env({"PPSPEC_VLLM_EXECUTABLE": str(_wrapper(tmp, exports))})
     env.pop("VLLM_PLUGINS", None)
+    with open(tmp / "serve.log", "w") as log:
+        return subprocess.Popen(PPSPEC + ["serve", str(prof), "--run-dir", str(tmp / "run"), "--health-timeout", "400"],
+                                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+
+
+@pytest.fixture(scope="module")
+def serves(tmp_path_factory):
+    """Both faulty serves, started side by side under one engine lock (neither depends on the
+    other; each has its own run directory and port): the two engine starts overlap."""
     with engine_lock():
-        p = subprocess.run(PPSPEC + ["serve", str(prof), "--run-dir", str(tmp / "run"), "--health-timeout", "400"],
-                           capture_output=True, text=True, env=env, cwd=REPO, timeout=560)
-    return p.returncode, p.stdout + p.stderr
+        started = {}
+        try:
+            started["worker-1"] = (tmp := tmp_path_factory.mktemp("no-plugin-in-worker-1"), _start(tmp, "profiles/tiny_cpu_demo_pp2.yaml", {"PPSPEC_TEST_BLOCK_PLUGIN_IN": "VllmWorker-1"}))
+            started["plugins-other"] = (tmp := tmp_path_factory.mktemp("vllm-plugins-other"), _start(tmp, "profiles/tiny_cpu_demo.yaml", {"VLLM_PLUGINS": "other"}))
+            yield started
+        finally:
+            for _, p in started.values():
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait(30)
 
 
-def test_a_worker_without_the_plugin_stops_the_serve(tmp_path):
-    rc, out = _serve(tmp_path, "profiles/tiny_cpu_demo_pp2.yaml", {"PPSPEC_TEST_BLOCK_PLUGIN_IN": "VllmWorker-1"})
+def _result(serves: dict, name: str) -> tuple[Path, int, str]:
+    tmp, p = serves[name]
+    rc = p.wait(timeout=560)
+    return tmp, rc, (tmp / "serve.log").read_text(errors="replace")
+
+
+def test_a_worker_without_the_plugin_stops_the_serve(serves):
+    _, rc, out = _result(serves, "worker-1")
     assert rc == EXIT_UNCONFIRMED == 4, out[-4000:]
     assert "not every worker runs the ppspec plugin" in out, out[-4000:]
     assert "ppspec: serving at" not in out
 
 
-def test_vllm_plugins_without_ppspec_stops_the_serve(tmp_path):
-    rc, out = _serve(tmp_path, "profiles/tiny_cpu_demo.yaml", {"VLLM_PLUGINS": "other"})
+def test_vllm_plugins_without_ppspec_stops_the_serve(serves):
+    tmp_path, rc, out = _result(serves, "plugins-other")
     assert rc == EXIT_UNCONFIRMED == 4, out[-4000:]
     assert "not confirmed in every engine process" in out and "API server" in out, out[-4000:]
     assert "ppspec: serving at" not in out

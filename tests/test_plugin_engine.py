@@ -8,11 +8,12 @@ entry point: a tiny random Qwen3-MoE (built here with transformers) served
    gives the same greedy tokens and logprobs as (1); every engine process (API, engine core, both
    workers) wrote an ok, verified status file.
 
-Slow (two engine starts, ~3 minutes on 2 cores): marked engine.
+Slow (two engine starts, side by side, ~2 minutes on 2 cores): marked engine.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import importlib.util
 import json
@@ -128,10 +129,12 @@ def _plugin_path(tmp: Path) -> str:
     return os.pathsep.join([str(shim), str(REPO)])
 
 
-def _serve(tmp: Path, name: str, target: Path, argv_extra: list[str], plan: dict, env_extra: dict) -> tuple[list, list[dict], str, list[str]]:
+def _serve(tmp: Path, name: str, target: Path, argv_extra: list[str], plan: dict, env_extra: dict, check_left: bool = True) -> tuple[list, list[dict], str, list[str]]:
     """Start `vllm serve` directly (no ppspec serve), query it, stop it, and clean up its /dev/shm
     entries the way `ppspec serve` does (its tracker and cleanup). Returns the outputs, plugin
-    status records, /metrics text and the shm entries of this engine still present afterwards."""
+    status records, /metrics text and the shm entries of this engine still present afterwards
+    (check_left=False: [] without looking, for a caller that runs engines side by side and looks
+    once all of them stopped)."""
     run = tmp / name
     run.mkdir()
     status = run / "status"
@@ -183,7 +186,7 @@ def _serve(tmp: Path, name: str, target: Path, argv_extra: list[str], plan: dict
             shm.join(timeout=5)
             remove_engine_shm(run, shm.seen, shm_before)
             shutil.rmtree(short_tmp, ignore_errors=True)
-    left = sorted(new_entries_left(before))
+    left = sorted(new_entries_left(before)) if check_left else []
     return outs, read_status_dir(status), metrics, left
 
 
@@ -196,20 +199,26 @@ def test_qwen3_moe_pack_in_a_real_engine(tmp_path):
     _build_target(target)
     _build_drafter(drafter)
     base_plan = {"profile": "engine-test", "pack": "qwen3_moe", "plan": {"num_layers": LAYERS}}
+    spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
+    # the two engines run side by side (own ports, run and temp directories; each one's /dev/shm
+    # entries tracked by its own processes), under this test's one engine lock
     with engine_lock():
-        spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
-        out1, st1, m1, left1 = _serve(
-            tmp_path, "pp1-eagle3", target, ["--enforce-eager", "--speculative-config", spec],
-            {**base_plan, "expect": {"pp": 1, "partition": [LAYERS], "taps": TAPS, "method": "eagle3"}}, {},
-        )
-        out2, st2, _, left2 = _serve(
-            tmp_path, "pp2", target, ["-pp", "2", "--compilation-config", json.dumps({"mode": 2, "backend": "eager"})],
-            {**base_plan, "expect": {"pp": 2, "partition": [3, 3], "taps": [], "method": None}}, {},
-        )
+        before = leftover_entries()
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            one = pool.submit(
+                _serve, tmp_path, "pp1-eagle3", target, ["--enforce-eager", "--speculative-config", spec],
+                {**base_plan, "expect": {"pp": 1, "partition": [LAYERS], "taps": TAPS, "method": "eagle3"}}, {}, check_left=False,
+            )
+            two = pool.submit(
+                _serve, tmp_path, "pp2", target, ["-pp", "2", "--compilation-config", json.dumps({"mode": 2, "backend": "eager"})],
+                {**base_plan, "expect": {"pp": 2, "partition": [3, 3], "taps": [], "method": None}}, {}, check_left=False,
+            )
+            (out1, st1, m1, _), (out2, st2, _, _) = one.result(), two.result()
+        left = sorted(new_entries_left(before))
 
     # Nothing of either engine is left in /dev/shm (vLLM's vllm_dist_* broadcast segments outlive
     # a SIGTERMed engine unless removed).
-    assert left1 == [] and left2 == [], (left1, left2)
+    assert left == [], left
 
     # (1) PP=1 + EAGLE3: the worker built Qwen3MoeModel with the planned taps, through our forward.
     workers1 = [r for r in st1 if r["role"] == "worker"]
