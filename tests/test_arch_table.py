@@ -742,12 +742,57 @@ def test_drafter_load_reader_can_fail(tmp_path):
     assert sc.model_embed(b, "cuda")["model_embed"] is False
 
 
+#: InternLM2 (internlm2.py, 0.30-0.33) in the shape of internlm/internlm2_5-7b-chat's config.json.
+INTERNLM2_CONFIG = {
+    "architectures": ["InternLM2ForCausalLM"], "bias": False, "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+    "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 32768,
+    "model_type": "internlm2", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "pad_token_id": 2,
+    "rms_norm_eps": 1e-05, "rope_scaling": {"factor": 2.0, "type": "dynamic"}, "rope_theta": 1000000, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 92544,
+}
+
+
+def test_a_decoder_class_passed_as_a_constructor_default_is_followed(make_checkpoint):
+    """InternLM2ForCausalLM builds `self.model = model_type(...)` with `model_type: ... =
+    InternLM2Model` (internlm2.py); vLLM's loader passes only vllm_config and prefix, so the default
+    is the decoder: InternLM2Model, which builds `tok_embeddings` on every stage (no embed_tokens:
+    the V1 runner refuses an eagle3 drafter at PP = 1, not at PP = 2). The reward model passes its
+    own parameter through `super().__init__(model_type=model_type)`: the same default."""
+    for v in archtable.committed_versions():
+        t = archtable.committed(v)
+        for arch in ("InternLM2ForCausalLM", "InternLM2ForRewardModel"):
+            f = t.target(arch, "cuda")
+            assert f["decoder"] == "vllm.model_executor.models.internlm2:InternLM2Model", (v, arch)
+            assert f["embed_last_stage"] is True and f["model_embed"] is False and f["target_model"] is True
+            assert archtable.drafter_load_verdict(f, t.doc["checks"], 1, "eagle3", "v1")[0] == "refused"
+            assert archtable.drafter_load_verdict(f, t.doc["checks"], 2, "eagle3", "v1")[0] == "ok"
+    codes = _drafter_codes(make_checkpoint, "internlm2", INTERNLM2_CONFIG, pp=2, platform="cpu")
+    assert not any(c.endswith("-unknown") for c in codes), sorted(codes)
+    assert "target-no-drafter-embedding" in _drafter_codes(make_checkpoint, "internlm2", INTERNLM2_CONFIG, platform="cpu")
+
+
+def test_param_default_reader_can_fail(tmp_path):
+    """A subclass passing another class to `super().__init__(model_type=...)` wins over the default."""
+    mods = tmp_path / "vllm" / "model_executor" / "models"
+    mods.mkdir(parents=True)
+    (mods / "m.py").write_text(
+        "class D1:\n    pass\n\nclass D2:\n    pass\n\n"
+        "class A:\n    def __init__(self, *, model_type=D1):\n        self.model = model_type()\n\n"
+        "class B(A):\n    def __init__(self):\n        super().__init__(model_type=D2)\n\n"
+        "class C:\n    def __init__(self, model_type):\n        self.model = model_type()\n", encoding="utf-8")
+    sc = archscan.Scanner(tmp_path)
+    get = lambda n: sc.src.resolve("vllm.model_executor.models.m", n, "cuda")  # noqa: E731
+    assert sc._built_class(get("A"), "model", "cuda")[0].name == "D1"
+    assert sc._built_class(get("B"), "model", "cuda")[0].name == "D2"
+    assert sc._built_class(get("C"), "model", "cuda")[0] is None
+
+
 #: What the committed tables still leave undecided about the last-stage embedding (vLLM's reason
-#: in embed_why): a class chosen at run time (InternLM2's `model_type`, MiniCPM-V's version
-#: dispatch), OPT at PP > 1 (its decoder names no embedding vLLM's reader knows), and 0.33's
-#: Transformers MTP backend (a decoder from transformers).
+#: in embed_why): a class chosen at run time (MiniCPM-V's version dispatch), OPT at PP > 1 (its
+#: decoder names no embedding vLLM's reader knows), and 0.33's Transformers MTP backend (a decoder
+#: from transformers).
 UNDECIDED_EMBED = {
-    (v, a) for v in ("0.30.0", "0.31.0", "0.32.0", "0.33.0") for a in ("InternLM2ForCausalLM", "InternLM2ForRewardModel", "MiniCPMV", "OPTForCausalLM")
+    (v, a) for v in ("0.30.0", "0.31.0", "0.32.0", "0.33.0") for a in ("MiniCPMV", "OPTForCausalLM")
 } | {("0.33.0", "TransformersForMTP"), ("0.33.0", "TransformersMoEForMTP")}
 
 

@@ -411,6 +411,16 @@ def _self_assign(fn: ast.AST, attr: str) -> ast.expr | None:
     return None
 
 
+def _param_default(fn: ast.AST, name: str) -> ast.expr | None:
+    """The default of a function's parameter `name` (keyword-only or positional), None without one."""
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    a = fn.args
+    pos = a.posonlyargs + a.args
+    pairs = list(zip(pos[len(pos) - len(a.defaults):], a.defaults)) + [(p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+    return next((d for p, d in pairs if p.arg == name), None)
+
+
 def _returned_calls(fn: ast.AST) -> list[ast.Call]:
     """The calls a function returns: `return X(...)`, or `return name` where the function assigns
     `name = X(...)` (its last such assignment)."""
@@ -522,11 +532,31 @@ class Scanner:
                 return self._registered(val, platform, where, c.methods["__init__"])
             if fname.split(".")[-1] == INIT_MODEL_CALL:
                 return self._initialized(val, c, platform, where)
-            got = self.src.resolve(c.module, fname, platform)
-            if got is None and self._outside(c.module, fname, platform):
+            mod, fname = self._param_value(holder, c, fname, platform)
+            got = self.src.resolve(mod, fname, platform)
+            if got is None and self._outside(mod, fname, platform):
                 return None, where, f"self.{attr} is built by {fname}: {EXTERNAL_NOTE}"
             return got, where, "" if got else f"self.{attr} is built by {fname}, which is not a class in vLLM's source"
         return None, holder.where(), f"no constructor in the MRO assigns self.{attr}"
+
+    def _param_value(self, holder: ClassInfo, c: ClassInfo, name: str, platform: str) -> tuple[str, str]:
+        """What `name` means in c's constructor when vLLM builds holder (its loader passes only
+        vllm_config and prefix): not a parameter of it, the name itself; a parameter, the class a
+        more derived constructor passes to `super().__init__(name=...)` (its own parameter: that
+        parameter's default), else c's default. (module, dotted name) to resolve; the name unchanged
+        where no default names a class."""
+        chain = [x for x in self.src.mro(holder, platform) if isinstance(x, ClassInfo) and "__init__" in x.methods]
+        if c not in chain or _param_default(c.methods["__init__"], name) is None:
+            return c.module, name
+        for x in chain[:chain.index(c)]:
+            sup = next((n for n in ast.walk(x.methods["__init__"]) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                        and n.func.attr == "__init__" and isinstance(n.func.value, ast.Call) and _dotted(n.func.value.func) == "super"), None)
+            passed = next((k.value for k in sup.keywords if k.arg == name), None) if sup is not None else None
+            if passed is None:
+                continue
+            own = _param_default(x.methods["__init__"], _dotted(passed) or "")
+            return x.module, _dotted(own if own is not None else passed) or name
+        return c.module, _dotted(_param_default(c.methods["__init__"], name)) or name  # type: ignore[arg-type]
 
     def _outside(self, module: str, fname: str, platform: str, fn: ast.AST | None = None) -> bool:
         """The name comes from a package other than vLLM (transformers, torch): imported so at the
