@@ -787,12 +787,49 @@ def test_param_default_reader_can_fail(tmp_path):
     assert sc._built_class(get("C"), "model", "cuda")[0] is None
 
 
+#: OPT (opt.py, 0.30-0.33) in the shape of facebook/opt-125m's config.json.
+OPT_CONFIG = {
+    "_remove_final_layer_norm": False, "activation_dropout": 0.0, "activation_function": "relu", "architectures": ["OPTForCausalLM"],
+    "attention_dropout": 0.0, "bos_token_id": 2, "do_layer_norm_before": True, "dropout": 0.1, "eos_token_id": 2,
+    "ffn_dim": 3072, "hidden_size": 768, "init_std": 0.02, "layerdrop": 0.0, "max_position_embeddings": 2048,
+    "model_type": "opt", "num_attention_heads": 12, "num_hidden_layers": 12, "pad_token_id": 1, "prefix": "</s>",
+    "torch_dtype": "float16", "use_cache": True, "vocab_size": 50272, "word_embed_proj_dim": 768,
+}
+
+
+def test_an_embedding_held_by_a_child_module_is_followed(make_checkpoint):
+    """OPT: OPTModel's constructor builds no embedding itself; its `embed_input_ids` hands the lookup
+    to `self.decoder` (opt.py), an OPTDecoder that builds `embed_tokens` (VocabParallelEmbedding)
+    on every stage: the last stage holds it. At PP = 2 nothing about the embedding stays unknown."""
+    for v in archtable.committed_versions():
+        f = archtable.committed(v).target("OPTForCausalLM", "cuda")
+        assert f["embed_last_stage"] is True and f["embed_at"].startswith("vllm/model_executor/models/opt.py:"), v
+    codes = _drafter_codes(make_checkpoint, "opt", OPT_CONFIG, pp=2, platform="cpu")
+    assert not any(c.endswith("-unknown") for c in codes), sorted(codes)
+    assert "target-no-drafter-embedding" in _drafter_codes(make_checkpoint, "opt", OPT_CONFIG, platform="cpu")
+
+
+def test_embedding_child_reader_can_fail(tmp_path):
+    """A child that builds no VocabParallelEmbedding decides nothing; one that does, decides."""
+    mods = tmp_path / "vllm" / "model_executor" / "models"
+    mods.mkdir(parents=True)
+    (mods / "m.py").write_text(
+        "class E:\n    def __init__(self):\n        self.embed_tokens = VocabParallelEmbedding(1, 1)\n\n"
+        "class N:\n    def __init__(self):\n        self.wte = 1\n\n"
+        "class A:\n    def __init__(self):\n        self.decoder = E()\n    def embed_input_ids(self, x):\n        return self.decoder.embed_input_ids(x)\n\n"
+        "class B:\n    def __init__(self):\n        self.decoder = N()\n    def embed_input_ids(self, x):\n        return self.decoder.embed_input_ids(x)\n",
+        encoding="utf-8")
+    sc = archscan.Scanner(tmp_path)
+    get = lambda n: sc.src.resolve("vllm.model_executor.models.m", n, "cuda")  # noqa: E731
+    assert sc.embed_last_stage(get("A"), "cuda") == (True, "vllm/model_executor/models/m.py:2")
+    assert sc.embed_last_stage(get("B"), "cuda")[0] is None
+
+
 #: What the committed tables still leave undecided about the last-stage embedding (vLLM's reason
-#: in embed_why): a class chosen at run time (MiniCPM-V's version dispatch), OPT at PP > 1 (its
-#: decoder names no embedding vLLM's reader knows), and 0.33's Transformers MTP backend (a decoder
-#: from transformers).
+#: in embed_why): a class chosen at run time (MiniCPM-V's version dispatch) and 0.33's
+#: Transformers MTP backend (a decoder from transformers).
 UNDECIDED_EMBED = {
-    (v, a) for v in ("0.30.0", "0.31.0", "0.32.0", "0.33.0") for a in ("MiniCPMV", "OPTForCausalLM")
+    (v, "MiniCPMV") for v in ("0.30.0", "0.31.0", "0.32.0", "0.33.0")
 } | {("0.33.0", "TransformersForMTP"), ("0.33.0", "TransformersMoEForMTP")}
 
 

@@ -49,6 +49,8 @@ HYBRID_INTERFACE = "IsHybrid"
 TARGET_EMBED_RULE = "spec_decode_needs_target_embed"
 MISSING_LAYER = "PPMissingLayer"
 EMBED_LAYER = "VocabParallelEmbedding"
+#: The method a model embeds token ids with (VllmModel interface).
+EMBED_METHOD = "embed_input_ids"
 TOTAL_DEPTH_CALL = "get_total_num_hidden_layers"
 LOCAL_DEPTH_CALL = "get_num_layers"
 #: model_loader/utils.py: builds `model_class`, else the registered architecture its config names.
@@ -713,7 +715,7 @@ class Scanner:
             return {"model_embed": None, "model_embed_why": f"{dec.where()}: assigned outside the constructor ({', '.join(late)})"}
         return {"model_embed": False, "model_embed_at": dec.where()}
 
-    def embed_last_stage(self, dec: ClassInfo, platform: str) -> tuple[bool | None, str]:
+    def embed_last_stage(self, dec: ClassInfo, platform: str, depth: int = 0) -> tuple[bool | None, str]:
         names: set[str] = set()
         where = dec.where()
         for c in self.src.mro(dec, platform):
@@ -731,7 +733,21 @@ class Scanner:
             return True, where
         if MISSING_LAYER in names:
             return False, where
+        sub = self._embed_holder(dec, platform)
+        if sub is not None and depth < 3 and (got := self.embed_last_stage(sub, platform, depth + 1))[0] is not None:
+            return got
         return None, f"{where}: the constructor neither builds {EMBED_LAYER} nor a {MISSING_LAYER}"
+
+    def _embed_holder(self, dec: ClassInfo, platform: str) -> ClassInfo | None:
+        """The child module a decoder's `embed_input_ids` hands the lookup to (`return
+        self.<child>.<method>(...)`, OPT's `self.decoder`): the class its constructor builds there."""
+        mro = self.src.mro(dec, platform)
+        owner = _owner(mro, method=EMBED_METHOD)
+        if owner is None:
+            return None
+        subs = {d.split(".")[1] for n in ast.walk(owner.methods[EMBED_METHOD]) if isinstance(n, ast.Call)
+                and (d := _dotted(n.func) or "").startswith("self.") and d.count(".") == 2}
+        return self._built_class(dec, subs.pop(), platform)[0] if len(subs) == 1 else None
 
     def target(self, arch: str, platform: str) -> dict[str, Any] | None:
         outer = self.cls(arch, platform)
