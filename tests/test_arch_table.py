@@ -825,12 +825,51 @@ def test_embedding_child_reader_can_fail(tmp_path):
     assert sc.embed_last_stage(get("B"), "cuda")[0] is None
 
 
+#: MiniCPM-V 2.6 (minicpmv.py) in the shape of openbmb/MiniCPM-V-2_6's config.json (trimmed).
+MINICPMV_CONFIG = {
+    "architectures": ["MiniCPMV"], "hidden_act": "silu", "hidden_size": 3584, "intermediate_size": 18944,
+    "max_position_embeddings": 32768, "model_type": "minicpmv", "num_attention_heads": 28, "num_hidden_layers": 28,
+    "num_key_value_heads": 4, "query_num": 64, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "slice_mode": True,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "version": 2.6, "vocab_size": 151666,
+    "vision_config": {"hidden_size": 1152, "image_size": 980, "intermediate_size": 4304, "model_type": "siglip_vision_model",
+                      "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14},
+}
+
+
+def test_a_class_dispatched_by_new_is_decided_where_every_candidate_agrees(make_checkpoint):
+    """MiniCPMV's `__new__` returns the class `_SUPPORT_VERSION` maps the config's version to
+    (minicpmv.py); every one of them (MiniCPMForCausalLM, Llama, Qwen2, Qwen3 language models)
+    builds `embed_tokens` with vLLM's spec-decode embedding rule, so the verdict does not depend
+    on the version: embedding on the last stage, `.model.embed_tokens` for the drafter load."""
+    for v in archtable.committed_versions():
+        f = archtable.committed(v).target("MiniCPMV", "cuda")
+        assert f["embed_last_stage"] is True and f["model_embed"] == "embed_tokens" and f["target_model"] is True, v
+        assert "MiniCPMV2_6" in f["dispatch"]["classes"] and f["dispatch"]["at"].startswith("vllm/model_executor/models/minicpmv.py:")
+    codes = _drafter_codes(make_checkpoint, "minicpmv", MINICPMV_CONFIG, pp=2, platform="cpu")
+    assert not any(c.endswith("-unknown") for c in codes), sorted(codes)
+
+
+def test_dispatch_reader_can_fail(tmp_path):
+    """Candidates that disagree on the embedding decide nothing."""
+    mods = tmp_path / "vllm" / "model_executor" / "models"
+    mods.mkdir(parents=True)
+    (mods / "m.py").write_text(
+        "class E:\n    def __init__(self):\n        self.embed_tokens = VocabParallelEmbedding(1, 1)\n\n"
+        "class N:\n    def __init__(self):\n        self.embed_tokens = PPMissingLayer()\n\n"
+        "class A:\n    def __init__(self):\n        self.model = E()\n\n"
+        "class B:\n    def __init__(self):\n        self.model = N()\n\n"
+        "_SAME = {1: A, 2: A}\n_MIXED = {1: A, 2: B}\n\n"
+        "class S:\n    def __new__(cls, k):\n        return _SAME.get(k)()\n\n"
+        "class M:\n    def __new__(cls, k):\n        return _MIXED.get(k)()\n", encoding="utf-8")
+    sc = archscan.Scanner(tmp_path)
+    get = lambda n: sc.src.resolve("vllm.model_executor.models.m", n, "cuda")  # noqa: E731
+    assert sc._dispatched(get("S"), "cuda")["embed_last_stage"] is True
+    assert sc._dispatched(get("M"), "cuda") == {}
+
+
 #: What the committed tables still leave undecided about the last-stage embedding (vLLM's reason
-#: in embed_why): a class chosen at run time (MiniCPM-V's version dispatch) and 0.33's
-#: Transformers MTP backend (a decoder from transformers).
-UNDECIDED_EMBED = {
-    (v, "MiniCPMV") for v in ("0.30.0", "0.31.0", "0.32.0", "0.33.0")
-} | {("0.33.0", "TransformersForMTP"), ("0.33.0", "TransformersMoEForMTP")}
+#: in embed_why): 0.33's Transformers MTP backend (a decoder from transformers).
+UNDECIDED_EMBED = {("0.33.0", "TransformersForMTP"), ("0.33.0", "TransformersMoEForMTP")}
 
 
 def _undecided_embed(table):

@@ -782,6 +782,8 @@ class Scanner:
                 out["relay_why"] = why
             if (rule := _pp_embed_rule(mro)) is not None:
                 out["embed_rule"] = rule
+            if picked := self._dispatched(outer, platform):
+                out = {k: v for k, v in out.items() if k not in ("embed_why", "target_model_why")} | picked
             return out
         out.update(self.model_embed(dec, platform))
         out["relay"] = self.relay(dec, platform)
@@ -794,6 +796,35 @@ class Scanner:
         out["embed_last_stage"] = emb
         out["embed_at" if emb is not None else "embed_why"] = ewhere
         return out
+
+    def _dispatched(self, outer: ClassInfo, platform: str) -> dict[str, Any]:
+        """A class whose `__new__` returns an instance of a class it picks from a module-level dict
+        (MiniCPM-V: `_SUPPORT_VERSION.get(version)`): the drafter-load and last-stage embedding facts
+        every class of the dict agrees on (`model_embed`, `embed_last_stage`, `target_model`), with
+        where the dict and the `__new__` are; nothing where they differ or one is unread."""
+        new = outer.methods.get("__new__")
+        info = self.src.module(outer.module)
+        if new is None or info is None or info.tree is None:
+            return {}
+        picked = {_dotted(n.func.value) for n in ast.walk(new) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                  and n.func.attr == "get" and isinstance(n.func.value, ast.Name)}
+        table = next((st for st in info.tree.body if isinstance(st, ast.Assign) and isinstance(st.value, ast.Dict) and len(st.targets) == 1
+                      and isinstance(st.targets[0], ast.Name) and st.targets[0].id in picked), None)
+        if table is None:
+            return {}
+        facts = []
+        for v in table.value.values:  # type: ignore[attr-defined]
+            c = self.src.resolve(outer.module, _dotted(v) or "", platform)
+            dec = self.decoder(c, platform)[0] if c is not None else None
+            if dec is None:
+                return {}
+            facts.append((self.embed_last_stage(dec, platform)[0], self.model_embed(dec, platform)["model_embed"], c.name))  # type: ignore[union-attr]
+        if len({f[:2] for f in facts}) != 1 or facts[0][0] is None or facts[0][1] is None:
+            return {}
+        at = outer.where(table.lineno)
+        return {"embed_last_stage": facts[0][0], "embed_at": at, "model_embed": facts[0][1], "model_embed_at": at,
+                "target_model": True, "target_model_at": at,
+                "dispatch": {"at": outer.where(new.lineno), "table_at": at, "classes": [f[2] for f in facts]}}
 
     # drafters and MTP -------------------------------------------------------------------------
 
