@@ -867,9 +867,37 @@ def test_dispatch_reader_can_fail(tmp_path):
     assert sc._dispatched(get("M"), "cuda") == {}
 
 
+def test_a_model_that_skips_the_pp_split_holds_its_embedding_on_the_last_stage():
+    """0.33's Transformers MTP draft classes override the backend's `pipeline_parallel` with a
+    method that does nothing ("The draft runs whole on the last PP rank", transformers/mtp.py): no
+    module becomes a missing layer, so the last stage holds the embedding. Whether transformers'
+    MtpModel names it embed_tokens stays its library's (model_embed null, with that reason)."""
+    t = archtable.committed("0.33.0")
+    for arch in ("TransformersForMTP", "TransformersMoEForMTP"):
+        f = t.target(arch, "cuda")
+        assert f["embed_last_stage"] is True and f["embed_at"].startswith("vllm/model_executor/models/transformers/mtp.py:"), arch
+        assert f["model_embed"] is None and "library's" in f["model_embed_why"]
+    # the causal backend splits over PP (its rule reads tie_word_embeddings): not this fact
+    causal = t.target("TransformersForCausalLM", "cuda")
+    assert causal["embed_last_stage"] is None and causal["embed_rule"]["config_flag"] == "tie_word_embeddings"
+
+
+def test_no_pp_split_reader_can_fail(tmp_path):
+    """Only a `pipeline_parallel` whose body is `pass` (after a docstring) counts."""
+    mods = tmp_path / "vllm" / "model_executor" / "models"
+    mods.mkdir(parents=True)
+    (mods / "m.py").write_text(
+        "class A:\n    def pipeline_parallel(self):\n        \"doc\"\n        pass\n\n"
+        "class B:\n    def pipeline_parallel(self):\n        self.layers = 1\n", encoding="utf-8")
+    sc = archscan.Scanner(tmp_path)
+    get = lambda n: sc.src.resolve("vllm.model_executor.models.m", n, "cuda")  # noqa: E731
+    assert archscan._no_pp_split(sc.src.mro(get("A"), "cuda")) == "vllm/model_executor/models/m.py:2"
+    assert archscan._no_pp_split(sc.src.mro(get("B"), "cuda")) is None
+
+
 #: What the committed tables still leave undecided about the last-stage embedding (vLLM's reason
-#: in embed_why): 0.33's Transformers MTP backend (a decoder from transformers).
-UNDECIDED_EMBED = {("0.33.0", "TransformersForMTP"), ("0.33.0", "TransformersMoEForMTP")}
+#: in embed_why): nothing in 0.30-0.33.
+UNDECIDED_EMBED: set[tuple[str, str]] = set()
 
 
 def _undecided_embed(table):

@@ -782,6 +782,9 @@ class Scanner:
                 out["relay_why"] = why
             if (rule := _pp_embed_rule(mro)) is not None:
                 out["embed_rule"] = rule
+            elif (whole := _no_pp_split(mro)) is not None:
+                out.pop("embed_why")
+                out.update(embed_last_stage=True, embed_at=whole)
             if picked := self._dispatched(outer, platform):
                 out = {k: v for k, v in out.items() if k not in ("embed_why", "target_model_why")} | picked
             return out
@@ -879,6 +882,18 @@ def _pp_embed_rule(mro: list[ClassInfo | str]) -> dict[str, Any] | None:
             if flag_owner is not None and any(isinstance(c, ast.Constant) and c.value == TIE_FLAG for c in ast.walk(flag_owner.methods[m])):
                 return {"config_flag": TIE_FLAG, "at": owner.where(n.lineno), "flag_at": flag_owner.where(flag_owner.methods[m].lineno)}
     return None
+
+
+def _no_pp_split(mro: list[ClassInfo | str]) -> str | None:
+    """Where a class overrides the Transformers backend's PP split with a method that does nothing
+    (the MTP draft: "runs whole on the last PP rank"): no module is replaced by a missing layer, so
+    the last stage holds the whole model, its embedding included."""
+    owner = _owner(mro, method=PP_SPLIT_METHOD)
+    if owner is None:
+        return None
+    fn = owner.methods[PP_SPLIT_METHOD]
+    body = [st for st in fn.body if not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))]
+    return owner.where(fn.lineno) if body and all(isinstance(st, ast.Pass) for st in body) else None
 
 
 #: The interface whose default `get_language_model` returns the child built under
