@@ -742,13 +742,162 @@ def test_drafter_load_reader_can_fail(tmp_path):
     assert sc.model_embed(b, "cuda")["model_embed"] is False
 
 
+#: InternLM2 (internlm2.py, 0.30-0.33) in the shape of internlm/internlm2_5-7b-chat's config.json.
+INTERNLM2_CONFIG = {
+    "architectures": ["InternLM2ForCausalLM"], "bias": False, "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+    "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 32768,
+    "model_type": "internlm2", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "pad_token_id": 2,
+    "rms_norm_eps": 1e-05, "rope_scaling": {"factor": 2.0, "type": "dynamic"}, "rope_theta": 1000000, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 92544,
+}
+
+
+def test_a_decoder_class_passed_as_a_constructor_default_is_followed(make_checkpoint):
+    """InternLM2ForCausalLM builds `self.model = model_type(...)` with `model_type: ... =
+    InternLM2Model` (internlm2.py); vLLM's loader passes only vllm_config and prefix, so the default
+    is the decoder: InternLM2Model, which builds `tok_embeddings` on every stage (no embed_tokens:
+    the V1 runner refuses an eagle3 drafter at PP = 1, not at PP = 2). The reward model passes its
+    own parameter through `super().__init__(model_type=model_type)`: the same default."""
+    for v in archtable.committed_versions():
+        t = archtable.committed(v)
+        for arch in ("InternLM2ForCausalLM", "InternLM2ForRewardModel"):
+            f = t.target(arch, "cuda")
+            assert f["decoder"] == "vllm.model_executor.models.internlm2:InternLM2Model", (v, arch)
+            assert f["embed_last_stage"] is True and f["model_embed"] is False and f["target_model"] is True
+            assert archtable.drafter_load_verdict(f, t.doc["checks"], 1, "eagle3", "v1")[0] == "refused"
+            assert archtable.drafter_load_verdict(f, t.doc["checks"], 2, "eagle3", "v1")[0] == "ok"
+    codes = _drafter_codes(make_checkpoint, "internlm2", INTERNLM2_CONFIG, pp=2, platform="cpu")
+    assert not any(c.endswith("-unknown") for c in codes), sorted(codes)
+    assert "target-no-drafter-embedding" in _drafter_codes(make_checkpoint, "internlm2", INTERNLM2_CONFIG, platform="cpu")
+
+
+def test_param_default_reader_can_fail(tmp_path):
+    """A subclass passing another class to `super().__init__(model_type=...)` wins over the default."""
+    mods = tmp_path / "vllm" / "model_executor" / "models"
+    mods.mkdir(parents=True)
+    (mods / "m.py").write_text(
+        "class D1:\n    pass\n\nclass D2:\n    pass\n\n"
+        "class A:\n    def __init__(self, *, model_type=D1):\n        self.model = model_type()\n\n"
+        "class B(A):\n    def __init__(self):\n        super().__init__(model_type=D2)\n\n"
+        "class C:\n    def __init__(self, model_type):\n        self.model = model_type()\n", encoding="utf-8")
+    sc = archscan.Scanner(tmp_path)
+    get = lambda n: sc.src.resolve("vllm.model_executor.models.m", n, "cuda")  # noqa: E731
+    assert sc._built_class(get("A"), "model", "cuda")[0].name == "D1"
+    assert sc._built_class(get("B"), "model", "cuda")[0].name == "D2"
+    assert sc._built_class(get("C"), "model", "cuda")[0] is None
+
+
+#: OPT (opt.py, 0.30-0.33) in the shape of facebook/opt-125m's config.json.
+OPT_CONFIG = {
+    "_remove_final_layer_norm": False, "activation_dropout": 0.0, "activation_function": "relu", "architectures": ["OPTForCausalLM"],
+    "attention_dropout": 0.0, "bos_token_id": 2, "do_layer_norm_before": True, "dropout": 0.1, "eos_token_id": 2,
+    "ffn_dim": 3072, "hidden_size": 768, "init_std": 0.02, "layerdrop": 0.0, "max_position_embeddings": 2048,
+    "model_type": "opt", "num_attention_heads": 12, "num_hidden_layers": 12, "pad_token_id": 1, "prefix": "</s>",
+    "torch_dtype": "float16", "use_cache": True, "vocab_size": 50272, "word_embed_proj_dim": 768,
+}
+
+
+def test_an_embedding_held_by_a_child_module_is_followed(make_checkpoint):
+    """OPT: OPTModel's constructor builds no embedding itself; its `embed_input_ids` hands the lookup
+    to `self.decoder` (opt.py), an OPTDecoder that builds `embed_tokens` (VocabParallelEmbedding)
+    on every stage: the last stage holds it. At PP = 2 nothing about the embedding stays unknown."""
+    for v in archtable.committed_versions():
+        f = archtable.committed(v).target("OPTForCausalLM", "cuda")
+        assert f["embed_last_stage"] is True and f["embed_at"].startswith("vllm/model_executor/models/opt.py:"), v
+    codes = _drafter_codes(make_checkpoint, "opt", OPT_CONFIG, pp=2, platform="cpu")
+    assert not any(c.endswith("-unknown") for c in codes), sorted(codes)
+    assert "target-no-drafter-embedding" in _drafter_codes(make_checkpoint, "opt", OPT_CONFIG, platform="cpu")
+
+
+def test_embedding_child_reader_can_fail(tmp_path):
+    """A child that builds no VocabParallelEmbedding decides nothing; one that does, decides."""
+    mods = tmp_path / "vllm" / "model_executor" / "models"
+    mods.mkdir(parents=True)
+    (mods / "m.py").write_text(
+        "class E:\n    def __init__(self):\n        self.embed_tokens = VocabParallelEmbedding(1, 1)\n\n"
+        "class N:\n    def __init__(self):\n        self.wte = 1\n\n"
+        "class A:\n    def __init__(self):\n        self.decoder = E()\n    def embed_input_ids(self, x):\n        return self.decoder.embed_input_ids(x)\n\n"
+        "class B:\n    def __init__(self):\n        self.decoder = N()\n    def embed_input_ids(self, x):\n        return self.decoder.embed_input_ids(x)\n",
+        encoding="utf-8")
+    sc = archscan.Scanner(tmp_path)
+    get = lambda n: sc.src.resolve("vllm.model_executor.models.m", n, "cuda")  # noqa: E731
+    assert sc.embed_last_stage(get("A"), "cuda") == (True, "vllm/model_executor/models/m.py:2")
+    assert sc.embed_last_stage(get("B"), "cuda")[0] is None
+
+
+#: MiniCPM-V 2.6 (minicpmv.py) in the shape of openbmb/MiniCPM-V-2_6's config.json (trimmed).
+MINICPMV_CONFIG = {
+    "architectures": ["MiniCPMV"], "hidden_act": "silu", "hidden_size": 3584, "intermediate_size": 18944,
+    "max_position_embeddings": 32768, "model_type": "minicpmv", "num_attention_heads": 28, "num_hidden_layers": 28,
+    "num_key_value_heads": 4, "query_num": 64, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "slice_mode": True,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "version": 2.6, "vocab_size": 151666,
+    "vision_config": {"hidden_size": 1152, "image_size": 980, "intermediate_size": 4304, "model_type": "siglip_vision_model",
+                      "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14},
+}
+
+
+def test_a_class_dispatched_by_new_is_decided_where_every_candidate_agrees(make_checkpoint):
+    """MiniCPMV's `__new__` returns the class `_SUPPORT_VERSION` maps the config's version to
+    (minicpmv.py); every one of them (MiniCPMForCausalLM, Llama, Qwen2, Qwen3 language models)
+    builds `embed_tokens` with vLLM's spec-decode embedding rule, so the verdict does not depend
+    on the version: embedding on the last stage, `.model.embed_tokens` for the drafter load."""
+    for v in archtable.committed_versions():
+        f = archtable.committed(v).target("MiniCPMV", "cuda")
+        assert f["embed_last_stage"] is True and f["model_embed"] == "embed_tokens" and f["target_model"] is True, v
+        assert "MiniCPMV2_6" in f["dispatch"]["classes"] and f["dispatch"]["at"].startswith("vllm/model_executor/models/minicpmv.py:")
+    codes = _drafter_codes(make_checkpoint, "minicpmv", MINICPMV_CONFIG, pp=2, platform="cpu")
+    assert not any(c.endswith("-unknown") for c in codes), sorted(codes)
+
+
+def test_dispatch_reader_can_fail(tmp_path):
+    """Candidates that disagree on the embedding decide nothing."""
+    mods = tmp_path / "vllm" / "model_executor" / "models"
+    mods.mkdir(parents=True)
+    (mods / "m.py").write_text(
+        "class E:\n    def __init__(self):\n        self.embed_tokens = VocabParallelEmbedding(1, 1)\n\n"
+        "class N:\n    def __init__(self):\n        self.embed_tokens = PPMissingLayer()\n\n"
+        "class A:\n    def __init__(self):\n        self.model = E()\n\n"
+        "class B:\n    def __init__(self):\n        self.model = N()\n\n"
+        "_SAME = {1: A, 2: A}\n_MIXED = {1: A, 2: B}\n\n"
+        "class S:\n    def __new__(cls, k):\n        return _SAME.get(k)()\n\n"
+        "class M:\n    def __new__(cls, k):\n        return _MIXED.get(k)()\n", encoding="utf-8")
+    sc = archscan.Scanner(tmp_path)
+    get = lambda n: sc.src.resolve("vllm.model_executor.models.m", n, "cuda")  # noqa: E731
+    assert sc._dispatched(get("S"), "cuda")["embed_last_stage"] is True
+    assert sc._dispatched(get("M"), "cuda") == {}
+
+
+def test_a_model_that_skips_the_pp_split_holds_its_embedding_on_the_last_stage():
+    """0.33's Transformers MTP draft classes override the backend's `pipeline_parallel` with a
+    method that does nothing ("The draft runs whole on the last PP rank", transformers/mtp.py): no
+    module becomes a missing layer, so the last stage holds the embedding. Whether transformers'
+    MtpModel names it embed_tokens stays its library's (model_embed null, with that reason)."""
+    t = archtable.committed("0.33.0")
+    for arch in ("TransformersForMTP", "TransformersMoEForMTP"):
+        f = t.target(arch, "cuda")
+        assert f["embed_last_stage"] is True and f["embed_at"].startswith("vllm/model_executor/models/transformers/mtp.py:"), arch
+        assert f["model_embed"] is None and "library's" in f["model_embed_why"]
+    # the causal backend splits over PP (its rule reads tie_word_embeddings): not this fact
+    causal = t.target("TransformersForCausalLM", "cuda")
+    assert causal["embed_last_stage"] is None and causal["embed_rule"]["config_flag"] == "tie_word_embeddings"
+
+
+def test_no_pp_split_reader_can_fail(tmp_path):
+    """Only a `pipeline_parallel` whose body is `pass` (after a docstring) counts."""
+    mods = tmp_path / "vllm" / "model_executor" / "models"
+    mods.mkdir(parents=True)
+    (mods / "m.py").write_text(
+        "class A:\n    def pipeline_parallel(self):\n        \"doc\"\n        pass\n\n"
+        "class B:\n    def pipeline_parallel(self):\n        self.layers = 1\n", encoding="utf-8")
+    sc = archscan.Scanner(tmp_path)
+    get = lambda n: sc.src.resolve("vllm.model_executor.models.m", n, "cuda")  # noqa: E731
+    assert archscan._no_pp_split(sc.src.mro(get("A"), "cuda")) == "vllm/model_executor/models/m.py:2"
+    assert archscan._no_pp_split(sc.src.mro(get("B"), "cuda")) is None
+
+
 #: What the committed tables still leave undecided about the last-stage embedding (vLLM's reason
-#: in embed_why): a class chosen at run time (InternLM2's `model_type`, MiniCPM-V's version
-#: dispatch), OPT at PP > 1 (its decoder names no embedding vLLM's reader knows), and 0.33's
-#: Transformers MTP backend (a decoder from transformers).
-UNDECIDED_EMBED = {
-    (v, a) for v in ("0.30.0", "0.31.0", "0.32.0", "0.33.0") for a in ("InternLM2ForCausalLM", "InternLM2ForRewardModel", "MiniCPMV", "OPTForCausalLM")
-} | {("0.33.0", "TransformersForMTP"), ("0.33.0", "TransformersMoEForMTP")}
+#: in embed_why): nothing in 0.30-0.33.
+UNDECIDED_EMBED: set[tuple[str, str]] = set()
 
 
 def _undecided_embed(table):

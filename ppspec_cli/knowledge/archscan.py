@@ -49,6 +49,8 @@ HYBRID_INTERFACE = "IsHybrid"
 TARGET_EMBED_RULE = "spec_decode_needs_target_embed"
 MISSING_LAYER = "PPMissingLayer"
 EMBED_LAYER = "VocabParallelEmbedding"
+#: The method a model embeds token ids with (VllmModel interface).
+EMBED_METHOD = "embed_input_ids"
 TOTAL_DEPTH_CALL = "get_total_num_hidden_layers"
 LOCAL_DEPTH_CALL = "get_num_layers"
 #: model_loader/utils.py: builds `model_class`, else the registered architecture its config names.
@@ -411,6 +413,16 @@ def _self_assign(fn: ast.AST, attr: str) -> ast.expr | None:
     return None
 
 
+def _param_default(fn: ast.AST, name: str) -> ast.expr | None:
+    """The default of a function's parameter `name` (keyword-only or positional), None without one."""
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    a = fn.args
+    pos = a.posonlyargs + a.args
+    pairs = list(zip(pos[len(pos) - len(a.defaults):], a.defaults)) + [(p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+    return next((d for p, d in pairs if p.arg == name), None)
+
+
 def _returned_calls(fn: ast.AST) -> list[ast.Call]:
     """The calls a function returns: `return X(...)`, or `return name` where the function assigns
     `name = X(...)` (its last such assignment)."""
@@ -522,11 +534,31 @@ class Scanner:
                 return self._registered(val, platform, where, c.methods["__init__"])
             if fname.split(".")[-1] == INIT_MODEL_CALL:
                 return self._initialized(val, c, platform, where)
-            got = self.src.resolve(c.module, fname, platform)
-            if got is None and self._outside(c.module, fname, platform):
+            mod, fname = self._param_value(holder, c, fname, platform)
+            got = self.src.resolve(mod, fname, platform)
+            if got is None and self._outside(mod, fname, platform):
                 return None, where, f"self.{attr} is built by {fname}: {EXTERNAL_NOTE}"
             return got, where, "" if got else f"self.{attr} is built by {fname}, which is not a class in vLLM's source"
         return None, holder.where(), f"no constructor in the MRO assigns self.{attr}"
+
+    def _param_value(self, holder: ClassInfo, c: ClassInfo, name: str, platform: str) -> tuple[str, str]:
+        """What `name` means in c's constructor when vLLM builds holder (its loader passes only
+        vllm_config and prefix): not a parameter of it, the name itself; a parameter, the class a
+        more derived constructor passes to `super().__init__(name=...)` (its own parameter: that
+        parameter's default), else c's default. (module, dotted name) to resolve; the name unchanged
+        where no default names a class."""
+        chain = [x for x in self.src.mro(holder, platform) if isinstance(x, ClassInfo) and "__init__" in x.methods]
+        if c not in chain or _param_default(c.methods["__init__"], name) is None:
+            return c.module, name
+        for x in chain[:chain.index(c)]:
+            sup = next((n for n in ast.walk(x.methods["__init__"]) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                        and n.func.attr == "__init__" and isinstance(n.func.value, ast.Call) and _dotted(n.func.value.func) == "super"), None)
+            passed = next((k.value for k in sup.keywords if k.arg == name), None) if sup is not None else None
+            if passed is None:
+                continue
+            own = _param_default(x.methods["__init__"], _dotted(passed) or "")
+            return x.module, _dotted(own if own is not None else passed) or name
+        return c.module, _dotted(_param_default(c.methods["__init__"], name)) or name  # type: ignore[arg-type]
 
     def _outside(self, module: str, fname: str, platform: str, fn: ast.AST | None = None) -> bool:
         """The name comes from a package other than vLLM (transformers, torch): imported so at the
@@ -683,7 +715,7 @@ class Scanner:
             return {"model_embed": None, "model_embed_why": f"{dec.where()}: assigned outside the constructor ({', '.join(late)})"}
         return {"model_embed": False, "model_embed_at": dec.where()}
 
-    def embed_last_stage(self, dec: ClassInfo, platform: str) -> tuple[bool | None, str]:
+    def embed_last_stage(self, dec: ClassInfo, platform: str, depth: int = 0) -> tuple[bool | None, str]:
         names: set[str] = set()
         where = dec.where()
         for c in self.src.mro(dec, platform):
@@ -701,7 +733,21 @@ class Scanner:
             return True, where
         if MISSING_LAYER in names:
             return False, where
+        sub = self._embed_holder(dec, platform)
+        if sub is not None and depth < 3 and (got := self.embed_last_stage(sub, platform, depth + 1))[0] is not None:
+            return got
         return None, f"{where}: the constructor neither builds {EMBED_LAYER} nor a {MISSING_LAYER}"
+
+    def _embed_holder(self, dec: ClassInfo, platform: str) -> ClassInfo | None:
+        """The child module a decoder's `embed_input_ids` hands the lookup to (`return
+        self.<child>.<method>(...)`, OPT's `self.decoder`): the class its constructor builds there."""
+        mro = self.src.mro(dec, platform)
+        owner = _owner(mro, method=EMBED_METHOD)
+        if owner is None:
+            return None
+        subs = {d.split(".")[1] for n in ast.walk(owner.methods[EMBED_METHOD]) if isinstance(n, ast.Call)
+                and (d := _dotted(n.func) or "").startswith("self.") and d.count(".") == 2}
+        return self._built_class(dec, subs.pop(), platform)[0] if len(subs) == 1 else None
 
     def target(self, arch: str, platform: str) -> dict[str, Any] | None:
         outer = self.cls(arch, platform)
@@ -736,6 +782,11 @@ class Scanner:
                 out["relay_why"] = why
             if (rule := _pp_embed_rule(mro)) is not None:
                 out["embed_rule"] = rule
+            elif (whole := _no_pp_split(mro)) is not None:
+                out.pop("embed_why")
+                out.update(embed_last_stage=True, embed_at=whole)
+            if picked := self._dispatched(outer, platform):
+                out = {k: v for k, v in out.items() if k not in ("embed_why", "target_model_why")} | picked
             return out
         out.update(self.model_embed(dec, platform))
         out["relay"] = self.relay(dec, platform)
@@ -748,6 +799,35 @@ class Scanner:
         out["embed_last_stage"] = emb
         out["embed_at" if emb is not None else "embed_why"] = ewhere
         return out
+
+    def _dispatched(self, outer: ClassInfo, platform: str) -> dict[str, Any]:
+        """A class whose `__new__` returns an instance of a class it picks from a module-level dict
+        (MiniCPM-V: `_SUPPORT_VERSION.get(version)`): the drafter-load and last-stage embedding facts
+        every class of the dict agrees on (`model_embed`, `embed_last_stage`, `target_model`), with
+        where the dict and the `__new__` are; nothing where they differ or one is unread."""
+        new = outer.methods.get("__new__")
+        info = self.src.module(outer.module)
+        if new is None or info is None or info.tree is None:
+            return {}
+        picked = {_dotted(n.func.value) for n in ast.walk(new) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                  and n.func.attr == "get" and isinstance(n.func.value, ast.Name)}
+        table = next((st for st in info.tree.body if isinstance(st, ast.Assign) and isinstance(st.value, ast.Dict) and len(st.targets) == 1
+                      and isinstance(st.targets[0], ast.Name) and st.targets[0].id in picked), None)
+        if table is None:
+            return {}
+        facts = []
+        for v in table.value.values:  # type: ignore[attr-defined]
+            c = self.src.resolve(outer.module, _dotted(v) or "", platform)
+            dec = self.decoder(c, platform)[0] if c is not None else None
+            if dec is None:
+                return {}
+            facts.append((self.embed_last_stage(dec, platform)[0], self.model_embed(dec, platform)["model_embed"], c.name))  # type: ignore[union-attr]
+        if len({f[:2] for f in facts}) != 1 or facts[0][0] is None or facts[0][1] is None:
+            return {}
+        at = outer.where(table.lineno)
+        return {"embed_last_stage": facts[0][0], "embed_at": at, "model_embed": facts[0][1], "model_embed_at": at,
+                "target_model": True, "target_model_at": at,
+                "dispatch": {"at": outer.where(new.lineno), "table_at": at, "classes": [f[2] for f in facts]}}
 
     # drafters and MTP -------------------------------------------------------------------------
 
@@ -802,6 +882,18 @@ def _pp_embed_rule(mro: list[ClassInfo | str]) -> dict[str, Any] | None:
             if flag_owner is not None and any(isinstance(c, ast.Constant) and c.value == TIE_FLAG for c in ast.walk(flag_owner.methods[m])):
                 return {"config_flag": TIE_FLAG, "at": owner.where(n.lineno), "flag_at": flag_owner.where(flag_owner.methods[m].lineno)}
     return None
+
+
+def _no_pp_split(mro: list[ClassInfo | str]) -> str | None:
+    """Where a class overrides the Transformers backend's PP split with a method that does nothing
+    (the MTP draft: "runs whole on the last PP rank"): no module is replaced by a missing layer, so
+    the last stage holds the whole model, its embedding included."""
+    owner = _owner(mro, method=PP_SPLIT_METHOD)
+    if owner is None:
+        return None
+    fn = owner.methods[PP_SPLIT_METHOD]
+    body = [st for st in fn.body if not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))]
+    return owner.where(fn.lineno) if body and all(isinstance(st, ast.Pass) for st in body) else None
 
 
 #: The interface whose default `get_language_model` returns the child built under
