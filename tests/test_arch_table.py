@@ -771,17 +771,24 @@ def test_a_decoder_class_passed_as_a_constructor_default_is_followed(make_checkp
     assert "target-no-drafter-embedding" in _drafter_codes(make_checkpoint, "internlm2", INTERNLM2_CONFIG, platform="cpu")
 
 
-def test_param_default_reader_can_fail(tmp_path):
-    """A subclass passing another class to `super().__init__(model_type=...)` wins over the default."""
+def _fixture_module(tmp_path, source: str):
+    """A one-module vLLM tree (vllm/model_executor/models/m.py) for a scanner rule's can-fail test:
+    the scanner over it and a lookup of m.py's classes by name (cuda)."""
     mods = tmp_path / "vllm" / "model_executor" / "models"
     mods.mkdir(parents=True)
-    (mods / "m.py").write_text(
+    (mods / "m.py").write_text(source, encoding="utf-8")
+    sc = archscan.Scanner(tmp_path)
+    return sc, lambda name: sc.src.resolve("vllm.model_executor.models.m", name, "cuda")
+
+
+def test_param_default_reader_can_fail(tmp_path):
+    """A subclass passing another class to `super().__init__(model_type=...)` wins over the default."""
+    sc, get = _fixture_module(tmp_path, (
         "class D1:\n    pass\n\nclass D2:\n    pass\n\n"
         "class A:\n    def __init__(self, *, model_type=D1):\n        self.model = model_type()\n\n"
         "class B(A):\n    def __init__(self):\n        super().__init__(model_type=D2)\n\n"
-        "class C:\n    def __init__(self, model_type):\n        self.model = model_type()\n", encoding="utf-8")
-    sc = archscan.Scanner(tmp_path)
-    get = lambda n: sc.src.resolve("vllm.model_executor.models.m", n, "cuda")  # noqa: E731
+        "class C:\n    def __init__(self, model_type):\n        self.model = model_type()\n"
+    ))
     assert sc._built_class(get("A"), "model", "cuda")[0].name == "D1"
     assert sc._built_class(get("B"), "model", "cuda")[0].name == "D2"
     assert sc._built_class(get("C"), "model", "cuda")[0] is None
@@ -811,16 +818,12 @@ def test_an_embedding_held_by_a_child_module_is_followed(make_checkpoint):
 
 def test_embedding_child_reader_can_fail(tmp_path):
     """A child that builds no VocabParallelEmbedding decides nothing; one that does, decides."""
-    mods = tmp_path / "vllm" / "model_executor" / "models"
-    mods.mkdir(parents=True)
-    (mods / "m.py").write_text(
+    sc, get = _fixture_module(tmp_path, (
         "class E:\n    def __init__(self):\n        self.embed_tokens = VocabParallelEmbedding(1, 1)\n\n"
         "class N:\n    def __init__(self):\n        self.wte = 1\n\n"
         "class A:\n    def __init__(self):\n        self.decoder = E()\n    def embed_input_ids(self, x):\n        return self.decoder.embed_input_ids(x)\n\n"
-        "class B:\n    def __init__(self):\n        self.decoder = N()\n    def embed_input_ids(self, x):\n        return self.decoder.embed_input_ids(x)\n",
-        encoding="utf-8")
-    sc = archscan.Scanner(tmp_path)
-    get = lambda n: sc.src.resolve("vllm.model_executor.models.m", n, "cuda")  # noqa: E731
+        "class B:\n    def __init__(self):\n        self.decoder = N()\n    def embed_input_ids(self, x):\n        return self.decoder.embed_input_ids(x)\n"
+    ))
     assert sc.embed_last_stage(get("A"), "cuda") == (True, "vllm/model_executor/models/m.py:2")
     assert sc.embed_last_stage(get("B"), "cuda")[0] is None
 
@@ -851,18 +854,15 @@ def test_a_class_dispatched_by_new_is_decided_where_every_candidate_agrees(make_
 
 def test_dispatch_reader_can_fail(tmp_path):
     """Candidates that disagree on the embedding decide nothing."""
-    mods = tmp_path / "vllm" / "model_executor" / "models"
-    mods.mkdir(parents=True)
-    (mods / "m.py").write_text(
+    sc, get = _fixture_module(tmp_path, (
         "class E:\n    def __init__(self):\n        self.embed_tokens = VocabParallelEmbedding(1, 1)\n\n"
         "class N:\n    def __init__(self):\n        self.embed_tokens = PPMissingLayer()\n\n"
         "class A:\n    def __init__(self):\n        self.model = E()\n\n"
         "class B:\n    def __init__(self):\n        self.model = N()\n\n"
         "_SAME = {1: A, 2: A}\n_MIXED = {1: A, 2: B}\n\n"
         "class S:\n    def __new__(cls, k):\n        return _SAME.get(k)()\n\n"
-        "class M:\n    def __new__(cls, k):\n        return _MIXED.get(k)()\n", encoding="utf-8")
-    sc = archscan.Scanner(tmp_path)
-    get = lambda n: sc.src.resolve("vllm.model_executor.models.m", n, "cuda")  # noqa: E731
+        "class M:\n    def __new__(cls, k):\n        return _MIXED.get(k)()\n"
+    ))
     assert sc._dispatched(get("S"), "cuda")["embed_last_stage"] is True
     assert sc._dispatched(get("M"), "cuda") == {}
 
@@ -884,13 +884,10 @@ def test_a_model_that_skips_the_pp_split_holds_its_embedding_on_the_last_stage()
 
 def test_no_pp_split_reader_can_fail(tmp_path):
     """Only a `pipeline_parallel` whose body is `pass` (after a docstring) counts."""
-    mods = tmp_path / "vllm" / "model_executor" / "models"
-    mods.mkdir(parents=True)
-    (mods / "m.py").write_text(
+    sc, get = _fixture_module(tmp_path, (
         "class A:\n    def pipeline_parallel(self):\n        \"doc\"\n        pass\n\n"
-        "class B:\n    def pipeline_parallel(self):\n        self.layers = 1\n", encoding="utf-8")
-    sc = archscan.Scanner(tmp_path)
-    get = lambda n: sc.src.resolve("vllm.model_executor.models.m", n, "cuda")  # noqa: E731
+        "class B:\n    def pipeline_parallel(self):\n        self.layers = 1\n"
+    ))
     assert archscan._no_pp_split(sc.src.mro(get("A"), "cuda")) == "vllm/model_executor/models/m.py:2"
     assert archscan._no_pp_split(sc.src.mro(get("B"), "cuda")) is None
 
