@@ -612,13 +612,10 @@ def test_hub_deadline_value_is_checked(tmp_path, write_profile, hub):
 # serve: a hub drafter served through a config overlay (downloaded on the bounded client)
 
 
-def test_serve_builds_the_overlay_of_a_hub_drafter(tmp_path, hub):
-    """`serve` of a profile whose hub drafter needs a config overlay (here: pinned taps) downloads
-    the drafter on the deadline-bounded hub client and serves it from the overlay directory: config
-    with the overlay keys, every other file linked. Failed before: OverflowError (an infinite socket
-    timeout handed out when no deadline was set)."""
-    import os
-    import signal
+def _serve_hub_overlay(tmp_path, hub, name: str, extra: dict | None = None):
+    """`ppspec serve` (on the fake engine) of a profile whose hub drafter `org/eagle3` (pinned taps:
+    a config overlay to build) the fake hub serves whole, plus `extra` files: the repo, the process,
+    its run dir and the fake engine's record file."""
     import sys
 
     import yaml
@@ -633,20 +630,31 @@ def test_serve_builds_the_overlay_of_a_hub_drafter(tmp_path, hub):
     repo["config.json"] = VFile.of(json.dumps(cfg).encode())
     prefix, size = safetensors_header({"d2t": ("I64", [32000]), "fc.weight": ("F16", [2048, 3 * 2048]), "lm_head.weight": ("F16", [32000, 2048]), "t2d": ("BOOL", [128256])}, {"format": "pt"})
     repo["model.safetensors"] = VFile(prefix, len(prefix) + size)
-    repo["tokenizer_config.json"] = VFile.of(b"{}")
-    repo["modeling_evil.py"] = VFile.of(b"raise SystemExit('never downloaded')\n")
+    repo.update(extra or {})
     hub.repos["org/eagle3"] = repo
     hub.whole.add("org/eagle3")
     target = PF.write_target(tmp_path / "target")  # Llama-3.2-1B: 16 layers, hidden 2048
     prof = tmp_path / "profile.yaml"
     prof.write_text(yaml.safe_dump({
-        "name": "hub-overlay", "platform": "cpu", "target": {"model": str(target)},
+        "name": name, "platform": "cpu", "target": {"model": str(target)},
         "drafter": {"method": "eagle3", "model": "org/eagle3", "num_speculative_tokens": 2, "taps": [2, 8, 13]},
         "server": {"host": "127.0.0.1", "port": PF.free_port()},
     }))
     run_dir, record = tmp_path / "run", tmp_path / "record.json"
     env = PF.ppspec_env({**hub_env(tmp_path, hub.url, offline=False), "PPSPEC_VLLM_EXECUTABLE": str(make_fake_engine(tmp_path / "bin")), "FAKE_VLLM_MODE": "serve", "FAKE_VLLM_RECORD": str(record)})
     p = subprocess.Popen([sys.executable, "-m", "ppspec_cli.cli", "serve", str(prof), "--run-dir", str(run_dir)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return repo, p, run_dir, record
+
+
+def test_serve_builds_the_overlay_of_a_hub_drafter(tmp_path, hub):
+    """`serve` of a profile whose hub drafter needs a config overlay (here: pinned taps) downloads
+    the drafter on the deadline-bounded hub client and serves it from the overlay directory: config
+    with the overlay keys, every other file linked. Failed before: OverflowError (an infinite socket
+    timeout handed out when no deadline was set)."""
+    import os
+    import signal
+
+    repo, p, run_dir, record = _serve_hub_overlay(tmp_path, hub, "hub-overlay", {"tokenizer_config.json": VFile.of(b"{}"), "modeling_evil.py": VFile.of(b"raise SystemExit('never downloaded')\n")})
     try:
         t0 = time.monotonic()
         while not (run_dir / "ready").exists():
@@ -684,33 +692,9 @@ def test_ctrl_c_during_the_drafter_download_starts_no_engine(tmp_path, hub):
     weights, a download of hours): serve ends with 130 and says nothing was launched; the engine
     never starts. Before, the signal was only recorded and serve waited out the download deadline."""
     import signal
-    import sys
 
-    import yaml
-
-    sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "bad"))
-    import ppspec_faults as PF
-    from fake_vllm import make_fake_engine
-
-    repo = eagle3_repo((2, 16, 29))
-    cfg = json.loads(repo["config.json"].prefix)
-    cfg.update(num_hidden_layers=1, hidden_size=2048, vocab_size=128256, draft_vocab_size=32000)
-    repo["config.json"] = VFile.of(json.dumps(cfg).encode())
-    prefix, size = safetensors_header({"d2t": ("I64", [32000]), "fc.weight": ("F16", [2048, 3 * 2048]), "lm_head.weight": ("F16", [32000, 2048]), "t2d": ("BOOL", [128256])}, {"format": "pt"})
-    repo["model.safetensors"] = VFile(prefix, len(prefix) + size)
-    hub.repos["org/eagle3"] = repo
-    hub.whole.add("org/eagle3")
     hub.stall = {"org/eagle3/model.safetensors": "download"}
-    target = PF.write_target(tmp_path / "target")
-    prof = tmp_path / "profile.yaml"
-    prof.write_text(yaml.safe_dump({
-        "name": "hub-overlay-int", "platform": "cpu", "target": {"model": str(target)},
-        "drafter": {"method": "eagle3", "model": "org/eagle3", "num_speculative_tokens": 2, "taps": [2, 8, 13]},
-        "server": {"host": "127.0.0.1", "port": PF.free_port()},
-    }))
-    run_dir, record = tmp_path / "run", tmp_path / "record.json"
-    env = PF.ppspec_env({**hub_env(tmp_path, hub.url, offline=False), "PPSPEC_VLLM_EXECUTABLE": str(make_fake_engine(tmp_path / "bin")), "FAKE_VLLM_MODE": "serve", "FAKE_VLLM_RECORD": str(record)})
-    p = subprocess.Popen([sys.executable, "-m", "ppspec_cli.cli", "serve", str(prof), "--run-dir", str(run_dir)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _repo, p, run_dir, record = _serve_hub_overlay(tmp_path, hub, "hub-overlay-int")
     try:
         stalled = lambda: any(e["method"] == "GET" and e["path"].split("?")[0].endswith("/model.safetensors") and not e["range"] for e in list(hub.log))  # noqa: E731
         t0 = time.monotonic()
