@@ -293,10 +293,11 @@ class _Bench:
         """The static arms, then (serving the profile) the tuned arm: the schedule their grid proposes."""
         with_tuned = all(a.endpoint is None for a in self.arms)
         names = [a.name for a in self.arms] + ([res.TUNED] if with_tuned else [])
+        plan = self.sessions(self.arms)
         for a in self.arms:
-            if not any(x[0] is a for x in self.sessions([a])):
+            if not any(x[0] is a for x in plan):
                 progress(f"{self._tag(a, names, None)}: measured earlier (kept, --resume)")
-        code = self._run_sessions(self.sessions(self.arms), names, tuned_runs=len(self.levels) * self.settings["repeat"] if with_tuned else 0)
+        code = self._run_sessions(plan, names, tuned_runs=len(self.levels) * self.settings["repeat"] if with_tuned else 0)
         if code:
             return code
         if not with_tuned:
