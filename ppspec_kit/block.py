@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 
-from ppspec_cli.demo.common import BOS_ID, HEAD_DIM, HIDDEN_SIZE, INTERMEDIATE_SIZE, NUM_HEADS, RMS_EPS
+from ppspec_cli.demo.common import BOS_ID, HEAD_DIM, HIDDEN_SIZE, INTERMEDIATE_SIZE, NUM_HEADS, RMS_EPS, real_tensors
 from ppspec_cli.demo.relay import R_ANTI, R_CODE, R_CONST, R_PRE_IND, R_TRIG_IND, RELAY_DTYPE, RELAY_TAPS, relay_draft_rows, relay_draft_head, relay_fc, relay_target_config, rms_norm
 
 RELAY_DFLASH = "tiny-qwen3-relay-dflash"
@@ -83,12 +83,14 @@ def attention_scores(d0: int, distances) -> "object":
 
 
 def attention_margin(d0: int) -> float:
-    """score(d0) minus the best score at any other distance in [-(block), MAX_DISTANCE]."""
+    """score(d0) minus the best score at any other distance in [-(block), MAX_DISTANCE] (a value,
+    so computed on real tensors even when the drafter is only described)."""
     import torch
 
-    d = torch.arange(-16, MAX_DISTANCE + 1)
-    s = attention_scores(d0, d)
-    return float(s[d == d0].item() - s[d != d0].max().item())
+    with real_tensors():
+        d = torch.arange(-16, MAX_DISTANCE + 1)
+        s = attention_scores(d0, d)
+        return float(s[d == d0].item() - s[d != d0].max().item())
 
 
 def block_config(method: str, draft_vocab: int) -> dict:

@@ -34,7 +34,7 @@ from ppspec_cli.demo.common import (
     linear_std,
     trigger_tokens,
 )
-from ppspec_cli.demo.relay import RELAY_DTYPE, RELAY_SEED, relay_eagle3_config, relay_successors, relay_target_config, relay_target_weights
+from ppspec_cli.demo.relay import RELAY_DTYPE, RELAY_SEED, RELAY_TOKEN_DIMS, relay_eagle3_config, relay_successors, relay_target_config, relay_target_weights
 
 RELAY_PLUS1 = "tiny-llama-relay-eagle3-plus1"
 RELAY_EAGLE1 = "tiny-llama-relay-eagle"
@@ -152,9 +152,8 @@ def relay_dsv3_weights(seed: int) -> dict:
     for n in range(NUM_LAYERS):
         p = f"model.layers.{n}.self_attn"
         o = torch.zeros(h, vd)
-        relay_o = relay[f"{p}.o_proj.weight"]
-        rows = relay_o.abs().sum(1) > 0  # the token dims the relay's attention writes
-        o[rows] = r.normal(int(rows.sum()), vd, std=0.1 * linear_std(vd))
+        t0, t1 = RELAY_TOKEN_DIMS  # the token dims the relay's attention writes (its o_proj's non-zero rows)
+        o[t0:t1] = r.normal(t1 - t0, vd, std=0.1 * linear_std(vd))
         sd.update({
             f"{p}.q_proj.weight": r.normal(qd, h, std=linear_std(h)),
             f"{p}.kv_a_proj_with_mqa.weight": r.normal(_DSV3_KV_LORA + _DSV3_ROPE, h, std=linear_std(h)),

@@ -919,3 +919,23 @@ def test_undecided_last_stage_embeddings_are_listed():
     e = broken["targets"]["GPT2LMHeadModel"]
     broken["targets"] = {"GPT2LMHeadModel": {**e, "platforms": {k: {x: y for x, y in v.items() if x != "embed_not_needed"} for k, v in e["platforms"].items()}}}
     assert _undecided_embed(archtable.ArchTable("0.33.0", None, "test", "committed", broken)) == {("0.33.0", "GPT2LMHeadModel")}
+
+
+def test_mtp_layer_count_is_not_the_start_of_the_range(tmp_path):
+    """DeepSeek/GLM MTP predictors build `range(self.mtp_start_layer_idx, self.mtp_start_layer_idx +
+    self.num_mtp_layers)` from `config.num_hidden_layers` and `config.num_nextn_predict_layers`
+    (glm4_moe_mtp.py:135-149 in 0.33): the count is the second attribute, never the start. Reading
+    the start as the count made GLM-4.5-Air plan 46 MTP layers and GLM-5 fail `mtp-no-layers`."""
+    sc, get = _fixture_module(tmp_path, (
+        "class P:\n    def __init__(self, config):\n"
+        "        self.mtp_start_layer_idx = config.num_hidden_layers\n"
+        "        self.num_mtp_layers = config.num_nextn_predict_layers\n"
+        "        self.layers = {str(i): i for i in range(self.mtp_start_layer_idx, self.mtp_start_layer_idx + self.num_mtp_layers)}\n\n"
+        "class Q:\n    def __init__(self, config):\n"
+        "        self.n = getattr(config, 'num_nextn_predict_layers', 1)\n"
+        "        self.layers = [i for i in range(self.n)]\n"
+    ))
+    p = archscan._mtp_layers(sc.src, get("P"), "cuda")
+    assert p["keys"] == ["num_nextn_predict_layers"] and p["default"] is None
+    q = archscan._mtp_layers(sc.src, get("Q"), "cuda")
+    assert q["keys"] == ["num_nextn_predict_layers"] and q["default"] == 1

@@ -272,3 +272,60 @@ def test_layouts_load_into_installed_vllm(demo_cache):
     if nested["v1_taps"] != "unavailable":
         assert nested["v1_taps"] == [t - 1 for t in demo.EAGLE3_TAPS]
     assert report["pp2_stages"] == [[0, 3], [3, 6]]
+
+
+# ------------------------------------------------------------------ shapes without weights
+
+
+def test_every_listed_model_is_described_exactly_without_building(cache):
+    """check/plan/--predict read a demo model's description (factory.describe_demo_model: its builder
+    on fake tensors, its writes recorded): config and every tensor's dtype and shape equal the built
+    checkpoint's, for every model the catalogue lists (the kit's included)."""
+    from ppspec_cli.checkpoint.reader import load_local
+
+    for name in demo.DEMO_MODELS:
+        d = demo.describe_demo_model(name)
+        built = load_local(f"demo:{name}", cache / name)
+        assert d.config == built.config, name
+        assert d.tensors == {k: (t.dtype, t.shape) for k, t in built.tensors.items()}, name
+
+
+def test_check_plan_and_predict_never_build_a_demo_model(fresh_cache, tmp_path):
+    """The 8B-class planted shape (14 GB of weights when built) is read for check, plan and --predict
+    from its description: nothing is written to the demo cache, and the plan knows its weights."""
+    profile = tmp_path / "p.yaml"
+    profile.write_text(
+        "name: big\ntarget: {model: demo:llama-8b-planted}\n"
+        "drafter: {method: eagle3, model: demo:llama-8b-planted-eagle3, num_speculative_tokens: 2}\n"
+        "topology: {tensor_parallel: 1, pipeline_parallel: 2, gpus_per_node: 2}\nplatform: cuda\nengine_version: 0.33.0\n",
+        encoding="utf-8",
+    )
+    env = {**os.environ, "PPSPEC_CACHE": str(fresh_cache.parent), "PYTHONPATH": str(REPO)}
+    ppspec = [sys.executable, "-m", "ppspec_cli.cli"]
+    plan = subprocess.run([*ppspec, "plan", str(profile), "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert plan.returncode == 0, plan.stderr
+    stages = json.loads(plan.stdout)["plan"]["stages"]
+    assert all(s["weight_bytes"] and s["weight_bytes"] > 5e9 for s in stages), stages
+    check = subprocess.run([*ppspec, "check", str(profile)], capture_output=True, text=True, env=env, timeout=300)
+    assert check.returncode in (0, 1), check.stderr
+    pred = subprocess.run([*ppspec, "plan", str(profile), "--predict", "--hardware", "h100", "--acceptance-length", "1.5"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert pred.returncode == 0, pred.stderr
+    assert "building demo model" not in plan.stderr + check.stderr + pred.stderr
+    built = [p for p in fresh_cache.rglob("*") if p.is_file()] if fresh_cache.exists() else []
+    assert built == []
+
+
+def test_a_builder_whose_shapes_need_data_is_an_error_not_a_build(fresh_cache, monkeypatch):
+    """A builder that reads tensor values outside factory.real_tensors cannot be described: a clear
+    error naming the model, never a silent real build."""
+    import torch
+
+    def data_dependent(spec, out):
+        t = torch.ones(3)
+        factory.write_drafter(out, {"hidden_size": int(t.sum())}, {"w": torch.zeros(int(t.sum()), 2)})
+
+    monkeypatch.setitem(factory._REGISTRY, "probe-data", factory._Entry(factory.Spec("eagle3", 1, "probe"), data_dependent, False))
+    with pytest.raises(PpspecError) as e:
+        demo.describe_demo_model("probe-data")
+    assert "probe-data" in e.value.what and not fresh_cache.exists()

@@ -815,6 +815,24 @@ def local_path(ref: str, base_dir: Path | None) -> Path:
     return p if p.is_absolute() or base_dir is None else base_dir / p
 
 
+def _load_demo(ref: str, *, read_headers: bool) -> Checkpoint:
+    """A `demo:` model's metadata: the cache's build when it holds a current one, else the model's
+    description (config and tensor shapes from its builder, no weights). Never builds: that is
+    `serve`'s job (running/launch.py)."""
+    from ppspec_cli import demo
+
+    name = ref.split(":", 1)[1]
+    built = demo.built_demo_model(name)
+    if built is not None:
+        return load_local(ref, built, read_headers=read_headers)
+    d = demo.describe_demo_model(name)
+    ck = Checkpoint(ref=ref, location=str(demo.demo_cache_dir() / name), source="local", files=["config.json", "model.safetensors"])
+    _apply_config(ck, d.config, "config.json")
+    if read_headers:
+        _use_tensors(ck, {k: TensorInfo(k, dtype, shape, "model.safetensors") for k, (dtype, shape) in d.tensors.items()})
+    return ck
+
+
 def load_checkpoint(
     ref: str,
     revision: str | None = None,
@@ -826,11 +844,7 @@ def load_checkpoint(
 ) -> Checkpoint:
     """Load metadata for a model reference (local dir, hub id, or `demo:<name>`)."""
     if ref.startswith("demo:"):
-        from ppspec_cli import demo
-
-        path = demo.ensure_demo_model(ref.split(":", 1)[1], progress=progress)
-        ck = load_local(ref, Path(path), read_headers=read_headers)
-        return ck
+        return _load_demo(ref, read_headers=read_headers)
     if any(len(part.encode("utf-8", "replace")) > 255 for part in ref.split("/")) or len(ref.encode("utf-8", "replace")) > 4096:
         raise PpspecError(
             "model reference has a path component longer than 255 bytes (or is longer than 4096 bytes)",

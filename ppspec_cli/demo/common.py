@@ -3,7 +3,9 @@ ALWAYS_TOKEN rule, a model's build spec, and the seeded tensor helpers the build
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,6 +82,17 @@ class Rand:
 
     def ones(self, n: int):
         return self.torch.ones(n, dtype=self.dtype)
+
+
+@contextlib.contextmanager
+def real_tensors() -> Iterator[None]:
+    """Compute on real tensors even while a model is only being described (factory.describe_demo_model
+    runs builders on fake tensors): for the small computations a model's shapes depend on, such as a
+    planted drafter's vocabulary, which comes from running the tiny target. A no-op otherwise."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        yield
 
 
 def linear_std(fan_in: int) -> float:

@@ -15,12 +15,15 @@ unknown name with the list of known ones. Nothing in ppspec_cli imports ppspec_k
 
 from __future__ import annotations
 
+import contextvars
+import json
 import importlib
 import importlib.util
 import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 from ppspec_cli.io import records, safeio
@@ -108,8 +111,37 @@ def register_model(name: str, spec: Spec, builder: Builder, *, listed: bool = Tr
 # helpers for builders
 
 
+@dataclass(frozen=True)
+class Description:
+    """What a demo model's checkpoint would hold, without its weights: config.json and the
+    safetensors header (tensor name -> (safetensors dtype, shape))."""
+
+    config: dict[str, Any]
+    tensors: dict[str, tuple[str, tuple[int, ...]]]
+
+
+#: While a model is described (describe_demo_model), the builders' writes land here, not on disk.
+_DESCRIBING: contextvars.ContextVar[list[Description] | None] = contextvars.ContextVar("ppspec_demo_describing", default=None)
+
+#: torch dtype name -> safetensors dtype string (the ones the builders use, and their neighbours).
+_ST_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32", "float64": "F64", "int64": "I64", "int32": "I32",
+              "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
+
+
+def _described(config: dict, tensors: dict) -> bool:
+    """In describe mode: record the checkpoint the builder would write and tell it to write nothing."""
+    sink = _DESCRIBING.get()
+    if sink is None:
+        return False
+    header = {k: (_ST_DTYPES[str(t.dtype).removeprefix("torch.")], tuple(int(d) for d in t.shape)) for k, t in tensors.items()}
+    sink.append(Description(json.loads(json.dumps(config)), header))
+    return True
+
+
 def write_target(out: Path, config: dict, tensors: dict) -> None:
     """A target checkpoint: the demo tokenizer, config.json, generation_config.json, the weights."""
+    if _described(config, tensors):
+        return
     write_tokenizer(out)
     write_json(out / "config.json", config)
     write_json(out / "generation_config.json", {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID})
@@ -118,6 +150,8 @@ def write_target(out: Path, config: dict, tensors: dict) -> None:
 
 def write_drafter(out: Path, config: dict, tensors: dict) -> None:
     """A drafter checkpoint: config.json and the weights (the tokenizer is the target's)."""
+    if _described(config, tensors):
+        return
     write_json(out / "config.json", config)
     _save(out, tensors)
 
@@ -207,6 +241,14 @@ def resolve_model_ref(ref: str) -> str:
     return ref
 
 
+def demo_model_path(ref: str) -> str:
+    """Where "demo:<name>" is (or will be) built, without building it: what a launch line names.
+    `serve` builds it (ensure_demo_model) just before the engine starts."""
+    name = ref.removeprefix(DEMO_PREFIX)
+    _lookup(name)
+    return str(demo_cache_dir() / name)
+
+
 def ensure_demo_model(name: str, *, progress: Callable[[str], None] | None = None) -> Path:
     """Return the directory of demo model `name`, building it first if missing or outdated."""
     if name.startswith(DEMO_PREFIX):
@@ -232,6 +274,54 @@ def ensure_demo_model(name: str, *, progress: Callable[[str], None] | None = Non
     if progress:
         progress(f"demo model {name} ready")
     return target
+
+
+def built_demo_model(name: str) -> Path | None:
+    """The directory of demo model `name` when the cache holds a current build of it, else None
+    (nothing is built)."""
+    name = name.removeprefix(DEMO_PREFIX)
+    _lookup(name)
+    target = demo_cache_dir() / name
+    return target if _is_current(target) else None
+
+
+_DESCRIPTIONS: dict[str, Description] = {}
+
+
+def describe_demo_model(name: str) -> Description:
+    """Demo model `name`'s config.json and tensor shapes, without building it: its builder runs on
+    fake tensors (torch's FakeTensorMode: shapes and dtypes, no storage) and its writes are
+    recorded, not made. What `check`, `plan` and `--predict` read; only `serve` builds weights."""
+    name = name.removeprefix(DEMO_PREFIX)
+    entry = _lookup(name)
+    if name in _DESCRIPTIONS:
+        return _DESCRIPTIONS[name]
+    if importlib.util.find_spec("torch") is None:
+        raise PpspecError(
+            f"reading demo model {name!r}'s shapes needs torch, which is not installed",
+            where=f"{DEMO_PREFIX}{name}",
+            fix="install the CPU extra (pip install -e '.[cpu]', or run `bash dev.sh demo`)",
+        )
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
+
+    sink: list[Description] = []
+    token = _DESCRIBING.set(sink)
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            entry.build(entry.spec, Path(os.devnull))
+    except (DataDependentOutputException, DynamicOutputShapeException) as e:
+        raise PpspecError(
+            f"demo model {name!r}'s shapes depend on its weights' values ({e.func}), so they cannot be read without building it",
+            where=f"{DEMO_PREFIX}{name}",
+            fix="in its builder, compute such values inside `with real_tensors():` (ppspec_cli/demo/common.py)",
+        ) from None
+    finally:
+        _DESCRIBING.reset(token)
+    if len(sink) != 1:
+        raise PpspecError(f"demo model {name!r}'s builder wrote {len(sink)} checkpoints, not one", where=f"{DEMO_PREFIX}{name}",
+                          fix="a registered builder calls write_target or write_drafter exactly once")
+    _DESCRIPTIONS[name] = sink[0]
+    return sink[0]
 
 
 def _lookup(name: str) -> _Entry:

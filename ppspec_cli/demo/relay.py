@@ -22,6 +22,7 @@ from ppspec_cli.demo.common import (
     Rand,
     Spec,
     layer_weights,
+    real_tensors,
     linear_std,
     trigger_tokens,
 )
@@ -58,6 +59,8 @@ RELAY_TAPS = (1, 3, NUM_LAYERS)
 _R_FLAG = 8.0
 _R_TRIG, _R_PRE = 0, 1
 _R_TOKEN = (2, 128)
+#: The residual dims that carry token identity (written by the embedding and each layer's attention).
+RELAY_TOKEN_DIMS = _R_TOKEN
 R_CODE = (128, 224)
 R_ANTI = (224, 240)
 R_PRE_IND = 240
@@ -272,7 +275,13 @@ def relay_draft_head(rows: list):
 def relay_draft_rows(miss_dim: int = R_CONST) -> list:
     """(target id, lm_head row) pairs: one identity row per token whose two-ahead token is
     determined by its code, one row per indicator, and the BOS row reading `miss_dim` (a dim that
-    holds the constant 1.0, scaled like the planted dims)."""
+    holds the constant 1.0, scaled like the planted dims). Computed on real tensors even when the
+    drafter is only described: its vocabulary (the number of rows) comes from the target's taps."""
+    with real_tensors():
+        return _relay_draft_rows(miss_dim)
+
+
+def _relay_draft_rows(miss_dim: int) -> list:
     import torch
 
     target_sd = relay_target_weights(RELAY_SEED)

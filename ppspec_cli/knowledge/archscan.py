@@ -997,15 +997,27 @@ def _mtp_layers(src: Source, c: ClassInfo, platform: str) -> dict[str, Any] | No
     return None
 
 
+def _self_attrs(expr: ast.AST) -> set[str]:
+    """The `self.X` attributes an expression reads (X only)."""
+    out = set()
+    for x in ast.walk(expr):
+        d = _dotted(x) if isinstance(x, ast.Attribute) else ""
+        if d and d.startswith("self.") and d.count(".") == 1:
+            out.add(d[5:])
+    return out
+
+
 def _ranged_count(init: ast.AST) -> dict[str, Any] | None:
+    """The attribute that counts the layers a constructor builds with range(): `range(self.n)`, or
+    `range(self.start, self.start + self.n)`, where the start (the first layer's id, e.g.
+    `config.num_hidden_layers` in DeepSeek/GLM MTP) is not the count."""
     ranged = set()
     for n in ast.walk(init):
         if isinstance(n, ast.Call) and _dotted(n.func) == "range" and n.args:
-            a = n.args[-1] if len(n.args) == 1 else n.args[1]
-            for x in ast.walk(a):
-                d = _dotted(x) if isinstance(x, ast.Attribute) else ""
-                if d and d.startswith("self.") and d.count(".") == 1:
-                    ranged.add(d[5:])
+            if len(n.args) == 1:
+                ranged |= _self_attrs(n.args[0])
+            else:
+                ranged |= _self_attrs(n.args[1]) - _self_attrs(n.args[0])
     for n in ast.walk(init):
         if not isinstance(n, ast.Assign) or len(n.targets) != 1:
             continue

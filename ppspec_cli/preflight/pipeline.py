@@ -151,6 +151,7 @@ def prepare(prof, profile: str, *, progress: Callable[[str], None], offline: boo
 def launch(p: Prepared, *, progress: Callable[[str], None], workload=None, stream: bool = True, verify_line: str | None = None, verbose: bool = False):
     """Start and supervise the prepared engine (supervise.run_engine): its ServeResult. The same
     pre-launch checks as `serve`: port free, Ray cluster, warnings printed, multi-node roll call."""
+    from ppspec_cli.running.launch import build_demo_models
     from ppspec_cli.running.serve import port_free, run_engine
 
     r, spec, node = p.r, p.spec, p.node
@@ -177,6 +178,7 @@ def launch(p: Prepared, *, progress: Callable[[str], None], workload=None, strea
     for f in p.findings:
         if f.severity == "warning":
             progress(f"warning {f.code}: {f.message}")
+    build_demo_models(r.profile, progress)
     roll = _roll_call(r.profile, node, p.timeout_s)
     try:
         return run_engine(

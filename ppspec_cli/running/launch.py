@@ -101,11 +101,22 @@ def vllm_executable() -> str:
 
 
 def _local_ref(ref: str) -> str:
+    """A `demo:` model's directory (built by `serve` at start: build_demo_models), else `ref`."""
     if ref.startswith("demo:"):
         from ppspec_cli import demo
 
-        return demo.resolve_model_ref(ref)
+        return demo.demo_model_path(ref)
     return ref
+
+
+def build_demo_models(p: Profile, progress: Callable[[str], None]) -> None:
+    """Build the profile's `demo:` models the launch names (once; cached): the one place a run builds
+    weights. check, plan, --predict, the dry run and the exports read their description instead."""
+    from ppspec_cli import demo
+
+    for ref in (p.target.model, p.drafter.model if p.drafter else None):
+        if ref and demo.is_demo_ref(ref):
+            demo.ensure_demo_model(ref, progress=progress)
 
 
 def _engine_ref(ref: str, ck: Any, resolve_demo: bool) -> str:
