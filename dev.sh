@@ -2,7 +2,7 @@
 # ppspec developer bootstrap: the one script behind the README's fresh-machine commands.
 #
 #   bash dev.sh demo [ARGS...]    install if needed, then `ppspec serve profiles/tiny_cpu_demo.yaml ARGS...`
-#   bash dev.sh test [ARGS...]    install if needed, `ruff check .`, then the whole pytest suite on 2 workers (ARGS go to pytest)
+#   bash dev.sh test [ARGS...]    install if needed, `ruff format --check .` and `ruff check .`, then the whole pytest suite on 2 workers (ARGS go to pytest)
 #   bash dev.sh install           install if needed, nothing else
 #   bash dev.sh system-deps       as root with apt: the system packages the multi-node tests use (slurm-wlm, munge, iproute2)
 #   (PPSPEC_SKIP_INSTALL=1 uses an existing .venv as it is; PPSPEC_PYTHON picks the base Python)
@@ -207,6 +207,8 @@ case "$cmd" in
         ensure_installed
         # Lint first, as CI does (ruff is in the [test] extra; settings in pyproject.toml).
         [ -x "$VENV/bin/ruff" ] || die "ruff is missing from .venv: run \`bash dev.sh install\`"
+        "$VENV/bin/ruff" format --no-cache --check . \
+            || die "ruff format would change the files above; run \`.venv/bin/ruff format .\` and run again"
         "$VENV/bin/ruff" check --no-cache . \
             || die "ruff check found problems (above); fix them (\`.venv/bin/ruff check --fix .\` fixes some) and run again"
         rc=0

@@ -59,11 +59,21 @@ def run_vllm(model_dir: Path, log_path: Path, timeout: float) -> tuple[float, in
     """Start `vllm serve` with the bad partition; seconds until the process exits (None: it did not)."""
     vllm = Path(sys.executable).parent / "vllm"
     cmd = [
-        str(vllm), "serve", str(model_dir),
-        "--host", "127.0.0.1", "--port", str(free_port()),
-        "--pipeline-parallel-size", "2",
-        "--max-model-len", "512", "--max-num-seqs", "4",
-        "--compilation-config", '{"mode": 2, "backend": "eager"}',
+        str(vllm),
+        "serve",
+        str(model_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(free_port()),
+        "--pipeline-parallel-size",
+        "2",
+        "--max-model-len",
+        "512",
+        "--max-num-seqs",
+        "4",
+        "--compilation-config",
+        '{"mode": 2, "backend": "eager"}',
     ]
     env = dict(os.environ)
     env.update(
@@ -103,7 +113,9 @@ def run_vllm(model_dir: Path, log_path: Path, timeout: float) -> tuple[float, in
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--vllm-timeout", type=float, default=400, help="give up waiting for vLLM to fail after this many seconds")
+    ap.add_argument(
+        "--vllm-timeout", type=float, default=400, help="give up waiting for vLLM to fail after this many seconds"
+    )
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (profile, vLLM log)")
     args = ap.parse_args()
 
@@ -136,7 +148,9 @@ def main() -> int:
         finally:
             fcntl.flock(lockf, fcntl.LOCK_UN)
     text = log.read_text(errors="replace")
-    vllm_reason = next((ln.strip() for ln in text.splitlines() if "does not match" in ln and "ValueError:" in ln), None) or next(
+    vllm_reason = next(
+        (ln.strip() for ln in text.splitlines() if "does not match" in ln and "ValueError:" in ln), None
+    ) or next(
         (ln.strip() for ln in text.splitlines() if "does not match" in ln), "(no partition error found in the log)"
     )
 

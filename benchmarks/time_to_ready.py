@@ -25,6 +25,7 @@ import argparse
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -34,7 +35,6 @@ import sys
 import tempfile
 import threading
 import time
-import re
 import urllib.request
 from datetime import datetime
 from pathlib import Path
@@ -121,7 +121,9 @@ def bare(argv: list[str], env: dict, url: str, timeout: float, log: Path) -> flo
     with open(log, "w") as out:
         STARTS["bare"] = time.time()
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             while time.monotonic() - t0 < timeout:
                 if proc.poll() is not None:
@@ -139,8 +141,15 @@ def with_ppspec(profile: Path, run_dir: Path, env: dict, timeout: float) -> tupl
     second it arrived at."""
     STARTS["ppspec"] = time.time()
     t0 = time.monotonic()
-    proc = subprocess.Popen([*PPSPEC, "serve", str(profile), "--run-dir", str(run_dir)], env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [*PPSPEC, "serve", str(profile), "--run-dir", str(run_dir)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     lines: list[tuple[float, str]] = []
     ready = threading.Event()
 
@@ -166,9 +175,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("profile", nargs="?", default=str(REPO / "profiles" / "tiny_cpu_demo.yaml"))
     ap.add_argument("--timeout", type=float, default=600)
-    ap.add_argument("--ppspec-first", action="store_true", help="start ppspec's run first (default: the bare engine first)")
-    ap.add_argument("--rounds", type=int, default=1, help="start each this many times, alternating which goes first; medians are printed (default 1)")
-    ap.add_argument("--keep", action="store_true", help="keep the work directory (both engine logs) and print where it is")
+    ap.add_argument(
+        "--ppspec-first", action="store_true", help="start ppspec's run first (default: the bare engine first)"
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="start each this many times, alternating which goes first; medians are printed (default 1)",
+    )
+    ap.add_argument(
+        "--keep", action="store_true", help="keep the work directory (both engine logs) and print where it is"
+    )
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ppspec-ttr-"))
     try:
@@ -179,7 +197,13 @@ def main() -> int:
         profile.write_text(yaml.safe_dump(data, sort_keys=False))
         env = base_env()
         run_dir = work / "run"
-        dry = subprocess.run([*PPSPEC, "serve", str(profile), "--dry-run", "--json", "--run-dir", str(run_dir)], env=env, capture_output=True, text=True, timeout=120)
+        dry = subprocess.run(
+            [*PPSPEC, "serve", str(profile), "--dry-run", "--json", "--run-dir", str(run_dir)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if dry.returncode != 0:
             raise SystemExit(f"serve --dry-run failed ({dry.returncode}):\n{dry.stdout}{dry.stderr}")
         node = json.loads(dry.stdout)["nodes"][0]
@@ -214,8 +238,10 @@ def main() -> int:
                         times["ppspec"].append(t)
         got = {k: statistics.median(v) for k, v in times.items()}
         if args.rounds > 1:
-            print(f"{args.rounds} rounds, alternating; medians below. bare: {', '.join(f'{t:.1f}' for t in times['bare'])} s; "
-                  f"ppspec: {', '.join(f'{t:.1f}' for t in times['ppspec'])} s")
+            print(
+                f"{args.rounds} rounds, alternating; medians below. bare: {', '.join(f'{t:.1f}' for t in times['bare'])} s; "
+                f"ppspec: {', '.join(f'{t:.1f}' for t in times['ppspec'])} s"
+            )
         print(f"profile: {args.profile}")
         print(f"vLLM option cache before the run: {cache_state}")
         print(f"bare `vllm serve` (same argv and env, plugin inert): ready in {got['bare']:.1f} s")
@@ -234,7 +260,9 @@ def main() -> int:
             if name in mb or name in mp:
                 b, q = mb.get(name), mp.get(name)
                 diff = f"{q - b:+6.0f}" if b is not None and q is not None else "     —"
-                print(f"  {name:28} {'—' if b is None else f'{b:6.0f}':>6} {'—' if q is None else f'{q:7.0f}':>7} {diff}")
+                print(
+                    f"  {name:28} {'—' if b is None else f'{b:6.0f}':>6} {'—' if q is None else f'{q:7.0f}':>7} {diff}"
+                )
         within = d <= 2.0 or got["ppspec"] <= 1.05 * got["bare"]
         print(f"within 5% or 2 s of the bare engine: {'yes' if within else 'no'}")
         return 0

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
-
-from ppspec_cli.io import env as env_io
 from typing import Optional
 
 import typer
 
-from ppspec_cli.io import terminal
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import env as env_io
+from ppspec_cli.io import terminal
 
 app = typer.Typer(
     name="ppspec",
@@ -29,9 +28,16 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-adapters_app = typer.Typer(help="Adapter packs: which model families work under PP, and what each pack changes.", no_args_is_help=True, rich_markup_mode=None)
+adapters_app = typer.Typer(
+    help="Adapter packs: which model families work under PP, and what each pack changes.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 app.add_typer(adapters_app, name="adapters")
-export_app = typer.Typer(help="Write the profile's launch for a cluster scheduler: a SLURM batch script or a Kubernetes LeaderWorkerSet.", no_args_is_help=True)
+export_app = typer.Typer(
+    help="Write the profile's launch for a cluster scheduler: a SLURM batch script or a Kubernetes LeaderWorkerSet.",
+    no_args_is_help=True,
+)
 app.add_typer(export_app, name="export")
 
 _state = {"debug": False}
@@ -48,9 +54,17 @@ def _version_callback(value: bool) -> None:
 @app.callback()
 def _main(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for unexpected errors."),
-    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True, help="Print ppspec's version, the installed vLLM (verified or not) and the verified vLLM releases, then exit."),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_version_callback,
+        is_eager=True,
+        help="Print ppspec's version, the installed vLLM (verified or not) and the verified vLLM releases, then exit.",
+    ),
 ) -> None:
-    _state["debug"] = debug or bool(env_io.get("PPSPEC_DEBUG"))  # read raw: a bad PPSPEC_* below must still show without a traceback
+    _state["debug"] = debug or bool(
+        env_io.get("PPSPEC_DEBUG")
+    )  # read raw: a bad PPSPEC_* below must still show without a traceback
     from ppspec_cli.io.settings import settings
 
     settings()  # every PPSPEC_* variable checked once, first: a bad one is one error (exit 2) before anything runs
@@ -60,9 +74,20 @@ def _main(
 def check(
     profile: str = typer.Argument(..., metavar="PROFILE", help="Path to the profile YAML (see profiles/)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (for scripts) instead of a table."),
-    offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub; use local files and the HF cache only."),
-    probes: bool = typer.Option(False, "--probes/--no-probes", help="Also run behaviour probes of the installed vLLM (tripwires). Imports vLLM: tens of seconds. `serve` runs them inside every engine process anyway."),
-    severity: str = typer.Option("warning", "--severity", metavar="LEVEL", help="Show findings of this severity or worse: error, warning (the default) or info (all). The verdict and --json always count every finding."),
+    offline: bool = typer.Option(
+        False, "--offline", help="Do not contact the Hugging Face hub; use local files and the HF cache only."
+    ),
+    probes: bool = typer.Option(
+        False,
+        "--probes/--no-probes",
+        help="Also run behaviour probes of the installed vLLM (tripwires). Imports vLLM: tens of seconds. `serve` runs them inside every engine process anyway.",
+    ),
+    severity: str = typer.Option(
+        "warning",
+        "--severity",
+        metavar="LEVEL",
+        help="Show findings of this severity or worse: error, warning (the default) or info (all). The verdict and --json always count every finding.",
+    ),
     quiet: bool = typer.Option(False, "--quiet", help="Errors and warnings only (the default; kept for scripts)."),
     verbose: bool = typer.Option(False, "--verbose", help="Every finding, the infos too (--severity info)."),
 ) -> None:
@@ -74,7 +99,11 @@ def check(
     """
     from ppspec_cli.commands import check as command
 
-    raise typer.Exit(command.run(profile, json_out, offline, probes, "warning" if quiet and severity == "info" else severity, verbose))
+    raise typer.Exit(
+        command.run(
+            profile, json_out, offline, probes, "warning" if quiet and severity == "info" else severity, verbose
+        )
+    )
 
 
 @app.command()
@@ -82,40 +111,111 @@ def plan(
     profile: str = typer.Argument(..., metavar="PROFILE", help="Path to the profile YAML."),
     json_out: bool = typer.Option(False, "--json", help="Print the plan and findings as one JSON object."),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub."),
-    verbose: bool = typer.Option(False, "--verbose", help="Every finding under the plan (default: the verdict and the errors to act on first)."),
-    predict: bool = typer.Option(False, "--predict", help="Also predict speculation's speed-up per concurrency and k from a cost model (docs/predict.md)."),
-    hardware: Optional[str] = typer.Option(None, "--hardware", help="With --predict: h200, h100, a100, l40s or cpu; overrides as NAME,bw=GB/s,tflops=N."),
-    link: Optional[str] = typer.Option(None, "--link", help="With --predict: the pipeline link (nvlink4, pcie5, ib-ndr, tcp-100g, ...; NAME,bw=GB/s,lat=us)."),
-    acceptance_length: Optional[float] = typer.Option(None, "--acceptance-length", help="With --predict: mean acceptance length at the profile's num_speculative_tokens."),
-    acceptance_from: Optional[str] = typer.Option(None, "--acceptance-from", help="With --predict: read per-position acceptance from a bench.json or verify report."),
-    concurrency: str = typer.Option("1,4,16,32", "--concurrency", help="With --predict: concurrency levels, comma-separated."),
-    nst: Optional[str] = typer.Option(None, "--num-speculative-tokens", help="With --predict: k values, comma-separated (default 1,2,3 and the profile's)."),
-    context_length: Optional[int] = typer.Option(None, "--context-length", min=1, help="With --predict: tokens of context per request (default min(1024, max-model-len))."),
-    calibration: Optional[str] = typer.Option(None, "--calibration", help="With --predict: calibration file (default: calibration.json beside the profile, if it matches)."),
+    verbose: bool = typer.Option(
+        False, "--verbose", help="Every finding under the plan (default: the verdict and the errors to act on first)."
+    ),
+    predict: bool = typer.Option(
+        False,
+        "--predict",
+        help="Also predict speculation's speed-up per concurrency and k from a cost model (docs/predict.md).",
+    ),
+    hardware: Optional[str] = typer.Option(
+        None, "--hardware", help="With --predict: h200, h100, a100, l40s or cpu; overrides as NAME,bw=GB/s,tflops=N."
+    ),
+    link: Optional[str] = typer.Option(
+        None,
+        "--link",
+        help="With --predict: the pipeline link (nvlink4, pcie5, ib-ndr, tcp-100g, ...; NAME,bw=GB/s,lat=us).",
+    ),
+    acceptance_length: Optional[float] = typer.Option(
+        None,
+        "--acceptance-length",
+        help="With --predict: mean acceptance length at the profile's num_speculative_tokens.",
+    ),
+    acceptance_from: Optional[str] = typer.Option(
+        None,
+        "--acceptance-from",
+        help="With --predict: read per-position acceptance from a bench.json or verify report.",
+    ),
+    concurrency: str = typer.Option(
+        "1,4,16,32", "--concurrency", help="With --predict: concurrency levels, comma-separated."
+    ),
+    nst: Optional[str] = typer.Option(
+        None,
+        "--num-speculative-tokens",
+        help="With --predict: k values, comma-separated (default 1,2,3 and the profile's).",
+    ),
+    context_length: Optional[int] = typer.Option(
+        None,
+        "--context-length",
+        min=1,
+        help="With --predict: tokens of context per request (default min(1024, max-model-len)).",
+    ),
+    calibration: Optional[str] = typer.Option(
+        None,
+        "--calibration",
+        help="With --predict: calibration file (default: calibration.json beside the profile, if it matches).",
+    ),
 ) -> None:
     """Show the stage plan: layers per stage, where each tap lives, what each hop relays, draft layer
     ids, embedding placement and weight memory per stage; exit code as `check`'s. With --predict, the predicted speed-up."""
     from ppspec_cli.commands import plan as command
     from ppspec_cli.commands.predict_render import PredictOptions
 
-    opts = PredictOptions(hardware, link, acceptance_length, acceptance_from, concurrency, nst, context_length, calibration) if predict else None
+    opts = (
+        PredictOptions(
+            hardware, link, acceptance_length, acceptance_from, concurrency, nst, context_length, calibration
+        )
+        if predict
+        else None
+    )
     raise typer.Exit(command.run(profile, json_out, offline, opts, verbose))
 
 
 @app.command()
 def serve(
-    profile: str = typer.Argument(..., metavar="PROFILE", help="Path to the profile YAML (e.g. profiles/tiny_cpu_demo.yaml)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the exact command lines and environment for every node, then exit. Needs neither vLLM nor GPUs."),
-    node_rank: Optional[int] = typer.Option(None, "--node-rank", help="Which node this is (multi-node). Default 0 (the head); with --dry-run, default all nodes."),
+    profile: str = typer.Argument(
+        ..., metavar="PROFILE", help="Path to the profile YAML (e.g. profiles/tiny_cpu_demo.yaml)."
+    ),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Print the exact command lines and environment for every node, then exit. Needs neither vLLM nor GPUs.",
+    ),
+    node_rank: Optional[int] = typer.Option(
+        None,
+        "--node-rank",
+        help="Which node this is (multi-node). Default 0 (the head); with --dry-run, default all nodes.",
+    ),
     json_out: bool = typer.Option(False, "--json", help="With --dry-run: print the launch as JSON."),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub during the preflight."),
-    run_dir: Optional[str] = typer.Option(None, "--run-dir", help="Where to keep plan.json, launch.json and engine.log (default ~/.cache/ppspec/runs/NAME)."),
-    health_timeout: Optional[int] = typer.Option(None, "--health-timeout", help="Seconds to wait for /health (default: launch.health_timeout_s)."),
-    master_addr: Optional[str] = typer.Option(None, "--master-addr", help="The head node's address (overrides launch.master_addr; inside SLURM the allocation's first host is the default)."),
-    master_port: Optional[int] = typer.Option(None, "--master-port", min=1, max=65535, help="The head's rendezvous port (overrides launch.master_port)."),
+    run_dir: Optional[str] = typer.Option(
+        None,
+        "--run-dir",
+        help="Where to keep plan.json, launch.json and engine.log (default ~/.cache/ppspec/runs/NAME).",
+    ),
+    health_timeout: Optional[int] = typer.Option(
+        None, "--health-timeout", help="Seconds to wait for /health (default: launch.health_timeout_s)."
+    ),
+    master_addr: Optional[str] = typer.Option(
+        None,
+        "--master-addr",
+        help="The head node's address (overrides launch.master_addr; inside SLURM the allocation's first host is the default).",
+    ),
+    master_port: Optional[int] = typer.Option(
+        None, "--master-port", min=1, max=65535, help="The head's rendezvous port (overrides launch.master_port)."
+    ),
     host: Optional[str] = typer.Option(None, "--host", help="Address the API server binds (overrides server.host)."),
-    role: Optional[str] = typer.Option(None, "--role", help="Disaggregated profiles (`roles:`): which engine to start, `prefill` or `decode`. With --dry-run and no --role, both engines and the router."),
-    verbose: bool = typer.Option(False, "--verbose", help="Stream the engine's whole log to the terminal (default: a line per start-up phase and vLLM's warnings and errors; RUN_DIR/engine.log always has all of it)."),
+    role: Optional[str] = typer.Option(
+        None,
+        "--role",
+        help="Disaggregated profiles (`roles:`): which engine to start, `prefill` or `decode`. With --dry-run and no --role, both engines and the router.",
+    ),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        help="Stream the engine's whole log to the terminal (default: a line per start-up phase and vLLM's warnings and errors; RUN_DIR/engine.log always has all of it).",
+    ),
 ) -> None:
     """Check the profile, then launch the vLLM server with the adapter pack applied in every engine process.
 
@@ -134,26 +234,66 @@ def serve(
     from ppspec_cli.commands import serve as command
 
     where = {"master_addr": master_addr, "master_port": master_port, "host": host}
-    raise typer.Exit(command.run(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where, role, verbose))
+    raise typer.Exit(
+        command.run(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where, role, verbose)
+    )
 
 
 @app.command()
 def bench(
-    profile: str = typer.Argument(..., metavar="PROFILE", help="Profile with a drafter (e.g. profiles/tiny_cpu_demo.yaml)."),
-    concurrency: str = typer.Option("1,4,16,32", "--concurrency", help="Concurrency levels (requests in flight), comma-separated."),
-    num_prompts: int = typer.Option(16, "--num-prompts", help="Seeded random prompts per level, at least (a level at concurrency C sends at least 4 x C)."),
-    repeat: int = typer.Option(2, "--repeat", help="Measure each (arm, level) this many times; the verdict judges the spread (use 3 on GPUs)."),
-    sessions: str = typer.Option("per-repeat", "--sessions", help="per-repeat: every repeat of every arm in its own engine session, arms interleaved (drift between sessions is in the spread); per-arm: one session per arm (fewer engine starts)."),
-    max_tokens: int = typer.Option(128, "--max-tokens", help="Output tokens per request (greedy, ignore_eos: a fixed length)."),
+    profile: str = typer.Argument(
+        ..., metavar="PROFILE", help="Profile with a drafter (e.g. profiles/tiny_cpu_demo.yaml)."
+    ),
+    concurrency: str = typer.Option(
+        "1,4,16,32", "--concurrency", help="Concurrency levels (requests in flight), comma-separated."
+    ),
+    num_prompts: int = typer.Option(
+        16,
+        "--num-prompts",
+        help="Seeded random prompts per level, at least (a level at concurrency C sends at least 4 x C).",
+    ),
+    repeat: int = typer.Option(
+        2, "--repeat", help="Measure each (arm, level) this many times; the verdict judges the spread (use 3 on GPUs)."
+    ),
+    sessions: str = typer.Option(
+        "per-repeat",
+        "--sessions",
+        help="per-repeat: every repeat of every arm in its own engine session, arms interleaved (drift between sessions is in the spread); per-arm: one session per arm (fewer engine starts).",
+    ),
+    max_tokens: int = typer.Option(
+        128, "--max-tokens", help="Output tokens per request (greedy, ignore_eos: a fixed length)."
+    ),
     input_len: int = typer.Option(128, "--input-len", help="Prompt length in tokens."),
-    nst: Optional[str] = typer.Option(None, "--num-speculative-tokens", help="Speculative arms, comma-separated (default: the profile's num_speculative_tokens)."),
-    out: Optional[str] = typer.Option(None, "--out", help="Directory for bench.json, report.md and the PNG plots (also the --resume state; default ~/.cache/ppspec/runs/NAME-bench)."),
+    nst: Optional[str] = typer.Option(
+        None,
+        "--num-speculative-tokens",
+        help="Speculative arms, comma-separated (default: the profile's num_speculative_tokens).",
+    ),
+    out: Optional[str] = typer.Option(
+        None,
+        "--out",
+        help="Directory for bench.json, report.md and the PNG plots (also the --resume state; default ~/.cache/ppspec/runs/NAME-bench).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
-    resume: bool = typer.Option(False, "--resume", help="Keep the levels and parity passes measured earlier (same settings) and run only the rest."),
-    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="Measure this running speculative server instead of serving the profile (with --baseline-endpoint)."),
-    baseline_endpoint: Optional[str] = typer.Option(None, "--baseline-endpoint", help="The running server without speculation (with --endpoint)."),
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="Keep the levels and parity passes measured earlier (same settings) and run only the rest.",
+    ),
+    endpoint: Optional[str] = typer.Option(
+        None,
+        "--endpoint",
+        help="Measure this running speculative server instead of serving the profile (with --baseline-endpoint).",
+    ),
+    baseline_endpoint: Optional[str] = typer.Option(
+        None, "--baseline-endpoint", help="The running server without speculation (with --endpoint)."
+    ),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub."),
-    allow_mixed: bool = typer.Option(False, "--allow-mixed", help="With --resume, keep results measured on another host or with other ppspec/vLLM versions (refused otherwise)."),
+    allow_mixed: bool = typer.Option(
+        False,
+        "--allow-mixed",
+        help="With --resume, keep results measured on another host or with other ppspec/vLLM versions (refused otherwise).",
+    ),
 ) -> None:
     """Does speculation pay at my load? Serves the profile without its drafter and with each
     num_speculative_tokens (one engine at a time, as `serve`), drives every concurrency with vLLM's
@@ -167,7 +307,27 @@ def bench(
     """
     from ppspec_cli.commands import bench as command
 
-    raise typer.Exit(command.run(profile, command.Options(concurrency=concurrency, num_prompts=num_prompts, max_tokens=max_tokens, input_len=input_len, nst=nst, out=out, json_out=json_out, resume=resume, endpoint=endpoint, baseline_endpoint=baseline_endpoint, offline=offline, repeat=repeat, allow_mixed=allow_mixed, sessions=sessions)))
+    raise typer.Exit(
+        command.run(
+            profile,
+            command.Options(
+                concurrency=concurrency,
+                num_prompts=num_prompts,
+                max_tokens=max_tokens,
+                input_len=input_len,
+                nst=nst,
+                out=out,
+                json_out=json_out,
+                resume=resume,
+                endpoint=endpoint,
+                baseline_endpoint=baseline_endpoint,
+                offline=offline,
+                repeat=repeat,
+                allow_mixed=allow_mixed,
+                sessions=sessions,
+            ),
+        )
+    )
 
 
 _OUTPUT_HELP = "Write to this file instead of standard output."
@@ -192,11 +352,25 @@ def export_slurm(
 @export_app.command("k8s")
 def export_k8s(
     profile: str = typer.Argument(..., metavar="PROFILE", help="Path to the profile YAML."),
-    image: str = typer.Option(..., "--image", help="Container image with vLLM and ppspec installed (the same versions on every node)."),
+    image: str = typer.Option(
+        ..., "--image", help="Container image with vLLM and ppspec installed (the same versions on every node)."
+    ),
     output: Optional[str] = typer.Option(None, "--output", "-o", help=_OUTPUT_HELP),
-    api_key_secret: Optional[str] = typer.Option(None, "--api-key-secret", help="Secret holding the API key under `api-key` (default NAME-api-key); used when server.api_key_env is set."),
-    host: Optional[str] = typer.Option(None, "--host", help="Address the API server binds in the pod (default: the profile's, or 0.0.0.0 when that is loopback)."),
-    volume: Optional[list[str]] = typer.Option(None, "--volume", help="CLAIM:/path: mount this PersistentVolumeClaim read-only at /path in every pod (repeatable); the profile's local model paths must lie under one."),
+    api_key_secret: Optional[str] = typer.Option(
+        None,
+        "--api-key-secret",
+        help="Secret holding the API key under `api-key` (default NAME-api-key); used when server.api_key_env is set.",
+    ),
+    host: Optional[str] = typer.Option(
+        None,
+        "--host",
+        help="Address the API server binds in the pod (default: the profile's, or 0.0.0.0 when that is loopback).",
+    ),
+    volume: Optional[list[str]] = typer.Option(
+        None,
+        "--volume",
+        help="CLAIM:/path: mount this PersistentVolumeClaim read-only at /path in every pod (repeatable); the profile's local model paths must lie under one.",
+    ),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub during the preflight."),
 ) -> None:
     """A Kubernetes LeaderWorkerSet: node 0 (leader) serves the API, the others run headless.
@@ -212,19 +386,53 @@ def export_k8s(
 
 @app.command()
 def verify(
-    profile: Optional[str] = typer.Argument(None, metavar="PROFILE", help="Profile of the server to measure (its host/port/api key). Omit with --endpoint."),
-    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="Base URL of a running OpenAI-compatible vLLM server (default: from the profile, else http://127.0.0.1:8000)."),
+    profile: Optional[str] = typer.Argument(
+        None, metavar="PROFILE", help="Profile of the server to measure (its host/port/api key). Omit with --endpoint."
+    ),
+    endpoint: Optional[str] = typer.Option(
+        None,
+        "--endpoint",
+        help="Base URL of a running OpenAI-compatible vLLM server (default: from the profile, else http://127.0.0.1:8000).",
+    ),
     out: Optional[str] = typer.Option(None, "--out", help="Write the JSON report here."),
-    save_baseline: Optional[str] = typer.Option(None, "--save-baseline", help="Save this run as an acceptance baseline (e.g. the same drafter at PP=1)."),
+    save_baseline: Optional[str] = typer.Option(
+        None, "--save-baseline", help="Save this run as an acceptance baseline (e.g. the same drafter at PP=1)."
+    ),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Baseline report for the acceptance-parity gate."),
-    reference: Optional[str] = typer.Option(None, "--reference", help="Saved speculation-off run for the output-parity and task-score gates."),
-    save_reference: Optional[str] = typer.Option(None, "--save-reference", help="Save this run as the reference (run it with speculation off)."),
-    gate: Optional[list[str]] = typer.Option(None, "--gates", help="Gates to apply, comma-separated or repeated: acceptance (parity vs --baseline), drafter (acceptance floor), output (greedy outputs vs --reference), task (arithmetic score vs --reference), all, none. Default: drafter when speculating, plus those whose inputs are given."),
-    min_acceptance: float = typer.Option(0.05, "--min-acceptance", help="Floor for the drafter-sanity gate (acceptance rate)."),
-    parity_ratio: float = typer.Option(0.95, "--parity-ratio", help="Acceptance length must be at least this times the baseline's (upstream vLLM uses 0.95)."),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Tokens generated per prompt (greedy). Default: the profile's verify.max_tokens, else 128."),
-    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Use only the first N prompts of the set. Default: the profile's verify.num_prompts, else all."),
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Environment variable holding the API key (default: the profile's server.api_key_env)."),
+    reference: Optional[str] = typer.Option(
+        None, "--reference", help="Saved speculation-off run for the output-parity and task-score gates."
+    ),
+    save_reference: Optional[str] = typer.Option(
+        None, "--save-reference", help="Save this run as the reference (run it with speculation off)."
+    ),
+    gate: Optional[list[str]] = typer.Option(
+        None,
+        "--gates",
+        help="Gates to apply, comma-separated or repeated: acceptance (parity vs --baseline), drafter (acceptance floor), output (greedy outputs vs --reference), task (arithmetic score vs --reference), all, none. Default: drafter when speculating, plus those whose inputs are given.",
+    ),
+    min_acceptance: float = typer.Option(
+        0.05, "--min-acceptance", help="Floor for the drafter-sanity gate (acceptance rate)."
+    ),
+    parity_ratio: float = typer.Option(
+        0.95,
+        "--parity-ratio",
+        help="Acceptance length must be at least this times the baseline's (upstream vLLM uses 0.95).",
+    ),
+    max_tokens: Optional[int] = typer.Option(
+        None,
+        "--max-tokens",
+        help="Tokens generated per prompt (greedy). Default: the profile's verify.max_tokens, else 128.",
+    ),
+    num_prompts: Optional[int] = typer.Option(
+        None,
+        "--num-prompts",
+        help="Use only the first N prompts of the set. Default: the profile's verify.num_prompts, else all.",
+    ),
+    api_key_env: Optional[str] = typer.Option(
+        None,
+        "--api-key-env",
+        help="Environment variable holding the API key (default: the profile's server.api_key_env).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON instead of a table."),
 ) -> None:
     """Measure speculative decoding on a live server: acceptance from /metrics deltas, throughput,
@@ -254,7 +462,11 @@ def verify(
 @app.command()
 def docs(
     out: Optional[str] = typer.Option(None, "--out", help="Write the reference to this file instead of stdout."),
-    findings: bool = typer.Option(False, "--findings", help="The findings reference instead: every finding code, its cause and fix (docs/findings.md)."),
+    findings: bool = typer.Option(
+        False,
+        "--findings",
+        help="The findings reference instead: every finding code, its cause and fix (docs/findings.md).",
+    ),
 ) -> None:
     """Print the profile reference (generated from the schema's field descriptions), or with
     --findings the reference of every finding code."""
@@ -264,7 +476,11 @@ def docs(
 
 
 @adapters_app.command("list")
-def adapters_list_cmd(json_out: bool = typer.Option(False, "--json", help="Print one JSON object: the packs and the per-release architecture tables.")) -> None:
+def adapters_list_cmd(
+    json_out: bool = typer.Option(
+        False, "--json", help="Print one JSON object: the packs and the per-release architecture tables."
+    ),
+) -> None:
     """List adapter packs and their status against the installed vLLM."""
     from ppspec_cli.commands.adapters import adapters_list
 
@@ -272,7 +488,14 @@ def adapters_list_cmd(json_out: bool = typer.Option(False, "--json", help="Print
 
 
 @adapters_app.command("show")
-def adapters_show_cmd(name: str = typer.Argument(..., metavar="NAME", help="Pack name (see `ppspec adapters list`), or a model architecture as its config.json names it: the pack that covers it."), json_out: bool = typer.Option(False, "--json", help="Print the pack as one JSON object.")) -> None:
+def adapters_show_cmd(
+    name: str = typer.Argument(
+        ...,
+        metavar="NAME",
+        help="Pack name (see `ppspec adapters list`), or a model architecture as its config.json names it: the pack that covers it.",
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the pack as one JSON object."),
+) -> None:
     """Show one adapter pack: what it matches, provides and patches. Given an architecture name,
     say which pack covers it and show that pack."""
     from ppspec_cli.commands.adapters import adapters_show
@@ -309,7 +532,10 @@ def main() -> None:
             raise
         # a path given on the command line or in the profile that the file system cannot take
         where = str(e.filename or "")
-        print(f"error: {e.strerror}\n  where: {where[:120]}{'...' if len(where) > 120 else ''}\n  fix: use a shorter path (each name at most 255 bytes)", file=sys.stderr)
+        print(
+            f"error: {e.strerror}\n  where: {where[:120]}{'...' if len(where) > 120 else ''}\n  fix: use a shorter path (each name at most 255 bytes)",
+            file=sys.stderr,
+        )
         sys.exit(2)
     except typer.Abort:
         print("ppspec: aborted", file=sys.stderr)
@@ -320,7 +546,10 @@ def main() -> None:
             sys.exit(2)
         if _state["debug"]:
             raise
-        print(f"error: unexpected {type(e).__name__}: {e}\n  fix: re-run with --debug for the traceback and report it", file=sys.stderr)
+        print(
+            f"error: unexpected {type(e).__name__}: {e}\n  fix: re-run with --debug for the traceback and report it",
+            file=sys.stderr,
+        )
         sys.exit(3)
 
 

@@ -31,7 +31,12 @@ class PpspecError(Exception):
         return "\n".join(parts)
 
     def to_json(self) -> dict:
-        return {"error": _bound(self.what), "where": _bound(self.where), "fix": _bound(self.fix), "exit_code": self.exit_code}
+        return {
+            "error": _bound(self.what),
+            "where": _bound(self.where),
+            "fix": _bound(self.fix),
+            "exit_code": self.exit_code,
+        }
 
 
 #: The most characters of one part (what / where / fix) of a rendered error.

@@ -15,11 +15,46 @@ does not know, so ``ppspec serve`` of a GPU-validation profile works from a chec
 
 from ppspec_kit import catalogue as _catalogue  # noqa: F401  (registers the kit's models)
 from ppspec_kit.block import RELAY_DFLASH, RELAY_DSPARK
-from ppspec_kit.gpuval import BIG, BIG_DRAFTER, BIG_RIGHT_SHARE, BIG_TARGET, RELAY_DSV3_TARGET, RELAY_EAGLE1, RELAY_PLUS1, BigShape, big_costs, big_right_tokens, big_successors
-from ppspec_kit.relay import RELAY_MOE_EXPERTS, RELAY_MOE_TARGET, RELAY_MOE_TOP_K, RELAY_ONE, RELAY_TAPS_EARLY, RELAY_TAPS_LATE
+from ppspec_kit.gpuval import (
+    BIG,
+    BIG_DRAFTER,
+    BIG_RIGHT_SHARE,
+    BIG_TARGET,
+    RELAY_DSV3_TARGET,
+    RELAY_EAGLE1,
+    RELAY_PLUS1,
+    BigShape,
+    big_costs,
+    big_right_tokens,
+    big_successors,
+)
+from ppspec_kit.relay import (
+    RELAY_MOE_EXPERTS,
+    RELAY_MOE_TARGET,
+    RELAY_MOE_TOP_K,
+    RELAY_ONE,
+    RELAY_TAPS_EARLY,
+    RELAY_TAPS_LATE,
+)
 
 __all__ = [
-    "BIG", "BIG_DRAFTER", "BIG_RIGHT_SHARE", "BIG_TARGET", "RELAY_DFLASH", "RELAY_DSPARK", "RELAY_DSV3_TARGET", "RELAY_EAGLE1",
-    "RELAY_MOE_EXPERTS", "RELAY_MOE_TARGET", "RELAY_MOE_TOP_K", "RELAY_ONE", "RELAY_PLUS1", "RELAY_TAPS_EARLY", "RELAY_TAPS_LATE",
-    "BigShape", "big_costs", "big_right_tokens", "big_successors",
+    "BIG",
+    "BIG_DRAFTER",
+    "BIG_RIGHT_SHARE",
+    "BIG_TARGET",
+    "RELAY_DFLASH",
+    "RELAY_DSPARK",
+    "RELAY_DSV3_TARGET",
+    "RELAY_EAGLE1",
+    "RELAY_MOE_EXPERTS",
+    "RELAY_MOE_TARGET",
+    "RELAY_MOE_TOP_K",
+    "RELAY_ONE",
+    "RELAY_PLUS1",
+    "RELAY_TAPS_EARLY",
+    "RELAY_TAPS_LATE",
+    "BigShape",
+    "big_costs",
+    "big_right_tokens",
+    "big_successors",
 ]

@@ -39,7 +39,20 @@ from __future__ import annotations
 import math
 
 from ppspec_cli.demo.common import BOS_ID, HEAD_DIM, HIDDEN_SIZE, INTERMEDIATE_SIZE, NUM_HEADS, RMS_EPS, real_tensors
-from ppspec_cli.demo.relay import R_ANTI, R_CODE, R_CONST, R_PRE_IND, R_TRIG_IND, RELAY_DTYPE, RELAY_TAPS, relay_draft_rows, relay_draft_head, relay_fc, relay_target_config, rms_norm
+from ppspec_cli.demo.relay import (
+    R_ANTI,
+    R_CODE,
+    R_CONST,
+    R_PRE_IND,
+    R_TRIG_IND,
+    RELAY_DTYPE,
+    RELAY_TAPS,
+    relay_draft_head,
+    relay_draft_rows,
+    relay_fc,
+    relay_target_config,
+    rms_norm,
+)
 
 RELAY_DFLASH = "tiny-qwen3-relay-dflash"
 RELAY_DSPARK = "tiny-qwen3-relay-dspark"
@@ -111,11 +124,19 @@ def block_config(method: str, draft_vocab: int) -> dict:
     cfg.pop("mlp_bias", None)
     ids = [t - 1 for t in RELAY_TAPS]
     if method == "dflash":
-        cfg.update(architectures=["DFlashDraftModel"], block_size=3,
-                   dflash_config={"mask_token_id": MASK_TOKEN_ID, "target_layer_ids": ids})
+        cfg.update(
+            architectures=["DFlashDraftModel"],
+            block_size=3,
+            dflash_config={"mask_token_id": MASK_TOKEN_ID, "target_layer_ids": ids},
+        )
     elif method == "dspark":
-        cfg.update(architectures=["Qwen3DSparkModel"], dspark_target_layer_ids=ids, dspark_noise_token_id=MASK_TOKEN_ID,
-                   markov_rank=MARKOV_RANK, sample_from_anchor=True)
+        cfg.update(
+            architectures=["Qwen3DSparkModel"],
+            dspark_target_layer_ids=ids,
+            dspark_noise_token_id=MASK_TOKEN_ID,
+            markov_rank=MARKOV_RANK,
+            sample_from_anchor=True,
+        )
     else:
         raise ValueError(f"not a block drafter method: {method}")
     return cfg
@@ -168,7 +189,9 @@ def block_weights(method: str) -> dict:
     if method == "dspark":  # the Markov head adds nothing: the proposals are the backbone's
         sd["markov_head.markov_w1.weight"] = torch.zeros(relay_target_config()["vocab_size"], MARKOV_RANK)
         sd["markov_head.markov_w2.weight"] = torch.zeros(lm_head.shape[0], MARKOV_RANK)
-    return {k: t.to(getattr(torch, RELAY_DTYPE)).contiguous() if t.is_floating_point() else t for k, t in sorted(sd.items())}
+    return {
+        k: t.to(getattr(torch, RELAY_DTYPE)).contiguous() if t.is_floating_point() else t for k, t in sorted(sd.items())
+    }
 
 
 # --------------------------------------------------------------------------------------------

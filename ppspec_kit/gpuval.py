@@ -34,7 +34,15 @@ from ppspec_cli.demo.common import (
     linear_std,
     trigger_tokens,
 )
-from ppspec_cli.demo.relay import RELAY_DTYPE, RELAY_SEED, RELAY_TOKEN_DIMS, relay_eagle3_config, relay_successors, relay_target_config, relay_target_weights
+from ppspec_cli.demo.relay import (
+    RELAY_DTYPE,
+    RELAY_SEED,
+    RELAY_TOKEN_DIMS,
+    relay_eagle3_config,
+    relay_successors,
+    relay_target_config,
+    relay_target_weights,
+)
 
 RELAY_PLUS1 = "tiny-llama-relay-eagle3-plus1"
 RELAY_EAGLE1 = "tiny-llama-relay-eagle"
@@ -80,7 +88,11 @@ def relay_eagle1_weights(seed: int) -> dict:
     layer["layers.0.mlp.down_proj.weight"] = torch.zeros_like(layer["layers.0.mlp.down_proj.weight"])
     fc = torch.zeros(h, 2 * h)
     fc[:, :h] = torch.eye(h)
-    sd = {**layer, "fc.weight": fc, "embed_tokens.weight": relay_target_weights(RELAY_SEED)["model.embed_tokens.weight"].clone()}
+    sd = {
+        **layer,
+        "fc.weight": fc,
+        "embed_tokens.weight": relay_target_weights(RELAY_SEED)["model.embed_tokens.weight"].clone(),
+    }
     return dict(sorted(sd.items()))
 
 
@@ -154,13 +166,17 @@ def relay_dsv3_weights(seed: int) -> dict:
         o = torch.zeros(h, vd)
         t0, t1 = RELAY_TOKEN_DIMS  # the token dims the relay's attention writes (its o_proj's non-zero rows)
         o[t0:t1] = r.normal(t1 - t0, vd, std=0.1 * linear_std(vd))
-        sd.update({
-            f"{p}.q_proj.weight": r.normal(qd, h, std=linear_std(h)),
-            f"{p}.kv_a_proj_with_mqa.weight": r.normal(_DSV3_KV_LORA + _DSV3_ROPE, h, std=linear_std(h)),
-            f"{p}.kv_a_layernorm.weight": r.ones(_DSV3_KV_LORA),
-            f"{p}.kv_b_proj.weight": r.normal(_DSV3_HEADS * (_DSV3_NOPE + _DSV3_V), _DSV3_KV_LORA, std=linear_std(_DSV3_KV_LORA)),
-            f"{p}.o_proj.weight": o,
-        })
+        sd.update(
+            {
+                f"{p}.q_proj.weight": r.normal(qd, h, std=linear_std(h)),
+                f"{p}.kv_a_proj_with_mqa.weight": r.normal(_DSV3_KV_LORA + _DSV3_ROPE, h, std=linear_std(h)),
+                f"{p}.kv_a_layernorm.weight": r.ones(_DSV3_KV_LORA),
+                f"{p}.kv_b_proj.weight": r.normal(
+                    _DSV3_HEADS * (_DSV3_NOPE + _DSV3_V), _DSV3_KV_LORA, std=linear_std(_DSV3_KV_LORA)
+                ),
+                f"{p}.o_proj.weight": o,
+            }
+        )
     return dict(sorted(sd.items()))
 
 
@@ -330,8 +346,13 @@ def _release_gpu() -> None:
 
 def big_drafter_config(shape: BigShape = BIG) -> dict:
     cfg = big_target_config(shape)
-    cfg.update(architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=1, target_hidden_size=shape.hidden,
-               draft_vocab_size=shape.draft_vocab, eagle_aux_hidden_state_layer_ids=list(shape.taps))
+    cfg.update(
+        architectures=["LlamaForCausalLMEagle3"],
+        num_hidden_layers=1,
+        target_hidden_size=shape.hidden,
+        draft_vocab_size=shape.draft_vocab,
+        eagle_aux_hidden_state_layer_ids=list(shape.taps),
+    )
     return cfg
 
 
@@ -351,7 +372,7 @@ def big_drafter_weights(shape: BigShape = BIG, *, device: str | None = None) -> 
     fc = _quiet_rows(normal(h, n_taps * h, std=linear_std(n_taps * h)))
     last = (n_taps - 1) * h
     t0, t1 = _B_TOKEN
-    fc[t0:t1, last + t0:last + t1] = torch.eye(t1 - t0, dtype=torch.bfloat16)
+    fc[t0:t1, last + t0 : last + t1] = torch.eye(t1 - t0, dtype=torch.bfloat16)
     fc[_B_CONST, last + _B_CONST] = 1.0
     sd["fc.weight"] = fc
     emb = _big_embedding(_big_rand(BIG_SEED, device), shape)  # the target's, same seed and order
@@ -367,7 +388,9 @@ def big_drafter_weights(shape: BigShape = BIG, *, device: str | None = None) -> 
     rows[BOS_ID] = w
     fillers = range(VOCAB_SIZE, shape.vocab)
     if len(rows) + len(fillers) < shape.draft_vocab:
-        raise ValueError(f"draft vocab {shape.draft_vocab} does not fit: {len(rows)} planted rows + {len(fillers)} unused target ids")
+        raise ValueError(
+            f"draft vocab {shape.draft_vocab} does not fit: {len(rows)} planted rows + {len(fillers)} unused target ids"
+        )
     for t in fillers[: shape.draft_vocab - len(rows)]:
         rows[t] = torch.zeros(h)
     ids = sorted(rows)

@@ -5,7 +5,14 @@ relay drafter with."""
 from __future__ import annotations
 
 from ppspec_cli.demo.common import HEAD_DIM, HIDDEN_SIZE, INTERMEDIATE_SIZE, NUM_LAYERS, Rand, Spec, linear_std
-from ppspec_cli.demo.relay import RELAY_DTYPE, RELAY_TAPS, relay_draft_head, relay_drafter_layer, relay_target_config, relay_target_weights
+from ppspec_cli.demo.relay import (
+    RELAY_DTYPE,
+    RELAY_TAPS,
+    relay_draft_head,
+    relay_drafter_layer,
+    relay_target_config,
+    relay_target_weights,
+)
 
 RELAY_ONE = "tiny-llama-relay-eagle3-one"
 #: The relay target as a Qwen3-MoE checkpoint (a family vLLM does not opt in; a ppspec pack patches it).

@@ -61,7 +61,10 @@ def main() -> None:
         with set_current_vllm_config(vc):
             if not inited:
                 init_distributed_environment(
-                    world_size=1, rank=0, local_rank=0, backend="gloo",
+                    world_size=1,
+                    rank=0,
+                    local_rank=0,
+                    backend="gloo",
                     distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
                 )
                 initialize_model_parallel(1, 1)

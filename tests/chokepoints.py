@@ -28,19 +28,70 @@ WRITE_MODE = set("wax+")
 SPAWN_MODULES = ("subprocess", "multiprocessing", "pty", "concurrent.futures.process")
 _OS_SPAWN_PREFIX = ("os.exec", "os.spawn", "os.posix_spawn")
 QUALIFIED = {
-    **dict.fromkeys(("os.write", "os.open", "os.truncate", "os.ftruncate", "os.symlink", "os.link", "os.mknod", "os.mkfifo", "shutil.copy", "shutil.copy2", "shutil.copyfile", "shutil.copytree", "shutil.copyfileobj", "shutil.move"), "write"),
+    **dict.fromkeys(
+        (
+            "os.write",
+            "os.open",
+            "os.truncate",
+            "os.ftruncate",
+            "os.symlink",
+            "os.link",
+            "os.mknod",
+            "os.mkfifo",
+            "shutil.copy",
+            "shutil.copy2",
+            "shutil.copyfile",
+            "shutil.copytree",
+            "shutil.copyfileobj",
+            "shutil.move",
+        ),
+        "write",
+    ),
     **dict.fromkeys(("os.remove", "os.unlink", "os.rmdir", "os.removedirs", "shutil.rmtree"), "delete"),
     **dict.fromkeys(("os.rename", "os.renames", "os.replace"), "rename"),
-    **dict.fromkeys(("os.chmod", "os.fchmod", "os.lchmod", "os.chown", "os.fchown", "os.lchown", "shutil.chown"), "chmod"),
-    **dict.fromkeys(("os.system", "os.popen", "os.fork", "os.forkpty", "asyncio.create_subprocess_exec", "asyncio.create_subprocess_shell", "pty.spawn"), "spawn"),
+    **dict.fromkeys(
+        ("os.chmod", "os.fchmod", "os.lchmod", "os.chown", "os.fchown", "os.lchown", "shutil.chown"), "chmod"
+    ),
+    **dict.fromkeys(
+        (
+            "os.system",
+            "os.popen",
+            "os.fork",
+            "os.forkpty",
+            "asyncio.create_subprocess_exec",
+            "asyncio.create_subprocess_shell",
+            "pty.spawn",
+        ),
+        "spawn",
+    ),
     **dict.fromkeys(("json.load",), "load"),
     **dict.fromkeys(("os.getenv", "os.putenv", "os.unsetenv", "os.getenvb"), "env"),
 }
 #: Methods judged by name whatever the receiver (a Path, most often).
-METHODS = {"write_text": "write", "write_bytes": "write", "symlink_to": "write", "hardlink_to": "write", "touch": "write", "unlink": "delete", "rmdir": "delete", "chmod": "chmod", "lchmod": "chmod"}
+METHODS = {
+    "write_text": "write",
+    "write_bytes": "write",
+    "symlink_to": "write",
+    "hardlink_to": "write",
+    "touch": "write",
+    "unlink": "delete",
+    "rmdir": "delete",
+    "chmod": "chmod",
+    "lchmod": "chmod",
+}
 #: The most positional arguments pathlib's method of that name takes: a call with more is another
 #: object's method (io's RunDir.write_text(name, text), RunDir.unlink(name): descriptor-relative).
-PATH_ARGS = {"write_text": 1, "write_bytes": 1, "symlink_to": 2, "hardlink_to": 1, "touch": 0, "unlink": 0, "rmdir": 0, "chmod": 1, "lchmod": 1}
+PATH_ARGS = {
+    "write_text": 1,
+    "write_bytes": 1,
+    "symlink_to": 2,
+    "hardlink_to": 1,
+    "touch": 0,
+    "unlink": 0,
+    "rmdir": 0,
+    "chmod": 1,
+    "lchmod": 1,
+}
 ENV_NAMES = ("os.environ", "os.environb")
 IO_LAYER = "ppspec_cli.io."
 
@@ -116,7 +167,12 @@ def _call_kind(call: ast.Call, aliases: dict[str, str]) -> tuple[str, str] | Non
         return "load", name
     if name and _spawn_module(name):
         return "spawn", name
-    if name in ("__import__", "importlib.import_module") and call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+    if (
+        name in ("__import__", "importlib.import_module")
+        and call.args
+        and isinstance(call.args[0], ast.Constant)
+        and isinstance(call.args[0].value, str)
+    ):
         mod = call.args[0].value
         if _spawn_module(mod) or mod in ("shutil", "os"):
             return "dynamic", f"{name}({mod!r})"
@@ -124,10 +180,16 @@ def _call_kind(call: ast.Call, aliases: dict[str, str]) -> tuple[str, str] | Non
         return "dynamic", f"getattr({_dotted(call.args[0], aliases)}, ...)"
     if isinstance(call.func, ast.Attribute) and (name is None or not name.startswith(("os.", "shutil.", "io."))):
         attr = call.func.attr
-        unbound = bool(name) and name.rsplit(".", 2)[-2:-1] in (["Path"], ["PosixPath"], ["PurePath"])  # Path.write_text(p, data)
+        unbound = bool(name) and name.rsplit(".", 2)[-2:-1] in (
+            ["Path"],
+            ["PosixPath"],
+            ["PurePath"],
+        )  # Path.write_text(p, data)
         if attr in METHODS and (unbound or len(call.args) <= PATH_ARGS[attr]):
             return METHODS[attr], f".{attr}()"
-        classmethod_of = isinstance(call.func.value, ast.Name) and call.func.value.id[:1].isupper()  # RunDir.open(path): a class's constructor
+        classmethod_of = (
+            isinstance(call.func.value, ast.Name) and call.func.value.id[:1].isupper()
+        )  # RunDir.open(path): a class's constructor
         if attr == "open" and not classmethod_of and _writes(_mode(call, 0)):
             return "write", f".open({_mode(call, 0)!r})"
         if attr in ("rename", "replace") and len(call.args) == 1 and not call.keywords:

@@ -94,8 +94,14 @@ def pytest_configure(config):
     # `bash dev.sh test` starts its workers through tests/worker.sh (PPSPEC_WORKER_PYTHON set); a
     # worker started otherwise (`-n N` next to dev.sh's --tx specs makes plain ones) would share
     # /dev/shm with the other worker's engines and see their files as its own leftovers
-    if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("PPSPEC_WORKER_PYTHON") and os.environ.get("PPSPEC_TEST_ISOLATED") != "1":
-        raise pytest.UsageError("this xdist worker was not started by tests/worker.sh: run the suite with `bash dev.sh test` (no -n)")
+    if (
+        os.environ.get("PYTEST_XDIST_WORKER")
+        and os.environ.get("PPSPEC_WORKER_PYTHON")
+        and os.environ.get("PPSPEC_TEST_ISOLATED") != "1"
+    ):
+        raise pytest.UsageError(
+            "this xdist worker was not started by tests/worker.sh: run the suite with `bash dev.sh test` (no -n)"
+        )
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistReports(), "ppspec-xdist-reports")
 
@@ -115,9 +121,13 @@ def pytest_terminal_summary(terminalreporter):
             by_mech.setdefault(mech, []).append((cls, n, bad))
         for mech, rows in by_mech.items():
             total, bad = sum(r[1] for r in rows), sum(r[2] for r in rows)
-            tr.write_line(f"{mech}: {total} cases, {bad} problems  (" + ", ".join(f"{c} {n}/{b}" for c, n, b in rows) + ")")
+            tr.write_line(
+                f"{mech}: {total} cases, {bad} problems  (" + ", ".join(f"{c} {n}/{b}" for c, n, b in rows) + ")"
+            )
     if waited["times"]:
-        tr.write_line(f"engine lock: taken {waited['times']} time(s), {waited['seconds']:.0f} s spent waiting for other runs")
+        tr.write_line(
+            f"engine lock: taken {waited['times']} time(s), {waited['seconds']:.0f} s spent waiting for other runs"
+        )
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -136,7 +146,9 @@ def pytest_sessionfinish(session, exitstatus):
     if skipped:
         reasons = sorted({str(r.longrepr[-1]) if isinstance(r.longrepr, tuple) else str(r.longrepr) for r in skipped})
         if reporter is not None:
-            reporter.write_line(f"CI: {len(skipped)} test(s) skipped, which CI does not allow: " + "; ".join(reasons[:5]), red=True)
+            reporter.write_line(
+                f"CI: {len(skipped)} test(s) skipped, which CI does not allow: " + "; ".join(reasons[:5]), red=True
+            )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -161,7 +173,9 @@ def synthetic_kimi_k25_config() -> dict:
     }
 
 
-def safetensors_header(tensors: dict[str, tuple[str, list[int]]], metadata: dict[str, str] | None = None) -> tuple[bytes, int]:
+def safetensors_header(
+    tensors: dict[str, tuple[str, list[int]]], metadata: dict[str, str] | None = None
+) -> tuple[bytes, int]:
     """The 8-byte length + JSON header for `tensors` laid out back to back; returns (prefix, data bytes)."""
     header: dict[str, Any] = {}
     if metadata is not None:
@@ -178,7 +192,9 @@ def safetensors_header(tensors: dict[str, tuple[str, list[int]]], metadata: dict
     return struct.pack("<Q", len(raw)) + raw, off
 
 
-def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]], *, metadata: dict[str, str] | None = None) -> Path:
+def write_safetensors(
+    path: Path, tensors: dict[str, tuple[str, list[int]]], *, metadata: dict[str, str] | None = None
+) -> Path:
     """A valid safetensors file. The data region is sparse zeros, so multi-GB shapes cost nothing."""
     prefix, size = safetensors_header(tensors, metadata if metadata is not None else {"format": "pt"})
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -251,7 +267,9 @@ def write_profile(tmp_path: Path):
     return write
 
 
-def run_ppspec(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_ppspec(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     """Run the CLI in a fresh interpreter, as a user's shell would (no shell, captured output)."""
     full_env = dict(os.environ)
     full_env.setdefault("HF_HUB_OFFLINE", "1")
@@ -276,4 +294,3 @@ def pack_rules(name: str):
 
     pack = get_pack(name)
     return load_pack_module(pack.name, "rules", pack.rules_path)
-

@@ -88,7 +88,14 @@ def write_profile(src: str, dst: Path, **overrides) -> Path:
 
 def engine_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
-    env.update({"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONUNBUFFERED": "1", "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "60"})
+    env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "PYTHONUNBUFFERED": "1",
+            "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "60",
+        }
+    )
     env.update(extra or {})
     return env
 
@@ -131,7 +138,15 @@ def alive(pid: int) -> bool:
 class Served:
     """A `ppspec serve` process started for a test; collects its engine pids while running."""
 
-    def __init__(self, profile: Path, run_dir: Path, env: dict | None = None, extra_args: list[str] | None = None, api_key: str | None = None, wrap=None):
+    def __init__(
+        self,
+        profile: Path,
+        run_dir: Path,
+        env: dict | None = None,
+        extra_args: list[str] | None = None,
+        api_key: str | None = None,
+        wrap=None,
+    ):
         """`wrap`: turns the argv into the one to run (e.g. `hosts.argv(i, argv)`: on a namespace host)."""
         self.profile, self.run_dir, self.api_key = profile, run_dir, api_key
         self.log_path = run_dir.parent / f"{run_dir.name}.serve.log"
@@ -282,7 +297,7 @@ def spec_counter(metrics_text: str, name: str) -> float:
 # An installed vllm-cpu reporting another version (a nightly, a release candidate, a fork)
 
 
-_SITECUSTOMIZE = '''\
+_SITECUSTOMIZE = """\
 # Written by a ppspec test: the installed vllm-cpu reports version {version!r} through its version
 # module (vllm._version), as a nightly or fork build would. Nothing else of vLLM changes.
 import importlib.abc
@@ -304,14 +319,20 @@ class _PpspecTestVersion(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 sys.meta_path.insert(0, _PpspecTestVersion())
-'''
+"""
 
 #: Simulated forks: code run on a vLLM module right after it is imported (a fork's change).
 FORKS = {
     # a fork that opted Qwen3-MoE in natively (the class attribute set, as upstream does for Llama)
-    "native-qwen3-moe": ("vllm.model_executor.models.qwen3_moe", "module.Qwen3MoeModel.supports_aux_hidden_states_over_pp = True"),
+    "native-qwen3-moe": (
+        "vllm.model_executor.models.qwen3_moe",
+        "module.Qwen3MoeModel.supports_aux_hidden_states_over_pp = True",
+    ),
     # a fork whose Qwen3MoeModel.forward changed shape: the qwen3_moe pack's anchor has moved
-    "drifted-qwen3-moe": ("vllm.model_executor.models.qwen3_moe", "module.Qwen3MoeModel.forward = lambda self, hidden, positions, cache=None: None"),
+    "drifted-qwen3-moe": (
+        "vllm.model_executor.models.qwen3_moe",
+        "module.Qwen3MoeModel.forward = lambda self, hidden, positions, cache=None: None",
+    ),
 }
 
 _FORK = '''
@@ -359,7 +380,9 @@ def shadow_vllm_version(root: Path, version: str, fork: str | None = None) -> Pa
     for name, ver, real in (("vllm_cpu", version, "vllm-cpu"), ("vllm", shim, "vllm")):
         d = root / f"{name}-{ver}.dist-info"
         d.mkdir()
-        (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {real}\nVersion: {ver}\nSummary: test shadow of the installed {real}\n")
+        (d / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {real}\nVersion: {ver}\nSummary: test shadow of the installed {real}\n"
+        )
         try:
             eps = md.distribution(real).read_text("entry_points.txt")
         except md.PackageNotFoundError:

@@ -48,14 +48,24 @@ def count(n: int) -> None:
 def metrics() -> str:
     lab = 'engine="0",model_name="tiny-cpu-demo"'
     c = dict(COUNTS)
-    lines = ["# TYPE vllm:generation_tokens counter", f"vllm:generation_tokens_total{{{lab}}} {float(c['gen'])}",
-             "# TYPE vllm:request_success counter", f'vllm:request_success_total{{{lab},finished_reason="length"}} {float(c["requests"])}']
+    lines = [
+        "# TYPE vllm:generation_tokens counter",
+        f"vllm:generation_tokens_total{{{lab}}} {float(c['gen'])}",
+        "# TYPE vllm:request_success counter",
+        f'vllm:request_success_total{{{lab},finished_reason="length"}} {float(c["requests"])}',
+    ]
     if SPEC:
-        for name, v in (("num_drafts", c["drafts"]), ("num_draft_tokens", c["draft_tokens"]), ("num_accepted_tokens", c["accepted"])):
+        for name, v in (
+            ("num_drafts", c["drafts"]),
+            ("num_draft_tokens", c["draft_tokens"]),
+            ("num_accepted_tokens", c["accepted"]),
+        ):
             lines += [f"# TYPE vllm:spec_decode_{name} counter", f"vllm:spec_decode_{name}_total{{{lab}}} {float(v)}"]
-        lines += ["# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
-                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="0"}} {float(c["accepted"])}',
-                  f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="1"}} 0.0']
+        lines += [
+            "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
+            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="0"}} {float(c["accepted"])}',
+            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="1"}} 0.0',
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -91,8 +101,17 @@ class H(BaseHTTPRequestHandler):
         toks = tokens(body.get("prompt"), int(body.get("max_tokens", 16)))
         if not body.get("stream"):
             count(len(toks))
-            self._send(200, json.dumps({"choices": [{"text": "".join(f"t{t} " for t in toks), "finish_reason": "length", "token_ids": toks}],
-                                        "usage": {"completion_tokens": len(toks), "prompt_tokens": 4}}).encode())
+            self._send(
+                200,
+                json.dumps(
+                    {
+                        "choices": [
+                            {"text": "".join(f"t{t} " for t in toks), "finish_reason": "length", "token_ids": toks}
+                        ],
+                        "usage": {"completion_tokens": len(toks), "prompt_tokens": 4},
+                    }
+                ).encode(),
+            )
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -101,7 +120,9 @@ class H(BaseHTTPRequestHandler):
             self.wfile.write(f"data: {json.dumps({'choices': [{'text': f't{t} ', 'index': 0}]})}\n\n".encode())
             self.wfile.flush()
         count(len(toks))
-        self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': {'completion_tokens': len(toks), 'prompt_tokens': 4}})}\n\n".encode())
+        self.wfile.write(
+            f"data: {json.dumps({'choices': [], 'usage': {'completion_tokens': len(toks), 'prompt_tokens': 4}})}\n\n".encode()
+        )
         self.wfile.write(b"data: [DONE]\n\n")
 
 

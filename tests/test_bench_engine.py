@@ -17,8 +17,18 @@ import subprocess
 import time
 
 import pytest
-
-from enginehelpers import PPSPEC, REPO, alive, descendants, engine_env, engine_lock, free_port, leftover_entries, new_entries_left, write_profile
+from enginehelpers import (
+    PPSPEC,
+    REPO,
+    alive,
+    descendants,
+    engine_env,
+    engine_lock,
+    free_port,
+    leftover_entries,
+    new_entries_left,
+    write_profile,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.engine]
 
@@ -32,7 +42,14 @@ def _watch(proc: subprocess.Popen, seen: set[int]) -> None:
 
 def _interrupt_at_second_arm(profile, out, env, log_path) -> tuple[int, set[int]]:
     log1 = log_path.open("w")
-    p = subprocess.Popen(PPSPEC + ["bench", str(profile), *ARGS, "--out", str(out)], stdout=log1, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+    p = subprocess.Popen(
+        PPSPEC + ["bench", str(profile), *ARGS, "--out", str(out)],
+        stdout=log1,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=REPO,
+        start_new_session=True,
+    )
     seen: set[int] = set()
     deadline = time.monotonic() + 480
     try:
@@ -65,21 +82,44 @@ def test_bench_cpu_demo_repeats_tuned_arm_interrupt_resume(tmp_path):
         assert "--resume" in text
         assert "parity: not compared" in text and "NOT identical" not in text  # nothing was compared
         assert [pid for pid in seen if alive(pid)] == [], "processes left after Ctrl-C"
-        kept = {f: (out / "arms" / "baseline" / f).stat().st_mtime_ns for f in ("c1-r0.json", "c2-r0.json", "parity.json")}
+        kept = {
+            f: (out / "arms" / "baseline" / f).stat().st_mtime_ns for f in ("c1-r0.json", "c2-r0.json", "parity.json")
+        }
         assert not (out / "arms" / "baseline" / "c1-r1.json").exists()  # the second repeat is another session, later
         # 2) --resume: round 1's speculative arm, round 2 (both arms), then the tuned arm's two sessions
-        r = subprocess.run(PPSPEC + ["bench", str(profile), *ARGS, "--out", str(out), "--json", "--resume"], capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
+        r = subprocess.run(
+            PPSPEC + ["bench", str(profile), *ARGS, "--out", str(out), "--json", "--resume"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=900,
+        )
         assert r.returncode == 0, r.stderr[-3000:]
-        served = [line.split(": serving")[0].removeprefix("ppspec: ").strip() for line in r.stderr.splitlines() if ": serving the profile" in line]
-        assert served == ["arm 2/3 spec-k2 repeat 1/2", "arm 1/3 baseline repeat 2/2", "arm 2/3 spec-k2 repeat 2/2", "arm 3/3 tuned repeat 1/2", "arm 3/3 tuned repeat 2/2"], r.stderr[-3000:]
+        served = [
+            line.split(": serving")[0].removeprefix("ppspec: ").strip()
+            for line in r.stderr.splitlines()
+            if ": serving the profile" in line
+        ]
+        assert served == [
+            "arm 2/3 spec-k2 repeat 1/2",
+            "arm 1/3 baseline repeat 2/2",
+            "arm 2/3 spec-k2 repeat 2/2",
+            "arm 3/3 tuned repeat 1/2",
+            "arm 3/3 tuned repeat 2/2",
+        ], r.stderr[-3000:]
         assert {f: (out / "arms" / "baseline" / f).stat().st_mtime_ns for f in kept} == kept
         left = new_entries_left(before)
     assert not left, f"left behind: {sorted(left)}"
     doc = json.loads(r.stdout)
-    assert sorted((x["arm"], x["concurrency"]) for x in doc["runs"]) == [(a, c) for a in ("baseline", "spec-k2", "tuned") for c in (1, 2)]
+    assert sorted((x["arm"], x["concurrency"]) for x in doc["runs"]) == [
+        (a, c) for a in ("baseline", "spec-k2", "tuned") for c in (1, 2)
+    ]
     for x in doc["runs"]:
         assert x["repeats"] == 2 and [s["repeat"] for s in x["samples"]] == [0, 1]
-        assert all(s["output_tokens_per_s"] > 0 and s["completed"] == {1: 4, 2: 8}[x["concurrency"]] for s in x["samples"])  # at least 4 per slot
+        assert all(
+            s["output_tokens_per_s"] > 0 and s["completed"] == {1: 4, 2: 8}[x["concurrency"]] for s in x["samples"]
+        )  # at least 4 per slot
         assert x["spread"]["min"] <= x["output_tokens_per_s"] <= x["spread"]["max"]
         assert x["failed"] == 0 and x["tpot_ms"]["p50"] > 0 and x["ttft_ms"]["mean"] > 0
         if x["arm"] == "spec-k2":
@@ -88,13 +128,17 @@ def test_bench_cpu_demo_repeats_tuned_arm_interrupt_resume(tmp_path):
         elif x["arm"] == "baseline":
             assert x["acceptance_length"] is None
     tuned = next(a for a in doc["arms"] if a["name"] == "tuned")
-    assert tuned["schedule"][0][0] == 1 and tuned["num_speculative_tokens"] == max(2, *(e[2] for e in tuned["schedule"]))
+    assert tuned["schedule"][0][0] == 1 and tuned["num_speculative_tokens"] == max(
+        2, *(e[2] for e in tuned["schedule"])
+    )
     assert all(x["schedule"] == tuned["schedule"] for x in doc["runs"] if x["arm"] == "tuned")
     assert [lv["concurrency"] for lv in doc["levels"]] == [1, 2]
     for lv in doc["levels"]:
         assert lv["verdict"] in VERDICTS and lv["speedup"]["min"] <= lv["speedup"]["median"] <= lv["speedup"]["max"]
         env_ = lv["envelope"]
-        assert env_["recommended"] == doc["recommendation"]["configuration"] and env_["vs_best"]["verdict"] in VERDICTS | {None}
+        assert env_["recommended"] == doc["recommendation"]["configuration"] and env_["vs_best"][
+            "verdict"
+        ] in VERDICTS | {None}
         assert env_["vs_profile"]["arm"] == "spec-k2"
     assert doc["parity"]["identical"] is True and {c["arm"] for c in doc["parity"]["checks"]} == {"spec-k2", "tuned"}
     rec = doc["recommendation"]
@@ -108,6 +152,18 @@ def test_bench_cpu_demo_repeats_tuned_arm_interrupt_resume(tmp_path):
     # 3) results from another host: --resume refuses them before any engine starts
     f = out / "arms" / "spec-k2" / "c1-r0.json"
     f.write_text(json.dumps({**json.loads(f.read_text()), "host": "elsewhere"}))
-    r = subprocess.run(PPSPEC + ["bench", str(profile), *ARGS, "--out", str(out), "--resume"], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
-    assert r.returncode == 2 and "another machine or version" in r.stderr and "'elsewhere'" in r.stderr and "--allow-mixed" in r.stderr
+    r = subprocess.run(
+        PPSPEC + ["bench", str(profile), *ARGS, "--out", str(out), "--resume"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert (
+        r.returncode == 2
+        and "another machine or version" in r.stderr
+        and "'elsewhere'" in r.stderr
+        and "--allow-mixed" in r.stderr
+    )
     assert "serving" not in r.stderr

@@ -86,7 +86,9 @@ def _check_codes(profile: Path, probes: bool) -> dict[str, str]:
 
 
 def test_every_refusal_has_an_example():
-    assert set(EXAMPLES) == set(REFUSALS), "a refusal in the registry's LAUNCH_REFUSALS needs an example here (and vice versa)"
+    assert set(EXAMPLES) == set(REFUSALS), (
+        "a refusal in the registry's LAUNCH_REFUSALS needs an example here (and vice versa)"
+    )
 
 
 def test_the_base_profile_is_not_refused(base, tmp_path):
@@ -99,7 +101,13 @@ def test_the_base_profile_is_not_refused(base, tmp_path):
     assert not any(c in out for c in REFUSALS)
 
 
-@pytest.mark.parametrize("code", [pytest.param(c, marks=[pytest.mark.slow, pytest.mark.vllm] if c in NEEDS_PARSER else []) for c in sorted(REFUSALS)])
+@pytest.mark.parametrize(
+    "code",
+    [
+        pytest.param(c, marks=[pytest.mark.slow, pytest.mark.vllm] if c in NEEDS_PARSER else [])
+        for c in sorted(REFUSALS)
+    ],
+)
 def test_check_reports_what_serve_refuses(code, base, tmp_path, monkeypatch):
     if code in NEEDS_PARSER and not HAVE_VLLM:
         pytest.skip("needs vLLM's option parser (CI installs vLLM)")
@@ -117,7 +125,19 @@ def test_check_reports_what_serve_refuses(code, base, tmp_path, monkeypatch):
 
 # Spellings vLLM reads as the same option (FlexibleArgumentParser: `_` = `-`; argparse: a unique
 # prefix, `--no-x` of a boolean; vLLM's short forms; `--x.y` sets part of `--x`).
-MANAGED_SPELLINGS = ["pipeline_parallel_size", "--pipeline-parallel-size", "-pp", "pp", "tp", "--dp", "no-trust-remote-code", "trust-remote", "tensor_parallel", "speculative_config.method", "served-model"]
+MANAGED_SPELLINGS = [
+    "pipeline_parallel_size",
+    "--pipeline-parallel-size",
+    "-pp",
+    "pp",
+    "tp",
+    "--dp",
+    "no-trust-remote-code",
+    "trust-remote",
+    "tensor_parallel",
+    "speculative_config.method",
+    "served-model",
+]
 
 
 @pytest.mark.parametrize("key", MANAGED_SPELLINGS)
@@ -126,7 +146,17 @@ def test_every_spelling_of_a_managed_option_is_refused(key):
     assert codes == ["engine-managed-option"], (key, codes)
 
 
-@pytest.mark.parametrize("key", ["max-model-len", "max_model_len", "--enforce-eager", "no-enable-prefix-caching", "compilation-config", "hf-overrides"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "max-model-len",
+        "max_model_len",
+        "--enforce-eager",
+        "no-enable-prefix-caching",
+        "compilation-config",
+        "hf-overrides",
+    ],
+)
 def test_ordinary_options_pass(key):
     assert launch_refusals({key: {"rope_scaling": None}}, {}, None, {}) == []
 
@@ -148,13 +178,20 @@ def test_plan_overrides_in_env_and_environment(env, environ, field):
 def test_plugins_allow_list_with_ppspec_passes():
     assert launch_refusals({}, {"VLLM_PLUGINS": "other,ppspec"}, None, {"VLLM_PLUGINS": "ppspec"}) == []
     # vLLM splits VLLM_PLUGINS on "," and compares names exactly: " ppspec" is not ppspec
-    assert [f.code for f in launch_refusals({}, {"VLLM_PLUGINS": "other, ppspec"}, None, {})] == ["env-plugins-skip-ppspec"]
-    assert [f.field for f in launch_refusals({}, {"VLLM_PLUGINS": "other"}, None, {"VLLM_PLUGINS": ""})] == ["env.VLLM_PLUGINS", "environment.VLLM_PLUGINS"]
+    assert [f.code for f in launch_refusals({}, {"VLLM_PLUGINS": "other, ppspec"}, None, {})] == [
+        "env-plugins-skip-ppspec"
+    ]
+    assert [f.field for f in launch_refusals({}, {"VLLM_PLUGINS": "other"}, None, {"VLLM_PLUGINS": ""})] == [
+        "env.VLLM_PLUGINS",
+        "environment.VLLM_PLUGINS",
+    ]
 
 
 def test_hf_overrides_that_keep_the_depth_pass():
     assert launch_refusals({"hf-overrides": {"rope_theta": 1e6}}, {}, None, {}) == []
-    assert [f.code for f in launch_refusals({"hf-overrides": {"num_nextn_predict_layers": 2}}, {}, None, {})] == ["engine-overrides-depth"]
+    assert [f.code for f in launch_refusals({"hf-overrides": {"num_nextn_predict_layers": 2}}, {}, None, {})] == [
+        "engine-overrides-depth"
+    ]
 
 
 # One verdict for "would this launch" (preflight/verdict.py): `check`, `serve --dry-run` and
@@ -180,7 +217,11 @@ def test_an_unset_api_key_is_a_warning_for_all_three_and_a_refusal_at_launch(bas
     assert "api-key-env-unset" in v["check"][1] and "api-key-env-unset" in v["dry-run"][1]
     assert "on this machine: `ppspec serve` would refuse: api-key-env-unset" in v["check"][1]
     js = json.loads(v["dry-run --json"][1])
-    assert js["ok"] is False and js["refused_by"] == ["api-key-env-unset"] and js["profile_verdict"] == {"ok": True, "refused_by": []}
+    assert (
+        js["ok"] is False
+        and js["refused_by"] == ["api-key-env-unset"]
+        and js["profile_verdict"] == {"ok": True, "refused_by": []}
+    )
     rc, out = _cli("serve", str(prof), "--offline", "--run-dir", str(tmp_path / "run"))
     assert rc == 1 and "api-key-env-unset" in out and "not found" not in out, out
 

@@ -10,9 +10,18 @@ import struct
 from pathlib import Path
 
 import pytest
-
 from conftest import fixture_config, safetensors_header, synthetic_kimi_k25_config, write_safetensors
-from ppspec_cli.checkpoint.reader import MAX_CONFIG_BYTES, MAX_HEADER_BYTES, is_local_ref, load_checkpoint, load_local, parse_safetensors_header, speculators_view, text_part
+
+from ppspec_cli.checkpoint.reader import (
+    MAX_CONFIG_BYTES,
+    MAX_HEADER_BYTES,
+    is_local_ref,
+    load_checkpoint,
+    load_local,
+    parse_safetensors_header,
+    speculators_view,
+    text_part,
+)
 from ppspec_cli.errors import PpspecError
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
@@ -69,7 +78,9 @@ def test_missing_config(make_checkpoint):
 
 
 def test_partial_config_is_reported_not_filled(make_checkpoint):
-    d = make_checkpoint("rh", "RedHatAI__Llama-3.1-8B-Instruct-speculator.eagle3/config.partial.json", config_name="config.partial.json")
+    d = make_checkpoint(
+        "rh", "RedHatAI__Llama-3.1-8B-Instruct-speculator.eagle3/config.partial.json", config_name="config.partial.json"
+    )
     ck = load_local("rh", d)
     assert "partial-config" in gaps(ck)
     # the partial file has no transformer_layer_config: layer count, hidden and vocab stay unknown
@@ -120,7 +131,11 @@ def test_config_field_gaps(make_checkpoint, patch, code):
 
 @pytest.mark.parametrize(
     "content,needle",
-    [(b"{not json", "not valid JSON"), (b"[1, 2]", "must be a JSON object"), (b"\xff\xfe\x00garbage", "not valid JSON")],
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "must be a JSON object"),
+        (b"\xff\xfe\x00garbage", "not valid JSON"),
+    ],
 )
 def test_unreadable_config_is_one_error(tmp_path, content, needle):
     d = tmp_path / "m"
@@ -183,7 +198,10 @@ def test_speculators_format_drafter(make_checkpoint):
 
 
 def test_speculators_view_maps_taps_like_vllm():
-    base = {"speculators_config": {"algorithm": "x"}, "transformer_layer_config": {"num_hidden_layers": 1, "hidden_size": 8}}
+    base = {
+        "speculators_config": {"algorithm": "x"},
+        "transformer_layer_config": {"num_hidden_layers": 1, "hidden_size": 8},
+    }
     e3 = speculators_view({**base, "speculators_model_type": "eagle3", "eagle_aux_hidden_state_layer_ids": [2, 16, 29]})
     assert e3["eagle_aux_hidden_state_layer_ids"] == [2, 16, 29]
     df = speculators_view({**base, "speculators_model_type": "dflash", "aux_hidden_state_layer_ids": [2, 10]})
@@ -203,7 +221,10 @@ def test_headers_are_read_and_embedding_found_with_its_shard(make_checkpoint):
     ck = load_local("llama", d)
     assert gaps(ck) == set()
     assert ck.tensors is not None and ck.tensors["lm_head.weight"].shape == (128256, 4096)
-    assert ck.find_tensor(["model.embed_tokens.weight"]) == ("model.embed_tokens.weight", "model-00001-of-00002.safetensors")
+    assert ck.find_tensor(["model.embed_tokens.weight"]) == (
+        "model.embed_tokens.weight",
+        "model-00001-of-00002.safetensors",
+    )
     per = ck.layer_weight_bytes(32)
     assert per[0] == per[1] == 4096 * 4 * 4096 * 2 and per[2] == 0
     # headers only: the 1 GB data region of each shard was never read
@@ -213,7 +234,10 @@ def test_headers_are_read_and_embedding_found_with_its_shard(make_checkpoint):
 def test_single_file_without_index(make_checkpoint):
     d = make_checkpoint("one", LLAMA, shards={"model.safetensors": {"model.embed_tokens.weight": ("F16", [10, 4])}})
     ck = load_local("one", d)
-    assert ck.weight_map is None and ck.find_tensor(["model.embed_tokens.weight"]) == ("model.embed_tokens.weight", "model.safetensors")
+    assert ck.weight_map is None and ck.find_tensor(["model.embed_tokens.weight"]) == (
+        "model.embed_tokens.weight",
+        "model.safetensors",
+    )
 
 
 def test_matches_the_safetensors_package(tmp_path):
@@ -222,10 +246,21 @@ def test_matches_the_safetensors_package(tmp_path):
     from safetensors.numpy import save_file
 
     p = tmp_path / "ref.safetensors"
-    save_file({"a": np.zeros((3, 5), dtype=np.float16), "fc.weight": np.ones((4, 12), dtype=np.float32), "b": np.zeros((0,), dtype=np.int64)}, str(p))
+    save_file(
+        {
+            "a": np.zeros((3, 5), dtype=np.float16),
+            "fc.weight": np.ones((4, 12), dtype=np.float32),
+            "b": np.zeros((0,), dtype=np.int64),
+        },
+        str(p),
+    )
     raw = p.read_bytes()
     got = parse_safetensors_header(raw, file="ref.safetensors", file_size=len(raw))
-    assert {k: (v.dtype, v.shape) for k, v in got.items()} == {"a": ("F16", (3, 5)), "fc.weight": ("F32", (4, 12)), "b": ("I64", (0,))}
+    assert {k: (v.dtype, v.shape) for k, v in got.items()} == {
+        "a": ("F16", (3, 5)),
+        "fc.weight": ("F32", (4, 12)),
+        "b": ("I64", (0,)),
+    }
 
 
 def test_index_with_missing_shards(make_checkpoint):
@@ -250,7 +285,9 @@ def test_index_that_disagrees_with_the_headers(make_checkpoint):
     assert ck.find_tensor(["lm_head.weight"])[1] == "model-00002-of-00002.safetensors"  # the headers win
 
 
-@pytest.mark.parametrize("evil", ["../outside.safetensors", "/etc/outside.safetensors", "sub/../../outside.safetensors"])
+@pytest.mark.parametrize(
+    "evil", ["../outside.safetensors", "/etc/outside.safetensors", "sub/../../outside.safetensors"]
+)
 def test_path_tricks_in_shard_names_are_never_followed(make_checkpoint, tmp_path, evil):
     write_safetensors(tmp_path / "outside.safetensors", {"secret.weight": ("F32", [2])})
     shards = llama_shards()
@@ -290,13 +327,25 @@ def _json_header(obj) -> bytes:
     [
         (lambda: _valid()[0] + b"\x00" * (_valid()[1] - 1), "past the end"),  # data region one byte short
         (lambda: _valid()[0], "past the end"),  # header only, no data at all
-        (lambda: _json_header({"t": {"dtype": "F16", "shape": [8, 4], "data_offsets": [0, 60]}}) + b"\x00" * 64, "span 60 bytes"),
-        (lambda: _json_header({"t": {"dtype": "F16", "shape": [8, 4], "data_offsets": [10, 5]}}) + b"\x00" * 64, "bad data_offsets"),
-        (lambda: _json_header({"t": {"dtype": "F16", "shape": [8, -4], "data_offsets": [0, 64]}}) + b"\x00" * 64, "bad shape"),
-        (lambda: _json_header({"t": {"dtype": "Q4", "shape": [8, 4], "data_offsets": [0, 64]}}) + b"\x00" * 64, "unknown dtype"),
+        (
+            lambda: _json_header({"t": {"dtype": "F16", "shape": [8, 4], "data_offsets": [0, 60]}}) + b"\x00" * 64,
+            "span 60 bytes",
+        ),
+        (
+            lambda: _json_header({"t": {"dtype": "F16", "shape": [8, 4], "data_offsets": [10, 5]}}) + b"\x00" * 64,
+            "bad data_offsets",
+        ),
+        (
+            lambda: _json_header({"t": {"dtype": "F16", "shape": [8, -4], "data_offsets": [0, 64]}}) + b"\x00" * 64,
+            "bad shape",
+        ),
+        (
+            lambda: _json_header({"t": {"dtype": "Q4", "shape": [8, 4], "data_offsets": [0, 64]}}) + b"\x00" * 64,
+            "unknown dtype",
+        ),
         (lambda: _json_header({"t": [1, 2]}) + b"\x00" * 64, "not an object"),
         (lambda: _json_header([1, 2]), "not a JSON object"),
-        (lambda: struct.pack("<Q", 200) + b"{\"t\": {\"dtype\": \"F16\"", "truncated"),  # download cut short
+        (lambda: struct.pack("<Q", 200) + b'{"t": {"dtype": "F16"', "truncated"),  # download cut short
         (lambda: struct.pack("<Q", 9) + b"{not json", "not valid JSON"),
         (lambda: struct.pack("<Q", 4) + b"\xff\xfe\xfd\xfc", "not valid JSON"),
         (lambda: struct.pack("<Q", MAX_HEADER_BYTES + 1) + b"{}", "exceeds"),
@@ -327,13 +376,17 @@ def test_one_bad_shard_among_good_ones(make_checkpoint):
     with p.open("r+b") as fh:  # a truncated download: only the first 100 bytes arrived
         fh.truncate(100)
     ck = load_local("llama", d)
-    assert "bad-safetensors" in gaps(ck) and "model-00002-of-00002.safetensors" in next(g.message for g in ck.gaps if g.code == "bad-safetensors")
+    assert "bad-safetensors" in gaps(ck) and "model-00002-of-00002.safetensors" in next(
+        g.message for g in ck.gaps if g.code == "bad-safetensors"
+    )
     assert ck.tensors is None
 
 
 def test_read_headers_false_skips_weights(make_checkpoint):
     shards = llama_shards()
-    ck = load_local("llama", make_checkpoint("llama", LLAMA, index=index_for(shards), shards=shards), read_headers=False)
+    ck = load_local(
+        "llama", make_checkpoint("llama", LLAMA, index=index_for(shards), shards=shards), read_headers=False
+    )
     assert ck.tensors is None and ck.weight_map is not None and gaps(ck) == set()
 
 
@@ -391,7 +444,9 @@ def test_relative_references_ignore_the_working_directory(tmp_path, make_checkpo
         if ref.startswith("./"):
             assert notes == []
         else:
-            assert notes == [f"'models/llama' has the form of a hub id (org/name) and is the folder {base / 'models' / 'llama'} next to the profile: it is read as that folder"]
+            assert notes == [
+                f"'models/llama' has the form of a hub id (org/name) and is the folder {base / 'models' / 'llama'} next to the profile: it is read as that folder"
+            ]
     assert not is_local_ref("org/name", base)  # the working directory's folder does not count
     monkeypatch.chdir("/")
     with pytest.raises(PpspecError) as ei:
@@ -411,7 +466,10 @@ def test_neither_directory_nor_hub_id(tmp_path, monkeypatch):
 
 def test_layer_bytes_skip_encoder_towers_and_mtp_layers(make_checkpoint):
     """Vision-tower layers and MTP layers past num_hidden_layers are not decoder layers."""
-    cfg = {"architectures": ["KimiK25ForConditionalGeneration"], "text_config": {"num_hidden_layers": 2, "hidden_size": 8, "vocab_size": 16}}
+    cfg = {
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "text_config": {"num_hidden_layers": 2, "hidden_size": 8, "vocab_size": 16},
+    }
     shards = {
         "model.safetensors": {
             "language_model.model.layers.0.mlp.weight": ("F32", [8, 8]),

@@ -21,7 +21,10 @@ PKG = Path(__file__).resolve().parent.parent / "ppspec_cli"
 #: (module, what the checker reports) -> why it may do so outside io/. Each entry is one operation,
 #: not a whole file: anything else the module starts doing still fails.
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("running/engine/plugin.py", "import multiprocessing"): "reads the engine worker's process name (multiprocessing.current_process); starts nothing",
+    (
+        "running/engine/plugin.py",
+        "import multiprocessing",
+    ): "reads the engine worker's process name (multiprocessing.current_process); starts nothing",
     ("running/engine/plugin.py", "multiprocessing.current_process"): "the same read of the worker's name",
 }
 #: Modules whose writes and deletes ARE a choke point of their own, kept beside the code they
@@ -48,7 +51,10 @@ def _violations() -> list[str]:
 
 def test_every_write_delete_spawn_load_and_environment_read_goes_through_io():
     bad = _violations()
-    assert not bad, "outside ppspec_cli/io/ (route it through an io/ function, or name an exception with its reason):\n" + "\n".join(bad)
+    assert not bad, (
+        "outside ppspec_cli/io/ (route it through an io/ function, or name an exception with its reason):\n"
+        + "\n".join(bad)
+    )
 
 
 def test_every_exception_is_still_needed():
@@ -94,12 +100,28 @@ def test_every_exception_is_still_needed():
     ],
 )
 def test_the_checker_sees_each_kind(line, kind):
-    src = "import os, json, shutil, subprocess, yaml, pathlib\nfrom pathlib import Path\nfrom os import environ\nfrom os import remove as rm\n" + line + "\n"
+    src = (
+        "import os, json, shutil, subprocess, yaml, pathlib\nfrom pathlib import Path\nfrom os import environ\nfrom os import remove as rm\n"
+        + line
+        + "\n"
+    )
     found = [v for v in scan(src, "x.py") if v.line == 5]
     assert [v.kind for v in found] == [kind], (line, found)
 
 
-@pytest.mark.parametrize("line", ["'a-b'.replace('-', '_')", "d.write_text('name', 'text')", "rd.unlink('READY')", "RunDir.open(path, create=False)", "open(p)", "open(p, 'rb')", "safeio.write_text(p, 'x')", "json.loads(s)"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "'a-b'.replace('-', '_')",
+        "d.write_text('name', 'text')",
+        "rd.unlink('READY')",
+        "RunDir.open(path, create=False)",
+        "open(p)",
+        "open(p, 'rb')",
+        "safeio.write_text(p, 'x')",
+        "json.loads(s)",
+    ],
+)
 def test_the_checker_leaves_alone_what_is_not_an_operation(line):
     src = "import json\nfrom ppspec_cli.io import safeio\n" + line + "\n"
     assert scan(src, "x.py") == []

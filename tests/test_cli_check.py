@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
-
 import inprocess
+import pytest
 from conftest import fixture_config, run_ppspec, synthetic_kimi_k25_config
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
@@ -79,7 +78,9 @@ def test_the_output_says_which_vllm_version_the_verdict_is_for(make_checkpoint, 
     assert got["source"].startswith("installed" if serves_cuda else "newest supported release"), got
     if inst is not None:  # platform auto: the installed build serves it and decides by value
         cp = check(write_profile(prof(t, platform="auto", extra="engine_version: 0.30.0\n")))
-        assert f"verdict for {inst.platform}, vLLM {inst.version} (installed {inst.distribution})" in cp.stdout, cp.stdout
+        assert f"verdict for {inst.platform}, vLLM {inst.version} (installed {inst.distribution})" in cp.stdout, (
+            cp.stdout
+        )
 
 
 @pytest.mark.slow  # a subprocess: the real interpreter's exit status
@@ -95,10 +96,16 @@ def test_exit_1_on_an_error_finding(make_checkpoint, write_profile):
     "text,needles",
     [
         ("name: a\ntarget: {model: x/y\n  foo: [\n", ["not valid YAML", ":3:6"]),
-        ("name: a\ntarget: {model: x/y}\ntopology:\n  layer_partitions: [1]\n", ["unknown key `topology.layer_partitions`", "line 4"]),
+        (
+            "name: a\ntarget: {model: x/y}\ntopology:\n  layer_partitions: [1]\n",
+            ["unknown key `topology.layer_partitions`", "line 4"],
+        ),
         ("", ["the profile is empty"]),
         ("- a\n- b\n", ["must be a YAML mapping"]),
-        ("name: a\ntarget: {model: x/y}\ndrafter: {method: eagle3, num_speculative_tokens: 2}\n", ["needs `model`", "line 3"]),
+        (
+            "name: a\ntarget: {model: x/y}\ndrafter: {method: eagle3, num_speculative_tokens: 2}\n",
+            ["needs `model`", "line 3"],
+        ),
     ],
 )
 def test_exit_2_on_a_bad_profile(write_profile, text, needles):
@@ -141,7 +148,9 @@ def test_missing_checkpoint_directory_is_a_finding(tmp_path, write_profile):
 
 def test_partial_config_target(make_checkpoint, write_profile):
     """A partial config (layer count unknown): reported, never guessed; no plan."""
-    t = make_checkpoint("rh", "RedHatAI__Llama-3.1-8B-Instruct-speculator.eagle3/config.partial.json", config_name="config.partial.json")
+    t = make_checkpoint(
+        "rh", "RedHatAI__Llama-3.1-8B-Instruct-speculator.eagle3/config.partial.json", config_name="config.partial.json"
+    )
     cp = check(write_profile(prof(t)), "--json")
     out = json.loads(cp.stdout)
     assert cp.returncode == 1 and out["ok"] is False and out["plan"] is None
@@ -185,7 +194,12 @@ def test_json_contract(make_checkpoint, write_profile):
 
 def test_json_ok_and_mtp_has_no_taps(make_checkpoint, write_profile):
     t = make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3")
-    cp = check(write_profile(f"name: m\ntarget: {{model: {t}}}\nplatform: auto\nadapter: none\ndrafter: {{method: mtp, num_speculative_tokens: 1}}\ntopology: {{pipeline_parallel: 2}}\n"), "--json")
+    cp = check(
+        write_profile(
+            f"name: m\ntarget: {{model: {t}}}\nplatform: auto\nadapter: none\ndrafter: {{method: mtp, num_speculative_tokens: 1}}\ntopology: {{pipeline_parallel: 2}}\n"
+        ),
+        "--json",
+    )
     out = json.loads(cp.stdout)
     assert cp.returncode == 0 and out["ok"] is True
     assert out["plan"]["taps"] == [] and out["plan"]["taps_source"] == "none" and out["plan"]["draft_layer_ids"] == [61]

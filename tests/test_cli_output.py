@@ -11,16 +11,16 @@ import pytest
 import typer
 import typer.testing
 import yaml
+from conftest import run_ppspec
 from rich.console import Console
 
-from conftest import run_ppspec
 from ppspec_cli.cli import app
-from ppspec_cli.knowledge.packs import load_packs
 from ppspec_cli.commands.render import render_findings, render_plan
-from ppspec_cli.preflight.core import preflight
-from ppspec_cli.planning.resolve import resolve
-from ppspec_cli.planning.profile import parse_profile
 from ppspec_cli.findings import Finding
+from ppspec_cli.knowledge.packs import load_packs
+from ppspec_cli.planning.profile import parse_profile
+from ppspec_cli.planning.resolve import resolve
+from ppspec_cli.preflight.core import preflight
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 
@@ -42,7 +42,15 @@ def help_text(path: tuple[str, ...]) -> str:
 
 
 def test_every_command_is_walked():
-    assert {p for p, _ in ALL} >= {("check",), ("plan",), ("serve",), ("verify",), ("docs",), ("adapters", "list"), ("adapters", "show")}
+    assert {p for p, _ in ALL} >= {
+        ("check",),
+        ("plan",),
+        ("serve",),
+        ("verify",),
+        ("docs",),
+        ("adapters", "list"),
+        ("adapters", "show"),
+    }
 
 
 @pytest.mark.parametrize("path,cmd", ALL, ids=[" ".join(p) or "ppspec" for p, _ in ALL])
@@ -55,7 +63,7 @@ def test_help_shows_boolean_options_as_flags(path, cmd):
         names = " / ".join([*opt.opts, *opt.secondary_opts])
         line = next((ln for ln in text.splitlines() if ln.strip().startswith(names)), None)
         assert line is not None, f"{names} not listed in:\n{text}"
-        rest = line.strip()[len(names):]
+        rest = line.strip()[len(names) :]
         assert not rest.startswith((" <", " [", " BOOL", " TEXT")), f"{names} shown with a value: {line!r}"
 
 
@@ -77,7 +85,9 @@ def test_adapters_list_in_a_pipe_at_80_columns():
     names = {p.name for p in load_packs()}
     # the packs, then the section of vLLM's own facts per release (issue 31): rows labelled by release
     at = next(i for i, ln in enumerate(lines) if ln.startswith("vLLM's facts for every registered architecture"))
-    assert all(re.match(r"^  \d+\.\d+\.\d+ +\d+ architectures|^ {12}\S", ln) for ln in lines[at + 1:] if ln), lines[at:]
+    assert all(re.match(r"^  \d+\.\d+\.\d+ +\d+ architectures|^ {12}\S", ln) for ln in lines[at + 1 :] if ln), lines[
+        at:
+    ]
     for ln in lines[1:at]:
         if ln and ln not in names and not labelled.match(ln):
             assert re.match(r"^ {12}\S", ln), f"continuation line lost its indentation: {ln!r}"
@@ -85,7 +95,13 @@ def test_adapters_list_in_a_pipe_at_80_columns():
 
 def test_wrapped_finding_text_keeps_its_indentation():
     long = "the drafter's fc layer is sized for taps " + ", ".join(f"EagleLlama4ForCausalLM{i}" for i in range(8))
-    f = Finding("taps-nested-eagle-config", "warning", "drafter.model", long, "run `ppspec serve` " + "to apply the overlay " * 6)
+    f = Finding(
+        "taps-nested-eagle-config",
+        "warning",
+        "drafter.model",
+        long,
+        "run `ppspec serve` " + "to apply the overlay " * 6,
+    )
     buf = io.StringIO()
     render_findings(Console(file=buf, width=60, color_system=None, highlight=False), [f])
     lines = buf.getvalue().splitlines()
@@ -100,7 +116,13 @@ def test_wrapped_finding_text_keeps_its_indentation():
 
 def _plan_output(make_checkpoint, width: int = 160, pp: int = 2, **drafter) -> str:
     t = make_checkpoint("llama", LLAMA)
-    prof = {"name": "t", "target": {"model": str(t)}, "platform": "cuda", "adapter": "none", "topology": {"pipeline_parallel": pp}}
+    prof = {
+        "name": "t",
+        "target": {"model": str(t)},
+        "platform": "cuda",
+        "adapter": "none",
+        "topology": {"pipeline_parallel": pp},
+    }
     if drafter:
         prof["drafter"] = {**drafter, "num_speculative_tokens": 3}
     p = parse_profile(yaml.safe_dump(prof))
@@ -127,7 +149,11 @@ def test_plan_tap_columns_hold_tap_ids_not_counts(make_checkpoint):
     d = make_checkpoint("sf", "sgl-project__SpecForge/llama3-8B-eagle3.json")
     out = _plan_output(make_checkpoint, method="eagle3", model=str(d))
     lines = [ln for ln in out.splitlines() if ln.startswith("│")]
-    rows = {ln.split("│")[1].strip(): [c.strip() for c in ln.split("│")[1:-1]] for ln in lines if ln.split("│")[1].strip().isdigit()}
+    rows = {
+        ln.split("│")[1].strip(): [c.strip() for c in ln.split("│")[1:-1]]
+        for ln in lines
+        if ln.split("│")[1].strip().isdigit()
+    }
     cols = slice(3, 6)  # stage, node, layers, then the tap columns
     assert rows["0"][cols] == ["2, 16", "—", "2, 16"], rows
     assert lines[1].split("│")[6].strip() == "(16.0 KiB/token)", lines  # the size, under the taps it is for
@@ -147,9 +173,21 @@ def test_plan_fits_80_columns(make_checkpoint, monkeypatch):
     assert "embedding (for the drafter)" in values and "(16.0 KiB/token)" in values, values
     t = make_checkpoint("llama", LLAMA)
     prof = t.parent / "p.yaml"
-    prof.write_text(yaml.safe_dump({"name": "t", "target": {"model": str(t)}, "platform": "cuda", "adapter": "none", "topology": {"pipeline_parallel": 4},
-                                    "drafter": {"method": "eagle3", "model": str(d), "num_speculative_tokens": 3}}))
-    res = typer.testing.CliRunner().invoke(app, ["plan", str(prof), "--offline"], env={"COLUMNS": "80", "HF_HUB_OFFLINE": "1"}, terminal_width=80)
+    prof.write_text(
+        yaml.safe_dump(
+            {
+                "name": "t",
+                "target": {"model": str(t)},
+                "platform": "cuda",
+                "adapter": "none",
+                "topology": {"pipeline_parallel": 4},
+                "drafter": {"method": "eagle3", "model": str(d), "num_speculative_tokens": 3},
+            }
+        )
+    )
+    res = typer.testing.CliRunner().invoke(
+        app, ["plan", str(prof), "--offline"], env={"COLUMNS": "80", "HF_HUB_OFFLINE": "1"}, terminal_width=80
+    )
     out = res.stdout
     assert "stage 3: node 0, GPU 3, layers" in out, out
     assert "…" not in out and max(len(ln) for ln in out.splitlines()) <= 80, out
@@ -168,7 +206,7 @@ def readme_rows() -> dict[tuple[str, ...], str]:
         if m:
             usage = m.group(1).replace("\\|", "|")
             path = tuple(w for w in re.match(r"^([a-z0-9 ]+?)(?= [A-Z\[]|$)", usage).group(1).split())
-            rows[path] = usage[len(" ".join(path)):]
+            rows[path] = usage[len(" ".join(path)) :]
     return rows
 
 
@@ -183,16 +221,24 @@ def test_commands_page_matches_the_cli():
     for path, cmd in leaves.items():
         usage = rows[path]
         shown = {}
-        for group in re.findall(r"\[(--[^\]]+)\]", usage) + re.findall(r"(?:^| )(--[a-z-]+ [A-Z]+)(?= |$)", usage):  # [optional] or required
+        for group in re.findall(r"\[(--[^\]]+)\]", usage) + re.findall(
+            r"(?:^| )(--[a-z-]+ [A-Z]+)(?= |$)", usage
+        ):  # [optional] or required
             opt, *value = group.split()
             shown[opt] = value
         expected = {p.opts[0]: p for p in cmd.params if p.param_type_name == "option" and p.name != "help"}
-        assert set(shown) == set(expected), f"`ppspec {' '.join(path)}`: docs/commands.md lists {sorted(shown)}, the CLI has {sorted(expected)}"
+        assert set(shown) == set(expected), (
+            f"`ppspec {' '.join(path)}`: docs/commands.md lists {sorted(shown)}, the CLI has {sorted(expected)}"
+        )
         for opt, p in expected.items():
-            assert len(shown[opt]) == (0 if p.is_flag else 1), f"`ppspec {' '.join(path)}`: {opt} is {'a flag' if p.is_flag else 'an option with a value'}"
+            assert len(shown[opt]) == (0 if p.is_flag else 1), (
+                f"`ppspec {' '.join(path)}`: {opt} is {'a flag' if p.is_flag else 'an option with a value'}"
+            )
         for arg in (p for p in cmd.params if p.param_type_name == "argument"):
             want = arg.metavar if arg.required else f"[{arg.metavar}]"
-            assert re.search(rf"(^| ){re.escape(want)}( |$)", usage), f"`ppspec {' '.join(path)}`: argument {want} missing"
+            assert re.search(rf"(^| ){re.escape(want)}( |$)", usage), (
+                f"`ppspec {' '.join(path)}`: argument {want} missing"
+            )
     readme = (REPO / "docs" / "commands.md").read_text(encoding="utf-8")
     for p in typer.main.get_command(app).params:
         if p.name != "help":

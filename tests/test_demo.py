@@ -183,7 +183,7 @@ def test_target_plants_the_always_token_rule(cache):
     for prompt in ("The quick brown fox", "Hello world, one two three", "alpha beta gamma delta"):
         ids = tok(prompt).input_ids
         out = model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)[0].tolist()
-        seq = out[len(ids) - 1:]
+        seq = out[len(ids) - 1 :]
         for prev, nxt in zip(seq, seq[1:]):
             if prev in triggers:
                 after_trigger += 1
@@ -238,11 +238,15 @@ def test_layouts_load_into_installed_vllm(demo_cache):
     env = dict(os.environ, PPSPEC_CACHE=str(demo_cache), VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1")
     proc = subprocess.run(
         [sys.executable, str(REPO / "tests" / "_vllm_demo_probe.py")],
-        env=env, cwd=REPO, capture_output=True, text=True, timeout=600,
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE-JSON ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-5000:]
-    report = json.loads(lines[-1][len("PROBE-JSON "):])
+    report = json.loads(lines[-1][len("PROBE-JSON ") :])
 
     target = report["target"]
     assert target["arch"] == "LlamaForCausalLM"
@@ -302,14 +306,21 @@ def test_check_plan_and_predict_never_build_a_demo_model(fresh_cache, tmp_path):
     )
     env = {**os.environ, "PPSPEC_CACHE": str(fresh_cache.parent), "PYTHONPATH": str(REPO)}
     ppspec = [sys.executable, "-m", "ppspec_cli.cli"]
-    plan = subprocess.run([*ppspec, "plan", str(profile), "--json"], capture_output=True, text=True, env=env, timeout=300)
+    plan = subprocess.run(
+        [*ppspec, "plan", str(profile), "--json"], capture_output=True, text=True, env=env, timeout=300
+    )
     assert plan.returncode == 0, plan.stderr
     stages = json.loads(plan.stdout)["plan"]["stages"]
     assert all(s["weight_bytes"] and s["weight_bytes"] > 5e9 for s in stages), stages
     check = subprocess.run([*ppspec, "check", str(profile)], capture_output=True, text=True, env=env, timeout=300)
     assert check.returncode in (0, 1), check.stderr
-    pred = subprocess.run([*ppspec, "plan", str(profile), "--predict", "--hardware", "h100", "--acceptance-length", "1.5"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    pred = subprocess.run(
+        [*ppspec, "plan", str(profile), "--predict", "--hardware", "h100", "--acceptance-length", "1.5"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert pred.returncode == 0, pred.stderr
     assert "building demo model" not in plan.stderr + check.stderr + pred.stderr
     built = [p for p in fresh_cache.rglob("*") if p.is_file()] if fresh_cache.exists() else []
@@ -325,7 +336,9 @@ def test_a_builder_whose_shapes_need_data_is_an_error_not_a_build(fresh_cache, m
         t = torch.ones(3)
         factory.write_drafter(out, {"hidden_size": int(t.sum())}, {"w": torch.zeros(int(t.sum()), 2)})
 
-    monkeypatch.setitem(factory._REGISTRY, "probe-data", factory._Entry(factory.Spec("eagle3", 1, "probe"), data_dependent, False))
+    monkeypatch.setitem(
+        factory._REGISTRY, "probe-data", factory._Entry(factory.Spec("eagle3", 1, "probe"), data_dependent, False)
+    )
     with pytest.raises(PpspecError) as e:
         demo.describe_demo_model("probe-data")
     assert "probe-data" in e.value.what and not fresh_cache.exists()

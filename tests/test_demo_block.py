@@ -14,8 +14,8 @@ import pytest
 
 import ppspec_kit as kit
 from ppspec_cli import demo
-from ppspec_kit import block
 from ppspec_cli.demo.relay import RELAY_SEED, relay_target_weights
+from ppspec_kit import block
 
 pytestmark = pytest.mark.slow  # builds the planted drafters' weights with torch (and imports vLLM's config reader)
 
@@ -28,8 +28,12 @@ def relay():
 
     tsd = relay_target_weights(RELAY_SEED)
     taps = demo.relay_taps_clean(tsd)
-    return SimpleNamespace(embed=tsd["model.embed_tokens.weight"], taps=taps, succ=demo.relay_successors(),
-                           cat=lambda tapset, seq: torch.cat([taps[t][seq] for t in tapset], dim=-1))
+    return SimpleNamespace(
+        embed=tsd["model.embed_tokens.weight"],
+        taps=taps,
+        succ=demo.relay_successors(),
+        cat=lambda tapset, seq: torch.cat([taps[t][seq] for t in tapset], dim=-1),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -52,18 +56,25 @@ def _sequences(succ, n: int, seed: int = 7):
 def test_first_draft_is_two_ahead_and_the_rest_bos(method, relay, weights):
     for seq in _sequences(relay.succ, 40):
         bonus = relay.succ[seq[-1]]
-        drafts = block.block_draft_tokens(method, weights[method], relay.embed, relay.cat(demo.RELAY_TAPS, seq), bonus, 3)
+        drafts = block.block_draft_tokens(
+            method, weights[method], relay.embed, relay.cat(demo.RELAY_TAPS, seq), bonus, 3
+        )
         assert drafts == [relay.succ[bonus], demo.BOS_ID, demo.BOS_ID], (method, seq[-3:], drafts)
 
 
 @pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("taps", [kit.RELAY_TAPS_EARLY, kit.RELAY_TAPS_LATE, (3, 1, 6)], ids=["early", "late", "swapped"])
+@pytest.mark.parametrize(
+    "taps", [kit.RELAY_TAPS_EARLY, kit.RELAY_TAPS_LATE, (3, 1, 6)], ids=["early", "late", "swapped"]
+)
 def test_wrong_taps_are_never_right_at_the_first_position(method, taps, relay, weights):
     """Served other taps (what a relay bug or the +1 slip gives), the first proposal is wrong for
     (almost) every token: one layer early gives BOS always, the GPU run's broken-tap arms accept 0."""
     seqs = list(_sequences(relay.succ, 30, seed=11))
-    hits = sum(block.block_draft_tokens(method, weights[method], relay.embed, relay.cat(taps, s), relay.succ[s[-1]], 2)[0]
-               == relay.succ[relay.succ[s[-1]]] for s in seqs)
+    hits = sum(
+        block.block_draft_tokens(method, weights[method], relay.embed, relay.cat(taps, s), relay.succ[s[-1]], 2)[0]
+        == relay.succ[relay.succ[s[-1]]]
+        for s in seqs
+    )
     if taps == kit.RELAY_TAPS_EARLY:
         assert hits == 0
     else:

@@ -30,8 +30,20 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
-from enginehelpers import PPSPEC, REPO, Served, assert_nothing_left_after_kill, descendants, engine_env, engine_lock, free_port, leftover_entries, sha256_of, spec_counter, write_profile
+from enginehelpers import (
+    PPSPEC,
+    REPO,
+    Served,
+    assert_nothing_left_after_kill,
+    descendants,
+    engine_env,
+    engine_lock,
+    free_port,
+    leftover_entries,
+    sha256_of,
+    spec_counter,
+    write_profile,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.engine]
 
@@ -68,7 +80,11 @@ class Demo:
     def __init__(self, tmp: Path):
         self.tmp = tmp
         self.port = free_port()
-        self.profile = write_profile("profiles/tiny_cpu_demo.yaml", tmp / "demo.yaml", **{"server.port": self.port, "server.api_key_env": "PPSPEC_E2E_KEY"})
+        self.profile = write_profile(
+            "profiles/tiny_cpu_demo.yaml",
+            tmp / "demo.yaml",
+            **{"server.port": self.port, "server.api_key_env": "PPSPEC_E2E_KEY"},
+        )
         self.prof_hash = sha256_of(self.profile)
         self.run_dir = tmp / "run"
         self.before = leftover_entries()
@@ -148,8 +164,24 @@ def test_loopback_only_and_the_key_is_enforced(demo):
 def test_verify_measures_through_the_key_from_the_environment(demo):
     report = demo.tmp / "report.json"
     v = subprocess.run(
-        PPSPEC + ["verify", str(demo.profile), "--out", str(report), "--num-prompts", "2", "--max-tokens", "8", "--gates", "drafter"],
-        capture_output=True, text=True, env=engine_env(KEY_ENV), cwd=REPO, timeout=300,
+        PPSPEC
+        + [
+            "verify",
+            str(demo.profile),
+            "--out",
+            str(report),
+            "--num-prompts",
+            "2",
+            "--max-tokens",
+            "8",
+            "--gates",
+            "drafter",
+        ],
+        capture_output=True,
+        text=True,
+        env=engine_env(KEY_ENV),
+        cwd=REPO,
+        timeout=300,
     )
     demo.outputs += [v.stdout, v.stderr]
     demo.reports.append(report)
@@ -171,7 +203,11 @@ def test_engine_killed_while_serving_leaves_nothing_and_no_key(demo):
     assert_nothing_left_after_kill(s, demo.before, demo.plan_hash, demo.prof_hash)
     # nothing lost: the plan, the launch record and the engine log are kept
     assert (s.run_dir / "launch.json").exists() and (s.run_dir / "engine.log").stat().st_size > 0
-    files = [p for p in demo.run_dir.rglob("*") if p.is_file() and not p.is_symlink()] + [p for p in demo.reports if p.exists()] + [demo.profile]
+    files = (
+        [p for p in demo.run_dir.rglob("*") if p.is_file() and not p.is_symlink()]
+        + [p for p in demo.reports if p.exists()]
+        + [demo.profile]
+    )
     for f in files:
         assert KEY.encode() not in f.read_bytes(), f"the API key is in {f}"
     assert KEY not in out + "".join(demo.outputs)
@@ -181,7 +217,9 @@ def test_serve_output_up_to_ready_fits_one_screen(demo):
     """Issue 26: the default output up to the ready lines fits one 80x24 terminal (a line per
     start-up phase, a few vLLM warnings); the whole engine log (route list, config dump) is in
     engine.log, not on the terminal."""
-    out = demo.s.log_path.read_text(errors="replace")  # the serve process's own output (the engine may be stopped by now)
+    out = demo.s.log_path.read_text(
+        errors="replace"
+    )  # the serve process's own output (the engine may be stopped by now)
     until = out.split("stop with Ctrl-C", 1)[0].splitlines() + ["ppspec: stop with Ctrl-C"]
     rows = sum(max(1, -(-len(ln) // 80)) for ln in until)
     assert rows <= 24, f"{rows} rows at 80 columns before ready:\n" + "\n".join(until)

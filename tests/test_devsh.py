@@ -15,7 +15,9 @@ pytestmark = pytest.mark.slow  # runs dev.sh and pytest in subprocesses
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _devsh(*args: str, cwd: Path = REPO, timeout: int = 300, script: Path = REPO / "dev.sh") -> subprocess.CompletedProcess:
+def _devsh(
+    *args: str, cwd: Path = REPO, timeout: int = 300, script: Path = REPO / "dev.sh"
+) -> subprocess.CompletedProcess:
     # PPSPEC_SKIP_INSTALL: never start a multi-minute install from inside the test suite.
     # The outer run's worker variables stay out: this dev.sh starts a run of its own.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PPSPEC_TEST_", "PPSPEC_WORKER_"))}
@@ -68,7 +70,9 @@ def test_lint_runs_before_the_tests_and_fails_the_run(tmp_path):
     args = ("test", "-q", "-p", "no:cacheprovider", "--rootdir", str(repo), str(repo / "tests"))
     proc = _devsh(*args, cwd=repo, script=repo / "dev.sh")
     assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout + proc.stderr
-    if os.geteuid() == 0 and shutil.which("unshare") and (os.cpu_count() or 1) >= 2:  # as CI runs it: two isolated workers
+    if (
+        os.geteuid() == 0 and shutil.which("unshare") and (os.cpu_count() or 1) >= 2
+    ):  # as CI runs it: two isolated workers
         assert "tests: 2 workers" in proc.stderr and "bringing up nodes" in proc.stdout, proc.stdout + proc.stderr
     (repo / "tests" / "test_bad.py").write_text("import os\n\n\ndef test_bad():\n    pass\n")  # F401
     proc = _devsh(*args, cwd=repo, script=repo / "dev.sh")
@@ -128,7 +132,11 @@ def test_a_skip_fails_the_run_in_ci_only(tmp_path, ci):
         env["CI"] = ci
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     if ci:
         assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -13,9 +13,9 @@ import re
 import typing
 
 import pytest
+from conftest import REPO, run_ppspec
 from pydantic import BaseModel
 
-from conftest import REPO, run_ppspec
 from ppspec_cli.commands.docs import profile_reference
 from ppspec_cli.planning.profile import Profile
 
@@ -183,7 +183,11 @@ def test_every_finding_code_a_page_names_is_in_the_registry():
     named = set()
     for page in doc_pages():
         if page.name != "findings.md":
-            named |= {t for t in re.findall(r"`([a-z0-9_]+(?:-[a-z0-9_]+)+)`", page.read_text(encoding="utf-8")) if t in reported}
+            named |= {
+                t
+                for t in re.findall(r"`([a-z0-9_]+(?:-[a-z0-9_]+)+)`", page.read_text(encoding="utf-8"))
+                if t in reported
+            }
     assert {"taps-nested-eagle-config", "topology-master-addr", "untrusted-acknowledged"} <= named, sorted(named)
     missing = sorted(c for c in named if entry(c) is None or f"`{c}`" not in findings)
     assert not missing, f"codes the docs name without a registry entry: {missing}"

@@ -22,15 +22,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import inprocess
 import jsonschema
 import pytest
 import yaml
 from test_launch import make_hf_cache
 
-import inprocess
-from ppspec_cli.running import cluster
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.planning.profile import load_profile
+from ppspec_cli.running import cluster
 
 pytestmark = pytest.mark.slow  # runs the exported scripts (bash, stand-in srun) and imports vLLM's option parser
 
@@ -49,7 +49,12 @@ def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("export")
     cache = make_hf_cache(root / "hub")
     e = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PPSPEC_VLLM"))}
-    e.update(HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(cache), PPSPEC_CACHE=str(root / "cache"), PATH=f"{STANDINS}{os.pathsep}{BIN}{os.pathsep}{e.get('PATH', '')}")
+    e.update(
+        HF_HUB_OFFLINE="1",
+        HF_HUB_CACHE=str(cache),
+        PPSPEC_CACHE=str(root / "cache"),
+        PATH=f"{STANDINS}{os.pathsep}{BIN}{os.pathsep}{e.get('PATH', '')}",
+    )
     e["PPSPEC_VLLM_EXECUTABLE"] = "vllm"  # the same engine command in-process and in the SLURM tasks' ppspec
     e["PYTHONPATH"] = f"{REPO}{os.pathsep}{e['PYTHONPATH']}" if e.get("PYTHONPATH") else str(REPO)
     return e
@@ -77,7 +82,12 @@ def lws_schema() -> dict:
 
     def strict(node):
         if isinstance(node, dict):
-            if node.get("type") == "object" and "properties" in node and "additionalProperties" not in node and not node.get("x-kubernetes-preserve-unknown-fields"):
+            if (
+                node.get("type") == "object"
+                and "properties" in node
+                and "additionalProperties" not in node
+                and not node.get("x-kubernetes-preserve-unknown-fields")
+            ):
                 node["additionalProperties"] = False
             for v in node.values():
                 strict(v)
@@ -123,8 +133,12 @@ def replay_task(record: Path, i: int, cwd: Path) -> dict:
     """Task i's `ppspec ARGS` (recorded by RECORDER) in process, in the environment it had: its
     dry-run JSON."""
     argv = (record / f"task-{i}.argv").read_bytes().decode().split("\0")[:-1]
-    task_env = dict(kv.split("=", 1) for kv in (record / f"task-{i}.env").read_bytes().decode().split("\0") if "=" in kv)
-    changes: dict[str, str | None] = {k: v for k, v in task_env.items() if os.environ.get(k) != v and k not in ("_", "SHLVL", "PWD", "OLDPWD")}
+    task_env = dict(
+        kv.split("=", 1) for kv in (record / f"task-{i}.env").read_bytes().decode().split("\0") if "=" in kv
+    )
+    changes: dict[str, str | None] = {
+        k: v for k, v in task_env.items() if os.environ.get(k) != v and k not in ("_", "SHLVL", "PWD", "OLDPWD")
+    }
     changes.update({k: None for k in os.environ if k not in task_env and k not in inprocess.IMPORT_TIME_ENV})
     res = inprocess.run(*argv, env=changes, cwd=cwd)
     assert res.returncode in (0, 1), res.stderr  # a profile whose check finds errors exits 1 in its dry run
@@ -154,8 +168,23 @@ def test_one_launch_plan_for_dry_run_slurm_and_k8s(profile, env, schema, tmp_pat
     recorder.write_text(RECORDER)
     recorder.chmod(0o755)
     hosts = ",".join([HEAD] + [f"gpu-b{i:02d}" for i in range(1, nodes)])
-    job_env = dict(env, SLURM_JOB_ID="4242", SLURM_JOB_NODELIST=hosts, SLURM_JOB_NUM_NODES=str(nodes), PPSPEC=str(recorder), STANDIN_PPSPEC_RECORD=str(record))
-    p = subprocess.run(["bash", str(script), "--dry-run", "--json", "--run-dir", str(run_dir)], check=False, env=job_env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    job_env = dict(
+        env,
+        SLURM_JOB_ID="4242",
+        SLURM_JOB_NODELIST=hosts,
+        SLURM_JOB_NUM_NODES=str(nodes),
+        PPSPEC=str(recorder),
+        STANDIN_PPSPEC_RECORD=str(record),
+    )
+    p = subprocess.run(
+        ["bash", str(script), "--dry-run", "--json", "--run-dir", str(run_dir)],
+        check=False,
+        env=job_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr
     slurm_nodes = []
     for i in range(nodes):
@@ -163,7 +192,9 @@ def test_one_launch_plan_for_dry_run_slurm_and_k8s(profile, env, schema, tmp_pat
         assert [n["node_rank"] for n in d["nodes"]] == [i], "each task runs its own node (rank from SLURM_NODEID)"
         slurm_nodes += d["nodes"]
     ref = dry_run(env, profile, "--master-addr", HEAD, "--run-dir", str(run_dir))
-    assert [(n["argv"], n["env"], n["env_refs"]) for n in slurm_nodes] == [(n["argv"], n["env"], n["env_refs"]) for n in ref["nodes"]]
+    assert [(n["argv"], n["env"], n["env_refs"]) for n in slurm_nodes] == [
+        (n["argv"], n["env"], n["env_refs"]) for n in ref["nodes"]
+    ]
     if nodes > 1:
         assert ref["nodes"][1]["argv"][ref["nodes"][1]["argv"].index("--master-addr") + 1] == HEAD
     # --- Kubernetes: every pod runs `ppspec serve` on the ConfigMap's profile; its launch (each
@@ -180,7 +211,10 @@ def test_one_launch_plan_for_dry_run_slurm_and_k8s(profile, env, schema, tmp_pat
     leader = tpl.get("leaderTemplate", tpl["workerTemplate"])
     for i in range(nodes):
         pod = leader if i == 0 else tpl["workerTemplate"]
-        argv = [a.replace("$(LWS_LEADER_ADDRESS)", "ppspec-head.invalid").replace("$(LWS_WORKER_INDEX)", str(i)) for a in container_argv(pod)]
+        argv = [
+            a.replace("$(LWS_LEADER_ADDRESS)", "ppspec-head.invalid").replace("$(LWS_WORKER_INDEX)", str(i))
+            for a in container_argv(pod)
+        ]
         assert argv[:3] == ["ppspec", "serve", "/etc/ppspec/profile.yaml"], argv
         opts = argv[3:]
         (got,) = dry_run(env, in_pod, *opts, *([] if nodes > 1 else ["--node-rank", "0"]))["nodes"]
@@ -203,7 +237,18 @@ def test_k8s_manifest_details(env, schema, tmp_path):
     p = tmp_path / "kimi.yaml"
     p.write_text(yaml.safe_dump(data))
     out = tmp_path / "lws.yaml"
-    code, _, err = cli(dict(env, KIMI_KEY="sk-very-secret"), "export", "k8s", str(p), "--image", "reg/img:1", "-o", str(out), "--api-key-secret", "kimi-key")
+    code, _, err = cli(
+        dict(env, KIMI_KEY="sk-very-secret"),
+        "export",
+        "k8s",
+        str(p),
+        "--image",
+        "reg/img:1",
+        "-o",
+        str(out),
+        "--api-key-secret",
+        "kimi-key",
+    )
     assert code in (0, 1), err
     text = out.read_text()
     assert "sk-very-secret" not in text
@@ -244,7 +289,17 @@ def test_k8s_local_model_paths_need_a_volume(env, schema, tmp_path):
     models = tmp_path / "models"
     target = models / "llama"
     target.mkdir(parents=True)
-    (target / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256, "vocab_size": 1024}))
+    (target / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "num_hidden_layers": 4,
+                "hidden_size": 256,
+                "vocab_size": 1024,
+            }
+        )
+    )
     p = tmp_path / "local.yaml"
     p.write_text(yaml.safe_dump({"name": "local", "target": {"model": "./models/llama"}, "platform": "cpu"}))
     code, out, err = cli(env, "export", "k8s", str(p), "--image", "reg/img:1")
@@ -256,14 +311,21 @@ def test_k8s_local_model_paths_need_a_volume(env, schema, tmp_path):
     assert yaml.safe_load(docs[0]["data"]["profile.yaml"])["target"]["model"] == str(target)
     (c,) = docs[1]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"]
     assert {"name": "models-0", "mountPath": str(models), "readOnly": True} in c["volumeMounts"]
-    assert {"name": "models-0", "persistentVolumeClaim": {"claimName": "weights", "readOnly": True}} in docs[1]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["volumes"]
+    assert {"name": "models-0", "persistentVolumeClaim": {"claimName": "weights", "readOnly": True}} in docs[1]["spec"][
+        "leaderWorkerTemplate"
+    ]["workerTemplate"]["spec"]["volumes"]
     for bad in ("weights", "Weights:/m", "w:relative", "w:/a/../b"):
         code, _, err = cli(env, "export", "k8s", str(p), "--image", "reg/img:1", "--volume", bad)
         assert code == 2 and "is not CLAIM:/absolute/path" in err, (bad, err)
 
 
 def test_k8s_escapes_dollar_and_refuses_ray(env, tmp_path):
-    data = {"name": "odd", "target": {"model": "demo:tiny-llama"}, "platform": "cpu", "env": {"WEIRD": "$(HOME) and $x"}}
+    data = {
+        "name": "odd",
+        "target": {"model": "demo:tiny-llama"},
+        "platform": "cpu",
+        "env": {"WEIRD": "$(HOME) and $x"},
+    }
     p = tmp_path / "odd.yaml"
     p.write_text(yaml.safe_dump(data))
     code, out, err = cli(env, "export", "k8s", str(p), "--image", "reg/img:1")
@@ -277,7 +339,9 @@ def test_k8s_escapes_dollar_and_refuses_ray(env, tmp_path):
     data.update(topology={"nodes": 2, "pipeline_parallel": 2}, launch={"executor": "ray"})
     p.write_text(yaml.safe_dump(data))
     for kind in ("slurm", "k8s"):
-        code, out, err = cli(env, "export", kind, str(p), "--image", "x") if kind == "k8s" else cli(env, "export", kind, str(p))
+        code, out, err = (
+            cli(env, "export", kind, str(p), "--image", "x") if kind == "k8s" else cli(env, "export", kind, str(p))
+        )
         assert code == 1 and "`mp` executor" in err and "KubeRay" in err
 
 
@@ -286,35 +350,88 @@ def test_slurm_script_hostile_path_is_inert(env, tmp_path):
     d = tmp_path / "a b'\"$(touch PWNED)`id`\nx"
     d.mkdir()
     p = d / "p.yaml"
-    p.write_text(yaml.safe_dump({"name": "t", "target": {"model": "demo:tiny-llama"}, "platform": "cpu", "topology": {"nodes": 2, "pipeline_parallel": 2}}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "name": "t",
+                "target": {"model": "demo:tiny-llama"},
+                "platform": "cpu",
+                "topology": {"nodes": 2, "pipeline_parallel": 2},
+            }
+        )
+    )
     script = tmp_path / "job.sbatch"
     cli(env, "export", "slurm", str(p), "-o", str(script))
     subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
     # a stand-in ppspec that records its argv
     rec = tmp_path / "rec"
     fake = tmp_path / "fake-ppspec"
-    fake.write_text(f"#!/usr/bin/env python3\nimport json, os, sys\nopen({str(rec)!r} + os.environ['SLURM_NODEID'], 'w').write(json.dumps(sys.argv[1:]))\n")
+    fake.write_text(
+        f"#!/usr/bin/env python3\nimport json, os, sys\nopen({str(rec)!r} + os.environ['SLURM_NODEID'], 'w').write(json.dumps(sys.argv[1:]))\n"
+    )
     fake.chmod(0o755)
     job_env = dict(env, SLURM_JOB_ID="1", SLURM_JOB_NODELIST="n[1-2]", SLURM_JOB_NUM_NODES="2", PPSPEC=str(fake))
-    r = subprocess.run(["bash", str(script), "--run-dir", "x y"], check=False, env=job_env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    r = subprocess.run(
+        ["bash", str(script), "--run-dir", "x y"],
+        check=False,
+        env=job_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     for i in (0, 1):
-        assert json.loads(Path(f"{rec}{i}").read_text()) == ["serve", str(p), "--master-addr", "n1", "--master-port", "29501", "--run-dir", "x y"]
+        assert json.loads(Path(f"{rec}{i}").read_text()) == [
+            "serve",
+            str(p),
+            "--master-addr",
+            "n1",
+            "--master-port",
+            "29501",
+            "--run-dir",
+            "x y",
+        ]
     assert not list(tmp_path.rglob("PWNED"))
 
 
 def test_slurm_script_checks_allocation_and_propagates_failure(env, tmp_path):
     p = tmp_path / "p.yaml"
-    p.write_text(yaml.safe_dump({"name": "t", "target": {"model": "demo:tiny-llama"}, "platform": "cpu", "topology": {"nodes": 2, "pipeline_parallel": 2}}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "name": "t",
+                "target": {"model": "demo:tiny-llama"},
+                "platform": "cpu",
+                "topology": {"nodes": 2, "pipeline_parallel": 2},
+            }
+        )
+    )
     script = tmp_path / "job.sbatch"
     cli(env, "export", "slurm", str(p), "-o", str(script))
     fake = tmp_path / "fake-ppspec"
-    fake.write_text('#!/bin/bash\n[ "$SLURM_NODEID" = 1 ] && exit 7\nexec sleep 60\n')  # node 1 fails, node 0 would serve on
+    fake.write_text(
+        '#!/bin/bash\n[ "$SLURM_NODEID" = 1 ] && exit 7\nexec sleep 60\n'
+    )  # node 1 fails, node 0 would serve on
     fake.chmod(0o755)
     base = dict(env, SLURM_JOB_ID="1", SLURM_JOB_NODELIST="n[1-2]", PPSPEC=str(fake))
-    r = subprocess.run(["bash", str(script)], check=False, env=dict(base, SLURM_JOB_NUM_NODES="3"), capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["bash", str(script)],
+        check=False,
+        env=dict(base, SLURM_JOB_NUM_NODES="3"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "needs 2 node(s)" in r.stderr
-    r = subprocess.run(["bash", str(script)], check=False, env=dict(base, SLURM_JOB_NUM_NODES="2"), capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["bash", str(script)],
+        check=False,
+        env=dict(base, SLURM_JOB_NUM_NODES="2"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 7, r.stderr  # node 1's failure is the job's, and node 0 was stopped (else: 60 s)
 
 
@@ -323,19 +440,37 @@ def test_slurm_script_checks_allocation_and_propagates_failure(env, tmp_path):
 
 def _two_node(tmp_path: Path, **launch) -> Path:
     p = tmp_path / "two.yaml"
-    p.write_text(yaml.safe_dump({"name": "two", "target": {"model": "demo:tiny-llama"}, "platform": "cpu", "topology": {"nodes": 2, "pipeline_parallel": 2}, "launch": launch}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "name": "two",
+                "target": {"model": "demo:tiny-llama"},
+                "platform": "cpu",
+                "topology": {"nodes": 2, "pipeline_parallel": 2},
+                "launch": launch,
+            }
+        )
+    )
     return p
 
 
 def test_place_from_slurm_environment(env, tmp_path):
-    slurm = {"SLURM_JOB_ID": "77", "SLURM_NODEID": "1", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]", "PATH": env["PATH"]}
+    slurm = {
+        "SLURM_JOB_ID": "77",
+        "SLURM_NODEID": "1",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_JOB_NODELIST": "gpu[07-08]",
+        "PATH": env["PATH"],
+    }
     prof, pl = cluster.place(load_profile(_two_node(tmp_path)), environ=slurm)
     assert (prof.launch.master_addr, pl.node_rank) == ("gpu07", 1)
     from ppspec_cli.io.netinfo import host_name
 
     assert pl.run_dir is not None and pl.run_dir.name == f"slurm-77-{host_name()}-node1"  # per job, host and node
     # the command line wins over the profile, the profile over SLURM
-    prof, pl = cluster.place(load_profile(_two_node(tmp_path, master_addr="10.1.1.1")), environ=slurm, node_rank=0, master_port=31000)
+    prof, pl = cluster.place(
+        load_profile(_two_node(tmp_path, master_addr="10.1.1.1")), environ=slurm, node_rank=0, master_port=31000
+    )
     assert (prof.launch.master_addr, prof.launch.master_port, pl.node_rank) == ("10.1.1.1", 31000, 0)
     prof, _ = cluster.place(load_profile(_two_node(tmp_path, master_addr="10.1.1.1")), environ=slurm, master_addr="h2")
     assert prof.launch.master_addr == "h2"
@@ -361,7 +496,13 @@ def test_place_from_slurm_environment(env, tmp_path):
     ],
 )
 def test_place_slurm_errors(env, tmp_path, change, message):
-    slurm = {"SLURM_JOB_ID": "77", "SLURM_NODEID": "0", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]", "PATH": env["PATH"]}
+    slurm = {
+        "SLURM_JOB_ID": "77",
+        "SLURM_NODEID": "0",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_JOB_NODELIST": "gpu[07-08]",
+        "PATH": env["PATH"],
+    }
     slurm.update(change)
     with pytest.raises(PpspecError, match=message.replace("(", r"\(").replace(")", r"\)").replace("$", r"\$")):
         cluster.place(load_profile(_two_node(tmp_path)), environ=slurm)
@@ -383,7 +524,11 @@ def test_serve_dry_run_in_a_slurm_allocation(env, tmp_path):
     # so and names the code; its exit code is the profile verdict, as check's (a warning: SLURM and
     # LWS supply the head). Before issue 30 the dry run alone exited 1.
     code, out, _ = cli(env, "serve", str(p), "--dry-run")
-    assert code == 0 and "topology-master-addr" in out and "would refuse to start it on this machine: topology-master-addr" in out, out
+    assert (
+        code == 0
+        and "topology-master-addr" in out
+        and "would refuse to start it on this machine: topology-master-addr" in out
+    ), out
     assert cli(env, "check", str(p))[0] == 0
     code, _, err = cli(env, "serve", str(p), "--dry-run", "--master-addr", "a b")
     assert code == 2 and "--master-addr 'a b' is not a host name" in err  # a bad value is a usage error (issue 23)
@@ -396,12 +541,16 @@ def _srun_recorder(tmp_path: Path) -> Path:
     """A PATH folder whose `srun` records its argv (one JSON list) and starts nothing."""
     d = tmp_path / "srun-rec"
     d.mkdir()
-    (d / "srun").write_text('#!/usr/bin/env python3\nimport json, os, sys\nopen(os.environ["SRUN_RECORD"], "w").write(json.dumps(sys.argv[1:]))\n')
+    (d / "srun").write_text(
+        '#!/usr/bin/env python3\nimport json, os, sys\nopen(os.environ["SRUN_RECORD"], "w").write(json.dumps(sys.argv[1:]))\n'
+    )
     (d / "srun").chmod(0o755)
     return d
 
 
-def _export_and_run(env: dict, tmp_path: Path, data: dict, job_env: dict) -> tuple[str, subprocess.CompletedProcess, list[str] | None]:
+def _export_and_run(
+    env: dict, tmp_path: Path, data: dict, job_env: dict
+) -> tuple[str, subprocess.CompletedProcess, list[str] | None]:
     p = tmp_path / "p.yaml"
     p.write_text(yaml.safe_dump(data))
     script = tmp_path / "job.sbatch"
@@ -415,9 +564,15 @@ def _export_and_run(env: dict, tmp_path: Path, data: dict, job_env: dict) -> tup
     assert lint.returncode == 0, lint.stdout
     rec = tmp_path / "srun.json"
     rec.unlink(missing_ok=True)
-    run_env = dict(env, PATH=f"{_srun_recorder(tmp_path) if not (tmp_path / 'srun-rec').exists() else tmp_path / 'srun-rec'}{os.pathsep}{env['PATH']}", SRUN_RECORD=str(rec))
+    run_env = dict(
+        env,
+        PATH=f"{_srun_recorder(tmp_path) if not (tmp_path / 'srun-rec').exists() else tmp_path / 'srun-rec'}{os.pathsep}{env['PATH']}",
+        SRUN_RECORD=str(rec),
+    )
     run_env.update(SLURM_JOB_ID="5", SLURM_JOB_NODELIST=f"{HEAD},gpu-b01", SLURM_JOB_NUM_NODES="2", **job_env)
-    r = subprocess.run(["bash", str(script)], check=False, env=run_env, capture_output=True, text=True, timeout=60, cwd="/")
+    r = subprocess.run(
+        ["bash", str(script)], check=False, env=run_env, capture_output=True, text=True, timeout=60, cwd="/"
+    )
     return text, r, json.loads(rec.read_text()) if rec.exists() else None
 
 
@@ -425,11 +580,15 @@ def _sbatch_lines(text: str) -> list[str]:
     """The #SBATCH lines sbatch reads: those before the first command (it stops there); each has a comment above."""
     lines = text.splitlines()
     first_cmd = next(i for i, ln in enumerate(lines) if i and ln.strip() and not ln.startswith("#"))
-    assert not [ln for ln in lines[first_cmd:] if ln.startswith("#SBATCH")], "an #SBATCH line after the first command is ignored by sbatch"
+    assert not [ln for ln in lines[first_cmd:] if ln.startswith("#SBATCH")], (
+        "an #SBATCH line after the first command is ignored by sbatch"
+    )
     out = []
     for i, ln in enumerate(lines[:first_cmd]):
         if ln.startswith("#SBATCH"):
-            assert lines[i - 1].startswith("# ") or lines[i - 1].startswith("#SBATCH --nodes"), f"no comment says what {ln} asks for"
+            assert lines[i - 1].startswith("# ") or lines[i - 1].startswith("#SBATCH --nodes"), (
+                f"no comment says what {ln} asks for"
+            )
             out.append(ln)
     return out
 
@@ -438,9 +597,20 @@ def test_slurm_script_requests_whole_nodes_and_says_where_the_api_is(env, tmp_pa
     """Defaults: the whole node (--exclusive, --mem=0), no time limit (the partition's, said so),
     srun asks for the fewest CPUs any node has; a loopback server.host is reachable only on the head
     (said, with the tunnel); the script runs the same from any directory (cwd=/)."""
-    data = {"name": "t", "target": {"model": "demo:tiny-llama"}, "platform": "cpu", "topology": {"nodes": 2, "pipeline_parallel": 2}}
+    data = {
+        "name": "t",
+        "target": {"model": "demo:tiny-llama"},
+        "platform": "cpu",
+        "topology": {"nodes": 2, "pipeline_parallel": 2},
+    }
     text, r, srun = _export_and_run(env, tmp_path, data, {"SLURM_JOB_CPUS_PER_NODE": "64(x1),32"})
-    assert _sbatch_lines(text) == ["#SBATCH --job-name=t", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --exclusive", "#SBATCH --mem=0"]
+    assert _sbatch_lines(text) == [
+        "#SBATCH --job-name=t",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --exclusive",
+        "#SBATCH --mem=0",
+    ]
     assert "# no --time: the partition's default limit applies (set launch.slurm.time" in text
     assert r.returncode == 0, r.stderr
     assert srun is not None and "--cpus-per-task=32" in srun, srun
@@ -459,7 +629,10 @@ def test_slurm_script_resources_key_and_head_from_the_profile(env, tmp_path):
         "target": {"model": "demo:tiny-llama"},
         "platform": "cuda",
         "topology": {"nodes": 2, "pipeline_parallel": 2, "tensor_parallel": 4, "gpus_per_node": 4},
-        "launch": {"master_addr": "10.0.0.1", "slurm": {"time": "2-00:00:00", "cpus_per_node": 48, "mem_per_node": "512G"}},
+        "launch": {
+            "master_addr": "10.0.0.1",
+            "slurm": {"time": "2-00:00:00", "cpus_per_node": 48, "mem_per_node": "512G"},
+        },
         "server": {"host": "0.0.0.0", "port": 8100, "api_key_env": "BIG_KEY"},
     }
     text, r, srun = _export_and_run(env, tmp_path, data, {})
@@ -472,7 +645,11 @@ def test_slurm_script_resources_key_and_head_from_the_profile(env, tmp_path):
         "#SBATCH --mem=512G",
         "#SBATCH --time=2-00:00:00",
     ]
-    assert r.returncode == 2 and srun is None and "server.api_key_env names BIG_KEY, which is empty in this job" in r.stderr, r.stderr
+    assert (
+        r.returncode == 2
+        and srun is None
+        and "server.api_key_env names BIG_KEY, which is empty in this job" in r.stderr
+    ), r.stderr
     _, r, srun = _export_and_run(env, tmp_path, data, {"BIG_KEY": "sk-x"})
     assert r.returncode == 0, r.stderr
     assert srun is not None and "--cpus-per-task=48" in srun and srun[srun.index("--master-addr") + 1] == HEAD
@@ -482,13 +659,27 @@ def test_slurm_script_resources_key_and_head_from_the_profile(env, tmp_path):
     # no key: said, with the risk
     data["server"] = {"host": "0.0.0.0"}
     _, r, _ = _export_and_run(env, tmp_path, data, {})
-    assert r.returncode == 0 and f"http://{HEAD}:8000, with no API key: anyone who can reach the port can use it" in r.stderr, r.stderr
+    assert (
+        r.returncode == 0
+        and f"http://{HEAD}:8000, with no API key: anyone who can reach the port can use it" in r.stderr
+    ), r.stderr
 
 
-@pytest.mark.parametrize("field, value", [("time", "2 days"), ("time", "12:00:00\n"), ("mem_per_node", "512GB"), ("mem_per_node", "-1"), ("cpus_per_node", 0)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("time", "2 days"),
+        ("time", "12:00:00\n"),
+        ("mem_per_node", "512GB"),
+        ("mem_per_node", "-1"),
+        ("cpus_per_node", 0),
+    ],
+)
 def test_slurm_job_fields_are_validated(tmp_path, field, value):
     p = tmp_path / "p.yaml"
-    p.write_text(yaml.safe_dump({"name": "t", "target": {"model": "demo:tiny-llama"}, "launch": {"slurm": {field: value}}}))
+    p.write_text(
+        yaml.safe_dump({"name": "t", "target": {"model": "demo:tiny-llama"}, "launch": {"slurm": {field: value}}})
+    )
     with pytest.raises(PpspecError, match=f"launch.slurm.{field}"):
         load_profile(p)
 
@@ -500,9 +691,31 @@ def test_relative_model_path_from_any_directory(env, tmp_path):
     prof_dir = tmp_path / "proj"
     target = prof_dir / "models" / "llama"
     target.mkdir(parents=True)
-    (target / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 512, "vocab_size": 1024}))
+    (target / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "num_hidden_layers": 4,
+                "hidden_size": 256,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 4,
+                "intermediate_size": 512,
+                "vocab_size": 1024,
+            }
+        )
+    )
     p = prof_dir / "local.yaml"
-    p.write_text(yaml.safe_dump({"name": "local", "target": {"model": "models/llama"}, "platform": "cpu", "topology": {"nodes": 2, "pipeline_parallel": 2}}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "name": "local",
+                "target": {"model": "models/llama"},
+                "platform": "cpu",
+                "topology": {"nodes": 2, "pipeline_parallel": 2},
+            }
+        )
+    )
     code, out, err = inprocess_json(env, "/", "check", str(p), "--json")
     codes = {f["code"]: f for f in out["findings"]}
     assert "target-unreadable" not in codes, codes.get("target-unreadable")
@@ -515,8 +728,23 @@ def test_relative_model_path_from_any_directory(env, tmp_path):
     recorder = tmp_path / "ppspec-recorder"
     recorder.write_text(RECORDER)
     recorder.chmod(0o755)
-    job_env = dict(env, SLURM_JOB_ID="7", SLURM_JOB_NODELIST=f"{HEAD},gpu-b01", SLURM_JOB_NUM_NODES="2", PPSPEC=str(recorder), STANDIN_PPSPEC_RECORD=str(record))
-    r = subprocess.run(["bash", str(script), "--dry-run", "--json", "--run-dir", str(tmp_path / "run")], check=False, env=job_env, capture_output=True, text=True, timeout=120, cwd="/")
+    job_env = dict(
+        env,
+        SLURM_JOB_ID="7",
+        SLURM_JOB_NODELIST=f"{HEAD},gpu-b01",
+        SLURM_JOB_NUM_NODES="2",
+        PPSPEC=str(recorder),
+        STANDIN_PPSPEC_RECORD=str(record),
+    )
+    r = subprocess.run(
+        ["bash", str(script), "--dry-run", "--json", "--run-dir", str(tmp_path / "run")],
+        check=False,
+        env=job_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
     assert r.returncode == 0, r.stderr
     for i in (0, 1):
         (node,) = replay_task(record, i, Path("/"))["nodes"]
@@ -532,7 +760,13 @@ def test_slurm_script_hostile_master_addr_is_inert(env, tmp_path):
     """The profile's launch.master_addr is only reported (not used) in the script: quotes, `$(...)`,
     backticks and a newline in it run nothing and cannot end the comment or the echo."""
     hostile = 'x"$(touch PWNED)`touch PWNED2`\necho PWNED3 > PWNED3'
-    data = {"name": "t", "target": {"model": "demo:tiny-llama"}, "platform": "cpu", "topology": {"nodes": 2, "pipeline_parallel": 2}, "launch": {"master_addr": hostile}}
+    data = {
+        "name": "t",
+        "target": {"model": "demo:tiny-llama"},
+        "platform": "cpu",
+        "topology": {"nodes": 2, "pipeline_parallel": 2},
+        "launch": {"master_addr": hostile},
+    }
     text, r, srun = _export_and_run(env, tmp_path, data, {})
     assert r.returncode == 0, r.stderr
     assert srun is not None and srun[srun.index("--master-addr") + 1] == HEAD

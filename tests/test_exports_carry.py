@@ -24,7 +24,9 @@ def _profile(tmp_path: Path, name: str = "w", extra: str = "") -> Path:
         ' "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "intermediate_size": 8192}'
     )
     prof = tmp_path / "p.yaml"
-    prof.write_text(f"name: {name}\ntarget: {{model: {target}}}\nplatform: cuda\ntopology: {{pipeline_parallel: 2, gpus_per_node: 1, nodes: 2}}\nlaunch: {{master_addr: 10.0.0.1}}\n{extra}")
+    prof.write_text(
+        f"name: {name}\ntarget: {{model: {target}}}\nplatform: cuda\ntopology: {{pipeline_parallel: 2, gpus_per_node: 1, nodes: 2}}\nlaunch: {{master_addr: 10.0.0.1}}\n{extra}"
+    )
     return prof
 
 

@@ -30,7 +30,10 @@ def _marks(sc: PF.Scenario):
     if not sc.needs_vllm:
         return []
     have = importlib.util.find_spec("vllm") is not None
-    return [pytest.mark.vllm, pytest.mark.skipif(not have, reason="the phase under test is ppspec importing vLLM's option parser")]
+    return [
+        pytest.mark.vllm,
+        pytest.mark.skipif(not have, reason="the phase under test is ppspec importing vLLM's option parser"),
+    ]
 
 
 @pytest.mark.parametrize("sc", [pytest.param(s, marks=_marks(s), id=s.name) for s in PF.SCENARIOS])
@@ -88,7 +91,15 @@ def test_the_driver_detects_orphans_and_leftovers(tmp_path, monkeypatch):
     """The measurement can fail: with the engine's process-group kill disabled, the crashed engine's
     workers survive and its temp files stay, and the driver reports both (and nothing else: ppspec
     still ran to its documented end)."""
-    sc = PF.Scenario("no-group-kill", "", "wait", 1, ("exited with code 1 while serving",), mode="crash", env={"PPSPEC_TEST_NO_GROUP_KILL": "1"})
+    sc = PF.Scenario(
+        "no-group-kill",
+        "",
+        "wait",
+        1,
+        ("exited with code 1 while serving",),
+        mode="crash",
+        env={"PPSPEC_TEST_NO_GROUP_KILL": "1"},
+    )
     wrapper = tmp_path / "sitecustomize_dir"
     wrapper.mkdir()
     (wrapper / "sitecustomize.py").write_text(_NO_GROUP_KILL)
@@ -100,5 +111,7 @@ def test_the_driver_detects_orphans_and_leftovers(tmp_path, monkeypatch):
     assert kinds == {"orphaned processes", "leftover files"}, out.problems + [out.output[-3000:]]
     assert out.rc == 1
     seen = calls.read_text().split() if calls.exists() else []
-    assert "_terminate" in seen and seen[-1] == "_cleanup", f"ppspec did not stop the engine through the stand-ins: {seen}"
+    assert "_terminate" in seen and seen[-1] == "_cleanup", (
+        f"ppspec did not stop the engine through the stand-ins: {seen}"
+    )
     assert not out.orphans or all(not PF.alive(p) for p in out.orphans)  # the driver cleaned up after itself

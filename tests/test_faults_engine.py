@@ -17,11 +17,18 @@ import signal
 import time
 
 import pytest
-
-from enginehelpers import Served, assert_nothing_left_after_kill, descendants, engine_lock, free_port, leftover_entries, sha256_of, write_profile
+from enginehelpers import (
+    Served,
+    assert_nothing_left_after_kill,
+    descendants,
+    engine_lock,
+    free_port,
+    leftover_entries,
+    sha256_of,
+    write_profile,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.engine]
-
 
 
 def test_engine_killed_while_starting_leaves_nothing(tmp_path):

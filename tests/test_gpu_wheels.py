@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ppspec_cli.running import launch
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.running import launch
 
 pytestmark = pytest.mark.slow  # runs the wheel script in subprocesses
 
@@ -27,33 +27,57 @@ def _wheel(tmp: Path, name: str, script: str | None) -> Path:
     (src / name).mkdir(parents=True)
     (src / name / "__init__.py").write_text("def main():\n    print('hi')\n")
     entry = f"\n[project.scripts]\n{script} = '{name}:main'\n" if script else ""
-    (src / "pyproject.toml").write_text(textwrap.dedent(f"""\
+    (src / "pyproject.toml").write_text(
+        textwrap.dedent(f"""\
         [build-system]
         requires = ["setuptools"]
         build-backend = "setuptools.build_meta"
         [project]
         name = "{name}"
         version = "1.0"
-        """) + entry)
+        """)
+        + entry
+    )
     out = tmp / f"whl-{name}"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return next(out.glob("*.whl"))
 
 
 def test_install_keeps_the_vllm_command(tmp_path):
     fake_vllm = _wheel(tmp_path, "fakevllm", "vllm")
     fake_ppspec = _wheel(tmp_path, "fakeppspec", "ppspec")
-    parts, ppspec_dir, device_parts, site = tmp_path / "parts", tmp_path / "ppspec", tmp_path / "dev-parts", tmp_path / "site"
+    parts, ppspec_dir, device_parts, site = (
+        tmp_path / "parts",
+        tmp_path / "ppspec",
+        tmp_path / "dev-parts",
+        tmp_path / "site",
+    )
     parts.mkdir()
     ppspec_dir.mkdir()
     (ppspec_dir / fake_ppspec.name).write_bytes(fake_ppspec.read_bytes())
-    subprocess.run(f"tar -C {fake_vllm.parent} -cf - {fake_vllm.name} | split -b 1k -d -a 3 - {parts}/part-", shell=True, check=True)
+    subprocess.run(
+        f"tar -C {fake_vllm.parent} -cf - {fake_vllm.name} | split -b 1k -d -a 3 - {parts}/part-",
+        shell=True,
+        check=True,
+    )
     subprocess.run("sha256sum part-* > SHA256SUMS", shell=True, check=True, cwd=parts)
-    env = dict(os.environ, PARTS_DIR=str(parts), PPSPEC_WHL_DIR=str(ppspec_dir), DEVICE_PARTS=str(device_parts), DEVICE_SITE=str(site),
-               DEVICE_WHEELS=str(tmp_path / "dev-wheels"))
+    env = dict(
+        os.environ,
+        PARTS_DIR=str(parts),
+        PPSPEC_WHL_DIR=str(ppspec_dir),
+        DEVICE_PARTS=str(device_parts),
+        DEVICE_SITE=str(site),
+        DEVICE_WHEELS=str(tmp_path / "dev-wheels"),
+    )
     for p in sorted(parts.glob("part-*")):
-        r = subprocess.run(["bash", str(WHEELS), "receive", p.name], env=env, capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            ["bash", str(WHEELS), "receive", p.name], env=env, capture_output=True, text=True, timeout=60
+        )
         assert r.returncode == 0, r.stderr
     # `install` ends with an import check of torch and vllm, which this machine's fakes do not pass:
     # what matters is what pip left in the target before that

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 import typer
-
 from inprocess import run
+
 from ppspec_cli.cli import app
 
 
@@ -38,7 +38,18 @@ def _assert_plain(text: str, where: str) -> None:
 
 def test_every_command_is_found():
     flat = {" ".join(p) for p in PATHS}
-    for name in ("check", "plan", "serve", "verify", "bench", "docs", "export slurm", "export k8s", "adapters list", "adapters show"):
+    for name in (
+        "check",
+        "plan",
+        "serve",
+        "verify",
+        "bench",
+        "docs",
+        "export slurm",
+        "export k8s",
+        "adapters list",
+        "adapters show",
+    ):
         assert name in flat, f"{name} missing from {sorted(flat)}"
 
 

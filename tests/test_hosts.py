@@ -37,14 +37,30 @@ def home():
 
 
 def env_for(home: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PPSPEC_", "GLOO_", "NCCL_", "VLLM_HOST"))}
-    env.update(HOME=str(home), HF_HUB_OFFLINE="1", PYTHONPATH=f"{REPO}{os.pathsep}{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(REPO))
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PPSPEC_", "GLOO_", "NCCL_", "VLLM_HOST"))
+    }
+    env.update(
+        HOME=str(home),
+        HF_HUB_OFFLINE="1",
+        PYTHONPATH=f"{REPO}{os.pathsep}{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(REPO),
+    )
     return env
 
 
 def profile(home: Path, **launch) -> Path:
     p = home / "two.yaml"
-    p.write_text(yaml.safe_dump({"name": "two", "target": {"model": "demo:tiny-llama"}, "platform": "cpu", "topology": {"nodes": 2, "pipeline_parallel": 2}, "launch": launch}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "name": "two",
+                "target": {"model": "demo:tiny-llama"},
+                "platform": "cpu",
+                "topology": {"nodes": 2, "pipeline_parallel": 2},
+                "launch": launch,
+            }
+        )
+    )
     return p
 
 
@@ -64,7 +80,11 @@ def test_each_node_takes_its_route_to_the_head(hosts, home):
             d = dry(hosts, i, prof, home, "--node-rank", str(i))
             (node,) = d["nodes"]
             env = node["env"]
-            assert (env["GLOO_SOCKET_IFNAME"], env["NCCL_SOCKET_IFNAME"], env["VLLM_HOST_IP"]) == ("eth1", "eth1", hosts.addrs[i]), (head, i, env)
+            assert (env["GLOO_SOCKET_IFNAME"], env["NCCL_SOCKET_IFNAME"], env["VLLM_HOST_IP"]) == (
+                "eth1",
+                "eth1",
+                hosts.addrs[i],
+            ), (head, i, env)
             assert d["run_dir"] == str(home / ".cache" / "ppspec" / "runs" / "two" / f"{hosts.names[i]}-node{i}")
             assert env["PPSPEC_PLAN_FILE"] == d["run_dir"] + "/plan.json"
     data = yaml.safe_load(prof.read_text())
@@ -88,15 +108,22 @@ def test_check_on_a_node(hosts, home):
         r = hosts.run(i, [*PPSPEC, "check", str(prof), "--json"], env=env, cwd=home)
         assert r.returncode in (0, 1), r.stderr[-2000:]
         out = json.loads(r.stdout)
-        return {f["code"]: f for f in out["findings"] + out["here"]["findings"]}  # the host's view is the `here` question's
+        return {
+            f["code"]: f for f in out["findings"] + out["here"]["findings"]
+        }  # the host's view is the `here` question's
 
     by = codes(1, profile(home, master_addr=hosts.names[0], master_port=31000))
-    assert by["node-hostname-loopback"]["severity"] == "warning" and "(nodeb)" in by["node-hostname-loopback"]["message"]
+    assert (
+        by["node-hostname-loopback"]["severity"] == "warning" and "(nodeb)" in by["node-hostname-loopback"]["message"]
+    )
     assert "127.0.1.1" in by["node-hostname-loopback"]["message"]
     assert "31000" in by["node-ports"]["message"] and "31001" in by["node-ports"]["message"]
     assert "node-head-unroutable" not in by
     by = codes(1, profile(home, master_addr="10.77.0.1"))
-    assert by["node-head-unroutable"]["severity"] == "warning" and "no route to the head 10.77.0.1" in by["node-head-unroutable"]["message"]
+    assert (
+        by["node-head-unroutable"]["severity"] == "warning"
+        and "no route to the head 10.77.0.1" in by["node-head-unroutable"]["message"]
+    )
     by = codes(1, profile(home, master_addr="nodez"))
     assert "does not resolve" in by["node-head-unroutable"]["message"]
     r = hosts.run(1, [*PPSPEC, "check", str(profile(home))], env=env, cwd=home)
@@ -136,16 +163,24 @@ def test_run_dir_lock_across_hosts(hosts, home):
         rec = json.loads((d / "serve.lock").read_text())
         assert rec["host"] == "nodea" and rec["pid"] == holder.pid and rec["boot_id"]
         r = hosts.run(1, [sys.executable, "-c", LOCKER, str(d), "once"], env=env)
-        assert r.returncode == 1 and f"`ppspec serve` on host nodea (pid {holder.pid} there, not on this host nodeb) is using the run directory" in r.stdout, r.stdout + r.stderr
+        assert (
+            r.returncode == 1
+            and f"`ppspec serve` on host nodea (pid {holder.pid} there, not on this host nodeb) is using the run directory"
+            in r.stdout
+        ), r.stdout + r.stderr
         r = hosts.run(0, [sys.executable, "-c", LOCKER, str(d), "once"], env=env)
-        assert r.returncode == 1 and f"another `ppspec serve` (pid {holder.pid} on this host) is using" in r.stdout, r.stdout
+        assert r.returncode == 1 and f"another `ppspec serve` (pid {holder.pid} on this host) is using" in r.stdout, (
+            r.stdout
+        )
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=30)
     # the kernel dropped the lock with the process; the record stays
     assert json.loads((d / "serve.lock").read_text())["pid"] == holder.pid
     r = hosts.run(1, [sys.executable, "-c", LOCKER, str(d), "once"], env=env)
-    assert r.returncode == 1 and "its record is from another host" in r.stdout and f"remove {d / 'serve.lock'}" in r.stdout, r.stdout
+    assert (
+        r.returncode == 1 and "its record is from another host" in r.stdout and f"remove {d / 'serve.lock'}" in r.stdout
+    ), r.stdout
     r = hosts.run(0, [sys.executable, "-c", LOCKER, str(d), "once"], env=env)
     assert r.returncode == 0 and "LOCKED" in r.stdout, r.stdout + r.stderr
     assert (d / "serve.lock").read_text() == "", "released: the record is cleared"

@@ -32,7 +32,12 @@ LAYERS = {
     "cli": 8,
 }
 #: The modules every command shares (rendering and the profile loader): not commands themselves.
-COMMAND_SHARED = ("ppspec_cli.commands.common", "ppspec_cli.commands.render", "ppspec_cli.commands.predict_render", "ppspec_cli.commands")
+COMMAND_SHARED = (
+    "ppspec_cli.commands.common",
+    "ppspec_cli.commands.render",
+    "ppspec_cli.commands.predict_render",
+    "ppspec_cli.commands",
+)
 #: Where torch may be imported: code that runs inside the engine, or builds models for it.
 TORCH_OK = ("running/engine/", "demo/")
 
@@ -123,10 +128,13 @@ def test_no_import_cycle():
 def test_no_command_module_imports_another():
     """Commands only render what the preflight decided: what two commands share lives below them
     (ppspec_cli/preflight/) or in the shared rendering and loading modules."""
+
     def is_command(m: str) -> bool:
         return m.startswith("ppspec_cli.commands.") and m not in COMMAND_SHARED
 
-    assert is_command("ppspec_cli.commands.serve") and not is_command("ppspec_cli.commands.render")  # the check can fail
+    assert is_command("ppspec_cli.commands.serve") and not is_command(
+        "ppspec_cli.commands.render"
+    )  # the check can fail
     bad = sorted(f"{a} -> {b}" for a, deps in GRAPH.items() if is_command(a) for b in deps if is_command(b))
     assert not bad, "command modules importing each other:\n" + "\n".join(bad)
 
@@ -138,10 +146,18 @@ def test_the_graph_checks_can_fail():
 
 def test_cli_only_wires():
     cli = PKG / "cli.py"
-    n = len(cli.read_text(encoding="utf-8").splitlines())
-    assert n < 350, f"cli.py has {n} lines: move the work into ppspec_cli/commands/"
     tree = ast.parse(cli.read_text(encoding="utf-8"))
-    big = [f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name != "main" and (f.end_lineno - f.lineno) > 40]
+    # Statements, not lines: the formatter spreads a typer option over several lines (102 at the
+    # 120-column format, 2026-12-07).
+    n = len({s.lineno for s in ast.walk(tree) if isinstance(s, ast.stmt)})
+    assert n < 130, f"cli.py has {n} statements: move the work into ppspec_cli/commands/"
+    big = [
+        f.name
+        for f in ast.walk(tree)
+        if isinstance(f, ast.FunctionDef)
+        and f.name != "main"
+        and len({s.lineno for s in ast.walk(f) if isinstance(s, ast.stmt)}) > 12
+    ]
     assert not big, f"cli.py functions longer than a declaration: {big}"
 
 
@@ -157,7 +173,16 @@ def test_torch_only_where_the_engine_runs(module):
     assert not uses or rel.startswith(TORCH_OK), f"{rel} imports torch outside engine/model-building code"
 
 
-@pytest.mark.parametrize("args", [["check", "{p}", "--offline"], ["plan", "{p}", "--offline"], ["serve", "{p}", "--dry-run", "--offline"], ["export", "slurm", "{p}", "--offline"], ["export", "k8s", "{p}", "--image", "i:1", "--offline", "--volume", "models:{d}"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", "{p}", "--offline"],
+        ["plan", "{p}", "--offline"],
+        ["serve", "{p}", "--dry-run", "--offline"],
+        ["export", "slurm", "{p}", "--offline"],
+        ["export", "k8s", "{p}", "--image", "i:1", "--offline", "--volume", "models:{d}"],
+    ],
+)
 def test_each_command_reads_the_profile_once(tmp_path, monkeypatch, args):
     """Data flows one way: the profile file is read and validated once, then passed on as an object."""
     from typer.testing import CliRunner
@@ -167,7 +192,9 @@ def test_each_command_reads_the_profile_once(tmp_path, monkeypatch, args):
 
     target = tmp_path / "t"
     target.mkdir()
-    (target / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 128}')
+    (target / "config.json").write_text(
+        '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 128}'
+    )
     prof = tmp_path / "p.yaml"
     prof.write_text(f"name: once\ntarget: {{model: {target}}}\nplatform: cuda\n")
     calls = []
@@ -194,7 +221,9 @@ def test_the_core_never_imports_the_kit(module):
     """ppspec_cli reaches ppspec_kit only through the factory's guarded import by name (a string,
     importlib): no import statement names it, so a wheel without the kit imports everything."""
     kit = sorted(m for m in _imported_roots(MODULES[module]) if m.split(".")[0] == "ppspec_kit")
-    assert not kit, f"{MODULES[module].relative_to(PKG.parent)} imports {kit}: only ppspec_cli/demo/factory.py may load the kit, by name"
+    assert not kit, (
+        f"{MODULES[module].relative_to(PKG.parent)} imports {kit}: only ppspec_cli/demo/factory.py may load the kit, by name"
+    )
 
 
 def test_the_kit_sits_on_the_demo_layer():
@@ -218,6 +247,11 @@ def test_no_complexity_limit_is_waived_in_the_product_code():
     import re
 
     waived = re.compile(r"#\s*noqa:[^\n]*\b(C901|PLR09\d\d)\b")
-    found = [f"{p.relative_to(PKG.parent)}:{i}" for p in sorted(PKG.rglob("*.py")) for i, line in enumerate(p.read_text().splitlines(), 1) if waived.search(line)]
+    found = [
+        f"{p.relative_to(PKG.parent)}:{i}"
+        for p in sorted(PKG.rglob("*.py"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if waived.search(line)
+    ]
     assert not found, f"complexity noqa in the product code: {found}"
     assert waived.search("def f():  # noqa: C901, PLR0912 (a limit to bring it under)")  # the check can fail

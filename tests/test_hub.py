@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
 from conftest import fixture_config, run_ppspec, safetensors_header
 
 pytestmark = pytest.mark.slow  # runs the CLI in subprocesses against a local hub server
@@ -89,7 +88,13 @@ def _handler(hub: Hub):
 
         def _serve(self, body: bool):
             rng = self.headers.get("Range")
-            entry = {"method": self.command, "path": self.path, "range": rng, "sent": 0, "proxy_auth": self.headers.get("Proxy-Authorization")}
+            entry = {
+                "method": self.command,
+                "path": self.path,
+                "range": rng,
+                "sent": 0,
+                "proxy_auth": self.headers.get("Proxy-Authorization"),
+            }
             self.path = re.sub(r"^http://[^/]+", "", self.path)  # asked as a proxy: absolute-form target
             hub.log.append(entry)
             api = re.match(r"^/api/models/([^/]+/[^/]+)/(revision|tree)/([^/?]+)", self.path)
@@ -153,12 +158,14 @@ def _handler(hub: Hub):
 
         def _stall(self, how: str, f: VFile, body: bool) -> None:
             self.close_connection = True
-            head = f"HTTP/1.1 200 OK\r\nConnection: close\r\nX-Repo-Commit: {COMMIT}\r\nETag: \"{f.etag}\"\r\n"
+            head = f'HTTP/1.1 200 OK\r\nConnection: close\r\nX-Repo-Commit: {COMMIT}\r\nETag: "{f.etag}"\r\n'
             if how == "headers":  # ~10000 s of headers
                 return self._drip((head + "X-Pad: " + "a" * 10000 + "\r\n\r\n").encode())
             if how == "xet":
                 data = f.read(0, f.size)
-                self.wfile.write(f"{head}X-Xet-Hash: {f.etag}\r\nX-Xet-Refresh-Route: /api/xet-read-token\r\nContent-Length: {f.size}\r\n\r\n".encode())
+                self.wfile.write(
+                    f"{head}X-Xet-Hash: {f.etag}\r\nX-Xet-Refresh-Route: /api/xet-read-token\r\nContent-Length: {f.size}\r\n\r\n".encode()
+                )
                 return self.wfile.write(data) if body else None
             if how == "body":  # announced in full, then one byte a second
                 self.wfile.write(f"{head}Content-Length: {f.size}\r\n\r\n".encode())
@@ -233,7 +240,9 @@ def llama_shards() -> dict[str, VFile]:
 def llama_repo() -> dict[str, VFile]:
     return {
         "config.json": VFile.of(json.dumps(fixture_config(LLAMA)).encode()),
-        "model.safetensors.index.json": VFile.of(json.dumps(fixture_config(LLAMA, "model.safetensors.index.json")).encode()),
+        "model.safetensors.index.json": VFile.of(
+            json.dumps(fixture_config(LLAMA, "model.safetensors.index.json")).encode()
+        ),
         **llama_shards(),
     }
 
@@ -340,7 +349,10 @@ def cached(tmp_path):
     populate_cache(
         cache,
         "meta-llama/Llama-3.1-8B-Instruct",
-        {"config.json": json.dumps(fixture_config(LLAMA)).encode(), "model.safetensors.index.json": json.dumps(fixture_config(LLAMA, "model.safetensors.index.json")).encode()},
+        {
+            "config.json": json.dumps(fixture_config(LLAMA)).encode(),
+            "model.safetensors.index.json": json.dumps(fixture_config(LLAMA, "model.safetensors.index.json")).encode(),
+        },
     )
     populate_cache(cache, "org/eagle3", {"config.json": eagle3_repo()["config.json"].prefix})
     return cache
@@ -369,7 +381,10 @@ def test_offline_flag_makes_no_request_even_with_a_hub(tmp_path, cached, write_p
 def test_progress_says_where_metadata_is_read_from(tmp_path, cached, write_profile, hub):
     """Offline (flag or HF_HUB_OFFLINE) the progress line names the local cache, never "the hub"."""
     hub.repos = {"meta-llama/Llama-3.1-8B-Instruct": llama_repo(), "org/eagle3": eagle3_repo()}
-    for env, args in ((hub_env(tmp_path, hub.url, offline=True), ()), (hub_env(tmp_path, hub.url, offline=False), ("--offline",))):
+    for env, args in (
+        (hub_env(tmp_path, hub.url, offline=True), ()),
+        (hub_env(tmp_path, hub.url, offline=False), ("--offline",)),
+    ):
         _, _, stderr = check_json(profile(write_profile), env, *args)
         assert "reading meta-llama/Llama-3.1-8B-Instruct metadata from the local Hugging Face cache (offline)" in stderr
         assert "from the hub" not in stderr
@@ -383,7 +398,9 @@ def test_offline_pinned_commit(tmp_path, cached, write_profile, hub):
 
 
 def test_offline_not_cached_is_one_clear_error(tmp_path, cached, write_profile, hub):
-    rc, out, stderr = check_json(profile(write_profile, drafter="org/not-cached"), hub_env(tmp_path, hub.url, offline=True))
+    rc, out, stderr = check_json(
+        profile(write_profile, drafter="org/not-cached"), hub_env(tmp_path, hub.url, offline=True)
+    )
     assert rc == 1 and out["ok"] is False
     errors = [f for f in out["findings"] if f["severity"] == "error"]
     assert [f["code"] for f in errors] == ["drafter-unreadable"]
@@ -584,7 +601,11 @@ def test_hub_announcing_xet_storage_is_still_read_over_the_bounded_client(tmp_pa
     rc, out, _ = check_json(profile(write_profile), hub_env(tmp_path, hub.url, offline=False, HF_HUB_DISABLE_XET="0"))
     assert rc == 0 and out["target"]["num_hidden_layers"] == 32
     assert not [e for e in hub.log if "xet" in e["path"]]
-    assert [e for e in hub.log if e["method"] == "GET" and e["path"].endswith("Llama-3.1-8B-Instruct/resolve/main/config.json")]
+    assert [
+        e
+        for e in hub.log
+        if e["method"] == "GET" and e["path"].endswith("Llama-3.1-8B-Instruct/resolve/main/config.json")
+    ]
 
 
 def test_hub_behind_a_proxy_with_credentials(tmp_path, write_profile, hub):
@@ -592,7 +613,9 @@ def test_hub_behind_a_proxy_with_credentials(tmp_path, write_profile, hub):
     server, answering absolute-form requests), its URL credentials sent as Proxy-Authorization."""
     hub.repos = {"meta-llama/Llama-3.1-8B-Instruct": llama_repo(), "org/eagle3": eagle3_repo()}
     proxy = hub.url.replace("http://", "http://us%40er:p%3Ass@")
-    env = hub_env(tmp_path, "http://hub.invalid", offline=False, http_proxy=proxy, HTTP_PROXY=proxy, no_proxy="", NO_PROXY="")
+    env = hub_env(
+        tmp_path, "http://hub.invalid", offline=False, http_proxy=proxy, HTTP_PROXY=proxy, no_proxy="", NO_PROXY=""
+    )
     rc, out, _ = check_json(profile(write_profile), env)
     assert rc == 0 and out["target"]["num_hidden_layers"] == 32
     assert hub.log and all(e["path"].startswith("http://hub.invalid/") for e in hub.log)
@@ -603,7 +626,9 @@ def test_hub_deadline_value_is_checked(tmp_path, write_profile, hub):
     """A bad budget is one clear error, exit 2, before any request is made (issue 32: every PPSPEC_*
     variable is checked first, by io/settings, as a usage error)."""
     hub.repos = {"meta-llama/Llama-3.1-8B-Instruct": llama_repo(), "org/eagle3": eagle3_repo()}
-    rc, out, _ = check_json(profile(write_profile), hub_env(tmp_path, hub.url, offline=False, PPSPEC_HUB_DEADLINE="soon"))
+    rc, out, _ = check_json(
+        profile(write_profile), hub_env(tmp_path, hub.url, offline=False, PPSPEC_HUB_DEADLINE="soon")
+    )
     assert rc == 2 and "PPSPEC_HUB_DEADLINE='soon'" in out["error"]
     assert hub.log == []
 
@@ -628,21 +653,48 @@ def _serve_hub_overlay(tmp_path, hub, name: str, extra: dict | None = None):
     cfg = json.loads(repo["config.json"].prefix)
     cfg.update(num_hidden_layers=1, hidden_size=2048, vocab_size=128256, draft_vocab_size=32000)
     repo["config.json"] = VFile.of(json.dumps(cfg).encode())
-    prefix, size = safetensors_header({"d2t": ("I64", [32000]), "fc.weight": ("F16", [2048, 3 * 2048]), "lm_head.weight": ("F16", [32000, 2048]), "t2d": ("BOOL", [128256])}, {"format": "pt"})
+    prefix, size = safetensors_header(
+        {
+            "d2t": ("I64", [32000]),
+            "fc.weight": ("F16", [2048, 3 * 2048]),
+            "lm_head.weight": ("F16", [32000, 2048]),
+            "t2d": ("BOOL", [128256]),
+        },
+        {"format": "pt"},
+    )
     repo["model.safetensors"] = VFile(prefix, len(prefix) + size)
     repo.update(extra or {})
     hub.repos["org/eagle3"] = repo
     hub.whole.add("org/eagle3")
     target = PF.write_target(tmp_path / "target")  # Llama-3.2-1B: 16 layers, hidden 2048
     prof = tmp_path / "profile.yaml"
-    prof.write_text(yaml.safe_dump({
-        "name": name, "platform": "cpu", "target": {"model": str(target)},
-        "drafter": {"method": "eagle3", "model": "org/eagle3", "num_speculative_tokens": 2, "taps": [2, 8, 13]},
-        "server": {"host": "127.0.0.1", "port": PF.free_port()},
-    }))
+    prof.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "platform": "cpu",
+                "target": {"model": str(target)},
+                "drafter": {"method": "eagle3", "model": "org/eagle3", "num_speculative_tokens": 2, "taps": [2, 8, 13]},
+                "server": {"host": "127.0.0.1", "port": PF.free_port()},
+            }
+        )
+    )
     run_dir, record = tmp_path / "run", tmp_path / "record.json"
-    env = PF.ppspec_env({**hub_env(tmp_path, hub.url, offline=False), "PPSPEC_VLLM_EXECUTABLE": str(make_fake_engine(tmp_path / "bin")), "FAKE_VLLM_MODE": "serve", "FAKE_VLLM_RECORD": str(record)})
-    p = subprocess.Popen([sys.executable, "-m", "ppspec_cli.cli", "serve", str(prof), "--run-dir", str(run_dir)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = PF.ppspec_env(
+        {
+            **hub_env(tmp_path, hub.url, offline=False),
+            "PPSPEC_VLLM_EXECUTABLE": str(make_fake_engine(tmp_path / "bin")),
+            "FAKE_VLLM_MODE": "serve",
+            "FAKE_VLLM_RECORD": str(record),
+        }
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-m", "ppspec_cli.cli", "serve", str(prof), "--run-dir", str(run_dir)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     return repo, p, run_dir, record
 
 
@@ -654,7 +706,15 @@ def test_serve_builds_the_overlay_of_a_hub_drafter(tmp_path, hub):
     import os
     import signal
 
-    repo, p, run_dir, record = _serve_hub_overlay(tmp_path, hub, "hub-overlay", {"tokenizer_config.json": VFile.of(b"{}"), "modeling_evil.py": VFile.of(b"raise SystemExit('never downloaded')\n")})
+    repo, p, run_dir, record = _serve_hub_overlay(
+        tmp_path,
+        hub,
+        "hub-overlay",
+        {
+            "tokenizer_config.json": VFile.of(b"{}"),
+            "modeling_evil.py": VFile.of(b"raise SystemExit('never downloaded')\n"),
+        },
+    )
     try:
         t0 = time.monotonic()
         while not (run_dir / "ready").exists():
@@ -664,7 +724,9 @@ def test_serve_builds_the_overlay_of_a_hub_drafter(tmp_path, hub):
         overlay = run_dir / "drafter-overlay"
         built = json.loads((overlay / "config.json").read_text()) if (overlay / "config.json").exists() else None
         linked = sorted(f.name for f in overlay.iterdir()) if overlay.is_dir() else []
-        weights_ok = (overlay / "model.safetensors").is_symlink() and (overlay / "model.safetensors").stat().st_size == repo["model.safetensors"].size
+        weights_ok = (overlay / "model.safetensors").is_symlink() and (
+            overlay / "model.safetensors"
+        ).stat().st_size == repo["model.safetensors"].size
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
         out = p.communicate(timeout=60)[0]
@@ -676,7 +738,9 @@ def test_serve_builds_the_overlay_of_a_hub_drafter(tmp_path, hub):
     assert built is not None, f"no overlay config was built:\n{out}"
     assert built["eagle_aux_hidden_state_layer_ids"] == [2, 8, 13], built  # the pinned taps, top level
     assert built["draft_vocab_size"] == 32000  # the rest of the drafter's own config kept
-    assert linked == ["PPSPEC_OVERLAY.txt", "config.json", "model.safetensors", "tokenizer_config.json"], linked  # never code
+    assert linked == ["PPSPEC_OVERLAY.txt", "config.json", "model.safetensors", "tokenizer_config.json"], (
+        linked
+    )  # never code
     assert weights_ok
     argv = json.loads(record.read_text())["argv"]
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
@@ -696,7 +760,13 @@ def test_ctrl_c_during_the_drafter_download_starts_no_engine(tmp_path, hub):
     hub.stall = {"org/eagle3/model.safetensors": "download"}
     _repo, p, run_dir, record = _serve_hub_overlay(tmp_path, hub, "hub-overlay-int")
     try:
-        stalled = lambda: any(e["method"] == "GET" and e["path"].split("?")[0].endswith("/model.safetensors") and not e["range"] for e in list(hub.log))  # noqa: E731
+
+        def stalled() -> bool:
+            return any(
+                e["method"] == "GET" and e["path"].split("?")[0].endswith("/model.safetensors") and not e["range"]
+                for e in list(hub.log)
+            )
+
         t0 = time.monotonic()
         while not stalled() and p.poll() is None and time.monotonic() - t0 < 60:
             time.sleep(0.05)

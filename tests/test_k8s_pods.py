@@ -68,9 +68,19 @@ def test_k8s_pod_builds_the_overlay_and_confirms_the_plugin(tmp_path):
         )
     )
     home = Path(tempfile.mkdtemp(prefix="ppspec-pod-"))
-    env = engine_env({"HOME": str(home), "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}".rstrip(os.pathsep)})
+    env = engine_env(
+        {"HOME": str(home), "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}".rstrip(os.pathsep)}
+    )
     env.pop("PPSPEC_CACHE", None)
-    manifest = subprocess.run([*PPSPEC, "export", "k8s", str(prof), "--image", "reg/ppspec:1"], capture_output=True, text=True, env=env, timeout=300, cwd=REPO, check=False)
+    manifest = subprocess.run(
+        [*PPSPEC, "export", "k8s", str(prof), "--image", "reg/ppspec:1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=REPO,
+        check=False,
+    )
     assert manifest.returncode == 0, manifest.stderr
     cm, lws, _svc = [d for d in yaml.safe_load_all(manifest.stdout) if d]
     pod = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
@@ -96,7 +106,9 @@ def test_k8s_pod_builds_the_overlay_and_confirms_the_plugin(tmp_path):
     # mount points that do not exist on this machine (/etc/ppspec, /var/run/ppspec/...) are made in
     # copies of /etc and /run bound over them inside the pod's mount namespace only
     etc_copy = podfs / "etc"
-    shutil.copytree("/etc", etc_copy, symlinks=True, ignore_dangling_symlinks=True, ignore=shutil.ignore_patterns("netns"))
+    shutil.copytree(
+        "/etc", etc_copy, symlinks=True, ignore_dangling_symlinks=True, ignore=shutil.ignore_patterns("netns")
+    )
     setup = [f"mount --bind {etc_copy} /etc", "mount -t tmpfs tmpfs /run", *mounts]
     lws_env = {"LWS_LEADER_ADDRESS": "nodea", "LWS_WORKER_INDEX": "0", "LWS_GROUP_SIZE": "1"}
     argv = [expand(a, lws_env) for a in c["command"] + c["args"]]
@@ -109,9 +121,19 @@ def test_k8s_pod_builds_the_overlay_and_confirms_the_plugin(tmp_path):
     log = tmp_path / "pod.log"
     with Hosts(2) as hosts, engine_lock():
         with open(log, "w") as f:
-            proc = subprocess.Popen(hosts.argv(0, argv, mounts="\n".join(setup)), stdout=f, stderr=subprocess.STDOUT, env=pod_env, start_new_session=True)
+            proc = subprocess.Popen(
+                hosts.argv(0, argv, mounts="\n".join(setup)),
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env=pod_env,
+                start_new_session=True,
+            )
         try:
-            probe = [sys.executable, "-c", f"import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://{hosts.addrs[0]}:{port}/health', timeout=5).status == 200 else 1)"]
+            probe = [
+                sys.executable,
+                "-c",
+                f"import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://{hosts.addrs[0]}:{port}/health', timeout=5).status == 200 else 1)",
+            ]
             t0 = time.monotonic()
             ready = False
             while time.monotonic() - t0 < START_S and proc.poll() is None:
@@ -123,8 +145,13 @@ def test_k8s_pod_builds_the_overlay_and_confirms_the_plugin(tmp_path):
             assert ready, f"the pod never became ready (exit {proc.poll()}):\n{text[-4000:]}"
             # the overlay the pod's ppspec built: the nested taps as vLLM's top-level capture points
             cfg = json.loads((run_dir / "drafter-overlay" / "config.json").read_text())
-            original = json.loads((home / ".cache" / "ppspec" / "demo" / "tiny-llama-eagle3-nested" / "config.json").read_text())
-            assert "eagle_aux_hidden_state_layer_ids" not in original and original["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+            original = json.loads(
+                (home / ".cache" / "ppspec" / "demo" / "tiny-llama-eagle3-nested" / "config.json").read_text()
+            )
+            assert (
+                "eagle_aux_hidden_state_layer_ids" not in original
+                and original["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+            )
             assert cfg["eagle_aux_hidden_state_layer_ids"] and "eagle_config" in cfg, cfg
             assert unconfirmed(run_dir / "plugin-status") is None
             # the health probe can answer before ppspec's own readiness poll prints its line: wait for it
@@ -133,7 +160,9 @@ def test_k8s_pod_builds_the_overlay_and_confirms_the_plugin(tmp_path):
                 time.sleep(1)
                 text = log.read_text(errors="replace")
             assert "serving at" in text and "ready in" in text, text[-3000:]
-            print(f"k8s pod: ready after {time.monotonic() - t0:.0f}s, overlay taps {cfg['eagle_aux_hidden_state_layer_ids']}")
+            print(
+                f"k8s pod: ready after {time.monotonic() - t0:.0f}s, overlay taps {cfg['eagle_aux_hidden_state_layer_ids']}"
+            )
             proc.send_signal(signal.SIGTERM)  # what the kubelet sends on pod deletion
             assert proc.wait(timeout=180) == 143, log.read_text(errors="replace")[-3000:]
         finally:

@@ -37,7 +37,11 @@ def _names_in(files) -> set[str]:
 def _told_names() -> set[str]:
     """Every `demo:<name>` a user of the wheel is given: the shipped profiles, README.md, docs/
     (but the GPU validation's pages, which run from a checkout)."""
-    docs = [f for f in sorted((REPO / "docs").rglob("*")) if f.suffix in (".md", ".yaml") and not f.relative_to(REPO / "docs").as_posix().startswith(_GPU_DOCS)]
+    docs = [
+        f
+        for f in sorted((REPO / "docs").rglob("*"))
+        if f.suffix in (".md", ".yaml") and not f.relative_to(REPO / "docs").as_posix().startswith(_GPU_DOCS)
+    ]
     return _names_in([*sorted((REPO / "profiles").glob("*.yaml")), REPO / "README.md", *docs])
 
 
@@ -46,7 +50,11 @@ def test_the_gpu_pages_name_kit_models():
     import ppspec_kit  # noqa: F401  (registers the kit's models)
     from ppspec_cli.demo import factory
 
-    gpu = [f for f in sorted((REPO / "docs").rglob("*")) if f.suffix in (".md", ".yaml") and f.relative_to(REPO / "docs").as_posix().startswith(_GPU_DOCS)]
+    gpu = [
+        f
+        for f in sorted((REPO / "docs").rglob("*"))
+        if f.suffix in (".md", ".yaml") and f.relative_to(REPO / "docs").as_posix().startswith(_GPU_DOCS)
+    ]
     names = _names_in(gpu)
     assert "llama-8b-planted" in names, "expected the GPU pages to name the 8B planted shape"
     assert sorted(n for n in names if n not in factory._REGISTRY) == []
@@ -57,8 +65,13 @@ def wheel(tmp_path_factory) -> Path:
     if importlib.util.find_spec("hatchling") is None:
         pytest.fail("building the wheel offline needs hatchling (in the [test] extra): pip install -e '.[test]'")
     out = tmp_path_factory.mktemp("wheel")
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "-q", "-w", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "-q", "-w", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, f"pip wheel failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
     (whl,) = out.glob("ppspec-*.whl")
     return whl
@@ -92,7 +105,9 @@ import json, sys
 from pathlib import Path
 sys.path[:] = [p for p in sys.path if not (Path(p or ".") / "ppspec_kit").exists()]
 """
-_WHEEL_ONLY = _HIDE_CHECKOUT + """
+_WHEEL_ONLY = (
+    _HIDE_CHECKOUT
+    + """
 import importlib.util
 import ppspec_cli
 from ppspec_cli import demo
@@ -108,6 +123,7 @@ except PpspecError as e:
 report["kit_loaded"] = "ppspec_kit" in sys.modules
 print("REPORT " + json.dumps(report))
 """
+)
 
 
 def _digests(d: Path) -> dict[str, str]:
@@ -117,15 +133,29 @@ def _digests(d: Path) -> dict[str, str]:
 def test_told_names_resolve_from_the_wheel_alone(site, demo_cache, tmp_path):
     names = sorted(_told_names())
     shipped = {m for p in (REPO / "profiles").glob("*.yaml") for m in _DEMO_REF.findall(p.read_text(encoding="utf-8"))}
-    assert {"tiny-llama", "tiny-llama-eagle3", "tiny-llama-eagle3-one", "tiny-llama-relay", "tiny-llama-relay-eagle3"} <= shipped
+    assert {
+        "tiny-llama",
+        "tiny-llama-eagle3",
+        "tiny-llama-eagle3-one",
+        "tiny-llama-relay",
+        "tiny-llama-relay-eagle3",
+    } <= shipped
     cache = tmp_path / "cache"
     env = dict(os.environ, PYTHONPATH=str(site), PPSPEC_CACHE=str(cache), HF_HUB_OFFLINE="1")
-    proc = subprocess.run([sys.executable, "-c", _WHEEL_ONLY, json.dumps(names), KIT_DRAFTER],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", _WHEEL_ONLY, json.dumps(names), KIT_DRAFTER],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-4000:]
-    report = json.loads(lines[-1][len("REPORT "):])
-    assert Path(report["ppspec_cli"]).is_relative_to(site), f"ran the checkout's ppspec_cli, not the wheel's: {report['ppspec_cli']}"
+    report = json.loads(lines[-1][len("REPORT ") :])
+    assert Path(report["ppspec_cli"]).is_relative_to(site), (
+        f"ran the checkout's ppspec_cli, not the wheel's: {report['ppspec_cli']}"
+    )
     assert report["kit_findable"] is False and report["kit_loaded"] is False
     assert sorted(report["built"]) == names
     for n in names:  # the wheel's builders write what a checkout writes
@@ -152,18 +182,32 @@ def test_a_kit_name_in_a_wheel_install_is_one_clear_error(site, demo_cache, tmp_
     prof = _profile(tmp_path / "p.yaml", KIT_DRAFTER)
     code = _HIDE_CHECKOUT + "from ppspec_cli.cli import main\nsys.argv = ['ppspec', 'check', sys.argv[1]]\nmain()\n"
     env = dict(os.environ, PYTHONPATH=str(site), PPSPEC_CACHE=str(demo_cache), HF_HUB_OFFLINE="1", COLUMNS="200")
-    proc = subprocess.run([sys.executable, "-c", code, str(prof)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(prof)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert "Traceback" not in out
-    assert "drafter-unreadable" in out and f"unknown demo model '{KIT_DRAFTER}'" in out and "demo:tiny-llama-relay-eagle3" in out and "ppspec_kit" in out
+    assert (
+        "drafter-unreadable" in out
+        and f"unknown demo model '{KIT_DRAFTER}'" in out
+        and "demo:tiny-llama-relay-eagle3" in out
+        and "ppspec_kit" in out
+    )
 
 
 def test_a_checkout_finds_the_kit_without_being_told(demo_cache, tmp_path):
     """From the repo root, with nothing importing ppspec_kit first, the factory loads it on demand."""
     prof = _profile(tmp_path / "p.yaml", KIT_DRAFTER)
     env = dict(os.environ, PYTHONPATH=str(REPO), PPSPEC_CACHE=str(demo_cache), HF_HUB_OFFLINE="1", COLUMNS="200")
-    proc = subprocess.run([sys.executable, "-m", "ppspec_cli.cli", "check", str(prof)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ppspec_cli.cli", "check", str(prof)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"demo:{KIT_DRAFTER}" in proc.stdout
 
@@ -171,8 +215,10 @@ def test_a_checkout_finds_the_kit_without_being_told(demo_cache, tmp_path):
 def test_the_core_imports_no_kit(tmp_path):
     """Importing every command and the demo package leaves ppspec_kit unloaded (it loads only for
     a name the core catalogue does not have)."""
-    code = ("import sys, ppspec_cli.cli, ppspec_cli.demo, ppspec_cli.commands.serve, ppspec_cli.checkpoint.reader, ppspec_cli.running.launch\n"
-            "from ppspec_cli import demo\ndemo.resolve_model_ref('meta-llama/Llama-3.1-8B')\nprint('KIT', 'ppspec_kit' in sys.modules)\n")
+    code = (
+        "import sys, ppspec_cli.cli, ppspec_cli.demo, ppspec_cli.commands.serve, ppspec_cli.checkpoint.reader, ppspec_cli.running.launch\n"
+        "from ppspec_cli import demo\ndemo.resolve_model_ref('meta-llama/Llama-3.1-8B')\nprint('KIT', 'ppspec_kit' in sys.modules)\n"
+    )
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -12,10 +12,9 @@ import shlex
 import shutil
 from pathlib import Path
 
+import inprocess
 import pytest
 import yaml
-
-import inprocess
 
 # Fast: the CLI runs in process (tests/inprocess.py) and `serve --dry-run` imports neither vLLM nor torch.
 
@@ -27,9 +26,13 @@ def ppspec(*args: str, env: dict, cwd: Path = REPO) -> inprocess.Result:
     """`ppspec ARGS` in process through the real entry point (no process boundary is tested here)."""
     return inprocess.run(*args, env=env, cwd=cwd)
 
+
 # hub id -> fixture config file (real configs; see tests/fixtures/models/SOURCES.md)
 CACHE = {
-    "meta-llama/Llama-3.1-8B-Instruct": ["meta-llama__Llama-3.1-8B-Instruct/config.json", "meta-llama__Llama-3.1-8B-Instruct/model.safetensors.index.json"],
+    "meta-llama/Llama-3.1-8B-Instruct": [
+        "meta-llama__Llama-3.1-8B-Instruct/config.json",
+        "meta-llama__Llama-3.1-8B-Instruct/model.safetensors.index.json",
+    ],
     "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B": ["sgl-project__SpecForge/llama3-8B-eagle3.json"],
     "Qwen/Qwen3-8B": ["Qwen__Qwen3-8B/config.json"],
     "z-lab/Qwen3-8B-DFlash-b16": ["z-lab__Qwen3-8B-DFlash-b16/config.partial.json"],
@@ -58,7 +61,9 @@ def hf_env(tmp_path_factory):
     import os
 
     env = dict(os.environ)
-    env.update({"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "PPSPEC_CACHE": str(tmp_path_factory.mktemp("ppspec"))})
+    env.update(
+        {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "PPSPEC_CACHE": str(tmp_path_factory.mktemp("ppspec"))}
+    )
     env.pop("HF_ENDPOINT", None)
     return env
 
@@ -87,7 +92,7 @@ def test_llama31_eagle3_pp2_single_node(hf_env):
     assert out["plan_data"]["plan"]["taps"] == [2, 16, 29]
     # the shell line is copy-pasteable and round-trips to the same argv
     words = shlex.split(node["shell"])
-    assert words[len(node["env"]):] == argv
+    assert words[len(node["env"]) :] == argv
 
 
 def test_qwen3_dflash_taps_plus_one(hf_env):
@@ -104,7 +109,9 @@ def test_llama33_70b_pp4_partition_and_relay(hf_env):
     # no drafter metadata in the offline cache: the only profile error is that, the launch is still
     # shown (platform-not-served, this machine's CPU build of vLLM if any, is the here question's:
     # in `refused_by`, what serve would do here, not in the exit code)
-    assert rc == 1 and {f["code"] for f in out["findings"] if f["severity"] == "error"} - {"platform-not-served"} == {"drafter-unreadable"}
+    assert rc == 1 and {f["code"] for f in out["findings"] if f["severity"] == "error"} - {"platform-not-served"} == {
+        "drafter-unreadable"
+    }
     assert out["profile_verdict"]["refused_by"] == ["drafter-unreadable"]
     plan = out["plan_data"]["plan"]
     assert plan["partition"] == [20, 20, 20, 20]
@@ -132,7 +139,7 @@ def test_node_rank_selects_one_node(hf_env):
     p = ppspec("serve", "profiles/deepseek_v4_flash_mtp.yaml", "--dry-run", "--node-rank", "1", env=hf_env, cwd=REPO)
     lines = [ln for ln in p.stdout.splitlines() if not ln.startswith("#")]
     assert len(lines) == 1 and "--node-rank 1" in lines[0] and "--headless" in lines[0]
-    assert "'\"method\":\"mtp\"" in lines[0] or '"method":"mtp"' in lines[0]
+    assert '\'"method":"mtp"' in lines[0] or '"method":"mtp"' in lines[0]
     bad = ppspec("serve", "profiles/deepseek_v4_flash_mtp.yaml", "--dry-run", "--node-rank", "5", env=hf_env, cwd=REPO)
     assert bad.returncode == 2 and "outside 0..1" in bad.stderr
 
@@ -154,7 +161,16 @@ def test_secret_by_reference_and_shell_metacharacters(hf_env, tmp_path):
     evil = tmp_path / "m; touch PWNED $(id)"
     shutil.copytree(FIX / "meta-llama__Llama-3.2-1B-Instruct", evil)
     prof = tmp_path / "p.yaml"
-    prof.write_text(yaml.safe_dump({"name": "evil", "target": {"model": str(evil)}, "platform": "cuda", "server": {"api_key_env": "MY_KEY", "host": "0.0.0.0"}}))
+    prof.write_text(
+        yaml.safe_dump(
+            {
+                "name": "evil",
+                "target": {"model": str(evil)},
+                "platform": "cuda",
+                "server": {"api_key_env": "MY_KEY", "host": "0.0.0.0"},
+            }
+        )
+    )
     env = dict(hf_env, MY_KEY="sk-super-secret-value")
     p = ppspec("serve", str(prof), "--dry-run", env=env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
@@ -174,7 +190,10 @@ def test_engine_flag_managed_by_profile_is_refused(hf_env, tmp_path):
     p = ppspec("serve", str(prof), "--dry-run", env=hf_env, cwd=REPO)
     assert p.returncode == 1 and "Traceback" not in p.stderr
     # refused once, in the verdict (issue 30): build_launch trusts it and the dry run shows the launch
-    assert "# error engine-managed-option: engine.tensor-parallel-size sets a flag ppspec derives from the profile (topology.tensor_parallel)" in p.stdout
+    assert (
+        "# error engine-managed-option: engine.tensor-parallel-size sets a flag ppspec derives from the profile (topology.tensor_parallel)"
+        in p.stdout
+    )
     assert "would refuse this profile" in p.stdout and "vllm serve" in p.stdout
     assert "[engine-managed-option]" not in p.stdout + p.stderr
 
@@ -188,7 +207,11 @@ def test_a_secret_engine_option_builds_no_launch(hf_env, tmp_path):
     prof.write_text(yaml.safe_dump(data))
     p = ppspec("serve", str(prof), "--dry-run", env=hf_env, cwd=REPO)
     assert p.returncode == 1 and "Traceback" not in p.stderr
-    assert "engine.hf-token is a secret" in p.stderr and "builds no launch" in p.stderr and "where: engine.hf-token" in p.stderr
+    assert (
+        "engine.hf-token is a secret" in p.stderr
+        and "builds no launch" in p.stderr
+        and "where: engine.hf-token" in p.stderr
+    )
     assert "sk-abc-123" not in p.stdout + p.stderr and "engine-secret-option" not in p.stderr
 
 
@@ -201,11 +224,21 @@ def test_nested_eagle_config_served_through_overlay(hf_env, tmp_path):
     cfg.update({"num_hidden_layers": 61, "hidden_size": 7168, "vocab_size": 163840})  # synthetic 61-layer test target
     (target / "config.json").write_text(json.dumps(cfg))
     prof = tmp_path / "p.yaml"
-    prof.write_text(yaml.safe_dump({
-        "name": "nested", "target": {"model": str(target)}, "platform": "cuda",
-        "drafter": {"method": "eagle3", "model": str(FIX / "AQ-MedAI__Kimi-K25-eagle3"), "num_speculative_tokens": 3},
-        "topology": {"pipeline_parallel": 2},
-    }))
+    prof.write_text(
+        yaml.safe_dump(
+            {
+                "name": "nested",
+                "target": {"model": str(target)},
+                "platform": "cuda",
+                "drafter": {
+                    "method": "eagle3",
+                    "model": str(FIX / "AQ-MedAI__Kimi-K25-eagle3"),
+                    "num_speculative_tokens": 3,
+                },
+                "topology": {"pipeline_parallel": 2},
+            }
+        )
+    )
     rc, out, _ = dry(str(prof), hf_env)
     assert rc == 0
     plan = out["plan_data"]["plan"]
@@ -222,7 +255,16 @@ def test_materialize_overlay_keeps_original(tmp_path):
     shutil.copytree(FIX / "AQ-MedAI__Kimi-K25-eagle3", src)
     (src / "model.safetensors").write_bytes(b"weights")
     original = (src / "config.json").read_text()
-    spec = LaunchSpec([], "http://x", tmp_path, tmp_path / "plan.json", {}, {"eagle_aux_hidden_state_layer_ids": [3, 31, 59]}, tmp_path / "ov", str(src))
+    spec = LaunchSpec(
+        [],
+        "http://x",
+        tmp_path,
+        tmp_path / "plan.json",
+        {},
+        {"eagle_aux_hidden_state_layer_ids": [3, 31, 59]},
+        tmp_path / "ov",
+        str(src),
+    )
     materialize_overlay(spec)
     assert (src / "config.json").read_text() == original
     cfg = json.loads((tmp_path / "ov" / "config.json").read_text())
@@ -245,7 +287,16 @@ def test_materialize_overlay_in_a_held_run_dir_never_follows_a_link(tmp_path):
     victim.mkdir()
     (victim / "precious").write_text("keep\n")
     (run_dir / "drafter-overlay").symlink_to(victim)
-    spec = LaunchSpec([], "http://x", run_dir, run_dir / "plan.json", {}, {"eagle_aux_hidden_state_layer_ids": [3, 31, 59]}, run_dir / "drafter-overlay", str(src))
+    spec = LaunchSpec(
+        [],
+        "http://x",
+        run_dir,
+        run_dir / "plan.json",
+        {},
+        {"eagle_aux_hidden_state_layer_ids": [3, 31, 59]},
+        run_dir / "drafter-overlay",
+        str(src),
+    )
     with RunDir.open(run_dir) as rd:
         materialize_overlay(spec, rd=rd)
     assert sorted(p.name for p in victim.iterdir()) == ["precious"]
@@ -262,7 +313,9 @@ def test_the_hosts_network_is_the_here_question(hf_env, tmp_path, monkeypatch):
     from ppspec_cli.planning import rules
 
     monkeypatch.setattr(netinfo, "host_name", lambda: "nodeb")
-    monkeypatch.setattr(netinfo, "resolve", lambda h, timeout_s=5.0: [h] if h[0].isdigit() else {"nodeb": ["127.0.1.1"]}.get(h, []))
+    monkeypatch.setattr(
+        netinfo, "resolve", lambda h, timeout_s=5.0: [h] if h[0].isdigit() else {"nodeb": ["127.0.1.1"]}.get(h, [])
+    )
     monkeypatch.setattr(netinfo, "route_to", lambda a: None)
     rules._head_view.cache_clear()
     data = yaml.safe_load((REPO / "profiles/llama31_8b_eagle3_pp2.yaml").read_text())
@@ -276,5 +329,9 @@ def test_the_hosts_network_is_the_here_question(hf_env, tmp_path, monkeypatch):
     assert "node-ports" in profile_codes and not {"node-hostname-loopback", "node-head-unroutable"} & profile_codes
     assert {"node-hostname-loopback", "node-head-unroutable"} <= here_codes
     text = ppspec("check", str(prof), env=hf_env, cwd=REPO).stdout
-    assert "on this machine" in text and "node-hostname-loopback: on this host (nodeb)" in text and "node-head-unroutable: from this host (nodeb)" in text, text
+    assert (
+        "on this machine" in text
+        and "node-hostname-loopback: on this host (nodeb)" in text
+        and "node-head-unroutable: from this host (nodeb)" in text
+    ), text
     rules._head_view.cache_clear()

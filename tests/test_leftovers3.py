@@ -22,8 +22,14 @@ def test_a_held_run_dir_is_reported_as_in_use(tmp_path):
     d = tmp_path / "run"
     assert in_use_by(d) is None  # absent: free
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO)!r})\nfrom ppspec_cli.running.serve.rundir import lock_run_dir\nrd = lock_run_dir(__import__('pathlib').Path({str(d)!r}))\nprint('held', flush=True)\nsys.stdin.read()"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            f"import sys; sys.path.insert(0, {str(REPO)!r})\nfrom ppspec_cli.running.serve.rundir import lock_run_dir\nrd = lock_run_dir(__import__('pathlib').Path({str(d)!r}))\nprint('held', flush=True)\nsys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -58,7 +64,16 @@ def test_endpoint_credentials_never_reach_bench_files(tmp_path):
 def test_num_prompts_is_bounded():
     import inprocess
 
-    r = inprocess.run("bench", str(REPO / "profiles" / "tiny_cpu_demo.yaml"), "--num-prompts", str(10**9), "--endpoint", "http://127.0.0.1:9", "--baseline-endpoint", "http://127.0.0.1:9")
+    r = inprocess.run(
+        "bench",
+        str(REPO / "profiles" / "tiny_cpu_demo.yaml"),
+        "--num-prompts",
+        str(10**9),
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "--baseline-endpoint",
+        "http://127.0.0.1:9",
+    )
     assert r.returncode == 2 and "--num-prompts must be in 1..131072" in r.stderr, r.stderr[-500:]
 
 
@@ -67,7 +82,19 @@ def test_a_saved_record_of_another_shape_is_refused_with_its_file(tmp_path, bad)
     from ppspec_cli.verify.bench.results import load_record
 
     p = tmp_path / "c1.json"
-    p.write_text(json.dumps({"arm": "baseline", "concurrency": 1, "speculation": False, "num_prompts": 4, "max_tokens": 8, "input_len": 8, **bad}))
+    p.write_text(
+        json.dumps(
+            {
+                "arm": "baseline",
+                "concurrency": 1,
+                "speculation": False,
+                "num_prompts": 4,
+                "max_tokens": 8,
+                "input_len": 8,
+                **bad,
+            }
+        )
+    )
     with pytest.raises(PpspecError) as e:
         load_record(p)
     assert str(p) in e.value.what and e.value.exit_code == 2
@@ -76,9 +103,16 @@ def test_a_saved_record_of_another_shape_is_refused_with_its_file(tmp_path, bad)
 def test_report_md_shows_record_text_inert():
     from ppspec_cli.verify.bench.report import markdown
 
-    evil = '<img src=x onerror=alert(1)> [click](javascript:alert(1)) | x'
-    doc = {"profile": evil, "settings": {"concurrency": [1], "num_prompts": 1, "max_tokens": 1, "input_len": 1, "seed": 0}, "arms": [{"name": evil}],
-           "runs": [{"arm": evil, "concurrency": 1, "speculation": False}], "speedup": [], "warnings": [evil], "parity": {}}
+    evil = "<img src=x onerror=alert(1)> [click](javascript:alert(1)) | x"
+    doc = {
+        "profile": evil,
+        "settings": {"concurrency": [1], "num_prompts": 1, "max_tokens": 1, "input_len": 1, "seed": 0},
+        "arms": [{"name": evil}],
+        "runs": [{"arm": evil, "concurrency": 1, "speculation": False}],
+        "speedup": [],
+        "warnings": [evil],
+        "parity": {},
+    }
     md = markdown(doc)
     import re
 

@@ -14,9 +14,18 @@ from ppspec_cli.planning.profile import Profile
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("key", ["kv-transfer-config", "kv_transfer_config", "--kv-transfer-config", "kv-transfer",
-                                 "kv_transfer_config.kv_connector", "kv-transfer-config.kv_connector_module_path",
-                                 "kv-trans.kv_connector_extra_config.shared_storage_path"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "kv-transfer-config",
+        "kv_transfer_config",
+        "--kv-transfer-config",
+        "kv-transfer",
+        "kv_transfer_config.kv_connector",
+        "kv-transfer-config.kv_connector_module_path",
+        "kv-trans.kv_connector_extra_config.shared_storage_path",
+    ],
+)
 @pytest.mark.parametrize("where", ["engine", "prefill", "decode"])
 def test_a_pd_profile_refuses_every_spelling_of_the_kv_transfer_config(key, where):
     """ppspec sets --kv-transfer-config for each engine from `kv_transfer`: an abbreviation or a
@@ -28,7 +37,9 @@ def test_a_pd_profile_refuses_every_spelling_of_the_kv_transfer_config(key, wher
         Profile.model_validate(data)
 
 
-@pytest.mark.parametrize("key", ["no-trust-request-chat-template", "no_trust_request_mm_kwargs", "--no-trust-request-chat"])
+@pytest.mark.parametrize(
+    "key", ["no-trust-request-chat-template", "no_trust_request_mm_kwargs", "--no-trust-request-chat"]
+)
 def test_a_negated_untrusted_flag_set_false_is_the_flag_turned_on(key):
     """`no-x: false` becomes `--x` on the command line: the same risk as `x: true`."""
     assert any(a.startswith("--trust-request") for a in engine_args({key: False}))

@@ -32,9 +32,8 @@ def test_report_with_markup_like_server_text_renders_verbatim():
 
 from pathlib import Path  # noqa: E402
 
-import pytest  # noqa: E402
-
 import inprocess  # noqa: E402
+import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -53,6 +52,8 @@ REPO = Path(__file__).resolve().parent.parent
 )
 def test_bad_options_are_refused_at_start_with_exit_2(args, needle):
     """Before any request: the endpoint is a closed port, so reaching it would be exit 1 instead."""
-    cp = inprocess.run(*args, cwd=REPO, env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})  # in process: exit codes of main()
+    cp = inprocess.run(
+        *args, cwd=REPO, env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    )  # in process: exit codes of main()
     assert cp.returncode == 2, cp.stderr
     assert needle in cp.stderr and "unexpected" not in cp.stderr and "Traceback" not in cp.stderr

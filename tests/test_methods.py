@@ -18,7 +18,8 @@ import yaml
 from packaging.version import Version
 
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.knowledge import methods, packs as packs_mod
+from ppspec_cli.knowledge import methods
+from ppspec_cli.knowledge import packs as packs_mod
 from ppspec_cli.knowledge.methods import DrafterView
 from ppspec_cli.planning import drafter_contract
 from ppspec_cli.planning.plan import trained_taps, v2_taps_from_config
@@ -59,7 +60,9 @@ def test_method_facts_agree_with_the_old_tables():
     # literal compares that became attributes: mtp has no drafter checkpoint and may get the
     # target embedding from its pack; dspark needs Model Runner V2; eagle3/eagle fall back to hidden_size
     assert {m.name for m in reg if not m.external_drafter} == {"mtp"}
-    assert {m.name: m.target_embed_capability for m in reg if m.target_embed_capability} == {"mtp": "target_embed_for_mtp"}
+    assert {m.name: m.target_embed_capability for m in reg if m.target_embed_capability} == {
+        "mtp": "target_embed_for_mtp"
+    }
     assert {m.name for m in reg if not m.v1_runner} == {"dspark"}
     assert {m.name for m in reg if "hidden_size" in m.hidden_size_keys} == {"eagle3", "eagle"}
 
@@ -117,7 +120,10 @@ def test_tap_keys_say_what_the_runners_read():
         ({"dspark_target_layer_ids": [1]}, "dspark"),
         ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1]}}, "eagle3"),
         ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1], "use_aux_hidden_state": False}}, None),
-        ({"architectures": ["EagleX"], "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1]}}, "eagle"),  # architectures first
+        (
+            {"architectures": ["EagleX"], "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1]}},
+            "eagle",
+        ),  # architectures first
         ({"speculators_model_type": "peagle"}, "eagle3"),
         ({"speculators_model_type": "dflash2"}, "dflash"),
         ({"speculators_config": {"algorithm": "dspark"}}, "dspark"),
@@ -149,19 +155,36 @@ def test_drafter_classes_come_from_the_packs():
     assert not drafter_contract.registered_dflash("DFlashQwen3XPressModel", Version("0.32.0"))
     assert drafter_contract.registered_dflash("DFlashQwen3XPressModel", Version("0.33.0"))
     # LiLiCorrDraftModel keeps its name since 0.32
-    assert drafter_contract.served_architectures("dflash", {"architectures": ["LiLiCorrDraftModel"]}, Version("0.32.0")) == ["LiLiCorrDraftModel"]
-    assert drafter_contract.served_architectures("dflash", {"architectures": ["LiLiCorrDraftModel"]}, Version("0.30.0")) == ["DFlashLiLiCorrDraftModel"]
+    assert drafter_contract.served_architectures(
+        "dflash", {"architectures": ["LiLiCorrDraftModel"]}, Version("0.32.0")
+    ) == ["LiLiCorrDraftModel"]
+    assert drafter_contract.served_architectures(
+        "dflash", {"architectures": ["LiLiCorrDraftModel"]}, Version("0.30.0")
+    ) == ["DFlashLiLiCorrDraftModel"]
     # DSpark: kept, renamed, or the in-target fallback
     dspark = "dspark"
-    assert drafter_contract.served_architectures(dspark, {"architectures": ["MuseSparkDSparkModel"]}, Version("0.32.0")) == ["DSparkDraftModel"]
-    assert drafter_contract.served_architectures(dspark, {"architectures": ["MuseSparkDSparkModel"]}, Version("0.33.0")) == ["MuseSparkDSparkModel"]
-    assert drafter_contract.served_architectures(dspark, {"architectures": ["DSparkDraftModel"], "model_type": "qwen3"}, Version("0.30.0")) == ["Qwen3DSparkModel"]
-    assert drafter_contract.served_architectures(dspark, {"architectures": ["X"]}, Version("0.33.0"), "deepseek_v41") == ["DSparkV41DraftModel"]
+    assert drafter_contract.served_architectures(
+        dspark, {"architectures": ["MuseSparkDSparkModel"]}, Version("0.32.0")
+    ) == ["DSparkDraftModel"]
+    assert drafter_contract.served_architectures(
+        dspark, {"architectures": ["MuseSparkDSparkModel"]}, Version("0.33.0")
+    ) == ["MuseSparkDSparkModel"]
+    assert drafter_contract.served_architectures(
+        dspark, {"architectures": ["DSparkDraftModel"], "model_type": "qwen3"}, Version("0.30.0")
+    ) == ["Qwen3DSparkModel"]
+    assert drafter_contract.served_architectures(
+        dspark, {"architectures": ["X"]}, Version("0.33.0"), "deepseek_v41"
+    ) == ["DSparkV41DraftModel"]
 
 
 def test_speculators_conversion_without_packs_keeps_the_declared_architectures():
     """methods.speculators_view takes the classes as an argument: with none it cannot pick one."""
-    cfg = {"speculators_config": {}, "speculators_model_type": "eagle3", "architectures": ["Eagle3Speculator"], "transformer_layer_config": {"model_type": "llama"}}
+    cfg = {
+        "speculators_config": {},
+        "speculators_model_type": "eagle3",
+        "architectures": ["Eagle3Speculator"],
+        "transformer_layer_config": {"model_type": "llama"},
+    }
     assert methods.speculators_view(cfg)["architectures"] == ["Eagle3Speculator"]
     assert methods.speculators_view(cfg, packs_mod.drafter_classes())["architectures"] == ["Eagle3LlamaForCausalLM"]
 
@@ -193,8 +216,16 @@ def _drafter_pack(root: Path, **contract) -> Path:
     d = root / "acme_drafter"
     d.mkdir()
     manifest = {
-        "name": "acme_drafter", "description": "a test drafter pack", "matches": {"methods": ["dflash"]}, "vllm": ">=0.30,<0.34", "rules": "rules.py",
-        "contract": {"drafters": {"dflash": ["DFlashAcmeModel"]}, "codes": {"acme-drafter-odd": {"severity": "warning", "meaning": "an odd drafter"}}, **contract},
+        "name": "acme_drafter",
+        "description": "a test drafter pack",
+        "matches": {"methods": ["dflash"]},
+        "vllm": ">=0.30,<0.34",
+        "rules": "rules.py",
+        "contract": {
+            "drafters": {"dflash": ["DFlashAcmeModel"]},
+            "codes": {"acme-drafter-odd": {"severity": "warning", "meaning": "an odd drafter"}},
+            **contract,
+        },
     }
     (d / "pack.yaml").write_text(yaml.safe_dump(manifest), encoding="utf-8")
     (d / "rules.py").write_text(FAKE_RULES, encoding="utf-8")
@@ -221,12 +252,18 @@ def acme(tmp_path, monkeypatch):
 
 
 def _check(cfg, **kw):
-    return drafter_contract.check("dflash", cfg, version=Version("0.33.0"), runner="v2", names=None, num_speculative_tokens=2, **kw)
+    return drafter_contract.check(
+        "dflash", cfg, version=Version("0.33.0"), runner="v2", names=None, num_speculative_tokens=2, **kw
+    )
 
 
 def test_drafter_pack_rules_receive_only_the_narrow_view(acme):
     acme()
-    out = _check({"architectures": ["AcmeModel"]}, target_config={"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}, target_text={"vocab_size": 10})
+    out = _check(
+        {"architectures": ["AcmeModel"]},
+        target_config={"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"},
+        target_text={"vocab_size": 10},
+    )
     assert [b.code for b in out if b.code.startswith("acme")] == ["acme-drafter-odd"]
     assert len(SEEN) == 1
     v = SEEN[0]
@@ -247,10 +284,33 @@ def test_drafter_pack_rules_run_through_check_with_a_drafter_view(acme, make_che
     from ppspec_cli.planning.rules import run_rules
 
     acme()
-    target = make_checkpoint("t", {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 4, "hidden_size": 8, "vocab_size": 32})
-    drafter = make_checkpoint("d", {"architectures": ["AcmeModel"], "num_hidden_layers": 1, "hidden_size": 8, "vocab_size": 32, "dflash_config": {"mask_token_id": 1}})
-    prof = {"name": "t", "platform": "cuda", "engine_version": "0.33.0", "target": {"model": str(target)},
-            "drafter": {"method": "dflash", "model": str(drafter), "num_speculative_tokens": 2}}
+    target = make_checkpoint(
+        "t",
+        {
+            "architectures": ["Qwen3ForCausalLM"],
+            "model_type": "qwen3",
+            "num_hidden_layers": 4,
+            "hidden_size": 8,
+            "vocab_size": 32,
+        },
+    )
+    drafter = make_checkpoint(
+        "d",
+        {
+            "architectures": ["AcmeModel"],
+            "num_hidden_layers": 1,
+            "hidden_size": 8,
+            "vocab_size": 32,
+            "dflash_config": {"mask_token_id": 1},
+        },
+    )
+    prof = {
+        "name": "t",
+        "platform": "cuda",
+        "engine_version": "0.33.0",
+        "target": {"model": str(target)},
+        "drafter": {"method": "dflash", "model": str(drafter), "num_speculative_tokens": 2},
+    }
     r = resolve(parse_profile(yaml.safe_dump(prof)), offline=True)
     found = {f.code: f for f in run_rules(r)}
     assert found["acme-drafter-odd"].severity == "warning" and found["acme-drafter-odd"].field == "drafter.model"
@@ -348,10 +408,19 @@ def test_the_contract_yields_findings_at_their_owners_severity():
     the severity its owner's table gives its code (what the drafter-contract rule passes on)."""
     from ppspec_cli.findings import Finding
 
-    cfg = {"architectures": ["DFlashDraftModel"], "vocab_size": 32, "block_size": 2, "n_predict": 2, "dflash_config": {}, "dspark_draft_topk": 0}
+    cfg = {
+        "architectures": ["DFlashDraftModel"],
+        "vocab_size": 32,
+        "block_size": 2,
+        "n_predict": 2,
+        "dflash_config": {},
+        "dspark_draft_topk": 0,
+    }
     seen = set()
     for method in ("dflash", "dspark"):
-        out = drafter_contract.check(method, cfg, version=Version("0.32.0"), runner="v1", names=None, num_speculative_tokens=3)
+        out = drafter_contract.check(
+            method, cfg, version=Version("0.32.0"), runner="v1", names=None, num_speculative_tokens=3
+        )
         assert out and all(type(f) is Finding for f in out), out
         for f in out:
             assert f.severity == drafter_contract.severity(f.code), f
@@ -395,7 +464,12 @@ def _core_files(*skip: str):
 
 
 def test_no_method_name_is_compared_outside_the_methods():
-    hits = [f"{rel}:{i}" for rel, text in _core_files("knowledge/methods/") for i, line in enumerate(text.splitlines(), 1) if METHOD_LITERAL.search(line)]
+    hits = [
+        f"{rel}:{i}"
+        for rel, text in _core_files("knowledge/methods/")
+        for i, line in enumerate(text.splitlines(), 1)
+        if METHOD_LITERAL.search(line)
+    ]
     assert hits == [], "ask the method object (knowledge/methods) instead: " + ", ".join(hits)
 
 
@@ -405,8 +479,14 @@ def test_no_family_is_named_in_core_code():
     hits = []
     for rel, text in _core_files():
         tree = ast.parse(text)
-        docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        docs = {
+            id(n.body[0].value)
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.body
+            and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)
+        }
         for n in ast.walk(tree):
             words = []
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
@@ -429,7 +509,12 @@ def test_drafter_pack_judges_a_class_only_for_its_method():
     kw = dict(version=v33, runner="v2", names=None, num_speculative_tokens=2)
     odd_dflash = {"speculators_model_type": "odd", "architectures": ["Qwen3DSparkModel"]}
     assert [b.code for b in drafter_contract.check("dflash", odd_dflash, **kw)] == ["dflash-arch-unknown"]
-    both = {"architectures": ["Qwen3DSparkModel", "Qwen3XPressModel"], "markov_rank": 4, "dspark_noise_token_id": 1, "xpress_topc": -1}
+    both = {
+        "architectures": ["Qwen3DSparkModel", "Qwen3XPressModel"],
+        "markov_rank": 4,
+        "dspark_noise_token_id": 1,
+        "xpress_topc": -1,
+    }
     assert "xpress-topc" not in {b.code for b in drafter_contract.check("dspark", both, **kw)}
     assert not drafter_contract.judges_vocabulary("dflash", odd_dflash, v33)
     assert drafter_contract.judges_vocabulary("dspark", {"architectures": ["Qwen3DSparkModel"]}, v33)

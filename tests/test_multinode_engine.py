@@ -24,7 +24,17 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from enginehelpers import PPSPEC, REPO, alive, descendants, engine_env, engine_lock, free_port, leftover_entries, new_entries_left
+from enginehelpers import (
+    PPSPEC,
+    REPO,
+    alive,
+    descendants,
+    engine_env,
+    engine_lock,
+    free_port,
+    leftover_entries,
+    new_entries_left,
+)
 from hosts import Hosts, Slurm, can_run_slurm, hosts_or_skip, shared_home
 
 pytestmark = [pytest.mark.vllm, pytest.mark.engine]
@@ -59,7 +69,9 @@ def host_env(home: Path, extra: dict | None = None) -> dict:
 
 def complete_from(hosts: Hosts, i: int, url: str, model: str) -> dict:
     """A completion request sent from host i (its own network stack) to `url`."""
-    return hosts.post_json(i, url + "/v1/completions", {"model": model, "prompt": "hello world", "max_tokens": 16, "temperature": 0})
+    return hosts.post_json(
+        i, url + "/v1/completions", {"model": model, "prompt": "hello world", "max_tokens": 16, "temperature": 0}
+    )
 
 
 class Tree:
@@ -131,11 +143,25 @@ def test_two_hosts_by_hand(hosts, home):
         procs = []
         for i in (0, 1):
             with open(logs[i], "w") as log:
-                procs.append(hosts.popen(i, [*PPSPEC, "serve", str(profile), "--node-rank", str(i)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=home))
+                procs.append(
+                    hosts.popen(
+                        i,
+                        [*PPSPEC, "serve", str(profile), "--node-rank", str(i)],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        cwd=home,
+                    )
+                )
         tree = Tree(*procs)
         text = lambda i: logs[i].read_text(errors="replace")  # noqa: E731
         try:
-            t_ready = wait_until(lambda: (run_dirs[0] / "ready").exists() or any(p.poll() is not None for p in procs), START_S, tree, "node 0 to serve")
+            t_ready = wait_until(
+                lambda: (run_dirs[0] / "ready").exists() or any(p.poll() is not None for p in procs),
+                START_S,
+                tree,
+                "node 0 to serve",
+            )
             assert all(p.poll() is None for p in procs), text(0)[-3000:] + text(1)[-3000:]
             out = complete_from(hosts, 1, f"http://{hosts.addrs[0]}:{data['server']['port']}", NAME)
             assert out["usage"]["completion_tokens"] == 16 and out["choices"][0]["text"]
@@ -144,19 +170,33 @@ def test_two_hosts_by_hand(hosts, home):
             assert f"VLLM_HOST_IP={hosts.addrs[1]}: the route to the head {hosts.addrs[0]} leaves by eth1" in text(1)
             for i in (0, 1):
                 launch = json.loads((run_dirs[i] / "launch.json").read_text())
-                assert {k: launch["env"][k] for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "VLLM_HOST_IP")} == {"GLOO_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_IFNAME": "eth1", "VLLM_HOST_IP": hosts.addrs[i]}
+                assert {k: launch["env"][k] for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "VLLM_HOST_IP")} == {
+                    "GLOO_SOCKET_IFNAME": "eth1",
+                    "NCCL_SOCKET_IFNAME": "eth1",
+                    "VLLM_HOST_IP": hosts.addrs[i],
+                }
                 assert lock_record(run_dirs[i])["host"] == hosts.names[i]
             assert sorted(p.name for p in runs.iterdir()) == sorted(d.name for d in run_dirs)
             # host A, told to use host B's run directory (same home): refused, naming host B
-            r = hosts.run(0, [*PPSPEC, "serve", str(profile), "--node-rank", "1", "--run-dir", str(run_dirs[1])], env=env, timeout=300)
+            r = hosts.run(
+                0,
+                [*PPSPEC, "serve", str(profile), "--node-rank", "1", "--run-dir", str(run_dirs[1])],
+                env=env,
+                timeout=300,
+            )
             pid_b = lock_record(run_dirs[1])["pid"]
             assert r.returncode == 1, r.stderr[-2000:]
-            assert f"`ppspec serve` on host {hosts.names[1]} (pid {pid_b} there, not on this host {hosts.names[0]}) is using the run directory" in r.stderr, r.stderr[-2000:]
+            assert (
+                f"`ppspec serve` on host {hosts.names[1]} (pid {pid_b} there, not on this host {hosts.names[0]}) is using the run directory"
+                in r.stderr
+            ), r.stderr[-2000:]
             assert leftover_entries() - before, "the engines use /dev/shm (else the residue check proves nothing)"
             # Ctrl-C on both hosts
             for p in procs:
                 p.send_signal(signal.SIGINT)
-            wait_until(lambda: all(p.poll() is not None for p in procs), STOP_S, tree, "both nodes to stop after Ctrl-C")
+            wait_until(
+                lambda: all(p.poll() is not None for p in procs), STOP_S, tree, "both nodes to stop after Ctrl-C"
+            )
             assert [p.returncode for p in procs] == [130, 130], text(0)[-2000:] + text(1)[-2000:]
             wait_until(lambda: not tree.left(), 30, None, "every process of both nodes to be gone")
             left = new_entries_left(before)
@@ -210,7 +250,11 @@ def test_real_slurm_job_and_a_node_failure(hosts, home, slurm):
     def submit(*args: str) -> str:
         # --no-requeue: SLURM requeues a batch job after a node failure by default (JobRequeue=1); the
         # job then reads PENDING and would start again once nodeb is back
-        p = slurm.cmd(["sbatch", "--parsable", "--no-requeue", "-o", str(home / "job-%j.out"), str(script), *args], env=env, cwd=home)
+        p = slurm.cmd(
+            ["sbatch", "--parsable", "--no-requeue", "-o", str(home / "job-%j.out"), str(script), *args],
+            env=env,
+            cwd=home,
+        )
         assert p.returncode == 0, p.stderr
         return p.stdout.strip().split(";")[0]
 
@@ -218,7 +262,12 @@ def test_real_slurm_job_and_a_node_failure(hosts, home, slurm):
         return slurm.job(job).get("JobState", "?")
 
     job = submit("--dry-run")
-    wait_until(lambda: state(job) not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"), 300, None, f"dry-run job {job} to end")
+    wait_until(
+        lambda: state(job) not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"),
+        300,
+        None,
+        f"dry-run job {job} to end",
+    )
     out = (home / f"job-{job}.out").read_text(errors="replace")
     info = slurm.job(job)
     assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), out[-3000:]
@@ -238,7 +287,14 @@ def test_real_slurm_job_and_a_node_failure(hosts, home, slurm):
             return True
 
         try:
-            t_ready = wait_until(lambda: scan() and ((run0 / "ready").exists() or state(job) not in ("PENDING", "RUNNING", "CONFIGURING")), START_S, None, "the head to serve")
+            t_ready = wait_until(
+                lambda: (
+                    scan() and ((run0 / "ready").exists() or state(job) not in ("PENDING", "RUNNING", "CONFIGURING"))
+                ),
+                START_S,
+                None,
+                "the head to serve",
+            )
             assert state(job) == "RUNNING", out_path.read_text(errors="replace")[-4000:]
             answer = complete_from(hosts, 1, f"http://{hosts.addrs[0]}:{data['server']['port']}", NAME)
             assert answer["usage"]["completion_tokens"] == 16
@@ -246,7 +302,12 @@ def test_real_slurm_job_and_a_node_failure(hosts, home, slurm):
             # node B's cable is cut: it is gone for everyone
             hosts.link(1, up=False)
             t_cut = time.monotonic()
-            wait_until(lambda: scan() and state(job) not in ("RUNNING", "COMPLETING", "CONFIGURING"), STOP_S, None, "SLURM to end the job after node B was cut off")
+            wait_until(
+                lambda: scan() and state(job) not in ("RUNNING", "COMPLETING", "CONFIGURING"),
+                STOP_S,
+                None,
+                "SLURM to end the job after node B was cut off",
+            )
             t_end = time.monotonic() - t_cut
             info, text = slurm.job(job), out_path.read_text(errors="replace")
             # SLURM notices first here (SlurmdTimeout 10 s < the roll call's 20 s): it cancels the job
@@ -255,12 +316,27 @@ def test_real_slurm_job_and_a_node_failure(hosts, home, slurm):
             assert info["JobState"] in ("NODE_FAIL", "FAILED"), (info, text[-3000:])
             assert "Node failure on nodeb" in text or "node 1 was lost" in text, text[-3000:]
             assert "stopped by SIGTERM: the engine shut down cleanly" in text or "node 1 was lost" in text, text[-3000:]
-            wait_until(lambda: "NOT_RESPONDING" in slurm.node("nodeb").get("State", "") or "DOWN" in slurm.node("nodeb").get("State", ""), 60, None, "SLURM to mark nodeb not responding")
+            wait_until(
+                lambda: (
+                    "NOT_RESPONDING" in slurm.node("nodeb").get("State", "")
+                    or "DOWN" in slurm.node("nodeb").get("State", "")
+                ),
+                60,
+                None,
+                "SLURM to mark nodeb not responding",
+            )
             node_b = slurm.node("nodeb")
-            wait_until(lambda: scan() and not [p for p in seen | _job_processes(job) if alive(p)], STOP_S, None, "every process of the job to be gone (host B's stop on its own: the head is lost)")
+            wait_until(
+                lambda: scan() and not [p for p in seen | _job_processes(job) if alive(p)],
+                STOP_S,
+                None,
+                "every process of the job to be gone (host B's stop on its own: the head is lost)",
+            )
             left = new_entries_left(before)
             assert not left, f"/dev/shm residue: {sorted(left)}"
-            print(f"real SLURM: head served after {t_ready:.0f}s; job {info['JobState']} {t_end:.0f}s after node B was cut off; nodeb {node_b.get('State')}")
+            print(
+                f"real SLURM: head served after {t_ready:.0f}s; job {info['JobState']} {t_end:.0f}s after node B was cut off; nodeb {node_b.get('State')}"
+            )
         finally:
             hosts.link(1, up=True)
             slurm.cmd(["scancel", job])
@@ -273,7 +349,15 @@ def test_head_alone_names_the_node_that_never_arrived(hosts, home):
     profile = two_node_profile(home, master_addr=hosts.addrs[0])
     with engine_lock():
         before = leftover_entries()
-        proc = hosts.popen(0, [*PPSPEC, "serve", str(profile), "--node-rank", "0", "--health-timeout", "45"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=host_env(home, {"PPSPEC_STOP_GRACE_S": "20"}), cwd=home)
+        proc = hosts.popen(
+            0,
+            [*PPSPEC, "serve", str(profile), "--node-rank", "0", "--health-timeout", "45"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=host_env(home, {"PPSPEC_STOP_GRACE_S": "20"}),
+            cwd=home,
+        )
         tree = Tree(proc)
         try:
             t_gave_up = wait_until(lambda: proc.poll() is not None, 45 + START_S, tree, "the head to give up")
@@ -308,7 +392,18 @@ def test_ray_executor_on_cpu_against_a_local_ray_cluster(tmp_path):
     env = engine_env({"RAY_ADDRESS": addr, "RAY_USAGE_STATS_ENABLED": "0"})
     with engine_lock():
         cluster = subprocess.Popen(
-            [str(ray_bin), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}", f"--temp-dir={ray_tmp}", "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
+            [
+                str(ray_bin),
+                "start",
+                "--head",
+                "--block",
+                "--node-ip-address=127.0.0.1",
+                f"--port={port}",
+                f"--temp-dir={ray_tmp}",
+                "--num-cpus=2",
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
             env=env,
@@ -317,20 +412,50 @@ def test_ray_executor_on_cpu_against_a_local_ray_cluster(tmp_path):
         tree = Tree(cluster)
 
         def cluster_up() -> bool:
-            return subprocess.run([str(ray_bin), "status", f"--address={addr}"], capture_output=True, env=env, timeout=60, check=False).returncode == 0
+            return (
+                subprocess.run(
+                    [str(ray_bin), "status", f"--address={addr}"], capture_output=True, env=env, timeout=60, check=False
+                ).returncode
+                == 0
+            )
 
         try:
             t_up = wait_until(cluster_up, 180, tree, "the Ray cluster")
-            r = subprocess.run([*PPSPEC, "serve", str(profile)], capture_output=True, text=True, env=env, timeout=300, cwd=REPO, check=False)
+            r = subprocess.run(
+                [*PPSPEC, "serve", str(profile)],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=300,
+                cwd=REPO,
+                check=False,
+            )
             assert r.returncode == 1 and "topology-ray-cpu" in r.stderr + r.stdout, r.stderr[-3000:]
             assert cluster_up(), "ppspec must never stop a Ray cluster it did not start"
-            dry = json.loads(subprocess.run([*PPSPEC, "serve", str(profile), "--dry-run", "--json"], capture_output=True, text=True, env=env, timeout=300, cwd=REPO, check=False).stdout)
+            dry = json.loads(
+                subprocess.run(
+                    [*PPSPEC, "serve", str(profile), "--dry-run", "--json"],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    timeout=300,
+                    cwd=REPO,
+                    check=False,
+                ).stdout
+            )
             (node,) = dry["nodes"]
             assert node["argv"][node["argv"].index("--distributed-executor-backend") + 1] == "ray"
             t0 = time.monotonic()
             tmp_before = set(os.listdir(tempfile.gettempdir()))
-            eng = subprocess.run(node["argv"], capture_output=True, text=True, env={**env, **node["env"], "PPSPEC_PLAN_FILE": "", "TMPDIR": str(eng_tmp)},
-                                 timeout=START_S, check=False, start_new_session=True)
+            eng = subprocess.run(
+                node["argv"],
+                capture_output=True,
+                text=True,
+                env={**env, **node["env"], "PPSPEC_PLAN_FILE": "", "TMPDIR": str(eng_tmp)},
+                timeout=START_S,
+                check=False,
+                start_new_session=True,
+            )
             new_in_tmp = set(os.listdir(tempfile.gettempdir())) - tmp_before
             assert not new_in_tmp, f"the engine left {sorted(new_in_tmp)} in {tempfile.gettempdir()}"
             assert eng.returncode != 0

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ppspec_cli.io import netio
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import netio
 from ppspec_cli.running.serve import health_ok, port_free
 from ppspec_cli.verify.client import Client
 
@@ -102,7 +102,11 @@ def test_redirects_are_answers_not_followed(raw):
 
 
 def test_unresolvable_and_empty_hosts_have_their_own_message():
-    err = _call_bounded(lambda: netio.Http("http://no-such-host.invalid:8000").request("GET", "http://no-such-host.invalid:8000/health", deadline=20, limit=10))
+    err = _call_bounded(
+        lambda: netio.Http("http://no-such-host.invalid:8000").request(
+            "GET", "http://no-such-host.invalid:8000/health", deadline=20, limit=10
+        )
+    )
     assert isinstance(err, netio.NetError) and err.kind in ("dns", "timeout"), err
     for host, needle in (("", "empty"), ("no-such-host.invalid", "does not resolve"), ("  ", "empty")):
         with pytest.raises(PpspecError, match=needle) as ei:

@@ -8,11 +8,11 @@ import importlib.util
 
 import pytest
 import yaml
-
 from conftest import fixture_config
+
+from ppspec_cli.knowledge.engine import VllmInstall
 from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.planning.profile import parse_profile
-from ppspec_cli.knowledge.engine import VllmInstall
 from ppspec_cli.planning.resolve import resolve
 from ppspec_cli.planning.rules import run_rules
 
@@ -43,7 +43,9 @@ def k3(make_checkpoint):
     with attention residuals on (attn_res_block_size)."""
     text = {**fixture_config(LLAMA), "attn_res_block_size": 4}
     text.pop("architectures")
-    return make_checkpoint("k3", {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3", "text_config": text})
+    return make_checkpoint(
+        "k3", {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3", "text_config": text}
+    )
 
 
 @pytest.fixture
@@ -59,13 +61,17 @@ def test_tap_on_a_stage_end_is_refused_with_the_stream_env(k3, head):
 
 def test_no_finding_without_the_env_off_a_boundary_or_without_attn_res(k3, head, make_checkpoint):
     assert "kimi_k3-aux-attn-res-boundary" not in run(k3, head, taps=[2, 16, 29])
-    assert "kimi_k3-aux-attn-res-boundary" not in run(k3, head, taps=[2, 16, 29], env={"VLLM_KIMI_K3_AUX_ATTN_RES_STREAM": "0"})
+    assert "kimi_k3-aux-attn-res-boundary" not in run(
+        k3, head, taps=[2, 16, 29], env={"VLLM_KIMI_K3_AUX_ATTN_RES_STREAM": "0"}
+    )
     on = {"VLLM_KIMI_K3_AUX_ATTN_RES_STREAM": "1"}
     assert "kimi_k3-aux-attn-res-boundary" not in run(k3, head, taps=[2, 17, 29], env=on)
     assert "kimi_k3-aux-attn-res-boundary" not in run(k3, head, taps=[2, 16, 29], env=on, partition=[15, 17])
     text = fixture_config(LLAMA)
     text.pop("architectures")
-    plain = make_checkpoint("k3-plain", {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3", "text_config": text})
+    plain = make_checkpoint(
+        "k3-plain", {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3", "text_config": text}
+    )
     assert "kimi_k3-aux-attn-res-boundary" not in run(plain, head, taps=[2, 16, 29], env=on)
 
 
@@ -74,8 +80,8 @@ def test_no_finding_without_the_env_off_a_boundary_or_without_attn_res(k3, head,
 def test_the_packs_probe_asks_the_installed_vllm():
     """kimi_k3's own probe (run by check --probes): vLLM's KimiLinearModel really refuses a tap
     ending a non-final stage with the stream env on, and only that — the rule's premise."""
-    from ppspec_cli.running.engine.probes import probe_pack_own
     from ppspec_cli.knowledge.packs import get_pack
+    from ppspec_cli.running.engine.probes import probe_pack_own
 
     (got,) = probe_pack_own(get_pack("kimi_k3"))
     assert got.name == "kimi_k3-aux-attn-res-boundary" and got.status == "passed", got

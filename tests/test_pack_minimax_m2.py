@@ -10,10 +10,10 @@ import sys
 
 import pytest
 import yaml
-
 from conftest import fixture_config
-from ppspec_cli.planning import resolve as resolve_mod
+
 from ppspec_cli.knowledge.packs import get_pack, resolve_pack
+from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.planning.profile import parse_profile
 from ppspec_cli.planning.resolve import VllmInstall, resolve
 from ppspec_cli.planning.rules import run_rules
@@ -32,9 +32,18 @@ def test_pack_describes_minimax_m2():
 
 def _check(make_checkpoint, adapter):
     """SYNTHETIC MiniMax-M2-style target: the Llama fixture's numbers under MiniMax-M2's architecture."""
-    target = make_checkpoint("m2", {**fixture_config(LLAMA), "architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2"})
+    target = make_checkpoint(
+        "m2", {**fixture_config(LLAMA), "architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2"}
+    )
     head = make_checkpoint("head", "sgl-project__SpecForge/llama3-8B-eagle3.json")
-    prof = {"name": "m2", "target": {"model": str(target)}, "drafter": {"method": "eagle3", "model": str(head), "num_speculative_tokens": 3}, "topology": {"pipeline_parallel": 2}, "platform": "cuda", "adapter": adapter}
+    prof = {
+        "name": "m2",
+        "target": {"model": str(target)},
+        "drafter": {"method": "eagle3", "model": str(head), "num_speculative_tokens": 3},
+        "topology": {"pipeline_parallel": 2},
+        "platform": "cuda",
+        "adapter": adapter,
+    }
     r = resolve(parse_profile(yaml.safe_dump(prof)), offline=True)
     return r, {f.code: f for f in run_rules(r)}
 
@@ -83,7 +92,9 @@ def _taps_of(cls, taps, split, seed=0):
 
     model = relay.toy_decoder(cls, num_layers=6, hidden=16, seed=seed)
     ids = torch.tensor([3, 17, 4, 29, 8])
-    return relay.run_stages(model, taps, split, ids, torch.arange(ids.numel()), modules=(sys.modules[cls.__module__],))[1]
+    return relay.run_stages(model, taps, split, ids, torch.arange(ids.numel()), modules=(sys.modules[cls.__module__],))[
+        1
+    ]
 
 
 @pytest.mark.vllm
@@ -93,14 +104,20 @@ def test_patches_apply_to_the_installed_class(patched):
     from ppspec_cli.running.engine import relay
 
     assert was is False  # vLLM 0.32's MiniMaxM2Model does not opt in by itself
-    assert {p.qualname for p in patches} == {"minimax_m2.relay_forward", "minimax_m2.opt_in", "minimax_m2.target_embed_on_last_stage"}
+    assert {p.qualname for p in patches} == {
+        "minimax_m2.relay_forward",
+        "minimax_m2.opt_in",
+        "minimax_m2.target_embed_on_last_stage",
+    }
     assert cls.supports_aux_hidden_states_over_pp is True and cls.forward is relay.relayed_forward
     assert cls.__init__.ppspec_original is orig_init
     from types import SimpleNamespace
 
     from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import verify_supports_aux_hidden_states_over_pp
 
-    verify_supports_aux_hidden_states_over_pp(SimpleNamespace(model=cls.__new__(cls)), "eagle3")  # vLLM's own gate passes
+    verify_supports_aux_hidden_states_over_pp(
+        SimpleNamespace(model=cls.__new__(cls)), "eagle3"
+    )  # vLLM's own gate passes
 
 
 @pytest.mark.vllm

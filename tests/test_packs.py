@@ -9,14 +9,35 @@ from pathlib import Path
 
 import pytest
 
-from ppspec_cli.knowledge.engine import VllmInstall
-
-from ppspec_cli.knowledge import packs as packs_mod
 from ppspec_cli.commands import adapters as packs_cli
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.knowledge.packs import PLATFORMS, get_pack, in_range, load_pack_dir, load_packs, resolve_pack, version_range
+from ppspec_cli.knowledge import packs as packs_mod
+from ppspec_cli.knowledge.engine import VllmInstall
+from ppspec_cli.knowledge.packs import (
+    PLATFORMS,
+    get_pack,
+    in_range,
+    load_pack_dir,
+    load_packs,
+    resolve_pack,
+    version_range,
+)
 
-BUILT_IN = {"llama", "qwen3", "qwen3_moe", "deepseek_v3", "deepseek_v4", "kimi_k3", "minimax_m3", "eagle_global_layer_ids", "sarvam", "mimo", "mimo_v2", "dots3", "qwen3_xpress"}
+BUILT_IN = {
+    "llama",
+    "qwen3",
+    "qwen3_moe",
+    "deepseek_v3",
+    "deepseek_v4",
+    "kimi_k3",
+    "minimax_m3",
+    "eagle_global_layer_ids",
+    "sarvam",
+    "mimo",
+    "mimo_v2",
+    "dots3",
+    "qwen3_xpress",
+}
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 
 GOOD = """\
@@ -296,7 +317,11 @@ def test_entry_point_pack_is_loaded(tmp_path, monkeypatch):
 
 def test_entry_point_name_clash_is_an_error(tmp_path, monkeypatch):
     d = write_pack(tmp_path, name="llama", text=GOOD.format(name="llama"))
-    monkeypatch.setattr(packs_mod.md, "entry_points", lambda group: [_EP("x", "x:y", str(d))] if group == packs_mod.ENTRY_POINT_GROUP else [])
+    monkeypatch.setattr(
+        packs_mod.md,
+        "entry_points",
+        lambda group: [_EP("x", "x:y", str(d))] if group == packs_mod.ENTRY_POINT_GROUP else [],
+    )
     packs_mod.clear_cache()
     with pytest.raises(PpspecError, match="clashes"):
         load_packs()
@@ -306,7 +331,11 @@ def test_broken_entry_point_names_itself(tmp_path, monkeypatch):
     def boom():
         raise RuntimeError("kaput")
 
-    monkeypatch.setattr(packs_mod.md, "entry_points", lambda group: [_EP("bad", "bad:fn", boom)] if group == packs_mod.ENTRY_POINT_GROUP else [])
+    monkeypatch.setattr(
+        packs_mod.md,
+        "entry_points",
+        lambda group: [_EP("bad", "bad:fn", boom)] if group == packs_mod.ENTRY_POINT_GROUP else [],
+    )
     packs_mod.clear_cache()
     with pytest.raises(PpspecError) as e:
         load_packs()
@@ -335,11 +364,18 @@ def test_pack_status_reports_a_module_that_does_not_import():
     errs = {"vllm.models.minimax_m3.nvidia.model": "ModuleNotFoundError: No module named 'torchvision'"}
     status, why = packs_cli.pack_status(mm3, VllmInstall("0.32.0", "vllm", "cpu"), errs)
     assert status == "unsupported" and "torchvision" in why and "MiniMaxM3Sparse" in why
-    status, why = packs_cli.pack_status(mm3, VllmInstall("0.32.0", "vllm", "cpu"), {"vllm.models.minimax_m3.nvidia.model": None})
+    status, why = packs_cli.pack_status(
+        mm3, VllmInstall("0.32.0", "vllm", "cpu"), {"vllm.models.minimax_m3.nvidia.model": None}
+    )
     assert status == "native" and "but not target_embed_for_mtp" in why  # CPU runs the V1 runner
     # a module of another platform does not count
-    assert packs_cli.pack_status(mm3, VllmInstall("0.32.0", "vllm", "rocm"), errs)[0] == "unsupported"  # rocm: not opted in
-    assert "supports_aux_hidden_states_over_pp" in packs_cli.pack_status(mm3, VllmInstall("0.32.0", "vllm", "rocm"), errs)[1]
+    assert (
+        packs_cli.pack_status(mm3, VllmInstall("0.32.0", "vllm", "rocm"), errs)[0] == "unsupported"
+    )  # rocm: not opted in
+    assert (
+        "supports_aux_hidden_states_over_pp"
+        in packs_cli.pack_status(mm3, VllmInstall("0.32.0", "vllm", "rocm"), errs)[1]
+    )
 
 
 @pytest.mark.vllm
@@ -415,8 +451,13 @@ def test_adapters_list_table_and_show(capsys):
     # the pack leaves the opt-in to vLLM's source (issue 31): shown per release from the table
     assert rec["name"] == "kimi_k3" and rec["capabilities"]["aux_relay_over_pp"] == []
     lines = rec["capabilities_from_vllm"]["aux_relay_over_pp"]
-    assert {"vllm": "0.32.0", "platforms": ["rocm"], "status": "unsupported"}.items() <= next(x for x in lines if x["vllm"] == "0.32.0" and x["status"] == "unsupported").items()
-    assert next(x for x in lines if x["vllm"] == "0.33.0" and x["status"] == "unsupported")["platforms"] == ["rocm", "xpu"]
+    assert {"vllm": "0.32.0", "platforms": ["rocm"], "status": "unsupported"}.items() <= next(
+        x for x in lines if x["vllm"] == "0.32.0" and x["status"] == "unsupported"
+    ).items()
+    assert next(x for x in lines if x["vllm"] == "0.33.0" and x["status"] == "unsupported")["platforms"] == [
+        "rocm",
+        "xpu",
+    ]
 
 
 def test_adapters_list_text_on_a_nightly(capsys, monkeypatch):
@@ -425,8 +466,15 @@ def test_adapters_list_text_on_a_nightly(capsys, monkeypatch):
     real nightly, are test_versions_engine.py::test_adapters_list_on_a_nightly_reads_every_pack_by_value)."""
     monkeypatch.setattr(packs_cli, "installed_vllm", lambda: VllmInstall("0.34.0.dev0", "vllm", "cpu"))
     monkeypatch.setattr(packs_cli, "import_errors", lambda modules: {})
-    rows = {"qwen3_moe": [["qwen3_moe.relay_forward", "matches", ""]], "llama": [["llama:LlamaModel", "native", "opts in itself"]]}
-    monkeypatch.setattr(packs_cli, "probe_anchors", lambda packs, platform, facts_version: {p.name: rows[p.name] for p in packs if p.name in rows})
+    rows = {
+        "qwen3_moe": [["qwen3_moe.relay_forward", "matches", ""]],
+        "llama": [["llama:LlamaModel", "native", "opts in itself"]],
+    }
+    monkeypatch.setattr(
+        packs_cli,
+        "probe_anchors",
+        lambda packs, platform, facts_version: {p.name: rows[p.name] for p in packs if p.name in rows},
+    )
     assert packs_cli.adapters_list(False) == 0
     text = capsys.readouterr().out
     assert "status against vLLM 0.34.0.dev0 (cpu, unverified)" in text and "engine    probed" in text, text[:2000]
@@ -467,9 +515,16 @@ def test_engine_state_verified_probed_drifted():
     assert packs_cli.engine_state(qwen3_moe, VllmInstall("0.32.0", "vllm", "cuda"), None)[0] == "verified"
     nightly = VllmInstall("0.34.0.dev0", "vllm", "cuda")
     assert packs_cli.engine_state(qwen3_moe, nightly, {})[0] == "not probed"
-    rows = [["qwen3_moe.relay_forward", "matches", ""], ["qwen3_moe.target_embed_on_last_stage", "native", "Qwen3MoeModel builds embed_tokens"]]
+    rows = [
+        ["qwen3_moe.relay_forward", "matches", ""],
+        ["qwen3_moe.target_embed_on_last_stage", "native", "Qwen3MoeModel builds embed_tokens"],
+    ]
     state, detail = packs_cli.engine_state(qwen3_moe, nightly, {"qwen3_moe": rows})
-    assert state == "probed" and "anchors match: qwen3_moe.relay_forward" in detail and "already does it: qwen3_moe.target_embed_on_last_stage" in detail
+    assert (
+        state == "probed"
+        and "anchors match: qwen3_moe.relay_forward" in detail
+        and "already does it: qwen3_moe.target_embed_on_last_stage" in detail
+    )
     rows.append(["qwen3_moe.opt_in", "drifted", "anchor drifted: forward takes (self, hidden)"])
     state, detail = packs_cli.engine_state(qwen3_moe, nightly, {"qwen3_moe": rows})
     assert state == "drifted" and "qwen3_moe.opt_in: anchor drifted" in detail

@@ -37,7 +37,9 @@ def toy_module():
     sys.modules[mod.__name__] = mod
     yield mod
     sys.modules.pop(mod.__name__, None)
-    assert not [r for r in patching.registry() if r["target"].startswith("ppspec_toy_target")], "a test left a patch applied"
+    assert not [r for r in patching.registry() if r["target"].startswith("ppspec_toy_target")], (
+        "a test left a patch applied"
+    )
 
 
 def new_greet(self):
@@ -68,7 +70,9 @@ def test_apply_is_idempotent(toy_module):
     assert p.apply() is True
     assert p.apply() is False
     # A second Patch object with the same pack and name (the plugin called twice) adopts the first.
-    again = Patch(name="greet", module="ppspec_toy_target", target="Child", attrs={"greet": lambda self: "other"}, pack="a")
+    again = Patch(
+        name="greet", module="ppspec_toy_target", target="Child", attrs={"greet": lambda self: "other"}, pack="a"
+    )
     assert again.apply() is False
     again.verify()
     assert toy_module.Child().greet() == "patched"
@@ -154,7 +158,13 @@ def test_class_bases_patch_reverts_by_value(toy_module):
         def mixed(self):
             return "mixed"
 
-    p = Patch(name="bases", module="ppspec_toy_target", target="Child", attrs=lambda o: {"__bases__": (o.target.__bases__[0], Mixin)}, pack="a")
+    p = Patch(
+        name="bases",
+        module="ppspec_toy_target",
+        target="Child",
+        attrs=lambda o: {"__bases__": (o.target.__bases__[0], Mixin)},
+        pack="a",
+    )
     p.apply()
     p.verify()
     assert issubclass(toy_module.Child, Mixin) and toy_module.Child().mixed() == "mixed"
@@ -167,8 +177,8 @@ def test_class_bases_patch_reverts_by_value(toy_module):
 
 
 def _pack_patches(name):
-    from ppspec_cli.running.engine.plugin import load_patches
     from ppspec_cli.knowledge.packs import get_pack
+    from ppspec_cli.running.engine.plugin import load_patches
 
     out = []
     for part, file in get_pack(name).patch_files:
@@ -204,9 +214,17 @@ def test_qwen3_moe_pack_takes_and_reverts(applied):
     orig_forward, orig_init = cls.__dict__["forward"], cls.__dict__["__init__"]
     assert cls.supports_aux_hidden_states_over_pp is False
     patches = applied("qwen3_moe")
-    assert {p.qualname for p in patches} == {"qwen3_moe.relay_forward", "qwen3_moe.opt_in", "qwen3_moe.target_embed_on_last_stage"}
+    assert {p.qualname for p in patches} == {
+        "qwen3_moe.relay_forward",
+        "qwen3_moe.opt_in",
+        "qwen3_moe.target_embed_on_last_stage",
+    }
     assert cls.supports_aux_hidden_states_over_pp is True
-    assert cls.forward is not orig_forward and cls.forward.__qualname__ == "relayed_forward" and cls.forward.__module__ == "ppspec_cli.running.engine.relay"
+    assert (
+        cls.forward is not orig_forward
+        and cls.forward.__qualname__ == "relayed_forward"
+        and cls.forward.__module__ == "ppspec_cli.running.engine.relay"
+    )
     # vLLM 0.32's Qwen3MoeModel builds embed_tokens on every stage: that patch stands aside, reported
     embed = next(p for p in patches if p.name == "target_embed_on_last_stage")
     assert not embed.applied and embed.native_reason and "already does this" in embed.skipped
@@ -306,7 +324,13 @@ def test_two_packs_patching_the_same_attribute_conflict(applied):
     import vllm.model_executor.models.qwen3_moe as q
 
     applied("qwen3_moe")
-    rival = Patch(name="my_forward", module="vllm.model_executor.models.qwen3_moe", target="Qwen3MoeModel", attrs={"forward": lambda self, *a: None}, pack="rival")
+    rival = Patch(
+        name="my_forward",
+        module="vllm.model_executor.models.qwen3_moe",
+        target="Qwen3MoeModel",
+        attrs={"forward": lambda self, *a: None},
+        pack="rival",
+    )
     with pytest.raises(PatchConflict) as e:
         rival.apply()
     assert "qwen3_moe.relay_forward" in str(e.value) and "rival.my_forward" in str(e.value)

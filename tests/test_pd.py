@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import fixture_config
-from ppspec_cli.knowledge import connectors
-from ppspec_cli.planning import resolve as resolve_mod
+
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.knowledge import connectors
+from ppspec_cli.knowledge.engine import VllmInstall
+from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.planning.pd import kv_transfer_config, name_table, resolve_roles, run_pd_rules
 from ppspec_cli.planning.profile import parse_profile
-from ppspec_cli.knowledge.engine import VllmInstall
 
 REPO = Path(__file__).resolve().parent.parent
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
@@ -31,23 +31,43 @@ def k3(make_checkpoint):
     text_config (the field report's depth: PP=2 splits it 47 + 46)."""
     text = {**fixture_config(LLAMA), "num_hidden_layers": 93}
     text.pop("architectures")
-    return make_checkpoint("k3", {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3", "text_config": text})
+    return make_checkpoint(
+        "k3", {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3", "text_config": text}
+    )
 
 
 @pytest.fixture
 def dspark(make_checkpoint):
     """SYNTHETIC one-layer K3 DSpark drafter (vLLM: K3DSparkModel)."""
-    cfg = {"architectures": ["K3DSparkModel"], "model_type": "llama", "num_hidden_layers": 1, "hidden_size": 4096, "vocab_size": 128256, "dspark_target_layer_ids": [1, 46, 89]}
+    cfg = {
+        "architectures": ["K3DSparkModel"],
+        "model_type": "llama",
+        "num_hidden_layers": 1,
+        "hidden_size": 4096,
+        "vocab_size": 128256,
+        "dspark_target_layer_ids": [1, 46, 89],
+    }
     return make_checkpoint("dspark", cfg)
 
 
 @pytest.fixture
 def eagle1(make_checkpoint):
     """SYNTHETIC one-layer EAGLE-1 drafter."""
-    return make_checkpoint("eagle1", {"architectures": ["EagleLlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 1, "hidden_size": 4096, "vocab_size": 128256})
+    return make_checkpoint(
+        "eagle1",
+        {
+            "architectures": ["EagleLlamaForCausalLM"],
+            "model_type": "llama",
+            "num_hidden_layers": 1,
+            "hidden_size": 4096,
+            "vocab_size": 128256,
+        },
+    )
 
 
-def k3_profile(target, drafter, *, method="dspark", adapter="auto", connector="NixlConnector", pre_pp=2, dec_pp=1, **extra):
+def k3_profile(
+    target, drafter, *, method="dspark", adapter="auto", connector="NixlConnector", pre_pp=2, dec_pp=1, **extra
+):
     """profiles/kimi_k3_dspark_pd.yaml with local checkpoints in place of the hub ids."""
     data = yaml.safe_load((REPO / "profiles/kimi_k3_dspark_pd.yaml").read_text())
     data["target"] = {"model": str(target)}
@@ -90,12 +110,34 @@ def test_a_single_engine_profile_is_unchanged():
 @pytest.mark.parametrize(
     "bad, says",
     [
-        ({"roles": {"prefill": {"topology": {}}}, "kv_transfer": {"connector": "NixlConnector"}}, "both `prefill` and `decode`"),
+        (
+            {"roles": {"prefill": {"topology": {}}}, "kv_transfer": {"connector": "NixlConnector"}},
+            "both `prefill` and `decode`",
+        ),
         ({"roles": {"prefill": {"topology": {}}, "decode": {"topology": {}}}}, "needs `kv_transfer`"),
         ({"kv_transfer": {"connector": "NixlConnector"}}, "needs `roles`"),
-        ({"roles": {"prefill": {"topology": {}}, "decode": {"topology": {}}}, "kv_transfer": {"connector": "NixlConnector"}, "topology": {"pipeline_parallel": 2}}, "top-level `topology`"),
-        ({"roles": {"prefill": {"topology": {}}, "decode": {"topology": {}}}, "kv_transfer": {"connector": "NixlConnector", "options": {"kv_role": "kv_both"}}}, "set by ppspec"),
-        ({"roles": {"prefill": {"topology": {}}, "mixed": {"topology": {}}}, "kv_transfer": {"connector": "NixlConnector"}}, "roles.mixed"),
+        (
+            {
+                "roles": {"prefill": {"topology": {}}, "decode": {"topology": {}}},
+                "kv_transfer": {"connector": "NixlConnector"},
+                "topology": {"pipeline_parallel": 2},
+            },
+            "top-level `topology`",
+        ),
+        (
+            {
+                "roles": {"prefill": {"topology": {}}, "decode": {"topology": {}}},
+                "kv_transfer": {"connector": "NixlConnector", "options": {"kv_role": "kv_both"}},
+            },
+            "set by ppspec",
+        ),
+        (
+            {
+                "roles": {"prefill": {"topology": {}}, "mixed": {"topology": {}}},
+                "kv_transfer": {"connector": "NixlConnector"},
+            },
+            "roles.mixed",
+        ),
     ],
 )
 def test_malformed_roles_are_refused_with_the_key(bad, says):
@@ -117,7 +159,9 @@ def test_k3_dspark_numbers_globally_so_names_agree(monkeypatch, k3, dspark, vers
     got = codes(d)
     assert "pd-draft-layer-names" not in got and "pd-draft-layer-collision" not in got
     assert [row for row in name_table(d) or [] if row.mismatch] == []
-    assert not [f for f in got.values() if f.severity == "error"], [f.code for f in got.values() if f.severity == "error"]
+    assert not [f for f in got.values() if f.severity == "error"], [
+        f.code for f in got.values() if f.severity == "error"
+    ]
 
 
 @pytest.mark.parametrize("version", ["0.30.0", "0.32.0", "0.33.0"])
@@ -150,7 +194,9 @@ def test_symmetric_pp_agrees_even_when_numbering_is_pp_local(monkeypatch, k3, ea
     """Both PP=2: both engines compute the same (wrong) number, so the names match across engines
     (the field report's green decode-PP2 arms); the single-engine rule still flags the numbering."""
     pin(monkeypatch, "0.32.0")
-    d = resolve_roles(k3_profile(k3, eagle1, method="eagle", adapter="kimi_k3", dec_pp=2, connector="MooncakeConnector"), offline=True)
+    d = resolve_roles(
+        k3_profile(k3, eagle1, method="eagle", adapter="kimi_k3", dec_pp=2, connector="MooncakeConnector"), offline=True
+    )
     got = codes(d)
     assert "pd-draft-layer-names" not in got
     assert "eagle1-pp-local-ids" in got
@@ -175,7 +221,9 @@ def test_nixl_refuses_decode_side_pp(monkeypatch, k3, dspark, version):
     pin(monkeypatch, version)
     got = codes(resolve_roles(k3_profile(k3, dspark, pre_pp=1, dec_pp=2), offline=True))
     f = got["pd-connector-pp"]
-    assert f.severity == "error" and f.field == "roles.decode.topology.pipeline_parallel" and "base_worker.py" in f.message
+    assert (
+        f.severity == "error" and f.field == "roles.decode.topology.pipeline_parallel" and "base_worker.py" in f.message
+    )
 
 
 def test_push_side_facts_per_connector():
@@ -197,15 +245,38 @@ def test_push_side_facts_per_connector():
     # outside the checked range: unknown, never guessed
     assert connectors.status(connectors.get("NixlConnector").pp["decode"], "0.34.0")[0] == "unknown"
     for c in connectors.CONNECTORS.values():
-        for facts in (*c.pp.values(), c.pp_hybrid, c.pp_mamba, c.tp_mismatch, c.block_size_mismatch, c.kv_dtype_mismatch, c.pcp_decode):
+        for facts in (
+            *c.pp.values(),
+            c.pp_hybrid,
+            c.pp_mamba,
+            c.tp_mismatch,
+            c.block_size_mismatch,
+            c.kv_dtype_mismatch,
+            c.pcp_decode,
+        ):
             assert all(f.source and f.why for f in facts), c.name
 
 
 def test_unknown_and_unsuitable_connectors(monkeypatch, k3, dspark):
     pin(monkeypatch, "0.33.0")
-    assert codes(resolve_roles(k3_profile(k3, dspark, connector="LMCacheConnectorV1"), offline=True))["pd-connector-unknown"].severity == "warning"
-    assert codes(resolve_roles(k3_profile(k3, dspark, connector="OffloadingConnector"), offline=True))["pd-connector-unsuitable"].severity == "error"
-    assert codes(resolve_roles(k3_profile(k3, dspark, connector="P2pNcclConnector"), offline=True))["pd-connector-unsuitable"].severity == "error"
+    assert (
+        codes(resolve_roles(k3_profile(k3, dspark, connector="LMCacheConnectorV1"), offline=True))[
+            "pd-connector-unknown"
+        ].severity
+        == "warning"
+    )
+    assert (
+        codes(resolve_roles(k3_profile(k3, dspark, connector="OffloadingConnector"), offline=True))[
+            "pd-connector-unsuitable"
+        ].severity
+        == "error"
+    )
+    assert (
+        codes(resolve_roles(k3_profile(k3, dspark, connector="P2pNcclConnector"), offline=True))[
+            "pd-connector-unsuitable"
+        ].severity
+        == "error"
+    )
 
 
 def test_layout_mismatches_the_connector_cannot_map(monkeypatch, k3, dspark):
@@ -213,20 +284,38 @@ def test_layout_mismatches_the_connector_cannot_map(monkeypatch, k3, dspark):
     p = k3_profile(k3, dspark, connector="ExampleConnector")
     roles = p.roles
     roles = {
-        "prefill": roles["prefill"].model_copy(update={"engine": {"kv-cache-dtype": "fp8"}, "topology": roles["prefill"].topology.model_copy(update={"tensor_parallel": 4, "gpus_per_node": 4})}),
+        "prefill": roles["prefill"].model_copy(
+            update={
+                "engine": {"kv-cache-dtype": "fp8"},
+                "topology": roles["prefill"].topology.model_copy(update={"tensor_parallel": 4, "gpus_per_node": 4}),
+            }
+        ),
         "decode": roles["decode"],
     }
     got = codes(resolve_roles(p.model_copy(update={"roles": roles}), offline=True))
     assert got["pd-kv-dtype-mismatch"].severity == "error" and "fp8" in got["pd-kv-dtype-mismatch"].message
     assert got["pd-tp-mismatch"].severity == "error"
-    nixl = codes(resolve_roles(p.model_copy(update={"roles": roles, "kv_transfer": p.kv_transfer.model_copy(update={"connector": "NixlConnector"})}), offline=True))
+    nixl = codes(
+        resolve_roles(
+            p.model_copy(
+                update={"roles": roles, "kv_transfer": p.kv_transfer.model_copy(update={"connector": "NixlConnector"})}
+            ),
+            offline=True,
+        )
+    )
     assert "pd-tp-mismatch" not in nixl  # NIXL maps heterogeneous TP
 
 
 def test_dp_rank_layout_and_decode_pcp(monkeypatch, k3, dspark):
     pin(monkeypatch, "0.33.0")
     p = k3_profile(k3, dspark)
-    pre = p.roles["prefill"].model_copy(update={"topology": p.roles["prefill"].topology.model_copy(update={"data_parallel": 2, "tensor_parallel": 2, "gpus_per_node": 4})})
+    pre = p.roles["prefill"].model_copy(
+        update={
+            "topology": p.roles["prefill"].topology.model_copy(
+                update={"data_parallel": 2, "tensor_parallel": 2, "gpus_per_node": 4}
+            )
+        }
+    )
     dec = p.roles["decode"].model_copy(update={"engine": {"prefill-context-parallel-size": 2}})
     got = codes(resolve_roles(p.model_copy(update={"roles": {"prefill": pre, "decode": dec}}), offline=True))
     f = got["pd-rank-layout"]
@@ -237,19 +326,34 @@ def test_dp_rank_layout_and_decode_pcp(monkeypatch, k3, dspark):
 def test_hybrid_target_stages(monkeypatch, make_checkpoint, dspark):
     """A target whose config lists layer_types: which stage holds which attention types."""
     pin(monkeypatch, "0.32.0")
-    text = {**fixture_config(LLAMA), "num_hidden_layers": 8, "layer_types": ["full_attention"] * 4 + ["linear_attention"] * 4}
+    text = {
+        **fixture_config(LLAMA),
+        "num_hidden_layers": 8,
+        "layer_types": ["full_attention"] * 4 + ["linear_attention"] * 4,
+    }
     text.pop("architectures")
-    t = make_checkpoint("hyb", {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3", "text_config": text})
+    t = make_checkpoint(
+        "hyb", {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3", "text_config": text}
+    )
     got = codes(resolve_roles(k3_profile(t, dspark, connector="NixlPushConnector"), offline=True))
     f = got["pd-hybrid-pp"]
-    assert f.severity == "error" and "stage 0: full_attention; stage 1: linear_attention" in f.message and "Mamba" in f.message
+    assert (
+        f.severity == "error"
+        and "stage 0: full_attention; stage 1: linear_attention" in f.message
+        and "Mamba" in f.message
+    )
 
 
 def test_same_port_is_refused(monkeypatch, k3, dspark):
     pin(monkeypatch, "0.33.0")
     p = k3_profile(k3, dspark)
     dec = p.roles["decode"].model_copy(update={"server": p.roles["prefill"].server})
-    assert codes(resolve_roles(p.model_copy(update={"roles": {"prefill": p.roles["prefill"], "decode": dec}}), offline=True))["pd-port-clash"].severity == "error"
+    assert (
+        codes(
+            resolve_roles(p.model_copy(update={"roles": {"prefill": p.roles["prefill"], "decode": dec}}), offline=True)
+        )["pd-port-clash"].severity
+        == "error"
+    )
 
 
 # -- launch -------------------------------------------------------------------------------------
@@ -259,22 +363,45 @@ def test_kv_transfer_config_per_side_and_router():
     p = parse_profile((REPO / "profiles/kimi_k3_dspark_pd.yaml").read_text())
     assert kv_transfer_config(p, "prefill") == {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}
     assert kv_transfer_config(p, "decode") == {"kv_connector": "NixlConnector", "kv_role": "kv_consumer"}
-    ex = p.model_copy(update={"kv_transfer": p.kv_transfer.model_copy(update={"connector": "ExampleConnector", "extra_config": {"shared_storage_path": "/x"}})})
-    assert kv_transfer_config(ex, "decode") == {"kv_connector": "ExampleConnector", "kv_role": "kv_both", "kv_connector_extra_config": {"shared_storage_path": "/x"}}
+    ex = p.model_copy(
+        update={
+            "kv_transfer": p.kv_transfer.model_copy(
+                update={"connector": "ExampleConnector", "extra_config": {"shared_storage_path": "/x"}}
+            )
+        }
+    )
+    assert kv_transfer_config(ex, "decode") == {
+        "kv_connector": "ExampleConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"shared_storage_path": "/x"},
+    }
 
 
-@pytest.mark.parametrize("version, says", [("0.30.0", "hybrid layout refused under PP"), ("0.32.0", "Mamba/SSM"), ("0.33.0", "Mamba/SSM")])
+@pytest.mark.parametrize(
+    "version, says", [("0.30.0", "hybrid layout refused under PP"), ("0.32.0", "Mamba/SSM"), ("0.33.0", "Mamba/SSM")]
+)
 def test_k3_kda_layers_from_the_pack_make_nixl_refuse_prefill_pp(monkeypatch, make_checkpoint, dspark, version, says):
     """Kimi-K3 is hybrid: KDA (linear attention with recurrent state) and MLA layers, listed 1-based in
     linear_attn_config.kda_layers (the kimi_k3 pack's linear_layers fact). Stock NIXL refuses PP>1 with
     that layout on the prefill side in every checked version: the seed's PP=2 prefill needed a fork."""
     pin(monkeypatch, version)
-    text = {**fixture_config(LLAMA), "num_hidden_layers": 93, "linear_attn_config": {"kda_layers": [i for i in range(1, 94) if i % 4], "full_attn_layers": [i for i in range(1, 94) if i % 4 == 0]}}
+    text = {
+        **fixture_config(LLAMA),
+        "num_hidden_layers": 93,
+        "linear_attn_config": {
+            "kda_layers": [i for i in range(1, 94) if i % 4],
+            "full_attn_layers": [i for i in range(1, 94) if i % 4 == 0],
+        },
+    }
     text.pop("architectures")
-    t = make_checkpoint("k3kda", {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3", "text_config": text})
+    t = make_checkpoint(
+        "k3kda", {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3", "text_config": text}
+    )
     got = codes(resolve_roles(k3_profile(t, dspark), offline=True))
     f = got["pd-hybrid-pp"]
-    assert f.severity == "error" and says in f.message and "linear_attn_config.kda_layers (the kimi_k3 pack)" in f.message
+    assert (
+        f.severity == "error" and says in f.message and "linear_attn_config.kda_layers (the kimi_k3 pack)" in f.message
+    )
     assert "stage 0: full_attention, linear_attention; stage 1: full_attention, linear_attention" in f.message
     assert "pd-hybrid-not-checked" not in got
     # a target no pack describes, with the same config key: not read (said, not guessed)

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import fixture_config
 from typer.testing import CliRunner
 
-from conftest import fixture_config
-from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.cli import app
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge.engine import VllmInstall
+from ppspec_cli.planning import resolve as resolve_mod
 
 pytestmark = pytest.mark.slow  # builds the tiny demo model
 
@@ -42,11 +42,19 @@ def cli(*args: str) -> tuple[int, str, str]:
 
 def test_tiny_pd_check_plan_and_both_launches(env):
     code, out, _ = cli("check", TINY)
-    assert code == 0 and "tiny-cpu-pd-prefill" in out and "tiny-cpu-pd-decode" in out and "KV connector ExampleConnector" in out
+    assert (
+        code == 0
+        and "tiny-cpu-pd-prefill" in out
+        and "tiny-cpu-pd-decode" in out
+        and "KV connector ExampleConnector" in out
+    )
     code, out, _ = cli("plan", TINY, "--json")
     data = json.loads(out)
     assert code == 0 and data["ok"] and data["kv_connector"] == "ExampleConnector"
-    assert [r["partition"] for r in (data["roles"]["prefill"]["plan"], data["roles"]["decode"]["plan"])] == [[3, 3], [6]]
+    assert [r["partition"] for r in (data["roles"]["prefill"]["plan"], data["roles"]["decode"]["plan"])] == [
+        [3, 3],
+        [6],
+    ]
     assert data["kv_layer_names"] == [
         {"first": 0, "last": 2, "prefill": ["target@0"], "decode": ["target@0"], "mismatch": False},
         {"first": 3, "last": 5, "prefill": ["target@1"], "decode": ["target@0"], "mismatch": False},
@@ -60,11 +68,18 @@ def test_tiny_pd_check_plan_and_both_launches(env):
         assert argv[argv.index("--pipeline-parallel-size") + 1] == pp and argv[argv.index("--port") + 1] == port
         assert argv[argv.index("--served-model-name") + 1] == "tiny-cpu-pd"
         kv = json.loads(argv[argv.index("--kv-transfer-config") + 1])
-        assert kv == {"kv_connector": "ExampleConnector", "kv_role": "kv_both", "kv_connector_extra_config": {"shared_storage_path": "/tmp/ppspec-tiny-cpu-pd-kv"}}
+        assert kv == {
+            "kv_connector": "ExampleConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {"shared_storage_path": "/tmp/ppspec-tiny-cpu-pd-kv"},
+        }
         assert d["roles"][role]["run_dir"].endswith(f"tiny-cpu-pd-{role}")
     router = shlex.split(d["router"]["shell"])
     assert d["router"]["script"] == "examples/disaggregated/disaggregated_serving/disagg_proxy_demo.py"
-    assert router[router.index("--prefill") + 1] == "127.0.0.1:8100" and router[router.index("--decode") + 1] == "127.0.0.1:8200"
+    assert (
+        router[router.index("--prefill") + 1] == "127.0.0.1:8100"
+        and router[router.index("--decode") + 1] == "127.0.0.1:8200"
+    )
     # one role: only that engine's launch, with the same config
     code, out, _ = cli("serve", TINY, "--role", "decode", "--dry-run", "--json")
     one = json.loads(out)
@@ -88,10 +103,25 @@ def test_k3_plan_marks_the_mismatch_and_serve_refuses(env, make_checkpoint, monk
     monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: VllmInstall("0.32.0", "vllm", "cuda"))
     text = {**fixture_config("meta-llama__Llama-3.1-8B-Instruct"), "num_hidden_layers": 93}
     text.pop("architectures")
-    t = make_checkpoint("k3", {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3", "text_config": text})
-    dr = make_checkpoint("e1", {"architectures": ["EagleLlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 1, "hidden_size": 4096, "vocab_size": 128256})
+    t = make_checkpoint(
+        "k3", {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3", "text_config": text}
+    )
+    dr = make_checkpoint(
+        "e1",
+        {
+            "architectures": ["EagleLlamaForCausalLM"],
+            "model_type": "llama",
+            "num_hidden_layers": 1,
+            "hidden_size": 4096,
+            "vocab_size": 128256,
+        },
+    )
     data = yaml.safe_load((REPO / "profiles" / "kimi_k3_dspark_pd.yaml").read_text())
-    data.update(target={"model": str(t)}, drafter={"method": "eagle", "model": str(dr), "num_speculative_tokens": 3}, adapter="kimi_k3")
+    data.update(
+        target={"model": str(t)},
+        drafter={"method": "eagle", "model": str(dr), "num_speculative_tokens": 3},
+        adapter="kimi_k3",
+    )
     prof = tmp_path / "k3.yaml"
     prof.write_text(yaml.safe_dump(data))
     code, out, _ = cli("plan", str(prof), "--json")

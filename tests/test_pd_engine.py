@@ -12,7 +12,6 @@ import shutil
 import sys
 
 import pytest
-
 from enginehelpers import Served, engine_lock, free_port, write_profile
 from hosts import hosts_or_skip, shared_home
 
@@ -53,7 +52,13 @@ def _prefill_on_a_decode_on_b(hosts, home) -> None:
         # both engines start side by side (neither needs the other to start; the test's engine lock
         # covers both), which saves one engine's start-up time
         for role in ("prefill", "decode"):
-            served[role] = Served(prof, home / f"run-{role}", env={"HOME": str(home)}, extra_args=["--role", role], wrap=lambda argv, i=on[role]: hosts.argv(i, argv))
+            served[role] = Served(
+                prof,
+                home / f"run-{role}",
+                env={"HOME": str(home)},
+                extra_args=["--role", role],
+                wrap=lambda argv, i=on[role]: hosts.argv(i, argv),
+            )
         for s in served.values():
             s.wait_ready(timeout=600)
 
@@ -61,7 +66,9 @@ def _prefill_on_a_decode_on_b(hosts, home) -> None:
             return hosts.post_json(1, urls[role] + "/v1/completions", body(max_tokens))
 
         alone = post("prefill", 8)["choices"][0]["text"]  # the PP=2 engine on its own
-        for d in list(kv.iterdir()):  # what that request stored (a folder per prompt): the P/D request stores and loads its own
+        for d in list(
+            kv.iterdir()
+        ):  # what that request stored (a folder per prompt): the P/D request stores and loads its own
             shutil.rmtree(d)
         first = post("prefill", 1)
         assert first["usage"]["completion_tokens"] == 1
@@ -75,7 +82,15 @@ def _prefill_on_a_decode_on_b(hosts, home) -> None:
         assert "External Cache Hit" in served["decode"].engine_log()  # vLLM's own line, in the engine log
         assert got == alone
         # each engine ran on its own host: the prefill engine is not reachable on host B's loopback
-        r = hosts.run(1, [sys.executable, "-c", f"import socket; socket.create_connection(('127.0.0.1', {ports['prefill']}), timeout=5)"], timeout=60)
+        r = hosts.run(
+            1,
+            [
+                sys.executable,
+                "-c",
+                f"import socket; socket.create_connection(('127.0.0.1', {ports['prefill']}), timeout=5)",
+            ],
+            timeout=60,
+        )
         assert r.returncode != 0, "the prefill engine answered on host B's own loopback"
     finally:
         for s in served.values():

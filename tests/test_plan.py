@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-
 from conftest import fixture_config
+
 from ppspec_cli.planning.plan import (
     EngineTaps,
     TapSource,
@@ -90,7 +90,15 @@ def test_pp_rank_layout_tp_fastest():
 
 @pytest.mark.parametrize(
     "n,expected",
-    [(61, (2, 30, 58)), (32, (2, 16, 29)), (93, (2, 46, 90)), (80, (2, 40, 77)), (36, (2, 18, 33)), (6, (2, 3)), (4, (1, 2))],
+    [
+        (61, (2, 30, 58)),
+        (32, (2, 16, 29)),
+        (93, (2, 46, 90)),
+        (80, (2, 40, 77)),
+        (36, (2, 18, 33)),
+        (6, (2, 3)),
+        (4, (1, 2)),
+    ],
 )
 def test_default_taps(n, expected):
     """(2, n//2, n-3), sorted and de-duplicated as vLLM stores them."""
@@ -100,7 +108,12 @@ def test_default_taps(n, expected):
 V2_CASES = [
     # (config, key, raw, taps)
     ({"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}, "eagle_aux_hidden_state_layer_ids", (1, 29, 57), (1, 29, 57)),
-    ({"dflash_config": {"target_layer_ids": [1, 9, 17, 25, 33]}}, "dflash_config.target_layer_ids", (1, 9, 17, 25, 33), (2, 10, 18, 26, 34)),
+    (
+        {"dflash_config": {"target_layer_ids": [1, 9, 17, 25, 33]}},
+        "dflash_config.target_layer_ids",
+        (1, 9, 17, 25, 33),
+        (2, 10, 18, 26, 34),
+    ),
     ({"dspark_target_layer_ids": [4, 30]}, "dspark_target_layer_ids", (4, 30), (5, 31)),
     ({"dspark_target_layer_ids": [4, 30], "model_type": "deepseek_v41"}, "dspark_target_layer_ids", (4, 30), (4, 30)),
     ({"dspark_target_layer_ids": [4, 30], "model_type": "deepseek_v4"}, "dspark_target_layer_ids", (4, 30), (5, 31)),
@@ -108,14 +121,29 @@ V2_CASES = [
     ({"dflash_config": {"layer_ids": [3, 7]}}, "dflash_config.layer_ids", (3, 7), (3, 7)),
     ({"eagle_config": {"layer_ids": [3, 7]}}, "eagle_config.layer_ids", (3, 7), (3, 7)),
     # first match wins, in vLLM's order
-    ({"eagle_aux_hidden_state_layer_ids": [5], "dflash_config": {"target_layer_ids": [1]}}, "eagle_aux_hidden_state_layer_ids", (5,), (5,)),
-    ({"dflash_config": {"target_layer_ids": [1], "layer_ids": [9]}, "dspark_target_layer_ids": [2]}, "dflash_config.target_layer_ids", (1,), (2,)),
+    (
+        {"eagle_aux_hidden_state_layer_ids": [5], "dflash_config": {"target_layer_ids": [1]}},
+        "eagle_aux_hidden_state_layer_ids",
+        (5,),
+        (5,),
+    ),
+    (
+        {"dflash_config": {"target_layer_ids": [1], "layer_ids": [9]}, "dspark_target_layer_ids": [2]},
+        "dflash_config.target_layer_ids",
+        (1,),
+        (2,),
+    ),
     ({"dspark_target_layer_ids": [2], "target_layer_ids": [7]}, "dspark_target_layer_ids", (2,), (3,)),
     ({"target_layer_ids": [7], "eagle_config": {"layer_ids": [1]}}, "target_layer_ids", (7,), (8,)),
     ({"dflash_config": {"layer_ids": [4]}, "eagle_config": {"layer_ids": [1]}}, "dflash_config.layer_ids", (4,), (4,)),
     # empty lists fall through
     ({"eagle_aux_hidden_state_layer_ids": [], "target_layer_ids": [2]}, "target_layer_ids", (2,), (3,)),
-    ({"dflash_config": {"target_layer_ids": []}, "eagle_config": {"layer_ids": [6]}}, "eagle_config.layer_ids", (6,), (6,)),
+    (
+        {"dflash_config": {"target_layer_ids": []}, "eagle_config": {"layer_ids": [6]}},
+        "eagle_config.layer_ids",
+        (6,),
+        (6,),
+    ),
 ]
 
 
@@ -142,9 +170,17 @@ V1_CASES = [
     ({"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}, "eagle_aux_hidden_state_layer_ids", (1, 29, 57)),
     ({"dflash_config": {"target_layer_ids": [1, 9]}}, "dflash_config.target_layer_ids", (2, 10)),
     # the nested key, read as is (one layer early for SGLang/SpecForge heads)
-    ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}, "eagle_config.eagle_aux_hidden_state_layer_ids", (2, 30, 58)),
+    (
+        {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}},
+        "eagle_config.eagle_aux_hidden_state_layer_ids",
+        (2, 30, 58),
+    ),
     # ... and it overrides dflash_config whenever eagle_config is a non-empty mapping
-    ({"dflash_config": {"target_layer_ids": [1]}, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [7]}}, "eagle_config.eagle_aux_hidden_state_layer_ids", (7,)),
+    (
+        {"dflash_config": {"target_layer_ids": [1]}, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [7]}},
+        "eagle_config.eagle_aux_hidden_state_layer_ids",
+        (7,),
+    ),
 ]
 
 
@@ -333,10 +369,22 @@ def test_build_plan_bad_partition_falls_back_to_default(bad):
 
 
 def test_build_plan_no_drafter_and_mtp():
-    p = _plan(method=None, taps=EngineTaps((), "none"), n_draft_layers=0, draft_numbering="none", drafter_needs_target_embed=False)
+    p = _plan(
+        method=None,
+        taps=EngineTaps((), "none"),
+        n_draft_layers=0,
+        draft_numbering="none",
+        drafter_needs_target_embed=False,
+    )
     assert p.taps == () and all(s.relay_out is None or s.relay_out.slots == 0 for s in p.stages)
     assert p.stages[-1].drafter is False and p.stages[-1].embedding == "none"
-    m = _plan(method="mtp", taps=EngineTaps((), "none"), n_draft_layers=1, draft_numbering="global", drafter_needs_target_embed=False)
+    m = _plan(
+        method="mtp",
+        taps=EngineTaps((), "none"),
+        n_draft_layers=1,
+        draft_numbering="global",
+        drafter_needs_target_embed=False,
+    )
     assert m.draft_layer_ids == (61,) and m.stages[-1].drafter is True and m.to_json()["taps"] == []
 
 
@@ -347,7 +395,9 @@ def test_build_plan_pp1_has_one_stage_without_relay():
 
 
 def test_build_plan_pp_local_numbering():
-    p = _plan(num_layers=93, pp=2, method="eagle", taps=replace(_TAPS, taps=()), n_draft_layers=5, draft_numbering="pp-local")
+    p = _plan(
+        num_layers=93, pp=2, method="eagle", taps=replace(_TAPS, taps=()), n_draft_layers=5, draft_numbering="pp-local"
+    )
     assert p.draft_layer_ids == (46, 47, 48, 49, 50)
 
 

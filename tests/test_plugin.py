@@ -28,7 +28,9 @@ def plan_data(tmp_path, *, pack="qwen3_moe", expect=None, num_layers=6):
         "profile": "test",
         "pack": pack,
         "plan": {"num_layers": num_layers, "partition": [3, 3], "taps": [2, 3, 6], "method": "eagle3"},
-        "expect": expect if expect is not None else {"pp": 2, "partition": [3, 3], "taps": [2, 3, 6], "method": "eagle3", "draft_layer_start": 6},
+        "expect": expect
+        if expect is not None
+        else {"pp": 2, "partition": [3, 3], "taps": [2, 3, 6], "method": "eagle3", "draft_layer_start": 6},
         "status_dir": str(tmp_path / "status"),
     }
 
@@ -65,7 +67,9 @@ def test_inert_without_plan_file_imports_nothing_heavy():
     )
     env = {k: v for k, v in os.environ.items() if k != plugin.ENV_PLAN_FILE}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=120, check=True
+    )
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got == {"ret": None, "heavy": []}
 
@@ -97,7 +101,10 @@ def test_plan_file_round_trip(tmp_path):
         (json.dumps({"format": "other/1"}), "format 'other/1'"),
         (json.dumps({"format": PLAN_FORMAT, "profile": "x"}), "lacks pack, plan, expect"),
         (json.dumps({"format": PLAN_FORMAT, "profile": "x", "pack": 3, "plan": {}, "expect": {}}), "pack"),
-        (json.dumps({"format": PLAN_FORMAT, "profile": "x", "pack": None, "plan": {}, "expect": {"taps": ["a"]}}), "expect.taps"),
+        (
+            json.dumps({"format": PLAN_FORMAT, "profile": "x", "pack": None, "plan": {}, "expect": {"taps": ["a"]}}),
+            "expect.taps",
+        ),
     ],
 )
 def test_bad_plan_files_are_rejected(tmp_path, content, match):
@@ -204,7 +211,12 @@ def test_active_plugin_applies_verifies_and_reports(tmp_path, monkeypatch, clean
     model.start_layer, model.end_layer = 3, 6
     model._set_aux_hidden_state_layers((6, 3, 2))
     st3 = _status(tmp_path)
-    assert st3["observed"]["taps"][-1] == {"taps": [2, 3, 6], "start_layer": 3, "end_layer": 6, "decoder": "Qwen3MoeModel"}
+    assert st3["observed"]["taps"][-1] == {
+        "taps": [2, 3, 6],
+        "start_layer": 3,
+        "end_layer": 6,
+        "decoder": "Qwen3MoeModel",
+    }
     assert st3["tripwires"]["taps"] == "passed" and st3["tripwires"]["stage_layers"] == "passed"
 
     # Taps that differ from the plan: refused, and the status says why.
@@ -272,7 +284,16 @@ def test_a_fork_that_only_sets_the_opt_in_attribute_is_refused(tmp_path, monkeyp
     import vllm.model_executor.models.qwen3_moe as q
 
     monkeypatch.setattr(q.Qwen3MoeModel, "supports_aux_hidden_states_over_pp", True)
-    f = write_plan_file(tmp_path / "plan.json", plan_data(tmp_path, expect={"pp": 2, "needs": [{"behaviour": "aux_relay_over_pp", "arch": "Qwen3MoeForCausalLM", "decoder": None}]}))
+    f = write_plan_file(
+        tmp_path / "plan.json",
+        plan_data(
+            tmp_path,
+            expect={
+                "pp": 2,
+                "needs": [{"behaviour": "aux_relay_over_pp", "arch": "Qwen3MoeForCausalLM", "decoder": None}],
+            },
+        ),
+    )
     monkeypatch.setenv(plugin.ENV_PLAN_FILE, str(f))
     monkeypatch.setattr(plugin, "_vllm_version", lambda: "0.34.0.dev0")
     with pytest.raises(plugin.PluginRefusal, match="aux_relay_over_pp"):
@@ -293,7 +314,11 @@ def test_a_drifted_anchor_refuses_with_the_patch_name_and_what_differs(tmp_path,
     with pytest.raises(plugin.PluginRefusal) as e:
         plugin.register()
     msg = str(e.value)
-    assert "patch qwen3_moe.relay_forward" in msg and "anchor drifted" in msg and "takes (self, hidden, positions, cache)" in msg
+    assert (
+        "patch qwen3_moe.relay_forward" in msg
+        and "anchor drifted" in msg
+        and "takes (self, hidden, positions, cache)" in msg
+    )
     assert q.Qwen3MoeModel.supports_aux_hidden_states_over_pp is False
     st = _status(tmp_path)
     assert st["ok"] is False and "anchor drifted" in st["error"]
@@ -304,7 +329,17 @@ def test_a_drifted_anchor_refuses_with_the_patch_name_and_what_differs(tmp_path,
 def test_a_half_applied_fork_is_caught_by_value(tmp_path, monkeypatch, clean_plugin):
     """The profile needs the target to relay taps; with `adapter: none` on a build whose decoder
     does not opt in (it "imports cleanly and looks patched"), the plugin refuses in this process."""
-    f = write_plan_file(tmp_path / "plan.json", plan_data(tmp_path, pack=None, expect={"pp": 2, "needs": [{"behaviour": "aux_relay_over_pp", "arch": "Qwen3MoeForCausalLM", "decoder": None}]}))
+    f = write_plan_file(
+        tmp_path / "plan.json",
+        plan_data(
+            tmp_path,
+            pack=None,
+            expect={
+                "pp": 2,
+                "needs": [{"behaviour": "aux_relay_over_pp", "arch": "Qwen3MoeForCausalLM", "decoder": None}],
+            },
+        ),
+    )
     monkeypatch.setenv(plugin.ENV_PLAN_FILE, str(f))
     with pytest.raises(plugin.PluginRefusal) as e:
         plugin.register()
@@ -312,7 +347,22 @@ def test_a_half_applied_fork_is_caught_by_value(tmp_path, monkeypatch, clean_plu
     assert "needs aux_relay_over_pp" in msg and "Qwen3MoeModel.supports_aux_hidden_states_over_pp is False" in msg
     # the same need with the family's pack applied: present
     plugin.reset_for_tests()
-    f = write_plan_file(tmp_path / "plan.json", plan_data(tmp_path, expect={"pp": 2, "needs": [{"behaviour": "aux_relay_over_pp", "arch": "Qwen3MoeForCausalLM", "decoder": "vllm.model_executor.models.qwen3_moe:Qwen3MoeModel"}]}))
+    f = write_plan_file(
+        tmp_path / "plan.json",
+        plan_data(
+            tmp_path,
+            expect={
+                "pp": 2,
+                "needs": [
+                    {
+                        "behaviour": "aux_relay_over_pp",
+                        "arch": "Qwen3MoeForCausalLM",
+                        "decoder": "vllm.model_executor.models.qwen3_moe:Qwen3MoeModel",
+                    }
+                ],
+            },
+        ),
+    )
     monkeypatch.setenv(plugin.ENV_PLAN_FILE, str(f))
     plugin.register()
     assert _status(tmp_path)["needs"][0]["status"] == "present"
@@ -374,7 +424,13 @@ def test_refusal_when_vllm_behaviour_changed(tmp_path, monkeypatch, clean_plugin
 def test_refusal_on_conflict_with_another_patch(tmp_path, monkeypatch, clean_plugin):
     from ppspec_cli.running.engine.patching import Patch
 
-    rival = Patch(name="forward", module="vllm.model_executor.models.qwen3_moe", target="Qwen3MoeModel", attrs={"forward": lambda self, *a: None}, pack="rival")
+    rival = Patch(
+        name="forward",
+        module="vllm.model_executor.models.qwen3_moe",
+        target="Qwen3MoeModel",
+        attrs={"forward": lambda self, *a: None},
+        pack="rival",
+    )
     rival.apply()
     try:
         f = write_plan_file(tmp_path / "plan.json", plan_data(tmp_path))
@@ -391,7 +447,9 @@ def test_refusal_when_the_partition_differs(tmp_path, monkeypatch, clean_plugin)
     f = write_plan_file(tmp_path / "plan.json", plan_data(tmp_path, pack=None))
     monkeypatch.setenv(plugin.ENV_PLAN_FILE, str(f))
     monkeypatch.setenv("VLLM_PP_LAYER_PARTITION", "4,2")
-    with pytest.raises(plugin.PluginRefusal, match=r"split the 6 layers as \[\[0, 4\], \[4, 6\]\].*\[\[0, 3\], \[3, 6\]\]"):
+    with pytest.raises(
+        plugin.PluginRefusal, match=r"split the 6 layers as \[\[0, 4\], \[4, 6\]\].*\[\[0, 3\], \[3, 6\]\]"
+    ):
         plugin.register()
     monkeypatch.setenv("VLLM_PP_LAYER_PARTITION", "5,2")
     plugin.reset_for_tests()
@@ -421,7 +479,13 @@ def test_pp_tripwire_reads_the_engine_config_from_the_caller(tmp_path, monkeypat
 
 @pytest.mark.parametrize(
     "expect,where",
-    [({"pp": True}, "expect.pp"), ({"pp": "2"}, "expect.pp"), ({"partition": [1.5, 2]}, "expect.partition"), ({"needs": [{"behaviour": 3}]}, "expect.needs"), ({"platform": 7}, "expect.platform")],
+    [
+        ({"pp": True}, "expect.pp"),
+        ({"pp": "2"}, "expect.pp"),
+        ({"partition": [1.5, 2]}, "expect.partition"),
+        ({"needs": [{"behaviour": 3}]}, "expect.needs"),
+        ({"platform": 7}, "expect.platform"),
+    ],
 )
 def test_the_plan_file_model_is_strict_for_writer_and_reader(tmp_path, expect, where):
     """One typed model for both sides: what the writer refuses, the reader refuses, naming the field."""
@@ -429,6 +493,8 @@ def test_the_plan_file_model_is_strict_for_writer_and_reader(tmp_path, expect, w
     with pytest.raises(PlanFileError, match=where):
         write_plan_file(tmp_path / "w.json", data)
     f = tmp_path / "r.json"
-    f.write_text(json.dumps({"format": PLAN_FORMAT, **{k: v for k, v in data.items() if k != "format"}}), encoding="utf-8")
+    f.write_text(
+        json.dumps({"format": PLAN_FORMAT, **{k: v for k, v in data.items() if k != "format"}}), encoding="utf-8"
+    )
     with pytest.raises(PlanFileError, match=where):
         read_plan_file(f)

@@ -11,9 +11,24 @@ import pytest
 from ppspec_cli.running.serve.confirm import plugin_record, unconfirmed
 
 API = {"role": "api", "pid": 10, "ok": True}
-CORE = {"role": "engine_core", "pid": 11, "ok": True, "workers_confirmed": True, "workers": [{"rank": 0, "pp_rank": 0, "ok": True}],
-        "patches": [{"patch": "ppspec.tap_watch"}, {"patch": "ppspec.worker_confirm"}], "pack": "llama"}
-WORKER = {"role": "worker", "pid": 12, "rank": 0, "pp_rank": 0, "ok": True, "pack": "llama", "patches": [{"patch": "llama.relay"}]}
+CORE = {
+    "role": "engine_core",
+    "pid": 11,
+    "ok": True,
+    "workers_confirmed": True,
+    "workers": [{"rank": 0, "pp_rank": 0, "ok": True}],
+    "patches": [{"patch": "ppspec.tap_watch"}, {"patch": "ppspec.worker_confirm"}],
+    "pack": "llama",
+}
+WORKER = {
+    "role": "worker",
+    "pid": 12,
+    "rank": 0,
+    "pp_rank": 0,
+    "ok": True,
+    "pack": "llama",
+    "patches": [{"patch": "llama.relay"}],
+}
 
 
 def _dir(tmp_path: Path, *recs: dict) -> Path:
@@ -35,7 +50,10 @@ def test_api_core_and_confirmed_workers_are_confirmed(tmp_path):
         ((CORE,), "API server"),
         ((API,), "no ok plugin status from the engine core"),
         ((API, dict(CORE, workers_confirmed=False)), "did not confirm its workers"),
-        ((API, CORE, dict(WORKER, ok=False, error="vLLM 9.9 is outside the range")), "worker process (pid 12): vLLM 9.9"),
+        (
+            (API, CORE, dict(WORKER, ok=False, error="vLLM 9.9 is outside the range")),
+            "worker process (pid 12): vLLM 9.9",
+        ),
     ],
 )
 def test_what_is_missing_is_named(tmp_path, recs, needle):
@@ -62,7 +80,11 @@ class _Wrapper:
         from types import SimpleNamespace
 
         self.global_rank = rank
-        self.vllm_config = SimpleNamespace(parallel_config=SimpleNamespace(tensor_parallel_size=tp, pipeline_parallel_size=pp, prefill_context_parallel_size=1))
+        self.vllm_config = SimpleNamespace(
+            parallel_config=SimpleNamespace(
+                tensor_parallel_size=tp, pipeline_parallel_size=pp, prefill_context_parallel_size=1
+            )
+        )
 
 
 class _Executor:
@@ -82,7 +104,11 @@ def active_plugin(tmp_path, monkeypatch):
     from ppspec_cli.running.engine import plugin
 
     monkeypatch.setitem(plugin._state, "active", True)
-    monkeypatch.setitem(plugin._state, "status", {"pid": os.getpid(), "ok": True, "pack": "llama", "patches": [{"patch": "llama.relay"}]})
+    monkeypatch.setitem(
+        plugin._state,
+        "status",
+        {"pid": os.getpid(), "ok": True, "pack": "llama", "patches": [{"patch": "llama.relay"}]},
+    )
     monkeypatch.setitem(plugin._state, "status_path", tmp_path / "1.json")
     monkeypatch.setitem(plugin._state, "expect", {"pp": 2, "tp": 2})
     return plugin
@@ -99,14 +125,19 @@ def test_the_engine_core_confirms_every_stage(active_plugin):
     ("executor", "needle"),
     [
         (_Executor([_Wrapper(r, tp=2, pp=2) for r in range(2)]), "cover pipeline stages [0]"),
-        (_Executor([], fail="Worker failed with error 'No module named ppspec_cli'"), "could not report its plugin status"),
+        (
+            _Executor([], fail="Worker failed with error 'No module named ppspec_cli'"),
+            "could not report its plugin status",
+        ),
     ],
 )
 def test_the_engine_core_refuses_unconfirmed_workers(active_plugin, executor, needle):
     with pytest.raises(active_plugin.PluginRefusal, match="not every worker runs the ppspec plugin") as ei:
         active_plugin.confirm_workers(executor)
     assert needle in str(ei.value)
-    assert active_plugin._state["status"]["workers_confirmed"] is False and active_plugin._state["status"]["ok"] is False
+    assert (
+        active_plugin._state["status"]["workers_confirmed"] is False and active_plugin._state["status"]["ok"] is False
+    )
 
 
 def test_a_worker_where_the_plugin_did_not_run_says_so(active_plugin, monkeypatch):

@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from enginehelpers import PPSPEC, REPO, engine_env, engine_lock, free_port, write_profile
 
 from ppspec_cli.running.serve.confirm import EXIT_UNCONFIRMED
@@ -56,7 +55,11 @@ def _wrapper(tmp: Path, exports: dict[str, str]) -> Path:
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     real = Path(sys.executable).parent / "vllm"
-    lines = ["#!/bin/sh", f'export PYTHONPATH="{site}:$PYTHONPATH"'] + [f"export {k}='{v}'" for k, v in exports.items()] + [f'exec "{real}" "$@"']
+    lines = (
+        ["#!/bin/sh", f'export PYTHONPATH="{site}:$PYTHONPATH"']
+        + [f"export {k}='{v}'" for k, v in exports.items()]
+        + [f'exec "{real}" "$@"']
+    )
     w = tmp / "vllm-wrapper"
     w.write_text("\n".join(lines) + "\n")
     w.chmod(0o755)
@@ -69,8 +72,14 @@ def _start(tmp: Path, profile: str, exports: dict[str, str]) -> subprocess.Popen
     env = engine_env({"PPSPEC_VLLM_EXECUTABLE": str(_wrapper(tmp, exports))})
     env.pop("VLLM_PLUGINS", None)
     with open(tmp / "serve.log", "w") as log:
-        return subprocess.Popen(PPSPEC + ["serve", str(prof), "--run-dir", str(tmp / "run"), "--health-timeout", "400"],
-                                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+        return subprocess.Popen(
+            PPSPEC + ["serve", str(prof), "--run-dir", str(tmp / "run"), "--health-timeout", "400"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=REPO,
+            start_new_session=True,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +89,14 @@ def serves(tmp_path_factory):
     with engine_lock():
         started = {}
         try:
-            started["worker-1"] = (tmp := tmp_path_factory.mktemp("no-plugin-in-worker-1"), _start(tmp, "profiles/tiny_cpu_demo_pp2.yaml", {"PPSPEC_TEST_BLOCK_PLUGIN_IN": "VllmWorker-1"}))
-            started["plugins-other"] = (tmp := tmp_path_factory.mktemp("vllm-plugins-other"), _start(tmp, "profiles/tiny_cpu_demo.yaml", {"VLLM_PLUGINS": "other"}))
+            started["worker-1"] = (
+                tmp := tmp_path_factory.mktemp("no-plugin-in-worker-1"),
+                _start(tmp, "profiles/tiny_cpu_demo_pp2.yaml", {"PPSPEC_TEST_BLOCK_PLUGIN_IN": "VllmWorker-1"}),
+            )
+            started["plugins-other"] = (
+                tmp := tmp_path_factory.mktemp("vllm-plugins-other"),
+                _start(tmp, "profiles/tiny_cpu_demo.yaml", {"VLLM_PLUGINS": "other"}),
+            )
             yield started
         finally:
             for _, p in started.values():

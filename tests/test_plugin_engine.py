@@ -29,12 +29,11 @@ from importlib import metadata as md
 from pathlib import Path
 
 import pytest
-
-from ppspec_cli.running.planfile import write_plan_file
-from ppspec_cli.running.engine.plugin import read_status_dir
-from ppspec_cli.running.serve.residue import SHM_RECORD, ShmTracker, remove_engine_shm, shm_snapshot
-
 from enginehelpers import engine_env, engine_lock, free_port, leftover_entries, new_entries_left
+
+from ppspec_cli.running.engine.plugin import read_status_dir
+from ppspec_cli.running.planfile import write_plan_file
+from ppspec_cli.running.serve.residue import SHM_RECORD, ShmTracker, remove_engine_shm, shm_snapshot
 
 pytestmark = [
     pytest.mark.vllm,
@@ -57,9 +56,22 @@ def _build_target(out: Path) -> None:
 
     torch.manual_seed(0)
     cfg = Qwen3MoeConfig(
-        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=256, moe_intermediate_size=64, num_hidden_layers=LAYERS,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1,
-        max_position_embeddings=512, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1, pad_token_id=1,
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=256,
+        moe_intermediate_size=64,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        num_experts=4,
+        num_experts_per_tok=2,
+        decoder_sparse_step=1,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=1,
     )
     model = Qwen3MoeForCausalLM(cfg)
     with torch.no_grad():
@@ -99,11 +111,26 @@ def _build_drafter(out: Path) -> None:
     out.mkdir(parents=True)
     save_file(sd, str(out / "model.safetensors"))
     cfg = {
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "vocab_size": VOCAB, "draft_vocab_size": VOCAB,
-        "hidden_size": HIDDEN, "intermediate_size": inter, "num_hidden_layers": 1, "num_attention_heads": heads,
-        "num_key_value_heads": 2, "head_dim": hd, "hidden_act": "silu", "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
-        "rope_theta": 10000.0, "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 1, "torch_dtype": "float32",
-        "target_hidden_size": HIDDEN, "eagle_aux_hidden_state_layer_ids": TAPS,
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "vocab_size": VOCAB,
+        "draft_vocab_size": VOCAB,
+        "hidden_size": HIDDEN,
+        "intermediate_size": inter,
+        "num_hidden_layers": 1,
+        "num_attention_heads": heads,
+        "num_key_value_heads": 2,
+        "head_dim": hd,
+        "hidden_act": "silu",
+        "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "torch_dtype": "float32",
+        "target_hidden_size": HIDDEN,
+        "eagle_aux_hidden_state_layer_ids": TAPS,
     }
     (out / "config.json").write_text(json.dumps(cfg, indent=2), encoding="utf-8")
 
@@ -118,7 +145,9 @@ def _plugin_path(tmp: Path) -> str:
         d = shim / "ppspec_test_plugin-0.0.dist-info"
         d.mkdir(parents=True)
         (d / "METADATA").write_text("Metadata-Version: 2.1\nName: ppspec-test-plugin\nVersion: 0.0\n")
-        (d / "entry_points.txt").write_text("[vllm.general_plugins]\nppspec = ppspec_cli.running.engine.plugin:register\n")
+        (d / "entry_points.txt").write_text(
+            "[vllm.general_plugins]\nppspec = ppspec_cli.running.engine.plugin:register\n"
+        )
     try:
         md.version("vllm")
     except md.PackageNotFoundError:
@@ -129,7 +158,9 @@ def _plugin_path(tmp: Path) -> str:
     return os.pathsep.join([str(shim), str(REPO)])
 
 
-def _serve(tmp: Path, name: str, target: Path, argv_extra: list[str], plan: dict, env_extra: dict, check_left: bool = True) -> tuple[list, list[dict], str, list[str]]:
+def _serve(
+    tmp: Path, name: str, target: Path, argv_extra: list[str], plan: dict, env_extra: dict, check_left: bool = True
+) -> tuple[list, list[dict], str, list[str]]:
     """Start `vllm serve` directly (no ppspec serve), query it, stop it, and clean up its /dev/shm
     entries the way `ppspec serve` does (its tracker and cleanup). Returns the outputs, plugin
     status records, /metrics text and the shm entries of this engine still present afterwards
@@ -140,11 +171,34 @@ def _serve(tmp: Path, name: str, target: Path, argv_extra: list[str], plan: dict
     status = run / "status"
     write_plan_file(run / "plan.json", {**plan, "status_dir": str(status)})
     port = free_port()
-    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(target), "--host", "127.0.0.1", "--port", str(port),
-            "--max-model-len", "256", "--dtype", "float32", "--served-model-name", "t", *argv_extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        str(target),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "256",
+        "--dtype",
+        "float32",
+        "--served-model-name",
+        "t",
+        *argv_extra,
+    ]
     short_tmp = tempfile.mkdtemp(prefix="pps-")  # vLLM's IPC socket paths must stay under 107 bytes
-    env = engine_env({"PPSPEC_PLAN_FILE": str(run / "plan.json"), "PYTHONPATH": _plugin_path(tmp / f"{name}-shim"),
-                      "TMPDIR": short_tmp, "VLLM_CPU_OMP_THREADS_BIND": "nobind", **env_extra})
+    env = engine_env(
+        {
+            "PPSPEC_PLAN_FILE": str(run / "plan.json"),
+            "PYTHONPATH": _plugin_path(tmp / f"{name}-shim"),
+            "TMPDIR": short_tmp,
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            **env_extra,
+        }
+    )
     log_path = run / "engine.log"
     outs: list = []
     metrics = ""
@@ -157,17 +211,25 @@ def _serve(tmp: Path, name: str, target: Path, argv_extra: list[str], plan: dict
             t0 = time.monotonic()
             while True:
                 if proc.poll() is not None:
-                    raise AssertionError(f"{name}: engine exited {proc.returncode}:\n{log_path.read_text(errors='replace')[-4000:]}")
+                    raise AssertionError(
+                        f"{name}: engine exited {proc.returncode}:\n{log_path.read_text(errors='replace')[-4000:]}"
+                    )
                 if time.monotonic() - t0 > 400:
-                    raise AssertionError(f"{name}: not healthy in 400 s:\n{log_path.read_text(errors='replace')[-4000:]}")
+                    raise AssertionError(
+                        f"{name}: not healthy in 400 s:\n{log_path.read_text(errors='replace')[-4000:]}"
+                    )
                 with contextlib.suppress(OSError):
                     with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
                         if r.status == 200:
                             break
                 time.sleep(1)
             for prompt in PROMPTS:
-                body = json.dumps({"model": "t", "prompt": prompt, "max_tokens": 8, "temperature": 0, "logprobs": 0}).encode()
-                req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body, headers={"Content-Type": "application/json"})
+                body = json.dumps(
+                    {"model": "t", "prompt": prompt, "max_tokens": 8, "temperature": 0, "logprobs": 0}
+                ).encode()
+                req = urllib.request.Request(
+                    f"http://127.0.0.1:{port}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+                )
                 with urllib.request.urlopen(req, timeout=120) as r:
                     lp = json.loads(r.read())["choices"][0]["logprobs"]
                 outs.append((lp["tokens"], lp["token_logprobs"]))
@@ -191,7 +253,11 @@ def _serve(tmp: Path, name: str, target: Path, argv_extra: list[str], plan: dict
 
 
 def _counter(metrics: str, name: str) -> float:
-    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines() if line.startswith(name + "_total") or line.startswith(name + "{"))
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith(name + "_total") or line.startswith(name + "{")
+    )
 
 
 def test_qwen3_moe_pack_in_a_real_engine(tmp_path):
@@ -206,12 +272,24 @@ def test_qwen3_moe_pack_in_a_real_engine(tmp_path):
         before = leftover_entries()
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             one = pool.submit(
-                _serve, tmp_path, "pp1-eagle3", target, ["--enforce-eager", "--speculative-config", spec],
-                {**base_plan, "expect": {"pp": 1, "partition": [LAYERS], "taps": TAPS, "method": "eagle3"}}, {}, check_left=False,
+                _serve,
+                tmp_path,
+                "pp1-eagle3",
+                target,
+                ["--enforce-eager", "--speculative-config", spec],
+                {**base_plan, "expect": {"pp": 1, "partition": [LAYERS], "taps": TAPS, "method": "eagle3"}},
+                {},
+                check_left=False,
             )
             two = pool.submit(
-                _serve, tmp_path, "pp2", target, ["-pp", "2", "--compilation-config", json.dumps({"mode": 2, "backend": "eager"})],
-                {**base_plan, "expect": {"pp": 2, "partition": [3, 3], "taps": [], "method": None}}, {}, check_left=False,
+                _serve,
+                tmp_path,
+                "pp2",
+                target,
+                ["-pp", "2", "--compilation-config", json.dumps({"mode": 2, "backend": "eager"})],
+                {**base_plan, "expect": {"pp": 2, "partition": [3, 3], "taps": [], "method": None}},
+                {},
+                check_left=False,
             )
             (out1, st1, m1, _), (out2, st2, _, _) = one.result(), two.result()
         left = sorted(new_entries_left(before))
@@ -224,7 +302,10 @@ def test_qwen3_moe_pack_in_a_real_engine(tmp_path):
     workers1 = [r for r in st1 if r["role"] == "worker"]
     assert all(r["ok"] and r["verified"] for r in st1), st1
     assert len(workers1) == 1 and workers1[0]["observed"]["taps"][0]["taps"] == TAPS
-    assert workers1[0]["observed"]["taps"][0]["decoder"] == "Qwen3MoeModel" and workers1[0]["tripwires"]["taps"] == "passed"
+    assert (
+        workers1[0]["observed"]["taps"][0]["decoder"] == "Qwen3MoeModel"
+        and workers1[0]["tripwires"]["taps"] == "passed"
+    )
     assert "qwen3_moe.relay_forward" in {p["patch"] for p in workers1[0]["patches"]}
     assert _counter(m1, "vllm:spec_decode_num_drafts") > 0
 

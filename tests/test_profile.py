@@ -100,16 +100,36 @@ def test_every_field_is_read():
     assert p.name == "kimi-k3-dspark" and p.description.startswith("Kimi-K3")
     assert (p.target.model, p.target.revision) == ("moonshotai/Kimi-K3", "abc123")
     d = p.drafter
-    assert (d.method, d.model, d.revision, d.num_speculative_tokens, d.tensor_parallel) == ("dspark", "./drafter", "v2", 7, 1)
+    assert (d.method, d.model, d.revision, d.num_speculative_tokens, d.tensor_parallel) == (
+        "dspark",
+        "./drafter",
+        "v2",
+        7,
+        1,
+    )
     assert d.taps == [3, 31, 59] and d.tap_convention == "capture_point" and d.schedule == [[1, 4, 7], [5, 64, 0]]
     t = p.topology
     assert (t.tensor_parallel, t.pipeline_parallel, t.data_parallel, t.nodes, t.gpus_per_node) == (8, 2, 1, 2, 8)
     assert t.layer_partition == [31, 30]
     assert (p.platform, p.adapter, p.dtype, p.trust_remote_code) == ("cuda", "kimi_k3", "bfloat16", True)
     assert p.engine_version == "0.33.0"
-    assert (p.server.host, p.server.port, p.server.api_key_env, p.server.served_model_name) == ("0.0.0.0", 8123, "MY_KEY", "kimi")
-    assert (p.launch.executor, p.launch.master_addr, p.launch.master_port, p.launch.health_timeout_s) == ("mp", "10.0.0.1", 29555, 1200)
-    assert (p.launch.slurm.time, p.launch.slurm.cpus_per_node, p.launch.slurm.mem_per_node) == ("2-00:00:00", 64, "512G")
+    assert (p.server.host, p.server.port, p.server.api_key_env, p.server.served_model_name) == (
+        "0.0.0.0",
+        8123,
+        "MY_KEY",
+        "kimi",
+    )
+    assert (p.launch.executor, p.launch.master_addr, p.launch.master_port, p.launch.health_timeout_s) == (
+        "mp",
+        "10.0.0.1",
+        29555,
+        1200,
+    )
+    assert (p.launch.slurm.time, p.launch.slurm.cpus_per_node, p.launch.slurm.mem_per_node) == (
+        "2-00:00:00",
+        64,
+        "512G",
+    )
     assert p.engine == {"max-model-len": 4096, "enforce-eager": True}
     assert p.env == {"NCCL_DEBUG": "INFO"}
     assert (p.verify.num_prompts, p.verify.max_tokens) == (6, 40)
@@ -150,14 +170,23 @@ def test_every_pd_field_is_read():
     assert pre.engine == {"block-size": 16} and (pre.server.port, dec.server.port) == (8100, 8200)
     assert pre.launch.master_addr == "10.0.0.1"
     kt = p.kv_transfer
-    assert (kt.connector, kt.extra_config, kt.options) == ("NixlConnector", {"enforce_handshake_compat": True}, {"kv_buffer_device": "cuda"})
+    assert (kt.connector, kt.extra_config, kt.options) == (
+        "NixlConnector",
+        {"enforce_handshake_compat": True},
+        {"kv_buffer_device": "cuda"},
+    )
     assert p.for_role("prefill").engine == {"block-size": 16}
 
 
 def test_defaults():
     p = parse_profile(MIN)
     assert p.drafter is None and not p.speculative
-    assert (p.topology.tensor_parallel, p.topology.pipeline_parallel, p.topology.data_parallel, p.topology.nodes) == (1, 1, 1, 1)
+    assert (p.topology.tensor_parallel, p.topology.pipeline_parallel, p.topology.data_parallel, p.topology.nodes) == (
+        1,
+        1,
+        1,
+        1,
+    )
     assert p.topology.gpus_per_node is None and p.topology.layer_partition is None
     assert (p.platform, p.adapter, p.trust_remote_code) == ("auto", "auto", False)
     assert (p.server.host, p.server.port, p.server.api_key_env) == ("127.0.0.1", 8000, None)
@@ -246,14 +275,26 @@ def test_wrong_types_and_ranges_name_the_field_and_line(field_yaml, needle):
         ("name: bad name\ntarget: {model: a/b}\n", "`name`"),
         ("name: p\ntarget: {model: ''}\n", "`target.model`"),
         ("name: p\ntarget: {model: ' a/b'}\n", "`target.model`"),
-        ("name: p\ntarget: {model: \"a/b\\n\"}\n", "`target.model`"),
+        ('name: p\ntarget: {model: "a/b\\n"}\n', "`target.model`"),
         ("name: p\ntarget: a/b\n", "`target`"),
         ("name: 2024-01-01\ntarget: {model: a/b}\n", "`name`"),
-        (MIN + "drafter: {method: eagle3, model: a/b, num_speculative_tokens: 0}\n", "`drafter.num_speculative_tokens`"),
-        (MIN + "drafter: {method: eagle3, model: a/b, num_speculative_tokens: 65}\n", "`drafter.num_speculative_tokens`"),
+        (
+            MIN + "drafter: {method: eagle3, model: a/b, num_speculative_tokens: 0}\n",
+            "`drafter.num_speculative_tokens`",
+        ),
+        (
+            MIN + "drafter: {method: eagle3, model: a/b, num_speculative_tokens: 65}\n",
+            "`drafter.num_speculative_tokens`",
+        ),
         (MIN + "drafter: {method: medusa, model: a/b, num_speculative_tokens: 1}\n", "`drafter.method`"),
-        (MIN + "drafter: {method: eagle3, model: a/b, num_speculative_tokens: 1, tap_convention: sglang}\n", "`drafter.tap_convention`"),
-        (MIN + "drafter: {method: eagle3, model: a/b, num_speculative_tokens: 1, tensor_parallel: 0}\n", "`drafter.tensor_parallel`"),
+        (
+            MIN + "drafter: {method: eagle3, model: a/b, num_speculative_tokens: 1, tap_convention: sglang}\n",
+            "`drafter.tap_convention`",
+        ),
+        (
+            MIN + "drafter: {method: eagle3, model: a/b, num_speculative_tokens: 1, tensor_parallel: 0}\n",
+            "`drafter.tensor_parallel`",
+        ),
     ],
 )
 def test_invalid_values(text, needle):
@@ -297,13 +338,30 @@ def test_engine_version_must_be_a_version():
 def test_taps_validation():
     ok = parse_profile(MIN + "drafter: {method: eagle3, model: a/b, num_speculative_tokens: 1, taps: [0, 2, 61]}\n")
     assert ok.drafter.taps == [0, 2, 61]
-    assert "non-negative" in err(MIN + "drafter: {method: eagle3, model: a/b, num_speculative_tokens: 1, taps: [-1, 2]}\n").what
-    assert "only applies to eagle3, dflash, dspark" in err(MIN + "drafter: {method: mtp, num_speculative_tokens: 1, taps: [1]}\n").what
-    assert "only applies" in err(MIN + "drafter: {method: eagle, model: a/b, num_speculative_tokens: 1, taps: [1]}\n").what
-    assert "`drafter.taps[1]`" in err(MIN + "drafter: {method: eagle3, model: a/b, num_speculative_tokens: 1, taps: [1, x]}\n").what
-    assert "`drafter.taps`" in err(MIN + "drafter: {method: eagle3, model: a/b, num_speculative_tokens: 1, taps: 3}\n").what
+    assert (
+        "non-negative"
+        in err(MIN + "drafter: {method: eagle3, model: a/b, num_speculative_tokens: 1, taps: [-1, 2]}\n").what
+    )
+    assert (
+        "only applies to eagle3, dflash, dspark"
+        in err(MIN + "drafter: {method: mtp, num_speculative_tokens: 1, taps: [1]}\n").what
+    )
+    assert (
+        "only applies" in err(MIN + "drafter: {method: eagle, model: a/b, num_speculative_tokens: 1, taps: [1]}\n").what
+    )
+    assert (
+        "`drafter.taps[1]`"
+        in err(MIN + "drafter: {method: eagle3, model: a/b, num_speculative_tokens: 1, taps: [1, x]}\n").what
+    )
+    assert (
+        "`drafter.taps`"
+        in err(MIN + "drafter: {method: eagle3, model: a/b, num_speculative_tokens: 1, taps: 3}\n").what
+    )
     many = ", ".join(str(i) for i in range(65))
-    assert "`drafter.taps`" in err(MIN + f"drafter: {{method: eagle3, model: a/b, num_speculative_tokens: 1, taps: [{many}]}}\n").what
+    assert (
+        "`drafter.taps`"
+        in err(MIN + f"drafter: {{method: eagle3, model: a/b, num_speculative_tokens: 1, taps: [{many}]}}\n").what
+    )
 
 
 @pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "---\n", "~\n"])

@@ -9,9 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from flagship import DEEPSEEK_V3, KIMI_K2, write_index
 from inprocess import run
+
 from ppspec_cli.checkpoint import reader
 
 FIXTURES = Path(__file__).parent / "fixtures" / "models"
@@ -27,11 +27,17 @@ def _checkpoint(tmp_path: Path, shape: tuple[int, int]) -> tuple[Path, int, int]
 
 def _profile(tmp_path: Path, model: Path) -> Path:
     p = tmp_path / "p.yaml"
-    p.write_text(f"name: flagship\ntarget:\n  model: {model}\ndrafter:\n  method: mtp\n  num_speculative_tokens: 1\ntopology:\n  tensor_parallel: 8\n  pipeline_parallel: 2\nplatform: cuda\n")
+    p.write_text(
+        f"name: flagship\ntarget:\n  model: {model}\ndrafter:\n  method: mtp\n  num_speculative_tokens: 1\ntopology:\n  tensor_parallel: 8\n  pipeline_parallel: 2\nplatform: cuda\n"
+    )
     return p
 
 
-@pytest.mark.parametrize("shape,least_bytes,least_tensors", [(DEEPSEEK_V3, 8_500_000, 90_000), (KIMI_K2, 13_000_000, 135_000)], ids=["deepseek-v3", "kimi-k2"])
+@pytest.mark.parametrize(
+    "shape,least_bytes,least_tensors",
+    [(DEEPSEEK_V3, 8_500_000, 90_000), (KIMI_K2, 13_000_000, 135_000)],
+    ids=["deepseek-v3", "kimi-k2"],
+)
 def test_flagship_index_is_read_and_planned(tmp_path, shape, least_bytes, least_tensors):
     ck_dir, n, size = _checkpoint(tmp_path, shape)
     assert size >= least_bytes and n >= least_tensors  # the real sizes, not a stand-in
@@ -45,7 +51,9 @@ def test_flagship_index_is_read_and_planned(tmp_path, shape, least_bytes, least_
     assert "target-unreadable" not in text and "over-read-limit" not in text
     assert "61 layers" in run("plan", str(prof), "--offline").stdout
     chk = json.loads(run("check", str(prof), "--offline", "--json").stdout)
-    assert not [f for f in chk["findings"] if f["code"].startswith("target-") and f["severity"] == "error"], chk["findings"]
+    assert not [f for f in chk["findings"] if f["code"].startswith("target-") and f["severity"] == "error"], chk[
+        "findings"
+    ]
 
 
 def test_an_index_over_its_limit_is_unknown_not_corrupt(tmp_path, monkeypatch):

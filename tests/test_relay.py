@@ -39,9 +39,9 @@ def families():
     import vllm.model_executor.models.deepseek_v2 as dsv2
     import vllm.model_executor.models.qwen3_moe as q3m
 
+    from ppspec_cli.knowledge.packs import get_pack
     from ppspec_cli.running.engine.patching import revert_all
     from ppspec_cli.running.engine.plugin import load_patches
-    from ppspec_cli.knowledge.packs import get_pack
 
     applied = []
     try:
@@ -163,8 +163,13 @@ def test_middle_stage_relays_upstream_slots_by_global_index(families):
         seen[m.start_layer] = sorted(k for k in merged.tensors if k.startswith("aux_hidden_states_"))
         return merged
 
-    relay.run_stages(model, (1, 3, 4, 6), [2, 2, 2], ids, pos, modules=(sys.modules[cls.__module__],), relay_between=spy)
-    assert seen == {0: ["aux_hidden_states_0"], 2: ["aux_hidden_states_0", "aux_hidden_states_1", "aux_hidden_states_2"]}
+    relay.run_stages(
+        model, (1, 3, 4, 6), [2, 2, 2], ids, pos, modules=(sys.modules[cls.__module__],), relay_between=spy
+    )
+    assert seen == {
+        0: ["aux_hidden_states_0"],
+        2: ["aux_hidden_states_0", "aux_hidden_states_1", "aux_hidden_states_2"],
+    }
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,9 +16,10 @@ import importlib.util
 import sys
 
 import pytest
+from test_relay import families as _families  # noqa: F401  (test_relay's fixtures, under these names)
+from test_relay import llama as _llama  # noqa: F401
 
 from ppspec_cli import demo
-from test_relay import families as _families, llama as _llama  # noqa: F401  (test_relay's fixtures, under these names)
 
 pytestmark = [
     pytest.mark.vllm,
@@ -30,7 +31,18 @@ TAPS = demo.RELAY_TAPS  # (1, 3, 6)
 #: 3- and 4-stage splits: vLLM's defaults ([2,2,2]: a tap on every stage; [1,2,2,1]: taps 1 and 3
 #: on boundaries, stage 2 adds none) and the GPU arms' non-default ones, plus every other shape
 #: with a stage that adds no tap.
-SPLITS = [[2, 2, 2], [1, 2, 3], [3, 2, 1], [1, 1, 4], [4, 1, 1], [1, 2, 2, 1], [2, 1, 1, 2], [1, 1, 1, 3], [1, 2, 1, 2], [3, 1, 1, 1]]
+SPLITS = [
+    [2, 2, 2],
+    [1, 2, 3],
+    [3, 2, 1],
+    [1, 1, 4],
+    [4, 1, 1],
+    [1, 2, 2, 1],
+    [2, 1, 1, 2],
+    [1, 1, 1, 3],
+    [1, 2, 1, 2],
+    [3, 1, 1, 1],
+]
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +119,9 @@ def test_planted_drafter_is_right_at_pp3_and_pp4_exactly_as_unsplit(classes, wei
     assert ref == [want[x] for x in range(2, demo.VOCAB_SIZE)]  # unsplit: right for every token
     for split in SPLITS:
         _, taps = _run(classes[family], tsd, split)
-        assert len(taps) == len(TAPS) and all(torch.equal(a, b) for a, b in zip(taps, ref_taps)), f"{family} {split}: taps differ"
+        assert len(taps) == len(TAPS) and all(torch.equal(a, b) for a, b in zip(taps, ref_taps)), (
+            f"{family} {split}: taps differ"
+        )
         assert _proposals(dsd, taps) == ref, f"{family} {split}: proposals differ"
 
 
@@ -124,7 +138,9 @@ def _spy(mode):
 
         keys = aux_hidden_state_relay_keys(SimpleNamespace(model=m))
         merged = PPHandler.relay_aux_hidden_states(SimpleNamespace(aux_hidden_state_relay_keys=keys), received, out)
-        upstream = sorted(k for k in (received.tensors if received is not None else {}) if k.startswith("aux_hidden_states_"))
+        upstream = sorted(
+            k for k in (received.tensors if received is not None else {}) if k.startswith("aux_hidden_states_")
+        )
         if m.start_layer > 0 and upstream and not done:
             done.append(m.start_layer)
             slots = sorted(k for k in merged.tensors if k.startswith("aux_hidden_states_"))

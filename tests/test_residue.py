@@ -83,7 +83,17 @@ def test_symlink_preexisting_foreign_shape_and_other_users_entries_are_kept(shm,
     link.symlink_to(target)
     pre = make(shm, sem_name())
     before = residue.shm_snapshot()
-    foreign = [make(shm, n) for n in ("vllm_offload_x.mmap", "psm_" + secrets.token_hex(5), "sem.mp-" + secrets.token_hex(5), "mp-" + secrets.token_hex(4), "sem.Ab12Cd", "vllm_dist_x-pp:0-[0-1]-cpushm_0.bak")]
+    foreign = [
+        make(shm, n)
+        for n in (
+            "vllm_offload_x.mmap",
+            "psm_" + secrets.token_hex(5),
+            "sem.mp-" + secrets.token_hex(5),
+            "mp-" + secrets.token_hex(4),
+            "sem.Ab12Cd",
+            "vllm_dist_x-pp:0-[0-1]-cpushm_0.bak",
+        )
+    ]
     other = make(shm, sem_name())
     os.chown(other, os.getuid() + 4242, -1)
     recorded_other = make(shm, "recorded-but-not-ours")
@@ -176,7 +186,7 @@ def test_next_serve_keeps_what_appeared_after_the_killed_run_was_last_alive(shm,
     assert later.exists() and not rec.exists()
 
 
-@pytest.mark.parametrize("text", ["[\"psm_00000000\"]", "not json", "{\"seen\": 5, \"before\": {}}"])
+@pytest.mark.parametrize("text", ['["psm_00000000"]', "not json", '{"seen": 5, "before": {}}'])
 def test_next_serve_with_an_old_or_hostile_record_claims_nothing_untracked(shm, tmp_path, text):
     rec = tmp_path / residue.SHM_RECORD
     rec.write_text(text)

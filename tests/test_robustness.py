@@ -27,12 +27,11 @@ import sys
 import time
 from pathlib import Path
 
+import inprocess
 import pytest
 import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-
-import inprocess
 
 BAD = Path(__file__).resolve().parent / "fixtures" / "bad"
 sys.path.insert(0, str(BAD))
@@ -90,7 +89,13 @@ def run_case(case: dict, tmp_path: Path) -> tuple[inprocess.Result, float]:
         full.update(env)
         cp = subprocess.run(
             [sys.executable, "-m", "ppspec_cli.cli", *_case_argv(case)],
-            capture_output=True, text=True, errors="surrogateescape", env=full, cwd=cwd, timeout=TIME_LIMIT_S, preexec_fn=_cap_memory,
+            capture_output=True,
+            text=True,
+            errors="surrogateescape",
+            env=full,
+            cwd=cwd,
+            timeout=TIME_LIMIT_S,
+            preexec_fn=_cap_memory,
         )
         return inprocess.Result(cp.returncode, cp.stdout, cp.stderr), time.monotonic() - t0
 
@@ -136,13 +141,19 @@ def test_bad_input(case, tmp_path):
     if cp.returncode == 2:
         assert_one_paragraph(cp.stderr)
     elif case.get("command") == "dry-run" and cp.returncode:
-        if "would refuse this profile" not in out:  # else: the verdict rendered next to the launch serve would not start
-            assert_one_paragraph(cp.stderr)  # a launch that cannot even be built (a secret, a key that is no option name)
+        if (
+            "would refuse this profile" not in out
+        ):  # else: the verdict rendered next to the launch serve would not start
+            assert_one_paragraph(
+                cp.stderr
+            )  # a launch that cannot even be built (a secret, a key that is no option name)
     for code in case.get("codes", []):
         assert code in cp.stdout, f"finding {code} not reported:\n{cp.stdout[-3000:]}"
     if cp.returncode == 1 and case.get("codes"):
         assert "FAIL:" in cp.stdout
-    assert os.listdir(tmp_path / "cwd") == [], "the run created files in its working directory (a profile value was executed?)"
+    assert os.listdir(tmp_path / "cwd") == [], (
+        "the run created files in its working directory (a profile value was executed?)"
+    )
     assert seconds < 30, f"took {seconds:.1f}s"
 
 
@@ -186,7 +197,14 @@ def test_preflight_never_crashes_or_hangs(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("PPSPEC_CACHE", str(tmp_path / "cache"))  # `demo:` refs never build into the user's cache
     stats = F.Stats()
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=DERANDOMIZE, phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        derandomize=DERANDOMIZE,
+        phases=[Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(st.data())
     def prop(data):
         case = F.draw_case(data)
@@ -202,7 +220,10 @@ def test_preflight_never_crashes_or_hangs(monkeypatch, tmp_path, capsys):
     assert stats.tried >= EXAMPLES
     assert not stats.crashes and not stats.hangs
     if stats.known:
-        pytest.xfail("known bugs (reported to the lead) reproduced: " + "; ".join(f"{k}: {F.KNOWN_BUGS[k][0]}" for k in stats.known))
+        pytest.xfail(
+            "known bugs (reported to the lead) reproduced: "
+            + "; ".join(f"{k}: {F.KNOWN_BUGS[k][0]}" for k in stats.known)
+        )
 
 
 def test_the_fuzz_guards_catch_a_hang_and_a_crash(monkeypatch):

@@ -6,11 +6,10 @@ import socket
 import time
 
 import pytest
-
 from enginehelpers import free_port
 
-from ppspec_cli.running import rollcall
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.running import rollcall
 
 
 def until(cond, deadline_s: float = 15.0):
@@ -49,7 +48,14 @@ def test_join_missing_lost(head):
 
 
 def test_hostile_or_wrong_hellos_are_refused(head):
-    for hello in (b"GET / HTTP/1.1\r\n\r\n", b"ppspec-rollcall/1 0 3\n", b"ppspec-rollcall/1 3 3\n", b"ppspec-rollcall/1 1 2\n", b"x" * 5000, b"ppspec-rollcall/1 -1 3\n"):
+    for hello in (
+        b"GET / HTTP/1.1\r\n\r\n",
+        b"ppspec-rollcall/1 0 3\n",
+        b"ppspec-rollcall/1 3 3\n",
+        b"ppspec-rollcall/1 1 2\n",
+        b"x" * 5000,
+        b"ppspec-rollcall/1 -1 3\n",
+    ):
         with socket.create_connection(("127.0.0.1", head.port), timeout=5) as s:
             s.sendall(hello)
             s.settimeout(15)

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO, fixture_config, synthetic_kimi_k25_config
-from ppspec_cli.planning import resolve as resolve_mod
+
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.knowledge.packs import load_pack_dir
-from ppspec_cli.planning.profile import parse_profile
 from ppspec_cli.knowledge.engine import VllmInstall
+from ppspec_cli.knowledge.packs import load_pack_dir
+from ppspec_cli.planning import resolve as resolve_mod
+from ppspec_cli.planning.profile import parse_profile
 from ppspec_cli.planning.resolve import resolve
 from ppspec_cli.planning.rules import run_rules
 
@@ -52,9 +52,22 @@ def use_pack(monkeypatch, pack=None, error: PpspecError | None = None):
     monkeypatch.setattr(resolve_mod, "_resolve_pack", fake)
 
 
-def check(target: Path | str | None, drafter: Path | str | None = None, *, method: str | None = "eagle3", pp: int = 1, tp: int = 1, **extra):
+def check(
+    target: Path | str | None,
+    drafter: Path | str | None = None,
+    *,
+    method: str | None = "eagle3",
+    pp: int = 1,
+    tp: int = 1,
+    **extra,
+):
     """Resolve a profile built from keyword pieces; returns (Resolved, {code: [Finding]})."""
-    prof: dict = {"name": "t", "target": {"model": str(target)}, "platform": extra.pop("platform", "cuda"), "adapter": extra.pop("adapter", "none")}
+    prof: dict = {
+        "name": "t",
+        "target": {"model": str(target)},
+        "platform": extra.pop("platform", "cuda"),
+        "adapter": extra.pop("adapter", "none"),
+    }
     if method is not None:
         prof["drafter"] = {"method": method, "num_speculative_tokens": 3}
         if drafter is not None:
@@ -145,7 +158,10 @@ def codes_asserted_here() -> set[str]:
     return {
         n.args[1].value
         for n in ast.walk(tree)
-        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "expect" and len(n.args) > 1 and isinstance(n.args[1], ast.Constant)
+        if isinstance(n, ast.Call)
+        and getattr(n.func, "id", None) == "expect"
+        and len(n.args) > 1
+        and isinstance(n.args[1], ast.Constant)
     }
 
 
@@ -164,7 +180,7 @@ def test_every_rule_code_has_a_scenario_below():
     """A new finding code in rules.py without a scenario below that asserts it (an `expect(...)` with
     the code) fails here."""
     codes = codes_in_rules_py()
-    assert len(codes) > 30, "rules.py no longer calls _f(\"code\", ...): update codes_in_rules_py"
+    assert len(codes) > 30, 'rules.py no longer calls _f("code", ...): update codes_in_rules_py'
     missing = sorted(codes - codes_asserted_here())
     assert missing == []
 
@@ -176,7 +192,9 @@ def test_topology_gpu_count(llama):
     _, by = check(llama, method=None, tp=8, pp=2, topology={"nodes": 1, "gpus_per_node": 8})
     f = expect(by, "topology-gpu-count", "error", "topology")
     assert "16 GPUs" in f.message and "1 x 8 = 8" in f.message
-    _, ok = check(llama, method=None, tp=8, pp=2, topology={"nodes": 2, "gpus_per_node": 8}, launch={"master_addr": "10.0.0.1"})
+    _, ok = check(
+        llama, method=None, tp=8, pp=2, topology={"nodes": 2, "gpus_per_node": 8}, launch={"master_addr": "10.0.0.1"}
+    )
     assert "topology-gpu-count" not in ok
 
 
@@ -239,7 +257,9 @@ def test_draft_tp(llama, specforge):
 
 
 def test_method_mismatch_and_unknown(llama, make_checkpoint):
-    dflash = make_checkpoint("dflash", "z-lab__Qwen3-8B-DFlash-b16/config.partial.json", config_name="config.partial.json")
+    dflash = make_checkpoint(
+        "dflash", "z-lab__Qwen3-8B-DFlash-b16/config.partial.json", config_name="config.partial.json"
+    )
     _, by = check(llama, dflash, method="eagle3")
     f = expect(by, "method-mismatch", "error", "drafter.method")
     assert "dflash" in f.message
@@ -318,17 +338,23 @@ def test_d2t_not_checked_and_missing(llama, make_checkpoint):
     with_d2t = drafter_with(make_checkpoint, "d2t", _shards=eagle3_shards())
     _, by = check(llama, with_d2t)
     assert not {"d2t-missing", "d2t-not-checked"} & set(by)
-    same_vocab = drafter_with(make_checkpoint, "fullvocab", draft_vocab_size=128256, _shards=eagle3_shards(d2t=False, draft_vocab=128256))
+    same_vocab = drafter_with(
+        make_checkpoint, "fullvocab", draft_vocab_size=128256, _shards=eagle3_shards(d2t=False, draft_vocab=128256)
+    )
     _, by = check(llama, same_vocab)
     assert "d2t-missing" not in by
 
 
 def test_fc_width_vs_taps(llama, make_checkpoint):
-    two = drafter_with(make_checkpoint, "fc2", eagle_aux_hidden_state_layer_ids=[2, 16, 29], _shards=eagle3_shards(taps=2))
+    two = drafter_with(
+        make_checkpoint, "fc2", eagle_aux_hidden_state_layer_ids=[2, 16, 29], _shards=eagle3_shards(taps=2)
+    )
     _, by = check(llama, two)
     f = expect(by, "fc-width-taps", "error", "drafter.taps")
     assert "8192 = 2 x 4096" in f.message and "3 ([2, 16, 29])" in f.message
-    three = drafter_with(make_checkpoint, "fc3", eagle_aux_hidden_state_layer_ids=[2, 16, 29], _shards=eagle3_shards(taps=3))
+    three = drafter_with(
+        make_checkpoint, "fc3", eagle_aux_hidden_state_layer_ids=[2, 16, 29], _shards=eagle3_shards(taps=3)
+    )
     _, by = check(llama, three)
     assert "fc-width-taps" not in by
 
@@ -389,7 +415,10 @@ def test_taps_pinned_differ(llama, make_checkpoint):
 def test_taps_runner_mismatch_on_v1(make_checkpoint):
     """V1 (CPU) reads no top-level target_layer_ids: it would tap defaults; the drafter's taps win."""
     qwen = make_checkpoint("qwen3", "Qwen__Qwen3-8B")
-    d = make_checkpoint("dfl", {**fixture_config("sgl-project__SpecForge", "qwen3-8b-dflash.json"), "target_layer_ids": [1, 9, 17, 25, 33]})
+    d = make_checkpoint(
+        "dfl",
+        {**fixture_config("sgl-project__SpecForge", "qwen3-8b-dflash.json"), "target_layer_ids": [1, 9, 17, 25, 33]},
+    )
     r, by = check(qwen, d, method="dflash", platform="cpu")
     assert r.runner == "v1"
     f = expect(by, "taps-runner-mismatch", "info", "drafter.model")  # fixed by the overlay: nothing to do
@@ -446,7 +475,10 @@ def test_nested_eagle_config_that_equals_v2_defaults(kimi_target, make_checkpoin
     assert by["taps-nested-eagle-config"][0].severity == "info" and "taps-default" not in by
     r1, by1 = check(kimi_target, d, platform="cpu")
     assert r1.plan.taps == (2, 30, 58) and r1.plan.taps_source == "overlay"
-    assert by1["taps-nested-eagle-config"][0].severity == "info" and "overlay" in by1["taps-nested-eagle-config"][0].message
+    assert (
+        by1["taps-nested-eagle-config"][0].severity == "info"
+        and "overlay" in by1["taps-nested-eagle-config"][0].message
+    )
 
 
 def test_pinned_taps_override_the_trap(kimi_target, kimi_eagle3):
@@ -515,10 +547,22 @@ def test_target_opt_in_by_pack(make_checkpoint, specforge):
 
 def dspark_head(make_checkpoint, name="dspark-head"):
     """SYNTHETIC drafter config: a DSpark head naming its taps with dspark_target_layer_ids."""
-    return make_checkpoint(name, {"architectures": ["DSparkDraftModel"], "model_type": "llama", "num_hidden_layers": 1, "hidden_size": 4096, "vocab_size": 128256, "dspark_target_layer_ids": [1, 15, 28]})
+    return make_checkpoint(
+        name,
+        {
+            "architectures": ["DSparkDraftModel"],
+            "model_type": "llama",
+            "num_hidden_layers": 1,
+            "hidden_size": 4096,
+            "vocab_size": 128256,
+            "dspark_target_layer_ids": [1, 15, 28],
+        },
+    )
 
 
-@pytest.mark.parametrize("arch", ["KimiK3ForConditionalGeneration", "MiniMaxM3SparseForCausalLM", "DeepseekV4ForCausalLM"])
+@pytest.mark.parametrize(
+    "arch", ["KimiK3ForConditionalGeneration", "MiniMaxM3SparseForCausalLM", "DeepseekV4ForCausalLM"]
+)
 @pytest.mark.parametrize("method", ["eagle3", "dspark"])
 def test_miss1_native_pack_does_not_hide_what_rocm_lacks(make_checkpoint, specforge, arch, method):
     """SYNTHETIC targets (the Llama fixture's numbers under each architecture). With adapter: auto,
@@ -566,8 +610,20 @@ def test_miss2_use_aux_hidden_state_false_depends_on_the_vllm_version(make_check
 def m3_target(make_checkpoint, name="m3", **cfg):
     """SYNTHETIC MiniMax-M3 text target: 4 layers, hidden 64, vocab 1000, with safetensors shards
     (zero data) so the plan can count bytes per stage."""
-    base = {**fixture_config(LLAMA), "architectures": ["MiniMaxM3SparseForCausalLM"], "model_type": "minimax_m3_text", "num_hidden_layers": 4, "hidden_size": 64, "vocab_size": 1000, **cfg}
-    tensors = {"model.embed_tokens.weight": ("BF16", [1000, 64]), "lm_head.weight": ("BF16", [1000, 64]), "model.norm.weight": ("BF16", [64])}
+    base = {
+        **fixture_config(LLAMA),
+        "architectures": ["MiniMaxM3SparseForCausalLM"],
+        "model_type": "minimax_m3_text",
+        "num_hidden_layers": 4,
+        "hidden_size": 64,
+        "vocab_size": 1000,
+        **cfg,
+    }
+    tensors = {
+        "model.embed_tokens.weight": ("BF16", [1000, 64]),
+        "lm_head.weight": ("BF16", [1000, 64]),
+        "model.norm.weight": ("BF16", [64]),
+    }
     tensors.update({f"model.layers.{i}.mlp.weight": ("BF16", [64, 64]) for i in range(4)})
     return make_checkpoint(name, base, shards={"model.safetensors": tensors})
 
@@ -612,11 +668,23 @@ def test_cpu_pp_taps(llama, specforge):
 
 def test_dspark_needs_v2(llama, make_checkpoint, monkeypatch):
     """SYNTHETIC drafter config: a DSpark head naming its taps with dspark_target_layer_ids."""
-    d = make_checkpoint("dspark", {"architectures": ["DSparkDraftModel"], "model_type": "qwen3", "num_hidden_layers": 1, "hidden_size": 4096, "vocab_size": 128256, "dspark_target_layer_ids": [1, 15, 28]})
+    d = make_checkpoint(
+        "dspark",
+        {
+            "architectures": ["DSparkDraftModel"],
+            "model_type": "qwen3",
+            "num_hidden_layers": 1,
+            "hidden_size": 4096,
+            "vocab_size": 128256,
+            "dspark_target_layer_ids": [1, 15, 28],
+        },
+    )
     _, by = check(llama, d, method="dspark", platform="cpu")
     assert "CPU platform" in expect(by, "dspark-needs-v2", "error", "drafter.method").message
     r, by = check(llama, d, method="dspark", pp=2)
-    assert "dspark-needs-v2" not in by and r.plan.taps == (2, 16, 29) and r.plan.taps_source == "dspark_target_layer_ids"
+    assert (
+        "dspark-needs-v2" not in by and r.plan.taps == (2, 16, 29) and r.plan.taps_source == "dspark_target_layer_ids"
+    )
     assert [s.taps for s in r.plan.stages] == [(2, 16), (29,)]
 
 
@@ -671,10 +739,16 @@ def test_embedding_found_through_the_pack_name_mapping(make_checkpoint, specforg
     """A multimodal checkpoint names the embedding language_model.model.embed_tokens.weight."""
     idx = fixture_config(LLAMA, "model.safetensors.index.json")
     idx["weight_map"]["language_model.model.embed_tokens.weight"] = idx["weight_map"].pop("model.embed_tokens.weight")
-    mm = make_checkpoint("mm", {"architectures": ["SomeVLForConditionalGeneration"], "text_config": fixture_config(LLAMA)}, index=idx)
+    mm = make_checkpoint(
+        "mm", {"architectures": ["SomeVLForConditionalGeneration"], "text_config": fixture_config(LLAMA)}, index=idx
+    )
     _, by = check(mm, specforge, pp=2)  # no pack describes it: vLLM's default name under the text model
     assert "language_model.model.embed_tokens.weight" in expect(by, "embedding-found", "info").message
-    pack = tmp_pack(mm.parent, "somevl", 'matches: {targets: [SomeVLForConditionalGeneration]}\nvllm: ">=0.30"\nfacts: {embedding_tensors: ["model.language_model.embed_tokens.weight"]}\n')
+    pack = tmp_pack(
+        mm.parent,
+        "somevl",
+        'matches: {targets: [SomeVLForConditionalGeneration]}\nvllm: ">=0.30"\nfacts: {embedding_tensors: ["model.language_model.embed_tokens.weight"]}\n',
+    )
     use_pack(monkeypatch, pack)
     _, by = check(mm, specforge, pp=2)
     assert "embedding-not-found" in by  # the pack's mapping is used, not a suffix match
@@ -682,11 +756,25 @@ def test_embedding_found_through_the_pack_name_mapping(make_checkpoint, specforg
 
 def test_embed_last_stage(make_checkpoint, monkeypatch):
     moe = make_checkpoint("qwen3moe", "Qwen__Qwen3-30B-A3B")
-    head = drafter_with(make_checkpoint, "noembed", hidden_size=2048, vocab_size=151936, draft_vocab_size=151936, _shards=eagle3_shards(hidden=2048, vocab=151936, draft_vocab=151936))
+    head = drafter_with(
+        make_checkpoint,
+        "noembed",
+        hidden_size=2048,
+        vocab_size=151936,
+        draft_vocab_size=151936,
+        _shards=eagle3_shards(hidden=2048, vocab=151936, draft_vocab=151936),
+    )
     r, by = check(moe, head, pp=2)
     expect(by, "embed-last-stage", "error", "adapter")
     assert any("shares the target's embedding" in n for n in r.plan.notes)
-    with_embed = drafter_with(make_checkpoint, "embed", hidden_size=2048, vocab_size=151936, draft_vocab_size=151936, _shards=eagle3_shards(hidden=2048, vocab=151936, draft_vocab=151936, embed=True))
+    with_embed = drafter_with(
+        make_checkpoint,
+        "embed",
+        hidden_size=2048,
+        vocab_size=151936,
+        draft_vocab_size=151936,
+        _shards=eagle3_shards(hidden=2048, vocab=151936, draft_vocab=151936, embed=True),
+    )
     _, by = check(moe, with_embed, pp=2)
     assert "embed-last-stage" not in by
     _, by = check(moe, head, pp=2, adapter="auto")  # the qwen3_moe pack builds it
@@ -709,7 +797,10 @@ def test_adapter_unknown_and_version(llama, specforge, monkeypatch):
     d = llama.parent / "packs" / "oldpatch"
     d.mkdir(parents=True)
     (d / "patches.py").write_text("def get_patches():\n    return []\n", encoding="utf-8")
-    (d / "pack.yaml").write_text('name: oldpatch\ndescription: a test pack\nmatches: {targets: [LlamaForCausalLM]}\nvllm: "<0.31"\npatches: patches.py\n', encoding="utf-8")
+    (d / "pack.yaml").write_text(
+        'name: oldpatch\ndescription: a test pack\nmatches: {targets: [LlamaForCausalLM]}\nvllm: "<0.31"\npatches: patches.py\n',
+        encoding="utf-8",
+    )
     use_pack(monkeypatch, load_pack_dir(d))
     _, by = check(llama, specforge)
     f = expect(by, "adapter-vllm-unverified", "warning", "adapter")
@@ -722,7 +813,11 @@ def test_pack_rules_that_break_become_findings(llama, specforge, monkeypatch):
     base = 'matches: {targets: [LlamaForCausalLM]}\nvllm: ">=0.30"\nrules: rules.py\n'
     for name, code, needle in (
         ("crashes", "def get_rules():\n    return [('boom', lambda r: 1 / 0)]\n", "ZeroDivisionError"),
-        ("foreign", "from ppspec_cli.findings import finding\ndef get_rules():\n    return [('x', lambda r: [finding('target-unreadable', 'error', 'x', 'm')])]\n", "starts with 'foreign-'"),
+        (
+            "foreign",
+            "from ppspec_cli.findings import finding\ndef get_rules():\n    return [('x', lambda r: [finding('target-unreadable', 'error', 'x', 'm')])]\n",
+            "starts with 'foreign-'",
+        ),
         ("broken", "def get_rules(:\n", "SyntaxError"),
     ):
         d = llama.parent / "rp" / name
@@ -736,7 +831,10 @@ def test_pack_rules_that_break_become_findings(llama, specforge, monkeypatch):
         assert "target-unreadable" not in by  # the foreign finding is not passed on
     ok = llama.parent / "rp" / "good"
     ok.mkdir()
-    (ok / "rules.py").write_text("from ppspec_cli.findings import finding\ndef get_rules():\n    return [('hi', lambda r: [finding('good-hello', 'info', 'target.model', 'hello')])]\n", encoding="utf-8")
+    (ok / "rules.py").write_text(
+        "from ppspec_cli.findings import finding\ndef get_rules():\n    return [('hi', lambda r: [finding('good-hello', 'info', 'target.model', 'hello')])]\n",
+        encoding="utf-8",
+    )
     (ok / "pack.yaml").write_text(f"name: good\ndescription: t\n{base}", encoding="utf-8")
     use_pack(monkeypatch, load_pack_dir(ok))
     _, by = check(llama, specforge, pp=1)
@@ -792,14 +890,22 @@ def test_checkpoint_gap_findings(make_checkpoint, specforge, role, code, severit
 
     cfg = fixture_config(LLAMA)
     kw: dict = {}
-    good = {"model-1.safetensors": {"model.embed_tokens.weight": ("BF16", [16, 8])}, "model-2.safetensors": {"lm_head.weight": ("BF16", [16, 8])}}
+    good = {
+        "model-1.safetensors": {"model.embed_tokens.weight": ("BF16", [16, 8])},
+        "model-2.safetensors": {"lm_head.weight": ("BF16", [16, 8])},
+    }
     idx = {"weight_map": {"model.embed_tokens.weight": "model-1.safetensors", "lm_head.weight": "model-2.safetensors"}}
     if code == "missing-config":
         cfg = None
     elif code == "partial-config":
         cfg = fixture_config("RedHatAI__Llama-3.1-8B-Instruct-speculator.eagle3", "config.partial.json")
         kw["config_name"] = "config.partial.json"
-    elif code.startswith(("missing-", "bad-")) and code.split("-", 1)[1] in ("num-hidden-layers", "hidden-size", "vocab-size", "architectures"):
+    elif code.startswith(("missing-", "bad-")) and code.split("-", 1)[1] in (
+        "num-hidden-layers",
+        "hidden-size",
+        "vocab-size",
+        "architectures",
+    ):
         key = code.split("-", 1)[1].replace("-", "_")
         if code.startswith("missing-"):
             cfg.pop(key)
@@ -834,7 +940,9 @@ def test_checkpoint_gap_findings(make_checkpoint, specforge, role, code, severit
 
 
 def test_partial_drafter_metadata_is_not_filled_in(llama, make_checkpoint):
-    d = make_checkpoint("rh", "RedHatAI__Llama-3.1-8B-Instruct-speculator.eagle3/config.partial.json", config_name="config.partial.json")
+    d = make_checkpoint(
+        "rh", "RedHatAI__Llama-3.1-8B-Instruct-speculator.eagle3/config.partial.json", config_name="config.partial.json"
+    )
     r, by = check(llama, d)
     assert r.drafter.num_layers is None and r.drafter.hidden_size is None
     assert r.plan.draft_layer_ids == ()  # unknown draft depth: no ids invented
@@ -843,7 +951,21 @@ def test_partial_drafter_metadata_is_not_filled_in(llama, make_checkpoint):
 
 
 def test_findings_are_sorted_errors_first(llama, kimi_eagle3):
-    r = resolve(parse_profile(yaml.safe_dump({"name": "t", "target": {"model": str(llama)}, "drafter": {"method": "eagle3", "model": str(kimi_eagle3), "num_speculative_tokens": 2}, "platform": "cuda", "adapter": "none", "topology": {"pipeline_parallel": 2}})), offline=True)
+    r = resolve(
+        parse_profile(
+            yaml.safe_dump(
+                {
+                    "name": "t",
+                    "target": {"model": str(llama)},
+                    "drafter": {"method": "eagle3", "model": str(kimi_eagle3), "num_speculative_tokens": 2},
+                    "platform": "cuda",
+                    "adapter": "none",
+                    "topology": {"pipeline_parallel": 2},
+                }
+            )
+        ),
+        offline=True,
+    )
     sev = [f.severity for f in run_rules(r)]
     order = {"error": 0, "warning": 1, "info": 2}
     assert sev == sorted(sev, key=order.__getitem__) and sev[0] == "error"
@@ -854,17 +976,49 @@ def test_kimi_k3_style_multimodal_target_with_dspark(make_checkpoint):
     values from the DeepSeek-V3 fixture) and a DSpark head. K3 opts in to relaying taps over PP."""
     cfg = synthetic_kimi_k25_config()
     cfg["architectures"], cfg["model_type"] = ["KimiK3ForConditionalGeneration"], "kimi_k3"
-    idx = {"weight_map": {"language_model.model.embed_tokens.weight": "model-00001-of-00002.safetensors", "language_model.lm_head.weight": "model-00002-of-00002.safetensors"}}
+    idx = {
+        "weight_map": {
+            "language_model.model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+            "language_model.lm_head.weight": "model-00002-of-00002.safetensors",
+        }
+    }
     target = make_checkpoint("k3", cfg, index=idx)
-    head = make_checkpoint("k3-dspark", {"architectures": ["DSparkDraftModel"], "model_type": "deepseek_v3", "num_hidden_layers": 1, "hidden_size": 7168, "vocab_size": 163840, "dspark_target_layer_ids": [1, 30, 59]})
-    r, by = check(target, head, method="dspark", pp=2, tp=8, topology={"nodes": 2, "gpus_per_node": 8}, launch={"master_addr": "10.0.0.1"})
+    head = make_checkpoint(
+        "k3-dspark",
+        {
+            "architectures": ["DSparkDraftModel"],
+            "model_type": "deepseek_v3",
+            "num_hidden_layers": 1,
+            "hidden_size": 7168,
+            "vocab_size": 163840,
+            "dspark_target_layer_ids": [1, 30, 59],
+        },
+    )
+    r, by = check(
+        target,
+        head,
+        method="dspark",
+        pp=2,
+        tp=8,
+        topology={"nodes": 2, "gpus_per_node": 8},
+        launch={"master_addr": "10.0.0.1"},
+    )
     errors = sorted(c for c, fs in by.items() if fs[0].severity == "error")
     assert errors == []
     assert r.target.text_path == "text_config" and r.plan.num_layers == 61
     assert r.plan.taps == (2, 31, 60) and r.plan.taps_source == "dspark_target_layer_ids"
     assert [s.taps for s in r.plan.stages] == [(2, 31), (60,)]
-    assert "language_model.model.embed_tokens.weight from model-00001-of-00002.safetensors" in by["embedding-found"][0].message
-    cfg41 = {"architectures": ["DSparkDraftModel"], "model_type": "deepseek_v41", "num_hidden_layers": 1, "hidden_size": 7168, "dspark_target_layer_ids": [1, 30, 59]}
+    assert (
+        "language_model.model.embed_tokens.weight from model-00001-of-00002.safetensors"
+        in by["embedding-found"][0].message
+    )
+    cfg41 = {
+        "architectures": ["DSparkDraftModel"],
+        "model_type": "deepseek_v41",
+        "num_hidden_layers": 1,
+        "hidden_size": 7168,
+        "dspark_target_layer_ids": [1, 30, 59],
+    }
     r41, _ = check(target, make_checkpoint("k3-dspark41", cfg41), method="dspark", pp=2)
     assert r41.plan.taps == (1, 30, 59)  # deepseek_v41 ids are used as is
 
@@ -970,15 +1124,35 @@ def test_report_cohere_target_eagle1_drafter_without_embedding(make_checkpoint):
     """From a user report: a Cohere target (CohereForCausalLM, no pack) with an EAGLE-1 drafter at
     PP=2 whose checkpoint has no embed_tokens (it shares the target's). vLLM's CohereModel builds
     embed_tokens on every rank, and ppspec has no pack saying either way: unknown, not an error."""
-    cohere = make_checkpoint("cohere", {**fixture_config(LLAMA), "architectures": ["CohereForCausalLM"], "model_type": "cohere"})
-    shards = {"model.safetensors": {"fc.weight": ("BF16", [4096, 8192]), "layers.0.self_attn.q_proj.weight": ("BF16", [4096, 4096]), "lm_head.weight": ("BF16", [128256, 4096])}}
-    head = make_checkpoint("cohere-eagle", {"architectures": ["EagleCohereForCausalLM"], "model_type": "cohere", "hidden_size": 4096, "num_hidden_layers": 1, "vocab_size": 128256}, shards=shards)
+    cohere = make_checkpoint(
+        "cohere", {**fixture_config(LLAMA), "architectures": ["CohereForCausalLM"], "model_type": "cohere"}
+    )
+    shards = {
+        "model.safetensors": {
+            "fc.weight": ("BF16", [4096, 8192]),
+            "layers.0.self_attn.q_proj.weight": ("BF16", [4096, 4096]),
+            "lm_head.weight": ("BF16", [128256, 4096]),
+        }
+    }
+    head = make_checkpoint(
+        "cohere-eagle",
+        {
+            "architectures": ["EagleCohereForCausalLM"],
+            "model_type": "cohere",
+            "hidden_size": 4096,
+            "num_hidden_layers": 1,
+            "vocab_size": 128256,
+        },
+        shards=shards,
+    )
     _, by = check(cohere, head, method="eagle", pp=2)
     # vLLM's own source settles it now (knowledge/arch): CohereModel builds embed_tokens without a
     # PPMissingLayer (vllm/model_executor/models/commandr.py, CohereModel.__init__): no finding at all
     assert "embed-last-stage" not in by and "embed-last-stage-unknown" not in by, sorted(by)
     # a target vLLM does not register stays unknown
-    other = make_checkpoint("other", {**fixture_config(LLAMA), "architectures": ["SomeForkForCausalLM"], "model_type": "cohere"})
+    other = make_checkpoint(
+        "other", {**fixture_config(LLAMA), "architectures": ["SomeForkForCausalLM"], "model_type": "cohere"}
+    )
     _, by = check(other, head, method="eagle", pp=2)
     f = expect(by, "embed-last-stage-unknown", "warning", "target.model")
     assert "does not register" in f.message and "--probes" in f.hint
@@ -991,7 +1165,14 @@ def speculators_eagle3(make_checkpoint, name, taps, fc_taps=None):
     cfg["eagle_aux_hidden_state_layer_ids"] = list(taps)
     shards = None
     if fc_taps is not None:
-        shards = {"model.safetensors": {"fc.weight": ("BF16", [4096, fc_taps * 4096]), "layers.0.self_attn.q_proj.weight": ("BF16", [4096, 4096]), "embed_tokens.weight": ("BF16", [128256, 4096]), "d2t": ("I64", [32000])}}
+        shards = {
+            "model.safetensors": {
+                "fc.weight": ("BF16", [4096, fc_taps * 4096]),
+                "layers.0.self_attn.q_proj.weight": ("BF16", [4096, 4096]),
+                "embed_tokens.weight": ("BF16", [128256, 4096]),
+                "d2t": ("I64", [32000]),
+            }
+        }
     return make_checkpoint(name, cfg, shards=shards)
 
 
@@ -1017,6 +1198,8 @@ def test_report_speculators_eagle3_four_taps_gets_a_three_tap_fc(llama, make_che
     # three taps at the top level: built 3, fed 3
     _, by = check(llama, speculators_eagle3(make_checkpoint, "spec3", [2, 16, 29], fc_taps=3), pp=2)
     assert "fc-width-built" not in by
+
+
 @pytest.fixture
 def net(monkeypatch):
     """This host's network as the node rules see it (io.netinfo), set per test: host name, what names
@@ -1024,9 +1207,15 @@ def net(monkeypatch):
     from ppspec_cli.io import netinfo
     from ppspec_cli.planning import rules
 
-    view = {"host": "nodeb", "names": {"nodeb": ["127.0.1.1"], "nodea": ["198.18.0.1"]}, "routes": {"198.18.0.1": netinfo.Route("eth1", "198.18.0.2", False)}}
+    view = {
+        "host": "nodeb",
+        "names": {"nodeb": ["127.0.1.1"], "nodea": ["198.18.0.1"]},
+        "routes": {"198.18.0.1": netinfo.Route("eth1", "198.18.0.2", False)},
+    }
     monkeypatch.setattr(netinfo, "host_name", lambda: view["host"])
-    monkeypatch.setattr(netinfo, "resolve", lambda h, timeout_s=5.0: [h] if h[0].isdigit() else view["names"].get(h, []))
+    monkeypatch.setattr(
+        netinfo, "resolve", lambda h, timeout_s=5.0: [h] if h[0].isdigit() else view["names"].get(h, [])
+    )
     monkeypatch.setattr(netinfo, "route_to", lambda a: view["routes"].get(a))
     monkeypatch.setattr(netinfo, "interfaces", lambda: [netinfo.Interface("eth1", True, ["198.18.0.2"])])
     rules._head_view.cache_clear()
@@ -1054,7 +1243,13 @@ def test_node_network_findings(llama, net):
     assert "31000" in by["node-ports"][0].message and "31001" in by["node-ports"][0].message
     assert "node-head-unroutable" not in by  # nodea routes by eth1
     # the profile sets all three variables: no warning about the host name
-    _, by = check(llama, method=None, launch={"master_addr": "nodea"}, env={"GLOO_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_IFNAME": "eth1", "VLLM_HOST_IP": "198.18.0.2"}, **two)
+    _, by = check(
+        llama,
+        method=None,
+        launch={"master_addr": "nodea"},
+        env={"GLOO_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_IFNAME": "eth1", "VLLM_HOST_IP": "198.18.0.2"},
+        **two,
+    )
     assert "node-hostname-loopback" not in by
     # a head with no route, and one whose name does not resolve here
     _, by = check(llama, method=None, launch={"master_addr": "10.9.9.9"}, **two)
@@ -1089,16 +1284,20 @@ def test_the_profile_question_asks_no_dns(llama, monkeypatch):
     rules._head_view.cache_clear()
 
 
-
-
 def test_no_warning_says_there_is_nothing_to_do():
     """A warning asks the user to act: one whose fix is "nothing to do" is an info (issue 26)."""
     for path in (REPO / "ppspec_cli").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and len(node.args) >= 5 and all(isinstance(a, ast.Constant) for a in node.args[1:2]):
+            if (
+                isinstance(node, ast.Call)
+                and len(node.args) >= 5
+                and all(isinstance(a, ast.Constant) for a in node.args[1:2])
+            ):
                 sev, hint = node.args[1], node.args[4]
                 if sev.value == "warning" and isinstance(hint, ast.Constant) and isinstance(hint.value, str):
-                    assert not hint.value.lower().startswith("nothing to do"), f"{path.name}:{node.lineno}: a warning whose fix is 'nothing to do'"
+                    assert not hint.value.lower().startswith("nothing to do"), (
+                        f"{path.name}:{node.lineno}: a warning whose fix is 'nothing to do'"
+                    )
 
 
 # ---- issue 31: vLLM's own source, read per release (knowledge/arch), for families no pack describes
@@ -1171,7 +1370,9 @@ def test_issue31_target_without_model_is_refused_at_drafter_load(v033, make_chec
     _, by = check(target, specforge, pp=1, engine_version="0.33.0")
     f = expect(by, "target-no-drafter-embedding", "error", "target.model")
     assert "has no attribute 'model'" in f.message and "eagle/utils.py:102" in f.message
-    _, llama = check(synthetic(make_checkpoint, "LlamaForCausalLM", model_type="llama"), specforge, pp=1, engine_version="0.33.0")
+    _, llama = check(
+        synthetic(make_checkpoint, "LlamaForCausalLM", model_type="llama"), specforge, pp=1, engine_version="0.33.0"
+    )
     assert "target-no-drafter-embedding" not in llama
 
 
@@ -1190,9 +1391,15 @@ def test_issue31_no_eagle3_interface_at_any_pp(v033, make_checkpoint, specforge)
 @pytest.mark.parametrize(
     ("arch", "line"),
     [
-        ("GptOssForCausalLM", "gpt_oss.py:1413"),  # self.model = GptOssModel(...): the mixin's False (interfaces.py:1611), forward gpt_oss.py:507
+        (
+            "GptOssForCausalLM",
+            "gpt_oss.py:1413",
+        ),  # self.model = GptOssModel(...): the mixin's False (interfaces.py:1611), forward gpt_oss.py:507
         ("Qwen3MoeForCausalLM", "qwen3_moe.py:577"),  # Qwen3MoeModel: the mixin's False, forward qwen3_moe.py:487
-        ("DeepseekV3ForCausalLM", "deepseek_v2.py:1914"),  # DeepseekV2Model: no opt-in at all, forward deepseek_v2.py:1508
+        (
+            "DeepseekV3ForCausalLM",
+            "deepseek_v2.py:1914",
+        ),  # DeepseekV2Model: no opt-in at all, forward deepseek_v2.py:1508
     ],
 )
 def test_issue31_moe_and_gpt_oss_style_targets_are_refused_not_unknown(v033, make_checkpoint, specforge, arch, line):
@@ -1223,7 +1430,14 @@ def test_issue31_dflash_without_target_layer_ids(v033, make_checkpoint):
     from the drafter's num_hidden_layers (qwen3_dflash.py:89 `len(aux_layers) if aux_layers else
     config.num_hidden_layers` in 0.33), and combine_hidden_states raises (qwen3_dflash.py:829-840)."""
     target = make_checkpoint("qwen3", "Qwen__Qwen3-8B")
-    cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 5, "vocab_size": 151936, "block_size": 16}
+    cfg = {
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "hidden_size": 4096,
+        "num_hidden_layers": 5,
+        "vocab_size": 151936,
+        "block_size": 16,
+    }
     head = make_checkpoint("dflash-no-ids", cfg)
     _, by = check(target, head, method="dflash", pp=1, engine_version="0.33.0")
     f = expect(by, "drafter-fc-default-taps", "error", "drafter.model")

@@ -14,7 +14,9 @@ from ppspec_cli.running.serve.rundir import lock_run_dir, remove_engine_tmp
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()
+    }
 
 
 def test_users_tmp_folder_is_refused_and_kept(tmp_path):
@@ -96,7 +98,9 @@ def test_lock_without_file_system_locks_goes_by_the_record(tmp_path, monkeypatch
     live = subprocess.Popen(["sleep", "60"])
     try:
         (d / "serve.lock").write_text(json.dumps({**me, "pid": live.pid}) + "\n")
-        with pytest.raises(PpspecError, match=rf"pid {live.pid} on this host.*keeps no locks, and that process is alive"):
+        with pytest.raises(
+            PpspecError, match=rf"pid {live.pid} on this host.*keeps no locks, and that process is alive"
+        ):
             lock_run_dir(d)
     finally:
         live.kill()

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ppspec_cli.io import safeio
 from ppspec_cli.checkpoint.reader import load_local
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import safeio
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -88,7 +88,9 @@ def test_depth_ignores_brackets_inside_strings():
 
 
 def _shard(path: Path, tensors: int) -> None:
-    header = {f"{path.stem}{i}": {"dtype": "F16", "shape": [1], "data_offsets": [2 * i, 2 * i + 2]} for i in range(tensors)}
+    header = {
+        f"{path.stem}{i}": {"dtype": "F16", "shape": [1], "data_offsets": [2 * i, 2 * i + 2]} for i in range(tensors)
+    }
     raw = json.dumps(header).encode()
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * (2 * tensors))
 
@@ -96,7 +98,9 @@ def _shard(path: Path, tensors: int) -> None:
 def test_safetensors_tensor_count_is_bounded_across_shards(tmp_path, monkeypatch):
     import ppspec_cli.checkpoint.reader as C
 
-    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["X"], "num_hidden_layers": 1, "hidden_size": 8, "vocab_size": 8}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"architectures": ["X"], "num_hidden_layers": 1, "hidden_size": 8, "vocab_size": 8})
+    )
     _shard(tmp_path / "a.safetensors", 6)
     _shard(tmp_path / "b.safetensors", 6)
     monkeypatch.setattr(C, "MAX_TENSORS", 10)  # each shard alone is under the bound, both together are not
@@ -106,7 +110,9 @@ def test_safetensors_tensor_count_is_bounded_across_shards(tmp_path, monkeypatch
 
 
 def test_safetensors_fifo_shard_is_a_gap_not_a_hang(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["X"], "num_hidden_layers": 1, "hidden_size": 8, "vocab_size": 8}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"architectures": ["X"], "num_hidden_layers": 1, "hidden_size": 8, "vocab_size": 8})
+    )
     _shard(tmp_path / "a.safetensors", 1)
     os.mkfifo(tmp_path / "b.safetensors")
     ck = load_local("m", tmp_path)  # the FIFO is not a file: not read
@@ -129,8 +135,16 @@ def test_cli_refuses_hostile_files_with_exit_2_or_1(tmp_path, kind):
         (m / "config.json").write_text("[" * 100_000 + "]" * 100_000)
         prof = tmp_path / "p.yaml"
         prof.write_text(f"name: x\ntarget:\n  model: {m}\nplatform: cpu\n")
-    r = subprocess.run([sys.executable, "-m", "ppspec_cli.cli", "check", str(prof)], capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "ppspec_cli.cli", "check", str(prof)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert r.returncode in (1, 2), r.stderr
     assert "Traceback" not in r.stderr + r.stdout and "unexpected" not in (r.stderr + r.stdout).lower()
     msg = r.stderr + r.stdout
-    assert {"fifo": "FIFO", "devzero": "character device", "deep-config": "nests deeper than the 64 levels"}[kind] in msg
+    assert {"fifo": "FIFO", "devzero": "character device", "deep-config": "nests deeper than the 64 levels"}[
+        kind
+    ] in msg

@@ -28,10 +28,9 @@ import sys
 import time
 from pathlib import Path
 
+import inprocess
 import pytest
 import yaml
-
-import inprocess
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -65,7 +64,14 @@ def test_sources_use_safe_yaml_and_no_shell():
             name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
             owner = getattr(f.value, "id", "") if isinstance(f, ast.Attribute) else ""
             where = f"{path.relative_to(REPO)}:{node.lineno}"
-            if owner == "yaml" and name in ("load", "load_all", "unsafe_load", "unsafe_load_all", "full_load", "full_load_all"):
+            if owner == "yaml" and name in (
+                "load",
+                "load_all",
+                "unsafe_load",
+                "unsafe_load_all",
+                "full_load",
+                "full_load_all",
+            ):
                 bad.append(f"{where}: yaml.{name}")
             if owner == "os" and name in ("system", "popen", "execl", "execlp", "spawnl", "spawnlp"):
                 bad.append(f"{where}: os.{name}")
@@ -82,7 +88,12 @@ def test_sources_use_safe_yaml_and_no_shell():
 
 @pytest.mark.parametrize(
     "tag",
-    ["!!python/object/apply:os.system ['touch {m}']", "!!python/name:os.system", "!!python/object/new:subprocess.Popen [['touch', '{m}']]", "!!python/module:os"],
+    [
+        "!!python/object/apply:os.system ['touch {m}']",
+        "!!python/name:os.system",
+        "!!python/object/new:subprocess.Popen [['touch', '{m}']]",
+        "!!python/module:os",
+    ],
 )
 def test_python_yaml_tags_are_refused(tag, tmp_path):
     from ppspec_cli.errors import PpspecError
@@ -103,7 +114,9 @@ def test_python_yaml_tags_are_refused(tag, tmp_path):
 EVIL_DIR = "m; touch PWNED-a $(touch PWNED-b) `touch PWNED-c` && echo \"x\" | tee PWNED-d 'q'"
 
 
-def _serve_fake(tmp_path: Path, profile: dict, env: dict | None = None, extra: dict | None = None) -> tuple[int, str, dict, Path]:
+def _serve_fake(
+    tmp_path: Path, profile: dict, env: dict | None = None, extra: dict | None = None
+) -> tuple[int, str, dict, Path]:
     """`ppspec serve` on the fake engine until it is ready, then SIGTERM. Returns (rc, output, the
     fake's record, run dir). Runs in a directory that must stay empty (nothing executed)."""
     cwd = tmp_path / "cwd"
@@ -113,8 +126,17 @@ def _serve_fake(tmp_path: Path, profile: dict, env: dict | None = None, extra: d
     prof.write_text(yaml.safe_dump(profile, sort_keys=False), encoding="utf-8")
     run_dir = tmp_path / "run"
     record = tmp_path / "record.json"
-    e = PF.ppspec_env({"PPSPEC_VLLM_EXECUTABLE": str(fake), "FAKE_VLLM_MODE": "serve", "FAKE_VLLM_RECORD": str(record), **(env or {})})
-    p = subprocess.Popen(PPSPEC + ["serve", str(prof), "--run-dir", str(run_dir)], cwd=cwd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    e = PF.ppspec_env(
+        {"PPSPEC_VLLM_EXECUTABLE": str(fake), "FAKE_VLLM_MODE": "serve", "FAKE_VLLM_RECORD": str(record), **(env or {})}
+    )
+    p = subprocess.Popen(
+        PPSPEC + ["serve", str(prof), "--run-dir", str(run_dir)],
+        cwd=cwd,
+        env=e,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         t0 = time.monotonic()
         while not (run_dir / "ready").exists():
@@ -147,7 +169,9 @@ def test_shell_metacharacters_reach_the_engine_as_one_argument(tmp_path):
     evil = PF.write_target(tmp_path / EVIL_DIR)
     name = "x'; touch PWNED-e; echo '"
     profile = {
-        "name": "evil", "target": {"model": str(evil)}, "platform": "cpu",
+        "name": "evil",
+        "target": {"model": str(evil)},
+        "platform": "cpu",
         "server": {"host": "127.0.0.1", "port": PF.free_port(), "served_model_name": name},
         "env": {"SECURITY_T_FOO": "$(touch PWNED-f) `touch PWNED-g`; touch PWNED-h"},
     }
@@ -164,7 +188,9 @@ def test_option_like_values_stay_values(tmp_path):
     """A target directory named like an option and option-like names reach the engine as values."""
     dash = PF.write_target(tmp_path / "--trust-remote-code")
     profile = {
-        "name": "dashes", "target": {"model": "--trust-remote-code"}, "platform": "cpu",
+        "name": "dashes",
+        "target": {"model": "--trust-remote-code"},
+        "platform": "cpu",
         "server": {"host": "127.0.0.1", "port": PF.free_port(), "served_model_name": "--trust-remote-code"},
     }
     (tmp_path / "cwd").mkdir()
@@ -182,16 +208,20 @@ def test_vllms_parser_reads_option_like_values_as_values(tmp_path):
     """The argv build_launch makes for a hostile profile, parsed by the installed vLLM's own
     `serve` parser: every hostile value lands in its field; nothing turns on trust_remote_code."""
     from ppspec_cli.planning.engine_options import vllm_serve_parser
-    from ppspec_cli.running.launch import build_launch
     from ppspec_cli.planning.profile import parse_profile
     from ppspec_cli.planning.resolve import resolve
+    from ppspec_cli.running.launch import build_launch
 
     PF.write_target(tmp_path / "-rf")
-    text = yaml.safe_dump({
-        "name": "hostile", "target": {"model": "./-rf", "revision": "--trust-remote-code"}, "platform": "cpu",
-        "server": {"host": "127.0.0.1", "served_model_name": "--trust-remote-code"},
-        "engine": {"seed": "-1", "max-model-len": 512},
-    })
+    text = yaml.safe_dump(
+        {
+            "name": "hostile",
+            "target": {"model": "./-rf", "revision": "--trust-remote-code"},
+            "platform": "cpu",
+            "server": {"host": "127.0.0.1", "served_model_name": "--trust-remote-code"},
+            "engine": {"seed": "-1", "max-model-len": 512},
+        }
+    )
     prof_path = tmp_path / "p.yaml"
     prof_path.write_text(text)
     r = resolve(parse_profile(text, str(prof_path)), profile_path=str(prof_path), offline=True)
@@ -228,14 +258,25 @@ def test_binds_loopback_unless_the_profile_says_otherwise(tmp_path):
 
 def test_trust_remote_code_only_when_the_profile_sets_it(tmp_path):
     rc, out, _ = _dry(tmp_path, {})
-    assert "--trust-remote-code" not in out["nodes"][0]["argv"] and "trust-remote-code" not in {f["code"] for f in out["findings"]}
+    assert "--trust-remote-code" not in out["nodes"][0]["argv"] and "trust-remote-code" not in {
+        f["code"] for f in out["findings"]
+    }
     rc, out, _ = _dry(tmp_path, {"trust_remote_code": True})
     assert "--trust-remote-code" in out["nodes"][0]["argv"]
     warn = [f for f in out["findings"] if f["code"] == "trust-remote-code"]
     assert warn and warn[0]["severity"] == "warning"
-    for engine in ({"trust-remote-code": True}, {"trust_remote_code": True}, {"--trust-remote-code": True}, {"config": "/tmp/x.yaml"}):
+    for engine in (
+        {"trust-remote-code": True},
+        {"trust_remote_code": True},
+        {"--trust-remote-code": True},
+        {"config": "/tmp/x.yaml"},
+    ):
         rc, out, err = _dry(tmp_path, {"engine": engine})
-        assert rc == 1 and {"engine-managed-option", "engine-refused-option"} & set(out["refused_by"]), (engine, out.get("refused_by"), err)
+        assert rc == 1 and {"engine-managed-option", "engine-refused-option"} & set(out["refused_by"]), (
+            engine,
+            out.get("refused_by"),
+            err,
+        )
 
 
 @pytest.mark.vllm
@@ -245,7 +286,9 @@ def test_abbreviated_managed_flags_are_refused_at_serve():
     refused as that flag, and a prefix of an ordinary option is that option (not "unknown")."""
     from ppspec_cli.planning.engine_options import check_engine_flags, launch_refusals
 
-    assert check_engine_flags({"trust-remote": True, "max-model": 512, "no-such-option-xyz": 1}) == ["no-such-option-xyz"]
+    assert check_engine_flags({"trust-remote": True, "max-model": 512, "no-such-option-xyz": 1}) == [
+        "no-such-option-xyz"
+    ]
     assert [f.code for f in launch_refusals({"trust-remote": True}, {}, None, None)] == ["engine-managed-option"]
 
 
@@ -265,15 +308,34 @@ def _all_text(paths: list[Path]) -> str:
 def test_api_key_stays_out_of_files_logs_and_reports(tmp_path):
     port = PF.free_port()
     target = PF.write_target(tmp_path / "t")
-    profile = {"name": "keyed", "target": {"model": str(target)}, "platform": "cpu", "server": {"host": "127.0.0.1", "port": port, "api_key_env": "PPSPEC_TEST_KEY"}}
+    profile = {
+        "name": "keyed",
+        "target": {"model": str(target)},
+        "platform": "cpu",
+        "server": {"host": "127.0.0.1", "port": port, "api_key_env": "PPSPEC_TEST_KEY"},
+    }
     env = {"PPSPEC_TEST_KEY": KEY, "FAKE_VLLM_REFLECT": "1"}
     verify_out: list[str] = []
 
     def while_serving(run_dir: Path) -> None:
         # verify against the careless server: it echoes the Authorization header in its errors
         cp = subprocess.run(
-            PPSPEC + ["verify", str(tmp_path / "profile.yaml"), "--out", str(tmp_path / "report.json"), "--num-prompts", "1", "--max-tokens", "4"],
-            capture_output=True, text=True, env=PF.ppspec_env(env), cwd=REPO, timeout=120,
+            PPSPEC
+            + [
+                "verify",
+                str(tmp_path / "profile.yaml"),
+                "--out",
+                str(tmp_path / "report.json"),
+                "--num-prompts",
+                "1",
+                "--max-tokens",
+                "4",
+            ],
+            capture_output=True,
+            text=True,
+            env=PF.ppspec_env(env),
+            cwd=REPO,
+            timeout=120,
         )
         verify_out.append(cp.stdout + cp.stderr)
         assert cp.returncode != 0 and "Traceback" not in verify_out[0], verify_out[0]
@@ -285,7 +347,17 @@ def test_api_key_stays_out_of_files_logs_and_reports(tmp_path):
     dry_json = inprocess.run("serve", str(tmp_path / "profile.yaml"), "--dry-run", "--json", env=env, cwd=REPO)
     assert 'VLLM_API_KEY="${PPSPEC_TEST_KEY}"' in dry.stdout
     assert "500" in verify_out[0] and "Bearer" in verify_out[0], verify_out[0]  # the echo reached verify's message...
-    everything = "\n".join([out, verify_out[0], dry.stdout, dry.stderr, dry_json.stdout, dry_json.stderr, _all_text([run_dir, tmp_path / "profile.yaml"])])
+    everything = "\n".join(
+        [
+            out,
+            verify_out[0],
+            dry.stdout,
+            dry.stderr,
+            dry_json.stdout,
+            dry_json.stderr,
+            _all_text([run_dir, tmp_path / "profile.yaml"]),
+        ]
+    )
     if (tmp_path / "report.json").exists():
         everything += _all_text([tmp_path / "report.json"])
     assert KEY not in everything  # ...but not the key
@@ -297,15 +369,33 @@ def test_verify_redacts_a_key_echoed_where_its_message_is_cut(tmp_path):
     must not leave its first characters behind."""
     port = PF.free_port()
     target = PF.write_target(tmp_path / "t")
-    profile = {"name": "cut", "target": {"model": str(target)}, "platform": "cpu", "server": {"host": "127.0.0.1", "port": port, "api_key_env": "PPSPEC_TEST_KEY"}}
+    profile = {
+        "name": "cut",
+        "target": {"model": str(target)},
+        "platform": "cpu",
+        "server": {"host": "127.0.0.1", "port": port, "api_key_env": "PPSPEC_TEST_KEY"},
+    }
     # error body: {"error": "<pad>bad request with Authorization: Bearer KEY"}: the key starts at 50 + pad
     env = {"PPSPEC_TEST_KEY": KEY, "FAKE_VLLM_REFLECT": "1", "FAKE_VLLM_REFLECT_PAD": "242"}
     seen: list[str] = []
 
     def while_serving(_run_dir: Path) -> None:
         cp = subprocess.run(
-            PPSPEC + ["verify", "--endpoint", f"http://127.0.0.1:{port}", "--api-key-env", "PPSPEC_TEST_KEY", "--num-prompts", "1"],
-            capture_output=True, text=True, env=PF.ppspec_env(env), cwd=REPO, timeout=120,
+            PPSPEC
+            + [
+                "verify",
+                "--endpoint",
+                f"http://127.0.0.1:{port}",
+                "--api-key-env",
+                "PPSPEC_TEST_KEY",
+                "--num-prompts",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+            env=PF.ppspec_env(env),
+            cwd=REPO,
+            timeout=120,
         )
         seen.append(cp.stdout + cp.stderr)
 
@@ -323,7 +413,15 @@ def test_engine_reads_the_plan_file_ppspec_wrote(tmp_path):
     from ppspec_cli.running.planfile import PLAN_FORMAT, read_plan_file
 
     target = PF.write_target(tmp_path / "t")
-    rc, out, rec, run_dir = _serve_fake(tmp_path, {"name": "planned", "target": {"model": str(target)}, "platform": "cpu", "server": {"host": "127.0.0.1", "port": PF.free_port()}})
+    rc, out, rec, run_dir = _serve_fake(
+        tmp_path,
+        {
+            "name": "planned",
+            "target": {"model": str(target)},
+            "platform": "cpu",
+            "server": {"host": "127.0.0.1", "port": PF.free_port()},
+        },
+    )
     assert rc == 143, out  # stopped by SIGTERM (serve exits 128+N)
     assert rec["plan_file"] == str(run_dir / "plan.json")
     data = read_plan_file(rec["plan_file"])
@@ -355,7 +453,14 @@ def test_plugin_refuses_foreign_and_unreadable_plan_files(tmp_path):
     evil_pack.mkdir()
     marker = tmp_path / "PACK-EXECUTED"
     (evil_pack / "patches.py").write_text(f"open({str(marker)!r}, 'w').close()\ndef get_patches():\n    return []\n")
-    plan = {"format": "ppspec-plan/1", "profile": "p", "pack": None, "plan": None, "expect": {}, "status_dir": str(tmp_path / "status")}
+    plan = {
+        "format": "ppspec-plan/1",
+        "profile": "p",
+        "pack": None,
+        "plan": None,
+        "expect": {},
+        "status_dir": str(tmp_path / "status"),
+    }
     files = {
         "pack-path-trick": {**plan, "pack": "../../../../" + str(evil_pack)},
         "foreign-format": {**plan, "format": "other-tool/1"},
@@ -369,7 +474,14 @@ def test_plugin_refuses_foreign_and_unreadable_plan_files(tmp_path):
         paths[name] = str(p)
     paths["missing"] = str(tmp_path / "nope.json")
     paths["a-directory"] = str(tmp_path)
-    cp = subprocess.run([sys.executable, "-c", PLUGIN_PROBE, json.dumps(paths)], capture_output=True, text=True, cwd=REPO, timeout=300, env=PF.ppspec_env({}))
+    cp = subprocess.run(
+        [sys.executable, "-c", PLUGIN_PROBE, json.dumps(paths)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        env=PF.ppspec_env({}),
+    )
     assert cp.returncode == 0, cp.stderr[-3000:]
     res = json.loads(cp.stdout.strip().splitlines()[-1])
     for name in paths:

@@ -11,8 +11,20 @@ import subprocess
 import time
 
 import pytest
-
-from enginehelpers import PPSPEC, REPO, Served, assert_clean_shutdown, descendants, engine_env, engine_lock, free_port, gone, leftover_entries, spec_counter, write_profile
+from enginehelpers import (
+    PPSPEC,
+    REPO,
+    Served,
+    assert_clean_shutdown,
+    descendants,
+    engine_env,
+    engine_lock,
+    free_port,
+    gone,
+    leftover_entries,
+    spec_counter,
+    write_profile,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.engine]
 
@@ -57,9 +69,20 @@ def test_demo_pp2_without_speculation(tmp_path):
 
 
 def test_cpu_eagle3_pp2_refused_before_launch(tmp_path):
-    prof = write_profile("profiles/tiny_cpu_demo.yaml", tmp_path / "bad.yaml", **{"topology.pipeline_parallel": 2, "server.port": free_port()})
+    prof = write_profile(
+        "profiles/tiny_cpu_demo.yaml",
+        tmp_path / "bad.yaml",
+        **{"topology.pipeline_parallel": 2, "server.port": free_port()},
+    )
     run_dir = tmp_path / "run"
-    p = subprocess.run(PPSPEC + ["serve", str(prof), "--run-dir", str(run_dir)], capture_output=True, text=True, env=engine_env(), cwd=REPO, timeout=120)
+    p = subprocess.run(
+        PPSPEC + ["serve", str(prof), "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        env=engine_env(),
+        cwd=REPO,
+        timeout=120,
+    )
     assert p.returncode == 1
     assert "cpu-pp-taps" in p.stderr and "V1 model runner" in p.stderr
     assert "Traceback" not in p.stderr
@@ -74,7 +97,14 @@ def test_port_in_use_refused_before_launch(tmp_path):
         sock.listen(1)
         port = sock.getsockname()[1]
         prof = write_profile("profiles/tiny_cpu_demo.yaml", tmp_path / "p.yaml", **{"server.port": port})
-        p = subprocess.run(PPSPEC + ["serve", str(prof), "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, env=engine_env(), cwd=REPO, timeout=120)
+        p = subprocess.run(
+            PPSPEC + ["serve", str(prof), "--run-dir", str(tmp_path / "run")],
+            capture_output=True,
+            text=True,
+            env=engine_env(),
+            cwd=REPO,
+            timeout=120,
+        )
     assert p.returncode == 1
     assert "already in use" in p.stderr and "server.port" in p.stderr
     assert not (tmp_path / "run" / "engine.log").exists()
@@ -85,7 +115,9 @@ def test_engine_dies_during_start_reports_last_lines(tmp_path):
     not know; a too-large max-model-len, used here before, is now check's max-model-len-too-large):
     ppspec exits 1 with the log tail, no orphans."""
     prof = write_profile(
-        "profiles/tiny_cpu_demo.yaml", tmp_path / "p.yaml", **{"server.port": free_port(), "engine.kv-cache-dtype": "bogus"}
+        "profiles/tiny_cpu_demo.yaml",
+        tmp_path / "p.yaml",
+        **{"server.port": free_port(), "engine.kv-cache-dtype": "bogus"},
     )
     run_dir = tmp_path / "run"
     with engine_lock():
@@ -103,7 +135,7 @@ def test_engine_dies_during_start_reports_last_lines(tmp_path):
         out = s.output()
         assert rc == 1, out[-2000:]
         assert "exited with code" in out and "Last log lines" in out
-        assert "Traceback (most recent call last):\n  File \"" not in out.split("error: the engine exited")[-1][:200]
+        assert 'Traceback (most recent call last):\n  File "' not in out.split("error: the engine exited")[-1][:200]
         assert s.seen_pids, "no engine process was seen"
         left, new = gone(s, before)
         assert not left, f"processes left behind: {left}"

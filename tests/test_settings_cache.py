@@ -12,7 +12,18 @@ from ppspec_cli.errors import PpspecError
 from ppspec_cli.io import cache, safeio, settings, yamlload
 
 
-@pytest.mark.parametrize(("var", "value"), [("PPSPEC_STOP_GRACE_S", "nan"), ("PPSPEC_STOP_GRACE_S", "inf"), ("PPSPEC_STOP_GRACE_S", "-1"), ("PPSPEC_STOP_GRACE_S", "1e9"), ("PPSPEC_STOP_GRACE_S", "soon"), ("PPSPEC_HUB_DEADLINE", "0"), ("PPSPEC_HUB_DOWNLOAD_LIMIT_GB", "nan")])
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("PPSPEC_STOP_GRACE_S", "nan"),
+        ("PPSPEC_STOP_GRACE_S", "inf"),
+        ("PPSPEC_STOP_GRACE_S", "-1"),
+        ("PPSPEC_STOP_GRACE_S", "1e9"),
+        ("PPSPEC_STOP_GRACE_S", "soon"),
+        ("PPSPEC_HUB_DEADLINE", "0"),
+        ("PPSPEC_HUB_DOWNLOAD_LIMIT_GB", "nan"),
+    ],
+)
 def test_an_out_of_bounds_variable_is_one_error_naming_it(monkeypatch, var, value):
     monkeypatch.setenv(var, value)
     with pytest.raises(PpspecError) as e:
@@ -100,6 +111,7 @@ def test_a_planted_option_cache_is_refused_not_used(tmp_path, monkeypatch):
 
 # --- YAML by budget -------------------------------------------------------------------------
 
+
 def _bomb(copies: int, size: int = 1000) -> str:
     return "name: x\nnote: &a " + "y" * size + "\nengine: {l: [" + ", ".join(["*a"] * copies) + "]}\n"
 
@@ -123,7 +135,9 @@ def test_the_budget_can_fail_both_ways():
     assert yamlload.expanded_size(node, nodes - 1, size) is None
 
 
-@pytest.mark.parametrize("value", ["2024-01-01", "2024-01-01T10:00:00Z", "!!binary aGk=", "!!set {a, b}", ".nan", "-.inf"])
+@pytest.mark.parametrize(
+    "value", ["2024-01-01", "2024-01-01T10:00:00Z", "!!binary aGk=", "!!set {a, b}", ".nan", "-.inf"]
+)
 def test_a_non_json_value_in_engine_is_refused_with_its_key(value):
     from ppspec_cli.planning.profile import parse_profile
 
@@ -133,7 +147,11 @@ def test_a_non_json_value_in_engine_is_refused_with_its_key(value):
 
 
 def test_quoted_dates_and_plain_numbers_load():
-    assert yamlload.load("a: '2024-01-01'\nb: 1.5\nc: 1e3", what="x", source="s", max_nodes=100, max_bytes=1000) == {"a": "2024-01-01", "b": 1.5, "c": "1e3"}
+    assert yamlload.load("a: '2024-01-01'\nb: 1.5\nc: 1e3", what="x", source="s", max_nodes=100, max_bytes=1000) == {
+        "a": "2024-01-01",
+        "b": 1.5,
+        "c": "1e3",
+    }
 
 
 def test_columns_zero_does_not_hide_errors(monkeypatch):
@@ -168,7 +186,9 @@ def test_remove_tree_unlinks_a_planted_link_and_never_its_target(tmp_path):
     assert not os.path.lexists(arm) and (target / "keep").read_text() == "x"
 
 
-@pytest.mark.parametrize(("var", "value"), [("PPSPEC_STOP_GRACE_S", "nan"), ("PPSPEC_CACHE", "__FILE__"), ("PPSPEC_HUB_DEADLINE", "-1")])
+@pytest.mark.parametrize(
+    ("var", "value"), [("PPSPEC_STOP_GRACE_S", "nan"), ("PPSPEC_CACHE", "__FILE__"), ("PPSPEC_HUB_DEADLINE", "-1")]
+)
 def test_a_bad_variable_is_one_cli_error_before_anything_runs(tmp_path, var, value):
     """Every command checks the PPSPEC_* variables first: one message naming the variable, exit 2,
     no traceback (PPSPEC_CACHE set to a file used to print one)."""

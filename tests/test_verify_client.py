@@ -7,7 +7,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
 from enginehelpers import free_port
 
 from ppspec_cli.errors import PpspecError
@@ -71,7 +70,11 @@ def test_connection_refused_names_endpoint_and_suggests_serve():
 
 def test_401_is_an_auth_error_without_the_key(server, monkeypatch):
     _, url = server
-    _Handler.routes["/v1/models"] = lambda h: (401, json.dumps({"error": f"bad key {SECRET}"}), {"Content-Type": "application/json"})
+    _Handler.routes["/v1/models"] = lambda h: (
+        401,
+        json.dumps({"error": f"bad key {SECRET}"}),
+        {"Content-Type": "application/json"},
+    )
     monkeypatch.setenv("PPSPEC_TEST_KEY", SECRET)
     c = Client(url, api_key_env="PPSPEC_TEST_KEY")
     with pytest.raises(PpspecError) as ei:
@@ -134,7 +137,9 @@ def test_timeout(server):
     caller.start()
     try:
         caller.join(30)  # a generous bound against a hang, not a speed target
-        assert not caller.is_alive(), "the client ignored its 0.3 s timeout (still waiting while the server holds the request)"
+        assert not caller.is_alive(), (
+            "the client ignored its 0.3 s timeout (still waiting while the server holds the request)"
+        )
     finally:
         release.set()
     assert entered.is_set(), "the request never reached the server"
@@ -158,7 +163,11 @@ def test_json_without_data_list(server):
 
 def test_completion_without_choices_carries_the_server_message(server):
     _, url = server
-    _Handler.routes["/v1/completions"] = lambda h: (200, json.dumps({"error": {"message": "model nope not found"}}), None)
+    _Handler.routes["/v1/completions"] = lambda h: (
+        200,
+        json.dumps({"error": {"message": "model nope not found"}}),
+        None,
+    )
     with pytest.raises(PpspecError, match="model nope not found"):
         Client(url).complete("nope", "hi", max_tokens=4)
 
@@ -170,7 +179,11 @@ def test_completion_request_is_greedy_and_parsed(server):
     def comp(h):
         body = json.loads(h.rfile.read(int(h.headers["Content-Length"])))
         bodies.append(body)
-        doc = {"model": body["model"], "choices": [{"text": "42", "finish_reason": "length"}], "usage": {"completion_tokens": 3, "prompt_tokens": 5}}
+        doc = {
+            "model": body["model"],
+            "choices": [{"text": "42", "finish_reason": "length"}],
+            "usage": {"completion_tokens": 3, "prompt_tokens": 5},
+        }
         return 200, json.dumps(doc), None
 
     _Handler.routes["/v1/completions"] = comp
@@ -206,7 +219,14 @@ def test_server_info_is_optional(server):
 
 @pytest.mark.parametrize(
     "bad",
-    ["ftp://127.0.0.1:8000", "file:///etc/passwd", "http://user:pw@127.0.0.1:8000", "http://127.0.0.1:8000/?x=1", "http://127.0.0.1:99999", "http://"],
+    [
+        "ftp://127.0.0.1:8000",
+        "file:///etc/passwd",
+        "http://user:pw@127.0.0.1:8000",
+        "http://127.0.0.1:8000/?x=1",
+        "http://127.0.0.1:99999",
+        "http://",
+    ],
 )
 def test_only_plain_http_urls(bad):
     with pytest.raises(PpspecError) as ei:

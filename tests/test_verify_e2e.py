@@ -12,8 +12,17 @@ import subprocess
 import urllib.request
 
 import pytest
-
-from enginehelpers import PPSPEC, REPO, Served, assert_clean_shutdown, engine_env, engine_lock, free_port, leftover_entries, write_profile
+from enginehelpers import (
+    PPSPEC,
+    REPO,
+    Served,
+    assert_clean_shutdown,
+    engine_env,
+    engine_lock,
+    free_port,
+    leftover_entries,
+    write_profile,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.engine]
 
@@ -45,7 +54,9 @@ def simulate_always_token(token_ids: list[int], t: int, k: int) -> tuple[int, in
 
 
 def _greedy_ids(url: str, model: str, prompt: str) -> list[int]:
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "return_token_ids": True}).encode()
+    body = json.dumps(
+        {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "return_token_ids": True}
+    ).encode()
     req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as r:
         doc = json.loads(r.read())
@@ -57,7 +68,11 @@ def _greedy_ids(url: str, model: str, prompt: str) -> list[int]:
 def _verify(profile, *args) -> subprocess.CompletedProcess:
     return subprocess.run(
         PPSPEC + ["verify", str(profile), "--max-tokens", str(MAX_TOKENS), "--num-prompts", str(N_PROMPTS), *args],
-        capture_output=True, text=True, env=engine_env(), cwd=REPO, timeout=600,
+        capture_output=True,
+        text=True,
+        env=engine_env(),
+        cwd=REPO,
+        timeout=600,
     )
 
 
@@ -67,8 +82,14 @@ def test_verify_measures_exact_acceptance_and_gates(tmp_path):
 
     port = free_port()
     prof = write_profile(
-        "profiles/tiny_cpu_demo_one.yaml", tmp_path / "one.yaml",
-        **{"name": "demo-one", "server.port": port, "drafter.model": "demo:tiny-llama-eagle3-one", "drafter.num_speculative_tokens": K},
+        "profiles/tiny_cpu_demo_one.yaml",
+        tmp_path / "one.yaml",
+        **{
+            "name": "demo-one",
+            "server.port": port,
+            "drafter.model": "demo:tiny-llama-eagle3-one",
+            "drafter.num_speculative_tokens": K,
+        },
     )
     report, base = tmp_path / "report.json", tmp_path / "baseline.json"
     with engine_lock():

@@ -16,8 +16,19 @@ from ppspec_cli.verify.report import Report, load_report, render_table, save_rep
 FIX = Path(__file__).parent / "fixtures" / "metrics"
 
 
-def _report(mal: float | None = 2.0, rate: float | None = 0.5, *, configured=True, outputs=None, task=(18, 20), sha="abc", synthetic=False) -> dict:
-    outputs = outputs if outputs is not None else [{"id": "g01", "text": "hello"}, {"id": "a01", "text": "The answer is 13."}]
+def _report(
+    mal: float | None = 2.0,
+    rate: float | None = 0.5,
+    *,
+    configured=True,
+    outputs=None,
+    task=(18, 20),
+    sha="abc",
+    synthetic=False,
+) -> dict:
+    outputs = (
+        outputs if outputs is not None else [{"id": "g01", "text": "hello"}, {"id": "a01", "text": "The answer is 13."}]
+    )
     status = "ok" if mal is not None else ("no drafts" if configured else "not configured")
     return Report(
         endpoint="http://127.0.0.1:8000",
@@ -51,7 +62,14 @@ def _report(mal: float | None = 2.0, rate: float | None = 0.5, *, configured=Tru
         (None, False),
         ({}, False),
         ({"method": "eagle3", "num_speculative_tokens": 3}, False),
-        ({"rejection_sample_method": "standard", "synthetic_acceptance_rates": None, "synthetic_acceptance_length": None}, False),
+        (
+            {
+                "rejection_sample_method": "standard",
+                "synthetic_acceptance_rates": None,
+                "synthetic_acceptance_length": None,
+            },
+            False,
+        ),
         ({"rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.5}, True),
         ({"rejection_sample_method": "SYNTHETIC"}, True),
         ({"synthetic_acceptance_rates": [0.7, 0.5]}, True),
@@ -118,7 +136,9 @@ def test_speculative_config_from_engine_dict_forms():
     assert g.speculative_config_from_engine(None) is None
     assert g.speculative_config_from_engine({"max-model-len": 4096}) is None
     assert g.speculative_config_from_engine({"speculative-config": {"method": "eagle3"}}) == {"method": "eagle3"}
-    assert g.speculative_config_from_engine({"speculative_config": '{"rejection_sample_method": "synthetic"}'}) == {"rejection_sample_method": "synthetic"}
+    assert g.speculative_config_from_engine({"speculative_config": '{"rejection_sample_method": "synthetic"}'}) == {
+        "rejection_sample_method": "synthetic"
+    }
     dotted = g.speculative_config_from_engine({"speculative-config.rejection_sample_method": "synthetic"})
     assert g.synthetic_acceptance_configured(dotted)
     with pytest.raises(PpspecError, match="not (valid )?JSON"):
@@ -139,11 +159,20 @@ def test_gates_refused_on_a_synthetic_report():
 def test_default_gates_follow_the_inputs():
     assert g.resolve_gates(None, have_baseline=False, have_reference=False, speculative=False) == []
     assert g.resolve_gates(None, have_baseline=False, have_reference=False, speculative=True) == ["drafter"]
-    assert g.resolve_gates(None, have_baseline=True, have_reference=True, speculative=True) == ["acceptance", "drafter", "output", "task"]
+    assert g.resolve_gates(None, have_baseline=True, have_reference=True, speculative=True) == [
+        "acceptance",
+        "drafter",
+        "output",
+        "task",
+    ]
 
 
 def test_explicit_gates():
-    assert g.resolve_gates(["drafter,task", "output"], have_baseline=False, have_reference=True, speculative=True) == ["drafter", "task", "output"]
+    assert g.resolve_gates(["drafter,task", "output"], have_baseline=False, have_reference=True, speculative=True) == [
+        "drafter",
+        "task",
+        "output",
+    ]
     assert g.resolve_gates(["none"], have_baseline=True, have_reference=True, speculative=True) == []
     assert g.resolve_gates(["all"], have_baseline=True, have_reference=True, speculative=True) == list(g.GATE_NAMES)
     with pytest.raises(PpspecError, match="unknown gate"):
@@ -229,7 +258,9 @@ def test_task_score():
 
 def test_evaluate_gates_order_and_results():
     cur = _report(1.5, 0.2)
-    res = g.evaluate_gates(cur, ["task", "drafter", "acceptance"], baseline=_report(2.0), reference=_report(task=(18, 20)))
+    res = g.evaluate_gates(
+        cur, ["task", "drafter", "acceptance"], baseline=_report(2.0), reference=_report(task=(18, 20))
+    )
     assert [r.name for r in res] == ["acceptance", "drafter", "task"]
     assert [r.passed for r in res] == [False, True, True]
 

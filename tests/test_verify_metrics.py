@@ -99,7 +99,7 @@ def test_recorded_before_after_pairs_are_monotonic():
 
 def test_labels_with_escapes_and_odd_spacing():
     text = (
-        "# HELP x_total A help line with \\\\ and \"quotes\"\n"
+        '# HELP x_total A help line with \\\\ and "quotes"\n'
         "# TYPE x_total counter\n"
         'x_total{a="q\\"uote",b="back\\\\slash",c="new\\nline", d = "sp ace" ,} 7 1700000000000\n'
     )
@@ -146,14 +146,14 @@ def _page(engines: dict[tuple[str, str], tuple[float, float, float, list[float]]
     lines.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter")
     for (e, mn), (_dr, _dt, _ac, pp) in engines.items():
         for i, v in enumerate(pp):
-            lines.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="{e}",model_name="{mn}",position="{i}"}} {v}')
+            lines.append(
+                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="{e}",model_name="{mn}",position="{i}"}} {v}'
+            )
     return "\n".join(lines) + "\n" + extra
 
 
 def test_several_engines_sum_and_split():
-    sc = m.parse_prometheus(
-        _page({("0", "m"): (10, 30, 12, [6, 4, 2]), ("1", "m"): (20, 60, 6, [4, 2, 0])})
-    )
+    sc = m.parse_prometheus(_page({("0", "m"): (10, 30, 12, [6, 4, 2]), ("1", "m"): (20, 60, 6, [4, 2, 0])}))
     s = m.spec_decode_stats(sc)
     assert (s.drafts, s.draft_tokens, s.accepted_tokens) == (30, 90, 18)
     assert s.accepted_per_position == [10, 6, 2]
@@ -284,7 +284,9 @@ def test_process_start_time_change_means_restart():
 
 def test_new_series_count_from_zero():
     b = m.parse_prometheus('vllm:request_success_total{finished_reason="stop"} 3\n')
-    a = m.parse_prometheus('vllm:request_success_total{finished_reason="stop"} 5\nvllm:request_success_total{finished_reason="length"} 4\n')
+    a = m.parse_prometheus(
+        'vllm:request_success_total{finished_reason="stop"} 5\nvllm:request_success_total{finished_reason="length"} 4\n'
+    )
     assert m.request_counts(m.delta(b, a)) == {"length": 4, "stop": 2}
 
 

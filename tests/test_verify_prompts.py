@@ -84,7 +84,14 @@ def test_select():
         ({"name": "x", "version": "1", "prompts": []}, "non-empty list"),
         ({"name": "x", "prompts": [{"id": "a", "kind": "general", "prompt": "p"}]}, "version"),
         ({"name": "x", "version": "1", "prompts": [{"id": "a", "kind": "general", "prompt": "p"}] * 2}, "duplicate"),
-        ({"name": "x", "version": "1", "prompts": [{"id": "a", "kind": "arithmetic", "question": "q", "answer": "7"}]}, "integer"),
+        (
+            {
+                "name": "x",
+                "version": "1",
+                "prompts": [{"id": "a", "kind": "arithmetic", "question": "q", "answer": "7"}],
+            },
+            "integer",
+        ),
         ({"name": "x", "version": "1", "prompts": [{"id": "a", "kind": "poem", "prompt": "p"}]}, "kind"),
     ],
 )
@@ -95,7 +102,16 @@ def test_invalid_sets(doc, msg):
 
 def test_custom_file(tmp_path):
     p = tmp_path / "set.json"
-    p.write_text(json.dumps({"name": "mine", "version": "7", "arithmetic_template": "{question} =", "prompts": [{"id": "q1", "kind": "arithmetic", "question": "2+2", "answer": 4}]}))
+    p.write_text(
+        json.dumps(
+            {
+                "name": "mine",
+                "version": "7",
+                "arithmetic_template": "{question} =",
+                "prompts": [{"id": "q1", "kind": "arithmetic", "question": "2+2", "answer": 4}],
+            }
+        )
+    )
     ps = load_prompt_set(p)
     assert ps.items[0].prompt == "2+2 =" and ps.version == "7"
     p.write_text("{")

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from ppspec_cli.errors import PpspecError
 from ppspec_cli.commands.verify import verify_command
+from ppspec_cli.errors import PpspecError
 from ppspec_cli.verify import runner
-from ppspec_cli.verify.runner import run_verify
 from ppspec_cli.verify.prompts import load_prompt_set
 from ppspec_cli.verify.report import load_report
+from ppspec_cli.verify.runner import run_verify
 
 FIX = Path(__file__).parent / "fixtures" / "metrics"
 ANSWERS = {it.prompt: it.answer for it in load_prompt_set().items if it.answer is not None}
@@ -29,7 +29,15 @@ ANSWERS = {it.prompt: it.answer for it in load_prompt_set().items if it.answer i
 class FakeVllm:
     """Just enough of vLLM's OpenAI server: health, models, completions, metrics (+ dev server_info)."""
 
-    def __init__(self, *, spec: bool = True, drafts_per_req: int = 10, accepted_per_req: int = 9, k: int = 2, api_key: str | None = None):
+    def __init__(
+        self,
+        *,
+        spec: bool = True,
+        drafts_per_req: int = 10,
+        accepted_per_req: int = 9,
+        k: int = 2,
+        api_key: str | None = None,
+    ):
         self.template = (FIX / ("vllm_cpu_eagle3_before.prom" if spec else "vllm_cpu_nospec_before.prom")).read_text()
         self.spec = spec
         self.k = k
@@ -143,7 +151,11 @@ class FakeVllm:
                     fake._account(n)
                 if fake.restart_after is not None and fake.completions == fake.restart_after:
                     fake.restart()
-                doc = {"model": "tiny", "choices": [{"index": 0, "text": text, "finish_reason": "length"}], "usage": {"prompt_tokens": 5, "completion_tokens": n}}
+                doc = {
+                    "model": "tiny",
+                    "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
+                    "usage": {"prompt_tokens": 5, "completion_tokens": n},
+                }
                 return self._send(200, json.dumps(doc))
 
         return H
@@ -426,7 +438,11 @@ def test_profile_without_drafter_but_server_speculates_warns(fake, tmp_path, cap
 
 def test_synthetic_acceptance_in_profile_is_refused_before_sending(fake, tmp_path):
     f = fake()
-    prof = _profile(tmp_path, f.port, engine={"speculative-config": {"rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.5}})
+    prof = _profile(
+        tmp_path,
+        f.port,
+        engine={"speculative-config": {"rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.5}},
+    )
     with pytest.raises(PpspecError) as ei:
         _cmd(None, profile=prof)
     assert "synthetic" in ei.value.what and "--gates none" in ei.value.fix

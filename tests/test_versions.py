@@ -7,9 +7,9 @@ import re
 import tomllib
 
 import pytest
+from conftest import REPO
 from packaging.specifiers import SpecifierSet
 
-from conftest import REPO
 from ppspec_cli.knowledge import versions
 from ppspec_cli.knowledge.drafter_width import built_fc_taps
 from ppspec_cli.knowledge.engine import _without_platform_label
@@ -71,13 +71,27 @@ def test_fc_width_vllm_builds_per_drafter_class():
     classes = packs.drafter_classes()
     built = methods.get("eagle3").built_fc_taps
     # the Llama-family class: num_aux_hidden_states, else the nested list, else 3 (never the top level)
-    assert built({"architectures": ["LlamaForCausalLM"], "eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4]}, classes).taps == 3
-    assert built({"architectures": ["LlamaForCausalLM"], "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2]}}, classes).taps == 2
+    assert (
+        built({"architectures": ["LlamaForCausalLM"], "eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4]}, classes).taps
+        == 3
+    )
+    assert (
+        built(
+            {"architectures": ["LlamaForCausalLM"], "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2]}},
+            classes,
+        ).taps
+        == 2
+    )
     assert built({"architectures": ["Eagle3LlamaForCausalLM"], "num_aux_hidden_states": 4}, classes).taps == 4
     # the Qwen3 class reads the top-level list too
     b = built({"architectures": ["Eagle3Qwen3ForCausalLM"], "eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4]}, classes)
     assert (b.taps, b.served_class) == (4, "Eagle3Qwen3ForCausalLM")
-    assert built({"architectures": ["Eagle3Qwen3ForCausalLM"], "num_aux_layers": 5, "num_aux_hidden_states": 2}, classes).taps == 5
+    assert (
+        built(
+            {"architectures": ["Eagle3Qwen3ForCausalLM"], "num_aux_layers": 5, "num_aux_hidden_states": 2}, classes
+        ).taps
+        == 5
+    )
     # a class no pack describes: unknown
     assert built({"architectures": ["SomethingElseForCausalLM"]}, classes) is None
     assert built_fc_taps({"architectures": ["X"]}, ["X"], ()) is None

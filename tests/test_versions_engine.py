@@ -17,20 +17,45 @@ import subprocess
 
 import pytest
 import yaml
-
-from enginehelpers import PPSPEC, REPO, Served, engine_env, engine_lock, free_port, leftover_entries, new_entries_left, shadow_env, shadow_vllm_version, write_profile
+from enginehelpers import (
+    PPSPEC,
+    REPO,
+    Served,
+    engine_env,
+    engine_lock,
+    free_port,
+    leftover_entries,
+    new_entries_left,
+    shadow_env,
+    shadow_vllm_version,
+    write_profile,
+)
 
 pytestmark = [pytest.mark.vllm]
 
 
 def _run(env_extra: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(PPSPEC + list(args), capture_output=True, text=True, env=engine_env({**env_extra, "COLUMNS": "200"}), cwd=REPO, timeout=timeout)
+    return subprocess.run(
+        PPSPEC + list(args),
+        capture_output=True,
+        text=True,
+        env=engine_env({**env_extra, "COLUMNS": "200"}),
+        cwd=REPO,
+        timeout=timeout,
+    )
 
 
 def _start(env_extra: dict, *args: str) -> subprocess.Popen:
     """`_run` without waiting: for CLI runs that do not depend on each other (each reads vLLM in
     its own child interpreter for seconds), started side by side and then `_finish`ed."""
-    return subprocess.Popen(PPSPEC + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=engine_env({**env_extra, "COLUMNS": "200"}), cwd=REPO)
+    return subprocess.Popen(
+        PPSPEC + list(args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=engine_env({**env_extra, "COLUMNS": "200"}),
+        cwd=REPO,
+    )
 
 
 def _finish(p: subprocess.Popen, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -54,7 +79,9 @@ def test_a_reported_version_outside_the_tables_is_unverified_not_refused(tmp_pat
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
     by = _codes(cp)
     f = by["vllm-unverified"]
-    assert f["severity"] == "warning" and version in f["message"] and "0.33.0" in f["message"] and "--probes" in f["hint"]
+    assert (
+        f["severity"] == "warning" and version in f["message"] and "0.33.0" in f["message"] and "--probes" in f["hint"]
+    )
     assert "adapter-vllm-version" not in by and json.loads(cp.stdout)["engine_version"]["version"] == version
     if version != "0.34.0.dev0":
         # What follows does not depend on which unverified version is reported (dev, rc or a local
@@ -75,13 +102,25 @@ def test_a_reported_version_outside_the_tables_is_unverified_not_refused(tmp_pat
     bad.write_text(yaml.safe_dump(data))
     cp = _run(env, "check", str(bad), "--json")
     by, out = _codes(cp), json.loads(cp.stdout)
-    assert cp.returncode == 0 and out["engine_version"]["version"] == "0.32.0" and "engine-version-overruled" not in by, cp.stdout[-3000:]
+    assert (
+        cp.returncode == 0 and out["engine_version"]["version"] == "0.32.0" and "engine-version-overruled" not in by
+    ), cp.stdout[-3000:]
     assert by["vllm-other-platform"]["severity"] == "info" and version in by["vllm-other-platform"]["message"]
     here = {f["code"]: f for f in out["here"]["findings"]}
-    assert out["here"]["refused_by"] == ["platform-not-served"] and "cpu build" in here["platform-not-served"]["message"]
+    assert (
+        out["here"]["refused_by"] == ["platform-not-served"] and "cpu build" in here["platform-not-served"]["message"]
+    )
     # serve refuses what check reports, before starting anything (the engine executable does not exist)
-    sv = _run({**env, "PPSPEC_VLLM_EXECUTABLE": str(tmp_path / "no-such-vllm")}, "serve", str(bad), "--run-dir", str(tmp_path / "run"))
-    assert sv.returncode == 1 and "platform-not-served" in sv.stderr and "no-such-vllm" not in sv.stderr, sv.stderr[-3000:]
+    sv = _run(
+        {**env, "PPSPEC_VLLM_EXECUTABLE": str(tmp_path / "no-such-vllm")},
+        "serve",
+        str(bad),
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
+    assert sv.returncode == 1 and "platform-not-served" in sv.stderr and "no-such-vllm" not in sv.stderr, sv.stderr[
+        -3000:
+    ]
 
 
 def test_check_probes_on_a_nightly_reads_the_engine_by_value(tmp_path):
@@ -91,7 +130,11 @@ def test_check_probes_on_a_nightly_reads_the_engine_by_value(tmp_path):
     cp = _run(env, "check", str(REPO / "profiles/tiny_cpu_demo.yaml"), "--probes", "--json")
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
     by = _codes(cp)
-    assert "vllm-unverified" not in by and by["vllm-probed"]["severity"] == "info" and "0.34.0.dev0" in by["vllm-probed"]["message"]
+    assert (
+        "vllm-unverified" not in by
+        and by["vllm-probed"]["severity"] == "info"
+        and "0.34.0.dev0" in by["vllm-probed"]["message"]
+    )
     assert not any(f["severity"] == "error" for f in by.values()), by
 
 
@@ -111,7 +154,9 @@ def test_serve_on_a_nightly_is_ready_with_the_plugin_confirmed_and_verify_passes
             for f in sorted((run_dir / "plugin-status").glob("*.json")):
                 status += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
             assert len({st["pid"] for st in status}) >= 2, status
-            assert all(st["ok"] and st["vllm"] == "0.34.0.dev0" and st["vllm_verified"] is False for st in status), status
+            assert all(st["ok"] and st["vllm"] == "0.34.0.dev0" and st["vllm_verified"] is False for st in status), (
+                status
+            )
             assert any(st.get("workers_confirmed") for st in status), status
             marker = "measure speculation (in another terminal): "
             lines = [ln.split(marker, 1)[1] for ln in out.splitlines() if marker in ln]
@@ -124,7 +169,9 @@ def test_serve_on_a_nightly_is_ready_with_the_plugin_confirmed_and_verify_passes
             s.kill_all()
             raise
     assert rc == 143, s.log_path.read_text(errors="replace")[-3000:]
-    assert os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] != str(tmp_path / "shadow")  # the suite's own env untouched
+    assert os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] != str(
+        tmp_path / "shadow"
+    )  # the suite's own env untouched
 
 
 def test_adapters_list_on_a_nightly_reads_every_pack_by_value(tmp_path):
@@ -138,7 +185,9 @@ def test_adapters_list_on_a_nightly_reads_every_pack_by_value(tmp_path):
     recs = {r["name"]: r for r in listed["packs"]}
     # the code on disk is still 0.32.0 (its vllm/_version.py, read statically): a verified release,
     # so verdicts use that release's committed table (archtable.pick)
-    assert listed["engine_arch_table"]["vllm_version"] == "0.32.0" and listed["engine_arch_table"]["source"] == "committed"
+    assert (
+        listed["engine_arch_table"]["vllm_version"] == "0.32.0" and listed["engine_arch_table"]["source"] == "committed"
+    )
     assert recs["llama"]["engine"] == "probed" and "llama:LlamaModel" in recs["llama"]["engine_detail"]
     assert recs["llama"]["status"] == "native" and recs["llama"]["installed_vllm"]["verified"] is False
     q = recs["qwen3_moe"]
@@ -159,18 +208,36 @@ def _moe_profile(tmp_path):
     target = tmp_path / "qwen3moe"
     shutil.copytree(REPO / "tests/fixtures/models/Qwen__Qwen3-30B-A3B", target)
     p = tmp_path / "moe.yaml"
-    p.write_text(yaml.safe_dump({"name": "moe", "target": {"model": str(target)}, "platform": "auto", "adapter": "auto", "topology": {"pipeline_parallel": 1}}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "name": "moe",
+                "target": {"model": str(target)},
+                "platform": "auto",
+                "adapter": "auto",
+                "topology": {"pipeline_parallel": 1},
+            }
+        )
+    )
     return p
 
 
-@pytest.mark.parametrize(("fork", "engine", "probe_ok"), [("native-qwen3-moe", "probed", True), ("drifted-qwen3-moe", "drifted", False)])
+@pytest.mark.parametrize(
+    ("fork", "engine", "probe_ok"), [("native-qwen3-moe", "probed", True), ("drifted-qwen3-moe", "drifted", False)]
+)
 def test_a_fork_native_or_drifted_through_check_probes_and_adapters_list(tmp_path, fork, engine, probe_ok):
     """A nightly fork that opted Qwen3-MoE in natively: the pack's relay patches stand aside
     (reported); one whose Qwen3MoeModel.forward changed shape: the patch refuses by name, with
     what differs (check --probes: an error; adapters list: drifted). The plugin's side of both is
     test_plugin.py (a real engine cannot build a Qwen3-MoE model on this CPU box)."""
-    env = {**shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.34.0.dev0", fork)), "PPSPEC_CACHE": str(tmp_path / "cache")}
-    started = [_start(env, "check", str(_moe_profile(tmp_path)), "--probes", "--json"), _start(env, "adapters", "show", "qwen3_moe", "--json")]
+    env = {
+        **shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.34.0.dev0", fork)),
+        "PPSPEC_CACHE": str(tmp_path / "cache"),
+    }
+    started = [
+        _start(env, "check", str(_moe_profile(tmp_path)), "--probes", "--json"),
+        _start(env, "adapters", "show", "qwen3_moe", "--json"),
+    ]
     try:
         cp, al = (_finish(p) for p in started)
     finally:
@@ -185,12 +252,19 @@ def test_a_fork_native_or_drifted_through_check_probes_and_adapters_list(tmp_pat
     else:
         f = by["probe-pack-patches"]
         assert cp.returncode == 1 and f["severity"] == "error", cp.stdout[-3000:]
-        assert "qwen3_moe.relay_forward" in f["message"] and "anchor drifted" in f["message"] and "takes (self, hidden, positions, cache)" in f["message"]
+        assert (
+            "qwen3_moe.relay_forward" in f["message"]
+            and "anchor drifted" in f["message"]
+            and "takes (self, hidden, positions, cache)" in f["message"]
+        )
         assert "vllm-unverified" in by and "vllm-probed" not in by
     rec = json.loads(al.stdout)
     assert rec["engine"] == engine, rec["engine_detail"]
     if probe_ok:
-        assert "already does it: qwen3_moe.relay_forward, qwen3_moe.opt_in, qwen3_moe.target_embed_on_last_stage" in rec["engine_detail"]
+        assert (
+            "already does it: qwen3_moe.relay_forward, qwen3_moe.opt_in, qwen3_moe.target_embed_on_last_stage"
+            in rec["engine_detail"]
+        )
     else:
         assert "qwen3_moe.relay_forward: " in rec["engine_detail"] and "anchor drifted" in rec["engine_detail"]
 
@@ -207,8 +281,12 @@ def test_forks_in_a_real_engine(tmp_path):
     target, drafter = tmp_path / "tiny-qwen3moe", tmp_path / "tiny-qwen3moe-eagle3"
     _build_target(target)
     _build_drafter(drafter)
-    plan = {"profile": "fork-test", "pack": "qwen3_moe", "plan": {"num_layers": LAYERS},
-            "expect": {"pp": 1, "partition": [LAYERS], "taps": TAPS, "method": "eagle3"}}
+    plan = {
+        "profile": "fork-test",
+        "pack": "qwen3_moe",
+        "plan": {"num_layers": LAYERS},
+        "expect": {"pp": 1, "partition": [LAYERS], "taps": TAPS, "method": "eagle3"},
+    }
     spec = json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 2})
 
     def env(fork: str) -> dict:
@@ -221,8 +299,12 @@ def test_forks_in_a_real_engine(tmp_path):
     with engine_lock():
         before = leftover_entries()
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            native = pool.submit(_serve, tmp_path, "native", target, argv, plan, env("native-qwen3-moe"), check_left=False)
-            drifted = pool.submit(_serve, tmp_path, "drifted", target, argv, plan, env("drifted-qwen3-moe"), check_left=False)
+            native = pool.submit(
+                _serve, tmp_path, "native", target, argv, plan, env("native-qwen3-moe"), check_left=False
+            )
+            drifted = pool.submit(
+                _serve, tmp_path, "drifted", target, argv, plan, env("drifted-qwen3-moe"), check_left=False
+            )
             with pytest.raises(AssertionError, match="engine exited"):
                 drifted.result()
             _, st, metrics, _ = native.result()
@@ -231,7 +313,10 @@ def test_forks_in_a_real_engine(tmp_path):
         assert st and all(r["ok"] and r["vllm"] == "0.34.0.dev0" and r["vllm_verified"] is False for r in st), st
         worker = next(r for r in st if r["role"] == "worker")
         skipped = {x["patch"]: x for x in worker["skipped"]}
-        assert skipped["qwen3_moe.relay_forward"]["native"] and "already does this" in skipped["qwen3_moe.relay_forward"]["skipped"]
+        assert (
+            skipped["qwen3_moe.relay_forward"]["native"]
+            and "already does this" in skipped["qwen3_moe.relay_forward"]["skipped"]
+        )
         assert "qwen3_moe.relay_forward" not in {p["patch"] for p in worker["patches"]}
         assert worker["tripwires"]["taps"] == "passed"
         assert "vllm:spec_decode_num_drafts" in metrics
@@ -239,4 +324,6 @@ def test_forks_in_a_real_engine(tmp_path):
 
     st = read_status_dir(tmp_path / "drifted" / "status")
     assert st and all(not r["ok"] for r in st), st
-    assert any("patch qwen3_moe.relay_forward" in (r.get("error") or "") and "anchor drifted" in r["error"] for r in st), st
+    assert any(
+        "patch qwen3_moe.relay_forward" in (r.get("error") or "") and "anchor drifted" in r["error"] for r in st
+    ), st

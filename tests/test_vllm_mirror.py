@@ -23,10 +23,11 @@ hypothesis = pytest.importorskip("hypothesis", reason="the [test] extra (hypothe
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from mirror.cases import VERSIONS, Case, case_params, refusal_matching  # noqa: E402
-from ppspec_cli.knowledge import facts  # noqa: E402
+
 from ppspec_cli.checkpoint.reader import speculators_view  # noqa: E402
-from ppspec_cli.knowledge.methods.block import parallel_drafting_token  # noqa: E402
+from ppspec_cli.knowledge import facts  # noqa: E402
 from ppspec_cli.knowledge.engine import installed_vllm  # noqa: E402
+from ppspec_cli.knowledge.methods.block import parallel_drafting_token  # noqa: E402
 from ppspec_cli.planning.plan import (  # noqa: E402
     EngineTaps,
     build_plan,
@@ -137,7 +138,9 @@ _CFG = st.fixed_dictionaries(
         "dflash_config": st.one_of(
             st.none(),
             st.text(max_size=2),
-            st.fixed_dictionaries({}, optional={"target_layer_ids": _OPT_IDS, "layer_ids": _OPT_IDS, "mask_token_id": st.integers(0, 9)}),
+            st.fixed_dictionaries(
+                {}, optional={"target_layer_ids": _OPT_IDS, "layer_ids": _OPT_IDS, "mask_token_id": st.integers(0, 9)}
+            ),
         ),
         "dspark_target_layer_ids": _OPT_IDS,
         "model_type": st.sampled_from(["llama", "qwen3", "deepseek_v41", "deepseek_v4", "kimi_k3"]),
@@ -145,7 +148,14 @@ _CFG = st.fixed_dictionaries(
         "eagle_config": st.one_of(
             st.none(),
             st.lists(st.integers(0, 3), max_size=2),
-            st.fixed_dictionaries({}, optional={"eagle_aux_hidden_state_layer_ids": _OPT_IDS, "layer_ids": _OPT_IDS, "use_aux_hidden_state": st.booleans()}),
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "eagle_aux_hidden_state_layer_ids": _OPT_IDS,
+                    "layer_ids": _OPT_IDS,
+                    "use_aux_hidden_state": st.booleans(),
+                },
+            ),
         ),
     },
 )
@@ -192,7 +202,12 @@ _SPECULATORS = st.builds(
     lambda kind, model_type, eagle_ids, aux_ids: {
         "speculators_model_type": kind,
         "speculators_config": {"algorithm": kind},
-        "transformer_layer_config": {"model_type": model_type, "num_hidden_layers": 1, "hidden_size": 64, "vocab_size": 100},
+        "transformer_layer_config": {
+            "model_type": model_type,
+            "num_hidden_layers": 1,
+            "hidden_size": 64,
+            "vocab_size": 100,
+        },
         "mask_token_id": 5,
         "draft_vocab_size": 32,
         **({"eagle_aux_hidden_state_layer_ids": eagle_ids} if eagle_ids is not None else {}),
@@ -225,7 +240,10 @@ def test_speculators_conversion_matches_vllm(vllm_mods, cfg):
     assert speculators_view(cfg).get("architectures") == converted.get("architectures")
     assert parallel_drafting_token(speculators_view(cfg))[1] == _vllm_parallel_token(converted)
     method = vllm_mods.SpeculatorsConfig.build_vllm_speculative_config(
-        {**copy.deepcopy(cfg), "speculators_config": {"proposal_methods": [{"speculative_tokens": 3}], "verifier": {"name_or_path": "x"}}}
+        {
+            **copy.deepcopy(cfg),
+            "speculators_config": {"proposal_methods": [{"speculative_tokens": 3}], "verifier": {"name_or_path": "x"}},
+        }
     )["method"]
     assert facts.method_of_drafter_config(cfg) == method
 
@@ -301,8 +319,17 @@ def test_stage_taps_slots_and_relay_match_vllm(vllm_mods, fake_pp, data, n, pp):
     taps = tuple(sorted(set(data.draw(st.lists(st.integers(0, n), max_size=6)))))
     EXAMPLES["stage taps / slots / relay"] += 1
     plan = build_plan(
-        num_layers=n, pp=pp, layer_partition=None, method="eagle3", runner="v2", taps=EngineTaps(taps, "test"),
-        hidden_size=8, dtype_bytes=2, n_draft_layers=1, draft_numbering="global", drafter_needs_target_embed=True,
+        num_layers=n,
+        pp=pp,
+        layer_partition=None,
+        method="eagle3",
+        runner="v2",
+        taps=EngineTaps(taps, "test"),
+        hidden_size=8,
+        dtype_bytes=2,
+        n_draft_layers=1,
+        draft_numbering="global",
+        drafter_needs_target_embed=True,
     )
     bounds = stage_bounds(default_partition(n, pp))
     assert [list(s.taps) for s in plan.stages] == [list(t) for t in stage_taps(taps, bounds)]
@@ -340,8 +367,13 @@ def test_pack_support_tables_match_the_installed_vllm_classes(vllm_mods):
         if "aux_relay_over_pp" not in pack.capabilities or not pack.supports_vllm(version):
             continue
         # the pack's own fact, else the decoder vLLM's source builds (knowledge/arch): packs keep only what vLLM lacks
-        pairs = {(platform, ref) for part in pack.parts for arch in part.matches.targets for platform in PLATFORMS
-                 if platform != "rocm" and (ref := inner_decoder_ref(part, arch, platform, version))}
+        pairs = {
+            (platform, ref)
+            for part in pack.parts
+            for arch in part.matches.targets
+            for platform in PLATFORMS
+            if platform != "rocm" and (ref := inner_decoder_ref(part, arch, platform, version))
+        }
         for platform, ref in sorted(pairs):
             module, _, cls_name = ref.partition(":")
             try:
@@ -407,7 +439,11 @@ def _vllm_answer(m, fake_pp, case: Case):
         fake_pp.rank, fake_pp.size = 0, 1  # one stage, as the release tests build it
         holder = type("M", (m.EagleModelMixin,), {})()
         holder.start_layer = 0
-        raw = tuple(i["taps"]) if case.check == "sorted" else m.SupportsEagle3.get_eagle3_default_aux_hidden_state_layers(_Holder(i["num_layers"]))
+        raw = (
+            tuple(i["taps"])
+            if case.check == "sorted"
+            else m.SupportsEagle3.get_eagle3_default_aux_hidden_state_layers(_Holder(i["num_layers"]))
+        )
         holder._set_aux_hidden_state_layers(raw)
         return list(holder.aux_hidden_state_layers)
     if case.check == "stages":
@@ -506,7 +542,13 @@ def _vllm_contract_answer(case: Case):
             return []
         except ValueError as e:
             msg = str(e)
-            return ["dspark-embed-missing" if "embed_tokens" in msg else "dspark-lm-head-missing" if "lm_head" in msg else "dspark-d2t-missing"]
+            return [
+                "dspark-embed-missing"
+                if "embed_tokens" in msg
+                else "dspark-lm-head-missing"
+                if "lm_head" in msg
+                else "dspark-d2t-missing"
+            ]
     if case.check == "omni":
         from vllm.config.speculative import _validate_qwen3_omni_dspark
 
@@ -518,7 +560,11 @@ def _vllm_contract_answer(case: Case):
             get_total_num_hidden_layers=lambda: text.num_hidden_layers, get_vocab_size=lambda: text.vocab_size,
         )  # fmt: skip
         try:
-            _validate_qwen3_omni_dspark(target, SimpleNamespace(hf_config=SimpleNamespace(**d), architectures=d["architectures"]), i["num_speculative_tokens"])
+            _validate_qwen3_omni_dspark(
+                target,
+                SimpleNamespace(hf_config=SimpleNamespace(**d), architectures=d["architectures"]),
+                i["num_speculative_tokens"],
+            )
         except ValueError as e:
             return refusal_matching(case.expect, str(e))
         return "ok"
@@ -549,7 +595,9 @@ def _vllm_opted_in(ref: str | None) -> bool:
     assert ref, "a refused case must name the inner decoder class vLLM checks"
     path, cls = ref.split("::")
     for node in _class_def(path, cls).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "supports_aux_hidden_states_over_pp" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            getattr(t, "id", None) == "supports_aux_hidden_states_over_pp" for t in node.targets
+        ):
             return ast.literal_eval(node.value) is True
     return False
 
@@ -560,7 +608,9 @@ def _vllm_aux_required(m, method: str, drafter: dict | None) -> bool:
     from vllm.v1.worker.gpu.spec_decode.eagle import eagle3_utils
 
     if hasattr(eagle3_utils, "requires_aux_hidden_states"):
-        spec = SimpleNamespace(method=method, draft_model_config=SimpleNamespace(hf_config=SimpleNamespace(**copy.deepcopy(drafter or {}))))
+        spec = SimpleNamespace(
+            method=method, draft_model_config=SimpleNamespace(hf_config=SimpleNamespace(**copy.deepcopy(drafter or {})))
+        )
         return bool(eagle3_utils.requires_aux_hidden_states(spec))
     for node in ast.walk(_vllm_source("vllm/v1/worker/gpu/model_runner.py")):
         if (
@@ -568,7 +618,10 @@ def _vllm_aux_required(m, method: str, drafter: dict | None) -> bool:
             and isinstance(node.test, ast.Compare)
             and isinstance(node.test.ops[0], ast.In)
             and getattr(node.test.left, "attr", None) == "method"
-            and any(isinstance(b, ast.Assign) and getattr(b.targets[0], "attr", None) == "use_aux_hidden_state_outputs" for b in node.body)
+            and any(
+                isinstance(b, ast.Assign) and getattr(b.targets[0], "attr", None) == "use_aux_hidden_state_outputs"
+                for b in node.body
+            )
         ):
             return method in ast.literal_eval(node.test.comparators[0])
     raise AssertionError("the installed V2 model runner has neither requires_aux_hidden_states nor a method tuple")
@@ -590,12 +643,18 @@ def _include_mtp_of(ref: str, *, use_v2: bool) -> bool:
 def _draft_start_is_global(path: str, cls: str) -> bool:
     """Whether the drafter's __init__ numbers from the global depth (get_total_num_hidden_layers)
     rather than the stage's own layer count (get_num_layers)."""
-    calls = {n.func.attr for n in ast.walk(_class_def(path, cls)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+    calls = {
+        n.func.attr
+        for n in ast.walk(_class_def(path, cls))
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+    }
     assert ("get_total_num_hidden_layers" in calls) != ("get_num_layers" in calls), (path, cls)
     return "get_total_num_hidden_layers" in calls
 
 
-@pytest.mark.parametrize(("case", "version"), case_params(version=_INSTALLED_VERSION, pending_xfail=False) if _INSTALLED_VERSION else [])
+@pytest.mark.parametrize(
+    ("case", "version"), case_params(version=_INSTALLED_VERSION, pending_xfail=False) if _INSTALLED_VERSION else []
+)
 def test_mirror_case_holds_in_installed_vllm(vllm_mods, env_uncached, fake_pp, case: Case, version: str):
     EXAMPLES["mirror cases proven on vLLM"] += 1
     assert _vllm_answer(vllm_mods, fake_pp, case) == case.expect, case.source
@@ -603,7 +662,13 @@ def test_mirror_case_holds_in_installed_vllm(vllm_mods, env_uncached, fake_pp, c
 
 def test_examples_tried():
     """Runs last: how many generated examples each property compared with vLLM."""
-    print("\nvLLM mirror, examples tried: " + ", ".join(f"{k}: {v}" for k, v in sorted(EXAMPLES.items())) + f"; total {sum(EXAMPLES.values())}")
+    print(
+        "\nvLLM mirror, examples tried: "
+        + ", ".join(f"{k}: {v}" for k, v in sorted(EXAMPLES.items()))
+        + f"; total {sum(EXAMPLES.values())}"
+    )
     if len(EXAMPLES) < 5:
         pytest.skip("run the whole file to count examples (a -k selection ran only part of it)")
-    assert EXAMPLES["V2 tap configs"] >= 500 and EXAMPLES["V1 tap configs"] >= 500 and EXAMPLES["default partition"] >= 500
+    assert (
+        EXAMPLES["V2 tap configs"] >= 500 and EXAMPLES["V1 tap configs"] >= 500 and EXAMPLES["default partition"] >= 500
+    )

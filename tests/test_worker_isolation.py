@@ -27,7 +27,10 @@ print(json.dumps({"tmp": tempfile.gettempdir(), "shm_fs": shm_fs, "shm": sorted(
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="the worker launcher needs root and unshare (CI has both)")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="the worker launcher needs root and unshare (CI has both)",
+)
 def test_a_worker_has_its_own_shm_and_temp_dir():
     import json
 
@@ -47,6 +50,7 @@ def test_a_worker_has_its_own_shm_and_temp_dir():
 
 def test_the_launcher_refuses_to_run_without_its_interpreter():
     env = {k: v for k, v in os.environ.items() if k != "PPSPEC_WORKER_PYTHON"}
-    p = subprocess.run(["sh", str(WORKER), "-c", "print(1)"], capture_output=True, text=True, env=env, timeout=60, check=False)
+    p = subprocess.run(
+        ["sh", str(WORKER), "-c", "print(1)"], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
     assert p.returncode != 0 and "PPSPEC_WORKER_PYTHON" in p.stderr
-

@@ -157,7 +157,9 @@ def slurm_profile(tmp_path) -> Path:
         ' "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "intermediate_size": 8192}'
     )
     prof = tmp_path / "p.yaml"
-    prof.write_text(f"name: w\ntarget: {{model: {target}}}\nplatform: cuda\ntopology: {{pipeline_parallel: 2, gpus_per_node: 1, nodes: 2}}\nlaunch: {{master_addr: 10.0.0.1}}\n")
+    prof.write_text(
+        f"name: w\ntarget: {{model: {target}}}\nplatform: cuda\ntopology: {{pipeline_parallel: 2, gpus_per_node: 1, nodes: 2}}\nlaunch: {{master_addr: 10.0.0.1}}\n"
+    )
     return prof
 
 
@@ -165,10 +167,33 @@ WRITERS = {
     "docs --out": lambda out, prof: ["docs", "--out", str(out)],
     "export slurm -o": lambda out, prof: ["export", "slurm", str(prof), "-o", str(out), "--offline"],
     # the profile's local target must be on a volume in the pods (--volume CLAIM:/path)
-    "export k8s -o": lambda out, prof: ["export", "k8s", str(prof), "--image", "img:1", "-o", str(out), "--offline", "--volume", f"models:{prof.parent}"],
+    "export k8s -o": lambda out, prof: [
+        "export",
+        "k8s",
+        str(prof),
+        "--image",
+        "img:1",
+        "-o",
+        str(out),
+        "--offline",
+        "--volume",
+        f"models:{prof.parent}",
+    ],
     "verify --out": lambda out, prof: ["verify", "--endpoint", "http://127.0.0.1:9", "--out", str(out)],
-    "verify --save-baseline": lambda out, prof: ["verify", "--endpoint", "http://127.0.0.1:9", "--save-baseline", str(out)],
-    "verify --save-reference": lambda out, prof: ["verify", "--endpoint", "http://127.0.0.1:9", "--save-reference", str(out)],
+    "verify --save-baseline": lambda out, prof: [
+        "verify",
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "--save-baseline",
+        str(out),
+    ],
+    "verify --save-reference": lambda out, prof: [
+        "verify",
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "--save-reference",
+        str(out),
+    ],
 }
 
 

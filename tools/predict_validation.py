@@ -25,9 +25,25 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ppspec_cli.planning.hardware import ACCELERATORS, LINKS, Link  # noqa: E402
-from ppspec_cli.planning.predict import Acceptance, Costs, Group, Hardware, Shape, fit_costs, fit_groups, predict, round_time  # noqa: E402
-from ppspec_cli.planning.predict import ROOFLINE_ERROR  # noqa: E402
-from ppspec_cli.planning.predict_inputs import CALIBRATION_SCHEMA, bench_context, calibration_from_bench, layer_terms, measured_runs  # noqa: E402
+from ppspec_cli.planning.predict import (  # noqa: E402
+    ROOFLINE_ERROR,  # noqa: E402
+    Acceptance,
+    Costs,
+    Group,
+    Hardware,
+    Shape,
+    fit_costs,
+    fit_groups,
+    predict,
+    round_time,
+)
+from ppspec_cli.planning.predict_inputs import (  # noqa: E402
+    CALIBRATION_SCHEMA,
+    bench_context,
+    calibration_from_bench,
+    layer_terms,
+    measured_runs,
+)
 
 PAGE = REPO / "docs" / "prediction-validation.md"
 DOCS = REPO / "docs"
@@ -44,8 +60,17 @@ def h200_shape() -> Shape:
     drafter bytes from its safetensors headers (805,322,752 B: `ppspec plan --json` reads them)."""
     text = json.loads((FIXTURES / "predict" / "llama-8b-planted.config.json").read_text())
     dense = layer_terms(text, 2)[0]
-    return Shape(num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, act_bytes=2, layer_dense_bytes=dense,
-                 lm_head_bytes=32768 * 4096 * 2, drafter_bytes=805322752.0)
+    return Shape(
+        num_layers=32,
+        hidden_size=4096,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        act_bytes=2,
+        layer_dense_bytes=dense,
+        lm_head_bytes=32768 * 4096 * 2,
+        drafter_bytes=805322752.0,
+    )
 
 
 def measured_speedups(bench: dict) -> dict[tuple[int, int], float]:
@@ -57,7 +82,11 @@ def measured_speedups(bench: dict) -> dict[tuple[int, int], float]:
 
 
 def per_arm_acceptance(bench: dict) -> dict[tuple[int, int], float]:
-    return {(r["concurrency"], r["num_speculative_tokens"]): r["acceptance_length"] for r in bench["runs"] if r["num_speculative_tokens"]}
+    return {
+        (r["concurrency"], r["num_speculative_tokens"]): r["acceptance_length"]
+        for r in bench["runs"]
+        if r["num_speculative_tokens"]
+    }
 
 
 def predicted_speedup(shape: Shape, hw: Hardware, costs: Costs, c: int, k: int, al: float, ctx: int) -> float:
@@ -112,14 +141,24 @@ def record_rows(rec: Record) -> tuple[list[dict], dict]:
     other = fit_groups(others).costs if others else None
     rows = []
     for (c, k), m in sorted(meas.items()):
-        row = {"c": c, "k": k, "measured": m,
-               "roofline": predicted_speedup(shape, hw, Costs(), c, k, als[(c, k)], ctx),
-               "loo": predicted_speedup(shape, hw, loo[c], c, k, als[(c, k)], ctx),
-               "lko": predicted_speedup(shape, hw, lko[k], c, k, als[(c, k)], ctx)}
+        row = {
+            "c": c,
+            "k": k,
+            "measured": m,
+            "roofline": predicted_speedup(shape, hw, Costs(), c, k, als[(c, k)], ctx),
+            "loo": predicted_speedup(shape, hw, loo[c], c, k, als[(c, k)], ctx),
+            "lko": predicted_speedup(shape, hw, lko[k], c, k, als[(c, k)], ctx),
+        }
         if other is not None:
             row["other"] = predicted_speedup(shape, hw, other, c, k, als[(c, k)], ctx)
         rows.append(row)
-    return rows, {"shape": shape, "ctx": ctx, "fit": fit_costs(shape, hw, runs, ctx=ctx), "levels": levels, "others": len(others)}
+    return rows, {
+        "shape": shape,
+        "ctx": ctx,
+        "fit": fit_costs(shape, hw, runs, ctx=ctx),
+        "levels": levels,
+        "others": len(others),
+    }
 
 
 def err(p: float, m: float) -> float:
@@ -151,11 +190,15 @@ def crossover_of(best: dict[int, tuple[int, float]]) -> int | None:
 
 #: (arm, partition, speculation, c, tok/s) as the run II table gives them
 RUN2 = (
-    ("big-pp1-nospec", (32,), False, 1, 213.0), ("big-pp1-spec", (32,), True, 1, 233.6),
-    ("big-pp2-nospec", (16, 16), False, 1, 210.2), ("big-pp2-spec", (16, 16), True, 1, 227.1),
+    ("big-pp1-nospec", (32,), False, 1, 213.0),
+    ("big-pp1-spec", (32,), True, 1, 233.6),
+    ("big-pp2-nospec", (16, 16), False, 1, 210.2),
+    ("big-pp2-spec", (16, 16), True, 1, 227.1),
     ("big-pp2-spec-balanced", (18, 14), True, 1, 228.9),
-    ("big-pp1-nospec", (32,), False, 32, 5217.2), ("big-pp1-spec", (32,), True, 32, 5425.3),
-    ("big-pp2-nospec", (16, 16), False, 32, 4667.3), ("big-pp2-spec", (16, 16), True, 32, 4296.1),
+    ("big-pp1-nospec", (32,), False, 32, 5217.2),
+    ("big-pp1-spec", (32,), True, 32, 5425.3),
+    ("big-pp2-nospec", (16, 16), False, 32, 4667.3),
+    ("big-pp2-spec", (16, 16), True, 32, 4296.1),
     ("big-pp2-spec-balanced", (18, 14), True, 32, 4156.0),
 )
 #: run II's prompts are short and not recorded on the page: the context is taken as 128 tokens
@@ -179,37 +222,58 @@ def run2_rows(costs_by_name: dict[str, Costs]) -> list[dict]:
     for (p, sp, c), t in meas.items():
         if sp:
             base_p = p if (p, False, c) in meas else (16, 16)
-            rows.append({"what": f"spec on/off, split {list(p)}, c={c}", "measured": t / meas[(base_p, False, c)],
-                         **{n: tps(p, True, c, cs) / tps(base_p, False, c, cs) for n, cs in costs_by_name.items()}})
+            rows.append(
+                {
+                    "what": f"spec on/off, split {list(p)}, c={c}",
+                    "measured": t / meas[(base_p, False, c)],
+                    **{n: tps(p, True, c, cs) / tps(base_p, False, c, cs) for n, cs in costs_by_name.items()},
+                }
+            )
     for sp in (False, True):
         for c in (1, 32):
-            rows.append({"what": f"PP=2 [16, 16] / PP=1, {'spec' if sp else 'no spec'}, c={c}", "measured": meas[((16, 16), sp, c)] / meas[((32,), sp, c)],
-                         **{n: tps((16, 16), sp, c, cs) / tps((32,), sp, c, cs) for n, cs in costs_by_name.items()}})
+            rows.append(
+                {
+                    "what": f"PP=2 [16, 16] / PP=1, {'spec' if sp else 'no spec'}, c={c}",
+                    "measured": meas[((16, 16), sp, c)] / meas[((32,), sp, c)],
+                    **{n: tps((16, 16), sp, c, cs) / tps((32,), sp, c, cs) for n, cs in costs_by_name.items()},
+                }
+            )
     return rows
 
 
 def run2_section(fit_costs_: Costs) -> list[str]:
     rows = run2_rows({"cal": fit_costs_, "roof": Costs()})
-    out = ["## Run II: the same shape at PP=1 and PP=2 on 2 x H200 (a different record)", "",
-           "[gpu-validation.md](gpu-validation.md#the-8b-class-shape-timed-alone-c1-and-c32): k=2, acceptance length",
-           f"1.25 in every arm, c=1 and c=32, context taken as {RUN2_CTX} tokens (short prompts, not recorded). **calibrated**: the",
-           "entry fitted on the bench record above (a different run, PP=1 only), so every PP=2 figure is out of sample;",
-           "**roofline**: calibration-free.", "",
-           "| ratio | measured | calibrated (other record) | error | roofline | error |", "|---|---|---|---|---|---|"]
+    out = [
+        "## Run II: the same shape at PP=1 and PP=2 on 2 x H200 (a different record)",
+        "",
+        "[gpu-validation.md](gpu-validation.md#the-8b-class-shape-timed-alone-c1-and-c32): k=2, acceptance length",
+        f"1.25 in every arm, c=1 and c=32, context taken as {RUN2_CTX} tokens (short prompts, not recorded). **calibrated**: the",
+        "entry fitted on the bench record above (a different run, PP=1 only), so every PP=2 figure is out of sample;",
+        "**roofline**: calibration-free.",
+        "",
+        "| ratio | measured | calibrated (other record) | error | roofline | error |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        out.append(f"| {r['what']} | {r['measured']:.3f} | {r['cal']:.3f} | {_pct(err(r['cal'], r['measured']))} | {r['roof']:.3f} | {_pct(err(r['roof'], r['measured']))} |")
+        out.append(
+            f"| {r['what']} | {r['measured']:.3f} | {r['cal']:.3f} | {_pct(err(r['cal'], r['measured']))} | {r['roof']:.3f} | {_pct(err(r['roof'], r['measured']))} |"
+        )
     for col, name in (("cal", "calibrated on the other record"), ("roof", "roofline")):
         es = [err(r[col], r["measured"]) for r in rows]
         signs = sum((r[col] > 1) == (r["measured"] > 1) for r in rows if "on/off" in r["what"])
-        out.append(f"\n{name}: mean error {_pct(sum(es) / len(es))}, worst {_pct(max(es))}; speculation's sign right in {signs} of {sum('on/off' in r['what'] for r in rows)}.")
-    out += ["",
-            "Where it misses: PP=2 at c=32, two batches of 16 in flight. The model puts the fixed per-round overhead",
-            "and the drafter on the last stage, serial for each batch; the bench record (PP=1) cannot tell how much of",
-            "its ~1.8 ms fixed overhead is the engine core's CPU work (which overlaps the other batch) and how much",
-            "holds the last stage's GPU (which does not), so the calibrated entry makes PP=2 without speculation too",
-            "slow and speculation's relative cost too small there, and misses the sign (0.92x and 0.89x measured). A PP=2",
-            "bench record (prepared in gpu-validation.md) would pin that split; until then PP=2 predictions at high",
-            "load carry this table's errors, and the calibration-free roofline is the better of the two there."]
+        out.append(
+            f"\n{name}: mean error {_pct(sum(es) / len(es))}, worst {_pct(max(es))}; speculation's sign right in {signs} of {sum('on/off' in r['what'] for r in rows)}."
+        )
+    out += [
+        "",
+        "Where it misses: PP=2 at c=32, two batches of 16 in flight. The model puts the fixed per-round overhead",
+        "and the drafter on the last stage, serial for each batch; the bench record (PP=1) cannot tell how much of",
+        "its ~1.8 ms fixed overhead is the engine core's CPU work (which overlaps the other batch) and how much",
+        "holds the last stage's GPU (which does not), so the calibrated entry makes PP=2 without speculation too",
+        "slow and speculation's relative cost too small there, and misses the sign (0.92x and 0.89x measured). A PP=2",
+        "bench record (prepared in gpu-validation.md) would pin that split; until then PP=2 predictions at high",
+        "load carry this table's errors, and the calibration-free roofline is the better of the two there.",
+    ]
     return [*out, ""]
 
 
@@ -225,11 +289,22 @@ def llama70b_fp8_shape(tp: int, pp: int) -> Shape:
     text = json.loads((FIXTURES / "models" / "meta-llama__Llama-3.3-70B-Instruct" / "config.json").read_text())
     dense = layer_terms(text, 1)[0]
     h = text["hidden_size"]
-    drafter = (layer_terms(text, 2)[0] + 3 * h * h * 2 + 32000 * h * 2)
+    drafter = layer_terms(text, 2)[0] + 3 * h * h * 2 + 32000 * h * 2
     n = text["num_hidden_layers"]
-    return Shape(num_layers=n, hidden_size=h, num_heads=text["num_attention_heads"], num_kv_heads=text["num_key_value_heads"], head_dim=h // text["num_attention_heads"],
-                 act_bytes=1, layer_dense_bytes=dense, lm_head_bytes=text["vocab_size"] * h * 1, drafter_bytes=drafter,
-                 partition=tuple([n // pp] * pp), relay_bytes_per_token=tuple(3 * h * 2 for _ in range(pp - 1)), tp=tp)
+    return Shape(
+        num_layers=n,
+        hidden_size=h,
+        num_heads=text["num_attention_heads"],
+        num_kv_heads=text["num_key_value_heads"],
+        head_dim=h // text["num_attention_heads"],
+        act_bytes=1,
+        layer_dense_bytes=dense,
+        lm_head_bytes=text["vocab_size"] * h * 1,
+        drafter_bytes=drafter,
+        partition=tuple([n // pp] * pp),
+        relay_bytes_per_token=tuple(3 * h * 2 for _ in range(pp - 1)),
+        tp=tp,
+    )
 
 
 def breakeven_al(shape: Shape, hw: Hardware, costs: Costs, c: int, k: int, ctx: int) -> float:
@@ -253,9 +328,16 @@ def published_points() -> list[dict]:
     pred = predict(shape, hw, Costs(), acc, concurrency=[1], ks=[3], ctx=1024)
     sp = next(lv.speedup for lv in pred.levels if lv.k == 3)
     be = breakeven_al(shape, hw, Costs(), 1, 3, 1024)
-    out.append({"point": "PR #50514: Llama-3.3-70B FP8 EAGLE3, TP2 x PP2, two nodes over TCP", "c": 1, "measured": 2.34, "predicted": sp,
-                "inputs": "stated: FP8, TP2 x PP2, 8.3 GB/s inter-node, 17.1 GB/s intra-node; assumed: H100, k=3, conditional acceptance 0.7 (AL 2.53), context 1024, roofline defaults",
-                "breakeven": f"pays for AL > {be:.2f}"})
+    out.append(
+        {
+            "point": "PR #50514: Llama-3.3-70B FP8 EAGLE3, TP2 x PP2, two nodes over TCP",
+            "c": 1,
+            "measured": 2.34,
+            "predicted": sp,
+            "inputs": "stated: FP8, TP2 x PP2, 8.3 GB/s inter-node, 17.1 GB/s intra-node; assumed: H100, k=3, conditional acceptance 0.7 (AL 2.53), context 1024, roofline defaults",
+            "breakeven": f"pays for AL > {be:.2f}",
+        }
+    )
     # vLLM #44697 (hackxixi, 2026-09-01): PP=4 / TP=1 on 4 x SM80 over PCIe Gen2 x4 (no NVLink),
     # MTP k=2, ~93% position-0 acceptance; 61.2 tok/s plain at c=1 (a 16.3 ms step), 43.7 with
     # MTP; 163.2 vs 143.8 at c=8; "a fixed ~25 ms per speculative round" (extra drafter launch +
@@ -265,8 +347,18 @@ def published_points() -> list[dict]:
     # acceptance 0.93 at position 0 and none after (the position-1 rate is not stated).
     pcie2 = Link("pcie2-x4", 2.0, 10.0, "PCIe 2.0 x4: 5 GT/s x 4 lanes, 8b/10b = 2 GB/s")
     hw2 = Hardware(ACCELERATORS["a100"], pcie2, pcie2)
-    s2 = Shape(num_layers=48, hidden_size=2048, num_heads=16, num_kv_heads=2, head_dim=128, act_bytes=2, layer_dense_bytes=8e9 / 48,
-               lm_head_bytes=0.0, drafter_bytes=2e8, partition=(12, 12, 12, 12))
+    s2 = Shape(
+        num_layers=48,
+        hidden_size=2048,
+        num_heads=16,
+        num_kv_heads=2,
+        head_dim=128,
+        act_bytes=2,
+        layer_dense_bytes=8e9 / 48,
+        lm_head_bytes=0.0,
+        drafter_bytes=2e8,
+        partition=(12, 12, 12, 12),
+    )
     zero = replace(Costs(), step_overhead_ms=0.0, spec_overhead_ms=25.0, draft_pass_overhead_ms=0.0)
     bare = round_time(s2, hw2, zero, Acceptance((), "x"), concurrency=1, k=0, ctx=1024).round_s * 1e3
     costs2 = replace(zero, step_overhead_ms=16.3 - bare)
@@ -275,9 +367,16 @@ def published_points() -> list[dict]:
     for c, m in ((1, 43.7 / 61.2), (8, 143.8 / 163.2)):
         sp2 = next(lv.speedup for lv in pred2.levels if lv.k == 2 and lv.concurrency == c)
         be2 = breakeven_al(s2, hw2, costs2, c, 2, 1024)
-        out.append({"point": f"vLLM #44697: MTP k=2, PP4 over PCIe Gen2 x4, 4 x SM80 (c={c})", "c": c, "measured": m, "predicted": sp2,
-                    "inputs": "stated: 16.3 ms plain step (used as calibration), ~25 ms extra per speculative round, k=2, 0.93 at position 0, PP4/TP1, PCIe Gen2 x4; assumed: A100, 8 GB of weights, position 1 accepts nothing",
-                    "breakeven": f"pays for AL > {be2:.2f} (AL(2) is at most 1.93 + 0.93 x the position-1 rate)"})
+        out.append(
+            {
+                "point": f"vLLM #44697: MTP k=2, PP4 over PCIe Gen2 x4, 4 x SM80 (c={c})",
+                "c": c,
+                "measured": m,
+                "predicted": sp2,
+                "inputs": "stated: 16.3 ms plain step (used as calibration), ~25 ms extra per speculative round, k=2, 0.93 at position 0, PP4/TP1, PCIe Gen2 x4; assumed: A100, 8 GB of weights, position 1 accepts nothing",
+                "breakeven": f"pays for AL > {be2:.2f} (AL(2) is at most 1.93 + 0.93 x the position-1 rate)",
+            }
+        )
     return out
 
 
@@ -296,13 +395,21 @@ def done_when_section(bench: dict, info: dict) -> list[str]:
     hw = Hardware(ACCELERATORS["h200"], LINKS["nvlink4"], LINKS["nvlink4"])
     acc = Acceptance.from_length(1.25, 2, "AL 1.25 at k=2")
     meas = {s["concurrency"]: (s["best_num_speculative_tokens"], s["speedup"]) for s in bench["speedup"]}
-    out = ["### The done-when command: acceptance given as a mean only", "",
-           "`ppspec plan docs/gpu-bench-h200-pp1/profile.yaml --predict --hardware h200 --acceptance-length 1.25 --concurrency 1,4,16,32`:",
-           "the mean 1.25 at k=2 read as a constant conditional acceptance (0.207 per position) gives AL(1) = 1.21,",
-           "AL(3) = 1.26, where the drafter really accepts 0.25, 0, 0 (AL 1.25 at every k): the acceptance model's",
-           "error adds to the cost model's (context 512, the command's default). Best k per level, predicted vs measured:", "",
-           "| c | measured | calibrated (in-sample) | error | roofline | error |", "|---|---|---|---|---|---|"]
-    preds = {name: predict(shape, hw, costs, acc, concurrency=sorted(meas), ks=[1, 2, 3], ctx=ctx) for name, costs in (("cal", info["fit"].costs), ("roof", Costs()))}
+    out = [
+        "### The done-when command: acceptance given as a mean only",
+        "",
+        "`ppspec plan docs/gpu-bench-h200-pp1/profile.yaml --predict --hardware h200 --acceptance-length 1.25 --concurrency 1,4,16,32`:",
+        "the mean 1.25 at k=2 read as a constant conditional acceptance (0.207 per position) gives AL(1) = 1.21,",
+        "AL(3) = 1.26, where the drafter really accepts 0.25, 0, 0 (AL 1.25 at every k): the acceptance model's",
+        "error adds to the cost model's (context 512, the command's default). Best k per level, predicted vs measured:",
+        "",
+        "| c | measured | calibrated (in-sample) | error | roofline | error |",
+        "|---|---|---|---|---|---|",
+    ]
+    preds = {
+        name: predict(shape, hw, costs, acc, concurrency=sorted(meas), ks=[1, 2, 3], ctx=ctx)
+        for name, costs in (("cal", info["fit"].costs), ("roof", Costs()))
+    }
     for c, (k, m) in sorted(meas.items()):
         cells = []
         for name in ("cal", "roof"):
@@ -312,7 +419,12 @@ def done_when_section(bench: dict, info: dict) -> list[str]:
     return [*out, ""]
 
 
-COLUMNS = (("roofline", "roofline (calibration-free)"), ("loo", "leave-one-level-out"), ("lko", "leave-one-k-out"), ("other", "calibrated on the other records"))
+COLUMNS = (
+    ("roofline", "roofline (calibration-free)"),
+    ("loo", "leave-one-level-out"),
+    ("lko", "leave-one-k-out"),
+    ("other", "calibrated on the other records"),
+)
 
 
 def record_section(rec: Record) -> tuple[list[str], dict, tuple[float, float]]:
@@ -331,9 +443,12 @@ def record_section(rec: Record) -> tuple[list[str], dict, tuple[float, float]]:
         f"- **leave-one-level-out**: calibrated on this record's other {n_runs - 1} concurrency levels, predicting the held-out level;",
         "- **leave-one-k-out**: calibrated on the baseline and the other k arms, predicting the held-out k at every level",
         "  (what a user gets for a k they did not measure);",
-        ("- **calibrated on the other records**: fitted on every other record of this hardware (out of sample)."
-         if info["others"] else "- no other bench record ran on this hardware, so none calibrates this one from outside (run II below is"
-         "\n  predicted with this record's calibration instead)."),
+        (
+            "- **calibrated on the other records**: fitted on every other record of this hardware (out of sample)."
+            if info["others"]
+            else "- no other bench record ran on this hardware, so none calibrates this one from outside (run II below is"
+            "\n  predicted with this record's calibration instead)."
+        ),
         "",
         "| c | k | measured | " + " | ".join(f"{n} | error" for _, n in cols) + " |",
         "|---|---|---|" + "---|---|" * len(cols),
@@ -341,8 +456,11 @@ def record_section(rec: Record) -> tuple[list[str], dict, tuple[float, float]]:
     for r in rows:
         cells = " | ".join(f"{r[c]:.3f}x | {_pct(err(r[c], r['measured']))}" for c, _ in cols)
         lines.append(f"| {r['c']} | {r['k']} | {r['measured']:.3f}x | {cells} |")
-    lines += ["", f"| prediction | mean error (all {len(rows)} arms) | worst | mean error (best k per level) | worst | best k right | crossover (pred. vs meas.) |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"| prediction | mean error (all {len(rows)} arms) | worst | mean error (best k per level) | worst | best k right | crossover (pred. vs meas.) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     roof = (0.0, 0.0)
     for col, name in cols:
         es = [err(r[col], r["measured"]) for r in rows]
@@ -353,8 +471,12 @@ def record_section(rec: Record) -> tuple[list[str], dict, tuple[float, float]]:
         kmatch = sum(pb[c][0] == mb[c][0] for c in mb)
         mc, pc = crossover_of(mb), crossover_of(pb)
         lv = info["levels"]
-        within = (mc is None and pc is None) or (mc is not None and pc is not None and abs(lv.index(mc) - lv.index(pc)) <= 1)
-        lines.append(f"| {name} | {_pct(sum(es) / len(es))} | {_pct(max(es))} | {_pct(sum(best_err) / len(best_err))} | {_pct(max(best_err))} | {kmatch} of {len(mb)} | {pc} vs {mc}: {'within one level' if within else 'NOT within one level'} |")
+        within = (mc is None and pc is None) or (
+            mc is not None and pc is not None and abs(lv.index(mc) - lv.index(pc)) <= 1
+        )
+        lines.append(
+            f"| {name} | {_pct(sum(es) / len(es))} | {_pct(max(es))} | {_pct(sum(best_err) / len(best_err))} | {_pct(max(best_err))} | {kmatch} of {len(mb)} | {pc} vs {mc}: {'within one level' if within else 'NOT within one level'} |"
+        )
     fit = info["fit"]
     lines += [
         "",
@@ -395,7 +517,9 @@ def page() -> tuple[str, dict[Path, str]]:
             ]
         entry = calibration_from_bench(rec.bench, info["shape"], rec.hw, rec.hardware, f"docs/{rec.folder}/bench.json")
         assert entry is not None and entry["costs"] == asdict(info["fit"].costs)
-        files[DOCS / rec.folder / "calibration.json"] = json.dumps({"schema": CALIBRATION_SCHEMA, "entries": [entry]}, indent=2) + "\n"
+        files[DOCS / rec.folder / "calibration.json"] = (
+            json.dumps({"schema": CALIBRATION_SCHEMA, "entries": [entry]}, indent=2) + "\n"
+        )
     h200 = infos["gpu-bench-h200-pp1"]
     lines += [
         *done_when_section(json.loads((H200_DIR / "bench.json").read_text()), h200),
@@ -410,7 +534,9 @@ def page() -> tuple[str, dict[Path, str]]:
     pts = published_points()
     for p in pts:
         ok = (p["measured"] > 1) == (p["predicted"] > 1)
-        lines.append(f"| {p['point']} | {p['c']} | {p['measured']:.2f}x | {p['predicted']:.2f}x | {'right' if ok else 'WRONG'} | {p['breakeven']} |")
+        lines.append(
+            f"| {p['point']} | {p['c']} | {p['measured']:.2f}x | {p['predicted']:.2f}x | {'right' if ok else 'WRONG'} | {p['breakeven']} |"
+        )
     lines += ["", "Inputs of each point (stated by its source, or assumed where the source does not say):", ""]
     for p in pts:
         lines.append(f"- {p['point']}: {p['inputs']}.")

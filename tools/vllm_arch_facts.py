@@ -26,23 +26,40 @@ from ppspec_cli.knowledge import archscan  # noqa: E402
 from ppspec_cli.knowledge.archtable import SCHEMA, TABLE_DIR, table_document  # noqa: E402
 
 #: The parts of a wheel the scan reads (the rest is never unpacked).
-WHEEL_PARTS = ("vllm/model_executor/", "vllm/models/", "vllm/config/", "vllm/v1/", "vllm/transformers_utils/configs/", "vllm/_version.py")
+WHEEL_PARTS = (
+    "vllm/model_executor/",
+    "vllm/models/",
+    "vllm/config/",
+    "vllm/v1/",
+    "vllm/transformers_utils/configs/",
+    "vllm/_version.py",
+)
 
 
 def _unpack(wheel: Path, into: Path) -> None:
     with zipfile.ZipFile(wheel) as z:
         for name in z.namelist():
-            if (name.startswith(WHEEL_PARTS) and name.endswith(".py")) or (".dist-info/" in name and name.endswith("METADATA")):
+            if (name.startswith(WHEEL_PARTS) and name.endswith(".py")) or (
+                ".dist-info/" in name and name.endswith("METADATA")
+            ):
                 z.extract(name, into)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--unknowns", action="store_true", help="print, per committed table, the SupportsPP architectures whose PP verdict stays unknown")
+    src.add_argument(
+        "--unknowns",
+        action="store_true",
+        help="print, per committed table, the SupportsPP architectures whose PP verdict stays unknown",
+    )
     src.add_argument("--wheel", type=Path, help="a vLLM wheel (.whl)")
-    src.add_argument("--source", type=Path, help="a directory holding the vllm package (site-packages, an unpacked wheel)")
-    ap.add_argument("--origin", help="what the table says it was generated from (default: the wheel's file name, or 'source <dir>')")
+    src.add_argument(
+        "--source", type=Path, help="a directory holding the vllm package (site-packages, an unpacked wheel)"
+    )
+    ap.add_argument(
+        "--origin", help="what the table says it was generated from (default: the wheel's file name, or 'source <dir>')"
+    )
     ap.add_argument("--out", type=Path, help=f"where to write (default: {TABLE_DIR}/vllm-<version>.json)")
     a = ap.parse_args(argv)
     if a.unknowns:
@@ -56,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         doc = table_document(archscan.scan(root), *archscan.source_version(root), origin=origin)
     out = a.out or TABLE_DIR / f"vllm-{doc['vllm_version']}.json"
     out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    print(f"{out}: schema {SCHEMA}, vLLM {doc['vllm_version']} ({doc['commit'] or 'no commit in the wheel'}): {len(doc['targets'])} targets, {len(doc['drafters'])} drafters")
+    print(
+        f"{out}: schema {SCHEMA}, vLLM {doc['vllm_version']} ({doc['commit'] or 'no commit in the wheel'}): {len(doc['targets'])} targets, {len(doc['drafters'])} drafters"
+    )
     return 0
 
 
@@ -88,8 +107,10 @@ def _unknowns() -> int:
                     refused_v1.add(arch)
                 if archtable.drafter_load_verdict(f, t.doc.get("checks") or {}, 1, "eagle3", "v2")[0] == "refused":
                     refused_v2.add(arch)
-        print(f"vLLM {v}: {t.counts[0]} architectures; relay unknown {len(relay)} {sorted(relay)}; "
-              f"last-stage embedding unknown {len(embed)} {sorted(embed)}; eagle3 drafter load refused at PP=1: V1 runner {len(refused_v1)}, Model Runner V2 {len(refused_v2)}")
+        print(
+            f"vLLM {v}: {t.counts[0]} architectures; relay unknown {len(relay)} {sorted(relay)}; "
+            f"last-stage embedding unknown {len(embed)} {sorted(embed)}; eagle3 drafter load refused at PP=1: V1 runner {len(refused_v1)}, Model Runner V2 {len(refused_v2)}"
+        )
     return 0
 
 

@@ -136,7 +136,9 @@ def _with_mixin(orig: Any) -> dict[str, Any]:
     cls = orig.target
     mixin = _mixin()
     if issubclass(cls, mixin):
-        raise PatchTargetMissing(f"{MODULE}:{CLASS} is already an EagleModelMixin: this vLLM differs from what the deepseek_v3 pack was written for")
+        raise PatchTargetMissing(
+            f"{MODULE}:{CLASS} is already an EagleModelMixin: this vLLM differs from what the deepseek_v3 pack was written for"
+        )
     bases = tuple(cls.__bases__)
     # Right after nn.Module, before the torch.compile wrapper base vLLM appended.
     return {"__bases__": (bases[0], mixin, *bases[1:])}

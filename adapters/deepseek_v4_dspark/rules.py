@@ -12,7 +12,13 @@ from ppspec_cli.knowledge.methods import DrafterView
 def served_as_in_target_drafter(v: DrafterView) -> Iterator[Finding]:
     served, declared = list(v.served), list(v.declared)
     if served != declared and served[0].startswith("DSpark") and any("DSpark" in a for a in declared):
-        yield Finding("dspark-served-as-deepseek-v4", "warning", "drafter.model", f"vLLM {v.version} does not keep the drafter's architecture {declared}: it serves it as {served[0]} (DeepSeek-V4's drafter, weights from the target checkpoint, the target's quantization)", "use a drafter whose config names Qwen3DSparkModel (or another DSpark class this vLLM keeps), or a vLLM release that knows its class")
+        yield Finding(
+            "dspark-served-as-deepseek-v4",
+            "warning",
+            "drafter.model",
+            f"vLLM {v.version} does not keep the drafter's architecture {declared}: it serves it as {served[0]} (DeepSeek-V4's drafter, weights from the target checkpoint, the target's quantization)",
+            "use a drafter whose config names Qwen3DSparkModel (or another DSpark class this vLLM keeps), or a vLLM release that knows its class",
+        )
 
 
 def get_rules() -> list[tuple[str, Any]]:

@@ -34,7 +34,9 @@ def get_patches() -> list[Patch]:
             name=f"global_numbering.{cls}",
             module=module,
             target=cls,
-            attrs=lambda orig: {"__init__": relay.init_with_global_draft_numbering(orig.own("__init__") or orig["__init__"])},
+            attrs=lambda orig: {
+                "__init__": relay.init_with_global_draft_numbering(orig.own("__init__") or orig["__init__"])
+            },
             description=f"{cls} names its layers from the target's total depth",
             requires=("__init__",),
             check=relay.check_global_numbering,

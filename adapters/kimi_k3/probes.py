@@ -27,7 +27,11 @@ def _set_taps(cls: type, taps: tuple[int, ...], stage: int) -> str | None:
     model.use_attn_res, model.attn_res_block_size = True, 2
     model.start_layer, model.end_layer = (0, 3) if stage == 0 else (3, 6)
     model.aux_hidden_state_layers = ()
-    with env_set("VLLM_KIMI_K3_AUX_ATTN_RES_STREAM", "1"), relay.simulated_pp(stage, 2, (importlib.import_module(MODULE),)), relay.quiet():
+    with (
+        env_set("VLLM_KIMI_K3_AUX_ATTN_RES_STREAM", "1"),
+        relay.simulated_pp(stage, 2, (importlib.import_module(MODULE),)),
+        relay.quiet(),
+    ):
         try:
             model._set_aux_hidden_state_layers(taps)
         except ValueError as e:
@@ -40,11 +44,28 @@ def aux_attn_res_boundary() -> ProbeResult:
     cls = importlib.import_module(MODULE).KimiLinearModel
     refused = _set_taps(cls, (1, 3), stage=0)
     if refused is None or "cannot end a non-final PP stage" not in refused:
-        return ProbeResult(name, "failed", f"vLLM no longer refuses a tap that ends a non-final stage with the stream env on (got {refused!r}): rule {RULE} is out of date", "warning", "report this: the kimi_k3 pack's rule needs updating")
+        return ProbeResult(
+            name,
+            "failed",
+            f"vLLM no longer refuses a tap that ends a non-final stage with the stream env on (got {refused!r}): rule {RULE} is out of date",
+            "warning",
+            "report this: the kimi_k3 pack's rule needs updating",
+        )
     others = [_set_taps(cls, (1, 2), stage=0), _set_taps(cls, (3, 6), stage=1)]
     if any(others):
-        return ProbeResult(name, "failed", f"vLLM refuses more than rule {RULE} predicts: {others}", "warning", "report this: the kimi_k3 pack's rule needs updating")
-    return ProbeResult(name, "passed", f"vLLM refuses tap 3 ending stage 0 of 2 ({refused!r}) and accepts taps off the boundary and on the last stage, as rule {RULE} assumes", "info")
+        return ProbeResult(
+            name,
+            "failed",
+            f"vLLM refuses more than rule {RULE} predicts: {others}",
+            "warning",
+            "report this: the kimi_k3 pack's rule needs updating",
+        )
+    return ProbeResult(
+        name,
+        "passed",
+        f"vLLM refuses tap 3 ending stage 0 of 2 ({refused!r}) and accepts taps off the boundary and on the last stage, as rule {RULE} assumes",
+        "info",
+    )
 
 
 def get_probes() -> list[tuple[str, Any]]:

@@ -73,18 +73,40 @@ def attention_breaches(cfg: Mapping[str, Any], runner: str) -> list[Finding]:
         return out
     n_sliding = sum(t == SLIDING for t in types or ())
     if types is not None and 0 < n_sliding < len(types) and runner != "v2":
-        out.append(Finding("dflash-mixed-attention-v1", "error", "drafter.model", f"the drafter mixes sliding and full attention layers ({n_sliding} of {len(types)} sliding): vLLM's V1 model runner refuses at start "
-            "('DFlash drafters with mixed sliding/full attention require the V2 model runner')", "run on GPUs (Model Runner V2), or use a drafter whose layers all use one attention type"))
+        out.append(
+            Finding(
+                "dflash-mixed-attention-v1",
+                "error",
+                "drafter.model",
+                f"the drafter mixes sliding and full attention layers ({n_sliding} of {len(types)} sliding): vLLM's V1 model runner refuses at start "
+                "('DFlash drafters with mixed sliding/full attention require the V2 model runner')",
+                "run on GPUs (Model Runner V2), or use a drafter whose layers all use one attention type",
+            )
+        )
     any_sliding = use_swa or n_sliding > 0
     known, window = sliding_window(cfg)
     if any_sliding and known and window is None:
-        out.append(Finding("dflash-no-sliding-window", "error", "drafter.model", "the drafter has sliding-attention layers but no window size: vLLM refuses at start ('DFlash sliding attention requires a window size configured in "
-            "dflash_config.swa_window_size or the top-level sliding_window')"
-            + (" (its qwen3 config sets sliding_window but not use_sliding_window: true, so transformers drops it)" if cfg.get("sliding_window") is not None else ""), "set dflash_config.swa_window_size to the window the drafter was trained with"))
+        out.append(
+            Finding(
+                "dflash-no-sliding-window",
+                "error",
+                "drafter.model",
+                "the drafter has sliding-attention layers but no window size: vLLM refuses at start ('DFlash sliding attention requires a window size configured in "
+                "dflash_config.swa_window_size or the top-level sliding_window')"
+                + (
+                    " (its qwen3 config sets sliding_window but not use_sliding_window: true, so transformers drops it)"
+                    if cfg.get("sliding_window") is not None
+                    else ""
+                ),
+                "set dflash_config.swa_window_size to the window the drafter was trained with",
+            )
+        )
     return out
 
 
-def dspark_tensor_breaches(cfg: Mapping[str, Any], names: set[str] | frozenset[str] | None, target_vocab: int | None) -> list[Finding]:
+def dspark_tensor_breaches(
+    cfg: Mapping[str, Any], names: set[str] | frozenset[str] | None, target_vocab: int | None
+) -> list[Finding]:
     """qwen3_dspark.py::Qwen3DSparkForCausalLM.load_weights (same in 0.30-0.33): a drafter whose
     input vocab is larger than the target's must ship embed_tokens; one whose draft vocab is smaller
     must ship lm_head and d2t (names are matched as vLLM matches them: by substring; t2d is skipped)."""
@@ -96,16 +118,48 @@ def dspark_tensor_breaches(cfg: Mapping[str, Any], names: set[str] | frozenset[s
     if not (expanded or reduced):
         return []
     if names is None:
-        return [Finding("dspark-tensors-not-checked", "info", "drafter.model", f"the DSpark drafter's vocabulary (input {vocab}, draft {dvs}) differs from the target's {target_vocab}; "
-                       "whether it ships the embed_tokens / lm_head / d2t tensors vLLM then requires was not checked (no index or weights here)", "")]
+        return [
+            Finding(
+                "dspark-tensors-not-checked",
+                "info",
+                "drafter.model",
+                f"the DSpark drafter's vocabulary (input {vocab}, draft {dvs}) differs from the target's {target_vocab}; "
+                "whether it ships the embed_tokens / lm_head / d2t tensors vLLM then requires was not checked (no index or weights here)",
+                "",
+            )
+        ]
     loaded = [n for n in names if "t2d" not in n]
     out = []
     if expanded and not any("embed_tokens" in n for n in loaded):
-        out.append(Finding("dspark-embed-missing", "error", "drafter.model", f"the DSpark drafter's input vocabulary ({vocab}) is larger than the target's ({target_vocab}) but it has no embed_tokens tensor: vLLM refuses at load", "use a drafter checkpoint that includes its embed_tokens"))
+        out.append(
+            Finding(
+                "dspark-embed-missing",
+                "error",
+                "drafter.model",
+                f"the DSpark drafter's input vocabulary ({vocab}) is larger than the target's ({target_vocab}) but it has no embed_tokens tensor: vLLM refuses at load",
+                "use a drafter checkpoint that includes its embed_tokens",
+            )
+        )
     if reduced and not any("lm_head" in n for n in loaded):
-        out.append(Finding("dspark-lm-head-missing", "error", "drafter.model", f"the DSpark drafter's draft vocabulary ({dvs}) is smaller than the target's ({target_vocab}) but it has no lm_head tensor (the target's cannot be shared): vLLM refuses at load", "use a drafter checkpoint that includes its lm_head"))
+        out.append(
+            Finding(
+                "dspark-lm-head-missing",
+                "error",
+                "drafter.model",
+                f"the DSpark drafter's draft vocabulary ({dvs}) is smaller than the target's ({target_vocab}) but it has no lm_head tensor (the target's cannot be shared): vLLM refuses at load",
+                "use a drafter checkpoint that includes its lm_head",
+            )
+        )
     if reduced and not any("d2t" in n for n in loaded):
-        out.append(Finding("dspark-d2t-missing", "error", "drafter.model", f"the DSpark drafter's draft vocabulary ({dvs}) is smaller than the target's ({target_vocab}) but it has no d2t tensor to map draft ids to target ids: vLLM refuses at load", "use a drafter checkpoint that includes d2t"))
+        out.append(
+            Finding(
+                "dspark-d2t-missing",
+                "error",
+                "drafter.model",
+                f"the DSpark drafter's draft vocabulary ({dvs}) is smaller than the target's ({target_vocab}) but it has no d2t tensor to map draft ids to target ids: vLLM refuses at load",
+                "use a drafter checkpoint that includes d2t",
+            )
+        )
     return out
 
 
@@ -121,7 +175,13 @@ def xpress_topc(v: DrafterView) -> Iterator[Finding]:
         return
     dvs = cfg.get("draft_vocab_size") or cfg.get("vocab_size")
     if not (isinstance(topc, (int, float)) and is_int(dvs) and 0 <= topc <= dvs):
-        yield Finding("xpress-topc", "error", "drafter.model", f"the drafter's xpress_topc is {str(topc)[:40]!r}: vLLM refuses at start ('xpress_topc must be between 0 and the draft vocabulary size ({dvs})')", "set xpress_topc between 0 and the draft vocabulary size, or remove it")
+        yield Finding(
+            "xpress-topc",
+            "error",
+            "drafter.model",
+            f"the drafter's xpress_topc is {str(topc)[:40]!r}: vLLM refuses at start ('xpress_topc must be between 0 and the draft vocabulary size ({dvs})')",
+            "set xpress_topc between 0 and the draft vocabulary size, or remove it",
+        )
 
 
 def mask_token(v: DrafterView) -> Iterator[Finding]:
@@ -129,18 +189,42 @@ def mask_token(v: DrafterView) -> Iterator[Finding]:
     cfg = v.config
     key, tok = parallel_drafting_token(cfg)
     if key is None:
-        yield Finding("drafter-no-mask-token", "error", "drafter.model", f"the {v.method} drafter config names no parallel-drafting token: vLLM refuses at start ('Model config must specify `dflash_config.mask_token_id`, "
-            "`mask_token_id`, `dspark_noise_token_id`, `pard_token`, or `ptd_token_id` for parallel drafting.')", "set the token the drafter was trained with (DFlash: dflash_config.mask_token_id; DSpark: dspark_noise_token_id) in its config.json")
+        yield Finding(
+            "drafter-no-mask-token",
+            "error",
+            "drafter.model",
+            f"the {v.method} drafter config names no parallel-drafting token: vLLM refuses at start ('Model config must specify `dflash_config.mask_token_id`, "
+            "`mask_token_id`, `dspark_noise_token_id`, `pard_token`, or `ptd_token_id` for parallel drafting.')",
+            "set the token the drafter was trained with (DFlash: dflash_config.mask_token_id; DSpark: dspark_noise_token_id) in its config.json",
+        )
     elif not is_int(tok) or tok < 0:
-        yield Finding("drafter-bad-mask-token", "error", "drafter.model", f"the drafter's parallel-drafting token `{key}` is {str(tok)[:40]!r}, not a non-negative integer token id: vLLM cannot use it", f"set `{key}` to the token id the drafter was trained with")
+        yield Finding(
+            "drafter-bad-mask-token",
+            "error",
+            "drafter.model",
+            f"the drafter's parallel-drafting token `{key}` is {str(tok)[:40]!r}, not a non-negative integer token id: vLLM cannot use it",
+            f"set `{key}` to the token id the drafter was trained with",
+        )
     elif is_int(cfg.get("vocab_size")) and tok >= cfg["vocab_size"]:
-        yield Finding("drafter-mask-token-out-of-vocab", "warning", "drafter.model", f"the drafter's parallel-drafting token `{key}` = {tok} lies outside its input vocabulary (vocab_size {cfg['vocab_size']}): "
-                     "vLLM does not check this and embeds a row that is not a trained token", f"check `{key}` and vocab_size against the drafter's training config")
+        yield Finding(
+            "drafter-mask-token-out-of-vocab",
+            "warning",
+            "drafter.model",
+            f"the drafter's parallel-drafting token `{key}` = {tok} lies outside its input vocabulary (vocab_size {cfg['vocab_size']}): "
+            "vLLM does not check this and embeds a row that is not a trained token",
+            f"check `{key}` and vocab_size against the drafter's training config",
+        )
 
 
 def sample_from_anchor(v: DrafterView) -> Iterator[Finding]:
     if v.runner == "v2" and dflash_config(v.config).get("sample_from_anchor", False):
-        yield Finding("dflash-sample-from-anchor", "error", "drafter.model", "the drafter sets dflash_config.sample_from_anchor: true: vLLM's Model Runner V2 refuses it at start ('sample_from_anchor=True is not supported for DFlash')", "remove dflash_config.sample_from_anchor (DFlash uses the anchor as the bonus token); a DSpark drafter sets the top-level sample_from_anchor")
+        yield Finding(
+            "dflash-sample-from-anchor",
+            "error",
+            "drafter.model",
+            "the drafter sets dflash_config.sample_from_anchor: true: vLLM's Model Runner V2 refuses it at start ('sample_from_anchor=True is not supported for DFlash')",
+            "remove dflash_config.sample_from_anchor (DFlash uses the anchor as the bonus token); a DSpark drafter sets the top-level sample_from_anchor",
+        )
 
 
 def layer_attention(v: DrafterView) -> Iterator[Finding]:
@@ -153,7 +237,13 @@ def markov_head(v: DrafterView) -> Iterator[Finding]:
         return
     rank = v.config.get("markov_rank")
     if not (is_int(rank) and rank > 0):
-        yield Finding("dspark-no-markov-rank", "error", "drafter.model", f"the DSpark drafter config's markov_rank is {'missing' if rank is None else repr(rank)[:40]}: vLLM's Qwen3 DSpark model cannot build its Markov head and fails at start", "set markov_rank to the rank the drafter was trained with")
+        yield Finding(
+            "dspark-no-markov-rank",
+            "error",
+            "drafter.model",
+            f"the DSpark drafter config's markov_rank is {'missing' if rank is None else repr(rank)[:40]}: vLLM's Qwen3 DSpark model cannot build its Markov head and fails at start",
+            "set markov_rank to the rank the drafter was trained with",
+        )
 
 
 def vocabulary_tensors(v: DrafterView) -> Iterator[Finding]:

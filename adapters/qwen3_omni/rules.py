@@ -27,10 +27,18 @@ def _dspark_value(cfg: Mapping[str, Any], name: str) -> Any:
 
 def is_omni_target(target_config: Mapping[str, Any]) -> bool:
     archs = target_config.get("architectures")
-    return target_config.get("model_type") == OMNI_TARGET_MODEL_TYPE or bool(isinstance(archs, list) and OMNI_TARGET_ARCHS & {a for a in archs if isinstance(a, str)})
+    return target_config.get("model_type") == OMNI_TARGET_MODEL_TYPE or bool(
+        isinstance(archs, list) and OMNI_TARGET_ARCHS & {a for a in archs if isinstance(a, str)}
+    )
 
 
-def omni_breaches(target_config: Mapping[str, Any], target_text: Mapping[str, Any], cfg: Mapping[str, Any], served: list[str], num_speculative_tokens: int) -> list[tuple[str, str]]:
+def omni_breaches(
+    target_config: Mapping[str, Any],
+    target_text: Mapping[str, Any],
+    cfg: Mapping[str, Any],
+    served: list[str],
+    num_speculative_tokens: int,
+) -> list[tuple[str, str]]:
     """For a DSpark drafter of a Qwen3-Omni target: (profile field, what breaks it, in vLLM's words
     where it refuses) in the order vLLM checks them; vLLM stops at the first. `target_text` is the
     thinker's text config (`thinker_config.text_config`), else the target's text config."""
@@ -48,18 +56,35 @@ def omni_breaches(target_config: Mapping[str, Any], target_text: Mapping[str, An
 MODEL = "drafter.model"
 
 
-def _checkpoint_and_block(cfg: Mapping[str, Any], served: list[str], num_speculative_tokens: int) -> list[tuple[str, str]]:
+def _checkpoint_and_block(
+    cfg: Mapping[str, Any], served: list[str], num_speculative_tokens: int
+) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     declared = declared_architectures(cfg)
     if OMNI_DRAFTER_ARCH not in served and OMNI_DRAFTER_ARCH not in declared:
-        out.append((MODEL, f"Qwen3-Omni DSpark requires a standalone draft checkpoint with architectures=['{OMNI_DRAFTER_ARCH}'] (the drafter names {declared}); generic Qwen3DSparkModel checkpoints must be converted first"))
+        out.append(
+            (
+                MODEL,
+                f"Qwen3-Omni DSpark requires a standalone draft checkpoint with architectures=['{OMNI_DRAFTER_ARCH}'] (the drafter names {declared}); generic Qwen3DSparkModel checkpoints must be converted first",
+            )
+        )
     block = _dspark_value(cfg, "block_size")
     if block is None:
         block = _dspark_value(cfg, "dspark_block_size")
     if not positive(block):
-        out.append((MODEL, f"Qwen3-Omni DSpark requires a positive integer block_size in the draft config (it is {str(block)[:40]!r})"))
+        out.append(
+            (
+                MODEL,
+                f"Qwen3-Omni DSpark requires a positive integer block_size in the draft config (it is {str(block)[:40]!r})",
+            )
+        )
     elif num_speculative_tokens != block:
-        out.append(("drafter.num_speculative_tokens", f"Qwen3-Omni DSpark requires num_speculative_tokens to match the trained block_size ({block}); got {num_speculative_tokens}"))
+        out.append(
+            (
+                "drafter.num_speculative_tokens",
+                f"Qwen3-Omni DSpark requires num_speculative_tokens to match the trained block_size ({block}); got {num_speculative_tokens}",
+            )
+        )
     return out
 
 
@@ -69,15 +94,35 @@ def _thinker_shapes(target_text: Mapping[str, Any], cfg: Mapping[str, Any]) -> l
     out: list[tuple[str, str]] = []
     hidden = target_text.get("hidden_size")
     if hidden is not None and cfg.get("target_hidden_size") != hidden:
-        out.append((MODEL, f"Qwen3-Omni DSpark draft target_hidden_size must match the target text hidden size ({hidden}); got {cfg.get('target_hidden_size')}"))
+        out.append(
+            (
+                MODEL,
+                f"Qwen3-Omni DSpark draft target_hidden_size must match the target text hidden size ({hidden}); got {cfg.get('target_hidden_size')}",
+            )
+        )
     if hidden is not None and "hidden_size" in cfg and cfg["hidden_size"] != hidden:
-        out.append((MODEL, f"Qwen3-Omni DSpark draft hidden_size must match the target thinker hidden size ({hidden}); got {cfg['hidden_size']}"))
+        out.append(
+            (
+                MODEL,
+                f"Qwen3-Omni DSpark draft hidden_size must match the target thinker hidden size ({hidden}); got {cfg['hidden_size']}",
+            )
+        )
     for name in ("num_attention_heads", "num_key_value_heads", "head_dim"):
         t = target_text.get(name)
         if name in target_text and not positive(t):
-            out.append(("target.model", f"Qwen3-Omni DSpark requires a positive integer {name} in the target thinker text_config; got {str(t)[:40]}"))
+            out.append(
+                (
+                    "target.model",
+                    f"Qwen3-Omni DSpark requires a positive integer {name} in the target thinker text_config; got {str(t)[:40]}",
+                )
+            )
         elif t is not None and name in cfg and cfg[name] != t:
-            out.append((MODEL, f"Qwen3-Omni DSpark draft {name} must match the target thinker value ({t}); got {str(cfg[name])[:40]}"))
+            out.append(
+                (
+                    MODEL,
+                    f"Qwen3-Omni DSpark draft {name} must match the target thinker value ({t}); got {str(cfg[name])[:40]}",
+                )
+            )
     return out
 
 
@@ -93,18 +138,33 @@ def _taps(target_text: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[tuple[
     if ids != sorted(set(ids)):
         return [(MODEL, f"Qwen3-Omni DSpark target_layer_ids must be unique and strictly increasing (got {ids[:16]})")]
     if is_int(n) and (ids[0] < 0 or ids[-1] >= n):
-        return [(MODEL, f"Qwen3-Omni DSpark target_layer_ids must be zero-based text-layer indices in [0, {n - 1}]; got {ids[:16]}")]
+        return [
+            (
+                MODEL,
+                f"Qwen3-Omni DSpark target_layer_ids must be zero-based text-layer indices in [0, {n - 1}]; got {ids[:16]}",
+            )
+        ]
     return []
 
 
 def _head(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     if _dspark_value(cfg, "use_aux_hidden_state") is not True:
-        out.append((MODEL, "Qwen3-Omni DSpark requires use_aux_hidden_state=true because Omni conditioning is supplied through thinker hidden states"))
+        out.append(
+            (
+                MODEL,
+                "Qwen3-Omni DSpark requires use_aux_hidden_state=true because Omni conditioning is supplied through thinker hidden states",
+            )
+        )
     if not positive(cfg.get("markov_rank")):
         out.append((MODEL, "Qwen3-Omni DSpark requires a positive integer markov_rank in the draft config"))
     if cfg.get("markov_head_type") != "vanilla":
-        out.append((MODEL, f"Qwen3-Omni DSpark currently requires markov_head_type='vanilla'; got {str(cfg.get('markov_head_type'))[:40]!r}"))
+        out.append(
+            (
+                MODEL,
+                f"Qwen3-Omni DSpark currently requires markov_head_type='vanilla'; got {str(cfg.get('markov_head_type'))[:40]!r}",
+            )
+        )
     if cfg.get("sample_from_anchor", True) is not True or cfg.get("dspark_bonus_anchor", False) is not False:
         out.append((MODEL, "Qwen3-Omni DSpark requires sample_from_anchor=true and dspark_bonus_anchor=false"))
     return out
@@ -119,15 +179,27 @@ def _vocabulary(target_text: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[
     out: list[tuple[str, str]] = []
     dvs = cfg.get("draft_vocab_size") if cfg.get("draft_vocab_size") is not None else vocab
     if not positive(dvs) or (is_int(target_vocab) and dvs > target_vocab):
-        out.append((MODEL, f"Qwen3-Omni DSpark draft_vocab_size must be a positive integer no larger than target vocab_size ({target_vocab}); got {str(dvs)[:40]}"))
+        out.append(
+            (
+                MODEL,
+                f"Qwen3-Omni DSpark draft_vocab_size must be a positive integer no larger than target vocab_size ({target_vocab}); got {str(dvs)[:40]}",
+            )
+        )
     token = nested(cfg, "dflash_config", "mask_token_id")
     for key in MASK_TOKEN_KEYS[1:]:
         token = cfg.get(key) if token is None else token
     if not (is_int(token) and 0 <= token < vocab):
-        out.append((MODEL, f"Qwen3-Omni DSpark requires a valid mask/noise token id within the draft input vocabulary [0, {vocab - 1}] (got {str(token)[:40]})"))
+        out.append(
+            (
+                MODEL,
+                f"Qwen3-Omni DSpark requires a valid mask/noise token id within the draft input vocabulary [0, {vocab - 1}] (got {str(token)[:40]})",
+            )
+        )
     ropes = [r for r in (cfg.get("rope_parameters"), cfg.get("rope_scaling")) if isinstance(r, dict)]
     if cfg.get("mrope_section") is not None or any("mrope_section" in r for r in ropes):
-        out.append((MODEL, "Qwen3-Omni DSpark draft checkpoints must use logical 1-D RoPE and must not define mrope_section"))
+        out.append(
+            (MODEL, "Qwen3-Omni DSpark draft checkpoints must use logical 1-D RoPE and must not define mrope_section")
+        )
     return out
 
 
@@ -135,7 +207,13 @@ def omni_contract(v: DrafterView) -> Iterator[Finding]:
     thinker = nested(v.target_config, "thinker_config", "text_config")
     text = thinker if isinstance(thinker, dict) else v.target_text
     for field, why in omni_breaches(v.target_config, text, v.config, list(v.served), v.num_speculative_tokens):
-        yield Finding("dspark-omni-contract", "error", field, f"{why}: vLLM refuses at start", "convert the drafter for Qwen3-Omni (its trained block size, the thinker's shapes and taps), or set the field as the message says")
+        yield Finding(
+            "dspark-omni-contract",
+            "error",
+            field,
+            f"{why}: vLLM refuses at start",
+            "convert the drafter for Qwen3-Omni (its trained block size, the thinker's shapes and taps), or set the field as the message says",
+        )
 
 
 def get_rules() -> list[tuple[str, Any]]:

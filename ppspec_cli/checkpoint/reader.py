@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ppspec_cli.io import netio, safeio, shellout
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import netio, safeio, shellout
 from ppspec_cli.knowledge import methods, packs
 
 # Read limits, one per kind of file, each traced to the largest real file of its kind (with margin).
@@ -38,13 +38,30 @@ MAX_SHARDS = 10_000
 MAX_TENSORS = 2_000_000
 MAX_TOTAL_HEADER_BYTES = 512 << 20
 DTYPE_BYTES = {
-    "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-    "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "U32": 4, "U16": 2, "U64": 8, "F4": 1,
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
+    "U32": 4,
+    "U16": 2,
+    "U64": 8,
+    "F4": 1,
 }
 #: Sizes beyond these are not models but corrupt or hostile configs (and would make plans allocate absurdly).
 CONFIG_INT_LIMITS = {"num_hidden_layers": 100_000, "hidden_size": 1 << 20, "vocab_size": 1 << 31}
 #: Tower names Hugging Face multimodal checkpoints use, for targets no pack describes.
-_HF_TOWER = re.compile(r"(?:^|\.)(vision|visual|vision_tower|vision_model|audio|audio_tower|mm_projector|multi_modal_projector)(?:\.|_)")
+_HF_TOWER = re.compile(
+    r"(?:^|\.)(vision|visual|vision_tower|vision_model|audio|audio_tower|mm_projector|multi_modal_projector)(?:\.|_)"
+)
 TORCH_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float64": 8}
 
 
@@ -232,13 +249,22 @@ def parse_safetensors_header(raw: bytes, *, file: str, file_size: int | None) ->
             raise ValueError(f"tensor {name!r}: unknown dtype {dtype!r}")
         if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
             raise ValueError(f"tensor {name!r}: bad shape {shape!r}")
-        if not (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) for o in offs) and 0 <= offs[0] <= offs[1]):
+        if not (
+            isinstance(offs, list)
+            and len(offs) == 2
+            and all(isinstance(o, int) for o in offs)
+            and 0 <= offs[0] <= offs[1]
+        ):
             raise ValueError(f"tensor {name!r}: bad data_offsets {offs!r}")
         t = TensorInfo(name, dtype, tuple(shape), file)
         if offs[1] - offs[0] != t.nbytes:
-            raise ValueError(f"tensor {name!r}: data_offsets span {offs[1] - offs[0]} bytes but dtype x shape needs {t.nbytes}")
+            raise ValueError(
+                f"tensor {name!r}: data_offsets span {offs[1] - offs[0]} bytes but dtype x shape needs {t.nbytes}"
+            )
         if data_len is not None and offs[1] > data_len:
-            raise ValueError(f"tensor {name!r}: data_offsets end {offs[1]} past the end of the file's data ({data_len} bytes)")
+            raise ValueError(
+                f"tensor {name!r}: data_offsets end {offs[1]} past the end of the file's data ({data_len} bytes)"
+            )
         out[name] = t
     return out
 
@@ -248,15 +274,26 @@ def parse_safetensors_header(raw: bytes, *, file: str, file_size: int | None) ->
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
-    data = safeio.read_json(path, limit=MAX_CONFIG_BYTES, what=what, fix="restore the file from the model repository", exit_code=1)
+    data = safeio.read_json(
+        path, limit=MAX_CONFIG_BYTES, what=what, fix="restore the file from the model repository", exit_code=1
+    )
     if not isinstance(data, dict):
-        raise PpspecError(f"{what} must be a JSON object", where=str(path), fix="restore the file from the model repository", exit_code=1)
+        raise PpspecError(
+            f"{what} must be a JSON object",
+            where=str(path),
+            fix="restore the file from the model repository",
+            exit_code=1,
+        )
     return data
 
 
 def _apply_config(ck: Checkpoint, cfg: dict[str, Any], where: str) -> None:
     if "_partial" in cfg:
-        ck.gaps.append(Gap("partial-config", f"{where} is marked partial ({str(cfg['_partial'])[:160]}); keys it lacks are unknown"))
+        ck.gaps.append(
+            Gap(
+                "partial-config", f"{where} is marked partial ({str(cfg['_partial'])[:160]}); keys it lacks are unknown"
+            )
+        )
     ck.config = cfg
     view = speculators_view(cfg)
     text, path = text_part(view if view is not cfg else cfg)
@@ -266,11 +303,23 @@ def _apply_config(ck: Checkpoint, cfg: dict[str, Any], where: str) -> None:
     for key in ("num_hidden_layers", "hidden_size", "vocab_size"):
         v = text.get(key)
         if v is None:
-            ck.gaps.append(Gap("missing-" + key.replace("_", "-"), f"config has no `{key}`" + (f" (looked in `{path}`)" if path else "")))
+            ck.gaps.append(
+                Gap(
+                    "missing-" + key.replace("_", "-"),
+                    f"config has no `{key}`" + (f" (looked in `{path}`)" if path else ""),
+                )
+            )
         elif not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            ck.gaps.append(Gap("bad-" + key.replace("_", "-"), f"config `{key}` is {str(v)[:40]!r}, not a positive integer"))
+            ck.gaps.append(
+                Gap("bad-" + key.replace("_", "-"), f"config `{key}` is {str(v)[:40]!r}, not a positive integer")
+            )
         elif v > CONFIG_INT_LIMITS[key]:
-            ck.gaps.append(Gap("bad-" + key.replace("_", "-"), f"config `{key}` is {v}, beyond any real model (limit {CONFIG_INT_LIMITS[key]})"))
+            ck.gaps.append(
+                Gap(
+                    "bad-" + key.replace("_", "-"),
+                    f"config `{key}` is {v}, beyond any real model (limit {CONFIG_INT_LIMITS[key]})",
+                )
+            )
     if not ck.architectures:
         ck.gaps.append(Gap("missing-architectures", "config has no `architectures` list"))
 
@@ -296,14 +345,26 @@ def _safe_shard_name(name: str) -> bool:
 def _open_local(ref: str, path: Path) -> Checkpoint:
     """An empty local Checkpoint for an existing, listable directory (its file names listed)."""
     if not path.exists():
-        raise PpspecError(f"checkpoint directory not found: {path}", where=ref, fix="check the path, or use a hub id (org/name)", exit_code=1)
+        raise PpspecError(
+            f"checkpoint directory not found: {path}",
+            where=ref,
+            fix="check the path, or use a hub id (org/name)",
+            exit_code=1,
+        )
     if not path.is_dir():
-        raise PpspecError(f"checkpoint path is not a directory: {path}", where=ref, fix="point at the directory that holds config.json", exit_code=1)
+        raise PpspecError(
+            f"checkpoint path is not a directory: {path}",
+            where=ref,
+            fix="point at the directory that holds config.json",
+            exit_code=1,
+        )
     ck = Checkpoint(ref=ref, location=str(path), source="local")
     try:
         ck.files = sorted(p.name for p in path.iterdir())
     except OSError as e:
-        raise PpspecError(f"cannot list checkpoint directory: {e.strerror}", where=str(path), fix="check permissions", exit_code=1) from None
+        raise PpspecError(
+            f"cannot list checkpoint directory: {e.strerror}", where=str(path), fix="check permissions", exit_code=1
+        ) from None
     return ck
 
 
@@ -340,24 +401,45 @@ def _read_index(ck: Checkpoint, file: Path, name: str) -> None:
     if over:
         ck.gaps.append(Gap("over-read-limit", over))
         return
-    data = safeio.read_json(file, limit=MAX_INDEX_BYTES, what=name, fix="restore the file from the model repository", exit_code=1)
+    data = safeio.read_json(
+        file, limit=MAX_INDEX_BYTES, what=name, fix="restore the file from the model repository", exit_code=1
+    )
     if not isinstance(data, dict):
-        raise PpspecError(f"{name} must be a JSON object", where=str(file), fix="restore the file from the model repository", exit_code=1)
+        raise PpspecError(
+            f"{name} must be a JSON object",
+            where=str(file),
+            fix="restore the file from the model repository",
+            exit_code=1,
+        )
     _apply_index(ck, data, name)
 
 
 def _local_shards(ck: Checkpoint, path: Path) -> tuple[list[str], list[str], list[str]]:
     """The shard files to read headers of -> (present, missing, unsafe), with their gaps: the
     index's shards when there is an index, else the directory's *.safetensors."""
-    shards = sorted(set((ck.weight_map or {}).values())) if ck.weight_map else [f for f in ck.files if f.endswith(".safetensors")]
+    shards = (
+        sorted(set((ck.weight_map or {}).values()))
+        if ck.weight_map
+        else [f for f in ck.files if f.endswith(".safetensors")]
+    )
     unsafe = [s for s in shards if not _safe_shard_name(s)]
     if unsafe:
         # Never follow an index out of the checkpoint directory (`../x`, absolute paths).
-        ck.gaps.append(Gap("unsafe-shard-name", f"the index names shard file(s) outside the checkpoint directory, not read: {', '.join(repr(u) for u in unsafe[:3])}"))
+        ck.gaps.append(
+            Gap(
+                "unsafe-shard-name",
+                f"the index names shard file(s) outside the checkpoint directory, not read: {', '.join(repr(u) for u in unsafe[:3])}",
+            )
+        )
     present = [s for s in shards if s not in unsafe and (path / s).is_file()]
     missing = [s for s in shards if s not in present and s not in unsafe]
     if ck.weight_map is not None and missing and present:
-        ck.gaps.append(Gap("missing-shards", f"the index names {len(missing)} shard file(s) that are not in the directory (e.g. {missing[0]})"))
+        ck.gaps.append(
+            Gap(
+                "missing-shards",
+                f"the index names {len(missing)} shard file(s) that are not in the directory (e.g. {missing[0]})",
+            )
+        )
     return present, missing, unsafe
 
 
@@ -368,7 +450,12 @@ def _read_local_headers(ck: Checkpoint, path: Path, present: list[str]) -> dict[
         ck.gaps.append(Gap("no-weights", "no safetensors files here (metadata only): tensor-level checks are not run"))
         return None
     if len(present) > MAX_SHARDS:
-        ck.gaps.append(Gap("over-read-limit", f"{len(present)} shard files, more than the {MAX_SHARDS} ppspec reads headers of (MAX_SHARDS): tensor-level checks not run"))
+        ck.gaps.append(
+            Gap(
+                "over-read-limit",
+                f"{len(present)} shard files, more than the {MAX_SHARDS} ppspec reads headers of (MAX_SHARDS): tensor-level checks not run",
+            )
+        )
         return None
     tensors: dict[str, TensorInfo] = {}
     header_bytes = 0
@@ -380,12 +467,22 @@ def _read_local_headers(ck: Checkpoint, path: Path, present: list[str]) -> dict[
                 (n,) = struct.unpack("<Q", head)
                 header_bytes += min(n, MAX_HEADER_BYTES)
                 if header_bytes > MAX_TOTAL_HEADER_BYTES:
-                    ck.gaps.append(Gap("over-read-limit", f"the shards' headers together exceed the {MAX_TOTAL_HEADER_BYTES >> 20} MiB ppspec reads (MAX_TOTAL_HEADER_BYTES): tensor-level checks not run"))
+                    ck.gaps.append(
+                        Gap(
+                            "over-read-limit",
+                            f"the shards' headers together exceed the {MAX_TOTAL_HEADER_BYTES >> 20} MiB ppspec reads (MAX_TOTAL_HEADER_BYTES): tensor-level checks not run",
+                        )
+                    )
                     return None
                 head, size = safeio.read_head(fp, 8 + min(n, MAX_HEADER_BYTES), what=f"shard {s}", error=_HeaderError)
             tensors.update(parse_safetensors_header(head, file=s, file_size=size))
             if len(tensors) > MAX_TENSORS:
-                ck.gaps.append(Gap("over-read-limit", f"the shards hold more than {MAX_TENSORS} tensors together (MAX_TENSORS): tensor-level checks not run"))
+                ck.gaps.append(
+                    Gap(
+                        "over-read-limit",
+                        f"the shards hold more than {MAX_TENSORS} tensors together (MAX_TENSORS): tensor-level checks not run",
+                    )
+                )
                 return None
         except ValueError as e:
             ck.gaps.append(Gap("bad-safetensors", f"{s}: {e}"))
@@ -402,7 +499,10 @@ def _use_tensors(ck: Checkpoint, tensors: dict[str, TensorInfo]) -> Checkpoint:
         wrong = sorted(n for n, f in ck.weight_map.items() if n not in tensors or tensors[n].file != f)
         if wrong:
             ck.gaps.append(
-                Gap("index-mismatch", f"{len(wrong)} tensor(s) of the index are not in the shard it names (e.g. {wrong[0]} -> {ck.weight_map[wrong[0]]}); the headers are used")
+                Gap(
+                    "index-mismatch",
+                    f"{len(wrong)} tensor(s) of the index are not in the shard it names (e.g. {wrong[0]} -> {ck.weight_map[wrong[0]]}); the headers are used",
+                )
             )
     ck.tensors = tensors
     return ck
@@ -450,9 +550,16 @@ def _hf_download_line(ref: str, revision: str | None) -> str:
 def _hub_error(e: Exception, ref: str, *, offline: bool = False, revision: str | None = None) -> PpspecError:
     name = type(e).__name__
     if name in ("RepositoryNotFoundError", "GatedRepoError"):
-        return PpspecError(f"hub repository {ref!r} was not found or is gated ({name})", where=ref, fix="check the id; for gated models log in (`hf auth login`) or set HF_TOKEN", exit_code=1)
+        return PpspecError(
+            f"hub repository {ref!r} was not found or is gated ({name})",
+            where=ref,
+            fix="check the id; for gated models log in (`hf auth login`) or set HF_TOKEN",
+            exit_code=1,
+        )
     if name == "RevisionNotFoundError":
-        return PpspecError(f"revision not found for {ref!r}", where=ref, fix="check `revision` in the profile", exit_code=1)
+        return PpspecError(
+            f"revision not found for {ref!r}", where=ref, fix="check `revision` in the profile", exit_code=1
+        )
     if name in ("LocalEntryNotFoundError", "OfflineModeIsEnabled", "IncompleteSnapshotError"):
         if offline:
             return PpspecError(
@@ -468,7 +575,12 @@ def _hub_error(e: Exception, ref: str, *, offline: bool = False, revision: str |
             exit_code=1,
         )
     detail = str(e).splitlines()[0][:200] if str(e) else ""
-    return PpspecError(f"could not read {ref!r} from the hub: {name}: {detail}", where=ref, fix="check the network / HF_ENDPOINT, or use a local directory", exit_code=1)
+    return PpspecError(
+        f"could not read {ref!r} from the hub: {name}: {detail}",
+        where=ref,
+        fix="check the network / HF_ENDPOINT, or use a local directory",
+        exit_code=1,
+    )
 
 
 # Every hub exchange for one checkpoint (reachability HEAD, sizes, downloads, header range reads)
@@ -504,7 +616,13 @@ def _install_hub_client() -> None:
 
     proxy = netio.proxy_for(endpoint)
     set_client_factory(
-        lambda: netio.httpx2_client(_HUB_CLOCK, proxy, event_hooks={"request": [*hooks["request"], note], "response": hooks["response"]}, follow_redirects=True, timeout=None)
+        lambda: netio.httpx2_client(
+            _HUB_CLOCK,
+            proxy,
+            event_hooks={"request": [*hooks["request"], note], "response": hooks["response"]},
+            follow_redirects=True,
+            timeout=None,
+        )
     )
     _hub_client["installed"] = endpoint
 
@@ -529,7 +647,9 @@ def _hub_too_large(ref: str, limit: float, env: str | None = None) -> PpspecErro
     return PpspecError(
         f"the hub ({_endpoint()}) sent more than {limit / 1e6:.0f} MB for {ref!r} (while reading {what!r}); abandoned",
         where=f"{ref}/{what}",
-        fix="check HF_ENDPOINT (a hub serves small metadata files)" + (f"; raise {env} for a larger drafter" if env else "") + ", or point `model` at a local directory",
+        fix="check HF_ENDPOINT (a hub serves small metadata files)"
+        + (f"; raise {env} for a larger drafter" if env else "")
+        + ", or point `model` at a local directory",
         exit_code=1,
     )
 
@@ -646,7 +766,9 @@ def download_snapshot(ref: str, revision: str | None, cancelled: Callable[[], bo
             exit_code=1,
         ) from None
     finally:
-        if not _HUB_CLOCK.expired() or cancelled is None or not cancelled():  # a cancelled download's threads stay on an expired clock
+        if (
+            not _HUB_CLOCK.expired() or cancelled is None or not cancelled()
+        ):  # a cancelled download's threads stay on an expired clock
             _HUB_CLOCK.clear()
         constants.HF_HUB_DISABLE_XET = xet_was_disabled
 
@@ -688,7 +810,9 @@ def _hub_fetch(ref: str, name: str, revision: str | None, *, cache_only: bool, o
     try:
         if not cache_only:
             # the size the hub announces, checked before anything is downloaded
-            size = get_hf_file_metadata(hf_hub_url(ref, name, revision=revision), timeout=constants.HF_HUB_ETAG_TIMEOUT).size
+            size = get_hf_file_metadata(
+                hf_hub_url(ref, name, revision=revision), timeout=constants.HF_HUB_ETAG_TIMEOUT
+            ).size
             limit = MAX_INDEX_BYTES if name.startswith("model.safetensors.index") else MAX_CONFIG_BYTES
             if size is not None and size > limit:
                 raise PpspecError(
@@ -720,10 +844,20 @@ def _hub_headers_skipped(ck: Checkpoint, *, offline: bool, unreachable: bool) ->
         ck.gaps.append(Gap("no-weights", "offline: safetensors headers not read (tensor-level checks not run)"))
         return True
     if unreachable:
-        ck.gaps.append(Gap("no-weights", f"the hub ({_endpoint()}) could not be reached: metadata from the local cache, safetensors headers not read"))
+        ck.gaps.append(
+            Gap(
+                "no-weights",
+                f"the hub ({_endpoint()}) could not be reached: metadata from the local cache, safetensors headers not read",
+            )
+        )
         return True
     if ck.weight_map is not None and len(set(ck.weight_map.values())) > MAX_SHARDS:
-        ck.gaps.append(Gap("over-read-limit", f"the index names more than {MAX_SHARDS} shard files (MAX_SHARDS): headers not read, tensor-level checks not run"))
+        ck.gaps.append(
+            Gap(
+                "over-read-limit",
+                f"the index names more than {MAX_SHARDS} shard files (MAX_SHARDS): headers not read, tensor-level checks not run",
+            )
+        )
         return True
     return False
 
@@ -739,7 +873,12 @@ def _hub_safetensors_metadata(ck: Checkpoint, ref: str, revision: str | None) ->
             raise  # load_hub reports the overrun
         kind = type(e).__name__
         if kind == "SafetensorsParsingError":
-            ck.gaps.append(Gap("bad-safetensors", f"a safetensors header on the hub is corrupt: {str(e).splitlines()[0][:200] if str(e) else kind}"))
+            ck.gaps.append(
+                Gap(
+                    "bad-safetensors",
+                    f"a safetensors header on the hub is corrupt: {str(e).splitlines()[0][:200] if str(e) else kind}",
+                )
+            )
         elif kind == "NotASafetensorsRepoError":
             ck.gaps.append(Gap("no-weights", "the repository has no safetensors weights: tensor-level checks not run"))
         else:
@@ -751,7 +890,12 @@ def _hub_tensors(ck: Checkpoint, meta: Any) -> dict[str, TensorInfo] | None:
     """The tensors huggingface_hub parsed from the headers, checked as the local reader checks
     them; None, with a gap, when there are too many or one does not add up."""
     if sum(len(fm.tensors) for fm in meta.files_metadata.values()) > MAX_TENSORS:
-        ck.gaps.append(Gap("over-read-limit", f"the shards hold more than {MAX_TENSORS} tensors together (MAX_TENSORS): tensor-level checks not run"))
+        ck.gaps.append(
+            Gap(
+                "over-read-limit",
+                f"the shards hold more than {MAX_TENSORS} tensors together (MAX_TENSORS): tensor-level checks not run",
+            )
+        )
         return None
     tensors: dict[str, TensorInfo] = {}
     for fname, fm in meta.files_metadata.items():
@@ -760,7 +904,12 @@ def _hub_tensors(ck: Checkpoint, meta: Any) -> dict[str, TensorInfo] | None:
             offs = tuple(getattr(ti, "data_offsets", ()) or ())
             if t.dtype not in DTYPE_BYTES or (len(offs) == 2 and offs[1] - offs[0] != t.nbytes):
                 # the same lie the local reader refuses: a span that does not fit dtype x shape
-                ck.gaps.append(Gap("bad-safetensors", f"{fname}: tensor {tname!r} ({t.dtype} {list(t.shape)}) does not match its data_offsets {list(offs)}"))
+                ck.gaps.append(
+                    Gap(
+                        "bad-safetensors",
+                        f"{fname}: tensor {tname!r} ({t.dtype} {list(t.shape)}) does not match its data_offsets {list(offs)}",
+                    )
+                )
                 return None
             tensors[tname] = t
     return tensors
@@ -826,10 +975,14 @@ def _load_demo(ref: str, *, read_headers: bool) -> Checkpoint:
     if built is not None:
         return load_local(ref, built, read_headers=read_headers)
     d = demo.describe_demo_model(name)
-    ck = Checkpoint(ref=ref, location=str(demo.demo_cache_dir() / name), source="local", files=["config.json", "model.safetensors"])
+    ck = Checkpoint(
+        ref=ref, location=str(demo.demo_cache_dir() / name), source="local", files=["config.json", "model.safetensors"]
+    )
     _apply_config(ck, d.config, "config.json")
     if read_headers:
-        _use_tensors(ck, {k: TensorInfo(k, dtype, shape, "model.safetensors") for k, (dtype, shape) in d.tensors.items()})
+        _use_tensors(
+            ck, {k: TensorInfo(k, dtype, shape, "model.safetensors") for k, (dtype, shape) in d.tensors.items()}
+        )
     return ck
 
 
@@ -845,7 +998,10 @@ def load_checkpoint(
     """Load metadata for a model reference (local dir, hub id, or `demo:<name>`)."""
     if ref.startswith("demo:"):
         return _load_demo(ref, read_headers=read_headers)
-    if any(len(part.encode("utf-8", "replace")) > 255 for part in ref.split("/")) or len(ref.encode("utf-8", "replace")) > 4096:
+    if (
+        any(len(part.encode("utf-8", "replace")) > 255 for part in ref.split("/"))
+        or len(ref.encode("utf-8", "replace")) > 4096
+    ):
         raise PpspecError(
             "model reference has a path component longer than 255 bytes (or is longer than 4096 bytes)",
             where=ref[:80] + "...",
@@ -863,7 +1019,12 @@ def load_checkpoint(
             )
         ck = load_local(ref, p, read_headers=read_headers)
         if _HUB_ID.fullmatch(ref):
-            ck.gaps.append(Gap("local-folder", f"{ref!r} has the form of a hub id (org/name) and is the folder {p} next to the profile: it is read as that folder"))
+            ck.gaps.append(
+                Gap(
+                    "local-folder",
+                    f"{ref!r} has the form of a hub id (org/name) and is the folder {p} next to the profile: it is read as that folder",
+                )
+            )
         return ck
     if progress:
         from huggingface_hub import constants

@@ -26,11 +26,11 @@ from importlib import metadata as md
 from pathlib import Path
 from typing import Any
 
-from ppspec_cli.io import safeio, spawn
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.knowledge.packs import CAPABILITIES, Pack, get_pack, load_packs, table_lines
+from ppspec_cli.io import safeio, spawn
 from ppspec_cli.knowledge import facts
 from ppspec_cli.knowledge.engine import installed_vllm
+from ppspec_cli.knowledge.packs import CAPABILITIES, Pack, get_pack, load_packs, table_lines
 from ppspec_cli.knowledge.versions import verdict
 
 STATUSES = ("native", "patched by pack", "unsupported", "not checked")
@@ -72,9 +72,8 @@ def _install_key() -> str:
 
 
 def _read_cache(key: str) -> dict[str, str | None]:
-    from ppspec_cli.io.safeio import read_json
-
     from ppspec_cli.io.cache import owned_file
+    from ppspec_cli.io.safeio import read_json
 
     f = _cache_file()  # a cache dir of another user's: refused here, with its path
     try:
@@ -134,20 +133,31 @@ def _modules_for(pack: Pack, platform: str, version: str | None = None) -> dict[
     return out
 
 
-def pack_status(pack: Pack, installed: tuple[str, str] | None, import_errs: dict[str, str | None] | None = None) -> tuple[str, str]:
+def pack_status(
+    pack: Pack, installed: tuple[str, str] | None, import_errs: dict[str, str | None] | None = None
+) -> tuple[str, str]:
     """(status, why) of a pack against an installed vLLM (version, platform), from the pack's own
     support tables (`Pack.supports`) and, when given, which of its modules import here."""
     if installed is None:
         return "not checked", "vLLM is not installed here"
     version, platform = installed.version, installed.platform
     vv = verdict(version)
-    if facts.parse_version(vv.facts_version) is not None and facts.parse_version(vv.facts_version) < facts.PP_SPEC_MIN_VERSION:
-        return "unsupported", f"vLLM {version} has no speculative decoding under pipeline parallelism (it arrived in {facts.PP_SPEC_MIN_VERSION})"
+    if (
+        facts.parse_version(vv.facts_version) is not None
+        and facts.parse_version(vv.facts_version) < facts.PP_SPEC_MIN_VERSION
+    ):
+        return (
+            "unsupported",
+            f"vLLM {version} has no speculative decoding under pipeline parallelism (it arrived in {facts.PP_SPEC_MIN_VERSION})",
+        )
     if vv.verified and not pack.supports_vllm(version):
         return "unsupported", f"vLLM {version} is outside {pack.vllm_range}"
     # an unverified version (nightly, rc, fork, newer): the newest verified release's tables, carried
     # forward; the `engine` state (probed / drifted) says what the installed code itself showed
-    answers = [pack.supports(cap, platform, vv.facts_version) for cap in dict.fromkeys(c for p in pack.parts for c in p.capabilities)]
+    answers = [
+        pack.supports(cap, platform, vv.facts_version)
+        for cap in dict.fromkeys(c for p in pack.parts for c in p.capabilities)
+    ]
     bad = [a for a in answers if a.status == "unsupported"]
     if any(a.capability in _GATING for a in bad):
         return "unsupported", "; ".join(f"{a.capability}: {a.reason}" for a in bad)
@@ -155,7 +165,10 @@ def pack_status(pack: Pack, installed: tuple[str, str] | None, import_errs: dict
     broken = {m: err for m, err in (import_errs or {}).items() if err and m in _modules_for(pack, platform)}
     if broken:
         m, err = next(iter(broken.items()))
-        return "unsupported", f"{_modules_for(pack, platform)[m]}'s vLLM module {m} does not import in this install ({err})"
+        return (
+            "unsupported",
+            f"{_modules_for(pack, platform)[m]}'s vLLM module {m} does not import in this install ({err})",
+        )
     if any(a.status == "patched" for a in answers) or not pack.native:
         files = ", ".join(f"{name}/{f.name}" for name, f in pack.patch_files)
         return "patched by pack", f"the ppspec plugin patches vLLM {version} on {platform} ({files}){lacks}"
@@ -165,7 +178,12 @@ def pack_status(pack: Pack, installed: tuple[str, str] | None, import_errs: dict
 def _import_errors_for(packs: list[Pack], installed: tuple[str, str] | None) -> dict[str, str | None]:
     if installed is None:
         return {}
-    modules = [m for p in packs if p.supports_vllm(verdict(installed.version).facts_version) for m in _modules_for(p, installed.platform)]
+    modules = [
+        m
+        for p in packs
+        if p.supports_vllm(verdict(installed.version).facts_version)
+        for m in _modules_for(p, installed.platform)
+    ]
     return import_errors(modules)
 
 
@@ -222,7 +240,11 @@ def probe_anchors(packs: list[Pack], platform: str, facts_version: str) -> dict[
             capture_output=True, text=True, timeout=IMPORT_CHECK_DEADLINE_S,
         )  # fmt: skip
         line = next((ln for ln in cp.stdout.splitlines() if ln.startswith("PPSPEC-ANCHORS ")), None)
-        return json.loads(line.split(" ", 1)[1]) if line else {p.name: f"the anchor read did not finish (exit {cp.returncode})" for p in packs}
+        return (
+            json.loads(line.split(" ", 1)[1])
+            if line
+            else {p.name: f"the anchor read did not finish (exit {cp.returncode})" for p in packs}
+        )
     except (OSError, spawn.TimeoutExpired, ValueError) as e:
         return {p.name: f"the anchor read could not run ({type(e).__name__})" for p in packs}
 
@@ -236,7 +258,10 @@ def engine_state(pack: Pack, installed: Any, anchors: dict[str, Any] | None) -> 
         return "verified", f"vLLM {installed.version} is a verified release in the pack's range {pack.vllm_range}"
     got = (anchors or {}).get(pack.name)
     if got is None:
-        return "not probed", f"vLLM {installed.version} is outside the pack's verified range {pack.vllm_range}; run `ppspec adapters list` again to read its anchors"
+        return (
+            "not probed",
+            f"vLLM {installed.version} is outside the pack's verified range {pack.vllm_range}; run `ppspec adapters list` again to read its anchors",
+        )
     if isinstance(got, str):
         return "not probed", got
     drifted = [r for r in got if r[1] in ("drifted", "lacks")]
@@ -252,27 +277,45 @@ def engine_state(pack: Pack, installed: Any, anchors: dict[str, Any] | None) -> 
     absent = [f"{q} ({why})" for q, r, why in got if r == "absent"]
     if absent:
         parts.append(f"not importable here: {'; '.join(absent)}")
-    return "probed", f"vLLM {installed.version} is unverified ({vv.why if not vv.verified else 'outside ' + pack.vllm_range}); read by value: " + ("; ".join(parts) or "nothing to patch")
+    return (
+        "probed",
+        f"vLLM {installed.version} is unverified ({vv.why if not vv.verified else 'outside ' + pack.vllm_range}); read by value: "
+        + ("; ".join(parts) or "nothing to patch"),
+    )
 
 
 def _needs_anchor_read(pack: Pack, installed: Any) -> bool:
     return installed is not None and not (verdict(installed.version).verified and pack.supports_vllm(installed.version))
 
 
-def pack_record(pack: Pack, installed: tuple[str, str] | None, import_errs: dict[str, str | None] | None = None, anchors: dict[str, Any] | None = None) -> dict[str, Any]:
+def pack_record(
+    pack: Pack,
+    installed: tuple[str, str] | None,
+    import_errs: dict[str, str | None] | None = None,
+    anchors: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     status, why = pack_status(pack, installed, import_errs)
     state, detail = engine_state(pack, installed, anchors)
     rec = pack.to_json()
     rec.update({"status": status, "status_detail": why, "engine": state, "engine_detail": detail})
     if installed is not None:
         vv = verdict(installed.version)
-        rec["installed_vllm"] = {"version": installed.version, "platform": installed.platform, "verified": vv.verified, "facts_version": vv.facts_version}
+        rec["installed_vllm"] = {
+            "version": installed.version,
+            "platform": installed.platform,
+            "verified": vv.verified,
+            "facts_version": vv.facts_version,
+        }
     return rec
 
 
 def _matches_text(pack: Pack) -> str:
     parts = []
-    for label, names in (("targets", pack.matches.targets), ("drafters", pack.matches.drafters), ("methods", pack.matches.methods)):
+    for label, names in (
+        ("targets", pack.matches.targets),
+        ("drafters", pack.matches.drafters),
+        ("methods", pack.matches.methods),
+    ):
         if names:
             parts.append(f"{label}:\n" + "\n".join(f"  {n}" for n in names))
     return "\n".join(parts) or "(anything)"
@@ -281,15 +324,31 @@ def _matches_text(pack: Pack) -> str:
 def _provides_nothing(pack: Pack) -> str:
     if pack.contract is None:
         return "nothing (describes the family only)"
-    judged = (*dict.fromkeys(d for ds in pack.contract.drafters.values() for d in ds), *pack.contract.targets, *pack.contract.target_model_types)
-    return "the drafter contract of " + ", ".join(judged) if judged else "the drafter contract of every drafter of its methods"
+    judged = (
+        *dict.fromkeys(d for ds in pack.contract.drafters.values() for d in ds),
+        *pack.contract.targets,
+        *pack.contract.target_model_types,
+    )
+    return (
+        "the drafter contract of " + ", ".join(judged)
+        if judged
+        else "the drafter contract of every drafter of its methods"
+    )
 
 
 def _contract_text(pack: Pack) -> str:
     k = pack.contract
     assert k is not None
     rows = [f"{m} drafters: {', '.join(ds)}" for m, ds in k.drafters.items()]
-    rows += [f"{label}: {', '.join(v)}" for label, v in (("targets", k.targets), ("target model types", k.target_model_types), ("judges vocabularies of", k.vocabulary)) if v]
+    rows += [
+        f"{label}: {', '.join(v)}"
+        for label, v in (
+            ("targets", k.targets),
+            ("target model types", k.target_model_types),
+            ("judges vocabularies of", k.vocabulary),
+        )
+        if v
+    ]
     rows += [f"{code} ({spec.severity}): {spec.meaning}" for code, spec in k.codes.items()]
     return "\n".join(rows)
 
@@ -304,12 +363,33 @@ def adapters_list(json_out: bool) -> int:
     """Print every pack and the per-release architecture tables (text, or one JSON object: packs, arch_tables, engine_arch_table). Exit code 0."""
     installed = installed_vllm()
     errs = _import_errors_for(load_packs(), installed)
-    anchors = probe_anchors([p for p in load_packs() if _needs_anchor_read(p, installed)], installed.platform, verdict(installed.version).facts_version) if installed else {}
+    anchors = (
+        probe_anchors(
+            [p for p in load_packs() if _needs_anchor_read(p, installed)],
+            installed.platform,
+            verdict(installed.version).facts_version,
+        )
+        if installed
+        else {}
+    )
     records = [pack_record(p, installed, errs, anchors) for p in load_packs()]
     if json_out:
-        print(json.dumps({"packs": records, "arch_tables": _arch_table_records(), "engine_arch_table": _engine_arch_table(installed)}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "packs": records,
+                    "arch_tables": _arch_table_records(),
+                    "engine_arch_table": _engine_arch_table(installed),
+                },
+                indent=2,
+            )
+        )
         return 0
-    where = f"vLLM {installed.version} ({installed.platform}, {'verified' if verdict(installed.version).verified else 'unverified'})" if installed else "no vLLM installed"
+    where = (
+        f"vLLM {installed.version} ({installed.platform}, {'verified' if verdict(installed.version).verified else 'unverified'})"
+        if installed
+        else "no vLLM installed"
+    )
     # One block per pack, not a table: class names are up to ~40 characters, and five columns of
     # them cannot fit 80 columns (or a pipe) without breaking names mid-word. Lists are joined with
     # ", " so they wrap between names; wrapped lines keep the value column's indentation.
@@ -317,7 +397,13 @@ def adapters_list(json_out: bool) -> int:
     from ppspec_cli.io.terminal import plain, styled
 
     colors = {"native": "green", "patched by pack": "cyan", "unsupported": "red", "not checked": "yellow"}
-    engine_colors = {"verified": "green", "probed": "cyan", "drifted": "red", "not probed": "yellow", "not checked": "yellow"}
+    engine_colors = {
+        "verified": "green",
+        "probed": "cyan",
+        "drifted": "red",
+        "not probed": "yellow",
+        "not checked": "yellow",
+    }
     packs = {p.name: p for p in load_packs()}
     c = _console()
     c.print(styled("[bold]Adapter packs[/bold] — status against {}", where))
@@ -325,9 +411,23 @@ def adapters_list(json_out: bool) -> int:
         p = packs[rec["name"]]
         c.print()
         c.print(styled("[bold]{}[/bold]", p.name))
-        print_wrapped(c, styled(f"[{colors[rec['status']]}]{{}}[/]: {{}}", rec["status"], rec["status_detail"]), indent=12, label="  status")
-        print_wrapped(c, styled(f"[{engine_colors[rec['engine']]}]{{}}[/]: {{}}", rec["engine"], rec["engine_detail"]), indent=12, label="  engine")
-        for label, names in (("targets", p.matches.targets), ("drafters", p.matches.drafters), ("methods", p.matches.methods)):
+        print_wrapped(
+            c,
+            styled(f"[{colors[rec['status']]}]{{}}[/]: {{}}", rec["status"], rec["status_detail"]),
+            indent=12,
+            label="  status",
+        )
+        print_wrapped(
+            c,
+            styled(f"[{engine_colors[rec['engine']]}]{{}}[/]: {{}}", rec["engine"], rec["engine_detail"]),
+            indent=12,
+            label="  engine",
+        )
+        for label, names in (
+            ("targets", p.matches.targets),
+            ("drafters", p.matches.drafters),
+            ("methods", p.matches.methods),
+        ):
             if names:
                 print_wrapped(c, plain(", ".join(names)), indent=12, label=f"  {label}")
         print_wrapped(c, plain(", ".join(p.provides) or _provides_nothing(p)), indent=12, label="  provides")
@@ -369,14 +469,21 @@ def _print_arch_tables(c: Any) -> None:
         if t is None:
             continue
         n_t, n_d = t.counts
-        print_wrapped(c, plain(f"{n_t} architectures, {n_d} drafter/MTP classes; {t.describe()}"), indent=12, label=f"  {v}")
+        print_wrapped(
+            c, plain(f"{n_t} architectures, {n_d} drafter/MTP classes; {t.describe()}"), indent=12, label=f"  {v}"
+        )
 
 
 def packs_covering(arch: str) -> list[tuple[Pack, str]]:
     """(pack, "target" | "drafter") for every pack that names architecture `arch` (exact name first;
     else a case-insensitive match), as `adapter: auto` matches them."""
     for same in (lambda a, b: a == b, lambda a, b: a.lower() == b.lower()):
-        got = [(p, role) for p in load_packs() for role, names in (("target", p.matches.targets), ("drafter", p.matches.drafters)) if any(same(n, arch) for n in names)]
+        got = [
+            (p, role)
+            for p in load_packs()
+            for role, names in (("target", p.matches.targets), ("drafter", p.matches.drafters))
+            if any(same(n, arch) for n in names)
+        ]
         if got:
             return got
     return []
@@ -403,13 +510,29 @@ def adapters_show(name: str, json_out: bool) -> int:
             installed = installed_vllm()
             packs = [p for p, _ in covering]
             errs = _import_errors_for(packs, installed)
-            print(json.dumps({"architecture": name, "packs": [{**pack_record(p, installed, errs), "covers_as": role} for p, role in covering]}, indent=2))
+            print(
+                json.dumps(
+                    {
+                        "architecture": name,
+                        "packs": [{**pack_record(p, installed, errs), "covers_as": role} for p, role in covering],
+                    },
+                    indent=2,
+                )
+            )
             return 0
         from ppspec_cli.io.terminal import styled
 
         c = _console()
         for p, role in covering:
-            c.print(styled("[bold]{}[/bold] is covered by pack [bold]{}[/bold] (as a {}; `adapter: auto` picks it)", name, p.name, role), highlight=False)
+            c.print(
+                styled(
+                    "[bold]{}[/bold] is covered by pack [bold]{}[/bold] (as a {}; `adapter: auto` picks it)",
+                    name,
+                    p.name,
+                    role,
+                ),
+                highlight=False,
+            )
         for p, _ in covering:
             c.print()
             _show(p.name, False)
@@ -423,7 +546,12 @@ def _arch_known(name: str) -> bool:
     return any((t := archtable.committed(v)) is not None and t.registers(name) for v in archtable.committed_versions())
 
 
-_RELAY_WORDS = {"native": "yes", "unsupported": "no", "trap": "no (inherits the opt-in; the forward that runs never relays)", "unknown": "not decided by the source"}
+_RELAY_WORDS = {
+    "native": "yes",
+    "unsupported": "no",
+    "trap": "no (inherits the opt-in; the forward that runs never relays)",
+    "unknown": "not decided by the source",
+}
 
 
 def _show_arch(name: str, json_out: bool) -> int:
@@ -443,19 +571,27 @@ def _show_arch(name: str, json_out: bool) -> int:
         for plat in PLATFORMS:
             f = t.target(name, plat) or t.drafter(name, plat)
             if f is not None:
-                rows[v][plat] = {**f, "relay_verdict": archtable.relay_verdict(f)[0] if "relay" in f or "decoder" in f else None}
+                rows[v][plat] = {
+                    **f,
+                    "relay_verdict": archtable.relay_verdict(f)[0] if "relay" in f or "decoder" in f else None,
+                }
     if json_out:
         print(json.dumps({"architecture": name, "packs": [], "vllm": rows}, indent=2))
         return 0
     c = _console()
-    c.print(styled("[bold]{}[/bold]: no adapter pack covers it; vLLM's own source says (`ppspec check` uses this)", name), highlight=False)
+    c.print(
+        styled("[bold]{}[/bold]: no adapter pack covers it; vLLM's own source says (`ppspec check` uses this)", name),
+        highlight=False,
+    )
     for v, per in rows.items():
         c.print()
         c.print(styled("[bold]vLLM {}[/bold]", v))
         for plat, f in per.items():
             if "relay_verdict" in f and f.get("relay_verdict") is not None:
-                text = (f"{f['class']}; SupportsEagle3 {f.get('supports_eagle3')}; decoder {f.get('decoder')}; relays taps over PP: "
-                        f"{_RELAY_WORDS.get(f['relay_verdict'], f['relay_verdict'])}; embedding on the last stage: {f.get('embed_last_stage')}")
+                text = (
+                    f"{f['class']}; SupportsEagle3 {f.get('supports_eagle3')}; decoder {f.get('decoder')}; relays taps over PP: "
+                    f"{_RELAY_WORDS.get(f['relay_verdict'], f['relay_verdict'])}; embedding on the last stage: {f.get('embed_last_stage')}"
+                )
             else:
                 text = f"{f['class']}; draft layer numbering {f.get('numbering')}; fc {(f.get('fc') or {}).get('rule')}; MTP layers {f.get('mtp_layers')}"
             print_wrapped(c, plain(text), indent=12, label=f"  {plat}")
@@ -465,7 +601,11 @@ def _show_arch(name: str, json_out: bool) -> int:
 def _show(name: str, json_out: bool) -> int:
     pack = get_pack(name)
     installed = installed_vllm()
-    anchors = probe_anchors([pack], installed.platform, verdict(installed.version).facts_version) if installed and _needs_anchor_read(pack, installed) else {}
+    anchors = (
+        probe_anchors([pack], installed.platform, verdict(installed.version).facts_version)
+        if installed and _needs_anchor_read(pack, installed)
+        else {}
+    )
     rec = pack_record(pack, installed, _import_errors_for([pack], installed), anchors)
     if json_out:
         print(json.dumps(rec, indent=2))
@@ -500,15 +640,25 @@ def _show(name: str, json_out: bool) -> int:
     if f.inner_decoder:
         row(
             "inner decoder",
-            "\n".join(f"{arch}: " + ", ".join(f"{platform}={ref}" for platform, ref in per.items()) for arch, per in f.inner_decoder.items()),
+            "\n".join(
+                f"{arch}: " + ", ".join(f"{platform}={ref}" for platform, ref in per.items())
+                for arch, per in f.inner_decoder.items()
+            ),
         )
     if f.inner_decoder_path:
         row("decoder path", "\n".join(f"{arch}: {path}" for arch, path in f.inner_decoder_path.items()))
     for part in pack.parts:
         for cap, lines in part.capabilities.items():
-            rows = [f"{'/'.join(x.platforms)}{' vLLM ' + x.vllm if x.vllm else ''}: {x.status}" + (f" ({x.reason})" if x.reason else "") for x in lines]
+            rows = [
+                f"{'/'.join(x.platforms)}{' vLLM ' + x.vllm if x.vllm else ''}: {x.status}"
+                + (f" ({x.reason})" if x.reason else "")
+                for x in lines
+            ]
             if not lines:  # left to vLLM's own source, per release (knowledge/arch)
-                rows = [f"vLLM {x['vllm']} {'/'.join(x['platforms'])}: {x['status']} ({x['reason']})" for x in table_lines(part, cap)]
+                rows = [
+                    f"vLLM {x['vllm']} {'/'.join(x['platforms'])}: {x['status']} ({x['reason']})"
+                    for x in table_lines(part, cap)
+                ]
                 cap = f"{cap} (vLLM's source)"
             row(cap, "\n".join(rows))
     if f.embedding_tensors:
@@ -526,4 +676,13 @@ def _show(name: str, json_out: bool) -> int:
     return 0
 
 
-__all__ = ["adapters_list", "adapters_show", "pack_status", "pack_record", "engine_state", "probe_anchors", "STATUSES", "ENGINE_STATES"]
+__all__ = [
+    "adapters_list",
+    "adapters_show",
+    "pack_status",
+    "pack_record",
+    "engine_state",
+    "probe_anchors",
+    "STATUSES",
+    "ENGINE_STATES",
+]

@@ -9,8 +9,8 @@ import os
 import signal
 import sys
 import time
-from datetime import UTC, datetime
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ppspec_cli.commands.common import progress
@@ -73,12 +73,22 @@ def run(profile: str, o: Options) -> int:
     state = _state_dir(o.out, prof.name)
     per_level = {str(c): res.prompts_at(o.num_prompts, c) for c in levels}
     settings = {
-        "concurrency": levels, "num_prompts": o.num_prompts, "prompts_per_level": per_level, "max_tokens": o.max_tokens, "input_len": o.input_len, "seed": o.seed,
-        "repeat": o.repeat, "sessions": o.sessions, "parity_prompts": min(PARITY_PROMPTS, per_level[str(levels[0])]), "parity_source_prompts": per_level[str(levels[0])],
+        "concurrency": levels,
+        "num_prompts": o.num_prompts,
+        "prompts_per_level": per_level,
+        "max_tokens": o.max_tokens,
+        "input_len": o.input_len,
+        "seed": o.seed,
+        "repeat": o.repeat,
+        "sessions": o.sessions,
+        "parity_prompts": min(PARITY_PROMPTS, per_level[str(levels[0])]),
+        "parity_source_prompts": per_level[str(levels[0])],
     }
     if not o.resume:
         for name in [a.name for a in arms] + [res.TUNED]:
-            safeio.remove_tree(state / "arms" / name, what="the arm's previous results")  # a planted link is unlinked, never followed
+            safeio.remove_tree(
+                state / "arms" / name, what="the arm's previous results"
+            )  # a planted link is unlinked, never followed
     b = _Bench(profile, prof, arms, settings, state, o.offline, None, _identity(o.endpoint is None))
     if o.resume:
         b.check_kept(o.allow_mixed)
@@ -109,15 +119,33 @@ def _validate(o: Options) -> list[int]:
     """Usage errors (exit 2) before anything starts; the concurrency levels."""
     levels = res.parse_int_list(o.concurrency, "--concurrency", 1, res.MAX_CONCURRENCY)
     if (o.endpoint is None) != (o.baseline_endpoint is None):
-        raise PpspecError("--endpoint and --baseline-endpoint go together", where="--endpoint", fix="give both (the speculative server and the one without speculation), or neither to let bench serve the profile")
+        raise PpspecError(
+            "--endpoint and --baseline-endpoint go together",
+            where="--endpoint",
+            fix="give both (the speculative server and the one without speculation), or neither to let bench serve the profile",
+        )
     if not 1 <= o.max_tokens <= 1 << 16 or not 1 <= o.input_len <= 1 << 20:
-        raise PpspecError("--max-tokens must be in 1..65536 and --input-len in 1..1048576", where="--max-tokens / --input-len", fix="e.g. --max-tokens 128 --input-len 128")
+        raise PpspecError(
+            "--max-tokens must be in 1..65536 and --input-len in 1..1048576",
+            where="--max-tokens / --input-len",
+            fix="e.g. --max-tokens 128 --input-len 128",
+        )
     if not 1 <= o.num_prompts <= MAX_NUM_PROMPTS:
-        raise PpspecError(f"--num-prompts must be in 1..{MAX_NUM_PROMPTS}", where="--num-prompts", fix="e.g. --num-prompts 64")
+        raise PpspecError(
+            f"--num-prompts must be in 1..{MAX_NUM_PROMPTS}", where="--num-prompts", fix="e.g. --num-prompts 64"
+        )
     if o.sessions not in SESSIONS:
-        raise PpspecError(f"--sessions must be {' or '.join(SESSIONS)}, not {o.sessions[:40]!r}", where="--sessions", fix=f"--sessions {PER_REPEAT} (the default: drift between engine sessions is in the spread) or --sessions {PER_ARM} (fewer engine starts)")
+        raise PpspecError(
+            f"--sessions must be {' or '.join(SESSIONS)}, not {o.sessions[:40]!r}",
+            where="--sessions",
+            fix=f"--sessions {PER_REPEAT} (the default: drift between engine sessions is in the spread) or --sessions {PER_ARM} (fewer engine starts)",
+        )
     if not 1 <= o.repeat <= MAX_REPEAT:
-        raise PpspecError(f"--repeat must be in 1..{MAX_REPEAT}", where="--repeat", fix="e.g. --repeat 3 (2 or more: one repeat has no spread to judge)")
+        raise PpspecError(
+            f"--repeat must be in 1..{MAX_REPEAT}",
+            where="--repeat",
+            fix="e.g. --repeat 3 (2 or more: one repeat has no spread to judge)",
+        )
     return levels
 
 
@@ -130,27 +158,46 @@ def _identity(served: bool) -> dict:
     from ppspec_cli.knowledge.engine import installed_vllm
 
     v = installed_vllm()
-    return {"run_id": uuid.uuid4().hex[:12], "host": host_name(), "ppspec_version": __version__, "vllm_version": v.version if v else None, "served": served}
+    return {
+        "run_id": uuid.uuid4().hex[:12],
+        "host": host_name(),
+        "ppspec_version": __version__,
+        "vllm_version": v.version if v else None,
+        "served": served,
+    }
 
 
 def _arms(prof, nst: str | None, endpoint: str | None, baseline_endpoint: str | None) -> list[Arm]:
     """baseline (no drafter) first, then one arm per num_speculative_tokens."""
     from ppspec_cli.io import redact
 
-    for url in (endpoint, baseline_endpoint):  # a `user:password@` endpoint never lands in bench.json, report.md or the terminal
+    for url in (
+        endpoint,
+        baseline_endpoint,
+    ):  # a `user:password@` endpoint never lands in bench.json, report.md or the terminal
         redact.register_url(url)
     if prof.drafter is None:
-        raise PpspecError(f"profile {prof.name} names no drafter: there is no speculation to measure", where="drafter", fix="bench a profile with a `drafter:` section (bench serves it once without the drafter itself)")
+        raise PpspecError(
+            f"profile {prof.name} names no drafter: there is no speculation to measure",
+            where="drafter",
+            fix="bench a profile with a `drafter:` section (bench serves it once without the drafter itself)",
+        )
     if endpoint is None and (prof.disaggregated or prof.topology.nodes > 1):
         raise PpspecError(
-            "bench starts one single-node engine at a time; this profile runs " + ("two engines (roles)" if prof.disaggregated else f"{prof.topology.nodes} nodes"),
-            where="topology", fix="start both servers yourself (with and without the drafter) and pass --endpoint URL --baseline-endpoint URL",
+            "bench starts one single-node engine at a time; this profile runs "
+            + ("two engines (roles)" if prof.disaggregated else f"{prof.topology.nodes} nodes"),
+            where="topology",
+            fix="start both servers yourself (with and without the drafter) and pass --endpoint URL --baseline-endpoint URL",
         )
     ks = res.parse_int_list(nst, "--num-speculative-tokens", 1, 64) if nst else [prof.drafter.num_speculative_tokens]
     if endpoint is None:
         return [Arm(BASELINE, False, None)] + [Arm(res.spec_arm_name(k), True, k) for k in ks]
     if len(ks) > 1:
-        raise PpspecError("with --endpoint, the speculative server runs one num_speculative_tokens", where="--num-speculative-tokens", fix="give one value (the server's), or let bench serve the profile")
+        raise PpspecError(
+            "with --endpoint, the speculative server runs one num_speculative_tokens",
+            where="--num-speculative-tokens",
+            fix="give one value (the server's), or let bench serve the profile",
+        )
     return [Arm(BASELINE, False, None, baseline_endpoint), Arm(res.spec_arm_name(ks[0]), True, ks[0], endpoint)]
 
 
@@ -169,7 +216,11 @@ def _state_dir(out: str | None, name: str) -> Path:
         if not os.access(state, os.W_OK):
             raise PermissionError(13, "not writable")
     except OSError as e:
-        raise PpspecError(f"cannot use {str(state)[:200]} for the results: {e.strerror or e}", where="--out", fix="pass --out DIR, a directory you can write to (it is created)") from None
+        raise PpspecError(
+            f"cannot use {str(state)[:200]} for the results: {e.strerror or e}",
+            where="--out",
+            fix="pass --out DIR, a directory you can write to (it is created)",
+        ) from None
     return state
 
 
@@ -215,7 +266,9 @@ def _write_calibration(doc: dict, prof, profile_path: str, offline: bool, state:
     from ppspec_cli.planning.predict_inputs import bench_calibration
     from ppspec_cli.planning.resolve import resolve
 
-    cal, note = bench_calibration(doc, resolve(prof, profile_path=profile_path, offline=offline, read_headers=False), str(state / "bench.json"))
+    cal, note = bench_calibration(
+        doc, resolve(prof, profile_path=profile_path, offline=offline, read_headers=False), str(state / "bench.json")
+    )
     if cal is not None:
         safeio.write_text(state / "calibration.json", json.dumps(cal, indent=2) + "\n", what="bench calibration")
         note += f": {state / 'calibration.json'} (`ppspec plan PROFILE --predict --calibration` reads it)"
@@ -251,7 +304,13 @@ class _Bench:
     def check_kept(self, allow_mixed: bool) -> None:
         """--resume: results measured on another host or with other ppspec/vLLM versions are refused
         (or, with --allow-mixed, kept with a warning)."""
-        kept = [rec for arm in self.arms + [Arm(res.TUNED, True, None)] for c in self.levels for r in range(self.settings["repeat"]) if (rec := res.load_record(self.arm_dir(arm) / res.record_name(c, r))) is not None]
+        kept = [
+            rec
+            for arm in self.arms + [Arm(res.TUNED, True, None)]
+            for c in self.levels
+            for r in range(self.settings["repeat"])
+            if (rec := res.load_record(self.arm_dir(arm) / res.record_name(c, r))) is not None
+        ]
         lines = res.foreign(kept, self.identity)
         if not lines:
             return
@@ -260,7 +319,8 @@ class _Bench:
             return
         raise PpspecError(
             f"{self.state} holds results from another machine or version: " + "; ".join(lines[:3]),
-            where="--resume", fix="measure afresh (drop --resume, or another --out), or pass --allow-mixed to combine them anyway",
+            where="--resume",
+            fix="measure afresh (drop --resume, or another --out), or pass --allow-mixed to combine them anyway",
         )
 
     def _eta(self, levels_left: int, arms_left: int) -> str:
@@ -297,7 +357,9 @@ class _Bench:
         for a in self.arms:
             if not any(x[0] is a for x in plan):
                 progress(f"{self._tag(a, names, None)}: measured earlier (kept, --resume)")
-        code = self._run_sessions(plan, names, tuned_runs=len(self.levels) * self.settings["repeat"] if with_tuned else 0)
+        code = self._run_sessions(
+            plan, names, tuned_runs=len(self.levels) * self.settings["repeat"] if with_tuned else 0
+        )
         if code:
             return code
         if not with_tuned:
@@ -322,10 +384,21 @@ class _Bench:
     def _run_sessions(self, plan, names: list[str], tuned_runs: int) -> int:
         """Each planned session in turn (ETA: the runs and engine starts still ahead, the tuned
         arm's counted as a full set while it is not yet derived)."""
-        tuned_sessions = (self.settings["repeat"] if self.settings.get("sessions", PER_REPEAT) == PER_REPEAT else 1) if tuned_runs else 0
+        tuned_sessions = (
+            (self.settings["repeat"] if self.settings.get("sessions", PER_REPEAT) == PER_REPEAT else 1)
+            if tuned_runs
+            else 0
+        )
         for i, (arm, runs, need_parity) in enumerate(plan):
-            later = plan[i + 1:]
-            code = self.measure_arm(arm, self._tag(arm, names, runs), runs, need_parity, len(later) + tuned_sessions, sum(len(x[1]) for x in later) + tuned_runs)
+            later = plan[i + 1 :]
+            code = self.measure_arm(
+                arm,
+                self._tag(arm, names, runs),
+                runs,
+                need_parity,
+                len(later) + tuned_sessions,
+                sum(len(x[1]) for x in later) + tuned_runs,
+            )
             if code:
                 return code
         return 0
@@ -335,7 +408,12 @@ class _Bench:
         out: dict[tuple[str, int], list[float]] = {}
         for arm in self.arms:
             for c in self.levels:
-                xs = [rec["output_tokens_per_s"] for r in range(self.settings["repeat"]) if (rec := self._kept(arm, c, r)) is not None and isinstance(rec.get("output_tokens_per_s"), (int, float))]
+                xs = [
+                    rec["output_tokens_per_s"]
+                    for r in range(self.settings["repeat"])
+                    if (rec := self._kept(arm, c, r)) is not None
+                    and isinstance(rec.get("output_tokens_per_s"), (int, float))
+                ]
                 if xs:
                     out[(arm.name, c)] = xs
         return out
@@ -358,22 +436,48 @@ class _Bench:
         p = self.prof
         if not arm.speculation:
             return p.model_copy(update={"drafter": None})
-        return p.model_copy(update={"drafter": p.drafter.model_copy(update={"num_speculative_tokens": arm.num_speculative_tokens, "schedule": arm.schedule_list()})})
+        return p.model_copy(
+            update={
+                "drafter": p.drafter.model_copy(
+                    update={"num_speculative_tokens": arm.num_speculative_tokens, "schedule": arm.schedule_list()}
+                )
+            }
+        )
 
-    def measure_arm(self, arm: Arm, tag: str, runs: list[tuple[int, int]], need_parity: bool, arms_left: int, later_runs: int) -> int:
+    def measure_arm(
+        self, arm: Arm, tag: str, runs: list[tuple[int, int]], need_parity: bool, arms_left: int, later_runs: int
+    ) -> int:
         from ppspec_cli.verify.bench.harness import LoadGen, Stopped
 
         d = self.arm_dir(arm)
         d.mkdir(parents=True, exist_ok=True)
-        what = "without its drafter" if not arm.speculation else (f"with the schedule {arm.schedule_list()}" if arm.schedule else f"with num_speculative_tokens {arm.num_speculative_tokens}")
-        progress(f"{tag}: " + ("measuring " + arm.endpoint if arm.endpoint else "serving the profile " + what) + f"; {len(runs)} run(s) of c={','.join(map(str, sorted({c for c, _r in runs}))) or '-'}")
+        what = (
+            "without its drafter"
+            if not arm.speculation
+            else (
+                f"with the schedule {arm.schedule_list()}"
+                if arm.schedule
+                else f"with num_speculative_tokens {arm.num_speculative_tokens}"
+            )
+        )
+        progress(
+            f"{tag}: "
+            + ("measuring " + arm.endpoint if arm.endpoint else "serving the profile " + what)
+            + f"; {len(runs)} run(s) of c={','.join(map(str, sorted({c for c, _r in runs}))) or '-'}"
+        )
         prepared = None
         prepare, launch = _serve()
         if arm.endpoint is None:
             from ppspec_cli.commands.render import render_refusal
             from ppspec_cli.preflight.pipeline import Refused
 
-            prepared = prepare(self._variant(arm), self.profile_path, progress=progress, offline=self.offline, health_timeout=self.health_timeout)
+            prepared = prepare(
+                self._variant(arm),
+                self.profile_path,
+                progress=progress,
+                offline=self.offline,
+                health_timeout=self.health_timeout,
+            )
             if isinstance(prepared, Refused):
                 return render_refusal(prepared)
         job = self._job(arm, prepared, runs, need_parity)
@@ -389,13 +493,18 @@ class _Bench:
                     self.start_times.append(time.monotonic() - t_start)
                 progress(f"{tag}: warm-up")
             elif e == "level":
-                progress(f"{tag}: c={ev['concurrency']} repeat {ev.get('repeat', 0) + 1} ({done[0] + 1}/{len(runs)}){self._eta(len(runs) - done[0] + later_runs, arms_left)}")
+                progress(
+                    f"{tag}: c={ev['concurrency']} repeat {ev.get('repeat', 0) + 1} ({done[0] + 1}/{len(runs)}){self._eta(len(runs) - done[0] + later_runs, arms_left)}"
+                )
             elif e == "level_done":
                 done[0] += 1
                 self.level_times.append(float(ev.get("seconds") or 0))
                 rec = res.load_record(Path(ev["file"])) or {}
                 acc = rec.get("acceptance_length")
-                progress(f"{tag}: c={ev['concurrency']} done in {ev.get('seconds')}s: {rec.get('output_tokens_per_s') or 0:.1f} output tok/s" + (f", acceptance length {acc:.2f}" if isinstance(acc, (int, float)) else ""))
+                progress(
+                    f"{tag}: c={ev['concurrency']} done in {ev.get('seconds')}s: {rec.get('output_tokens_per_s') or 0:.1f} output tok/s"
+                    + (f", acceptance length {acc:.2f}" if isinstance(acc, (int, float)) else "")
+                )
             elif e == "parity":
                 progress(f"{tag}: parity pass ({self.settings['parity_prompts']} prompts, one at a time)")
 
@@ -475,22 +584,42 @@ class _Bench:
         static = self._static()
         levels_doc = judge.per_level(grid, static, self.levels)
         d = self.prof.drafter
-        incumbent = res.spec_arm_name(d.num_speculative_tokens) if d.schedule is None and any(a == res.spec_arm_name(d.num_speculative_tokens) for a, _k in static) else None
+        incumbent = (
+            res.spec_arm_name(d.num_speculative_tokens)
+            if d.schedule is None and any(a == res.spec_arm_name(d.num_speculative_tokens) for a, _k in static)
+            else None
+        )
         tuned = next((a for a in self.arms if a.name == res.TUNED), None)
         choice = judge.choose(grid, static, self.levels, incumbent, tuned.name if tuned else None)
         recommended = res.TUNED if choice["schedule"] else choice["static"]
         if recommended is not None:
-            for lv, env in zip(levels_doc, judge.envelope(grid, self.levels, recommended, incumbent, [a.name for a in self.arms])):
+            for lv, env in zip(
+                levels_doc, judge.envelope(grid, self.levels, recommended, incumbent, [a.name for a in self.arms])
+            ):
                 lv["best_arm"] = env["best_arm"]
                 lv["envelope"] = env
-        missing = [f"{a.name} c={c} repeat {r + 1}" for a in self.arms for c in self.levels for r in range(self.settings["repeat"]) if self._kept(a, c, r) is None]
-        warnings = [f"{r['arm']} c={r['concurrency']}: {w}" for r in runs for w in dict.fromkeys(r.get("warnings") or [])]
-        warnings += [f"{r['arm']} c={r['concurrency']}: {r['failed']} request(s) failed" for r in runs if r.get("failed")]
+        missing = [
+            f"{a.name} c={c} repeat {r + 1}"
+            for a in self.arms
+            for c in self.levels
+            for r in range(self.settings["repeat"])
+            if self._kept(a, c, r) is None
+        ]
+        warnings = [
+            f"{r['arm']} c={r['concurrency']}: {w}" for r in runs for w in dict.fromkeys(r.get("warnings") or [])
+        ]
+        warnings += [
+            f"{r['arm']} c={r['concurrency']}: {r['failed']} request(s) failed" for r in runs if r.get("failed")
+        ]
         devices = sorted({str(x.get("device")) for x in samples if x.get("device")})
         if len(devices) > 1:
             warnings.append("results from different devices: " + ", ".join(devices))
         if missing:
-            warnings.append("not measured: " + ", ".join(missing[:12]) + (f" and {len(missing) - 12} more" if len(missing) > 12 else ""))
+            warnings.append(
+                "not measured: "
+                + ", ".join(missing[:12])
+                + (f" and {len(missing) - 12} more" if len(missing) > 12 else "")
+            )
         warnings += judge.drift_check(grid, self.levels, tuned.schedule_list() if tuned else None, static)
         warnings += self.warnings + self.failures
         ident = {k: v for k, v in self.identity.items() if k != "served"}
@@ -508,7 +637,9 @@ class _Bench:
             "runs": [res.public_run(r) for r in runs],
             "levels": levels_doc,
             "parity": res.parity(self.arms, parity_docs, samples),
-            "recommendation": res.recommendation(levels_doc, choice, self.arms, d.num_speculative_tokens, judge.proposed_schedule(levels_doc)),
+            "recommendation": res.recommendation(
+                levels_doc, choice, self.arms, d.num_speculative_tokens, judge.proposed_schedule(levels_doc)
+            ),
             "complete": not missing and not any(r.get("failed") for r in runs),
             "warnings": warnings,
         }

@@ -9,7 +9,9 @@ import json
 from ppspec_cli.commands.common import load, preflight_json, progress
 
 
-def run(profile: str, json_out: bool, offline: bool, probes: bool, min_severity: str = "warning", verbose: bool = False) -> int:
+def run(
+    profile: str, json_out: bool, offline: bool, probes: bool, min_severity: str = "warning", verbose: bool = False
+) -> int:
     """Preflight one profile; the profile verdict's exit code (0 no error, 1 refused). `min_severity`:
     the least severe findings shown in the table (`verbose`: all, with the plan's notes); the verdict
     and the JSON count all."""
@@ -18,7 +20,12 @@ def run(profile: str, json_out: bool, offline: bool, probes: bool, min_severity:
     from ppspec_cli.preflight.core import preflight, probed
 
     if min_severity not in SEVERITIES:
-        raise PpspecError(f"--severity {min_severity[:40]!r} is not a severity", where="--severity", fix="use error, warning or info", exit_code=2)
+        raise PpspecError(
+            f"--severity {min_severity[:40]!r} is not a severity",
+            where="--severity",
+            fix="use error, warning or info",
+            exit_code=2,
+        )
     prof = load(profile)
     pf = preflight(prof, profile, offline=offline, progress=progress)
     if probes:

@@ -32,8 +32,23 @@ def engine_json(r) -> dict[str, Any]:
         "platform": r.platform,
         "runner": r.runner,
         "vllm": None if r.vllm is None else {"version": r.vllm.version, "distribution": r.vllm.distribution},
-        "installed_vllm": None if inst is None else {"version": inst.version, "distribution": inst.distribution, "platform": inst.platform, "serves_this_profile": r.vllm is not None},
-        "engine_version": {"version": r.engine_version, "source": r.engine_version_source, **({"verified": r.version_verdict.verified, "facts_version": r.version_verdict.facts_version} if r.version_verdict else {})},
+        "installed_vllm": None
+        if inst is None
+        else {
+            "version": inst.version,
+            "distribution": inst.distribution,
+            "platform": inst.platform,
+            "serves_this_profile": r.vllm is not None,
+        },
+        "engine_version": {
+            "version": r.engine_version,
+            "source": r.engine_version_source,
+            **(
+                {"verified": r.version_verdict.verified, "facts_version": r.version_verdict.facts_version}
+                if r.version_verdict
+                else {}
+            ),
+        },
         "adapter": None if r.pack is None else r.pack.name,
         "target": None if r.target is None else r.target.to_json(),
         "drafter": None if r.drafter is None else r.drafter.to_json(),
@@ -45,8 +60,12 @@ def preflight_json(pf) -> dict[str, Any]:
     """The preflight as `check --json` and `plan --json` print it: the profile verdict (`ok`,
     `refused_by`, every finding) and what this machine adds (`here`: would `serve` start it here)."""
     v, here = pf.profile_verdict, pf.here_verdict
-    head = {**v.to_json(), "profile": pf.profile.name, "findings": [f.to_json() for f in pf.findings],
-            "here": {**here.to_json(), "findings": [f.to_json() for f in pf.here]}}
+    head = {
+        **v.to_json(),
+        "profile": pf.profile.name,
+        "findings": [f.to_json() for f in pf.findings],
+        "here": {**here.to_json(), "findings": [f.to_json() for f in pf.here]},
+    }
     d = pf.deployment
     if d is None:
         return head | {k: x for k, x in engine_json(pf.resolved).items() if k != "profile"}
@@ -56,5 +75,16 @@ def preflight_json(pf) -> dict[str, Any]:
     return head | {
         "kv_connector": d.connector_name,
         "roles": {role: {k: x for k, x in engine_json(r).items() if k != "profile"} for role, r in d.roles.items()},
-        "kv_layer_names": None if rows is None else [{"first": x.first, "last": x.last, "prefill": list(x.prefill), "decode": list(x.decode), "mismatch": x.mismatch} for x in rows],
+        "kv_layer_names": None
+        if rows is None
+        else [
+            {
+                "first": x.first,
+                "last": x.last,
+                "prefill": list(x.prefill),
+                "decode": list(x.decode),
+                "mismatch": x.mismatch,
+            }
+            for x in rows
+        ],
     }

@@ -69,7 +69,9 @@ def _section(model: type[BaseModel], prefix: str, out: list[str], seen: set) -> 
     out.append("|---|---|---|---|")
     subs = []
     for name, f in model.model_fields.items():
-        out.append(f"| `{name}` | {_cell(_type_name(f.annotation))} | {_cell(_default(f))} | {_cell(f.description or '')} |")
+        out.append(
+            f"| `{name}` | {_cell(_type_name(f.annotation))} | {_cell(_default(f))} | {_cell(f.description or '')} |"
+        )
         for cand, suffix in _models_in(f.annotation):
             subs.append((cand, (f"{prefix}.{name}" if prefix else name) + suffix))
     out.append("")
@@ -109,7 +111,9 @@ def manifest_reference() -> str:
     out.append("")
     out.append("Platforms: " + ", ".join(f"`{p}`" for p in PLATFORMS) + ".\n")
     text = "\n".join(out).rstrip() + "\n"
-    return "\n".join("#" + ln if ln.startswith("## ") else ln for ln in text.splitlines()) + "\n"  # under the doc's own section
+    return (
+        "\n".join("#" + ln if ln.startswith("## ") else ln for ln in text.splitlines()) + "\n"
+    )  # under the doc's own section
 
 
 def with_manifest_reference(doc: str) -> str:
@@ -150,4 +154,6 @@ if __name__ == "__main__":  # python -m ppspec_cli.commands.docs docs/adapters.m
     from ppspec_cli.io import safeio
 
     target = Path(sys.argv[1])
-    safeio.write_text(target, with_manifest_reference(safeio.read_text(target, limit=1 << 20, what=str(target))), what=str(target))
+    safeio.write_text(
+        target, with_manifest_reference(safeio.read_text(target, limit=1 << 20, what=str(target))), what=str(target)
+    )

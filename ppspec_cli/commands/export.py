@@ -20,24 +20,59 @@ def slurm(profile: str, output: str | None, offline: bool) -> int:
     return _export(prof, profile, offline, output, render, {"master_addr": PLACEHOLDER_HEAD})
 
 
-def k8s(profile: str, image: str, output: str | None, api_key_secret: str | None, host: str | None, offline: bool, volumes: list[str] | None = None) -> int:
+def k8s(
+    profile: str,
+    image: str,
+    output: str | None,
+    api_key_secret: str | None,
+    host: str | None,
+    offline: bool,
+    volumes: list[str] | None = None,
+) -> int:
     import re
 
     from ppspec_cli.running.export import K8S_RUN_DIR, PLACEHOLDER_HEAD, check_image, k8s_manifest, k8s_name
 
     check_image(image)  # before the preflight: a bad value is a usage error, found at once
-    if api_key_secret is not None and not re.fullmatch(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?", api_key_secret):  # fullmatch: `$` takes a trailing newline
-        raise PpspecError(f"--api-key-secret {api_key_secret[:80]!r} is not a Kubernetes Secret name", where="--api-key-secret", fix="lowercase letters, digits, `-` and `.`", exit_code=2)
+    if api_key_secret is not None and not re.fullmatch(
+        r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?", api_key_secret
+    ):  # fullmatch: `$` takes a trailing newline
+        raise PpspecError(
+            f"--api-key-secret {api_key_secret[:80]!r} is not a Kubernetes Secret name",
+            where="--api-key-secret",
+            fix="lowercase letters, digits, `-` and `.`",
+            exit_code=2,
+        )
     prof = load(profile)
     if host is None and prof.server.host in ("127.0.0.1", "localhost", "::1"):
         host = "0.0.0.0"  # a pod is reached on its pod IP; loopback would never pass the readiness probe
-        progress("the API server binds 0.0.0.0 in the pod (the profile binds loopback, which the Service could not reach); --host changes it")
+        progress(
+            "the API server binds 0.0.0.0 in the pod (the profile binds loopback, which the Service could not reach); --host changes it"
+        )
     name = k8s_name(prof.name)
 
     def render(r, spec, path, errors, warnings=None):
-        return k8s_manifest(r, spec, path, errors, image=image, api_key_secret=api_key_secret, host=host, volumes=volumes, warnings=warnings)
+        return k8s_manifest(
+            r,
+            spec,
+            path,
+            errors,
+            image=image,
+            api_key_secret=api_key_secret,
+            host=host,
+            volumes=volumes,
+            warnings=warnings,
+        )
 
-    return _export(prof, profile, offline, output, render, {"master_addr": PLACEHOLDER_HEAD, "host": host}, run_dir=str(K8S_RUN_DIR / name))
+    return _export(
+        prof,
+        profile,
+        offline,
+        output,
+        render,
+        {"master_addr": PLACEHOLDER_HEAD, "host": host},
+        run_dir=str(K8S_RUN_DIR / name),
+    )
 
 
 def _export(prof, profile: str, offline: bool, output: str | None, render, where: dict, run_dir=None) -> int:

@@ -40,8 +40,11 @@ def run(profile: str, json_out: bool, offline: bool, predict=None, verbose: bool
     if prof.disaggregated and predict is not None:
         from ppspec_cli.errors import PpspecError
 
-        raise PpspecError("--predict covers one engine; this profile is disaggregated (`roles:`)", where=profile,
-                          fix="predict the decode engine from a profile of its own (its target, drafter and topology)")
+        raise PpspecError(
+            "--predict covers one engine; this profile is disaggregated (`roles:`)",
+            where=profile,
+            fix="predict the decode engine from a profile of its own (its target, drafter and topology)",
+        )
     pf = preflight(prof, profile, offline=offline, progress=progress)
     d, r = pf.deployment, pf.resolved
     if json_out:

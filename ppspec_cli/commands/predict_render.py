@@ -50,7 +50,11 @@ def _ints(text: str, what: str) -> list[int]:
     spec = "speculative" in what
     if not vals or vals[0] < (0 if spec else 1) or vals[-1] > (MAX_SPECULATIVE_TOKENS if spec else MAX_CONCURRENCY):
         top = MAX_SPECULATIVE_TOKENS if spec else MAX_CONCURRENCY
-        raise PpspecError(f"{what} must be a comma-separated list of integers from {0 if spec else 1} to {top} (got {text!r})", where=what, fix="e.g. 1,4,16,32")
+        raise PpspecError(
+            f"{what} must be a comma-separated list of integers from {0 if spec else 1} to {top} (got {text!r})",
+            where=what,
+            fix="e.g. 1,4,16,32",
+        )
     return vals
 
 
@@ -63,7 +67,11 @@ def _overrides(spec: str, what: str) -> tuple[str, dict[str, float]]:
         try:
             out[k] = float(v)
         except ValueError:
-            raise PpspecError(f"{what}: {p!r} is not key=number", where=what, fix="e.g. h200,bw=4000,tflops=900 or tcp-100g,bw=8.3,lat=50") from None
+            raise PpspecError(
+                f"{what}: {p!r} is not key=number",
+                where=what,
+                fix="e.g. h200,bw=4000,tflops=900 or tcp-100g,bw=8.3,lat=50",
+            ) from None
         if out[k] <= 0:
             raise PpspecError(f"{what}: {k} must be positive", where=what, fix="give a positive number")
     return name.lower(), out
@@ -74,10 +82,16 @@ def _hardware(r: Any, opts: PredictOptions, notes: list[str]) -> tuple[Hardware,
     name, ov = _overrides(opts.hardware or default, "--hardware")
     acc = hwtable.accelerator(name)
     if acc is None:
-        raise PpspecError(f"--hardware {name!r} is not in the table", where="--hardware", fix=f"one of {', '.join(hwtable.ACCELERATORS)} (overrides: NAME,bw=GB/s,tflops=N)")
+        raise PpspecError(
+            f"--hardware {name!r} is not in the table",
+            where="--hardware",
+            fix=f"one of {', '.join(hwtable.ACCELERATORS)} (overrides: NAME,bw=GB/s,tflops=N)",
+        )
     if not opts.hardware:
         notes.append(f"hardware not given: {name} assumed (--hardware)")
-    acc = replace(acc, memory_bandwidth_gbs=ov.get("bw", acc.memory_bandwidth_gbs), bf16_tflops=ov.get("tflops", acc.bf16_tflops))
+    acc = replace(
+        acc, memory_bandwidth_gbs=ov.get("bw", acc.memory_bandwidth_gbs), bf16_tflops=ov.get("tflops", acc.bf16_tflops)
+    )
     topo = r.profile.topology
     gpn = topo.gpus_per_node or topo.tensor_parallel * topo.pipeline_parallel
     multi = topo.nodes > 1 or topo.tensor_parallel * topo.pipeline_parallel > gpn
@@ -85,12 +99,18 @@ def _hardware(r: Any, opts: PredictOptions, notes: list[str]) -> tuple[Hardware,
         lname, lov = _overrides(opts.link, "--link")
         lk = hwtable.link(lname)
         if lk is None:
-            raise PpspecError(f"--link {lname!r} is not in the table", where="--link", fix=f"one of {', '.join(hwtable.LINKS)} (overrides: NAME,bw=GB/s,lat=us)")
+            raise PpspecError(
+                f"--link {lname!r} is not in the table",
+                where="--link",
+                fix=f"one of {', '.join(hwtable.LINKS)} (overrides: NAME,bw=GB/s,lat=us)",
+            )
         lk = replace(lk, bandwidth_gbs=lov.get("bw", lk.bandwidth_gbs), latency_us=lov.get("lat", lk.latency_us))
     else:
         lk = hwtable.default_pp_link(acc, multi)
         if topo.pipeline_parallel > 1:
-            notes.append(f"pipeline link not given: {lk.name} assumed ({'across nodes' if multi else 'inside a node'}; --link)")
+            notes.append(
+                f"pipeline link not given: {lk.name} assumed ({'across nodes' if multi else 'inside a node'}; --link)"
+            )
     return Hardware(acc, lk, hwtable.LINKS[acc.intra_link]), name
 
 
@@ -99,17 +119,37 @@ def _acceptance(r: Any, opts: PredictOptions) -> Acceptance:
 
     k_ref = (r.profile.drafter.num_speculative_tokens if r.profile.drafter else None) or 1
     if opts.acceptance_from:
-        doc = read_json(opts.acceptance_from, limit=REPORT_LIMIT, what="acceptance report", fix="pass a bench.json or a verify report")
+        doc = read_json(
+            opts.acceptance_from,
+            limit=REPORT_LIMIT,
+            what="acceptance report",
+            fix="pass a bench.json or a verify report",
+        )
         acc = acceptance_from_report(doc, opts.acceptance_from)
         if acc is None:
-            raise PpspecError("the report has no per-position acceptance", where=opts.acceptance_from, fix="pass a bench.json or verify report of a speculative run, or --acceptance-length")
+            raise PpspecError(
+                "the report has no per-position acceptance",
+                where=opts.acceptance_from,
+                fix="pass a bench.json or verify report of a speculative run, or --acceptance-length",
+            )
         return acc
     if opts.acceptance_length is not None:
         if not 1.0 <= opts.acceptance_length <= k_ref + 1:
-            raise PpspecError(f"--acceptance-length must lie in [1, {k_ref + 1}] for the profile's num_speculative_tokens {k_ref}", where="--acceptance-length", fix="the mean tokens per round, bonus token included")
-        return Acceptance.from_length(opts.acceptance_length, k_ref, f"given: AL {opts.acceptance_length:g} at k={k_ref}, constant conditional acceptance per position")
+            raise PpspecError(
+                f"--acceptance-length must lie in [1, {k_ref + 1}] for the profile's num_speculative_tokens {k_ref}",
+                where="--acceptance-length",
+                fix="the mean tokens per round, bonus token included",
+            )
+        return Acceptance.from_length(
+            opts.acceptance_length,
+            k_ref,
+            f"given: AL {opts.acceptance_length:g} at k={k_ref}, constant conditional acceptance per position",
+        )
     a = DEFAULT_CONDITIONAL_ACCEPTANCE
-    return Acceptance(tuple(a ** (i + 1) for i in range(8)), f"ASSUMED: conditional acceptance {a} per position (no --acceptance-length / --acceptance-from)")
+    return Acceptance(
+        tuple(a ** (i + 1) for i in range(8)),
+        f"ASSUMED: conditional acceptance {a} per position (no --acceptance-length / --acceptance-from)",
+    )
 
 
 def _calibration(r: Any, opts: PredictOptions, hw_name: str, shape) -> tuple[Costs, dict[str, Any]]:
@@ -120,42 +160,82 @@ def _calibration(r: Any, opts: PredictOptions, hw_name: str, shape) -> tuple[Cos
         cand = Path(r.profile_path).resolve().parent / CALIBRATION_FILE
         path = str(cand) if cand.is_file() else None
     if path:
-        doc = read_json(path, limit=REPORT_LIMIT, what="calibration file", fix="pass a file written by tools/predict_validation.py")
+        doc = read_json(
+            path, limit=REPORT_LIMIT, what="calibration file", fix="pass a file written by tools/predict_validation.py"
+        )
         entry = calibration_entry(doc, hw_name, shape)
         if entry is not None:
-            return costs_of(entry), {"mode": "calibrated", "file": path, "fitted_on": entry.get("source"), "rms_rel_error": entry.get("rms_rel_error"), "costs": asdict(costs_of(entry))}
+            return costs_of(entry), {
+                "mode": "calibrated",
+                "file": path,
+                "fitted_on": entry.get("source"),
+                "rms_rel_error": entry.get("rms_rel_error"),
+                "costs": asdict(costs_of(entry)),
+            }
         if opts.calibration:
-            raise PpspecError(f"no entry for hardware {hw_name!r} and this model shape", where=path, fix="calibrate on this hardware and shape, or drop --calibration for the roofline")
-    return Costs(), {"mode": "roofline", "file": None, "costs": asdict(Costs()),
-                     "expected_error": {"mean": ROOFLINE_ERROR[0], "worst": ROOFLINE_ERROR[1], "on": "docs/prediction-validation.md (roofline rows, the H200 PP=1 record)"}}
+            raise PpspecError(
+                f"no entry for hardware {hw_name!r} and this model shape",
+                where=path,
+                fix="calibrate on this hardware and shape, or drop --calibration for the roofline",
+            )
+    return Costs(), {
+        "mode": "roofline",
+        "file": None,
+        "costs": asdict(Costs()),
+        "expected_error": {
+            "mean": ROOFLINE_ERROR[0],
+            "worst": ROOFLINE_ERROR[1],
+            "on": "docs/prediction-validation.md (roofline rows, the H200 PP=1 record)",
+        },
+    }
 
 
 def prediction(r: Any, opts: PredictOptions) -> Prediction:
     """The prediction for a resolved profile; PpspecError when it cannot be made."""
     shape, notes = shape_from_resolved(r)
     if shape is None:
-        raise PpspecError(notes[0], where=r.profile_path or "profile", fix="make the target's config.json readable (see the findings), then --predict")
+        raise PpspecError(
+            notes[0],
+            where=r.profile_path or "profile",
+            fix="make the target's config.json readable (see the findings), then --predict",
+        )
     if not r.method:
-        raise PpspecError("the profile has no drafter: nothing to predict", where="drafter", fix="add a drafter: section")
+        raise PpspecError(
+            "the profile has no drafter: nothing to predict", where="drafter", fix="add a drafter: section"
+        )
     hw, hw_name = _hardware(r, opts, notes)
     acc = _acceptance(r, opts)
     costs, cal = _calibration(r, opts, hw_name, shape)
     cs = _ints(opts.concurrency, "--concurrency")
     k_prof = r.profile.drafter.num_speculative_tokens if r.profile.drafter else None
-    ks = _ints(opts.num_speculative_tokens, "--num-speculative-tokens") if opts.num_speculative_tokens else sorted({1, 2, 3, *([k_prof] if k_prof else [])})
+    ks = (
+        _ints(opts.num_speculative_tokens, "--num-speculative-tokens")
+        if opts.num_speculative_tokens
+        else sorted({1, 2, 3, *([k_prof] if k_prof else [])})
+    )
     mml = r.profile.engine.get("max-model-len") if isinstance(r.profile.engine, dict) else None
     ctx = opts.context_length or min(DEFAULT_CONTEXT, mml if isinstance(mml, int) and mml > 0 else DEFAULT_CONTEXT)
     pred = predict(shape, hw, costs, acc, concurrency=cs, ks=[k for k in ks if k > 0], ctx=ctx)
     pred.calibration = cal
     pred.assumptions = {
-        "hardware": {"accelerator": asdict(hw.accelerator), "pp_link": asdict(hw.pp_link), "tp_link": asdict(hw.tp_link)},
+        "hardware": {
+            "accelerator": asdict(hw.accelerator),
+            "pp_link": asdict(hw.pp_link),
+            "tp_link": asdict(hw.tp_link),
+        },
         "acceptance": {"source": acc.source, "per_position": [round(x, 4) for x in acc.per_position]},
         "context_length": ctx,
         "partition": list(shape.stages),
         "tensor_parallel": shape.tp,
-        "model": {"layer_bytes": round(shape.layer_dense_bytes), "expert_bytes": round(shape.expert_bytes), "experts": shape.num_experts,
-                  "experts_per_token": shape.experts_per_token, "lm_head_bytes": round(shape.lm_head_bytes), "drafter_bytes": round(shape.drafter_bytes),
-                  "drafter_passes": "1 per round (block-parallel)" if shape.parallel_draft else "k per round"},
+        "model": {
+            "layer_bytes": round(shape.layer_dense_bytes),
+            "expert_bytes": round(shape.expert_bytes),
+            "experts": shape.num_experts,
+            "experts_per_token": shape.experts_per_token,
+            "lm_head_bytes": round(shape.lm_head_bytes),
+            "drafter_bytes": round(shape.drafter_bytes),
+            "drafter_passes": "1 per round (block-parallel)" if shape.parallel_draft else "k per round",
+        },
         "notes": notes,
     }
     return pred
@@ -176,30 +256,59 @@ def render(pred: Prediction) -> str:
     """The human form: one row per (concurrency, k), then best k, crossover, schedule, assumptions (80 columns)."""
     a = pred.assumptions
     hw = a["hardware"]
-    lines = ["prediction (no GPU time spent: a cost model, docs/predict.md)", f"{'c':>5} {'k':>2} {'TPOT ms':>9} {'tok/s':>10} {'AL':>5} {'speed-up':>9}  bound"]
+    lines = [
+        "prediction (no GPU time spent: a cost model, docs/predict.md)",
+        f"{'c':>5} {'k':>2} {'TPOT ms':>9} {'tok/s':>10} {'AL':>5} {'speed-up':>9}  bound",
+    ]
     for lv in pred.levels:
         j = lv.to_json()
-        lines.append(f"{lv.concurrency:>5} {lv.k:>2} {lv.tpot_ms:>9.2f} {lv.output_tokens_per_s:>10.1f} {lv.acceptance_length:>5.2f} {lv.speedup:>8.2f}x  {j['bound']}")
+        lines.append(
+            f"{lv.concurrency:>5} {lv.k:>2} {lv.tpot_ms:>9.2f} {lv.output_tokens_per_s:>10.1f} {lv.acceptance_length:>5.2f} {lv.speedup:>8.2f}x  {j['bound']}"
+        )
     lines += _wrap("best k: ", ", ".join(f"c={b.concurrency} k={b.k} ({b.speedup:.2f}x)" for b in pred.best))
     cx = pred.crossover
     hi = max(b.concurrency for b in pred.best)
-    lines += _wrap("crossover: ", ("speculation pays at no level" if cx is None else f"speculation still pays at c={cx}" + (" (the highest level: the crossover lies above)" if cx == hi else "")))
+    lines += _wrap(
+        "crossover: ",
+        (
+            "speculation pays at no level"
+            if cx is None
+            else f"speculation still pays at c={cx}"
+            + (" (the highest level: the crossover lies above)" if cx == hi else "")
+        ),
+    )
     lines += _wrap("schedule [[batch_lo, batch_hi, k], ...]: ", str(pred.schedule))
     for b in {pred.best[0].concurrency: pred.best[0], pred.best[-1].concurrency: pred.best[-1]}.values():
         j = b.to_json()
         t = j["terms_ms"]
-        lines += _wrap(f"why c={b.concurrency} k={b.k}: ", f"per round {j['round_ms']:.2f} ms ({j['bound']}-bound, {j['batches_in_flight']} batch(es) of {j['batch_size']:g}): "
-                       f"stages {' + '.join(f'{x:.2f}' for x in t['stages'])}, hops {sum(t['hops']):.2f}, drafter {t['drafter']:.2f}, "
-                       f"broadcast {t['broadcast']:.2f}, overheads {t['overhead']:.2f} ms; {b.acceptance_length:.2f} tokens per round")
+        lines += _wrap(
+            f"why c={b.concurrency} k={b.k}: ",
+            f"per round {j['round_ms']:.2f} ms ({j['bound']}-bound, {j['batches_in_flight']} batch(es) of {j['batch_size']:g}): "
+            f"stages {' + '.join(f'{x:.2f}' for x in t['stages'])}, hops {sum(t['hops']):.2f}, drafter {t['drafter']:.2f}, "
+            f"broadcast {t['broadcast']:.2f}, overheads {t['overhead']:.2f} ms; {b.acceptance_length:.2f} tokens per round",
+        )
     acc = hw["accelerator"]
-    lines += _wrap("hardware: ", f"{acc['name']} ({acc['memory_bandwidth_gbs']:g} GB/s, {acc['bf16_tflops']:g} TFLOPS bf16); pipeline link {hw['pp_link']['name']} ({hw['pp_link']['bandwidth_gbs']:g} GB/s, {hw['pp_link']['latency_us']:g} us); TP x{a['tensor_parallel']}, stages {a['partition']}, context {a['context_length']} tokens")
-    lines += _wrap("acceptance: ", a["acceptance"]["source"] + "; per position " + " ".join(f"{x:.2f}" for x in a["acceptance"]["per_position"][:6]))
+    lines += _wrap(
+        "hardware: ",
+        f"{acc['name']} ({acc['memory_bandwidth_gbs']:g} GB/s, {acc['bf16_tflops']:g} TFLOPS bf16); pipeline link {hw['pp_link']['name']} ({hw['pp_link']['bandwidth_gbs']:g} GB/s, {hw['pp_link']['latency_us']:g} us); TP x{a['tensor_parallel']}, stages {a['partition']}, context {a['context_length']} tokens",
+    )
+    lines += _wrap(
+        "acceptance: ",
+        a["acceptance"]["source"]
+        + "; per position "
+        + " ".join(f"{x:.2f}" for x in a["acceptance"]["per_position"][:6]),
+    )
     cal = pred.calibration
     if cal["mode"] == "calibrated":
-        lines += _wrap("calibration: ", f"{cal['file']} (fitted on {cal.get('fitted_on')}; RMS error {cal.get('rms_rel_error')})")
+        lines += _wrap(
+            "calibration: ", f"{cal['file']} (fitted on {cal.get('fitted_on')}; RMS error {cal.get('rms_rel_error')})"
+        )
     else:
         mean, worst = ROOFLINE_ERROR
-        lines += _wrap("calibration: ", f"none: roofline with default efficiencies and overheads (calibration-free; on the one GPU record its speed-up error was {100 * mean:.1f}% mean, {100 * worst:.1f}% worst: docs/prediction-validation.md)")
+        lines += _wrap(
+            "calibration: ",
+            f"none: roofline with default efficiencies and overheads (calibration-free; on the one GPU record its speed-up error was {100 * mean:.1f}% mean, {100 * worst:.1f}% worst: docs/prediction-validation.md)",
+        )
     for n in a["notes"]:
         lines += _wrap("note: ", n)
     return "\n".join(lines)

@@ -53,7 +53,9 @@ def render_findings(console: Console, findings) -> None:
     for group in group_by_fix(findings):
         for f in group:
             style = _SEV_STYLE[f.severity]
-            console.print(styled(f"[{style}]{{:7}}[/] [bold]{{}}[/bold]  [dim]({{}})[/dim]", f.severity.upper(), f.code, f.field))
+            console.print(
+                styled(f"[{style}]{{:7}}[/] [bold]{{}}[/bold]  [dim]({{}})[/dim]", f.severity.upper(), f.code, f.field)
+            )
             print_wrapped(console, terminal.plain(f.message))
         hint = group[0].hint
         if hint:
@@ -97,7 +99,9 @@ def render_check(pf, console: Console | None = None, min_severity: str = "warnin
 
 def _version_line(console: Console, r, prefix: str = "") -> None:
     vv = r.version_verdict
-    unverified = f"; unverified: vLLM {vv.facts_version}'s facts carried forward" if vv is not None and not vv.verified else ""
+    unverified = (
+        f"; unverified: vLLM {vv.facts_version}'s facts carried forward" if vv is not None and not vv.verified else ""
+    )
     console.print(f"{prefix}verdict for {r.platform}, vLLM {r.engine_version} ({r.engine_version_source}{unverified})")
 
 
@@ -111,7 +115,14 @@ def render_here(console: Console, pf) -> None:
     if extra:
         _refused_here(console, pf, extra)
     if notes:
-        _wrapped(console, styled("[bold yellow]on this machine[/bold yellow]: {} warning(s): {}", len(notes), ", ".join(f.code for f in notes)))
+        _wrapped(
+            console,
+            styled(
+                "[bold yellow]on this machine[/bold yellow]: {} warning(s): {}",
+                len(notes),
+                ", ".join(f.code for f in notes),
+            ),
+        )
         for f in notes:
             print_wrapped(console, styled("{}: {}", f.code, f.message))
 
@@ -119,7 +130,14 @@ def render_here(console: Console, pf) -> None:
 def _refused_here(console: Console, pf, extra) -> None:
     inst = next((r.installed for r in pf.engines if r.installed is not None), None)
     build = f"{inst.distribution} {inst.version} ({inst.platform} build)" if inst is not None else "vLLM not installed"
-    _wrapped(console, styled("[bold yellow]on this machine[/bold yellow]: `ppspec serve` would refuse: {}; {}", ", ".join(sorted({f.code for f in extra})), build))
+    _wrapped(
+        console,
+        styled(
+            "[bold yellow]on this machine[/bold yellow]: `ppspec serve` would refuse: {}; {}",
+            ", ".join(sorted({f.code for f in extra})),
+            build,
+        ),
+    )
     for f in extra:
         print_wrapped(console, styled("{}: {}", f.code, f.message))
 
@@ -147,7 +165,13 @@ def render_refusal(refused, console: Console | None = None) -> int:
     """`serve` refusing to start here (preflight.pipeline.Refused): the reasons; exit code 1."""
     con = console or terminal.console(stderr=True)
     v = refused.verdict
-    con.print(styled("[bold red]ppspec: refusing to launch {}[/bold red]: {} reason(s) (`ppspec check` reports them too)", refused.r.profile.name, len(v.refused)))
+    con.print(
+        styled(
+            "[bold red]ppspec: refusing to launch {}[/bold red]: {} reason(s) (`ppspec check` reports them too)",
+            refused.r.profile.name,
+            len(v.refused),
+        )
+    )
     render_findings(con, list(v.refused))
     return v.exit_code
 
@@ -162,13 +186,22 @@ def _act_first(console: Console, pf, verbose: bool) -> None:
     errors = [f for f in fs if f.severity == "error"]
     n_warn = sum(f.severity == "warning" for f in fs)
     if errors:
-        console.print(styled("[bold red]FAIL[/bold red]: `ppspec serve` would refuse this profile; act on these first:"))
+        console.print(
+            styled("[bold red]FAIL[/bold red]: `ppspec serve` would refuse this profile; act on these first:")
+        )
         for f in errors:
             print_wrapped(console, styled("[bold red]{}[/bold red]: {}", f.code, f.message), indent=2)
     else:
         console.print(styled("[bold green]OK[/bold green]: no errors"))
     if n_warn or len(fs) > len(errors):
-        _wrapped(console, styled("[dim]{} warning(s), {} info: `ppspec check` (or `plan --verbose`) shows them[/dim]", n_warn, len(fs) - len(errors) - n_warn))
+        _wrapped(
+            console,
+            styled(
+                "[dim]{} warning(s), {} info: `ppspec check` (or `plan --verbose`) shows them[/dim]",
+                n_warn,
+                len(fs) - len(errors) - n_warn,
+            ),
+        )
     render_here(console, pf)
 
 
@@ -191,7 +224,11 @@ def _plan_rows(r, plan, taps_shown: bool) -> list[tuple[str, ...]]:
     where = stage_placement(topo.tensor_parallel, len(plan.stages), topo.data_parallel, topo.nodes)
     rows = []
     for s in plan.stages:
-        relay = "—" if s.relay_out is None else f"{_ids(s.relay_out.taps)} ({_human_bytes(s.relay_out.bytes_per_token)}/token)"
+        relay = (
+            "—"
+            if s.relay_out is None
+            else f"{_ids(s.relay_out.taps)} ({_human_bytes(s.relay_out.bytes_per_token)}/token)"
+        )
         holds = []
         if s.embedding == "first":
             holds.append("embedding")
@@ -227,9 +264,14 @@ def _print_plan_stages(console: Console, cols: tuple[str, ...], rows: list[tuple
     from rich.cells import cell_len
 
     # in the table a list stacks one item a line, a size goes under its taps
-    cells_of = [tuple(c.replace(", ", ",\n") if col == "holds" else c.replace(" (", "\n(") for col, c in zip(cols, row)) for row in rows]
+    cells_of = [
+        tuple(c.replace(", ", ",\n") if col == "holds" else c.replace(" (", "\n(") for col, c in zip(cols, row))
+        for row in rows
+    ]
     # the table's natural width: each column's widest line plus its padding (2), and the borders
-    natural = sum(max(cell_len(ln) for c in col for ln in c.split("\n")) + 2 for col in zip(cols, *cells_of)) + len(cols) + 1
+    natural = (
+        sum(max(cell_len(ln) for c in col for ln in c.split("\n")) + 2 for col in zip(cols, *cells_of)) + len(cols) + 1
+    )
     if natural <= console.width:
         t = Table(show_header=True, header_style="bold")
         for col in cols:
@@ -240,7 +282,16 @@ def _print_plan_stages(console: Console, cols: tuple[str, ...], rows: list[tuple
         return
     for row in rows:
         cells = dict(zip(cols, row))
-        _wrapped(console, styled("[bold]stage {}[/bold]: node {}, layers {}, weights {}", cells["stage"], cells["node"], cells["layers"], cells["weights"]))
+        _wrapped(
+            console,
+            styled(
+                "[bold]stage {}[/bold]: node {}, layers {}, weights {}",
+                cells["stage"],
+                cells["node"],
+                cells["layers"],
+                cells["weights"],
+            ),
+        )
         for col, value in cells.items():
             if col not in ("stage", "node", "layers", "weights"):
                 _wrapped(console, styled("{}: {}", col, value), first=2, rest=4)
@@ -254,7 +305,9 @@ def _wrapped(console: Console, text: Text, *, first: int = 0, rest: int = 2) -> 
         console.print(Text(" " * (first if i == 0 else rest)) + line, soft_wrap=True)
 
 
-def render_plan(pf, console: Console | None = None, invalid_partition: list[int] | None = None, verbose: bool = False) -> None:
+def render_plan(
+    pf, console: Console | None = None, invalid_partition: list[int] | None = None, verbose: bool = False
+) -> None:
     """The plan table of one engine, then the verdict and what to act on first."""
     console = console or terminal.console()
     _plan_table(console, pf.resolved, invalid_partition)
@@ -269,10 +322,22 @@ def _plan_table(console: Console, r, invalid_partition: list[int] | None = None)
         console.print(styled("[bold red]no plan[/bold red]: the target's layer count is unknown"))
         return
     if invalid_partition is not None:
-        console.print(styled("[bold]{}[/bold]: {} [bold red]INVALID[/bold red]: no plan (vLLM would refuse this split at engine start)", r.profile.name,
-                             f"{plan.num_layers} layers over {len(plan.partition)} stage(s); layer_partition {invalid_partition} (profile)"))
+        console.print(
+            styled(
+                "[bold]{}[/bold]: {} [bold red]INVALID[/bold red]: no plan (vLLM would refuse this split at engine start)",
+                r.profile.name,
+                f"{plan.num_layers} layers over {len(plan.partition)} stage(s); layer_partition {invalid_partition} (profile)",
+            )
+        )
         return
-    _wrapped(console, styled("[bold]{}[/bold]: {}", r.profile.name, f"{plan.num_layers} layers over {len(plan.partition)} stage(s) {list(plan.partition)} ({plan.partition_source}); runner {plan.runner.upper()}"))
+    _wrapped(
+        console,
+        styled(
+            "[bold]{}[/bold]: {}",
+            r.profile.name,
+            f"{plan.num_layers} layers over {len(plan.partition)} stage(s) {list(plan.partition)} ({plan.partition_source}); runner {plan.runner.upper()}",
+        ),
+    )
     if plan.method:
         _wrapped(
             console,
@@ -284,7 +349,12 @@ def _plan_table(console: Console, r, invalid_partition: list[int] | None = None)
         if plan.overlay:
             _wrapped(console, styled("[yellow]drafter config overlay at launch:[/yellow] {}", plan.overlay))
         if plan.draft_layer_ids:
-            _wrapped(console, terminal.plain(f"draft layer ids {list(plan.draft_layer_ids)} ({plan.draft_layer_numbering} numbering)"))
+            _wrapped(
+                console,
+                terminal.plain(
+                    f"draft layer ids {list(plan.draft_layer_ids)} ({plan.draft_layer_numbering} numbering)"
+                ),
+            )
     # Tap and relay columns only for drafters that read the target's hidden states (`reads_taps`):
     # without one nothing is tapped or relayed, and zeros there would read as a broken relay.
     # Every tap column holds tap ids (vLLM capture points), never counts: a count read like tap 2.
@@ -319,7 +389,11 @@ def _devices(platform: str, idx: list[int]) -> str:
         return "CPU"
     if not idx:
         return "?"
-    span = f"{idx[0]}" if len(idx) == 1 else (f"{idx[0]}-{idx[-1]}" if idx == list(range(idx[0], idx[-1] + 1)) else ",".join(map(str, idx)))
+    span = (
+        f"{idx[0]}"
+        if len(idx) == 1
+        else (f"{idx[0]}-{idx[-1]}" if idx == list(range(idx[0], idx[-1] + 1)) else ",".join(map(str, idx)))
+    )
     return f"GPU {span}"
 
 
@@ -350,6 +424,11 @@ def render_pd_plan(pf, rows, console: Console | None = None, verbose: bool = Fal
         for col in ("layer name", "prefill", "decode", ""):
             t.add_column(col)
         for row in rows:
-            t.add_row(terminal.plain(row.names), terminal.plain(", ".join(row.prefill) or "—"), terminal.plain(", ".join(row.decode) or "—"), styled("[bold red]MISMATCH[/bold red]") if row.mismatch else "ok")
+            t.add_row(
+                terminal.plain(row.names),
+                terminal.plain(", ".join(row.prefill) or "—"),
+                terminal.plain(", ".join(row.decode) or "—"),
+                styled("[bold red]MISMATCH[/bold red]") if row.mismatch else "ok",
+            )
         console.print(t)
     _act_first(console, pf, verbose)

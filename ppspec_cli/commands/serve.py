@@ -12,13 +12,28 @@ from ppspec_cli.errors import PpspecError
 from ppspec_cli.io import shellout
 
 
-def run(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool, run_dir, health_timeout, where: dict, role=None, verbose: bool = False) -> int:
+def run(
+    profile: str,
+    dry_run: bool,
+    node_rank,
+    json_out: bool,
+    offline: bool,
+    run_dir,
+    health_timeout,
+    where: dict,
+    role=None,
+    verbose: bool = False,
+) -> int:
     """`ppspec serve` (or its dry run): the exit code (documented in cli.py's serve)."""
     if role is not None and role not in ("prefill", "decode"):
-        raise PpspecError(f"--role {role[:40]!r} is not a role", where="--role", fix="use --role prefill or --role decode")
+        raise PpspecError(
+            f"--role {role[:40]!r} is not a role", where="--role", fix="use --role prefill or --role decode"
+        )
     if dry_run:
         return _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where, role)
-    return _with_signals(lambda: _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where, role, verbose))
+    return _with_signals(
+        lambda: _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where, role, verbose)
+    )
 
 
 class _Interrupted(BaseException):
@@ -63,14 +78,29 @@ def _verify_line(prof, profile: str, url: str) -> str:
     return shellout.command(shellout.ppspec_argv() + args)
 
 
-def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool, run_dir, health_timeout, where: dict, role=None, verbose: bool = False) -> int:
+def _serve(
+    profile: str,
+    dry_run: bool,
+    node_rank,
+    json_out: bool,
+    offline: bool,
+    run_dir,
+    health_timeout,
+    where: dict,
+    role=None,
+    verbose: bool = False,
+) -> int:
     from ppspec_cli.commands.render import render_refusal
     from ppspec_cli.planning.profile import load_profile
     from ppspec_cli.preflight.pipeline import Refused, launch, prepare
 
     prof = load_profile(profile)
     if role is not None and not prof.disaggregated:
-        raise PpspecError("--role is for disaggregated profiles (with `roles:`); this one runs one engine", where="--role", fix="drop --role")
+        raise PpspecError(
+            "--role is for disaggregated profiles (with `roles:`); this one runs one engine",
+            where="--role",
+            fix="drop --role",
+        )
     if prof.disaggregated and role is None:
         if not dry_run:
             raise PpspecError(
@@ -81,7 +111,17 @@ def _serve(profile: str, dry_run: bool, node_rank, json_out: bool, offline: bool
         return _pd_dry_run(prof, profile, offline, run_dir, json_out, where)
     if dry_run:
         return _dry_run(prof, profile, offline, node_rank, run_dir, where, role, json_out)
-    p = prepare(prof, profile, progress=progress, offline=offline, node_rank=node_rank, run_dir=run_dir, health_timeout=health_timeout, where=where, role=role)
+    p = prepare(
+        prof,
+        profile,
+        progress=progress,
+        offline=offline,
+        node_rank=node_rank,
+        run_dir=run_dir,
+        health_timeout=health_timeout,
+        where=where,
+        role=role,
+    )
     if isinstance(p, Refused):
         return render_refusal(p)
     res = launch(p, progress=progress, verify_line=_verify_line(prof, profile, p.spec.url), verbose=verbose)
@@ -100,7 +140,9 @@ def _dry_run(prof, profile: str, offline: bool, node_rank, run_dir, where: dict,
     `ok` / `refused_by` and the header say whether `serve` would start it here."""
     from ppspec_cli.preflight.pipeline import dry_run
 
-    d = dry_run(prof, profile, offline=offline, node_rank=node_rank, run_dir=run_dir, where=where, progress=progress, role=role)
+    d = dry_run(
+        prof, profile, offline=offline, node_rank=node_rank, run_dir=run_dir, where=where, progress=progress, role=role
+    )
     return _print_dry_run(d.resolved, d.spec, d.preflight, d.node_rank, json_out)
 
 
@@ -119,17 +161,33 @@ def _print_dry_run(r, spec, pf, node_rank, json_out: bool) -> int:
     else:
         _print_dry_run_findings(pf, "ppspec serve")
         if spec.overlay:
-            print(shellout.comment(f"drafter served through a config overlay built at launch in {spec.overlay_dir}: {json.dumps(spec.overlay)}"))
+            print(
+                shellout.comment(
+                    f"drafter served through a config overlay built at launch in {spec.overlay_dir}: {json.dumps(spec.overlay)}"
+                )
+            )
         print(shellout.comment(f"plan file for the ppspec plugin (written at launch): {spec.plan_file}"))
         if t.nodes > 1:
-            print(shellout.comment("every node needs the same ppspec and vLLM installed (the plugin runs in every worker)"))
+            print(
+                shellout.comment(
+                    "every node needs the same ppspec and vLLM installed (the plugin runs in every worker)"
+                )
+            )
             if r.profile.launch.executor == "mp":
                 from ppspec_cli.running.rollcall import rollcall_port
 
                 lp = r.profile.launch
-                print(shellout.comment(f"the nodes reach the head on ports {lp.master_port} (vLLM) and {rollcall_port(lp.master_port)} (ppspec's roll call)"))
+                print(
+                    shellout.comment(
+                        f"the nodes reach the head on ports {lp.master_port} (vLLM) and {rollcall_port(lp.master_port)} (ppspec's roll call)"
+                    )
+                )
                 if node_rank is None:
-                    print(shellout.comment("on node i, `ppspec serve` adds GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME and VLLM_HOST_IP from its route to the head (unless env: sets them), and keeps its files in its own run directory (HOST-nodeI): `ppspec serve PROFILE --dry-run --node-rank i` there shows that node's exact launch"))
+                    print(
+                        shellout.comment(
+                            "on node i, `ppspec serve` adds GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME and VLLM_HOST_IP from its route to the head (unless env: sets them), and keeps its files in its own run directory (HOST-nodeI): `ppspec serve PROFILE --dry-run --node-rank i` there shows that node's exact launch"
+                        )
+                    )
         for n in nodes:
             print(shellout.comment(f"node {n.node_rank} ({n.role})"))
             print(n.shell_line())
@@ -151,9 +209,17 @@ def _print_dry_run_findings(pf, command: str) -> None:
             print(shellout.comment(f"{f.severity} {f.code}: {f.message}"))
     prof, here = pf.profile_verdict, pf.here_verdict
     if not prof.ok:
-        print(shellout.comment(f"`{command}` would refuse this profile: {len(prof.refused)} error(s): {', '.join(prof.refused_by)} (see `ppspec check`)"))
+        print(
+            shellout.comment(
+                f"`{command}` would refuse this profile: {len(prof.refused)} error(s): {', '.join(prof.refused_by)} (see `ppspec check`)"
+            )
+        )
     elif not here.ok:
-        print(shellout.comment(f"`{command}` would refuse to start it on this machine: {', '.join(here.refused_by)} (the profile itself passes: the nodes that serve it decide)"))
+        print(
+            shellout.comment(
+                f"`{command}` would refuse to start it on this machine: {', '.join(here.refused_by)} (the profile itself passes: the nodes that serve it decide)"
+            )
+        )
 
 
 def _pd_dry_run(prof, profile_path: str, offline: bool, run_dir, json_out: bool, where: dict) -> int:
@@ -178,10 +244,19 @@ def _pd_dry_run(prof, profile_path: str, offline: bool, run_dir, json_out: bool,
     else:
         _print_dry_run_findings(pf, "ppspec serve --role ...")
         for role, spec in specs.items():
-            print(shellout.comment(f"===== {role} engine: ppspec serve {profile_path} --role {role}" + (" --node-rank i" if len(spec.nodes) > 1 else "")))
+            print(
+                shellout.comment(
+                    f"===== {role} engine: ppspec serve {profile_path} --role {role}"
+                    + (" --node-rank i" if len(spec.nodes) > 1 else "")
+                )
+            )
             for n in spec.nodes:
                 print(shellout.comment(f"node {n.node_rank} ({n.role})"))
                 print(n.shell_line())
-        print(shellout.comment(f"===== router: the proxy vLLM ships for {d.connector_name}, {script} in vLLM's source tree (the wheel does not carry it); VLLM_SRC = a vLLM source checkout of the same version"))
+        print(
+            shellout.comment(
+                f"===== router: the proxy vLLM ships for {d.connector_name}, {script} in vLLM's source tree (the wheel does not carry it); VLLM_SRC = a vLLM source checkout of the same version"
+            )
+        )
         print(router)
     return pf.profile_verdict.exit_code

@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 import sys
 
-from ppspec_cli.io import terminal
-
-from ppspec_cli.io import safeio
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import safeio, terminal
 from ppspec_cli.verify.client import endpoint_from_host_port, normalize_endpoint
-from ppspec_cli.verify.gates import DEFAULT_TASK_TOLERANCE, TASK, refuse_if_synthetic, resolve_gates, speculative_config_from_engine, synthetic_acceptance_configured
+from ppspec_cli.verify.gates import (
+    DEFAULT_TASK_TOLERANCE,
+    TASK,
+    refuse_if_synthetic,
+    resolve_gates,
+    speculative_config_from_engine,
+    synthetic_acceptance_configured,
+)
 from ppspec_cli.verify.report import load_report, print_gate_lines, render_table, save_report
 from ppspec_cli.verify.runner import DEFAULT_MAX_TOKENS, ProfileContext, apply_gates, run_verify
 
@@ -77,7 +82,11 @@ def verify_command(
     # option values are checked before the run, not after minutes of generation
     for opt, v, lo, hi in (("--min-acceptance", min_acceptance, 0.0, 1.0), ("--parity-ratio", parity_ratio, 0.0, 10.0)):
         if not (isinstance(v, (int, float)) and math.isfinite(v) and lo <= v <= hi):
-            raise PpspecError(f"{opt} {v!r} is not a number in {lo:g}..{hi:g}", where=opt, fix=f"pass a value between {lo:g} and {hi:g}")
+            raise PpspecError(
+                f"{opt} {v!r} is not a number in {lo:g}..{hi:g}",
+                where=opt,
+                fix=f"pass a value between {lo:g} and {hi:g}",
+            )
     for opt, path in (("--out", out), ("--save-baseline", save_baseline), ("--save-reference", save_reference)):
         if path:
             safeio.check_writable(path, where=opt)
@@ -96,7 +105,13 @@ def verify_command(
     reference_doc = load_report(reference, "reference") if reference else None
     # Speculation is "expected" when the profile names a drafter; without a profile we learn it
     # from /metrics, so default gate choice happens after the run.
-    explicit = None if gates is None else resolve_gates(gates, have_baseline=baseline_doc is not None, have_reference=reference_doc is not None, speculative=True)
+    explicit = (
+        None
+        if gates is None
+        else resolve_gates(
+            gates, have_baseline=baseline_doc is not None, have_reference=reference_doc is not None, speculative=True
+        )
+    )
     synthetic = synthetic_acceptance_configured(spec_cfg)
     wants_gates = explicit is None or bool(explicit)
     if synthetic and (wants_gates or save_baseline or save_reference):
@@ -140,7 +155,9 @@ def verify_command(
     )
 
     if save_reference and report.speculative.get("configured"):
-        report.warnings.append("saving a reference from a run WITH speculative decoding; a reference is meant to be measured with speculation off")
+        report.warnings.append(
+            "saving a reference from a run WITH speculative decoding; a reference is meant to be measured with speculation off"
+        )
     if save_baseline and not report.spec_decode.get("mean_acceptance_length"):
         raise PpspecError(
             f"cannot save a baseline: {report.spec_decode.get('status')} (no acceptance length measured)",

@@ -98,7 +98,7 @@ def real_tensors() -> Iterator[None]:
 def linear_std(fan_in: int) -> float:
     # 1/sqrt(fan_in): activations stay O(1) through the stack, so logits are decisive (greedy
     # decoding is not a coin toss between near-equal logits).
-    return fan_in ** -0.5
+    return fan_in**-0.5
 
 
 def layer_weights(r: Rand, prefix: str, qkv_in: int) -> dict:
@@ -114,4 +114,3 @@ def layer_weights(r: Rand, prefix: str, qkv_in: int) -> dict:
         f"{prefix}.input_layernorm.weight": r.ones(h),
         f"{prefix}.post_attention_layernorm.weight": r.ones(h),
     }
-

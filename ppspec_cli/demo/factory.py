@@ -16,19 +16,15 @@ unknown name with the list of known ones. Nothing in ppspec_cli imports ppspec_k
 from __future__ import annotations
 
 import contextvars
-import json
 import importlib
 import importlib.util
+import json
 import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 from pathlib import Path
-
-from ppspec_cli.io import records, safeio
-from ppspec_cli.io.records import Record
-from ppspec_cli.errors import PpspecError
+from typing import Any
 
 from ppspec_cli.demo.common import (
     ALWAYS_TOKEN,
@@ -57,6 +53,9 @@ from ppspec_cli.demo.relay import (
 )
 from ppspec_cli.demo.tiny import eagle3_config, eagle3_weights, target_config, target_weights
 from ppspec_cli.demo.tokenizer import write_tokenizer
+from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import records, safeio
+from ppspec_cli.io.records import Record
 
 # Bump whenever anything below (or a registered builder, ppspec_kit's included) changes the bytes
 # written: cached models are rebuilt.
@@ -95,7 +94,12 @@ def register_model(name: str, spec: Spec, builder: Builder, *, listed: bool = Tr
     entry = _Entry(spec, builder, listed)
     old = _REGISTRY.get(name)
     if old is not None:
-        same = (old.spec, old.listed, old.build.__module__, old.build.__qualname__) == (spec, listed, builder.__module__, builder.__qualname__)
+        same = (old.spec, old.listed, old.build.__module__, old.build.__qualname__) == (
+            spec,
+            listed,
+            builder.__module__,
+            builder.__qualname__,
+        )
         if not same:
             raise PpspecError(
                 f"demo model {name!r} is registered twice, by {old.build.__module__} and {builder.__module__}",
@@ -121,11 +125,25 @@ class Description:
 
 
 #: While a model is described (describe_demo_model), the builders' writes land here, not on disk.
-_DESCRIBING: contextvars.ContextVar[list[Description] | None] = contextvars.ContextVar("ppspec_demo_describing", default=None)
+_DESCRIBING: contextvars.ContextVar[list[Description] | None] = contextvars.ContextVar(
+    "ppspec_demo_describing", default=None
+)
 
 #: torch dtype name -> safetensors dtype string (the ones the builders use, and their neighbours).
-_ST_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32", "float64": "F64", "int64": "I64", "int32": "I32",
-              "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
+_ST_DTYPES = {
+    "bfloat16": "BF16",
+    "float16": "F16",
+    "float32": "F32",
+    "float64": "F64",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint8": "U8",
+    "bool": "BOOL",
+    "float8_e4m3fn": "F8_E4M3",
+    "float8_e5m2": "F8_E5M2",
+}
 
 
 def _described(config: dict, tensors: dict) -> bool:
@@ -133,7 +151,9 @@ def _described(config: dict, tensors: dict) -> bool:
     sink = _DESCRIBING.get()
     if sink is None:
         return False
-    header = {k: (_ST_DTYPES[str(t.dtype).removeprefix("torch.")], tuple(int(d) for d in t.shape)) for k, t in tensors.items()}
+    header = {
+        k: (_ST_DTYPES[str(t.dtype).removeprefix("torch.")], tuple(int(d) for d in t.shape)) for k, t in tensors.items()
+    }
     sink.append(Description(json.loads(json.dumps(config)), header))
     return True
 
@@ -183,39 +203,71 @@ def _relay_eagle3(spec: Spec, out: Path) -> None:
     write_drafter(out, relay_eagle3_config(spec, sd["lm_head.weight"].shape[0]), sd)
 
 
-register_model(TARGET_NAME, Spec(
-    "target", 1001,
-    f"random {NUM_LAYERS}-layer Llama (hidden {HIDDEN_SIZE}, vocab {VOCAB_SIZE}, {DTYPE}) with a byte-level BPE "
-    f"tokenizer; after any token id divisible by {TRIGGER_EVERY} it emits token {ALWAYS_TOKEN}",
-), _tiny_target)
-register_model("tiny-llama-eagle3", Spec(
-    "eagle3", 2002,
-    f"random EAGLE3 drafter for tiny-llama; top-level taps {list(EAGLE3_TAPS)} (capture points; tap 3 = PP=2 boundary)",
-    draft_vocab=EAGLE3_DRAFT_VOCAB,
-), _tiny_eagle3)
-register_model("tiny-llama-eagle3-one", Spec(
-    "eagle3", 2002,
-    f"EAGLE3 drafter for tiny-llama that always proposes token {ALWAYS_TOKEN} (draft vocab 1): deterministic acceptance",
-    draft_vocab=1, always_token=ALWAYS_TOKEN,
-), _tiny_eagle3)
-register_model("tiny-llama-eagle3-nested", Spec(
-    "eagle3", 2002,
-    f"like tiny-llama-eagle3 but taps only nested as eagle_config ids {list(EAGLE3_TAPS_OUTPUT_OF_LAYER)} (SpecForge output-of-layer terms)",
-    draft_vocab=EAGLE3_DRAFT_VOCAB, taps="nested",
-), _tiny_eagle3)
+register_model(
+    TARGET_NAME,
+    Spec(
+        "target",
+        1001,
+        f"random {NUM_LAYERS}-layer Llama (hidden {HIDDEN_SIZE}, vocab {VOCAB_SIZE}, {DTYPE}) with a byte-level BPE "
+        f"tokenizer; after any token id divisible by {TRIGGER_EVERY} it emits token {ALWAYS_TOKEN}",
+    ),
+    _tiny_target,
+)
+register_model(
+    "tiny-llama-eagle3",
+    Spec(
+        "eagle3",
+        2002,
+        f"random EAGLE3 drafter for tiny-llama; top-level taps {list(EAGLE3_TAPS)} (capture points; tap 3 = PP=2 boundary)",
+        draft_vocab=EAGLE3_DRAFT_VOCAB,
+    ),
+    _tiny_eagle3,
+)
+register_model(
+    "tiny-llama-eagle3-one",
+    Spec(
+        "eagle3",
+        2002,
+        f"EAGLE3 drafter for tiny-llama that always proposes token {ALWAYS_TOKEN} (draft vocab 1): deterministic acceptance",
+        draft_vocab=1,
+        always_token=ALWAYS_TOKEN,
+    ),
+    _tiny_eagle3,
+)
+register_model(
+    "tiny-llama-eagle3-nested",
+    Spec(
+        "eagle3",
+        2002,
+        f"like tiny-llama-eagle3 but taps only nested as eagle_config ids {list(EAGLE3_TAPS_OUTPUT_OF_LAYER)} (SpecForge output-of-layer terms)",
+        draft_vocab=EAGLE3_DRAFT_VOCAB,
+        taps="nested",
+    ),
+    _tiny_eagle3,
+)
 # The relay models (float32; see relay.py): a target whose boundary layer writes a code that only
 # the right taps carry, and the drafter that reads it.
-register_model(RELAY_TARGET, Spec(
-    "relay-target", RELAY_SEED,
-    f"float32 {NUM_LAYERS}-layer Llama with planted structure for tap-relay checks: the token after x is fixed "
-    f"(a seeded successor map; {ALWAYS_TOKEN} after any id divisible by {TRIGGER_EVERY}); layer 2 writes a per-token code "
-    "that only tap 3 carries clean (layer 3 adds an anti-code)",
-), _relay_target)
-register_model(RELAY_DRAFTER, Spec(
-    "relay-eagle3", 4004,
-    f"float32 EAGLE3 drafter for {RELAY_TARGET} that proposes the token two ahead from taps {list(RELAY_TAPS)} "
-    "(tap 3 = PP=2 boundary); served with other taps its proposals go wrong",
-), _relay_eagle3)
+register_model(
+    RELAY_TARGET,
+    Spec(
+        "relay-target",
+        RELAY_SEED,
+        f"float32 {NUM_LAYERS}-layer Llama with planted structure for tap-relay checks: the token after x is fixed "
+        f"(a seeded successor map; {ALWAYS_TOKEN} after any id divisible by {TRIGGER_EVERY}); layer 2 writes a per-token code "
+        "that only tap 3 carries clean (layer 3 adds an anti-code)",
+    ),
+    _relay_target,
+)
+register_model(
+    RELAY_DRAFTER,
+    Spec(
+        "relay-eagle3",
+        4004,
+        f"float32 EAGLE3 drafter for {RELAY_TARGET} that proposes the token two ahead from taps {list(RELAY_TAPS)} "
+        "(tap 3 = PP=2 boundary); served with other taps its proposals go wrong",
+    ),
+    _relay_eagle3,
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -237,7 +289,7 @@ def demo_cache_dir() -> Path:
 def resolve_model_ref(ref: str) -> str:
     """Turn "demo:<name>" into the built model's directory; anything else is returned unchanged."""
     if is_demo_ref(ref):
-        return str(ensure_demo_model(ref[len(DEMO_PREFIX):]))
+        return str(ensure_demo_model(ref[len(DEMO_PREFIX) :]))
     return ref
 
 
@@ -252,7 +304,7 @@ def demo_model_path(ref: str) -> str:
 def ensure_demo_model(name: str, *, progress: Callable[[str], None] | None = None) -> Path:
     """Return the directory of demo model `name`, building it first if missing or outdated."""
     if name.startswith(DEMO_PREFIX):
-        name = name[len(DEMO_PREFIX):]
+        name = name[len(DEMO_PREFIX) :]
     entry = _lookup(name)
     target = demo_cache_dir() / name
     if _is_current(target):
@@ -318,8 +370,11 @@ def describe_demo_model(name: str) -> Description:
     finally:
         _DESCRIBING.reset(token)
     if len(sink) != 1:
-        raise PpspecError(f"demo model {name!r}'s builder wrote {len(sink)} checkpoints, not one", where=f"{DEMO_PREFIX}{name}",
-                          fix="a registered builder calls write_target or write_drafter exactly once")
+        raise PpspecError(
+            f"demo model {name!r}'s builder wrote {len(sink)} checkpoints, not one",
+            where=f"{DEMO_PREFIX}{name}",
+            fix="a registered builder calls write_target or write_drafter exactly once",
+        )
     _DESCRIPTIONS[name] = sink[0]
     return sink[0]
 
@@ -333,7 +388,11 @@ def _lookup(name: str) -> _Entry:
     entry = _REGISTRY.get(name)
     if entry is not None:
         return entry
-    hint = "" if kit else f" (the GPU-validation models come with a repo checkout, in its {KIT_MODULE} package, not with the wheel)"
+    hint = (
+        ""
+        if kit
+        else f" (the GPU-validation models come with a repo checkout, in its {KIT_MODULE} package, not with the wheel)"
+    )
     raise PpspecError(
         f"unknown demo model {name!r}",
         where=f"{DEMO_PREFIX}{name}",
@@ -351,7 +410,8 @@ def _load_kit(name: str) -> bool:
         raise PpspecError(
             f"the repo's {KIT_MODULE} package (looked for because demo model {name!r} is not a built-in one) does not import: {e}",
             where=f"{DEMO_PREFIX}{name}",
-            fix=f"repair the checkout's {KIT_MODULE}/, or use a built-in demo model: " + ", ".join(DEMO_PREFIX + n for n in DEMO_MODELS),
+            fix=f"repair the checkout's {KIT_MODULE}/, or use a built-in demo model: "
+            + ", ".join(DEMO_PREFIX + n for n in DEMO_MODELS),
         ) from None
     return True
 
@@ -384,7 +444,13 @@ def _is_current(path: Path) -> bool:
     if not os.path.lexists(path / STAMP_FILE):
         return False
     try:
-        stamp, _ = records.load(path / STAMP_FILE, DemoStamp, what="demo stamp", limit=1 << 16, fix="delete the demo model's directory; ppspec rebuilds it")
+        stamp, _ = records.load(
+            path / STAMP_FILE,
+            DemoStamp,
+            what="demo stamp",
+            limit=1 << 16,
+            fix="delete the demo model's directory; ppspec rebuilds it",
+        )
     except PpspecError:
         return False
     return stamp.factory_version == FACTORY_VERSION

@@ -22,8 +22,8 @@ from ppspec_cli.demo.common import (
     Rand,
     Spec,
     layer_weights,
-    real_tensors,
     linear_std,
+    real_tensors,
     trigger_tokens,
 )
 from ppspec_cli.demo.tiny import target_config
@@ -133,14 +133,16 @@ def relay_target_weights(seed: int) -> dict:
         qd = NUM_HEADS * HEAD_DIM
         o = torch.zeros(h, qd)
         o[t0:t1] = r.normal(t1 - t0, qd, std=_R_ATTN_SCALE * linear_std(qd))
-        sd.update({
-            f"{p}.self_attn.q_proj.weight": r.normal(qd, h, std=linear_std(h)),
-            f"{p}.self_attn.k_proj.weight": r.normal(qd, h, std=linear_std(h)),
-            f"{p}.self_attn.v_proj.weight": r.normal(qd, h, std=linear_std(h)),
-            f"{p}.self_attn.o_proj.weight": o,
-            f"{p}.input_layernorm.weight": r.ones(h),
-            f"{p}.post_attention_layernorm.weight": r.ones(h),
-        })
+        sd.update(
+            {
+                f"{p}.self_attn.q_proj.weight": r.normal(qd, h, std=linear_std(h)),
+                f"{p}.self_attn.k_proj.weight": r.normal(qd, h, std=linear_std(h)),
+                f"{p}.self_attn.v_proj.weight": r.normal(qd, h, std=linear_std(h)),
+                f"{p}.self_attn.o_proj.weight": o,
+                f"{p}.input_layernorm.weight": r.ones(h),
+                f"{p}.post_attention_layernorm.weight": r.ones(h),
+            }
+        )
         gate, up, down = _relay_mlp(r, n)
         sd.update({f"{p}.mlp.gate_proj.weight": gate, f"{p}.mlp.up_proj.weight": up, f"{p}.mlp.down_proj.weight": down})
     sd["model.norm.weight"] = r.ones(h)
@@ -224,7 +226,9 @@ def relay_eagle3_weights(spec: Spec) -> dict:
     import torch
 
     if spec.always_token is not None:
-        raise ValueError("relay_eagle3_weights builds the planted relay drafter; the always-one control is ppspec_kit.relay's")
+        raise ValueError(
+            "relay_eagle3_weights builds the planted relay drafter; the always-one control is ppspec_kit.relay's"
+        )
     _, sd = relay_drafter_layer(spec.seed)
     h = HIDDEN_SIZE
     # The midlayer passes its input through (attention and MLP outputs are zero), so the
@@ -249,11 +253,11 @@ def relay_fc():
     s0, s1, s2 = (k * h for k in range(n_taps))
     fc[R_PRE_IND, s0 + R_PRE_IND] = 1.0
     for lo, hi in (R_CODE, R_ANTI):
-        fc[lo:hi, s1 + lo:s1 + hi] = torch.eye(hi - lo)
+        fc[lo:hi, s1 + lo : s1 + hi] = torch.eye(hi - lo)
     fc[R_TRIG_IND, s2 + R_TRIG_IND] = 1.0
     fc[R_CONST, s2 + R_CONST] = 1.0
     t0, t1 = _R_TOKEN
-    fc[t0:t1, s2 + t0:s2 + t1] = 0.25 * torch.eye(t1 - t0)
+    fc[t0:t1, s2 + t0 : s2 + t1] = 0.25 * torch.eye(t1 - t0)
     return fc
 
 

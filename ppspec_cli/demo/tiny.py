@@ -81,7 +81,6 @@ def eagle3_config(spec: Spec) -> dict:
     return cfg
 
 
-
 def target_weights(seed: int) -> dict:
     """HF Llama checkpoint names (model.layers.N.*, lm_head); vLLM and transformers both load them."""
     r = Rand(seed)
@@ -99,7 +98,6 @@ def target_weights(seed: int) -> dict:
     sd["model.norm.weight"] = r.ones(HIDDEN_SIZE)
     sd["lm_head.weight"] = lm_head
     return sd
-
 
 
 def _draft_target_ids(seed: int, k: int) -> list[int]:
@@ -138,4 +136,3 @@ def eagle3_weights(spec: Spec) -> dict:
         t2d[ids] = True
         sd["t2d"] = t2d
     return sd
-

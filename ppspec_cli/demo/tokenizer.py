@@ -58,4 +58,3 @@ def write_tokenizer(out: Path) -> None:
             "clean_up_tokenization_spaces": False,
         },
     )
-

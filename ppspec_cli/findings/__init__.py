@@ -41,7 +41,14 @@ def errors(findings: Iterable[Finding]) -> list[Finding]:
 
 
 @contextmanager
-def guard(out: list[Finding], source: str, *, code: str = "rule-crashed", field: str = "profile", fix: str = "report this (the message names the rule and the error)") -> Iterator[None]:
+def guard(
+    out: list[Finding],
+    source: str,
+    *,
+    code: str = "rule-crashed",
+    field: str = "profile",
+    fix: str = "report this (the message names the rule and the error)",
+) -> Iterator[None]:
     """The one guard every rule source runs in (core rules, pack rules, drafter contracts, probes,
     engine-option and P/D rules): `with guard(out, "rule 'x'"): out.extend(list(rule(r)))`. A rule
     that raises adds a warning finding to `out` that names it (`source`), never a traceback; what it
@@ -50,4 +57,12 @@ def guard(out: list[Finding], source: str, *, code: str = "rule-crashed", field:
     try:
         yield
     except Exception as e:  # noqa: BLE001 - the guard: any crash of a rule is a finding
-        out.append(Finding(code, "warning", field, f"{source} crashed ({type(e).__name__}: {str(e)[:300]}); what it checks was not checked", fix))
+        out.append(
+            Finding(
+                code,
+                "warning",
+                field,
+                f"{source} crashed ({type(e).__name__}: {str(e)[:300]}); what it checks was not checked",
+                fix,
+            )
+        )

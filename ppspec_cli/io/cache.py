@@ -43,7 +43,10 @@ def check_owned(p: Path, *, directory: bool, shown: str | None = None) -> None:
     if st.st_uid != os.geteuid():
         raise _refuse(name, f"is owned by another user (uid {st.st_uid})")
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise _refuse(name, f"is writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'} (mode {stat.S_IMODE(st.st_mode):o})")
+        raise _refuse(
+            name,
+            f"is writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'} (mode {stat.S_IMODE(st.st_mode):o})",
+        )
 
 
 def owned_dir(*parts: str, create: bool = True) -> Path:
@@ -54,14 +57,18 @@ def owned_dir(*parts: str, create: bool = True) -> Path:
         if not os.path.exists(p):
             raise _refuse(p, "is a symbolic link to nothing")
         shown = f"{p} (a link to {os.path.realpath(p)})"
-        p = Path(os.path.realpath(p))  # the root may be a link of the user's (~/.cache on /scratch): its target is judged
+        p = Path(
+            os.path.realpath(p)
+        )  # the root may be a link of the user's (~/.cache on /scratch): its target is judged
     for part in ("", *parts):
         p = p / part if part else p
         if create and not os.path.lexists(p):
             try:
                 os.makedirs(p, mode=0o700, exist_ok=True)
             except OSError as e:
-                raise PpspecError(f"cannot create ppspec's cache {p}: {e.strerror or e}", where=str(p), fix=_FIX, exit_code=2) from None
+                raise PpspecError(
+                    f"cannot create ppspec's cache {p}: {e.strerror or e}", where=str(p), fix=_FIX, exit_code=2
+                ) from None
         elif not os.path.lexists(p):
             return cache_root().joinpath(*parts)
         check_owned(p, directory=True, shown=shown if not part else None)

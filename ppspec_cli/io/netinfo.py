@@ -78,11 +78,15 @@ def resolve(host: str, timeout_s: float = RESOLVE_TIMEOUT_S) -> list[str] | None
 
 
 def _ip_json(*args: str) -> list | None:
-    ip = shutil.which("ip") or next((p for p in ("/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip") if os.path.exists(p)), None)
+    ip = shutil.which("ip") or next(
+        (p for p in ("/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip") if os.path.exists(p)), None
+    )
     if ip is None:
         return None
     try:
-        p = subprocess.run([ip, "-j", *args], capture_output=True, timeout=IP_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)  # fixed argv, no shell
+        p = subprocess.run(
+            [ip, "-j", *args], capture_output=True, timeout=IP_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL
+        )  # fixed argv, no shell
     except (OSError, subprocess.TimeoutExpired):
         return None
     if p.returncode != 0:
@@ -128,7 +132,11 @@ def interfaces() -> list[Interface] | None:
     for i in got:
         if not isinstance(i, dict) or not isinstance(i.get("ifname"), str):
             continue
-        addrs = [a["local"] for a in i.get("addr_info") or [] if isinstance(a, dict) and a.get("scope") == "global" and isinstance(a.get("local"), str)]
+        addrs = [
+            a["local"]
+            for a in i.get("addr_info") or []
+            if isinstance(a, dict) and a.get("scope") == "global" and isinstance(a.get("local"), str)
+        ]
         flags = i.get("flags") if isinstance(i.get("flags"), list) else []
         out.append(Interface(i["ifname"][:32], "UP" in flags and "LOOPBACK" not in flags, addrs))
     return out
@@ -152,13 +160,30 @@ def pick(head: str, *, is_head: bool) -> NodeNet:
     a global address (else the default route's)."""
     addrs = resolve(head)
     if addrs is None:
-        return NodeNet(None, None, f"the head {head} did not resolve within {RESOLVE_TIMEOUT_S:.0f}s", [f"the head's name {head} did not resolve within {RESOLVE_TIMEOUT_S:.0f}s here"])
+        return NodeNet(
+            None,
+            None,
+            f"the head {head} did not resolve within {RESOLVE_TIMEOUT_S:.0f}s",
+            [f"the head's name {head} did not resolve within {RESOLVE_TIMEOUT_S:.0f}s here"],
+        )
     if not addrs:
-        return NodeNet(None, None, f"the head {head} does not resolve here", [f"the head's name {head} does not resolve on this host"])
+        return NodeNet(
+            None,
+            None,
+            f"the head {head} does not resolve here",
+            [f"the head's name {head} does not resolve on this host"],
+        )
     usable = [a for a in addrs if not is_loopback(a)]
     if not usable:
         if not is_head:
-            return NodeNet(None, None, f"the head {head} resolves to loopback ({addrs[0]}) here", [f"the head {head} resolves to the loopback address {addrs[0]} on this host: the other nodes are not reachable that way"])
+            return NodeNet(
+                None,
+                None,
+                f"the head {head} resolves to loopback ({addrs[0]}) here",
+                [
+                    f"the head {head} resolves to the loopback address {addrs[0]} on this host: the other nodes are not reachable that way"
+                ],
+            )
         return _own_interface(f"the head's name {head} resolves to loopback ({addrs[0]}) here")
     problems: list[str] = []
     for a in usable:
@@ -171,12 +196,16 @@ def pick(head: str, *, is_head: bool) -> NodeNet:
             owner = next((i for i in ifs if a in i.addrs), None)
             if owner is None:
                 return NodeNet(None, a, f"{a} is this host's, on no interface `ip addr` lists", problems)
-            return NodeNet(owner.name, a, f"{owner.name} carries the head's address {a} (this host is the head)", problems)
+            return NodeNet(
+                owner.name, a, f"{owner.name} carries the head's address {a} (this host is the head)", problems
+            )
         if r.dev == "lo" or (r.src and is_loopback(r.src)):
             problems.append(f"the route to the head {head} ({a}) goes through loopback here")
             continue
         shown = head if a == head else f"{head} ({a})"
-        return NodeNet(r.dev, r.src, f"the route to the head {shown} leaves by {r.dev}, source {r.src or 'unknown'}", problems)
+        return NodeNet(
+            r.dev, r.src, f"the route to the head {shown} leaves by {r.dev}, source {r.src or 'unknown'}", problems
+        )
     if is_head:
         return _own_interface(problems[0] if problems else f"no usable route to {head}", problems)
     return NodeNet(None, None, problems[0] if problems else f"no usable route to {head}", problems)
@@ -188,11 +217,21 @@ def _own_interface(why: str, problems: list[str] | None = None) -> NodeNet:
         return NodeNet(None, None, f"{why}; `ip` is not available to list the interfaces", list(problems or []))
     up = [i for i in ifs if i.up and i.addrs]
     if len(up) == 1:
-        return NodeNet(up[0].name, up[0].addrs[0], f"{why}; {up[0].name} is the only interface up with an address", list(problems or []))
+        return NodeNet(
+            up[0].name,
+            up[0].addrs[0],
+            f"{why}; {up[0].name} is the only interface up with an address",
+            list(problems or []),
+        )
     routes = _ip_json("route", "show", "default") or []
     dev = next((r.get("dev") for r in routes if isinstance(r, dict) and isinstance(r.get("dev"), str)), None)
     owner = next((i for i in up if i.name == dev), None)
     if owner is not None:
         return NodeNet(owner.name, owner.addrs[0], f"{why}; {owner.name} holds the default route", list(problems or []))
     names = ", ".join(i.name for i in up) or "none"
-    return NodeNet(None, None, f"{why}; cannot tell which interface the other nodes reach (up with an address: {names})", list(problems or []))
+    return NodeNet(
+        None,
+        None,
+        f"{why}; cannot tell which interface the other nodes reach (up with an address: {names})",
+        list(problems or []),
+    )

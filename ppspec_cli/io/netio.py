@@ -141,7 +141,9 @@ class _Stream:
         self._inner.close()
 
     def start_tls(self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None) -> Any:
-        inner = self._clock.run(self._timed_out, lambda t: self._inner.start_tls(ssl_context, server_hostname, t), timeout)
+        inner = self._clock.run(
+            self._timed_out, lambda t: self._inner.start_tls(ssl_context, server_hostname, t), timeout
+        )
         return _Stream(inner, self._clock, self._timed_out)
 
     def get_extra_info(self, info: str) -> Any:
@@ -155,8 +157,17 @@ class _Backend:
     def __init__(self, clock: Clock, core: Any):
         self._inner, self._clock, self._timed_out = core.SyncBackend(), clock, core.TimeoutException
 
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None, socket_options: Any = None) -> Any:
-        inner = self._clock.run(self._timed_out, lambda t: self._inner.connect_tcp(host, port, t, local_address, socket_options), timeout)
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> Any:
+        inner = self._clock.run(
+            self._timed_out, lambda t: self._inner.connect_tcp(host, port, t, local_address, socket_options), timeout
+        )
         return _Stream(inner, self._clock, self._timed_out)
 
     def sleep(self, seconds: float) -> None:
@@ -220,12 +231,26 @@ class Http:
     def __init__(self, base_url: str):
         self.base_url = base_url
         self._clock = Clock()
-        self._client = httpx.Client(transport=_Transport(self._clock, proxy_for(base_url)), follow_redirects=False, trust_env=False, timeout=None)
+        self._client = httpx.Client(
+            transport=_Transport(self._clock, proxy_for(base_url)),
+            follow_redirects=False,
+            trust_env=False,
+            timeout=None,
+        )
 
     def close(self) -> None:
         self._client.close()
 
-    def request(self, method: str, url: str, *, deadline: float, limit: int, json: Any = None, headers: dict[str, str] | None = None) -> Reply:
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        deadline: float,
+        limit: int,
+        json: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> Reply:
         host = urllib.parse.urlsplit(url).hostname
         if not host:
             raise NetError("dns", f"{url} has no host")

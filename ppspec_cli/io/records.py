@@ -58,19 +58,39 @@ def non_finite(data: Any, path: str = "") -> str | None:
     return None
 
 
-def validate(model: type[M], data: Any, *, what: str, where: str, fix: str, exit_code: int = 2, error: type[PpspecError] = PpspecError) -> M:
+def validate(
+    model: type[M],
+    data: Any,
+    *,
+    what: str,
+    where: str,
+    fix: str,
+    exit_code: int = 2,
+    error: type[PpspecError] = PpspecError,
+) -> M:
     """`data` as `model`, or one error naming `where` (the file) and the first bad fields. No
     number anywhere in it may be infinite or NaN (JSON's `1e999` reads as infinity)."""
     bad = non_finite(data)
     if bad is not None:
-        raise error(f"{what} {where} is not valid: {bad} is not a finite number", where=where, fix=fix, exit_code=exit_code)
+        raise error(
+            f"{what} {where} is not valid: {bad} is not a finite number", where=where, fix=fix, exit_code=exit_code
+        )
     try:
         return model.model_validate(data)
     except ValidationError as e:
         raise error(f"{what} {where} is not valid: {describe(e)}", where=where, fix=fix, exit_code=exit_code) from None
 
 
-def load(path: str | Path, model: type[M], *, what: str, limit: int, fix: str, exit_code: int = 2, error: type[PpspecError] = PpspecError) -> tuple[M, Any]:
+def load(
+    path: str | Path,
+    model: type[M],
+    *,
+    what: str,
+    limit: int,
+    fix: str,
+    exit_code: int = 2,
+    error: type[PpspecError] = PpspecError,
+) -> tuple[M, Any]:
     """Read the JSON file `path` (safeio: bounded, a regular file, not a FIFO, a device or a
     directory) and validate it as `model`. Returns the model and the raw document."""
     doc = safeio.read_json(path, limit=limit, what=f"{what} file", fix=fix, error=error, exit_code=exit_code)

@@ -34,7 +34,13 @@ ErrorType = Callable[..., PpspecError]
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory")):
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a directory"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -44,7 +50,9 @@ def _human(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else (f"{n >> 10} KiB" if n >= 1 << 10 else f"{n} bytes")
 
 
-def _open_regular(path: str | os.PathLike[str], what: str, fix: str, follow_symlinks: bool, error: ErrorType, exit_code: int) -> tuple[int, os.stat_result]:
+def _open_regular(
+    path: str | os.PathLike[str], what: str, fix: str, follow_symlinks: bool, error: ErrorType, exit_code: int
+) -> tuple[int, os.stat_result]:
     """A blocking descriptor on a regular file, checked on the descriptor itself (no check/open race)."""
     where = str(path)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -53,19 +61,38 @@ def _open_regular(path: str | os.PathLike[str], what: str, fix: str, follow_syml
     try:
         fd = os.open(path, flags)  # O_NONBLOCK: opening a FIFO with no writer must not block
     except FileNotFoundError:
-        raise error(f"{what} not found: {where} (it does not exist)", where=where, fix=fix, exit_code=exit_code) from None
+        raise error(
+            f"{what} not found: {where} (it does not exist)", where=where, fix=fix, exit_code=exit_code
+        ) from None
     except OSError as e:
         if e.errno == errno.ELOOP and not follow_symlinks:
-            raise error(f"{what} is a symbolic link; ppspec does not follow it here", where=where, fix="point at the file itself", exit_code=exit_code) from None
+            raise error(
+                f"{what} is a symbolic link; ppspec does not follow it here",
+                where=where,
+                fix="point at the file itself",
+                exit_code=exit_code,
+            ) from None
         try:
             mode = os.stat(path).st_mode
         except OSError:
             mode = stat.S_IFREG
         if not stat.S_ISREG(mode):  # a socket cannot even be opened (ENXIO)
-            raise error(f"{what} is {_kind(mode)}, not a regular file", where=where, fix=fix, exit_code=exit_code) from None
+            raise error(
+                f"{what} is {_kind(mode)}, not a regular file", where=where, fix=fix, exit_code=exit_code
+            ) from None
         if e.errno == errno.ENAMETOOLONG:
-            raise error(f"{what} path is longer than the file system allows", where=where[:120] + "...", fix=fix, exit_code=exit_code) from None
-        raise error(f"cannot read {what}: {e.strerror or e}", where=where, fix="check the path and its permissions", exit_code=exit_code) from None
+            raise error(
+                f"{what} path is longer than the file system allows",
+                where=where[:120] + "...",
+                fix=fix,
+                exit_code=exit_code,
+            ) from None
+        raise error(
+            f"cannot read {what}: {e.strerror or e}",
+            where=where,
+            fix="check the path and its permissions",
+            exit_code=exit_code,
+        ) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -102,10 +129,20 @@ def read_bytes(
     fd, st = _open_regular(path, what, fix, follow_symlinks, error, exit_code)
     try:
         if st.st_size > limit:
-            raise error(f"{what} is larger than {_human(limit)} ({st.st_size} bytes); ppspec does not read it", where=str(path), fix=fix, exit_code=exit_code)
+            raise error(
+                f"{what} is larger than {_human(limit)} ({st.st_size} bytes); ppspec does not read it",
+                where=str(path),
+                fix=fix,
+                exit_code=exit_code,
+            )
         data = _read_up_to(fd, limit + 1)
     except OSError as e:
-        raise error(f"cannot read {what}: {e.strerror or e}", where=str(path), fix="check the path and its permissions", exit_code=exit_code) from None
+        raise error(
+            f"cannot read {what}: {e.strerror or e}",
+            where=str(path),
+            fix="check the path and its permissions",
+            exit_code=exit_code,
+        ) from None
     finally:
         os.close(fd)
     if len(data) > limit:
@@ -113,7 +150,16 @@ def read_bytes(
     return data
 
 
-def read_text(path: str | os.PathLike[str], *, limit: int, what: str = "file", fix: str = "check the path", error: ErrorType = PpspecError, exit_code: int = 2, **kw: Any) -> str:
+def read_text(
+    path: str | os.PathLike[str],
+    *,
+    limit: int,
+    what: str = "file",
+    fix: str = "check the path",
+    error: ErrorType = PpspecError,
+    exit_code: int = 2,
+    **kw: Any,
+) -> str:
     raw = read_bytes(path, limit=limit, what=what, fix=fix, error=error, exit_code=exit_code, **kw)
     try:
         return raw.decode("utf-8")
@@ -145,7 +191,14 @@ def _no_constant(name: str) -> Any:
 
 
 def parse_json(
-    data: bytes | str, *, what: str = "JSON", where: str = "", fix: str = "check the file", max_depth: int = MAX_JSON_DEPTH, error: ErrorType = PpspecError, exit_code: int = 2
+    data: bytes | str,
+    *,
+    what: str = "JSON",
+    where: str = "",
+    fix: str = "check the file",
+    max_depth: int = MAX_JSON_DEPTH,
+    error: ErrorType = PpspecError,
+    exit_code: int = 2,
 ) -> Any:
     """json.loads with a nesting bound and strict numbers; one `error` for every way it can fail."""
     try:
@@ -155,14 +208,26 @@ def parse_json(
     try:
         value = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
-        raise error(f"{what} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})", where=where, fix=fix, exit_code=exit_code) from None
+        raise error(
+            f"{what} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})",
+            where=where,
+            fix=fix,
+            exit_code=exit_code,
+        ) from None
     except RecursionError:
-        raise error(f"{what} nests deeper than the {max_depth} levels ppspec accepts", where=where, fix=fix, exit_code=exit_code) from None
+        raise error(
+            f"{what} nests deeper than the {max_depth} levels ppspec accepts", where=where, fix=fix, exit_code=exit_code
+        ) from None
     except ValueError as e:
         raise error(f"{what} is not valid JSON ({str(e)[:120]})", where=where, fix=fix, exit_code=exit_code) from None
     depth = json_depth(value)
     if depth > max_depth:
-        raise error(f"{what} nests {depth} levels deep, more than the {max_depth} ppspec accepts", where=where, fix=fix, exit_code=exit_code)
+        raise error(
+            f"{what} nests {depth} levels deep, more than the {max_depth} ppspec accepts",
+            where=where,
+            fix=fix,
+            exit_code=exit_code,
+        )
     return value
 
 
@@ -177,17 +242,26 @@ def read_json(
     error: ErrorType = PpspecError,
     exit_code: int = 2,
 ) -> Any:
-    raw = read_bytes(path, limit=limit, what=what, fix=fix, follow_symlinks=follow_symlinks, error=error, exit_code=exit_code)
+    raw = read_bytes(
+        path, limit=limit, what=what, fix=fix, follow_symlinks=follow_symlinks, error=error, exit_code=exit_code
+    )
     return parse_json(raw, what=what, where=str(path), fix=fix, max_depth=max_depth, error=error, exit_code=exit_code)
 
 
-def read_head(path: str | os.PathLike[str], n: int, *, what: str = "file", error: ErrorType = PpspecError, exit_code: int = 2) -> tuple[bytes, int]:
+def read_head(
+    path: str | os.PathLike[str], n: int, *, what: str = "file", error: ErrorType = PpspecError, exit_code: int = 2
+) -> tuple[bytes, int]:
     """The first `n` bytes of a regular file and its size (for headers of files too big to read)."""
     fd, st = _open_regular(path, what, "check the path", True, error, exit_code)
     try:
         return _read_up_to(fd, n), st.st_size
     except OSError as e:
-        raise error(f"cannot read {what}: {e.strerror or e}", where=str(path), fix="check the path and its permissions", exit_code=exit_code) from None
+        raise error(
+            f"cannot read {what}: {e.strerror or e}",
+            where=str(path),
+            fix="check the path and its permissions",
+            exit_code=exit_code,
+        ) from None
     finally:
         os.close(fd)
 
@@ -206,7 +280,17 @@ def _existing_kind(p: str, dir_fd: int | None = None) -> str | None:
     return "a symbolic link" if stat.S_ISLNK(mode) else _kind(mode)
 
 
-def write_text(path: str | os.PathLike[str], text: str, *, what: str = "file", where: str | None = None, error: ErrorType = PpspecError, exit_code: int = 1, dir_fd: int | None = None, through: bool = False) -> None:
+def write_text(
+    path: str | os.PathLike[str],
+    text: str,
+    *,
+    what: str = "file",
+    where: str | None = None,
+    error: ErrorType = PpspecError,
+    exit_code: int = 1,
+    dir_fd: int | None = None,
+    through: bool = False,
+) -> None:
     """The one way ppspec writes a file: the text goes through the redaction layer (no registered
     secret reaches a file), is written to a temporary file beside `path`, flushed to disk and renamed
     over it (a reader never sees half a file). Only a regular file (or nothing) at `path` is ever
@@ -222,11 +306,24 @@ def write_text(path: str | os.PathLike[str], text: str, *, what: str = "file", w
     try:
         data = redact(text).encode("utf-8")
     except ValueError as e:  # a lone surrogate: no file, one message (as a failed write)
-        raise error(f"cannot write {what}: {e}", where=where or os.fspath(path)[:200], fix="choose a writable path (an existing directory you can write to)", exit_code=exit_code) from None
+        raise error(
+            f"cannot write {what}: {e}",
+            where=where or os.fspath(path)[:200],
+            fix="choose a writable path (an existing directory you can write to)",
+            exit_code=exit_code,
+        ) from None
     _replace(path, data, what=what, where=where, error=error, exit_code=exit_code, dir_fd=dir_fd, through=through)
 
 
-def write_bytes(path: str | os.PathLike[str], data: bytes, *, what: str = "file", where: str | None = None, error: ErrorType = PpspecError, exit_code: int = 1) -> None:
+def write_bytes(
+    path: str | os.PathLike[str],
+    data: bytes,
+    *,
+    what: str = "file",
+    where: str | None = None,
+    error: ErrorType = PpspecError,
+    exit_code: int = 1,
+) -> None:
     """write_text for binary content (a PNG plot): the same temporary file, fsync, rename and
     refusals. No redaction: binary data carries no text a secret could be found in."""
     _replace(path, bytes(data), what=what, where=where, error=error, exit_code=exit_code)
@@ -251,7 +348,7 @@ def named_fd(p: str) -> int | None:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 #: How long a write into a FIFO waits for a reader to open it (`cat fifo` started just after
@@ -264,7 +361,13 @@ def _open_through(p: str, dir_fd: int | None) -> int:
     link; a FIFO with no reader is retried for FIFO_READER_WAIT_S, then ENXIO."""
     import time
 
-    flags = os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    flags = (
+        os.O_WRONLY
+        | os.O_NONBLOCK
+        | getattr(os, "O_NOFOLLOW", 0)
+        | getattr(os, "O_CLOEXEC", 0)
+        | getattr(os, "O_NOCTTY", 0)
+    )
     deadline = time.monotonic() + FIFO_READER_WAIT_S
     while True:
         try:
@@ -293,7 +396,17 @@ def _write_through(p: str, data: bytes, dir_fd: int | None) -> None:
         os.close(fd)
 
 
-def _replace(path: str | os.PathLike[str], data: bytes, *, what: str, where: str | None, error: ErrorType, exit_code: int, dir_fd: int | None = None, through: bool = False) -> None:
+def _replace(
+    path: str | os.PathLike[str],
+    data: bytes,
+    *,
+    what: str,
+    where: str | None,
+    error: ErrorType,
+    exit_code: int,
+    dir_fd: int | None = None,
+    through: bool = False,
+) -> None:
     p = os.fspath(path)
     shown = where or p[:200]
     std = named_fd(p) if through and dir_fd is None else None
@@ -312,16 +425,31 @@ def _replace(path: str | os.PathLike[str], data: bytes, *, what: str, where: str
             else:
                 _write_through(p, data, dir_fd)
         except OSError as e:
-            raise error(f"cannot write {what}: {e.strerror or e}", where=shown, fix="choose a writable path (an existing directory you can write to)", exit_code=exit_code) from None
+            raise error(
+                f"cannot write {what}: {e.strerror or e}",
+                where=shown,
+                fix="choose a writable path (an existing directory you can write to)",
+                exit_code=exit_code,
+            ) from None
         return
     if kind is not None:
-        raise error(f"cannot write {what}: {p[:200]} is {kind}; ppspec only replaces regular files", where=shown, fix="choose a path that is a regular file or does not exist yet", exit_code=exit_code)
+        raise error(
+            f"cannot write {what}: {p[:200]} is {kind}; ppspec only replaces regular files",
+            where=shown,
+            fix="choose a path that is a regular file or does not exist yet",
+            exit_code=exit_code,
+        )
     d, name = os.path.split(p)
     if dir_fd is not None and d:
         raise ValueError("with dir_fd, write_text takes a name, not a path")
     tmp = os.path.join(d, f".{name[:200]}.{os.getpid()}.{secrets.token_hex(4)}.ppspec-tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644, dir_fd=dir_fd)
+        fd = os.open(
+            tmp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+            0o644,
+            dir_fd=dir_fd,
+        )
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -336,7 +464,12 @@ def _replace(path: str | os.PathLike[str], data: bytes, *, what: str, where: str
         except OSError:
             pass
         msg = getattr(e, "strerror", None) or str(e)
-        raise error(f"cannot write {what}: {msg}", where=shown, fix="choose a writable path (an existing directory you can write to)", exit_code=exit_code) from None
+        raise error(
+            f"cannot write {what}: {msg}",
+            where=shown,
+            fix="choose a writable path (an existing directory you can write to)",
+            exit_code=exit_code,
+        ) from None
 
 
 def check_writable(path: str | os.PathLike[str], *, where: str, exit_code: int = 2) -> None:
@@ -345,17 +478,36 @@ def check_writable(path: str | os.PathLike[str], *, where: str, exit_code: int =
     a name longer than the file system allows. A character device, FIFO or /dev/stdout passes."""
     p = os.fspath(path)
     parent = os.path.dirname(p) or "."
-    if len(p.encode("utf-8", "replace")) > 4096 or any(len(c.encode("utf-8", "replace")) > 255 for c in p.split(os.sep)):
-        raise PpspecError("output path is longer than the file system allows", where=where, fix="choose a shorter path", exit_code=exit_code)
+    if len(p.encode("utf-8", "replace")) > 4096 or any(
+        len(c.encode("utf-8", "replace")) > 255 for c in p.split(os.sep)
+    ):
+        raise PpspecError(
+            "output path is longer than the file system allows",
+            where=where,
+            fix="choose a shorter path",
+            exit_code=exit_code,
+        )
     kind = _existing_kind(p)
     if named_fd(p) is not None or kind in _THROUGH:
         return  # written through (write_text): the user's own descriptor, device or FIFO
     if kind is not None:
-        raise PpspecError(f"{p[:200]} is {kind}; ppspec only writes regular files or through a character device or FIFO", where=where, fix="pass the path of a regular file, or of one that does not exist yet", exit_code=exit_code)
+        raise PpspecError(
+            f"{p[:200]} is {kind}; ppspec only writes regular files or through a character device or FIFO",
+            where=where,
+            fix="pass the path of a regular file, or of one that does not exist yet",
+            exit_code=exit_code,
+        )
     if not os.path.isdir(parent):
-        raise PpspecError(f"directory {parent} does not exist", where=where, fix="create it first or choose another path", exit_code=exit_code)
+        raise PpspecError(
+            f"directory {parent} does not exist",
+            where=where,
+            fix="create it first or choose another path",
+            exit_code=exit_code,
+        )
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise PpspecError(f"directory {parent} is not writable", where=where, fix="choose a writable path", exit_code=exit_code)
+        raise PpspecError(
+            f"directory {parent} is not writable", where=where, fix="choose a writable path", exit_code=exit_code
+        )
 
 
 def remove_tree(path: str | os.PathLike[str], *, what: str = "directory", exit_code: int = 1) -> None:
@@ -370,7 +522,12 @@ def remove_tree(path: str | os.PathLike[str], *, what: str = "directory", exit_c
     except FileNotFoundError:
         return
     except OSError as e:
-        raise PpspecError(f"cannot remove {what}: {e.strerror or e}", where=p[:200], fix="check the path and its permissions", exit_code=exit_code) from None
+        raise PpspecError(
+            f"cannot remove {what}: {e.strerror or e}",
+            where=p[:200],
+            fix="check the path and its permissions",
+            exit_code=exit_code,
+        ) from None
     try:
         if stat.S_ISDIR(st.st_mode):
             if not shutil.rmtree.avoids_symlink_attacks:  # pragma: no cover - every Linux Python has it
@@ -381,7 +538,12 @@ def remove_tree(path: str | os.PathLike[str], *, what: str = "directory", exit_c
     except FileNotFoundError:
         return
     except OSError as e:
-        raise PpspecError(f"cannot remove {what}: {e.strerror or e}", where=p[:200], fix="check the path and its permissions (another user's entry in a shared directory cannot be removed: choose your own --out)", exit_code=exit_code) from None
+        raise PpspecError(
+            f"cannot remove {what}: {e.strerror or e}",
+            where=p[:200],
+            fix="check the path and its permissions (another user's entry in a shared directory cannot be removed: choose your own --out)",
+            exit_code=exit_code,
+        ) from None
 
 
 def make_dirs(path: str | os.PathLike[str], *, what: str = "directory", mode: int = 0o755, exit_code: int = 1) -> None:
@@ -390,7 +552,12 @@ def make_dirs(path: str | os.PathLike[str], *, what: str = "directory", mode: in
     try:
         os.makedirs(p, mode=mode, exist_ok=True)
     except OSError as e:
-        raise PpspecError(f"cannot create {what}: {e.strerror or e}", where=p[:200], fix="choose a writable path (an existing directory you can write to)", exit_code=exit_code) from None
+        raise PpspecError(
+            f"cannot create {what}: {e.strerror or e}",
+            where=p[:200],
+            fix="choose a writable path (an existing directory you can write to)",
+            exit_code=exit_code,
+        ) from None
 
 
 def open_log(path: str | os.PathLike[str], *, what: str = "log file", exit_code: int = 1) -> Any:
@@ -401,15 +568,27 @@ def open_log(path: str | os.PathLike[str], *, what: str = "log file", exit_code:
     p = os.fspath(path)
     kind = _existing_kind(p)
     if kind is not None and kind != "a symbolic link":
-        raise PpspecError(f"cannot write {what}: {p[:200]} is {kind}", where=p[:200], fix="remove it, or choose another output directory", exit_code=exit_code)
+        raise PpspecError(
+            f"cannot write {what}: {p[:200]} is {kind}",
+            where=p[:200],
+            fix="remove it, or choose another output directory",
+            exit_code=exit_code,
+        )
     try:
         try:
             os.unlink(p)
         except FileNotFoundError:
             pass
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+        fd = os.open(
+            p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644
+        )
     except OSError as e:
-        raise PpspecError(f"cannot write {what}: {e.strerror or e}", where=p[:200], fix="choose a writable path (an existing directory you can write to)", exit_code=exit_code) from None
+        raise PpspecError(
+            f"cannot write {what}: {e.strerror or e}",
+            where=p[:200],
+            fix="choose a writable path (an existing directory you can write to)",
+            exit_code=exit_code,
+        ) from None
     return os.fdopen(fd, "w", encoding="utf-8", errors="replace", buffering=1)
 
 

@@ -41,14 +41,22 @@ _WHAT = {
 class Settings(BaseSettings):
     """The `PPSPEC_*` variables. None: unset (the caller's default applies)."""
 
-    model_config = SettingsConfigDict(env_prefix="PPSPEC_", case_sensitive=True, extra="ignore", env_ignore_empty=True, validate_default=False)
+    model_config = SettingsConfigDict(
+        env_prefix="PPSPEC_", case_sensitive=True, extra="ignore", env_ignore_empty=True, validate_default=False
+    )
 
     cache: Optional[Path] = Field(default=None, alias="PPSPEC_CACHE")
     debug: str = Field(default="", alias="PPSPEC_DEBUG")
     stop_grace_s: Optional[float] = Field(default=None, ge=0, le=3600, allow_inf_nan=False, alias="PPSPEC_STOP_GRACE_S")
-    hub_deadline: Optional[float] = Field(default=None, gt=0, le=86400, allow_inf_nan=False, alias="PPSPEC_HUB_DEADLINE")
-    hub_download_deadline: Optional[float] = Field(default=None, gt=0, le=86400, allow_inf_nan=False, alias="PPSPEC_HUB_DOWNLOAD_DEADLINE")
-    hub_download_limit_gb: Optional[float] = Field(default=None, gt=0, le=1 << 20, allow_inf_nan=False, alias="PPSPEC_HUB_DOWNLOAD_LIMIT_GB")
+    hub_deadline: Optional[float] = Field(
+        default=None, gt=0, le=86400, allow_inf_nan=False, alias="PPSPEC_HUB_DEADLINE"
+    )
+    hub_download_deadline: Optional[float] = Field(
+        default=None, gt=0, le=86400, allow_inf_nan=False, alias="PPSPEC_HUB_DOWNLOAD_DEADLINE"
+    )
+    hub_download_limit_gb: Optional[float] = Field(
+        default=None, gt=0, le=1 << 20, allow_inf_nan=False, alias="PPSPEC_HUB_DOWNLOAD_LIMIT_GB"
+    )
     vllm_executable: Optional[str] = Field(default=None, alias="PPSPEC_VLLM_EXECUTABLE")
     plan_file: Optional[str] = Field(default=None, alias="PPSPEC_PLAN_FILE")
 

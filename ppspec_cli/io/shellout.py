@@ -53,11 +53,16 @@ def quote(value: str) -> str:
     value = str(value)
     if value.isprintable():
         return shlex.quote(value)
-    octal = "".join(f"\\0{b:03o}" if not (0x20 <= b < 0x7F) or b in (0x27, 0x5C) else chr(b) for b in value.encode("utf-8", "surrogateescape"))
+    octal = "".join(
+        f"\\0{b:03o}" if not (0x20 <= b < 0x7F) or b in (0x27, 0x5C) else chr(b)
+        for b in value.encode("utf-8", "surrogateescape")
+    )
     return "\"$(printf '%b' '" + octal + "')\""
 
 
-def command(argv: Iterable[str], env: Mapping[str, str] | None = None, env_refs: Mapping[str, str] | None = None) -> str:
+def command(
+    argv: Iterable[str], env: Mapping[str, str] | None = None, env_refs: Mapping[str, str] | None = None
+) -> str:
     """`VAR=value ... cmd args` on one line; `env_refs` are copied from the caller's variables by
     reference (`VAR="${NAME}"`), so a secret's value is never printed."""
     parts = [f"{k}={quote(v)}" for k, v in sorted((env or {}).items())]

@@ -117,7 +117,15 @@ def _first_not_json(node: Any) -> tuple[str, Any, str, str] | None:
     return None
 
 
-def load(text: str, *, what: str, source: str, max_nodes: int, max_bytes: int, fix: str = "write the values out; no YAML anchors/aliases are needed") -> Any:
+def load(
+    text: str,
+    *,
+    what: str,
+    source: str,
+    max_nodes: int,
+    max_bytes: int,
+    fix: str = "write the values out; no YAML anchors/aliases are needed",
+) -> Any:
     """The YAML document `text` as JSON values, refused (one PpspecError naming `source`) past the
     budget or on a non-JSON value; a syntax error stays yaml.YAMLError."""
     node = yaml.compose(text, Loader=_SafeJsonLoader)
@@ -135,7 +143,7 @@ def load(text: str, *, what: str, source: str, max_nodes: int, max_bytes: int, f
         raise PpspecError(
             f"`{at}` in {what} is {kind} ({value[:40]!r}), not a JSON value",
             where=f"{source}:{mark.line + 1}",
-            fix="quote it (\"...\") so it stays a string, or write a plain number",
+            fix='quote it ("...") so it stays a string, or write a plain number',
         )
     loader = _SafeJsonLoader("")
     try:
@@ -145,7 +153,7 @@ def load(text: str, *, what: str, source: str, max_nodes: int, max_bytes: int, f
         raise PpspecError(
             f"{what} holds {e.what} ({e.value[:40]!r}), which is not a JSON value",
             where=f"{source}{line}",
-            fix="quote it (\"...\") so it stays a string, or write a plain number",
+            fix='quote it ("...") so it stays a string, or write a plain number',
         ) from None
     finally:
         loader.dispose()

@@ -59,7 +59,9 @@ REGISTRY = "vllm/model_executor/models/registry.py"
 SPEC_CONFIG = "vllm/config/speculative.py"
 _MODELS_PKG = "vllm.model_executor.models"
 #: A decoder built from another package's class never carries vLLM's opt-in attribute.
-EXTERNAL_NOTE = "a class from outside vLLM, which never sets supports_aux_hidden_states_over_pp: vLLM's PP gate reads False"
+EXTERNAL_NOTE = (
+    "a class from outside vLLM, which never sets supports_aux_hidden_states_over_pp: vLLM's PP gate reads False"
+)
 #: decoder_why prefix: the language model is the registered architecture named by this config's
 #: `architectures` (`text_config`, or `.` for the top-level config), resolved per profile.
 LM_FROM_CONFIG = "language model: the registered architecture named by the config's architectures at "
@@ -131,7 +133,12 @@ def _platforms_true(test: ast.expr) -> set[str] | None:
         return {_PLATFORM_CALLS[test.func.attr]}
     if isinstance(test, ast.Compare) and len(test.comparators) == 1 and isinstance(test.comparators[0], ast.Constant):
         v = test.comparators[0].value
-        if isinstance(v, str) and v in PLATFORMS and isinstance(test.left, ast.Attribute) and test.left.attr in ("device_type", "device_name"):
+        if (
+            isinstance(v, str)
+            and v in PLATFORMS
+            and isinstance(test.left, ast.Attribute)
+            and test.left.attr in ("device_type", "device_name")
+        ):
             return {v} if isinstance(test.ops[0], ast.Eq) else set(PLATFORMS) - {v}
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         inner = _platforms_true(test.operand)
@@ -258,12 +265,25 @@ class Source:
     def _lazy(self, info: ModuleInfo, name: str, platform: str, depth: int) -> ClassInfo | None:
         """A package's module-level `__getattr__(name)` (lazy re-exports), run for one name and
         platform: its if-tests on the name and the platform, its imports, its return."""
-        fn = next((n for n in info.tree.body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"), None) if info.tree else None
+        fn = (
+            next((n for n in info.tree.body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"), None)
+            if info.tree
+            else None
+        )
         if fn is None or not fn.args.args:
             return None
-        exported = next((_literal(n.value) for n in info.tree.body if isinstance(n, ast.Assign)  # type: ignore[union-attr]
-                         and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)), None)
-        env = _LazyRun(self, info, fn.args.args[0].arg, name, platform, exported if isinstance(exported, (list, tuple)) else ())
+        exported = next(
+            (
+                _literal(n.value)
+                for n in info.tree.body
+                if isinstance(n, ast.Assign)  # type: ignore[union-attr]
+                and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)
+            ),
+            None,
+        )
+        env = _LazyRun(
+            self, info, fn.args.args[0].arg, name, platform, exported if isinstance(exported, (list, tuple)) else ()
+        )
         return env.run(fn.body, depth)
 
     def mro(self, cls: ClassInfo, platform: str) -> list[ClassInfo | str]:
@@ -275,7 +295,14 @@ class _LazyRun:
     """Follows one path through a lazy `__getattr__` for a known name and platform."""
 
     def __init__(self, src: Source, info: ModuleInfo, arg: str, name: str, platform: str, exported: Any):
-        self.src, self.info, self.arg, self.name, self.platform, self.exported = src, info, arg, name, platform, tuple(exported)
+        self.src, self.info, self.arg, self.name, self.platform, self.exported = (
+            src,
+            info,
+            arg,
+            name,
+            platform,
+            tuple(exported),
+        )
         self.bound: dict[str, tuple[str, str | None]] = {}
         self.base = info.name  # a package's __init__: relative imports start here
 
@@ -283,7 +310,12 @@ class _LazyRun:
         plats = _platforms_true(test)
         if plats is not None:
             return self.platform in plats
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) and test.left.id == self.arg:
+        if (
+            isinstance(test, ast.Compare)
+            and len(test.ops) == 1
+            and isinstance(test.left, ast.Name)
+            and test.left.id == self.arg
+        ):
             right = test.comparators[0]
             vals = self.exported if isinstance(right, ast.Name) and right.id == "__all__" else _literal(right)
             if isinstance(test.ops[0], ast.Eq):
@@ -317,10 +349,20 @@ class _LazyRun:
     _returned = False
 
     def _value(self, v: ast.expr, depth: int) -> ClassInfo | None:
-        if isinstance(v, ast.Subscript) and isinstance(v.value, ast.Dict) and isinstance(v.slice, ast.Name) and v.slice.id == self.arg:
+        if (
+            isinstance(v, ast.Subscript)
+            and isinstance(v.value, ast.Dict)
+            and isinstance(v.slice, ast.Name)
+            and v.slice.id == self.arg
+        ):
             hit = next((val for key, val in zip(v.value.keys, v.value.values) if _literal(key) == self.name), None)
             return self._value(hit, depth) if hit is not None else None
-        if isinstance(v, ast.Call) and _dotted(v.func) == "getattr" and len(v.args) == 2 and isinstance(v.args[0], ast.Name):
+        if (
+            isinstance(v, ast.Call)
+            and _dotted(v.func) == "getattr"
+            and len(v.args) == 2
+            and isinstance(v.args[0], ast.Name)
+        ):
             b = self.bound.get(v.args[0].id)
             return self.src.resolve(b[0], self.name, self.platform, depth + 1) if b and b[1] is None else None
         d = _dotted(v)
@@ -408,7 +450,13 @@ def _self_assign(fn: ast.AST, attr: str) -> ast.expr | None:
         if isinstance(n, (ast.Assign, ast.AnnAssign)):
             targets = n.targets if isinstance(n, ast.Assign) else [n.target]
             for t in targets:
-                if isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name) and t.value.id == "self" and n.value is not None:
+                if (
+                    isinstance(t, ast.Attribute)
+                    and t.attr == attr
+                    and isinstance(t.value, ast.Name)
+                    and t.value.id == "self"
+                    and n.value is not None
+                ):
                     return n.value
     return None
 
@@ -419,7 +467,9 @@ def _param_default(fn: ast.AST, name: str) -> ast.expr | None:
         return None
     a = fn.args
     pos = a.posonlyargs + a.args
-    pairs = list(zip(pos[len(pos) - len(a.defaults):], a.defaults)) + [(p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+    pairs = list(zip(pos[len(pos) - len(a.defaults) :], a.defaults)) + [
+        (p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None
+    ]
     return next((d for p, d in pairs if p.arg == name), None)
 
 
@@ -428,7 +478,12 @@ def _returned_calls(fn: ast.AST) -> list[ast.Call]:
     `name = X(...)` (its last such assignment)."""
     local: dict[str, ast.Call] = {}
     for n in ast.walk(fn):
-        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Call):
+        if (
+            isinstance(n, ast.Assign)
+            and len(n.targets) == 1
+            and isinstance(n.targets[0], ast.Name)
+            and isinstance(n.value, ast.Call)
+        ):
             local[n.targets[0].id] = n.value
     out = []
     for n in ast.walk(fn):
@@ -483,14 +538,28 @@ class Scanner:
         if info is None or info.tree is None:
             raise FileNotFoundError(f"no {REGISTRY} under {self.src.root}")
         for st in info.tree.body:
-            if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) and isinstance(st.value, ast.Dict)):
+            if not (
+                isinstance(st, ast.Assign)
+                and len(st.targets) == 1
+                and isinstance(st.targets[0], ast.Name)
+                and isinstance(st.value, ast.Dict)
+            ):
                 continue
             group = st.targets[0].id
-            if not group.endswith("_MODELS") or group in ("_VLLM_MODELS", "_PREVIOUSLY_SUPPORTED_MODELS", "_OOT_SUPPORTED_MODELS"):
+            if not group.endswith("_MODELS") or group in (
+                "_VLLM_MODELS",
+                "_PREVIOUSLY_SUPPORTED_MODELS",
+                "_OOT_SUPPORTED_MODELS",
+            ):
                 continue
             for k, v in zip(st.value.keys, st.value.values):
                 arch, pair = _literal(k), _literal(v)
-                if isinstance(arch, str) and isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(x, str) for x in pair):
+                if (
+                    isinstance(arch, str)
+                    and isinstance(pair, tuple)
+                    and len(pair) == 2
+                    and all(isinstance(x, str) for x in pair)
+                ):
                     self.registry.setdefault(arch, pair)
                     self.registry_lines.setdefault(arch, k.lineno if k is not None else st.lineno)
                     self.registry_kind.setdefault(arch, group.strip("_").lower())
@@ -516,14 +585,25 @@ class Scanner:
                 continue
             where = c.where(val.lineno)
             if isinstance(val, ast.Name):  # `lm = X(...)` then `self.<attr> = lm`
-                val = next((n.value for n in ast.walk(c.methods["__init__"]) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
-                            and any(isinstance(t, ast.Name) and t.id == val.id for t in n.targets)), val)  # type: ignore[union-attr]
+                val = next(
+                    (
+                        n.value
+                        for n in ast.walk(c.methods["__init__"])
+                        if isinstance(n, ast.Assign)
+                        and isinstance(n.value, ast.Call)
+                        and any(isinstance(t, ast.Name) and t.id == val.id for t in n.targets)
+                    ),
+                    val,
+                )  # type: ignore[union-attr]
             if not isinstance(val, ast.Call):
                 return None, where, f"self.{attr} is not built by a constructor call"
             fname = _dotted(val.func)
             if fname is None:
                 return None, where, f"self.{attr} is built by an expression the source does not name"
-            if fname.startswith("self.") and (maker := _owner(self.src.mro(holder, platform), method=fname[5:])) is not None:
+            if (
+                fname.startswith("self.")
+                and (maker := _owner(self.src.mro(holder, platform), method=fname[5:])) is not None
+            ):
                 return self._returned(holder, maker, fname[5:], platform, where, attr)
             if fname.startswith("self."):
                 ref = _owner(self.src.mro(holder, platform), attr=fname[5:])
@@ -550,9 +630,19 @@ class Scanner:
         chain = [x for x in self.src.mro(holder, platform) if isinstance(x, ClassInfo) and "__init__" in x.methods]
         if c not in chain or _param_default(c.methods["__init__"], name) is None:
             return c.module, name
-        for x in chain[:chain.index(c)]:
-            sup = next((n for n in ast.walk(x.methods["__init__"]) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                        and n.func.attr == "__init__" and isinstance(n.func.value, ast.Call) and _dotted(n.func.value.func) == "super"), None)
+        for x in chain[: chain.index(c)]:
+            sup = next(
+                (
+                    n
+                    for n in ast.walk(x.methods["__init__"])
+                    if isinstance(n, ast.Call)
+                    and isinstance(n.func, ast.Attribute)
+                    and n.func.attr == "__init__"
+                    and isinstance(n.func.value, ast.Call)
+                    and _dotted(n.func.value.func) == "super"
+                ),
+                None,
+            )
             passed = next((k.value for k in sup.keywords if k.arg == name), None) if sup is not None else None
             if passed is None:
                 continue
@@ -567,11 +657,21 @@ class Scanner:
         head = fname.split(".")[0]
         got = info.imports.get(head, {}).get(platform) if info else None
         if got is None and fn is not None:
-            got = next(((st.module or "", a.name) for st in ast.walk(fn) if isinstance(st, ast.ImportFrom) and st.level == 0
-                        for a in st.names if (a.asname or a.name) == head), None)
+            got = next(
+                (
+                    (st.module or "", a.name)
+                    for st in ast.walk(fn)
+                    if isinstance(st, ast.ImportFrom) and st.level == 0
+                    for a in st.names
+                    if (a.asname or a.name) == head
+                ),
+                None,
+            )
         return got is not None and not got[0].startswith("vllm") and got[0] != "" and not got[0].startswith(".")
 
-    def _returned(self, holder: ClassInfo, owner: ClassInfo, method: str, platform: str, where: str, attr: str) -> tuple[ClassInfo | None, str, str]:
+    def _returned(
+        self, holder: ClassInfo, owner: ClassInfo, method: str, platform: str, where: str, attr: str
+    ) -> tuple[ClassInfo | None, str, str]:
         """`self.<attr> = self.<method>(...)`: the one class the method's `return X(...)` names (X a
         class, `self.<cls_attr>` a class attribute of the built object's class, or a local name the
         method assigns `X(...)` to)."""
@@ -585,11 +685,21 @@ class Scanner:
             return self._initialized(calls[0], owner, platform, where)
         outside = {f for f in found if f and self._outside(owner.module, f, platform, fn)}
         if outside and outside == found:
-            return None, where, f"self.{attr} is built by self.{method} ({owner.where(fn.lineno)}), which returns {', '.join(sorted(outside))}: {EXTERNAL_NOTE}"
-        classes = [c for c in (self._class_named(holder, owner, f, platform) for f in sorted(found) if f) if c is not None]  # type: ignore[arg-type]
+            return (
+                None,
+                where,
+                f"self.{attr} is built by self.{method} ({owner.where(fn.lineno)}), which returns {', '.join(sorted(outside))}: {EXTERNAL_NOTE}",
+            )
+        classes = [
+            c for c in (self._class_named(holder, owner, f, platform) for f in sorted(found) if f) if c is not None
+        ]  # type: ignore[arg-type]
         if len(classes) == 1 and len(found) == 1:
             return classes[0], where, ""
-        return None, where, f"self.{attr} is built by self.{method} ({owner.where(fn.lineno)}), which does not return one class named in the source"
+        return (
+            None,
+            where,
+            f"self.{attr} is built by self.{method} ({owner.where(fn.lineno)}), which does not return one class named in the source",
+        )
 
     def _class_named(self, holder: ClassInfo, owner: ClassInfo, name: str, platform: str) -> ClassInfo | None:
         """The class `name` means in a method of `owner` run on an instance of `holder`: a
@@ -600,7 +710,9 @@ class Scanner:
         cref = _dotted(ref.attrs[name[5:]]) if ref else None
         return self.src.resolve(ref.module, cref, platform) if ref and cref else None
 
-    def _initialized(self, call: ast.Call, c: ClassInfo, platform: str, where: str) -> tuple[ClassInfo | None, str, str]:
+    def _initialized(
+        self, call: ast.Call, c: ClassInfo, platform: str, where: str
+    ) -> tuple[ClassInfo | None, str, str]:
         """`initialize_model(vllm_config=..., model_class=X)` builds X; without `model_class` it
         builds the registered architecture the config names: a literal list passed to
         `vllm_config.with_hf_config(cfg, [arch])`, else the config's own `architectures`."""
@@ -610,15 +722,25 @@ class Scanner:
             return got, where, "" if got else f"initialize_model builds {mc}, which is not a class in vLLM's source"
         vc = kw.get("vllm_config")
         if isinstance(vc, ast.Call) and (_dotted(vc.func) or "").endswith("with_hf_config") and vc.args:
-            archs = _literal(vc.args[1]) if len(vc.args) > 1 else _literal(next((k.value for k in vc.keywords if k.arg == "architectures"), None))
+            archs = (
+                _literal(vc.args[1])
+                if len(vc.args) > 1
+                else _literal(next((k.value for k in vc.keywords if k.arg == "architectures"), None))
+            )
             if isinstance(archs, list) and archs and isinstance(archs[0], str) and archs[0] in self.registry:
                 return self.cls(archs[0], platform), where, ""
             cfg = (_dotted(vc.args[0]) or "").split(".")
             if len(cfg) == 2 and cfg[0] in ("config", "hf_config"):
                 return None, where, f"{LM_FROM_CONFIG}{cfg[1]}"
-        return None, where, "the language model is chosen at run time from the config's architectures (initialize_model)"
+        return (
+            None,
+            where,
+            "the language model is chosen at run time from the config's architectures (initialize_model)",
+        )
 
-    def _registered(self, call: ast.Call, platform: str, where: str, fn: ast.AST | None = None) -> tuple[ClassInfo | None, str, str]:
+    def _registered(
+        self, call: ast.Call, platform: str, where: str, fn: ast.AST | None = None
+    ) -> tuple[ClassInfo | None, str, str]:
         """`init_vllm_registered_model(...)`: the registered architecture an `architectures` list
         names (its own keyword, or `vllm_config.with_hf_config(cfg, architectures=[...])`), else
         the one the checkpoint's sub-config names (`hf_config=config.text_config`, also through
@@ -629,7 +751,11 @@ class Scanner:
         wh = vc if isinstance(vc, ast.Call) and (_dotted(vc.func) or "").endswith("with_hf_config") else None
         archs_node = kw.get("architectures")
         if archs_node is None and wh is not None:
-            archs_node = wh.args[1] if len(wh.args) > 1 else next((k.value for k in wh.keywords if k.arg == "architectures"), None)
+            archs_node = (
+                wh.args[1]
+                if len(wh.args) > 1
+                else next((k.value for k in wh.keywords if k.arg == "architectures"), None)
+            )
         archs = _literal(archs_node)
         if isinstance(archs, list) and archs and isinstance(archs[0], str) and archs[0] in self.registry:
             return self.cls(archs[0], platform), where, ""
@@ -637,7 +763,11 @@ class Scanner:
         path = _config_path(cfg_node, fn) if cfg_node is not None else None
         if path is not None:
             return None, where, f"{LM_FROM_CONFIG}{path}"
-        return None, where, "the language model is chosen at run time from the config's architectures (init_vllm_registered_model)"
+        return (
+            None,
+            where,
+            "the language model is chosen at run time from the config's architectures (init_vllm_registered_model)",
+        )
 
     def decoder(self, outer: ClassInfo, platform: str) -> tuple[ClassInfo | None, str, str]:
         """The inner decoder vLLM's PP gate reads: `.model` of the model or of its language model."""
@@ -677,7 +807,7 @@ class Scanner:
                     break
                 todo += [x for x in called if _owner(mro, method=x) is not None and x not in RELAY_CALLS]
                 if "super" in called and m in called:  # super().<m>(...): the next definition up the MRO
-                    rest = mro[mro.index(owner) + 1:]
+                    rest = mro[mro.index(owner) + 1 :]
                     up = _owner(rest, method=m)
                     if up is not None and _calls(up.methods[m]) & RELAY_CALLS:
                         relays_fwd = True
@@ -705,14 +835,28 @@ class Scanner:
                 if val is not None:
                     return {"model_embed": attr, "model_embed_at": c.where(val.lineno)}
                 if attr in c.attrs or attr in c.methods:
-                    return {"model_embed": attr, "model_embed_at": c.where(c.attr_lines.get(attr) or c.methods[attr].lineno)}
+                    return {
+                        "model_embed": attr,
+                        "model_embed_at": c.where(c.attr_lines.get(attr) or c.methods[attr].lineno),
+                    }
         outside = [_name(c) for c in mro if not isinstance(c, ClassInfo) and _name(c) not in _PLAIN_BASES]
         if outside:
-            return {"model_embed": None, "model_embed_why": f"{dec.where()}: a base outside vLLM's source ({', '.join(outside)}) may add it"}
-        late = [f"{c.name}.{m}" for c in mro if isinstance(c, ClassInfo) for m, fn in c.methods.items()
-                if m != "__init__" and any(_self_assign(fn, a) is not None for a in TARGET_EMBED_ATTRS)]
+            return {
+                "model_embed": None,
+                "model_embed_why": f"{dec.where()}: a base outside vLLM's source ({', '.join(outside)}) may add it",
+            }
+        late = [
+            f"{c.name}.{m}"
+            for c in mro
+            if isinstance(c, ClassInfo)
+            for m, fn in c.methods.items()
+            if m != "__init__" and any(_self_assign(fn, a) is not None for a in TARGET_EMBED_ATTRS)
+        ]
         if late:
-            return {"model_embed": None, "model_embed_why": f"{dec.where()}: assigned outside the constructor ({', '.join(late)})"}
+            return {
+                "model_embed": None,
+                "model_embed_why": f"{dec.where()}: assigned outside the constructor ({', '.join(late)})",
+            }
         return {"model_embed": False, "model_embed_at": dec.where()}
 
     def embed_last_stage(self, dec: ClassInfo, platform: str, depth: int = 0) -> tuple[bool | None, str]:
@@ -745,8 +889,11 @@ class Scanner:
         owner = _owner(mro, method=EMBED_METHOD)
         if owner is None:
             return None
-        subs = {d.split(".")[1] for n in ast.walk(owner.methods[EMBED_METHOD]) if isinstance(n, ast.Call)
-                and (d := _dotted(n.func) or "").startswith("self.") and d.count(".") == 2}
+        subs = {
+            d.split(".")[1]
+            for n in ast.walk(owner.methods[EMBED_METHOD])
+            if isinstance(n, ast.Call) and (d := _dotted(n.func) or "").startswith("self.") and d.count(".") == 2
+        }
         return self._built_class(dec, subs.pop(), platform)[0] if len(subs) == 1 else None
 
     def target(self, arch: str, platform: str) -> dict[str, Any] | None:
@@ -768,16 +915,25 @@ class Scanner:
         out["decoder"] = dec.ref if dec else None
         out["decoder_at"] = where
         if dec is None and why.startswith(LM_FROM_CONFIG):
-            out["language_model_from"] = why[len(LM_FROM_CONFIG):]
+            out["language_model_from"] = why[len(LM_FROM_CONFIG) :]
         out.update(_target_model_fact(mro, dec, where, why))
         if dec is None:
             out["decoder_why"] = why
             if out["is_hybrid"]:
                 out["layer_rule"] = None
                 out["layer_rule_why"] = f"no decoder read statically: {why}"
-            gate_reads_none = "reads none" in why or EXTERNAL_NOTE in why or (why.startswith("no constructor") and _owner(mro, attr="model") is None)
-            out.update(relay=None if not gate_reads_none else {"opt_in": False, "forward_relays": False, "relays_over_pp": False},
-                       embed_last_stage=None, embed_why=why)
+            gate_reads_none = (
+                "reads none" in why
+                or EXTERNAL_NOTE in why
+                or (why.startswith("no constructor") and _owner(mro, attr="model") is None)
+            )
+            out.update(
+                relay=None
+                if not gate_reads_none
+                else {"opt_in": False, "forward_relays": False, "relays_over_pp": False},
+                embed_last_stage=None,
+                embed_why=why,
+            )
             if not gate_reads_none:
                 out["relay_why"] = why
             if (rule := _pp_embed_rule(mro)) is not None:
@@ -794,7 +950,9 @@ class Scanner:
             rule = layer_rule(self.src, dec.module, dec)
             out["layer_rule"] = rule
             if rule is None:
-                out["layer_rule_why"] = f"{dec.where()}: its module reads no per-layer config list (layer_types, layers_block_type, hybrid_override_pattern) indexed by the layer"
+                out["layer_rule_why"] = (
+                    f"{dec.where()}: its module reads no per-layer config list (layer_types, layers_block_type, hybrid_override_pattern) indexed by the layer"
+                )
         emb, ewhere = self.embed_last_stage(dec, platform)
         out["embed_last_stage"] = emb
         out["embed_at" if emb is not None else "embed_why"] = ewhere
@@ -809,10 +967,26 @@ class Scanner:
         info = self.src.module(outer.module)
         if new is None or info is None or info.tree is None:
             return {}
-        picked = {_dotted(n.func.value) for n in ast.walk(new) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                  and n.func.attr == "get" and isinstance(n.func.value, ast.Name)}
-        table = next((st for st in info.tree.body if isinstance(st, ast.Assign) and isinstance(st.value, ast.Dict) and len(st.targets) == 1
-                      and isinstance(st.targets[0], ast.Name) and st.targets[0].id in picked), None)
+        picked = {
+            _dotted(n.func.value)
+            for n in ast.walk(new)
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "get"
+            and isinstance(n.func.value, ast.Name)
+        }
+        table = next(
+            (
+                st
+                for st in info.tree.body
+                if isinstance(st, ast.Assign)
+                and isinstance(st.value, ast.Dict)
+                and len(st.targets) == 1
+                and isinstance(st.targets[0], ast.Name)
+                and st.targets[0].id in picked
+            ),
+            None,
+        )
         if table is None:
             return {}
         facts = []
@@ -821,13 +995,21 @@ class Scanner:
             dec = self.decoder(c, platform)[0] if c is not None else None
             if dec is None:
                 return {}
-            facts.append((self.embed_last_stage(dec, platform)[0], self.model_embed(dec, platform)["model_embed"], c.name))  # type: ignore[union-attr]
+            facts.append(
+                (self.embed_last_stage(dec, platform)[0], self.model_embed(dec, platform)["model_embed"], c.name)
+            )  # type: ignore[union-attr]
         if len({f[:2] for f in facts}) != 1 or facts[0][0] is None or facts[0][1] is None:
             return {}
         at = outer.where(table.lineno)
-        return {"embed_last_stage": facts[0][0], "embed_at": at, "model_embed": facts[0][1], "model_embed_at": at,
-                "target_model": True, "target_model_at": at,
-                "dispatch": {"at": outer.where(new.lineno), "table_at": at, "classes": [f[2] for f in facts]}}
+        return {
+            "embed_last_stage": facts[0][0],
+            "embed_at": at,
+            "model_embed": facts[0][1],
+            "model_embed_at": at,
+            "target_model": True,
+            "target_model_at": at,
+            "dispatch": {"at": outer.where(new.lineno), "table_at": at, "classes": [f[2] for f in facts]},
+        }
 
     # drafters and MTP -------------------------------------------------------------------------
 
@@ -839,8 +1021,16 @@ class Scanner:
         mro = self.src.mro(c, platform)
         out: dict[str, Any] = {"class": c.ref, "at": c.where()}
         # the most derived constructor that reads a depth decides (it builds the draft model it names)
-        decider = next(((x, cs) for x in mro if isinstance(x, ClassInfo) and "__init__" in x.methods
-                        and (cs := _calls(x.methods["__init__"]) & {TOTAL_DEPTH_CALL, LOCAL_DEPTH_CALL})), None)
+        decider = next(
+            (
+                (x, cs)
+                for x in mro
+                if isinstance(x, ClassInfo)
+                and "__init__" in x.methods
+                and (cs := _calls(x.methods["__init__"]) & {TOTAL_DEPTH_CALL, LOCAL_DEPTH_CALL})
+            ),
+            None,
+        )
         if decider is not None and len(decider[1]) == 1:
             out["numbering"] = "global" if TOTAL_DEPTH_CALL in decider[1] else "pp-local"
             out["numbering_at"] = decider[0].where(decider[0].methods["__init__"].lineno)
@@ -879,8 +1069,14 @@ def _pp_embed_rule(mro: list[ClassInfo | str]) -> dict[str, Any] | None:
         for call in (x for x in ast.walk(n.test) if isinstance(x, ast.Call)):
             m = (_dotted(call.func) or "").removeprefix("self.")
             flag_owner = _owner(mro, method=m) if m and "." not in m else None
-            if flag_owner is not None and any(isinstance(c, ast.Constant) and c.value == TIE_FLAG for c in ast.walk(flag_owner.methods[m])):
-                return {"config_flag": TIE_FLAG, "at": owner.where(n.lineno), "flag_at": flag_owner.where(flag_owner.methods[m].lineno)}
+            if flag_owner is not None and any(
+                isinstance(c, ast.Constant) and c.value == TIE_FLAG for c in ast.walk(flag_owner.methods[m])
+            ):
+                return {
+                    "config_flag": TIE_FLAG,
+                    "at": owner.where(n.lineno),
+                    "flag_at": flag_owner.where(flag_owner.methods[m].lineno),
+                }
     return None
 
 
@@ -910,7 +1106,14 @@ def _language_model_attr(mro: list[ClassInfo | str]) -> str | None:
     default), else `language_model`."""
     got = _owner(mro, method="get_language_model")
     if got is not None and got.name != MM_INTERFACE:
-        ret = next((n.value for n in ast.walk(got.methods["get_language_model"]) if isinstance(n, ast.Return) and n.value is not None), None)
+        ret = next(
+            (
+                n.value
+                for n in ast.walk(got.methods["get_language_model"])
+                if isinstance(n, ast.Return) and n.value is not None
+            ),
+            None,
+        )
         d = _dotted(ret) if ret is not None else None
         if d == "self":
             return None
@@ -920,9 +1123,18 @@ def _language_model_attr(mro: list[ClassInfo | str]) -> str | None:
         if not isinstance(c, ClassInfo) or "__init__" not in c.methods:
             continue
         for w in ast.walk(c.methods["__init__"]):
-            if isinstance(w, ast.With) and any(isinstance(i.context_expr, ast.Call) and (_dotted(i.context_expr.func) or "").endswith(LM_MARK) for i in w.items):
+            if isinstance(w, ast.With) and any(
+                isinstance(i.context_expr, ast.Call) and (_dotted(i.context_expr.func) or "").endswith(LM_MARK)
+                for i in w.items
+            ):
                 for st in w.body:
-                    for t in (st.targets if isinstance(st, ast.Assign) else [st.target] if isinstance(st, ast.AnnAssign) else []):
+                    for t in (
+                        st.targets
+                        if isinstance(st, ast.Assign)
+                        else [st.target]
+                        if isinstance(st, ast.AnnAssign)
+                        else []
+                    ):
                         if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
                             return t.attr
     return "language_model"
@@ -933,13 +1145,21 @@ def _target_model_fact(mro: list[ClassInfo | str], dec: ClassInfo | None, where:
     `.model` vLLM's drafter load reads; null where the source does not say (a class chosen at run
     time, a base outside vLLM's source)."""
     if EXTERNAL_NOTE in why:
-        return {"target_model": True, "target_model_at": where, "model_embed": None,
-                "model_embed_why": f"{why.split(':', 1)[0]}: whether that class has embed_tokens or embedding is its library's, not vLLM's"}
+        return {
+            "target_model": True,
+            "target_model_at": where,
+            "model_embed": None,
+            "model_embed_why": f"{why.split(':', 1)[0]}: whether that class has embed_tokens or embedding is its library's, not vLLM's",
+        }
     if dec is not None:
         return {"target_model": True, "target_model_at": where}
     outside = any(not isinstance(c, ClassInfo) and _name(c) not in _PLAIN_BASES for c in mro)
     no_lm_model = why.startswith("the language model has no `.model`")
-    no_model = why.startswith("no constructor in the MRO assigns self.model") and _owner(mro, attr="model") is None and _owner(mro, method="model") is None
+    no_model = (
+        why.startswith("no constructor in the MRO assigns self.model")
+        and _owner(mro, attr="model") is None
+        and _owner(mro, method="model") is None
+    )
     if (no_lm_model or no_model) and not outside:
         return {"target_model": False, "target_model_at": where}
     return {"target_model": None, "target_model_why": why}
@@ -962,12 +1182,19 @@ def _fc_rule(tree: ast.Module) -> dict[str, Any] | None:
         if isinstance(n, ast.IfExp) and isinstance(n.body, ast.Call) and _dotted(n.body.func) == "len":
             other = _dotted(n.orelse) or ""
             if other.endswith(".num_hidden_layers"):
-                return {"rule": "taps-else-num-hidden-layers", "at_line": n.lineno,
-                        "text": "fc width = target hidden x (number of taps the config names, else the drafter's num_hidden_layers)"}
+                return {
+                    "rule": "taps-else-num-hidden-layers",
+                    "at_line": n.lineno,
+                    "text": "fc width = target hidden x (number of taps the config names, else the drafter's num_hidden_layers)",
+                }
             fallback = _literal(n.orelse)
             if isinstance(fallback, int):
-                return {"rule": "taps-else-fixed", "fixed": fallback, "at_line": n.lineno,
-                        "text": f"fc width = target hidden x (number of taps the config names, else {fallback})"}
+                return {
+                    "rule": "taps-else-fixed",
+                    "fixed": fallback,
+                    "at_line": n.lineno,
+                    "text": f"fc width = target hidden x (number of taps the config names, else {fallback})",
+                }
     return None
 
 
@@ -1022,13 +1249,24 @@ def _ranged_count(init: ast.AST) -> dict[str, Any] | None:
         if not isinstance(n, ast.Assign) or len(n.targets) != 1:
             continue
         t = n.targets[0]
-        if not (isinstance(t, ast.Attribute) and t.attr in ranged and isinstance(t.value, ast.Name) and t.value.id == "self"):
+        if not (
+            isinstance(t, ast.Attribute) and t.attr in ranged and isinstance(t.value, ast.Name) and t.value.id == "self"
+        ):
             continue
         v = n.value
-        if isinstance(v, ast.Call) and _dotted(v.func) == "getattr" and len(v.args) >= 2 and isinstance(v.args[1], ast.Constant):
+        if (
+            isinstance(v, ast.Call)
+            and _dotted(v.func) == "getattr"
+            and len(v.args) >= 2
+            and isinstance(v.args[1], ast.Constant)
+        ):
             default = _literal(v.args[2]) if len(v.args) > 2 else None
             return {"keys": [v.args[1].value], "default": default, "line": n.lineno}
-        if isinstance(v, ast.Attribute) and (_dotted(v.value) or "").split(".")[-1] in ("config", "hf_config", "text_config"):
+        if isinstance(v, ast.Attribute) and (_dotted(v.value) or "").split(".")[-1] in (
+            "config",
+            "hf_config",
+            "text_config",
+        ):
             return {"keys": [v.attr], "default": None, "line": n.lineno}
     return None
 
@@ -1104,8 +1342,14 @@ def _arch_in(body: list[ast.stmt], key: str, flags: dict[str, set[str]]) -> str 
     `"A" if flag else "B"` where the branch set `flag = <config>.model_type in (...)`, a lookup
     `maps[arch]` in a dict literal the branch assigns (`maps = {"ArchA": "MtpA", ...}`), or
     `x["architectures"] = [literal]` (under `if not flag:`: only for keys the flag does not hold)."""
-    dicts = {t.id: n.value for st in body for n in ast.walk(st) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict)
-             for t in n.targets if isinstance(t, ast.Name)}
+    dicts = {
+        t.id: n.value
+        for st in body
+        for n in ast.walk(st)
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
     for st in body:
         for n in ast.walk(st):
             if isinstance(n, ast.Dict):
@@ -1114,7 +1358,12 @@ def _arch_in(body: list[ast.stmt], key: str, flags: dict[str, set[str]]) -> str 
                         got = _arch_value(v.elts[0], key, flags, dicts)
                         if got:
                             return got
-            if isinstance(n, ast.Assign) and _stores_architectures(n) and isinstance(n.value, ast.List) and n.value.elts:
+            if (
+                isinstance(n, ast.Assign)
+                and _stores_architectures(n)
+                and isinstance(n.value, ast.List)
+                and n.value.elts
+            ):
                 got = _arch_value(n.value.elts[0], key, flags, dicts)
                 if got and not _guarded_out(st, n, key, flags):
                     return got
@@ -1153,7 +1402,11 @@ def _flag_excludes(test: ast.expr, key: str, flags: dict[str, set[str]]) -> bool
 def _guarded_out(top: ast.stmt, target: ast.stmt, key: str, flags: dict[str, set[str]]) -> bool:
     """`target` sits in an `if` (under `top`) that does not run for `key`."""
     for n in ast.walk(top):
-        if isinstance(n, ast.If) and _flag_excludes(n.test, key, flags) and any(x is target for b in n.body for x in ast.walk(b)):
+        if (
+            isinstance(n, ast.If)
+            and _flag_excludes(n.test, key, flags)
+            and any(x is target for b in n.body for x in ast.walk(b))
+        ):
             return True
     return False
 
@@ -1211,7 +1464,14 @@ def scan(root: Path, platforms: tuple[str, ...] = ("cuda", "rocm", "xpu", "cpu")
         per: dict[str, Any] = {}
         for p in platforms:
             got = sc.drafter(arch, p) if _is_drafter(kind) else sc.target(arch, p)
-            per[p] = got if got is not None else {"class": None, "why": f"{sc.module_of(arch)}:{sc.registry[arch][1]} is not a class in the source on {p}"}
+            per[p] = (
+                got
+                if got is not None
+                else {
+                    "class": None,
+                    "why": f"{sc.module_of(arch)}:{sc.registry[arch][1]} is not a class in the source on {p}",
+                }
+            )
         entry = {"registry": f"{REGISTRY}:{sc.registry_lines[arch]}", "group": kind, "platforms": _fold(per)}
         (drafters if _is_drafter(kind) else targets)[arch] = entry
     checks = engine_checks(sc.src)
@@ -1230,8 +1490,10 @@ def _embed_not_needed(targets: dict[str, Any], checks: dict[str, str]) -> None:
     for entry in targets.values():
         for f in entry["platforms"].values():
             if f.get("target_model") is False and f.get("embed_last_stage") is None and not f.get("embed_rule"):
-                f["embed_not_needed"] = (f"no `.model`: vLLM refuses the drafter before any stage needs the embedding (the V1 runner reads target.model at any "
-                                         f"pipeline_parallel, {at}; Model Runner V2 for eagle/eagle3/mtp/dspark, {v2}; for dflash its PP gate reads `.model` and finds none)")
+                f["embed_not_needed"] = (
+                    f"no `.model`: vLLM refuses the drafter before any stage needs the embedding (the V1 runner reads target.model at any "
+                    f"pipeline_parallel, {at}; Model Runner V2 for eagle/eagle3/mtp/dspark, {v2}; for dflash its PP gate reads `.model` and finds none)"
+                )
 
 
 #: Where vLLM refuses pipeline parallelism for a model that does not implement SupportsPP
@@ -1247,13 +1509,22 @@ def engine_checks(src: Source) -> dict[str, str]:
     out: dict[str, str] = {}
     info = src.module("vllm.config.model")
     for n in ast.walk(info.tree) if info is not None and info.tree is not None else ():
-        if isinstance(n, ast.Raise) and any(isinstance(c, ast.Constant) and isinstance(c.value, str) and PP_REFUSAL_TEXT in c.value for c in ast.walk(n)):
+        if isinstance(n, ast.Raise) and any(
+            isinstance(c, ast.Constant) and isinstance(c.value, str) and PP_REFUSAL_TEXT in c.value for c in ast.walk(n)
+        ):
             out["pp_needs_supports_pp"] = f"{info.file}:{n.lineno}"  # type: ignore[union-attr]
             break
     info = src.module("vllm.config.vllm")
     for n in ast.walk(info.tree) if info is not None and info.tree is not None else ():
         if isinstance(n, ast.FunctionDef) and n.name == "with_hf_config":
-            hit = next((x for x in ast.walk(n) if isinstance(x, ast.ImportFrom) and any(a.name == CAUSAL_LM_MAPPING for a in x.names)), None)
+            hit = next(
+                (
+                    x
+                    for x in ast.walk(n)
+                    if isinstance(x, ast.ImportFrom) and any(a.name == CAUSAL_LM_MAPPING for a in x.names)
+                ),
+                None,
+            )
             if hit is not None:
                 out["lm_arch_from_transformers"] = f"{info.file}:{hit.lineno}"  # type: ignore[union-attr]
             break
@@ -1280,6 +1551,8 @@ def _shared_loader_home() -> str | None:
     from ppspec_cli.knowledge.methods.eagle3 import EAGLE3
 
     return EAGLE3.v2_speculator
+
+
 V2_SPEC_PKG = "vllm.v1.worker.gpu.spec_decode"
 SHARED_EAGLE_LOADER = "load_eagle_model"
 
@@ -1287,9 +1560,18 @@ SHARED_EAGLE_LOADER = "load_eagle_model"
 def _unguarded_model_read(tree: ast.Module) -> int | None:
     """The line of the first `<lm>.model` read where `<lm>` was bound from a `get_language_model()`
     expression (an attribute read, not a getattr with a default)."""
-    lms = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and "get_language_model" in ast.unparse(n.value)
-           for t in n.targets if isinstance(t, ast.Name)}
-    hits = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "model" and isinstance(n.value, ast.Name) and n.value.id in lms]
+    lms = {
+        t.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and "get_language_model" in ast.unparse(n.value)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+    hits = [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and n.attr == "model" and isinstance(n.value, ast.Name) and n.value.id in lms
+    ]
     return min(hits) if hits else None
 
 
@@ -1308,7 +1590,12 @@ def _v2_checks(src: Source) -> dict[str, str]:
                 continue
             if (line := _unguarded_model_read(info.tree)) is not None and d not in lines:
                 lines[d] = f"{info.file}:{line}"
-            if any(isinstance(n, ast.ImportFrom) and (n.module or "").endswith(".eagle.utils") and any(a.name == SHARED_EAGLE_LOADER for a in n.names) for n in ast.walk(info.tree)):
+            if any(
+                isinstance(n, ast.ImportFrom)
+                and (n.module or "").endswith(".eagle.utils")
+                and any(a.name == SHARED_EAGLE_LOADER for a in n.names)
+                for n in ast.walk(info.tree)
+            ):
                 shares.add(d)
     out: dict[str, str] = {}
     home = _shared_loader_home()
@@ -1322,7 +1609,9 @@ def _v2_checks(src: Source) -> dict[str, str]:
 
 def _raise_line(fn: ast.AST, text: str) -> int | None:
     for n in ast.walk(fn):
-        if isinstance(n, ast.Raise) and any(isinstance(c, ast.Constant) and isinstance(c.value, str) and text in c.value for c in ast.walk(n)):
+        if isinstance(n, ast.Raise) and any(
+            isinstance(c, ast.Constant) and isinstance(c.value, str) and text in c.value for c in ast.walk(n)
+        ):
             return n.lineno
     return None
 
@@ -1343,14 +1632,30 @@ def _proposer_checks(src: Source) -> dict[str, str]:
         for key, text in (("drafter_needs_target_model", NO_MODEL_TEXT), ("drafter_needs_target_embed", NO_EMBED_TEXT)):
             if (line := _raise_line(share, text)) is not None:
                 out[key] = f"{info.file}:{line}"
-        gate = next((n for n in ast.walk(share) if isinstance(n, ast.If) and "world_size" in ast.unparse(n.test) and _raise_line(n, NO_MODEL_TEXT)), None)
+        gate = next(
+            (
+                n
+                for n in ast.walk(share)
+                if isinstance(n, ast.If) and "world_size" in ast.unparse(n.test) and _raise_line(n, NO_MODEL_TEXT)
+            ),
+            None,
+        )
         if gate is not None and "== 1" in ast.unparse(gate.test):
             out["drafter_share_embed_pp1"] = f"{info.file}:{gate.lineno}"
     head = cls.methods.get("_maybe_share_lm_head")
     if head is not None and len(head.args.args) > 1:
         param = head.args.args[1].arg
-        hit = next((n for n in ast.walk(head) if isinstance(n, ast.Attribute) and n.attr == "model" and isinstance(n.value, ast.Name)
-                    and n.value.id == param), None)
+        hit = next(
+            (
+                n
+                for n in ast.walk(head)
+                if isinstance(n, ast.Attribute)
+                and n.attr == "model"
+                and isinstance(n.value, ast.Name)
+                and n.value.id == param
+            ),
+            None,
+        )
         if hit is not None:
             out["drafter_reads_target_model"] = f"{info.file}:{hit.lineno}"
     return out
@@ -1425,7 +1730,11 @@ def _config_key(node: ast.expr) -> str | None:
     head, _, key = d.rpartition(".")
     # a layout list is named for what it holds (layer_types, layers_block_type,
     # hybrid_override_pattern); per-layer counts (layers_num_experts) are not layouts
-    ok = head.split(".")[-1] in ("config", "hf_config", "text_config") and ("type" in key or "pattern" in key) and not key.startswith("mlp_")
+    ok = (
+        head.split(".")[-1] in ("config", "hf_config", "text_config")
+        and ("type" in key or "pattern" in key)
+        and not key.startswith("mlp_")
+    )
     return key if ok else None
 
 
@@ -1434,8 +1743,16 @@ def _layer_kinds(tree: ast.Module, aliases: dict[str, str] | None = None) -> dic
     a decoder-layer class (`{"attention": JambaAttentionDecoderLayer, ...}`: kind -> class), else
     the string constants compared with a `layer_type`/`is_attn` value (kind -> None)."""
     for n in tree.body:
-        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict) and any("LAYER_TYPES" in (_dotted(t) or "") for t in n.targets):
-            got = {k.value: _dotted(v) for k, v in zip(n.value.keys, n.value.values, strict=True) if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+        if (
+            isinstance(n, ast.Assign)
+            and isinstance(n.value, ast.Dict)
+            and any("LAYER_TYPES" in (_dotted(t) or "") for t in n.targets)
+        ):
+            got = {
+                k.value: _dotted(v)
+                for k, v in zip(n.value.keys, n.value.values, strict=True)
+                if isinstance(k, ast.Constant) and isinstance(k.value, str)
+            }
             if got:
                 return got
     kinds: dict[str, str | None] = {}
@@ -1445,7 +1762,17 @@ def _layer_kinds(tree: ast.Module, aliases: dict[str, str] | None = None) -> dic
             sides = [n.left, n.comparators[0]]
             const = [s.value for s in sides if isinstance(s, ast.Constant) and isinstance(s.value, str)]
             other = [s for s in sides if not isinstance(s, ast.Constant)]
-            if const and other and ((_dotted(other[0]) or "").endswith("layer_type") or (isinstance(other[0], ast.Subscript) and (_config_key(other[0].value) or (_dotted(other[0].value) or "") in aliases))):
+            if (
+                const
+                and other
+                and (
+                    (_dotted(other[0]) or "").endswith("layer_type")
+                    or (
+                        isinstance(other[0], ast.Subscript)
+                        and (_config_key(other[0].value) or (_dotted(other[0].value) or "") in aliases)
+                    )
+                )
+            ):
                 kinds.setdefault(const[0], None)
     return dict(sorted(kinds.items()))
 
@@ -1467,7 +1794,11 @@ def layer_rule(src: Source, module: str, decoder: ClassInfo | None = None) -> di
         return None
     aliases = _config_aliases(info.tree)
     for n in ast.walk(info.tree):
-        if isinstance(n, ast.Subscript) and (key := _config_key(n.value) or aliases.get(_dotted(n.value) or "")) and _indexes_a_layer(n.slice):
+        if (
+            isinstance(n, ast.Subscript)
+            and (key := _config_key(n.value) or aliases.get(_dotted(n.value) or ""))
+            and _indexes_a_layer(n.slice)
+        ):
             return {"key": key, "at": f"{info.file}:{n.lineno}", "kinds": _layer_kinds(info.tree, aliases)}
         if isinstance(n, ast.Call) and _dotted(n.func) == "enumerate" and n.args and (key := _config_key(n.args[0])):
             return {"key": key, "at": f"{info.file}:{n.lineno}", "kinds": _layer_kinds(info.tree, aliases)}
@@ -1481,7 +1812,12 @@ def _config_aliases(tree: ast.Module) -> dict[str, str]:
     """`layer_types = config.layer_types` (a local name for a layout list): name -> key."""
     out: dict[str, str] = {}
     for n in ast.walk(tree):
-        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and (key := _config_key(n.value)):
+        if (
+            isinstance(n, ast.Assign)
+            and len(n.targets) == 1
+            and isinstance(n.targets[0], ast.Name)
+            and (key := _config_key(n.value))
+        ):
             out.setdefault(n.targets[0].id, key)
     return out
 
@@ -1494,7 +1830,7 @@ def _predicate_name(fname: str) -> str | None:
     last = fname.rsplit(".", 1)[-1]
     if not last.startswith(_PRED_PREFIXES) or not last.endswith("_layer"):
         return None
-    core = last.lstrip("_")[len("is_"):-len("_layer")]
+    core = last.lstrip("_")[len("is_") : -len("_layer")]
     return core or None
 
 
@@ -1509,15 +1845,22 @@ def _predicate_rule(src: Source, info: ModuleInfo, decoder: ClassInfo | None = N
     calls = [*(ast.walk(init) if init is not None else ()), *ast.walk(info.tree)]
     for n in calls:
         in_init = init is not None and any(n is x for x in ast.walk(init))
-        if not (isinstance(n, ast.Call) and n.args and (fname := _dotted(n.func)) and (kind := _predicate_name(fname))
-                and (_indexes_a_layer(n.args[0]) or (in_init and isinstance(n.args[0], ast.Name)))):
+        if not (
+            isinstance(n, ast.Call)
+            and n.args
+            and (fname := _dotted(n.func))
+            and (kind := _predicate_name(fname))
+            and (_indexes_a_layer(n.args[0]) or (in_init and isinstance(n.args[0], ast.Name)))
+        ):
             continue
         if "." not in fname and fname in funcs:
             fn, where = funcs[fname], f"{info.file}:{funcs[fname].lineno}"
             params = [a.arg for a in fn.args.args]
             bind = {p: _arg_key(a, info.tree) for p, a in zip(params[1:], n.args[1:])}
             got = _read_predicate(fn, params[0], bind, None)
-        elif (_dotted(n.func.value) or "").split(".")[-1] in ("config", "hf_config", "text_config") and (m := _config_method(src, info, fname.rsplit(".", 1)[-1])):  # type: ignore[union-attr]
+        elif (_dotted(n.func.value) or "").split(".")[-1] in ("config", "hf_config", "text_config") and (
+            m := _config_method(src, info, fname.rsplit(".", 1)[-1])
+        ):  # type: ignore[union-attr]
             fn, where = m
             params = [a.arg for a in fn.args.args]
             got = _read_predicate(fn, params[1], {}, params[0]) if len(params) > 1 else None
@@ -1538,7 +1881,12 @@ def _arg_key(arg: ast.expr, tree: ast.Module) -> tuple[str, Any] | None:
         for n in ast.walk(tree):
             if isinstance(n, ast.Assign) and len(n.targets) == 1 and _dotted(n.targets[0]) == d:
                 v = n.value
-                if isinstance(v, ast.Call) and _dotted(v.func) == "getattr" and len(v.args) >= 2 and isinstance(v.args[1], ast.Constant):
+                if (
+                    isinstance(v, ast.Call)
+                    and _dotted(v.func) == "getattr"
+                    and len(v.args) >= 2
+                    and isinstance(v.args[1], ast.Constant)
+                ):
                     return str(v.args[1].value), _literal(v.args[2]) if len(v.args) > 2 else None
                 if (key := _config_key_any(v)) is not None:
                     return key, None
@@ -1563,7 +1911,9 @@ def _config_method(src: Source, info: ModuleInfo, method: str) -> tuple[ast.Func
     return None
 
 
-def _read_predicate(fn: ast.FunctionDef, layer: str, bind: dict[str, tuple[str, Any] | None], this: str | None) -> dict[str, Any] | None:
+def _read_predicate(
+    fn: ast.FunctionDef, layer: str, bind: dict[str, tuple[str, Any] | None], this: str | None
+) -> dict[str, Any] | None:
     """The rule a layer predicate computes, from its returned expression (guards such as
     `x is not None and ...` or an `if g > 0:` around the return are passed through):
 
@@ -1571,7 +1921,14 @@ def _read_predicate(fn: ast.FunctionDef, layer: str, bind: dict[str, tuple[str, 
       "hit_on_multiple": whether the predicate holds on those layers, "tail": whether
       `or layer >= N // G * G` also makes the layers after the last full group behave like them};
     - `(layer + c) in <config>.A["B"]`: {"rule": "listed", "key": ["A", "B"], "offset": c}."""
-    ret = next((n.value for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None and not isinstance(n.value, ast.Constant)), None)
+    ret = next(
+        (
+            n.value
+            for n in ast.walk(fn)
+            if isinstance(n, ast.Return) and n.value is not None and not isinstance(n.value, ast.Constant)
+        ),
+        None,
+    )
     if ret is None:
         return None
     neg = False
@@ -1589,10 +1946,25 @@ def _read_predicate(fn: ast.FunctionDef, layer: str, bind: dict[str, tuple[str, 
     for x in parts:
         if not (isinstance(x, ast.Compare) and len(x.ops) == 1):
             continue
-        off = _layer_offset(x.left.left if isinstance(x.left, ast.BinOp) and isinstance(x.left.op, ast.Mod) else x.left, layer)
-        if off is not None and isinstance(x.left, ast.BinOp) and isinstance(x.left.op, ast.Mod) and _literal(x.comparators[0]) == 0 and (k := key_of(x.left.right)):
+        off = _layer_offset(
+            x.left.left if isinstance(x.left, ast.BinOp) and isinstance(x.left.op, ast.Mod) else x.left, layer
+        )
+        if (
+            off is not None
+            and isinstance(x.left, ast.BinOp)
+            and isinstance(x.left.op, ast.Mod)
+            and _literal(x.comparators[0]) == 0
+            and (k := key_of(x.left.right))
+        ):
             eq = isinstance(x.ops[0], ast.Eq)
-            return {"rule": "every", "key": k[0], "default": k[1], "offset": off, "hit_on_multiple": eq != neg, "tail": bool(tail)}
+            return {
+                "rule": "every",
+                "key": k[0],
+                "default": k[1],
+                "offset": off,
+                "hit_on_multiple": eq != neg,
+                "tail": bool(tail),
+            }
         if off is not None and isinstance(x.ops[0], ast.In) and isinstance(x.comparators[0], ast.Subscript):
             sub = x.comparators[0]
             if (k := key_of(sub.value)) and isinstance(_literal(sub.slice), str) and not neg:
@@ -1604,16 +1976,29 @@ def _layer_offset(node: ast.expr, layer: str) -> int | None:
     """`layer` -> 0, `layer + c` / `(layer + c)` -> c; else None."""
     if isinstance(node, ast.Name) and node.id == layer:
         return 0
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and isinstance(node.left, ast.Name) and node.left.id == layer and isinstance(_literal(node.right), int):
+    if (
+        isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Add)
+        and isinstance(node.left, ast.Name)
+        and node.left.id == layer
+        and isinstance(_literal(node.right), int)
+    ):
         return int(_literal(node.right))
     return None
 
 
 def _is_tail(node: ast.expr, layer: str) -> bool:
     """`layer >= N // G * G`: the layers after the last whole group."""
-    return (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.GtE) and _layer_offset(node.left, layer) == 0
-            and isinstance(node.comparators[0], ast.BinOp) and isinstance(node.comparators[0].op, ast.Mult)
-            and isinstance(node.comparators[0].left, ast.BinOp) and isinstance(node.comparators[0].left.op, ast.FloorDiv))
+    return (
+        isinstance(node, ast.Compare)
+        and len(node.ops) == 1
+        and isinstance(node.ops[0], ast.GtE)
+        and _layer_offset(node.left, layer) == 0
+        and isinstance(node.comparators[0], ast.BinOp)
+        and isinstance(node.comparators[0].op, ast.Mult)
+        and isinstance(node.comparators[0].left, ast.BinOp)
+        and isinstance(node.comparators[0].left.op, ast.FloorDiv)
+    )
 
 
 def _uniform_rule(src: Source, info: ModuleInfo, decoder: ClassInfo | None) -> dict[str, Any] | None:
@@ -1624,15 +2009,35 @@ def _uniform_rule(src: Source, info: ModuleInfo, decoder: ClassInfo | None) -> d
         return None
     nested = {f.name: f for f in ast.walk(init) if isinstance(f, ast.FunctionDef) and f is not init}
     for n in ast.walk(init):
-        if not (isinstance(n, ast.Call) and (_dotted(n.func) or "").endswith("make_layers") and len(n.args) >= 2 and isinstance(n.args[1], ast.Name)):
+        if not (
+            isinstance(n, ast.Call)
+            and (_dotted(n.func) or "").endswith("make_layers")
+            and len(n.args) >= 2
+            and isinstance(n.args[1], ast.Name)
+        ):
             continue
         fn = nested.get(n.args[1].id)
         if fn is None:
             continue
-        local = {t.id: _dotted(a.value) for a in ast.walk(fn) if isinstance(a, ast.Assign) for t in a.targets if isinstance(t, ast.Name) and isinstance(a.value, ast.Name | ast.Attribute)}
-        made = {local.get(_dotted(r.value.func) or "", _dotted(r.value.func)) for r in ast.walk(fn) if isinstance(r, ast.Return) and isinstance(r.value, ast.Call)}
+        local = {
+            t.id: _dotted(a.value)
+            for a in ast.walk(fn)
+            if isinstance(a, ast.Assign)
+            for t in a.targets
+            if isinstance(t, ast.Name) and isinstance(a.value, ast.Name | ast.Attribute)
+        }
+        made = {
+            local.get(_dotted(r.value.func) or "", _dotted(r.value.func))
+            for r in ast.walk(fn)
+            if isinstance(r, ast.Return) and isinstance(r.value, ast.Call)
+        }
         classes = [c for m in made if m and (c := src.resolve(decoder.module, m, "cuda")) is not None]  # type: ignore[union-attr]
         if len(made) == 1 and len(classes) == 1:
             cls = classes[0]
-            return {"rule": "uniform", "layer_class": cls.name, "class_at": cls.where(), "at": f"{info.file}:{fn.lineno}"}
+            return {
+                "rule": "uniform",
+                "layer_class": cls.name,
+                "class_at": cls.where(),
+                "at": f"{info.file}:{fn.lineno}",
+            }
     return None

@@ -84,17 +84,35 @@ class ArchTable:
     def summary(self) -> dict[str, Any]:
         """What `adapters list --json` shows of a table: its coverage and where its facts came from."""
         n_t, n_d = self.counts
-        return {"vllm_version": self.version, "architectures": n_t, "drafter_classes": n_d, "source": self.source, "origin": self.origin, "commit": self.commit, "described": self.describe()}
+        return {
+            "vllm_version": self.version,
+            "architectures": n_t,
+            "drafter_classes": n_d,
+            "source": self.source,
+            "origin": self.origin,
+            "commit": self.commit,
+            "described": self.describe(),
+        }
 
     def describe(self) -> str:
-        where = f"generated from the vLLM {self.version} {self.origin}" if self.source == "committed" else f"read from the installed engine ({self.origin})"
+        where = (
+            f"generated from the vLLM {self.version} {self.origin}"
+            if self.source == "committed"
+            else f"read from the installed engine ({self.origin})"
+        )
         return f"{where}{f', commit {self.commit}' if self.commit else ''}"
 
 
 def _load(path: Path, source: str) -> ArchTable:
-    doc = safeio.read_json(path, limit=MAX_TABLE_BYTES, what="vLLM architecture table", fix="regenerate it with tools/vllm_arch_facts.py")
+    doc = safeio.read_json(
+        path, limit=MAX_TABLE_BYTES, what="vLLM architecture table", fix="regenerate it with tools/vllm_arch_facts.py"
+    )
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise PpspecError(f"{path} is not a schema-{SCHEMA} vLLM architecture table", where=str(path), fix="regenerate it with tools/vllm_arch_facts.py")
+        raise PpspecError(
+            f"{path} is not a schema-{SCHEMA} vLLM architecture table",
+            where=str(path),
+            fix="regenerate it with tools/vllm_arch_facts.py",
+        )
     return ArchTable(str(doc.get("vllm_version")), doc.get("commit"), str(doc.get("origin", "")), source, doc)
 
 
@@ -107,7 +125,7 @@ def _release(v: str | None) -> Version | None:
 
 def committed_versions() -> list[str]:
     """The releases with a committed table, oldest first."""
-    got = [p.name[len("vllm-"):-len(".json")] for p in TABLE_DIR.glob("vllm-*.json")]
+    got = [p.name[len("vllm-") : -len(".json")] for p in TABLE_DIR.glob("vllm-*.json")]
     return sorted((v for v in got if _release(v) is not None), key=lambda v: _release(v))  # type: ignore[arg-type, return-value]
 
 
@@ -214,19 +232,32 @@ def relay_verdict(t: dict[str, Any]) -> tuple[str, str]:
     relay = t.get("relay")
     dec = _short(t.get("decoder"))
     if not isinstance(relay, dict):
-        return "unknown", f"vLLM's source does not say which inner decoder it builds ({t.get('relay_why') or t.get('decoder_why')})"
+        return (
+            "unknown",
+            f"vLLM's source does not say which inner decoder it builds ({t.get('relay_why') or t.get('decoder_why')})",
+        )
     if relay.get("relays_over_pp"):
-        return "native", f"its inner decoder {dec} opts in ({relay.get('opt_in_at')}) and its forward relays taps ({relay.get('forward_at')})"
+        return (
+            "native",
+            f"its inner decoder {dec} opts in ({relay.get('opt_in_at')}) and its forward relays taps ({relay.get('forward_at')})",
+        )
     if t.get("decoder") is None:
         return "unsupported", f"{t.get('decoder_why')} ({t.get('decoder_at')})"
     if relay.get("opt_in"):
-        return "trap", (f"its inner decoder {dec} inherits supports_aux_hidden_states_over_pp = True from {_short(relay.get('opt_in_defined_by'))} "
-                        f"({relay.get('opt_in_at')}) but runs its own forward ({relay.get('forward_at')}), which never relays taps between stages")
+        return "trap", (
+            f"its inner decoder {dec} inherits supports_aux_hidden_states_over_pp = True from {_short(relay.get('opt_in_defined_by'))} "
+            f"({relay.get('opt_in_at')}) but runs its own forward ({relay.get('forward_at')}), which never relays taps between stages"
+        )
     where = relay.get("opt_in_at") or t.get("decoder_at")
-    return "unsupported", f"its inner decoder {dec} ({t.get('decoder_at')}) does not opt in to relaying taps over PP (supports_aux_hidden_states_over_pp is False: {where})"
+    return (
+        "unsupported",
+        f"its inner decoder {dec} ({t.get('decoder_at')}) does not opt in to relaying taps over PP (supports_aux_hidden_states_over_pp is False: {where})",
+    )
 
 
-def drafter_load_verdict(t: dict[str, Any], checks: dict[str, str], pp: int, method: str, runner: str) -> tuple[str, str]:
+def drafter_load_verdict(
+    t: dict[str, Any], checks: dict[str, str], pp: int, method: str, runner: str
+) -> tuple[str, str]:
     """('refused' | 'ok' | 'unknown', reason): whether vLLM's drafter load accepts the target.
     The V1 runner (SpecDecodeBaseProposer.load_model, every method that reads the target's hidden
     states) needs, at PP world size 1, `.model` of the target (of its language model) with
@@ -241,12 +272,20 @@ def drafter_load_verdict(t: dict[str, Any], checks: dict[str, str], pp: int, met
     if t.get("target_model") is None:
         return "unknown", str(t.get("target_model_why") or t.get("decoder_why"))
     if not v1 or pp > 1:
-        return "ok", (f"{cls} has `.model`; " + ("Model Runner V2 shares the target embedding only where the target has one" if not v1
-                      else f"at pipeline_parallel > 1 the V1 runner loads the drafter's embedding itself ({checks.get('drafter_share_embed_pp1', '?')})"))
+        return "ok", (
+            f"{cls} has `.model`; "
+            + (
+                "Model Runner V2 shares the target embedding only where the target has one"
+                if not v1
+                else f"at pipeline_parallel > 1 the V1 runner loads the drafter's embedding itself ({checks.get('drafter_share_embed_pp1', '?')})"
+            )
+        )
     emb = t.get("model_embed")
     if emb is False and checks.get("drafter_needs_target_embed"):
-        return "refused", (f"its `.model` {_short(t.get('decoder'))} ({t.get('model_embed_at')}) has neither embed_tokens nor embedding: vLLM's V1 runner raises "
-                           f"AttributeError(\"Target model does not have 'embed_tokens' or 'embedding' attribute\") ({checks['drafter_needs_target_embed']})")
+        return "refused", (
+            f"its `.model` {_short(t.get('decoder'))} ({t.get('model_embed_at')}) has neither embed_tokens nor embedding: vLLM's V1 runner raises "
+            f"AttributeError(\"Target model does not have 'embed_tokens' or 'embedding' attribute\") ({checks['drafter_needs_target_embed']})"
+        )
     if emb is None or emb is False:
         return "unknown", str(t.get("model_embed_why") or "the table carries no drafter-load check")
     return "ok", f"its `.model` has {emb} ({t.get('model_embed_at')})"
@@ -257,17 +296,28 @@ def _no_model_verdict(t: dict[str, Any], checks: dict[str, str], pp: int, method
     no_attr = f"AttributeError(\"'{cls}' object has no attribute 'model'\")"
     where = f"{cls} ({t.get('target_model_at')}) has no `.model`"
     if v1 and pp == 1 and checks.get("drafter_needs_target_model"):
-        return "refused", f"{where}: vLLM's V1 runner raises AttributeError(\"Target model does not have 'model' attribute\") ({checks['drafter_needs_target_model']})"
+        return (
+            "refused",
+            f"{where}: vLLM's V1 runner raises AttributeError(\"Target model does not have 'model' attribute\") ({checks['drafter_needs_target_model']})",
+        )
     if v1 and checks.get("drafter_reads_target_model"):
-        return "refused", f"{where}: vLLM's V1 runner reads target.model at drafter load ({checks['drafter_reads_target_model']}): {no_attr}"
+        return (
+            "refused",
+            f"{where}: vLLM's V1 runner reads target.model at drafter load ({checks['drafter_reads_target_model']}): {no_attr}",
+        )
     if not v1 and checks.get(f"v2_reads_target_model_{method}"):
-        return "refused", f"{where}: Model Runner V2 reads target.model when it loads the {method} drafter ({checks[f'v2_reads_target_model_{method}']}): {no_attr}"
+        return (
+            "refused",
+            f"{where}: Model Runner V2 reads target.model when it loads the {method} drafter ({checks[f'v2_reads_target_model_{method}']}): {no_attr}",
+        )
     if not v1:
         return "ok", f"{where}, but Model Runner V2's {method} loader reads it through getattr with a default"
     return "unknown", f"{where}; the table carries no drafter-load check"
 
 
-def table_support(table: ArchTable | None, arch: str | None, capability: str, platform: str, entry: dict[str, Any] | None = None) -> tuple[str, str] | None:
+def table_support(
+    table: ArchTable | None, arch: str | None, capability: str, platform: str, entry: dict[str, Any] | None = None
+) -> tuple[str, str] | None:
     """(status, reason) from the table, or None when the table cannot say (no table, architecture
     not registered, or a capability the table does not carry). `entry`: the architecture's facts
     already resolved for a checkpoint (with_language_model)."""
@@ -286,7 +336,10 @@ def table_support(table: ArchTable | None, arch: str | None, capability: str, pl
         emb = t.get("embed_last_stage")
         if emb is None:
             return None
-        return ("native" if emb else "unsupported"), f"{src}: {_short(t.get('decoder') or t.get('class'))} {'builds' if emb else 'does not build'} its embedding on the last stage ({t.get('embed_at')})"
+        return (
+            ("native" if emb else "unsupported"),
+            f"{src}: {_short(t.get('decoder') or t.get('class'))} {'builds' if emb else 'does not build'} its embedding on the last stage ({t.get('embed_at')})",
+        )
     return None
 
 
@@ -294,7 +347,13 @@ def table_support(table: ArchTable | None, arch: str | None, capability: str, pl
 TEXT_CONFIG_PATH = "(text config)"
 
 
-def with_language_model(table: ArchTable, t: dict[str, Any], config: dict[str, Any] | None, platform: str, text: dict[str, Any] | None = None) -> dict[str, Any]:
+def with_language_model(
+    table: ArchTable,
+    t: dict[str, Any],
+    config: dict[str, Any] | None,
+    platform: str,
+    text: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A multimodal class whose language model vLLM picks at run time from the config's
     `architectures` (`init_vllm_registered_model(hf_config=config.text_config)`): the decoder facts
     of that registered architecture, for this checkpoint. Unchanged when it cannot be told."""
@@ -308,13 +367,32 @@ def with_language_model(table: ArchTable, t: dict[str, Any], config: dict[str, A
     if inner is None and inner_arch is None and isinstance(sub, dict):
         # vLLM then asks transformers for the causal-LM class of the model_type: not in vLLM's source
         at = (table.doc.get("checks") or {}).get("lm_arch_from_transformers") or "VllmConfig.with_hf_config"
-        why = (f"the checkpoint's {where if where != '.' else 'config'} names no architectures: vLLM builds the language model "
-               f"transformers' table names for model_type {sub.get('model_type')!r} ({at}), which is not in vLLM's source")
+        why = (
+            f"the checkpoint's {where if where != '.' else 'config'} names no architectures: vLLM builds the language model "
+            f"transformers' table names for model_type {sub.get('model_type')!r} ({at}), which is not in vLLM's source"
+        )
         return {**t, "relay_why": why, "decoder_why": why, "embed_why": why, "target_model_why": why}
     if inner is None:
         return t
-    keep = ("decoder", "decoder_at", "decoder_why", "relay", "relay_why", "embed_last_stage", "embed_at", "embed_why", "layer_rule", "layer_rule_why",
-            "target_model", "target_model_at", "target_model_why", "model_embed", "model_embed_at", "model_embed_why", "embed_not_needed")
+    keep = (
+        "decoder",
+        "decoder_at",
+        "decoder_why",
+        "relay",
+        "relay_why",
+        "embed_last_stage",
+        "embed_at",
+        "embed_why",
+        "layer_rule",
+        "layer_rule_why",
+        "target_model",
+        "target_model_at",
+        "target_model_why",
+        "model_embed",
+        "model_embed_at",
+        "model_embed_why",
+        "embed_not_needed",
+    )
     merged = {k: v for k, v in t.items() if k not in keep}
     merged.update({k: inner[k] for k in keep if k in inner})
     merged["language_model"] = f"{inner_arch} (from the config's {where if where != '.' else ''} architectures)"
@@ -366,8 +444,10 @@ def describe_layer_rule(rule: dict[str, Any]) -> str:
     if kind == "every":
         tail = ", and the layers after the last whole group" if rule.get("tail") else ""
         which = "holds" if rule.get("hit_on_multiple") else "does not hold"
-        return (f"the config's `{rule['key']}` (g): is_{rule['hit']}_layer {which} on layer i where (i + {rule.get('offset', 0)}) % g == 0{tail} "
-                f"({rule.get('at')}, called at {rule.get('called_at')})")
+        return (
+            f"the config's `{rule['key']}` (g): is_{rule['hit']}_layer {which} on layer i where (i + {rule.get('offset', 0)}) % g == 0{tail} "
+            f"({rule.get('at')}, called at {rule.get('called_at')})"
+        )
     if kind == "listed":
         return f"the config's `{'.'.join(rule['key'])}`: is_{rule['hit']}_layer holds on layer i where i + {rule.get('offset', 0)} is listed ({rule.get('at')}, called at {rule.get('called_at')})"
     return f"the config's `{rule.get('key')}` ({rule.get('at')})"

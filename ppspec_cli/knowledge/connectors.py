@@ -57,10 +57,25 @@ _ALL = CHECKED_RANGE
 
 def _nixl(name: str, mode: Literal["pull", "push"]) -> Connector:
     hybrid = (
-        Fact("refused", ">=0.30,<0.31", "PP>1 with a hybrid KV cache layout (HMA) is refused in both modes", "nixl/base_worker.py:645 (0.30.0)"),
-        Fact("refused", ">=0.31,<0.34", "the pull worker refuses PP>1 with a hybrid KV layout (HMA); NixlPushConnector routes HMA layers by name", "nixl/base_worker.py:764 (0.32.0), :875 (0.33.0)")
+        Fact(
+            "refused",
+            ">=0.30,<0.31",
+            "PP>1 with a hybrid KV cache layout (HMA) is refused in both modes",
+            "nixl/base_worker.py:645 (0.30.0)",
+        ),
+        Fact(
+            "refused",
+            ">=0.31,<0.34",
+            "the pull worker refuses PP>1 with a hybrid KV layout (HMA); NixlPushConnector routes HMA layers by name",
+            "nixl/base_worker.py:764 (0.32.0), :875 (0.33.0)",
+        )
         if mode == "pull"
-        else Fact("supported", ">=0.31,<0.34", "the push worker sets _supports_pp_hma and routes HMA layers by layer name", "nixl/push_worker.py:86 (0.32.0), :87 (0.33.0)"),
+        else Fact(
+            "supported",
+            ">=0.31,<0.34",
+            "the push worker sets _supports_pp_hma and routes HMA layers by layer name",
+            "nixl/push_worker.py:86 (0.32.0), :87 (0.33.0)",
+        ),
     )
     return Connector(
         name=name,
@@ -86,11 +101,35 @@ def _nixl(name: str, mode: Literal["pull", "push"]) -> Connector:
         },
         pp_hybrid=hybrid,
         pp_mamba=(
-            Fact("refused", ">=0.30,<0.31", "Mamba/SSM state is part of the hybrid layout refused under PP", "nixl/base_worker.py:645 (0.30.0)"),
-            Fact("refused", ">=0.31,<0.34", "PP>1 with Mamba/SSM hybrid KV cache layouts is refused", "nixl/base_worker.py:772 (0.32.0), :883 (0.33.0)"),
+            Fact(
+                "refused",
+                ">=0.30,<0.31",
+                "Mamba/SSM state is part of the hybrid layout refused under PP",
+                "nixl/base_worker.py:645 (0.30.0)",
+            ),
+            Fact(
+                "refused",
+                ">=0.31,<0.34",
+                "PP>1 with Mamba/SSM hybrid KV cache layouts is refused",
+                "nixl/base_worker.py:772 (0.32.0), :883 (0.33.0)",
+            ),
         ),
-        tp_mismatch=(Fact("supported", _ALL, "heterogeneous TP is mapped at the handshake (tp_ratio), within the KV-head sharding limits", "nixl/base_worker.py:337 (0.32.0), tp_mapping.py"),),
-        block_size_mismatch=(Fact("supported", _ALL, "a different remote block size is mapped (block_size_ratio)", "nixl/tp_mapping.py:138-171 (0.32.0)"),),
+        tp_mismatch=(
+            Fact(
+                "supported",
+                _ALL,
+                "heterogeneous TP is mapped at the handshake (tp_ratio), within the KV-head sharding limits",
+                "nixl/base_worker.py:337 (0.32.0), tp_mapping.py",
+            ),
+        ),
+        block_size_mismatch=(
+            Fact(
+                "supported",
+                _ALL,
+                "a different remote block size is mapped (block_size_ratio)",
+                "nixl/tp_mapping.py:138-171 (0.32.0)",
+            ),
+        ),
         kv_dtype_mismatch=(
             Fact(
                 "refused",
@@ -99,9 +138,18 @@ def _nixl(name: str, mode: Literal["pull", "push"]) -> Connector:
                 "nixl/metadata.py:145 compute_nixl_compatibility_hash (0.32.0), base_worker.py:1081",
             ),
         ),
-        pcp_decode=(Fact("refused", _ALL, "prefill context parallel > 1 is refused on a kv_consumer / kv_both side", "nixl/connector.py:105 (0.30.0), :108 (0.32.0, 0.33.0)"),),
+        pcp_decode=(
+            Fact(
+                "refused",
+                _ALL,
+                "prefill context parallel > 1 is refused on a kv_consumer / kv_both side",
+                "nixl/connector.py:105 (0.30.0), :108 (0.32.0, 0.33.0)",
+            ),
+        ),
         by_layer_name=mode == "push",
-        router="tests/v1/kv_connector/nixl_integration/toy_proxy_server.py" if mode == "pull" else "examples/disaggregated/disaggregated_serving/disagg_proxy_pushconnector_demo.py",
+        router="tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"
+        if mode == "pull"
+        else "examples/disaggregated/disaggregated_serving/disagg_proxy_pushconnector_demo.py",
         note=f"NixlConnector is the {mode} connector" if name == "NixlConnector" else "",
     )
 
@@ -114,7 +162,9 @@ def _both_sides(why: str, source: str) -> dict[Side, tuple[Fact, ...]]:
 CONNECTORS: dict[str, Connector] = {
     c.name: c
     for c in (
-        _nixl("NixlConnector", "pull"),  # `NixlConnector = NixlPullConnector`: nixl/connector.py:408 (0.30.0), :414 (0.32.0), :432 (0.33.0)
+        _nixl(
+            "NixlConnector", "pull"
+        ),  # `NixlConnector = NixlPullConnector`: nixl/connector.py:408 (0.30.0), :414 (0.32.0), :432 (0.33.0)
         _nixl("NixlPullConnector", "pull"),
         _nixl("NixlPushConnector", "push"),
         Connector(
@@ -142,9 +192,30 @@ CONNECTORS: dict[str, Connector] = {
                 "every worker saves and loads its own layers as <storage>/<prompt hash>/<layer name>.safetensors: PP-agnostic, but matched by layer name",
                 "example_connector.py:446 (0.30.0), :452 (0.32.0, 0.33.0)",
             ),
-            tp_mismatch=(Fact("refused", _ALL, "each file holds the saving worker's KV heads as is; a different TP loads the wrong shard", "example_connector.py save_kv_layer / start_load_kv"),),
-            block_size_mismatch=(Fact("supported", _ALL, "tokens are saved by slot, not by block", "example_connector.py extract_kv_from_layer"),),
-            kv_dtype_mismatch=(Fact("refused", _ALL, "the saved tensor is copied into the paged cache as is", "example_connector.py inject_kv_into_layer"),),
+            tp_mismatch=(
+                Fact(
+                    "refused",
+                    _ALL,
+                    "each file holds the saving worker's KV heads as is; a different TP loads the wrong shard",
+                    "example_connector.py save_kv_layer / start_load_kv",
+                ),
+            ),
+            block_size_mismatch=(
+                Fact(
+                    "supported",
+                    _ALL,
+                    "tokens are saved by slot, not by block",
+                    "example_connector.py extract_kv_from_layer",
+                ),
+            ),
+            kv_dtype_mismatch=(
+                Fact(
+                    "refused",
+                    _ALL,
+                    "the saved tensor is copied into the paged cache as is",
+                    "example_connector.py inject_kv_into_layer",
+                ),
+            ),
             by_layer_name=True,
             router="examples/disaggregated/disaggregated_serving/disagg_proxy_demo.py",
             note="a debugging connector through a shared directory (`extra_config.shared_storage_path`, default /tmp); works on the CPU platform",

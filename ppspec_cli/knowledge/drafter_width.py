@@ -58,4 +58,8 @@ def built_fc_taps(cfg: Mapping[str, Any], served_names: list[str], classes: tupl
         if n is not None:
             return BuiltWidth(n, key, cls.name)
     keys = ", ".join(cls.fc_taps_from)
-    return BuiltWidth(DEFAULT_TAPS, f"vLLM's default ({DEFAULT_TAPS}): the config sets none of the keys {cls.name} reads ({keys})", cls.name)
+    return BuiltWidth(
+        DEFAULT_TAPS,
+        f"vLLM's default ({DEFAULT_TAPS}): the config sets none of the keys {cls.name} reads ({keys})",
+        cls.name,
+    )

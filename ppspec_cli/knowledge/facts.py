@@ -22,7 +22,9 @@ METHODS = methods.METHODS
 
 #: Every `method` value vLLM accepts (model-specific MTP aliases are rewritten to `mtp`); ppspec
 #: plans the subset in `Method`.
-VLLM_METHODS = frozenset({"ngram", "draft_model", "suffix", "custom_class", "extract_hidden_states", "ngram_gpu", *METHODS})
+VLLM_METHODS = frozenset(
+    {"ngram", "draft_model", "suffix", "custom_class", "extract_hidden_states", "ngram_gpu", *METHODS}
+)
 
 #: Methods for which the last stage builds the target's embedding under PP
 #: (spec_decode_needs_target_embed), read off the method objects. A family may add `mtp`.
@@ -62,7 +64,12 @@ def parse_version(v: str | None) -> Version | None:
         return None
 
 
-def mtp_layer_count(text_config: dict, keys: tuple[str, ...] = DEFAULT_MTP_LAYER_KEYS, default: int | None = None, fixed: int | None = None) -> int | None:
+def mtp_layer_count(
+    text_config: dict,
+    keys: tuple[str, ...] = DEFAULT_MTP_LAYER_KEYS,
+    default: int | None = None,
+    fixed: int | None = None,
+) -> int | None:
     """How many MTP layers vLLM's `mtp` method builds for a target (None: unknown / none).
 
     `keys`, `default` and `fixed` come from the family's pack (its `mtp_layers` facts): the config

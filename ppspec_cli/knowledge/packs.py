@@ -31,8 +31,8 @@ from pydantic import (
     model_validator,
 )
 
-from ppspec_cli.io import safeio, yamlload
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import safeio, yamlload
 from ppspec_cli.knowledge import methods
 from ppspec_cli.knowledge.facts import DEFAULT_MTP_LAYER_KEYS, MAX_MTP_LAYERS
 from ppspec_cli.knowledge.methods import Method
@@ -43,7 +43,9 @@ PLATFORMS: tuple[Platform, ...] = get_args(Platform)
 
 #: What a pack can say about its family under PP, per platform and vLLM version. Fixed so rules
 #: and docs can rely on the names.
-Capability = Literal["aux_relay_over_pp", "target_embed_on_last_stage", "target_embed_for_mtp", "global_draft_layer_ids"]
+Capability = Literal[
+    "aux_relay_over_pp", "target_embed_on_last_stage", "target_embed_for_mtp", "global_draft_layer_ids"
+]
 CAPABILITIES: dict[Capability, str] = {
     "aux_relay_over_pp": "the target's inner decoder relays EAGLE3-family taps between PP stages "
     "(supports_aux_hidden_states_over_pp); vLLM refuses eagle3/dflash/dspark under PP without it",
@@ -74,7 +76,9 @@ def version_range(spec: str) -> SpecifierSet:
     try:
         return SpecifierSet(spec)
     except InvalidSpecifier as e:
-        raise ValueError(f"invalid version range {spec!r} ({e}); write clauses with an operator, e.g. >=0.30,<0.34") from None
+        raise ValueError(
+            f"invalid version range {spec!r} ({e}); write clauses with an operator, e.g. >=0.30,<0.34"
+        ) from None
 
 
 def in_range(spec: str, version: str) -> bool:
@@ -116,8 +120,15 @@ class SupportRule(_Strict):
         "`unsupported`: it does not, and the pack cannot change that (say why in `reason`)."
     )
     platforms: tuple[Platform, ...] = Field(default=PLATFORMS, description="Platforms the line is for (default: all).")
-    vllm: str | None = Field(default=None, description="vLLM versions the line is for, e.g. `>=0.32` (default: the pack's whole `vllm` range).")
-    reason: str = Field(default="", max_length=500, description="Why, in terms of vLLM's code (which class, which attribute). Required for `unsupported`.")
+    vllm: str | None = Field(
+        default=None,
+        description="vLLM versions the line is for, e.g. `>=0.32` (default: the pack's whole `vllm` range).",
+    )
+    reason: str = Field(
+        default="",
+        max_length=500,
+        description="Why, in terms of vLLM's code (which class, which attribute). Required for `unsupported`.",
+    )
 
     @field_validator("vllm")
     @classmethod
@@ -139,15 +150,28 @@ class MtpLayers(_Strict):
     keys: tuple[str, ...] = Field(
         default=DEFAULT_MTP_LAYER_KEYS, description="Text-config keys vLLM reads the count from, first present wins."
     )
-    default: int | None = Field(default=None, ge=1, le=MAX_MTP_LAYERS, description="The count vLLM uses when none of the keys is set (its config class's default).")
-    fixed: int | None = Field(default=None, ge=1, le=MAX_MTP_LAYERS, description="A count vLLM uses whatever the config says.")
+    default: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_MTP_LAYERS,
+        description="The count vLLM uses when none of the keys is set (its config class's default).",
+    )
+    fixed: int | None = Field(
+        default=None, ge=1, le=MAX_MTP_LAYERS, description="A count vLLM uses whatever the config says."
+    )
 
 
 class LinearLayers(_Strict):
     """Where a hybrid family's config lists the layers that keep linear-attention / SSM state instead of a KV cache."""
 
-    key: str = Field(description="Dotted text-config key holding the list of layer numbers, e.g. `linear_attn_config.kda_layers`.", pattern=r"^[A-Za-z_][\w.]*$")
-    base: Literal[0, 1] = Field(default=0, description="Whether the list counts layers from 0 or from 1 (as the family's config class reads it).")
+    key: str = Field(
+        description="Dotted text-config key holding the list of layer numbers, e.g. `linear_attn_config.kda_layers`.",
+        pattern=r"^[A-Za-z_][\w.]*$",
+    )
+    base: Literal[0, 1] = Field(
+        default=0,
+        description="Whether the list counts layers from 0 or from 1 (as the family's config class reads it).",
+    )
 
 
 class Facts(_Strict):
@@ -163,7 +187,9 @@ class Facts(_Strict):
         description="Per target architecture: attribute path from the served model object to the inner "
         "decoder (`model` when absent; `language_model.model` for multimodal wrappers).",
     )
-    text_config_key: str | None = Field(default=None, description="Key of the text model config in a multimodal config.json.")
+    text_config_key: str | None = Field(
+        default=None, description="Key of the text model config in a multimodal config.json."
+    )
     embedding_tensors: tuple[str, ...] = Field(
         default=(), description="Checkpoint tensor names that hold the input embedding, most likely first."
     )
@@ -185,7 +211,8 @@ class Facts(_Strict):
         default=None, description="What the pack author found in the vLLM the pack was written against."
     )
     linear_layers: LinearLayers | None = Field(
-        default=None, description="Hybrid families: where the config lists the linear-attention / SSM layers (the rest are full attention)."
+        default=None,
+        description="Hybrid families: where the config lists the linear-attention / SSM layers (the rest are full attention).",
     )
     weight_layout: Literal["dense-gated", "sparse-gated"] | None = Field(
         default=None,
@@ -203,7 +230,9 @@ class Facts(_Strict):
         for arch, per_platform in v.items():
             for platform, ref in per_platform.items():
                 if platform not in (*PLATFORMS, "default"):
-                    raise ValueError(f"inner_decoder.{arch}: unknown platform {platform!r}; use {list(PLATFORMS)} or default")
+                    raise ValueError(
+                        f"inner_decoder.{arch}: unknown platform {platform!r}; use {list(PLATFORMS)} or default"
+                    )
                 if not _CLASS_REF.match(ref):
                     raise ValueError(f"inner_decoder.{arch}.{platform}: expected `module:Class`, got {ref!r}")
         return v
@@ -213,15 +242,25 @@ class ServedFrom(_Strict):
     """A checkpoint architecture vLLM serves as another class."""
 
     architecture: str = Field(pattern=_ARCH, description="The architecture the drafter config declares.")
-    model_type: str | None = Field(default=None, max_length=64, description="Only when the drafter config's model_type is this.")
+    model_type: str | None = Field(
+        default=None, max_length=64, description="Only when the drafter config's model_type is this."
+    )
 
 
 class SpeculatorsPickSpec(_Strict):
     """A speculators kind whose conversion in vLLM (speculators/algos.py) serves a drafter as the class."""
 
-    kind: str = Field(max_length=32, description="The checkpoint's `speculators_model_type`, e.g. `eagle3`, `peagle`, `dspark`.")
-    model_type: str | None = Field(default=None, max_length=64, description="Chosen for this `transformer_layer_config.model_type` (eagle3 / peagle).")
-    default: bool = Field(default=False, description="The class the conversion picks when the checkpoint names none it keeps (dspark).")
+    kind: str = Field(
+        max_length=32, description="The checkpoint's `speculators_model_type`, e.g. `eagle3`, `peagle`, `dspark`."
+    )
+    model_type: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Chosen for this `transformer_layer_config.model_type` (eagle3 / peagle).",
+    )
+    default: bool = Field(
+        default=False, description="The class the conversion picks when the checkpoint names none it keeps (dspark)."
+    )
 
 
 class DrafterClassSpec(_Strict):
@@ -232,10 +271,18 @@ class DrafterClassSpec(_Strict):
     name: str = Field(pattern=_ARCH, description="The class name as vLLM's registry has it (after vLLM's renames).")
     method: Method = Field(description="The speculative method vLLM serves it with.")
     since: str = Field(default="0.30.0", description="First vLLM release that has the class.")
-    keeps_name: bool = Field(default=False, description="DFlash: vLLM's EAGLEConfig keeps the name instead of prefixing it with `DFlash`.")
-    served_from: tuple[ServedFrom, ...] = Field(default=(), description="Checkpoint architectures vLLM serves as this class.")
-    speculators: tuple[SpeculatorsPickSpec, ...] = Field(default=(), description="Speculators kinds whose conversion serves a drafter as this class.")
-    draft_topk: bool = Field(default=False, description="DSpark: the class takes `dspark_draft_topk` (vLLM refuses it on any other).")
+    keeps_name: bool = Field(
+        default=False, description="DFlash: vLLM's EAGLEConfig keeps the name instead of prefixing it with `DFlash`."
+    )
+    served_from: tuple[ServedFrom, ...] = Field(
+        default=(), description="Checkpoint architectures vLLM serves as this class."
+    )
+    speculators: tuple[SpeculatorsPickSpec, ...] = Field(
+        default=(), description="Speculators kinds whose conversion serves a drafter as this class."
+    )
+    draft_topk: bool = Field(
+        default=False, description="DSpark: the class takes `dspark_draft_topk` (vLLM refuses it on any other)."
+    )
     fc_taps_from: tuple[str, ...] = Field(
         default=(),
         description="EAGLE3: the drafter-config keys vLLM's constructor sizes the class's `fc` from (a count, or a tap list; dotted for a nested key), "
@@ -253,18 +300,27 @@ class DrafterClassSpec(_Strict):
 
     def fact(self, pack: str) -> methods.DrafterClass:
         return methods.DrafterClass(
-            name=self.name, method=self.method, since=Version(self.since), pack=pack, keeps_name=self.keeps_name,
+            name=self.name,
+            method=self.method,
+            since=Version(self.since),
+            pack=pack,
+            keeps_name=self.keeps_name,
             served_from=tuple((s.architecture, s.model_type) for s in self.served_from),
             speculators=tuple(methods.SpeculatorsPick(p.kind, p.model_type, p.default) for p in self.speculators),
-            draft_topk=self.draft_topk, fc_taps_from=self.fc_taps_from,
+            draft_topk=self.draft_topk,
+            fc_taps_from=self.fc_taps_from,
         )
 
 
 class CodeSpec(_Strict):
     """A finding code a drafter pack's contract reports."""
 
-    severity: Literal["error", "warning", "info"] = Field(description="Its severity (every finding with the code has it).")
-    meaning: str = Field(min_length=1, max_length=300, description="What it means, in one line (docs and `check` read it).")
+    severity: Literal["error", "warning", "info"] = Field(
+        description="Its severity (every finding with the code has it)."
+    )
+    meaning: str = Field(
+        min_length=1, max_length=300, description="What it means, in one line (docs and `check` read it)."
+    )
 
 
 class Contract(_Strict):
@@ -274,14 +330,23 @@ class Contract(_Strict):
     (ppspec_cli.findings.Finding) whose codes are listed here, at the severity listed here. A drafter pack is consulted by `check`, never applied to the engine."""
 
     drafters: dict[Method, tuple[str, ...]] = Field(
-        default_factory=dict, description="Per method, the drafter classes (as vLLM serves them) whose contract the rules check."
+        default_factory=dict,
+        description="Per method, the drafter classes (as vLLM serves them) whose contract the rules check.",
     )
-    targets: tuple[str, ...] = Field(default=(), description="Or: target architectures for whose drafters the rules apply.")
-    target_model_types: tuple[str, ...] = Field(default=(), description="Or: target config model_types for whose drafters the rules apply.")
+    targets: tuple[str, ...] = Field(
+        default=(), description="Or: target architectures for whose drafters the rules apply."
+    )
+    target_model_types: tuple[str, ...] = Field(
+        default=(), description="Or: target config model_types for whose drafters the rules apply."
+    )
     vocabulary: tuple[str, ...] = Field(
-        default=(), description="Served drafter classes whose vocabularies and vocabulary tensors the contract judges (the generic `shapes` rule leaves them alone)."
+        default=(),
+        description="Served drafter classes whose vocabularies and vocabulary tensors the contract judges (the generic `shapes` rule leaves them alone).",
     )
-    codes: dict[str, CodeSpec] = Field(min_length=1, description="Every finding code the rules report (kept names, any prefix), with its severity and meaning.")
+    codes: dict[str, CodeSpec] = Field(
+        min_length=1,
+        description="Every finding code the rules report (kept names, any prefix), with its severity and meaning.",
+    )
 
     @field_validator("codes")
     @classmethod
@@ -296,23 +361,32 @@ class Manifest(_Strict):
     """`pack.yaml`: one model family (or drafter family), everything ppspec knows about it under PP."""
 
     name: str = Field(description="Pack name: lower case letters, digits and underscores; the folder's name.")
-    description: str = Field(min_length=1, max_length=500, description="One paragraph: the family and what the pack does.")
+    description: str = Field(
+        min_length=1, max_length=500, description="One paragraph: the family and what the pack does."
+    )
     matches: Matches = Field(description="Which targets / drafters / methods the pack is for.")
     vllm: str = Field(description="vLLM version range the pack was checked against, e.g. `>=0.30,<0.34`.")
     capabilities: dict[Capability, tuple[SupportRule, ...]] = Field(
         default_factory=dict,
         description="Per capability, its support table: per platform and vLLM range, native, patched by this pack, or unsupported (with the reason).",
     )
-    facts: Facts = Field(default_factory=Facts, description="The family's facts (inner decoder, embedding names, MTP keys, ...).")
-    patches: str | None = Field(default=None, description="Python file in the pack folder with `get_patches()`, if the pack changes vLLM.")
+    facts: Facts = Field(
+        default_factory=Facts, description="The family's facts (inner decoder, embedding names, MTP keys, ...)."
+    )
+    patches: str | None = Field(
+        default=None, description="Python file in the pack folder with `get_patches()`, if the pack changes vLLM."
+    )
     rules: str | None = Field(
-        default=None, description="Python file in the pack folder with `get_rules()`: the pack's own named check rules, if any (must not import vLLM)."
+        default=None,
+        description="Python file in the pack folder with `get_rules()`: the pack's own named check rules, if any (must not import vLLM).",
     )
     probes: str | None = Field(
         default=None,
         description="Python file in the pack folder with `get_probes()`: the pack's own behaviour probes of the installed vLLM, run by `check --probes`.",
     )
-    drafter_classes: tuple[DrafterClassSpec, ...] = Field(default=(), description="The family's drafter classes in vLLM's model registry (any pack may list them).")
+    drafter_classes: tuple[DrafterClassSpec, ...] = Field(
+        default=(), description="The family's drafter classes in vLLM's model registry (any pack may list them)."
+    )
     contract: Contract | None = Field(
         default=None,
         description="A drafter pack: the contract its `rules` check (their functions get a DrafterView, not the resolved profile). "
@@ -346,7 +420,9 @@ class Manifest(_Strict):
         if self.rules is None:
             raise ValueError("contract: a drafter pack needs its `rules` file")
         if not self.matches.methods or self.matches.targets or self.matches.drafters:
-            raise ValueError("contract: a drafter pack matches by `matches.methods` (required) and its contract, not by matches.targets/drafters")
+            raise ValueError(
+                "contract: a drafter pack matches by `matches.methods` (required) and its contract, not by matches.targets/drafters"
+            )
         if self.patches or self.probes or self.capabilities:
             raise ValueError("contract: a drafter pack only checks: no patches, probes or capabilities")
         return self
@@ -422,8 +498,14 @@ class Pack:
     @property
     def provides(self) -> tuple[str, ...]:
         """Capabilities native or patched on at least one platform and version (for listings)."""
-        return tuple(dict.fromkeys(c for p in self.parts for c, lines in p.capabilities.items()
-                                   if any(x.status != "unsupported" for x in lines) or (not lines and _table_provides(p, c))))
+        return tuple(
+            dict.fromkeys(
+                c
+                for p in self.parts
+                for c, lines in p.capabilities.items()
+                if any(x.status != "unsupported" for x in lines) or (not lines and _table_provides(p, c))
+            )
+        )
 
     def supports_vllm(self, version: str) -> bool:
         """Whether every part of the pack was checked against this vLLM version."""
@@ -441,12 +523,29 @@ class Pack:
                     return got
                 continue
             if not in_range(part.vllm_range, version):
-                return Support(capability, "unknown", f"pack {part.name} was checked against vLLM {part.vllm_range}, not {version}", part.name)
+                return Support(
+                    capability,
+                    "unknown",
+                    f"pack {part.name} was checked against vLLM {part.vllm_range}, not {version}",
+                    part.name,
+                )
             for line in lines:
                 if platform in line.platforms and (line.vllm is None or in_range(line.vllm, version)):
-                    return Support(capability, line.status, line.reason or _default_reason(line.status, part.name, platform, version), part.name)
-            got = _from_table(part, capability, platform, version)  # the lines cover only what vLLM's source does not decide
-            return got or Support(capability, "unknown", f"pack {part.name} says nothing about {capability} on {platform} with vLLM {version}", part.name)
+                    return Support(
+                        capability,
+                        line.status,
+                        line.reason or _default_reason(line.status, part.name, platform, version),
+                        part.name,
+                    )
+            got = _from_table(
+                part, capability, platform, version
+            )  # the lines cover only what vLLM's source does not decide
+            return got or Support(
+                capability,
+                "unknown",
+                f"pack {part.name} says nothing about {capability} on {platform} with vLLM {version}",
+                part.name,
+            )
         return Support(capability, "unknown", f"pack {self.name} says nothing about {capability}", None)
 
     # -- matching -------------------------------------------------------------------------------
@@ -480,13 +579,21 @@ class Pack:
             },
             "vllm": self.vllm_range,
             "provides": list(self.provides),
-            "capabilities": {c: [x.model_dump(mode="json") for x in lines] for p in self.parts for c, lines in p.capabilities.items()},
-            "capabilities_from_vllm": {c: table_lines(p, c) for p in self.parts for c, lines in p.capabilities.items() if not lines},
+            "capabilities": {
+                c: [x.model_dump(mode="json") for x in lines] for p in self.parts for c, lines in p.capabilities.items()
+            },
+            "capabilities_from_vllm": {
+                c: table_lines(p, c) for p in self.parts for c, lines in p.capabilities.items() if not lines
+            },
             "native": self.native,
             "patches": [str(p) for _, p in self.patch_files],
             "facts": self.facts.model_dump(mode="json"),
             "components": [p.name for p in self.parts] if self.components else [],
-            "drafter_classes": [{"name": d.name, "method": d.method, "since": str(d.since)} for p in self.parts for d in p.drafter_classes],
+            "drafter_classes": [
+                {"name": d.name, "method": d.method, "since": str(d.since)}
+                for p in self.parts
+                for d in p.drafter_classes
+            ],
             "contract": self.contract.model_dump(mode="json") if self.contract is not None else None,
         }
 
@@ -548,13 +655,25 @@ def load_pack_dir(path: Path, *, source: str = "built-in") -> Pack:
     path = Path(path)
     manifest_path = path / PACK_FILE
     if not manifest_path.is_file():
-        raise PpspecError(f"adapter pack folder has no {PACK_FILE}", where=str(path), fix=f"add {PACK_FILE} (see docs/adapters.md)")
+        raise PpspecError(
+            f"adapter pack folder has no {PACK_FILE}", where=str(path), fix=f"add {PACK_FILE} (see docs/adapters.md)"
+        )
     try:
-        raw = yamlload.load(safeio.read_text(manifest_path, limit=1 << 20, what="adapter pack manifest"), what="adapter pack manifest", source=str(manifest_path), max_nodes=MAX_MANIFEST_NODES, max_bytes=2 << 20)
+        raw = yamlload.load(
+            safeio.read_text(manifest_path, limit=1 << 20, what="adapter pack manifest"),
+            what="adapter pack manifest",
+            source=str(manifest_path),
+            max_nodes=MAX_MANIFEST_NODES,
+            max_bytes=2 << 20,
+        )
     except yamlload.YAMLError as e:
-        raise PpspecError(f"cannot read adapter pack manifest: {e}", where=str(manifest_path), fix="fix the YAML") from None
+        raise PpspecError(
+            f"cannot read adapter pack manifest: {e}", where=str(manifest_path), fix="fix the YAML"
+        ) from None
     if not isinstance(raw, dict):
-        raise PpspecError("adapter pack manifest must be a mapping", where=str(manifest_path), fix="see docs/adapters.md")
+        raise PpspecError(
+            "adapter pack manifest must be a mapping", where=str(manifest_path), fix="see docs/adapters.md"
+        )
     try:
         m = Manifest.model_validate(raw)
     except ValidationError as e:
@@ -576,11 +695,19 @@ def load_pack_dir(path: Path, *, source: str = "built-in") -> Pack:
     if m.patches is not None:
         patches_path = path / m.patches
         if not patches_path.is_file():
-            raise PpspecError(f"adapter pack {m.name} names patches file {m.patches} but it is missing", where=str(path), fix="add the file or drop `patches`")
+            raise PpspecError(
+                f"adapter pack {m.name} names patches file {m.patches} but it is missing",
+                where=str(path),
+                fix="add the file or drop `patches`",
+            )
     rules_path, probes_path = (None if f is None else path / f for f in (m.rules, m.probes))
     for key, f in (("rules", rules_path), ("probes", probes_path)):
         if f is not None and not f.is_file():
-            raise PpspecError(f"adapter pack {m.name} names {key} file {f.name} but it is missing", where=str(path), fix=f"add the file or drop `{key}`")
+            raise PpspecError(
+                f"adapter pack {m.name} names {key} file {f.name} but it is missing",
+                where=str(path),
+                fix=f"add the file or drop `{key}`",
+            )
     return Pack(
         name=m.name,
         description=m.description,
@@ -700,7 +827,13 @@ def resolve_pack(adapter: str, target_archs: list[str], drafter_archs: list[str]
                 fix="name one explicitly in the profile's `adapter:`",
             )
         drafters = [
-            p for p in packs if not p.is_target_pack and not p.is_drafter_pack and drafter_archs and p.matches.drafters and p.matches_drafter(drafter_archs, method)
+            p
+            for p in packs
+            if not p.is_target_pack
+            and not p.is_drafter_pack
+            and drafter_archs
+            and p.matches.drafters
+            and p.matches_drafter(drafter_archs, method)
         ]
         parts = targets + drafters
         return _composite(parts) if parts else None
@@ -801,7 +934,12 @@ def table_lines(part: Pack, capability: str) -> list[dict[str, Any]]:
             got = _from_table(part, capability, pl, v)
             st = got.status if got is not None else "unknown"
             groups.setdefault(st, []).append(pl)
-            reasons.setdefault(st, got.reason if got is not None else "vLLM's source does not decide it for every architecture the pack matches")
+            reasons.setdefault(
+                st,
+                got.reason
+                if got is not None
+                else "vLLM's source does not decide it for every architecture the pack matches",
+            )
         out += [{"vllm": v, "platforms": pls, "status": st, "reason": reasons[st]} for st, pls in groups.items()]
     return out
 
@@ -810,7 +948,11 @@ def _table_provides(part: Pack, capability: str) -> bool:
     """vLLM's source gives the capability to the pack's architectures on some platform and release."""
     from ppspec_cli.knowledge import archtable
 
-    return any((got := _from_table(part, capability, pl, v)) is not None and got.ok for v in archtable.committed_versions() for pl in PLATFORMS)
+    return any(
+        (got := _from_table(part, capability, pl, v)) is not None and got.ok
+        for v in archtable.committed_versions()
+        for pl in PLATFORMS
+    )
 
 
 def _from_table(part: Pack, capability: str, platform: str, version: str) -> Support | None:
@@ -824,9 +966,16 @@ def _from_table(part: Pack, capability: str, platform: str, version: str) -> Sup
     table = archtable.committed(version)
     if table is None:
         return None
-    got = {a: archtable.table_support(table, a, capability, platform) for a in part.matches.targets if table.registers(a)}
+    got = {
+        a: archtable.table_support(table, a, capability, platform) for a in part.matches.targets if table.registers(a)
+    }
     verdicts = {g[0] for g in got.values() if g is not None}
     if len(verdicts) != 1 or None in got.values():
         return None
     arch, (status, reason) = next(iter(got.items()))  # type: ignore[misc]
-    return Support(capability, status, f"{reason} ({arch}; the {part.name} pack matches it)" if len(got) == 1 else reason, part.name)  # type: ignore[arg-type]
+    return Support(
+        capability,
+        status,
+        f"{reason} ({arch}; the {part.name} pack matches it)" if len(got) == 1 else reason,
+        part.name,
+    )  # type: ignore[arg-type]

@@ -94,11 +94,26 @@ def verdict(version: str | None) -> VersionVerdict:
     if release in rng:
         if not kinds:
             return VersionVerdict(raw, raw, True)
-        return VersionVerdict(raw, str(release), False, f"vLLM {raw} is {' and '.join(kinds)} of {release}, not the release ppspec verified")
+        return VersionVerdict(
+            raw,
+            str(release),
+            False,
+            f"vLLM {raw} is {' and '.join(kinds)} of {release}, not the release ppspec verified",
+        )
     if release > Version(NEWEST_VERIFIED):
         what = " and ".join(kinds) if kinds else "a release"
-        return VersionVerdict(raw, NEWEST_VERIFIED, False, f"vLLM {raw} is {what} newer than the newest verified release {NEWEST_VERIFIED}")
-    return VersionVerdict(raw, str(v.public if not v.local else release), False, f"vLLM {raw} is older than the verified releases ({', '.join(VERIFIED_SERIES)})")
+        return VersionVerdict(
+            raw,
+            NEWEST_VERIFIED,
+            False,
+            f"vLLM {raw} is {what} newer than the newest verified release {NEWEST_VERIFIED}",
+        )
+    return VersionVerdict(
+        raw,
+        str(v.public if not v.local else release),
+        False,
+        f"vLLM {raw} is older than the verified releases ({', '.join(VERIFIED_SERIES)})",
+    )
 
 
 def verified_text() -> str:

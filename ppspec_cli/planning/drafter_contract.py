@@ -26,7 +26,17 @@ from ppspec_cli.knowledge.methods import DrafterView, declared_architectures, is
 from ppspec_cli.knowledge.methods.block import parallel_drafting_token
 from ppspec_cli.knowledge.methods.dflash import DFLASH
 
-__all__ = ["DrafterView", "check", "codes", "judges_vocabulary", "parallel_drafting_token", "registered_dflash", "served_architectures", "severity", "view"]
+__all__ = [
+    "DrafterView",
+    "check",
+    "codes",
+    "judges_vocabulary",
+    "parallel_drafting_token",
+    "registered_dflash",
+    "served_architectures",
+    "severity",
+    "view",
+]
 
 #: The code a drafter pack's rule gets when it fails to load, crashes or reports a code it does not own.
 PACK_RULE_FAILED = "pack-rule-failed"
@@ -43,8 +53,15 @@ def registered_dflash(arch: str, version: Version) -> bool:
 
 
 def view(
-    method: str, cfg: dict, *, version: Version, runner: str, names: Iterable[str] | None, num_speculative_tokens: int,
-    target_config: dict | None = None, target_text: dict | None = None,
+    method: str,
+    cfg: dict,
+    *,
+    version: Version,
+    runner: str,
+    names: Iterable[str] | None,
+    num_speculative_tokens: int,
+    target_config: dict | None = None,
+    target_text: dict | None = None,
 ) -> DrafterView:
     """The narrow view a contract reads."""
     tcfg, text = target_config or {}, target_text or {}
@@ -72,7 +89,11 @@ def _applies(pack: packs.Pack, v: DrafterView) -> bool:
     assert c is not None
     if not (c.drafters or c.targets or c.target_model_types):
         return True
-    return bool(set(c.drafters.get(v.method, ())) & set(v.served) or set(c.targets) & set(v.target_architectures) or (v.target_model_type is not None and v.target_model_type in c.target_model_types))
+    return bool(
+        set(c.drafters.get(v.method, ())) & set(v.served)
+        or set(c.targets) & set(v.target_architectures)
+        or (v.target_model_type is not None and v.target_model_type in c.target_model_types)
+    )
 
 
 def _pack_findings(pack: packs.Pack, v: DrafterView) -> list[Finding]:
@@ -84,30 +105,70 @@ def _pack_findings(pack: packs.Pack, v: DrafterView) -> list[Finding]:
     try:
         rules = list(packs.load_pack_module(pack.name, "rules", pack.rules_path).get_rules())
     except Exception as e:  # noqa: BLE001 - a broken pack must not break check
-        return [Finding(PACK_RULE_FAILED, "warning", "adapter", f"pack {pack.name}: its rules ({pack.rules_path.name}) cannot be loaded: {type(e).__name__}: {e}", "fix the pack, or report it to its author")]
+        return [
+            Finding(
+                PACK_RULE_FAILED,
+                "warning",
+                "adapter",
+                f"pack {pack.name}: its rules ({pack.rules_path.name}) cannot be loaded: {type(e).__name__}: {e}",
+                "fix the pack, or report it to its author",
+            )
+        ]
     out: list[Finding] = []
     for name, fn in rules:
         try:
             got = list(fn(v))
         except Exception as e:  # noqa: BLE001
-            out.append(Finding(PACK_RULE_FAILED, "warning", "adapter", f"pack {pack.name}: rule {name!r} crashed ({type(e).__name__}: {e}); what it checks was not checked", "report this to the pack's author"))
+            out.append(
+                Finding(
+                    PACK_RULE_FAILED,
+                    "warning",
+                    "adapter",
+                    f"pack {pack.name}: rule {name!r} crashed ({type(e).__name__}: {e}); what it checks was not checked",
+                    "report this to the pack's author",
+                )
+            )
             continue
         for b in got:
             if isinstance(b, Finding) and b.code in owned and b.severity == owned[b.code].severity:
                 out.append(b)
             else:
-                out.append(Finding(PACK_RULE_FAILED, "warning", "adapter", f"pack {pack.name}: rule {name!r} produced {b!r}, not a Finding with a code its manifest lists at its listed severity ({', '.join(f'{c} {s.severity}' for c, s in owned.items())})", "report this to the pack's author"))
+                out.append(
+                    Finding(
+                        PACK_RULE_FAILED,
+                        "warning",
+                        "adapter",
+                        f"pack {pack.name}: rule {name!r} produced {b!r}, not a Finding with a code its manifest lists at its listed severity ({', '.join(f'{c} {s.severity}' for c, s in owned.items())})",
+                        "report this to the pack's author",
+                    )
+                )
     return out
 
 
 def check(
-    method: str, cfg: dict, *, version: Version, runner: str, names: set[str] | None, num_speculative_tokens: int,
-    target_config: dict | None = None, target_text: dict | None = None,
+    method: str,
+    cfg: dict,
+    *,
+    version: Version,
+    runner: str,
+    names: set[str] | None,
+    num_speculative_tokens: int,
+    target_config: dict | None = None,
+    target_text: dict | None = None,
 ) -> list[Finding]:
     """Every finding of vLLM's drafter contract in this drafter config, for `version` and `runner`
     ("v1" | "v2"), against the target's raw config and its text part: the method's own contract,
     then every drafter pack's whose contract covers the drafter (in pack order)."""
-    v = view(method, cfg, version=version, runner=runner, names=names, num_speculative_tokens=num_speculative_tokens, target_config=target_config, target_text=target_text)
+    v = view(
+        method,
+        cfg,
+        version=version,
+        runner=runner,
+        names=names,
+        num_speculative_tokens=num_speculative_tokens,
+        target_config=target_config,
+        target_text=target_text,
+    )
     out = methods.get(method).contract(v, packs.drafter_classes())
     for pack in packs.drafter_packs(method):
         if _applies(pack, v):
@@ -119,7 +180,10 @@ def judges_vocabulary(method: str, cfg: dict, version: Version) -> bool:
     """A drafter pack's contract judges this drafter's vocabularies and vocabulary tensors (its
     `contract.vocabulary` names the served class), so the generic shapes rule leaves them alone."""
     served = set(served_architectures(method, cfg, version))
-    return any(p.contract is not None and set(p.contract.vocabulary) & set(p.contract.drafters.get(method, ())) & served for p in packs.drafter_packs(method))
+    return any(
+        p.contract is not None and set(p.contract.vocabulary) & set(p.contract.drafters.get(method, ())) & served
+        for p in packs.drafter_packs(method)
+    )
 
 
 def codes() -> dict[str, tuple[Severity, str]]:
@@ -128,11 +192,19 @@ def codes() -> dict[str, tuple[Severity, str]]:
     out: dict[str, tuple[Severity, str]] = {}
     owner: dict[str, str] = {}
     tables = [(f"method {m.name}", dict(m.codes)) for m in methods.REGISTRY.values()]
-    tables += [(f"pack {p.name}", {c: (s.severity, s.meaning) for c, s in p.contract.codes.items()}) for p in packs.load_packs() if p.contract is not None]
+    tables += [
+        (f"pack {p.name}", {c: (s.severity, s.meaning) for c, s in p.contract.codes.items()})
+        for p in packs.load_packs()
+        if p.contract is not None
+    ]
     for who, table in tables:
         for code, (sev, meaning) in table.items():
             if code in out and out[code][0] != sev:
-                raise PpspecError(f"contract code {code!r} is {out[code][0]} for {owner[code]} but {sev} for {who}", where=who, fix="give the code one severity, or rename one")
+                raise PpspecError(
+                    f"contract code {code!r} is {out[code][0]} for {owner[code]} but {sev} for {who}",
+                    where=who,
+                    fix="give the code one severity, or rename one",
+                )
             out.setdefault(code, (sev, meaning))
             owner.setdefault(code, who)
     return out

@@ -14,8 +14,8 @@ from typing import Any, Mapping
 
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.findings import Finding, registry
-from ppspec_cli.io.records import Record
 from ppspec_cli.io import safeio
+from ppspec_cli.io.records import Record
 from ppspec_cli.io.redact import is_secret_name
 
 #: Flags ppspec derives from the profile; setting them again under `engine:` would contradict it.
@@ -53,7 +53,18 @@ _FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$")
 PLAN_ENV = ("VLLM_PP_LAYER_PARTITION", "VLLM_USE_V2_MODEL_RUNNER")
 #: Config keys that set a model's depth (its layer count, its MTP layer count): `hf-overrides` that
 #: change one make the engine build another model than the one ppspec planned.
-DEPTH_KEYS = frozenset({"num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"})
+DEPTH_KEYS = frozenset(
+    {
+        "num_hidden_layers",
+        "num_layers",
+        "n_layer",
+        "n_layers",
+        "num_nextn_predict_layers",
+        "mtp_num_hidden_layers",
+        "num_mtp_modules",
+    }
+)
+
 
 def _opt(flag: str, value: str) -> list[str]:
     """`--flag value`, or `--flag=value` when the value starts with `-`: argparse would otherwise read
@@ -130,13 +141,21 @@ def _managed_by(opt: Option) -> str | None:
     """The profile field that owns the option `opt` resolves to, if ppspec derives it. A prefix of
     several options that all belong to one field counts as that field (vLLM would refuse the
     ambiguity, and either reading sets what ppspec derives)."""
-    for name in (opt.flag, opt.name.split(".", 1)[0], opt.name[3:].split(".", 1)[0] if opt.name.startswith("no-") else None):
+    for name in (
+        opt.flag,
+        opt.name.split(".", 1)[0],
+        opt.name[3:].split(".", 1)[0] if opt.name.startswith("no-") else None,
+    ):
         if name in MANAGED_FLAGS:
             return MANAGED_FLAGS[name]
     base = opt.name.split(".", 1)[0]
     owners = {MANAGED_FLAGS[m] for m in MANAGED_FLAGS if m.startswith(base)}
     owners |= {MANAGED_FLAGS[a] for a in opt.ambiguous if a in MANAGED_FLAGS}
-    if base and len(owners) == 1 and (not opt.ambiguous or all(a in MANAGED_FLAGS for a in opt.ambiguous) or not opt.known):
+    if (
+        base
+        and len(owners) == 1
+        and (not opt.ambiguous or all(a in MANAGED_FLAGS for a in opt.ambiguous) or not opt.known)
+    ):
         return owners.pop()
     return None
 
@@ -175,7 +194,14 @@ def _refusal(code: str, field: str, message: str, fix: str) -> Finding:
     return Finding(code, registry.TABLE[code].severities[0], field, message, fix)  # type: ignore[arg-type]
 
 
-def launch_refusals(engine: Mapping[str, Any], env: Mapping[str, str], api_key_env: str | None, environ: Mapping[str, str] | None, trust: Mapping[str, Any] | None = None, kv_transfer: Mapping[str, Any] | None = None) -> list[Finding]:
+def launch_refusals(
+    engine: Mapping[str, Any],
+    env: Mapping[str, str],
+    api_key_env: str | None,
+    environ: Mapping[str, str] | None,
+    trust: Mapping[str, Any] | None = None,
+    kv_transfer: Mapping[str, Any] | None = None,
+) -> list[Finding]:
     """Everything `serve` refuses about the engine options, the profile's `env:` and the caller's
     environment (`environ`; None: not looked at), as error findings. `check` reports these and
     `serve` refuses on them: one rule set. (`engine-unknown-option` needs vLLM: `unknown_engine_options`.)"""
@@ -186,45 +212,114 @@ def launch_refusals(engine: Mapping[str, Any], env: Mapping[str, str], api_key_e
         name = opt.name
         fld = f"engine.{key[:80]}"
         if not _FLAG_NAME.match(name):
-            out.append(_refusal("engine-bad-option-name", "engine", f"engine key {key[:80]!r} is not an option name",
-                                "use vLLM's long option names without `--` (letters, digits, `-`) and the value as the YAML value, e.g. `max-model-len: 4096`"))
+            out.append(
+                _refusal(
+                    "engine-bad-option-name",
+                    "engine",
+                    f"engine key {key[:80]!r} is not an option name",
+                    "use vLLM's long option names without `--` (letters, digits, `-`) and the value as the YAML value, e.g. `max-model-len: 4096`",
+                )
+            )
             continue
         base = opt.flag  # `speculative-config.method` sets part of a managed flag
         owner = _managed_by(opt)
         if is_secret_name(key):
-            out.append(_refusal("engine-secret-option", fld, f"engine.{key} is a secret written into the profile (it would be on the engine's command line and in launch.json)",
-                                "remove it; export the secret in the shell that runs `ppspec serve` (HF_TOKEN for the hub, server.api_key_env for the API key): vLLM reads them from its environment"))
+            out.append(
+                _refusal(
+                    "engine-secret-option",
+                    fld,
+                    f"engine.{key} is a secret written into the profile (it would be on the engine's command line and in launch.json)",
+                    "remove it; export the secret in the shell that runs `ppspec serve` (HF_TOKEN for the hub, server.api_key_env for the API key): vLLM reads them from its environment",
+                )
+            )
         elif owner is not None:
-            out.append(_refusal("engine-managed-option", fld, f"engine.{key} sets a flag ppspec derives from the profile ({owner})", f"set `{owner}` instead and remove engine.{key}"))
+            out.append(
+                _refusal(
+                    "engine-managed-option",
+                    fld,
+                    f"engine.{key} sets a flag ppspec derives from the profile ({owner})",
+                    f"set `{owner}` instead and remove engine.{key}",
+                )
+            )
         elif base in _REFUSED_FLAGS:
-            out.append(_refusal("engine-refused-option", fld, f"engine.{key} is not supported by ppspec", _REFUSED_FLAGS[base]))
+            out.append(
+                _refusal("engine-refused-option", fld, f"engine.{key} is not supported by ppspec", _REFUSED_FLAGS[base])
+            )
         elif opt.ambiguous:
-            out.append(_refusal("engine-ambiguous-option", fld, f"engine.{key[:80]} is a prefix of several vLLM options ({', '.join(opt.ambiguous[:6])}{', ...' if len(opt.ambiguous) > 6 else ''}): vLLM refuses it at start",
-                                "write the option's full name"))
+            out.append(
+                _refusal(
+                    "engine-ambiguous-option",
+                    fld,
+                    f"engine.{key[:80]} is a prefix of several vLLM options ({', '.join(opt.ambiguous[:6])}{', ...' if len(opt.ambiguous) > 6 else ''}): vLLM refuses it at start",
+                    "write the option's full name",
+                )
+            )
         elif base == "hf-overrides":
             keys = _depth_keys(option_value(opt, engine[k]))
             if keys:
-                out.append(_refusal("engine-overrides-depth", fld, f"engine.{key} sets {sorted(set(keys))}: the engine would build a model of another depth than the one checked and planned",
-                                    "point target.model at a checkpoint whose config.json has that depth (ppspec plans from the checkpoint)"))
+                out.append(
+                    _refusal(
+                        "engine-overrides-depth",
+                        fld,
+                        f"engine.{key} sets {sorted(set(keys))}: the engine would build a model of another depth than the one checked and planned",
+                        "point target.model at a checkpoint whose config.json has that depth (ppspec plans from the checkpoint)",
+                    )
+                )
     for k in sorted(env):
         if is_secret_name(k):
-            out.append(_refusal("env-secret", f"env.{k}", f"env.{k} looks like a secret written into the profile",
-                                "remove it from the profile and export it in the shell that runs `ppspec serve` (the engine inherits that environment); "
-                                "for the server's API key set server.api_key_env to the variable's name"))
+            out.append(
+                _refusal(
+                    "env-secret",
+                    f"env.{k}",
+                    f"env.{k} looks like a secret written into the profile",
+                    "remove it from the profile and export it in the shell that runs `ppspec serve` (the engine inherits that environment); "
+                    "for the server's API key set server.api_key_env to the variable's name",
+                )
+            )
         elif k in PLAN_ENV or k.startswith("PPSPEC_"):
-            out.append(_refusal("env-overrides-plan", f"env.{k}", f"env.{k} would override what ppspec sets from the plan",
-                                "remove it: ppspec sets it from topology (layer_partition, pipeline_parallel) and the platform"))
+            out.append(
+                _refusal(
+                    "env-overrides-plan",
+                    f"env.{k}",
+                    f"env.{k} would override what ppspec sets from the plan",
+                    "remove it: ppspec sets it from topology (layer_partition, pipeline_parallel) and the platform",
+                )
+            )
     for k in PLAN_ENV if environ is not None else ():
         if k in environ:
-            out.append(_refusal("env-overrides-plan", f"environment.{k}", f"{k} is set in this environment: the engine would inherit it where the plan does not set it",
-                                f"unset {k} in the shell that runs ppspec; set topology.layer_partition in the profile instead"))
-    for where, val in (("env.VLLM_PLUGINS", env.get("VLLM_PLUGINS")), ("environment.VLLM_PLUGINS", None if environ is None else environ.get("VLLM_PLUGINS"))):
-        if val is not None and "ppspec" not in val.split(","):  # vLLM: os.environ["VLLM_PLUGINS"].split(","), names compared exactly
-            out.append(_refusal("env-plugins-skip-ppspec", where, f"VLLM_PLUGINS={val[:80]!r} leaves out ppspec: its plugin would not run in the engine, which would serve without the plan's checks and patches",
-                                "add ppspec to VLLM_PLUGINS (comma-separated, no spaces: vLLM compares each name exactly) or unset it"))
+            out.append(
+                _refusal(
+                    "env-overrides-plan",
+                    f"environment.{k}",
+                    f"{k} is set in this environment: the engine would inherit it where the plan does not set it",
+                    f"unset {k} in the shell that runs ppspec; set topology.layer_partition in the profile instead",
+                )
+            )
+    for where, val in (
+        ("env.VLLM_PLUGINS", env.get("VLLM_PLUGINS")),
+        ("environment.VLLM_PLUGINS", None if environ is None else environ.get("VLLM_PLUGINS")),
+    ):
+        if val is not None and "ppspec" not in val.split(
+            ","
+        ):  # vLLM: os.environ["VLLM_PLUGINS"].split(","), names compared exactly
+            out.append(
+                _refusal(
+                    "env-plugins-skip-ppspec",
+                    where,
+                    f"VLLM_PLUGINS={val[:80]!r} leaves out ppspec: its plugin would not run in the engine, which would serve without the plan's checks and patches",
+                    "add ppspec to VLLM_PLUGINS (comma-separated, no spaces: vLLM compares each name exactly) or unset it",
+                )
+            )
     out += [f for f in untrusted_findings(engine, env, trust, kv_transfer) if f.code != "untrusted-acknowledged"]
     if api_key_env and environ is not None and api_key_env not in environ:
-        out.append(_refusal("api-key-env-unset", "server.api_key_env", f"environment variable {api_key_env} (server.api_key_env) is not set here: `ppspec serve` refuses to start where it is not set (a dry run or an export is fine; the node that serves needs it)", f"export {api_key_env}=... before `ppspec serve`"))
+        out.append(
+            _refusal(
+                "api-key-env-unset",
+                "server.api_key_env",
+                f"environment variable {api_key_env} (server.api_key_env) is not set here: `ppspec serve` refuses to start where it is not set (a dry run or an export is fine; the node that serves needs it)",
+                f"export {api_key_env}=... before `ppspec serve`",
+            )
+        )
     return out
 
 
@@ -267,8 +362,12 @@ def unknown_engine_options(engine: Mapping[str, Any]) -> list[Finding]:
     """`engine-unknown-option` for each `engine:` key the installed vLLM's `serve` parser does not
     know ([] if vLLM is absent). Imports vLLM's parser (seconds): `serve` and `check --probes`."""
     return [
-        _refusal("engine-unknown-option", f"engine.{str(k)[:80]}", f"the installed vLLM does not know the engine option {str(k)[:80]!r}",
-                 "check the name against `vllm serve --help` (long option names without --)")
+        _refusal(
+            "engine-unknown-option",
+            f"engine.{str(k)[:80]}",
+            f"the installed vLLM does not know the engine option {str(k)[:80]!r}",
+            "check the name against `vllm serve --help` (long option names without --)",
+        )
         for k in check_engine_flags(engine)
     ]
 
@@ -278,7 +377,12 @@ def unknown_engine_options(engine: Mapping[str, Any]) -> list[Finding]:
 _OPTIONS_CACHE = "vllm-serve-options.json"
 #: Files (under the vllm package) that define the serve parser's options: a change to one of them
 #: (an editable install edited in place) invalidates the cache as a new version does.
-_PARSER_SOURCES = ("engine/arg_utils.py", "entrypoints/launchers/cli_args.py", "entrypoints/openai/cli_args.py", "entrypoints/cli/serve.py")
+_PARSER_SOURCES = (
+    "engine/arg_utils.py",
+    "entrypoints/launchers/cli_args.py",
+    "entrypoints/openai/cli_args.py",
+    "entrypoints/cli/serve.py",
+)
 
 
 class OptionCache(Record):
@@ -334,7 +438,9 @@ def known_serve_options() -> set[str] | None:
     from ppspec_cli.io.cache import owned_file
 
     f = _options_cache_file()
-    if owned_file(f):  # a planted or loose cache file (another owner, group/world writable, a link) is refused with its path
+    if owned_file(
+        f
+    ):  # a planted or loose cache file (another owner, group/world writable, a link) is refused with its path
         try:
             rec, _ = records.load(f, OptionCache, what="vLLM option cache", limit=1 << 20, fix=f"delete {f}")
             if rec.key == key:
@@ -425,7 +531,10 @@ UNTRUSTED_SUBKEYS: dict[tuple[str, str], tuple[str, str]] = {
     ("speculative-config", "model"): ("path", "the drafter is loaded from here"),
     # ExampleConnector's directory (P/D `kv_transfer.extra_config`, or an engine's own kv-transfer-config):
     # the prefill engine writes KV tensors there and the decode engine loads them (default /tmp: shared).
-    ("kv-transfer-config", "kv_connector_extra_config.shared_storage_path"): ("path", "the prefill engine writes the KV cache here and the decode engine loads it"),
+    ("kv-transfer-config", "kv_connector_extra_config.shared_storage_path"): (
+        "path",
+        "the prefill engine writes the KV cache here and the decode engine loads it",
+    ),
 }
 #: `env:` entries by risk. PYTHON* and LD_* beyond the harmless ones are matched by prefix.
 UNTRUSTED_ENV: dict[str, tuple[str, str]] = {
@@ -468,7 +577,29 @@ UNTRUSTED_ENV: dict[str, tuple[str, str]] = {
     "HF_HUB_DISABLE_SSL_VERIFICATION": ("weakens", "downloads without TLS verification"),
 }
 #: PYTHON* / LD_* variables that change nothing about which code runs.
-_HARMLESS_PREFIXED = frozenset({"PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONFAULTHANDLER", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONNOUSERSITE", "PYTHONSAFEPATH", "PYTHONTRACEMALLOC", "PYTHONDEVMODE", "PYTHONOPTIMIZE", "PYTHONVERBOSE", "PYTHONLEGACYWINDOWSSTDIO", "PYTHONCOERCECLOCALE", "PYTHONMALLOC", "PYTHONMALLOCSTATS", "PYTHONINTMAXSTRDIGITS", "PYTHONNODEBUGRANGES", "LD_BIND_NOW"})
+_HARMLESS_PREFIXED = frozenset(
+    {
+        "PYTHONUNBUFFERED",
+        "PYTHONHASHSEED",
+        "PYTHONFAULTHANDLER",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONIOENCODING",
+        "PYTHONUTF8",
+        "PYTHONNOUSERSITE",
+        "PYTHONSAFEPATH",
+        "PYTHONTRACEMALLOC",
+        "PYTHONDEVMODE",
+        "PYTHONOPTIMIZE",
+        "PYTHONVERBOSE",
+        "PYTHONLEGACYWINDOWSSTDIO",
+        "PYTHONCOERCECLOCALE",
+        "PYTHONMALLOC",
+        "PYTHONMALLOCSTATS",
+        "PYTHONINTMAXSTRDIGITS",
+        "PYTHONNODEBUGRANGES",
+        "LD_BIND_NOW",
+    }
+)
 
 
 def env_risk(name: str) -> tuple[str, str] | None:
@@ -481,7 +612,10 @@ def env_risk(name: str) -> tuple[str, str] | None:
     if up.startswith("LD_") or up.startswith("DYLD_"):
         return ("code", "the dynamic loader loads or audits libraries it names")
     if up.startswith("PYTHON"):
-        return ("code", "Python imports, runs or searches code it names (PYTHONPATH, PYTHONSTARTUP, PYTHONHOME, PYTHONWARNINGS, PYTHONBREAKPOINT, ...)")
+        return (
+            "code",
+            "Python imports, runs or searches code it names (PYTHONPATH, PYTHONSTARTUP, PYTHONHOME, PYTHONWARNINGS, PYTHONBREAKPOINT, ...)",
+        )
     return None
 
 
@@ -520,12 +654,19 @@ def option_risks(key: object, value: Any) -> list[tuple[str, str, str]]:
     return out
 
 
-def untrusted_findings(engine: Mapping[str, Any], env: Mapping[str, str], trust: Mapping[str, Any] | None, kv_transfer: Mapping[str, Any] | None = None) -> list[Finding]:
+def untrusted_findings(
+    engine: Mapping[str, Any],
+    env: Mapping[str, str],
+    trust: Mapping[str, Any] | None,
+    kv_transfer: Mapping[str, Any] | None = None,
+) -> list[Finding]:
     """Every `engine:` option and `env:` entry that makes the engine run code, read a path, reach an
     endpoint or drop a safety check: an error (`serve` refuses) unless the profile's `trust:`
     acknowledges it by name, then a warning that still names the risk."""
     trust = trust or {}
-    ack_engine = {read_option(a).flag for a in trust.get("engine", ()) or ()} | {str(a).replace("_", "-") for a in trust.get("engine", ()) or ()}
+    ack_engine = {read_option(a).flag for a in trust.get("engine", ()) or ()} | {
+        str(a).replace("_", "-") for a in trust.get("engine", ()) or ()
+    }
     ack_env = {str(a).upper() for a in trust.get("env", ()) or ()}
     out: list[Finding] = []
     entries = [(f"engine.{str(k)[:80]}", k, v) for k, v in engine.items()]
@@ -535,9 +676,17 @@ def untrusted_findings(engine: Mapping[str, Any], env: Mapping[str, str], trust:
         for name, kind, what in option_risks(k, v):
             acked = name in ack_engine or name.split(".", 1)[0] in ack_engine
             code = "untrusted-acknowledged" if acked else "engine-untrusted-option"
-            out.append(Finding(code, "warning" if acked else "error", label,
-                               f"{label} {RISKS[kind]} ({kind}: {what})" + (" — acknowledged in `trust.engine`" if acked else ""),
-                               "fine if you wrote this profile or trust who did" if acked else f"remove it, or acknowledge it with `trust: {{engine: [{name.split('.', 1)[0]}]}}` in the profile once you have read what it points at"))
+            out.append(
+                Finding(
+                    code,
+                    "warning" if acked else "error",
+                    label,
+                    f"{label} {RISKS[kind]} ({kind}: {what})" + (" — acknowledged in `trust.engine`" if acked else ""),
+                    "fine if you wrote this profile or trust who did"
+                    if acked
+                    else f"remove it, or acknowledge it with `trust: {{engine: [{name.split('.', 1)[0]}]}}` in the profile once you have read what it points at",
+                )
+            )
     for k in sorted(env):
         risk = env_risk(k)
         if risk is None:
@@ -545,7 +694,15 @@ def untrusted_findings(engine: Mapping[str, Any], env: Mapping[str, str], trust:
         kind, what = risk
         acked = k.upper() in ack_env
         code = "untrusted-acknowledged" if acked else "env-untrusted-entry"
-        out.append(Finding(code, "warning" if acked else "error", f"env.{k[:80]}",
-                           f"env.{k[:80]} {RISKS[kind]} ({kind}: {what})" + (" — acknowledged in `trust.env`" if acked else ""),
-                           "fine if you wrote this profile or trust who did" if acked else f"remove it, or acknowledge it with `trust: {{env: [{k[:80]}]}}` in the profile once you have read what it points at"))
+        out.append(
+            Finding(
+                code,
+                "warning" if acked else "error",
+                f"env.{k[:80]}",
+                f"env.{k[:80]} {RISKS[kind]} ({kind}: {what})" + (" — acknowledged in `trust.env`" if acked else ""),
+                "fine if you wrote this profile or trust who did"
+                if acked
+                else f"remove it, or acknowledge it with `trust: {{env: [{k[:80]}]}}` in the profile once you have read what it points at",
+            )
+        )
     return out

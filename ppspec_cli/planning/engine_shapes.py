@@ -26,7 +26,17 @@ from typing import Any, Iterator, Mapping
 from ppspec_cli.findings import Finding
 from ppspec_cli.planning.engine_options import read_option
 
-LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length", "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+LENGTH_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
 #: RoPE types whose `factor` vLLM does not apply again (the length keys are already scaled).
 _UNSCALED_ROPE = {"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"}
 
@@ -52,7 +62,11 @@ def derived_max_len(text: Mapping[str, Any], model_type: str | None) -> float | 
         return None
     rope = text.get("rope_parameters", text.get("rope_scaling"))
     if rope and "gemma3" not in str(model_type or ""):
-        params = list(rope.values()) if isinstance(rope, dict) and all(isinstance(v, dict) for v in rope.values()) and "rope_type" not in rope else [rope]
+        params = (
+            list(rope.values())
+            if isinstance(rope, dict) and all(isinstance(v, dict) for v in rope.values()) and "rope_type" not in rope
+            else [rope]
+        )
         factor: Any = 1.0
         for rp in params:
             if not isinstance(rp, dict):
@@ -82,7 +96,14 @@ def _truthy_env(v: Any) -> bool:
     return isinstance(v, str) and v.strip().lower() in ("1", "true", "yes")
 
 
-def shape_findings(text: Mapping[str, Any] | None, model_type: str | None, tp: int, engine: Mapping[str, Any], env: Mapping[str, str], environ: Mapping[str, str]) -> Iterator[Finding]:
+def shape_findings(
+    text: Mapping[str, Any] | None,
+    model_type: str | None,
+    tp: int,
+    engine: Mapping[str, Any],
+    env: Mapping[str, str],
+    environ: Mapping[str, str],
+) -> Iterator[Finding]:
     """The findings above for a target's text config, the TP size and the engine options."""
     text = text or {}
     heads = _int(text.get("num_attention_heads"))
@@ -91,17 +112,44 @@ def shape_findings(text: Mapping[str, Any] | None, model_type: str | None, tp: i
         kv = heads  # vLLM: no KV head count means one per attention head
     if heads is not None:
         if heads <= 0:
-            yield Finding("heads-zero", "error", "target.model", f"the target's config has num_attention_heads={heads}: vLLM builds no attention layer from it", "fix the checkpoint's config.json")
+            yield Finding(
+                "heads-zero",
+                "error",
+                "target.model",
+                f"the target's config has num_attention_heads={heads}: vLLM builds no attention layer from it",
+                "fix the checkpoint's config.json",
+            )
         elif tp > 0 and heads % tp:
-            yield Finding("heads-tp-indivisible", "error", "topology.tensor_parallel", f"tensor_parallel {tp} does not divide the target's {heads} attention heads: vLLM refuses it at start (verify_with_parallel_config)",
-                          f"use a tensor_parallel that divides {heads}")
+            yield Finding(
+                "heads-tp-indivisible",
+                "error",
+                "topology.tensor_parallel",
+                f"tensor_parallel {tp} does not divide the target's {heads} attention heads: vLLM refuses it at start (verify_with_parallel_config)",
+                f"use a tensor_parallel that divides {heads}",
+            )
     if kv is not None:
         if kv <= 0:
-            yield Finding("kv-heads-zero", "error", "target.model", f"the target's config has num_key_value_heads={kv}: vLLM cannot split it", "fix the checkpoint's config.json")
+            yield Finding(
+                "kv-heads-zero",
+                "error",
+                "target.model",
+                f"the target's config has num_key_value_heads={kv}: vLLM cannot split it",
+                "fix the checkpoint's config.json",
+            )
         elif tp > 0 and (tp % kv if tp >= kv else kv % tp):
-            yield Finding("kv-heads-tp-indivisible", "error", "topology.tensor_parallel",
-                          f"tensor_parallel {tp} and the target's {kv} KV heads: vLLM needs " + (f"TP a multiple of the KV heads (each replicated TP/{kv} times)" if tp >= kv else f"TP to divide the {kv} KV heads") + " and stops at start (QKVParallelLinear)",
-                          "use a tensor_parallel that divides the KV head count, or a multiple of it")
+            yield Finding(
+                "kv-heads-tp-indivisible",
+                "error",
+                "topology.tensor_parallel",
+                f"tensor_parallel {tp} and the target's {kv} KV heads: vLLM needs "
+                + (
+                    f"TP a multiple of the KV heads (each replicated TP/{kv} times)"
+                    if tp >= kv
+                    else f"TP to divide the {kv} KV heads"
+                )
+                + " and stops at start (QKVParallelLinear)",
+                "use a tensor_parallel that divides the KV head count, or a multiple of it",
+            )
     got = _max_model_len(engine)
     if got is None:
         return
@@ -110,16 +158,39 @@ def shape_findings(text: Mapping[str, Any] | None, model_type: str | None, tp: i
     if v is None and isinstance(raw, str) and re.fullmatch(r"\s*-?\d+\s*", raw):
         v = int(raw)
     if v is None:
-        if isinstance(raw, (bool, float)) or raw is None or (isinstance(raw, str) and not re.fullmatch(r"\s*-?\d+(\.\d+)?\s*[kKmMgG]?\s*|\s*auto\s*", raw)):
-            yield Finding("max-model-len-invalid", "error", f"engine.{key[:80]}", f"engine.{key[:80]}={str(raw)[:40]!r} is not a length: vLLM refuses it", "give a positive number of tokens (or -1 to fit the memory)")
+        if (
+            isinstance(raw, (bool, float))
+            or raw is None
+            or (isinstance(raw, str) and not re.fullmatch(r"\s*-?\d+(\.\d+)?\s*[kKmMgG]?\s*|\s*auto\s*", raw))
+        ):
+            yield Finding(
+                "max-model-len-invalid",
+                "error",
+                f"engine.{key[:80]}",
+                f"engine.{key[:80]}={str(raw)[:40]!r} is not a length: vLLM refuses it",
+                "give a positive number of tokens (or -1 to fit the memory)",
+            )
         return
     if v == -1:
         return
     if v <= 0:
-        yield Finding("max-model-len-invalid", "error", f"engine.{key[:80]}", f"engine.{key[:80]}={v}: a context length must be positive (or -1 to fit the memory)", "give a positive number of tokens")
+        yield Finding(
+            "max-model-len-invalid",
+            "error",
+            f"engine.{key[:80]}",
+            f"engine.{key[:80]}={v}: a context length must be positive (or -1 to fit the memory)",
+            "give a positive number of tokens",
+        )
         return
     derived = derived_max_len(text, model_type)
-    allowed = _truthy_env(env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")) or _truthy_env(environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN"))
+    allowed = _truthy_env(env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")) or _truthy_env(
+        environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")
+    )
     if derived is not None and v > derived and not allowed:
-        yield Finding("max-model-len-too-large", "error", f"engine.{key[:80]}", f"engine.{key[:80]}={v} is larger than the {derived:g} tokens the target's config allows: vLLM refuses it at start",
-                      f"use at most {derived:g} (or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 if you know the model extrapolates)")
+        yield Finding(
+            "max-model-len-too-large",
+            "error",
+            f"engine.{key[:80]}",
+            f"engine.{key[:80]}={v} is larger than the {derived:g} tokens the target's config allows: vLLM refuses it at start",
+            f"use at most {derived:g} (or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 if you know the model extrapolates)",
+        )

@@ -12,7 +12,6 @@ point-to-point message on that fabric, stated as assumptions and overridable wit
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass
 
 
@@ -39,17 +38,42 @@ ACCELERATORS: dict[str, Accelerator] = {
     for a in (
         # NVIDIA H200 Tensor Core GPU datasheet (2024): 141 GB HBM3e, 4.8 TB/s; BF16 1,979 TFLOPS
         # "with sparsity" -> 989 dense; NVLink 900 GB/s.
-        Accelerator("h200", 4800.0, 989.0, 141.0, "nvlink4", "NVIDIA H200 datasheet: 4.8 TB/s HBM3e, 1,979 TFLOPS bf16 with sparsity (989 dense)"),
+        Accelerator(
+            "h200",
+            4800.0,
+            989.0,
+            141.0,
+            "nvlink4",
+            "NVIDIA H200 datasheet: 4.8 TB/s HBM3e, 1,979 TFLOPS bf16 with sparsity (989 dense)",
+        ),
         # NVIDIA H100 Tensor Core GPU datasheet (SXM5): 80 GB HBM3, 3.35 TB/s; BF16 1,979 TFLOPS with sparsity.
-        Accelerator("h100", 3350.0, 989.0, 80.0, "nvlink4", "NVIDIA H100 SXM datasheet: 3.35 TB/s HBM3, 1,979 TFLOPS bf16 with sparsity (989 dense)"),
+        Accelerator(
+            "h100",
+            3350.0,
+            989.0,
+            80.0,
+            "nvlink4",
+            "NVIDIA H100 SXM datasheet: 3.35 TB/s HBM3, 1,979 TFLOPS bf16 with sparsity (989 dense)",
+        ),
         # NVIDIA A100 datasheet (80GB SXM): 2,039 GB/s HBM2e; BF16 312 TFLOPS (624 with sparsity); NVLink3 600 GB/s.
-        Accelerator("a100", 2039.0, 312.0, 80.0, "nvlink3", "NVIDIA A100 80GB SXM datasheet: 2,039 GB/s HBM2e, 312 TFLOPS bf16 dense"),
+        Accelerator(
+            "a100",
+            2039.0,
+            312.0,
+            80.0,
+            "nvlink3",
+            "NVIDIA A100 80GB SXM datasheet: 2,039 GB/s HBM2e, 312 TFLOPS bf16 dense",
+        ),
         # NVIDIA L40S datasheet: 48 GB GDDR6, 864 GB/s; BF16 362.05 TFLOPS (733 with sparsity); PCIe gen4 x16, no NVLink.
-        Accelerator("l40s", 864.0, 362.0, 48.0, "pcie4", "NVIDIA L40S datasheet: 864 GB/s GDDR6, 362 TFLOPS bf16 dense"),
+        Accelerator(
+            "l40s", 864.0, 362.0, 48.0, "pcie4", "NVIDIA L40S datasheet: 864 GB/s GDDR6, 362 TFLOPS bf16 dense"
+        ),
         # The CPU demo (profiles/tiny_cpu_demo*.yaml on a few shared cores): no datasheet; an
         # order-of-magnitude figure for two cores of a server CPU (a share of one socket's DDR
         # bandwidth; AVX-512 bf16 at a few hundred GFLOP/s). Only for the functional demo.
-        Accelerator("cpu", 20.0, 0.2, 16.0, "loopback", "assumption: two shared server-CPU cores (no datasheet; demo only)"),
+        Accelerator(
+            "cpu", 20.0, 0.2, 16.0, "loopback", "assumption: two shared server-CPU cores (no datasheet; demo only)"
+        ),
     )
 }
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-
 # ---------------------------------------------------------------------------------------------
 # Partition (vLLM: distributed/utils.py::get_pp_indices)
 
@@ -52,8 +51,14 @@ def stage_bounds(partition: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def suggest_partition(layer_costs: Sequence[float] | int, pp: int, *, last_extra: float = 0.0, first_extra: float = 0.0,
-                      prefer: Sequence[int] | None = None) -> list[int]:
+def suggest_partition(
+    layer_costs: Sequence[float] | int,
+    pp: int,
+    *,
+    last_extra: float = 0.0,
+    first_extra: float = 0.0,
+    prefer: Sequence[int] | None = None,
+) -> list[int]:
     """The split of the layers into `pp` contiguous stages that minimises the largest stage cost.
 
     layer_costs: one cost per decoder layer, or a layer count (every layer costs 1).

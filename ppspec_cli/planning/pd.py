@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from ppspec_cli.knowledge import connectors
+from ppspec_cli.findings import Finding, by_severity, finding
 from ppspec_cli.io import shellout
+from ppspec_cli.knowledge import connectors
 from ppspec_cli.planning.plan import pp_rank_of
 from ppspec_cli.planning.profile import KV_FLAG, ROLES, Profile, Role
 from ppspec_cli.planning.resolve import Resolved, resolve
-from ppspec_cli.findings import Finding, by_severity, finding
 from ppspec_cli.planning.rules import run_rules
 
 
@@ -49,7 +49,14 @@ def resolve_roles(
 ) -> Deployment:
     """Resolve both engines (`given`: engines already resolved, e.g. with serve's placement)."""
     given = given or {}
-    return Deployment(profile, {role: given.get(role) or resolve(role_profile(profile, role), profile_path=profile_path, offline=offline, progress=progress) for role in ROLES})
+    return Deployment(
+        profile,
+        {
+            role: given.get(role)
+            or resolve(role_profile(profile, role), profile_path=profile_path, offline=offline, progress=progress)
+            for role in ROLES
+        },
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,13 +169,23 @@ def _draft_names(d: Deployment) -> Iterator[Finding]:
     pre, dec = d.roles["prefill"], d.roles["decode"]
     if pre.plan is None or dec.plan is None:
         if pre.profile.drafter is not None:
-            yield finding("pd-names-not-checked", "warning", "target.model", "the KV layer names of the two engines were not compared: the target's layer count is unknown", "make the target's config.json readable here")
+            yield finding(
+                "pd-names-not-checked",
+                "warning",
+                "target.model",
+                "the KV layer names of the two engines were not compared: the target's layer count is unknown",
+                "make the target's config.json readable here",
+            )
         return
     a, b = pre.plan.draft_layer_ids, dec.plan.draft_layer_ids
     if a != b:
         numbering = pre.plan.draft_layer_numbering
         s = pre.support("global_draft_layer_ids")
-        why = f"the drafter numbers its layers {numbering}ly (vLLM {pre.engine_version}: {s.reason})" if s.pack else f"{pre.method} drafters number their layers PP-locally in vLLM {pre.engine_version}"
+        why = (
+            f"the drafter numbers its layers {numbering}ly (vLLM {pre.engine_version}: {s.reason})"
+            if s.pack
+            else f"{pre.method} drafters number their layers PP-locally in vLLM {pre.engine_version}"
+        )
         fix = "use `adapter: eagle_global_layer_ids` (it numbers EAGLE-1 draft layers globally), or the same pipeline_parallel on both engines"
         # only the method's own PP-local numbering has a pack that makes it global
         if pre.spec is None or pre.spec.numbering != "pp-local" or s.status == "unsupported":
@@ -208,13 +225,21 @@ def _connector(d: Deployment) -> Iterator[Finding]:
     if c is None:
         other = connectors.OTHER.get(name)
         if other is not None and ("not a prefill->decode" in other or "not registered" in other):
-            yield finding("pd-connector-unsuitable", "error", "kv_transfer.connector", f"{name}: {other}", "use a transfer connector: NixlConnector, NixlPushConnector, MooncakeConnector (or ExampleConnector for a test)")
+            yield finding(
+                "pd-connector-unsuitable",
+                "error",
+                "kv_transfer.connector",
+                f"{name}: {other}",
+                "use a transfer connector: NixlConnector, NixlPushConnector, MooncakeConnector (or ExampleConnector for a test)",
+            )
         else:
             yield finding(
                 "pd-connector-unknown",
                 "warning",
                 "kv_transfer.connector",
-                f"{name}: " + (other or "ppspec has no facts about this connector") + "; whether it carries PP on each side was not checked",
+                f"{name}: "
+                + (other or "ppspec has no facts about this connector")
+                + "; whether it carries PP on each side was not checked",
                 "check the connector's handshake yourself, or use one ppspec knows (ppspec_cli/knowledge/connectors.py)",
             )
         return
@@ -223,15 +248,33 @@ def _connector(d: Deployment) -> Iterator[Finding]:
         if r.pp > 1:
             st, why, src = connectors.status(c.pp[role], version)
             if st == "refused":
-                yield finding("pd-connector-pp", "error", f"roles.{role}.topology.pipeline_parallel", f"{name} cannot serve PP={r.pp} on the {role} side (vLLM {version}: {why}; {src})", f"use pipeline_parallel: 1 on the {role} engine, or a connector that carries PP on that side")
+                yield finding(
+                    "pd-connector-pp",
+                    "error",
+                    f"roles.{role}.topology.pipeline_parallel",
+                    f"{name} cannot serve PP={r.pp} on the {role} side (vLLM {version}: {why}; {src})",
+                    f"use pipeline_parallel: 1 on the {role} engine, or a connector that carries PP on that side",
+                )
             elif st == "unknown":
-                yield finding("pd-connector-pp", "warning", f"roles.{role}.topology.pipeline_parallel", f"{name} with PP={r.pp} on the {role} side: {why}", "check the connector's handshake for this vLLM version")
+                yield finding(
+                    "pd-connector-pp",
+                    "warning",
+                    f"roles.{role}.topology.pipeline_parallel",
+                    f"{name} with PP={r.pp} on the {role} side: {why}",
+                    "check the connector's handshake for this vLLM version",
+                )
             yield from _hybrid(c, role, r, version)
         pcp = _engine_opt(r, "prefill-context-parallel-size")
         if role == "decode" and isinstance(pcp, int) and pcp > 1 and c.pcp_decode:
             st, why, src = connectors.status(c.pcp_decode, version)
             if st == "refused":
-                yield finding("pd-connector-pcp", "error", "roles.decode.engine", f"{name}: {why} (vLLM {version}; {src})", "prefill-context-parallel-size: 1 on the decode engine")
+                yield finding(
+                    "pd-connector-pcp",
+                    "error",
+                    "roles.decode.engine",
+                    f"{name}: {why} (vLLM {version}; {src})",
+                    "prefill-context-parallel-size: 1 on the decode engine",
+                )
 
 
 def layer_types(r: Resolved) -> tuple[list[str], str] | None:
@@ -253,7 +296,9 @@ def layer_types(r: Resolved) -> tuple[list[str], str] | None:
     if not (isinstance(cur, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in cur)):
         return None
     linear = {i - ll.base for i in cur}
-    return ["linear_attention" if i in linear else "full_attention" for i in range(n)], f"{ll.key} (the {part.name} pack)"
+    return [
+        "linear_attention" if i in linear else "full_attention" for i in range(n)
+    ], f"{ll.key} (the {part.name} pack)"
 
 
 def _hybrid(c: connectors.Connector, role: Role, r: Resolved, version: str) -> Iterator[Finding]:
@@ -286,8 +331,14 @@ def _hybrid(c: connectors.Connector, role: Role, r: Resolved, version: str) -> I
         sev,
         f"roles.{role}.topology.pipeline_parallel",
         f"hybrid target on the {role} engine (PP={r.pp}; {where}; from {source}): {c.name} {'refuses' if st == 'refused' else 'handles'} it (vLLM {version}: {why}; {src})"
-        + ("; stages with different attention types advertise different KV region members" if len({tuple(x) for x in per_stage}) > 1 else ""),
-        "pipeline_parallel: 1 on this engine, or a connector that routes hybrid layers by name under PP" if sev == "error" else "",
+        + (
+            "; stages with different attention types advertise different KV region members"
+            if len({tuple(x) for x in per_stage}) > 1
+            else ""
+        ),
+        "pipeline_parallel: 1 on this engine, or a connector that routes hybrid layers by name under PP"
+        if sev == "error"
+        else "",
     )
 
 
@@ -296,21 +347,60 @@ def _layouts(d: Deployment) -> Iterator[Finding]:
     c = connectors.get(d.connector_name)
     version = pre.facts_version
     checks = (
-        ("tensor parallel", pre.profile.topology.tensor_parallel, dec.profile.topology.tensor_parallel, "tp_mismatch", "pd-tp-mismatch", "topology.tensor_parallel"),
-        ("block size", _engine_opt(pre, "block-size"), _engine_opt(dec, "block-size"), "block_size_mismatch", "pd-block-size-mismatch", "engine.block-size"),
-        ("KV cache dtype", _engine_opt(pre, "kv-cache-dtype") or "auto", _engine_opt(dec, "kv-cache-dtype") or "auto", "kv_dtype_mismatch", "pd-kv-dtype-mismatch", "engine.kv-cache-dtype"),
+        (
+            "tensor parallel",
+            pre.profile.topology.tensor_parallel,
+            dec.profile.topology.tensor_parallel,
+            "tp_mismatch",
+            "pd-tp-mismatch",
+            "topology.tensor_parallel",
+        ),
+        (
+            "block size",
+            _engine_opt(pre, "block-size"),
+            _engine_opt(dec, "block-size"),
+            "block_size_mismatch",
+            "pd-block-size-mismatch",
+            "engine.block-size",
+        ),
+        (
+            "KV cache dtype",
+            _engine_opt(pre, "kv-cache-dtype") or "auto",
+            _engine_opt(dec, "kv-cache-dtype") or "auto",
+            "kv_dtype_mismatch",
+            "pd-kv-dtype-mismatch",
+            "engine.kv-cache-dtype",
+        ),
     )
     for what, a, b, attr, code, fld in checks:
         if a == b:
             continue
         if c is None:
-            yield finding(code, "warning", f"roles.*.{fld}", f"the engines differ in {what} (prefill {a}, decode {b}); whether {d.connector_name} maps that is not known", "use the same value on both engines")
+            yield finding(
+                code,
+                "warning",
+                f"roles.*.{fld}",
+                f"the engines differ in {what} (prefill {a}, decode {b}); whether {d.connector_name} maps that is not known",
+                "use the same value on both engines",
+            )
             continue
         st, why, src = connectors.status(getattr(c, attr), version)
         if st == "refused":
-            yield finding(code, "error", f"roles.*.{fld}", f"the engines differ in {what} (prefill {a}, decode {b}) and {c.name} cannot map it (vLLM {version}: {why}; {src})", "use the same value on both engines")
+            yield finding(
+                code,
+                "error",
+                f"roles.*.{fld}",
+                f"the engines differ in {what} (prefill {a}, decode {b}) and {c.name} cannot map it (vLLM {version}: {why}; {src})",
+                "use the same value on both engines",
+            )
         elif st == "unknown" or not getattr(c, attr):
-            yield finding(code, "warning", f"roles.*.{fld}", f"the engines differ in {what} (prefill {a}, decode {b}); ppspec does not know whether {c.name} maps it", "use the same value on both engines")
+            yield finding(
+                code,
+                "warning",
+                f"roles.*.{fld}",
+                f"the engines differ in {what} (prefill {a}, decode {b}); ppspec does not know whether {c.name} maps it",
+                "use the same value on both engines",
+            )
     for role, r in d.roles.items():
         t = r.profile.topology
         pcp = _engine_opt(r, "prefill-context-parallel-size")
@@ -319,7 +409,9 @@ def _layouts(d: Deployment) -> Iterator[Finding]:
             world = t.data_parallel * t.pipeline_parallel * pcp * t.tensor_parallel
             stages = [pp_rank_of(g, tp=t.tensor_parallel, pp=t.pipeline_parallel, pcp=pcp) for g in range(world)]
             per_dp = t.pipeline_parallel * pcp * t.tensor_parallel
-            first = ", ".join(f"stage {s}: ranks {[g for g in range(per_dp) if stages[g] == s]}" for s in range(t.pipeline_parallel))
+            first = ", ".join(
+                f"stage {s}: ranks {[g for g in range(per_dp) if stages[g] == s]}" for s in range(t.pipeline_parallel)
+            )
             yield finding(
                 "pd-rank-layout",
                 "info",
@@ -333,7 +425,13 @@ def _layouts(d: Deployment) -> Iterator[Finding]:
 def _ports(d: Deployment) -> Iterator[Finding]:
     a, b = d.roles["prefill"].profile.server, d.roles["decode"].profile.server
     if a.port == b.port and a.host == b.host:
-        yield finding("pd-port-clash", "error", "roles", f"both engines listen on {a.host}:{a.port}", "give roles.prefill.server / roles.decode.server different ports")
+        yield finding(
+            "pd-port-clash",
+            "error",
+            "roles",
+            f"both engines listen on {a.host}:{a.port}",
+            "give roles.prefill.server / roles.decode.server different ports",
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,7 +456,9 @@ def router_command(d: Deployment, port: int = 8000) -> tuple[str, str]:
     as a shell line with both engines' addresses (inert when pasted: every value quoted, only
     $VLLM_SRC expands), and the script's path in that tree."""
     c = connectors.get(d.connector_name)
-    script = c.router if c is not None and c.router else "examples/disaggregated/disaggregated_serving/disagg_proxy_demo.py"
+    script = (
+        c.router if c is not None and c.router else "examples/disaggregated/disaggregated_serving/disagg_proxy_demo.py"
+    )
     pre, dec = d.roles["prefill"].profile.server, d.roles["decode"].profile.server
     name = pre.served_model_name or d.profile.name
 
@@ -366,7 +466,27 @@ def router_command(d: Deployment, port: int = 8000) -> tuple[str, str]:
         return "127.0.0.1" if host in ("0.0.0.0", "::") else host
 
     if script.endswith("toy_proxy_server.py"):
-        args = ["--port", str(port), "--prefiller-host", reach(pre.host), "--prefiller-port", str(pre.port), "--decoder-host", reach(dec.host), "--decoder-port", str(dec.port)]
+        args = [
+            "--port",
+            str(port),
+            "--prefiller-host",
+            reach(pre.host),
+            "--prefiller-port",
+            str(pre.port),
+            "--decoder-host",
+            reach(dec.host),
+            "--decoder-port",
+            str(dec.port),
+        ]
     else:
-        args = ["--model", name, "--prefill", f"{reach(pre.host)}:{pre.port}", "--decode", f"{reach(dec.host)}:{dec.port}", "--port", str(port)]
+        args = [
+            "--model",
+            name,
+            "--prefill",
+            f"{reach(pre.host)}:{pre.port}",
+            "--decode",
+            f"{reach(dec.host)}:{dec.port}",
+            "--port",
+            str(port),
+        ]
     return 'python "$VLLM_SRC"/' + shellout.quote(script) + " " + shellout.command(args), script

@@ -134,7 +134,9 @@ class NestedReadings:
     raw: tuple[int, ...]
     as_layer_output: tuple[int, ...]  # id v = output of layer v = vLLM tap v+1 (ppspec's `auto`)
     as_capture_point: tuple[int, ...]  # id v = vLLM tap v
-    sglang_reads: Literal["layer_output", "capture_point"]  # SGLang's heuristic (sglang #25454): first id 1 -> output-of-layer
+    sglang_reads: Literal[
+        "layer_output", "capture_point"
+    ]  # SGLang's heuristic (sglang #25454): first id 1 -> output-of-layer
 
 
 def nested_readings(cfg: dict) -> NestedReadings | None:
@@ -210,7 +212,11 @@ class Plan:
                 "upstream_slots": s.upstream_slots,
                 "relay_out": None
                 if s.relay_out is None
-                else {"slots": s.relay_out.slots, "bytes_per_token": s.relay_out.bytes_per_token, "taps": list(s.relay_out.taps)},
+                else {
+                    "slots": s.relay_out.slots,
+                    "bytes_per_token": s.relay_out.bytes_per_token,
+                    "taps": list(s.relay_out.taps),
+                },
                 "embedding": s.embedding,
                 "lm_head": s.lm_head,
                 "drafter": s.drafter,
@@ -243,7 +249,9 @@ def relay_bytes(n_slots: int, hidden_size: int | None, dtype_bytes: int | None) 
     return n_slots * hidden_size * dtype_bytes
 
 
-def draft_layer_ids(num_layers: int, n_draft_layers: int, numbering: Literal["global", "pp-local", "none"], last_stage_layers: int) -> tuple[int, ...]:
+def draft_layer_ids(
+    num_layers: int, n_draft_layers: int, numbering: Literal["global", "pp-local", "none"], last_stage_layers: int
+) -> tuple[int, ...]:
     """EAGLE3/DFlash/DSpark number draft layers globally from the target depth (n + i) since vLLM 0.30.
     EAGLE-1 drafters still use the PP-local layer count of the last stage (a collision under PP)."""
     if numbering == "none" or n_draft_layers <= 0:
@@ -342,8 +350,11 @@ def build_plan(
         extra = (w.lm_head or 0) + passes * w.drafter
         suggested = tuple(suggest_partition(w.layers, pp, last_extra=extra, prefer=default_partition(num_layers, pp)))
         if list(suggested) != partition:
-            notes = (*notes, f"suggested layer_partition {list(suggested)}: balances the weight bytes each stage reads per step, counting the "
-                             f"lm_head and {passes} drafter pass(es) on the last stage (docs/gpu-validation.md, drafter-aware partition)")
+            notes = (
+                *notes,
+                f"suggested layer_partition {list(suggested)}: balances the weight bytes each stage reads per step, counting the "
+                f"lm_head and {passes} drafter pass(es) on the last stage (docs/gpu-validation.md, drafter-aware partition)",
+            )
     return Plan(
         suggested_partition=suggested,
         num_layers=num_layers,

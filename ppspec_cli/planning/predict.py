@@ -188,7 +188,9 @@ def stage_work(shape: Shape, layers: int, *, batch: float, tokens: int, ctx: int
     touched = experts_touched(shape.num_experts, shape.experts_per_token, n)
     weights = layers * (shape.layer_dense_bytes + touched * shape.expert_bytes)
     kv = batch * ctx * layers * 2 * shape.num_kv_heads * shape.head_dim * kvb
-    active_per_token = layers * (shape.layer_dense_bytes + shape.experts_per_token * shape.expert_bytes) / shape.act_bytes
+    active_per_token = (
+        layers * (shape.layer_dense_bytes + shape.experts_per_token * shape.expert_bytes) / shape.act_bytes
+    )
     attn = 4.0 * n * ctx * shape.num_heads * shape.head_dim * layers
     flops = 2.0 * n * active_per_token + attn
     if last:
@@ -228,7 +230,15 @@ def draft_s(shape: Shape, *, batch: float, k: int, ctx: int, hw: Hardware, costs
     total = 0.0
     for j in range(passes):
         n = batch * ((k + 1) if j == 0 or shape.parallel_draft else 1)
-        kv = batch * ctx * shape.drafter_layers * 2 * shape.num_kv_heads * shape.head_dim * (shape.kv_bytes or shape.act_bytes)
+        kv = (
+            batch
+            * ctx
+            * shape.drafter_layers
+            * 2
+            * shape.num_kv_heads
+            * shape.head_dim
+            * (shape.kv_bytes or shape.act_bytes)
+        )
         work = Work(shape.drafter_bytes + kv, 2.0 * n * shape.drafter_bytes / shape.act_bytes)
         total += compute_s(work, hw.accelerator, costs, 1) + costs.draft_pass_overhead_ms * 1e-3
     return total
@@ -261,7 +271,9 @@ class Round:
         return self.concurrency * self.tokens_per_round / self.round_s
 
 
-def round_time(shape: Shape, hw: Hardware, costs: Costs, acc: Acceptance, *, concurrency: int, k: int, ctx: int) -> Round:
+def round_time(
+    shape: Shape, hw: Hardware, costs: Costs, acc: Acceptance, *, concurrency: int, k: int, ctx: int
+) -> Round:
     """One request's round at `concurrency` requests in flight with k draft tokens (k=0: no speculation)."""
     stages = shape.stages
     pp = len(stages)
@@ -283,7 +295,21 @@ def round_time(shape: Shape, hw: Hardware, costs: Costs, acc: Acceptance, *, con
     busy = [*st[:-1], st[-1] + drafting + over, *(bw for _, bw in hops)]
     bottleneck = max(busy)
     rnd = max(latency, m * bottleneck)
-    return Round(concurrency, k, m, b, tuple(st), tuple(a + bw for a, bw in hops), drafting, bcast, over, latency, bottleneck, rnd, acc.length(k))
+    return Round(
+        concurrency,
+        k,
+        m,
+        b,
+        tuple(st),
+        tuple(a + bw for a, bw in hops),
+        drafting,
+        bcast,
+        over,
+        latency,
+        bottleneck,
+        rnd,
+        acc.length(k),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,14 +351,26 @@ class Level:
         }
 
 
-def predict_levels(shape: Shape, hw: Hardware, costs: Costs, acc: Acceptance, *, concurrency: list[int], ks: list[int], ctx: int) -> list[Level]:
+def predict_levels(
+    shape: Shape, hw: Hardware, costs: Costs, acc: Acceptance, *, concurrency: list[int], ks: list[int], ctx: int
+) -> list[Level]:
     """Every (concurrency, k) with k=0 included, in order."""
     out = []
     for c in concurrency:
         base = round_time(shape, hw, costs, acc, concurrency=c, k=0, ctx=ctx)
         for k in sorted({0, *ks}):
             r = base if k == 0 else round_time(shape, hw, costs, acc, concurrency=c, k=k, ctx=ctx)
-            out.append(Level(c, k, r.tpot_ms, r.output_tokens_per_s, r.output_tokens_per_s / base.output_tokens_per_s, r.tokens_per_round, r))
+            out.append(
+                Level(
+                    c,
+                    k,
+                    r.tpot_ms,
+                    r.output_tokens_per_s,
+                    r.output_tokens_per_s / base.output_tokens_per_s,
+                    r.tokens_per_round,
+                    r,
+                )
+            )
     return out
 
 
@@ -422,7 +460,12 @@ def _overheads(groups: list[Group], base: Costs) -> Costs:
     rows, ys = [], []
     for g in groups:
         for r in g.runs:
-            rest = round_time(g.shape, g.hw, zero, Acceptance((), "fit"), concurrency=r.concurrency, k=r.k, ctx=g.ctx).round_s * 1e3
+            rest = (
+                round_time(
+                    g.shape, g.hw, zero, Acceptance((), "fit"), concurrency=r.concurrency, k=r.k, ctx=g.ctx
+                ).round_s
+                * 1e3
+            )
             passes = 0 if r.k == 0 else (1 if g.shape.parallel_draft else r.k)
             rows.append([1.0, 1.0 if r.k > 0 else 0.0, float(passes)])
             ys.append(r.tpot_ms * r.acceptance_length - rest)
@@ -489,7 +532,10 @@ class Prediction:
     def to_json(self) -> dict[str, Any]:
         return {
             "levels": [lv.to_json() for lv in self.levels],
-            "best": [{"concurrency": b.concurrency, "num_speculative_tokens": b.k, "speedup": round(b.speedup, 4)} for b in self.best],
+            "best": [
+                {"concurrency": b.concurrency, "num_speculative_tokens": b.k, "speedup": round(b.speedup, 4)}
+                for b in self.best
+            ],
             "crossover": self.crossover,
             "schedule": self.schedule,
             "assumptions": self.assumptions,
@@ -497,7 +543,9 @@ class Prediction:
         }
 
 
-def predict(shape: Shape, hw: Hardware, costs: Costs, acc: Acceptance, *, concurrency: list[int], ks: list[int], ctx: int) -> Prediction:
+def predict(
+    shape: Shape, hw: Hardware, costs: Costs, acc: Acceptance, *, concurrency: list[int], ks: list[int], ctx: int
+) -> Prediction:
     levels = predict_levels(shape, hw, costs, acc, concurrency=concurrency, ks=ks, ctx=ctx)
     best = best_per_level(levels)
     return Prediction(levels, best, crossover(best), schedule(best), calibration={"costs": asdict(costs)})

@@ -108,7 +108,9 @@ def shape_from_resolved(r: Any) -> tuple[Shape | None, list[str]]:
         dense, expert, ne, top = real_layers / n, 0.0, 0, 0
         notes.append("layer layout not modelled (e.g. MLA or mixed layers): every layer's bytes read per step")
     else:
-        return None, ["the target's layer sizes are unknown (no formula for its layout, no headers): nothing to predict"]
+        return None, [
+            "the target's layer sizes are unknown (no formula for its layout, no headers): nothing to predict"
+        ]
     lm = _header_bytes(t, lambda name: name.endswith("lm_head.weight")) or vocab * h * db
     tp = r.profile.topology.tensor_parallel
     method = r.method
@@ -122,10 +124,23 @@ def shape_from_resolved(r: Any) -> tuple[Shape | None, list[str]]:
     dlayers = _pos((r.drafter.text if r.drafter else {}) or {}, "num_hidden_layers") or 1
     relay = tuple(s.relay_out.bytes_per_token if s.relay_out else 0 for s in plan.stages[:-1])
     shape = Shape(
-        num_layers=n, hidden_size=h, num_heads=heads, num_kv_heads=kv, head_dim=hd, act_bytes=db,
-        layer_dense_bytes=dense, expert_bytes=expert, num_experts=ne, experts_per_token=top,
-        lm_head_bytes=float(lm), drafter_bytes=drafter, drafter_layers=dlayers, parallel_draft=parallel,
-        partition=tuple(plan.partition), relay_bytes_per_token=relay, tp=tp,
+        num_layers=n,
+        hidden_size=h,
+        num_heads=heads,
+        num_kv_heads=kv,
+        head_dim=hd,
+        act_bytes=db,
+        layer_dense_bytes=dense,
+        expert_bytes=expert,
+        num_experts=ne,
+        experts_per_token=top,
+        lm_head_bytes=float(lm),
+        drafter_bytes=drafter,
+        drafter_layers=dlayers,
+        parallel_draft=parallel,
+        partition=tuple(plan.partition),
+        relay_bytes_per_token=relay,
+        tp=tp,
     )
     return shape, notes
 
@@ -167,7 +182,13 @@ CALIBRATION_SCHEMA = "ppspec-calibration/1"
 
 def shape_key(shape: Shape) -> dict[str, int]:
     """What a calibration entry must match: the model's size class and the parallel layout."""
-    return {"num_layers": shape.num_layers, "hidden_size": shape.hidden_size, "act_bytes": shape.act_bytes, "tp": shape.tp, "pp": len(shape.stages)}
+    return {
+        "num_layers": shape.num_layers,
+        "hidden_size": shape.hidden_size,
+        "act_bytes": shape.act_bytes,
+        "tp": shape.tp,
+        "pp": len(shape.stages),
+    }
 
 
 def calibration_entry(doc: Any, hardware: str, shape: Shape) -> dict[str, Any] | None:
@@ -176,7 +197,12 @@ def calibration_entry(doc: Any, hardware: str, shape: Shape) -> dict[str, Any] |
         return None
     key = shape_key(shape)
     for e in doc.get("entries") or []:
-        if isinstance(e, dict) and e.get("hardware") == hardware and e.get("shape") == key and isinstance(e.get("costs"), dict):
+        if (
+            isinstance(e, dict)
+            and e.get("hardware") == hardware
+            and e.get("shape") == key
+            and isinstance(e.get("costs"), dict)
+        ):
             return e
     return None
 
@@ -184,7 +210,9 @@ def calibration_entry(doc: Any, hardware: str, shape: Shape) -> dict[str, Any] |
 def costs_of(entry: dict[str, Any]) -> Costs:
     c = entry["costs"]
     fields = ("eff_bw", "eff_flops", "step_overhead_ms", "spec_overhead_ms", "draft_pass_overhead_ms")
-    return Costs(**{f: float(c[f]) for f in fields if isinstance(c.get(f), (int, float)) and not isinstance(c.get(f), bool)})
+    return Costs(
+        **{f: float(c[f]) for f in fields if isinstance(c.get(f), (int, float)) and not isinstance(c.get(f), bool)}
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,13 +243,21 @@ def bench_context(bench: dict[str, Any]) -> int:
     return int(s.get("input_len", 0)) + int(s.get("max_tokens", 0)) // 2
 
 
-def calibration_from_bench(bench: dict[str, Any], shape: Shape, hw: Hardware, hardware_name: str, source: str) -> dict[str, Any] | None:
+def calibration_from_bench(
+    bench: dict[str, Any], shape: Shape, hw: Hardware, hardware_name: str, source: str
+) -> dict[str, Any] | None:
     """One `ppspec-calibration/1` entry fitted on a bench record (None without usable runs)."""
     runs = measured_runs(bench)
     if not runs:
         return None
     fit = fit_costs(shape, hw, runs, ctx=bench_context(bench))
-    return {"hardware": hardware_name, "shape": shape_key(shape), "costs": asdict(fit.costs), "source": f"{source} ({len(runs)} runs)", "rms_rel_error": round(fit.rms_rel_error, 4)}
+    return {
+        "hardware": hardware_name,
+        "shape": shape_key(shape),
+        "costs": asdict(fit.costs),
+        "source": f"{source} ({len(runs)} runs)",
+        "rms_rel_error": round(fit.rms_rel_error, 4),
+    }
 
 
 def bench_calibration(bench: dict[str, Any], r: Any, source: str) -> tuple[dict[str, Any] | None, str]:
@@ -236,10 +272,16 @@ def bench_calibration(bench: dict[str, Any], r: Any, source: str) -> tuple[dict[
     name = hwtable.name_from_device(bench.get("device"))
     acc = hwtable.accelerator(name) if name else None
     if acc is None:
-        return None, f"no calibration: the device {str(bench.get('device'))[:60]!r} is not in the predictor's hardware table (planning/hardware.py)"
+        return (
+            None,
+            f"no calibration: the device {str(bench.get('device'))[:60]!r} is not in the predictor's hardware table (planning/hardware.py)",
+        )
     topo = r.profile.topology
     hw = Hardware(acc, hwtable.default_pp_link(acc, topo.nodes > 1), hwtable.LINKS[acc.intra_link])
     entry = calibration_from_bench(bench, shape, hw, name, source)
     if entry is None:
         return None, "no calibration: no run with a TPOT to fit"
-    return {"schema": CALIBRATION_SCHEMA, "entries": [entry]}, f"calibration for {name} (rms error {entry['rms_rel_error']:.1%})"
+    return {
+        "schema": CALIBRATION_SCHEMA,
+        "entries": [entry],
+    }, f"calibration for {name} (rms error {entry['rms_rel_error']:.1%})"

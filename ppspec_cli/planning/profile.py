@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ppspec_cli.io import safeio, yamlload
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import safeio, yamlload
 from ppspec_cli.knowledge import methods
 from ppspec_cli.knowledge.facts import NEWEST_SUPPORTED, parse_version
 from ppspec_cli.knowledge.methods import Method
@@ -112,7 +112,9 @@ class Drafter(_Strict):
             raise ValueError(f"method {self.method!r} uses the target's own MTP layers: remove `model`")
         if self.taps is not None:
             if not m.reads_taps:
-                raise ValueError(f"`taps` only applies to {', '.join(x.name for x in methods.REGISTRY.values() if x.reads_taps)}")
+                raise ValueError(
+                    f"`taps` only applies to {', '.join(x.name for x in methods.REGISTRY.values() if x.reads_taps)}"
+                )
             if any(t < 0 for t in self.taps):
                 raise ValueError("`taps` must be non-negative layer indices")
         return self
@@ -122,11 +124,16 @@ class Topology(_Strict):
     """How the target is split over GPUs and nodes."""
 
     tensor_parallel: int = Field(default=1, ge=1, le=1024, description="Tensor parallel size (`-tp`).")
-    pipeline_parallel: int = Field(default=1, ge=1, le=1024, description="Pipeline parallel size (`-pp`): the number of stages.")
+    pipeline_parallel: int = Field(
+        default=1, ge=1, le=1024, description="Pipeline parallel size (`-pp`): the number of stages."
+    )
     data_parallel: int = Field(default=1, ge=1, le=1024, description="Data parallel size (`-dp`).")
     nodes: int = Field(default=1, ge=1, le=4096, description="Number of nodes the engine spans.")
     gpus_per_node: int | None = Field(
-        default=None, ge=1, le=64, description="GPUs on each node. When set, `check` verifies TP x PP x DP = nodes x gpus_per_node."
+        default=None,
+        ge=1,
+        le=64,
+        description="GPUs on each node. When set, `check` verifies TP x PP x DP = nodes x gpus_per_node.",
     )
     layer_partition: list[int] | None = Field(
         default=None,
@@ -139,14 +146,20 @@ class Topology(_Strict):
 class Server(_Strict):
     """Where the OpenAI-compatible server listens."""
 
-    host: str = Field(default="127.0.0.1", description="Bind address. Anything but loopback exposes the server; set `api_key_env` then.", max_length=255)
+    host: str = Field(
+        default="127.0.0.1",
+        description="Bind address. Anything but loopback exposes the server; set `api_key_env` then.",
+        max_length=255,
+    )
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port.")
     api_key_env: str | None = Field(
         default=None,
         description="Name of the environment variable holding the API key (never the key itself: it stays out of files and logs).",
         pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
     )
-    served_model_name: str | None = Field(default=None, description="Model name the API reports (default: the profile name).", max_length=256)
+    served_model_name: str | None = Field(
+        default=None, description="Model name the API reports (default: the profile name).", max_length=256
+    )
 
     @field_validator("host", "served_model_name")
     @classmethod
@@ -160,13 +173,18 @@ class Server(_Strict):
     @classmethod
     def _host(cls, v: str) -> str:
         # serve, serve --dry-run and export read the profile here: an empty or malformed host is refused alike
-        if not (re.fullmatch(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?", v) or (":" in v and re.fullmatch(r"[0-9A-Fa-f:.]{2,45}", v))):
+        if not (
+            re.fullmatch(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?", v)
+            or (":" in v and re.fullmatch(r"[0-9A-Fa-f:.]{2,45}", v))
+        ):
             raise ValueError("must be a host name or an IP address to bind (e.g. 127.0.0.1, 0.0.0.0, ::)")
         return v
 
 
 #: SLURM's --time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or the words it takes.
-_SLURM_TIME = re.compile(r"(?:\d{1,7}(?::\d{1,2}){0,2}|\d{1,5}-\d{1,2}(?::\d{1,2}){0,2}|UNLIMITED|INFINITE|unlimited|infinite)")
+_SLURM_TIME = re.compile(
+    r"(?:\d{1,7}(?::\d{1,2}){0,2}|\d{1,5}-\d{1,2}(?::\d{1,2}){0,2}|UNLIMITED|INFINITE|unlimited|infinite)"
+)
 #: SLURM's --mem sizes: a whole number with an optional K, M, G or T suffix (0: all of the node's memory).
 _SLURM_MEM = re.compile(r"\d{1,12}[KMGT]?")
 
@@ -217,10 +235,17 @@ class Launch(_Strict):
         description="`mp`: vLLM's multiprocessing backend (multi-node via `--nnodes/--node-rank/--master-addr`, "
         "workers `--headless`). `ray`: an existing Ray cluster.",
     )
-    master_addr: str | None = Field(default=None, description="Head node address for multi-node `mp` (required when nodes > 1).", max_length=255)
+    master_addr: str | None = Field(
+        default=None, description="Head node address for multi-node `mp` (required when nodes > 1).", max_length=255
+    )
     master_port: int = Field(default=29501, ge=1, le=65535, description="Rendezvous port for multi-node `mp`.")
-    health_timeout_s: int = Field(default=900, ge=5, le=86400, description="How long `serve` waits for `/health` before giving up.")
-    slurm: SlurmJob = Field(default_factory=SlurmJob, description="Resources the job `ppspec export slurm` writes requests (time limit, CPUs, memory).")
+    health_timeout_s: int = Field(
+        default=900, ge=5, le=86400, description="How long `serve` waits for `/health` before giving up."
+    )
+    slurm: SlurmJob = Field(
+        default_factory=SlurmJob,
+        description="Resources the job `ppspec export slurm` writes requests (time limit, CPUs, memory).",
+    )
 
 
 #: The engine option that carries the KV connector: ppspec sets it from `kv_transfer`.
@@ -235,12 +260,20 @@ class RoleSpec(_Strict):
     optionally its own engine options, server and launch settings. Target, drafter, platform,
     dtype and adapter are shared by both engines."""
 
-    topology: Topology = Field(description="This engine's parallel layout (the two engines may differ, e.g. prefill PP=2, decode PP=1).")
-    engine: dict[str, Any] = Field(
-        default_factory=dict, description="Extra vLLM engine arguments for this engine only, merged over the top-level `engine:` (this one wins)."
+    topology: Topology = Field(
+        description="This engine's parallel layout (the two engines may differ, e.g. prefill PP=2, decode PP=1)."
     )
-    server: Server | None = Field(default=None, description="This engine's HTTP server (default: the top-level `server:`; the two engines need different ports on one host).")
-    launch: Launch | None = Field(default=None, description="This engine's launch settings (default: the top-level `launch:`).")
+    engine: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra vLLM engine arguments for this engine only, merged over the top-level `engine:` (this one wins).",
+    )
+    server: Server | None = Field(
+        default=None,
+        description="This engine's HTTP server (default: the top-level `server:`; the two engines need different ports on one host).",
+    )
+    launch: Launch | None = Field(
+        default=None, description="This engine's launch settings (default: the top-level `launch:`)."
+    )
 
 
 class KvTransfer(_Strict):
@@ -252,7 +285,8 @@ class KvTransfer(_Strict):
         pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$",
     )
     extra_config: dict[str, Any] = Field(
-        default_factory=dict, description="`kv_connector_extra_config` passed to both engines (e.g. `shared_storage_path` for ExampleConnector)."
+        default_factory=dict,
+        description="`kv_connector_extra_config` passed to both engines (e.g. `shared_storage_path` for ExampleConnector).",
     )
     options: dict[str, Any] = Field(
         default_factory=dict,
@@ -272,8 +306,15 @@ class KvTransfer(_Strict):
 class VerifyDefaults(_Strict):
     """What `ppspec verify PROFILE` measures when its options do not say (its options win)."""
 
-    num_prompts: int | None = Field(default=None, ge=1, le=1 << 16, description="Send only the first N prompts of the built-in set. Default: all of them.")
-    max_tokens: int | None = Field(default=None, ge=1, le=1 << 16, description="Tokens generated per prompt (greedy). Default: 128.")
+    num_prompts: int | None = Field(
+        default=None,
+        ge=1,
+        le=1 << 16,
+        description="Send only the first N prompts of the built-in set. Default: all of them.",
+    )
+    max_tokens: int | None = Field(
+        default=None, ge=1, le=1 << 16, description="Tokens generated per prompt (greedy). Default: 128."
+    )
 
 
 class Trust(_Strict):
@@ -296,10 +337,14 @@ class Trust(_Strict):
 class Profile(_Strict):
     """A ppspec profile."""
 
-    name: str = Field(description="Profile name (letters, digits, `.`, `_`, `-`).", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    name: str = Field(
+        description="Profile name (letters, digits, `.`, `_`, `-`).", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+    )
     description: str | None = Field(default=None, description="Free text.", max_length=4096)
     target: ModelRef = Field(description="The target model.")
-    drafter: Drafter | None = Field(default=None, description="The drafter. Omit to serve without speculative decoding.")
+    drafter: Drafter | None = Field(
+        default=None, description="The drafter. Omit to serve without speculative decoding."
+    )
     topology: Topology = Field(default_factory=Topology, description="Parallel layout.")
     platform: Literal["auto", "cuda", "rocm", "cpu"] = Field(
         default="auto",
@@ -319,40 +364,64 @@ class Profile(_Strict):
         description="Adapter pack: `auto` (chosen from the target and drafter architectures), `none`, or a pack name (`ppspec adapters list`).",
         pattern=r"^[A-Za-z0-9_.-]{1,64}$",
     )
-    dtype: str | None = Field(default=None, description="Weights/activation dtype passed to vLLM (`--dtype`). Default: the checkpoint's.", max_length=32)
-    trust_remote_code: bool = Field(default=False, description="Allow the checkpoint's own Python code to run. Off unless you need it.")
+    dtype: str | None = Field(
+        default=None,
+        description="Weights/activation dtype passed to vLLM (`--dtype`). Default: the checkpoint's.",
+        max_length=32,
+    )
+    trust_remote_code: bool = Field(
+        default=False, description="Allow the checkpoint's own Python code to run. Off unless you need it."
+    )
     server: Server = Field(default_factory=Server, description="HTTP server settings.")
     launch: Launch = Field(default_factory=Launch, description="Process launch settings.")
     engine: dict[str, Any] = Field(
         default_factory=dict,
         description="Extra vLLM engine arguments, long flag names without `--` (e.g. `max-model-len: 4096`), passed through.",
     )
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for the engine processes.")
-    trust: Trust = Field(default_factory=Trust, description="What you acknowledge this profile makes the engine do beyond serving the checkpoint: run code, read paths, reach endpoints (docs/security.md).")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment variables for the engine processes."
+    )
+    trust: Trust = Field(
+        default_factory=Trust,
+        description="What you acknowledge this profile makes the engine do beyond serving the checkpoint: run code, read paths, reach endpoints (docs/security.md).",
+    )
     roles: dict[Role, RoleSpec] | None = Field(
         default=None,
         description="Disaggregated prefill/decode: one engine per role (`prefill`, `decode`), each with its own topology. "
         "Target and drafter are shared. Needs `kv_transfer`; the top-level `topology` is then not used. "
         "`ppspec plan` shows both engines side by side; `ppspec serve PROFILE --role prefill|decode` starts one.",
     )
-    kv_transfer: KvTransfer | None = Field(default=None, description="The KV connector between the prefill and decode engines (with `roles`).")
-    verify: VerifyDefaults = Field(default_factory=VerifyDefaults, description="Defaults for `ppspec verify` on this profile's server (e.g. a short run for a tiny demo).")
+    kv_transfer: KvTransfer | None = Field(
+        default=None, description="The KV connector between the prefill and decode engines (with `roles`)."
+    )
+    verify: VerifyDefaults = Field(
+        default_factory=VerifyDefaults,
+        description="Defaults for `ppspec verify` on this profile's server (e.g. a short run for a tiny demo).",
+    )
 
     @model_validator(mode="after")
     def _roles(self) -> "Profile":
         if self.roles is None and self.kv_transfer is None:
             return self
         if self.roles is None or set(self.roles) != set(ROLES):
-            raise ValueError("a disaggregated profile needs `roles` with both `prefill` and `decode`, and `kv_transfer`")
+            raise ValueError(
+                "a disaggregated profile needs `roles` with both `prefill` and `decode`, and `kv_transfer`"
+            )
         if self.kv_transfer is None:
             raise ValueError("`roles` needs `kv_transfer` (the KV connector between the two engines)")
         for where, eng in (("engine", self.engine), *((f"roles.{r}.engine", s.engine) for r, s in self.roles.items())):
             # every spelling vLLM's parser reads as it: `kv_transfer_config`, an abbreviation
             # (`kv-transfer`), a dotted key (`kv-transfer-config.kv_connector`)
-            if any(read_option(k).flag == KV_FLAG or str(k).strip().lstrip("-").replace("_", "-").split(".", 1)[0] == KV_FLAG for k in eng):
+            if any(
+                read_option(k).flag == KV_FLAG
+                or str(k).strip().lstrip("-").replace("_", "-").split(".", 1)[0] == KV_FLAG
+                for k in eng
+            ):
                 raise ValueError(f"`{where}.{KV_FLAG}`: ppspec sets it for each engine from `kv_transfer`")
         if "topology" in self.model_fields_set:
-            raise ValueError("with `roles`, each role has its own topology: move the top-level `topology` under roles.prefill / roles.decode")
+            raise ValueError(
+                "with `roles`, each role has its own topology: move the top-level `topology` under roles.prefill / roles.decode"
+            )
         return self
 
     @property
@@ -463,7 +532,11 @@ def _line_index(text: str, source: str = "<profile>") -> dict[tuple, int]:
                 fix="write the values out; a profile needs no aliases",
             ) from None
         except RecursionError:
-            raise PpspecError("the profile nests too deeply", where=source, fix="a profile is a flat YAML file; check you passed the right file") from None
+            raise PpspecError(
+                "the profile nests too deeply",
+                where=source,
+                fix="a profile is a flat YAML file; check you passed the right file",
+            ) from None
     return lines
 
 
@@ -478,20 +551,36 @@ def parse_profile(text: str, source: str = "<profile>") -> Profile:
     """Parse profile YAML text. Raises PpspecError with the key, its line, and the fix."""
     if len(text.encode("utf-8", "replace")) > MAX_PROFILE_BYTES:
         raise PpspecError(
-            f"profile is larger than {MAX_PROFILE_BYTES // 1024} KiB", where=source, fix="a profile is a short YAML file; check you passed the right file"
+            f"profile is larger than {MAX_PROFILE_BYTES // 1024} KiB",
+            where=source,
+            fix="a profile is a short YAML file; check you passed the right file",
         )
     try:
-        data = yamlload.load(text, what="the profile", source=source, max_nodes=MAX_PROFILE_NODES, max_bytes=MAX_PROFILE_EXPANDED_BYTES)
+        data = yamlload.load(
+            text, what="the profile", source=source, max_nodes=MAX_PROFILE_NODES, max_bytes=MAX_PROFILE_EXPANDED_BYTES
+        )
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise PpspecError(f"the profile is not valid YAML: {problem}", where=where, fix="fix the YAML syntax at that line (indentation, a missing ':' or quote)") from None
+        raise PpspecError(
+            f"the profile is not valid YAML: {problem}",
+            where=where,
+            fix="fix the YAML syntax at that line (indentation, a missing ':' or quote)",
+        ) from None
     except RecursionError:
-        raise PpspecError("the profile nests too deeply", where=source, fix="a profile is a flat YAML file; check you passed the right file") from None
+        raise PpspecError(
+            "the profile nests too deeply",
+            where=source,
+            fix="a profile is a flat YAML file; check you passed the right file",
+        ) from None
     lines = _line_index(text, source)
     if data is None:
-        raise PpspecError("the profile is empty", where=source, fix="start from one of the files in profiles/ (e.g. profiles/tiny_cpu_demo.yaml)")
+        raise PpspecError(
+            "the profile is empty",
+            where=source,
+            fix="start from one of the files in profiles/ (e.g. profiles/tiny_cpu_demo.yaml)",
+        )
     if not isinstance(data, dict):
         raise PpspecError(
             f"the profile must be a YAML mapping of keys to values, got a {type(data).__name__}",
@@ -500,7 +589,9 @@ def parse_profile(text: str, source: str = "<profile>") -> Profile:
         )
     for k in data:
         if not isinstance(k, str):
-            raise PpspecError(f"profile keys must be strings, got {k!r}", where=source, fix="quote the key or remove it")
+            raise PpspecError(
+                f"profile keys must be strings, got {k!r}", where=source, fix="quote the key or remove it"
+            )
     try:
         return Profile.model_validate(data)
     except ValidationError as e:
@@ -529,12 +620,19 @@ def parse_profile(text: str, source: str = "<profile>") -> Profile:
                 hint = "see docs/profile-reference.md for the allowed values"
             msgs.append((f"line {line}: " if line else "") + msg + f" — {hint}")
         where = f"{source}:{first_line}" if first_line else source
-        what = "invalid profile: " + "; ".join(msgs) if len(msgs) == 1 else "invalid profile:\n    " + "\n    ".join(msgs)
+        what = (
+            "invalid profile: " + "; ".join(msgs) if len(msgs) == 1 else "invalid profile:\n    " + "\n    ".join(msgs)
+        )
         raise PpspecError(what, where=where, fix="edit the profile as described above") from None
 
 
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile file."""
     p = Path(path)
-    text = safeio.read_text(p, limit=MAX_PROFILE_BYTES, what="profile file", fix="pass a profile YAML file (UTF-8, a few KiB); ready profiles are in profiles/")
+    text = safeio.read_text(
+        p,
+        limit=MAX_PROFILE_BYTES,
+        what="profile file",
+        fix="pass a profile YAML file (UTF-8, a few KiB); ready profiles are in profiles/",
+    )
     return parse_profile(text, source=str(p))

@@ -9,13 +9,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from ppspec_cli.knowledge import archtable, facts, methods
 from ppspec_cli.checkpoint.reader import Checkpoint, load_checkpoint, speculators_view
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.knowledge import archtable, facts, methods
 from ppspec_cli.knowledge.engine import VllmInstall, installed_vllm
 from ppspec_cli.knowledge.packs import Pack, Support, resolve_pack
 from ppspec_cli.knowledge.versions import VersionVerdict, verdict
-from ppspec_cli.planning.plan import EngineTaps, Plan, Runner, TapSource, WeightBytes, build_plan, default_taps, normalize_taps, trained_taps, v1_taps_from_config, v2_taps_from_config
+from ppspec_cli.planning.plan import (
+    EngineTaps,
+    Plan,
+    Runner,
+    TapSource,
+    WeightBytes,
+    build_plan,
+    default_taps,
+    normalize_taps,
+    trained_taps,
+    v1_taps_from_config,
+    v2_taps_from_config,
+)
 from ppspec_cli.planning.profile import Profile
 
 
@@ -33,7 +45,9 @@ class Resolved:
     runner: Runner = "v2"
     engine_version: str = facts.NEWEST_SUPPORTED  # the vLLM version the verdict is for
     engine_version_source: str = "newest supported release"
-    version_verdict: VersionVerdict | None = None  # verified, or whose facts are carried forward (knowledge/versions.py)
+    version_verdict: VersionVerdict | None = (
+        None  # verified, or whose facts are carried forward (knowledge/versions.py)
+    )
     declared_engine_version: str | None = None  # the profile's engine_version when the installed vLLM overrules it
     pack: Pack | None = None  # the pack whose patches the engine gets (None: `adapter: none` or nothing matches)
     pack_error: PpspecError | None = None
@@ -43,7 +57,9 @@ class Resolved:
     trained: TapSource | None = None  # what the drafter was trained on
     taps_error: str | None = None  # the drafter config's tap ids are malformed (not a list of ints)
     plan: Plan | None = None
-    arch_table: archtable.ArchTable | None = None  # vLLM's facts for every registered architecture (knowledge/archtable.pick)
+    arch_table: archtable.ArchTable | None = (
+        None  # vLLM's facts for every registered architecture (knowledge/archtable.pick)
+    )
 
     @property
     def target_arch(self) -> str | None:
@@ -110,7 +126,9 @@ class Resolved:
         if s is not None and s.status == "patched":  # a pack's patch changes what vLLM does: it overrides the table
             if s.pack not in applied:
                 how = "adapter: none" if self.profile.adapter == "none" else f"adapter: {self.profile.adapter}"
-                return Support(capability, "unsupported", f"{s.reason}, but {how} does not apply the {s.pack} pack", s.pack)
+                return Support(
+                    capability, "unsupported", f"{s.reason}, but {how} does not apply the {s.pack} pack", s.pack
+                )
             return s
         got = archtable.table_support(self.arch_table, self.target_arch, capability, self.platform, self.arch_facts())
         if s is not None and got is not None and s.status == got[0]:
@@ -121,12 +139,24 @@ class Resolved:
             return s
         arch = ", ".join(self.target.architectures) if self.target and self.target.architectures else "this target"
         if self.arch_table is not None and self.target_arch and not self.arch_table.registers(self.target_arch):
-            return Support(capability, "unknown", f"vLLM {self.arch_table.version} does not register {arch} (remote code or a fork's class) and no adapter pack describes it")
+            return Support(
+                capability,
+                "unknown",
+                f"vLLM {self.arch_table.version} does not register {arch} (remote code or a fork's class) and no adapter pack describes it",
+            )
         if self.arch_table is None:
-            return Support(capability, "unknown", f"no table of vLLM {self.facts_version}'s architectures and no installed engine; no adapter pack describes {arch}")
+            return Support(
+                capability,
+                "unknown",
+                f"no table of vLLM {self.facts_version}'s architectures and no installed engine; no adapter pack describes {arch}",
+            )
         t = self.arch_facts() or {}
         why = t.get("relay_why" if capability == "aux_relay_over_pp" else "embed_why")
-        return Support(capability, "unknown", f"vLLM {self.arch_table.version}'s source does not decide it for {arch} statically{f' ({why})' if why else ''}, and no adapter pack describes it (`ppspec adapters list`)")
+        return Support(
+            capability,
+            "unknown",
+            f"vLLM {self.arch_table.version}'s source does not decide it for {arch} statically{f' ({why})' if why else ''}, and no adapter pack describes it (`ppspec adapters list`)",
+        )
 
 
 def _resolve_pack(r: Resolved) -> None:
@@ -158,7 +188,11 @@ def _engine_version(r: Resolved) -> None:
         r.engine_version, r.engine_version_source = r.profile.engine_version, "profile engine_version"
     else:
         r.engine_version = facts.NEWEST_SUPPORTED
-        why = "vLLM is not installed here" if r.installed is None else f"the {r.installed.distribution} installed here serves {r.installed.platform}, not {r.platform}"
+        why = (
+            "vLLM is not installed here"
+            if r.installed is None
+            else f"the {r.installed.distribution} installed here serves {r.installed.platform}, not {r.platform}"
+        )
         r.engine_version_source = f"newest supported release ({why}; set engine_version to check another)"
     r.version_verdict = verdict(r.engine_version)
 
@@ -234,7 +268,11 @@ def needed_behaviours(r: Resolved) -> list[dict[str, Any]]:
     if r.runner == "v2" and r.uses_taps:
         out.append({"behaviour": "aux_relay_over_pp", "arch": arch, "decoder": ref})
     names = r.drafter.tensor_names() if r.drafter is not None else None
-    if r.method in facts.TARGET_EMBED_METHODS and names is not None and not any(x.endswith("embed_tokens.weight") for x in names):
+    if (
+        r.method in facts.TARGET_EMBED_METHODS
+        and names is not None
+        and not any(x.endswith("embed_tokens.weight") for x in names)
+    ):
         out.append({"behaviour": "target_embed_on_last_stage", "arch": arch, "decoder": ref})
     return out
 
@@ -304,15 +342,25 @@ def _index_weights(target: Checkpoint, n: int) -> tuple[list[int], int | None, i
     v, h, b = target.vocab_size, target.hidden_size, target.dtype_bytes
     embed_b = v * h * b if v and h and b and any(k.endswith("embed_tokens.weight") for k in names) else None
     if embed_b is None:
-        return [target.index_total_size // n] * n, None, None, (
-            "memory per stage is approximate: the index's total size spread evenly over the layers (headers not read; "
-            "the embedding's size is unknown, so it is spread too)"
+        return (
+            [target.index_total_size // n] * n,
+            None,
+            None,
+            (
+                "memory per stage is approximate: the index's total size spread evenly over the layers (headers not read; "
+                "the embedding's size is unknown, so it is spread too)"
+            ),
         )
     stored = embed_b * (2 if any(k.endswith("lm_head.weight") for k in names) else 1)
     body = max(0, target.index_total_size - stored)
-    return [body // n] * n, embed_b, embed_b, (
-        "memory per stage is approximate (headers not read): the embedding and lm_head are vocab x hidden x the config's dtype "
-        "each, the rest of the index's total is spread evenly over the layers (MTP layers or towers in it included)"
+    return (
+        [body // n] * n,
+        embed_b,
+        embed_b,
+        (
+            "memory per stage is approximate (headers not read): the embedding and lm_head are vocab x hidden x the config's dtype "
+            "each, the rest of the index's total is spread evenly over the layers (MTP layers or towers in it included)"
+        ),
     )
 
 
@@ -323,7 +371,11 @@ def _counted_note(method: str | None, needs_embed: bool, drafter_b: int | None, 
         last.append("the target embedding copy the drafter reads")
     if method and drafter_b is not None:
         last.append(f"the drafter ({drafter_src})")
-    tail = "" if not method or drafter_b is not None else "; the drafter is not counted (its size is unknown here: no headers or index read)"
+    tail = (
+        ""
+        if not method or drafter_b is not None
+        else "; the drafter is not counted (its size is unknown here: no headers or index read)"
+    )
     return f"weights: the last stage counts {', '.join(last)}{tail}; never counted: KV cache, activations, CUDA graphs, the runtime"
 
 
@@ -348,8 +400,10 @@ def _target_weights(target: Checkpoint, n: int, tf) -> tuple[list[int] | None, i
         est = estimate(tf.weight_layout if tf is not None else None, target.text, target.dtype_bytes)
         if est is not None:
             lw, embed_b, lm_b = est
-            notes.append("memory per stage is estimated from config.json (no index or safetensors headers here): attention + MLP per layer, "
-                         "embedding and lm_head, in the config's dtype")
+            notes.append(
+                "memory per stage is estimated from config.json (no index or safetensors headers here): attention + MLP per layer, "
+                "embedding and lm_head, in the config's dtype"
+            )
     return lw, embed_b, lm_b, notes
 
 
@@ -365,12 +419,26 @@ def resolve(
     base = Path(profile_path).resolve().parent if profile_path else None
     r = Resolved(profile=profile, profile_path=profile_path, target=None, drafter=None)
     try:
-        r.target = load_checkpoint(profile.target.model, profile.target.revision, offline=offline, base_dir=base, read_headers=read_headers, progress=progress)
+        r.target = load_checkpoint(
+            profile.target.model,
+            profile.target.revision,
+            offline=offline,
+            base_dir=base,
+            read_headers=read_headers,
+            progress=progress,
+        )
     except PpspecError as e:
         r.load_errors["target"] = e
     if profile.drafter and profile.drafter.model:
         try:
-            r.drafter = load_checkpoint(profile.drafter.model, profile.drafter.revision, offline=offline, base_dir=base, read_headers=read_headers, progress=progress)
+            r.drafter = load_checkpoint(
+                profile.drafter.model,
+                profile.drafter.revision,
+                offline=offline,
+                base_dir=base,
+                read_headers=read_headers,
+                progress=progress,
+            )
         except PpspecError as e:
             r.load_errors["drafter"] = e
     if r.drafter and r.drafter.config:
@@ -416,7 +484,9 @@ def resolve(
         if r.drafter is not None and r.drafter.tensor_names() is not None:
             drafter_has_embed = any(x.endswith("embed_tokens.weight") for x in r.drafter.tensor_names() or ())
         embed_cap = m.target_embed_capability if m is not None else None
-        needs_embed = r.pp > 1 and m is not None and (m.needs_target_embed or (embed_cap is not None and r.support(embed_cap).ok))
+        needs_embed = (
+            r.pp > 1 and m is not None and (m.needs_target_embed or (embed_cap is not None and r.support(embed_cap).ok))
+        )
         lw, embed_b, lm_b, notes = _target_weights(r.target, n, tf)
         drafter_b, drafter_src = None, ""
         if r.drafter is not None and r.drafter.tensors:
@@ -429,7 +499,9 @@ def resolve(
             notes.append("the drafter has no embed_tokens: it shares the target's embedding")
         if embed_cap is not None and needs_embed:
             s = r.support(embed_cap)
-            notes.append(f"with {method} under PP the last stage builds a real target embedding (vLLM {r.engine_version}: {s.reason}); its memory is counted there")
+            notes.append(
+                f"with {method} under PP the last stage builds a real target embedding (vLLM {r.engine_version}: {s.reason}); its memory is counted there"
+            )
         r.plan = build_plan(
             num_layers=n,
             pp=r.pp,

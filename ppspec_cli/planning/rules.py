@@ -12,10 +12,10 @@ from typing import Callable, Iterator
 from ppspec_cli.findings import Finding, Severity, by_severity, finding, guard
 from ppspec_cli.findings.registry import gap_severity
 from ppspec_cli.io import env as env_io
-from ppspec_cli.planning import drafter_contract, schedule
 from ppspec_cli.knowledge import archtable, facts, methods, packs
 from ppspec_cli.knowledge.packs import PLATFORMS, in_range, load_pack_module
 from ppspec_cli.knowledge.versions import settle_command, verified_text
+from ppspec_cli.planning import drafter_contract, schedule
 from ppspec_cli.planning.plan import default_partition, default_taps, nested_readings
 from ppspec_cli.planning.resolve import Resolved, drafter_facts, mtp_layers
 
@@ -52,22 +52,46 @@ def _pack_rules(r: Resolved) -> Iterator[Finding]:
     if r.family is None:
         return
     for part in r.family.parts:
-        if part.rules_path is None or part.is_drafter_pack:  # a drafter pack's rules read a DrafterView (drafter-contract rule)
+        if (
+            part.rules_path is None or part.is_drafter_pack
+        ):  # a drafter pack's rules read a DrafterView (drafter-contract rule)
             continue
         try:
             pack_rules = list(load_pack_module(part.name, "rules", part.rules_path).get_rules())
         except Exception as e:  # noqa: BLE001 - a broken pack must not break check
-            yield _f("pack-rule-failed", "warning", "adapter", f"pack {part.name}: its rules ({part.rules_path.name}) cannot be loaded: {type(e).__name__}: {e}", "fix the pack, or report it to its author")
+            yield _f(
+                "pack-rule-failed",
+                "warning",
+                "adapter",
+                f"pack {part.name}: its rules ({part.rules_path.name}) cannot be loaded: {type(e).__name__}: {e}",
+                "fix the pack, or report it to its author",
+            )
             continue
         for name, fn in pack_rules:
             got: list = []
-            with guard(got, f"pack {part.name}: rule {name!r}", code="pack-rule-failed", field="adapter", fix="report this to the pack's author"):
+            with guard(
+                got,
+                f"pack {part.name}: rule {name!r}",
+                code="pack-rule-failed",
+                field="adapter",
+                fix="report this to the pack's author",
+            ):
                 got = list(fn(r))
             for f in got:
-                if isinstance(f, Finding) and f.code.startswith(f"{part.name}-") and f.severity in ("error", "warning", "info"):
+                if (
+                    isinstance(f, Finding)
+                    and f.code.startswith(f"{part.name}-")
+                    and f.severity in ("error", "warning", "info")
+                ):
                     yield f
                 else:
-                    yield _f("pack-rule-failed", "warning", "adapter", f"pack {part.name}: rule {name!r} produced {f!r}, not a Finding whose code starts with '{part.name}-'", "report this to the pack's author")
+                    yield _f(
+                        "pack-rule-failed",
+                        "warning",
+                        "adapter",
+                        f"pack {part.name}: rule {name!r} produced {f!r}, not a Finding whose code starts with '{part.name}-'",
+                        "report this to the pack's author",
+                    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -109,11 +133,29 @@ def checkpoint_metadata(r: Resolved) -> Iterator[Finding]:
 def partition_findings(lp: list[int], n: int | None, pp: int) -> Iterator[Finding]:
     """What vLLM refuses at engine start about a layer partition (its get_pp_indices rules)."""
     if len(lp) != pp:
-        yield _f("partition-length", "error", "topology.layer_partition", f"layer_partition has {len(lp)} entries but pipeline_parallel is {pp}", "give exactly one layer count per stage")
+        yield _f(
+            "partition-length",
+            "error",
+            "topology.layer_partition",
+            f"layer_partition has {len(lp)} entries but pipeline_parallel is {pp}",
+            "give exactly one layer count per stage",
+        )
     if any(x <= 0 for x in lp):
-        yield _f("partition-empty-stage", "error", "topology.layer_partition", f"layer_partition {lp} has a stage with no layers", "give every stage at least one layer")
+        yield _f(
+            "partition-empty-stage",
+            "error",
+            "topology.layer_partition",
+            f"layer_partition {lp} has a stage with no layers",
+            "give every stage at least one layer",
+        )
     if n is not None and sum(lp) != n:
-        yield _f("partition-sum", "error", "topology.layer_partition", f"layer_partition {lp} sums to {sum(lp)} but the target has {n} layers", f"make the entries sum to {n} (vLLM refuses otherwise at engine start)")
+        yield _f(
+            "partition-sum",
+            "error",
+            "topology.layer_partition",
+            f"layer_partition {lp} sums to {sum(lp)} but the target has {n} layers",
+            f"make the entries sum to {n} (vLLM refuses otherwise at engine start)",
+        )
 
 
 def node_network_here(r: Resolved) -> Iterator[Finding]:
@@ -180,7 +222,9 @@ def _head_view(head: str):
     from ppspec_cli.io import netinfo
 
     addrs = netinfo.resolve(head) or []
-    here = bool(addrs) and all(netinfo.is_loopback(a) or ((rt := netinfo.route_to(a)) is not None and rt.local) for a in addrs)
+    here = bool(addrs) and all(
+        netinfo.is_loopback(a) or ((rt := netinfo.route_to(a)) is not None and rt.local) for a in addrs
+    )
     return netinfo.pick(head, is_head=here)
 
 
@@ -198,7 +242,13 @@ def topology(r: Resolved) -> Iterator[Finding]:
             "make the products equal (vLLM uses every GPU it is given, one rank each)",
         )
     if t.nodes > 1 and world % t.nodes:
-        yield _f("topology-node-split", "error", "topology.nodes", f"{world} ranks cannot be spread evenly over {t.nodes} nodes", "choose nodes that divide TP x PP x DP")
+        yield _f(
+            "topology-node-split",
+            "error",
+            "topology.nodes",
+            f"{world} ranks cannot be spread evenly over {t.nodes} nodes",
+            "choose nodes that divide TP x PP x DP",
+        )
     if t.nodes > 1 and t.tensor_parallel > (world // t.nodes):
         yield _f(
             "topology-tp-across-nodes",
@@ -245,7 +295,13 @@ def topology(r: Resolved) -> Iterator[Finding]:
     elif n is not None and pp > 1:
         parts = default_partition(n, pp)
         if min(parts) <= 0:
-            yield _f("partition-empty-stage", "error", "topology.pipeline_parallel", f"{n} layers over {pp} stages leaves a stage without layers ({parts})", "lower pipeline_parallel")
+            yield _f(
+                "partition-empty-stage",
+                "error",
+                "topology.pipeline_parallel",
+                f"{n} layers over {pp} stages leaves a stage without layers ({parts})",
+                "lower pipeline_parallel",
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,10 +316,18 @@ def drafter(r: Resolved) -> Iterator[Finding]:
     m = methods.get(d.method)
     tp = r.profile.topology.tensor_parallel
     if d.tensor_parallel is not None and d.tensor_parallel not in (1, tp):
-        yield _f("draft-tp", "error", "drafter.tensor_parallel", f"draft tensor parallel {d.tensor_parallel} is neither 1 nor the target's TP ({tp})", f"set drafter.tensor_parallel to 1 or {tp}")
+        yield _f(
+            "draft-tp",
+            "error",
+            "drafter.tensor_parallel",
+            f"draft tensor parallel {d.tensor_parallel} is neither 1 nor the target's TP ({tp})",
+            f"set drafter.tensor_parallel to 1 or {tp}",
+        )
     view = r.drafter_view
     if view is not None:
-        built_for = facts.method_of_drafter_config(view if "speculators_config" not in (r.drafter.config or {}) else r.drafter.config)
+        built_for = facts.method_of_drafter_config(
+            view if "speculators_config" not in (r.drafter.config or {}) else r.drafter.config
+        )
         if built_for is not None and built_for != d.method:
             yield _f(
                 "method-mismatch",
@@ -285,7 +349,13 @@ def drafter(r: Resolved) -> Iterator[Finding]:
             tf = r.target_pack
             keys = " / ".join(f"`{k}`" for k in (tf.facts.mtp_layers.keys if tf else facts.DEFAULT_MTP_LAYER_KEYS))
             whose = f"the {tf.name} pack's key" if tf else "the usual keys"
-            yield _f(f"{m.name}-no-layers", "error", "drafter.method", f"method {m.name} needs MTP layers in the target, but its config sets none of {whose} {keys} ({r.target.architectures})", "use a target with MTP heads, or an external drafter")
+            yield _f(
+                f"{m.name}-no-layers",
+                "error",
+                "drafter.method",
+                f"method {m.name} needs MTP layers in the target, but its config sets none of {whose} {keys} ({r.target.architectures})",
+                "use a target with MTP heads, or an external drafter",
+            )
     if m.numbering == "pp-local" and r.pp > 1 and r.plan is not None and r.plan.draft_layer_numbering == "pp-local":
         yield _f(
             "eagle1-pp-local-ids",
@@ -329,19 +399,49 @@ def shapes(r: Resolved) -> Iterator[Finding]:
     pack_vocab = r.version is not None and drafter_contract.judges_vocabulary(d.method, view, r.version)
     dh = next((view[k] for k in m.hidden_size_keys if isinstance(view.get(k), int)), None)
     if th is not None and dh is not None and dh != th:
-        yield _f("hidden-size-mismatch", "error", "drafter.model", f"the drafter expects target hidden size {dh}, the target has {th}", "use the drafter trained for this target")
+        yield _f(
+            "hidden-size-mismatch",
+            "error",
+            "drafter.model",
+            f"the drafter expects target hidden size {dh}, the target has {th}",
+            "use the drafter trained for this target",
+        )
     dv = view.get("vocab_size") if isinstance(view.get("vocab_size"), int) else None
     if tv is not None and dv is not None and dv != tv and not (pack_vocab and dv > tv):
-        yield _f("vocab-mismatch", "error", "drafter.model", f"drafter vocab_size {dv} differs from the target's {tv}", "use a drafter trained with the target's tokenizer")
+        yield _f(
+            "vocab-mismatch",
+            "error",
+            "drafter.model",
+            f"drafter vocab_size {dv} differs from the target's {tv}",
+            "use a drafter trained with the target's tokenizer",
+        )
     dvs = view.get("draft_vocab_size")
     names = r.drafter.tensor_names()
     if isinstance(dvs, int) and tv is not None and dvs > tv and not pack_vocab:
-        yield _f("draft-vocab-larger", "error", "drafter.model", f"the drafter's draft vocabulary ({dvs}) is larger than the target's ({tv}): draft ids beyond the target's vocabulary map to no target token", "use the drafter trained for this target's tokenizer")
+        yield _f(
+            "draft-vocab-larger",
+            "error",
+            "drafter.model",
+            f"the drafter's draft vocabulary ({dvs}) is larger than the target's ({tv}): draft ids beyond the target's vocabulary map to no target token",
+            "use the drafter trained for this target's tokenizer",
+        )
     elif isinstance(dvs, int) and tv is not None and dvs != tv and not pack_vocab:
         if names is None:
-            yield _f("d2t-not-checked", "info", "drafter.model", f"draft vocabulary {dvs} {'<' if dvs < tv else '>'} target vocabulary {tv}: needs a `d2t` mapping tensor; not checked (weights not read)", "")
+            yield _f(
+                "d2t-not-checked",
+                "info",
+                "drafter.model",
+                f"draft vocabulary {dvs} {'<' if dvs < tv else '>'} target vocabulary {tv}: needs a `d2t` mapping tensor; not checked (weights not read)",
+                "",
+            )
         elif "d2t" not in names:
-            yield _f("d2t-missing", "error", "drafter.model", f"draft vocabulary {dvs} differs from the target's {tv} but the drafter has no `d2t` tensor to map draft ids to target ids", "use a drafter checkpoint that includes d2t")
+            yield _f(
+                "d2t-missing",
+                "error",
+                "drafter.model",
+                f"draft vocabulary {dvs} differs from the target's {tv} but the drafter has no `d2t` tensor to map draft ids to target ids",
+                "use a drafter checkpoint that includes d2t",
+            )
     # fc width vs number of taps
     fc = None
     if r.drafter.tensors is not None:
@@ -371,14 +471,22 @@ def _fc_width_built(r: Resolved, fc) -> Iterator[Finding]:
     built = methods.get(d.method).built_fc_taps(view, packs.drafter_classes())
     if built is None:
         return
-    hidden = view.get("target_hidden_size") if isinstance(view.get("target_hidden_size"), int) else view.get("hidden_size")
+    hidden = (
+        view.get("target_hidden_size") if isinstance(view.get("target_hidden_size"), int) else view.get("hidden_size")
+    )
     hidden = hidden if isinstance(hidden, int) and not isinstance(hidden, bool) and hidden > 0 else None
     width = f" ({built.taps} x {hidden} = {built.taps * hidden})" if hidden else ""
     who = f"vLLM {r.engine_version}'s {built.served_class} builds its fc for {built.taps} taps{width}, from {built.source}"
     fix = f"add `num_aux_hidden_states: N` (N = the taps it was trained on) to the drafter's config.json: {built.served_class} reads it first"
     if fc is not None and len(fc.shape) == 2 and hidden and fc.shape[1] != built.taps * hidden:
         k = f" = {fc.shape[1] // hidden} x {hidden}" if fc.shape[1] % hidden == 0 else ""
-        yield _f("fc-width-built", "error", "drafter.model", f"{who}, but the checkpoint's fc.weight is {list(fc.shape)} ({fc.shape[1]}{k}): loading the drafter fails on the shape", fix)
+        yield _f(
+            "fc-width-built",
+            "error",
+            "drafter.model",
+            f"{who}, but the checkpoint's fc.weight is {list(fc.shape)} ({fc.shape[1]}{k}): loading the drafter fails on the shape",
+            fix,
+        )
         return
     n = len(r.plan.taps)
     if n and n != built.taps:
@@ -413,12 +521,30 @@ def taps(r: Resolved) -> Iterator[Finding]:
     where = "drafter.taps" if pinned else "drafter.model"
     if raw:
         if list(raw) != sorted(raw):
-            yield _f("taps-unsorted", "warning", where, f"tap ids {list(raw)} are not sorted: vLLM sorts them, so the drafter's fc sees them in another order than written", "check the order the drafter was trained with")
+            yield _f(
+                "taps-unsorted",
+                "warning",
+                where,
+                f"tap ids {list(raw)} are not sorted: vLLM sorts them, so the drafter's fc sees them in another order than written",
+                "check the order the drafter was trained with",
+            )
         if len(set(raw)) != len(raw):
-            yield _f("taps-duplicate", "warning", where, f"tap ids {list(raw)} repeat a layer: vLLM de-duplicates them, so fewer taps reach the drafter than its config lists", "remove the duplicate")
+            yield _f(
+                "taps-duplicate",
+                "warning",
+                where,
+                f"tap ids {list(raw)} repeat a layer: vLLM de-duplicates them, so fewer taps reach the drafter than its config lists",
+                "remove the duplicate",
+            )
     bad = [t for t in p.taps if t < 0 or t > n]
     if bad:
-        yield _f("taps-out-of-range", "error", where, f"taps {bad} are outside 0..{n} (the target has {n} layers; tap L = output of layer L-1)", f"use taps between 0 and {n}")
+        yield _f(
+            "taps-out-of-range",
+            "error",
+            where,
+            f"taps {bad} are outside 0..{n} (the target has {n} layers; tap L = output of layer L-1)",
+            f"use taps between 0 and {n}",
+        )
     trained_known = r.trained is not None and bool(r.trained.taps)
     nested = trained_known and r.trained.key.startswith("eagle_config")  # type: ignore[union-attr]
     if p.taps_source == "default" and r.taps_error is None:
@@ -463,7 +589,13 @@ def taps(r: Resolved) -> Iterator[Finding]:
             "nothing to do; to override, set drafter.tap_convention (capture_point | layer_output) or pin drafter.taps",
         )
     if p.taps_source == "profile" and trained_known and set(r.trained.taps) != set(p.taps):  # type: ignore[union-attr, arg-type]
-        yield _f("taps-pinned-differ", "warning", "drafter.taps", f"pinned taps {list(p.taps)} differ from the drafter config's {list(r.trained.taps)} (via {r.trained.key})", "make sure the drafter was trained on the pinned taps")  # type: ignore[union-attr, arg-type]
+        yield _f(
+            "taps-pinned-differ",
+            "warning",
+            "drafter.taps",
+            f"pinned taps {list(p.taps)} differ from the drafter config's {list(r.trained.taps)} (via {r.trained.key})",
+            "make sure the drafter was trained on the pinned taps",
+        )  # type: ignore[union-attr, arg-type]
 
 
 def _convention_ambiguous(r: Resolved) -> Iterator[Finding]:
@@ -507,20 +639,50 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
     if pp > 1:
         for flag, why in facts.PP_REFUSED_ENGINE_FLAGS.items():
             if eng.get(flag) or eng.get(flag.replace("-", "_")):
-                yield _f("pp-refused-option", "error", f"engine.{flag}", why, f"remove engine.{flag} or use pipeline_parallel: 1")
+                yield _f(
+                    "pp-refused-option",
+                    "error",
+                    f"engine.{flag}",
+                    why,
+                    f"remove engine.{flag} or use pipeline_parallel: 1",
+                )
         spec_extra = eng.get("speculative-config") or eng.get("speculative_config")
         if d is not None and isinstance(spec_extra, dict) and spec_extra.get("enable_adaptive_verification"):
-            yield _f("pp-refused-option", "error", "engine.speculative-config", "vLLM refuses adaptive verification with pipeline parallelism", "drop enable_adaptive_verification")
+            yield _f(
+                "pp-refused-option",
+                "error",
+                "engine.speculative-config",
+                "vLLM refuses adaptive verification with pipeline parallelism",
+                "drop enable_adaptive_verification",
+            )
         lf = eng.get("load-format") or eng.get("load_format")
         if d is not None and lf == "fastsafetensors":
             if r.version is not None and r.version < facts.PP_SPEC_MIN_VERSION:
-                yield _f("pp-fastsafetensors", "error", "engine.load-format", "fastsafetensors deadlocks the draft-only load under PP before vLLM 0.30 (its collective runs over the world group)", "use load-format auto, or vLLM >= 0.30")
+                yield _f(
+                    "pp-fastsafetensors",
+                    "error",
+                    "engine.load-format",
+                    "fastsafetensors deadlocks the draft-only load under PP before vLLM 0.30 (its collective runs over the world group)",
+                    "use load-format auto, or vLLM >= 0.30",
+                )
             else:
-                yield _f("pp-fastsafetensors", "info", "engine.load-format", "under PP the drafter falls back to load-format auto (vLLM >= 0.30 does this with a warning)", "")
+                yield _f(
+                    "pp-fastsafetensors",
+                    "info",
+                    "engine.load-format",
+                    "under PP the drafter falls back to load-format auto (vLLM >= 0.30 does this with a warning)",
+                    "",
+                )
     if d is None or pp == 1:
         return
     if r.version is not None and r.version < facts.PP_SPEC_MIN_VERSION:
-        yield _f("vllm-too-old", "error", "drafter", f"vLLM {r.engine_version} ({r.engine_version_source}) refuses speculative decoding with pipeline parallelism (support arrived in 0.30.0)", "install vLLM >= 0.30")
+        yield _f(
+            "vllm-too-old",
+            "error",
+            "drafter",
+            f"vLLM {r.engine_version} ({r.engine_version_source}) refuses speculative decoding with pipeline parallelism (support arrived in 0.30.0)",
+            "install vLLM >= 0.30",
+        )
     if r.platform == "cpu" and r.uses_taps:
         yield _f(
             "cpu-pp-taps",
@@ -530,7 +692,13 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
             "use pipeline_parallel: 1 on CPU (EAGLE3 works there), drop the drafter to use PP=2, or run on GPUs",
         )
     if methods.get(d.method).reads_taps and not r.uses_taps:
-        yield _f("taps-off", "info", "drafter.model", f"the drafter sets eagle_config.use_aux_hidden_state: false: vLLM {r.engine_version} plans no taps, relays nothing and does not check the target's opt-in", "")
+        yield _f(
+            "taps-off",
+            "info",
+            "drafter.model",
+            f"the drafter sets eagle_config.use_aux_hidden_state: false: vLLM {r.engine_version} plans no taps, relays nothing and does not check the target's opt-in",
+            "",
+        )
     if r.runner == "v2" and r.uses_taps and r.target is not None and r.target.architectures and _has_taps_interface(r):
         arch = r.target.architectures[0]
         s = r.support("aux_relay_over_pp")
@@ -547,7 +715,11 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
         elif s.status == "patched":
             yield _f("target-opt-in-by-pack", "info", "adapter", f"{arch} ({where}): {s.reason}", "")
         elif s.status == "unsupported":
-            elsewhere = r.family is not None and any(r.family.supports("aux_relay_over_pp", p, r.facts_version).status == "native" for p in PLATFORMS if p != r.platform)
+            elsewhere = r.family is not None and any(
+                r.family.supports("aux_relay_over_pp", p, r.facts_version).status == "native"
+                for p in PLATFORMS
+                if p != r.platform
+            )
             yield _f(
                 "target-not-opted-in",
                 "error",
@@ -638,7 +810,11 @@ def _drafter_load(r: Resolved) -> Iterator[Finding]:
         "target.model",
         f"{r.target_arch} on vLLM {tbl.version}: {why}. vLLM stops loading the {d.method} drafter at start, at pipeline_parallel={r.pp}",
         "use a target architecture whose `.model` has embed_tokens (`ppspec adapters show ARCH` gives vLLM's facts for one), or serve this target without a drafter"
-        + (" (at pipeline_parallel > 1 vLLM skips this sharing and reads only `.model`)" if r.pp == 1 and t.get("target_model") is not False else "")
+        + (
+            " (at pipeline_parallel > 1 vLLM skips this sharing and reads only `.model`)"
+            if r.pp == 1 and t.get("target_model") is not False
+            else ""
+        )
         + _v2_getattr_hint(t, tbl.doc.get("checks") or {}, r.runner),
     )
 
@@ -683,12 +859,16 @@ def _hybrid_stages(r: Resolved) -> Iterator[Finding]:
     per = []
     for s in p.stages:
         got = [kinds[i] for i in range(*s.layers)]
-        per.append(f"stage {s.rank} (layers {s.layers[0]}-{s.layers[1] - 1}): " + ", ".join(f"{k} x{got.count(k)}" for k in sorted(set(got))))
+        per.append(
+            f"stage {s.rank} (layers {s.layers[0]}-{s.layers[1] - 1}): "
+            + ", ".join(f"{k} x{got.count(k)}" for k in sorted(set(got)))
+        )
     yield _f(
         "target-hybrid-stages",
         "info",
         "topology.pipeline_parallel",
-        f"{r.target_arch} mixes layer kinds; vLLM {tbl.version} builds each layer by {archtable.describe_layer_rule(rule)}: " + "; ".join(per),
+        f"{r.target_arch} mixes layer kinds; vLLM {tbl.version} builds each layer by {archtable.describe_layer_rule(rule)}: "
+        + "; ".join(per),
         "",
     )
 
@@ -745,13 +925,31 @@ def embedding_location(r: Resolved) -> Iterator[Finding]:
         if r.target.text_path == "text_config":
             names = ["language_model.model.embed_tokens.weight", "model.language_model.embed_tokens.weight"]
     if r.target.tensor_names() is None:
-        yield _f("embedding-not-checked", "info", "target.model", f"the last stage loads the target embedding ({names[0]}); where it lives was not checked (no index or weights here)", "")
+        yield _f(
+            "embedding-not-checked",
+            "info",
+            "target.model",
+            f"the last stage loads the target embedding ({names[0]}); where it lives was not checked (no index or weights here)",
+            "",
+        )
         return
     hit = r.target.find_tensor(names)
     if hit is None:
-        yield _f("embedding-not-found", "error", "target.model", f"the last stage needs the target embedding, but none of {names} is in the checkpoint", "check the checkpoint, or add its embedding name to the adapter pack's facts")
+        yield _f(
+            "embedding-not-found",
+            "error",
+            "target.model",
+            f"the last stage needs the target embedding, but none of {names} is in the checkpoint",
+            "check the checkpoint, or add its embedding name to the adapter pack's facts",
+        )
     else:
-        yield _f("embedding-found", "info", "target.model", f"last stage loads the target embedding {hit[0]} from {hit[1] or 'the checkpoint'}", "")
+        yield _f(
+            "embedding-found",
+            "info",
+            "target.model",
+            f"last stage loads the target embedding {hit[0]} from {hit[1] or 'the checkpoint'}",
+            "",
+        )
 
 
 @rule("adapter")
@@ -842,7 +1040,9 @@ def launch_options(r: Resolved) -> Iterator[Finding]:
     p = r.profile
     kv = pd_kv_view(p.kv_transfer)  # a P/D shared_storage_path is a path risk like an engine option's
     yield from launch_refusals(p.engine, p.env, p.server.api_key_env, env_io.snapshot(), p.trust.model_dump(), kv)
-    yield from (f for f in untrusted_findings(p.engine, p.env, p.trust.model_dump(), kv) if f.code == "untrusted-acknowledged")
+    yield from (
+        f for f in untrusted_findings(p.engine, p.env, p.trust.model_dump(), kv) if f.code == "untrusted-acknowledged"
+    )
 
 
 @rule("engine-shapes")
@@ -854,16 +1054,30 @@ def engine_shapes(r: Resolved) -> Iterator[Finding]:
     if r.target is None:
         return
     p = r.profile
-    yield from shape_findings(r.target.text, r.target.model_type, p.topology.tensor_parallel, p.engine, p.env, env_io.snapshot())
+    yield from shape_findings(
+        r.target.text, r.target.model_type, p.topology.tensor_parallel, p.engine, p.env, env_io.snapshot()
+    )
 
 
 @rule("security")
 def security(r: Resolved) -> Iterator[Finding]:
     s = r.profile.server
     if s.host not in ("127.0.0.1", "localhost", "::1") and not s.api_key_env:
-        yield _f("server-exposed-no-key", "warning", "server.host", f"the server binds {s.host} without an API key: anyone who can reach the port can use it", "set server.api_key_env to the name of an environment variable holding a key")
+        yield _f(
+            "server-exposed-no-key",
+            "warning",
+            "server.host",
+            f"the server binds {s.host} without an API key: anyone who can reach the port can use it",
+            "set server.api_key_env to the name of an environment variable holding a key",
+        )
     if r.profile.trust_remote_code:
-        yield _f("trust-remote-code", "warning", "trust_remote_code", "trust_remote_code is on: the checkpoint's own Python code will run inside the engine", "turn it off unless the model needs it and you trust its source")
+        yield _f(
+            "trust-remote-code",
+            "warning",
+            "trust_remote_code",
+            "trust_remote_code is on: the checkpoint's own Python code will run inside the engine",
+            "turn it off unless the model needs it and you trust its source",
+        )
 
 
 @rule("engine-info")

@@ -26,7 +26,9 @@ def _pos_int(cfg: dict[str, Any], key: str) -> int | None:
 def estimate(layout: str | None, text: dict[str, Any], dtype_bytes: int | None) -> tuple[list[int], int, int] | None:
     """(bytes per decoder layer, embedding bytes, lm_head bytes) for a pack-declared `layout`, or
     None when there is none or a needed key is not known."""
-    h, n, v, heads = (_pos_int(text, k) for k in ("hidden_size", "num_hidden_layers", "vocab_size", "num_attention_heads"))
+    h, n, v, heads = (
+        _pos_int(text, k) for k in ("hidden_size", "num_hidden_layers", "vocab_size", "num_attention_heads")
+    )
     if layout not in LAYOUTS or not dtype_bytes or h is None or n is None or v is None or heads is None:
         return None
     kv = _pos_int(text, "num_key_value_heads") or heads

@@ -50,7 +50,15 @@ def _made(profile, resolved, deployment, findings: list[Finding], here: list[Fin
     return Preflight(profile, resolved, deployment, f, h, verdict(f, "profile"), verdict(f + h, "here"))
 
 
-def preflight(prof, profile_path: str, *, offline: bool, resolved=None, given: dict | None = None, progress: Callable[[str], None] | None = None) -> Preflight:
+def preflight(
+    prof,
+    profile_path: str,
+    *,
+    offline: bool,
+    resolved=None,
+    given: dict | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Preflight:
     """Gather the facts once and run every rule source in the one guard. `resolved`: the engine
     already resolved with serve's placement; `given`: a disaggregated profile's roles resolved so
     (`role` launches). The installed engine's probes: `probed` (check --probes); in the engine
@@ -73,7 +81,15 @@ def preflight(prof, profile_path: str, *, offline: bool, resolved=None, given: d
 
     findings = run_rules(r)
     if r.vllm is not None:
-        findings.append(Finding("probes-not-run", "info", "platform", f"vLLM {r.vllm.version}'s behaviour probes and the `engine:` option names were not checked (fast mode)", "`check --probes` checks both; `ppspec serve` always does"))
+        findings.append(
+            Finding(
+                "probes-not-run",
+                "info",
+                "platform",
+                f"vLLM {r.vllm.version}'s behaviour probes and the `engine:` option names were not checked (fast mode)",
+                "`check --probes` checks both; `ppspec serve` always does",
+            )
+        )
     return _made(prof, r, None, findings, _here(r))
 
 
@@ -134,7 +150,15 @@ def settled_by_probes(r, findings: list[Finding], probe_found: list[Finding]) ->
     out = []
     for f in findings:
         if f.code == "vllm-unverified" and not failed:
-            out.append(Finding("vllm-probed", "info", f.field, f"the installed vLLM {r.engine_version} is not a verified release, but this check read it by value (class attributes, tap resolution, partition, patch anchors) and it matches what the profile needs", ""))
+            out.append(
+                Finding(
+                    "vllm-probed",
+                    "info",
+                    f.field,
+                    f"the installed vLLM {r.engine_version} is not a verified release, but this check read it by value (class attributes, tap resolution, partition, patch anchors) and it matches what the profile needs",
+                    "",
+                )
+            )
         elif f.code in settled and settled[f.code] not in reported:
             continue  # the probe ran and passed: the engine itself answered
         else:
@@ -147,7 +171,9 @@ def probe_findings(r) -> list[Finding]:
     if r.vllm is None:
         return []
     out: list[Finding] = []
-    with guard(out, "the engine probes", code="probe-crashed", field="platform", fix="run with --no-probes; report this"):
+    with guard(
+        out, "the engine probes", code="probe-crashed", field="platform", fix="run with --no-probes; report this"
+    ):
         out.extend(_probe_findings(r))
     return out
 
@@ -164,6 +190,8 @@ def _probe_findings(r) -> list[Finding]:
         drafter_config=r.drafter_view,
         pack=r.pack,
         family=r.family,
-        drafter_has_embed=None if r.drafter is None or r.drafter.tensor_names() is None else any(x.endswith("embed_tokens.weight") for x in r.drafter.tensor_names() or ()),
+        drafter_has_embed=None
+        if r.drafter is None or r.drafter.tensor_names() is None
+        else any(x.endswith("embed_tokens.weight") for x in r.drafter.tensor_names() or ()),
     )
     return [f for f in (p.finding() for p in results) if f is not None]

@@ -12,7 +12,18 @@ from ppspec_cli.preflight.core import Preflight, launch_findings, preflight
 from ppspec_cli.preflight.verdict import Verdict
 
 
-def placed(prof, profile_path: str, offline: bool, node_rank, run_dir, where: dict, progress: Callable[[str], None], environ=None, role=None, launching=False):
+def placed(
+    prof,
+    profile_path: str,
+    offline: bool,
+    node_rank,
+    run_dir,
+    where: dict,
+    progress: Callable[[str], None],
+    environ=None,
+    role=None,
+    launching=False,
+):
     """One engine's profile (a role's of a disaggregated one) with the command line's and SLURM's
     placement filled in (cluster.place), resolved: (resolved, placement)."""
     from ppspec_cli.planning.pd import role_profile
@@ -44,9 +55,32 @@ class Checked:
         return self.preflight.here_verdict
 
 
-def checked(prof, profile_path: str, *, offline: bool, node_rank=None, run_dir=None, where: dict, progress: Callable[[str], None], role=None, launching=False, environ=None) -> Checked:
+def checked(
+    prof,
+    profile_path: str,
+    *,
+    offline: bool,
+    node_rank=None,
+    run_dir=None,
+    where: dict,
+    progress: Callable[[str], None],
+    role=None,
+    launching=False,
+    environ=None,
+) -> Checked:
     """Place, resolve and run the preflight (a role's engine: the P/D rules over both engines)."""
-    r, placement = placed(prof, profile_path, offline, node_rank, run_dir, where, progress, environ=environ, role=role, launching=launching)
+    r, placement = placed(
+        prof,
+        profile_path,
+        offline,
+        node_rank,
+        run_dir,
+        where,
+        progress,
+        environ=environ,
+        role=role,
+        launching=launching,
+    )
     if role is not None:
         pf = preflight(prof, profile_path, offline=offline, given={role: r}, progress=progress)
     else:
@@ -65,11 +99,17 @@ class DryRun:
     node_rank: int | None
 
 
-def dry_run(prof, profile: str, *, offline: bool, node_rank, run_dir, where: dict, progress: Callable[[str], None], role=None) -> DryRun:
+def dry_run(
+    prof, profile: str, *, offline: bool, node_rank, run_dir, where: dict, progress: Callable[[str], None], role=None
+) -> DryRun:
     from ppspec_cli.running.launch import build_launch
 
-    c = checked(prof, profile, offline=offline, node_rank=node_rank, run_dir=run_dir, where=where, progress=progress, role=role)
-    pf = launch_findings(c.preflight) if c.here.ok else c.preflight  # as `serve` does: the dry run's `ok` is serve's answer
+    c = checked(
+        prof, profile, offline=offline, node_rank=node_rank, run_dir=run_dir, where=where, progress=progress, role=role
+    )
+    pf = (
+        launch_findings(c.preflight) if c.here.ok else c.preflight
+    )  # as `serve` does: the dry run's `ok` is serve's answer
     spec = build_launch(c.resolved, run_dir=c.placement.run_dir)
     node_rank_in_range(c.resolved, c.placement.node_rank)
     return DryRun(pf, c.resolved, spec, c.placement.node_rank)
@@ -85,13 +125,18 @@ class PdDryRun:
     script: str
 
 
-def pd_dry_run(prof, profile_path: str, *, offline: bool, run_dir, where: dict, progress: Callable[[str], None]) -> PdDryRun:
+def pd_dry_run(
+    prof, profile_path: str, *, offline: bool, run_dir, where: dict, progress: Callable[[str], None]
+) -> PdDryRun:
     from pathlib import Path
 
     from ppspec_cli.planning.pd import router_command
     from ppspec_cli.running.launch import build_launch
 
-    given = {role: placed(prof, profile_path, offline, None, None, where, progress, environ={}, role=role)[0] for role in ("prefill", "decode")}
+    given = {
+        role: placed(prof, profile_path, offline, None, None, where, progress, environ={}, role=role)[0]
+        for role in ("prefill", "decode")
+    }
     pf = preflight(prof, profile_path, offline=offline, given=given, progress=progress)
     if pf.here_verdict.ok:
         pf = launch_findings(pf)
@@ -125,17 +170,42 @@ class Refused:
 def node_rank_in_range(r, node_rank) -> None:
     t = r.profile.topology
     if node_rank is not None and not (0 <= node_rank < t.nodes):
-        raise PpspecError(f"--node-rank {node_rank} is outside 0..{t.nodes - 1}", where="--node-rank", fix=f"the profile has {t.nodes} node(s)")
+        raise PpspecError(
+            f"--node-rank {node_rank} is outside 0..{t.nodes - 1}",
+            where="--node-rank",
+            fix=f"the profile has {t.nodes} node(s)",
+        )
 
 
-def prepare(prof, profile: str, *, progress: Callable[[str], None], offline: bool = False, node_rank=None, run_dir=None, health_timeout=None, where: dict | None = None, role=None) -> Prepared | Refused:
+def prepare(
+    prof,
+    profile: str,
+    *,
+    progress: Callable[[str], None],
+    offline: bool = False,
+    node_rank=None,
+    run_dir=None,
+    health_timeout=None,
+    where: dict | None = None,
+    role=None,
+) -> Prepared | Refused:
     """Everything `serve` does before it starts the engine: place, preflight, the here-verdict
     (Refused: render it), build the launch. `prof`: the loaded profile, or a changed copy of it
     (`ppspec bench`'s arms); the file `profile` anchors relative paths and messages."""
     from ppspec_cli.running.launch import build_launch
 
     where = where or {"master_addr": None, "master_port": None, "host": None}
-    c = checked(prof, profile, offline=offline, node_rank=node_rank, run_dir=run_dir, where=where, progress=progress, role=role, launching=True)
+    c = checked(
+        prof,
+        profile,
+        offline=offline,
+        node_rank=node_rank,
+        run_dir=run_dir,
+        where=where,
+        progress=progress,
+        role=role,
+        launching=True,
+    )
     pf = c.preflight
     if c.here.ok:
         pf = launch_findings(pf)  # the installed parser's option names: only when nothing else refuses (seconds)
@@ -145,10 +215,26 @@ def prepare(prof, profile: str, *, progress: Callable[[str], None], offline: boo
     r = c.resolved
     spec = build_launch(r, run_dir=c.placement.run_dir)
     node_rank_in_range(r, c.placement.node_rank)
-    return Prepared(profile, prof, r, spec, spec.nodes[c.placement.node_rank or 0], list(pf.findings + pf.here), health_timeout or r.profile.launch.health_timeout_s)
+    return Prepared(
+        profile,
+        prof,
+        r,
+        spec,
+        spec.nodes[c.placement.node_rank or 0],
+        list(pf.findings + pf.here),
+        health_timeout or r.profile.launch.health_timeout_s,
+    )
 
 
-def launch(p: Prepared, *, progress: Callable[[str], None], workload=None, stream: bool = True, verify_line: str | None = None, verbose: bool = False):
+def launch(
+    p: Prepared,
+    *,
+    progress: Callable[[str], None],
+    workload=None,
+    stream: bool = True,
+    verify_line: str | None = None,
+    verbose: bool = False,
+):
     """Start and supervise the prepared engine (supervise.run_engine): its ServeResult. The same
     pre-launch checks as `serve`: port free, Ray cluster, warnings printed, multi-node roll call."""
     from ppspec_cli.running.launch import build_demo_models
@@ -182,8 +268,16 @@ def launch(p: Prepared, *, progress: Callable[[str], None], workload=None, strea
     roll = _roll_call(r.profile, node, p.timeout_s)
     try:
         return run_engine(
-            spec, node, health_timeout_s=p.timeout_s, drafter_revision=r.profile.drafter.revision if r.profile.drafter else None,
-            log=progress, roll=roll, verify_line=verify_line, stream=stream, workload=workload, verbose=verbose,
+            spec,
+            node,
+            health_timeout_s=p.timeout_s,
+            drafter_revision=r.profile.drafter.revision if r.profile.drafter else None,
+            log=progress,
+            roll=roll,
+            verify_line=verify_line,
+            stream=stream,
+            workload=workload,
+            verbose=verbose,
         )
     finally:
         if roll is not None:
@@ -209,16 +303,30 @@ def _check_ray(world: int) -> None:
     try:
         import ray  # type: ignore[import-not-found]
     except ImportError:
-        raise PpspecError("launch.executor is `ray` but Ray is not installed", where="launch.executor", fix="pip install ray, start the cluster (`ray start --head`), or use executor: mp") from None
+        raise PpspecError(
+            "launch.executor is `ray` but Ray is not installed",
+            where="launch.executor",
+            fix="pip install ray, start the cluster (`ray start --head`), or use executor: mp",
+        ) from None
     try:
         ray.init(address="auto", logging_level="ERROR")
         gpus = int(ray.cluster_resources().get("GPU", 0))
     except Exception as e:  # noqa: BLE001
-        raise PpspecError(f"no running Ray cluster reachable ({type(e).__name__})", where="launch.executor", fix="start it with `ray start --head` on the head node and `ray start --address HEAD:6379` on the others", exit_code=1) from None
+        raise PpspecError(
+            f"no running Ray cluster reachable ({type(e).__name__})",
+            where="launch.executor",
+            fix="start it with `ray start --head` on the head node and `ray start --address HEAD:6379` on the others",
+            exit_code=1,
+        ) from None
     finally:
         try:
             ray.shutdown()
         except Exception:  # noqa: BLE001
             pass
     if gpus < world:
-        raise PpspecError(f"the Ray cluster has {gpus} GPU(s) but the profile needs {world}", where="topology", fix="add nodes to the cluster or shrink the topology", exit_code=1)
+        raise PpspecError(
+            f"the Ray cluster has {gpus} GPU(s) but the profile needs {world}",
+            where="topology",
+            fix="add nodes to the cluster or shrink the topology",
+            exit_code=1,
+        )

@@ -20,7 +20,13 @@ def _contract() -> dict[str, Code]:
     from ppspec_cli.planning.drafter_contract import codes
 
     return {
-        code: Code(code, (sev,), meaning[0].upper() + meaning[1:] + ".", "Fix the drafter's config or checkpoint as the message says (it names vLLM's rule).", section=CONTRACT_SECTION)
+        code: Code(
+            code,
+            (sev,),
+            meaning[0].upper() + meaning[1:] + ".",
+            "Fix the drafter's config or checkpoint as the message says (it names vLLM's rule).",
+            section=CONTRACT_SECTION,
+        )
         for code, (sev, meaning) in codes().items()
     }
 
@@ -103,6 +109,11 @@ def reference_markdown(probe_names: list[str]) -> str:
             q = c.question + (" (refuses here)" if c.refuses_here else "")
             out.append(f"| `{code}` | {' or '.join(c.severities)} | {q} | {_cell(c.cause)} | {_cell(c.fix)} |")
         out.append("")
-    out += ["## Probe names", "", "`probe-<name>` for these behaviour probes of the installed vLLM (run by `check --probes` and in every engine process by `serve`):", ""]
+    out += [
+        "## Probe names",
+        "",
+        "`probe-<name>` for these behaviour probes of the installed vLLM (run by `check --probes` and in every engine process by `serve`):",
+        "",
+    ]
     out += [f"- `probe-{n}`" for n in probe_names]
     return "\n".join(out).rstrip() + "\n"

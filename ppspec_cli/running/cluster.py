@@ -28,7 +28,9 @@ _SCONTROL_MAX_BYTES = 1 << 20
 
 def check_host(value: str, where: str) -> str:
     """`value` when it is a host name or an IP address, else a PpspecError (never a shell word or an option)."""
-    if isinstance(value, str) and (_HOSTNAME.fullmatch(value) or (":" in value and _IPV6.fullmatch(value))):  # fullmatch: `$` would take a trailing newline
+    if isinstance(value, str) and (
+        _HOSTNAME.fullmatch(value) or (":" in value and _IPV6.fullmatch(value))
+    ):  # fullmatch: `$` would take a trailing newline
         return value
     raise PpspecError(
         f"{where} {str(value)[:80]!r} is not a host name or IP address",
@@ -61,9 +63,19 @@ def _slurm_int(environ: Mapping[str, str], *names: str) -> int:
         v = environ.get(n)
         if v is not None:
             if not re.fullmatch(r"[0-9]{1,6}", v):  # ASCII digits only: str.isdigit() takes '²' and '٣'
-                raise PpspecError(f"{n}={v[:40]!r} in the environment is not a node number", where=n, fix="run inside a SLURM allocation (srun/sbatch set it), or unset SLURM_JOB_ID", exit_code=2)
+                raise PpspecError(
+                    f"{n}={v[:40]!r} in the environment is not a node number",
+                    where=n,
+                    fix="run inside a SLURM allocation (srun/sbatch set it), or unset SLURM_JOB_ID",
+                    exit_code=2,
+                )
             return int(v)
-    raise PpspecError(f"SLURM_JOB_ID is set but {names[0]} is not", where=names[0], fix="start each node with `srun` (it sets the node variables), or pass --node-rank and --master-addr", exit_code=1)
+    raise PpspecError(
+        f"SLURM_JOB_ID is set but {names[0]} is not",
+        where=names[0],
+        fix="start each node with `srun` (it sets the node variables), or pass --node-rank and --master-addr",
+        exit_code=1,
+    )
 
 
 def slurm_from_env(environ: Mapping[str, str]) -> Slurm | None:
@@ -73,14 +85,32 @@ def slurm_from_env(environ: Mapping[str, str]) -> Slurm | None:
         return None
     nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or ""
     if not nodelist:
-        raise PpspecError("SLURM_JOB_ID is set but SLURM_JOB_NODELIST is not", where="SLURM_JOB_NODELIST", fix="run inside a SLURM allocation, or pass --master-addr", exit_code=1)
+        raise PpspecError(
+            "SLURM_JOB_ID is set but SLURM_JOB_NODELIST is not",
+            where="SLURM_JOB_NODELIST",
+            fix="run inside a SLURM allocation, or pass --master-addr",
+            exit_code=1,
+        )
     if len(nodelist) > NODELIST_MAX or not _NODELIST.fullmatch(nodelist):
-        raise PpspecError(f"SLURM_JOB_NODELIST={nodelist[:40]!r} in the environment is not a SLURM host list", where="SLURM_JOB_NODELIST",
-                          fix="run inside a SLURM allocation (it sets e.g. `node[01-04]`), or pass --master-addr", exit_code=2)
-    s = Slurm(job_id=job[:64], node_id=_slurm_int(environ, "SLURM_NODEID"), nnodes=_slurm_int(environ, "SLURM_JOB_NUM_NODES", "SLURM_NNODES"), nodelist=nodelist)
+        raise PpspecError(
+            f"SLURM_JOB_NODELIST={nodelist[:40]!r} in the environment is not a SLURM host list",
+            where="SLURM_JOB_NODELIST",
+            fix="run inside a SLURM allocation (it sets e.g. `node[01-04]`), or pass --master-addr",
+            exit_code=2,
+        )
+    s = Slurm(
+        job_id=job[:64],
+        node_id=_slurm_int(environ, "SLURM_NODEID"),
+        nnodes=_slurm_int(environ, "SLURM_JOB_NUM_NODES", "SLURM_NNODES"),
+        nodelist=nodelist,
+    )
     if s.node_id >= s.nnodes:
-        raise PpspecError(f"SLURM_NODEID={s.node_id} is not a node of this {s.nnodes}-node allocation (0..{s.nnodes - 1})", where="SLURM_NODEID",
-                          fix="start each node with `srun` inside the allocation (it sets SLURM_NODEID), or pass --node-rank", exit_code=2)
+        raise PpspecError(
+            f"SLURM_NODEID={s.node_id} is not a node of this {s.nnodes}-node allocation (0..{s.nnodes - 1})",
+            where="SLURM_NODEID",
+            fix="start each node with `srun` inside the allocation (it sets SLURM_NODEID), or pass --node-rank",
+            exit_code=2,
+        )
     return s
 
 
@@ -97,13 +127,22 @@ def slurm_hostnames(nodelist: str, environ: Mapping[str, str] | None = None) -> 
             stdin=spawn.DEVNULL,
         )
     except FileNotFoundError:
-        raise PpspecError("SLURM_JOB_NODELIST is set but `scontrol` is not on PATH", where="scontrol", fix=fix, exit_code=1) from None
+        raise PpspecError(
+            "SLURM_JOB_NODELIST is set but `scontrol` is not on PATH", where="scontrol", fix=fix, exit_code=1
+        ) from None
     except spawn.TimeoutExpired:
-        raise PpspecError(f"`scontrol show hostnames` did not answer within {SCONTROL_TIMEOUT_S:.0f}s", where="scontrol", fix=fix, exit_code=1) from None
+        raise PpspecError(
+            f"`scontrol show hostnames` did not answer within {SCONTROL_TIMEOUT_S:.0f}s",
+            where="scontrol",
+            fix=fix,
+            exit_code=1,
+        ) from None
     except OSError as e:
         raise PpspecError(f"cannot run `scontrol`: {e.strerror or e}", where="scontrol", fix=fix, exit_code=1) from None
     if out.returncode != 0:
-        raise PpspecError(f"`scontrol show hostnames` failed with exit code {out.returncode}", where="scontrol", fix=fix, exit_code=1)
+        raise PpspecError(
+            f"`scontrol show hostnames` failed with exit code {out.returncode}", where="scontrol", fix=fix, exit_code=1
+        )
     text = out.stdout[:_SCONTROL_MAX_BYTES].decode("utf-8", "replace")
     return [h.strip() for h in text.splitlines() if h.strip()]
 

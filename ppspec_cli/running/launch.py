@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ppspec_cli.io import safeio, shellout
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import safeio, shellout
+from ppspec_cli.planning.engine_options import _flag_name, _opt, engine_args, launch_refusals
 from ppspec_cli.planning.profile import Profile
 from ppspec_cli.planning.resolve import Resolved, needed_behaviours
-from ppspec_cli.planning.engine_options import _flag_name, _opt, engine_args, launch_refusals
 from ppspec_cli.running.planfile import PLAN_FORMAT
 
 
@@ -53,7 +53,14 @@ class LaunchSpec:
             "overlay": self.overlay,
             "overlay_dir": None if self.overlay_dir is None else str(self.overlay_dir),
             "nodes": [
-                {"node_rank": n.node_rank, "role": n.role, "argv": n.argv, "env": n.env, "env_refs": n.env_refs, "shell": n.shell_line()}
+                {
+                    "node_rank": n.node_rank,
+                    "role": n.role,
+                    "argv": n.argv,
+                    "env": n.env,
+                    "env_refs": n.env_refs,
+                    "shell": n.shell_line(),
+                }
                 for n in self.nodes
             ],
         }
@@ -146,7 +153,9 @@ def node_run_dir(profile_name: str, node_rank: int, job: str | None = None) -> P
     from ppspec_cli.io.netinfo import host_name
 
     leaf = f"{host_name()}-node{node_rank}"
-    return default_run_dir(profile_name) / (f"slurm-{re.sub(r'[^A-Za-z0-9_.-]', '_', job)[:64] or 'job'}-{leaf}" if job else leaf)
+    return default_run_dir(profile_name) / (
+        f"slurm-{re.sub(r'[^A-Za-z0-9_.-]', '_', job)[:64] or 'job'}-{leaf}" if job else leaf
+    )
 
 
 def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool = True) -> LaunchSpec:
@@ -184,7 +193,16 @@ def _build(r: Resolved, run_dir: Path, resolve_demo: bool) -> LaunchSpec:
         argv = _node_argv(p, rank, role, base + common, extra)
         nodes.append(NodeLaunch(rank, role, argv, dict(env), dict(env_refs)))
     overlay = r.plan.overlay if r.plan is not None else None
-    return LaunchSpec(nodes, _server_url(p.server.host, p.server.port), run_dir, plan_file, _plan_data(r, run_dir), overlay, drafter.overlay_dir, drafter.source)
+    return LaunchSpec(
+        nodes,
+        _server_url(p.server.host, p.server.port),
+        run_dir,
+        plan_file,
+        _plan_data(r, run_dir),
+        overlay,
+        drafter.overlay_dir,
+        drafter.source,
+    )
 
 
 #: The refusals a launch cannot even be built with: a secret would be written into the argv, the
@@ -268,7 +286,10 @@ def _pass_through_args(r: Resolved) -> list[str]:
     if r.platform == "cpu" and p.topology.pipeline_parallel > 1:
         if not any(_flag_name(k) in ("compilation-config", "enforce-eager") for k in p.engine):
             # With enforce-eager the CPU worker skips warm-up and PP stage buffers are never allocated.
-            args += ["--compilation-config", json.dumps({"mode": 2, "backend": "eager"}, separators=(",", ":"), sort_keys=True)]
+            args += [
+                "--compilation-config",
+                json.dumps({"mode": 2, "backend": "eager"}, separators=(",", ":"), sort_keys=True),
+            ]
     return args
 
 
@@ -302,11 +323,24 @@ def _node_argv(p: Profile, rank: int, role: str, engine_argv: list[str], extra: 
         return ["ray", "start", "--address", f"{launch.master_addr or 'HEAD_ADDR'}:6379"]
     argv = list(engine_argv)
     if t.nodes > 1 and launch.executor == "mp":
-        argv += ["--nnodes", str(t.nodes), "--node-rank", str(rank), *_opt("--master-addr", launch.master_addr or "MASTER_ADDR"), "--master-port", str(launch.master_port)]
+        argv += [
+            "--nnodes",
+            str(t.nodes),
+            "--node-rank",
+            str(rank),
+            *_opt("--master-addr", launch.master_addr or "MASTER_ADDR"),
+            "--master-port",
+            str(launch.master_port),
+        ]
         if role == "worker":
             argv += ["--headless"]
     if role == "head":
-        argv += [*_opt("--host", p.server.host), "--port", str(p.server.port), *_opt("--served-model-name", p.server.served_model_name or p.name)]
+        argv += [
+            *_opt("--host", p.server.host),
+            "--port",
+            str(p.server.port),
+            *_opt("--served-model-name", p.server.served_model_name or p.name),
+        ]
     return argv + extra
 
 
@@ -332,7 +366,9 @@ def _plan_data(r: Resolved, run_dir: Path) -> dict[str, Any]:
     }
 
 
-def materialize_overlay(spec: LaunchSpec, revision: str | None = None, rd: Any = None, cancelled: Callable[[], bool] | None = None) -> None:
+def materialize_overlay(
+    spec: LaunchSpec, revision: str | None = None, rd: Any = None, cancelled: Callable[[], bool] | None = None
+) -> None:
     """Build the drafter overlay: a directory that links every drafter file except config.json,
     which carries the overlay keys. The original checkpoint is never modified. `rd`: the run
     directory held by descriptor (serve.rundir.RunDir): the overlay is then built relative to it."""
@@ -353,7 +389,12 @@ def materialize_overlay(spec: LaunchSpec, revision: str | None = None, rd: Any =
             exit_code=1,
         ) from None
     if not isinstance(cfg, dict):
-        raise PpspecError("the drafter's config.json is not a JSON object", where=str(src / "config.json"), fix="restore it from the drafter repository", exit_code=1)
+        raise PpspecError(
+            "the drafter's config.json is not a JSON object",
+            where=str(src / "config.json"),
+            fix="restore it from the drafter repository",
+            exit_code=1,
+        )
     cfg.update(spec.overlay)
     out = spec.overlay_dir
     cfg_text = json.dumps(cfg, indent=2, sort_keys=True) + "\n"
@@ -368,7 +409,12 @@ def materialize_overlay(spec: LaunchSpec, revision: str | None = None, rd: Any =
                 d.write_text("config.json", cfg_text, what="the drafter overlay's config.json")
                 d.write_text("PPSPEC_OVERLAY.txt", note, what="the drafter overlay's note")
         except OSError as e:
-            raise PpspecError(f"cannot build the drafter overlay: {e.strerror or e}", where=str(out), fix="check that the run directory is writable (--run-dir)", exit_code=1) from None
+            raise PpspecError(
+                f"cannot build the drafter overlay: {e.strerror or e}",
+                where=str(out),
+                fix="check that the run directory is writable (--run-dir)",
+                exit_code=1,
+            ) from None
         return
     try:
         safeio.remove_tree(out, what="the previous drafter overlay")  # a link there is unlinked, never followed
@@ -380,4 +426,9 @@ def materialize_overlay(spec: LaunchSpec, revision: str | None = None, rd: Any =
         safeio.write_text(out / "config.json", cfg_text, what="the drafter overlay's config.json")
         safeio.write_text(out / "PPSPEC_OVERLAY.txt", note, what="the drafter overlay's note")
     except OSError as e:
-        raise PpspecError(f"cannot build the drafter overlay: {e.strerror or e}", where=str(out), fix="check that the run directory is writable (--run-dir)", exit_code=1) from None
+        raise PpspecError(
+            f"cannot build the drafter overlay: {e.strerror or e}",
+            where=str(out),
+            fix="check that the run directory is writable (--run-dir)",
+            exit_code=1,
+        ) from None

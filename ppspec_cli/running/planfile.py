@@ -87,7 +87,11 @@ def _validate(data: Any, where: str) -> dict[str, Any]:
         raise PlanFileError("plan file is not a JSON object", where=where, fix=fix)
     fmt = data.get("format")
     if fmt != PLAN_FORMAT:
-        raise PlanFileError(f"plan file has format {str(fmt)[:40]!r}, expected {PLAN_FORMAT!r}", where=where, fix="use the ppspec that wrote the plan file (or re-run `ppspec serve`)")
+        raise PlanFileError(
+            f"plan file has format {str(fmt)[:40]!r}, expected {PLAN_FORMAT!r}",
+            where=where,
+            fix="use the ppspec that wrote the plan file (or re-run `ppspec serve`)",
+        )
     missing = [k for k in REQUIRED_KEYS if k not in data]
     if missing:
         raise PlanFileError(f"plan file lacks {', '.join(missing)}", where=where, fix=fix)
@@ -108,7 +112,9 @@ def plan_file_text(data: dict[str, Any], where: str = "plan file") -> str:
     try:
         return json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
     except (TypeError, ValueError) as e:
-        raise PlanFileError(f"plan data is not JSON-serializable: {e}", where=where, fix="report this as a ppspec bug") from None
+        raise PlanFileError(
+            f"plan data is not JSON-serializable: {e}", where=where, fix="report this as a ppspec bug"
+        ) from None
 
 
 def write_plan_file(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
@@ -123,5 +129,11 @@ def write_plan_file(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
 def read_plan_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate; PlanFileError with one clear message otherwise."""
     # A device would be read until memory runs out, a FIFO would block the engine forever: safeio refuses both.
-    data = read_json(path, limit=MAX_PLAN_BYTES, what="plan file", fix="point PPSPEC_PLAN_FILE at the plan.json `ppspec serve` wrote", error=PlanFileError)
+    data = read_json(
+        path,
+        limit=MAX_PLAN_BYTES,
+        what="plan file",
+        fix="point PPSPEC_PLAN_FILE at the plan.json `ppspec serve` wrote",
+        error=PlanFileError,
+    )
     return _validate(data, str(path))

@@ -27,8 +27,6 @@ _HELLO_MAX = 128
 _HELLO_TIMEOUT_S = 10.0
 
 
-
-
 class _Peer:
     def __init__(self, sock: socket.socket):
         self.sock = sock
@@ -85,7 +83,6 @@ class Head:
     @staticmethod
     def _listen(host: str, port: int) -> socket.socket:
         from ppspec_cli.errors import PpspecError
-
         from ppspec_cli.io import netinfo
 
         last: OSError | None = None
@@ -240,7 +237,9 @@ class Worker:
                 sock.settimeout(None)
                 if answer == b"ok\n":
                     self.peer = _Peer(sock)
-                    threading.Thread(target=_pump, args=(self.peer, self._stop), daemon=True, name="ppspec-rollcall").start()
+                    threading.Thread(
+                        target=_pump, args=(self.peer, self._stop), daemon=True, name="ppspec-rollcall"
+                    ).start()
                     return True
                 sock.close()
                 if answer == b"no\n":

@@ -10,14 +10,16 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from ppspec_cli.io import netio, redact, safeio
-from ppspec_cli.io import env as env_io
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import env as env_io
+from ppspec_cli.io import netio, redact, safeio
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8000"
 MAX_JSON_BYTES = 32 << 20
 MAX_METRICS_BYTES = 16 << 20  # vLLM's page is tens of KiB; a page this large is not vLLM's
-_START_HINT = "start the server with `ppspec serve PROFILE`, or pass --endpoint URL for a server that is already running"
+_START_HINT = (
+    "start the server with `ppspec serve PROFILE`, or pass --endpoint URL for a server that is already running"
+)
 
 
 def normalize_endpoint(endpoint: str | None) -> str:
@@ -28,7 +30,11 @@ def normalize_endpoint(endpoint: str | None) -> str:
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError as e:  # e.g. an unclosed IPv6 bracket
-        raise PpspecError(f"endpoint is not a URL ({e})", where="--endpoint", fix="use a URL like http://127.0.0.1:8000 or http://[::1]:8000") from None
+        raise PpspecError(
+            f"endpoint is not a URL ({e})",
+            where="--endpoint",
+            fix="use a URL like http://127.0.0.1:8000 or http://[::1]:8000",
+        ) from None
     if parts.scheme not in ("http", "https"):
         raise PpspecError(
             f"endpoint scheme {parts.scheme!r} is not supported",
@@ -38,7 +44,11 @@ def normalize_endpoint(endpoint: str | None) -> str:
     if not parts.hostname:
         raise PpspecError("endpoint has no host", where="--endpoint", fix="use a URL like http://127.0.0.1:8000")
     if parts.query or parts.fragment:
-        raise PpspecError("endpoint must not carry a query or fragment", where="--endpoint", fix="pass only scheme://host:port[/prefix]")
+        raise PpspecError(
+            "endpoint must not carry a query or fragment",
+            where="--endpoint",
+            fix="pass only scheme://host:port[/prefix]",
+        )
     if parts.username or parts.password:
         raise PpspecError(
             "endpoint must not embed credentials",
@@ -50,7 +60,9 @@ def normalize_endpoint(endpoint: str | None) -> str:
     except ValueError:
         port = -1
     if port is not None and not 1 <= port <= 65535:  # port 0 is "any port" to bind, never a server's
-        raise PpspecError("endpoint port is not a number in 1-65535", where="--endpoint", fix="use a URL like http://127.0.0.1:8000")
+        raise PpspecError(
+            "endpoint port is not a number in 1-65535", where="--endpoint", fix="use a URL like http://127.0.0.1:8000"
+        )
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[: -len("/v1")]
@@ -115,7 +127,9 @@ class Client:
     def url(self, path: str) -> str:
         return self.endpoint + path
 
-    def _request(self, method: str, path: str, body: dict | None = None, *, limit: int, timeout: float | None = None) -> tuple[int, bytes]:
+    def _request(
+        self, method: str, path: str, body: dict | None = None, *, limit: int, timeout: float | None = None
+    ) -> tuple[int, bytes]:
         url = self.url(path)
         headers = {"Accept": "application/json, text/plain;q=0.9, */*;q=0.1"}
         if self._api_key:
@@ -155,7 +169,9 @@ class Client:
                 if self.api_key_env
                 else "the server wants an API key: pass --api-key-env NAME (the environment variable holding it)"
             )
-            return PpspecError(f"{url} refused the request: HTTP {code} (authentication)", where=url, fix=fix, exit_code=1)
+            return PpspecError(
+                f"{url} refused the request: HTTP {code} (authentication)", where=url, fix=fix, exit_code=1
+            )
         if code == 404:
             return PpspecError(
                 f"{url} does not exist on this server (HTTP 404)",
@@ -174,7 +190,11 @@ class Client:
         _, payload = self._request(method, path, body, limit=MAX_JSON_BYTES, timeout=timeout)
         # nesting bounded, strict numbers: a hostile server's `[[[[...` is one message, not a RecursionError
         return safeio.parse_json(
-            payload, what=f"the answer of {self.url(path)}", where=self.url(path), fix="check that --endpoint points at a vLLM OpenAI-compatible server", exit_code=1
+            payload,
+            what=f"the answer of {self.url(path)}",
+            where=self.url(path),
+            fix="check that --endpoint points at a vLLM OpenAI-compatible server",
+            exit_code=1,
         )
 
     # -- endpoints -----------------------------------------------------------------------------
@@ -196,7 +216,16 @@ class Client:
             )
         return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
-    def complete(self, model: str, prompt: str | list[int], *, max_tokens: int, seed: int = 0, timeout: float | None = None, extra: dict | None = None) -> Completion:
+    def complete(
+        self,
+        model: str,
+        prompt: str | list[int],
+        *,
+        max_tokens: int,
+        seed: int = 0,
+        timeout: float | None = None,
+        extra: dict | None = None,
+    ) -> Completion:
         """One greedy completion (temperature 0) of at most max_tokens tokens. `extra`: more body
         fields (e.g. `return_token_ids`), never overriding the greedy settings."""
         body = {

@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ppspec_cli.io import safeio
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import safeio
 
 ACCEPTANCE = "acceptance"
 DRAFTER = "drafter"
@@ -110,7 +110,12 @@ def speculative_config_from_engine(engine: Mapping[str, Any] | None) -> dict | N
         if k == "speculative-config":
             found = True
             if isinstance(value, str):
-                value = safeio.parse_json(value, what="engine.speculative-config (a string, so read as JSON)", where="profile engine.speculative-config", fix="write it as a YAML mapping (or a JSON object string)")
+                value = safeio.parse_json(
+                    value,
+                    what="engine.speculative-config (a string, so read as JSON)",
+                    where="profile engine.speculative-config",
+                    fix="write it as a YAML mapping (or a JSON object string)",
+                )
             if isinstance(value, Mapping):
                 out.update(value)
         elif k.startswith("speculative-config."):
@@ -172,10 +177,18 @@ def resolve_gates(
             if name not in chosen:
                 chosen.append(name)
     if ACCEPTANCE in chosen and not have_baseline:
-        raise PpspecError("gate 'acceptance' needs a baseline report", where="--gates", fix="pass --baseline FILE (made with --save-baseline on the PP=1 run)")
+        raise PpspecError(
+            "gate 'acceptance' needs a baseline report",
+            where="--gates",
+            fix="pass --baseline FILE (made with --save-baseline on the PP=1 run)",
+        )
     for g in (OUTPUT, TASK):
         if g in chosen and not have_reference:
-            raise PpspecError(f"gate {g!r} needs a reference report", where="--gates", fix="pass --reference FILE (made with --save-reference on a run with speculation off)")
+            raise PpspecError(
+                f"gate {g!r} needs a reference report",
+                where="--gates",
+                fix="pass --reference FILE (made with --save-reference on a run with speculation off)",
+            )
     return chosen
 
 
@@ -223,9 +236,15 @@ def _f(x: float | None, nd: int = 3) -> str:
 def gate_acceptance_parity(report: Mapping, baseline: Mapping, ratio: float = DEFAULT_PARITY_RATIO) -> GateResult:
     """Mean acceptance length must be at least ratio x the baseline's (upstream uses 0.95 x PP=1)."""
     if not (0 < ratio <= 10):
-        raise PpspecError(f"--parity-ratio must be in (0, 10], got {ratio}", where="--parity-ratio", fix="use e.g. 0.95")
+        raise PpspecError(
+            f"--parity-ratio must be in (0, 10], got {ratio}", where="--parity-ratio", fix="use e.g. 0.95"
+        )
     if baseline.get("speculative", {}).get("synthetic_acceptance"):
-        raise PpspecError("the baseline was measured with synthetic acceptance", where="--baseline", fix="re-create the baseline on an engine without synthetic acceptance")
+        raise PpspecError(
+            "the baseline was measured with synthetic acceptance",
+            where="--baseline",
+            fix="re-create the baseline on an engine without synthetic acceptance",
+        )
     check_comparable(report, baseline, "baseline", check_outputs=False)
     base = baseline.get("spec_decode", {}).get("mean_acceptance_length")
     if not isinstance(base, (int, float)) or not math.isfinite(base):
@@ -238,22 +257,44 @@ def gate_acceptance_parity(report: Mapping, baseline: Mapping, ratio: float = DE
     need = ratio * base
     if cur is None:
         status = report.get("spec_decode", {}).get("status", "no drafts")
-        return GateResult(ACCEPTANCE, False, f"no acceptance length to compare ({status}); baseline {base:.3f}", None, need)
+        return GateResult(
+            ACCEPTANCE, False, f"no acceptance length to compare ({status}); baseline {base:.3f}", None, need
+        )
     ok = cur >= need - 1e-12
     rel = ">=" if ok else "<"
-    return GateResult(ACCEPTANCE, ok, f"mean acceptance length {cur:.3f} {rel} {ratio:g} x baseline {base:.3f} = {need:.3f}", cur, need)
+    return GateResult(
+        ACCEPTANCE,
+        ok,
+        f"mean acceptance length {cur:.3f} {rel} {ratio:g} x baseline {base:.3f} = {need:.3f}",
+        cur,
+        need,
+    )
 
 
 def gate_drafter_sanity(report: Mapping, min_acceptance: float = DEFAULT_MIN_ACCEPTANCE) -> GateResult:
     """The drafter must be accepted at least min_acceptance of the time: a floor that catches wrong taps."""
     if not (0 <= min_acceptance <= 1):
-        raise PpspecError(f"--min-acceptance must be in [0, 1], got {min_acceptance}", where="--min-acceptance", fix="use e.g. 0.05")
+        raise PpspecError(
+            f"--min-acceptance must be in [0, 1], got {min_acceptance}", where="--min-acceptance", fix="use e.g. 0.05"
+        )
     sd = report.get("spec_decode", {})
     if not sd.get("configured"):
-        return GateResult(DRAFTER, False, "speculative decoding is not configured on this server (no spec-decode counters)", None, min_acceptance)
+        return GateResult(
+            DRAFTER,
+            False,
+            "speculative decoding is not configured on this server (no spec-decode counters)",
+            None,
+            min_acceptance,
+        )
     rate = sd.get("acceptance_rate")
     if rate is None:
-        return GateResult(DRAFTER, False, "no drafts were made during the run: the drafter never proposed a token", None, min_acceptance)
+        return GateResult(
+            DRAFTER,
+            False,
+            "no drafts were made during the run: the drafter never proposed a token",
+            None,
+            min_acceptance,
+        )
     ok = rate >= min_acceptance
     rel = ">=" if ok else "<"
     return GateResult(
@@ -284,14 +325,20 @@ def gate_output_parity(report: Mapping, reference: Mapping) -> GateResult:
         if r is None or r.get("text") != o.get("text"):
             diffs.append((o, r))
     n = len(outs)
-    note = "" if not reference.get("speculative", {}).get("configured") else " (note: the reference was measured with speculation on)"
+    note = (
+        ""
+        if not reference.get("speculative", {}).get("configured")
+        else " (note: the reference was measured with speculation on)"
+    )
     if not diffs:
-        return GateResult(OUTPUT, True, f"{n} of {n} greedy outputs identical to the reference{note}", float(n), float(n))
+        return GateResult(
+            OUTPUT, True, f"{n} of {n} greedy outputs identical to the reference{note}", float(n), float(n)
+        )
     o, r = diffs[0]
     a, b = o.get("text") or "", (r or {}).get("text") or ""
     at = _first_divergence(a, b)
-    snippet_a = a[max(0, at - 10): at + 20]
-    snippet_b = b[max(0, at - 10): at + 20]
+    snippet_a = a[max(0, at - 10) : at + 20]
+    snippet_b = b[max(0, at - 10) : at + 20]
     return GateResult(
         OUTPUT,
         False,
@@ -313,7 +360,11 @@ def gate_task_score(report: Mapping, reference: Mapping, tolerance: float = DEFA
             fix="raise --num-prompts (or omit it) so the arithmetic problems are included",
         )
     if not ref or ref.get("score") is None:
-        raise PpspecError("the reference has no task score", where="--reference", fix="re-create the reference with this ppspec version")
+        raise PpspecError(
+            "the reference has no task score",
+            where="--reference",
+            fix="re-create the reference with this ppspec version",
+        )
     need = ref["score"] - tolerance
     ok = cur["score"] >= need - 1e-12
     rel = ">=" if ok else "<"

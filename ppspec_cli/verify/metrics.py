@@ -149,7 +149,9 @@ def _bad(why: str, shown: str = "") -> PpspecError:
 
 
 #: Lines of the families ppspec reads: vLLM's samples, TYPE/HELP lines for them, the process start time.
-_KEPT = re.compile(r"^(?:vllm:|process_start_time_seconds|# (?:TYPE|HELP|UNIT) (?:vllm:|process_start_time_seconds))[^\n]*", re.M)
+_KEPT = re.compile(
+    r"^(?:vllm:|process_start_time_seconds|# (?:TYPE|HELP|UNIT) (?:vllm:|process_start_time_seconds))[^\n]*", re.M
+)
 #: The most lines (samples and their comments) of one /metrics page that are parsed.
 MAX_SERIES = 50_000
 #: Pages up to this many characters are parsed whole; larger ones only for the families ppspec reads.
@@ -170,7 +172,9 @@ def parse_prometheus(text: str) -> Scrape:
         lines = _KEPT.findall(text)
         text = "\n".join(lines) + "\n"
     if text.count("\n") > MAX_SERIES:
-        raise _bad(f"more than {MAX_SERIES} series and comment lines of the families ppspec reads; no vLLM server exposes that many")
+        raise _bad(
+            f"more than {MAX_SERIES} series and comment lines of the families ppspec reads; no vLLM server exposes that many"
+        )
     try:
         families = list(text_string_to_metric_families(text))
     except Exception as e:  # noqa: BLE001 - the parser raises ValueError, IndexError, TypeError... on bad text
@@ -191,7 +195,11 @@ def parse_prometheus(text: str) -> Scrape:
             samples.append(Sample(smp.name, labels, value))
     scrape = Scrape(samples=samples, types=types)
     for smp in samples:
-        if smp.name.startswith("vllm:") and _is_monotonic(scrape, smp.name) and not (math.isfinite(smp.value) and smp.value >= 0):
+        if (
+            smp.name.startswith("vllm:")
+            and _is_monotonic(scrape, smp.name)
+            and not (math.isfinite(smp.value) and smp.value >= 0)
+        ):
             raise _bad(f"counter value {smp.value!r} is not a finite non-negative number", _fmt_series(smp))
     return scrape
 
@@ -205,7 +213,7 @@ def _is_monotonic(scrape: Scrape, sample_name: str) -> bool:
     if sample_name.endswith("_created"):
         return False
     if kind in _MONOTONIC_SUFFIXES:
-        suffix = sample_name[len(family):]
+        suffix = sample_name[len(family) :]
         return suffix in _MONOTONIC_SUFFIXES[kind]
     return kind == "untyped" and sample_name.endswith("_total")
 
@@ -316,7 +324,9 @@ class SpecDecodeStats:
     def warnings(self) -> list[str]:
         out = []
         if self.configured and self.accepted_tokens > self.draft_tokens:
-            out.append(f"accepted tokens ({self.accepted_tokens}) exceed draft tokens ({self.draft_tokens}): counters are inconsistent")
+            out.append(
+                f"accepted tokens ({self.accepted_tokens}) exceed draft tokens ({self.draft_tokens}): counters are inconsistent"
+            )
         if self.accepted_per_position and sum(self.accepted_per_position) != self.accepted_tokens:
             out.append(
                 f"per-position accepted tokens sum to {sum(self.accepted_per_position)}, "
@@ -339,7 +349,9 @@ class SpecDecodeStats:
         }
 
 
-def spec_decode_stats(d: Scrape, match: Mapping[str, str] | None = None, *, configured: bool | None = None) -> SpecDecodeStats:
+def spec_decode_stats(
+    d: Scrape, match: Mapping[str, str] | None = None, *, configured: bool | None = None
+) -> SpecDecodeStats:
     """Acceptance figures from a counters delta, summed over every series matching `match`.
 
     `match` selects labels, e.g. {"model_name": "m"} or {"engine": "0"}; None sums over engines.
@@ -375,7 +387,9 @@ def spec_decode_stats(d: Scrape, match: Mapping[str, str] | None = None, *, conf
     )
 
 
-def spec_decode_stats_by(d: Scrape, label: str = "engine", match: Mapping[str, str] | None = None) -> dict[str, SpecDecodeStats]:
+def spec_decode_stats_by(
+    d: Scrape, label: str = "engine", match: Mapping[str, str] | None = None
+) -> dict[str, SpecDecodeStats]:
     """Acceptance figures kept apart per value of `label` (per engine, per model_name)."""
     configured = spec_decode_configured(d)
     values = sorted(set(d.label_values(DRAFTS, label)) | set(d.label_values(ACCEPTED, label)))

@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 from pydantic import Field, StrictFloat, StrictInt, StrictStr
-
-from ppspec_cli.io import terminal
-from ppspec_cli.io.terminal import styled
 from rich.table import Table
 
-from ppspec_cli.io import records, safeio
-from ppspec_cli.io.records import Record
-from ppspec_cli.io.terminal import safe  # noqa: F401 - kept for callers of report.safe
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import records, safeio, terminal
+from ppspec_cli.io.records import Record
+from ppspec_cli.io.terminal import (
+    safe,  # noqa: F401 - kept for callers of report.safe
+    styled,
+)
 
 SCHEMA = "ppspec-verify-report/1"
 MAX_REPORT_BYTES = 64 << 20
@@ -78,9 +78,25 @@ class Report:
                 fix="pass a file written by `ppspec verify --out/--save-baseline/--save-reference`",
             )
         names = set(cls.__dataclass_fields__)
-        missing = [k for k in ("endpoint", "model", "prompt_set", "settings", "speculative", "counters_delta", "spec_decode", "throughput", "outputs") if k not in d]
+        missing = [
+            k
+            for k in (
+                "endpoint",
+                "model",
+                "prompt_set",
+                "settings",
+                "speculative",
+                "counters_delta",
+                "spec_decode",
+                "throughput",
+                "outputs",
+            )
+            if k not in d
+        ]
         if missing:
-            raise PpspecError(f"report is missing {', '.join(missing)}", where=source, fix="re-create it with `ppspec verify`")
+            raise PpspecError(
+                f"report is missing {', '.join(missing)}", where=source, fix="re-create it with `ppspec verify`"
+            )
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
@@ -91,7 +107,12 @@ def save_report(report: Report, path: str | Path) -> Path:
     try:
         text = json.dumps(report.to_dict(), indent=2, sort_keys=False, allow_nan=False) + "\n"
     except ValueError:  # a non-finite figure (a server's counter at +Inf): JSON has no such number
-        raise PpspecError(f"cannot write {p}: the report holds a non-finite number (a server counter at Inf or NaN)", where=str(p), fix="check the server's /metrics; ppspec writes only finite figures", exit_code=1) from None
+        raise PpspecError(
+            f"cannot write {p}: the report holds a non-finite number (a server counter at Inf or NaN)",
+            where=str(p),
+            fix="check the server's /metrics; ppspec writes only finite figures",
+            exit_code=1,
+        ) from None
     safeio.write_text(p, text, what="report", exit_code=2, through=True)
     return p
 
@@ -202,7 +223,10 @@ def render_table(report: Report | dict, console: Any = None) -> None:
 
     row("endpoint", str(r.get("endpoint")))
     row("model", str(r.get("model")))
-    row("prompt set", f"{ps.get('name')} v{ps.get('version')} sha256 {str(ps.get('sha256'))[:16]}… ({r.get('settings', {}).get('num_prompts')} prompts)")
+    row(
+        "prompt set",
+        f"{ps.get('name')} v{ps.get('version')} sha256 {str(ps.get('sha256'))[:16]}… ({r.get('settings', {}).get('num_prompts')} prompts)",
+    )
     row("max tokens / seed", f"{r.get('settings', {}).get('max_tokens')} / {r.get('settings', {}).get('seed')}")
     if not sd.get("configured"):
         row("speculative decoding", "not configured (no spec-decode counters on /metrics)")
@@ -220,14 +244,19 @@ def render_table(report: Report | dict, console: Any = None) -> None:
             pp = sd.get("per_position_acceptance") or []
             row("per-position acceptance", "  ".join(f"{i}:{v:.3f}" for i, v in enumerate(pp)) or "—")
     for engine, st in sorted((r.get("per_engine") or {}).items()):
-        row(f"engine {engine}", f"length {_num(st.get('mean_acceptance_length'))}, rate {_num(st.get('acceptance_rate'))}, drafts {st.get('drafts')}")
+        row(
+            f"engine {engine}",
+            f"length {_num(st.get('mean_acceptance_length'))}, rate {_num(st.get('acceptance_rate'))}, drafts {st.get('drafts')}",
+        )
     row("output tokens", str(tp.get("output_tokens")))
     row("wall time", _num(tp.get("wall_time_s"), "{:.2f} s"))
     row("output tokens/s", _num(tp.get("output_tokens_per_s"), "{:.1f}"))
     # what each measures, next to its value: the two differ by design (docs/verify.md)
     row("time per output token", _num(tp.get("time_per_output_token_ms"), "{:.1f} ms") + f" ({TPOT_MEANS})")
     if tp.get("engine_inter_token_latency_ms") is not None:
-        row("engine inter-token latency", _num(tp.get("engine_inter_token_latency_ms"), "{:.1f} ms") + f" ({ITL_MEANS})")
+        row(
+            "engine inter-token latency", _num(tp.get("engine_inter_token_latency_ms"), "{:.1f} ms") + f" ({ITL_MEANS})"
+        )
     ts = r.get("task_score")
     if ts and ts.get("total"):
         row("arithmetic score", f"{ts.get('correct')}/{ts.get('total')} = {ts.get('score'):.3f}")
@@ -259,4 +288,6 @@ def print_gate_lines(r: dict, console: Any) -> None:
     for g in r.get("gates", []):
         style = "green" if g.get("status") == "PASS" else "red"
         title = GATE_TITLES.get(g.get("name"), g.get("name"))
-        console.print(styled(f"[{style}]{{}}[/{style}]  {{}}: {{}}", g.get("status"), title, g.get("detail")), soft_wrap=True)
+        console.print(
+            styled(f"[{style}]{{}}[/{style}]  {{}}: {{}}", g.get("status"), title, g.get("detail")), soft_wrap=True
+        )

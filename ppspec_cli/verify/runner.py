@@ -7,19 +7,25 @@ same measurement and no gates.
 
 from __future__ import annotations
 
-
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from typing import Any, Callable, Mapping
 
 from ppspec_cli import __version__
-from ppspec_cli.io import shellout
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import shellout
 from ppspec_cli.verify import metrics as m
 from ppspec_cli.verify.client import Client
-from ppspec_cli.verify.gates import DEFAULT_MIN_ACCEPTANCE, DEFAULT_PARITY_RATIO, DEFAULT_TASK_TOLERANCE, evaluate_gates, refuse_if_synthetic, synthetic_acceptance_configured
+from ppspec_cli.verify.gates import (
+    DEFAULT_MIN_ACCEPTANCE,
+    DEFAULT_PARITY_RATIO,
+    DEFAULT_TASK_TOLERANCE,
+    evaluate_gates,
+    refuse_if_synthetic,
+    synthetic_acceptance_configured,
+)
 from ppspec_cli.verify.prompts import PromptItem, PromptSet, extract_answer, load_prompt_set
 from ppspec_cli.verify.report import Report
 
@@ -73,7 +79,11 @@ def _listed(served: list[str], n: int = 8) -> str:
 def _pick_model(client: Client, model: str | None, preferred: list[str] | None) -> str:
     served = client.models()
     if not served:
-        raise PpspecError(f"{client.url('/v1/models')} lists no models", where=client.url("/v1/models"), fix="check the server log: the model may have failed to load")
+        raise PpspecError(
+            f"{client.url('/v1/models')} lists no models",
+            where=client.url("/v1/models"),
+            fix="check the server log: the model may have failed to load",
+        )
     if model:
         if model not in served:
             raise PpspecError(
@@ -168,7 +178,9 @@ def _served_spec(client: Client, spec_config: Mapping[str, Any] | None) -> _Serv
     return _ServedSpec(synthetic, source, served)
 
 
-def _send_prompts(client: Client, model: str, items: tuple[PromptItem, ...], *, max_tokens: int, seed: int, say: ProgressFn) -> _Sent:
+def _send_prompts(
+    client: Client, model: str, items: tuple[PromptItem, ...], *, max_tokens: int, seed: int, say: ProgressFn
+) -> _Sent:
     """Send each prompt greedily, one at a time, and record its answer (and whether it is right)."""
     outputs: list[dict] = []
     total_latency = 0.0
@@ -201,7 +213,9 @@ def _send_prompts(client: Client, model: str, items: tuple[PromptItem, ...], *, 
             total += 1
             correct += int(got == item.answer)
         outputs.append(rec)
-        say(f"[{i:>{len(str(n))}}/{n}] {item.id:<5} {c.completion_tokens if c.completion_tokens is not None else '?':>5} tokens  {dt:6.2f} s")
+        say(
+            f"[{i:>{len(str(n))}}/{n}] {item.id:<5} {c.completion_tokens if c.completion_tokens is not None else '?':>5} tokens  {dt:6.2f} s"
+        )
     wall = time.perf_counter() - t_start
     return _Sent(outputs, total_latency, wall, usage_tokens, correct, total)
 
@@ -216,7 +230,9 @@ def _model_match(after: m.Scrape, chosen: str, warnings: list[str]) -> dict[str,
     return None
 
 
-def _throughput(sent: _Sent, d: m.Scrape, match: dict[str, str] | None, gen: int | None, warnings: list[str]) -> dict[str, Any]:
+def _throughput(
+    sent: _Sent, d: m.Scrape, match: dict[str, str] | None, gen: int | None, warnings: list[str]
+) -> dict[str, Any]:
     output_tokens = sent.usage_tokens if sent.usage_tokens is not None else gen
     if sent.usage_tokens is not None and gen is not None and gen > sent.usage_tokens:
         warnings.append(
@@ -270,7 +286,9 @@ def run_verify(
     refuse_synthetic: raise before sending anything when synthetic acceptance is configured.
     """
     if not (1 <= max_tokens <= 1 << 16):
-        raise PpspecError(f"--max-tokens must be in 1..65536, got {max_tokens}", where="--max-tokens", fix="use e.g. 128")
+        raise PpspecError(
+            f"--max-tokens must be in 1..65536, got {max_tokens}", where="--max-tokens", fix="use e.g. 128"
+        )
     prof = profile or ProfileContext()
     ps = prompt_set or load_prompt_set()
     items = ps.select(num_prompts)
@@ -292,7 +310,9 @@ def run_verify(
     before = m.parse_prometheus(client.metrics())
     configured = m.spec_decode_configured(before)
     if prof.expect_speculative is True and not configured:
-        warnings.append("the profile names a drafter but the server exposes no spec-decode counters: speculation is off")
+        warnings.append(
+            "the profile names a drafter but the server exposes no spec-decode counters: speculation is off"
+        )
     if prof.expect_speculative is False and configured:
         warnings.append("the profile names no drafter but the server runs speculative decoding")
 
@@ -300,7 +320,9 @@ def run_verify(
 
     after, d, settled = _settled_delta(client, before, sent.usage_tokens)
     if not settled:
-        warnings.append(f"the counters did not settle within {SETTLE_TIMEOUT_S:g} s after the last response; figures may miss the last steps")
+        warnings.append(
+            f"the counters did not settle within {SETTLE_TIMEOUT_S:g} s after the last response; figures may miss the last steps"
+        )
     configured = configured or m.spec_decode_configured(after)
 
     match = _model_match(after, chosen, warnings)
@@ -313,14 +335,24 @@ def run_verify(
 
     summary = m.summarize(d, match)
     throughput = _throughput(sent, d, match, summary.get("generation_tokens"), warnings)
-    task = {"correct": sent.correct, "total": sent.total, "score": (sent.correct / sent.total) if sent.total else None} if sent.total else None
+    task = (
+        {"correct": sent.correct, "total": sent.total, "score": (sent.correct / sent.total) if sent.total else None}
+        if sent.total
+        else None
+    )
 
     return Report(
         endpoint=client.endpoint,
         model=chosen,
         profile=prof.name,
         prompt_set=ps.describe(),
-        settings={"max_tokens": max_tokens, "num_prompts": len(items), "seed": seed, "temperature": 0.0, "warmup": warmup},
+        settings={
+            "max_tokens": max_tokens,
+            "num_prompts": len(items),
+            "seed": seed,
+            "temperature": 0.0,
+            "warmup": warmup,
+        },
         speculative=_speculative_info(configured, spec, prof.expect_speculative),
         counters_delta=summary,
         spec_decode=stats.to_dict(),

@@ -53,7 +53,20 @@ CONTROL_CLASSES: dict[str, list[str]] = {
     "csi": ["\x1b[2J\x1b[H", "\x1b[31mred\x1b[0m", "\x9b31m"],
     "osc52": ["\x1b]52;c;ZWNobyBwd25lZA==\x07", "\x1b]52;c;ZWNobyBwd25lZA==\x1b\\"],
     "osc8": ["\x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\"],
-    "bidi": ["\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069", "\u200e", "\u200f", "\u061c"],
+    "bidi": [
+        "\u202a",
+        "\u202b",
+        "\u202c",
+        "\u202d",
+        "\u202e",
+        "\u2066",
+        "\u2067",
+        "\u2068",
+        "\u2069",
+        "\u200e",
+        "\u200f",
+        "\u061c",
+    ],
     "zero-width": ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u180e"],
     "surrogate": ["\ud800", "\udcff", "\udfff"],
     "separators": ["\u2028", "\u2029", "\x85"],
@@ -132,7 +145,16 @@ def _channel_verify_table(p: str) -> None:
     from ppspec_cli.io import terminal
     from ppspec_cli.verify.report import render_table
 
-    r = {"endpoint": p, "model": p, "prompt_set": {"name": p, "version": 1, "sha256": p}, "settings": {}, "spec_decode": {"configured": False}, "throughput": {}, "warnings": [p], "gates": [{"name": p, "status": p, "detail": p}]}
+    r = {
+        "endpoint": p,
+        "model": p,
+        "prompt_set": {"name": p, "version": 1, "sha256": p},
+        "settings": {},
+        "spec_decode": {"configured": False},
+        "throughput": {},
+        "warnings": [p],
+        "gates": [{"name": p, "status": p, "detail": p}],
+    }
     render_table(r, terminal.console())
 
 
@@ -170,7 +192,10 @@ def _channel_adapters_show(p: str) -> None:
     object.__setattr__(fake, "description", p) if hasattr(fake, "__dataclass_fields__") else None
     old_get, old_rec = adapters.get_pack, adapters.pack_record
     adapters.get_pack = lambda name: fake
-    adapters.pack_record = lambda pack, installed, errs, anchors=None: {**old_rec(real, installed, errs, anchors), "status_detail": p}
+    adapters.pack_record = lambda pack, installed, errs, anchors=None: {
+        **old_rec(real, installed, errs, anchors),
+        "status_detail": p,
+    }
     try:
         adapters.adapters_show(real.name, False)
     finally:
@@ -219,7 +244,18 @@ def _terminal_case(channel: Callable[[str], None], cls: str, piece: str) -> Call
             return f"markup {piece!r} was interpreted, not shown"
         if cls == "emoji" and piece not in got:
             return f"emoji code {piece!r} was replaced"
-        if cls == "length" and len(got) > 60_000 and channel not in (_channel_findings, _channel_table_cell, _channel_styled, _channel_verify_table, _channel_adapters_show):
+        if (
+            cls == "length"
+            and len(got) > 60_000
+            and channel
+            not in (
+                _channel_findings,
+                _channel_table_cell,
+                _channel_styled,
+                _channel_verify_table,
+                _channel_adapters_show,
+            )
+        ):
             return f"{len(got)} characters reached the terminal for one message"
         return None
 
@@ -270,7 +306,17 @@ def _make_target(d: Path, kind: str) -> Path:
     return p
 
 
-WRITE_TARGETS = ["missing", "regular", "directory", "symlink", "dangling-symlink", "fifo", "socket", "char-device", "too-long"]
+WRITE_TARGETS = [
+    "missing",
+    "regular",
+    "directory",
+    "symlink",
+    "dangling-symlink",
+    "fifo",
+    "socket",
+    "char-device",
+    "too-long",
+]
 
 
 def _writers() -> dict[str, Callable[[Path], None]]:
@@ -355,7 +401,9 @@ def _writer_case(wname: str, kind: str) -> Callable[[], str | None]:
                     return "wrote nothing through the FIFO"
             if kind in ("missing", "regular", "dangling-symlink") and kind != "dangling-symlink" and not ok:
                 return "refused a writable target"
-            if kind not in ("missing", "regular", "too-long") and (before is None or after is None or stat.S_IFMT(before) != stat.S_IFMT(after)):
+            if kind not in ("missing", "regular", "too-long") and (
+                before is None or after is None or stat.S_IFMT(before) != stat.S_IFMT(after)
+            ):
                 return f"replaced a {kind}"
             if kind == "symlink" and (d / "elsewhere").read_text() != "precious\n":
                 return "wrote through a symlink"
@@ -417,7 +465,7 @@ class HostileServer:
                 while not self._stop.is_set():
                     c.sendall(chunk)
             elif b == "close-mid-body":
-                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{\"data\": [")
+                c.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{"data": [')
             elif b == "not-http":
                 c.sendall(b"SSH-2.0-OpenSSH_9.0\r\n" * 10)
             elif b == "redirect":
@@ -542,7 +590,14 @@ def spellings(flag: str, boolean: bool) -> Iterator[str]:
     from ppspec_cli.planning.engine_options import vllm_option_strings
 
     opts = vllm_option_strings()
-    forms = {flag, flag.replace("-", "_"), f"--{flag}", f"--{flag.replace('-', '_')}", f"{flag}.sub_field", f"{flag.replace('-', '_')}.a.b_c"}
+    forms = {
+        flag,
+        flag.replace("-", "_"),
+        f"--{flag}",
+        f"--{flag.replace('-', '_')}",
+        f"{flag}.sub_field",
+        f"{flag.replace('-', '_')}.a.b_c",
+    }
     for n in range(1, len(flag)):
         pre = flag[:n]
         if pre.endswith("-"):
@@ -579,10 +634,29 @@ def engine_option_cases() -> Iterator[Case]:
         if flag not in opts:
             continue
         for s in spellings(flag, True):
-            yield ("engine-options", "managed", f"{flag} as {s!r}", _refused_case(s, flag, {"engine-managed-option", "engine-bad-option-name", "engine-ambiguous-option", "engine-secret-option"}))
+            yield (
+                "engine-options",
+                "managed",
+                f"{flag} as {s!r}",
+                _refused_case(
+                    s,
+                    flag,
+                    {
+                        "engine-managed-option",
+                        "engine-bad-option-name",
+                        "engine-ambiguous-option",
+                        "engine-secret-option",
+                    },
+                ),
+            )
     for flag in sorted(_REFUSED_FLAGS):
         for s in spellings(flag, False):
-            yield ("engine-options", "refused", f"{flag} as {s!r}", _refused_case(s, flag, {"engine-refused-option", "engine-ambiguous-option", "engine-bad-option-name"}))
+            yield (
+                "engine-options",
+                "refused",
+                f"{flag} as {s!r}",
+                _refused_case(s, flag, {"engine-refused-option", "engine-ambiguous-option", "engine-bad-option-name"}),
+            )
 
     def depth(key: str) -> Callable[[], str | None]:
         def run() -> str | None:
@@ -593,7 +667,13 @@ def engine_option_cases() -> Iterator[Case]:
 
         return run
 
-    for key in ("hf-overrides.num_hidden_layers", "hf_overrides.num_hidden_layers", "hf-over.num_hidden_layers", "hf_overrides.text_config.num_hidden_layers", "--hf-overrides.num_nextn_predict_layers"):
+    for key in (
+        "hf-overrides.num_hidden_layers",
+        "hf_overrides.num_hidden_layers",
+        "hf-over.num_hidden_layers",
+        "hf_overrides.text_config.num_hidden_layers",
+        "--hf-overrides.num_nextn_predict_layers",
+    ):
         yield ("engine-options", "dotted-depth", key, depth(key))
 
     def argv(key: str, want: str) -> Callable[[], str | None]:
@@ -605,7 +685,11 @@ def engine_option_cases() -> Iterator[Case]:
 
         return run
 
-    for key, want in (("hf_overrides.rope_theta", "--hf-overrides.rope_theta"), ("compilation_config.cudagraph_mode", "--compilation-config.cudagraph_mode"), ("max_model", "--max-model-len")):
+    for key, want in (
+        ("hf_overrides.rope_theta", "--hf-overrides.rope_theta"),
+        ("compilation_config.cudagraph_mode", "--compilation-config.cudagraph_mode"),
+        ("max_model", "--max-model-len"),
+    ):
         yield ("engine-options", "sub-key-spelling", key, argv(key, want))
 
     def plugins(val: str) -> Callable[[], str | None]:
@@ -613,12 +697,30 @@ def engine_option_cases() -> Iterator[Case]:
             from ppspec_cli.planning.engine_options import launch_refusals
 
             loads = "ppspec" in val.split(",")  # vllm/envs.py: os.environ["VLLM_PLUGINS"].split(",")
-            refused = any(f.code == "env-plugins-skip-ppspec" for f in launch_refusals({}, {"VLLM_PLUGINS": val}, None, None))
-            return None if refused != loads else f"VLLM_PLUGINS={val!r}: vLLM {'loads' if loads else 'skips'} ppspec, check {'refused' if refused else 'passed'}"
+            refused = any(
+                f.code == "env-plugins-skip-ppspec" for f in launch_refusals({}, {"VLLM_PLUGINS": val}, None, None)
+            )
+            return (
+                None
+                if refused != loads
+                else f"VLLM_PLUGINS={val!r}: vLLM {'loads' if loads else 'skips'} ppspec, check {'refused' if refused else 'passed'}"
+            )
 
         return run
 
-    for val in ("ppspec", " ppspec", "ppspec ", "other, ppspec", "other,ppspec", "PPSPEC", "ppspec,", ",ppspec", "", "ppspec\n", "pp spec"):
+    for val in (
+        "ppspec",
+        " ppspec",
+        "ppspec ",
+        "other, ppspec",
+        "other,ppspec",
+        "PPSPEC",
+        "ppspec,",
+        ",ppspec",
+        "",
+        "ppspec\n",
+        "pp spec",
+    ):
         yield ("engine-options", "plugins-spelling", repr(val), plugins(val))
 
 
@@ -627,7 +729,13 @@ def engine_option_cases() -> Iterator[Case]:
 
 
 def untrusted_cases() -> Iterator[Case]:
-    from ppspec_cli.planning.engine_options import UNTRUSTED_ENV, UNTRUSTED_OPTIONS, UNTRUSTED_SUBKEYS, launch_refusals, vllm_option_strings
+    from ppspec_cli.planning.engine_options import (
+        UNTRUSTED_ENV,
+        UNTRUSTED_OPTIONS,
+        UNTRUSTED_SUBKEYS,
+        launch_refusals,
+        vllm_option_strings,
+    )
 
     opts = vllm_option_strings()
 
@@ -652,6 +760,7 @@ def untrusted_cases() -> Iterator[Case]:
                 continue
             yield ("untrusted", f"option-{kind}", f"{s}", opt_case(s, "x.y", None))
         yield ("untrusted", "acknowledged", flag, opt_case(flag, "x.y", [flag.replace("-", "_")]))
+
     def nest(dotted: str, value: object) -> dict:
         """{"a": {"b": value}} for "a.b" (a nested sub-key such as kv_connector_extra_config.shared_storage_path)."""
         for part in reversed(dotted.split(".")):
@@ -672,7 +781,21 @@ def untrusted_cases() -> Iterator[Case]:
 
         return run
 
-    names = sorted(UNTRUSTED_ENV) + ["LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONWARNINGS", "PYTHONBREAKPOINT", "PYTHONUSERBASE", "http_proxy", "https_proxy", "hf_endpoint"]
+    names = sorted(UNTRUSTED_ENV) + [
+        "LD_PRELOAD",
+        "LD_AUDIT",
+        "LD_LIBRARY_PATH",
+        "DYLD_INSERT_LIBRARIES",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "PYTHONHOME",
+        "PYTHONWARNINGS",
+        "PYTHONBREAKPOINT",
+        "PYTHONUSERBASE",
+        "http_proxy",
+        "https_proxy",
+        "hf_endpoint",
+    ]
     for n in names:
         yield ("untrusted", "env", n, env_case(n, False))
         yield ("untrusted", "acknowledged", f"env {n}", env_case(n, True))
@@ -691,21 +814,47 @@ def untrusted_cases() -> Iterator[Case]:
 # ---------------------------------------------------------------------------------------------
 # persisted inputs
 
-WRONG_VALUES = {"string": '"x"', "bool": "true", "null": "null", "list": "[]", "object": "{}", "inf": "1e999", "-inf": "-1e999", "big-int": "1" + "0" * 400, "negative": "-5"}
+WRONG_VALUES = {
+    "string": '"x"',
+    "bool": "true",
+    "null": "null",
+    "list": "[]",
+    "object": "{}",
+    "inf": "1e999",
+    "-inf": "-1e999",
+    "big-int": "1" + "0" * 400,
+    "negative": "-5",
+}
 
 
 def _valid_report(name: str = "baseline") -> dict:
     return {
-        "schema": "ppspec-verify-report/1", "endpoint": "http://127.0.0.1:8000", "model": "m",
+        "schema": "ppspec-verify-report/1",
+        "endpoint": "http://127.0.0.1:8000",
+        "model": "m",
         "prompt_set": {"name": "builtin", "version": 1, "sha256": "a" * 64},
         "settings": {"num_prompts": 2, "max_tokens": 8, "seed": 0},
         "speculative": {"configured": True, "synthetic_acceptance": False},
         "counters_delta": {"vllm:spec_decode_num_drafts_total": 4.0},
-        "spec_decode": {"configured": True, "status": "ok", "drafts": 4, "draft_tokens": 12, "accepted_tokens": 6, "mean_acceptance_length": 2.5, "acceptance_rate": 0.5, "per_position_acceptance": [0.7, 0.5, 0.3]},
+        "spec_decode": {
+            "configured": True,
+            "status": "ok",
+            "drafts": 4,
+            "draft_tokens": 12,
+            "accepted_tokens": 6,
+            "mean_acceptance_length": 2.5,
+            "acceptance_rate": 0.5,
+            "per_position_acceptance": [0.7, 0.5, 0.3],
+        },
         "throughput": {"output_tokens": 16, "wall_time_s": 1.0},
-        "outputs": [{"id": "p1", "text": "a", "completion_tokens": 8}, {"id": "p2", "text": "b", "completion_tokens": 8}],
+        "outputs": [
+            {"id": "p1", "text": "a", "completion_tokens": 8},
+            {"id": "p2", "text": "b", "completion_tokens": 8},
+        ],
         "task_score": {"correct": 1, "total": 2, "score": 0.5},
-        "per_engine": {}, "gates": [], "warnings": [],
+        "per_engine": {},
+        "gates": [],
+        "warnings": [],
     }
 
 
@@ -743,7 +892,11 @@ def _report_case(text: str) -> Callable[[], str | None]:
             try:
                 doc = load_report(p, "baseline")
             except PpspecError as e:
-                return None if e.exit_code == 2 and str(p) in e.render() else f"exit {e.exit_code} / file not named: {e.what[:80]}"
+                return (
+                    None
+                    if e.exit_code == 2 and str(p) in e.render()
+                    else f"exit {e.exit_code} / file not named: {e.what[:80]}"
+                )
             except Exception as e:  # noqa: BLE001
                 return f"load crashed: {type(e).__name__}: {str(e)[:80]}"
             # accepted: the gates after the run must not crash on it, and the report must be writable
@@ -782,7 +935,20 @@ def _status_case(text: str) -> Callable[[], str | None]:
 
 
 def _status_valid() -> str:
-    return json.dumps({"pid": 123, "ok": True, "role": "api", "rank": 0, "pp_rank": 0, "pack": None, "vllm": "0.32.0", "error": None, "workers_confirmed": True, "patches": []})
+    return json.dumps(
+        {
+            "pid": 123,
+            "ok": True,
+            "role": "api",
+            "rank": 0,
+            "pp_rank": 0,
+            "pack": None,
+            "vllm": "0.32.0",
+            "error": None,
+            "workers_confirmed": True,
+            "patches": [],
+        }
+    )
 
 
 def _plan_case(text: str) -> Callable[[], str | None]:
@@ -847,7 +1013,14 @@ def persisted_cases() -> Iterator[Case]:
     for path in _paths(status):
         for wname, raw in WRONG_VALUES.items():
             yield ("persisted", f"status:{wname}", ".".join(map(str, path)), _status_case(_set_raw(status, path, raw)))
-    plan = {"format": "ppspec-plan/1", "profile": "p", "pack": None, "plan": {}, "expect": {"pp": 2, "tp": 1, "partition": [1, 1], "taps": [1], "draft_layer_start": 2, "num_layers": 2}, "status_dir": "/tmp/x"}
+    plan = {
+        "format": "ppspec-plan/1",
+        "profile": "p",
+        "pack": None,
+        "plan": {},
+        "expect": {"pp": 2, "tp": 1, "partition": [1, 1], "taps": [1], "draft_layer_start": 2, "num_layers": 2},
+        "status_dir": "/tmp/x",
+    }
     for path in _paths(plan):
         for wname, raw in WRONG_VALUES.items():
             yield ("persisted", f"plan:{wname}", ".".join(map(str, path)), _plan_case(_set_raw(plan, path, raw)))
@@ -943,26 +1116,76 @@ def validation_cases() -> Iterator[Case]:
     from ppspec_cli.running.cluster import _slurm_int, check_host
 
     for v in ("²", "١", "-1", " 1", "1\n", "", "1e3", "0x1", "１"):
-        yield ("validation", "slurm-nodeid", repr(v), expect_exit2(lambda v=v: _slurm_int({"SLURM_NODEID": v}, "SLURM_NODEID"), "SLURM_NODEID"))
+        yield (
+            "validation",
+            "slurm-nodeid",
+            repr(v),
+            expect_exit2(lambda v=v: _slurm_int({"SLURM_NODEID": v}, "SLURM_NODEID"), "SLURM_NODEID"),
+        )
+
     def nodelist(v: str, nodeid: str = "0", nnodes: str = "2") -> None:
         from ppspec_cli.running.cluster import slurm_from_env
 
         slurm_from_env({"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": v, "SLURM_NODEID": nodeid, "SLURM_NNODES": nnodes})
 
-    for v in ("-oProxyCommand=x", "node[1-2]\n", "a b", "n;id", "$(id)", "n\x1b[2J", "n\x00", "n" * 70000, "nöde", "--help"):
-        yield ("validation", "slurm-nodelist", repr(v[:12]), expect_exit2(lambda v=v: nodelist(v), "SLURM_JOB_NODELIST"))
+    for v in (
+        "-oProxyCommand=x",
+        "node[1-2]\n",
+        "a b",
+        "n;id",
+        "$(id)",
+        "n\x1b[2J",
+        "n\x00",
+        "n" * 70000,
+        "nöde",
+        "--help",
+    ):
+        yield (
+            "validation",
+            "slurm-nodelist",
+            repr(v[:12]),
+            expect_exit2(lambda v=v: nodelist(v), "SLURM_JOB_NODELIST"),
+        )
     for nodeid, nnodes in (("2", "2"), ("999999", "2"), ("1", "0"), ("0", "-1"), ("0", "99999999999")):
-        yield ("validation", "slurm-nodeid", f"{nodeid}/{nnodes}", expect_exit2(lambda i=nodeid, n=nnodes: nodelist("node[1-2]", i, n), "SLURM_NODEID/SLURM_NNODES"))
+        yield (
+            "validation",
+            "slurm-nodeid",
+            f"{nodeid}/{nnodes}",
+            expect_exit2(lambda i=nodeid, n=nnodes: nodelist("node[1-2]", i, n), "SLURM_NODEID/SLURM_NNODES"),
+        )
     for v in ("", "host\n", "-oProxyCommand=x", "a b", "a;b", "$(id)", "h\x1b", "x" * 300, "..", "a..b."):
         for where in ("--master-addr", "--host"):
-            yield ("validation", "host", f"{where} {v[:12]!r}", expect_exit2(lambda v=v, w=where: check_host(v, w), where))
+            yield (
+                "validation",
+                "host",
+                f"{where} {v[:12]!r}",
+                expect_exit2(lambda v=v, w=where: check_host(v, w), where),
+            )
 
     def image(v: str) -> None:
         from ppspec_cli.running.export import check_image
 
         check_image(v)
 
-    for v in ("", "img\n", "-x", "a b", "img\"x", "x" * 600, "Img/Upper", "img:", "img::t", "a//b", "img+x", "img/", ".img", "img@sha256:zz", "img:" + "t" * 200, "img\u200b", "img\x00"):
+    for v in (
+        "",
+        "img\n",
+        "-x",
+        "a b",
+        'img"x',
+        "x" * 600,
+        "Img/Upper",
+        "img:",
+        "img::t",
+        "a//b",
+        "img+x",
+        "img/",
+        ".img",
+        "img@sha256:zz",
+        "img:" + "t" * 200,
+        "img\u200b",
+        "img\x00",
+    ):
         yield ("validation", "image", repr(v[:12]), expect_exit2(lambda v=v: image(v), "--image"))
 
     def secret(v: str) -> None:

@@ -36,8 +36,30 @@ def env(**values: str | None) -> Iterator[None]:
 
 # -- environment -------------------------------------------------------------------------------
 
-BOUNDS = {"PPSPEC_STOP_GRACE_S": (0.0, 3600.0, True), "PPSPEC_HUB_DEADLINE": (0.0, 86400.0, False), "PPSPEC_HUB_DOWNLOAD_DEADLINE": (0.0, 86400.0, False), "PPSPEC_HUB_DOWNLOAD_LIMIT_GB": (0.0, float(1 << 20), False)}
-HOSTILE_NUMBERS = ["nan", "NaN", "inf", "-inf", "1e999", "-1", "0", "1e9", "abc", "0x10", " 5 ", "\uff11", "1_0", "5\n", "-0", "3600.0001"]
+BOUNDS = {
+    "PPSPEC_STOP_GRACE_S": (0.0, 3600.0, True),
+    "PPSPEC_HUB_DEADLINE": (0.0, 86400.0, False),
+    "PPSPEC_HUB_DOWNLOAD_DEADLINE": (0.0, 86400.0, False),
+    "PPSPEC_HUB_DOWNLOAD_LIMIT_GB": (0.0, float(1 << 20), False),
+}
+HOSTILE_NUMBERS = [
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "1e999",
+    "-1",
+    "0",
+    "1e9",
+    "abc",
+    "0x10",
+    " 5 ",
+    "\uff11",
+    "1_0",
+    "5\n",
+    "-0",
+    "3600.0001",
+]
 
 
 def _number_case(var: str, value: str) -> Callable[[], str | None]:
@@ -51,7 +73,9 @@ def _number_case(var: str, value: str) -> Callable[[], str | None]:
             try:
                 got = getattr(settings.settings(), field)
             except PpspecError as e:
-                return None if e.exit_code == 2 and e.where == var else f"refused with exit {e.exit_code} at {e.where!r}"
+                return (
+                    None if e.exit_code == 2 and e.where == var else f"refused with exit {e.exit_code} at {e.where!r}"
+                )
             except Exception as e:  # noqa: BLE001
                 return f"crashed: {type(e).__name__}: {str(e)[:60]}"
         if got is None:
@@ -125,7 +149,12 @@ def _accessors() -> dict[str, Callable[[], object]]:
     from ppspec_cli.planning import engine_options
     from ppspec_cli.running.launch import default_run_dir
 
-    return {"demo models": demo_cache_dir, "option names": engine_options._options_cache_file, "import check": adapters._cache_file, "run dirs": lambda: default_run_dir("p")}
+    return {
+        "demo models": demo_cache_dir,
+        "option names": engine_options._options_cache_file,
+        "import check": adapters._cache_file,
+        "run dirs": lambda: default_run_dir("p"),
+    }
 
 
 def _cache_case(accessor: str, hostile: str) -> Callable[[], str | None]:
@@ -155,7 +184,11 @@ def _cache_case(accessor: str, hostile: str) -> Callable[[], str | None]:
                 try:
                     _accessors()[accessor]()
                 except PpspecError as e:
-                    return None if e.exit_code == 2 and str(target) in e.what else f"refused without naming {target} (exit {e.exit_code}: {e.what[:80]})"
+                    return (
+                        None
+                        if e.exit_code == 2 and str(target) in e.what
+                        else f"refused without naming {target} (exit {e.exit_code}: {e.what[:80]})"
+                    )
                 except Exception as e:  # noqa: BLE001
                     return f"crashed: {type(e).__name__}: {str(e)[:60]}"
         return f"used a {hostile} cache directory"
@@ -207,7 +240,16 @@ def cache_cases() -> Iterator[Case]:
 
 #: Modules a child Python imports first thing (json for its answer; the rest at start-up or by
 #: ppspec's child code), planted in the working directory.
-PLANTED = ["json", "sitecustomize", "usercustomize", "importlib_metadata", "ppspec_cli", "vllm", "typing_extensions", "pydantic"]
+PLANTED = [
+    "json",
+    "sitecustomize",
+    "usercustomize",
+    "importlib_metadata",
+    "ppspec_cli",
+    "vllm",
+    "typing_extensions",
+    "pydantic",
+]
 
 
 def _child_case(module: str, child: str) -> Callable[[], str | None]:
@@ -221,9 +263,21 @@ def _child_case(module: str, child: str) -> Callable[[], str | None]:
                 (d / module / "__init__.py").write_text("print('PLANTED-RAN')\nraise SystemExit(7)\n")
             else:
                 (d / f"{module}.py").write_text("print('PLANTED-RAN')\nraise SystemExit(7)\n")
-            code = {"-c json": ["-c", f"import json, importlib\ntry:\n    importlib.import_module({module!r})\nexcept ImportError:\n    pass\nprint('CHILD', json.dumps(1))"],
-                    "-m": ["-m", "json.tool", "--help"]}[child]
-            cp = spawn.run(spawn.python_argv(*code), cwd=d, capture_output=True, text=True, timeout=60, env=spawn.child_env({"PYTHONSTARTUP": str(d / f"{module}.py")}))
+            code = {
+                "-c json": [
+                    "-c",
+                    f"import json, importlib\ntry:\n    importlib.import_module({module!r})\nexcept ImportError:\n    pass\nprint('CHILD', json.dumps(1))",
+                ],
+                "-m": ["-m", "json.tool", "--help"],
+            }[child]
+            cp = spawn.run(
+                spawn.python_argv(*code),
+                cwd=d,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=spawn.child_env({"PYTHONSTARTUP": str(d / f"{module}.py")}),
+            )
             if "PLANTED-RAN" in cp.stdout:
                 return "ran the planted module"
         return None
@@ -239,7 +293,22 @@ def child_cases() -> Iterator[Case]:
 
 # -- exports -----------------------------------------------------------------------------------
 
-NAMES = ["8b-llama", "0", "-", "---a", "Z", "Llama_3.1-8B-Instruct", "a" * 200, "ü", "x.y.z", "1-2-3", "a-" * 40, "🙂model", "9" * 70, "ok-name"]
+NAMES = [
+    "8b-llama",
+    "0",
+    "-",
+    "---a",
+    "Z",
+    "Llama_3.1-8B-Instruct",
+    "a" * 200,
+    "ü",
+    "x.y.z",
+    "1-2-3",
+    "a-" * 40,
+    "🙂model",
+    "9" * 70,
+    "ok-name",
+]
 
 
 def _name_case(name: str) -> Callable[[], str | None]:
@@ -282,13 +351,28 @@ def _header_case(warnings: list[str]) -> Callable[[], str | None]:
 def export_cases() -> Iterator[Case]:
     for n in NAMES:
         yield ("exports", "k8s-names", repr(n[:20]), _name_case(n))
-    for w in (["untrusted-acknowledged: env.LD_PRELOAD loads code"], ["x\nrm -rf /"], ["\x1b]52;c;AAAA\x07"], ["a", "b", "c"], ["$(id)"]):
+    for w in (
+        ["untrusted-acknowledged: env.LD_PRELOAD loads code"],
+        ["x\nrm -rf /"],
+        ["\x1b]52;c;AAAA\x07"],
+        ["a", "b", "c"],
+        ["$(id)"],
+    ):
         yield ("exports", "warning-header", repr(w)[:30], _header_case(w))
 
 
 # -- bench records -----------------------------------------------------------------------------
 
-GOOD_LEVEL = {"arm": "baseline", "concurrency": 1, "speculation": False, "num_prompts": 4, "max_tokens": 8, "input_len": 8, "completed": 4, "output_tokens_per_s": 10.0}
+GOOD_LEVEL = {
+    "arm": "baseline",
+    "concurrency": 1,
+    "speculation": False,
+    "num_prompts": 4,
+    "max_tokens": 8,
+    "input_len": 8,
+    "completed": 4,
+    "output_tokens_per_s": 10.0,
+}
 BAD_LEVELS = {
     "string count": {"completed": "4"},
     "bool count": {"completed": True},
@@ -318,7 +402,11 @@ def _record_case(label: str, change: dict) -> Callable[[], str | None]:
             try:
                 load_record(p)
             except PpspecError as e:
-                return None if e.exit_code == 2 and str(p) in e.what else f"refused without naming the file (exit {e.exit_code})"
+                return (
+                    None
+                    if e.exit_code == 2 and str(p) in e.what
+                    else f"refused without naming the file (exit {e.exit_code})"
+                )
             except Exception as e:  # noqa: BLE001
                 return f"crashed: {type(e).__name__}: {str(e)[:60]}"
         return "accepted"
@@ -326,7 +414,20 @@ def _record_case(label: str, change: dict) -> Callable[[], str | None]:
     return run
 
 
-MARKDOWN_ATTACKS = ["<script>alert(1)</script>", "[x](javascript:alert(1))", "![i](http://evil/x.png)", "<javascript:alert(1)>", "a | b | c", "x\n# heading", "https://evil.example/x", "<img src=x onerror=alert(1)>", "`code`", "**bold**", "www.evil.com", "&lt;script&gt;"]
+MARKDOWN_ATTACKS = [
+    "<script>alert(1)</script>",
+    "[x](javascript:alert(1))",
+    "![i](http://evil/x.png)",
+    "<javascript:alert(1)>",
+    "a | b | c",
+    "x\n# heading",
+    "https://evil.example/x",
+    "<img src=x onerror=alert(1)>",
+    "`code`",
+    "**bold**",
+    "www.evil.com",
+    "&lt;script&gt;",
+]
 
 
 def _markdown_case(value: str) -> Callable[[], str | None]:
@@ -335,8 +436,19 @@ def _markdown_case(value: str) -> Callable[[], str | None]:
 
         from ppspec_cli.verify.bench.report import markdown
 
-        doc = {"profile": value, "created_at": value, "ppspec_version": value, "load_generator": value, "settings": {"concurrency": [1], "num_prompts": 1, "max_tokens": 1, "input_len": 1, "seed": 0},
-               "arms": [{"name": value}], "runs": [{**GOOD_LEVEL, "arm": value}], "speedup": [], "warnings": [value], "recommendation": {"summary": value}, "parity": {}}
+        doc = {
+            "profile": value,
+            "created_at": value,
+            "ppspec_version": value,
+            "load_generator": value,
+            "settings": {"concurrency": [1], "num_prompts": 1, "max_tokens": 1, "input_len": 1, "seed": 0},
+            "arms": [{"name": value}],
+            "runs": [{**GOOD_LEVEL, "arm": value}],
+            "speedup": [],
+            "warnings": [value],
+            "recommendation": {"summary": value},
+            "parity": {},
+        }
         md = markdown(doc)
         if re.search(r"<[a-zA-Z/!]", md):
             return "raw HTML in report.md"
@@ -381,12 +493,37 @@ def _yaml_case(text: str, expect: str) -> Callable[[], str | None]:
 
 def yaml_cases() -> Iterator[Case]:
     for copies, size in ((5000, 8000), (20000, 100), (600, 4000), (3000, 1000)):
-        text = "name: x\ntarget: {model: a/b}\nnote: &a " + "y" * size + "\nengine: {l: [" + ", ".join(["*a"] * copies) + "]}\n"
+        text = (
+            "name: x\ntarget: {model: a/b}\nnote: &a "
+            + "y" * size
+            + "\nengine: {l: ["
+            + ", ".join(["*a"] * copies)
+            + "]}\n"
+        )
         yield ("yaml", "byte-budget", f"{copies}x{size}", _yaml_case(text, "expands to more than"))
-    nested = "name: x\ntarget: {model: a/b}\na: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefg", "bcdefgh"))
+    nested = "name: x\ntarget: {model: a/b}\na: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, c in zip("abcdefg", "bcdefgh")
+    )
     yield ("yaml", "node-budget", "billion laughs", _yaml_case(nested, "expands to more than"))
-    for v in ("2024-01-01", "2024-01-01 10:00:00", "!!binary aGk=", "!!set {a, b}", "!!omap [a: 1]", "!!pairs [a: 1]", ".nan", ".inf", "-.Inf", "!!timestamp 2001-12-14"):
-        yield ("yaml", "non-json", v, _yaml_case(f"name: x\ntarget: {{model: a/b}}\nengine:\n  x: {v}\n", "not a JSON value"))
+    for v in (
+        "2024-01-01",
+        "2024-01-01 10:00:00",
+        "!!binary aGk=",
+        "!!set {a, b}",
+        "!!omap [a: 1]",
+        "!!pairs [a: 1]",
+        ".nan",
+        ".inf",
+        "-.Inf",
+        "!!timestamp 2001-12-14",
+    ):
+        yield (
+            "yaml",
+            "non-json",
+            v,
+            _yaml_case(f"name: x\ntarget: {{model: a/b}}\nengine:\n  x: {v}\n", "not a JSON value"),
+        )
 
 
 MECHANISMS3: dict[str, Callable[[], Iterator[Case]]] = {

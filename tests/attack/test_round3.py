@@ -61,9 +61,15 @@ def test_export_guards_can_fail(monkeypatch):
 
     from ppspec_cli.running import export
 
-    monkeypatch.setattr(export, "k8s_name", lambda name: re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:50].strip("-") or "ppspec")  # the DNS-1123 label of round 2
+    monkeypatch.setattr(
+        export,
+        "k8s_name",
+        lambda name: re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:50].strip("-") or "ppspec",
+    )  # the DNS-1123 label of round 2
     orig = export._header
-    monkeypatch.setattr(export, "_header", lambda r, path, errors, warnings=None: orig(r, path, errors))  # warnings dropped
+    monkeypatch.setattr(
+        export, "_header", lambda r, path, errors, warnings=None: orig(r, path, errors)
+    )  # warnings dropped
     bad = _problems("exports")
     assert any("8b-llama" in p for p in bad) and any("not in the header" in p for p in bad), bad[:5]
 
@@ -78,7 +84,9 @@ def test_bench_guards_can_fail(monkeypatch):
     monkeypatch.setattr(schema, "model_for", lambda name: Anything)
     monkeypatch.setattr(markdown, "text", lambda v, limit=2000: str(v))
     bad = _problems("bench")
-    assert any("accepted" in p for p in bad) and any("raw HTML" in p for p in bad) and any("link" in p for p in bad), bad[:5]
+    assert any("accepted" in p for p in bad) and any("raw HTML" in p for p in bad) and any("link" in p for p in bad), (
+        bad[:5]
+    )
 
 
 def test_yaml_budget_can_fail(monkeypatch):

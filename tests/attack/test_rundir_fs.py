@@ -40,7 +40,9 @@ print(json.dumps({"exit": 0, "msg": ""}))
 def test_full_file_system_is_one_clear_error_and_leaves_nothing(tmp_path, depth):
     run_dir = tmp_path.joinpath(*[f"d{i}" for i in range(depth)])
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cp = subprocess.run([sys.executable, "-c", CHILD, str(run_dir)], capture_output=True, text=True, env=env, timeout=120)
+    cp = subprocess.run(
+        [sys.executable, "-c", CHILD, str(run_dir)], capture_output=True, text=True, env=env, timeout=120
+    )
     assert "Traceback" not in cp.stderr, cp.stderr
     out = json.loads(cp.stdout.strip().splitlines()[-1])
     assert out["exit"] == 1 and "run directory" in out["msg"], out
@@ -76,10 +78,16 @@ def _ro_prefix(tmp_path: Path) -> list[str] | None:
     if not shutil.which("unshare") or not shutil.which("mount"):
         return None
     d = str(tmp_path)
-    ns = ["unshare", "-m", "--propagation", "private"] if os.geteuid() == 0 else ["unshare", "-r", "-m", "--propagation", "private"]
+    ns = (
+        ["unshare", "-m", "--propagation", "private"]
+        if os.geteuid() == 0
+        else ["unshare", "-r", "-m", "--propagation", "private"]
+    )
     script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" "$0" && exec "$@"'
     prefix = [*ns, "sh", "-c", script, d]
-    probe = subprocess.run([*prefix, "sh", "-c", 'touch "$0/probe" 2>/dev/null && exit 9 || exit 0', d], capture_output=True, timeout=60)
+    probe = subprocess.run(
+        [*prefix, "sh", "-c", 'touch "$0/probe" 2>/dev/null && exit 9 || exit 0', d], capture_output=True, timeout=60
+    )
     return prefix if probe.returncode == 0 and not (tmp_path / "probe").exists() else None
 
 
@@ -91,11 +99,15 @@ def test_read_only_file_system_is_one_clear_error_naming_the_run_dir(tmp_path, d
     ro.mkdir()
     prefix = _ro_prefix(ro)
     if prefix is None:
-        pytest.skip("no private mount namespace here (unshare -m / unshare -r -m refused): a read-only mount cannot be made without changing the host's mounts")
+        pytest.skip(
+            "no private mount namespace here (unshare -m / unshare -r -m refused): a read-only mount cannot be made without changing the host's mounts"
+        )
     run_dir = ro.joinpath(*[f"d{i}" for i in range(depth)])
     child = CHILD.replace("resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))\n", "")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cp = subprocess.run([*prefix, sys.executable, "-c", child, str(run_dir)], capture_output=True, text=True, env=env, timeout=120)
+    cp = subprocess.run(
+        [*prefix, sys.executable, "-c", child, str(run_dir)], capture_output=True, text=True, env=env, timeout=120
+    )
     assert "Traceback" not in cp.stderr, cp.stderr
     out = json.loads(cp.stdout.strip().splitlines()[-1])
     assert out["exit"] == 1 and "run directory" in out["msg"] and str(run_dir) in out["msg"], out

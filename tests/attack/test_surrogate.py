@@ -14,7 +14,9 @@ class _Echo(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 - http.server's name
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         _Echo.seen.append(body)
-        out = json.dumps({"choices": [{"text": "ok", "finish_reason": "length"}], "usage": {"completion_tokens": 1}}).encode()
+        out = json.dumps(
+            {"choices": [{"text": "ok", "finish_reason": "length"}], "usage": {"completion_tokens": 1}}
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(out)))

@@ -58,7 +58,9 @@ def load_cases() -> list[Case]:
             extra = set(raw) - _CASE_KEYS
             missing = {"id", "source", "versions", "input", "expect"} - set(raw)
             if extra or missing:
-                raise ValueError(f"{path.name}: case {raw.get('id')!r}: unknown keys {sorted(extra)}, missing {sorted(missing)}")
+                raise ValueError(
+                    f"{path.name}: case {raw.get('id')!r}: unknown keys {sorted(extra)}, missing {sorted(missing)}"
+                )
             versions = tuple(str(v) for v in raw["versions"])
             if not versions or set(versions) - set(VERSIONS):
                 raise ValueError(f"{path.name}: case {raw['id']!r}: versions {versions} not within {VERSIONS}")

@@ -13,18 +13,26 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import pack_rules
 from packaging.version import Version
 
 from mirror.cases import VERSIONS, Case, case_params, load_cases, refusal_matching
-from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.checkpoint.reader import speculators_view
-from conftest import pack_rules
-from ppspec_cli.knowledge.methods.block import parallel_drafting_token
-from ppspec_cli.planning.drafter_contract import registered_dflash, served_architectures
-
-from ppspec_cli.planning.plan import EngineTaps, build_plan, default_partition, default_taps, normalize_taps, stage_bounds, v1_taps_from_config, v2_taps_from_config
-from ppspec_cli.planning.profile import parse_profile
 from ppspec_cli.knowledge.engine import VllmInstall
+from ppspec_cli.knowledge.methods.block import parallel_drafting_token
+from ppspec_cli.planning import resolve as resolve_mod
+from ppspec_cli.planning.drafter_contract import registered_dflash, served_architectures
+from ppspec_cli.planning.plan import (
+    EngineTaps,
+    build_plan,
+    default_partition,
+    default_taps,
+    normalize_taps,
+    stage_bounds,
+    v1_taps_from_config,
+    v2_taps_from_config,
+)
+from ppspec_cli.planning.profile import parse_profile
 from ppspec_cli.planning.resolve import resolve
 from ppspec_cli.planning.rules import run_rules
 
@@ -38,7 +46,16 @@ def test_cases_load_and_cover_every_version():
     cases = load_cases()
     for v in VERSIONS:
         assert sum(v in c.versions for c in cases) >= 20, v
-    assert {c.topic for c in cases} == {"partition", "taps", "speculators", "gate", "embedding", "numbering", "mtp", "contract"}
+    assert {c.topic for c in cases} == {
+        "partition",
+        "taps",
+        "speculators",
+        "gate",
+        "embedding",
+        "numbering",
+        "mtp",
+        "contract",
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -64,7 +81,9 @@ def test_partition(case: Case, version: str):
             parts = [int(x) for x in i["env"].split(",")]
         except ValueError:
             parts = None
-        ours: Any = "error" if parts is None or _partition_refused(parts, n, pp) else [list(b) for b in stage_bounds(parts)]
+        ours: Any = (
+            "error" if parts is None or _partition_refused(parts, n, pp) else [list(b) for b in stage_bounds(parts)]
+        )
     else:
         ours = list(stage_bounds(default_partition(n, pp))[i["rank"]])
     assert ours == case.expect, case.source
@@ -138,7 +157,6 @@ def _contract_answer(case: Case, version: str) -> Any:
     raise AssertionError(f"unknown check {case.check!r} in {case.id}")
 
 
-
 @pytest.mark.parametrize(("case", "version"), case_params("contract"))
 def test_contract(case: Case, version: str):
     assert _contract_answer(case, version) == case.expect, case.source
@@ -196,7 +214,9 @@ def _setup_answer(case: Case, r, errors: set[str]) -> Any:
     raise AssertionError(f"unknown check {case.check!r} in {case.id}")
 
 
-@pytest.mark.parametrize(("case", "version"), case_params("gate") + case_params("embedding") + case_params("numbering") + case_params("mtp"))
+@pytest.mark.parametrize(
+    ("case", "version"), case_params("gate") + case_params("embedding") + case_params("numbering") + case_params("mtp")
+)
 def test_setup(ppspec_on, case: Case, version: str):
     r, errors = ppspec_on(case.input, version)
     assert _setup_answer(case, r, errors) == case.expect, case.source

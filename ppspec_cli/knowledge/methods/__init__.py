@@ -38,9 +38,30 @@ from ppspec_cli.knowledge.methods.eagle3 import EAGLE3
 from ppspec_cli.knowledge.methods.mtp import MTP
 
 __all__ = [
-    "METHODS", "OTHER_RELAY_GATED", "RELAY_GATED", "REGISTRY", "DrafterClass", "DrafterView", "Method", "Numbering", "SpecMethod",
-    "SpeculatorsPick", "TapKey", "DFLASH", "DSPARK", "EAGLE", "EAGLE3", "MTP", "declared_architectures", "drafter_passes", "get", "is_int",
-    "method_of_drafter_config", "of", "relay_gated", "speculators_view",
+    "METHODS",
+    "OTHER_RELAY_GATED",
+    "RELAY_GATED",
+    "REGISTRY",
+    "DrafterClass",
+    "DrafterView",
+    "Method",
+    "Numbering",
+    "SpecMethod",
+    "SpeculatorsPick",
+    "TapKey",
+    "DFLASH",
+    "DSPARK",
+    "EAGLE",
+    "EAGLE3",
+    "MTP",
+    "declared_architectures",
+    "drafter_passes",
+    "get",
+    "is_int",
+    "method_of_drafter_config",
+    "of",
+    "relay_gated",
+    "speculators_view",
 ]
 
 REGISTRY: dict[str, SpecMethod] = {m.name: m for m in (EAGLE3, DFLASH, DSPARK, MTP, EAGLE)}
@@ -84,7 +105,12 @@ def method_of_drafter_config(cfg: Mapping[str, Any]) -> str | None:
 
     Speculators format first: vLLM serves `speculators_model_type` (else the config's algorithm)
     as its method (peagle as eagle3, dflash2 as dflash); an unknown kind is returned as written."""
-    for kind in (cfg.get("speculators_model_type"), (cfg.get("speculators_config") or {}).get("algorithm") if isinstance(cfg.get("speculators_config"), dict) else None):
+    for kind in (
+        cfg.get("speculators_model_type"),
+        (cfg.get("speculators_config") or {}).get("algorithm")
+        if isinstance(cfg.get("speculators_config"), dict)
+        else None,
+    ):
         if isinstance(kind, str):
             m = _speculators_method(kind)
             return m.name if m is not None else kind
@@ -121,7 +147,11 @@ def speculators_view(config: dict[str, Any], classes: tuple[DrafterClass, ...] =
         m.convert_speculators(kind, config, out)
     elif config.get("eagle_aux_hidden_state_layer_ids") is not None:
         out["eagle_aux_hidden_state_layer_ids"] = config["eagle_aux_hidden_state_layer_ids"]
-    archs = m.speculators_architectures(kind, out.get("model_type", "llama"), config.get("architectures"), classes) if m is not None else config.get("architectures")
+    archs = (
+        m.speculators_architectures(kind, out.get("model_type", "llama"), config.get("architectures"), classes)
+        if m is not None
+        else config.get("architectures")
+    )
     if archs is not None:
         out["architectures"] = archs
     out["speculators_model_type"] = kind

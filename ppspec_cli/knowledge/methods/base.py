@@ -51,10 +51,14 @@ class DrafterClass:
     since: Version = Version("0.30.0")  # first vLLM release that has it
     pack: str = ""
     keeps_name: bool = False  # DFlash: vLLM's EAGLEConfig does not prefix it with `DFlash`
-    served_from: tuple[tuple[str, str | None], ...] = ()  # (checkpoint architecture, config model_type) vLLM serves as this class
+    served_from: tuple[
+        tuple[str, str | None], ...
+    ] = ()  # (checkpoint architecture, config model_type) vLLM serves as this class
     speculators: tuple[SpeculatorsPick, ...] = ()
     draft_topk: bool = False  # the class takes `dspark_draft_topk`
-    fc_taps_from: tuple[str, ...] = ()  # EAGLE3: config keys the class's fc width is read from, first present wins (3 when none)
+    fc_taps_from: tuple[
+        str, ...
+    ] = ()  # EAGLE3: config keys the class's fc width is read from, first present wins (3 when none)
 
     def known_in(self, version: Version) -> bool:
         return self.since <= version
@@ -105,12 +109,18 @@ class SpecMethod:
     relay_gated: bool = False  # under PP vLLM requires the target to opt in to relaying taps
     parallel_draft: bool = False  # the whole draft block in one drafter pass (else one per token)
     numbering: Numbering = "global"  # how its draft layers are numbered under PP (a pack may change it)
-    needs_target_embed: bool = False  # the last stage builds the target's embedding under PP (spec_decode_needs_target_embed)
+    needs_target_embed: bool = (
+        False  # the last stage builds the target's embedding under PP (spec_decode_needs_target_embed)
+    )
     target_embed_capability: str | None = None  # a pack capability that adds the embedding (mtp: target_embed_for_mtp)
     v1_runner: bool = True  # Model Runner V1 runs it (else vLLM refuses it there)
-    v2_speculator: str | None = None  # Model Runner V2's package that loads its drafter (vllm/v1/worker/gpu/spec_decode/<this>)
+    v2_speculator: str | None = (
+        None  # Model Runner V2's package that loads its drafter (vllm/v1/worker/gpu/spec_decode/<this>)
+    )
     schedule_on_v1: bool = True  # vLLM 0.33 keeps a `drafter.schedule` on the V1 runner for it (config/vllm.py: ngram, eagle, eagle3, mtp, draft_model, dflash)
-    hidden_size_keys: tuple[str, ...] = ("target_hidden_size",)  # drafter-config keys naming the target hidden size it expects
+    hidden_size_keys: tuple[str, ...] = (
+        "target_hidden_size",
+    )  # drafter-config keys naming the target hidden size it expects
     tap_keys: tuple[TapKey, ...] = ()  # the keys its drafters name taps with (the runners read them: planning/plan.py)
     speculators_kinds: tuple[str, ...] = ()  # speculators_model_type values vLLM serves as this method
     codes: Mapping[str, tuple[Severity, str]] = field(default_factory=dict)  # the contract codes the method reports
@@ -143,14 +153,18 @@ class SpecMethod:
     def convert_speculators(self, kind: str, config: Mapping[str, Any], out: dict[str, Any]) -> None:
         """vLLM's speculators conversion of this method's drafter keys into `out`."""
 
-    def speculators_architectures(self, kind: str, model_type: Any, declared: Any, classes: tuple[DrafterClass, ...]) -> Any:
+    def speculators_architectures(
+        self, kind: str, model_type: Any, declared: Any, classes: tuple[DrafterClass, ...]
+    ) -> Any:
         """The architectures vLLM serves a speculators drafter of `kind` as (the declared ones when
         vLLM's conversion has no class for it: the engine reports that, not ppspec)."""
         return declared
 
     # -- the drafter contract ------------------------------------------------------------------
 
-    def served_architectures(self, cfg: Mapping[str, Any], version: Version, target_model_type: str | None, classes: tuple[DrafterClass, ...]) -> list[str]:
+    def served_architectures(
+        self, cfg: Mapping[str, Any], version: Version, target_model_type: str | None, classes: tuple[DrafterClass, ...]
+    ) -> list[str]:
         """The architectures vLLM builds the drafter as (config/speculative.py)."""
         return declared_architectures(cfg)
 

@@ -17,7 +17,13 @@ from ppspec_cli.knowledge.methods.base import DrafterClass, DrafterView, SpecMet
 #: llm_base_proposer.py::_init_parallel_drafting_params; the same order in 0.30-0.33). The first
 #: counts when the key is in `dflash_config`, the second when it is set and not null, the others
 #: when the key is there at all (hasattr), even null.
-MASK_TOKEN_KEYS = ("dflash_config.mask_token_id", "mask_token_id", "dspark_noise_token_id", "pard_token", "ptd_token_id")
+MASK_TOKEN_KEYS = (
+    "dflash_config.mask_token_id",
+    "mask_token_id",
+    "dspark_noise_token_id",
+    "pard_token",
+    "ptd_token_id",
+)
 
 
 def nested(cfg: Mapping[str, Any], section: str, name: str) -> Any:
@@ -50,8 +56,14 @@ def parallel_drafting_token(cfg: Mapping[str, Any]) -> tuple[str | None, Any]:
 
 #: The width codes every block drafter reports.
 WIDTH_CODES = {
-    "drafter-n-predict-divisible": ("error", "num_speculative_tokens above the drafter config's `n_predict` and not a multiple of it (vLLM refuses at start)"),
-    "drafter-beyond-block": ("warning", "num_speculative_tokens asks for more draft positions than the drafter's trained block holds; vLLM drafts them anyway"),
+    "drafter-n-predict-divisible": (
+        "error",
+        "num_speculative_tokens above the drafter config's `n_predict` and not a multiple of it (vLLM refuses at start)",
+    ),
+    "drafter-beyond-block": (
+        "warning",
+        "num_speculative_tokens asks for more draft positions than the drafter's trained block holds; vLLM drafts them anyway",
+    ),
 }
 
 
@@ -76,14 +88,32 @@ class BlockMethod(SpecMethod):
         n_predict = cfg.get("n_predict")
         checked = self.n_predict_free_since is None or version < self.n_predict_free_since
         if checked and positive(n_predict) and k > n_predict and k % n_predict:
-            out.append(Finding("drafter-n-predict-divisible", "error", "drafter.num_speculative_tokens", f"num_speculative_tokens {k} is above the drafter config's n_predict {n_predict} and not a multiple of it: vLLM {version} refuses at start "
-                              f"('num_speculative_tokens:{k} must be divisible by n_predict={n_predict}')", f"use num_speculative_tokens <= {n_predict} or a multiple of it"))
+            out.append(
+                Finding(
+                    "drafter-n-predict-divisible",
+                    "error",
+                    "drafter.num_speculative_tokens",
+                    f"num_speculative_tokens {k} is above the drafter config's n_predict {n_predict} and not a multiple of it: vLLM {version} refuses at start "
+                    f"('num_speculative_tokens:{k} must be divisible by n_predict={n_predict}')",
+                    f"use num_speculative_tokens <= {n_predict} or a multiple of it",
+                )
+            )
         b = self.block_size(cfg)
         most = b - 1 if self.block_holds_bonus and positive(b) else b
         if positive(b) and is_int(most) and k > most:
-            trained = f"blocks of {b} (the bonus token and {b - 1} masks)" if self.block_holds_bonus else f"blocks of {b}"
-            out.append(Finding("drafter-beyond-block", "warning", "drafter.num_speculative_tokens", f"the drafter was trained on {trained}, so it predicts at most {most} draft tokens, but num_speculative_tokens is {k}: vLLM does not read block_size "
-                              "and drafts the extra positions anyway; they are next to never accepted and cost draft compute", f"set num_speculative_tokens to at most {most}"))
+            trained = (
+                f"blocks of {b} (the bonus token and {b - 1} masks)" if self.block_holds_bonus else f"blocks of {b}"
+            )
+            out.append(
+                Finding(
+                    "drafter-beyond-block",
+                    "warning",
+                    "drafter.num_speculative_tokens",
+                    f"the drafter was trained on {trained}, so it predicts at most {most} draft tokens, but num_speculative_tokens is {k}: vLLM does not read block_size "
+                    "and drafts the extra positions anyway; they are next to never accepted and cost draft compute",
+                    f"set num_speculative_tokens to at most {most}",
+                )
+            )
         return out
 
     def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Finding]:

@@ -42,10 +42,14 @@ class DFlash(BlockMethod):
         dc["causal"] = not config.get("sliding_window_non_causal", True)
         out["dflash_config"] = dc
 
-    def speculators_architectures(self, kind: str, model_type: Any, declared: Any, classes: tuple[DrafterClass, ...]) -> Any:
+    def speculators_architectures(
+        self, kind: str, model_type: Any, declared: Any, classes: tuple[DrafterClass, ...]
+    ) -> Any:
         return [SPECULATORS_CLASS[kind]]
 
-    def served_architectures(self, cfg: Mapping[str, Any], version: Version, target_model_type: str | None, classes: tuple[DrafterClass, ...]) -> list[str]:
+    def served_architectures(
+        self, cfg: Mapping[str, Any], version: Version, target_model_type: str | None, classes: tuple[DrafterClass, ...]
+    ) -> list[str]:
         """EAGLEConfig renames a DFlash drafter `DFlash{arch}` unless the name already starts or ends
         with DFlash or is a class vLLM keeps by name (`keeps_name`); speculators drafters keep theirs."""
         archs = declared_architectures(cfg)
@@ -61,8 +65,16 @@ class DFlash(BlockMethod):
     def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Finding]:
         out: list[Finding] = []
         if view.served and not any(self.registered(a, view.version, classes) for a in view.served):
-            out.append(Finding("dflash-arch-unknown", "error", "drafter.model", f"vLLM {view.version} serves this DFlash drafter as {list(view.served)} (architectures {list(view.declared)}, renamed DFlash<arch>), a class its model registry does not have: "
-                              "vLLM refuses at start", "use a DFlash drafter whose config names an architecture this vLLM serves (e.g. DFlashDraftModel)"))
+            out.append(
+                Finding(
+                    "dflash-arch-unknown",
+                    "error",
+                    "drafter.model",
+                    f"vLLM {view.version} serves this DFlash drafter as {list(view.served)} (architectures {list(view.declared)}, renamed DFlash<arch>), a class its model registry does not have: "
+                    "vLLM refuses at start",
+                    "use a DFlash drafter whose config names an architecture this vLLM serves (e.g. DFlashDraftModel)",
+                )
+            )
         return out + self.width_breaches(view.config, view.version, view.num_speculative_tokens)
 
 
@@ -81,7 +93,10 @@ DFLASH = DFlash(
     ),
     speculators_kinds=("dflash", "dflash2"),
     codes={
-        "dflash-arch-unknown": ("error", "vLLM's model registry has no class for the DFlash drafter's architecture, as vLLM renames it (vLLM refuses at start)"),
+        "dflash-arch-unknown": (
+            "error",
+            "vLLM's model registry has no class for the DFlash drafter's architecture, as vLLM renames it (vLLM refuses at start)",
+        ),
         **WIDTH_CODES,
     },
 )

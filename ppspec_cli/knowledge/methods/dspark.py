@@ -19,8 +19,17 @@ FALLBACK_CLASS = "DSparkDraftModel"
 FALLBACK_CLASS_BY_TARGET_MODEL_TYPE = {"deepseek_v41": "DSparkV41DraftModel"}
 
 #: The DSpark keys vLLM's speculators conversion copies to the drafter config when set.
-SPECULATORS_KEYS = ("draft_vocab_size", "target_hidden_size", "mask_token_id", "markov_rank", "markov_head_type", "block_size",
-                    "enable_confidence_head", "confidence_head_with_markov", "use_aux_hidden_state")
+SPECULATORS_KEYS = (
+    "draft_vocab_size",
+    "target_hidden_size",
+    "mask_token_id",
+    "markov_rank",
+    "markov_head_type",
+    "block_size",
+    "enable_confidence_head",
+    "confidence_head_with_markov",
+    "use_aux_hidden_state",
+)
 
 
 def _join(names: list[str]) -> str:
@@ -49,7 +58,9 @@ class DSpark(BlockMethod):
         anchor = config.get("sample_from_anchor", False)
         out["sample_from_anchor"], out["dspark_bonus_anchor"] = anchor, not anchor
 
-    def speculators_architectures(self, kind: str, model_type: Any, declared: Any, classes: tuple[DrafterClass, ...]) -> Any:
+    def speculators_architectures(
+        self, kind: str, model_type: Any, declared: Any, classes: tuple[DrafterClass, ...]
+    ) -> Any:
         """The declared classes the conversion keeps, else its default class."""
         picks = [(c.name, p) for c in classes for p in c.speculators if p.kind == kind]
         kept = {name for name, _ in picks}
@@ -57,7 +68,9 @@ class DSpark(BlockMethod):
         default = next((name for name, p in picks if p.default), None)
         return names or ([default] if default else declared)
 
-    def served_architectures(self, cfg: Mapping[str, Any], version: Version, target_model_type: str | None, classes: tuple[DrafterClass, ...]) -> list[str]:
+    def served_architectures(
+        self, cfg: Mapping[str, Any], version: Version, target_model_type: str | None, classes: tuple[DrafterClass, ...]
+    ) -> list[str]:
         """A checkpoint name a pack's class is `served_from` (architecture and config model_type)
         becomes that class; one naming none of the DSpark classes this vLLM keeps becomes the
         in-target fallback (FALLBACK_CLASS, per target model_type)."""
@@ -71,7 +84,9 @@ class DSpark(BlockMethod):
         return archs
 
     def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Finding]:
-        return self.topk_breaches(view, classes) + self.width_breaches(view.config, view.version, view.num_speculative_tokens)
+        return self.topk_breaches(view, classes) + self.width_breaches(
+            view.config, view.version, view.num_speculative_tokens
+        )
 
     def topk_breaches(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Finding]:
         """config/speculative.py (0.30-0.33): `dspark_draft_topk` must lie in 1..draft vocabulary
@@ -82,10 +97,26 @@ class DSpark(BlockMethod):
             return []
         dvs = cfg.get("draft_vocab_size") or cfg.get("vocab_size")
         if not (isinstance(topk, (int, float)) and is_int(dvs) and 1 <= topk <= dvs):
-            return [Finding("dspark-draft-topk", "error", "drafter.model", f"the drafter's dspark_draft_topk is {str(topk)[:40]!r}: vLLM refuses at start ('dspark_draft_topk must be between 1 and the draft vocabulary size ({dvs})')", "set dspark_draft_topk between 1 and the draft vocabulary size, or remove it")]
+            return [
+                Finding(
+                    "dspark-draft-topk",
+                    "error",
+                    "drafter.model",
+                    f"the drafter's dspark_draft_topk is {str(topk)[:40]!r}: vLLM refuses at start ('dspark_draft_topk must be between 1 and the draft vocabulary size ({dvs})')",
+                    "set dspark_draft_topk between 1 and the draft vocabulary size, or remove it",
+                )
+            ]
         takers = [c.name for c in classes if c.method == self.name and c.draft_topk]
         if takers and not set(takers) & set(view.served):
-            return [Finding("dspark-draft-topk", "error", "drafter.model", f"the drafter sets dspark_draft_topk but vLLM serves it as {list(view.served)}: vLLM refuses at start ('dspark_draft_topk is only supported by {_join(takers)}')", "remove dspark_draft_topk from the drafter config")]
+            return [
+                Finding(
+                    "dspark-draft-topk",
+                    "error",
+                    "drafter.model",
+                    f"the drafter sets dspark_draft_topk but vLLM serves it as {list(view.served)}: vLLM refuses at start ('dspark_draft_topk is only supported by {_join(takers)}')",
+                    "remove dspark_draft_topk from the drafter config",
+                )
+            ]
         return []
 
 
@@ -106,7 +137,10 @@ DSPARK = DSpark(
     ),
     speculators_kinds=("dspark",),
     codes={
-        "dspark-draft-topk": ("error", "`dspark_draft_topk` outside 1..draft vocabulary, or on a drafter class that cannot use it (vLLM refuses at start)"),
+        "dspark-draft-topk": (
+            "error",
+            "`dspark_draft_topk` outside 1..draft vocabulary, or on a drafter class that cannot use it (vLLM refuses at start)",
+        ),
         **WIDTH_CODES,
     },
 )

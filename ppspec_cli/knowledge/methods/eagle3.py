@@ -45,7 +45,11 @@ class Eagle3(SpecMethod):
     def recognises_by_nested_keys(self, cfg: Mapping[str, Any]) -> bool:
         """An `eagle_config` that uses aux hidden states and names their layers."""
         ec = cfg.get("eagle_config")
-        return isinstance(ec, dict) and bool(ec.get("use_aux_hidden_state", True)) and "eagle_aux_hidden_state_layer_ids" in ec
+        return (
+            isinstance(ec, dict)
+            and bool(ec.get("use_aux_hidden_state", True))
+            and "eagle_aux_hidden_state_layer_ids" in ec
+        )
 
     def convert_speculators(self, kind: str, config: Mapping[str, Any], out: dict[str, Any]) -> None:
         """`eagle_aux_hidden_state_layer_ids` (when non-empty) stays a top-level, capture-point
@@ -55,7 +59,9 @@ class Eagle3(SpecMethod):
         if kind == "peagle" and "mask_token_id" in config:
             out["pard_token"] = config["mask_token_id"]
 
-    def speculators_architectures(self, kind: str, model_type: Any, declared: Any, classes: tuple[DrafterClass, ...]) -> Any:
+    def speculators_architectures(
+        self, kind: str, model_type: Any, declared: Any, classes: tuple[DrafterClass, ...]
+    ) -> Any:
         """The class a pack names for this kind and the layer config's model_type."""
         for c in classes:
             if any(p.kind == kind and p.model_type is not None and p.model_type == model_type for p in c.speculators):
@@ -73,7 +79,11 @@ EAGLE3 = Eagle3(
     hidden_size_keys=("target_hidden_size", "hidden_size"),
     tap_keys=(
         TapKey("eagle_aux_hidden_state_layer_ids", 0, "capture points"),
-        TapKey("eagle_config.eagle_aux_hidden_state_layer_ids", 1, "SGLang/SpecForge layer outputs: the V1 runner reads them as is, V2 not at all"),
+        TapKey(
+            "eagle_config.eagle_aux_hidden_state_layer_ids",
+            1,
+            "SGLang/SpecForge layer outputs: the V1 runner reads them as is, V2 not at all",
+        ),
     ),
     speculators_kinds=("eagle3", "peagle"),
 )

@@ -193,9 +193,7 @@ class Patch:
         if not values:
             raise self._fail(PatchError, "sets no attributes")
         # Already installed by an earlier, equal Patch object (plugin called twice in one process)?
-        same = [
-            _REGISTRY.get((id(obj), a)) for a in values
-        ]
+        same = [_REGISTRY.get((id(obj), a)) for a in values]
         if all(r is not None and r.pack == self.pack and r.patch == self.name for r in same):
             self._target_obj = obj
             self._installed = {a: r.installed for a, r in zip(values, same)}  # type: ignore[union-attr]
@@ -256,10 +254,14 @@ class Patch:
         except PatchTargetMissing as e:
             raise self._fail(PatchVerifyError, f"target vanished after apply: {e}") from None
         if obj is not self._target_obj:
-            raise self._fail(PatchVerifyError, "the module now holds a different object than the one patched (module reloaded?)")
+            raise self._fail(
+                PatchVerifyError, "the module now holds a different object than the one patched (module reloaded?)"
+            )
         for a, v in self._installed.items():
             if _current(obj, a) is not v:
-                raise self._fail(PatchVerifyError, f"attribute {a!r} is not the installed value (overwritten after apply?)")
+                raise self._fail(
+                    PatchVerifyError, f"attribute {a!r} is not the installed value (overwritten after apply?)"
+                )
         if self.check is not None:
             try:
                 ok = self.check(obj)

@@ -42,7 +42,9 @@ CORE_PACK = "ppspec"
 class PluginRefusal(RuntimeError):
     """The plugin refuses to let this engine start. str() is the whole, self-contained message."""
 
-    def __init__(self, what: str, *, pack: str | None = None, patch: str | None = None, vllm: str | None = None, fix: str = ""):
+    def __init__(
+        self, what: str, *, pack: str | None = None, patch: str | None = None, vllm: str | None = None, fix: str = ""
+    ):
         self.what, self.pack, self.patch, self.vllm, self.fix = what, pack, patch, vllm, fix
         ctx = [f"pack {pack or '(none)'}"]
         if patch:
@@ -222,10 +224,21 @@ def assert_needs(needs: list[Any], version: str | None, pack: str | None) -> lis
         try:
             cls = engine.import_ref(ref) if ref else (engine.inner_decoder_of(arch) if arch else None)
         except Exception as e:  # noqa: BLE001 - an unimportable decoder is the finding
-            raise PluginRefusal(f"the profile needs {what} of {arch}, but its inner decoder {ref} does not import here: {type(e).__name__}: {e}", pack=pack, vllm=version,
-                                fix="install the same vLLM build on every node, or report it") from None
+            raise PluginRefusal(
+                f"the profile needs {what} of {arch}, but its inner decoder {ref} does not import here: {type(e).__name__}: {e}",
+                pack=pack,
+                vllm=version,
+                fix="install the same vLLM build on every node, or report it",
+            ) from None
         if cls is None:
-            out.append({"behaviour": what, "arch": arch, "status": "unknown", "detail": f"vLLM's registry does not say which inner decoder {arch} builds"})
+            out.append(
+                {
+                    "behaviour": what,
+                    "arch": arch,
+                    "status": "unknown",
+                    "detail": f"vLLM's registry does not say which inner decoder {arch} builds",
+                }
+            )
             continue
         name = engine.class_ref(cls)
         if what == "aux_relay_over_pp":
@@ -310,12 +323,14 @@ def core_patches() -> list[Any]:
             name="tap_watch",
             module="vllm.model_executor.models.interfaces",
             target="EagleModelMixin",
-            attrs=lambda orig: {"_set_aux_hidden_state_layers": relay.watch_tap_setter(orig["_set_aux_hidden_state_layers"])},
+            attrs=lambda orig: {
+                "_set_aux_hidden_state_layers": relay.watch_tap_setter(orig["_set_aux_hidden_state_layers"])
+            },
             description="report the taps and layer range each stage uses when the model is built",
             requires=("_set_aux_hidden_state_layers", "pack_local_aux_hidden_states"),
             check=check,
             pack=CORE_PACK,
-        )
+        ),
     ]
 
 
@@ -338,10 +353,26 @@ def worker_status(wrapper: Any) -> dict[str, Any]:
     if not _state["active"] or not st or st.get("pid") != os.getpid():
         why = st.get("error") if st else None
         plugins = env_io.get("VLLM_PLUGINS")
-        return {"pid": os.getpid(), "rank": rank, "pp_rank": pp_rank, "ok": False, "pack": None,
-                "error": why or "the ppspec plugin did not run in this worker" + (f" (VLLM_PLUGINS={plugins!r})" if plugins is not None else " (its import failed, or vLLM skipped it)")}
-    return {"pid": os.getpid(), "rank": rank, "pp_rank": pp_rank, "ok": bool(st.get("ok")), "pack": st.get("pack"),
-            "patches": [p.get("patch") for p in st.get("patches") or []], "tripwires": st.get("tripwires"), "error": st.get("error")}
+        return {
+            "pid": os.getpid(),
+            "rank": rank,
+            "pp_rank": pp_rank,
+            "ok": False,
+            "pack": None,
+            "error": why
+            or "the ppspec plugin did not run in this worker"
+            + (f" (VLLM_PLUGINS={plugins!r})" if plugins is not None else " (its import failed, or vLLM skipped it)"),
+        }
+    return {
+        "pid": os.getpid(),
+        "rank": rank,
+        "pp_rank": pp_rank,
+        "ok": bool(st.get("ok")),
+        "pack": st.get("pack"),
+        "patches": [p.get("patch") for p in st.get("patches") or []],
+        "tripwires": st.get("tripwires"),
+        "error": st.get("error"),
+    }
 
 
 def _confirm_workers_after(orig: Any) -> Any:
@@ -376,11 +407,17 @@ def confirm_workers(executor: Any) -> None:
     want_pp = exp.get("pp")
     stages = {w.get("pp_rank") for w in workers}
     if error is None and want_pp is not None and not set(range(int(want_pp))) <= stages:
-        error = f"the workers cover pipeline stages {sorted(s for s in stages if s is not None)}, the plan has {want_pp}"
+        error = (
+            f"the workers cover pipeline stages {sorted(s for s in stages if s is not None)}, the plan has {want_pp}"
+        )
     status["workers_confirmed"] = error is None
     if error is not None:
-        e = PluginRefusal(f"not every worker runs the ppspec plugin: {error}", pack=status.get("pack"), vllm=status.get("vllm"),
-                          fix="install the same ppspec in every node's environment, keep `ppspec` in VLLM_PLUGINS, and see the worker's log for its import error")
+        e = PluginRefusal(
+            f"not every worker runs the ppspec plugin: {error}",
+            pack=status.get("pack"),
+            vllm=status.get("vllm"),
+            fix="install the same ppspec in every node's environment, keep `ppspec` in VLLM_PLUGINS, and see the worker's log for its import error",
+        )
         status["ok"] = False
         status["error"] = str(e)
         _write_status()
@@ -409,7 +446,9 @@ def _startup_tripwires(pp_size: int | None, version: str | None, pack: str | Non
     else:
         trip["pp"] = "not_run"
     partition = exp.get("partition")
-    num_layers = (_state["plan"] or {}).get("num_layers") or exp.get("num_layers") or (sum(partition) if partition else None)
+    num_layers = (
+        (_state["plan"] or {}).get("num_layers") or exp.get("num_layers") or (sum(partition) if partition else None)
+    )
     if partition and num_layers:
         from vllm.distributed.utils import get_pp_indices
 
@@ -503,8 +542,8 @@ def _write_status() -> None:
     status["time"] = time.time()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        from ppspec_cli.io import safeio
         from ppspec_cli.errors import PpspecError
+        from ppspec_cli.io import safeio
 
         safeio.write_text(path, json.dumps(status, sort_keys=True, default=str) + "\n", what="the plugin status")
     except (OSError, PpspecError):
@@ -548,7 +587,9 @@ def read_status_dir(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     for f in sorted(d.glob("*.json")):
         try:
             rec = safeio.read_json(f, limit=1 << 20, what="status record", follow_symlinks=False)
-            records.validate(StatusRecord(), rec, what="status record", where=str(f), fix="let the ppspec plugin write it")
+            records.validate(
+                StatusRecord(), rec, what="status record", where=str(f), fix="let the ppspec plugin write it"
+            )
         except safeio.PpspecError as e:  # a record of the wrong shape (`ok: "yes"`) is not an ok record
             rec = {"pid": f.stem, "ok": False, "error": f"unreadable: {e.what}"}
         out.append(rec)

@@ -13,11 +13,11 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator, Literal
 
 from ppspec_cli.findings import Finding
-from ppspec_cli.knowledge.engine import installed_vllm
 from ppspec_cli.io.env import env_set
 from ppspec_cli.io.env import get as env_get
-from ppspec_cli.planning import plan as P
 from ppspec_cli.knowledge import methods
+from ppspec_cli.knowledge.engine import installed_vllm
+from ppspec_cli.planning import plan as P
 
 Status = Literal["passed", "failed", "not_run"]
 
@@ -37,9 +37,17 @@ class ProbeResult:
         """The probe as it enters the preflight (issue 30: one finding type): a failed probe is a
         `probe-<name>` finding at its severity, one not run an info; a passed probe none."""
         if self.status == "failed":
-            return Finding(f"probe-{self.name}", self.severity or "error", "platform", f"engine probe {self.name} failed: {self.detail}", self.fix or "")
+            return Finding(
+                f"probe-{self.name}",
+                self.severity or "error",
+                "platform",
+                f"engine probe {self.name} failed: {self.detail}",
+                self.fix or "",
+            )
         if self.status == "not_run":
-            return Finding(f"probe-{self.name}", "info", "platform", f"engine probe {self.name} not run: {self.detail}", "")
+            return Finding(
+                f"probe-{self.name}", "info", "platform", f"engine probe {self.name} not run: {self.detail}", ""
+            )
         return None
 
 
@@ -62,12 +70,22 @@ def _guard(name: str, fn: Callable[[], ProbeResult]) -> ProbeResult:
     except ImportError as e:
         return _not_run(name, f"vLLM piece not importable here: {e}")
     except Exception as e:  # noqa: BLE001 - a probe that crashes is itself a finding
-        return ProbeResult(name, "failed", f"probe crashed: {type(e).__name__}: {e}", "warning", "report this with `ppspec check --json`")
+        return ProbeResult(
+            name,
+            "failed",
+            f"probe crashed: {type(e).__name__}: {e}",
+            "warning",
+            "report this with `ppspec check --json`",
+        )
     if not isinstance(got, ProbeResult):  # a pack's probe returning something else: a failure, never read by guesswork
-        return ProbeResult(name, "failed", f"probe returned {type(got).__name__}, not a ProbeResult", "warning", "report this to the pack's author")
+        return ProbeResult(
+            name,
+            "failed",
+            f"probe returned {type(got).__name__}, not a ProbeResult",
+            "warning",
+            "report this to the pack's author",
+        )
     return got
-
-
 
 
 @contextlib.contextmanager
@@ -128,7 +146,9 @@ def probe_draft_pp_pinned() -> ProbeResult:
 
         maker = getattr(SpeculativeConfig, "create_draft_parallel_config", None)
         if maker is None:
-            return ProbeResult(name, "failed", "SpeculativeConfig.create_draft_parallel_config is missing", "error", "use vLLM >= 0.30")
+            return ProbeResult(
+                name, "failed", "SpeculativeConfig.create_draft_parallel_config is missing", "error", "use vLLM >= 0.30"
+            )
         target = ParallelConfig(pipeline_parallel_size=2)
         draft = maker(target, 1)
         if draft.pipeline_parallel_size != 1:
@@ -160,7 +180,13 @@ def probe_tap_set_normalized(taps: tuple[int, ...] | None = None) -> ProbeResult
         got = tuple(bare.aux_hidden_state_layers)
         want = P.normalize_taps(sample)
         if got != want:
-            return ProbeResult(name, "failed", f"vLLM stores taps {sample} as {got}; ppspec assumes {want}", "error", "report this: ppspec's tap model is out of date")
+            return ProbeResult(
+                name,
+                "failed",
+                f"vLLM stores taps {sample} as {got}; ppspec assumes {want}",
+                "error",
+                "report this: ppspec's tap model is out of date",
+            )
         return ProbeResult(name, "passed", f"vLLM stores taps {sample} as {got}", "info")
 
     return _guard(name, run)
@@ -213,7 +239,13 @@ def probe_tap_resolution_v1(drafter_config: dict[str, Any] | None) -> ProbeResul
             ours = P.v1_taps_from_config(cfg).taps
             if (tuple(vllm_taps) if vllm_taps else None) != (tuple(ours) if ours else None):
                 which = "the profile's drafter config" if cfg is drafter_config else f"config {cfg}"
-                return ProbeResult(name, "failed", f"for {which} vLLM's V1 runner taps {vllm_taps}, ppspec predicts {ours}", "error", "pin the taps in the profile and report this")
+                return ProbeResult(
+                    name,
+                    "failed",
+                    f"for {which} vLLM's V1 runner taps {vllm_taps}, ppspec predicts {ours}",
+                    "error",
+                    "pin the taps in the profile and report this",
+                )
         return ProbeResult(name, "passed", f"vLLM's V1 runner and ppspec agree on {len(TAP_CASES)} rule cases", "info")
 
     return _guard(name, run)
@@ -246,7 +278,12 @@ def probe_partition(num_layers: int | None, pp: int, partition: list[int] | None
                             "set topology.layer_partition explicitly and report this",
                         )
             if num_layers is None:
-                return ProbeResult(name, "passed", "vLLM's default split agrees with ppspec (1-96 layers, 1-8 stages); target depth unknown", "info")
+                return ProbeResult(
+                    name,
+                    "passed",
+                    "vLLM's default split agrees with ppspec (1-96 layers, 1-8 stages); target depth unknown",
+                    "info",
+                )
             if partition is None:
                 got, detail = vllm_bounds(num_layers, pp), "default split"
         if partition is not None:
@@ -254,15 +291,34 @@ def probe_partition(num_layers: int | None, pp: int, partition: list[int] | None
             detail = f"VLLM_PP_LAYER_PARTITION={value}"
             with env_set("VLLM_PP_LAYER_PARTITION", value):
                 if envs.VLLM_PP_LAYER_PARTITION != value:
-                    return _not_run(name, "vLLM's environment cache does not see VLLM_PP_LAYER_PARTITION changes in this process")
+                    return _not_run(
+                        name, "vLLM's environment cache does not see VLLM_PP_LAYER_PARTITION changes in this process"
+                    )
                 try:
                     got = vllm_bounds(num_layers, pp)
                 except ValueError as e:
-                    return ProbeResult(name, "failed", f"vLLM rejects {detail}: {e}", "error", "make the partition sum to the target's layer count with one entry per stage")
+                    return ProbeResult(
+                        name,
+                        "failed",
+                        f"vLLM rejects {detail}: {e}",
+                        "error",
+                        "make the partition sum to the target's layer count with one entry per stage",
+                    )
         want = P.stage_bounds(list(partition) if partition else P.default_partition(num_layers, pp))
         if got != want:
-            return ProbeResult(name, "failed", f"{detail}: vLLM splits {num_layers} layers as {got}, ppspec planned {want}", "error", "set topology.layer_partition explicitly")
-        return ProbeResult(name, "passed", f"{detail}: vLLM splits {num_layers} layers over {pp} stages as planned {[list(b) for b in got]}", "info")
+            return ProbeResult(
+                name,
+                "failed",
+                f"{detail}: vLLM splits {num_layers} layers as {got}, ppspec planned {want}",
+                "error",
+                "set topology.layer_partition explicitly",
+            )
+        return ProbeResult(
+            name,
+            "passed",
+            f"{detail}: vLLM splits {num_layers} layers over {pp} stages as planned {[list(b) for b in got]}",
+            "info",
+        )
 
     return _guard(name, run)
 
@@ -291,9 +347,16 @@ def probe_v2_runner(method: str | None, pp: int) -> ProbeResult:
                 "failed",
                 why + note,
                 sev,
-                "run EAGLE3/DFlash/DSpark with PP>1 on a GPU build of vLLM >= 0.30, or use pipeline_parallel: 1 here" if matters else "",
+                "run EAGLE3/DFlash/DSpark with PP>1 on a GPU build of vLLM >= 0.30, or use pipeline_parallel: 1 here"
+                if matters
+                else "",
             )
-        return ProbeResult(name, "passed", "Triton is usable: vLLM selects Model Runner V2 unless a feature it lacks is enabled", "info")
+        return ProbeResult(
+            name,
+            "passed",
+            "Triton is usable: vLLM selects Model Runner V2 unless a feature it lacks is enabled",
+            "info",
+        )
 
     return _guard(name, run)
 
@@ -313,7 +376,12 @@ def probe_vllm_version() -> ProbeResult:
         vv = verdict(v)
         if vv.verified:
             return ProbeResult(name, "passed", f"vLLM {v} is a verified release ({verified_text()})", "info")
-        return ProbeResult(name, "passed", f"vLLM {v} is unverified ({vv.why}); the probes below read this engine by value instead of trusting ppspec's tables", "info")
+        return ProbeResult(
+            name,
+            "passed",
+            f"vLLM {v} is unverified ({vv.why}); the probes below read this engine by value instead of trusting ppspec's tables",
+            "info",
+        )
 
     return _guard(name, run)
 
@@ -356,16 +424,31 @@ def probe_pack_patches(pack: Any) -> ProbeResult:
         except PluginRefusal as e:
             return ProbeResult(name, "failed", str(e), "error", e.fix)
         except PatchAnchorDrift as e:
-            return ProbeResult(name, "failed", str(e), "error", "this vLLM's code moved where the patch applies: the plugin refuses the engine start; use a release the pack was verified on, or update the pack")
+            return ProbeResult(
+                name,
+                "failed",
+                str(e),
+                "error",
+                "this vLLM's code moved where the patch applies: the plugin refuses the engine start; use a release the pack was verified on, or update the pack",
+            )
         except Exception as e:  # noqa: BLE001 - PatchError and friends
-            return ProbeResult(name, "failed", f"{type(e).__name__}: {e}", "error", "use a vLLM the pack supports, or report this")
+            return ProbeResult(
+                name, "failed", f"{type(e).__name__}: {e}", "error", "use a vLLM the pack supports, or report this"
+            )
         extra = f"; skipped, the installed vLLM already does it: {'; '.join(native)}" if native else ""
-        return ProbeResult(name, "passed", f"{len(names)} patches applied and verified by value, then reverted: {', '.join(names) or 'none'}{extra}", "info")
+        return ProbeResult(
+            name,
+            "passed",
+            f"{len(names)} patches applied and verified by value, then reverted: {', '.join(names) or 'none'}{extra}",
+            "info",
+        )
 
     return _guard(name, run)
 
 
-def probe_inner_decoder(target_arch: str | None, method: str | None, pp: int, pack: Any, family: Any = None) -> ProbeResult:
+def probe_inner_decoder(
+    target_arch: str | None, method: str | None, pp: int, pack: Any, family: Any = None
+) -> ProbeResult:
     """The target's inner decoder opts in to relaying taps over PP, natively or through the applied
     pack. The class is named by the applied pack, else by the pack that describes the family
     (`adapter: none`: its patches are not applied, so only a native opt-in passes)."""
@@ -386,10 +469,23 @@ def probe_inner_decoder(target_arch: str | None, method: str | None, pp: int, pa
             with _pack_patches_applied(pack):
                 patched = getattr(cls, "supports_aux_hidden_states_over_pp", False) is True
             if patched:
-                return ProbeResult(name, "passed", f"{ref} does not opt in; pack {pack.name} opts it in (checked by applying the pack here)", "info")
-            return ProbeResult(name, "failed", f"{ref} still does not opt in with pack {pack.name} applied", "error" if gated else "info", "report this")
+                return ProbeResult(
+                    name,
+                    "passed",
+                    f"{ref} does not opt in; pack {pack.name} opts it in (checked by applying the pack here)",
+                    "info",
+                )
+            return ProbeResult(
+                name,
+                "failed",
+                f"{ref} still does not opt in with pack {pack.name} applied",
+                "error" if gated else "info",
+                "report this",
+            )
         if not gated:
-            return _not_run(name, f"{ref} does not opt in, which only matters for {'/'.join(sorted(methods.RELAY_GATED))} with PP>1")
+            return _not_run(
+                name, f"{ref} does not opt in, which only matters for {'/'.join(sorted(methods.RELAY_GATED))} with PP>1"
+            )
         return ProbeResult(
             name,
             "failed",
@@ -401,7 +497,9 @@ def probe_inner_decoder(target_arch: str | None, method: str | None, pp: int, pa
     return _guard(name, run)
 
 
-def _decoder(target_arch: str, pack: Any, family: Any, name: str = "inner-decoder-opt-in") -> tuple[str, type] | ProbeResult:
+def _decoder(
+    target_arch: str, pack: Any, family: Any, name: str = "inner-decoder-opt-in"
+) -> tuple[str, type] | ProbeResult:
     """The target's inner decoder class: named by the applied pack, else by the describing one,
     else found through vLLM's own model registry (knowledge.engine.inner_decoder_of)."""
     from ppspec_cli.knowledge import engine
@@ -425,7 +523,9 @@ def _decoder(target_arch: str, pack: Any, family: Any, name: str = "inner-decode
     return engine.class_ref(cls), cls
 
 
-def probe_target_embed(target_arch: str | None, method: str | None, pp: int, drafter_has_embed: bool | None, pack: Any, family: Any = None) -> ProbeResult:
+def probe_target_embed(
+    target_arch: str | None, method: str | None, pp: int, drafter_has_embed: bool | None, pack: Any, family: Any = None
+) -> ProbeResult:
     """The target's inner decoder builds a real embed_tokens on the last PP stage, read by value
     (knowledge.engine.builds_embed_on_last_stage), when the drafter shares the target's."""
     name = "target-embed-last-stage"
@@ -446,12 +546,22 @@ def probe_target_embed(target_arch: str | None, method: str | None, pp: int, dra
         if got is None:
             return _not_run(name, f"{ref}'s constructor does not tell whether it builds embed_tokens on the last stage")
         if got:
-            return ProbeResult(name, "passed", f"{ref} builds embed_tokens on the last stage when the drafter needs the target's", "info")
+            return ProbeResult(
+                name,
+                "passed",
+                f"{ref} builds embed_tokens on the last stage when the drafter needs the target's",
+                "info",
+            )
         if pack is not None and not pack.native and "target_embed_on_last_stage" in pack.provides:
             with _pack_patches_applied(pack):
                 patched = builds_embed_on_last_stage(cls)
             if patched:
-                return ProbeResult(name, "passed", f"{ref} does not; pack {pack.name} builds it (checked by applying the pack here)", "info")
+                return ProbeResult(
+                    name,
+                    "passed",
+                    f"{ref} does not; pack {pack.name} builds it (checked by applying the pack here)",
+                    "info",
+                )
         return ProbeResult(
             name,
             "failed",
@@ -476,7 +586,15 @@ def probe_pack_own(family: Any) -> list[ProbeResult]:
         try:
             items = list(load_pack_module(part.name, "probes", part.probes_path).get_probes())
         except Exception as e:  # noqa: BLE001 - a broken pack must not break check
-            out.append(ProbeResult(f"{part.name}-probes", "failed", f"cannot load {part.probes_path.name}: {type(e).__name__}: {e}", "warning", "fix the pack, or report it to its author"))
+            out.append(
+                ProbeResult(
+                    f"{part.name}-probes",
+                    "failed",
+                    f"cannot load {part.probes_path.name}: {type(e).__name__}: {e}",
+                    "warning",
+                    "fix the pack, or report it to its author",
+                )
+            )
             continue
         for name, fn in items:
             out.append(_guard(f"{part.name}-{name}", fn))
@@ -484,7 +602,18 @@ def probe_pack_own(family: Any) -> list[ProbeResult]:
 
 
 #: Every probe run_probes runs, in its order (the packs' own come after, named `<pack>-<name>`).
-PROBE_NAMES = ("draft-pp-pinned", "tap-set-normalized", "tap-resolution-v2", "tap-resolution-v1", "partition", "model-runner-v2", "vllm-version", "pack-patches", "inner-decoder-opt-in", "target-embed-last-stage")
+PROBE_NAMES = (
+    "draft-pp-pinned",
+    "tap-set-normalized",
+    "tap-resolution-v2",
+    "tap-resolution-v1",
+    "partition",
+    "model-runner-v2",
+    "vllm-version",
+    "pack-patches",
+    "inner-decoder-opt-in",
+    "target-embed-last-stage",
+)
 
 
 def run_probes(

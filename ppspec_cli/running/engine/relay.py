@@ -76,7 +76,12 @@ def check_opt_in(cls: type) -> bool:
 # The relaying forward of a standard decoder (and the patches that install it)
 
 #: The EagleModelMixin behaviour the relaying forward calls into.
-MIXIN = ("_maybe_add_hidden_state", "pack_local_aux_hidden_states", "collect_remote_aux_hidden_states", "_set_aux_hidden_state_layers")
+MIXIN = (
+    "_maybe_add_hidden_state",
+    "pack_local_aux_hidden_states",
+    "collect_remote_aux_hidden_states",
+    "_set_aux_hidden_state_layers",
+)
 
 
 def relayed_forward(
@@ -359,7 +364,9 @@ def check_global_numbering(cls: type) -> bool:
     with quiet():
         init_with_global_draft_numbering(fake_init)(object(), vllm_config=cfg, prefix="")
     if seen != [6] or mc.get_num_layers(None) != 3:
-        raise AssertionError(f"draft numbering start {seen}, after construction {mc.get_num_layers(None)}; expected [6], 3")
+        raise AssertionError(
+            f"draft numbering start {seen}, after construction {mc.get_num_layers(None)}; expected [6], 3"
+        )
     return True
 
 
@@ -489,7 +496,9 @@ def run_stages(
                         out = relay_between(model, received, out)
                     else:
                         keys = aux_hidden_state_relay_keys(SimpleNamespace(model=model))
-                        out = PPHandler.relay_aux_hidden_states(SimpleNamespace(aux_hidden_state_relay_keys=keys), received, out)
+                        out = PPHandler.relay_aux_hidden_states(
+                            SimpleNamespace(aux_hidden_state_relay_keys=keys), received, out
+                        )
                     received = out
     if isinstance(out, tuple):
         return out[0], list(out[1])

@@ -6,6 +6,13 @@ whole process tree down cleanly on Ctrl-C / SIGTERM or when the engine dies.
 - residue: /dev/shm tracking and the cleanup after a run, also of a run killed outright.
 """
 
-from ppspec_cli.running.serve.supervise import ServeResult, die_with_parent, health_ok, likely_cause, port_free, run_engine
+from ppspec_cli.running.serve.supervise import (
+    ServeResult,
+    die_with_parent,
+    health_ok,
+    likely_cause,
+    port_free,
+    run_engine,
+)
 
 __all__ = ["ServeResult", "die_with_parent", "health_ok", "likely_cause", "port_free", "run_engine"]

@@ -48,11 +48,14 @@ def unconfirmed(status_dir: Path) -> str | None:
     for r in recs:
         roles.setdefault(str(r.get("role")), []).append(r)
     if "api" not in roles:
-        problems.append("no ok plugin status from the API server process (the plugin did not run there: its import failed, or VLLM_PLUGINS left it out)")
+        problems.append(
+            "no ok plugin status from the API server process (the plugin did not run there: its import failed, or VLLM_PLUGINS left it out)"
+        )
     cores = roles.get("engine_core", [])
     if not cores:
-        problems.append("no ok plugin status from the engine core (the plugin did not run there, so no worker was asked either)")
+        problems.append(
+            "no ok plugin status from the engine core (the plugin did not run there, so no worker was asked either)"
+        )
     elif not all(c.get("workers_confirmed") for c in cores):
         problems.append("the engine core did not confirm its workers' plugin status")
     return "; ".join(problems) or None
-

@@ -47,8 +47,8 @@ from typing import Any
 
 import psutil
 
-from ppspec_cli.io import safeio
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import safeio
 
 #: In the run directory: {"before": [...], "seen": [...]} — the /dev/shm names present before the
 #: engine started and those its processes used; kept while it runs (touched at every tracker look)
@@ -60,7 +60,9 @@ SCAN_S = 1.0
 #: An entry is removed only when unused at a look taken at least this long after it last changed.
 SETTLE_S = 1.0
 #: Names vLLM 0.32's engine processes create (see the module docstring, (c)).
-ENGINE_SHM_NAME = re.compile(r"sem\.mp-[a-z0-9_]{8}|psm_[0-9a-f]{8}|(?:vllm_dist_[0-9a-f]{32}|[0-9]+)-[a-z_]+:[0-9]+-\[[0-9-]+\]-cpushm_[0-9]+")
+ENGINE_SHM_NAME = re.compile(
+    r"sem\.mp-[a-z0-9_]{8}|psm_[0-9a-f]{8}|(?:vllm_dist_[0-9a-f]{32}|[0-9]+)-[a-z_]+:[0-9]+-\[[0-9-]+\]-cpushm_[0-9]+"
+)
 
 Key = tuple[int, int]  # (st_dev, st_ino)
 
@@ -175,7 +177,11 @@ def _remove_recorded(rd: Any) -> None:
         if isinstance(data, dict):
             before = data.get("before")
             # its last touch: the killed run was alive then (no snapshot: no untracked entry is its own)
-            until = os.stat(SHM_RECORD, dir_fd=rd.fd, follow_symlinks=False).st_mtime + 2 * SCAN_S if isinstance(before, list) else -math.inf
+            until = (
+                os.stat(SHM_RECORD, dir_fd=rd.fd, follow_symlinks=False).st_mtime + 2 * SCAN_S
+                if isinstance(before, list)
+                else -math.inf
+            )
             _remove(_names(data.get("seen")), _names(before), until)
     except (PpspecError, OSError):
         pass  # no record (the run ended normally) or an unreadable one: nothing is claimed
@@ -202,7 +208,9 @@ def engine_left(seen: set[str], before: set[str]) -> list[str]:
     ours = {n: st for n, st in _ours().items() if n not in before}
     shaped = {n: st for n, st in ours.items() if n not in seen and ENGINE_SHM_NAME.fullmatch(n)}
     used = _shm_in_use() if shaped else set()
-    return sorted([n for n in ours if n in seen] + [n for n, st in shaped.items() if (st.st_dev, st.st_ino) not in used])
+    return sorted(
+        [n for n in ours if n in seen] + [n for n, st in shaped.items() if (st.st_dev, st.st_ino) not in used]
+    )
 
 
 class ShmTracker(threading.Thread):
@@ -214,7 +222,9 @@ class ShmTracker(threading.Thread):
         self.root_pid, self.interval = root_pid, interval
         self.seen: set[str] = set()
         self.before = None if before is None else set(before)  # None: the record claims no untracked entry
-        self.record = record  # the run directory (rundir.RunDir) whose SHM_RECORD keeps the names for a run killed outright
+        self.record = (
+            record  # the run directory (rundir.RunDir) whose SHM_RECORD keeps the names for a run killed outright
+        )
         self._written: set[str] | None = None
         self._lock = threading.Lock()
         self._stop_evt = threading.Event()
@@ -234,7 +244,9 @@ class ShmTracker(threading.Thread):
                         safeio.write_text(self.record, text, what="the shared-memory record")
                     self._written = names
                 elif hasattr(self.record, "fd"):
-                    os.utime(SHM_RECORD, dir_fd=self.record.fd, follow_symlinks=False)  # the run is alive: see remove_recorded_shm
+                    os.utime(
+                        SHM_RECORD, dir_fd=self.record.fd, follow_symlinks=False
+                    )  # the run is alive: see remove_recorded_shm
                 else:
                     os.utime(self.record, follow_symlinks=False)
             except (PpspecError, OSError):

@@ -15,16 +15,16 @@ import errno
 import fcntl
 import json
 import os
-import stat
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import IO
 
-from ppspec_cli.io import safeio
-from ppspec_cli.running.planfile import plan_file_text, write_plan_file
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import safeio
 from ppspec_cli.running.launch import LaunchSpec, NodeLaunch
+from ppspec_cli.running.planfile import plan_file_text, write_plan_file
 
 #: In the run directory: the private TMPDIR of the current run, when it is not <run_dir>/tmp.
 PRIVATE_TMP_RECORD = "tmpdir"
@@ -35,7 +35,20 @@ READY_FILE = "ready"
 MAX_TMPDIR_LEN = 60
 #: Everything ppspec creates in a run directory. Anything else there is the user's: ppspec refuses
 #: such a directory rather than risk deleting what it did not create.
-RUN_DIR_ENTRIES = frozenset({"serve.lock", "plan.json", "launch.json", "engine.log", "plugin-status", "tmp", PRIVATE_TMP_RECORD, READY_FILE, "shm.json", "drafter-overlay"})
+RUN_DIR_ENTRIES = frozenset(
+    {
+        "serve.lock",
+        "plan.json",
+        "launch.json",
+        "engine.log",
+        "plugin-status",
+        "tmp",
+        PRIVATE_TMP_RECORD,
+        READY_FILE,
+        "shm.json",
+        "drafter-overlay",
+    }
+)
 
 
 class RunDir:
@@ -87,12 +100,14 @@ class RunDir:
         return os.listdir(self.fd)
 
     def kind(self, name: str) -> str | None:
-        """"dir", "file", "link", "other", or None when nothing is there (never follows a link)."""
+        """ "dir", "file", "link", "other", or None when nothing is there (never follows a link)."""
         try:
             mode = os.stat(name, dir_fd=self.fd, follow_symlinks=False).st_mode
         except FileNotFoundError:
             return None
-        return "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "link" if stat.S_ISLNK(mode) else "other"
+        return (
+            "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "link" if stat.S_ISLNK(mode) else "other"
+        )
 
     def read_text(self, name: str, limit: int) -> str | None:
         """A regular file's text (at most `limit` bytes), None when absent or not a regular file."""
@@ -117,7 +132,9 @@ class RunDir:
         try:
             if self.kind(name) not in (None, "file"):
                 raise OSError(errno.EEXIST, f"{name} is not a regular file")
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=self.fd)
+            fd = os.open(
+                name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=self.fd
+            )
             return os.fdopen(fd, "w", encoding="utf-8", errors="replace")
         except OSError as e:
             raise _error(self.path / name, "write", e) from None
@@ -174,8 +191,19 @@ class RunDir:
 
 
 def _error(path: Path, action: str, e: OSError) -> PpspecError:
-    why = {errno.ENOSPC: "the file system is full", errno.EROFS: "the file system is read-only", errno.EDQUOT: "the disk quota is exhausted", errno.EACCES: "permission denied", errno.ELOOP: "it is a symbolic link (ppspec does not follow links here)"}.get(e.errno or 0, e.strerror or str(e))
-    return PpspecError(f"cannot {action} {path} in the run directory: {why}", where="--run-dir", fix="give `ppspec serve` a writable directory with free space (--run-dir)", exit_code=1)
+    why = {
+        errno.ENOSPC: "the file system is full",
+        errno.EROFS: "the file system is read-only",
+        errno.EDQUOT: "the disk quota is exhausted",
+        errno.EACCES: "permission denied",
+        errno.ELOOP: "it is a symbolic link (ppspec does not follow links here)",
+    }.get(e.errno or 0, e.strerror or str(e))
+    return PpspecError(
+        f"cannot {action} {path} in the run directory: {why}",
+        where="--run-dir",
+        fix="give `ppspec serve` a writable directory with free space (--run-dir)",
+        exit_code=1,
+    )
 
 
 def _as_rundir(run_dir: "RunDir | Path") -> tuple[RunDir, bool]:
@@ -187,20 +215,39 @@ def check_run_dir(run_dir: Path) -> None:
     """Refuse a run directory that holds anything ppspec did not create, or a symbolic link where
     ppspec writes or cleans (cleaning through it would delete files elsewhere)."""
     if os.path.islink(run_dir):
-        raise PpspecError(f"the run directory {run_dir} is a symbolic link; ppspec does not write or clean through links", where="--run-dir", fix="pass the directory itself", exit_code=1)
+        raise PpspecError(
+            f"the run directory {run_dir} is a symbolic link; ppspec does not write or clean through links",
+            where="--run-dir",
+            fix="pass the directory itself",
+            exit_code=1,
+        )
     try:
         entries = os.listdir(run_dir)
     except FileNotFoundError:
         return
     except NotADirectoryError:
-        raise PpspecError(f"the run directory {run_dir} is not a directory", where="--run-dir", fix="pass a directory path", exit_code=1) from None
+        raise PpspecError(
+            f"the run directory {run_dir} is not a directory",
+            where="--run-dir",
+            fix="pass a directory path",
+            exit_code=1,
+        ) from None
     except OSError as e:
-        raise PpspecError(f"cannot read the run directory {run_dir}: {e.strerror}", where="--run-dir", fix="check its permissions", exit_code=1) from None
-    foreign = sorted(e for e in entries if e not in RUN_DIR_ENTRIES and not (e.startswith(".") and e.endswith(".ppspec-tmp")))
+        raise PpspecError(
+            f"cannot read the run directory {run_dir}: {e.strerror}",
+            where="--run-dir",
+            fix="check its permissions",
+            exit_code=1,
+        ) from None
+    foreign = sorted(
+        e for e in entries if e not in RUN_DIR_ENTRIES and not (e.startswith(".") and e.endswith(".ppspec-tmp"))
+    )
     if entries and "serve.lock" not in entries:
         foreign = sorted(entries)  # serve.lock is the first thing ppspec creates: without it nothing here is ours
     if foreign:
-        shown = ", ".join(repr(e)[:60] for e in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        shown = ", ".join(repr(e)[:60] for e in foreign[:3]) + (
+            f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        )
         raise PpspecError(
             f"the run directory {run_dir} holds files ppspec did not create ({shown}); ppspec cleans its run directory and never deletes what it did not create",
             where="--run-dir",
@@ -257,7 +304,9 @@ def _holder(text: str) -> dict | None:
 
 
 def _same_host(rec: dict, me: dict) -> bool:
-    return rec.get("host") == me["host"] and (rec.get("boot_id") is None or me["boot_id"] is None or rec["boot_id"] == me["boot_id"])
+    return rec.get("host") == me["host"] and (
+        rec.get("boot_id") is None or me["boot_id"] is None or rec["boot_id"] == me["boot_id"]
+    )
 
 
 def _pid_alive(pid: int | None) -> bool:
@@ -414,7 +463,14 @@ def write_run_files(spec: LaunchSpec, node: NodeLaunch, rd: RunDir | None = None
                         sd.unlink(name)
         else:
             status.mkdir(parents=True, exist_ok=True)
-        rec = {"node_rank": node.node_rank, "role": node.role, "argv": node.argv, "env": node.env, "env_refs": node.env_refs, "url": spec.url}
+        rec = {
+            "node_rank": node.node_rank,
+            "role": node.role,
+            "argv": node.argv,
+            "env": node.env,
+            "env_refs": node.env_refs,
+            "url": spec.url,
+        }
         rd.write_text("launch.json", json.dumps(rec, indent=2) + "\n", what="launch.json")
     finally:
         if own:
@@ -452,7 +508,11 @@ def remove_engine_tmp(run_dir: "RunDir | Path") -> None:
     hold the lock, so no live run owns them). Relative to the run directory's descriptor: a link
     at `tmp` is unlinked, never followed."""
     try:
-        rd, own = _as_rundir(run_dir) if isinstance(run_dir, RunDir) or os.path.isdir(run_dir) and not os.path.islink(run_dir) else (None, False)
+        rd, own = (
+            _as_rundir(run_dir)
+            if isinstance(run_dir, RunDir) or os.path.isdir(run_dir) and not os.path.islink(run_dir)
+            else (None, False)
+        )
     except PpspecError:
         return
     if rd is None:
@@ -462,7 +522,13 @@ def remove_engine_tmp(run_dir: "RunDir | Path") -> None:
         text = rd.read_text(PRIVATE_TMP_RECORD, 4096)
         if text is not None:
             p = Path(text.strip())
-            if p.parent == Path("/tmp") and p.name.startswith("ppspec-") and not p.is_symlink() and p.is_dir() and p.stat().st_uid == os.getuid():
+            if (
+                p.parent == Path("/tmp")
+                and p.name.startswith("ppspec-")
+                and not p.is_symlink()
+                and p.is_dir()
+                and p.stat().st_uid == os.getuid()
+            ):
                 shutil.rmtree(p, ignore_errors=True)
         rd.unlink(PRIVATE_TMP_RECORD)
     finally:

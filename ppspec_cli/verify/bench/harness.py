@@ -37,7 +37,9 @@ class LoadGen:
         self._log = safeio.open_log(log_path, what="the load generator's log")  # never truncates through a planted link
         e = {"PYTHONUNBUFFERED": "1", **(env or {})}
         self.proc = spawn.popen(
-            spawn.python_argv("-m", "ppspec_cli.verify.bench.loadgen"),  # -P: a module planted in the working directory never runs
+            spawn.python_argv(
+                "-m", "ppspec_cli.verify.bench.loadgen"
+            ),  # -P: a module planted in the working directory never runs
             stdin=spawn.PIPE,
             stdout=spawn.PIPE,
             stderr=self._log,
@@ -87,9 +89,13 @@ class LoadGen:
         else:
             self.proc.poll()
             msg = f"the load generator exited (code {self.proc.returncode}) before it finished"
-        return PpspecError(msg, where="ppspec bench (vLLM's benchmark client)", fix=f"see its log {self.log_path}", exit_code=1)
+        return PpspecError(
+            msg, where="ppspec bench (vLLM's benchmark client)", fix=f"see its log {self.log_path}", exit_code=1
+        )
 
-    def run(self, job: dict, stop: Callable[[], bool], on_event: Callable[[dict], None], level_timeout_s: float) -> None:
+    def run(
+        self, job: dict, stop: Callable[[], bool], on_event: Callable[[dict], None], level_timeout_s: float
+    ) -> None:
         """Wait for `ready`, send the job, pass every event on until `done`."""
         t0 = time.monotonic()
         ev = self._next(t0 + READY_TIMEOUT_S, stop, "importing vLLM's benchmark client")

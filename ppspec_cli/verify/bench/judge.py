@@ -87,15 +87,17 @@ def per_level(grid: Grid, static: list[tuple[str, int]], levels: list[int]) -> l
         base = grid.get((BASELINE, c))
         v = compare(grid.get((best[0], c)), base) if best else None
         k = (0 if v == SLOWER else best[1]) if best else (0 if base else None)
-        out.append({
-            "concurrency": c,
-            "verdict": v,
-            "best_speculative_arm": best[0] if best else None,
-            "best_num_speculative_tokens": best[1] if best else None,
-            "speedup": ratio(grid.get((best[0], c)), base) if best else None,
-            "schedule_k": k,
-            "arms": {a: spread(grid[(a, c)]) for a, _k in static if grid.get((a, c))},
-        })
+        out.append(
+            {
+                "concurrency": c,
+                "verdict": v,
+                "best_speculative_arm": best[0] if best else None,
+                "best_num_speculative_tokens": best[1] if best else None,
+                "speedup": ratio(grid.get((best[0], c)), base) if best else None,
+                "schedule_k": k,
+                "arms": {a: spread(grid[(a, c)]) for a, _k in static if grid.get((a, c))},
+            }
+        )
     return out
 
 
@@ -105,7 +107,9 @@ def proposed_schedule(levels_doc: list[dict]) -> list[list[int]] | None:
     return sched.derive(pts) if pts else None
 
 
-def choose(grid: Grid, static: list[tuple[str, int]], levels: list[int], incumbent: str | None, tuned: str | None) -> dict:
+def choose(
+    grid: Grid, static: list[tuple[str, int]], levels: list[int], incumbent: str | None, tuned: str | None
+) -> dict:
     """The recommended measured configuration. Start from the profile's own setting (the incumbent,
     when measured); move to a static arm only when it dominates the current choice (significantly
     faster somewhere, significantly slower nowhere), the best geometric-mean speed-up first. The
@@ -121,7 +125,9 @@ def choose(grid: Grid, static: list[tuple[str, int]], levels: list[int], incumbe
             break
         choice = max(better, key=lambda a: gmean_speedup(grid, a, levels))
         seen.add(choice)
-    use_schedule = bool(tuned and complete(grid, tuned, levels) and all(dominates(grid, tuned, a, levels) for a in names))
+    use_schedule = bool(
+        tuned and complete(grid, tuned, levels) and all(dominates(grid, tuned, a, levels) for a in names)
+    )
     return {"static": choice, "schedule": use_schedule, "moved": choice != incumbent}
 
 
@@ -133,16 +139,32 @@ def envelope(grid: Grid, levels: list[int], recommended: str, incumbent: str | N
         measured = [a for a in arms if grid.get((a, c))]
         best = max(measured, key=lambda a: _med(grid, a, c), default=None)
         rec = grid.get((recommended, c))
-        row = {"concurrency": c, "recommended": recommended, "best_arm": best,
-               "vs_best": {"arm": best, "ratio": ratio(rec, grid.get((best, c))), "verdict": compare(rec, grid.get((best, c)))} if best else None,
-               "vs_profile": None}
+        row = {
+            "concurrency": c,
+            "recommended": recommended,
+            "best_arm": best,
+            "vs_best": {
+                "arm": best,
+                "ratio": ratio(rec, grid.get((best, c))),
+                "verdict": compare(rec, grid.get((best, c))),
+            }
+            if best
+            else None,
+            "vs_profile": None,
+        }
         if incumbent is not None and grid.get((incumbent, c)):
-            row["vs_profile"] = {"arm": incumbent, "ratio": ratio(rec, grid.get((incumbent, c))), "verdict": compare(rec, grid.get((incumbent, c)))}
+            row["vs_profile"] = {
+                "arm": incumbent,
+                "ratio": ratio(rec, grid.get((incumbent, c))),
+                "verdict": compare(rec, grid.get((incumbent, c))),
+            }
         out.append(row)
     return out
 
 
-def drift_check(grid: Grid, levels: list[int], tuned_schedule: list[list[int]] | None, static: list[tuple[str, int]]) -> list[str]:
+def drift_check(
+    grid: Grid, levels: list[int], tuned_schedule: list[list[int]] | None, static: list[tuple[str, int]]
+) -> list[str]:
     """A schedule of one range serves the same k as a static arm (through vLLM's dynamic path):
     a significant difference between the two, at a level, is drift between engine sessions (the
     repeats of one arm run in one session, so their spread does not hold it) or the dynamic path's
@@ -158,5 +180,7 @@ def drift_check(grid: Grid, levels: list[int], tuned_schedule: list[list[int]] |
         v = compare(grid.get((TUNED, c)), grid.get((twin, c)))
         if v in (FASTER, SLOWER):
             r = ratio(grid.get((TUNED, c)), grid.get((twin, c)))
-            out.append(f"c={c}: the tuned arm ({tuned_schedule}) serves the same k as {twin} yet measured {v} ({r['median']:.2f}x): the machine drifted between engine sessions (or vLLM's dynamic path costs that much); treat this run's verdicts with care and repeat on a quieter machine")
+            out.append(
+                f"c={c}: the tuned arm ({tuned_schedule}) serves the same k as {twin} yet measured {v} ({r['median']:.2f}x): the machine drifted between engine sessions (or vLLM's dynamic path costs that much); treat this run's verdicts with care and repeat on a quieter machine"
+            )
     return out

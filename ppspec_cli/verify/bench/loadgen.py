@@ -40,28 +40,52 @@ def _emit(out, event: str, **kw: Any) -> None:
 def vllm_args(job: dict, *, concurrency: int, num_prompts: int, output_len: int, result_file: str | None) -> list[str]:
     """The `vllm bench serve` arguments of one level (also shown in the report, as a command)."""
     argv = [
-        "--backend", "openai",
-        "--base-url", job["base_url"],
-        "--endpoint", "/v1/completions",
-        "--model", job["model"],
-        "--tokenizer", job["tokenizer"],
-        "--dataset-name", "random",
-        "--random-input-len", str(job["input_len"]),
-        "--random-output-len", str(output_len),
-        "--random-range-ratio", "0",
-        "--num-prompts", str(num_prompts),
-        "--max-concurrency", str(concurrency),
-        "--request-rate", "inf",
-        "--seed", str(job["seed"]),
+        "--backend",
+        "openai",
+        "--base-url",
+        job["base_url"],
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        job["model"],
+        "--tokenizer",
+        job["tokenizer"],
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(job["input_len"]),
+        "--random-output-len",
+        str(output_len),
+        "--random-range-ratio",
+        "0",
+        "--num-prompts",
+        str(num_prompts),
+        "--max-concurrency",
+        str(concurrency),
+        "--request-rate",
+        "inf",
+        "--seed",
+        str(job["seed"]),
         "--ignore-eos",
-        "--temperature", "0",
-        "--percentile-metrics", "ttft,tpot,itl,e2el",
-        "--metric-percentiles", "50,99",
-        "--num-warmups", "0",
+        "--temperature",
+        "0",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,99",
+        "--num-warmups",
+        "0",
         "--disable-tqdm",
     ]
     if result_file:
-        argv += ["--save-result", "--save-detailed", "--result-dir", str(Path(result_file).parent), "--result-filename", Path(result_file).name]
+        argv += [
+            "--save-result",
+            "--save-detailed",
+            "--result-dir",
+            str(Path(result_file).parent),
+            "--result-filename",
+            Path(result_file).name,
+        ]
     return argv
 
 
@@ -86,6 +110,7 @@ class _Hooks:
         hooks = self
 
         if self._orig_fetch is not None:
+
             async def fetch(*a, **kw):
                 if not hooks.scrapes:
                     hooks.scrapes.append(("before", m.parse_prometheus(hooks.client.metrics())))
@@ -108,7 +133,9 @@ class _Hooks:
         self.mod.benchmark = self._orig_bench
 
 
-def run_level(serve_mod, parser_factory, client, job: dict, concurrency: int, *, repeat: int = 0, warmup: bool = False) -> dict:
+def run_level(
+    serve_mod, parser_factory, client, job: dict, concurrency: int, *, repeat: int = 0, warmup: bool = False
+) -> dict:
     """One `vllm bench serve` run at one concurrency, with ppspec's scrapes around it: its result
     dict, the scrapes, the prompts."""
     from ppspec_cli.verify import metrics as m
@@ -126,7 +153,9 @@ def run_level(serve_mod, parser_factory, client, job: dict, concurrency: int, *,
     hooks.install()
     before_all = m.parse_prometheus(client.metrics())
     try:
-        args = parser_factory().parse_args(vllm_args(job, concurrency=concurrency, num_prompts=n, output_len=out_len, result_file=result_file))
+        args = parser_factory().parse_args(
+            vllm_args(job, concurrency=concurrency, num_prompts=n, output_len=out_len, result_file=result_file)
+        )
         result = serve_mod.main(args)
     finally:
         hooks.remove()
@@ -141,8 +170,17 @@ def run_level(serve_mod, parser_factory, client, job: dict, concurrency: int, *,
         from ppspec_cli.verify.runner import _settled_delta
 
         after, _d, _ok = _settled_delta(client, before, None)
-        warnings.append("vLLM's client did not scrape /metrics around its requests (changed hook): the counters include its test request")
-    return {"result": result, "before": before, "after": after, "prompts": hooks.prompts, "warnings": warnings, "argv": vllm_args(job, concurrency=concurrency, num_prompts=n, output_len=out_len, result_file=result_file)}
+        warnings.append(
+            "vLLM's client did not scrape /metrics around its requests (changed hook): the counters include its test request"
+        )
+    return {
+        "result": result,
+        "before": before,
+        "after": after,
+        "prompts": hooks.prompts,
+        "warnings": warnings,
+        "argv": vllm_args(job, concurrency=concurrency, num_prompts=n, output_len=out_len, result_file=result_file),
+    }
 
 
 def level_record(job: dict, concurrency: int, run: dict, repeat: int = 0) -> dict:
@@ -157,7 +195,11 @@ def level_record(job: dict, concurrency: int, run: dict, repeat: int = 0) -> dic
     stats = m.spec_decode_stats(d, match, configured=m.spec_decode_configured(run["after"]))
 
     def pct(metric: str) -> dict:
-        return {"mean": res.get(f"mean_{metric}_ms"), "p50": res.get(f"p50_{metric}_ms", res.get(f"median_{metric}_ms")), "p99": res.get(f"p99_{metric}_ms")}
+        return {
+            "mean": res.get(f"mean_{metric}_ms"),
+            "p50": res.get(f"p50_{metric}_ms", res.get(f"median_{metric}_ms")),
+            "p99": res.get(f"p99_{metric}_ms"),
+        }
 
     return {
         "arm": job["arm"],
@@ -189,7 +231,9 @@ def level_record(job: dict, concurrency: int, run: dict, repeat: int = 0) -> dic
         "per_position_acceptance": stats.per_position_acceptance,
         "spec_decode": stats.to_dict(),
         "vllm_acceptance_length": res.get("spec_decode_acceptance_length"),
-        "vllm_acceptance_rate": res["spec_decode_acceptance_rate"] / 100.0 if isinstance(res.get("spec_decode_acceptance_rate"), (int, float)) else None,
+        "vllm_acceptance_rate": res["spec_decode_acceptance_rate"] / 100.0
+        if isinstance(res.get("spec_decode_acceptance_rate"), (int, float))
+        else None,
         "generated_texts": res.get("generated_texts"),
         "errors": [e for e in (res.get("errors") or []) if e][:5],
         "warnings": run["warnings"] + stats.warnings(),
@@ -202,7 +246,9 @@ def parity_pass(client, job: dict, prompts: list) -> dict:
     """Greedy outputs of the first `parity_prompts` prompts, one request at a time, as token ids."""
     outs = []
     for i, prompt in enumerate(prompts[: job["parity_prompts"]]):
-        c = client.complete(job["model"], prompt, max_tokens=job["max_tokens"], seed=job["seed"], extra={"return_token_ids": True})
+        c = client.complete(
+            job["model"], prompt, max_tokens=job["max_tokens"], seed=job["seed"], extra={"return_token_ids": True}
+        )
         outs.append({"index": i, "token_ids": c.token_ids, "text": c.text, "completion_tokens": c.completion_tokens})
     return {"arm": job["arm"], "outputs": outs}
 
@@ -260,11 +306,26 @@ def main() -> int:
             run = run_level(serve_mod, parser_factory, client, job, c, repeat=r)
             rec = level_record(job, c, run, repeat=r)
             safeio.write_text(out_dir / f"c{c}-r{r}.json", json.dumps(rec, indent=1), what="bench level result")
-            _emit(events, "level_done", concurrency=c, repeat=r, seconds=round(time.monotonic() - t, 2), file=str(out_dir / f"c{c}-r{r}.json"))
+            _emit(
+                events,
+                "level_done",
+                concurrency=c,
+                repeat=r,
+                seconds=round(time.monotonic() - t, 2),
+                file=str(out_dir / f"c{c}-r{r}.json"),
+            )
         if job.get("parity_prompts"):
             # the same prompts for every arm, whichever levels this arm measured now: the seeded
             # set of the lowest level, drawn as vLLM's client draws it
-            args = parser_factory().parse_args(vllm_args(job, concurrency=1, num_prompts=job["parity_source_prompts"], output_len=job["max_tokens"], result_file=None))
+            args = parser_factory().parse_args(
+                vllm_args(
+                    job,
+                    concurrency=1,
+                    num_prompts=job["parity_source_prompts"],
+                    output_len=job["max_tokens"],
+                    result_file=None,
+                )
+            )
             from vllm.benchmarks.datasets import get_samples
             from vllm.tokenizers import get_tokenizer
 

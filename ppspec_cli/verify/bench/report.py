@@ -31,7 +31,11 @@ def _sorted_runs(doc: dict) -> list[dict]:
 
 def _vs_base(doc: dict, r: dict) -> str:
     base = next((x for x in doc["runs"] if x["arm"] == "baseline" and x["concurrency"] == r["concurrency"]), None)
-    if base is None or not base.get("output_tokens_per_s") or not isinstance(r.get("output_tokens_per_s"), (int, float)):
+    if (
+        base is None
+        or not base.get("output_tokens_per_s")
+        or not isinstance(r.get("output_tokens_per_s"), (int, float))
+    ):
         return "-"
     return f"{r['output_tokens_per_s'] / base['output_tokens_per_s']:.2f}x"
 
@@ -50,32 +54,57 @@ HEADER = ["c", "arm", "tok/s", "spread", "TPOT ms", "TTFT ms", "acc len", "vs ba
 def table_rows(doc: dict) -> list[list[str]]:
     rows = []
     for r in _sorted_runs(doc):
-        rows.append([
-            str(r["concurrency"]), r["arm"], _n(r.get("output_tokens_per_s")), _pm(r),
-            _n((r.get("tpot_ms") or {}).get("mean"), "{:.2f}"), _n((r.get("ttft_ms") or {}).get("mean")),
-            _n(r.get("acceptance_length"), "{:.2f}"), _vs_base(doc, r),
-        ])
+        rows.append(
+            [
+                str(r["concurrency"]),
+                r["arm"],
+                _n(r.get("output_tokens_per_s")),
+                _pm(r),
+                _n((r.get("tpot_ms") or {}).get("mean"), "{:.2f}"),
+                _n((r.get("ttft_ms") or {}).get("mean")),
+                _n(r.get("acceptance_length"), "{:.2f}"),
+                _vs_base(doc, r),
+            ]
+        )
     return rows
 
 
-FULL_HEADER = ["c", "arm", "repeats", "out tok/s median (min-max)", "req/s", "TPOT ms mean/p50/p99", "ITL ms mean/p50/p99", "TTFT ms mean/p99", "acc len", "acc rate", "per position", "vs baseline"]
+FULL_HEADER = [
+    "c",
+    "arm",
+    "repeats",
+    "out tok/s median (min-max)",
+    "req/s",
+    "TPOT ms mean/p50/p99",
+    "ITL ms mean/p50/p99",
+    "TTFT ms mean/p99",
+    "acc len",
+    "acc rate",
+    "per position",
+    "vs baseline",
+]
 
 
 def full_rows(doc: dict) -> list[list[str]]:
     rows = []
     for r in _sorted_runs(doc):
         t, i, f, s = r.get("tpot_ms") or {}, r.get("itl_ms") or {}, r.get("ttft_ms") or {}, r.get("spread") or {}
-        rows.append([
-            str(r["concurrency"]), r["arm"], str(r.get("repeats", 1)),
-            f"{_n(r.get('output_tokens_per_s'))} ({_n(s.get('min'))}-{_n(s.get('max'))})",
-            _n(r.get("request_throughput"), "{:.2f}"),
-            f"{_n(t.get('mean'), '{:.2f}')} / {_n(t.get('p50'), '{:.2f}')} / {_n(t.get('p99'), '{:.2f}')}",
-            f"{_n(i.get('mean'), '{:.2f}')} / {_n(i.get('p50'), '{:.2f}')} / {_n(i.get('p99'), '{:.2f}')}",
-            f"{_n(f.get('mean'))} / {_n(f.get('p99'))}",
-            _n(r.get("acceptance_length"), "{:.2f}"), _n(r.get("acceptance_rate"), "{:.2f}"),
-            " ".join(f"{p:.2f}" for p in r.get("per_position_acceptance") or []) or "-",
-            _vs_base(doc, r),
-        ])
+        rows.append(
+            [
+                str(r["concurrency"]),
+                r["arm"],
+                str(r.get("repeats", 1)),
+                f"{_n(r.get('output_tokens_per_s'))} ({_n(s.get('min'))}-{_n(s.get('max'))})",
+                _n(r.get("request_throughput"), "{:.2f}"),
+                f"{_n(t.get('mean'), '{:.2f}')} / {_n(t.get('p50'), '{:.2f}')} / {_n(t.get('p99'), '{:.2f}')}",
+                f"{_n(i.get('mean'), '{:.2f}')} / {_n(i.get('p50'), '{:.2f}')} / {_n(i.get('p99'), '{:.2f}')}",
+                f"{_n(f.get('mean'))} / {_n(f.get('p99'))}",
+                _n(r.get("acceptance_length"), "{:.2f}"),
+                _n(r.get("acceptance_rate"), "{:.2f}"),
+                " ".join(f"{p:.2f}" for p in r.get("per_position_acceptance") or []) or "-",
+                _vs_base(doc, r),
+            ]
+        )
     return rows
 
 
@@ -99,9 +128,23 @@ def _parity_line(p: dict) -> str:
         f"{ch['arm']} {'identical' if ch['identical'] else 'DIFFERS at prompt ' + str((ch.get('first_difference') or {}).get('prompt')) + ', token ' + str((ch.get('first_difference') or {}).get('token'))} ({ch['prompts']} prompts, by {ch['pass']})"
         for ch in checks
     )
-    bad_load = [f"{x['arm']} c={x['concurrency']} repeat {x.get('repeat', 0) + 1} (request {x['first_difference']})" for x in p.get("load_runs") or [] if not x["identical"]]
-    head = {"identical": "identical", "differs": "NOT identical", "incomplete": "identical so far", "not compared": "not compared (no speculative arm finished its parity pass)"}.get(status, status)
-    return f"parity: {head}" + (f": {shown}" if shown else "") + (f"; load-run texts differ: {', '.join(bad_load)}" if bad_load else "") + (f"; not measured for {', '.join(p['missing'])}" if p.get("missing") and checks else "")
+    bad_load = [
+        f"{x['arm']} c={x['concurrency']} repeat {x.get('repeat', 0) + 1} (request {x['first_difference']})"
+        for x in p.get("load_runs") or []
+        if not x["identical"]
+    ]
+    head = {
+        "identical": "identical",
+        "differs": "NOT identical",
+        "incomplete": "identical so far",
+        "not compared": "not compared (no speculative arm finished its parity pass)",
+    }.get(status, status)
+    return (
+        f"parity: {head}"
+        + (f": {shown}" if shown else "")
+        + (f"; load-run texts differ: {', '.join(bad_load)}" if bad_load else "")
+        + (f"; not measured for {', '.join(p['missing'])}" if p.get("missing") and checks else "")
+    )
 
 
 def verdict_lines(doc: dict) -> list[str]:
@@ -110,7 +153,9 @@ def verdict_lines(doc: dict) -> list[str]:
     for lv in doc.get("levels") or []:
         if lv.get("verdict") is None:
             continue
-        lines.append(f"c={lv['concurrency']}: speculation vs none: {lv['verdict']}, {_ratio(lv.get('speedup'))} ({lv['best_speculative_arm']}){_envelope(lv.get('envelope'))}")
+        lines.append(
+            f"c={lv['concurrency']}: speculation vs none: {lv['verdict']}, {_ratio(lv.get('speedup'))} ({lv['best_speculative_arm']}){_envelope(lv.get('envelope'))}"
+        )
     c = rec.get("crossover_concurrency")
     if rec.get("highest_measured") is not None:
         if c is None:
@@ -119,7 +164,11 @@ def verdict_lines(doc: dict) -> list[str]:
             more = " (the highest level measured)" if c == rec.get("highest_measured") else ""
             lines.append(f"crossover: speculation significantly faster up to c={c}{more}")
     if rec.get("schedule"):
-        state = "recommended" if rec.get("schedule_recommended") else ("measured as `tuned`, not recommended" if rec.get("schedule_measured") else "proposed, not measured")
+        state = (
+            "recommended"
+            if rec.get("schedule_recommended")
+            else ("measured as `tuned`, not recommended" if rec.get("schedule_measured") else "proposed, not measured")
+        )
         lines.append(f"schedule: {rec['schedule']} ({state})")
     p = doc.get("parity") or {}
     if p:
@@ -223,7 +272,11 @@ def plots(doc: dict, out_dir: Path) -> tuple[list[Path], str | None]:
             xs, ys, rs = series(arm, key)
             if not xs:
                 continue
-            style = {"linestyle": "--"} if arm == "baseline" else ({"linewidth": 2.5, "color": "black"} if arm == "tuned" else {})
+            style = (
+                {"linestyle": "--"}
+                if arm == "baseline"
+                else ({"linewidth": 2.5, "color": "black"} if arm == "tuned" else {})
+            )
             label = arm + {"baseline": " (no speculation)", "tuned": " (schedule)"}.get(arm, "")
             if annotate:  # the repeats' min-max range as error bars
                 lo = [y - ((r.get("spread") or {}).get("min", y)) for y, r in zip(ys, rs)]
@@ -238,7 +291,16 @@ def plots(doc: dict, out_dir: Path) -> tuple[list[Path], str | None]:
                 sp = x.get("speedup")
                 y = next((key(r) for r in runs if r["arm"] == best and r["concurrency"] == c), None)
                 if best is not None and sp and y is not None:
-                    ax.annotate(f"{sp['median']:.2f}x", (c, y), textcoords="offset points", xytext=(0, 10), ha="center", fontsize=9, color=colour.get(x.get("verdict"), "gray"), fontweight="bold")
+                    ax.annotate(
+                        f"{sp['median']:.2f}x",
+                        (c, y),
+                        textcoords="offset points",
+                        xytext=(0, 10),
+                        ha="center",
+                        fontsize=9,
+                        color=colour.get(x.get("verdict"), "gray"),
+                        fontweight="bold",
+                    )
         ax.set_xscale("log", base=2)
         ax.set_xticks(levels)
         ax.set_xticklabels([str(c) for c in levels])
@@ -256,13 +318,22 @@ def plots(doc: dict, out_dir: Path) -> tuple[list[Path], str | None]:
     out_dir.mkdir(parents=True, exist_ok=True)
     made = []
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-    panel(a1, tps, "output tokens/s (higher is better)", True, "throughput (bars: min-max of the repeats)\nlabel: best speculative arm over none; green faster, red slower, gray within noise")
+    panel(
+        a1,
+        tps,
+        "output tokens/s (higher is better)",
+        True,
+        "throughput (bars: min-max of the repeats)\nlabel: best speculative arm over none; green faster, red slower, gray within noise",
+    )
     panel(a2, tpot, "TPOT mean, ms (lower is better)", False, "time per output token")
     fig.suptitle(f"ppspec bench: {name}", fontsize=11)
     fig.tight_layout()
     made.append(_save(fig, out_dir / "bench.png"))
     plt.close(fig)
-    for fname, key, ylabel, ann, title in (("tokens_per_s.png", tps, "output tokens/s", True, "throughput; label: best speculative arm over none"), ("tpot.png", tpot, "TPOT mean, ms", False, "time per output token")):
+    for fname, key, ylabel, ann, title in (
+        ("tokens_per_s.png", tps, "output tokens/s", True, "throughput; label: best speculative arm over none"),
+        ("tpot.png", tpot, "TPOT mean, ms", False, "time per output token"),
+    ):
         fig, ax = plt.subplots(figsize=(6, 4))
         panel(ax, key, ylabel, ann, f"{name}: {title}")
         fig.tight_layout()

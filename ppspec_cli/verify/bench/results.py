@@ -38,7 +38,13 @@ class Arm:
     schedule: tuple[tuple[int, int, int], ...] | None = None
 
     def to_json(self) -> dict:
-        return {"name": self.name, "speculation": self.speculation, "num_speculative_tokens": self.num_speculative_tokens, "endpoint": self.endpoint, "schedule": [list(e) for e in self.schedule] if self.schedule else None}
+        return {
+            "name": self.name,
+            "speculation": self.speculation,
+            "num_speculative_tokens": self.num_speculative_tokens,
+            "endpoint": self.endpoint,
+            "schedule": [list(e) for e in self.schedule] if self.schedule else None,
+        }
 
     def schedule_list(self) -> list[list[int]] | None:
         return [list(e) for e in self.schedule] if self.schedule else None
@@ -63,7 +69,11 @@ def parse_int_list(text: str, what: str, lo: int, hi: int) -> list[int]:
     for part in text.split(","):
         p = part.strip()
         if not (p.isascii() and p.isdigit()) or not (lo <= int(p) <= hi):
-            raise PpspecError(f"{what} {text[:60]!r}: {p[:20]!r} is not a whole number in {lo}..{hi}", where=what, fix=f"e.g. {what} 1,4,16")
+            raise PpspecError(
+                f"{what} {text[:60]!r}: {p[:20]!r} is not a whole number in {lo}..{hi}",
+                where=what,
+                fix=f"e.g. {what} 1,4,16",
+            )
         out.add(int(p))
     if not out:
         raise PpspecError(f"{what} is empty", where=what, fix=f"e.g. {what} 1,4")
@@ -72,7 +82,11 @@ def parse_int_list(text: str, what: str, lo: int, hi: int) -> list[int]:
 
 def settings_match(rec: dict, settings: dict) -> bool:
     c = rec.get("concurrency")
-    return isinstance(c, int) and rec.get("num_prompts") == prompts_at(settings["num_prompts"], c) and all(rec.get(k) == settings[k] for k in ("max_tokens", "input_len", "seed"))
+    return (
+        isinstance(c, int)
+        and rec.get("num_prompts") == prompts_at(settings["num_prompts"], c)
+        and all(rec.get(k) == settings[k] for k in ("max_tokens", "input_len", "seed"))
+    )
 
 
 def load_record(path: Path) -> dict | None:
@@ -84,7 +98,13 @@ def load_record(path: Path) -> dict | None:
 
     if not os.path.lexists(path):
         return None
-    _, doc = records.load(path, model_for(path.name), what="saved bench result", limit=MAX_RECORD_BYTES, fix=f"delete {path} (that level is measured again), or run without --resume")
+    _, doc = records.load(
+        path,
+        model_for(path.name),
+        what="saved bench result",
+        limit=MAX_RECORD_BYTES,
+        fix=f"delete {path} (that level is measured again), or run without --resume",
+    )
     return doc
 
 
@@ -117,8 +137,17 @@ def _pass_check(arm: Arm, base: dict, doc: dict) -> dict:
         elif bo.get("text") != so.get("text"):
             diffs.append({"prompt": bo["index"], "token": None})
     if n == 0 or len(b_out) != len(s_out):
-        diffs.append({"prompt": None, "token": None, "why": f"{len(s_out)} outputs against the baseline's {len(b_out)}"})
-    return {"arm": arm.name, "pass": "tokens" if by_tokens else "text", "prompts": n, "identical": not diffs, "first_difference": diffs[0] if diffs else None, "differing_prompts": len(diffs)}
+        diffs.append(
+            {"prompt": None, "token": None, "why": f"{len(s_out)} outputs against the baseline's {len(b_out)}"}
+        )
+    return {
+        "arm": arm.name,
+        "pass": "tokens" if by_tokens else "text",
+        "prompts": n,
+        "identical": not diffs,
+        "first_difference": diffs[0] if diffs else None,
+        "differing_prompts": len(diffs),
+    }
 
 
 def parity(arms: list[Arm], parity_docs: dict[str, dict | None], samples: list[dict]) -> dict:
@@ -148,7 +177,16 @@ def parity(arms: list[Arm], parity_docs: dict[str, dict | None], samples: list[d
         if not r.get("speculation") or not bt or not st:
             continue
         diff = [i for i, (x, y) in enumerate(zip(bt, st)) if x != y]
-        load.append({"arm": r["arm"], "concurrency": r["concurrency"], "repeat": r.get("repeat", 0), "requests": min(len(bt), len(st)), "identical": not diff and len(bt) == len(st), "first_difference": diff[0] if diff else None})
+        load.append(
+            {
+                "arm": r["arm"],
+                "concurrency": r["concurrency"],
+                "repeat": r.get("repeat", 0),
+                "requests": min(len(bt), len(st)),
+                "identical": not diff and len(bt) == len(st),
+                "first_difference": diff[0] if diff else None,
+            }
+        )
     differs = any(not c["identical"] for c in checks) or any(not x["identical"] for x in load)
     if differs:
         status = "differs"
@@ -156,16 +194,51 @@ def parity(arms: list[Arm], parity_docs: dict[str, dict | None], samples: list[d
         status = "not compared"
     else:
         status = "incomplete" if missing else "identical"
-    return {"identical": status == "identical", "status": status, "checks": checks, "load_runs": load, "missing": missing}
+    return {
+        "identical": status == "identical",
+        "status": status,
+        "checks": checks,
+        "load_runs": load,
+        "missing": missing,
+    }
 
 
 # -- runs --------------------------------------------------------------------------------------
 
 #: Figures a run shows as the median of its repeats (dicts: per key).
-_MEDIAN_KEYS = ("output_tokens_per_s", "request_throughput", "duration_s", "acceptance_length", "acceptance_rate", "vllm_acceptance_length", "vllm_acceptance_rate")
+_MEDIAN_KEYS = (
+    "output_tokens_per_s",
+    "request_throughput",
+    "duration_s",
+    "acceptance_length",
+    "acceptance_rate",
+    "vllm_acceptance_length",
+    "vllm_acceptance_rate",
+)
 _MEDIAN_DICTS = ("tpot_ms", "itl_ms", "ttft_ms", "e2el_ms")
 #: What each entry of a run's `samples` keeps.
-_SAMPLE_KEYS = ("repeat", "output_tokens_per_s", "request_throughput", "duration_s", "tpot_ms", "itl_ms", "ttft_ms", "e2el_ms", "acceptance_length", "acceptance_rate", "per_position_acceptance", "completed", "failed", "measured_at", "run_id", "host", "device", "ppspec_version", "vllm_version", "file")
+_SAMPLE_KEYS = (
+    "repeat",
+    "output_tokens_per_s",
+    "request_throughput",
+    "duration_s",
+    "tpot_ms",
+    "itl_ms",
+    "ttft_ms",
+    "e2el_ms",
+    "acceptance_length",
+    "acceptance_rate",
+    "per_position_acceptance",
+    "completed",
+    "failed",
+    "measured_at",
+    "run_id",
+    "host",
+    "device",
+    "ppspec_version",
+    "vllm_version",
+    "file",
+)
 
 
 def _median(xs: list) -> float | None:
@@ -191,7 +264,9 @@ def aggregate(recs: list[dict]) -> dict[str, Any]:
     out["failed"] = sum(r.get("failed") or 0 for r in recs)
     out["repeats"] = len(recs)
     out["samples"] = [{k: r.get(k) for k in _SAMPLE_KEYS if k in r} for r in recs]
-    out["spread"] = judge.spread(r["output_tokens_per_s"] for r in recs if isinstance(r.get("output_tokens_per_s"), (int, float)))
+    out["spread"] = judge.spread(
+        r["output_tokens_per_s"] for r in recs if isinstance(r.get("output_tokens_per_s"), (int, float))
+    )
     out["warnings"] = [w for r in recs for w in r.get("warnings") or []]
     return out
 
@@ -213,7 +288,10 @@ def foreign(records: list[dict], identity: dict) -> list[str]:
     for r in records:
         diff = {k: r.get(k) for k in IDENTITY_KEYS if r.get(k) != identity.get(k)}
         if diff:
-            line = f"{r.get('arm')} c={r.get('concurrency')} (run {r.get('run_id') or '?'}, {r.get('measured_at') or 'time unknown'}): " + ", ".join(f"{k} {v!r} (this run: {identity.get(k)!r})" for k, v in diff.items())
+            line = (
+                f"{r.get('arm')} c={r.get('concurrency')} (run {r.get('run_id') or '?'}, {r.get('measured_at') or 'time unknown'}): "
+                + ", ".join(f"{k} {v!r} (this run: {identity.get(k)!r})" for k, v in diff.items())
+            )
             key = tuple(sorted(diff.items(), key=str))
             if key not in [k for k, _l in seen]:
                 seen.append((key, line))
@@ -237,17 +315,26 @@ def _fmt_ratio(r: dict | None) -> str:
     return f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})" if r else "-"
 
 
-def recommendation(levels_doc: list[dict], choice: dict, arms: list[Arm], profile_k: int | None, proposed: list[list[int]] | None) -> dict:
+def recommendation(
+    levels_doc: list[dict], choice: dict, arms: list[Arm], profile_k: int | None, proposed: list[list[int]] | None
+) -> dict:
     """The profile change (only where a difference is significant), the schedule, the crossover."""
     by_name = {a.name: a for a in arms}
     judged = [lv for lv in levels_doc if lv["verdict"] is not None]
     per_level = ", ".join(f"c={lv['concurrency']} {lv['verdict']} {_fmt_ratio(lv['speedup'])}" for lv in judged)
     tuned = by_name.get(TUNED)
     out: dict[str, Any] = {
-        "configuration": None, "speculate": None, "num_speculative_tokens": None,
-        "schedule": tuned.schedule_list() if tuned else proposed, "schedule_measured": tuned is not None, "schedule_recommended": bool(choice.get("schedule")),
-        "changes_profile": False, "profile_change": None,
-        "crossover_concurrency": max((lv["concurrency"] for lv in judged if lv["verdict"] == judge.FASTER), default=None),
+        "configuration": None,
+        "speculate": None,
+        "num_speculative_tokens": None,
+        "schedule": tuned.schedule_list() if tuned else proposed,
+        "schedule_measured": tuned is not None,
+        "schedule_recommended": bool(choice.get("schedule")),
+        "changes_profile": False,
+        "profile_change": None,
+        "crossover_concurrency": max(
+            (lv["concurrency"] for lv in judged if lv["verdict"] == judge.FASTER), default=None
+        ),
         "highest_measured": max((lv["concurrency"] for lv in judged), default=None),
         "summary": None,
     }
@@ -261,18 +348,26 @@ def recommendation(levels_doc: list[dict], choice: dict, arms: list[Arm], profil
     out["num_speculative_tokens"] = rec.num_speculative_tokens
     if rec.schedule:
         out["changes_profile"] = True
-        out["profile_change"] = f"drafter.schedule: {rec.schedule_list()} with drafter.num_speculative_tokens: {rec.num_speculative_tokens}"
+        out["profile_change"] = (
+            f"drafter.schedule: {rec.schedule_list()} with drafter.num_speculative_tokens: {rec.num_speculative_tokens}"
+        )
         why = "the schedule beats every static arm beyond the noise"
     elif not rec.speculation:
         out["changes_profile"] = True
         out["profile_change"] = "delete the `drafter:` section (serve without speculation)"
-        why = "no speculation: " + ("it beats the profile's setting beyond the noise" if choice.get("moved") else "the best measured")
+        why = "no speculation: " + (
+            "it beats the profile's setting beyond the noise" if choice.get("moved") else "the best measured"
+        )
     elif rec.num_speculative_tokens == profile_k:
         out["profile_change"] = f"keep drafter.num_speculative_tokens: {profile_k}"
         why = "no measured configuration beats the profile's own beyond the noise"
     else:
         out["changes_profile"] = True
         out["profile_change"] = f"drafter.num_speculative_tokens: {rec.num_speculative_tokens}"
-        why = f"{_label(rec)} beats the profile's setting beyond the noise" if choice.get("moved") and profile_k is not None and by_name.get(spec_arm_name(profile_k)) else f"{_label(rec)}: the best measured (the profile's k {profile_k} was not measured)"
+        why = (
+            f"{_label(rec)} beats the profile's setting beyond the noise"
+            if choice.get("moved") and profile_k is not None and by_name.get(spec_arm_name(profile_k))
+            else f"{_label(rec)}: the best measured (the profile's k {profile_k} was not measured)"
+        )
     out["summary"] = f"speculation against none: {per_level or 'not judged'}; recommended: {_label(rec)} ({why})"
     return out

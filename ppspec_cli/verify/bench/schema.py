@@ -74,7 +74,9 @@ class ParityRecord(Record):
 
     arm: Optional[str] = Field(default=None, max_length=64)
     outputs: list[ParityOutput]
-    settings: Optional[dict[str, Any]] = None  # the settings it was measured with (commands/bench.py _parity_key; a tuned arm's includes its schedule)
+    settings: Optional[dict[str, Any]] = (
+        None  # the settings it was measured with (commands/bench.py _parity_key; a tuned arm's includes its schedule)
+    )
 
 
 def model_for(name: str) -> type[Record]:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ppspec_cli.io import safeio
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import safeio
 
 DEFAULT_SET = "v1.json"
 MAX_PROMPT_SET_BYTES = 8 << 20
@@ -43,11 +43,21 @@ class PromptSet:
         if num_prompts is None:
             return self.items
         if num_prompts < 1:
-            raise PpspecError(f"--num-prompts must be at least 1, got {num_prompts}", where="--num-prompts", fix="pass a positive number or omit it")
+            raise PpspecError(
+                f"--num-prompts must be at least 1, got {num_prompts}",
+                where="--num-prompts",
+                fix="pass a positive number or omit it",
+            )
         return self.items[:num_prompts]
 
     def describe(self) -> dict:
-        return {"name": self.name, "version": self.version, "sha256": self.sha256, "size": len(self.items), "source": self.source}
+        return {
+            "name": self.name,
+            "version": self.version,
+            "sha256": self.sha256,
+            "size": len(self.items),
+            "source": self.source,
+        }
 
 
 def content_sha256(doc: dict) -> str:
@@ -57,7 +67,11 @@ def content_sha256(doc: dict) -> str:
 
 
 def _fail(where: str, what: str) -> PpspecError:
-    return PpspecError(f"invalid prompt set: {what}", where=where, fix="restore the file from the ppspec package or fix the entry named")
+    return PpspecError(
+        f"invalid prompt set: {what}",
+        where=where,
+        fix="restore the file from the ppspec package or fix the entry named",
+    )
 
 
 def parse_prompt_set(doc: object, source: str) -> PromptSet:
