@@ -16,7 +16,7 @@ from rich.console import Console
 
 from ppspec_cli.cli import app
 from ppspec_cli.commands.render import render_findings, render_plan
-from ppspec_cli.findings import Finding
+from ppspec_cli.findings.codes import TAPS_PINNED_DIFFER
 from ppspec_cli.knowledge.packs import load_packs
 from ppspec_cli.planning.profile import parse_profile
 from ppspec_cli.planning.resolve import resolve
@@ -95,17 +95,11 @@ def test_adapters_list_in_a_pipe_at_80_columns():
 
 def test_wrapped_finding_text_keeps_its_indentation():
     long = "the drafter's fc layer is sized for taps " + ", ".join(f"EagleLlama4ForCausalLM{i}" for i in range(8))
-    f = Finding(
-        "taps-nested-eagle-config",
-        "warning",
-        "drafter.model",
-        long,
-        "run `ppspec serve` " + "to apply the overlay " * 6,
-    )
+    f = TAPS_PINNED_DIFFER.at("drafter.model", long, fix="run `ppspec serve` " + "to apply the overlay " * 6)
     buf = io.StringIO()
     render_findings(Console(file=buf, width=60, color_system=None, highlight=False), [f])
     lines = buf.getvalue().splitlines()
-    assert lines[0].startswith("WARNING taps-nested-eagle-config")
+    assert lines[0].startswith("WARNING taps-pinned-differ")
     body = lines[1:]
     assert len(body) > 4  # message and fix both wrapped
     assert all(ln.startswith(" " * 8) and ln[8] != " " and len(ln) <= 60 and ln == ln.rstrip() for ln in body), body

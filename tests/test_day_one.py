@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from ppspec_cli.cli import app
 from ppspec_cli.commands.render import render_findings
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.findings import Finding
+from ppspec_cli.findings.codes import GAPS, PROBES_NOT_RUN
 from ppspec_cli.planning.profile import parse_profile
 from ppspec_cli.planning.resolve import resolve
 from ppspec_cli.planning.rules import run_rules
@@ -66,9 +66,9 @@ def profile(tmp_path):
 def test_findings_sharing_a_fix_print_it_once():
     same = "fine on a login node; tensor-level checks run where the weights are"
     fs = [
-        Finding("target-no-weights", "info", "target.model", "target: no weights", same),
-        Finding("drafter-no-weights", "info", "drafter.model", "drafter: no weights", same),
-        Finding("probes-not-run", "info", "platform", "probes not run", "add --probes"),
+        GAPS["target"]["no-weights"].at("target.model", "target: no weights", fix=same),
+        GAPS["drafter"]["no-weights"].at("drafter.model", "drafter: no weights", fix=same),
+        PROBES_NOT_RUN.at("platform", "probes not run", fix="add --probes"),
     ]
     buf = io.StringIO()
     render_findings(Console(file=buf, width=100, color_system=None), fs)

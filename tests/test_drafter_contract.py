@@ -15,13 +15,15 @@ from conftest import REPO, fixture_config
 import ppspec_kit as kit
 from ppspec_cli import demo
 from ppspec_cli.knowledge.engine import VllmInstall
-from ppspec_cli.planning import drafter_contract
+from ppspec_cli.knowledge.methods.base import CONTRACT_SECTION
 from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.planning.profile import parse_profile
 from ppspec_cli.planning.resolve import resolve
 from ppspec_cli.planning.rules import run_rules
+from ppspec_cli.preflight.reference import every_code
 
-CODES = drafter_contract.codes()
+#: Every drafter-contract code (the methods' and the drafter packs'): code -> (severity,).
+CODES = {c: x.severities for c, x in every_code().items() if x.section == CONTRACT_SECTION}
 
 QWEN3 = "Qwen__Qwen3-8B"
 ZLAB = ("z-lab__Qwen3-8B-DFlash-b16", "config.partial.json")

@@ -17,13 +17,17 @@ import pytest
 import yaml
 from packaging.version import Version
 
+from ppspec_cli import findings
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.findings.codes import PACK_RULE_FAILED
 from ppspec_cli.knowledge import methods
 from ppspec_cli.knowledge import packs as packs_mod
 from ppspec_cli.knowledge.methods import DrafterView
+from ppspec_cli.knowledge.methods.base import CONTRACT_SECTION
 from ppspec_cli.planning import drafter_contract
 from ppspec_cli.planning.plan import trained_taps, v2_taps_from_config
 from ppspec_cli.planning.profile import Drafter
+from ppspec_cli.preflight.reference import every_code
 
 OLD_TAP = {"eagle3", "dflash", "dspark"}
 OLD_PARALLEL = {"dflash", "dspark"}
@@ -196,23 +200,28 @@ def test_speculators_conversion_without_packs_keeps_the_declared_architectures()
 SEEN: list = []
 
 FAKE_RULES = """
-from ppspec_cli.findings import Finding
+from ppspec_cli.findings import Code
+from ppspec_cli.knowledge.methods import MTP
+from ppspec_cli.knowledge.methods.base import contract_code
 from tests_fake_seen import SEEN
+
+ODD = contract_code("acme-drafter-odd", "warning", "an odd drafter")
+CODES = (ODD,) + EXTRA
 
 def judge(v):
     SEEN.append(v)
-    yield Finding("acme-drafter-odd", "warning", "drafter.model", f"odd drafter {list(v.served)}", "fix it")
+    yield ODD.at("drafter.model", f"odd drafter {list(v.served)}", fix="fix it")
     if v.config.get("foreign"):
-        yield Finding("mtp-no-layers", "error", "drafter.model", "not mine", "")
+        yield MTP.no_layers.at("drafter.model", "not mine")
     if v.config.get("louder"):
-        yield Finding("acme-drafter-odd", "error", "drafter.model", "its own code, another severity", "")
+        yield ODD.at("drafter.model", "its own code, another severity", severity="error")
 
 def get_rules():
     return [("judge", judge)]
 """
 
 
-def _drafter_pack(root: Path, **contract) -> Path:
+def _drafter_pack(root: Path, extra_codes: str = "()", **contract) -> Path:
     d = root / "acme_drafter"
     d.mkdir()
     manifest = {
@@ -223,12 +232,11 @@ def _drafter_pack(root: Path, **contract) -> Path:
         "rules": "rules.py",
         "contract": {
             "drafters": {"dflash": ["DFlashAcmeModel"]},
-            "codes": {"acme-drafter-odd": {"severity": "warning", "meaning": "an odd drafter"}},
             **contract,
         },
     }
     (d / "pack.yaml").write_text(yaml.safe_dump(manifest), encoding="utf-8")
-    (d / "rules.py").write_text(FAKE_RULES, encoding="utf-8")
+    (d / "rules.py").write_text(FAKE_RULES.replace("EXTRA", extra_codes), encoding="utf-8")
     return d
 
 
@@ -242,8 +250,8 @@ def acme(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tests_fake_seen", mod)
     SEEN.clear()
 
-    def install(**contract):
-        d = _drafter_pack(tmp_path, **contract)
+    def install(extra_codes: str = "()", **contract):
+        d = _drafter_pack(tmp_path, extra_codes, **contract)
         monkeypatch.setattr(packs_mod, "_entry_point_dirs", lambda: [("acme", d)])
         packs_mod.clear_cache()
         return d
@@ -272,9 +280,10 @@ def test_drafter_pack_rules_receive_only_the_narrow_view(acme):
     assert v.served == ("DFlashAcmeModel",) and v.declared == ("AcmeModel",)
     assert v.target_architectures == ("Qwen3ForCausalLM",) and v.target_model_type == "qwen3" and v.target_vocab == 10
     assert v.version == Version("0.33.0") and v.runner == "v2"
-    # the code is the pack's, with the manifest's severity, and listed in CODES
-    assert drafter_contract.codes()["acme-drafter-odd"] == ("warning", "an odd drafter")
-    assert drafter_contract.severity("acme-drafter-odd") == "warning"
+    # the code is the pack's: its rules file registered it when it loaded
+    f = next(b for b in out if b.code == "acme-drafter-odd")
+    assert f.severity == "warning" and f.kind.cause == "An odd drafter."
+    assert findings.owner_of("acme-drafter-odd") == "pack acme_drafter"
 
 
 def test_drafter_pack_rules_run_through_check_with_a_drafter_view(acme, make_checkpoint):
@@ -337,16 +346,19 @@ def test_drafter_pack_matching_a_target_judges_every_drafter_of_its_method(acme)
 def test_drafter_pack_reporting_a_code_it_does_not_own_is_a_pack_failure(acme):
     acme()
     out = _check({"architectures": ["AcmeModel"], "foreign": True})
-    bad = [b for b in out if b.code == drafter_contract.PACK_RULE_FAILED]
+    bad = [b for b in out if b.kind is PACK_RULE_FAILED]
     assert len(bad) == 1 and "acme_drafter" in bad[0].message and "acme-drafter-odd" in bad[0].message
-    assert drafter_contract.severity(bad[0].code) == "warning"
+    assert bad[0].severity == "warning"
 
 
-def test_drafter_pack_code_with_two_severities_is_refused(acme):
-    acme(codes={"dflash-arch-unknown": {"severity": "warning", "meaning": "the same code, milder"}})
-    with pytest.raises(PpspecError) as e:
-        drafter_contract.codes()
-    assert "dflash-arch-unknown" in e.value.what
+def test_drafter_pack_registering_another_owners_code_is_refused(acme):
+    """A pack whose CODES names a code another owner registered (here the dflash method's, with
+    another severity) does not load: its rules are a `pack-rule-failed` finding, the code unchanged."""
+    acme(extra_codes='(contract_code("dflash-arch-unknown", "warning", "the same code, milder"),)')
+    out = _check({"architectures": ["AcmeModel"]})
+    bad = [b for b in out if b.kind is PACK_RULE_FAILED]
+    assert len(bad) == 1 and "dflash-arch-unknown" in bad[0].message and "DuplicateCode" in bad[0].message
+    assert findings.get("dflash-arch-unknown").severities == ("error",)
 
 
 def test_drafter_pack_is_never_an_adapter(acme):
@@ -380,27 +392,26 @@ def test_drafter_pack_manifest_is_strict(tmp_path, manifest_change, why):
 
 def test_builtin_drafter_packs_own_the_family_contract_codes():
     """Every built-in contract code has one owner, and the family ones are in drafter packs."""
-    owners = {c: m.name for m in methods.REGISTRY.values() for c in m.codes}
+    contract = {c for c, x in every_code().items() if x.section == CONTRACT_SECTION}
     for p in packs_mod.load_packs():
         if p.contract is not None:
             assert p.is_drafter_pack and p.rules_path is not None and p.rules_path.is_file(), p.name
-            for c in p.contract.codes:
-                assert c not in owners, (c, owners.get(c), p.name)
-                owners[c] = p.name
-    assert owners["dspark-omni-contract"] == "qwen3_omni"
-    assert owners["dspark-served-as-deepseek-v4"] == "deepseek_v4_dspark"
-    assert owners["drafter-no-mask-token"] == owners["xpress-topc"] == "qwen3_dflash"
-    assert owners["dflash-arch-unknown"] == "dflash" and owners["dspark-draft-topk"] == "dspark"
-    assert set(owners) == set(drafter_contract.codes())
+    owners = {c: findings.owner_of(c) for c in contract}
+    assert owners["dspark-omni-contract"] == "pack qwen3_omni"
+    assert owners["dspark-served-as-deepseek-v4"] == "pack deepseek_v4_dspark"
+    assert owners["drafter-no-mask-token"] == owners["xpress-topc"] == "pack qwen3_dflash"
+    assert owners["dflash-arch-unknown"] == owners["dspark-draft-topk"] == "methods"
+    assert {c.code for m in methods.REGISTRY.values() for c in m.contract_codes} <= contract
 
 
 def test_drafter_pack_giving_its_code_another_severity_is_a_pack_failure(acme):
-    """A pack rule's finding carries its manifest's severity; another one is not passed on."""
+    """A code makes findings only at the severities it lists: a rule asking for another crashes,
+    and the guard reports it (nothing of that rule is passed on)."""
     acme()
     out = _check({"architectures": ["AcmeModel"], "louder": True})
-    assert [(f.code, f.severity) for f in out if f.code.startswith("acme")] == [("acme-drafter-odd", "warning")]
-    bad = [f for f in out if f.code == drafter_contract.PACK_RULE_FAILED]
-    assert len(bad) == 1 and "another severity" in bad[0].message and "acme-drafter-odd warning" in bad[0].message
+    assert [f for f in out if f.code.startswith("acme")] == []
+    bad = [f for f in out if f.kind is PACK_RULE_FAILED]
+    assert len(bad) == 1 and "acme-drafter-odd" in bad[0].message and "'error'" in bad[0].message
 
 
 def test_the_contract_yields_findings_at_their_owners_severity():
@@ -423,7 +434,7 @@ def test_the_contract_yields_findings_at_their_owners_severity():
         )
         assert out and all(type(f) is Finding for f in out), out
         for f in out:
-            assert f.severity == drafter_contract.severity(f.code), f
+            assert f.severity in f.kind.severities, f
             seen.add(f.code)
     assert {"drafter-no-mask-token", "drafter-n-predict-divisible", "drafter-beyond-block"} <= seen, seen
 

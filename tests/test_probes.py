@@ -309,15 +309,15 @@ def test_a_packs_own_probes_that_break_are_failed_probes_with_the_reason(tmp_pat
 def test_a_probe_enters_the_preflight_as_a_finding():
     """Issue 30, one type: a failed probe is a `probe-<name>` Finding at its severity, one not run an
     info, a passed one nothing (what preflight.core reads; no result is read by attribute guesswork)."""
-    from ppspec_cli.findings import Finding
-    from ppspec_cli.running.engine.probes import ProbeResult
+    from ppspec_cli.running.engine.probes import ProbeResult, probe_code
 
-    assert ProbeResult("partition", "failed", "vLLM splits otherwise", "error", "set it").finding() == Finding(
-        "probe-partition", "error", "platform", "engine probe partition failed: vLLM splits otherwise", "set it"
+    code = probe_code("partition")
+    assert ProbeResult("partition", "failed", "vLLM splits otherwise", "error", "set it").finding() == code.at(
+        "platform", "engine probe partition failed: vLLM splits otherwise", fix="set it"
     )
-    assert ProbeResult("partition", "not_run", "no vLLM", "info").finding() == Finding(
-        "probe-partition", "info", "platform", "engine probe partition not run: no vLLM", ""
-    )
+    f = ProbeResult("partition", "not_run", "no vLLM", "info").finding()
+    assert f is not None and (f.code, f.severity, f.hint) == ("probe-partition", "info", "")
+    assert f.message == "engine probe partition not run: no vLLM"
     assert ProbeResult("partition", "passed", "agrees", "info").finding() is None
 
 

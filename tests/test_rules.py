@@ -137,16 +137,16 @@ def drafter_with(make_checkpoint, name, **cfg):
 
 
 def codes_in_rules_py() -> set[str]:
-    """Every literal code passed to `_f(...)` in rules.py (both arms of a conditional code)."""
+    """Every core code rules.py makes a finding from (`CODE.at(...)`, both arms of a conditional)."""
+    from ppspec_cli.findings import codes as core
+
     tree = ast.parse((REPO / "ppspec_cli" / "planning" / "rules.py").read_text())
     out = set()
     for n in ast.walk(tree):
-        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "_f":
-            a = n.args[0]
-            if isinstance(a, ast.Constant):
-                out.add(a.value)
-            elif isinstance(a, ast.IfExp):
-                out |= {a.body.value, a.orelse.value}
+        if isinstance(n, ast.Attribute) and n.attr == "at":
+            for name in ast.walk(n.value):
+                if isinstance(name, ast.Name) and isinstance(getattr(core, name.id, None), core.Code):
+                    out.add(getattr(core, name.id).code)
     return out
 
 
@@ -180,7 +180,7 @@ def test_every_rule_code_has_a_scenario_below():
     """A new finding code in rules.py without a scenario below that asserts it (an `expect(...)` with
     the code) fails here."""
     codes = codes_in_rules_py()
-    assert len(codes) > 30, 'rules.py no longer calls _f("code", ...): update codes_in_rules_py'
+    assert len(codes) > 30, "rules.py no longer makes findings with CODE.at(...): update codes_in_rules_py"
     missing = sorted(codes - codes_asserted_here())
     assert missing == []
 
@@ -210,7 +210,7 @@ def test_topology_tp_across_nodes(llama):
 
 def test_topology_master_addr_and_install_everywhere(llama):
     # a warning for check (SLURM and LWS supply the head); `serve` by hand refuses it (a `here`
-    # code that refuses: findings/registry.py, tests/test_check_equals_serve.py)
+    # code that refuses: findings/codes.py, tests/test_check_equals_serve.py)
     _, by = check(llama, method=None, tp=8, pp=2, topology={"nodes": 2, "gpus_per_node": 8})
     expect(by, "topology-master-addr", "warning", "launch.master_addr")
     expect(by, "topology-install-everywhere", "info", "topology.nodes")
@@ -815,8 +815,9 @@ def test_pack_rules_that_break_become_findings(llama, specforge, monkeypatch):
         ("crashes", "def get_rules():\n    return [('boom', lambda r: 1 / 0)]\n", "ZeroDivisionError"),
         (
             "foreign",
-            "from ppspec_cli.findings import finding\ndef get_rules():\n    return [('x', lambda r: [finding('target-unreadable', 'error', 'x', 'm')])]\n",
-            "starts with 'foreign-'",
+            "from ppspec_cli.findings.codes import GAPS\ndef get_rules():\n"
+            "    return [('x', lambda r: [GAPS['target']['unreadable'].at('x', 'm')])]\n",
+            "not a Finding of a code its `CODES` registers",
         ),
         ("broken", "def get_rules(:\n", "SyntaxError"),
     ):
@@ -832,7 +833,8 @@ def test_pack_rules_that_break_become_findings(llama, specforge, monkeypatch):
     ok = llama.parent / "rp" / "good"
     ok.mkdir()
     (ok / "rules.py").write_text(
-        "from ppspec_cli.findings import finding\ndef get_rules():\n    return [('hi', lambda r: [finding('good-hello', 'info', 'target.model', 'hello')])]\n",
+        "from ppspec_cli.findings import Code\nHELLO = Code('good-hello', ('info',), 'Says hello.', 'Nothing.')\n"
+        "CODES = (HELLO,)\ndef get_rules():\n    return [('hi', lambda r: [HELLO.at('target.model', 'hello')])]\n",
         encoding="utf-8",
     )
     (ok / "pack.yaml").write_text(f"name: good\ndescription: t\n{base}", encoding="utf-8")

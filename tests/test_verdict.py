@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from ppspec_cli.findings import Finding, guard
-from ppspec_cli.findings.registry import TABLE
+from ppspec_cli.findings.codes import API_KEY_ENV_UNSET, PARTITION_SUM, PLATFORM_NOT_SERVED, TAPS_DEFAULT
 from ppspec_cli.knowledge.engine import VllmInstall
 from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.preflight.verdict import EXIT_OK, EXIT_REFUSED, verdict
@@ -37,18 +37,16 @@ CUDA = VllmInstall("0.33.0", "vllm", "cuda")
 
 
 def test_the_profile_question_ignores_what_only_this_machine_says():
-    here_error = Finding("platform-not-served", "error", "platform", "a cpu build", "")
-    key_unset = Finding("api-key-env-unset", "warning", "server.api_key_env", "not set", "")
-    partition = Finding("partition-sum", "error", "topology.layer_partition", "sums to 30", "")
-    assert TABLE["platform-not-served"].question == "here" and TABLE["api-key-env-unset"].refuses_here
+    here_error = PLATFORM_NOT_SERVED.at("platform", "a cpu build")
+    key_unset = API_KEY_ENV_UNSET.at("server.api_key_env", "not set")
+    partition = PARTITION_SUM.at("topology.layer_partition", "sums to 30")
+    assert PLATFORM_NOT_SERVED.question == "here" and API_KEY_ENV_UNSET.refuses_here
     v = verdict([here_error, key_unset], "profile")
     assert v.ok and v.exit_code == EXIT_OK and v.refused_by == []
     v = verdict([here_error, key_unset], "here")
     assert not v.ok and v.exit_code == EXIT_REFUSED and v.refused_by == ["api-key-env-unset", "platform-not-served"]
     assert verdict([partition], "profile").refused_by == verdict([partition], "here").refused_by == ["partition-sum"]
-    assert verdict(
-        [Finding("taps-default", "warning", "drafter", "m", "")], "here"
-    ).ok  # a warning refuses only where registered so
+    assert verdict([TAPS_DEFAULT.at("drafter", "m")], "here").ok  # a warning refuses only where registered so
 
 
 def test_the_guard_turns_a_crashing_rule_into_a_finding(monkeypatch, tmp_path):

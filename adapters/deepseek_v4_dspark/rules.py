@@ -7,17 +7,26 @@ from typing import Any, Iterator
 
 from ppspec_cli.findings import Finding
 from ppspec_cli.knowledge.methods import DrafterView
+from ppspec_cli.knowledge.methods.base import contract_code
+
+DSPARK_SERVED_AS_DEEPSEEK_V4 = contract_code(
+    "dspark-served-as-deepseek-v4",
+    "warning",
+    "a DSpark architecture vLLM does not keep (0.30/0.32: Qwen3DSparkModel, Qwen3OmniDSparkModel, Gemma4DSparkModel, "
+    "K3DSparkModel; 0.33 adds MuseSparkDSparkModel) is served as DeepSeek-V4's in-target `DSparkDraftModel`",
+)
+
+#: The codes these rules report (registered as the pack's when this file loads).
+CODES = (DSPARK_SERVED_AS_DEEPSEEK_V4,)
 
 
 def served_as_in_target_drafter(v: DrafterView) -> Iterator[Finding]:
     served, declared = list(v.served), list(v.declared)
     if served != declared and served[0].startswith("DSpark") and any("DSpark" in a for a in declared):
-        yield Finding(
-            "dspark-served-as-deepseek-v4",
-            "warning",
+        yield DSPARK_SERVED_AS_DEEPSEEK_V4.at(
             "drafter.model",
             f"vLLM {v.version} does not keep the drafter's architecture {declared}: it serves it as {served[0]} (DeepSeek-V4's drafter, weights from the target checkpoint, the target's quantization)",
-            "use a drafter whose config names Qwen3DSparkModel (or another DSpark class this vLLM keeps), or a vLLM release that knows its class",
+            fix="use a drafter whose config names Qwen3DSparkModel (or another DSpark class this vLLM keeps), or a vLLM release that knows its class",
         )
 
 

@@ -5,17 +5,29 @@ Loaded by file path (never as a top-level `adapters` package); must not import v
 
 from __future__ import annotations
 
-import os
 from typing import Any, Iterator
 
-from ppspec_cli.findings import Finding, finding
+from ppspec_cli.findings import Code, Finding
+from ppspec_cli.findings.codes import PACKS
 
-#: vLLM reads it as bool(int(value)) (envs.py); the profile's env wins over the caller's.
+#: vLLM reads it as bool(int(value)) (envs.py). The rule judges the profile's `env:` (what every
+#: node's engine gets); a shell's own value is the `here` question's (`shell-vllm-env`).
 STREAM_ENV = "VLLM_KIMI_K3_AUX_ATTN_RES_STREAM"
+
+AUX_ATTN_RES_BOUNDARY = Code(
+    "kimi_k3-aux-attn-res-boundary",
+    ("error",),
+    "With the attention-residual stream on, vLLM refuses a tap that ends a non-final PP stage of an attention-residual "
+    "Kimi-K3.",
+    "Move the stage boundary off the taps with `topology.layer_partition`, or unset the variable the message names.",
+    section=PACKS,
+)
+#: The codes these rules report (registered as the pack's when this file loads).
+CODES = (AUX_ATTN_RES_BOUNDARY,)
 
 
 def _stream_on(r: Any) -> bool:
-    raw = r.profile.env.get(STREAM_ENV, os.environ.get(STREAM_ENV, "0"))
+    raw = r.profile.env.get(STREAM_ENV, "0")
     try:
         return int(raw) != 0
     except ValueError:
@@ -36,23 +48,12 @@ def aux_attn_res_boundary(r: Any) -> Iterator[Finding]:
     bad = sorted(t for t in p.taps if t in ends)
     if bad:
         stages = ", ".join(f"tap {t} ends stage {ends[t]}" for t in bad)
-        yield finding(
-            "kimi_k3-aux-attn-res-boundary",
-            "error",
+        yield AUX_ATTN_RES_BOUNDARY.at(
             "topology.layer_partition",
             f"{stages}: with {STREAM_ENV}=1 vLLM refuses a tap that ends a non-final PP stage of an attention-residual Kimi-K3 "
             f"('Auxiliary layer {bad[0]} cannot end a non-final PP stage')",
-            f"move the stage boundary off the taps with topology.layer_partition, or unset {STREAM_ENV}",
+            fix=f"move the stage boundary off the taps with topology.layer_partition, or unset {STREAM_ENV}",
         )
-
-
-#: The codes these rules report, with cause and fix (the findings reference: `ppspec docs --findings`).
-CODES = {
-    "kimi_k3-aux-attn-res-boundary": (
-        "With the attention-residual stream on, vLLM refuses a tap that ends a non-final PP stage of an attention-residual Kimi-K3.",
-        "Move the stage boundary off the taps with `topology.layer_partition`, or unset the variable the message names.",
-    ),
-}
 
 
 def get_rules() -> list[tuple[str, Any]]:

@@ -16,7 +16,106 @@ from packaging.version import Version
 
 from ppspec_cli.findings import Finding
 from ppspec_cli.knowledge.methods import DrafterView, is_int
+from ppspec_cli.knowledge.methods.base import contract_code
 from ppspec_cli.knowledge.methods.block import dflash_config, parallel_drafting_token
+
+DRAFTER_NO_MASK_TOKEN = contract_code(
+    "drafter-no-mask-token",
+    "error",
+    "the parallel-drafting token is read from `dflash_config.mask_token_id`, `mask_token_id` (when not null), "
+    "`dspark_noise_token_id`, `pard_token`, `ptd_token_id`, first present wins; none: refused at start "
+    "(`v1/worker/gpu/spec_decode/utils.py::get_parallel_drafting_token_id`, V1: "
+    "`llm_base_proposer.py::_init_parallel_drafting_params`)",
+)
+
+DRAFTER_BAD_MASK_TOKEN = contract_code(
+    "drafter-bad-mask-token",
+    "error",
+    "the key it picks holds no non-negative integer (a null `dspark_noise_token_id` still counts as present)",
+)
+
+DRAFTER_MASK_TOKEN_OUT_OF_VOCAB = contract_code(
+    "drafter-mask-token-out-of-vocab",
+    "warning",
+    "the token is not below the drafter's `vocab_size`: vLLM does not check, and embeds an untrained row",
+)
+
+DFLASH_SAMPLE_FROM_ANCHOR = contract_code(
+    "dflash-sample-from-anchor",
+    "error",
+    "`dflash_config.sample_from_anchor: true` is refused by Model Runner V2 (`dflash/speculator.py`); V1 ignores it",
+)
+
+DFLASH_MIXED_ATTENTION_V1 = contract_code(
+    "dflash-mixed-attention-v1",
+    "error",
+    "sliding and full draft layers mixed (`layer_types`, or what Qwen3Config derives from "
+    "`use_sliding_window`/`max_window_layers`) need Model Runner V2: refused on V1, e.g. on CPU "
+    "(`qwen3_dflash.py::_resolve_layer_attention`)",
+)
+
+DFLASH_NO_SLIDING_WINDOW = contract_code(
+    "dflash-no-sliding-window",
+    "error",
+    "a sliding draft layer (or `dflash_config.use_swa`) without `dflash_config.swa_window_size` or a top-level "
+    "`sliding_window` (which Qwen3Config drops unless `use_sliding_window: true`)",
+)
+
+DSPARK_NO_MARKOV_RANK = contract_code(
+    "dspark-no-markov-rank",
+    "error",
+    "a Qwen3 DSpark config without a positive `markov_rank` (`qwen3_dspark.py`, the Markov head)",
+)
+
+DSPARK_LM_HEAD_MISSING = contract_code(
+    "dspark-lm-head-missing",
+    "error",
+    "a draft vocabulary smaller than the target's needs the drafter's own `lm_head` and a `d2t` tensor "
+    "(`Qwen3DSparkForCausalLM.load_weights`); no vocab check by `shapes` for these drafters",
+)
+
+DSPARK_D2T_MISSING = contract_code(
+    "dspark-d2t-missing",
+    "error",
+    "a draft vocabulary smaller than the target's needs the drafter's own `lm_head` and a `d2t` tensor "
+    "(`Qwen3DSparkForCausalLM.load_weights`); no vocab check by `shapes` for these drafters",
+)
+
+DSPARK_EMBED_MISSING = contract_code(
+    "dspark-embed-missing",
+    "error",
+    "an input `vocab_size` larger than the target's needs the drafter's own `embed_tokens` (same function; not a "
+    "`vocab-mismatch`)",
+)
+
+DSPARK_TENSORS_NOT_CHECKED = contract_code(
+    "dspark-tensors-not-checked",
+    "info",
+    "the vocabularies differ and no index or safetensors header was read",
+)
+
+XPRESS_TOPC = contract_code(
+    "xpress-topc",
+    "error",
+    "vLLM 0.33 only: an XPress drafter's `xpress_topc` outside 0..draft vocabulary",
+)
+
+#: The codes these rules report (registered as the pack's when this file loads).
+CODES = (
+    DRAFTER_NO_MASK_TOKEN,
+    DRAFTER_BAD_MASK_TOKEN,
+    DRAFTER_MASK_TOKEN_OUT_OF_VOCAB,
+    DFLASH_SAMPLE_FROM_ANCHOR,
+    DFLASH_MIXED_ATTENTION_V1,
+    DFLASH_NO_SLIDING_WINDOW,
+    DSPARK_NO_MARKOV_RANK,
+    DSPARK_LM_HEAD_MISSING,
+    DSPARK_D2T_MISSING,
+    DSPARK_EMBED_MISSING,
+    DSPARK_TENSORS_NOT_CHECKED,
+    XPRESS_TOPC,
+)
+
 
 #: qwen3_dspark.py's Qwen3DSparkForCausalLM classes (served with method dspark).
 QWEN3_DSPARK = frozenset({"Qwen3DSparkModel", "Qwen3OmniDSparkModel"})
@@ -74,22 +173,18 @@ def attention_breaches(cfg: Mapping[str, Any], runner: str) -> list[Finding]:
     n_sliding = sum(t == SLIDING for t in types or ())
     if types is not None and 0 < n_sliding < len(types) and runner != "v2":
         out.append(
-            Finding(
-                "dflash-mixed-attention-v1",
-                "error",
+            DFLASH_MIXED_ATTENTION_V1.at(
                 "drafter.model",
                 f"the drafter mixes sliding and full attention layers ({n_sliding} of {len(types)} sliding): vLLM's V1 model runner refuses at start "
                 "('DFlash drafters with mixed sliding/full attention require the V2 model runner')",
-                "run on GPUs (Model Runner V2), or use a drafter whose layers all use one attention type",
+                fix="run on GPUs (Model Runner V2), or use a drafter whose layers all use one attention type",
             )
         )
     any_sliding = use_swa or n_sliding > 0
     known, window = sliding_window(cfg)
     if any_sliding and known and window is None:
         out.append(
-            Finding(
-                "dflash-no-sliding-window",
-                "error",
+            DFLASH_NO_SLIDING_WINDOW.at(
                 "drafter.model",
                 "the drafter has sliding-attention layers but no window size: vLLM refuses at start ('DFlash sliding attention requires a window size configured in "
                 "dflash_config.swa_window_size or the top-level sliding_window')"
@@ -98,7 +193,7 @@ def attention_breaches(cfg: Mapping[str, Any], runner: str) -> list[Finding]:
                     if cfg.get("sliding_window") is not None
                     else ""
                 ),
-                "set dflash_config.swa_window_size to the window the drafter was trained with",
+                fix="set dflash_config.swa_window_size to the window the drafter was trained with",
             )
         )
     return out
@@ -119,45 +214,36 @@ def dspark_tensor_breaches(
         return []
     if names is None:
         return [
-            Finding(
-                "dspark-tensors-not-checked",
-                "info",
+            DSPARK_TENSORS_NOT_CHECKED.at(
                 "drafter.model",
                 f"the DSpark drafter's vocabulary (input {vocab}, draft {dvs}) differs from the target's {target_vocab}; "
                 "whether it ships the embed_tokens / lm_head / d2t tensors vLLM then requires was not checked (no index or weights here)",
-                "",
             )
         ]
     loaded = [n for n in names if "t2d" not in n]
     out = []
     if expanded and not any("embed_tokens" in n for n in loaded):
         out.append(
-            Finding(
-                "dspark-embed-missing",
-                "error",
+            DSPARK_EMBED_MISSING.at(
                 "drafter.model",
                 f"the DSpark drafter's input vocabulary ({vocab}) is larger than the target's ({target_vocab}) but it has no embed_tokens tensor: vLLM refuses at load",
-                "use a drafter checkpoint that includes its embed_tokens",
+                fix="use a drafter checkpoint that includes its embed_tokens",
             )
         )
     if reduced and not any("lm_head" in n for n in loaded):
         out.append(
-            Finding(
-                "dspark-lm-head-missing",
-                "error",
+            DSPARK_LM_HEAD_MISSING.at(
                 "drafter.model",
                 f"the DSpark drafter's draft vocabulary ({dvs}) is smaller than the target's ({target_vocab}) but it has no lm_head tensor (the target's cannot be shared): vLLM refuses at load",
-                "use a drafter checkpoint that includes its lm_head",
+                fix="use a drafter checkpoint that includes its lm_head",
             )
         )
     if reduced and not any("d2t" in n for n in loaded):
         out.append(
-            Finding(
-                "dspark-d2t-missing",
-                "error",
+            DSPARK_D2T_MISSING.at(
                 "drafter.model",
                 f"the DSpark drafter's draft vocabulary ({dvs}) is smaller than the target's ({target_vocab}) but it has no d2t tensor to map draft ids to target ids: vLLM refuses at load",
-                "use a drafter checkpoint that includes d2t",
+                fix="use a drafter checkpoint that includes d2t",
             )
         )
     return out
@@ -175,12 +261,10 @@ def xpress_topc(v: DrafterView) -> Iterator[Finding]:
         return
     dvs = cfg.get("draft_vocab_size") or cfg.get("vocab_size")
     if not (isinstance(topc, (int, float)) and is_int(dvs) and 0 <= topc <= dvs):
-        yield Finding(
-            "xpress-topc",
-            "error",
+        yield XPRESS_TOPC.at(
             "drafter.model",
             f"the drafter's xpress_topc is {str(topc)[:40]!r}: vLLM refuses at start ('xpress_topc must be between 0 and the draft vocabulary size ({dvs})')",
-            "set xpress_topc between 0 and the draft vocabulary size, or remove it",
+            fix="set xpress_topc between 0 and the draft vocabulary size, or remove it",
         )
 
 
@@ -189,41 +273,33 @@ def mask_token(v: DrafterView) -> Iterator[Finding]:
     cfg = v.config
     key, tok = parallel_drafting_token(cfg)
     if key is None:
-        yield Finding(
-            "drafter-no-mask-token",
-            "error",
+        yield DRAFTER_NO_MASK_TOKEN.at(
             "drafter.model",
             f"the {v.method} drafter config names no parallel-drafting token: vLLM refuses at start ('Model config must specify `dflash_config.mask_token_id`, "
             "`mask_token_id`, `dspark_noise_token_id`, `pard_token`, or `ptd_token_id` for parallel drafting.')",
-            "set the token the drafter was trained with (DFlash: dflash_config.mask_token_id; DSpark: dspark_noise_token_id) in its config.json",
+            fix="set the token the drafter was trained with (DFlash: dflash_config.mask_token_id; DSpark: dspark_noise_token_id) in its config.json",
         )
     elif not is_int(tok) or tok < 0:
-        yield Finding(
-            "drafter-bad-mask-token",
-            "error",
+        yield DRAFTER_BAD_MASK_TOKEN.at(
             "drafter.model",
             f"the drafter's parallel-drafting token `{key}` is {str(tok)[:40]!r}, not a non-negative integer token id: vLLM cannot use it",
-            f"set `{key}` to the token id the drafter was trained with",
+            fix=f"set `{key}` to the token id the drafter was trained with",
         )
     elif is_int(cfg.get("vocab_size")) and tok >= cfg["vocab_size"]:
-        yield Finding(
-            "drafter-mask-token-out-of-vocab",
-            "warning",
+        yield DRAFTER_MASK_TOKEN_OUT_OF_VOCAB.at(
             "drafter.model",
             f"the drafter's parallel-drafting token `{key}` = {tok} lies outside its input vocabulary (vocab_size {cfg['vocab_size']}): "
             "vLLM does not check this and embeds a row that is not a trained token",
-            f"check `{key}` and vocab_size against the drafter's training config",
+            fix=f"check `{key}` and vocab_size against the drafter's training config",
         )
 
 
 def sample_from_anchor(v: DrafterView) -> Iterator[Finding]:
     if v.runner == "v2" and dflash_config(v.config).get("sample_from_anchor", False):
-        yield Finding(
-            "dflash-sample-from-anchor",
-            "error",
+        yield DFLASH_SAMPLE_FROM_ANCHOR.at(
             "drafter.model",
             "the drafter sets dflash_config.sample_from_anchor: true: vLLM's Model Runner V2 refuses it at start ('sample_from_anchor=True is not supported for DFlash')",
-            "remove dflash_config.sample_from_anchor (DFlash uses the anchor as the bonus token); a DSpark drafter sets the top-level sample_from_anchor",
+            fix="remove dflash_config.sample_from_anchor (DFlash uses the anchor as the bonus token); a DSpark drafter sets the top-level sample_from_anchor",
         )
 
 
@@ -237,12 +313,10 @@ def markov_head(v: DrafterView) -> Iterator[Finding]:
         return
     rank = v.config.get("markov_rank")
     if not (is_int(rank) and rank > 0):
-        yield Finding(
-            "dspark-no-markov-rank",
-            "error",
+        yield DSPARK_NO_MARKOV_RANK.at(
             "drafter.model",
             f"the DSpark drafter config's markov_rank is {'missing' if rank is None else repr(rank)[:40]}: vLLM's Qwen3 DSpark model cannot build its Markov head and fails at start",
-            "set markov_rank to the rank the drafter was trained with",
+            fix="set markov_rank to the rank the drafter was trained with",
         )
 
 

@@ -9,7 +9,22 @@ from typing import Any, Iterator, Mapping
 
 from ppspec_cli.findings import Finding
 from ppspec_cli.knowledge.methods import DrafterView, declared_architectures, is_int
+from ppspec_cli.knowledge.methods.base import contract_code
 from ppspec_cli.knowledge.methods.block import MASK_TOKEN_KEYS, nested, positive
+
+DSPARK_OMNI_CONTRACT = contract_code(
+    "dspark-omni-contract",
+    "error",
+    "a DSpark drafter of a Qwen3-Omni target: `Qwen3OmniDSparkModel`, `block_size` = `num_speculative_tokens` (field "
+    "`drafter.num_speculative_tokens`), the thinker's hidden size, heads and head_dim, sorted zero-based "
+    "`target_layer_ids` within its depth, `use_aux_hidden_state: true`, a positive `markov_rank`, `markov_head_type: "
+    "vanilla`, `sample_from_anchor: true`, the noise token in the input vocabulary, no `mrope_section` "
+    "(`config/speculative.py::_validate_qwen3_omni_dspark`)",
+)
+
+#: The codes these rules report (registered as the pack's when this file loads).
+CODES = (DSPARK_OMNI_CONTRACT,)
+
 
 #: Targets vLLM holds to the Qwen3-Omni DSpark contract (config/speculative.py::_is_qwen3_omni_target).
 OMNI_TARGET_MODEL_TYPE = "qwen3_omni_moe"
@@ -207,12 +222,10 @@ def omni_contract(v: DrafterView) -> Iterator[Finding]:
     thinker = nested(v.target_config, "thinker_config", "text_config")
     text = thinker if isinstance(thinker, dict) else v.target_text
     for field, why in omni_breaches(v.target_config, text, v.config, list(v.served), v.num_speculative_tokens):
-        yield Finding(
-            "dspark-omni-contract",
-            "error",
+        yield DSPARK_OMNI_CONTRACT.at(
             field,
             f"{why}: vLLM refuses at start",
-            "convert the drafter for Qwen3-Omni (its trained block size, the thinker's shapes and taps), or set the field as the message says",
+            fix="convert the drafter for Qwen3-Omni (its trained block size, the thinker's shapes and taps), or set the field as the message says",
         )
 
 

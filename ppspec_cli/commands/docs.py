@@ -126,12 +126,10 @@ def with_manifest_reference(doc: str) -> str:
 
 
 def findings_reference() -> str:
-    """docs/findings.md: every finding code from the one registry (preflight/registry.py), and
-    the names of the engine probes (`probe-<name>`)."""
-    from ppspec_cli.preflight.registry import reference_markdown
-    from ppspec_cli.running.engine.probes import PROBE_NAMES
+    """docs/findings.md: every finding code, from the code objects (preflight/reference.py)."""
+    from ppspec_cli.preflight.reference import findings_markdown
 
-    return reference_markdown(list(PROBE_NAMES))
+    return findings_markdown()
 
 
 def run(out: str | None, findings: bool = False) -> int:
@@ -147,13 +145,13 @@ def run(out: str | None, findings: bool = False) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m ppspec_cli.commands.docs docs/adapters.md
+if __name__ == "__main__":  # python -m ppspec_cli.commands.docs docs/adapters.md (or docs/drafters.md)
     import sys
     from pathlib import Path
 
     from ppspec_cli.io import safeio
+    from ppspec_cli.preflight.reference import with_drafter_table
 
     target = Path(sys.argv[1])
-    safeio.write_text(
-        target, with_manifest_reference(safeio.read_text(target, limit=1 << 20, what=str(target))), what=str(target)
-    )
+    fill = with_drafter_table if target.name == "drafters.md" else with_manifest_reference
+    safeio.write_text(target, fill(safeio.read_text(target, limit=1 << 20, what=str(target))), what=str(target))

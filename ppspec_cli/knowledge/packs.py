@@ -32,6 +32,7 @@ from pydantic import (
 )
 
 from ppspec_cli.errors import PpspecError
+from ppspec_cli.findings import Code, register
 from ppspec_cli.io import safeio, yamlload
 from ppspec_cli.knowledge import methods
 from ppspec_cli.knowledge.facts import DEFAULT_MTP_LAYER_KEYS, MAX_MTP_LAYERS
@@ -312,22 +313,12 @@ class DrafterClassSpec(_Strict):
         )
 
 
-class CodeSpec(_Strict):
-    """A finding code a drafter pack's contract reports."""
-
-    severity: Literal["error", "warning", "info"] = Field(
-        description="Its severity (every finding with the code has it)."
-    )
-    meaning: str = Field(
-        min_length=1, max_length=300, description="What it means, in one line (docs and `check` read it)."
-    )
-
-
 class Contract(_Strict):
     """A drafter pack's contract: what vLLM requires of the configs and tensors of some drafter
     classes (or of any drafter of the pack's methods for some targets) when it builds them. Its
-    `rules` file's `get_rules()` gives (name, fn) pairs; fn(DrafterView) yields findings
-    (ppspec_cli.findings.Finding) whose codes are listed here, at the severity listed here. A drafter pack is consulted by `check`, never applied to the engine."""
+    `rules` file's `get_rules()` gives (name, fn) pairs; fn(DrafterView) yields findings made from
+    the code objects its `CODES` lists (registered as the pack's when the file loads). A drafter
+    pack is consulted by `check`, never applied to the engine."""
 
     drafters: dict[Method, tuple[str, ...]] = Field(
         default_factory=dict,
@@ -343,18 +334,6 @@ class Contract(_Strict):
         default=(),
         description="Served drafter classes whose vocabularies and vocabulary tensors the contract judges (the generic `shapes` rule leaves them alone).",
     )
-    codes: dict[str, CodeSpec] = Field(
-        min_length=1,
-        description="Every finding code the rules report (kept names, any prefix), with its severity and meaning.",
-    )
-
-    @field_validator("codes")
-    @classmethod
-    def _code_names(cls, v: dict[str, CodeSpec]) -> dict[str, CodeSpec]:
-        for code in v:
-            if not re.match(_CODE, code):
-                raise ValueError(f"code {code!r} must be lower-case words joined by '-'")
-        return v
 
 
 class Manifest(_Strict):
@@ -885,6 +864,24 @@ def load_pack_module(pack_name: str, kind: str, file: Path) -> Any:
         sys.modules.pop(mod_name, None)
         raise
     return mod
+
+
+def pack_rules(part: Pack) -> tuple[list[tuple[str, Any]], frozenset[Code]]:
+    """A pack's rules file: its named rules (`get_rules()`: (name, fn) pairs) and the codes they
+    report (its `CODES`: Code objects), registered as the pack's when the file loads. A rule pack's
+    codes are named `<pack>-...`; a drafter pack's keep vLLM-facing names (`drafter-...`,
+    `dflash-...`). Raises what loading raises, or ValueError / DuplicateCode for a code it may
+    not own: callers turn that into `pack-rule-failed`."""
+    assert part.rules_path is not None
+    mod = load_pack_module(part.name, "rules", part.rules_path)
+    codes = tuple(getattr(mod, "CODES", ()))
+    for c in codes:
+        if not isinstance(c, Code) or not re.match(_CODE, c.code.replace("_", "")):
+            raise ValueError(f"CODES holds {c!r}, not a finding code (ppspec_cli.findings.Code)")
+        if not part.is_drafter_pack and not c.code.startswith(f"{part.name}-"):
+            raise ValueError(f"code {c.code!r} is not named `{part.name}-...`")
+    register(f"pack {part.name}", *codes)
+    return list(mod.get_rules()), frozenset(codes)
 
 
 def inner_decoder_path(pack: Pack, target_arch: str) -> str:

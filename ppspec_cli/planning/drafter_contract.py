@@ -9,8 +9,8 @@ per vLLM version. Two owners, one entry point (`check`):
   runner), never the resolved profile.
 
 Nothing is filled in: a key or tensor ppspec cannot see is not judged. Both owners yield findings
-(ppspec_cli.findings.Finding, the one type), each at its code's severity in its owner's table; the
-`drafter-contract` rule in rules.py passes them on. `codes()` is every code either owner reports.
+made from the owner's code objects (a method's `contract_codes`, a drafter pack's `CODES`); the
+`drafter-contract` rule in rules.py passes them on.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Iterable
 
 from packaging.version import Version
 
-from ppspec_cli.errors import PpspecError
-from ppspec_cli.findings import Finding, Severity
+from ppspec_cli.findings import Finding, guard
+from ppspec_cli.findings.codes import PACK_RULE_FAILED
 from ppspec_cli.knowledge import methods, packs
 from ppspec_cli.knowledge.methods import DrafterView, declared_architectures, is_int
 from ppspec_cli.knowledge.methods.block import parallel_drafting_token
@@ -29,17 +29,12 @@ from ppspec_cli.knowledge.methods.dflash import DFLASH
 __all__ = [
     "DrafterView",
     "check",
-    "codes",
     "judges_vocabulary",
     "parallel_drafting_token",
     "registered_dflash",
     "served_architectures",
-    "severity",
     "view",
 ]
-
-#: The code a drafter pack's rule gets when it fails to load, crashes or reports a code it does not own.
-PACK_RULE_FAILED = "pack-rule-failed"
 
 
 def served_architectures(method: str, cfg: dict, version: Version, target_model_type: str | None = None) -> list[str]:
@@ -97,52 +92,40 @@ def _applies(pack: packs.Pack, v: DrafterView) -> bool:
 
 
 def _pack_findings(pack: packs.Pack, v: DrafterView) -> list[Finding]:
-    """One drafter pack's rules over the view. A rule that fails to load, crashes or reports a
-    code its manifest does not list (or gives it another severity) is a `pack-rule-failed`
-    finding, never a traceback."""
-    assert pack.contract is not None and pack.rules_path is not None
-    owned = pack.contract.codes
+    """One drafter pack's rules over the view, in the one guard. A rule file that fails to load, a
+    rule that crashes or reports a code its file does not own is a `pack-rule-failed` finding,
+    never a traceback."""
     try:
-        rules = list(packs.load_pack_module(pack.name, "rules", pack.rules_path).get_rules())
+        rules, owned = packs.pack_rules(pack)
     except Exception as e:  # noqa: BLE001 - a broken pack must not break check
+        assert pack.rules_path is not None
         return [
-            Finding(
-                PACK_RULE_FAILED,
-                "warning",
+            PACK_RULE_FAILED.at(
                 "adapter",
                 f"pack {pack.name}: its rules ({pack.rules_path.name}) cannot be loaded: {type(e).__name__}: {e}",
-                "fix the pack, or report it to its author",
             )
         ]
     out: list[Finding] = []
     for name, fn in rules:
-        try:
+        got: list = []
+        with guard(out, f"pack {pack.name}: rule {name!r}", code=PACK_RULE_FAILED, field="adapter", fix=_AUTHOR):
             got = list(fn(v))
-        except Exception as e:  # noqa: BLE001
-            out.append(
-                Finding(
-                    PACK_RULE_FAILED,
-                    "warning",
-                    "adapter",
-                    f"pack {pack.name}: rule {name!r} crashed ({type(e).__name__}: {e}); what it checks was not checked",
-                    "report this to the pack's author",
-                )
-            )
-            continue
         for b in got:
-            if isinstance(b, Finding) and b.code in owned and b.severity == owned[b.code].severity:
+            if isinstance(b, Finding) and b.kind in owned:
                 out.append(b)
             else:
                 out.append(
-                    Finding(
-                        PACK_RULE_FAILED,
-                        "warning",
+                    PACK_RULE_FAILED.at(
                         "adapter",
-                        f"pack {pack.name}: rule {name!r} produced {b!r}, not a Finding with a code its manifest lists at its listed severity ({', '.join(f'{c} {s.severity}' for c, s in owned.items())})",
-                        "report this to the pack's author",
+                        f"pack {pack.name}: rule {name!r} produced {b!r}, not a Finding of a code its `CODES` lists "
+                        f"({', '.join(sorted(c.code for c in owned))})",
+                        fix=_AUTHOR,
                     )
                 )
     return out
+
+
+_AUTHOR = "report this to the pack's author"
 
 
 def check(
@@ -184,33 +167,3 @@ def judges_vocabulary(method: str, cfg: dict, version: Version) -> bool:
         p.contract is not None and set(p.contract.vocabulary) & set(p.contract.drafters.get(method, ())) & served
         for p in packs.drafter_packs(method)
     )
-
-
-def codes() -> dict[str, tuple[Severity, str]]:
-    """Every contract code: the methods' and the drafter packs' (severity, meaning). Two owners
-    of one code must agree on its severity."""
-    out: dict[str, tuple[Severity, str]] = {}
-    owner: dict[str, str] = {}
-    tables = [(f"method {m.name}", dict(m.codes)) for m in methods.REGISTRY.values()]
-    tables += [
-        (f"pack {p.name}", {c: (s.severity, s.meaning) for c, s in p.contract.codes.items()})
-        for p in packs.load_packs()
-        if p.contract is not None
-    ]
-    for who, table in tables:
-        for code, (sev, meaning) in table.items():
-            if code in out and out[code][0] != sev:
-                raise PpspecError(
-                    f"contract code {code!r} is {out[code][0]} for {owner[code]} but {sev} for {who}",
-                    where=who,
-                    fix="give the code one severity, or rename one",
-                )
-            out.setdefault(code, (sev, meaning))
-            owner.setdefault(code, who)
-    return out
-
-
-def severity(code: str) -> Severity:
-    """A contract code's severity; `pack-rule-failed` (a broken drafter pack) is a warning, as
-    for every pack's rules."""
-    return "warning" if code == PACK_RULE_FAILED else codes()[code][0]

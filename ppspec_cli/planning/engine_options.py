@@ -13,7 +13,23 @@ from importlib import resources
 from typing import Any, Mapping
 
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.findings import Finding, registry
+from ppspec_cli.findings import Finding
+from ppspec_cli.findings.codes import (
+    API_KEY_ENV_UNSET,
+    ENGINE_AMBIGUOUS_OPTION,
+    ENGINE_BAD_OPTION_NAME,
+    ENGINE_MANAGED_OPTION,
+    ENGINE_OVERRIDES_DEPTH,
+    ENGINE_REFUSED_OPTION,
+    ENGINE_SECRET_OPTION,
+    ENGINE_UNKNOWN_OPTION,
+    ENGINE_UNTRUSTED_OPTION,
+    ENV_OVERRIDES_PLAN,
+    ENV_PLUGINS_SKIP_PPSPEC,
+    ENV_SECRET,
+    ENV_UNTRUSTED_ENTRY,
+    UNTRUSTED_ACKNOWLEDGED,
+)
 from ppspec_cli.io import safeio
 from ppspec_cli.io.records import Record
 from ppspec_cli.io.redact import is_secret_name
@@ -188,12 +204,6 @@ def _depth_keys(v: Any, depth: int = 0) -> list[str]:
     return found
 
 
-def _refusal(code: str, field: str, message: str, fix: str) -> Finding:
-    """A refusal, with its registered severity (findings/registry.py: an error, except the two
-    `serve` refuses only when it starts here, which the profile question reports as warnings)."""
-    return Finding(code, registry.TABLE[code].severities[0], field, message, fix)  # type: ignore[arg-type]
-
-
 def launch_refusals(
     engine: Mapping[str, Any],
     env: Mapping[str, str],
@@ -212,87 +222,65 @@ def launch_refusals(
         name = opt.name
         fld = f"engine.{key[:80]}"
         if not _FLAG_NAME.match(name):
-            out.append(
-                _refusal(
-                    "engine-bad-option-name",
-                    "engine",
-                    f"engine key {key[:80]!r} is not an option name",
-                    "use vLLM's long option names without `--` (letters, digits, `-`) and the value as the YAML value, e.g. `max-model-len: 4096`",
-                )
-            )
+            out.append(ENGINE_BAD_OPTION_NAME.at("engine", f"engine key {key[:80]!r} is not an option name"))
             continue
         base = opt.flag  # `speculative-config.method` sets part of a managed flag
         owner = _managed_by(opt)
         if is_secret_name(key):
             out.append(
-                _refusal(
-                    "engine-secret-option",
+                ENGINE_SECRET_OPTION.at(
                     fld,
                     f"engine.{key} is a secret written into the profile (it would be on the engine's command line and in launch.json)",
-                    "remove it; export the secret in the shell that runs `ppspec serve` (HF_TOKEN for the hub, server.api_key_env for the API key): vLLM reads them from its environment",
                 )
             )
         elif owner is not None:
             out.append(
-                _refusal(
-                    "engine-managed-option",
+                ENGINE_MANAGED_OPTION.at(
                     fld,
                     f"engine.{key} sets a flag ppspec derives from the profile ({owner})",
-                    f"set `{owner}` instead and remove engine.{key}",
+                    fix=f"set `{owner}` instead and remove engine.{key}",
                 )
             )
         elif base in _REFUSED_FLAGS:
             out.append(
-                _refusal("engine-refused-option", fld, f"engine.{key} is not supported by ppspec", _REFUSED_FLAGS[base])
+                ENGINE_REFUSED_OPTION.at(fld, f"engine.{key} is not supported by ppspec", fix=_REFUSED_FLAGS[base])
             )
         elif opt.ambiguous:
             out.append(
-                _refusal(
-                    "engine-ambiguous-option",
+                ENGINE_AMBIGUOUS_OPTION.at(
                     fld,
                     f"engine.{key[:80]} is a prefix of several vLLM options ({', '.join(opt.ambiguous[:6])}{', ...' if len(opt.ambiguous) > 6 else ''}): vLLM refuses it at start",
-                    "write the option's full name",
                 )
             )
         elif base == "hf-overrides":
             keys = _depth_keys(option_value(opt, engine[k]))
             if keys:
                 out.append(
-                    _refusal(
-                        "engine-overrides-depth",
+                    ENGINE_OVERRIDES_DEPTH.at(
                         fld,
                         f"engine.{key} sets {sorted(set(keys))}: the engine would build a model of another depth than the one checked and planned",
-                        "point target.model at a checkpoint whose config.json has that depth (ppspec plans from the checkpoint)",
+                        fix="point target.model at a checkpoint whose config.json has that depth (ppspec plans from the checkpoint)",
                     )
                 )
     for k in sorted(env):
         if is_secret_name(k):
             out.append(
-                _refusal(
-                    "env-secret",
+                ENV_SECRET.at(
                     f"env.{k}",
                     f"env.{k} looks like a secret written into the profile",
-                    "remove it from the profile and export it in the shell that runs `ppspec serve` (the engine inherits that environment); "
+                    fix="remove it from the profile and export it in the shell that runs `ppspec serve` (the engine inherits that environment); "
                     "for the server's API key set server.api_key_env to the variable's name",
                 )
             )
         elif k in PLAN_ENV or k.startswith("PPSPEC_"):
-            out.append(
-                _refusal(
-                    "env-overrides-plan",
-                    f"env.{k}",
-                    f"env.{k} would override what ppspec sets from the plan",
-                    "remove it: ppspec sets it from topology (layer_partition, pipeline_parallel) and the platform",
-                )
-            )
+            out.append(ENV_OVERRIDES_PLAN.at(f"env.{k}", f"env.{k} would override what ppspec sets from the plan"))
     for k in PLAN_ENV if environ is not None else ():
         if k in environ:
             out.append(
-                _refusal(
-                    "env-overrides-plan",
+                ENV_OVERRIDES_PLAN.at(
                     f"environment.{k}",
                     f"{k} is set in this environment: the engine would inherit it where the plan does not set it",
-                    f"unset {k} in the shell that runs ppspec; set topology.layer_partition in the profile instead",
+                    fix=f"unset {k} in the shell that runs ppspec; set topology.layer_partition in the profile instead",
                 )
             )
     for where, val in (
@@ -303,21 +291,18 @@ def launch_refusals(
             ","
         ):  # vLLM: os.environ["VLLM_PLUGINS"].split(","), names compared exactly
             out.append(
-                _refusal(
-                    "env-plugins-skip-ppspec",
+                ENV_PLUGINS_SKIP_PPSPEC.at(
                     where,
                     f"VLLM_PLUGINS={val[:80]!r} leaves out ppspec: its plugin would not run in the engine, which would serve without the plan's checks and patches",
-                    "add ppspec to VLLM_PLUGINS (comma-separated, no spaces: vLLM compares each name exactly) or unset it",
                 )
             )
     out += [f for f in untrusted_findings(engine, env, trust, kv_transfer) if f.code != "untrusted-acknowledged"]
     if api_key_env and environ is not None and api_key_env not in environ:
         out.append(
-            _refusal(
-                "api-key-env-unset",
+            API_KEY_ENV_UNSET.at(
                 "server.api_key_env",
                 f"environment variable {api_key_env} (server.api_key_env) is not set here: `ppspec serve` refuses to start where it is not set (a dry run or an export is fine; the node that serves needs it)",
-                f"export {api_key_env}=... before `ppspec serve`",
+                fix=f"export {api_key_env}=... before `ppspec serve`",
             )
         )
     return out
@@ -362,11 +347,8 @@ def unknown_engine_options(engine: Mapping[str, Any]) -> list[Finding]:
     """`engine-unknown-option` for each `engine:` key the installed vLLM's `serve` parser does not
     know ([] if vLLM is absent). Imports vLLM's parser (seconds): `serve` and `check --probes`."""
     return [
-        _refusal(
-            "engine-unknown-option",
-            f"engine.{str(k)[:80]}",
-            f"the installed vLLM does not know the engine option {str(k)[:80]!r}",
-            "check the name against `vllm serve --help` (long option names without --)",
+        ENGINE_UNKNOWN_OPTION.at(
+            f"engine.{str(k)[:80]}", f"the installed vLLM does not know the engine option {str(k)[:80]!r}"
         )
         for k in check_engine_flags(engine)
     ]
@@ -654,6 +636,10 @@ def option_risks(key: object, value: Any) -> list[tuple[str, str, str]]:
     return out
 
 
+_ACKED = "fine if you wrote this profile or trust who did"
+_READ = "once you have read what it points at"
+
+
 def untrusted_findings(
     engine: Mapping[str, Any],
     env: Mapping[str, str],
@@ -675,16 +661,16 @@ def untrusted_findings(
     for label, k, v in entries:
         for name, kind, what in option_risks(k, v):
             acked = name in ack_engine or name.split(".", 1)[0] in ack_engine
-            code = "untrusted-acknowledged" if acked else "engine-untrusted-option"
+            head = name.split(".", 1)[0]
             out.append(
-                Finding(
-                    code,
-                    "warning" if acked else "error",
+                UNTRUSTED_ACKNOWLEDGED.at(
+                    label, f"{label} {RISKS[kind]} ({kind}: {what}) — acknowledged in `trust.engine`", fix=_ACKED
+                )
+                if acked
+                else ENGINE_UNTRUSTED_OPTION.at(
                     label,
-                    f"{label} {RISKS[kind]} ({kind}: {what})" + (" — acknowledged in `trust.engine`" if acked else ""),
-                    "fine if you wrote this profile or trust who did"
-                    if acked
-                    else f"remove it, or acknowledge it with `trust: {{engine: [{name.split('.', 1)[0]}]}}` in the profile once you have read what it points at",
+                    f"{label} {RISKS[kind]} ({kind}: {what})",
+                    fix=f"remove it, or acknowledge it with `trust: {{engine: [{head}]}}` in the profile {_READ}",
                 )
             )
     for k in sorted(env):
@@ -693,16 +679,16 @@ def untrusted_findings(
             continue
         kind, what = risk
         acked = k.upper() in ack_env
-        code = "untrusted-acknowledged" if acked else "env-untrusted-entry"
+        label = f"env.{k[:80]}"
         out.append(
-            Finding(
-                code,
-                "warning" if acked else "error",
-                f"env.{k[:80]}",
-                f"env.{k[:80]} {RISKS[kind]} ({kind}: {what})" + (" — acknowledged in `trust.env`" if acked else ""),
-                "fine if you wrote this profile or trust who did"
-                if acked
-                else f"remove it, or acknowledge it with `trust: {{env: [{k[:80]}]}}` in the profile once you have read what it points at",
+            UNTRUSTED_ACKNOWLEDGED.at(
+                label, f"{label} {RISKS[kind]} ({kind}: {what}) — acknowledged in `trust.env`", fix=_ACKED
+            )
+            if acked
+            else ENV_UNTRUSTED_ENTRY.at(
+                label,
+                f"{label} {RISKS[kind]} ({kind}: {what})",
+                fix=f"remove it, or acknowledge it with `trust: {{env: [{k[:80]}]}}` in the profile {_READ}",
             )
         )
     return out

@@ -24,6 +24,14 @@ import re
 from typing import Any, Iterator, Mapping
 
 from ppspec_cli.findings import Finding
+from ppspec_cli.findings.codes import (
+    HEADS_TP_INDIVISIBLE,
+    HEADS_ZERO,
+    KV_HEADS_TP_INDIVISIBLE,
+    KV_HEADS_ZERO,
+    MAX_MODEL_LEN_INVALID,
+    MAX_MODEL_LEN_TOO_LARGE,
+)
 from ppspec_cli.planning.engine_options import read_option
 
 LENGTH_KEYS = (
@@ -112,34 +120,23 @@ def shape_findings(
         kv = heads  # vLLM: no KV head count means one per attention head
     if heads is not None:
         if heads <= 0:
-            yield Finding(
-                "heads-zero",
-                "error",
+            yield HEADS_ZERO.at(
                 "target.model",
                 f"the target's config has num_attention_heads={heads}: vLLM builds no attention layer from it",
-                "fix the checkpoint's config.json",
             )
         elif tp > 0 and heads % tp:
-            yield Finding(
-                "heads-tp-indivisible",
-                "error",
+            yield HEADS_TP_INDIVISIBLE.at(
                 "topology.tensor_parallel",
                 f"tensor_parallel {tp} does not divide the target's {heads} attention heads: vLLM refuses it at start (verify_with_parallel_config)",
-                f"use a tensor_parallel that divides {heads}",
+                fix=f"use a tensor_parallel that divides {heads}",
             )
     if kv is not None:
         if kv <= 0:
-            yield Finding(
-                "kv-heads-zero",
-                "error",
-                "target.model",
-                f"the target's config has num_key_value_heads={kv}: vLLM cannot split it",
-                "fix the checkpoint's config.json",
+            yield KV_HEADS_ZERO.at(
+                "target.model", f"the target's config has num_key_value_heads={kv}: vLLM cannot split it"
             )
         elif tp > 0 and (tp % kv if tp >= kv else kv % tp):
-            yield Finding(
-                "kv-heads-tp-indivisible",
-                "error",
+            yield KV_HEADS_TP_INDIVISIBLE.at(
                 "topology.tensor_parallel",
                 f"tensor_parallel {tp} and the target's {kv} KV heads: vLLM needs "
                 + (
@@ -148,7 +145,7 @@ def shape_findings(
                     else f"TP to divide the {kv} KV heads"
                 )
                 + " and stops at start (QKVParallelLinear)",
-                "use a tensor_parallel that divides the KV head count, or a multiple of it",
+                fix="use a tensor_parallel that divides the KV head count, or a multiple of it",
             )
     got = _max_model_len(engine)
     if got is None:
@@ -163,23 +160,15 @@ def shape_findings(
             or raw is None
             or (isinstance(raw, str) and not re.fullmatch(r"\s*-?\d+(\.\d+)?\s*[kKmMgG]?\s*|\s*auto\s*", raw))
         ):
-            yield Finding(
-                "max-model-len-invalid",
-                "error",
-                f"engine.{key[:80]}",
-                f"engine.{key[:80]}={str(raw)[:40]!r} is not a length: vLLM refuses it",
-                "give a positive number of tokens (or -1 to fit the memory)",
+            yield MAX_MODEL_LEN_INVALID.at(
+                f"engine.{key[:80]}", f"engine.{key[:80]}={str(raw)[:40]!r} is not a length: vLLM refuses it"
             )
         return
     if v == -1:
         return
     if v <= 0:
-        yield Finding(
-            "max-model-len-invalid",
-            "error",
-            f"engine.{key[:80]}",
-            f"engine.{key[:80]}={v}: a context length must be positive (or -1 to fit the memory)",
-            "give a positive number of tokens",
+        yield MAX_MODEL_LEN_INVALID.at(
+            f"engine.{key[:80]}", f"engine.{key[:80]}={v}: a context length must be positive (or -1 to fit the memory)"
         )
         return
     derived = derived_max_len(text, model_type)
@@ -187,10 +176,8 @@ def shape_findings(
         environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")
     )
     if derived is not None and v > derived and not allowed:
-        yield Finding(
-            "max-model-len-too-large",
-            "error",
+        yield MAX_MODEL_LEN_TOO_LARGE.at(
             f"engine.{key[:80]}",
             f"engine.{key[:80]}={v} is larger than the {derived:g} tokens the target's config allows: vLLM refuses it at start",
-            f"use at most {derived:g} (or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 if you know the model extrapolates)",
+            fix=f"use at most {derived:g} (or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 if you know the model extrapolates)",
         )

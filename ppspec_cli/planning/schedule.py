@@ -22,7 +22,18 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Iterator
 
-from ppspec_cli.findings import Finding, finding
+from ppspec_cli.findings import Finding
+from ppspec_cli.findings.codes import (
+    SCHEDULE_BOUNDARY_THRASH,
+    SCHEDULE_CUDAGRAPH_PIECEWISE,
+    SCHEDULE_DP_DISABLED,
+    SCHEDULE_INVALID,
+    SCHEDULE_K_ABOVE_MAX,
+    SCHEDULE_METHOD_DISABLED,
+    SCHEDULE_PP_UNVERIFIED,
+    SCHEDULE_RELEASE_UNVERIFIED,
+    SCHEDULE_ZERO_K_COST,
+)
 from ppspec_cli.knowledge import methods
 
 if TYPE_CHECKING:
@@ -67,22 +78,13 @@ def check(r: "Resolved") -> Iterator[Finding]:
     field = "drafter.schedule"
     bad = structure_problems(d.schedule)
     if bad:
-        yield finding(
-            "schedule-invalid",
-            "error",
-            field,
-            "vLLM refuses this schedule at start: " + "; ".join(bad[:4]),
-            "give sorted, non-overlapping [batch_lo, batch_hi, k] ranges, the first starting at 1, k >= 0",
-        )
+        yield SCHEDULE_INVALID.at(field, "vLLM refuses this schedule at start: " + "; ".join(bad[:4]))
         return
     over = [e for e in d.schedule if e[2] > d.num_speculative_tokens]
     if over:
-        yield finding(
-            "schedule-k-above-max",
-            "error",
+        yield SCHEDULE_K_ABOVE_MAX.at(
             field,
             f"k {over[0][2]} in range [{over[0][0]}, {over[0][1]}] exceeds drafter.num_speculative_tokens {d.num_speculative_tokens}: vLLM silently clamps it (the drafter proposes at most num_speculative_tokens)",
-            "raise drafter.num_speculative_tokens to the largest k of the schedule, or lower that k",
         )
     yield from _release(r, field)
     yield from _pitfalls(r, d, field)
@@ -92,20 +94,14 @@ def _release(r: "Resolved", field: str) -> Iterator[Finding]:
     v = r.version
     d = r.profile.drafter
     if v is not None and (v.major, v.minor) < VERIFIED_FROM:
-        yield finding(
-            "schedule-release-unverified",
-            "warning",
+        yield SCHEDULE_RELEASE_UNVERIFIED.at(
             field,
             f"dynamic speculative decoding is read in the source of vLLM 0.30 to 0.33; vLLM {r.engine_version} is older (it may refuse the unknown speculative_config key at start)",
-            "serve with vLLM >= 0.30, or remove drafter.schedule",
         )
     if r.profile.topology.data_parallel > 1:
-        yield finding(
-            "schedule-dp-disabled",
-            "warning",
+        yield SCHEDULE_DP_DISABLED.at(
             field,
             f"data_parallel {r.profile.topology.data_parallel}: vLLM drops the schedule and serves the static num_speculative_tokens {d.num_speculative_tokens} (ranks could pick different k and deadlock)",
-            "serve without data parallelism to use the schedule, or remove it",
         )
     if (
         r.runner == "v1"
@@ -113,48 +109,34 @@ def _release(r: "Resolved", field: str) -> Iterator[Finding]:
         and (v.major, v.minor) >= (0, 33)
         and not methods.get(d.method).schedule_on_v1
     ):
-        yield finding(
-            "schedule-method-disabled",
-            "warning",
-            field,
-            f"vLLM {r.engine_version} drops the schedule on the V1 runner for method {d.method}",
-            "serve with Model Runner V2, or remove drafter.schedule",
+        yield SCHEDULE_METHOD_DISABLED.at(
+            field, f"vLLM {r.engine_version} drops the schedule on the V1 runner for method {d.method}"
         )
     if r.runner == "v1" and r.platform != "cpu":
-        yield finding(
-            "schedule-cudagraph-piecewise",
-            "warning",
+        yield SCHEDULE_CUDAGRAPH_PIECEWISE.at(
             field,
             "on the V1 runner a schedule makes vLLM replace full CUDA graphs with piecewise ones (the verification length changes at run time): every step may get slower",
-            "measure it (`ppspec bench`), or serve with Model Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1)",
         )
     if r.pp > 1:
-        yield finding(
-            "schedule-pp-unverified",
-            "warning",
+        yield SCHEDULE_PP_UNVERIFIED.at(
             field,
             f"dynamic speculative decoding under pipeline parallelism ({r.pp} stages) is unverified: vLLM does not test it and ppspec's GPU validation has not run it yet",
-            "run `ppspec verify` and `ppspec bench` on this deployment before relying on it",
         )
 
 
 def _pitfalls(r: "Resolved", d, field: str) -> Iterator[Finding]:
     ks = {e[2] for e in d.schedule}
     if len(ks) > 1:
-        yield finding(
-            "schedule-boundary-thrash",
-            "info",
+        yield SCHEDULE_BOUNDARY_THRASH.at(
             field,
             "vLLM picks k from the raw number of scheduled requests each step, prefills included: a load near a range boundary flips k as requests join and leave (vLLM #49548 reports throughput collapsing there)",
-            "put boundaries away from the concurrency you serve; `ppspec bench` measures the schedule at every level",
+            fix="put boundaries away from the concurrency you serve; `ppspec bench` measures the schedule at every level",
         )
     if 0 in ks:
-        yield finding(
-            "schedule-zero-k-cost",
-            "info",
+        yield SCHEDULE_ZERO_K_COST.at(
             field,
             "a range with k 0 still reserves lookahead slots and runs the drafter's prefill: it is slower than serving without speculation (users report 6.6-21.6% TPOT; ppspec measured 7% below no speculation on an H200)",
-            "if speculation never pays at your load, serve without `drafter:`",
+            fix="if speculation never pays at your load, serve without `drafter:`",
         )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ppspec_cli.findings import Finding, by_severity, guard
+from ppspec_cli.findings.codes import PROBE_CRASHED, PROBES_NOT_RUN, VLLM_PROBED, VLLM_UNVERIFIED
 from ppspec_cli.preflight.verdict import Question, Verdict, verdict
 
 
@@ -82,12 +83,10 @@ def preflight(
     findings = run_rules(r)
     if r.vllm is not None:
         findings.append(
-            Finding(
-                "probes-not-run",
-                "info",
+            PROBES_NOT_RUN.at(
                 "platform",
                 f"vLLM {r.vllm.version}'s behaviour probes and the `engine:` option names were not checked (fast mode)",
-                "`check --probes` checks both; `ppspec serve` always does",
+                fix="`check --probes` checks both; `ppspec serve` always does",
             )
         )
     return _made(prof, r, None, findings, _here(r))
@@ -143,23 +142,18 @@ def settled_by_probes(r, findings: list[Finding], probe_found: list[Finding]) ->
     """An unverified vLLM whose every probe passed was read by value here: its `vllm-unverified`
     warning becomes `vllm-probed` (info), and the unknowns the probes settled (opt-in, last-stage
     embedding) go; a failed probe keeps them and adds its own error."""
-    from ppspec_cli.findings.registry import SETTLED_BY as settled
-
     failed = [p for p in probe_found if p.severity == "error"]
     reported = {p.code for p in probe_found if p.code.startswith("probe-")}  # failed or not run
     out = []
     for f in findings:
-        if f.code == "vllm-unverified" and not failed:
+        if f.kind is VLLM_UNVERIFIED and not failed:
             out.append(
-                Finding(
-                    "vllm-probed",
-                    "info",
+                VLLM_PROBED.at(
                     f.field,
                     f"the installed vLLM {r.engine_version} is not a verified release, but this check read it by value (class attributes, tap resolution, partition, patch anchors) and it matches what the profile needs",
-                    "",
                 )
             )
-        elif f.code in settled and settled[f.code] not in reported:
+        elif f.kind.settled_by is not None and f.kind.settled_by not in reported:
             continue  # the probe ran and passed: the engine itself answered
         else:
             out.append(f)
@@ -171,9 +165,7 @@ def probe_findings(r) -> list[Finding]:
     if r.vllm is None:
         return []
     out: list[Finding] = []
-    with guard(
-        out, "the engine probes", code="probe-crashed", field="platform", fix="run with --no-probes; report this"
-    ):
+    with guard(out, "the engine probes", code=PROBE_CRASHED, field="platform", fix="run with --no-probes; report this"):
         out.extend(_probe_findings(r))
     return out
 

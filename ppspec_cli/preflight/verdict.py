@@ -1,5 +1,4 @@
-"""One verdict over findings, for the question asked (findings/registry.py says which each code
-answers):
+"""One verdict over findings, for the question asked (each finding's code says which it answers):
 
 - `profile` (check, plan, export, bench, `serve --dry-run`'s exit code): refused by an error about
   the profile itself, judged for the platform and vLLM it declares;
@@ -12,12 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
 
-from ppspec_cli.findings import Finding
-from ppspec_cli.preflight.registry import lookup
-
-Question = Literal["profile", "here"]
+from ppspec_cli.findings import Finding, Question
 
 #: The exit codes every command documents: the profile (or launch) is fine; it is refused; bad usage
 #: or unreadable input (PpspecError's default).
@@ -26,17 +21,11 @@ EXIT_REFUSED = 1
 EXIT_USAGE = 2
 
 
-def question_of(code: str) -> str:
-    entry = lookup(code)
-    return "profile" if entry is None else entry.question
-
-
 def refuses(f: Finding, question: Question) -> bool:
     """Whether `f` refuses the answer to `question`."""
-    entry = lookup(f.code)
     if question == "profile":
-        return f.severity == "error" and (entry is None or entry.question == "profile")
-    return f.severity == "error" or (entry is not None and entry.refuses_here)
+        return f.severity == "error" and f.kind.question == "profile"
+    return f.severity == "error" or f.kind.refuses_here
 
 
 @dataclass(frozen=True)

@@ -135,10 +135,10 @@ def _channel_serve_warning(p: str) -> None:  # supervise's default log line
 
 def _channel_findings(p: str) -> None:
     from ppspec_cli.commands.render import render_findings
-    from ppspec_cli.findings import Finding
+    from ppspec_cli.findings import Code
     from ppspec_cli.io import terminal
 
-    render_findings(terminal.console(), [Finding(p[:60], "error", p, p, p)])
+    render_findings(terminal.console(), [Code(p[:60], ("error",), p, p).at(p, p, fix=p)])
 
 
 def _channel_verify_table(p: str) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ppspec_cli.findings import register
 from ppspec_cli.knowledge.methods.base import (
     METHODS,
     OTHER_RELAY_GATED,
@@ -66,6 +67,11 @@ __all__ = [
 
 REGISTRY: dict[str, SpecMethod] = {m.name: m for m in (EAGLE3, DFLASH, DSPARK, MTP, EAGLE)}
 assert tuple(REGISTRY) == METHODS, "every method of the Literal has one object, in its order"
+assert all(m.v1_runner or m.v1_refusal for m in REGISTRY.values()), "a method V1 refuses names its code"
+assert all(m.external_drafter or m.no_layers for m in REGISTRY.values()), "an in-target drafter names its code"
+#: The methods' codes join the registry when the package loads (two methods may share one: DFlash
+#: and DSpark report the block width codes).
+register("methods", *(c for m in REGISTRY.values() for c in m.codes))
 
 #: The order method_of_drafter_config asks the methods (DSpark before DFlash: a DSpark class is a
 #: DFlash subclass in vLLM; EAGLE3 before EAGLE-1: `Eagle3...` also starts with `Eagle`).

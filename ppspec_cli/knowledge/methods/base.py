@@ -9,7 +9,7 @@ from typing import Any, Literal, Mapping, get_args
 
 from packaging.version import Version
 
-from ppspec_cli.findings import Finding, Severity
+from ppspec_cli.findings import Code, Finding, Severity
 
 #: The speculative methods ppspec plans, named as vLLM names them. The one list of method names:
 #: the profile schema, the pack manifests and the registry below all use it.
@@ -97,6 +97,22 @@ def declared_architectures(cfg: Mapping[str, Any]) -> list[str]:
     return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
 
 
+#: The reference section of the drafter-contract codes (the methods' and the drafter packs').
+CONTRACT_SECTION = "Drafter contract (DFlash, DSpark: what vLLM requires of the drafter's config and tensors)"
+
+
+def contract_code(code: str, severity: Severity, meaning: str) -> Code:
+    """A drafter-contract code: `meaning` in one line (the reference's cause); the fix is what the
+    finding's message names (vLLM's rule)."""
+    return Code(
+        code,
+        (severity,),
+        (meaning if meaning.startswith("vLLM") else meaning[0].upper() + meaning[1:]) + ".",
+        "Fix the drafter's config or checkpoint as the message says (it names vLLM's rule).",
+        section=CONTRACT_SECTION,
+    )
+
+
 @dataclass(frozen=True)
 class SpecMethod:
     """One speculative method, as vLLM implements it (0.30-0.33). Subclasses override the
@@ -123,7 +139,14 @@ class SpecMethod:
     )  # drafter-config keys naming the target hidden size it expects
     tap_keys: tuple[TapKey, ...] = ()  # the keys its drafters name taps with (the runners read them: planning/plan.py)
     speculators_kinds: tuple[str, ...] = ()  # speculators_model_type values vLLM serves as this method
-    codes: Mapping[str, tuple[Severity, str]] = field(default_factory=dict)  # the contract codes the method reports
+    contract_codes: tuple[Code, ...] = ()  # the drafter-contract codes `contract` reports
+    no_layers: Code | None = None  # reported when the target has none of the layers the method drafts with (mtp)
+    v1_refusal: Code | None = None  # reported where the V1 runner would serve it and vLLM refuses (`v1_runner` False)
+
+    @property
+    def codes(self) -> tuple[Code, ...]:
+        """Every code the method owns (methods/__init__ registers them when the package loads)."""
+        return tuple(c for c in (*self.contract_codes, self.no_layers, self.v1_refusal) if c is not None)
 
     # -- facts that depend on the config or the version ---------------------------------------
 

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from packaging.version import Version
 
 from ppspec_cli.findings import Finding
-from ppspec_cli.knowledge.methods.base import DrafterClass, DrafterView, SpecMethod, is_int
+from ppspec_cli.knowledge.methods.base import DrafterClass, DrafterView, SpecMethod, contract_code, is_int
 
 #: Where vLLM looks for the token it feeds at the parallel-drafting query slots, first present
 #: wins (V2: spec_decode/utils.py::get_parallel_drafting_token_id; V1:
@@ -55,16 +55,20 @@ def parallel_drafting_token(cfg: Mapping[str, Any]) -> tuple[str | None, Any]:
 
 
 #: The width codes every block drafter reports.
-WIDTH_CODES = {
-    "drafter-n-predict-divisible": (
-        "error",
-        "num_speculative_tokens above the drafter config's `n_predict` and not a multiple of it (vLLM refuses at start)",
-    ),
-    "drafter-beyond-block": (
-        "warning",
-        "num_speculative_tokens asks for more draft positions than the drafter's trained block holds; vLLM drafts them anyway",
-    ),
-}
+N_PREDICT_DIVISIBLE = contract_code(
+    "drafter-n-predict-divisible",
+    "error",
+    "`num_speculative_tokens` above the config's `n_predict` must be a multiple of it (`config/speculative.py`; field "
+    "`drafter.num_speculative_tokens`); DSpark is exempt since 0.32",
+)
+BEYOND_BLOCK = contract_code(
+    "drafter-beyond-block",
+    "warning",
+    "`num_speculative_tokens` beyond the trained block (DFlash: `block_size` - 1 masks after the bonus token; DSpark: "
+    "`block_size` / `dspark_block_size`, vLLM's own default): vLLM never reads `block_size` and drafts the extra "
+    "positions anyway (field `drafter.num_speculative_tokens`)",
+)
+WIDTH_CODES = (N_PREDICT_DIVISIBLE, BEYOND_BLOCK)
 
 
 @dataclass(frozen=True)
@@ -89,13 +93,11 @@ class BlockMethod(SpecMethod):
         checked = self.n_predict_free_since is None or version < self.n_predict_free_since
         if checked and positive(n_predict) and k > n_predict and k % n_predict:
             out.append(
-                Finding(
-                    "drafter-n-predict-divisible",
-                    "error",
+                N_PREDICT_DIVISIBLE.at(
                     "drafter.num_speculative_tokens",
                     f"num_speculative_tokens {k} is above the drafter config's n_predict {n_predict} and not a multiple of it: vLLM {version} refuses at start "
                     f"('num_speculative_tokens:{k} must be divisible by n_predict={n_predict}')",
-                    f"use num_speculative_tokens <= {n_predict} or a multiple of it",
+                    fix=f"use num_speculative_tokens <= {n_predict} or a multiple of it",
                 )
             )
         b = self.block_size(cfg)
@@ -105,13 +107,11 @@ class BlockMethod(SpecMethod):
                 f"blocks of {b} (the bonus token and {b - 1} masks)" if self.block_holds_bonus else f"blocks of {b}"
             )
             out.append(
-                Finding(
-                    "drafter-beyond-block",
-                    "warning",
+                BEYOND_BLOCK.at(
                     "drafter.num_speculative_tokens",
                     f"the drafter was trained on {trained}, so it predicts at most {most} draft tokens, but num_speculative_tokens is {k}: vLLM does not read block_size "
                     "and drafts the extra positions anyway; they are next to never accepted and cost draft compute",
-                    f"set num_speculative_tokens to at most {most}",
+                    fix=f"set num_speculative_tokens to at most {most}",
                 )
             )
         return out

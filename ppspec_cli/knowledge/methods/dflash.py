@@ -8,8 +8,23 @@ from typing import Any, Mapping
 from packaging.version import Version
 
 from ppspec_cli.findings import Finding
-from ppspec_cli.knowledge.methods.base import DrafterClass, DrafterView, TapKey, declared_architectures, is_int
+from ppspec_cli.knowledge.methods.base import (
+    DrafterClass,
+    DrafterView,
+    TapKey,
+    contract_code,
+    declared_architectures,
+    is_int,
+)
 from ppspec_cli.knowledge.methods.block import WIDTH_CODES, BlockMethod, nested
+
+ARCH_UNKNOWN = contract_code(
+    "dflash-arch-unknown",
+    "error",
+    "vLLM renames a DFlash drafter's architecture `DFlash<arch>` (unless it starts or ends with DFlash; 0.32+ also "
+    "keeps the classes its rename list names) and refuses a class its model registry lacks (the classes each release "
+    "has: the packs' `drafter_classes`, `ppspec adapters show`)",
+)
 
 #: The class vLLM's speculators conversion serves each DFlash speculators kind as (speculators/algos.py).
 SPECULATORS_CLASS = {"dflash": "DFlashDraftModel", "dflash2": "DFlash2DraftModel"}
@@ -66,13 +81,11 @@ class DFlash(BlockMethod):
         out: list[Finding] = []
         if view.served and not any(self.registered(a, view.version, classes) for a in view.served):
             out.append(
-                Finding(
-                    "dflash-arch-unknown",
-                    "error",
+                ARCH_UNKNOWN.at(
                     "drafter.model",
                     f"vLLM {view.version} serves this DFlash drafter as {list(view.served)} (architectures {list(view.declared)}, renamed DFlash<arch>), a class its model registry does not have: "
                     "vLLM refuses at start",
-                    "use a DFlash drafter whose config names an architecture this vLLM serves (e.g. DFlashDraftModel)",
+                    fix="use a DFlash drafter whose config names an architecture this vLLM serves (e.g. DFlashDraftModel)",
                 )
             )
         return out + self.width_breaches(view.config, view.version, view.num_speculative_tokens)
@@ -92,11 +105,5 @@ DFLASH = DFlash(
         TapKey("eagle_aux_hidden_state_layer_ids", 0, "capture points (speculators conversion)"),
     ),
     speculators_kinds=("dflash", "dflash2"),
-    codes={
-        "dflash-arch-unknown": (
-            "error",
-            "vLLM's model registry has no class for the DFlash drafter's architecture, as vLLM renames it (vLLM refuses at start)",
-        ),
-        **WIDTH_CODES,
-    },
+    contract_codes=(ARCH_UNKNOWN, *WIDTH_CODES),
 )

@@ -8,8 +8,15 @@ from typing import Any, Mapping
 
 from packaging.version import Version
 
-from ppspec_cli.findings import Finding
-from ppspec_cli.knowledge.methods.base import DrafterClass, DrafterView, TapKey, declared_architectures, is_int
+from ppspec_cli.findings import Code, Finding
+from ppspec_cli.knowledge.methods.base import (
+    DrafterClass,
+    DrafterView,
+    TapKey,
+    contract_code,
+    declared_architectures,
+    is_int,
+)
 from ppspec_cli.knowledge.methods.block import WIDTH_CODES, BlockMethod
 
 #: The class vLLM serves a DSpark drafter as when it keeps none of the checkpoint's names: the
@@ -34,6 +41,14 @@ SPECULATORS_KEYS = (
 
 def _join(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+DRAFT_TOPK = contract_code(
+    "dspark-draft-topk",
+    "error",
+    "`dspark_draft_topk` outside 1..draft vocabulary, or on a drafter whose served class does not take it "
+    "(`config/speculative.py`; the classes that do: the packs' `drafter_classes` with `draft_topk`)",
+)
 
 
 @dataclass(frozen=True)
@@ -98,23 +113,19 @@ class DSpark(BlockMethod):
         dvs = cfg.get("draft_vocab_size") or cfg.get("vocab_size")
         if not (isinstance(topk, (int, float)) and is_int(dvs) and 1 <= topk <= dvs):
             return [
-                Finding(
-                    "dspark-draft-topk",
-                    "error",
+                DRAFT_TOPK.at(
                     "drafter.model",
                     f"the drafter's dspark_draft_topk is {str(topk)[:40]!r}: vLLM refuses at start ('dspark_draft_topk must be between 1 and the draft vocabulary size ({dvs})')",
-                    "set dspark_draft_topk between 1 and the draft vocabulary size, or remove it",
+                    fix="set dspark_draft_topk between 1 and the draft vocabulary size, or remove it",
                 )
             ]
         takers = [c.name for c in classes if c.method == self.name and c.draft_topk]
         if takers and not set(takers) & set(view.served):
             return [
-                Finding(
-                    "dspark-draft-topk",
-                    "error",
+                DRAFT_TOPK.at(
                     "drafter.model",
                     f"the drafter sets dspark_draft_topk but vLLM serves it as {list(view.served)}: vLLM refuses at start ('dspark_draft_topk is only supported by {_join(takers)}')",
-                    "remove dspark_draft_topk from the drafter config",
+                    fix="remove dspark_draft_topk from the drafter config",
                 )
             ]
         return []
@@ -136,11 +147,12 @@ DSPARK = DSpark(
         TapKey("target_layer_ids", 1, "zero-based layer outputs (speculators conversion)"),
     ),
     speculators_kinds=("dspark",),
-    codes={
-        "dspark-draft-topk": (
-            "error",
-            "`dspark_draft_topk` outside 1..draft vocabulary, or on a drafter class that cannot use it (vLLM refuses at start)",
-        ),
-        **WIDTH_CODES,
-    },
+    contract_codes=(DRAFT_TOPK, *WIDTH_CODES),
+    v1_refusal=Code(
+        "dspark-needs-v2",
+        ("error",),
+        "DSpark exists only in vLLM's Model Runner V2, and this platform runs V1; vLLM refuses at start.",
+        "Run on GPUs with vLLM >= 0.30.",
+        section="Drafter and target",
+    ),
 )

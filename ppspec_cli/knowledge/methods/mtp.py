@@ -3,6 +3,7 @@ aliases are rewritten to it). No drafter checkpoint, no taps; one pass per specu
 
 from __future__ import annotations
 
+from ppspec_cli.findings import Code
 from ppspec_cli.knowledge.methods.base import SpecMethod
 
 #: How many MTP layers a target has is a family fact (its pack's `mtp_layers`); under PP a family
@@ -13,4 +14,11 @@ MTP = SpecMethod(
     v2_speculator="mtp",
     external_drafter=False,
     target_embed_capability="target_embed_for_mtp",
+    no_layers=Code(
+        "mtp-no-layers",
+        ("error",),
+        "`method: mtp` but the target's config declares no MTP layers.",
+        "Use a target with MTP heads, or an external drafter.",
+        section="Drafter and target",
+    ),
 )

@@ -12,7 +12,7 @@ import contextlib
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator, Literal
 
-from ppspec_cli.findings import Finding
+from ppspec_cli.findings import SEVERITIES, Code, Finding, register
 from ppspec_cli.io.env import env_set
 from ppspec_cli.io.env import get as env_get
 from ppspec_cli.knowledge import methods
@@ -34,21 +34,42 @@ class ProbeResult:
         return asdict(self)
 
     def finding(self) -> Finding | None:
-        """The probe as it enters the preflight (issue 30: one finding type): a failed probe is a
+        """The probe as it enters the preflight (one finding type): a failed probe is a
         `probe-<name>` finding at its severity, one not run an info; a passed probe none."""
+        code = probe_code(self.name)
         if self.status == "failed":
-            return Finding(
-                f"probe-{self.name}",
-                self.severity or "error",
-                "platform",
-                f"engine probe {self.name} failed: {self.detail}",
-                self.fix or "",
+            return code.at(
+                "platform", f"engine probe {self.name} failed: {self.detail}", severity=self.severity, fix=self.fix
             )
         if self.status == "not_run":
-            return Finding(
-                f"probe-{self.name}", "info", "platform", f"engine probe {self.name} not run: {self.detail}", ""
-            )
+            return code.at("platform", f"engine probe {self.name} not run: {self.detail}", severity="info")
         return None
+
+
+#: The reference section of the probes' codes.
+PROBES_SECTION = "Behaviour probes of the installed vLLM"
+
+
+_PROBE_CODES: dict[str, Code] = {}
+
+
+def probe_code(name: str, owner: str = "probes") -> Code:
+    """The code of the probe `name` (`probe-<name>`; a pack's own probe is `<pack>-<name>`, its code
+    registered as the pack's when its probes load), registered the first time it is asked for: the
+    core probes' when this module loads."""
+    if name in _PROBE_CODES:
+        return _PROBE_CODES[name]
+    code = Code(
+        f"probe-{name}",
+        SEVERITIES,
+        f"The behaviour probe `{name}` of the installed vLLM failed or did not run (`check --probes`; every engine "
+        "process `serve` starts runs it too).",
+        "The message says what the probe saw and the fix.",
+        section=PROBES_SECTION,
+    )
+    register(owner, code)
+    _PROBE_CODES[name] = code
+    return code
 
 
 # ---------------------------------------------------------------------------------------------
@@ -597,6 +618,7 @@ def probe_pack_own(family: Any) -> list[ProbeResult]:
             )
             continue
         for name, fn in items:
+            probe_code(f"{part.name}-{name}", f"pack {part.name}")
             out.append(_guard(f"{part.name}-{name}", fn))
     return out
 
@@ -614,6 +636,10 @@ PROBE_NAMES = (
     "inner-decoder-opt-in",
     "target-embed-last-stage",
 )
+
+
+for _name in PROBE_NAMES:
+    probe_code(_name)
 
 
 def run_probes(
