@@ -45,14 +45,12 @@ def timed(cmd: list[str], env: dict, timeout: float) -> tuple[float, int, str]:
 
 
 def ppspec_in_process(profile: Path) -> tuple[float, list[str]]:
-    """The check itself (load, resolve, rules) without interpreter start-up."""
-    from ppspec_cli.planning.profile import load_profile
-    from ppspec_cli.planning.resolve import resolve
-    from ppspec_cli.planning.rules import run_rules
+    """The check itself (gather, judge) without interpreter start-up."""
+    from ppspec_cli import operation
 
     t0 = time.perf_counter()
-    findings = run_rules(resolve(load_profile(profile), profile_path=str(profile), offline=True))
-    return time.perf_counter() - t0, [f.code for f in findings if f.severity == "error"]
+    o = operation.run(operation.Operation("check", str(profile), offline=True))
+    return time.perf_counter() - t0, [f.code for f in o.judgment.findings if f.severity == "error"]
 
 
 def run_vllm(model_dir: Path, log_path: Path, timeout: float) -> tuple[float, int | None]:

@@ -214,15 +214,12 @@ def main() -> int:
         bare_env["TMPDIR"] = str(tmp)
         url = f"http://127.0.0.1:{port}"
         sys.path.insert(0, str(REPO))
-        from ppspec_cli.planning import engine_options
+        from ppspec_cli.knowledge import installcache
 
-        cache_state = "missing"
-        try:
-            if json.loads(engine_options._options_cache_file().read_text()).get("key") == engine_options._parser_key():  # noqa: SLF001
-                cache_state = "warm (the serve parser is not imported: see engine_options.known_serve_options)"
-            else:
-                cache_state = "stale (this run imports vLLM's serve parser before the engine starts)"
-        except (OSError, ValueError):
+        key = installcache.install_key()
+        if key is not None and installcache.read("serve-options", key) is not None:
+            cache_state = "warm (the serve parser is not imported: see knowledge/engine.serve_option_names)"
+        else:
             cache_state = "cold (this run imports vLLM's serve parser before the engine starts)"
         order = ["ppspec", "bare"] if args.ppspec_first else ["bare", "ppspec"]
         times: dict[str, list[float]] = {"bare": [], "ppspec": []}

@@ -10,11 +10,22 @@ import sys
 from pathlib import Path
 
 import pytest
+from judging import HERE, resolved
 
 from ppspec_cli.knowledge import archscan, archtable
 from ppspec_cli.knowledge.engine import VllmInstall
 from ppspec_cli.knowledge.packs import PLATFORMS, load_packs
 from ppspec_cli.knowledge.versions import VERIFIED_SERIES
+
+#: The vLLM the facts say is installed here, per test (a value the facts carry: nothing is patched;
+#: HERE: the one this machine has).
+INSTALL: list = [HERE]
+
+
+@pytest.fixture(autouse=True)
+def _install_here():
+    INSTALL[0] = HERE
+
 
 FIXTURE = Path(__file__).parent / "fixtures" / "archscan"  # our own minimal tree in vLLM's shape
 REPO = Path(__file__).resolve().parent.parent
@@ -89,21 +100,20 @@ def test_pick_prefers_the_installed_engine_that_serves(tmp_path, monkeypatch):
     monkeypatch.setenv("PPSPEC_CACHE", str(tmp_path))
     monkeypatch.setattr(archtable, "installed_source_root", lambda: FIXTURE)
     fork = VllmInstall("9.9.0+fork", "vllm", "cuda")
-    t = archtable.pick("cuda", fork, "0.33.0", verified_install=False)
+    engine = archtable.engine_table(fork)  # read by value (the gatherer's step), cached per install
+    t = archtable.pick("cuda", fork, "0.33.0", engine)
     assert t.source == "installed" and t.registers("TrapForCausalLM")
-    cached = list((tmp_path / "arch").glob("vllm-*.json"))
+    cached = list((tmp_path / "installs").glob("arch-*.json"))
     assert len(cached) == 1
     monkeypatch.setattr(archscan, "scan", lambda root: pytest.fail("scanned again: the cache was not used"))
-    assert archtable.pick("cuda", fork, "0.33.0", verified_install=False).registers("TrapForCausalLM")
+    assert archtable.pick("cuda", fork, "0.33.0", archtable.engine_table(fork)).registers("TrapForCausalLM")
     # another platform than the install's: the committed table of the declared version
-    assert archtable.pick("rocm", fork, "0.31.0", verified_install=False).version == "0.31.0"
+    assert archtable.pick("rocm", fork, "0.31.0", engine).version == "0.31.0"
     # a verified install reads its committed table (same code); nothing installed: the declared version's
     monkeypatch.setattr(archscan, "source_version", lambda root: ("0.32.0", None))
-    assert (
-        archtable.pick("cuda", VllmInstall("0.32.0", "vllm", "cuda"), "0.32.0", verified_install=True).source
-        == "committed"
-    )
-    assert archtable.pick("cuda", None, "0.34.0", verified_install=False).version == archtable.committed_versions()[-1]
+    verified = VllmInstall("0.32.0", "vllm", "cuda")
+    assert archtable.pick("cuda", verified, "0.32.0", archtable.engine_table(verified)).source == "committed"
+    assert archtable.pick("cuda", None, "0.34.0", None).version == archtable.committed_versions()[-1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,16 +280,15 @@ def test_adapters_show_an_architecture_no_pack_covers(capsys):
 
 def test_an_unreadable_installed_source_is_no_table_not_a_traceback(tmp_path, monkeypatch, make_checkpoint):
     """A fork whose source the walker cannot read: the verdict says unknown (no table), check runs on."""
-    from ppspec_cli.planning import resolve as resolve_mod
     from ppspec_cli.planning.profile import parse_profile
 
     monkeypatch.setenv("PPSPEC_CACHE", str(tmp_path))
-    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: VllmInstall("9.9.0+fork", "vllm", "cuda"))
+    INSTALL[0] = VllmInstall("9.9.0+fork", "vllm", "cuda")
     monkeypatch.setattr(archtable, "installed_source_root", lambda: tmp_path / "nowhere")
     target = make_checkpoint(
         "t", {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "hidden_size": 64, "vocab_size": 100}
     )
-    r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\n"), offline=True)
+    r = resolved(parse_profile(f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\n"), install=INSTALL[0])
     assert r.arch_table is None and r.support("aux_relay_over_pp").status in ("unknown", "native", "unsupported")
 
 
@@ -383,11 +392,10 @@ def test_mtp_rewrite_reader_can_fail(tmp_path):
 def test_plan_reports_the_layer_kinds_per_stage_of_a_hybrid_target(tmp_path, monkeypatch, make_checkpoint):
     """Qwen3-Next (vLLM 0.32 qwen3_next.py:668 reads config.layer_types per layer) at PP=2: each
     stage's full/linear attention layers, from the config's list; a dense target says nothing."""
-    from ppspec_cli.planning import resolve as resolve_mod
     from ppspec_cli.planning import rules
     from ppspec_cli.planning.profile import parse_profile
 
-    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: VllmInstall("0.32.0", "vllm", "cuda"))
+    INSTALL[0] = VllmInstall("0.32.0", "vllm", "cuda")
     kinds = ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * 2
     cfg = {
         "architectures": ["Qwen3NextForCausalLM"],
@@ -398,11 +406,11 @@ def test_plan_reports_the_layer_kinds_per_stage_of_a_hybrid_target(tmp_path, mon
         "layer_types": kinds,
     }
     target = make_checkpoint("t", cfg)
-    r = resolve_mod.resolve(
+    r = resolved(
         parse_profile(
             f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine: {{version: 0.32.0}}\ntopology: {{pipeline_parallel: 2}}\n"
         ),
-        offline=True,
+        install=INSTALL[0],
     )
     got = [f for f in rules.arch_table_rule(r) if f.code == "target-hybrid-stages"]
     assert len(got) == 1 and "qwen3_next.py:668" in got[0].message
@@ -411,11 +419,11 @@ def test_plan_reports_the_layer_kinds_per_stage_of_a_hybrid_target(tmp_path, mon
         in got[0].message
     )
     dense = make_checkpoint("d", {**cfg, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"})
-    r = resolve_mod.resolve(
+    r = resolved(
         parse_profile(
             f"name: t\ntarget: {{model: {dense}}}\nplatform: cuda\nengine: {{version: 0.32.0}}\ntopology: {{pipeline_parallel: 2}}\n"
         ),
-        offline=True,
+        install=INSTALL[0],
     )
     assert not [f for f in rules.arch_table_rule(r) if f.code == "target-hybrid-stages"]
 
@@ -551,17 +559,16 @@ def test_a_multimodal_language_model_is_decided_from_the_checkpoint_config():
 
 
 def _plan_hybrid(monkeypatch, make_checkpoint, cfg, version="0.33.0", pp=2):
-    from ppspec_cli.planning import resolve as resolve_mod
     from ppspec_cli.planning import rules
     from ppspec_cli.planning.profile import parse_profile
 
-    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: None)
+    INSTALL[0] = None
     target = make_checkpoint("t", cfg)
-    r = resolve_mod.resolve(
+    r = resolved(
         parse_profile(
             f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine: {{version: {version}}}\ntopology: {{pipeline_parallel: {pp}}}\n"
         ),
-        offline=True,
+        install=INSTALL[0],
     )
     return [f for f in rules.arch_table_rule(r) if f.code == "target-hybrid-stages"]
 
@@ -726,11 +733,10 @@ def test_a_target_without_supports_pp_is_refused_under_pp(monkeypatch, make_chec
     """vLLM raises 'Pipeline parallelism is not supported for this model' at start when PP > 1 and
     the architecture is not SupportsPP (0.33 config/model.py:1573, the table's checks); Mamba2's
     class lists no SupportsPP. PP = 1, or a SupportsPP target, is no finding."""
-    from ppspec_cli.planning import resolve as resolve_mod
     from ppspec_cli.planning import rules
     from ppspec_cli.planning.profile import parse_profile
 
-    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: None)
+    INSTALL[0] = None
     assert archtable.committed("0.33.0").doc["checks"]["pp_needs_supports_pp"] == "vllm/config/model.py:1573"
 
     def codes(arch, pp):
@@ -738,11 +744,11 @@ def test_a_target_without_supports_pp_is_refused_under_pp(monkeypatch, make_chec
             f"{arch}{pp}",
             {"architectures": [arch], "model_type": "x", "num_hidden_layers": 8, "hidden_size": 64, "vocab_size": 100},
         )
-        r = resolve_mod.resolve(
+        r = resolved(
             parse_profile(
                 f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine: {{version: 0.33.0}}\ntopology: {{pipeline_parallel: {pp}}}\n"
             ),
-            offline=True,
+            install=INSTALL[0],
         )
         return {f.code: f for f in rules.arch_table_rule(r)}
 
@@ -762,10 +768,9 @@ def test_transformers_backend_embedding_on_the_last_stage_follows_tie_word_embed
     but the first, unless `self._get_tie_word_embeddings() and is_last_rank` (base.py:379 reads
     tie_word_embeddings on the text and top-level configs). Tied: the last stage has the embedding;
     untied: it does not; not in the config files: the config class's default decides, not said."""
-    from ppspec_cli.planning import resolve as resolve_mod
     from ppspec_cli.planning.profile import parse_profile
 
-    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: None)
+    INSTALL[0] = None
     rule = archtable.committed("0.33.0").target("OlmoForCausalLM", "cuda")["embed_rule"]
     assert rule == {
         "config_flag": "tie_word_embeddings",
@@ -783,11 +788,11 @@ def test_transformers_backend_embedding_on_the_last_stage_follows_tie_word_embed
             **extra,
         }
         t = make_checkpoint(f"olmo{len(extra)}{extra.get('tie_word_embeddings')}", cfg)
-        r = resolve_mod.resolve(
+        r = resolved(
             parse_profile(
                 f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine: {{version: 0.33.0}}\ntopology: {{pipeline_parallel: 2}}\n"
             ),
-            offline=True,
+            install=INSTALL[0],
         )
         return r.support("target_embed_on_last_stage")
 
@@ -840,18 +845,17 @@ GPT2_CONFIG = {
 
 
 def _drafter_codes(make_checkpoint, name, config, *, pp=1, method="eagle3", platform="cuda"):
-    from ppspec_cli.planning import resolve as resolve_mod
     from ppspec_cli.planning import rules
     from ppspec_cli.planning.profile import parse_profile
 
     t = make_checkpoint(f"{name}-{pp}-{method}-{platform}", config)
     d = make_checkpoint(f"head-{name}-{pp}-{method}-{platform}", "yuhuili__EAGLE3-LLaMA3.1-Instruct-8B")
-    r = resolve_mod.resolve(
+    r = resolved(
         parse_profile(
             f"name: t\ntarget: {{model: {t}}}\nplatform: {platform}\nengine: {{version: 0.33.0}}\n"
             f"drafter: {{method: {method}, model: {d}, num_speculative_tokens: 3}}\ntopology: {{pipeline_parallel: {pp}}}\n"
         ),
-        offline=True,
+        install=INSTALL[0],
     )
     return {f.code: f for f in rules.arch_table_rule(r)}
 
@@ -864,9 +868,8 @@ def test_a_target_without_model_is_refused_at_drafter_load(monkeypatch, make_che
     does not have 'model' attribute" (:1427), and at PP > 1 reads `target.model` in
     `_maybe_share_lm_head` (:1578). Llama (`self.model = LlamaModel`, with `embed_tokens`) is not
     refused; DFlash on V2 reads `.model` through getattr with a default: not refused by this."""
-    from ppspec_cli.planning import resolve as resolve_mod
 
-    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: None)
+    INSTALL[0] = None
     checks = archtable.committed("0.33.0").doc["checks"]
     assert checks["drafter_needs_target_model"] == "vllm/v1/spec_decode/llm_base_proposer.py:1427"
     assert checks["drafter_share_embed_pp1"] == "vllm/v1/spec_decode/llm_base_proposer.py:1424"

@@ -198,7 +198,7 @@ def test_launch_passes_the_schedule_to_vllm():
         }
     )
     r = SimpleNamespace(profile=prof, plan=None, drafter=None)
-    cfg = launch._drafter_launch(r, Path("/tmp"), False).config
+    cfg = launch._drafter_launch(r, Path("/tmp")).config
     assert cfg["num_speculative_tokens_per_batch_size"] == [[1, 2, 2], [3, 8, 0]] and cfg["num_speculative_tokens"] == 2
 
 

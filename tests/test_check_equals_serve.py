@@ -38,7 +38,10 @@ EXAMPLES: dict[str, tuple[dict, dict]] = {
     "env-secret": ({"env": {"MY_API_KEY": "x"}}, {}),
     "engine-secret-option": ({"engine": {"hf_token": "x"}}, {}),
     "env-overrides-plan": ({"env": {"VLLM_PP_LAYER_PARTITION": "8,8"}}, {}),
-    "env-plugins-skip-ppspec": ({}, {"VLLM_PLUGINS": "other"}),
+    "env-plugins-skip-ppspec": ({"env": {"VLLM_PLUGINS": "other"}}, {}),
+    # the caller's shell: the `here` question's (check's "on this machine" part), serve refuses
+    "shell-overrides-plan": ({}, {"VLLM_PP_LAYER_PARTITION": "8,8"}),
+    "shell-plugins-skip-ppspec": ({}, {"VLLM_PLUGINS": "other"}),
     "api-key-env-unset": ({"server": {"api_key_env": "PPSPEC_TEST_UNSET_KEY"}}, {}),
     "engine-ambiguous-option": ({"engine": {"max-num": 8}}, {}),
     "engine-untrusted-option": ({"engine": {"worker_extension_cls": "evil.Ext"}}, {}),
@@ -82,9 +85,11 @@ def _cli(*args: str) -> tuple[int, str]:
 
 
 def _check_codes(profile: Path, probes: bool) -> dict[str, str]:
+    """Every code `check` reports: the profile's and what this machine adds (`here`)."""
     r = CliRunner().invoke(app, ["check", str(profile), "--json", "--offline", "--probes" if probes else "--no-probes"])
     assert r.exit_code in (0, 1), r.output
-    return {f["code"]: f["severity"] for f in json.loads(r.stdout)["findings"]}
+    doc = json.loads(r.stdout)
+    return {f["code"]: f["severity"] for f in doc["findings"] + doc["here"]["findings"]}
 
 
 def test_every_refusal_has_an_example():
@@ -144,7 +149,7 @@ MANAGED_SPELLINGS = [
 
 @pytest.mark.parametrize("key", MANAGED_SPELLINGS)
 def test_every_spelling_of_a_managed_option_is_refused(key):
-    codes = [f.code for f in launch_refusals({key: 1}, {}, None, {})]
+    codes = [f.code for f in launch_refusals({key: 1}, {})]
     assert codes == ["engine-managed-option"], (key, codes)
 
 
@@ -160,38 +165,31 @@ def test_every_spelling_of_a_managed_option_is_refused(key):
     ],
 )
 def test_ordinary_options_pass(key):
-    assert launch_refusals({key: {"rope_scaling": None}}, {}, None, {}) == []
+    assert launch_refusals({key: {"rope_scaling": None}}, {}) == []
 
 
 @pytest.mark.parametrize(
-    ("env", "environ", "field"),
+    ("env", "field"),
     [
-        ({"VLLM_USE_V2_MODEL_RUNNER": "0"}, {}, "env.VLLM_USE_V2_MODEL_RUNNER"),
-        ({"PPSPEC_PLAN_FILE": "/tmp/other.json"}, {}, "env.PPSPEC_PLAN_FILE"),
-        ({}, {"VLLM_PP_LAYER_PARTITION": "3,3"}, "environment.VLLM_PP_LAYER_PARTITION"),
-        ({}, {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "environment.VLLM_USE_V2_MODEL_RUNNER"),
+        ({"VLLM_USE_V2_MODEL_RUNNER": "0"}, "env.VLLM_USE_V2_MODEL_RUNNER"),
+        ({"PPSPEC_PLAN_FILE": "/tmp/other.json"}, "env.PPSPEC_PLAN_FILE"),
     ],
 )
-def test_plan_overrides_in_env_and_environment(env, environ, field):
-    got = [(f.code, f.field) for f in launch_refusals({}, env, None, environ)]
+def test_plan_overrides_in_env(env, field):
+    got = [(f.code, f.field) for f in launch_refusals({}, env)]
     assert got == [("env-overrides-plan", field)]
 
 
 def test_plugins_allow_list_with_ppspec_passes():
-    assert launch_refusals({}, {"VLLM_PLUGINS": "other,ppspec"}, None, {"VLLM_PLUGINS": "ppspec"}) == []
+    assert launch_refusals({}, {"VLLM_PLUGINS": "other,ppspec"}) == []
     # vLLM splits VLLM_PLUGINS on "," and compares names exactly: " ppspec" is not ppspec
-    assert [f.code for f in launch_refusals({}, {"VLLM_PLUGINS": "other, ppspec"}, None, {})] == [
-        "env-plugins-skip-ppspec"
-    ]
-    assert [f.field for f in launch_refusals({}, {"VLLM_PLUGINS": "other"}, None, {"VLLM_PLUGINS": ""})] == [
-        "env.VLLM_PLUGINS",
-        "environment.VLLM_PLUGINS",
-    ]
+    assert [f.code for f in launch_refusals({}, {"VLLM_PLUGINS": "other, ppspec"})] == ["env-plugins-skip-ppspec"]
+    assert [f.field for f in launch_refusals({}, {"VLLM_PLUGINS": "other"})] == ["env.VLLM_PLUGINS"]
 
 
 def test_hf_overrides_that_keep_the_depth_pass():
-    assert launch_refusals({"hf-overrides": {"rope_theta": 1e6}}, {}, None, {}) == []
-    assert [f.code for f in launch_refusals({"hf-overrides": {"num_nextn_predict_layers": 2}}, {}, None, {})] == [
+    assert launch_refusals({"hf-overrides": {"rope_theta": 1e6}}, {}) == []
+    assert [f.code for f in launch_refusals({"hf-overrides": {"num_nextn_predict_layers": 2}}, {})] == [
         "engine-overrides-depth"
     ]
 

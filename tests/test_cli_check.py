@@ -14,6 +14,7 @@ import time
 import inprocess
 import pytest
 from conftest import fixture_config, run_ppspec, synthetic_kimi_k25_config
+from judging import resolved
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 
@@ -62,7 +63,7 @@ def test_the_output_says_which_vllm_version_the_verdict_is_for(make_checkpoint, 
     when it is the engine that serves the profile (its platform); a cuda profile checked where a CPU
     build is installed is judged for its declared vLLM, as on a login node. (Before: the installed
     CPU build replaced every profile's engine_version.)"""
-    from ppspec_cli.planning.resolve import installed_vllm
+    from ppspec_cli.knowledge.engine import installed_vllm
 
     t = make_checkpoint("llama", LLAMA)
     inst = installed_vllm()
@@ -245,7 +246,6 @@ def test_plan_bad_profile_exit_2(write_profile):
 def test_check_answers_fast_in_process(make_checkpoint, write_profile):
     """The work `check` does on a local profile (load, resolve, rules) takes well under a second."""
     from ppspec_cli.planning.profile import load_profile
-    from ppspec_cli.planning.resolve import resolve
     from ppspec_cli.planning.rules import run_rules
 
     t = make_checkpoint("llama", LLAMA, index=fixture_config(LLAMA, "model.safetensors.index.json"))
@@ -253,7 +253,7 @@ def test_check_answers_fast_in_process(make_checkpoint, write_profile):
     p = write_profile(prof(t, drafter=d, extra="  layer_partition: [16, 15]\n"))
     load_profile(p)  # warm imports
     t0 = time.perf_counter()
-    r = resolve(load_profile(p), profile_path=str(p))
+    r = resolved(load_profile(p), path=str(p))
     findings = run_rules(r)
     assert time.perf_counter() - t0 < 0.5
     assert any(f.code == "partition-sum" for f in findings)

@@ -12,6 +12,7 @@ import typer
 import typer.testing
 import yaml
 from conftest import run_ppspec
+from judging import judged
 from rich.console import Console
 
 from ppspec_cli.cli import app
@@ -19,8 +20,6 @@ from ppspec_cli.commands.render import render_findings, render_plan
 from ppspec_cli.findings.codes import TAPS_PINNED_DIFFER
 from ppspec_cli.knowledge.packs import load_packs
 from ppspec_cli.planning.profile import parse_profile
-from ppspec_cli.planning.resolve import resolve
-from ppspec_cli.preflight.core import preflight
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 
@@ -120,7 +119,7 @@ def _plan_output(make_checkpoint, width: int = 160, pp: int = 2, **drafter) -> s
     if drafter:
         prof["drafter"] = {**drafter, "num_speculative_tokens": 3}
     p = parse_profile(yaml.safe_dump(prof))
-    pf = preflight(p, "", offline=True, resolved=resolve(p, offline=True))
+    pf = judged(p)
     buf = io.StringIO()
     render_plan(pf, Console(file=buf, width=width, color_system=None, highlight=False))
     return buf.getvalue()

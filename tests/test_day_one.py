@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import FIXTURES, REPO, fixture_config
+from judging import resolved
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -22,7 +23,6 @@ from ppspec_cli.commands.render import render_findings
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.findings.codes import GAPS, PROBES_NOT_RUN
 from ppspec_cli.planning.profile import parse_profile
-from ppspec_cli.planning.resolve import resolve
 from ppspec_cli.planning.rules import run_rules
 
 MODELS = FIXTURES / "models"
@@ -204,7 +204,7 @@ def test_packs_declare_the_weight_layout_the_plan_uses():
 
 def test_taps_default_says_what_the_taps_are_and_how_to_find_out(profile):
     p = profile(model="meta-llama__Llama-3.1-8B-Instruct", drafter="yuhuili__EAGLE3-LLaMA3.1-Instruct-8B")
-    r = resolve(parse_profile(p.read_text()), offline=True)
+    r = resolved(parse_profile(p.read_text()))
     f = next(f for f in run_rules(r) if f.code == "taps-default")
     assert "[2, 16, 29]" in f.message and "outputs of layers [1, 15, 28]" in f.message
     assert "drafter.taps: [2, 16, 29]" in f.hint and "model card" in f.hint and "ppspec verify" in f.hint
@@ -342,10 +342,12 @@ def test_known_serve_options_come_from_the_cache_for_the_same_install(tmp_path, 
     """Importing vLLM's serve parser cost 7-15 s before every engine start (issue 26: ppspec 8 s
     slower to ready than a bare `vllm serve`). It is read once per install and cached, keyed by
     the install; another install (a changed key) reads the parser again."""
-    from ppspec_cli.planning import engine_options as eo
+    from ppspec_cli.knowledge import engine as eo
+    from ppspec_cli.knowledge import installcache
+    from ppspec_cli.planning.engine_options import read_options, unknown_options
 
     monkeypatch.setenv("PPSPEC_CACHE", str(tmp_path))
-    monkeypatch.setattr(eo, "_parser_key", lambda: "install A")
+    monkeypatch.setattr(installcache, "install_key", lambda: "install A")
     calls = []
 
     class Parser:
@@ -357,16 +359,16 @@ def test_known_serve_options_come_from_the_cache_for_the_same_install(tmp_path, 
         }
 
     monkeypatch.setattr(eo, "vllm_serve_parser", lambda: calls.append(1) or Parser)
-    assert eo.known_serve_options() == {"max-model-len", "no-enforce-eager", "enforce-eager"} and calls == [1]
-    assert eo.check_engine_flags({"max-model-len": 1, "bogus-flag": 2}) == ["bogus-flag"] and calls == [
-        1
-    ]  # from the cache
-    monkeypatch.setattr(eo, "_parser_key", lambda: "install B")
-    eo.known_serve_options()
+    assert eo.serve_option_names() == {"max-model-len", "no-enforce-eager", "enforce-eager"} and calls == [1]
+    names = eo.serve_option_names()  # from the cache
+    got = unknown_options(read_options({"max-model-len": 1, "bogus-flag": 2}), names)
+    assert [f.field for f in got] == ["engine.bogus-flag"] and calls == [1]
+    monkeypatch.setattr(installcache, "install_key", lambda: "install B")
+    eo.serve_option_names()
     assert calls == [1, 1]
-    (tmp_path / "vllm-serve-options.json").write_text("{not json")
+    installcache.path("serve-options", "install B").write_text("{not json")
     assert (
-        eo.known_serve_options() == {"max-model-len", "no-enforce-eager", "enforce-eager"} and len(calls) == 3
+        eo.serve_option_names() == {"max-model-len", "no-enforce-eager", "enforce-eager"} and len(calls) == 3
     )  # a damaged cache is a miss
 
 

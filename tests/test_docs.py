@@ -174,7 +174,7 @@ def test_every_command_and_option_is_in_a_docs_page():
 def test_every_finding_code_a_page_names_is_in_the_registry():
     """A code a page names in backticks (one the code base reports) has its entry in the registry
     and in docs/findings.md; the measurement can fail (it sees codes in the pages)."""
-    from ppspec_cli.preflight.reference import every_code
+    from ppspec_cli.operation.reference import every_code
 
     reported = every_code()
     findings = (REPO / "docs" / "findings.md").read_text(encoding="utf-8")

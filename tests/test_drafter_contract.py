@@ -11,16 +11,25 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, fixture_config
+from judging import HERE, resolved
 
 import ppspec_kit as kit
 from ppspec_cli import demo
 from ppspec_cli.knowledge.engine import VllmInstall
 from ppspec_cli.knowledge.methods.base import CONTRACT_SECTION
-from ppspec_cli.planning import resolve as resolve_mod
+from ppspec_cli.operation.reference import every_code
 from ppspec_cli.planning.profile import parse_profile
-from ppspec_cli.planning.resolve import resolve
 from ppspec_cli.planning.rules import run_rules
-from ppspec_cli.preflight.reference import every_code
+
+#: The vLLM the facts say is installed here, per test (a value the facts carry: nothing is patched;
+#: HERE: the one this machine has).
+INSTALL: list = [HERE]
+
+
+@pytest.fixture(autouse=True)
+def _install_here():
+    INSTALL[0] = HERE
+
 
 #: Every drafter-contract code (the methods' and the drafter packs'): code -> (severity,).
 CODES = {c: x.severities for c, x in every_code().items() if x.section == CONTRACT_SECTION}
@@ -40,9 +49,7 @@ def check(target, drafter, *, method: str, version: str = "0.33.0", platform: st
         "target": {"model": str(target)},
         "drafter": {"method": method, "model": str(drafter), "num_speculative_tokens": k},
     }
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(resolve_mod, "installed_vllm", lambda: VllmInstall(version, dist, platform))
-        r = resolve(parse_profile(yaml.safe_dump(prof)), offline=True)
+    r = resolved(parse_profile(yaml.safe_dump(prof)), install=VllmInstall(version, dist, platform))
     by: dict[str, list] = {}
     for f in run_rules(r):
         by.setdefault(f.code, []).append(f)
@@ -462,7 +469,9 @@ def test_serve_refuses_what_check_reports(qwen3, make_checkpoint, tmp_path, monk
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("PPSPEC_VLLM_EXECUTABLE", str(tmp_path / "no-such-vllm"))
-    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: VllmInstall("0.33.0", "vllm", "cuda"))
+    from ppspec_cli.operation import gather as gather_mod
+
+    monkeypatch.setattr(gather_mod, "installed_vllm", lambda: VllmInstall("0.33.0", "vllm", "cuda"))  # the reader
     for name, cfg, refused in (
         ("nomask", zlab(dflash_config={"target_layer_ids": [1, 9, 17, 25, 33]}), True),
         ("ok", zlab(), False),

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 from attack.cases import spellings
 
-from ppspec_cli.planning.engine_options import UNTRUSTED_OPTIONS, read_option, vllm_option_strings, vllm_serve_parser
+from ppspec_cli.knowledge.engine import vllm_serve_parser
+from ppspec_cli.planning.engine_options import UNTRUSTED_OPTIONS, read_option, vllm_option_strings
 from ppspec_cli.planning.engine_shapes import shape_findings
 
 pytestmark = pytest.mark.vllm

@@ -30,7 +30,6 @@ from test_launch import make_hf_cache
 
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.planning.profile import load_profile
-from ppspec_cli.running import cluster
 
 pytestmark = pytest.mark.slow  # runs the exported scripts (bash, stand-in srun) and imports vLLM's option parser
 
@@ -454,6 +453,16 @@ def _two_node(tmp_path: Path, **launch) -> Path:
     return p
 
 
+def _place(profile, environ, **args):
+    """The placement of `profile` from gathered facts (SLURM read from `environ`), decided purely."""
+    from judging import facts
+
+    from ppspec_cli.planning.placement import place
+
+    f = facts(profile, install=None, environ=environ, kind="dry_run", **args)
+    return place(profile, f.placement, f.slurm, f.node_net, run_root=f.run_root, host=f.host.name)
+
+
 def test_place_from_slurm_environment(env, tmp_path):
     slurm = {
         "SLURM_JOB_ID": "77",
@@ -462,26 +471,24 @@ def test_place_from_slurm_environment(env, tmp_path):
         "SLURM_JOB_NODELIST": "gpu[07-08]",
         "PATH": env["PATH"],
     }
-    prof, pl = cluster.place(load_profile(_two_node(tmp_path)), environ=slurm)
+    prof, pl = _place(load_profile(_two_node(tmp_path)), slurm)
     assert (prof.launch.master_addr, pl.node_rank) == ("gpu07", 1)
     from ppspec_cli.io.netinfo import host_name
 
     assert pl.run_dir is not None and pl.run_dir.name == f"slurm-77-{host_name()}-node1"  # per job, host and node
     # the command line wins over the profile, the profile over SLURM
-    prof, pl = cluster.place(
-        load_profile(_two_node(tmp_path, master_addr="10.1.1.1")), environ=slurm, node_rank=0, master_port=31000
-    )
+    prof, pl = _place(load_profile(_two_node(tmp_path, master_addr="10.1.1.1")), slurm, node_rank=0, master_port=31000)
     assert (prof.launch.master_addr, prof.launch.master_port, pl.node_rank) == ("10.1.1.1", 31000, 0)
-    prof, _ = cluster.place(load_profile(_two_node(tmp_path, master_addr="10.1.1.1")), environ=slurm, master_addr="h2")
+    prof, _ = _place(load_profile(_two_node(tmp_path, master_addr="10.1.1.1")), slurm, master_addr="h2")
     assert prof.launch.master_addr == "h2"
     # outside SLURM: a real start without --node-rank is the head, in its own run directory; a dry run decides nothing
-    prof, pl = cluster.place(load_profile(_two_node(tmp_path, master_addr="10.1.1.1")), environ={}, launching=True)
+    prof, pl = _place(load_profile(_two_node(tmp_path, master_addr="10.1.1.1")), {}, launching=True)
     assert pl.node_rank == 0 and pl.run_dir is not None and pl.run_dir.name == f"{host_name()}-node0"
-    assert cluster.place(load_profile(_two_node(tmp_path, master_addr="10.1.1.1")), environ={})[1].node_rank is None
+    assert _place(load_profile(_two_node(tmp_path, master_addr="10.1.1.1")), {})[1].node_rank is None
     # a one-node profile ignores SLURM entirely
     one = tmp_path / "one.yaml"
     one.write_text(yaml.safe_dump({"name": "one", "target": {"model": "demo:tiny-llama"}, "platform": "cpu"}))
-    assert cluster.place(load_profile(one), environ=slurm)[1].node_rank is None
+    assert _place(load_profile(one), slurm)[1].node_rank is None
 
 
 @pytest.mark.parametrize(
@@ -505,7 +512,7 @@ def test_place_slurm_errors(env, tmp_path, change, message):
     }
     slurm.update(change)
     with pytest.raises(PpspecError, match=message.replace("(", r"\(").replace(")", r"\)").replace("$", r"\$")):
-        cluster.place(load_profile(_two_node(tmp_path)), environ=slurm)
+        _place(load_profile(_two_node(tmp_path)), slurm)
 
 
 def test_serve_dry_run_in_a_slurm_allocation(env, tmp_path):

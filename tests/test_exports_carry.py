@@ -79,9 +79,9 @@ def test_a_pd_shared_storage_path_is_a_path_risk():
     from ppspec_cli.planning.profile import KvTransfer
 
     kv = pd_kv_view(KvTransfer(connector="ExampleConnector", extra_config={"shared_storage_path": "/tmp/shared-kv"}))
-    refused = [f for f in launch_refusals({}, {}, None, None, {}, kv) if f.code == "engine-untrusted-option"]
+    refused = [f for f in launch_refusals({}, {}, {}, kv) if f.code == "engine-untrusted-option"]
     assert refused and refused[0].field == "kv_transfer" and "KV cache" in refused[0].message
     acked = untrusted_findings({}, {}, {"engine": ["kv-transfer-config"]}, kv)
     assert [f.code for f in acked] == ["untrusted-acknowledged"] and acked[0].severity == "warning"
     none = pd_kv_view(KvTransfer(connector="ExampleConnector"))
-    assert not [f for f in launch_refusals({}, {}, None, None, {}, none) if f.code == "engine-untrusted-option"]
+    assert not [f for f in launch_refusals({}, {}, {}, none) if f.code == "engine-untrusted-option"]

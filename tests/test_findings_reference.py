@@ -1,7 +1,7 @@
 """Finding codes are objects and findings are made only from them (`TAPS_DEFAULT.at(field, message)`):
 the owners register their codes when they load (findings/codes.py, the methods, each pack's rules file,
 the probes), a second code of one name is refused, every core code is one the code base reports, and
-docs/findings.md and docs/drafters.md's contract table are what `ppspec_cli/preflight/reference.py`
+docs/findings.md and docs/drafters.md's contract table are what `ppspec_cli/operation/reference.py`
 generates from the objects. Regenerate: `ppspec docs --findings --out docs/findings.md` and
 `python -m ppspec_cli.commands.docs docs/drafters.md`."""
 
@@ -17,7 +17,7 @@ from ppspec_cli.cli import app
 from ppspec_cli.commands.docs import findings_reference
 from ppspec_cli.findings import SEVERITIES, Code, DuplicateCode, Finding, register
 from ppspec_cli.findings import codes as core
-from ppspec_cli.preflight.reference import every_code, with_drafter_table
+from ppspec_cli.operation.reference import every_code, with_drafter_table
 from ppspec_cli.running.engine.probes import PROBE_NAMES
 
 DOC = REPO / "docs" / "findings.md"

@@ -27,7 +27,7 @@ LAYERS = {
     "planning": 4,
     "running": 5,
     "verify": 5,
-    "preflight": 6,  # the facts once, one guard, one verdict, the code lookup, the launch pipeline
+    "operation": 6,  # Operation -> gather (the only I/O) -> judge -> act: one Outcome; the code reference
     "commands": 7,
     "cli": 8,
 }
@@ -126,8 +126,8 @@ def test_no_import_cycle():
 
 
 def test_no_command_module_imports_another():
-    """Commands only render what the preflight decided: what two commands share lives below them
-    (ppspec_cli/preflight/) or in the shared rendering and loading modules."""
+    """Commands only render the Outcome of an operation: what two commands share lives below them
+    (ppspec_cli/operation/) or in the shared rendering and loading modules."""
 
     def is_command(m: str) -> bool:
         return m.startswith("ppspec_cli.commands.") and m not in COMMAND_SHARED
@@ -141,7 +141,7 @@ def test_no_command_module_imports_another():
 
 def test_the_graph_checks_can_fail():
     """The cycle and layer checks see function-level imports (where cycles used to hide)."""
-    assert "ppspec_cli.preflight.pipeline" in GRAPH["ppspec_cli.commands.serve"]  # imported inside a function
+    assert "ppspec_cli.operation" in GRAPH["ppspec_cli.commands.serve"]  # imported inside a function
 
 
 def test_cli_only_wires():

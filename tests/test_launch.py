@@ -310,14 +310,12 @@ def test_the_hosts_network_is_the_here_question(hf_env, tmp_path, monkeypatch):
     """Issue 30: a multi-node profile's host-name and head-route checks are this machine's (`here`
     findings, `check` shows them in its "on this machine" part); the profile findings keep the ports."""
     from ppspec_cli.io import netinfo
-    from ppspec_cli.planning import rules
 
     monkeypatch.setattr(netinfo, "host_name", lambda: "nodeb")
     monkeypatch.setattr(
         netinfo, "resolve", lambda h, timeout_s=5.0: [h] if h[0].isdigit() else {"nodeb": ["127.0.1.1"]}.get(h, [])
     )
     monkeypatch.setattr(netinfo, "route_to", lambda a: None)
-    rules._head_view.cache_clear()
     data = yaml.safe_load((REPO / "profiles/llama31_8b_eagle3_pp2.yaml").read_text())
     data["topology"]["nodes"] = 2
     data["launch"] = {"executor": "mp", "master_addr": "nodez"}
@@ -334,4 +332,35 @@ def test_the_hosts_network_is_the_here_question(hf_env, tmp_path, monkeypatch):
         and "node-hostname-loopback: on this host (nodeb)" in text
         and "node-head-unroutable: from this host (nodeb)" in text
     ), text
-    rules._head_view.cache_clear()
+
+
+def test_a_launch_is_built_linearly_in_its_nodes(tmp_path, monkeypatch):
+    """Issue 41: build_launch built every node's whole launch once per node (a schema-valid
+    `topology.nodes: 4096` grew with the square). The argv every node shares is built once; each
+    node adds only its own part, in its own run directory."""
+    from judging import resolved
+
+    from ppspec_cli.planning.profile import parse_profile
+    from ppspec_cli.running import launch
+
+    calls: list[str] = []
+    for name in ("_shared_engine_args", "_plan_data"):
+        real = getattr(launch, name)
+        monkeypatch.setattr(launch, name, lambda *a, _n=name, _f=real, **k: calls.append(_n) or _f(*a, **k))
+    prof = parse_profile(
+        yaml.safe_dump(
+            {
+                "name": "wide",
+                "target": {"model": "demo:tiny-llama"},
+                "platform": "cpu",
+                "topology": {"nodes": 64, "pipeline_parallel": 64},
+                "launch": {"master_addr": "10.0.0.1"},
+            }
+        )
+    )
+    spec = launch.build_launch(resolved(prof, install=None), launch.Site("vllm", tmp_path, "hostx"))
+    assert len(spec.nodes) == 64 and sorted(calls) == ["_plan_data", "_shared_engine_args"], calls
+    assert [n.env["PPSPEC_PLAN_FILE"] for n in spec.nodes[:2]] == [
+        str(tmp_path / "wide" / "hostx-node0" / "plan.json"),
+        str(tmp_path / "wide" / "hostx-node1" / "plan.json"),
+    ]

@@ -46,9 +46,9 @@ def test_serve_asks_the_run_dir_before_the_port(monkeypatch):
     """The same serve holds both: the run directory is named, not the port."""
     import inspect
 
-    from ppspec_cli.preflight import pipeline
+    from ppspec_cli.running.serve import start
 
-    src = inspect.getsource(pipeline.launch)
+    src = inspect.getsource(start.start)
     assert src.index("in_use_by(") < src.index("port_free(")
 
 

@@ -8,8 +8,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from ppspec_cli.planning.engine_options import engine_args, untrusted_findings
+from ppspec_cli.planning.engine_options import read_options, untrusted_findings
 from ppspec_cli.planning.profile import Profile
+from ppspec_cli.running.launch import engine_args
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,6 +43,6 @@ def test_a_pd_profile_refuses_every_spelling_of_the_kv_transfer_config(key, wher
 )
 def test_a_negated_untrusted_flag_set_false_is_the_flag_turned_on(key):
     """`no-x: false` becomes `--x` on the command line: the same risk as `x: true`."""
-    assert any(a.startswith("--trust-request") for a in engine_args({key: False}))
+    assert any(a.startswith("--trust-request") for a in engine_args(read_options({key: False})))
     assert [f.code for f in untrusted_findings({key: False}, {}, None)] == ["engine-untrusted-option"]
     assert untrusted_findings({key: True}, {}, None) == []

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from judging import resolved
 from packaging.version import Version
 
 from ppspec_cli import findings
@@ -24,10 +25,10 @@ from ppspec_cli.knowledge import methods
 from ppspec_cli.knowledge import packs as packs_mod
 from ppspec_cli.knowledge.methods import DrafterView
 from ppspec_cli.knowledge.methods.base import CONTRACT_SECTION
+from ppspec_cli.operation.reference import every_code
 from ppspec_cli.planning import drafter_contract
 from ppspec_cli.planning.plan import trained_taps, v2_taps_from_config
 from ppspec_cli.planning.profile import Drafter
-from ppspec_cli.preflight.reference import every_code
 
 OLD_TAP = {"eagle3", "dflash", "dspark"}
 OLD_PARALLEL = {"dflash", "dspark"}
@@ -205,6 +206,7 @@ from ppspec_cli.knowledge.methods import MTP
 from ppspec_cli.knowledge.methods.base import contract_code
 from tests_fake_seen import SEEN
 
+
 ODD = contract_code("acme-drafter-odd", "warning", "an odd drafter")
 CODES = (ODD,) + EXTRA
 
@@ -289,7 +291,6 @@ def test_drafter_pack_rules_receive_only_the_narrow_view(acme):
 def test_drafter_pack_rules_run_through_check_with_a_drafter_view(acme, make_checkpoint):
     """Through resolve() and run_rules(): the pack rule gets a DrafterView, not the Resolved."""
     from ppspec_cli.planning.profile import parse_profile
-    from ppspec_cli.planning.resolve import resolve
     from ppspec_cli.planning.rules import run_rules
 
     acme()
@@ -320,7 +321,7 @@ def test_drafter_pack_rules_run_through_check_with_a_drafter_view(acme, make_che
         "target": {"model": str(target)},
         "drafter": {"method": "dflash", "model": str(drafter), "num_speculative_tokens": 2},
     }
-    r = resolve(parse_profile(yaml.safe_dump(prof)), offline=True)
+    r = resolved(parse_profile(yaml.safe_dump(prof)))
     found = {f.code: f for f in run_rules(r)}
     assert found["acme-drafter-odd"].severity == "warning" and found["acme-drafter-odd"].field == "drafter.model"
     assert SEEN and all(type(v) is DrafterView for v in SEEN)

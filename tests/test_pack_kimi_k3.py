@@ -9,19 +9,23 @@ import importlib.util
 import pytest
 import yaml
 from conftest import fixture_config
+from judging import HERE, resolved
 
 from ppspec_cli.knowledge.engine import VllmInstall
-from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.planning.profile import parse_profile
-from ppspec_cli.planning.resolve import resolve
 from ppspec_cli.planning.rules import run_rules
+
+#: The vLLM the facts say is installed here, per test (a value the facts carry: nothing is patched;
+#: HERE: the one this machine has).
+INSTALL: list = [HERE]
+
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 
 
 @pytest.fixture(autouse=True)
 def cuda_033(monkeypatch):
-    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: VllmInstall("0.33.0", "vllm", "cuda"))
+    INSTALL[0] = VllmInstall("0.33.0", "vllm", "cuda")
 
 
 def run(target, drafter, *, taps, env=None, platform="cuda", partition=None):
@@ -33,7 +37,7 @@ def run(target, drafter, *, taps, env=None, platform="cuda", partition=None):
         "platform": platform,
         "env": env or {},
     }
-    r = resolve(parse_profile(yaml.safe_dump(prof)), offline=True)
+    r = resolved(parse_profile(yaml.safe_dump(prof)), install=INSTALL[0])
     return {f.code: f for f in run_rules(r)}
 
 

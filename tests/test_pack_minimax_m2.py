@@ -11,12 +11,22 @@ import sys
 import pytest
 import yaml
 from conftest import fixture_config
+from judging import HERE, resolved
 
 from ppspec_cli.knowledge.packs import get_pack, resolve_pack
-from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.planning.profile import parse_profile
-from ppspec_cli.planning.resolve import VllmInstall, resolve
+from ppspec_cli.planning.resolve import VllmInstall
 from ppspec_cli.planning.rules import run_rules
+
+#: The vLLM the facts say is installed here, per test (a value the facts carry: nothing is patched;
+#: HERE: the one this machine has).
+INSTALL: list = [HERE]
+
+
+@pytest.fixture(autouse=True)
+def _install_here():
+    INSTALL[0] = HERE
+
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
@@ -44,12 +54,12 @@ def _check(make_checkpoint, adapter):
         "platform": "cuda",
         "adapter": adapter,
     }
-    r = resolve(parse_profile(yaml.safe_dump(prof)), offline=True)
+    r = resolved(parse_profile(yaml.safe_dump(prof)), install=INSTALL[0])
     return r, {f.code: f for f in run_rules(r)}
 
 
 def test_check_with_and_without_the_pack(make_checkpoint, monkeypatch):
-    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: VllmInstall("0.33.0", "vllm", "cuda"))
+    INSTALL[0] = VllmInstall("0.33.0", "vllm", "cuda")
     r, by = _check(make_checkpoint, "auto")
     assert r.pack.name == "minimax_m2"
     assert "target-not-opted-in" not in by and "minimax_m2" in by["target-opt-in-by-pack"].message

@@ -391,12 +391,15 @@ def test_import_check_on_the_installed_vllm_is_real_and_cached(tmp_path, monkeyp
         assert "torchvision" in got[m3]
     else:
         assert got[m3] is None
-    assert (tmp_path / "import-check.json").is_file()
+    from ppspec_cli.io import spawn
+    from ppspec_cli.knowledge import installcache
+
+    assert installcache.path("imports", installcache.install_key()).is_file()
 
     def no_child(*a, **k):
         raise AssertionError("the cached answer was not used")
 
-    monkeypatch.setattr(packs_cli.spawn, "run", no_child)
+    monkeypatch.setattr(spawn, "run", no_child)
     assert packs_cli.import_errors([m3, llama]) == got
 
 

@@ -9,20 +9,29 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import fixture_config
+from judging import judged
 
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge import connectors
 from ppspec_cli.knowledge.engine import VllmInstall
-from ppspec_cli.planning import resolve as resolve_mod
-from ppspec_cli.planning.pd import kv_transfer_config, name_table, resolve_roles, run_pd_rules
+from ppspec_cli.planning.pd import kv_transfer_config, name_table, run_pd_rules
 from ppspec_cli.planning.profile import parse_profile
 
 REPO = Path(__file__).resolve().parent.parent
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 
 
+#: The vLLM the facts say is installed here (a value: nothing is patched).
+INSTALL: list = [None]
+
+
 def pin(monkeypatch, version: str, platform: str = "cuda") -> None:
-    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: VllmInstall(version, "vllm", platform))
+    INSTALL[0] = VllmInstall(version, "vllm", platform)
+
+
+def resolve_roles(profile, offline: bool = True):
+    """Both engines of a disaggregated profile, judged on the pinned install."""
+    return judged(profile, install=INSTALL[0], offline=offline).deployment
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from ppspec_cli.cli import app
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge.engine import VllmInstall
-from ppspec_cli.planning import resolve as resolve_mod
+from ppspec_cli.operation import gather as gather_mod
 
 pytestmark = pytest.mark.slow  # builds the tiny demo model
 
@@ -100,7 +100,7 @@ def test_refusals(env):
 def test_k3_plan_marks_the_mismatch_and_serve_refuses(env, make_checkpoint, monkeypatch, tmp_path):
     """The field report's case with an EAGLE-1-style drafter and no global-ids pack (vLLM 0.32):
     the name table marks model.layers.46 and .93, check fails, serve --role refuses to start."""
-    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: VllmInstall("0.32.0", "vllm", "cuda"))
+    monkeypatch.setattr(gather_mod, "installed_vllm", lambda: VllmInstall("0.32.0", "vllm", "cuda"))  # the reader
     text = {**fixture_config("meta-llama__Llama-3.1-8B-Instruct"), "num_hidden_layers": 93}
     text.pop("architectures")
     t = make_checkpoint(

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, fixture_config, synthetic_kimi_k25_config
+from judging import facts, resolved
 
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge.engine import VllmInstall
 from ppspec_cli.knowledge.packs import load_pack_dir
 from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.planning.profile import parse_profile
-from ppspec_cli.planning.resolve import resolve
 from ppspec_cli.planning.rules import run_rules
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
@@ -34,22 +34,22 @@ def tmp_pack(root: Path, name: str, body: str):
     return load_pack_dir(d)
 
 
+#: The vLLM the facts say is installed here (a value the facts carry: nothing is patched).
+INSTALL: list[VllmInstall | None] = [CUDA_032]
+
+
 @pytest.fixture(autouse=True)
-def pinned_env(monkeypatch):
-    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: CUDA_032)
+def pinned_env():
+    INSTALL[0] = CUDA_032
 
 
 def use_vllm(monkeypatch, v: VllmInstall | None):
-    monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: v)
+    INSTALL[0] = v
 
 
 def use_pack(monkeypatch, pack=None, error: PpspecError | None = None):
     """Apply this pack (it also describes the family), or fail pack resolution with `error`."""
-
-    def fake(r):
-        r.pack, r.family, r.pack_error = pack, pack, error
-
-    monkeypatch.setattr(resolve_mod, "_resolve_pack", fake)
+    monkeypatch.setattr(resolve_mod, "_packs", lambda *a: {"pack": pack, "family": pack, "pack_error": error})
 
 
 def check(
@@ -75,7 +75,7 @@ def check(
         prof["drafter"].update(extra.pop("dopts", {}))
     prof["topology"] = {"pipeline_parallel": pp, "tensor_parallel": tp, **extra.pop("topology", {})}
     prof.update(extra)
-    r = resolve(parse_profile(yaml.safe_dump(prof)), offline=True)
+    r = resolved(parse_profile(yaml.safe_dump(prof)), install=INSTALL[0])
     by: dict[str, list] = {}
     for f in run_rules(r):
         by.setdefault(f.code, []).append(f)
@@ -953,7 +953,7 @@ def test_partial_drafter_metadata_is_not_filled_in(llama, make_checkpoint):
 
 
 def test_findings_are_sorted_errors_first(llama, kimi_eagle3):
-    r = resolve(
+    r = resolved(
         parse_profile(
             yaml.safe_dump(
                 {
@@ -1095,10 +1095,10 @@ def test_installed_vllm_overrules_the_declared_version_out_loud(llama, specforge
 
 
 def _here(r) -> dict:
-    from ppspec_cli.planning.rules import platform_served
+    from ppspec_cli.planning.here import platform_served
 
     by: dict = {}
-    for f in platform_served(r):
+    for f in platform_served(r, facts(r.profile, install=INSTALL[0])):
         by.setdefault(f.code, []).append(f)
     return by
 
@@ -1207,7 +1207,6 @@ def net(monkeypatch):
     """This host's network as the node rules see it (io.netinfo), set per test: host name, what names
     resolve to, which addresses have a route. The real thing, in network namespaces: tests/test_hosts.py."""
     from ppspec_cli.io import netinfo
-    from ppspec_cli.planning import rules
 
     view = {
         "host": "nodeb",
@@ -1220,20 +1219,19 @@ def net(monkeypatch):
     )
     monkeypatch.setattr(netinfo, "route_to", lambda a: view["routes"].get(a))
     monkeypatch.setattr(netinfo, "interfaces", lambda: [netinfo.Interface("eth1", True, ["198.18.0.2"])])
-    rules._head_view.cache_clear()
     yield view
-    rules._head_view.cache_clear()
 
 
 def test_node_network_findings(llama, net):
-    """The host's view is the `here` question's (preflight.core._here): node-ports is the profile's,
-    the host-name and head-route checks are this machine's, and the profile rules never ask DNS."""
-    from ppspec_cli.planning.rules import node_network_here
+    """The host's view is the `here` question's (planning/here.py): node-ports is the profile's,
+    the host-name and head-route checks are this machine's (the gatherer asks DNS and the routes),
+    and the profile rules never ask."""
+    from ppspec_cli.planning.here import node_network
 
     def check(*a, **kw):
         r, by = profile_check(*a, **kw)
         assert not {"node-hostname-loopback", "node-head-unroutable"} & set(by)
-        for f in node_network_here(r):
+        for f in node_network(r, facts(r.profile, install=INSTALL[0])):
             by.setdefault(f.code, []).append(f)
         return r, by
 
@@ -1270,34 +1268,51 @@ def test_node_network_findings(llama, net):
 
 
 def test_the_profile_question_asks_no_dns(llama, monkeypatch):
-    """Issue 30: the profile rules of a multi-node profile never resolve a name nor look up a route
-    (a login node's DNS says nothing about the nodes); the here rules do."""
+    """Issue 30/41: no rule of a multi-node profile resolves a name nor looks up a route: the
+    gatherer asks once (operation/gather.py, the only I/O of a run), the `here` rules read its
+    answer, and the profile rules never see it (a login node's DNS says nothing about the nodes)."""
     from ppspec_cli.io import netinfo
-    from ppspec_cli.planning import rules
-    from ppspec_cli.planning.rules import node_network_here
+    from ppspec_cli.planning.here import run_here_rules
+    from ppspec_cli.planning.resolve import resolve
+    from ppspec_cli.planning.rules import run_rules
 
     asked: list[str] = []
     monkeypatch.setattr(netinfo, "resolve", lambda h, timeout_s=5.0: asked.append(h) or ["127.0.1.1"])
     monkeypatch.setattr(netinfo, "route_to", lambda a: asked.append(a))
-    rules._head_view.cache_clear()
-    r, by = profile_check(llama, method=None, launch={"master_addr": "nodea"}, topology={"nodes": 2}, pp=2)
-    assert asked == [] and "node-ports" in by
-    assert {f.code for f in node_network_here(r)} >= {"node-hostname-loopback"} and asked
-    rules._head_view.cache_clear()
+    r, _ = profile_check(llama, method=None, launch={"master_addr": "nodea"}, topology={"nodes": 2}, pp=2)
+    f = facts(r.profile, install=INSTALL[0])
+    assert asked  # the gatherer asked
+
+    def no_dns(*a, **k):
+        raise AssertionError("a rule asked DNS")
+
+    monkeypatch.setattr(netinfo, "resolve", no_dns)
+    monkeypatch.setattr(netinfo, "route_to", no_dns)
+    again = resolve(r.profile, f)
+    assert "node-ports" in {x.code for x in run_rules(again)}
+    assert "node-hostname-loopback" in {x.code for x in run_here_rules(again, f)}
 
 
 def test_no_warning_says_there_is_nothing_to_do():
-    """A warning asks the user to act: one whose fix is "nothing to do" is an info (issue 26)."""
+    """A warning asks the user to act: one whose fix is "nothing to do" is an info (issue 26). The
+    codes' own fixes, and every fix a rule gives a finding where the code's first severity is a
+    warning (the measurement sees the code objects' severities)."""
+    from ppspec_cli.findings import codes as core
+    from ppspec_cli.operation.reference import every_code
+
+    for c in every_code().values():
+        if "warning" in c.severities and "info" not in c.severities:
+            assert not c.fix.lower().startswith("nothing to do"), c.code
     for path in (REPO / "ppspec_cli").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if (
-                isinstance(node, ast.Call)
-                and len(node.args) >= 5
-                and all(isinstance(a, ast.Constant) for a in node.args[1:2])
-            ):
-                sev, hint = node.args[1], node.args[4]
-                if sev.value == "warning" and isinstance(hint, ast.Constant) and isinstance(hint.value, str):
-                    assert not hint.value.lower().startswith("nothing to do"), (
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "at":
+                kw = {k.arg: k.value for k in node.keywords}
+                code = getattr(core, getattr(node.func.value, "id", ""), None)
+                sev = kw["severity"].value if isinstance(kw.get("severity"), ast.Constant) else None
+                sev = sev or (code.severities[0] if isinstance(code, core.Code) else None)
+                fix = kw.get("fix")
+                if sev == "warning" and isinstance(fix, ast.Constant) and isinstance(fix.value, str):
+                    assert not fix.value.lower().startswith("nothing to do"), (
                         f"{path.name}:{node.lineno}: a warning whose fix is 'nothing to do'"
                     )
 

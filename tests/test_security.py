@@ -31,6 +31,7 @@ from pathlib import Path
 import inprocess
 import pytest
 import yaml
+from judging import resolved
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -207,10 +208,9 @@ def test_option_like_values_stay_values(tmp_path):
 def test_vllms_parser_reads_option_like_values_as_values(tmp_path):
     """The argv build_launch makes for a hostile profile, parsed by the installed vLLM's own
     `serve` parser: every hostile value lands in its field; nothing turns on trust_remote_code."""
-    from ppspec_cli.planning.engine_options import vllm_serve_parser
+    from ppspec_cli.knowledge.engine import vllm_serve_parser
     from ppspec_cli.planning.profile import parse_profile
-    from ppspec_cli.planning.resolve import resolve
-    from ppspec_cli.running.launch import build_launch
+    from ppspec_cli.running.launch import Site, build_launch
 
     PF.write_target(tmp_path / "-rf")
     text = yaml.safe_dump(
@@ -224,8 +224,8 @@ def test_vllms_parser_reads_option_like_values_as_values(tmp_path):
     )
     prof_path = tmp_path / "p.yaml"
     prof_path.write_text(text)
-    r = resolve(parse_profile(text, str(prof_path)), profile_path=str(prof_path), offline=True)
-    argv = build_launch(r, run_dir=tmp_path / "run").nodes[0].argv
+    r = resolved(parse_profile(text, str(prof_path)), path=str(prof_path))
+    argv = build_launch(r, Site("vllm", tmp_path, "host"), run_dir=tmp_path / "run").nodes[0].argv
     parser = vllm_serve_parser()
     assert parser is not None, "the installed vLLM's serve parser was not found (moved again?)"
     assert argv[1] == "serve"
@@ -284,12 +284,14 @@ def test_abbreviated_managed_flags_are_refused_at_serve():
     """argparse accepts unambiguous prefixes (`--trust-remote` for `--trust-remote-code`): the
     engine-option reader resolves a prefix as vLLM's parser does, so a prefix of a managed flag is
     refused as that flag, and a prefix of an ordinary option is that option (not "unknown")."""
-    from ppspec_cli.planning.engine_options import check_engine_flags, launch_refusals
+    from ppspec_cli.knowledge.engine import serve_option_names
+    from ppspec_cli.planning.engine_options import launch_refusals, read_options, unknown_options
 
-    assert check_engine_flags({"trust-remote": True, "max-model": 512, "no-such-option-xyz": 1}) == [
-        "no-such-option-xyz"
-    ]
-    assert [f.code for f in launch_refusals({"trust-remote": True}, {}, None, None)] == ["engine-managed-option"]
+    got = unknown_options(
+        read_options({"trust-remote": True, "max-model": 512, "no-such-option-xyz": 1}), serve_option_names()
+    )
+    assert [f.field for f in got] == ["engine.no-such-option-xyz"]
+    assert [f.code for f in launch_refusals({"trust-remote": True}, {})] == ["engine-managed-option"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -431,6 +433,7 @@ def test_engine_reads_the_plan_file_ppspec_wrote(tmp_path):
 PLUGIN_PROBE = r"""
 import json, os, sys
 from ppspec_cli.running.engine import plugin
+
 out = {}
 for name, path in json.loads(sys.argv[1]).items():
     os.environ["PPSPEC_PLAN_FILE"] = path

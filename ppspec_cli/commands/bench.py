@@ -208,7 +208,7 @@ MAX_NUM_PROMPTS = 1 << 17
 
 def _state_dir(out: str | None, name: str) -> Path:
     """--out DIR (created), else ~/.cache/ppspec/runs/NAME-bench: the results and the --resume state."""
-    from ppspec_cli.running.launch import default_run_dir
+    from ppspec_cli.running.serve.rundir import default_run_dir
 
     state = Path(out) if out else default_run_dir(name).parent / f"{name}-bench"
     try:
@@ -263,12 +263,11 @@ def _write_outputs(doc: dict, state: Path) -> None:
 def _write_calibration(doc: dict, prof, profile_path: str, offline: bool, state: Path) -> None:
     """OUT/calibration.json: the predictor's costs fitted on this run (docs/predict.md), for
     `ppspec plan PROFILE --predict --calibration OUT/calibration.json` on the same hardware and shape."""
+    from ppspec_cli import operation
     from ppspec_cli.planning.predict_inputs import bench_calibration
-    from ppspec_cli.planning.resolve import resolve
 
-    cal, note = bench_calibration(
-        doc, resolve(prof, profile_path=profile_path, offline=offline, read_headers=False), str(state / "bench.json")
-    )
+    o = operation.run(operation.Operation("plan", profile_path, offline=offline, profile=prof, read_headers=False))
+    cal, note = bench_calibration(doc, o.judgment.resolved, str(state / "bench.json"))
     if cal is not None:
         safeio.write_text(state / "calibration.json", json.dumps(cal, indent=2) + "\n", what="bench calibration")
         note += f": {state / 'calibration.json'} (`ppspec plan PROFILE --predict --calibration` reads it)"
@@ -466,19 +465,19 @@ class _Bench:
             + f"; {len(runs)} run(s) of c={','.join(map(str, sorted({c for c, _r in runs}))) or '-'}"
         )
         prepared = None
-        prepare, launch = _serve()
         if arm.endpoint is None:
+            from ppspec_cli import operation
             from ppspec_cli.commands.render import render_refusal
-            from ppspec_cli.preflight.pipeline import Refused
 
-            prepared = prepare(
-                self._variant(arm),
+            op = operation.Operation(
+                "bench",
                 self.profile_path,
-                progress=progress,
+                operation.PlacementArgs(launching=True),
                 offline=self.offline,
-                health_timeout=self.health_timeout,
+                profile=self._variant(arm),
             )
-            if isinstance(prepared, Refused):
+            prepared = operation.run(op, progress)
+            if prepared.refused:
                 return render_refusal(prepared)
         job = self._job(arm, prepared, runs, need_parity)
         env = {"HF_HUB_OFFLINE": "1"} if self.offline or os.path.isdir(job["tokenizer"]) else {}
@@ -528,7 +527,9 @@ class _Bench:
                     self.failures.append(f"{arm.name}: {e.what}")
                     raise
                 return 0
-            r = launch(prepared, progress=progress, workload=workload, stream=False)
+            from ppspec_cli.running.serve.start import start
+
+            r = start(prepared, progress=progress, health_timeout=self.health_timeout, workload=workload, stream=False)
         finally:
             lg.close()
         if r.exit_code != 0:
@@ -546,7 +547,7 @@ class _Bench:
         from ppspec_cli.verify.client import normalize_endpoint
 
         p = self.prof
-        base = normalize_endpoint(arm.endpoint if arm.endpoint is not None else prepared.spec.url)
+        base = normalize_endpoint(arm.endpoint if arm.endpoint is not None else prepared.launch.url)
         identity = {k: v for k, v in self.identity.items() if k != "served"}
         return {
             "base_url": base,
@@ -652,14 +653,6 @@ def _parity_key(settings: dict, arm: Arm | None = None) -> dict:
     return key
 
 
-def _serve():
-    """`serve`'s two steps bench runs each arm through (prepare: check, adapter pack, plugin; launch:
-    the supervised engine), from the pipeline below the commands: the one place bench reaches them."""
-    from ppspec_cli.preflight.pipeline import launch, prepare
-
-    return prepare, launch
-
-
 def _tokenizer(p, prepared) -> str:
     """The target's tokenizer: the local checkpoint the engine loads (a `demo:` model's built
     folder), else the hub id (read from the HF cache; vLLM's client loads it)."""
@@ -669,7 +662,7 @@ def _tokenizer(p, prepared) -> str:
 
         return demo.resolve_model_ref(ref)
     if prepared is not None:
-        ck = getattr(prepared.r, "target", None)
+        ck = getattr(prepared.resolved, "target", None)
         if ck is not None and getattr(ck, "source", None) == "local" and getattr(ck, "location", None):
             return os.path.abspath(ck.location)
     return ref

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from ppspec_cli.commands.common import load, preflight_json, progress
+from ppspec_cli.commands.common import preflight_json, progress
 
 
 def run(
@@ -15,9 +15,9 @@ def run(
     """Preflight one profile; the profile verdict's exit code (0 no error, 1 refused). `min_severity`:
     the least severe findings shown in the table (`verbose`: all, with the plan's notes); the verdict
     and the JSON count all."""
+    from ppspec_cli import operation
     from ppspec_cli.commands.render import SEVERITIES, render_check, render_pd_check
     from ppspec_cli.errors import PpspecError
-    from ppspec_cli.preflight.core import preflight, probed
 
     if min_severity not in SEVERITIES:
         raise PpspecError(
@@ -26,14 +26,12 @@ def run(
             fix="use error, warning or info",
             exit_code=2,
         )
-    prof = load(profile)
-    pf = preflight(prof, profile, offline=offline, progress=progress)
-    if probes:
-        pf = probed(pf)
+    o = operation.run(operation.Operation("check", profile, offline=offline, probes=probes), progress)
+    pf = o.judgment
     if json_out:
         print(json.dumps(preflight_json(pf), indent=2))
     elif pf.deployment is not None:
         render_pd_check(pf, min_severity="info" if verbose else min_severity)
     else:
         render_check(pf, min_severity="info" if verbose else min_severity)
-    return pf.profile_verdict.exit_code
+    return o.exit_code

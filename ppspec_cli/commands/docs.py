@@ -126,8 +126,8 @@ def with_manifest_reference(doc: str) -> str:
 
 
 def findings_reference() -> str:
-    """docs/findings.md: every finding code, from the code objects (preflight/reference.py)."""
-    from ppspec_cli.preflight.reference import findings_markdown
+    """docs/findings.md: every finding code, from the code objects (operation/reference.py)."""
+    from ppspec_cli.operation.reference import findings_markdown
 
     return findings_markdown()
 
@@ -150,7 +150,7 @@ if __name__ == "__main__":  # python -m ppspec_cli.commands.docs docs/adapters.m
     from pathlib import Path
 
     from ppspec_cli.io import safeio
-    from ppspec_cli.preflight.reference import with_drafter_table
+    from ppspec_cli.operation.reference import with_drafter_table
 
     target = Path(sys.argv[1])
     fill = with_drafter_table if target.name == "drafters.md" else with_manifest_reference

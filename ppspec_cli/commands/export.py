@@ -79,24 +79,27 @@ def _export(prof, profile: str, offline: bool, output: str | None, render, where
     """Build the launch as `serve --dry-run` does (no SLURM environment: the export is for the
     scheduler to fill in), render it, write it. The exit code is the profile verdict (`check`'s):
     1 when it refuses (the file is still written, with the errors in its header). The script runs
-    on the scheduler's nodes, not here: this machine's vLLM build does not decide (their `ppspec
-    serve` checks their own install)."""
-    from ppspec_cli.preflight.pipeline import checked
-    from ppspec_cli.running.launch import build_launch
+    on the scheduler's nodes, not here: this machine's vLLM build and shell do not decide (their
+    `ppspec serve` checks their own install and environment)."""
+    from ppspec_cli import operation
 
     if prof.disaggregated:
         raise PpspecError(
             "export writes one engine's launch; this profile runs two (roles prefill and decode)",
             where="roles",
-            fix=f"`ppspec serve {profile} --dry-run` prints both engines' launches and the router; export each role's engine from them",
+            fix=f"`ppspec serve {profile} --dry-run` prints both engines' launches and the router; export each "
+            "role's engine from them",
         )
-    c = checked(prof, profile, offline=offline, run_dir=run_dir, where=where, progress=progress, environ={})
-    v = c.profile
+    o = operation.run(
+        operation.Operation(
+            "export", profile, operation.PlacementArgs(run_dir=run_dir, **where), offline=offline, profile=prof
+        )
+    )
+    v = o.profile_verdict
     errors = [f"{f.code}: {f.message}" for f in v.refused]
     # every warning check gives (acknowledged risks under `trust:` included) travels with the file
-    warnings = [f"{f.code}: {f.message}" for f in c.preflight.findings if f.severity == "warning"]
-    spec = build_launch(c.resolved, run_dir=c.placement.run_dir)
-    text = render(c.resolved, spec, profile, errors, warnings)
+    warnings = [f"{f.code}: {f.message}" for f in o.judgment.findings if f.severity == "warning"]
+    text = render(o.resolved, o.launch, profile, errors, warnings)
     if output:
         from pathlib import Path
 
@@ -110,4 +113,4 @@ def _export(prof, profile: str, offline: bool, output: str | None, render, where
         progress(f"check warning {w}")
     if errors:
         progress(f"`check` found {len(errors)} error(s): `ppspec serve` would refuse this profile on every node")
-    return v.exit_code
+    return o.exit_code

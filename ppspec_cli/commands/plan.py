@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ppspec_cli.commands.common import load, preflight_json, progress
+from ppspec_cli.commands.common import preflight_json, progress
 
 
 def invalid_partition(r) -> list[int] | None:
@@ -32,12 +32,13 @@ def with_prediction(r, opts, *, json_out: bool):
 def run(profile: str, json_out: bool, offline: bool, predict=None, verbose: bool = False) -> int:
     """Print the plan and what to act on first (`verbose`: every finding); exit with the profile
     verdict (0 no error, 1 refused: no plan, an invalid layer_partition, or any other error `check` reports)."""
+    from ppspec_cli import operation
     from ppspec_cli.commands.render import render_pd_plan, render_plan
     from ppspec_cli.planning.pd import name_table
-    from ppspec_cli.preflight.core import preflight
 
-    prof = load(profile)
-    if prof.disaggregated and predict is not None:
+    o = operation.run(operation.Operation("plan", profile, offline=offline), progress)
+    pf = o.judgment
+    if pf.deployment is not None and predict is not None:
         from ppspec_cli.errors import PpspecError
 
         raise PpspecError(
@@ -45,7 +46,6 @@ def run(profile: str, json_out: bool, offline: bool, predict=None, verbose: bool
             where=profile,
             fix="predict the decode engine from a profile of its own (its target, drafter and topology)",
         )
-    pf = preflight(prof, profile, offline=offline, progress=progress)
     d, r = pf.deployment, pf.resolved
     if json_out:
         out = preflight_json(pf)
@@ -61,4 +61,4 @@ def run(profile: str, json_out: bool, offline: bool, predict=None, verbose: bool
         render_plan(pf, invalid_partition=invalid_partition(r), verbose=verbose)
         if predict is not None:
             with_prediction(r, predict, json_out=False)
-    return pf.profile_verdict.exit_code
+    return o.exit_code

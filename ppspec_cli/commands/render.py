@@ -161,19 +161,20 @@ def _render_verdict(console: Console, findings, min_severity: str = "warning") -
         console.print(styled("[dim]every code, its cause and fix: `ppspec docs --findings` (docs/findings.md)[/dim]"))
 
 
-def render_refusal(refused, console: Console | None = None) -> int:
-    """`serve` refusing to start here (preflight.pipeline.Refused): the reasons; exit code 1."""
+def render_refusal(outcome, console: Console | None = None) -> int:
+    """`serve` refusing to start here (an Outcome whose `here` verdict refuses): the reasons; its
+    exit code (1)."""
     con = console or terminal.console(stderr=True)
-    v = refused.verdict
+    v = outcome.here_verdict
     con.print(
         styled(
             "[bold red]ppspec: refusing to launch {}[/bold red]: {} reason(s) (`ppspec check` reports them too)",
-            refused.r.profile.name,
+            outcome.resolved.profile.name,
             len(v.refused),
         )
     )
     render_findings(con, list(v.refused))
-    return v.exit_code
+    return outcome.exit_code
 
 
 def _act_first(console: Console, pf, verbose: bool) -> None:

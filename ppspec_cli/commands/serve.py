@@ -8,7 +8,6 @@ import os
 import sys
 
 from ppspec_cli.commands.common import progress
-from ppspec_cli.errors import PpspecError
 from ppspec_cli.io import shellout
 
 
@@ -25,15 +24,17 @@ def run(
     verbose: bool = False,
 ) -> int:
     """`ppspec serve` (or its dry run): the exit code (documented in cli.py's serve)."""
-    if role is not None and role not in ("prefill", "decode"):
-        raise PpspecError(
-            f"--role {role[:40]!r} is not a role", where="--role", fix="use --role prefill or --role decode"
-        )
+    from ppspec_cli import operation
+
+    placement = operation.PlacementArgs(node_rank=node_rank, run_dir=run_dir, launching=not dry_run, **where)
     if dry_run:
-        return _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where, role)
-    return _with_signals(
-        lambda: _serve(profile, dry_run, node_rank, json_out, offline, run_dir, health_timeout, where, role, verbose)
-    )
+        return _dry_run(operation.Operation("dry_run", profile, placement, role=role, offline=offline), json_out)
+    stop = _StopBeforeStart()
+    with stop:
+        return _serve(
+            operation.Operation("serve", profile, placement, role=role, offline=offline), health_timeout, verbose
+        )
+    return stop.exit_code  # a stop signal came before the engine started
 
 
 class _Interrupted(BaseException):
@@ -45,24 +46,35 @@ class _Interrupted(BaseException):
         self.signum = signum
 
 
-def _with_signals(fn) -> int:
-    """Run `serve` so that a stop signal before the engine starts ends it cleanly: nothing has been
-    launched then, so the message says so and the exit code is 128+N (130 Ctrl-C, 143 SIGTERM)."""
-    import signal
+class _StopBeforeStart:
+    """Around `serve`: a stop signal before the engine starts ends it cleanly (nothing has been
+    launched then): the message says so, and `exit_code` is 128+N (130 Ctrl-C, 143 SIGTERM)."""
 
-    def _raise(signum, _frame):
-        raise _Interrupted(signum)
+    SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    old = {s: signal.signal(s, _raise) for s in sigs}
-    try:
-        return fn()
-    except _Interrupted as e:
-        progress(f"interrupted by {signal.Signals(e.signum).name} before the engine started: nothing was launched")
-        return 128 + e.signum
-    finally:
-        for s, h in old.items():
+    def __init__(self) -> None:
+        self.exit_code = 0
+        self._old: dict = {}
+
+    def __enter__(self) -> "_StopBeforeStart":
+        import signal
+
+        def _raise(signum, _frame):
+            raise _Interrupted(signum)
+
+        self._old = {s: signal.signal(s, _raise) for s in (getattr(signal, n) for n in self.SIGNALS)}
+        return self
+
+    def __exit__(self, kind, e, _tb) -> bool:
+        import signal
+
+        for s, h in self._old.items():
             signal.signal(s, h)
+        if isinstance(e, _Interrupted):
+            progress(f"interrupted by {signal.Signals(e.signum).name} before the engine started: nothing was launched")
+            self.exit_code = 128 + e.signum
+            return True
+        return False
 
 
 def _verify_line(prof, profile: str, url: str) -> str:
@@ -78,53 +90,18 @@ def _verify_line(prof, profile: str, url: str) -> str:
     return shellout.command(shellout.ppspec_argv() + args)
 
 
-def _serve(
-    profile: str,
-    dry_run: bool,
-    node_rank,
-    json_out: bool,
-    offline: bool,
-    run_dir,
-    health_timeout,
-    where: dict,
-    role=None,
-    verbose: bool = False,
-) -> int:
+def _serve(op, health_timeout, verbose: bool) -> int:
+    """Judge, then start this node's engine (running/serve/start.py) or say why not."""
+    from ppspec_cli import operation
     from ppspec_cli.commands.render import render_refusal
-    from ppspec_cli.planning.profile import load_profile
-    from ppspec_cli.preflight.pipeline import Refused, launch, prepare
+    from ppspec_cli.running.serve.start import start
 
-    prof = load_profile(profile)
-    if role is not None and not prof.disaggregated:
-        raise PpspecError(
-            "--role is for disaggregated profiles (with `roles:`); this one runs one engine",
-            where="--role",
-            fix="drop --role",
-        )
-    if prof.disaggregated and role is None:
-        if not dry_run:
-            raise PpspecError(
-                "this profile runs two engines (roles prefill and decode): start each with --role",
-                where="--role",
-                fix=f"ppspec serve {profile} --role prefill (and --role decode); --dry-run without --role prints both and the router",
-            )
-        return _pd_dry_run(prof, profile, offline, run_dir, json_out, where)
-    if dry_run:
-        return _dry_run(prof, profile, offline, node_rank, run_dir, where, role, json_out)
-    p = prepare(
-        prof,
-        profile,
-        progress=progress,
-        offline=offline,
-        node_rank=node_rank,
-        run_dir=run_dir,
-        health_timeout=health_timeout,
-        where=where,
-        role=role,
-    )
-    if isinstance(p, Refused):
-        return render_refusal(p)
-    res = launch(p, progress=progress, verify_line=_verify_line(prof, profile, p.spec.url), verbose=verbose)
+    o = operation.run(op, progress)
+    if o.refused:
+        return render_refusal(o)
+    assert o.resolved is not None and o.launch is not None
+    line = _verify_line(o.resolved.profile, op.profile_path, o.launch.url)
+    res = start(o, progress=progress, health_timeout=health_timeout, verify_line=line, verbose=verbose)
     try:
         if res.exit_code == 1:
             print(f"error: {res.reason}", file=sys.stderr, flush=True)
@@ -135,18 +112,20 @@ def _serve(
     return res.exit_code
 
 
-def _dry_run(prof, profile: str, offline: bool, node_rank, run_dir, where: dict, role, json_out: bool) -> int:
+def _dry_run(op, json_out: bool) -> int:
     """The launch `serve` would start, printed: the exit code is the profile verdict (as `check`'s);
-    `ok` / `refused_by` and the header say whether `serve` would start it here."""
-    from ppspec_cli.preflight.pipeline import dry_run
+    `ok` / `refused_by` and the header say whether `serve` would start it here. A disaggregated
+    profile without --role: both engines' launches and the router line."""
+    from ppspec_cli import operation
 
-    d = dry_run(
-        prof, profile, offline=offline, node_rank=node_rank, run_dir=run_dir, where=where, progress=progress, role=role
-    )
-    return _print_dry_run(d.resolved, d.spec, d.preflight, d.node_rank, json_out)
+    o = operation.run(op, progress)
+    if o.launch is None:
+        return _print_pd_dry_run(o, json_out)
+    assert o.resolved is not None
+    return _print_dry_run(o.resolved, o.launch, o.judgment, o.node_rank, json_out, o.exit_code)
 
 
-def _print_dry_run(r, spec, pf, node_rank, json_out: bool) -> int:
+def _print_dry_run(r, spec, pf, node_rank, json_out: bool, exit_code: int) -> int:
     """Every node's command line and environment (or one node's), as shell lines or JSON."""
     t = r.profile.topology
     findings = list(pf.findings + pf.here)
@@ -191,7 +170,7 @@ def _print_dry_run(r, spec, pf, node_rank, json_out: bool) -> int:
         for n in nodes:
             print(shellout.comment(f"node {n.node_rank} ({n.role})"))
             print(n.shell_line())
-    return pf.profile_verdict.exit_code
+    return exit_code
 
 
 def _verdicts_json(pf) -> dict:
@@ -222,13 +201,11 @@ def _print_dry_run_findings(pf, command: str) -> None:
         )
 
 
-def _pd_dry_run(prof, profile_path: str, offline: bool, run_dir, json_out: bool, where: dict) -> int:
+def _print_pd_dry_run(o, json_out: bool) -> int:
     """`serve --dry-run` of a disaggregated profile without --role: both engines' launches (each
     with its --kv-transfer-config) and the router line. The exit code is the profile verdict."""
-    from ppspec_cli.preflight.pipeline import pd_dry_run
-
-    dr = pd_dry_run(prof, profile_path, offline=offline, run_dir=run_dir, where=where, progress=progress)
-    pf, specs, router, script, d = dr.preflight, dr.specs, dr.router, dr.script, dr.preflight.deployment
+    pf, specs, d, profile_path = o.judgment, o.launches, o.judgment.deployment, o.operation.profile_path
+    router, script = o.router
     if json_out:
         print(
             json.dumps(
@@ -259,4 +236,4 @@ def _pd_dry_run(prof, profile_path: str, offline: bool, run_dir, json_out: bool,
             )
         )
         print(router)
-    return pf.profile_verdict.exit_code
+    return o.exit_code

@@ -132,8 +132,8 @@ def verify_command(
         refuse_synthetic=wants_gates or bool(save_baseline or save_reference),
     )
     if ctx.get("name"):  # which packs ran in which engine process, from the run `ppspec serve` keeps
-        from ppspec_cli.running.launch import default_run_dir
         from ppspec_cli.running.serve.confirm import plugin_record
+        from ppspec_cli.running.serve.rundir import default_run_dir
 
         report.plugin = plugin_record(default_run_dir(ctx["name"]) / "plugin-status")
     chosen = explicit

@@ -174,7 +174,8 @@ MAX_MODEL_LEN_TOO_LARGE = Code(
     "max-model-len-too-large",
     ("error",),
     "`engine: max-model-len` exceeds what the target's config allows; vLLM refuses it at start.",
-    "Use at most the length the message gives (or VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 if the model extrapolates).",
+    'Use at most the length the message gives (or `VLLM_ALLOW_LONG_MAX_MODEL_LEN: "1"` in the profile\'s `env:` if the '
+    "model extrapolates).",
     section=TOPOLOGY,
 )
 
@@ -524,15 +525,46 @@ ENV_SECRET = Code(
 ENV_OVERRIDES_PLAN = Code(
     "env-overrides-plan",
     ("error",),
-    "VLLM_PP_LAYER_PARTITION / VLLM_USE_V2_MODEL_RUNNER (or PPSPEC_*) set by hand: they would override the plan.",
+    "VLLM_PP_LAYER_PARTITION / VLLM_USE_V2_MODEL_RUNNER (or PPSPEC_*) set in the profile's `env:`: they would "
+    "override the plan.",
     "Unset them; use `topology.layer_partition`.",
     section=ENGINE,
 )
 ENV_PLUGINS_SKIP_PPSPEC = Code(
     "env-plugins-skip-ppspec",
     ("error",),
-    "VLLM_PLUGINS leaves out ppspec: its plugin would not run and the engine would serve unchecked and unpatched.",
+    "VLLM_PLUGINS in the profile's `env:` leaves out ppspec: its plugin would not run and the engine would serve "
+    "unchecked and unpatched.",
     "Add ppspec to VLLM_PLUGINS, or unset it.",
+    section=ENGINE,
+)
+SHELL_OVERRIDES_PLAN = Code(
+    "shell-overrides-plan",
+    ("error",),
+    "A variable that carries the plan into the engine (VLLM_PP_LAYER_PARTITION, VLLM_USE_V2_MODEL_RUNNER) is set in "
+    "the shell that runs `ppspec serve`: the engine would inherit it where the plan does not set it. A `here` answer: "
+    "the profile itself passes, and a pod or a SLURM job does not inherit a login shell.",
+    "Unset it in the shell that runs `ppspec serve`; set `topology.layer_partition` in the profile instead.",
+    question="here",
+    section=ENGINE,
+)
+SHELL_PLUGINS_SKIP_PPSPEC = Code(
+    "shell-plugins-skip-ppspec",
+    ("error",),
+    "VLLM_PLUGINS in the shell that runs `ppspec serve` leaves out ppspec: its plugin would not run and the engine "
+    "would serve unchecked and unpatched. A `here` answer: the profile itself passes.",
+    "Add ppspec to VLLM_PLUGINS (comma-separated, no spaces: vLLM compares each name exactly) or unset it.",
+    question="here",
+    section=ENGINE,
+)
+SHELL_VLLM_ENV = Code(
+    "shell-vllm-env",
+    ("info",),
+    "vLLM variables set in the shell that runs `ppspec serve` and not in the profile's `env:`: the engine started "
+    "here inherits them (they change vLLM's behaviour on this machine only; the verdict on the profile ignores "
+    "them).",
+    "Put the ones the deployment needs in the profile's `env:`, where every node gets them.",
+    question="here",
     section=ENGINE,
 )
 API_KEY_ENV_UNSET = Code(
@@ -1012,6 +1044,8 @@ LAUNCH_REFUSALS: frozenset[Code] = frozenset(
         ENV_PLUGINS_SKIP_PPSPEC,
         ENV_SECRET,
         ENV_UNTRUSTED_ENTRY,
+        SHELL_OVERRIDES_PLAN,
+        SHELL_PLUGINS_SKIP_PPSPEC,
         TOPOLOGY_MASTER_ADDR,
     }
 )

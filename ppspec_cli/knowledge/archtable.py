@@ -15,8 +15,6 @@ Nothing here imports vLLM.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,10 +105,14 @@ def _load(path: Path, source: str) -> ArchTable:
     doc = safeio.read_json(
         path, limit=MAX_TABLE_BYTES, what="vLLM architecture table", fix="regenerate it with tools/vllm_arch_facts.py"
     )
+    return _table(doc, source, where=str(path))
+
+
+def _table(doc: Any, source: str, where: str = "the install cache") -> ArchTable:
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise PpspecError(
-            f"{path} is not a schema-{SCHEMA} vLLM architecture table",
-            where=str(path),
+            f"{where} is not a schema-{SCHEMA} vLLM architecture table",
+            where=where,
             fix="regenerate it with tools/vllm_arch_facts.py",
         )
     return ArchTable(str(doc.get("vllm_version")), doc.get("commit"), str(doc.get("origin", "")), source, doc)
@@ -158,64 +160,61 @@ def newest() -> ArchTable | None:
 
 def installed_source_root() -> Path | None:
     """The directory holding the installed `vllm` package (found without importing it)."""
-    try:
-        spec = importlib.util.find_spec("vllm")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations))).parent
+    from ppspec_cli.knowledge.installcache import vllm_root
 
-
-def cache_dir(create: bool = False) -> Path:
-    """The cache of scanned installs: `arch` under ppspec's per-user cache root (io/settings:
-    $PPSPEC_CACHE, else the user's cache directory), owned by this user (io/cache refuses another's)."""
-    from ppspec_cli.io import cache
-
-    return cache.owned_dir("arch", create=create)
-
-
-def _install_key(root: Path, version: str) -> str:
-    reg = root / "vllm" / "model_executor" / "models" / "registry.py"
-    mtime = reg.stat().st_mtime_ns if reg.is_file() else 0
-    return hashlib.sha256(f"{version}\0{root.resolve()}\0{mtime}".encode()).hexdigest()[:24]
+    root = vllm_root()
+    return None if root is None else root.parent
 
 
 def installed_table(root: Path, version: str) -> ArchTable:
-    """The installed engine's table: scanned once per install (version + path + mtime), then
-    read from the cache."""
-    from ppspec_cli.knowledge import archscan
+    """The installed engine's table: scanned once per install, then read from the install cache
+    (knowledge/installcache.py)."""
+    from ppspec_cli.knowledge import archscan, installcache
 
-    path = cache_dir() / f"vllm-{_install_key(root, version)}.json"
-    if path.is_file():
+    key = installcache.install_key(root / "vllm")
+    doc = installcache.read("arch", key) if key is not None else None
+    if isinstance(doc, dict) and doc.get("schema") == SCHEMA and doc.get("vllm_version") == version:
         try:
-            return _load(path, "installed")
+            return _table(doc, "installed")
         except PpspecError:
             pass  # a damaged cache entry: scan again
     _, commit = archscan.source_version(root)
     doc = table_document(archscan.scan(root), version, commit, origin=f"installed vLLM {version} at {root / 'vllm'}")
-    import json
-
-    path = cache_dir(create=True) / path.name
-    safeio.write_text(path, json.dumps(doc, sort_keys=True), what="vLLM architecture cache")
+    if key is not None:
+        installcache.write("arch", key, doc)
     return ArchTable(version, commit, str(doc["origin"]), "installed", doc)
 
 
-def pick(platform: str, installed: Any, facts_version: str, *, verified_install: bool) -> ArchTable | None:
-    """The table a verdict uses (module doc). `installed` is knowledge.engine.VllmInstall or None."""
-    if installed is not None and installed.platform == platform:
-        if verified_install and (t := committed(installed.version)) is not None:
-            return t  # a verified release: its committed table is the same code
-        root = installed_source_root()
-        if root is not None:
-            # the version the source itself was built as (vllm/_version.py), else the metadata's
-            from ppspec_cli.knowledge import archscan
-            from ppspec_cli.knowledge.versions import verdict
+def engine_table(installed: Any) -> ArchTable | None:
+    """The table of the installed engine (a VllmInstall) read by value: a verified release (by its
+    metadata, else by the version its source was built as) reads its committed table (the same
+    code); any other install is scanned once per install. None without an installed source. The
+    run's gatherer asks this where the installed engine serves the profile; `pick` is pure."""
+    from ppspec_cli.knowledge.versions import verdict
 
-            built = archscan.source_version(root)[0] or installed.version
-            if verdict(built).verified and (t := committed(built)) is not None:
-                return t  # the code on disk is a verified release
-            return installed_table(root, built)
+    if installed is None:
+        return None
+    if verdict(installed.version).verified and (t := committed(installed.version)) is not None:
+        return t
+    root = installed_source_root()
+    if root is None:
+        return None
+    from ppspec_cli.knowledge import archscan
+
+    built = archscan.source_version(root)[0] or installed.version  # what the source was built as
+    if verdict(built).verified and (t := committed(built)) is not None:
+        return t  # the code on disk is a verified release
+    return installed_table(root, built)
+
+
+def pick(platform: str, installed: Any, facts_version: str, engine: ArchTable | Exception | None) -> ArchTable | None:
+    """The table a verdict uses (module doc): the installed engine's (`engine`, gathered: its table,
+    or why its source could not be read, raised here) when it is the engine that serves `platform`;
+    else the committed table of `facts_version`, else the newest."""
+    if installed is not None and installed.platform == platform and engine is not None:
+        if isinstance(engine, Exception):
+            raise engine
+        return engine
     return committed(facts_version) or newest()
 
 

@@ -226,3 +226,138 @@ def builds_embed_on_last_stage(decoder: type) -> bool | None:
     if "PPMissingLayer" in names:
         return False
     return None
+
+
+def vllm_serve_parser():
+    """The installed vLLM's `vllm serve` argument parser, or None when vLLM is not importable here."""
+    import importlib
+
+    # vLLM moved the serve parser: launchers.cli_args (0.32+), openai.cli_args (0.30-0.31)
+    for mod in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"):
+        try:
+            make_arg_parser = importlib.import_module(mod).make_arg_parser
+            from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+            return make_arg_parser(FlexibleArgumentParser())
+        except Exception:  # noqa: BLE001 - vLLM not importable here, or not this version's layout
+            continue
+    return None
+
+
+def serve_option_names() -> frozenset[str] | None:
+    """Every long option name (without `--`; a `--no-x` also as `x`) the installed vLLM's `vllm serve`
+    parser knows, or None when vLLM is not importable here. Importing the parser takes seconds to
+    tens of seconds, paid before the engine starts: read from the install cache when this install
+    was read before (knowledge/installcache.py), else from the parser, then cached."""
+    from ppspec_cli.knowledge import installcache
+
+    key = installcache.install_key()
+    if key is None:
+        return None
+    got = installcache.read("serve-options", key)
+    if isinstance(got, list) and all(isinstance(x, str) for x in got):
+        return frozenset(got)
+    parser = vllm_serve_parser()
+    if parser is None:
+        return None
+    known = {s[2:] for s in parser._option_string_actions if s.startswith("--")}  # noqa: SLF001 - argparse's own table
+    installcache.write("serve-options", key, sorted(known))
+    return frozenset(known)
+
+
+#: Environment variable naming the engine executable to run instead of `vllm` (tests point it at a
+#: fake engine; also a way to use a wrapper script). Shown in `serve --dry-run` like any argv.
+ENV_VLLM_EXECUTABLE = "PPSPEC_VLLM_EXECUTABLE"
+
+
+def vllm_executable() -> str:
+    """The installed vLLM's command: $PPSPEC_VLLM_EXECUTABLE when set; else `vllm` next to this
+    interpreter (the venv ppspec runs in), else on PATH, else the `bin/vllm` beside an importable
+    vllm package (the layout of `pip install --target DIR`). When vLLM imports but no command is
+    found, that is an error of its own: "install vLLM" would send the user the wrong way."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    from ppspec_cli.errors import PpspecError
+    from ppspec_cli.io.settings import settings
+
+    override = settings().vllm_executable
+    if override:
+        return override
+    cand = Path(sys.executable).parent / "vllm"
+    if cand.exists():
+        return str(cand)
+    found = shutil.which("vllm")
+    if found:
+        return found
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin:
+        return "vllm"  # not installed: starting it fails with serve's "install vLLM" message
+    pkg_root = Path(spec.origin).resolve().parent.parent
+    beside = pkg_root / "bin" / "vllm"
+    if beside.exists():
+        return str(beside)
+    raise PpspecError(
+        f"the `vllm` command is not on PATH, although the vllm package imports (from {pkg_root})",
+        where="vllm",
+        fix=f"put the folder holding the `vllm` script on PATH, or set {ENV_VLLM_EXECUTABLE} to it",
+        exit_code=1,
+    )
+
+
+#: How long the child interpreter of the import check may take.
+IMPORT_CHECK_DEADLINE_S = 180
+_IMPORT_CHILD = """
+import importlib, json, sys
+out = {}
+for m in sys.argv[1:]:
+    try:
+        importlib.import_module(m)
+        out[m] = None
+    except BaseException as e:
+        out[m] = (type(e).__name__ + ": " + str(e))[:300]
+sys.stdout.write("PPSPEC-IMPORTS " + json.dumps(out))
+"""
+
+
+def module_import_errors(modules: list[str]) -> dict[str, str | None]:
+    """module -> None when it imports in a fresh interpreter of this install, else the error (the
+    adapter packs' inner decoders: `ppspec adapters list`). Answered once per install (the install
+    cache); a module whose check could not run (deadline, no interpreter) is absent from the answer."""
+    import json
+
+    from ppspec_cli.io import spawn
+    from ppspec_cli.knowledge import installcache
+
+    key = installcache.install_key()
+    cached = installcache.read("imports", key) if key is not None else None
+    known: dict[str, str | None] = (
+        {k: v for k, v in cached.items() if isinstance(k, str) and (v is None or isinstance(v, str))}
+        if isinstance(cached, dict)
+        else {}
+    )
+    todo = sorted(set(modules) - set(known))
+    if todo:
+        try:
+            cp = spawn.run(  # isolated (-P), without PPSPEC_PLAN_FILE: the ppspec vLLM plugin stays inert
+                spawn.python_argv("-c", _IMPORT_CHILD, *todo),
+                capture_output=True,
+                text=True,
+                timeout=IMPORT_CHECK_DEADLINE_S,
+            )
+            line = next((ln for ln in cp.stdout.splitlines() if ln.startswith("PPSPEC-IMPORTS ")), None)
+            got = json.loads(line.split(" ", 1)[1]) if line else {}
+        except (OSError, spawn.TimeoutExpired, ValueError):
+            got = {}
+        if got and key is not None:
+            known.update({m: got[m] for m in todo if m in got})
+            installcache.write("imports", key, known)
+        else:
+            known.update({m: got[m] for m in todo if m in got})
+    return {m: known[m] for m in modules if m in known}

@@ -866,7 +866,7 @@ def load_pack_module(pack_name: str, kind: str, file: Path) -> Any:
     return mod
 
 
-def pack_rules(part: Pack) -> tuple[list[tuple[str, Any]], frozenset[Code]]:
+def pack_rules(part: Pack) -> tuple[list[tuple[str, Any]], tuple[Code, ...]]:
     """A pack's rules file: its named rules (`get_rules()`: (name, fn) pairs) and the codes they
     report (its `CODES`: Code objects), registered as the pack's when the file loads. A rule pack's
     codes are named `<pack>-...`; a drafter pack's keep vLLM-facing names (`drafter-...`,
@@ -881,7 +881,7 @@ def pack_rules(part: Pack) -> tuple[list[tuple[str, Any]], frozenset[Code]]:
         if not part.is_drafter_pack and not c.code.startswith(f"{part.name}-"):
             raise ValueError(f"code {c.code!r} is not named `{part.name}-...`")
     register(f"pack {part.name}", *codes)
-    return list(mod.get_rules()), frozenset(codes)
+    return list(mod.get_rules()), codes
 
 
 def inner_decoder_path(pack: Pack, target_arch: str) -> str:

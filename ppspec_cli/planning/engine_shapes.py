@@ -11,7 +11,7 @@ vllm/model_executor/layers/linear.py and vllm/transformers_utils/model_arch_conf
   max_seq_len, seq_length, model_max_length, max_target_positions, max_sequence_length,
   max_seq_length, seq_len; model_max_length wins when set), times the RoPE scaling factor of the
   rope types vLLM scales; a larger `engine: max-model-len` is refused at start unless
-  VLLM_ALLOW_LONG_MAX_MODEL_LEN is set (`max-model-len-too-large`); anything but a positive length
+  the profile's `env:` sets VLLM_ALLOW_LONG_MAX_MODEL_LEN (`max-model-len-too-large`); anything but a positive length
   or -1 (auto-fit) is refused (`max-model-len-invalid`).
 
 Unknown facts (no head count in the config, a RoPE layout this rule does not model, a length written
@@ -32,7 +32,7 @@ from ppspec_cli.findings.codes import (
     MAX_MODEL_LEN_INVALID,
     MAX_MODEL_LEN_TOO_LARGE,
 )
-from ppspec_cli.planning.engine_options import read_option
+from ppspec_cli.planning.engine_options import EngineOptions
 
 LENGTH_KEYS = (
     "max_position_embeddings",
@@ -92,11 +92,10 @@ def derived_max_len(text: Mapping[str, Any], model_type: str | None) -> float | 
     return derived
 
 
-def _max_model_len(engine: Mapping[str, Any]) -> tuple[str, Any] | None:
-    for k, v in engine.items():
-        opt = read_option(k)
-        if opt.flag == "max-model-len" and not opt.subkeys:
-            return str(k), v
+def _max_model_len(options: EngineOptions) -> tuple[str, Any] | None:
+    for e in options.entries:
+        if e.option.flag == "max-model-len" and not e.option.subkeys:
+            return e.option.key, e.value
     return None
 
 
@@ -108,11 +107,11 @@ def shape_findings(
     text: Mapping[str, Any] | None,
     model_type: str | None,
     tp: int,
-    engine: Mapping[str, Any],
+    options: EngineOptions,
     env: Mapping[str, str],
-    environ: Mapping[str, str],
 ) -> Iterator[Finding]:
-    """The findings above for a target's text config, the TP size and the engine options."""
+    """The findings above for a target's text config, the TP size, the engine options (read once)
+    and the profile's `env:` (the caller's shell is the `here` question's, never this one's)."""
     text = text or {}
     heads = _int(text.get("num_attention_heads"))
     kv = _int(text.get("num_key_value_heads"))
@@ -147,7 +146,7 @@ def shape_findings(
                 + " and stops at start (QKVParallelLinear)",
                 fix="use a tensor_parallel that divides the KV head count, or a multiple of it",
             )
-    got = _max_model_len(engine)
+    got = _max_model_len(options)
     if got is None:
         return
     key, raw = got
@@ -172,12 +171,11 @@ def shape_findings(
         )
         return
     derived = derived_max_len(text, model_type)
-    allowed = _truthy_env(env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")) or _truthy_env(
-        environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")
-    )
+    allowed = _truthy_env(env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN"))
     if derived is not None and v > derived and not allowed:
         yield MAX_MODEL_LEN_TOO_LARGE.at(
             f"engine.{key[:80]}",
             f"engine.{key[:80]}={v} is larger than the {derived:g} tokens the target's config allows: vLLM refuses it at start",
-            fix=f"use at most {derived:g} (or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 if you know the model extrapolates)",
+            fix=f'use at most {derived:g} (or, if you know the model extrapolates, set VLLM_ALLOW_LONG_MAX_MODEL_LEN: "1" '
+            "in the profile's `env:`, where every node gets it)",
         )

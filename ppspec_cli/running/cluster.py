@@ -1,54 +1,23 @@
-"""Where one node of a multi-node launch stands: the head's address, port and bind host given on the
-command line, and, inside a SLURM allocation, the head and this node's rank read from SLURM.
-
-Applied to the profile before `check` runs, so `check`'s rules, `serve`, `serve --dry-run` and the
-exports all see the same values. Precedence: command line > profile > SLURM's environment.
+"""The SLURM allocation this process runs in, read: the variables srun/sbatch set, and the
+allocation's hosts from `scontrol show hostnames` (bounded, with a deadline). The run's gatherer
+(operation/gather.py) reads them; what they decide (the head, this node's rank and run directory)
+is planning/placement.py's, pure.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.io import env as env_io
 from ppspec_cli.io import spawn
-from ppspec_cli.io.netinfo import NodeNet
-from ppspec_cli.planning.profile import Profile
+from ppspec_cli.planning.placement import Slurm, check_host
 
-#: A host name, or an IPv4 / IPv6 address: what may stand for a node in argv, scripts and manifests.
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?$")
-_IPV6 = re.compile(r"^[0-9A-Fa-f:.]{2,45}$")
+__all__ = ["Slurm", "check_host", "slurm_from_env", "slurm_hostnames"]
+
 #: `scontrol` answers in well under a second; a hung controller must not hang `serve`.
 SCONTROL_TIMEOUT_S = 15.0
 _SCONTROL_MAX_BYTES = 1 << 20
-
-
-def check_host(value: str, where: str) -> str:
-    """`value` when it is a host name or an IP address, else a PpspecError (never a shell word or an option)."""
-    if isinstance(value, str) and (
-        _HOSTNAME.fullmatch(value) or (":" in value and _IPV6.fullmatch(value))
-    ):  # fullmatch: `$` would take a trailing newline
-        return value
-    raise PpspecError(
-        f"{where} {str(value)[:80]!r} is not a host name or IP address",
-        where=where,
-        fix="give the head node's host name (letters, digits, `.`, `-`) or its IP address",
-        exit_code=2,
-    )
-
-
-@dataclass
-class Slurm:
-    """The SLURM allocation this process runs in (from the variables srun/sbatch set)."""
-
-    job_id: str
-    node_id: int  # this node's index in the allocation (SLURM_NODEID), 0 = first host of the node list
-    nnodes: int  # SLURM_JOB_NUM_NODES / SLURM_NNODES
-    nodelist: str  # SLURM_JOB_NODELIST, compressed form (`node[01-04]`)
-
 
 #: A SLURM host list (`node[01-04,07],gpu-a1`): host-name characters, brackets, ranges, commas;
 #: never a leading `-` (it reaches `scontrol show hostnames` as an argument).
@@ -145,107 +114,3 @@ def slurm_hostnames(nodelist: str, environ: Mapping[str, str] | None = None) -> 
         )
     text = out.stdout[:_SCONTROL_MAX_BYTES].decode("utf-8", "replace")
     return [h.strip() for h in text.splitlines() if h.strip()]
-
-
-@dataclass
-class Placement:
-    """What the command line and SLURM decided for this process."""
-
-    node_rank: int | None  # None: not decided (dry run of every node)
-    run_dir: Path | None  # None: the default run directory
-    notes: list[str] = field(default_factory=list)  # one line each, printed as progress
-    net: NodeNet | None = None  # this node's interface/address for vLLM's process groups (multi-node mp)
-
-
-#: What ppspec sets from the route to the head, on every node of a multi-node `mp` launch, unless the
-#: profile's `env:` sets it: Gloo (CPU process groups) and NCCL bind and advertise this interface;
-#: vLLM's message queues and its own address use VLLM_HOST_IP. Without them Gloo takes the address
-#: the host name resolves to, which a stock /etc/hosts maps to 127.0.1.1.
-NET_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "VLLM_HOST_IP")
-
-
-def node_net_env(net: NodeNet | None, profile_env: Mapping[str, str]) -> dict[str, str]:
-    """The variables of NET_ENV this node gets: from `net`, except those the profile sets."""
-    if net is None:
-        return {}
-    out = {}
-    if net.ifname:
-        out["GLOO_SOCKET_IFNAME"] = out["NCCL_SOCKET_IFNAME"] = net.ifname
-    if net.addr:
-        out["VLLM_HOST_IP"] = net.addr
-    return {k: v for k, v in out.items() if k not in profile_env}
-
-
-def place(
-    profile: Profile,
-    *,
-    master_addr: str | None = None,
-    master_port: int | None = None,
-    host: str | None = None,
-    node_rank: int | None = None,
-    run_dir: str | None = None,
-    environ: Mapping[str, str] | None = None,
-    launching: bool = False,
-) -> tuple[Profile, Placement]:
-    """The profile with the command line's and SLURM's values filled in, and this node's placement.
-    On a node of a multi-node `mp` launch (node rank known) the interface and address towards the
-    head are added to the profile's env (node_net_env). `launching`: a real start (not a dry run of
-    every node): without a rank from the command line or SLURM, this is node 0."""
-    environ = env_io.snapshot() if environ is None else environ
-    launch: dict = {}
-    server: dict = {}
-    notes: list[str] = []
-    if master_addr is not None:
-        launch["master_addr"] = check_host(master_addr, "--master-addr")
-    if master_port is not None:
-        launch["master_port"] = master_port
-    if host is not None:
-        server["host"] = check_host(host, "--host")
-    t = profile.topology
-    rd = Path(run_dir) if run_dir else None
-    slurm = slurm_from_env(environ) if t.nodes > 1 else None
-    if slurm is not None:
-        if slurm.nnodes != t.nodes:
-            raise PpspecError(
-                f"the SLURM allocation has {slurm.nnodes} node(s) but the profile's topology.nodes is {t.nodes}",
-                where="topology.nodes",
-                fix=f"allocate {t.nodes} nodes (sbatch --nodes={t.nodes}; `ppspec export slurm PROFILE` writes the script) or change topology.nodes",
-                exit_code=1,
-            )
-        if node_rank is None:
-            node_rank = slurm.node_id
-            notes.append(f"node rank {node_rank} from SLURM_NODEID")
-        if "master_addr" not in launch and not profile.launch.master_addr:
-            hosts = slurm_hostnames(slurm.nodelist, environ)
-            if len(hosts) != slurm.nnodes:
-                raise PpspecError(
-                    f"`scontrol show hostnames` listed {len(hosts)} host(s) for a {slurm.nnodes}-node allocation",
-                    where="SLURM_JOB_NODELIST",
-                    fix="pass the head node's address with --master-addr",
-                    exit_code=1,
-                )
-            launch["master_addr"] = check_host(hosts[0], "SLURM_JOB_NODELIST")
-            notes.append(f"head node {hosts[0]} (the first host of SLURM_JOB_NODELIST)")
-    if launching and node_rank is None and t.nodes > 1:
-        node_rank = 0  # `serve` without --node-rank (and outside SLURM) starts the head
-    if rd is None and node_rank is not None and t.nodes > 1:
-        from ppspec_cli.running.launch import node_run_dir
-
-        rd = node_run_dir(profile.name, node_rank, slurm.job_id if slurm is not None else None)
-    if launch:
-        profile = profile.model_copy(update={"launch": profile.launch.model_copy(update=launch)})
-    net = None
-    head = profile.launch.master_addr
-    if t.nodes > 1 and profile.launch.executor == "mp" and node_rank is not None and head:
-        from ppspec_cli.io import netinfo
-
-        net = netinfo.pick(head, is_head=node_rank == 0)
-        add = node_net_env(net, profile.env)
-        if add:
-            profile = profile.model_copy(update={"env": {**profile.env, **add}})
-            notes.append(f"{', '.join(f'{k}={v}' for k, v in add.items())}: {net.how}")
-        elif not net.ifname:
-            notes.append(f"no interface chosen for vLLM's process groups: {net.how}")
-    if server:
-        profile = profile.model_copy(update={"server": profile.server.model_copy(update=server)})
-    return profile, Placement(node_rank=node_rank, run_dir=rd, notes=notes, net=net)

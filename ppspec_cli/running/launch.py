@@ -1,23 +1,25 @@
 """Resolved profile -> the exact vLLM launch: argv and environment per node, plus the plan file the
-in-engine plugin reads. Pure translation (no process is started here), so `serve --dry-run` prints
-precisely what `serve` runs, on a machine with neither vLLM nor GPUs.
+in-engine plugin reads. Pure translation (no process is started, nothing is read here): the
+`vllm` command, the runs directory and the host name come from the run's facts, the `engine:`
+options from the one reader (Resolved.options), so `serve --dry-run` prints precisely what `serve`
+runs, on a machine with neither vLLM nor GPUs. Linear in the nodes: the argv every node shares is
+built once, then each node's own part.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.io import safeio, shellout
-from ppspec_cli.planning.engine_options import _flag_name, _opt, engine_args, launch_refusals
+from ppspec_cli.planning.engine_options import EngineOptions
+from ppspec_cli.planning.placement import node_run_dir
 from ppspec_cli.planning.profile import Profile
-from ppspec_cli.planning.resolve import Resolved, needed_behaviours
+from ppspec_cli.planning.resolve import Resolved
 from ppspec_cli.running.planfile import PLAN_FORMAT
 
 
@@ -66,158 +68,67 @@ class LaunchSpec:
         }
 
 
-#: Environment variable naming the engine executable to run instead of `vllm` (tests point it at a
-#: fake engine; also a way to use a wrapper script). Shown in `serve --dry-run` like any argv.
-ENV_VLLM_EXECUTABLE = "PPSPEC_VLLM_EXECUTABLE"
+@dataclass(frozen=True)
+class Site:
+    """Where a launch runs, from the run's facts: the `vllm` command, ppspec's runs directory, the
+    host name (multi-node run directories are named by host and node rank)."""
+
+    executable: str
+    run_root: Path
+    host: str
 
 
-def vllm_executable() -> str:
-    """$PPSPEC_VLLM_EXECUTABLE when set; else `vllm` next to this interpreter (the venv ppspec runs
-    in), else on PATH, else the `bin/vllm` beside an importable vllm package (the layout of
-    `pip install --target DIR`). When vLLM imports but no command is found, that is an error of
-    its own: "install vLLM" would send the user the wrong way."""
-    from ppspec_cli.io.settings import settings
-
-    override = settings().vllm_executable
-    if override:
-        return override
-    cand = Path(sys.executable).parent / "vllm"
-    if cand.exists():
-        return str(cand)
-    found = shutil.which("vllm")
-    if found:
-        return found
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec("vllm")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.origin:
-        return "vllm"  # not installed: starting it fails with serve's "install vLLM" message
-    pkg_root = Path(spec.origin).resolve().parent.parent
-    beside = pkg_root / "bin" / "vllm"
-    if beside.exists():
-        return str(beside)
-    raise PpspecError(
-        f"the `vllm` command is not on PATH, although the vllm package imports (from {pkg_root})",
-        where="vllm",
-        fix=f"put the folder holding the `vllm` script on PATH, or set {ENV_VLLM_EXECUTABLE} to it",
-        exit_code=1,
-    )
-
-
-def _local_ref(ref: str) -> str:
-    """A `demo:` model's directory (built by `serve` at start: build_demo_models), else `ref`."""
-    if ref.startswith("demo:"):
-        from ppspec_cli import demo
-
-        return demo.demo_model_path(ref)
-    return ref
-
-
-def build_demo_models(p: Profile, progress: Callable[[str], None]) -> None:
-    """Build the profile's `demo:` models the launch names (once; cached): the one place a run builds
-    weights. check, plan, --predict, the dry run and the exports read their description instead."""
-    from ppspec_cli import demo
-
-    for ref in (p.target.model, p.drafter.model if p.drafter else None):
-        if ref and demo.is_demo_ref(ref):
-            demo.ensure_demo_model(ref, progress=progress)
-
-
-def _engine_ref(ref: str, ck: Any, resolve_demo: bool) -> str:
-    """The model reference the engine gets. A local checkpoint is passed as the absolute path
-    `check` read (relative paths resolve against the profile's directory, as in `check`, not the
-    engine's working directory); hub ids pass unchanged; a reference starting with `-` never reaches
-    argv as an option."""
-    if ref.startswith("demo:"):
-        return _local_ref(ref) if resolve_demo else ref
+def _engine_ref(ref: str, ck: Any) -> str:
+    """The model reference the engine gets. A local checkpoint (a `demo:` model's built directory
+    included) is passed as the absolute path `check` read (relative paths resolve against the
+    profile's directory, as in `check`, not the engine's working directory); hub ids pass
+    unchanged; a reference starting with `-` never reaches argv as an option."""
     if ck is not None and getattr(ck, "source", None) == "local" and getattr(ck, "location", None):
         return os.path.abspath(ck.location)
     return os.path.abspath(ref) if ref.startswith("-") else ref
 
 
-def default_run_dir(profile_name: str) -> Path:
-    from ppspec_cli.io.cache import owned_dir
+def build_launch(r: Resolved, site: Site, *, run_dir: Path | None = None) -> LaunchSpec:
+    """Translate a resolved profile into per-node launches. The verdict decides whether it starts;
+    this builds what a dry run and an export show even for a refused profile (where no launch can
+    be built, a secret or a key that is no option, the act refuses first: operation/outcome.py).
 
-    return owned_dir("runs") / profile_name
-
-
-def node_run_dir(profile_name: str, node_rank: int, job: str | None = None) -> Path:
-    """The default run directory of node `node_rank` of a multi-node profile on this host: homes are
-    usually shared between a cluster's nodes (NFS), so each host and node rank (and SLURM job) gets
-    its own, and the nodes' locks and plan files never collide."""
-    import re
-
-    from ppspec_cli.io.netinfo import host_name
-
-    leaf = f"{host_name()}-node{node_rank}"
-    return default_run_dir(profile_name) / (
-        f"slurm-{re.sub(r'[^A-Za-z0-9_.-]', '_', job)[:64] or 'job'}-{leaf}" if job else leaf
-    )
-
-
-def build_launch(r: Resolved, *, run_dir: Path | None = None, resolve_demo: bool = True) -> LaunchSpec:
-    """Translate a resolved profile into per-node launches. The preflight's verdict decides whether
-    it starts (prepare); this builds what a dry run and an export show even for a refused profile,
-    and raises PpspecError only where no launch can be built (UNBUILDABLE: a secret, a non-option key).
-
-    Without `run_dir`, a multi-node profile gives every node its own run directory on this host
-    (node_run_dir: host name and node rank in the path), and the spec's own run directory is
-    node 0's (serve without --node-rank runs node 0). With `run_dir`, every node uses that one."""
-    t = r.profile.topology
-    if run_dir is None and t.nodes > 1:
-        per_node = [_build(r, node_run_dir(r.profile.name, i), resolve_demo) for i in range(t.nodes)]
-        spec = per_node[0]
-        spec.nodes = [s.nodes[i] for i, s in enumerate(per_node)]
-        return spec
-    return _build(r, run_dir or default_run_dir(r.profile.name), resolve_demo)
-
-
-def _build(r: Resolved, run_dir: Path, resolve_demo: bool) -> LaunchSpec:
-    """One node set's launch, from the profile alone: the argv shared by every engine node, each
-    node's own part, the environment, and the plan file the in-engine plugin reads."""
+    `run_dir` (else the placement's): every node uses that one. Without either, a multi-node
+    profile gives every node its own run directory on this host (node_run_dir: host name and node
+    rank in the path), and the spec's own run directory is node 0's (serve without --node-rank
+    runs node 0)."""
     p = r.profile
-    _refuse_unbuildable(p)
-    plan_file = run_dir / "plan.json"
-    target_ref = _engine_ref(p.target.model, r.target, resolve_demo)
-    base = [vllm_executable(), "serve", target_ref]
-    drafter = _drafter_launch(r, run_dir, resolve_demo)
-    common = _shared_engine_args(p, drafter.config)
+    t = p.topology
+    rd = run_dir or r.placement.run_dir
+    if rd is not None:
+        dirs = [rd] * t.nodes
+    elif t.nodes > 1:
+        dirs = [node_run_dir(site.run_root, site.host, p.name, i) for i in range(t.nodes)]
+    else:
+        dirs = [site.run_root / p.name]
+    head, tail = _shared_engine_args(p)
+    base = [site.executable, "serve", _engine_ref(p.target.model, r.target), *head]
     extra = _pass_through_args(r)
-    env, env_refs = _environment(r, plan_file), _env_refs(p)
+    env_refs = _env_refs(p)
+    base_env = _environment(r)
     nodes = []
-    for rank in range(p.topology.nodes):
+    for rank, node_dir in enumerate(dirs):
         role = "worker" if rank > 0 else "head"
-        argv = _node_argv(p, rank, role, base + common, extra)
-        nodes.append(NodeLaunch(rank, role, argv, dict(env), dict(env_refs)))
+        engine_argv = base + _speculative_args(_drafter_launch(r, node_dir)) + tail
+        env = {"PPSPEC_PLAN_FILE": str(node_dir / "plan.json"), **base_env}
+        nodes.append(NodeLaunch(rank, role, _node_argv(p, rank, role, engine_argv, extra), env, dict(env_refs)))
+    drafter = _drafter_launch(r, dirs[0])
     overlay = r.plan.overlay if r.plan is not None else None
     return LaunchSpec(
         nodes,
         _server_url(p.server.host, p.server.port),
-        run_dir,
-        plan_file,
-        _plan_data(r, run_dir),
+        dirs[0],
+        dirs[0] / "plan.json",
+        _plan_data(r, dirs[0]),
         overlay,
         drafter.overlay_dir,
         drafter.source,
     )
-
-
-#: The refusals a launch cannot even be built with: a secret would be written into the argv, the
-#: environment and launch.json (and an export's script); a key that is no option name is no flag.
-#: The other engine-option refusals build a launch that `serve` never starts: the verdict refuses
-#: them once (preflight), and a dry run or export shows that launch next to the refusal.
-UNBUILDABLE = frozenset({"engine-secret-option", "env-secret", "engine-bad-option-name"})
-
-
-def _refuse_unbuildable(p: Profile) -> None:
-    """Defensive, for any caller: `serve`, `check` and `export` have reported these in the verdict
-    (engine_options.launch_refusals); here only the message, where and fix, not the code again."""
-    for f in launch_refusals(p.engine, p.env, None, None, None):
-        if f.code in UNBUILDABLE:
-            raise PpspecError(f"{f.message}: ppspec builds no launch with it", where=f.field, fix=f.hint, exit_code=1)
 
 
 def _server_url(host: str, port: int) -> str:
@@ -233,7 +144,7 @@ class _DrafterLaunch:
     source: str | None  # the drafter dir/id the overlay is made from
 
 
-def _drafter_launch(r: Resolved, run_dir: Path, resolve_demo: bool) -> _DrafterLaunch:
+def _drafter_launch(r: Resolved, run_dir: Path) -> _DrafterLaunch:
     """The speculative config. When the plan overlays drafter config keys, the engine loads the
     drafter from the overlay directory (built at serve time from `source`), not from its own."""
     d = r.profile.drafter
@@ -243,7 +154,7 @@ def _drafter_launch(r: Resolved, run_dir: Path, resolve_demo: bool) -> _DrafterL
     config: dict[str, Any] = {"method": d.method, "num_speculative_tokens": d.num_speculative_tokens}
     overlay_dir = source = None
     if d.model:
-        source = _engine_ref(d.model, r.drafter, resolve_demo)
+        source = _engine_ref(d.model, r.drafter)
         if overlay:
             overlay_dir = run_dir / "drafter-overlay"
             config["model"] = str(overlay_dir)
@@ -258,8 +169,15 @@ def _drafter_launch(r: Resolved, run_dir: Path, resolve_demo: bool) -> _DrafterL
     return _DrafterLaunch(config, overlay_dir, source)
 
 
-def _shared_engine_args(p: Profile, speculative_config: dict[str, Any] | None) -> list[str]:
-    """The engine options ppspec derives from the profile, the same on every node."""
+def _opt(flag: str, value: str) -> list[str]:
+    """`--flag value`, or `--flag=value` when the value starts with `-`: argparse would otherwise read
+    such a value as another option (a value of `--trust-remote-code` must stay a value)."""
+    return [f"{flag}={value}"] if value.startswith("-") else [flag, value]
+
+
+def _shared_engine_args(p: Profile) -> tuple[list[str], list[str]]:
+    """The engine options ppspec derives from the profile, the same on every node: those before the
+    speculative config and those after it."""
     t = p.topology
     args: list[str] = []
     if p.target.revision:
@@ -271,20 +189,42 @@ def _shared_engine_args(p: Profile, speculative_config: dict[str, Any] | None) -
     args += ["--tensor-parallel-size", str(t.tensor_parallel), "--pipeline-parallel-size", str(t.pipeline_parallel)]
     if t.data_parallel > 1:
         args += ["--data-parallel-size", str(t.data_parallel)]
-    if speculative_config is not None:
-        args += ["--speculative-config", json.dumps(speculative_config, separators=(",", ":"), sort_keys=True)]
-    if p.launch.executor == "ray" or t.nodes > 1:
-        args += ["--distributed-executor-backend", p.launch.executor]
-    return args
+    tail = ["--distributed-executor-backend", p.launch.executor] if p.launch.executor == "ray" or t.nodes > 1 else []
+    return args, tail
+
+
+def _speculative_args(d: _DrafterLaunch) -> list[str]:
+    """`--speculative-config` (its drafter may live in the node's own run directory: the overlay)."""
+    if d.config is None:
+        return []
+    return ["--speculative-config", json.dumps(d.config, separators=(",", ":"), sort_keys=True)]
+
+
+def engine_args(options: EngineOptions) -> list[str]:
+    """Pass-through `engine:` keys as vLLM long flags (refused keys: see launch_refusals). Booleans
+    become bare flags (`--x` / `--no-x`); mappings and lists become JSON, as `vllm serve --config` does."""
+    out: list[str] = []
+    for e in options.entries:
+        opt, v = e.option, e.value
+        if v is None:
+            continue
+        if isinstance(v, bool) and not opt.subkeys:  # `no-x: true` is --no-x, `no-x: false` is --x
+            on = v != opt.negated
+            out.append(f"--{opt.flag}" if on else f"--no-{opt.flag}")
+        elif isinstance(v, (dict, list)):
+            out += [f"--{opt.argv_name}", json.dumps(v, separators=(",", ":"), sort_keys=True)]
+        else:
+            out += _opt(f"--{opt.argv_name}", str(v))
+    return out
 
 
 def _pass_through_args(r: Resolved) -> list[str]:
     """The profile's `engine:` keys, last on every engine argv; plus, on CPU with PP, an eager
     compilation config unless the profile chose one (or enforce-eager) itself."""
     p = r.profile
-    args = engine_args(p.engine)
+    args = engine_args(r.options)
     if r.platform == "cpu" and p.topology.pipeline_parallel > 1:
-        if not any(_flag_name(k) in ("compilation-config", "enforce-eager") for k in p.engine):
+        if not any(e.option.argv_name in ("compilation-config", "enforce-eager") for e in r.options.entries):
             # With enforce-eager the CPU worker skips warm-up and PP stage buffers are never allocated.
             args += [
                 "--compilation-config",
@@ -293,10 +233,11 @@ def _pass_through_args(r: Resolved) -> list[str]:
     return args
 
 
-def _environment(r: Resolved, plan_file: Path) -> dict[str, str]:
-    """What ppspec sets in every node's environment; the profile's own `env:` wins."""
+def _environment(r: Resolved) -> dict[str, str]:
+    """What ppspec sets in every node's environment (the plan file's path aside: it is the node's);
+    the profile's own `env:` wins."""
     p, t = r.profile, r.profile.topology
-    env: dict[str, str] = {"PPSPEC_PLAN_FILE": str(plan_file)}
+    env: dict[str, str] = {}
     if t.layer_partition:
         env["VLLM_PP_LAYER_PARTITION"] = ",".join(str(x) for x in t.layer_partition)
     if r.platform in ("cuda", "rocm") and p.drafter is not None:
@@ -360,7 +301,7 @@ def _plan_data(r: Resolved, run_dir: Path) -> dict[str, Any]:
             "method": p.drafter.method if p.drafter else None,
             "draft_layer_start": (plan.draft_layer_ids[0] if plan is not None and plan.draft_layer_ids else None),
             "platform": r.platform,
-            "needs": needed_behaviours(r),
+            "needs": list(r.needs),
         },
         "status_dir": str(run_dir / "plugin-status"),
     }

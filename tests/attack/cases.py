@@ -618,7 +618,7 @@ def _refused_case(key: str, flag: str, code_set: set[str]) -> Callable[[], str |
         target = vllm_reads(key)
         if target is None:
             return None  # vLLM itself refuses the spelling: not a bypass
-        got = {f.code for f in launch_refusals({key: "x"}, {}, None, None)}
+        got = {f.code for f in launch_refusals({key: "x"}, {})}
         if not got & code_set:
             return f"vLLM reads {key!r} as --{target}, ppspec passed it ({sorted(got)})"
         return None
@@ -627,7 +627,7 @@ def _refused_case(key: str, flag: str, code_set: set[str]) -> Callable[[], str |
 
 
 def engine_option_cases() -> Iterator[Case]:
-    from ppspec_cli.planning.engine_options import _REFUSED_FLAGS, MANAGED_FLAGS, vllm_option_strings
+    from ppspec_cli.knowledge.options import MANAGED_FLAGS, REFUSED_FLAGS, vllm_option_strings
 
     opts = vllm_option_strings()
     for flag in sorted(MANAGED_FLAGS):
@@ -649,7 +649,7 @@ def engine_option_cases() -> Iterator[Case]:
                     },
                 ),
             )
-    for flag in sorted(_REFUSED_FLAGS):
+    for flag in sorted(REFUSED_FLAGS):
         for s in spellings(flag, False):
             yield (
                 "engine-options",
@@ -662,7 +662,7 @@ def engine_option_cases() -> Iterator[Case]:
         def run() -> str | None:
             from ppspec_cli.planning.engine_options import launch_refusals
 
-            got = {f.code for f in launch_refusals({key: 2}, {}, None, None)}
+            got = {f.code for f in launch_refusals({key: 2}, {})}
             return None if "engine-overrides-depth" in got else f"{key} passed"
 
         return run
@@ -678,9 +678,10 @@ def engine_option_cases() -> Iterator[Case]:
 
     def argv(key: str, want: str) -> Callable[[], str | None]:
         def run() -> str | None:
-            from ppspec_cli.planning.engine_options import engine_args
+            from ppspec_cli.planning.engine_options import read_options
+            from ppspec_cli.running.launch import engine_args
 
-            got = engine_args({key: 1})[0]
+            got = engine_args(read_options({key: 1}))[0]
             return None if got == want else f"{key} passed to vLLM as {got}"
 
         return run
@@ -697,9 +698,7 @@ def engine_option_cases() -> Iterator[Case]:
             from ppspec_cli.planning.engine_options import launch_refusals
 
             loads = "ppspec" in val.split(",")  # vllm/envs.py: os.environ["VLLM_PLUGINS"].split(",")
-            refused = any(
-                f.code == "env-plugins-skip-ppspec" for f in launch_refusals({}, {"VLLM_PLUGINS": val}, None, None)
-            )
+            refused = any(f.code == "env-plugins-skip-ppspec" for f in launch_refusals({}, {"VLLM_PLUGINS": val}))
             return (
                 None
                 if refused != loads
@@ -729,19 +728,14 @@ def engine_option_cases() -> Iterator[Case]:
 
 
 def untrusted_cases() -> Iterator[Case]:
-    from ppspec_cli.planning.engine_options import (
-        UNTRUSTED_ENV,
-        UNTRUSTED_OPTIONS,
-        UNTRUSTED_SUBKEYS,
-        launch_refusals,
-        vllm_option_strings,
-    )
+    from ppspec_cli.knowledge.options import UNTRUSTED_ENV, UNTRUSTED_OPTIONS, UNTRUSTED_SUBKEYS, vllm_option_strings
+    from ppspec_cli.planning.engine_options import launch_refusals
 
     opts = vllm_option_strings()
 
     def opt_case(key: str, value: object, ack: list[str] | None) -> Callable[[], str | None]:
         def run() -> str | None:
-            got = {f.code for f in launch_refusals({key: value}, {}, None, None, {"engine": ack or []})}
+            got = {f.code for f in launch_refusals({key: value}, {}, {"engine": ack or []})}
             if ack is None and "engine-untrusted-option" not in got:
                 if vllm_reads(key.split(".", 1)[0]) is None:
                     return None  # vLLM refuses the spelling itself
@@ -775,7 +769,7 @@ def untrusted_cases() -> Iterator[Case]:
 
     def env_case(name: str, ack: bool) -> Callable[[], str | None]:
         def run() -> str | None:
-            got = {f.code for f in launch_refusals({}, {name: "/x"}, None, None, {"env": [name] if ack else []})}
+            got = {f.code for f in launch_refusals({}, {name: "/x"}, {"env": [name] if ack else []})}
             flagged = "env-untrusted-entry" in got
             return None if flagged != ack else f"env.{name}: {'flagged though acknowledged' if ack else 'not flagged'}"
 
@@ -802,7 +796,7 @@ def untrusted_cases() -> Iterator[Case]:
 
     def harmless(name: str) -> Callable[[], str | None]:
         def run() -> str | None:
-            got = {f.code for f in launch_refusals({}, {name: "1"}, None, None)}
+            got = {f.code for f in launch_refusals({}, {name: "1"})}
             return None if "env-untrusted-entry" not in got else f"{name} flagged (ordinary tuning)"
 
         return run

@@ -144,15 +144,14 @@ def environment_cases() -> Iterator[Case]:
 
 
 def _accessors() -> dict[str, Callable[[], object]]:
-    from ppspec_cli.commands import adapters
     from ppspec_cli.demo.factory import demo_cache_dir
-    from ppspec_cli.planning import engine_options
-    from ppspec_cli.running.launch import default_run_dir
+    from ppspec_cli.knowledge import installcache
+    from ppspec_cli.running.serve.rundir import default_run_dir
 
     return {
         "demo models": demo_cache_dir,
-        "option names": engine_options._options_cache_file,
-        "import check": adapters._cache_file,
+        "option names": lambda: installcache.path("serve-options", "k", create=True),
+        "import check": lambda: installcache.path("imports", "k", create=True),
         "run dirs": lambda: default_run_dir("p"),
     }
 
@@ -202,13 +201,13 @@ def _planted_file_case(hostile: str) -> Callable[[], str | None]:
     def run() -> str | None:
         from ppspec_cli.errors import PpspecError
         from ppspec_cli.io import cache
-        from ppspec_cli.planning import engine_options
+        from ppspec_cli.knowledge import installcache
 
         if hostile == "other-owner" and os.geteuid() != 0:
             return None
         with tempfile.TemporaryDirectory() as td, env(PPSPEC_CACHE=str(Path(td) / "c")):
-            f = engine_options._options_cache_file()
-            f.write_text(json.dumps({"key": "k", "options": ["evil-option"]}))
+            f = installcache.path("serve-options", "k", create=True)
+            f.write_text(json.dumps({"key": "k", "data": ["evil-option"]}))
             if hostile == "group-writable":
                 os.chmod(f, 0o664)
             elif hostile == "world-writable":

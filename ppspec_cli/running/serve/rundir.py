@@ -26,6 +26,21 @@ from ppspec_cli.io import safeio
 from ppspec_cli.running.launch import LaunchSpec, NodeLaunch
 from ppspec_cli.running.planfile import plan_file_text, write_plan_file
 
+
+def runs_root() -> Path:
+    """ppspec's runs directory: `runs` under the per-user cache (io/cache: refused when another user
+    owns it or can write it), created when missing."""
+    from ppspec_cli.io.cache import owned_dir
+
+    return owned_dir("runs")
+
+
+def default_run_dir(profile_name: str) -> Path:
+    """A profile's default run directory (one node; a multi-node profile's nodes get their own:
+    planning/placement.node_run_dir)."""
+    return runs_root() / profile_name
+
+
 #: In the run directory: the private TMPDIR of the current run, when it is not <run_dir>/tmp.
 PRIVATE_TMP_RECORD = "tmpdir"
 #: In the run directory: present while the engine serves (the URL), removed when it stops.

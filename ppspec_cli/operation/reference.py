@@ -5,7 +5,7 @@ each adapter pack's rules file, the probes); `every_code` loads them all first."
 
 from __future__ import annotations
 
-from ppspec_cli.findings import Code, owner_of, registered
+from ppspec_cli.findings import Code
 from ppspec_cli.findings.codes import CHECKPOINT, PACKS, SECTIONS
 from ppspec_cli.knowledge.methods.base import CONTRACT_SECTION
 
@@ -15,21 +15,24 @@ DRAFTERS_END = "<!-- end of the drafter contract codes -->"
 
 
 def every_code() -> dict[str, Code]:
-    """Every code ppspec (and the packs it loads) can report: the owners loaded, then their codes."""
-    import ppspec_cli.findings.codes  # noqa: F401 - registers the core codes
-    from ppspec_cli.knowledge import methods  # noqa: F401 - registers the methods' codes
+    """Every code ppspec and its packs can report, from their owners (each loaded, which registers
+    its codes), in the reference's order: the core codes, the methods', the probes', each pack's."""
+    from ppspec_cli.findings import RULE_CRASHED
+    from ppspec_cli.findings.codes import CORE, GAPS
+    from ppspec_cli.knowledge.methods import REGISTRY
     from ppspec_cli.knowledge.packs import load_packs, pack_rules
-    from ppspec_cli.running.engine import probes  # noqa: F401 - registers the probes' codes
+    from ppspec_cli.running.engine.probes import PROBE_NAMES, probe_code
 
-    owners = {"core", "methods", "probes"}
+    ordered: list[Code] = [RULE_CRASHED, *CORE, *GAPS["target"].values(), *GAPS["drafter"].values()]
+    ordered += [c for m in REGISTRY.values() for c in m.codes]
+    ordered += [probe_code(n) for n in PROBE_NAMES]
     for pack in load_packs():
-        owners.add(f"pack {pack.name}")
         if pack.rules_path is not None:
             try:
-                pack_rules(pack)
+                ordered += pack_rules(pack)[1]
             except Exception:  # noqa: BLE001, S112 - a broken pack is `pack-rule-failed` in check; it documents nothing
                 continue
-    return {name: c for name, c in registered().items() if owner_of(name) in owners}
+    return {c.code: c for c in ordered}
 
 
 def sections() -> dict[str, dict[str, Code]]:
