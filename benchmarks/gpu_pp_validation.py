@@ -5,7 +5,8 @@ On a machine with >= 2 NVIDIA GPUs and the CUDA build of vLLM (>= 0.30) installe
 
     python benchmarks/gpu_pp_validation.py --out DIR
 
-builds the seeded demo models (ppspec_cli/demo/relay.py and the repo's ppspec_kit/: relay.py, block.py, gpuval.py), writes one profile per arm,
+builds the seeded demo models (ppspec_cli/demo/relay.py and the repo's ppspec_kit/: relay.py, block.py, gpuval.py),
+writes one profile per arm,
 and for each arm runs `ppspec serve` (a subprocess, always stopped) and `ppspec verify` against it
 (bf16 and CUDA graphs on cuda unless --eager / --dtype say otherwise):
 
@@ -397,7 +398,8 @@ def profile_for(
             engine["gpu-memory-utilization"] = 0.04
         if eager:
             engine["enforce-eager"] = True
-        else:  # capture only the batch sizes the arm can reach (max-num-seqs x (1 + speculative tokens)): a faster start
+        # capture only the batch sizes the arm can reach (max-num-seqs x (1 + speculative tokens)): a faster start
+        else:
             engine["compilation-config"] = {
                 "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 48, 64, 96] if big else [1, 2, 4, 8, 16, 24]
             }
@@ -414,7 +416,8 @@ def profile_for(
         topology["layer_partition"] = list(arm.partition)
     prof: dict[str, Any] = {
         "name": f"gpuval-{arm.name}",
-        "description": f"GPU validation arm {arm.name} ({arm.family}, PP={arm.pp}, speculation {'on' if arm.spec else 'off'})",
+        "description": f"GPU validation arm {arm.name} ({arm.family}, PP={arm.pp}, speculation "
+        f"{'on' if arm.spec else 'off'})",
         "target": {"model": f"demo:{arm.target}"},
         "topology": topology,
         "platform": platform,
@@ -513,14 +516,17 @@ def compare_parity(name: str, results: dict[str, dict], a: str, b: str) -> Check
         return Check(
             name,
             PASS,
-            f"{b} = {a}: {ca['accepted_tokens']} of {ca['draft_tokens']} draft tokens accepted in {ca['drafts']} drafts, per position {ca['accepted_per_position']}",
+            f"{b} = {a}: {ca['accepted_tokens']} of {ca['draft_tokens']} draft tokens accepted in {ca['drafts']} "
+            f"drafts, per position {ca['accepted_per_position']}",
         )
     diffs = [f"{k} {ca[k]} vs {cb[k]}" for k in ca if ca[k] != cb[k]]
     return Check(
         name,
         FAIL,
-        f"{b} differs from {a}: {'; '.join(diffs)}. The relay models decide every token with a wide margin, so this is not "
-        "float noise: the taps reaching the drafter differ between the two layouts (relay order, boundary tap, or stage attribution)",
+        f"{b} differs from {a}: {'; '.join(diffs)}. The relay models decide every token with a wide margin, so this "
+        "is not "
+        "float noise: the taps reaching the drafter differ between the two layouts (relay order, boundary tap, or "
+        "stage attribution)",
     )
 
 
@@ -554,7 +560,8 @@ def compare_floor(name: str, results: dict[str, dict], arm: str, min_rate: float
     return Check(
         name,
         FAIL,
-        f"{arm}: acceptance rate {rate} ({acc} accepted) below {min_rate}: the drafter does not read the taps as planted",
+        f"{arm}: acceptance rate {rate} ({acc} accepted) below {min_rate}: the drafter does not read the taps as "
+        "planted",
     )
 
 
@@ -801,30 +808,41 @@ def render_markdown(summary: dict[str, Any]) -> str:
         "",
         "## Arms",
         "",
-        "| arm | PP | drafter | taps | status | drafts | accepted | per position | acc. length | tok/s | TPOT ms | startup s |",
+        "| arm | PP | drafter | taps | status | drafts | accepted | per position | acc. length | tok/s | TPOT ms | "
+        "startup s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for a in summary["arms"]:
         sd = a.get("spec_decode") or {}
         tp = a.get("throughput") or {}
+        why = (
+            ": " + a["reason"].splitlines()[0][:120].replace("|", "/")
+            if a.get("reason") and a["status"] != "ok"
+            else ""
+        )
         lines.append(
             f"| {a['arm']} | {a['pp']} | {a.get('drafter') or 'off'} | {a.get('taps') or 'config'} | {a['status']}"
-            f"{(': ' + a['reason'].splitlines()[0][:120].replace('|', '/')) if a.get('reason') and a['status'] != 'ok' else ''} | "
+            f"{why} "
+            "| "
             f"{_fmt(sd.get('drafts'))} | {_fmt(sd.get('accepted_tokens'))} | {_fmt(sd.get('accepted_per_position'))} | "
-            f"{_fmt(sd.get('mean_acceptance_length'), 3)} | {_fmt(tp.get('output_tokens_per_s'), 1)} | {_fmt(tp.get('time_per_output_token_ms'))} | {_fmt(a.get('startup_s'), 0)} |"
+            f"{_fmt(sd.get('mean_acceptance_length'), 3)} | {_fmt(tp.get('output_tokens_per_s'), 1)} | "
+            f"{_fmt(tp.get('time_per_output_token_ms'))} | {_fmt(a.get('startup_s'), 0)} |"
         )
     if summary.get("performance"):
         lines += [
             "",
             "## Throughput (tiny: ppspec verify, c=1; 8B: load generator)",
             "",
-            "| arm | shape | PP | partition | speculation | c | tok/s | TPOT ms | acc. length | speedup vs off | vs PP=1 |",
+            "| arm | shape | PP | partition | speculation | c | tok/s | TPOT ms | acc. length | speedup vs off | vs "
+            "PP=1 |",
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in summary["performance"]:
             lines.append(
-                f"| {r['arm']} | {r['shape']} | {r['pp']} | {r['partition'] or 'default'} | {'on' if r['speculation'] else 'off'} | {r['concurrency']} | "
-                f"{_fmt(r['tokens_per_s'], 1)} | {_fmt(r['time_per_output_token_ms'])} | {_fmt(r['mean_acceptance_length'], 3)} | "
+                f"| {r['arm']} | {r['shape']} | {r['pp']} | {r['partition'] or 'default'} | "
+                f"{'on' if r['speculation'] else 'off'} | {r['concurrency']} | "
+                f"{_fmt(r['tokens_per_s'], 1)} | {_fmt(r['time_per_output_token_ms'])} | "
+                f"{_fmt(r['mean_acceptance_length'], 3)} | "
                 f"{_fmt(r['speedup_vs_spec_off'])} | {_fmt(r['ratio_vs_pp1'])} |"
             )
     if summary.get("notes"):
@@ -1213,7 +1231,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--work",
         default=None,
-        help="profiles, reports, logs, model cache (default OUT/work; /tmp/ppspec-gpuval when only $OUT is set); keep it across calls with --resume",
+        help="profiles, reports, logs, model cache (default OUT/work; /tmp/ppspec-gpuval when only $OUT is set); "
+        "keep it across calls with --resume",
     )
     p.add_argument("--platform", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--pp1-only", action="store_true", help="run only the PP=1 arms (the CPU platform cannot do more)")
@@ -1346,7 +1365,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             gates = ", ".join(f"{g} vs {o}" for g, o in (("acceptance", arm.baseline), ("output", arm.reference)) if o)
             print(
-                f"{arm.name}: ppspec serve {prof} ; ppspec verify {prof} {' '.join(verify_args(arm, work, max_tokens, num_prompts))}"
+                f"{arm.name}: ppspec serve {prof} ; ppspec verify {prof} "
+                f"{' '.join(verify_args(arm, work, max_tokens, num_prompts))}"
                 f"{' ; load c=1,' + str(LOAD_CONCURRENCY) if arm.solo else ''}{' ; gates: ' + gates if gates else ''}"
             )
         return EXIT_OK
@@ -1466,7 +1486,8 @@ def _run_all(a, selected, work, ctx, results, notes, t_start, n_gpus: int) -> bo
                     if a.budget_s is not None and elapsed + estimate > a.budget_s:
                         budget_hit = True
                         notes.append(
-                            f"budget of {a.budget_s:.0f}s reached after {elapsed:.0f}s with {len(todo)} arm(s) not started: "
+                            f"budget of {a.budget_s:.0f}s reached after {elapsed:.0f}s with {len(todo)} arm(s) not "
+                            "started: "
                             "rerun the same command with --resume for the rest"
                         )
                         break
@@ -1478,7 +1499,8 @@ def _run_all(a, selected, work, ctx, results, notes, t_start, n_gpus: int) -> bo
                             continue
                         todo.remove(arm)
                         print(
-                            f"{arm.name}: PP={arm.pp}, drafter {arm.drafter or 'off'}{', taps ' + str(list(arm.taps)) if arm.taps else ''}"
+                            f"{arm.name}: PP={arm.pp}, drafter "
+                            f"{arm.drafter or 'off'}{', taps ' + str(list(arm.taps)) if arm.taps else ''}"
                             f"{', partition ' + str(list(arm.partition)) if arm.partition else ''} on GPU(s) {gpus}",
                             flush=True,
                         )
@@ -1501,7 +1523,8 @@ def _run_all(a, selected, work, ctx, results, notes, t_start, n_gpus: int) -> bo
                     print(
                         f"  {arm.name}: {r['status']} in {r['wall_s']}s"
                         + (
-                            f", {sd.get('accepted_tokens')} accepted of {sd.get('draft_tokens')} ({sd.get('drafts')} drafts)"
+                            f", {sd.get('accepted_tokens')} accepted of {sd.get('draft_tokens')} ({sd.get('drafts')} "
+                            "drafts)"
                             if sd.get("configured")
                             else ""
                         )

@@ -32,7 +32,8 @@ def main() -> None:
             n, size = write_index(d / "model.safetensors.index.json", *shape)
             best = min(_timed(lambda d=d: reader.load_local(str(d), d)) for _ in range(3))
             print(
-                f"{name:12s} index {size / 1e6:5.1f} MB, {n:7d} tensors: read in {best:.2f} s (best of 3); limit {reader.MAX_INDEX_BYTES >> 20} MiB = {reader.MAX_INDEX_BYTES / size:.1f}x this file"
+                f"{name:12s} index {size / 1e6:5.1f} MB, {n:7d} tensors: read in {best:.2f} s (best of 3); limit "
+                f"{reader.MAX_INDEX_BYTES >> 20} MiB = {reader.MAX_INDEX_BYTES / size:.1f}x this file"
             )
 
 

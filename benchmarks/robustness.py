@@ -90,7 +90,8 @@ def main() -> int:
     t0 = time.monotonic()
     tally = PA.run_all(args.attacks, args.seed)
     print(
-        f"attacker suite: {sum(tally.cases.values())} cases ({', '.join(f'{c} {tally.cases[c]}' for c in PA.CLASSES)}) [{time.monotonic() - t0:.0f}s]"
+        f"attacker suite: {sum(tally.cases.values())} cases "
+        f"({', '.join(f'{c} {tally.cases[c]}' for c in PA.CLASSES)}) [{time.monotonic() - t0:.0f}s]"
     )
     for c in PA.CLASSES:
         print(f"{c}: {tally.problems[c]}")

@@ -1,6 +1,7 @@
 """Time to ready: `ppspec serve PROFILE` next to the same `vllm serve` command line started by hand,
 measured in one run on this machine (one start each by default, bare vLLM first; `--ppspec-first`
-swaps the order, `--rounds N` alternates N times and prints medians). Prints both times, the difference and the ratio, and the moments at which
+swaps the order, `--rounds N` alternates N times and prints medians). Prints both times, the difference and the ratio,
+and the moments at which
 ppspec's progress lines arrived (where its time goes: preflight, engine start, confirmation).
 
 "Ready" for the bare engine is its first 200 on /health; for ppspec, the moment it prints
@@ -236,7 +237,8 @@ def main() -> int:
         got = {k: statistics.median(v) for k, v in times.items()}
         if args.rounds > 1:
             print(
-                f"{args.rounds} rounds, alternating; medians below. bare: {', '.join(f'{t:.1f}' for t in times['bare'])} s; "
+                f"{args.rounds} rounds, alternating; medians below. bare: "
+                f"{', '.join(f'{t:.1f}' for t in times['bare'])} s; "
                 f"ppspec: {', '.join(f'{t:.1f}' for t in times['ppspec'])} s"
             )
         print(f"profile: {args.profile}")

@@ -18,10 +18,12 @@ app = typer.Typer(
         "Run EAGLE3-family speculative decoding (eagle3, dflash, dspark; also mtp, eagle) under "
         "pipeline parallelism on vLLM, checked before launch.\n\n"
         "Typical flow: `ppspec check PROFILE` (preflight, no GPU), `ppspec plan PROFILE` (stage plan), "
-        "`ppspec serve PROFILE` (launch), `ppspec verify PROFILE` (measure acceptance on the live server), `ppspec bench PROFILE` (does speculation pay at each concurrency: both arms, a verdict).\n\n"
+        "`ppspec serve PROFILE` (launch), `ppspec verify PROFILE` (measure acceptance on the live server), `ppspec "
+        "bench PROFILE` (does speculation pay at each concurrency: both arms, a verdict).\n\n"
         "Exit codes: 0 ok; 1 a check, launch or gate failed (or the server/engine failed); 2 bad usage or "
         "unreadable input (profile, option value, file); 3 an internal error (a ppspec bug: re-run with --debug "
-        "and report it); 4 serve could not confirm ppspec's plugin in every engine process (stopped, nothing served unpatched); 128+N (130 Ctrl-C, 143 SIGTERM) serve interrupted by signal N."
+        "and report it); 4 serve could not confirm ppspec's plugin in every engine process (stopped, nothing served "
+        "unpatched); 128+N (130 Ctrl-C, 143 SIGTERM) serve interrupted by signal N."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -80,13 +82,15 @@ def check(
     probes: bool = typer.Option(
         False,
         "--probes/--no-probes",
-        help="Also run behaviour probes of the installed vLLM (tripwires). Imports vLLM: tens of seconds. `serve` runs them inside every engine process anyway.",
+        help="Also run behaviour probes of the installed vLLM (tripwires). Imports vLLM: tens of seconds. `serve` "
+        "runs them inside every engine process anyway.",
     ),
     severity: str = typer.Option(
         "warning",
         "--severity",
         metavar="LEVEL",
-        help="Show findings of this severity or worse: error, warning (the default) or info (all). The verdict and --json always count every finding.",
+        help="Show findings of this severity or worse: error, warning (the default) or info (all). The verdict and "
+        "--json always count every finding.",
     ),
     quiet: bool = typer.Option(False, "--quiet", help="Errors and warnings only (the default; kept for scripts)."),
     verbose: bool = typer.Option(False, "--verbose", help="Every finding, the infos too (--severity info)."),
@@ -158,7 +162,8 @@ def plan(
     ),
 ) -> None:
     """Show the stage plan: layers per stage, where each tap lives, what each hop relays, draft layer
-    ids, embedding placement and weight memory per stage; exit code as `check`'s. With --predict, the predicted speed-up."""
+    ids, embedding placement and weight memory per stage; exit code as `check`'s. With --predict, the predicted
+    speed-up."""
     from ppspec_cli.commands import plan as command
     from ppspec_cli.commands.predict_render import PredictOptions
 
@@ -200,7 +205,8 @@ def serve(
     master_addr: Optional[str] = typer.Option(
         None,
         "--master-addr",
-        help="The head node's address (overrides launch.master_addr; inside SLURM the allocation's first host is the default).",
+        help="The head node's address (overrides launch.master_addr; inside SLURM the allocation's first host is the "
+        "default).",
     ),
     master_port: Optional[int] = typer.Option(
         None, "--master-port", min=1, max=65535, help="The head's rendezvous port (overrides launch.master_port)."
@@ -209,12 +215,14 @@ def serve(
     role: Optional[str] = typer.Option(
         None,
         "--role",
-        help="Disaggregated profiles (`roles:`): which engine to start, `prefill` or `decode`. With --dry-run and no --role, both engines and the router.",
+        help="Disaggregated profiles (`roles:`): which engine to start, `prefill` or `decode`. With --dry-run and no "
+        "--role, both engines and the router.",
     ),
     verbose: bool = typer.Option(
         False,
         "--verbose",
-        help="Stream the engine's whole log to the terminal (default: a line per start-up phase and vLLM's warnings and errors; RUN_DIR/engine.log always has all of it).",
+        help="Stream the engine's whole log to the terminal (default: a line per start-up phase and vLLM's warnings "
+        "and errors; RUN_DIR/engine.log always has all of it).",
     ),
 ) -> None:
     """Check the profile, then launch the vLLM server with the adapter pack applied in every engine process.
@@ -223,7 +231,8 @@ def serve(
     curl line, streams the engine log, and on Ctrl-C / SIGTERM stops the whole process tree.
 
     Exit code: 0 the dry run printed a launch of a profile `check` passes (its JSON `ok` says whether
-    `serve` would start it on this machine; a real serve runs until it is stopped); 1 a check or launch failed: refused (the reasons are printed; `check` reports them
+    `serve` would start it on this machine; a real serve runs until it is stopped); 1 a check or launch failed: refused
+    (the reasons are printed; `check` reports them
     too), or the engine failed (exited, never became healthy, port taken, a node lost); 2 usage
     errors or unreadable input; 3 an internal error (a ppspec bug: --debug shows it); 4 the engine
     started but not every engine process confirmed an ok ppspec plugin status (API server, engine
@@ -258,7 +267,8 @@ def bench(
     sessions: str = typer.Option(
         "per-repeat",
         "--sessions",
-        help="per-repeat: every repeat of every arm in its own engine session, arms interleaved (drift between sessions is in the spread); per-arm: one session per arm (fewer engine starts).",
+        help="per-repeat: every repeat of every arm in its own engine session, arms interleaved (drift between "
+        "sessions is in the spread); per-arm: one session per arm (fewer engine starts).",
     ),
     max_tokens: int = typer.Option(
         128, "--max-tokens", help="Output tokens per request (greedy, ignore_eos: a fixed length)."
@@ -272,7 +282,8 @@ def bench(
     out: Optional[str] = typer.Option(
         None,
         "--out",
-        help="Directory for bench.json, report.md and the PNG plots (also the --resume state; default ~/.cache/ppspec/runs/NAME-bench).",
+        help="Directory for bench.json, report.md and the PNG plots (also the --resume state; default "
+        "~/.cache/ppspec/runs/NAME-bench).",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
     resume: bool = typer.Option(
@@ -292,7 +303,8 @@ def bench(
     allow_mixed: bool = typer.Option(
         False,
         "--allow-mixed",
-        help="With --resume, keep results measured on another host or with other ppspec/vLLM versions (refused otherwise).",
+        help="With --resume, keep results measured on another host or with other ppspec/vLLM versions (refused "
+        "otherwise).",
     ),
 ) -> None:
     """Does speculation pay at my load? Serves the profile without its drafter and with each
@@ -369,7 +381,8 @@ def export_k8s(
     volume: Optional[list[str]] = typer.Option(
         None,
         "--volume",
-        help="CLAIM:/path: mount this PersistentVolumeClaim read-only at /path in every pod (repeatable); the profile's local model paths must lie under one.",
+        help="CLAIM:/path: mount this PersistentVolumeClaim read-only at /path in every pod (repeatable); the "
+        "profile's local model paths must lie under one.",
     ),
     offline: bool = typer.Option(False, "--offline", help="Do not contact the Hugging Face hub during the preflight."),
 ) -> None:
@@ -377,7 +390,8 @@ def export_k8s(
 
     Every pod runs `ppspec serve` on the profile (in a ConfigMap), as each node does under SLURM; the
     head's address and each worker's rank come from LWS's LWS_LEADER_ADDRESS / LWS_WORKER_INDEX. Apply with
-    `kubectl apply -f FILE`. Exit code: 0 written; 1 `check` found errors (written anyway) or the profile cannot be exported.
+    `kubectl apply -f FILE`. Exit code: 0 written; 1 `check` found errors (written anyway) or the profile cannot be
+    exported.
     """
     from ppspec_cli.commands import export as command
 
@@ -392,7 +406,8 @@ def verify(
     endpoint: Optional[str] = typer.Option(
         None,
         "--endpoint",
-        help="Base URL of a running OpenAI-compatible vLLM server (default: from the profile, else http://127.0.0.1:8000).",
+        help="Base URL of a running OpenAI-compatible vLLM server (default: from the profile, else "
+        "http://127.0.0.1:8000).",
     ),
     out: Optional[str] = typer.Option(None, "--out", help="Write the JSON report here."),
     save_baseline: Optional[str] = typer.Option(
@@ -408,7 +423,9 @@ def verify(
     gate: Optional[list[str]] = typer.Option(
         None,
         "--gates",
-        help="Gates to apply, comma-separated or repeated: acceptance (parity vs --baseline), drafter (acceptance floor), output (greedy outputs vs --reference), task (arithmetic score vs --reference), all, none. Default: drafter when speculating, plus those whose inputs are given.",
+        help="Gates to apply, comma-separated or repeated: acceptance (parity vs --baseline), drafter (acceptance "
+        "floor), output (greedy outputs vs --reference), task (arithmetic score vs --reference), all, none. "
+        "Default: drafter when speculating, plus those whose inputs are given.",
     ),
     min_acceptance: float = typer.Option(
         0.05, "--min-acceptance", help="Floor for the drafter-sanity gate (acceptance rate)."
@@ -492,7 +509,8 @@ def adapters_show_cmd(
     name: str = typer.Argument(
         ...,
         metavar="NAME",
-        help="Pack name (see `ppspec adapters list`), or a model architecture as its config.json names it: the pack that covers it.",
+        help="Pack name (see `ppspec adapters list`), or a model architecture as its config.json names it: the pack "
+        "that covers it.",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the pack as one JSON object."),
 ) -> None:
@@ -533,7 +551,8 @@ def main() -> None:
         # a path given on the command line or in the profile that the file system cannot take
         where = str(e.filename or "")
         print(
-            f"error: {e.strerror}\n  where: {where[:120]}{'...' if len(where) > 120 else ''}\n  fix: use a shorter path (each name at most 255 bytes)",
+            f"error: {e.strerror}\n  where: {where[:120]}{'...' if len(where) > 120 else ''}\n  fix: use a shorter "
+            "path (each name at most 255 bytes)",
             file=sys.stderr,
         )
         sys.exit(2)

@@ -86,7 +86,8 @@ register_model(
     Spec(
         "relay-eagle3",
         4004,
-        f"float32 EAGLE3 drafter for {RELAY_TARGET} that always proposes token {ALWAYS_TOKEN} (control: deterministic acceptance)",
+        f"float32 EAGLE3 drafter for {RELAY_TARGET} that always proposes token {ALWAYS_TOKEN} (control: "
+        "deterministic acceptance)",
         draft_vocab=1,
         always_token=ALWAYS_TOKEN,
     ),
@@ -97,7 +98,8 @@ register_model(
     Spec(
         "relay-qwen3-moe",
         RELAY_SEED,
-        f"{RELAY_TARGET} as a float32 Qwen3-MoE ({RELAY_MOE_EXPERTS} identical experts per layer, top-{RELAY_MOE_TOP_K}, seeded router): "
+        f"{RELAY_TARGET} as a float32 Qwen3-MoE ({RELAY_MOE_EXPERTS} identical experts per layer, "
+        f"top-{RELAY_MOE_TOP_K}, seeded router): "
         f"the same function, so {RELAY_DRAFTER} serves it unchanged",
     ),
     _relay_moe,
@@ -120,7 +122,8 @@ register_model(
     Spec(
         "relay-eagle1",
         5005,
-        f"float32 EAGLE-1 drafter for {RELAY_TARGET} (no taps): proposes the target's next token from the token it is fed",
+        f"float32 EAGLE-1 drafter for {RELAY_TARGET} (no taps): proposes the target's next token from the token it "
+        "is fed",
     ),
     _relay_eagle1,
 )
@@ -129,8 +132,10 @@ register_model(
     Spec(
         "relay-dflash",
         0,
-        f"float32 DFlash drafter (Qwen3 layer, dflash_config.target_layer_ids {[t - 1 for t in RELAY_TAPS]}: vLLM adds 1) for "
-        f"{RELAY_TARGET}: its first mask proposes the token two ahead from the taps of the last verified position, read through "
+        f"float32 DFlash drafter (Qwen3 layer, dflash_config.target_layer_ids {[t - 1 for t in RELAY_TAPS]}: vLLM "
+        "adds 1) for "
+        f"{RELAY_TARGET}: its first mask proposes the token two ahead from the taps of the last verified position, "
+        "read through "
         "attention planted on RoPE distance; served with other taps its proposals go wrong",
     ),
     _relay_block,
@@ -140,7 +145,8 @@ register_model(
     Spec(
         "relay-dspark",
         0,
-        f"float32 DSpark drafter (Qwen3DSparkModel, dspark_target_layer_ids {[t - 1 for t in RELAY_TAPS]}, zero Markov head) for "
+        f"float32 DSpark drafter (Qwen3DSparkModel, dspark_target_layer_ids {[t - 1 for t in RELAY_TAPS]}, zero "
+        "Markov head) for "
         f"{RELAY_TARGET}: its anchor proposes the token two ahead, as {RELAY_DRAFTER} does",
     ),
     _relay_block,
@@ -150,7 +156,8 @@ register_model(
     Spec(
         "relay-dsv3",
         RELAY_SEED,
-        f"{RELAY_TARGET} as a float32 DeepSeek-V3 checkpoint (MLA attention, dense MLPs): the same function, served by {RELAY_DRAFTER}",
+        f"{RELAY_TARGET} as a float32 DeepSeek-V3 checkpoint (MLA attention, dense MLPs): the same function, served "
+        f"by {RELAY_DRAFTER}",
     ),
     _relay_dsv3,
 )
@@ -161,7 +168,8 @@ register_model(
     Spec(
         "big-target",
         8008,
-        "bf16 Llama of 8B-class shape (32 layers, hidden 4096, GQA 32/8, intermediate 14336, vocab 32768) generated from a seed "
+        "bf16 Llama of 8B-class shape (32 layers, hidden 4096, GQA 32/8, intermediate 14336, vocab 32768) generated "
+        "from a seed "
         "(16 GB: built where it runs, on the GPU when there is one); next token = a seeded successor map",
     ),
     _big_target,
@@ -172,7 +180,8 @@ register_model(
     Spec(
         "big-eagle3",
         8008,
-        f"bf16 EAGLE3 drafter for {BIG_TARGET} (taps 2, 16, 29; draft vocab 32000): its first proposal is right after a "
+        f"bf16 EAGLE3 drafter for {BIG_TARGET} (taps 2, 16, 29; draft vocab 32000): its first proposal is right "
+        "after a "
         "seeded 45% of the tokens and never right (BOS) after the others",
     ),
     _big_drafter,

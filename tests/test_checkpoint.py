@@ -445,7 +445,8 @@ def test_relative_references_ignore_the_working_directory(tmp_path, make_checkpo
             assert notes == []
         else:
             assert notes == [
-                f"'models/llama' has the form of a hub id (org/name) and is the folder {base / 'models' / 'llama'} next to the profile: it is read as that folder"
+                f"'models/llama' has the form of a hub id (org/name) and is the folder {base / 'models' / 'llama'} "
+                "next to the profile: it is read as that folder"
             ]
     assert not is_local_ref("org/name", base)  # the working directory's folder does not count
     monkeypatch.chdir("/")

@@ -101,9 +101,8 @@ def test_every_exception_is_still_needed():
 )
 def test_the_checker_sees_each_kind(line, kind):
     src = (
-        "import os, json, shutil, subprocess, yaml, pathlib\nfrom pathlib import Path\nfrom os import environ\nfrom os import remove as rm\n"
-        + line
-        + "\n"
+        "import os, json, shutil, subprocess, yaml, pathlib\nfrom pathlib import Path\nfrom os import environ\nfrom "
+        "os import remove as rm\n" + line + "\n"
     )
     found = [v for v in scan(src, "x.py") if v.line == 5]
     assert [v.kind for v in found] == [kind], (line, found)

@@ -197,7 +197,8 @@ def test_json_ok_and_mtp_has_no_taps(make_checkpoint, write_profile):
     t = make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3")
     cp = check(
         write_profile(
-            f"name: m\ntarget: {{model: {t}}}\nplatform: auto\nadapter: none\ndrafter: {{method: mtp, num_speculative_tokens: 1}}\ntopology: {{pipeline_parallel: 2}}\n"
+            f"name: m\ntarget: {{model: {t}}}\nplatform: auto\nadapter: none\ndrafter: {{method: mtp, "
+            "num_speculative_tokens: 1}\ntopology: {pipeline_parallel: 2}\n"
         ),
         "--json",
     )

@@ -158,7 +158,8 @@ def test_index_weights_count_the_last_stage_embedding_copy_and_the_drafter(profi
     flat = " ".join(text.split())
     assert "the embedding and lm_head are vocab x hidden x the config's dtype each" in flat, text
     assert (
-        "weights: the last stage counts lm_head, the target embedding copy the drafter reads, the drafter (its index's total size); "
+        "weights: the last stage counts lm_head, the target embedding copy the drafter reads, the drafter (its "
+        "index's total size); "
         "never counted: KV cache, activations, CUDA graphs, the runtime"
     ) in flat, text
     # without the drafter's size: said so
@@ -266,8 +267,8 @@ def test_verify_says_what_each_latency_measures():
     out = " ".join(buf.getvalue().replace("│", " ").split())
     assert "time per output token 4.1 ms (client: each request's time, prefill included, over its tokens)" in out, out
     assert (
-        "engine inter-token latency 6.4 ms (engine: time between its steps; a step emits every accepted draft token at once)"
-        in out
+        "engine inter-token latency 6.4 ms (engine: time between its steps; a step emits every accepted draft token "
+        "at once)" in out
     ), out
 
 
@@ -383,6 +384,7 @@ def test_engine_output_is_quiet_while_ppspec_stops_the_engine(capsys):
         "(APIServer pid=1) ERROR 12-01 16:40:22 [async_llm.py:700] EngineDeadError: EngineCore encountered an issue."
     )
     out.feed(
-        "/usr/lib/python3.11/multiprocessing/resource_tracker.py:254: UserWarning: resource_tracker: There appear to be 1 leaked semaphore objects to clean up at shutdown"
+        "/usr/lib/python3.11/multiprocessing/resource_tracker.py:254: UserWarning: resource_tracker: There appear to "
+        "be 1 leaked semaphore objects to clean up at shutdown"
     )
     assert capsys.readouterr().err == "" and out.leaked == {"semaphore": 1}

@@ -301,7 +301,8 @@ def test_check_plan_and_predict_never_build_a_demo_model(fresh_cache, tmp_path):
     profile.write_text(
         "name: big\ntarget: {model: demo:llama-8b-planted}\n"
         "drafter: {method: eagle3, model: demo:llama-8b-planted-eagle3, num_speculative_tokens: 2}\n"
-        "topology: {tensor_parallel: 1, pipeline_parallel: 2, gpus_per_node: 2}\nplatform: cuda\nengine_version: 0.33.0\n",
+        "topology: {tensor_parallel: 1, pipeline_parallel: 2, gpus_per_node: 2}\nplatform: cuda\nengine_version: "
+        "0.33.0\n",
         encoding="utf-8",
     )
     env = {**os.environ, "PPSPEC_CACHE": str(fresh_cache.parent), "PYTHONPATH": str(REPO)}

@@ -125,7 +125,8 @@ def test_a_skip_fails_the_run_in_ci_only(tmp_path, ci):
     conftest turns any skip into a failed run when CI is set, and leaves local runs as they are."""
     (tmp_path / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text(encoding="utf-8"))
     (tmp_path / "test_x.py").write_text(
-        "import pytest\n\ndef test_ok():\n    pass\n\n@pytest.mark.skipif(True, reason='needs vLLM here')\ndef test_skipped():\n    pass\n"
+        "import pytest\n\ndef test_ok():\n    pass\n\n@pytest.mark.skipif(True, reason='needs vLLM here')\ndef "
+        "test_skipped():\n    pass\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     if ci:

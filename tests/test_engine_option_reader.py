@@ -29,7 +29,8 @@ def test_snapshot_matches_installed_parser(parser):
     installed = {s[2:] for s in parser._option_string_actions if s.startswith("--")}  # noqa: SLF001
     snap = set(vllm_option_strings())
     assert installed == snap, (
-        f"regenerate ppspec_cli/knowledge/vllm_serve_options.txt: +{sorted(installed - snap)[:10]} -{sorted(snap - installed)[:10]}"
+        f"regenerate ppspec_cli/knowledge/vllm_serve_options.txt: +{sorted(installed - snap)[:10]} "
+        f"-{sorted(snap - installed)[:10]}"
     )
 
 

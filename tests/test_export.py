@@ -366,7 +366,8 @@ def test_slurm_script_hostile_path_is_inert(env, tmp_path):
     rec = tmp_path / "rec"
     fake = tmp_path / "fake-ppspec"
     fake.write_text(
-        f"#!/usr/bin/env python3\nimport json, os, sys\nopen({str(rec)!r} + os.environ['SLURM_NODEID'], 'w').write(json.dumps(sys.argv[1:]))\n"
+        f"#!/usr/bin/env python3\nimport json, os, sys\nopen({str(rec)!r} + os.environ['SLURM_NODEID'], "
+        "'w').write(json.dumps(sys.argv[1:]))\n"
     )
     fake.chmod(0o755)
     job_env = dict(env, SLURM_JOB_ID="1", SLURM_JOB_NODELIST="n[1-2]", SLURM_JOB_NUM_NODES="2", PPSPEC=str(fake))
@@ -549,7 +550,8 @@ def _srun_recorder(tmp_path: Path) -> Path:
     d = tmp_path / "srun-rec"
     d.mkdir()
     (d / "srun").write_text(
-        '#!/usr/bin/env python3\nimport json, os, sys\nopen(os.environ["SRUN_RECORD"], "w").write(json.dumps(sys.argv[1:]))\n'
+        '#!/usr/bin/env python3\nimport json, os, sys\nopen(os.environ["SRUN_RECORD"], '
+        '"w").write(json.dumps(sys.argv[1:]))\n'
     )
     (d / "srun").chmod(0o755)
     return d
@@ -571,11 +573,8 @@ def _export_and_run(
     assert lint.returncode == 0, lint.stdout
     rec = tmp_path / "srun.json"
     rec.unlink(missing_ok=True)
-    run_env = dict(
-        env,
-        PATH=f"{_srun_recorder(tmp_path) if not (tmp_path / 'srun-rec').exists() else tmp_path / 'srun-rec'}{os.pathsep}{env['PATH']}",
-        SRUN_RECORD=str(rec),
-    )
+    recorder = _srun_recorder(tmp_path) if not (tmp_path / "srun-rec").exists() else tmp_path / "srun-rec"
+    run_env = dict(env, PATH=f"{recorder}{os.pathsep}{env['PATH']}", SRUN_RECORD=str(rec))
     run_env.update(SLURM_JOB_ID="5", SLURM_JOB_NODELIST=f"{HEAD},gpu-b01", SLURM_JOB_NUM_NODES="2", **job_env)
     r = subprocess.run(
         ["bash", str(script)], check=False, env=run_env, capture_output=True, text=True, timeout=60, cwd="/"

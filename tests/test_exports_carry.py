@@ -25,7 +25,8 @@ def _profile(tmp_path: Path, name: str = "w", extra: str = "") -> Path:
     )
     prof = tmp_path / "p.yaml"
     prof.write_text(
-        f"name: {name}\ntarget: {{model: {target}}}\nplatform: cuda\ntopology: {{pipeline_parallel: 2, gpus_per_node: 1, nodes: 2}}\nlaunch: {{master_addr: 10.0.0.1}}\n{extra}"
+        f"name: {name}\ntarget: {{model: {target}}}\nplatform: cuda\ntopology: {{pipeline_parallel: 2, "
+        f"gpus_per_node: 1, nodes: 2}}\nlaunch: {{master_addr: 10.0.0.1}}\n{extra}"
     )
     return prof
 

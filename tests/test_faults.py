@@ -62,7 +62,8 @@ from unittest import mock
 if os.environ.get("PPSPEC_TEST_NO_GROUP_KILL"):
     import ppspec_cli.running.serve as pkg
 
-    mods = [pkg] + [importlib.import_module(f"{pkg.__name__}.{m.name}") for m in pkgutil.iter_modules(getattr(pkg, "__path__", []))]
+    subs = pkgutil.iter_modules(getattr(pkg, "__path__", []))
+    mods = [pkg] + [importlib.import_module(f"{pkg.__name__}.{m.name}") for m in subs]
     calls = os.environ["PPSPEC_TEST_CALLS"]
 
     def record(name):

@@ -170,7 +170,8 @@ def test_settled_by_names_a_probe():
 NOT_FINDINGS = {
     "Code": "a finding code: the object that makes the findings (ppspec_cli/findings/__init__.py)",
     "Gap": "what a checkpoint reader could not read; rules report it as target-<gap> / drafter-<gap>",
-    "ProbeResult": "a behaviour probe's outcome (passed/failed/not run); it enters the preflight as ProbeResult.finding()",
+    "ProbeResult": "a behaviour probe's outcome (passed/failed/not run); it enters the preflight as "
+    "ProbeResult.finding()",
 }
 
 

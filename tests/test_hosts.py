@@ -165,7 +165,8 @@ def test_run_dir_lock_across_hosts(hosts, home):
         r = hosts.run(1, [sys.executable, "-c", LOCKER, str(d), "once"], env=env)
         assert (
             r.returncode == 1
-            and f"`ppspec serve` on host nodea (pid {holder.pid} there, not on this host nodeb) is using the run directory"
+            and f"`ppspec serve` on host nodea (pid {holder.pid} there, not on this host nodeb) is using the run "
+            "directory"
             in r.stdout
         ), r.stdout + r.stderr
         r = hosts.run(0, [sys.executable, "-c", LOCKER, str(d), "once"], env=env)

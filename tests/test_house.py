@@ -193,7 +193,8 @@ def test_each_command_reads_the_profile_once(tmp_path, monkeypatch, args):
     target = tmp_path / "t"
     target.mkdir()
     (target / "config.json").write_text(
-        '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 128}'
+        '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4, "hidden_size": 64, '
+        '"num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 128}'
     )
     prof = tmp_path / "p.yaml"
     prof.write_text(f"name: once\ntarget: {{model: {target}}}\nplatform: cuda\n")
@@ -222,7 +223,8 @@ def test_the_core_never_imports_the_kit(module):
     importlib): no import statement names it, so a wheel without the kit imports everything."""
     kit = sorted(m for m in _imported_roots(MODULES[module]) if m.split(".")[0] == "ppspec_kit")
     assert not kit, (
-        f"{MODULES[module].relative_to(PKG.parent)} imports {kit}: only ppspec_cli/demo/factory.py may load the kit, by name"
+        f"{MODULES[module].relative_to(PKG.parent)} imports {kit}: only ppspec_cli/demo/factory.py may load the kit, "
+        "by name"
     )
 
 

@@ -164,7 +164,8 @@ def _handler(hub: Hub):
             if how == "xet":
                 data = f.read(0, f.size)
                 self.wfile.write(
-                    f"{head}X-Xet-Hash: {f.etag}\r\nX-Xet-Refresh-Route: /api/xet-read-token\r\nContent-Length: {f.size}\r\n\r\n".encode()
+                    f"{head}X-Xet-Hash: {f.etag}\r\nX-Xet-Refresh-Route: /api/xet-read-token\r\nContent-Length: "
+                    f"{f.size}\r\n\r\n".encode()
                 )
                 return self.wfile.write(data) if body else None
             if how == "body":  # announced in full, then one byte a second

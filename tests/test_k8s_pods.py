@@ -132,7 +132,8 @@ def test_k8s_pod_builds_the_overlay_and_confirms_the_plugin(tmp_path):
             probe = [
                 sys.executable,
                 "-c",
-                f"import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://{hosts.addrs[0]}:{port}/health', timeout=5).status == 200 else 1)",
+                "import urllib.request,sys; sys.exit(0 if "
+                f"urllib.request.urlopen('http://{hosts.addrs[0]}:{port}/health', timeout=5).status == 200 else 1)",
             ]
             t0 = time.monotonic()
             ready = False
@@ -161,7 +162,8 @@ def test_k8s_pod_builds_the_overlay_and_confirms_the_plugin(tmp_path):
                 text = log.read_text(errors="replace")
             assert "serving at" in text and "ready in" in text, text[-3000:]
             print(
-                f"k8s pod: ready after {time.monotonic() - t0:.0f}s, overlay taps {cfg['eagle_aux_hidden_state_layer_ids']}"
+                f"k8s pod: ready after {time.monotonic() - t0:.0f}s, overlay taps "
+                f"{cfg['eagle_aux_hidden_state_layer_ids']}"
             )
             proc.send_signal(signal.SIGTERM)  # what the kubelet sends on pod deletion
             assert proc.wait(timeout=180) == 143, log.read_text(errors="replace")[-3000:]

@@ -113,7 +113,8 @@ import ppspec_cli
 from ppspec_cli import demo
 from ppspec_cli.errors import PpspecError
 names = json.loads(sys.argv[1])
-report = {"ppspec_cli": ppspec_cli.__file__, "kit_findable": importlib.util.find_spec("ppspec_kit") is not None, "built": {}}
+kit = importlib.util.find_spec("ppspec_kit") is not None
+report = {"ppspec_cli": ppspec_cli.__file__, "kit_findable": kit, "built": {}}
 for n in names:
     report["built"][n] = str(demo.ensure_demo_model(n))
 try:
@@ -216,8 +217,10 @@ def test_the_core_imports_no_kit(tmp_path):
     """Importing every command and the demo package leaves ppspec_kit unloaded (it loads only for
     a name the core catalogue does not have)."""
     code = (
-        "import sys, ppspec_cli.cli, ppspec_cli.demo, ppspec_cli.commands.serve, ppspec_cli.checkpoint.reader, ppspec_cli.running.launch\n"
-        "from ppspec_cli import demo\ndemo.resolve_model_ref('meta-llama/Llama-3.1-8B')\nprint('KIT', 'ppspec_kit' in sys.modules)\n"
+        "import sys, ppspec_cli.cli, ppspec_cli.demo, ppspec_cli.commands.serve, ppspec_cli.checkpoint.reader, "
+        "ppspec_cli.running.launch\n"
+        "from ppspec_cli import demo\ndemo.resolve_model_ref('meta-llama/Llama-3.1-8B')\nprint('KIT', 'ppspec_kit' "
+        "in sys.modules)\n"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)

@@ -191,8 +191,8 @@ def test_engine_flag_managed_by_profile_is_refused(hf_env, tmp_path):
     assert p.returncode == 1 and "Traceback" not in p.stderr
     # refused once, in the verdict (issue 30): build_launch trusts it and the dry run shows the launch
     assert (
-        "# error engine-managed-option: engine.tensor-parallel-size sets a flag ppspec derives from the profile (topology.tensor_parallel)"
-        in p.stdout
+        "# error engine-managed-option: engine.tensor-parallel-size sets a flag ppspec derives from the profile "
+        "(topology.tensor_parallel)" in p.stdout
     )
     assert "would refuse this profile" in p.stdout and "vllm serve" in p.stdout
     assert "[engine-managed-option]" not in p.stdout + p.stderr

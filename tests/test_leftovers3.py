@@ -25,7 +25,9 @@ def test_a_held_run_dir_is_reported_as_in_use(tmp_path):
         [
             sys.executable,
             "-c",
-            f"import sys; sys.path.insert(0, {str(REPO)!r})\nfrom ppspec_cli.running.serve.rundir import lock_run_dir\nrd = lock_run_dir(__import__('pathlib').Path({str(d)!r}))\nprint('held', flush=True)\nsys.stdin.read()",
+            f"import sys; sys.path.insert(0, {str(REPO)!r})\nfrom ppspec_cli.running.serve.rundir import "
+            f"lock_run_dir\nrd = lock_run_dir(__import__('pathlib').Path({str(d)!r}))\nprint('held', "
+            "flush=True)\nsys.stdin.read()",
         ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -187,8 +187,8 @@ def test_two_hosts_by_hand(hosts, home):
             pid_b = lock_record(run_dirs[1])["pid"]
             assert r.returncode == 1, r.stderr[-2000:]
             assert (
-                f"`ppspec serve` on host {hosts.names[1]} (pid {pid_b} there, not on this host {hosts.names[0]}) is using the run directory"
-                in r.stderr
+                f"`ppspec serve` on host {hosts.names[1]} (pid {pid_b} there, not on this host {hosts.names[0]}) is "
+                "using the run directory" in r.stderr
             ), r.stderr[-2000:]
             assert leftover_entries() - before, "the engines use /dev/shm (else the residue check proves nothing)"
             # Ctrl-C on both hosts
@@ -335,7 +335,8 @@ def test_real_slurm_job_and_a_node_failure(hosts, home, slurm):
             left = new_entries_left(before)
             assert not left, f"/dev/shm residue: {sorted(left)}"
             print(
-                f"real SLURM: head served after {t_ready:.0f}s; job {info['JobState']} {t_end:.0f}s after node B was cut off; nodeb {node_b.get('State')}"
+                f"real SLURM: head served after {t_ready:.0f}s; job {info['JobState']} {t_end:.0f}s after node B was "
+                f"cut off; nodeb {node_b.get('State')}"
             )
         finally:
             hosts.link(1, up=True)

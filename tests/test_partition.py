@@ -15,7 +15,8 @@ from ppspec_cli.planning.plan import EngineTaps, WeightBytes, build_plan, defaul
 def stage_costs(
     layer_costs: Sequence[float], partition: Sequence[int], *, first_extra: float = 0.0, last_extra: float = 0.0
 ) -> list[float]:
-    """Cost of every stage of `partition` (layer counts) under partition.py's cost model (the brute force's yardstick)."""
+    """Cost of every stage of `partition` (layer counts) under partition.py's cost model (the brute force's
+    yardstick)."""
     out = []
     for i, (start, end) in enumerate(stage_bounds(list(partition))):
         c = float(sum(layer_costs[start:end]))

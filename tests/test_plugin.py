@@ -63,7 +63,8 @@ def test_inert_without_plan_file_imports_nothing_heavy():
     code = (
         "import json, sys; from ppspec_cli.running.engine.plugin import register; r = register(); "
         "import ppspec_cli.running.planfile, ppspec_cli.knowledge.packs, ppspec_cli.commands.adapters; "
-        "print(json.dumps({'ret': r, 'heavy': sorted(m for m in sys.modules if m.split('.')[0] in ('vllm', 'torch', 'transformers'))}))"
+        "print(json.dumps({'ret': r, 'heavy': sorted(m for m in sys.modules if m.split('.')[0] in ('vllm', 'torch', "
+        "'transformers'))}))"
     )
     env = {k: v for k, v in os.environ.items() if k != plugin.ENV_PLAN_FILE}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")

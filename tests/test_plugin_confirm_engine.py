@@ -42,7 +42,8 @@ import sys
 
 class _Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name == "ppspec_cli.running.engine.plugin" and multiprocessing.current_process().name == os.environ.get("PPSPEC_TEST_BLOCK_PLUGIN_IN"):
+        blocked = multiprocessing.current_process().name == os.environ.get("PPSPEC_TEST_BLOCK_PLUGIN_IN")
+        if name == "ppspec_cli.running.engine.plugin" and blocked:
             raise ImportError("test: the ppspec plugin cannot be imported in this worker")
         return None
 

@@ -298,7 +298,8 @@ def test_a_packs_own_probes_that_break_are_failed_probes_with_the_reason(tmp_pat
     assert crash.status == "failed" and crash.name == "crashy-div" and "ZeroDivisionError" in crash.detail
     ok = pack(
         "fine",
-        "from ppspec_cli.running.engine.probes import ProbeResult\ndef get_probes():\n    return [('x', lambda: ProbeResult('fine-x', 'passed', 'yes', 'info'))]\n",
+        "from ppspec_cli.running.engine.probes import ProbeResult\ndef get_probes():\n    return [('x', lambda: "
+        "ProbeResult('fine-x', 'passed', 'yes', 'info'))]\n",
     )
     assert [r.status for r in probe_pack_own(ok)] == ["passed"]
     assert probe_pack_own(None) == []

@@ -28,7 +28,8 @@ def _checkpoint(tmp_path: Path, shape: tuple[int, int]) -> tuple[Path, int, int]
 def _profile(tmp_path: Path, model: Path) -> Path:
     p = tmp_path / "p.yaml"
     p.write_text(
-        f"name: flagship\ntarget:\n  model: {model}\ndrafter:\n  method: mtp\n  num_speculative_tokens: 1\ntopology:\n  tensor_parallel: 8\n  pipeline_parallel: 2\nplatform: cuda\n"
+        f"name: flagship\ntarget:\n  model: {model}\ndrafter:\n  method: mtp\n  num_speculative_tokens: "
+        "1\ntopology:\n  tensor_parallel: 8\n  pipeline_parallel: 2\nplatform: cuda\n"
     )
     return p
 

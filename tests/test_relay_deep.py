@@ -157,7 +157,8 @@ def _spy(mode):
 @pytest.mark.parametrize("mode", ["drop", "swap"])
 @pytest.mark.parametrize("split", [[1, 2, 2, 1], [2, 1, 1, 2], [1, 2, 3]])
 def test_a_middle_stage_that_loses_or_reorders_slots_is_caught(classes, weights, mode, split):
-    """Exactly the proposals that read a damaged slot go wrong. drop (the first middle stage zeroes what it received: tap 1): the pre-trigger
+    """Exactly the proposals that read a damaged slot go wrong. drop (the first middle stage zeroes what it received:
+    tap 1): the pre-trigger
     tokens, which read tap 1's indicator. swap (it exchanges slots 0 and 1): every token but the
     triggers (tap 6, intact) and the pre-trigger tokens (their indicator is in taps 1 and 3 alike)."""
     tsd, dsd = weights[demo.RELAY_TARGET], weights[demo.RELAY_DRAFTER]

@@ -747,7 +747,8 @@ def test_embedding_found_through_the_pack_name_mapping(make_checkpoint, specforg
     pack = tmp_pack(
         mm.parent,
         "somevl",
-        'matches: {targets: [SomeVLForConditionalGeneration]}\nvllm: ">=0.30"\nfacts: {embedding_tensors: ["model.language_model.embed_tokens.weight"]}\n',
+        'matches: {targets: [SomeVLForConditionalGeneration]}\nvllm: ">=0.30"\nfacts: {embedding_tensors: '
+        '["model.language_model.embed_tokens.weight"]}\n',
     )
     use_pack(monkeypatch, pack)
     _, by = check(mm, specforge, pp=2)
@@ -798,7 +799,8 @@ def test_adapter_unknown_and_version(llama, specforge, monkeypatch):
     d.mkdir(parents=True)
     (d / "patches.py").write_text("def get_patches():\n    return []\n", encoding="utf-8")
     (d / "pack.yaml").write_text(
-        'name: oldpatch\ndescription: a test pack\nmatches: {targets: [LlamaForCausalLM]}\nvllm: "<0.31"\npatches: patches.py\n',
+        'name: oldpatch\ndescription: a test pack\nmatches: {targets: [LlamaForCausalLM]}\nvllm: "<0.31"\npatches: '
+        "patches.py\n",
         encoding="utf-8",
     )
     use_pack(monkeypatch, load_pack_dir(d))

@@ -57,7 +57,8 @@ def recorder(tmp_path):
     bin_dir.mkdir()
     rec = bin_dir / "record"
     rec.write_text(
-        f"#!{sys.executable}\nimport json, os, sys\njson.dump({{'argv': sys.argv[1:], 'env': os.environ.get('HOSTILE_ENV')}}, open(os.environ['OUT'], 'w'))\n"
+        f"#!{sys.executable}\nimport json, os, sys\njson.dump({{'argv': sys.argv[1:], 'env': "
+        "os.environ.get('HOSTILE_ENV')}, open(os.environ['OUT'], 'w'))\n"
     )
     rec.chmod(0o755)
     return rec
@@ -88,7 +89,8 @@ def test_curl_line_is_inert(tmp_path, value):
     # run it with `curl` replaced by a recorder of its -d body
     fake = tmp_path / "curl"
     fake.write_text(
-        f"#!{sys.executable}\nimport sys, json\nargs = sys.argv[1:]\nopen('body.json', 'w').write(args[args.index('-d') + 1])\n"
+        f"#!{sys.executable}\nimport sys, json\nargs = sys.argv[1:]\nopen('body.json', "
+        "'w').write(args[args.index('-d') + 1])\n"
     )
     fake.chmod(0o755)
     r = _sh(line, tmp_path, {"PATH": f"{tmp_path}:/usr/bin:/bin", "MY_KEY": "k"})

@@ -147,7 +147,8 @@ def _page(engines: dict[tuple[str, str], tuple[float, float, float, list[float]]
     for (e, mn), (_dr, _dt, _ac, pp) in engines.items():
         for i, v in enumerate(pp):
             lines.append(
-                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="{e}",model_name="{mn}",position="{i}"}} {v}'
+                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="{e}",model_name="{mn}",position="{i}"}} '
+                f"{v}"
             )
     return "\n".join(lines) + "\n" + extra
 

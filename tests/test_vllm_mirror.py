@@ -554,11 +554,17 @@ def _vllm_contract_answer(case: Case):
 
         t, d = copy.deepcopy(i["target"]), copy.deepcopy(i["drafter"])
         text = SimpleNamespace(**t["thinker_config"]["text_config"])
+        thinker = SimpleNamespace(text_config=text)
         target = SimpleNamespace(
-            hf_config=SimpleNamespace(model_type=t["model_type"], architectures=t["architectures"], thinker_config=SimpleNamespace(text_config=text)),
-            hf_text_config=text, architectures=t["architectures"], get_hidden_size=lambda: text.hidden_size,
-            get_total_num_hidden_layers=lambda: text.num_hidden_layers, get_vocab_size=lambda: text.vocab_size,
-        )  # fmt: skip
+            hf_config=SimpleNamespace(
+                model_type=t["model_type"], architectures=t["architectures"], thinker_config=thinker
+            ),
+            hf_text_config=text,
+            architectures=t["architectures"],
+            get_hidden_size=lambda: text.hidden_size,
+            get_total_num_hidden_layers=lambda: text.num_hidden_layers,
+            get_vocab_size=lambda: text.vocab_size,
+        )
         try:
             _validate_qwen3_omni_dspark(
                 target,

@@ -158,7 +158,8 @@ def slurm_profile(tmp_path) -> Path:
     )
     prof = tmp_path / "p.yaml"
     prof.write_text(
-        f"name: w\ntarget: {{model: {target}}}\nplatform: cuda\ntopology: {{pipeline_parallel: 2, gpus_per_node: 1, nodes: 2}}\nlaunch: {{master_addr: 10.0.0.1}}\n"
+        f"name: w\ntarget: {{model: {target}}}\nplatform: cuda\ntopology: {{pipeline_parallel: 2, gpus_per_node: 1, "
+        "nodes: 2}\nlaunch: {master_addr: 10.0.0.1}\n"
     )
     return prof
 

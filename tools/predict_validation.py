@@ -247,7 +247,8 @@ def run2_section(fit_costs_: Costs) -> list[str]:
         "## Run II: the same shape at PP=1 and PP=2 on 2 x H200 (a different record)",
         "",
         "[gpu-validation.md](gpu-validation.md#the-8b-class-shape-timed-alone-c1-and-c32): k=2, acceptance length",
-        f"1.25 in every arm, c=1 and c=32, context taken as {RUN2_CTX} tokens (short prompts, not recorded). **calibrated**: the",
+        f"1.25 in every arm, c=1 and c=32, context taken as {RUN2_CTX} tokens (short prompts, not recorded). "
+        "**calibrated**: the",
         "entry fitted on the bench record above (a different run, PP=1 only), so every PP=2 figure is out of sample;",
         "**roofline**: calibration-free.",
         "",
@@ -256,13 +257,15 @@ def run2_section(fit_costs_: Costs) -> list[str]:
     ]
     for r in rows:
         out.append(
-            f"| {r['what']} | {r['measured']:.3f} | {r['cal']:.3f} | {_pct(err(r['cal'], r['measured']))} | {r['roof']:.3f} | {_pct(err(r['roof'], r['measured']))} |"
+            f"| {r['what']} | {r['measured']:.3f} | {r['cal']:.3f} | {_pct(err(r['cal'], r['measured']))} | "
+            f"{r['roof']:.3f} | {_pct(err(r['roof'], r['measured']))} |"
         )
     for col, name in (("cal", "calibrated on the other record"), ("roof", "roofline")):
         es = [err(r[col], r["measured"]) for r in rows]
         signs = sum((r[col] > 1) == (r["measured"] > 1) for r in rows if "on/off" in r["what"])
         out.append(
-            f"\n{name}: mean error {_pct(sum(es) / len(es))}, worst {_pct(max(es))}; speculation's sign right in {signs} of {sum('on/off' in r['what'] for r in rows)}."
+            f"\n{name}: mean error {_pct(sum(es) / len(es))}, worst {_pct(max(es))}; speculation's sign right in "
+            f"{signs} of {sum('on/off' in r['what'] for r in rows)}."
         )
     out += [
         "",
@@ -334,7 +337,8 @@ def published_points() -> list[dict]:
             "c": 1,
             "measured": 2.34,
             "predicted": sp,
-            "inputs": "stated: FP8, TP2 x PP2, 8.3 GB/s inter-node, 17.1 GB/s intra-node; assumed: H100, k=3, conditional acceptance 0.7 (AL 2.53), context 1024, roofline defaults",
+            "inputs": "stated: FP8, TP2 x PP2, 8.3 GB/s inter-node, 17.1 GB/s intra-node; assumed: H100, k=3, "
+            "conditional acceptance 0.7 (AL 2.53), context 1024, roofline defaults",
             "breakeven": f"pays for AL > {be:.2f}",
         }
     )
@@ -373,7 +377,9 @@ def published_points() -> list[dict]:
                 "c": c,
                 "measured": m,
                 "predicted": sp2,
-                "inputs": "stated: 16.3 ms plain step (used as calibration), ~25 ms extra per speculative round, k=2, 0.93 at position 0, PP4/TP1, PCIe Gen2 x4; assumed: A100, 8 GB of weights, position 1 accepts nothing",
+                "inputs": "stated: 16.3 ms plain step (used as calibration), ~25 ms extra per speculative round, "
+                "k=2, 0.93 at position 0, PP4/TP1, PCIe Gen2 x4; assumed: A100, 8 GB of weights, position "
+                "1 accepts nothing",
                 "breakeven": f"pays for AL > {be2:.2f} (AL(2) is at most 1.93 + 0.93 x the position-1 rate)",
             }
         )
@@ -398,7 +404,8 @@ def done_when_section(bench: dict, info: dict) -> list[str]:
     out = [
         "### The done-when command: acceptance given as a mean only",
         "",
-        "`ppspec plan docs/gpu-bench-h200-pp1/profile.yaml --predict --hardware h200 --acceptance-length 1.25 --concurrency 1,4,16,32`:",
+        "`ppspec plan docs/gpu-bench-h200-pp1/profile.yaml --predict --hardware h200 --acceptance-length 1.25 "
+        "--concurrency 1,4,16,32`:",
         "the mean 1.25 at k=2 read as a constant conditional acceptance (0.207 per position) gives AL(1) = 1.21,",
         "AL(3) = 1.26, where the drafter really accepts 0.25, 0, 0 (AL 1.25 at every k): the acceptance model's",
         "error adds to the cost model's (context 512, the command's default). Best k per level, predicted vs measured:",
@@ -435,18 +442,22 @@ def record_section(rec: Record) -> tuple[list[str], dict, tuple[float, float]]:
     lines = [
         f"## {rec.title} ([{rec.folder}/]({rec.folder}/))",
         "",
-        f"Inputs: the shape, {rec.hardware} datasheet figures, context {info['ctx']} tokens (the prompt plus half of the",
+        f"Inputs: the shape, {rec.hardware} datasheet figures, context {info['ctx']} tokens (the prompt plus half of "
+        "the",
         "output), each run's own measured acceptance length (so the cost model alone is tested). Predictions per run:",
         "- **roofline**: calibration-free (the default efficiencies and overheads of `Costs`; not fitted, but chosen",
         "  by someone who had read the H200 record's table, so not blind to it either: treat its small error there",
         "  as optimistic);",
-        f"- **leave-one-level-out**: calibrated on this record's other {n_runs - 1} concurrency levels, predicting the held-out level;",
-        "- **leave-one-k-out**: calibrated on the baseline and the other k arms, predicting the held-out k at every level",
+        f"- **leave-one-level-out**: calibrated on this record's other {n_runs - 1} concurrency levels, predicting "
+        "the held-out level;",
+        "- **leave-one-k-out**: calibrated on the baseline and the other k arms, predicting the held-out k at every "
+        "level",
         "  (what a user gets for a k they did not measure);",
         (
             "- **calibrated on the other records**: fitted on every other record of this hardware (out of sample)."
             if info["others"]
-            else "- no other bench record ran on this hardware, so none calibrates this one from outside (run II below is"
+            else "- no other bench record ran on this hardware, so none calibrates this one from outside (run II "
+            "below is"
             "\n  predicted with this record's calibration instead)."
         ),
         "",
@@ -458,7 +469,8 @@ def record_section(rec: Record) -> tuple[list[str], dict, tuple[float, float]]:
         lines.append(f"| {r['c']} | {r['k']} | {r['measured']:.3f}x | {cells} |")
     lines += [
         "",
-        f"| prediction | mean error (all {len(rows)} arms) | worst | mean error (best k per level) | worst | best k right | crossover (pred. vs meas.) |",
+        f"| prediction | mean error (all {len(rows)} arms) | worst | mean error (best k per level) | worst | best k "
+        "right | crossover (pred. vs meas.) |",
         "|---|---|---|---|---|---|---|",
     ]
     roof = (0.0, 0.0)
@@ -475,15 +487,21 @@ def record_section(rec: Record) -> tuple[list[str], dict, tuple[float, float]]:
             mc is not None and pc is not None and abs(lv.index(mc) - lv.index(pc)) <= 1
         )
         lines.append(
-            f"| {name} | {_pct(sum(es) / len(es))} | {_pct(max(es))} | {_pct(sum(best_err) / len(best_err))} | {_pct(max(best_err))} | {kmatch} of {len(mb)} | {pc} vs {mc}: {'within one level' if within else 'NOT within one level'} |"
+            f"| {name} | {_pct(sum(es) / len(es))} | {_pct(max(es))} | {_pct(sum(best_err) / len(best_err))} | "
+            f"{_pct(max(best_err))} | {kmatch} of {len(mb)} | {pc} vs {mc}: "
+            f"{'within one level' if within else 'NOT within one level'} |"
         )
     fit = info["fit"]
     lines += [
         "",
-        f"Fitted on all {fit.runs} runs (the entry written to [{rec.folder}/calibration.json]({rec.folder}/calibration.json),",
-        f"which `ppspec plan docs/{rec.folder}/profile.yaml --predict --hardware {rec.hardware}` uses: in-sample there):",
-        f"eff_bw {fit.costs.eff_bw}, eff_flops {fit.costs.eff_flops}, step overhead {fit.costs.step_overhead_ms:.3f} ms,",
-        f"speculative-round overhead {fit.costs.spec_overhead_ms:.3f} ms, per drafter pass {fit.costs.draft_pass_overhead_ms:.3f} ms;",
+        f"Fitted on all {fit.runs} runs (the entry written to "
+        f"[{rec.folder}/calibration.json]({rec.folder}/calibration.json),",
+        f"which `ppspec plan docs/{rec.folder}/profile.yaml --predict --hardware {rec.hardware}` uses: in-sample "
+        "there):",
+        f"eff_bw {fit.costs.eff_bw}, eff_flops {fit.costs.eff_flops}, step overhead {fit.costs.step_overhead_ms:.3f} "
+        "ms,",
+        f"speculative-round overhead {fit.costs.spec_overhead_ms:.3f} ms, per drafter pass "
+        f"{fit.costs.draft_pass_overhead_ms:.3f} ms;",
         f"RMS error of the round time {_pct(fit.rms_rel_error)}.",
         "",
     ]
@@ -512,7 +530,8 @@ def page() -> tuple[str, dict[Path, str]]:
             lines += [
                 "On this record a bandwidth efficiency at the grid's edge with a large fixed overhead means the record",
                 "cannot separate the two: at PP=1 the bytes per step barely change from c=1 to c=32 (weights dominate",
-                "the KV), so only their sum is pinned. A record with a longer context or a larger batch would separate them.",
+                "the KV), so only their sum is pinned. A record with a longer context or a larger batch would "
+                "separate them.",
                 "",
             ]
         entry = calibration_from_bench(rec.bench, info["shape"], rec.hw, rec.hardware, f"docs/{rec.folder}/bench.json")
@@ -535,7 +554,8 @@ def page() -> tuple[str, dict[Path, str]]:
     for p in pts:
         ok = (p["measured"] > 1) == (p["predicted"] > 1)
         lines.append(
-            f"| {p['point']} | {p['c']} | {p['measured']:.2f}x | {p['predicted']:.2f}x | {'right' if ok else 'WRONG'} | {p['breakeven']} |"
+            f"| {p['point']} | {p['c']} | {p['measured']:.2f}x | {p['predicted']:.2f}x | "
+            f"{'right' if ok else 'WRONG'} | {p['breakeven']} |"
         )
     lines += ["", "Inputs of each point (stated by its source, or assumed where the source does not say):", ""]
     for p in pts:

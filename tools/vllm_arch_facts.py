@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     out = a.out or TABLE_DIR / f"vllm-{doc['vllm_version']}.json"
     out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(
-        f"{out}: schema {SCHEMA}, vLLM {doc['vllm_version']} ({doc['commit'] or 'no commit in the wheel'}): {len(doc['targets'])} targets, {len(doc['drafters'])} drafters"
+        f"{out}: schema {SCHEMA}, vLLM {doc['vllm_version']} ({doc['commit'] or 'no commit in the wheel'}): "
+        f"{len(doc['targets'])} targets, {len(doc['drafters'])} drafters"
     )
     return 0
 
@@ -109,7 +110,8 @@ def _unknowns() -> int:
                     refused_v2.add(arch)
         print(
             f"vLLM {v}: {t.counts[0]} architectures; relay unknown {len(relay)} {sorted(relay)}; "
-            f"last-stage embedding unknown {len(embed)} {sorted(embed)}; eagle3 drafter load refused at PP=1: V1 runner {len(refused_v1)}, Model Runner V2 {len(refused_v2)}"
+            f"last-stage embedding unknown {len(embed)} {sorted(embed)}; eagle3 drafter load refused at PP=1: V1 "
+            f"runner {len(refused_v1)}, Model Runner V2 {len(refused_v2)}"
         )
     return 0
 

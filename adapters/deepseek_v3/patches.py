@@ -137,7 +137,8 @@ def _with_mixin(orig: Any) -> dict[str, Any]:
     mixin = _mixin()
     if issubclass(cls, mixin):
         raise PatchTargetMissing(
-            f"{MODULE}:{CLASS} is already an EagleModelMixin: this vLLM differs from what the deepseek_v3 pack was written for"
+            f"{MODULE}:{CLASS} is already an EagleModelMixin: this vLLM differs from what the deepseek_v3 pack was "
+            "written for"
         )
     bases = tuple(cls.__bases__)
     # Right after nn.Module, before the torch.compile wrapper base vLLM appended.

@@ -25,8 +25,10 @@ def served_as_in_target_drafter(v: DrafterView) -> Iterator[Finding]:
     if served != declared and served[0].startswith("DSpark") and any("DSpark" in a for a in declared):
         yield DSPARK_SERVED_AS_DEEPSEEK_V4.at(
             "drafter.model",
-            f"vLLM {v.version} does not keep the drafter's architecture {declared}: it serves it as {served[0]} (DeepSeek-V4's drafter, weights from the target checkpoint, the target's quantization)",
-            fix="use a drafter whose config names Qwen3DSparkModel (or another DSpark class this vLLM keeps), or a vLLM release that knows its class",
+            f"vLLM {v.version} does not keep the drafter's architecture {declared}: it serves it as {served[0]} "
+            "(DeepSeek-V4's drafter, weights from the target checkpoint, the target's quantization)",
+            fix="use a drafter whose config names Qwen3DSparkModel (or another DSpark class this vLLM keeps), or a "
+            "vLLM release that knows its class",
         )
 
 

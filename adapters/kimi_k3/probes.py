@@ -47,7 +47,8 @@ def aux_attn_res_boundary() -> ProbeResult:
         return ProbeResult(
             name,
             "failed",
-            f"vLLM no longer refuses a tap that ends a non-final stage with the stream env on (got {refused!r}): rule {RULE} is out of date",
+            f"vLLM no longer refuses a tap that ends a non-final stage with the stream env on (got {refused!r}): "
+            f"rule {RULE} is out of date",
             "warning",
             "report this: the kimi_k3 pack's rule needs updating",
         )
@@ -63,7 +64,8 @@ def aux_attn_res_boundary() -> ProbeResult:
     return ProbeResult(
         name,
         "passed",
-        f"vLLM refuses tap 3 ending stage 0 of 2 ({refused!r}) and accepts taps off the boundary and on the last stage, as rule {RULE} assumes",
+        f"vLLM refuses tap 3 ending stage 0 of 2 ({refused!r}) and accepts taps off the boundary and on the last "
+        f"stage, as rule {RULE} assumes",
         "info",
     )
 

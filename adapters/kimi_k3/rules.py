@@ -50,7 +50,8 @@ def aux_attn_res_boundary(r: Any) -> Iterator[Finding]:
         stages = ", ".join(f"tap {t} ends stage {ends[t]}" for t in bad)
         yield AUX_ATTN_RES_BOUNDARY.at(
             "topology.layer_partition",
-            f"{stages}: with {STREAM_ENV}=1 vLLM refuses a tap that ends a non-final PP stage of an attention-residual Kimi-K3 "
+            f"{stages}: with {STREAM_ENV}=1 vLLM refuses a tap that ends a non-final PP stage of an "
+            "attention-residual Kimi-K3 "
             f"('Auxiliary layer {bad[0]} cannot end a non-final PP stage')",
             fix=f"move the stage boundary off the taps with topology.layer_partition, or unset {STREAM_ENV}",
         )

@@ -175,7 +175,8 @@ def attention_breaches(cfg: Mapping[str, Any], runner: str) -> list[Finding]:
         out.append(
             DFLASH_MIXED_ATTENTION_V1.at(
                 "drafter.model",
-                f"the drafter mixes sliding and full attention layers ({n_sliding} of {len(types)} sliding): vLLM's V1 model runner refuses at start "
+                f"the drafter mixes sliding and full attention layers ({n_sliding} of {len(types)} sliding): vLLM's "
+                "V1 model runner refuses at start "
                 "('DFlash drafters with mixed sliding/full attention require the V2 model runner')",
                 fix="run on GPUs (Model Runner V2), or use a drafter whose layers all use one attention type",
             )
@@ -186,7 +187,8 @@ def attention_breaches(cfg: Mapping[str, Any], runner: str) -> list[Finding]:
         out.append(
             DFLASH_NO_SLIDING_WINDOW.at(
                 "drafter.model",
-                "the drafter has sliding-attention layers but no window size: vLLM refuses at start ('DFlash sliding attention requires a window size configured in "
+                "the drafter has sliding-attention layers but no window size: vLLM refuses at start ('DFlash sliding "
+                "attention requires a window size configured in "
                 "dflash_config.swa_window_size or the top-level sliding_window')"
                 + (
                     " (its qwen3 config sets sliding_window but not use_sliding_window: true, so transformers drops it)"
@@ -216,8 +218,10 @@ def dspark_tensor_breaches(
         return [
             DSPARK_TENSORS_NOT_CHECKED.at(
                 "drafter.model",
-                f"the DSpark drafter's vocabulary (input {vocab}, draft {dvs}) differs from the target's {target_vocab}; "
-                "whether it ships the embed_tokens / lm_head / d2t tensors vLLM then requires was not checked (no index or weights here)",
+                f"the DSpark drafter's vocabulary (input {vocab}, draft {dvs}) differs from the target's "
+                f"{target_vocab}; "
+                "whether it ships the embed_tokens / lm_head / d2t tensors vLLM then requires was not checked (no "
+                "index or weights here)",
             )
         ]
     loaded = [n for n in names if "t2d" not in n]
@@ -226,7 +230,8 @@ def dspark_tensor_breaches(
         out.append(
             DSPARK_EMBED_MISSING.at(
                 "drafter.model",
-                f"the DSpark drafter's input vocabulary ({vocab}) is larger than the target's ({target_vocab}) but it has no embed_tokens tensor: vLLM refuses at load",
+                f"the DSpark drafter's input vocabulary ({vocab}) is larger than the target's ({target_vocab}) but "
+                "it has no embed_tokens tensor: vLLM refuses at load",
                 fix="use a drafter checkpoint that includes its embed_tokens",
             )
         )
@@ -234,7 +239,8 @@ def dspark_tensor_breaches(
         out.append(
             DSPARK_LM_HEAD_MISSING.at(
                 "drafter.model",
-                f"the DSpark drafter's draft vocabulary ({dvs}) is smaller than the target's ({target_vocab}) but it has no lm_head tensor (the target's cannot be shared): vLLM refuses at load",
+                f"the DSpark drafter's draft vocabulary ({dvs}) is smaller than the target's ({target_vocab}) but it "
+                "has no lm_head tensor (the target's cannot be shared): vLLM refuses at load",
                 fix="use a drafter checkpoint that includes its lm_head",
             )
         )
@@ -242,7 +248,8 @@ def dspark_tensor_breaches(
         out.append(
             DSPARK_D2T_MISSING.at(
                 "drafter.model",
-                f"the DSpark drafter's draft vocabulary ({dvs}) is smaller than the target's ({target_vocab}) but it has no d2t tensor to map draft ids to target ids: vLLM refuses at load",
+                f"the DSpark drafter's draft vocabulary ({dvs}) is smaller than the target's ({target_vocab}) but it "
+                "has no d2t tensor to map draft ids to target ids: vLLM refuses at load",
                 fix="use a drafter checkpoint that includes d2t",
             )
         )
@@ -263,7 +270,8 @@ def xpress_topc(v: DrafterView) -> Iterator[Finding]:
     if not (isinstance(topc, (int, float)) and is_int(dvs) and 0 <= topc <= dvs):
         yield XPRESS_TOPC.at(
             "drafter.model",
-            f"the drafter's xpress_topc is {str(topc)[:40]!r}: vLLM refuses at start ('xpress_topc must be between 0 and the draft vocabulary size ({dvs})')",
+            f"the drafter's xpress_topc is {str(topc)[:40]!r}: vLLM refuses at start ('xpress_topc must be between 0 "
+            f"and the draft vocabulary size ({dvs})')",
             fix="set xpress_topc between 0 and the draft vocabulary size, or remove it",
         )
 
@@ -275,20 +283,24 @@ def mask_token(v: DrafterView) -> Iterator[Finding]:
     if key is None:
         yield DRAFTER_NO_MASK_TOKEN.at(
             "drafter.model",
-            f"the {v.method} drafter config names no parallel-drafting token: vLLM refuses at start ('Model config must specify `dflash_config.mask_token_id`, "
+            f"the {v.method} drafter config names no parallel-drafting token: vLLM refuses at start ('Model config "
+            "must specify `dflash_config.mask_token_id`, "
             "`mask_token_id`, `dspark_noise_token_id`, `pard_token`, or `ptd_token_id` for parallel drafting.')",
-            fix="set the token the drafter was trained with (DFlash: dflash_config.mask_token_id; DSpark: dspark_noise_token_id) in its config.json",
+            fix="set the token the drafter was trained with (DFlash: dflash_config.mask_token_id; DSpark: "
+            "dspark_noise_token_id) in its config.json",
         )
     elif not is_int(tok) or tok < 0:
         yield DRAFTER_BAD_MASK_TOKEN.at(
             "drafter.model",
-            f"the drafter's parallel-drafting token `{key}` is {str(tok)[:40]!r}, not a non-negative integer token id: vLLM cannot use it",
+            f"the drafter's parallel-drafting token `{key}` is {str(tok)[:40]!r}, not a non-negative integer token "
+            "id: vLLM cannot use it",
             fix=f"set `{key}` to the token id the drafter was trained with",
         )
     elif is_int(cfg.get("vocab_size")) and tok >= cfg["vocab_size"]:
         yield DRAFTER_MASK_TOKEN_OUT_OF_VOCAB.at(
             "drafter.model",
-            f"the drafter's parallel-drafting token `{key}` = {tok} lies outside its input vocabulary (vocab_size {cfg['vocab_size']}): "
+            f"the drafter's parallel-drafting token `{key}` = {tok} lies outside its input vocabulary (vocab_size "
+            f"{cfg['vocab_size']}): "
             "vLLM does not check this and embeds a row that is not a trained token",
             fix=f"check `{key}` and vocab_size against the drafter's training config",
         )
@@ -298,8 +310,10 @@ def sample_from_anchor(v: DrafterView) -> Iterator[Finding]:
     if v.runner == "v2" and dflash_config(v.config).get("sample_from_anchor", False):
         yield DFLASH_SAMPLE_FROM_ANCHOR.at(
             "drafter.model",
-            "the drafter sets dflash_config.sample_from_anchor: true: vLLM's Model Runner V2 refuses it at start ('sample_from_anchor=True is not supported for DFlash')",
-            fix="remove dflash_config.sample_from_anchor (DFlash uses the anchor as the bonus token); a DSpark drafter sets the top-level sample_from_anchor",
+            "the drafter sets dflash_config.sample_from_anchor: true: vLLM's Model Runner V2 refuses it at start "
+            "('sample_from_anchor=True is not supported for DFlash')",
+            fix="remove dflash_config.sample_from_anchor (DFlash uses the anchor as the bonus token); a DSpark "
+            "drafter sets the top-level sample_from_anchor",
         )
 
 
@@ -315,7 +329,8 @@ def markov_head(v: DrafterView) -> Iterator[Finding]:
     if not (is_int(rank) and rank > 0):
         yield DSPARK_NO_MARKOV_RANK.at(
             "drafter.model",
-            f"the DSpark drafter config's markov_rank is {'missing' if rank is None else repr(rank)[:40]}: vLLM's Qwen3 DSpark model cannot build its Markov head and fails at start",
+            f"the DSpark drafter config's markov_rank is {'missing' if rank is None else repr(rank)[:40]}: vLLM's "
+            "Qwen3 DSpark model cannot build its Markov head and fails at start",
             fix="set markov_rank to the rank the drafter was trained with",
         )
 

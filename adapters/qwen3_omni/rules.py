@@ -80,7 +80,9 @@ def _checkpoint_and_block(
         out.append(
             (
                 MODEL,
-                f"Qwen3-Omni DSpark requires a standalone draft checkpoint with architectures=['{OMNI_DRAFTER_ARCH}'] (the drafter names {declared}); generic Qwen3DSparkModel checkpoints must be converted first",
+                "Qwen3-Omni DSpark requires a standalone draft checkpoint with "
+                f"architectures=['{OMNI_DRAFTER_ARCH}'] (the drafter names {declared}); generic Qwen3DSparkModel "
+                "checkpoints must be converted first",
             )
         )
     block = _dspark_value(cfg, "block_size")
@@ -90,14 +92,16 @@ def _checkpoint_and_block(
         out.append(
             (
                 MODEL,
-                f"Qwen3-Omni DSpark requires a positive integer block_size in the draft config (it is {str(block)[:40]!r})",
+                "Qwen3-Omni DSpark requires a positive integer block_size in the draft config (it is "
+                f"{str(block)[:40]!r})",
             )
         )
     elif num_speculative_tokens != block:
         out.append(
             (
                 "drafter.num_speculative_tokens",
-                f"Qwen3-Omni DSpark requires num_speculative_tokens to match the trained block_size ({block}); got {num_speculative_tokens}",
+                f"Qwen3-Omni DSpark requires num_speculative_tokens to match the trained block_size ({block}); got "
+                f"{num_speculative_tokens}",
             )
         )
     return out
@@ -112,14 +116,16 @@ def _thinker_shapes(target_text: Mapping[str, Any], cfg: Mapping[str, Any]) -> l
         out.append(
             (
                 MODEL,
-                f"Qwen3-Omni DSpark draft target_hidden_size must match the target text hidden size ({hidden}); got {cfg.get('target_hidden_size')}",
+                f"Qwen3-Omni DSpark draft target_hidden_size must match the target text hidden size ({hidden}); got "
+                f"{cfg.get('target_hidden_size')}",
             )
         )
     if hidden is not None and "hidden_size" in cfg and cfg["hidden_size"] != hidden:
         out.append(
             (
                 MODEL,
-                f"Qwen3-Omni DSpark draft hidden_size must match the target thinker hidden size ({hidden}); got {cfg['hidden_size']}",
+                f"Qwen3-Omni DSpark draft hidden_size must match the target thinker hidden size ({hidden}); got "
+                f"{cfg['hidden_size']}",
             )
         )
     for name in ("num_attention_heads", "num_key_value_heads", "head_dim"):
@@ -128,14 +134,16 @@ def _thinker_shapes(target_text: Mapping[str, Any], cfg: Mapping[str, Any]) -> l
             out.append(
                 (
                     "target.model",
-                    f"Qwen3-Omni DSpark requires a positive integer {name} in the target thinker text_config; got {str(t)[:40]}",
+                    f"Qwen3-Omni DSpark requires a positive integer {name} in the target thinker text_config; got "
+                    f"{str(t)[:40]}",
                 )
             )
         elif t is not None and name in cfg and cfg[name] != t:
             out.append(
                 (
                     MODEL,
-                    f"Qwen3-Omni DSpark draft {name} must match the target thinker value ({t}); got {str(cfg[name])[:40]}",
+                    f"Qwen3-Omni DSpark draft {name} must match the target thinker value ({t}); got "
+                    f"{str(cfg[name])[:40]}",
                 )
             )
     return out
@@ -156,7 +164,8 @@ def _taps(target_text: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[tuple[
         return [
             (
                 MODEL,
-                f"Qwen3-Omni DSpark target_layer_ids must be zero-based text-layer indices in [0, {n - 1}]; got {ids[:16]}",
+                f"Qwen3-Omni DSpark target_layer_ids must be zero-based text-layer indices in [0, {n - 1}]; got "
+                f"{ids[:16]}",
             )
         ]
     return []
@@ -168,7 +177,8 @@ def _head(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
         out.append(
             (
                 MODEL,
-                "Qwen3-Omni DSpark requires use_aux_hidden_state=true because Omni conditioning is supplied through thinker hidden states",
+                "Qwen3-Omni DSpark requires use_aux_hidden_state=true because Omni conditioning is supplied through "
+                "thinker hidden states",
             )
         )
     if not positive(cfg.get("markov_rank")):
@@ -177,7 +187,8 @@ def _head(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
         out.append(
             (
                 MODEL,
-                f"Qwen3-Omni DSpark currently requires markov_head_type='vanilla'; got {str(cfg.get('markov_head_type'))[:40]!r}",
+                "Qwen3-Omni DSpark currently requires markov_head_type='vanilla'; got "
+                f"{str(cfg.get('markov_head_type'))[:40]!r}",
             )
         )
     if cfg.get("sample_from_anchor", True) is not True or cfg.get("dspark_bonus_anchor", False) is not False:
@@ -197,7 +208,8 @@ def _vocabulary(target_text: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[
         out.append(
             (
                 MODEL,
-                f"Qwen3-Omni DSpark draft_vocab_size must be a positive integer no larger than target vocab_size ({target_vocab}); got {str(dvs)[:40]}",
+                "Qwen3-Omni DSpark draft_vocab_size must be a positive integer no larger than target vocab_size "
+                f"({target_vocab}); got {str(dvs)[:40]}",
             )
         )
     token = nested(cfg, "dflash_config", "mask_token_id")
@@ -207,7 +219,8 @@ def _vocabulary(target_text: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[
         out.append(
             (
                 MODEL,
-                f"Qwen3-Omni DSpark requires a valid mask/noise token id within the draft input vocabulary [0, {vocab - 1}] (got {str(token)[:40]})",
+                "Qwen3-Omni DSpark requires a valid mask/noise token id within the draft input vocabulary [0, "
+                f"{vocab - 1}] (got {str(token)[:40]})",
             )
         )
     ropes = [r for r in (cfg.get("rope_parameters"), cfg.get("rope_scaling")) if isinstance(r, dict)]
@@ -225,7 +238,8 @@ def omni_contract(v: DrafterView) -> Iterator[Finding]:
         yield DSPARK_OMNI_CONTRACT.at(
             field,
             f"{why}: vLLM refuses at start",
-            fix="convert the drafter for Qwen3-Omni (its trained block size, the thinker's shapes and taps), or set the field as the message says",
+            fix="convert the drafter for Qwen3-Omni (its trained block size, the thinker's shapes and taps), or set "
+            "the field as the message says",
         )
 
 

@@ -393,7 +393,10 @@ def _over_limit(file: Path, name: str, limit: int, constant: str) -> str | None:
         return None  # the read reports it
     if size <= limit:
         return None
-    return f"{name} is {size / 2**20:.1f} MiB, over the {limit >> 20} MiB ppspec reads ({constant}): what it holds is unknown to ppspec"
+    return (
+        f"{name} is {size / 2**20:.1f} MiB, over the {limit >> 20} MiB ppspec reads ({constant}): what it holds "
+        "is unknown to ppspec"
+    )
 
 
 def _read_index(ck: Checkpoint, file: Path, name: str) -> None:
@@ -428,7 +431,8 @@ def _local_shards(ck: Checkpoint, path: Path) -> tuple[list[str], list[str], lis
         ck.gaps.append(
             Gap(
                 "unsafe-shard-name",
-                f"the index names shard file(s) outside the checkpoint directory, not read: {', '.join(repr(u) for u in unsafe[:3])}",
+                "the index names shard file(s) outside the checkpoint directory, not read: "
+                f"{', '.join(repr(u) for u in unsafe[:3])}",
             )
         )
     present = [s for s in shards if s not in unsafe and (path / s).is_file()]
@@ -453,7 +457,8 @@ def _read_local_headers(ck: Checkpoint, path: Path, present: list[str]) -> dict[
         ck.gaps.append(
             Gap(
                 "over-read-limit",
-                f"{len(present)} shard files, more than the {MAX_SHARDS} ppspec reads headers of (MAX_SHARDS): tensor-level checks not run",
+                f"{len(present)} shard files, more than the {MAX_SHARDS} ppspec reads headers of (MAX_SHARDS): "
+                "tensor-level checks not run",
             )
         )
         return None
@@ -470,7 +475,8 @@ def _read_local_headers(ck: Checkpoint, path: Path, present: list[str]) -> dict[
                     ck.gaps.append(
                         Gap(
                             "over-read-limit",
-                            f"the shards' headers together exceed the {MAX_TOTAL_HEADER_BYTES >> 20} MiB ppspec reads (MAX_TOTAL_HEADER_BYTES): tensor-level checks not run",
+                            f"the shards' headers together exceed the {MAX_TOTAL_HEADER_BYTES >> 20} MiB ppspec "
+                            "reads (MAX_TOTAL_HEADER_BYTES): tensor-level checks not run",
                         )
                     )
                     return None
@@ -480,7 +486,8 @@ def _read_local_headers(ck: Checkpoint, path: Path, present: list[str]) -> dict[
                 ck.gaps.append(
                     Gap(
                         "over-read-limit",
-                        f"the shards hold more than {MAX_TENSORS} tensors together (MAX_TENSORS): tensor-level checks not run",
+                        f"the shards hold more than {MAX_TENSORS} tensors together (MAX_TENSORS): tensor-level "
+                        "checks not run",
                     )
                 )
                 return None
@@ -501,7 +508,8 @@ def _use_tensors(ck: Checkpoint, tensors: dict[str, TensorInfo]) -> Checkpoint:
             ck.gaps.append(
                 Gap(
                     "index-mismatch",
-                    f"{len(wrong)} tensor(s) of the index are not in the shard it names (e.g. {wrong[0]} -> {ck.weight_map[wrong[0]]}); the headers are used",
+                    f"{len(wrong)} tensor(s) of the index are not in the shard it names (e.g. {wrong[0]} -> "
+                    f"{ck.weight_map[wrong[0]]}); the headers are used",
                 )
             )
     ck.tensors = tensors
@@ -565,13 +573,15 @@ def _hub_error(e: Exception, ref: str, *, offline: bool = False, revision: str |
             return PpspecError(
                 f"{ref!r} is not in the local Hugging Face cache and ppspec is offline (--offline or HF_HUB_OFFLINE=1)",
                 where=ref,
-                fix=f"download its metadata once while online (`{_hf_download_line(ref, revision)}`), or point `model` at a local directory",
+                fix=f"download its metadata once while online (`{_hf_download_line(ref, revision)}`), or point "
+                "`model` at a local directory",
                 exit_code=1,
             )
         return PpspecError(
             f"the Hugging Face hub ({_endpoint()}) could not be reached and {ref!r} is not in the local cache",
             where=ref,
-            fix="check the network, proxy and HF_ENDPOINT; or download the metadata where the hub is reachable; or point `model` at a local directory",
+            fix="check the network, proxy and HF_ENDPOINT; or download the metadata where the hub is reachable; or "
+            "point `model` at a local directory",
             exit_code=1,
         )
     detail = str(e).splitlines()[0][:200] if str(e) else ""
@@ -593,7 +603,8 @@ _hub_client: dict[str, Any] = {}  # "installed" -> endpoint; "last" -> the last 
 
 
 def _hub_budget(env: str = HUB_DEADLINE_ENV, default: float = HUB_DEADLINE_DEFAULT) -> float:
-    """$PPSPEC_HUB_DEADLINE or $PPSPEC_HUB_DOWNLOAD_DEADLINE (io/settings: seconds in (0, 86400], else one error), or `default`."""
+    """$PPSPEC_HUB_DEADLINE or $PPSPEC_HUB_DOWNLOAD_DEADLINE (io/settings: seconds in (0, 86400], else one error), or
+    `default`."""
     from ppspec_cli.io.settings import settings
 
     s = settings()
@@ -657,9 +668,11 @@ def _hub_too_large(ref: str, limit: float, env: str | None = None) -> PpspecErro
 def _hub_overrun(ref: str, budget: float) -> PpspecError:
     what = _hub_client.get("last") or "metadata"
     return PpspecError(
-        f"the hub ({_endpoint()}) did not finish sending {what!r} of {ref!r} within the {budget:g} s deadline for one checkpoint's metadata; abandoned",
+        f"the hub ({_endpoint()}) did not finish sending {what!r} of {ref!r} within the {budget:g} s deadline for "
+        "one checkpoint's metadata; abandoned",
         where=f"{ref}/{what}",
-        fix=f"check the network / HF_ENDPOINT; for a slow hub raise {HUB_DEADLINE_ENV} (seconds); or point `model` at a local directory",
+        fix=f"check the network / HF_ENDPOINT; for a slow hub raise {HUB_DEADLINE_ENV} (seconds); or point `model` "
+        "at a local directory",
         exit_code=1,
     )
 
@@ -754,15 +767,18 @@ def download_snapshot(ref: str, revision: str | None, cancelled: Callable[[], bo
             raise _hub_too_large(ref, _hub_limit(), HUB_DOWNLOAD_LIMIT_ENV) from None
         if _HUB_CLOCK.expired():
             raise PpspecError(
-                f"the hub ({_endpoint()}) did not finish sending {ref!r} within the {budget:g} s download deadline; abandoned",
+                f"the hub ({_endpoint()}) did not finish sending {ref!r} within the {budget:g} s download deadline; "
+                "abandoned",
                 where=f"{ref}/{_hub_client.get('last') or ''}",
-                fix=f"raise {HUB_DOWNLOAD_DEADLINE_ENV} (seconds) for a slow link, or download it first (hf download {ref}) and point the profile at the directory",
+                fix=f"raise {HUB_DOWNLOAD_DEADLINE_ENV} (seconds) for a slow link, or download it first (hf download "
+                f"{ref}) and point the profile at the directory",
                 exit_code=1,
             ) from None
         raise PpspecError(
             f"cannot download {ref!r} from the hub ({_endpoint()}): {type(e).__name__}: {str(e)[:200]}",
             where=ref,
-            fix=f"check the repository id and the network, or download it first (hf download {ref}) and point the profile at the directory",
+            fix=f"check the repository id and the network, or download it first (hf download {ref}) and point the "
+            "profile at the directory",
             exit_code=1,
         ) from None
     finally:
@@ -816,7 +832,8 @@ def _hub_fetch(ref: str, name: str, revision: str | None, *, cache_only: bool, o
             limit = MAX_INDEX_BYTES if name.startswith("model.safetensors.index") else MAX_CONFIG_BYTES
             if size is not None and size > limit:
                 raise PpspecError(
-                    f"the hub announces {name} as {size} bytes, more than the {limit >> 20} MiB ppspec reads; not downloaded",
+                    f"the hub announces {name} as {size} bytes, more than the {limit >> 20} MiB ppspec reads; not "
+                    "downloaded",
                     where=f"{ref}/{name}",
                     fix="check that this is really a model repository",
                     exit_code=1,
@@ -847,7 +864,8 @@ def _hub_headers_skipped(ck: Checkpoint, *, offline: bool, unreachable: bool) ->
         ck.gaps.append(
             Gap(
                 "no-weights",
-                f"the hub ({_endpoint()}) could not be reached: metadata from the local cache, safetensors headers not read",
+                f"the hub ({_endpoint()}) could not be reached: metadata from the local cache, safetensors headers "
+                "not read",
             )
         )
         return True
@@ -855,7 +873,8 @@ def _hub_headers_skipped(ck: Checkpoint, *, offline: bool, unreachable: bool) ->
         ck.gaps.append(
             Gap(
                 "over-read-limit",
-                f"the index names more than {MAX_SHARDS} shard files (MAX_SHARDS): headers not read, tensor-level checks not run",
+                f"the index names more than {MAX_SHARDS} shard files (MAX_SHARDS): headers not read, tensor-level "
+                "checks not run",
             )
         )
         return True
@@ -907,7 +926,8 @@ def _hub_tensors(ck: Checkpoint, meta: Any) -> dict[str, TensorInfo] | None:
                 ck.gaps.append(
                     Gap(
                         "bad-safetensors",
-                        f"{fname}: tensor {tname!r} ({t.dtype} {list(t.shape)}) does not match its data_offsets {list(offs)}",
+                        f"{fname}: tensor {tname!r} ({t.dtype} {list(t.shape)}) does not match its data_offsets "
+                        f"{list(offs)}",
                     )
                 )
                 return None
@@ -1012,9 +1032,12 @@ def load_checkpoint(
         p = local_path(ref, base_dir)
         if not p.exists() and not ref.startswith(("/", "./", "../", "~")):
             raise PpspecError(
-                f"model {ref!r} is neither an existing directory{'' if base_dir is None else f' (next to the profile: {p})'} nor a hub id of the form org/name",
+                f"model {ref!r} is neither an existing "
+                f"directory{'' if base_dir is None else f' (next to the profile: {p})'} nor a hub id of the form "
+                "org/name",
                 where=ref,
-                fix="give a local checkpoint directory (relative paths start from the profile's folder) or a Hugging Face hub id (org/name, as the model's hub page writes it)",
+                fix="give a local checkpoint directory (relative paths start from the profile's folder) or a Hugging "
+                "Face hub id (org/name, as the model's hub page writes it)",
                 exit_code=1,
             )
         ck = load_local(ref, p, read_headers=read_headers)
@@ -1022,7 +1045,8 @@ def load_checkpoint(
             ck.gaps.append(
                 Gap(
                     "local-folder",
-                    f"{ref!r} has the form of a hub id (org/name) and is the folder {p} next to the profile: it is read as that folder",
+                    f"{ref!r} has the form of a hub id (org/name) and is the folder {p} next to the profile: it is "
+                    "read as that folder",
                 )
             )
         return ck

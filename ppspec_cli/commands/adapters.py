@@ -70,7 +70,8 @@ def pack_status(
     ):
         return (
             "unsupported",
-            f"vLLM {version} has no speculative decoding under pipeline parallelism (it arrived in {facts.PP_SPEC_MIN_VERSION})",
+            f"vLLM {version} has no speculative decoding under pipeline parallelism (it arrived in "
+            f"{facts.PP_SPEC_MIN_VERSION})",
         )
     if vv.verified and not pack.supports_vllm(version):
         return "unsupported", f"vLLM {version} is outside {pack.vllm_range}"
@@ -131,7 +132,8 @@ for name in sys.argv[3:]:
                 rows.append([p.qualname, state, why])
         for part in pack.parts:
             # a native opt-in the pack's table claims here must be there, by value
-            if part.patches_path is not None or part.supports("aux_relay_over_pp", platform, facts_version).status != "native":
+            claim = part.supports("aux_relay_over_pp", platform, facts_version).status
+            if part.patches_path is not None or claim != "native":
                 continue
             refs = []
             for arch in dict.fromkeys([*part.facts.inner_decoder, *part.matches.targets]):
@@ -141,7 +143,8 @@ for name in sys.argv[3:]:
             for ref in refs:
                     if ref:
                         try:
-                            rows.append([ref, "native" if engine.relays_taps(engine.import_ref(ref)) else "lacks", "supports_aux_hidden_states_over_pp"])
+                            got = "native" if engine.relays_taps(engine.import_ref(ref)) else "lacks"
+                            rows.append([ref, got, "supports_aux_hidden_states_over_pp"])
                         except Exception as e:
                             rows.append([ref, "absent", (type(e).__name__ + ": " + str(e))[:200]])
         out[name] = rows
@@ -159,8 +162,10 @@ def probe_anchors(packs: list[Pack], platform: str, facts_version: str) -> dict[
     try:
         cp = spawn.run(
             spawn.python_argv("-c", _ANCHOR_CHILD, platform, facts_version, *[p.name for p in packs]),
-            capture_output=True, text=True, timeout=IMPORT_CHECK_DEADLINE_S,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=IMPORT_CHECK_DEADLINE_S,
+        )
         line = next((ln for ln in cp.stdout.splitlines() if ln.startswith("PPSPEC-ANCHORS ")), None)
         return (
             json.loads(line.split(" ", 1)[1])
@@ -182,7 +187,8 @@ def engine_state(pack: Pack, installed: Any, anchors: dict[str, Any] | None) -> 
     if got is None:
         return (
             "not probed",
-            f"vLLM {installed.version} is outside the pack's verified range {pack.vllm_range}; run `ppspec adapters list` again to read its anchors",
+            f"vLLM {installed.version} is outside the pack's verified range {pack.vllm_range}; run `ppspec adapters "
+            "list` again to read its anchors",
         )
     if isinstance(got, str):
         return "not probed", got
@@ -201,8 +207,8 @@ def engine_state(pack: Pack, installed: Any, anchors: dict[str, Any] | None) -> 
         parts.append(f"not importable here: {'; '.join(absent)}")
     return (
         "probed",
-        f"vLLM {installed.version} is unverified ({vv.why if not vv.verified else 'outside ' + pack.vllm_range}); read by value: "
-        + ("; ".join(parts) or "nothing to patch"),
+        f"vLLM {installed.version} is unverified ({vv.why if not vv.verified else 'outside ' + pack.vllm_range}); "
+        "read by value: " + ("; ".join(parts) or "nothing to patch"),
     )
 
 
@@ -282,7 +288,8 @@ def _console() -> Any:
 
 
 def adapters_list(json_out: bool) -> int:
-    """Print every pack and the per-release architecture tables (text, or one JSON object: packs, arch_tables, engine_arch_table). Exit code 0."""
+    """Print every pack and the per-release architecture tables (text, or one JSON object: packs, arch_tables,
+    engine_arch_table). Exit code 0."""
     installed = installed_vllm()
     errs = _import_errors_for(load_packs(), installed)
     anchors = (
@@ -308,7 +315,8 @@ def adapters_list(json_out: bool) -> int:
         )
         return 0
     where = (
-        f"vLLM {installed.version} ({installed.platform}, {'verified' if verdict(installed.version).verified else 'unverified'})"
+        f"vLLM {installed.version} ({installed.platform}, "
+        f"{'verified' if verdict(installed.version).verified else 'unverified'})"
         if installed
         else "no vLLM installed"
     )
@@ -425,7 +433,8 @@ def adapters_show(name: str, json_out: bool) -> int:
             raise PpspecError(
                 f"unknown adapter pack {name[:80]!r}, and no pack covers an architecture of that name",
                 where="NAME",
-                fix=f"use a pack name ({names}) or an architecture from `ppspec adapters list`; an architecture no pack names runs under PP "
+                fix=f"use a pack name ({names}) or an architecture from `ppspec adapters list`; an architecture no "
+                "pack names runs under PP "
                 "only where vLLM supports it natively (`ppspec check PROFILE` says)",
             ) from None
         if json_out:
@@ -511,11 +520,16 @@ def _show_arch(name: str, json_out: bool) -> int:
         for plat, f in per.items():
             if "relay_verdict" in f and f.get("relay_verdict") is not None:
                 text = (
-                    f"{f['class']}; SupportsEagle3 {f.get('supports_eagle3')}; decoder {f.get('decoder')}; relays taps over PP: "
-                    f"{_RELAY_WORDS.get(f['relay_verdict'], f['relay_verdict'])}; embedding on the last stage: {f.get('embed_last_stage')}"
+                    f"{f['class']}; SupportsEagle3 {f.get('supports_eagle3')}; decoder {f.get('decoder')}; relays "
+                    "taps over PP: "
+                    f"{_RELAY_WORDS.get(f['relay_verdict'], f['relay_verdict'])}; embedding on the last stage: "
+                    f"{f.get('embed_last_stage')}"
                 )
             else:
-                text = f"{f['class']}; draft layer numbering {f.get('numbering')}; fc {(f.get('fc') or {}).get('rule')}; MTP layers {f.get('mtp_layers')}"
+                text = (
+                    f"{f['class']}; draft layer numbering {f.get('numbering')}; fc "
+                    f"{(f.get('fc') or {}).get('rule')}; MTP layers {f.get('mtp_layers')}"
+                )
             print_wrapped(c, plain(text), indent=12, label=f"  {plat}")
     return 0
 

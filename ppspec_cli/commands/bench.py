@@ -122,7 +122,8 @@ def _validate(o: Options) -> list[int]:
         raise PpspecError(
             "--endpoint and --baseline-endpoint go together",
             where="--endpoint",
-            fix="give both (the speculative server and the one without speculation), or neither to let bench serve the profile",
+            fix="give both (the speculative server and the one without speculation), or neither to let bench serve "
+            "the profile",
         )
     if not 1 <= o.max_tokens <= 1 << 16 or not 1 <= o.input_len <= 1 << 20:
         raise PpspecError(
@@ -138,7 +139,8 @@ def _validate(o: Options) -> list[int]:
         raise PpspecError(
             f"--sessions must be {' or '.join(SESSIONS)}, not {o.sessions[:40]!r}",
             where="--sessions",
-            fix=f"--sessions {PER_REPEAT} (the default: drift between engine sessions is in the spread) or --sessions {PER_ARM} (fewer engine starts)",
+            fix=f"--sessions {PER_REPEAT} (the default: drift between engine sessions is in the spread) or "
+            f"--sessions {PER_ARM} (fewer engine starts)",
         )
     if not 1 <= o.repeat <= MAX_REPEAT:
         raise PpspecError(
@@ -187,7 +189,8 @@ def _arms(prof, nst: str | None, endpoint: str | None, baseline_endpoint: str | 
             "bench starts one single-node engine at a time; this profile runs "
             + ("two engines (roles)" if prof.disaggregated else f"{prof.topology.nodes} nodes"),
             where="topology",
-            fix="start both servers yourself (with and without the drafter) and pass --endpoint URL --baseline-endpoint URL",
+            fix="start both servers yourself (with and without the drafter) and pass --endpoint URL "
+            "--baseline-endpoint URL",
         )
     ks = res.parse_int_list(nst, "--num-speculative-tokens", 1, 64) if nst else [prof.drafter.num_speculative_tokens]
     if endpoint is None:
@@ -493,7 +496,8 @@ class _Bench:
                 progress(f"{tag}: warm-up")
             elif e == "level":
                 progress(
-                    f"{tag}: c={ev['concurrency']} repeat {ev.get('repeat', 0) + 1} ({done[0] + 1}/{len(runs)}){self._eta(len(runs) - done[0] + later_runs, arms_left)}"
+                    f"{tag}: c={ev['concurrency']} repeat {ev.get('repeat', 0) + 1} "
+                    f"({done[0] + 1}/{len(runs)}){self._eta(len(runs) - done[0] + later_runs, arms_left)}"
                 )
             elif e == "level_done":
                 done[0] += 1
@@ -501,7 +505,8 @@ class _Bench:
                 rec = res.load_record(Path(ev["file"])) or {}
                 acc = rec.get("acceptance_length")
                 progress(
-                    f"{tag}: c={ev['concurrency']} done in {ev.get('seconds')}s: {rec.get('output_tokens_per_s') or 0:.1f} output tok/s"
+                    f"{tag}: c={ev['concurrency']} done in {ev.get('seconds')}s: "
+                    f"{rec.get('output_tokens_per_s') or 0:.1f} output tok/s"
                     + (f", acceptance length {acc:.2f}" if isinstance(acc, (int, float)) else "")
                 )
             elif e == "parity":

@@ -47,7 +47,8 @@ def k8s(
     if host is None and prof.server.host in ("127.0.0.1", "localhost", "::1"):
         host = "0.0.0.0"  # a pod is reached on its pod IP; loopback would never pass the readiness probe
         progress(
-            "the API server binds 0.0.0.0 in the pod (the profile binds loopback, which the Service could not reach); --host changes it"
+            "the API server binds 0.0.0.0 in the pod (the profile binds loopback, which the Service could not "
+            "reach); --host changes it"
         )
     name = k8s_name(prof.name)
 

@@ -263,7 +263,8 @@ def render(pred: Prediction) -> str:
     for lv in pred.levels:
         j = lv.to_json()
         lines.append(
-            f"{lv.concurrency:>5} {lv.k:>2} {lv.tpot_ms:>9.2f} {lv.output_tokens_per_s:>10.1f} {lv.acceptance_length:>5.2f} {lv.speedup:>8.2f}x  {j['bound']}"
+            f"{lv.concurrency:>5} {lv.k:>2} {lv.tpot_ms:>9.2f} {lv.output_tokens_per_s:>10.1f} "
+            f"{lv.acceptance_length:>5.2f} {lv.speedup:>8.2f}x  {j['bound']}"
         )
     lines += _wrap("best k: ", ", ".join(f"c={b.concurrency} k={b.k} ({b.speedup:.2f}x)" for b in pred.best))
     cx = pred.crossover
@@ -283,14 +284,19 @@ def render(pred: Prediction) -> str:
         t = j["terms_ms"]
         lines += _wrap(
             f"why c={b.concurrency} k={b.k}: ",
-            f"per round {j['round_ms']:.2f} ms ({j['bound']}-bound, {j['batches_in_flight']} batch(es) of {j['batch_size']:g}): "
-            f"stages {' + '.join(f'{x:.2f}' for x in t['stages'])}, hops {sum(t['hops']):.2f}, drafter {t['drafter']:.2f}, "
-            f"broadcast {t['broadcast']:.2f}, overheads {t['overhead']:.2f} ms; {b.acceptance_length:.2f} tokens per round",
+            f"per round {j['round_ms']:.2f} ms ({j['bound']}-bound, {j['batches_in_flight']} batch(es) of "
+            f"{j['batch_size']:g}): "
+            f"stages {' + '.join(f'{x:.2f}' for x in t['stages'])}, hops {sum(t['hops']):.2f}, drafter "
+            f"{t['drafter']:.2f}, "
+            f"broadcast {t['broadcast']:.2f}, overheads {t['overhead']:.2f} ms; {b.acceptance_length:.2f} tokens per "
+            "round",
         )
     acc = hw["accelerator"]
     lines += _wrap(
         "hardware: ",
-        f"{acc['name']} ({acc['memory_bandwidth_gbs']:g} GB/s, {acc['bf16_tflops']:g} TFLOPS bf16); pipeline link {hw['pp_link']['name']} ({hw['pp_link']['bandwidth_gbs']:g} GB/s, {hw['pp_link']['latency_us']:g} us); TP x{a['tensor_parallel']}, stages {a['partition']}, context {a['context_length']} tokens",
+        f"{acc['name']} ({acc['memory_bandwidth_gbs']:g} GB/s, {acc['bf16_tflops']:g} TFLOPS bf16); pipeline link "
+        f"{hw['pp_link']['name']} ({hw['pp_link']['bandwidth_gbs']:g} GB/s, {hw['pp_link']['latency_us']:g} us); TP "
+        f"x{a['tensor_parallel']}, stages {a['partition']}, context {a['context_length']} tokens",
     )
     lines += _wrap(
         "acceptance: ",
@@ -307,7 +313,8 @@ def render(pred: Prediction) -> str:
         mean, worst = ROOFLINE_ERROR
         lines += _wrap(
             "calibration: ",
-            f"none: roofline with default efficiencies and overheads (calibration-free; on the one GPU record its speed-up error was {100 * mean:.1f}% mean, {100 * worst:.1f}% worst: docs/prediction-validation.md)",
+            "none: roofline with default efficiencies and overheads (calibration-free; on the one GPU record its "
+            f"speed-up error was {100 * mean:.1f}% mean, {100 * worst:.1f}% worst: docs/prediction-validation.md)",
         )
     for n in a["notes"]:
         lines += _wrap("note: ", n)

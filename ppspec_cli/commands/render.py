@@ -64,7 +64,8 @@ def render_findings(console: Console, findings) -> None:
 
 
 def print_wrapped(console: Console, text: Text, *, indent: int = 8, label: str = "") -> None:
-    """A Text (terminal.styled / terminal.plain) wrapped at the console width between words, every line indented by `indent` columns
+    """A Text (terminal.styled / terminal.plain) wrapped at the console width between words, every line indented by
+    `indent` columns
     (a wrapped line keeps the indentation; a label shorter than `indent` starts the first line).
     No trailing blanks, so piped output stays clean."""
     for i, line in enumerate(text.wrap(console, max(20, console.width - indent))):
@@ -325,9 +326,11 @@ def _plan_table(console: Console, r, invalid_partition: list[int] | None = None)
     if invalid_partition is not None:
         console.print(
             styled(
-                "[bold]{}[/bold]: {} [bold red]INVALID[/bold red]: no plan (vLLM would refuse this split at engine start)",
+                "[bold]{}[/bold]: {} [bold red]INVALID[/bold red]: no plan (vLLM would refuse this split at engine "
+                "start)",
                 r.profile.name,
-                f"{plan.num_layers} layers over {len(plan.partition)} stage(s); layer_partition {invalid_partition} (profile)",
+                f"{plan.num_layers} layers over {len(plan.partition)} stage(s); layer_partition {invalid_partition} "
+                "(profile)",
             )
         )
         return
@@ -336,14 +339,16 @@ def _plan_table(console: Console, r, invalid_partition: list[int] | None = None)
         styled(
             "[bold]{}[/bold]: {}",
             r.profile.name,
-            f"{plan.num_layers} layers over {len(plan.partition)} stage(s) {list(plan.partition)} ({plan.partition_source}); runner {plan.runner.upper()}",
+            f"{plan.num_layers} layers over {len(plan.partition)} stage(s) {list(plan.partition)} "
+            f"({plan.partition_source}); runner {plan.runner.upper()}",
         ),
     )
     if plan.method:
         _wrapped(
             console,
             terminal.plain(
-                f"drafter {plan.method}: taps {list(plan.taps) or '—'} (vLLM capture points: tap L = output of layer L-1; source: {plan.taps_source})"
+                f"drafter {plan.method}: taps {list(plan.taps) or '—'} (vLLM capture points: tap L = output of layer "
+                f"L-1; source: {plan.taps_source})"
                 + (f"; trained on {list(plan.trained_taps)} via {plan.trained_source}" if plan.trained_taps else "")
             ),
         )

@@ -142,7 +142,8 @@ def _print_dry_run(r, spec, pf, node_rank, json_out: bool, exit_code: int) -> in
         if spec.overlay:
             print(
                 shellout.comment(
-                    f"drafter served through a config overlay built at launch in {spec.overlay_dir}: {json.dumps(spec.overlay)}"
+                    f"drafter served through a config overlay built at launch in {spec.overlay_dir}: "
+                    f"{json.dumps(spec.overlay)}"
                 )
             )
         print(shellout.comment(f"plan file for the ppspec plugin (written at launch): {spec.plan_file}"))
@@ -158,13 +159,17 @@ def _print_dry_run(r, spec, pf, node_rank, json_out: bool, exit_code: int) -> in
                 lp = r.profile.launch
                 print(
                     shellout.comment(
-                        f"the nodes reach the head on ports {lp.master_port} (vLLM) and {rollcall_port(lp.master_port)} (ppspec's roll call)"
+                        f"the nodes reach the head on ports {lp.master_port} (vLLM) and "
+                        f"{rollcall_port(lp.master_port)} (ppspec's roll call)"
                     )
                 )
                 if node_rank is None:
                     print(
                         shellout.comment(
-                            "on node i, `ppspec serve` adds GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME and VLLM_HOST_IP from its route to the head (unless env: sets them), and keeps its files in its own run directory (HOST-nodeI): `ppspec serve PROFILE --dry-run --node-rank i` there shows that node's exact launch"
+                            "on node i, `ppspec serve` adds GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME and VLLM_HOST_IP "
+                            "from its route to the head (unless env: sets them), and keeps its files in its own run "
+                            "directory (HOST-nodeI): `ppspec serve PROFILE --dry-run --node-rank i` there shows that "
+                            "node's exact launch"
                         )
                     )
         for n in nodes:
@@ -190,13 +195,15 @@ def _print_dry_run_findings(pf, command: str) -> None:
     if not prof.ok:
         print(
             shellout.comment(
-                f"`{command}` would refuse this profile: {len(prof.refused)} error(s): {', '.join(prof.refused_by)} (see `ppspec check`)"
+                f"`{command}` would refuse this profile: {len(prof.refused)} error(s): {', '.join(prof.refused_by)} "
+                "(see `ppspec check`)"
             )
         )
     elif not here.ok:
         print(
             shellout.comment(
-                f"`{command}` would refuse to start it on this machine: {', '.join(here.refused_by)} (the profile itself passes: the nodes that serve it decide)"
+                f"`{command}` would refuse to start it on this machine: {', '.join(here.refused_by)} (the profile "
+                "itself passes: the nodes that serve it decide)"
             )
         )
 
@@ -232,7 +239,8 @@ def _print_pd_dry_run(o, json_out: bool) -> int:
                 print(n.shell_line())
         print(
             shellout.comment(
-                f"===== router: the proxy vLLM ships for {d.connector_name}, {script} in vLLM's source tree (the wheel does not carry it); VLLM_SRC = a vLLM source checkout of the same version"
+                f"===== router: the proxy vLLM ships for {d.connector_name}, {script} in vLLM's source tree (the "
+                "wheel does not carry it); VLLM_SRC = a vLLM source checkout of the same version"
             )
         )
         print(router)

@@ -156,7 +156,8 @@ def verify_command(
 
     if save_reference and report.speculative.get("configured"):
         report.warnings.append(
-            "saving a reference from a run WITH speculative decoding; a reference is meant to be measured with speculation off"
+            "saving a reference from a run WITH speculative decoding; a reference is meant to be measured with "
+            "speculation off"
         )
     if save_baseline and not report.spec_decode.get("mean_acceptance_length"):
         raise PpspecError(

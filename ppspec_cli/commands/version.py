@@ -25,14 +25,16 @@ def version_lines() -> list[str]:
     inst = installed_vllm()
     if inst is None:
         lines.append(
-            f"vLLM: not installed here (check and plan give vLLM {NEWEST_VERIFIED}'s verdict, or the profile's engine_version's)"
+            f"vLLM: not installed here (check and plan give vLLM {NEWEST_VERIFIED}'s verdict, or the profile's "
+            "engine_version's)"
         )
     else:
         vv = verdict(inst.version)
         state = (
             "verified"
             if vv.verified
-            else f"unverified ({vv.why}; verdicts carry vLLM {vv.facts_version}'s facts forward until `{settle_command()}` reads this engine by value)"
+            else f"unverified ({vv.why}; verdicts carry vLLM {vv.facts_version}'s facts forward until "
+            f"`{settle_command()}` reads this engine by value)"
         )
         lines.append(f"vLLM: {inst.version} ({inst.distribution}, {inst.platform} build): {state}")
     lines.append(f"verified vLLM releases: {verified_text()}")

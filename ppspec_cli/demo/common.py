@@ -47,7 +47,9 @@ TRIGGER_EVERY = 4
 
 @dataclass(frozen=True)
 class Spec:
-    kind: str  # what the model is ("target", "eagle3", "relay-target", "relay-dflash", ...); a builder shared by two kinds reads it
+    # what the model is ("target", "eagle3", "relay-target", "relay-dflash", ...); a builder shared by two kinds reads
+    # it
+    kind: str
     seed: int
     description: str
     draft_vocab: int = 0

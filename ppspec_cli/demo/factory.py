@@ -218,7 +218,8 @@ register_model(
     Spec(
         "eagle3",
         2002,
-        f"random EAGLE3 drafter for tiny-llama; top-level taps {list(EAGLE3_TAPS)} (capture points; tap 3 = PP=2 boundary)",
+        f"random EAGLE3 drafter for tiny-llama; top-level taps {list(EAGLE3_TAPS)} (capture points; tap 3 = PP=2 "
+        "boundary)",
         draft_vocab=EAGLE3_DRAFT_VOCAB,
     ),
     _tiny_eagle3,
@@ -228,7 +229,8 @@ register_model(
     Spec(
         "eagle3",
         2002,
-        f"EAGLE3 drafter for tiny-llama that always proposes token {ALWAYS_TOKEN} (draft vocab 1): deterministic acceptance",
+        f"EAGLE3 drafter for tiny-llama that always proposes token {ALWAYS_TOKEN} (draft vocab 1): deterministic "
+        "acceptance",
         draft_vocab=1,
         always_token=ALWAYS_TOKEN,
     ),
@@ -239,7 +241,8 @@ register_model(
     Spec(
         "eagle3",
         2002,
-        f"like tiny-llama-eagle3 but taps only nested as eagle_config ids {list(EAGLE3_TAPS_OUTPUT_OF_LAYER)} (SpecForge output-of-layer terms)",
+        f"like tiny-llama-eagle3 but taps only nested as eagle_config ids {list(EAGLE3_TAPS_OUTPUT_OF_LAYER)} "
+        "(SpecForge output-of-layer terms)",
         draft_vocab=EAGLE3_DRAFT_VOCAB,
         taps="nested",
     ),
@@ -253,7 +256,8 @@ register_model(
         "relay-target",
         RELAY_SEED,
         f"float32 {NUM_LAYERS}-layer Llama with planted structure for tap-relay checks: the token after x is fixed "
-        f"(a seeded successor map; {ALWAYS_TOKEN} after any id divisible by {TRIGGER_EVERY}); layer 2 writes a per-token code "
+        f"(a seeded successor map; {ALWAYS_TOKEN} after any id divisible by {TRIGGER_EVERY}); layer 2 writes a "
+        "per-token code "
         "that only tap 3 carries clean (layer 3 adds an anti-code)",
     ),
     _relay_target,
@@ -363,7 +367,8 @@ def describe_demo_model(name: str) -> Description:
             entry.build(entry.spec, Path(os.devnull))
     except (DataDependentOutputException, DynamicOutputShapeException) as e:
         raise PpspecError(
-            f"demo model {name!r}'s shapes depend on its weights' values ({e.func}), so they cannot be read without building it",
+            f"demo model {name!r}'s shapes depend on its weights' values ({e.func}), so they cannot be read without "
+            "building it",
             where=f"{DEMO_PREFIX}{name}",
             fix="in its builder, compute such values inside `with real_tensors():` (ppspec_cli/demo/common.py)",
         ) from None
@@ -408,7 +413,8 @@ def _load_kit(name: str) -> bool:
         importlib.import_module(KIT_MODULE)
     except ImportError as e:
         raise PpspecError(
-            f"the repo's {KIT_MODULE} package (looked for because demo model {name!r} is not a built-in one) does not import: {e}",
+            f"the repo's {KIT_MODULE} package (looked for because demo model {name!r} is not a built-in one) does "
+            f"not import: {e}",
             where=f"{DEMO_PREFIX}{name}",
             fix=f"repair the checkout's {KIT_MODULE}/, or use a built-in demo model: "
             + ", ".join(DEMO_PREFIX + n for n in DEMO_MODELS),

@@ -19,7 +19,10 @@ from pathlib import Path
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.io.settings import cache_root
 
-_FIX = "use a cache directory of your own: unset PPSPEC_CACHE (the default is per-user) or point it at a directory only you can write (chmod 700)"
+_FIX = (
+    "use a cache directory of your own: unset PPSPEC_CACHE (the default is per-user) or point it at a directory "
+    "only you can write (chmod 700)"
+)
 
 
 def _refuse(p: Path | str, why: str) -> PpspecError:
@@ -45,7 +48,8 @@ def check_owned(p: Path, *, directory: bool, shown: str | None = None) -> None:
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise _refuse(
             name,
-            f"is writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'} (mode {stat.S_IMODE(st.st_mode):o})",
+            f"is writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'} (mode "
+            f"{stat.S_IMODE(st.st_mode):o})",
         )
 
 

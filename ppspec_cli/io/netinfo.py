@@ -181,7 +181,8 @@ def pick(head: str, *, is_head: bool) -> NodeNet:
                 None,
                 f"the head {head} resolves to loopback ({addrs[0]}) here",
                 [
-                    f"the head {head} resolves to the loopback address {addrs[0]} on this host: the other nodes are not reachable that way"
+                    f"the head {head} resolves to the loopback address {addrs[0]} on this host: the other nodes are "
+                    "not reachable that way"
                 ],
             )
         return _own_interface(f"the head's name {head} resolves to loopback ({addrs[0]}) here")

@@ -298,7 +298,8 @@ def write_text(
     there (`--out /dev/null`, a pipe) is written THROUGH (opened without create/truncate, never
     followed, never replaced), and /dev/stdout, /dev/stderr, /dev/fd/N write to that descriptor
     itself. Otherwise (ppspec's own files: caches, records, the run dir) and for a socket,
-    directory, block device or symlink, what is there is refused, never renamed over. Every OS failure (write, flush, close, rename) is one `error` naming the path; no
+    directory, block device or symlink, what is there is refused, never renamed over. Every OS failure (write, flush,
+    close, rename) is one `error` naming the path; no
     temporary file is left behind. `dir_fd`: `path` is a name in the directory open as that
     descriptor (openat-style: a directory swapped for a link meanwhile is never followed)."""
     from ppspec_cli.io.redact import redact
@@ -541,7 +542,8 @@ def remove_tree(path: str | os.PathLike[str], *, what: str = "directory", exit_c
         raise PpspecError(
             f"cannot remove {what}: {e.strerror or e}",
             where=p[:200],
-            fix="check the path and its permissions (another user's entry in a shared directory cannot be removed: choose your own --out)",
+            fix="check the path and its permissions (another user's entry in a shared directory cannot be removed: "
+            "choose your own --out)",
             exit_code=exit_code,
         ) from None
 

@@ -61,13 +61,15 @@ def child_env(extra: Mapping[str, str] | None = None, *, inherit: bool = True) -
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, **kw: Any) -> subprocess.CompletedProcess:
     """subprocess.run on an argv list (no shell); env=None: child_env()."""
     kw.pop("shell", None)
-    return subprocess.run(_checked(argv), env=dict(env) if env is not None else child_env(), **kw)  # noqa: S603 - argv list, no shell
+    # argv list, no shell
+    return subprocess.run(_checked(argv), env=dict(env) if env is not None else child_env(), **kw)  # noqa: S603
 
 
 def popen(argv: Sequence[str], *, env: Mapping[str, str] | None = None, **kw: Any) -> subprocess.Popen:
     """subprocess.Popen on an argv list (no shell); env=None: child_env()."""
     kw.pop("shell", None)
-    return subprocess.Popen(_checked(argv), env=dict(env) if env is not None else child_env(), **kw)  # noqa: S603 - argv list, no shell
+    # argv list, no shell
+    return subprocess.Popen(_checked(argv), env=dict(env) if env is not None else child_env(), **kw)  # noqa: S603
 
 
 def event_stream(fd: int = 1) -> Any:

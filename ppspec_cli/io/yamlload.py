@@ -133,7 +133,8 @@ def load(
         return None
     if expanded_size(node, max_nodes, max_bytes) is None:
         raise PpspecError(
-            f"{what} expands to more than {max_nodes} values or {max_bytes >> 10} KiB of text (YAML anchors/aliases?); ppspec does not read it",
+            f"{what} expands to more than {max_nodes} values or {max_bytes >> 10} KiB of text (YAML "
+            "anchors/aliases?); ppspec does not read it",
             where=source,
             fix=fix,
         )

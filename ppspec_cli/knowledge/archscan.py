@@ -688,7 +688,8 @@ class Scanner:
             return (
                 None,
                 where,
-                f"self.{attr} is built by self.{method} ({owner.where(fn.lineno)}), which returns {', '.join(sorted(outside))}: {EXTERNAL_NOTE}",
+                f"self.{attr} is built by self.{method} ({owner.where(fn.lineno)}), which returns "
+                f"{', '.join(sorted(outside))}: {EXTERNAL_NOTE}",
             )
         classes = [
             c for c in (self._class_named(holder, owner, f, platform) for f in sorted(found) if f) if c is not None
@@ -698,7 +699,8 @@ class Scanner:
         return (
             None,
             where,
-            f"self.{attr} is built by self.{method} ({owner.where(fn.lineno)}), which does not return one class named in the source",
+            f"self.{attr} is built by self.{method} ({owner.where(fn.lineno)}), which does not return one class "
+            "named in the source",
         )
 
     def _class_named(self, holder: ClassInfo, owner: ClassInfo, name: str, platform: str) -> ClassInfo | None:
@@ -951,7 +953,8 @@ class Scanner:
             out["layer_rule"] = rule
             if rule is None:
                 out["layer_rule_why"] = (
-                    f"{dec.where()}: its module reads no per-layer config list (layer_types, layers_block_type, hybrid_override_pattern) indexed by the layer"
+                    f"{dec.where()}: its module reads no per-layer config list (layer_types, layers_block_type, "
+                    "hybrid_override_pattern) indexed by the layer"
                 )
         emb, ewhere = self.embed_last_stage(dec, platform)
         out["embed_last_stage"] = emb
@@ -1149,7 +1152,8 @@ def _target_model_fact(mro: list[ClassInfo | str], dec: ClassInfo | None, where:
             "target_model": True,
             "target_model_at": where,
             "model_embed": None,
-            "model_embed_why": f"{why.split(':', 1)[0]}: whether that class has embed_tokens or embedding is its library's, not vLLM's",
+            "model_embed_why": f"{why.split(':', 1)[0]}: whether that class has embed_tokens or embedding is its "
+            "library's, not vLLM's",
         }
     if dec is not None:
         return {"target_model": True, "target_model_at": where}
@@ -1185,7 +1189,8 @@ def _fc_rule(tree: ast.Module) -> dict[str, Any] | None:
                 return {
                     "rule": "taps-else-num-hidden-layers",
                     "at_line": n.lineno,
-                    "text": "fc width = target hidden x (number of taps the config names, else the drafter's num_hidden_layers)",
+                    "text": "fc width = target hidden x (number of taps the config names, else the drafter's "
+                    "num_hidden_layers)",
                 }
             fallback = _literal(n.orelse)
             if isinstance(fallback, int):
@@ -1491,8 +1496,10 @@ def _embed_not_needed(targets: dict[str, Any], checks: dict[str, str]) -> None:
         for f in entry["platforms"].values():
             if f.get("target_model") is False and f.get("embed_last_stage") is None and not f.get("embed_rule"):
                 f["embed_not_needed"] = (
-                    f"no `.model`: vLLM refuses the drafter before any stage needs the embedding (the V1 runner reads target.model at any "
-                    f"pipeline_parallel, {at}; Model Runner V2 for eagle/eagle3/mtp/dspark, {v2}; for dflash its PP gate reads `.model` and finds none)"
+                    "no `.model`: vLLM refuses the drafter before any stage needs the embedding (the V1 runner "
+                    "reads target.model at any "
+                    f"pipeline_parallel, {at}; Model Runner V2 for eagle/eagle3/mtp/dspark, {v2}; for dflash its PP "
+                    "gate reads `.model` and finds none)"
                 )
 
 

@@ -238,19 +238,23 @@ def relay_verdict(t: dict[str, Any]) -> tuple[str, str]:
     if relay.get("relays_over_pp"):
         return (
             "native",
-            f"its inner decoder {dec} opts in ({relay.get('opt_in_at')}) and its forward relays taps ({relay.get('forward_at')})",
+            f"its inner decoder {dec} opts in ({relay.get('opt_in_at')}) and its forward relays taps "
+            f"({relay.get('forward_at')})",
         )
     if t.get("decoder") is None:
         return "unsupported", f"{t.get('decoder_why')} ({t.get('decoder_at')})"
     if relay.get("opt_in"):
         return "trap", (
-            f"its inner decoder {dec} inherits supports_aux_hidden_states_over_pp = True from {_short(relay.get('opt_in_defined_by'))} "
-            f"({relay.get('opt_in_at')}) but runs its own forward ({relay.get('forward_at')}), which never relays taps between stages"
+            f"its inner decoder {dec} inherits supports_aux_hidden_states_over_pp = True from "
+            f"{_short(relay.get('opt_in_defined_by'))} "
+            f"({relay.get('opt_in_at')}) but runs its own forward ({relay.get('forward_at')}), which never relays "
+            "taps between stages"
         )
     where = relay.get("opt_in_at") or t.get("decoder_at")
     return (
         "unsupported",
-        f"its inner decoder {dec} ({t.get('decoder_at')}) does not opt in to relaying taps over PP (supports_aux_hidden_states_over_pp is False: {where})",
+        f"its inner decoder {dec} ({t.get('decoder_at')}) does not opt in to relaying taps over PP "
+        f"(supports_aux_hidden_states_over_pp is False: {where})",
     )
 
 
@@ -276,14 +280,17 @@ def drafter_load_verdict(
             + (
                 "Model Runner V2 shares the target embedding only where the target has one"
                 if not v1
-                else f"at pipeline_parallel > 1 the V1 runner loads the drafter's embedding itself ({checks.get('drafter_share_embed_pp1', '?')})"
+                else "at pipeline_parallel > 1 the V1 runner loads the drafter's embedding itself "
+                f"({checks.get('drafter_share_embed_pp1', '?')})"
             )
         )
     emb = t.get("model_embed")
     if emb is False and checks.get("drafter_needs_target_embed"):
         return "refused", (
-            f"its `.model` {_short(t.get('decoder'))} ({t.get('model_embed_at')}) has neither embed_tokens nor embedding: vLLM's V1 runner raises "
-            f"AttributeError(\"Target model does not have 'embed_tokens' or 'embedding' attribute\") ({checks['drafter_needs_target_embed']})"
+            f"its `.model` {_short(t.get('decoder'))} ({t.get('model_embed_at')}) has neither embed_tokens nor "
+            "embedding: vLLM's V1 runner raises "
+            "AttributeError(\"Target model does not have 'embed_tokens' or 'embedding' attribute\") "
+            f"({checks['drafter_needs_target_embed']})"
         )
     if emb is None or emb is False:
         return "unknown", str(t.get("model_embed_why") or "the table carries no drafter-load check")
@@ -297,17 +304,20 @@ def _no_model_verdict(t: dict[str, Any], checks: dict[str, str], pp: int, method
     if v1 and pp == 1 and checks.get("drafter_needs_target_model"):
         return (
             "refused",
-            f"{where}: vLLM's V1 runner raises AttributeError(\"Target model does not have 'model' attribute\") ({checks['drafter_needs_target_model']})",
+            f"{where}: vLLM's V1 runner raises AttributeError(\"Target model does not have 'model' attribute\") "
+            f"({checks['drafter_needs_target_model']})",
         )
     if v1 and checks.get("drafter_reads_target_model"):
         return (
             "refused",
-            f"{where}: vLLM's V1 runner reads target.model at drafter load ({checks['drafter_reads_target_model']}): {no_attr}",
+            f"{where}: vLLM's V1 runner reads target.model at drafter load ({checks['drafter_reads_target_model']}): "
+            f"{no_attr}",
         )
     if not v1 and checks.get(f"v2_reads_target_model_{method}"):
         return (
             "refused",
-            f"{where}: Model Runner V2 reads target.model when it loads the {method} drafter ({checks[f'v2_reads_target_model_{method}']}): {no_attr}",
+            f"{where}: Model Runner V2 reads target.model when it loads the {method} drafter "
+            f"({checks[f'v2_reads_target_model_{method}']}): {no_attr}",
         )
     if not v1:
         return "ok", f"{where}, but Model Runner V2's {method} loader reads it through getattr with a default"
@@ -337,7 +347,8 @@ def table_support(
             return None
         return (
             ("native" if emb else "unsupported"),
-            f"{src}: {_short(t.get('decoder') or t.get('class'))} {'builds' if emb else 'does not build'} its embedding on the last stage ({t.get('embed_at')})",
+            f"{src}: {_short(t.get('decoder') or t.get('class'))} {'builds' if emb else 'does not build'} its "
+            f"embedding on the last stage ({t.get('embed_at')})",
         )
     return None
 
@@ -367,7 +378,8 @@ def with_language_model(
         # vLLM then asks transformers for the causal-LM class of the model_type: not in vLLM's source
         at = (table.doc.get("checks") or {}).get("lm_arch_from_transformers") or "VllmConfig.with_hf_config"
         why = (
-            f"the checkpoint's {where if where != '.' else 'config'} names no architectures: vLLM builds the language model "
+            f"the checkpoint's {where if where != '.' else 'config'} names no architectures: vLLM builds the "
+            "language model "
             f"transformers' table names for model_type {sub.get('model_type')!r} ({at}), which is not in vLLM's source"
         )
         return {**t, "relay_why": why, "decoder_why": why, "embed_why": why, "target_model_why": why}
@@ -444,11 +456,15 @@ def describe_layer_rule(rule: dict[str, Any]) -> str:
         tail = ", and the layers after the last whole group" if rule.get("tail") else ""
         which = "holds" if rule.get("hit_on_multiple") else "does not hold"
         return (
-            f"the config's `{rule['key']}` (g): is_{rule['hit']}_layer {which} on layer i where (i + {rule.get('offset', 0)}) % g == 0{tail} "
+            f"the config's `{rule['key']}` (g): is_{rule['hit']}_layer {which} on layer i where (i + "
+            f"{rule.get('offset', 0)}) % g == 0{tail} "
             f"({rule.get('at')}, called at {rule.get('called_at')})"
         )
     if kind == "listed":
-        return f"the config's `{'.'.join(rule['key'])}`: is_{rule['hit']}_layer holds on layer i where i + {rule.get('offset', 0)} is listed ({rule.get('at')}, called at {rule.get('called_at')})"
+        return (
+            f"the config's `{'.'.join(rule['key'])}`: is_{rule['hit']}_layer holds on layer i where i + "
+            f"{rule.get('offset', 0)} is listed ({rule.get('at')}, called at {rule.get('called_at')})"
+        )
     return f"the config's `{rule.get('key')}` ({rule.get('at')})"
 
 
@@ -470,5 +486,8 @@ def with_embed_rule(t: dict[str, Any], config: dict[str, Any] | None, text: dict
         got = False
     else:
         return t
-    why = f"{'ties' if got else 'does not tie'} its embeddings ({flag}); the class keeps the embedding on the last stage only then ({rule.get('at')})"
+    why = (
+        f"{'ties' if got else 'does not tie'} its embeddings ({flag}); the class keeps the embedding on the last "
+        f"stage only then ({rule.get('at')})"
+    )
     return {**t, "embed_last_stage": got, "embed_at": why}

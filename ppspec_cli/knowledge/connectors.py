@@ -85,8 +85,10 @@ def _nixl(name: str, mode: Literal["pull", "push"]) -> Connector:
                 Fact(
                     "supported",
                     _ALL,
-                    "the producer passes its pp_size in kv_transfer_params and the consumer asks every remote (pp_rank, tp_rank) for its metadata",
-                    "nixl/base_scheduler.py:216 + base_worker.py:886 (0.30.0); :216 + :1030 (0.32.0); :219 + :1147 (0.33.0); "
+                    "the producer passes its pp_size in kv_transfer_params and the consumer asks every remote "
+                    "(pp_rank, tp_rank) for its metadata",
+                    "nixl/base_scheduler.py:216 + base_worker.py:886 (0.30.0); :216 + :1030 (0.32.0); :219 + :1147 "
+                    "(0.33.0); "
                     "docs/features/nixl_connector_compatibility.md 'Pipeline parallelism' (0.33.0)",
                 ),
             ),
@@ -94,7 +96,8 @@ def _nixl(name: str, mode: Literal["pull", "push"]) -> Connector:
                 Fact(
                     "refused",
                     _ALL,
-                    "a kv_consumer with pipeline_parallel_size > 1 raises NotImplementedError at start (completions are counted per consumer rank; the handshake does not carry the decode side's PP size)",
+                    "a kv_consumer with pipeline_parallel_size > 1 raises NotImplementedError at start (completions "
+                    "are counted per consumer rank; the handshake does not carry the decode side's PP size)",
                     "nixl/base_worker.py:650 (0.30.0), :777 (0.32.0), :888 (0.33.0)",
                 ),
             ),
@@ -134,7 +137,8 @@ def _nixl(name: str, mode: Literal["pull", "push"]) -> Connector:
             Fact(
                 "refused",
                 _ALL,
-                "the handshake's compatibility hash covers the vLLM version, model dtype, KV cache dtype, attention backend, speculative config and HMA; a mismatch is refused",
+                "the handshake's compatibility hash covers the vLLM version, model dtype, KV cache dtype, attention "
+                "backend, speculative config and HMA; a mismatch is refused",
                 "nixl/metadata.py:145 compute_nixl_compatibility_hash (0.32.0), base_worker.py:1081",
             ),
         ),
@@ -171,14 +175,16 @@ CONNECTORS: dict[str, Connector] = {
             name="MooncakeConnector",
             kv_role={"prefill": "kv_producer", "decode": "kv_consumer"},
             pp=_both_sides(
-                "the transfer metadata carries remote_pp_size; with different PP sizes the producer sends once per remote stage and aligns regions by layer name (partial layers allowed)",
+                "the transfer metadata carries remote_pp_size; with different PP sizes the producer sends once per "
+                "remote stage and aligns regions by layer name (partial layers allowed)",
                 "mooncake/mooncake_connector.py:1433 (0.30.0), :1706 (0.32.0), :1790 (0.33.0)",
             ),
             pp_hybrid=(
                 Fact(
                     "refused",
                     ">=0.31,<0.34",
-                    "packed regions that are not page-contiguous keep only their first layer name and cannot be aligned across different PP sizes",
+                    "packed regions that are not page-contiguous keep only their first layer name and cannot be "
+                    "aligned across different PP sizes",
                     "mooncake/mooncake_connector.py:575 _pp_mismatch_hides_packed_layers (0.32.0), :586 (0.33.0)",
                 ),
             ),
@@ -189,7 +195,8 @@ CONNECTORS: dict[str, Connector] = {
             name="ExampleConnector",
             kv_role={"prefill": "kv_both", "decode": "kv_both"},
             pp=_both_sides(
-                "every worker saves and loads its own layers as <storage>/<prompt hash>/<layer name>.safetensors: PP-agnostic, but matched by layer name",
+                "every worker saves and loads its own layers as <storage>/<prompt hash>/<layer name>.safetensors: "
+                "PP-agnostic, but matched by layer name",
                 "example_connector.py:446 (0.30.0), :452 (0.32.0, 0.33.0)",
             ),
             tp_mismatch=(
@@ -218,7 +225,8 @@ CONNECTORS: dict[str, Connector] = {
             ),
             by_layer_name=True,
             router="examples/disaggregated/disaggregated_serving/disagg_proxy_demo.py",
-            note="a debugging connector through a shared directory (`extra_config.shared_storage_path`, default /tmp); works on the CPU platform",
+            note="a debugging connector through a shared directory (`extra_config.shared_storage_path`, default "
+            "/tmp); works on the CPU platform",
         ),
     )
 }
@@ -226,10 +234,14 @@ CONNECTORS: dict[str, Connector] = {
 #: Connectors vLLM registers that do not move KV between a prefill and a decode engine, or whose
 #: behaviour lives outside vLLM (ppspec cannot read it from vLLM's source).
 OTHER: dict[str, str] = {
-    "LMCacheConnectorV1": "delegates to the external lmcache package (lmcache_connector.py); its PP handling is LMCache's, not in vLLM's source",
-    "LMCacheMPConnector": "delegates to an external LMCache server (lmcache_mp_connector.py); its PP handling is LMCache's",
-    "OffloadingConnector": "offloads KV to CPU/storage tiers of the same engine (offloading_connector.py); not a prefill->decode transfer",
-    "SimpleCPUOffloadConnector": "offloads KV to CPU memory of the same engine (simple_cpu_offload_connector.py); not a prefill->decode transfer",
+    "LMCacheConnectorV1": "delegates to the external lmcache package (lmcache_connector.py); its PP handling is "
+    "LMCache's, not in vLLM's source",
+    "LMCacheMPConnector": "delegates to an external LMCache server (lmcache_mp_connector.py); its PP handling is "
+    "LMCache's",
+    "OffloadingConnector": "offloads KV to CPU/storage tiers of the same engine (offloading_connector.py); not a "
+    "prefill->decode transfer",
+    "SimpleCPUOffloadConnector": "offloads KV to CPU memory of the same engine (simple_cpu_offload_connector.py); "
+    "not a prefill->decode transfer",
     "P2pNcclConnector": "not registered in vLLM 0.30-0.33 (factory.py): removed before 0.30",
 }
 

@@ -212,6 +212,7 @@ def env_risk(name: str) -> tuple[str, str] | None:
     if up.startswith("PYTHON"):
         return (
             "code",
-            "Python imports, runs or searches code it names (PYTHONPATH, PYTHONSTARTUP, PYTHONHOME, PYTHONWARNINGS, PYTHONBREAKPOINT, ...)",
+            "Python imports, runs or searches code it names (PYTHONPATH, PYTHONSTARTUP, PYTHONHOME, PYTHONWARNINGS, "
+            "PYTHONBREAKPOINT, ...)",
         )
     return None

@@ -50,8 +50,10 @@ Capability = Literal[
 CAPABILITIES: dict[Capability, str] = {
     "aux_relay_over_pp": "the target's inner decoder relays EAGLE3-family taps between PP stages "
     "(supports_aux_hidden_states_over_pp); vLLM refuses eagle3/dflash/dspark under PP without it",
-    "target_embed_on_last_stage": "the last PP stage holds a real target embed_tokens when an eagle/eagle3/dflash/dspark drafter needs it",
-    "target_embed_for_mtp": "with method mtp under PP the last stage builds a real target embed_tokens (it holds the embedding's memory)",
+    "target_embed_on_last_stage": "the last PP stage holds a real target embed_tokens when an "
+    "eagle/eagle3/dflash/dspark drafter needs it",
+    "target_embed_for_mtp": "with method mtp under PP the last stage builds a real target embed_tokens (it holds the "
+    "embedding's memory)",
     "global_draft_layer_ids": "draft layers are numbered globally from the target depth (num_hidden_layers + i)",
 }
 
@@ -196,7 +198,8 @@ class Facts(_Strict):
     )
     tower_prefixes: tuple[str, ...] = Field(
         default=(),
-        description="Checkpoint tensor name prefixes of multimodal towers (vision/audio encoders): their layers are not decoder layers.",
+        description="Checkpoint tensor name prefixes of multimodal towers (vision/audio encoders): their layers are "
+        "not decoder layers.",
     )
     name_mapping: dict[str, str] = Field(
         default_factory=dict,
@@ -205,7 +208,8 @@ class Facts(_Strict):
     )
     tap_convention: Literal["capture_point"] = Field(
         default="capture_point",
-        description="How the implementation numbers taps: capture_point = tap L is the residual stream after layer L-1.",
+        description="How the implementation numbers taps: capture_point = tap L is the residual stream after layer "
+        "L-1.",
     )
     mtp_layers: MtpLayers = Field(default_factory=MtpLayers, description="How vLLM counts the family's MTP layers.")
     installed_vllm: str | None = Field(
@@ -213,13 +217,16 @@ class Facts(_Strict):
     )
     linear_layers: LinearLayers | None = Field(
         default=None,
-        description="Hybrid families: where the config lists the linear-attention / SSM layers (the rest are full attention).",
+        description="Hybrid families: where the config lists the linear-attention / SSM layers (the rest are full "
+        "attention).",
     )
     weight_layout: Literal["dense-gated", "sparse-gated"] | None = Field(
         default=None,
-        description="How a decoder layer's weights follow from config.json, for `plan`'s per-stage memory when no index or "
+        description="How a decoder layer's weights follow from config.json, for `plan`'s per-stage memory when no "
+        "index or "
         "safetensors headers are at hand (planning/weights.py): `dense-gated` = attention with grouped KV heads "
-        "(`num_attention_heads`, `num_key_value_heads`, `head_dim`) and a gated MLP (`intermediate_size`: gate, up, down); "
+        "(`num_attention_heads`, `num_key_value_heads`, `head_dim`) and a gated MLP (`intermediate_size`: gate, up, "
+        "down); "
         "`sparse-gated` = the same attention and a router plus `num_experts` (or `num_local_experts`) gated experts of "
         "`moe_intermediate_size` (else `intermediate_size`) in every layer. Unset: not estimated.",
     )
@@ -286,7 +293,8 @@ class DrafterClassSpec(_Strict):
     )
     fc_taps_from: tuple[str, ...] = Field(
         default=(),
-        description="EAGLE3: the drafter-config keys vLLM's constructor sizes the class's `fc` from (a count, or a tap list; dotted for a nested key), "
+        description="EAGLE3: the drafter-config keys vLLM's constructor sizes the class's `fc` from (a count, or a "
+        "tap list; dotted for a nested key), "
         "first present wins, 3 taps when none is. Empty: not mirrored (the fc-width-built rule stays silent).",
     )
 
@@ -332,7 +340,8 @@ class Contract(_Strict):
     )
     vocabulary: tuple[str, ...] = Field(
         default=(),
-        description="Served drafter classes whose vocabularies and vocabulary tensors the contract judges (the generic `shapes` rule leaves them alone).",
+        description="Served drafter classes whose vocabularies and vocabulary tensors the contract judges (the "
+        "generic `shapes` rule leaves them alone).",
     )
 
 
@@ -347,7 +356,8 @@ class Manifest(_Strict):
     vllm: str = Field(description="vLLM version range the pack was checked against, e.g. `>=0.30,<0.34`.")
     capabilities: dict[Capability, tuple[SupportRule, ...]] = Field(
         default_factory=dict,
-        description="Per capability, its support table: per platform and vLLM range, native, patched by this pack, or unsupported (with the reason).",
+        description="Per capability, its support table: per platform and vLLM range, native, patched by this pack, "
+        "or unsupported (with the reason).",
     )
     facts: Facts = Field(
         default_factory=Facts, description="The family's facts (inner decoder, embedding names, MTP keys, ...)."
@@ -357,19 +367,23 @@ class Manifest(_Strict):
     )
     rules: str | None = Field(
         default=None,
-        description="Python file in the pack folder with `get_rules()`: the pack's own named check rules, if any (must not import vLLM).",
+        description="Python file in the pack folder with `get_rules()`: the pack's own named check rules, if any "
+        "(must not import vLLM).",
     )
     probes: str | None = Field(
         default=None,
-        description="Python file in the pack folder with `get_probes()`: the pack's own behaviour probes of the installed vLLM, run by `check --probes`.",
+        description="Python file in the pack folder with `get_probes()`: the pack's own behaviour probes of the "
+        "installed vLLM, run by `check --probes`.",
     )
     drafter_classes: tuple[DrafterClassSpec, ...] = Field(
         default=(), description="The family's drafter classes in vLLM's model registry (any pack may list them)."
     )
     contract: Contract | None = Field(
         default=None,
-        description="A drafter pack: the contract its `rules` check (their functions get a DrafterView, not the resolved profile). "
-        "Such a pack matches by `matches.methods` and `contract`, changes nothing in vLLM and is never part of `adapter:`.",
+        description="A drafter pack: the contract its `rules` check (their functions get a DrafterView, not the "
+        "resolved profile). "
+        "Such a pack matches by `matches.methods` and `contract`, changes nothing in vLLM and is never part of "
+        "`adapter:`.",
     )
 
     @field_validator("name")
@@ -400,7 +414,8 @@ class Manifest(_Strict):
             raise ValueError("contract: a drafter pack needs its `rules` file")
         if not self.matches.methods or self.matches.targets or self.matches.drafters:
             raise ValueError(
-                "contract: a drafter pack matches by `matches.methods` (required) and its contract, not by matches.targets/drafters"
+                "contract: a drafter pack matches by `matches.methods` (required) and its contract, not by "
+                "matches.targets/drafters"
             )
         if self.patches or self.probes or self.capabilities:
             raise ValueError("contract: a drafter pack only checks: no patches, probes or capabilities")
@@ -733,7 +748,8 @@ def _load_all() -> tuple[Pack, ...]:
         p = load_pack_dir(d, source=f"entry point {ep_name}")
         if p.name in packs:
             raise PpspecError(
-                f"adapter pack {p.name!r} from entry point {ep_name!r} clashes with the {packs[p.name].source} pack of the same name",
+                f"adapter pack {p.name!r} from entry point {ep_name!r} clashes with the {packs[p.name].source} pack "
+                "of the same name",
                 where=str(d),
                 fix="rename the third-party pack",
             )
@@ -820,14 +836,16 @@ def resolve_pack(adapter: str, target_archs: list[str], drafter_archs: list[str]
     for part in pack.parts:
         if part.is_drafter_pack:
             raise PpspecError(
-                f"adapter pack {part.name!r} is a drafter pack: `check` consults its contract by itself, and it has nothing to apply to the engine",
+                f"adapter pack {part.name!r} is a drafter pack: `check` consults its contract by itself, and it has "
+                "nothing to apply to the engine",
                 where="adapter",
                 fix=f"drop {part.name} from `adapter:` (use auto, or the target's pack)",
             )
         if part.is_target_pack:
             if not part.matches_target(target_archs):
                 raise PpspecError(
-                    f"adapter pack {part.name!r} is for {', '.join(part.matches.targets)}, not target {', '.join(target_archs) or '(unknown)'}",
+                    f"adapter pack {part.name!r} is for {', '.join(part.matches.targets)}, not target "
+                    f"{', '.join(target_archs) or '(unknown)'}",
                     where="adapter",
                     fix="use adapter: auto, or a pack listed by `ppspec adapters list` for this architecture",
                 )

@@ -223,7 +223,8 @@ def launch_refusals(
             out.append(
                 ENGINE_SECRET_OPTION.at(
                     fld,
-                    f"engine.{key} is a secret written into the profile (it would be on the engine's command line and in launch.json)",
+                    f"engine.{key} is a secret written into the profile (it would be on the engine's command line "
+                    "and in launch.json)",
                 )
             )
         elif owner is not None:
@@ -242,7 +243,9 @@ def launch_refusals(
             out.append(
                 ENGINE_AMBIGUOUS_OPTION.at(
                     fld,
-                    f"engine.{key[:80]} is a prefix of several vLLM options ({', '.join(opt.ambiguous[:6])}{', ...' if len(opt.ambiguous) > 6 else ''}): vLLM refuses it at start",
+                    f"engine.{key[:80]} is a prefix of several vLLM options "
+                    f"({', '.join(opt.ambiguous[:6])}{', ...' if len(opt.ambiguous) > 6 else ''}): vLLM refuses it "
+                    "at start",
                 )
             )
         elif base == "hf-overrides":
@@ -251,8 +254,10 @@ def launch_refusals(
                 out.append(
                     ENGINE_OVERRIDES_DEPTH.at(
                         fld,
-                        f"engine.{key} sets {sorted(set(keys))}: the engine would build a model of another depth than the one checked and planned",
-                        fix="point target.model at a checkpoint whose config.json has that depth (ppspec plans from the checkpoint)",
+                        f"engine.{key} sets {sorted(set(keys))}: the engine would build a model of another depth "
+                        "than the one checked and planned",
+                        fix="point target.model at a checkpoint whose config.json has that depth (ppspec plans from "
+                        "the checkpoint)",
                     )
                 )
     for k in sorted(env):
@@ -261,7 +266,8 @@ def launch_refusals(
                 ENV_SECRET.at(
                     f"env.{k}",
                     f"env.{k} looks like a secret written into the profile",
-                    fix="remove it from the profile and export it in the shell that runs `ppspec serve` (the engine inherits that environment); "
+                    fix="remove it from the profile and export it in the shell that runs `ppspec serve` (the engine "
+                    "inherits that environment); "
                     "for the server's API key set server.api_key_env to the variable's name",
                 )
             )

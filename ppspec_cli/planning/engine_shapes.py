@@ -126,7 +126,8 @@ def shape_findings(
         elif tp > 0 and heads % tp:
             yield HEADS_TP_INDIVISIBLE.at(
                 "topology.tensor_parallel",
-                f"tensor_parallel {tp} does not divide the target's {heads} attention heads: vLLM refuses it at start (verify_with_parallel_config)",
+                f"tensor_parallel {tp} does not divide the target's {heads} attention heads: vLLM refuses it at "
+                "start (verify_with_parallel_config)",
                 fix=f"use a tensor_parallel that divides {heads}",
             )
     if kv is not None:
@@ -175,7 +176,9 @@ def shape_findings(
     if derived is not None and v > derived and not allowed:
         yield MAX_MODEL_LEN_TOO_LARGE.at(
             f"engine.{key[:80]}",
-            f"engine.{key[:80]}={v} is larger than the {derived:g} tokens the target's config allows: vLLM refuses it at start",
-            fix=f'use at most {derived:g} (or, if you know the model extrapolates, set VLLM_ALLOW_LONG_MAX_MODEL_LEN: "1" '
+            f"engine.{key[:80]}={v} is larger than the {derived:g} tokens the target's config allows: vLLM refuses "
+            "it at start",
+            fix=f"use at most {derived:g} (or, if you know the model extrapolates, set "
+            'VLLM_ALLOW_LONG_MAX_MODEL_LEN: "1" '
             "in the profile's `env:`, where every node gets it)",
         )

@@ -64,7 +64,8 @@ ACCELERATORS: dict[str, Accelerator] = {
             "nvlink3",
             "NVIDIA A100 80GB SXM datasheet: 2,039 GB/s HBM2e, 312 TFLOPS bf16 dense",
         ),
-        # NVIDIA L40S datasheet: 48 GB GDDR6, 864 GB/s; BF16 362.05 TFLOPS (733 with sparsity); PCIe gen4 x16, no NVLink.
+        # NVIDIA L40S datasheet: 48 GB GDDR6, 864 GB/s; BF16 362.05 TFLOPS (733 with sparsity); PCIe gen4 x16, no
+        # NVLink.
         Accelerator(
             "l40s", 864.0, 362.0, 48.0, "pcie4", "NVIDIA L40S datasheet: 864 GB/s GDDR6, 362 TFLOPS bf16 dense"
         ),

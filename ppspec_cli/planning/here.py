@@ -90,7 +90,8 @@ def node_network(r: Resolved, f: Facts) -> Iterator[Finding]:
             f"on this host ({me}) the host name resolves to the loopback address {own[0]}: vLLM's Gloo and NCCL "
             "process groups take their address from the host name unless told otherwise, and the other nodes cannot "
             "reach a loopback address",
-            fix="`ppspec serve` sets GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME and VLLM_HOST_IP on each node from its route "
+            fix="`ppspec serve` sets GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME and VLLM_HOST_IP on each node from its "
+            "route "
             "to the head (`ppspec serve PROFILE --dry-run --node-rank i` on node i shows them); set them in `env:` to "
             "choose yourself, and when launching vLLM without ppspec",
         )

@@ -109,7 +109,8 @@ def settled_by_probes(r: Resolved, findings: list[Finding], probe_found: list[Fi
                 VLLM_PROBED.at(
                     f.field,
                     f"the installed vLLM {r.engine_version} is not a verified release, but this check read it by value "
-                    "(class attributes, tap resolution, partition, patch anchors) and it matches what the profile needs",
+                    "(class attributes, tap resolution, partition, patch anchors) and it matches what the profile "
+                    "needs",
                 )
             )
         elif f.kind.settled_by is not None and f.kind.settled_by not in reported:

@@ -8,7 +8,8 @@ A drafter-aware split: which `layer_partition` balances the stages' cost per ste
 Cost model (decode, where pipeline stages wait on each other): one target step of a stage costs
 about the bytes of weights it reads, because decode at serving batch sizes is memory-bound. Every
 stage reads its decoder layers once per step. The last stage also reads the lm_head once and runs
-the drafter its method's `drafter_passes` times (knowledge/methods: one draft pass per speculative token for EAGLE3, EAGLE
+the drafter its method's `drafter_passes` times (knowledge/methods: one draft pass per speculative token for EAGLE3,
+EAGLE
 and MTP; one pass for the whole block for DFlash and DSpark), each reading the drafter's weights:
 its layer(s), fc and its own lm_head. The first stage's embedding is a row
 lookup and costs next to nothing. vLLM's default split ignores the drafter (it gives the last stage

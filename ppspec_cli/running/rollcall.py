@@ -105,7 +105,8 @@ class Head:
                 if e.errno != errno.EADDRNOTAVAIL:
                     break
         raise PpspecError(
-            f"cannot listen for the other nodes on port {port} (launch.master_port + 1): {getattr(last, 'strerror', None) or last}",
+            f"cannot listen for the other nodes on port {port} (launch.master_port + 1): "
+            f"{getattr(last, 'strerror', None) or last}",
             where="launch.master_port",
             fix="choose a launch.master_port whose next port is free on the head node (or stop what uses it)",
             exit_code=1,
@@ -179,7 +180,8 @@ class Head:
         names = ", ".join(str(i) for i in missing)
         return (
             f"node(s) {names} never joined the head at {addr} (ports {self.port - 1} and {self.port}): start "
-            f"`ppspec serve PROFILE --node-rank N` there with the same ppspec, vLLM and profile, and check that it reaches those ports"
+            "`ppspec serve PROFILE --node-rank N` there with the same ppspec, vLLM and profile, and check that it "
+            "reaches those ports"
         )
 
     def close(self) -> None:
@@ -219,8 +221,10 @@ class Worker:
                 )
             else:
                 self.failed = (
-                    f"the head (node 0) at {self.head} did not answer on port {self.port} within {deadline_s:.0f}s: start "
-                    f"`ppspec serve PROFILE --node-rank 0` there, and check that this node reaches ports {self.port - 1} and {self.port}"
+                    f"the head (node 0) at {self.head} did not answer on port {self.port} within {deadline_s:.0f}s: "
+                    "start "
+                    "`ppspec serve PROFILE --node-rank 0` there, and check that this node reaches ports "
+                    f"{self.port - 1} and {self.port}"
                 )
 
         threading.Thread(target=run, daemon=True, name="ppspec-rollcall-join").start()

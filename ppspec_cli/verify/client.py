@@ -53,7 +53,8 @@ def normalize_endpoint(endpoint: str | None) -> str:
         raise PpspecError(
             "endpoint must not embed credentials",
             where="--endpoint",
-            fix="remove user:password@ from the URL and put the API key in an environment variable (--api-key-env NAME)",
+            fix="remove user:password@ from the URL and put the API key in an environment variable (--api-key-env "
+            "NAME)",
         )
     try:
         port = parts.port  # urllib raises ValueError for a port that is not 0-65535
@@ -139,7 +140,8 @@ class Client:
             reply = self._http.request(method, url, json=body, headers=headers, deadline=t, limit=limit)
         except netio.NetError as e:
             fix = {
-                "timeout": "the server may be overloaded or wedged: check its log; raise the timeout for long generations",
+                "timeout": "the server may be overloaded or wedged: check its log; raise the timeout for long "
+                "generations",
                 "refused": _START_HINT,
                 "dns": "check the host name in --endpoint",
                 "protocol": "check that --endpoint points at a vLLM OpenAI-compatible server (and http vs https)",

@@ -202,7 +202,8 @@ def check_comparable(report: Mapping, other: Mapping, role: str, *, check_output
     if a.get("sha256") != b.get("sha256"):
         raise PpspecError(
             f"the {role} was measured with a different prompt set "
-            f"({b.get('name')} v{b.get('version')} {str(b.get('sha256'))[:12]} vs {a.get('name')} v{a.get('version')} {str(a.get('sha256'))[:12]})",
+            f"({b.get('name')} v{b.get('version')} {str(b.get('sha256'))[:12]} vs {a.get('name')} "
+            f"v{a.get('version')} {str(a.get('sha256'))[:12]})",
             where=f"--{role}",
             fix=f"re-create the {role} with this ppspec version",
         )
@@ -300,7 +301,8 @@ def gate_drafter_sanity(report: Mapping, min_acceptance: float = DEFAULT_MIN_ACC
     return GateResult(
         DRAFTER,
         ok,
-        f"acceptance rate {rate:.3f} {rel} floor {min_acceptance:g} ({sd.get('accepted_tokens')} of {sd.get('draft_tokens')} draft tokens)",
+        f"acceptance rate {rate:.3f} {rel} floor {min_acceptance:g} ({sd.get('accepted_tokens')} of "
+        f"{sd.get('draft_tokens')} draft tokens)",
         rate,
         min_acceptance,
     )
@@ -371,7 +373,8 @@ def gate_task_score(report: Mapping, reference: Mapping, tolerance: float = DEFA
     return GateResult(
         TASK,
         ok,
-        f"{cur['correct']}/{cur['total']} correct = {cur['score']:.3f} {rel} reference {ref['score']:.3f} - {tolerance:g}",
+        f"{cur['correct']}/{cur['total']} correct = {cur['score']:.3f} {rel} reference {ref['score']:.3f} - "
+        f"{tolerance:g}",
         cur["score"],
         need,
     )

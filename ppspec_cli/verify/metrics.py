@@ -143,7 +143,8 @@ def _bad(why: str, shown: str = "") -> PpspecError:
     return PpspecError(
         f"the /metrics page is not usable Prometheus text exposition ({why})" + (f": {shown!r}" if shown else ""),
         where="/metrics",
-        fix="point --endpoint at the vLLM server itself (not a proxy or another service) and check that /metrics serves vLLM's counters",
+        fix="point --endpoint at the vLLM server itself (not a proxy or another service) and check that /metrics "
+        "serves vLLM's counters",
         exit_code=1,
     )
 
@@ -173,7 +174,8 @@ def parse_prometheus(text: str) -> Scrape:
         text = "\n".join(lines) + "\n"
     if text.count("\n") > MAX_SERIES:
         raise _bad(
-            f"more than {MAX_SERIES} series and comment lines of the families ppspec reads; no vLLM server exposes that many"
+            f"more than {MAX_SERIES} series and comment lines of the families ppspec reads; no vLLM server exposes "
+            "that many"
         )
     try:
         families = list(text_string_to_metric_families(text))
@@ -230,7 +232,8 @@ def _restart_error(what: str) -> PpspecError:
         f"{what}: the engine restarted (or another server answered) between the two /metrics scrapes, "
         "so the counters cannot be compared",
         where="/metrics",
-        fix="make sure the server stays up for the whole run (check its log for a crash or restart) and run `ppspec verify` again",
+        fix="make sure the server stays up for the whole run (check its log for a crash or restart) and run `ppspec "
+        "verify` again",
         exit_code=1,
     )
 
@@ -325,7 +328,8 @@ class SpecDecodeStats:
         out = []
         if self.configured and self.accepted_tokens > self.draft_tokens:
             out.append(
-                f"accepted tokens ({self.accepted_tokens}) exceed draft tokens ({self.draft_tokens}): counters are inconsistent"
+                f"accepted tokens ({self.accepted_tokens}) exceed draft tokens ({self.draft_tokens}): counters are "
+                "inconsistent"
             )
         if self.accepted_per_position and sum(self.accepted_per_position) != self.accepted_tokens:
             out.append(
@@ -369,7 +373,8 @@ def spec_decode_stats(
             positions.append(int(p))
         except ValueError:
             raise PpspecError(
-                f"per-position counter has a position label {p[:40]!r} that is not an integer in 0..{MAX_POSITIONS - 1}",
+                f"per-position counter has a position label {p[:40]!r} that is not an integer in "
+                f"0..{MAX_POSITIONS - 1}",
                 where=f"/metrics {ACCEPTED_PER_POS}",
                 fix="this vLLM exposes an unexpected metrics layout; report it with the /metrics text",
                 exit_code=1,

@@ -73,7 +73,8 @@ class Report:
     def from_dict(cls, d: dict, source: str = "<report>") -> "Report":
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             raise PpspecError(
-                f"not a ppspec verify report (schema {d.get('schema') if isinstance(d, dict) else None!r}, expected {SCHEMA!r})",
+                f"not a ppspec verify report (schema {d.get('schema') if isinstance(d, dict) else None!r}, expected "
+                f"{SCHEMA!r})",
                 where=source,
                 fix="pass a file written by `ppspec verify --out/--save-baseline/--save-reference`",
             )
@@ -186,7 +187,10 @@ def load_report(path: str | Path, role: str = "report") -> dict:
     """Read a saved report (a baseline, a reference) and validate every field the gates read, BEFORE
     the run: a wrong type or a non-finite number is exit 2 naming the file, never a crash after it."""
     p = Path(path)
-    fix = f"pass a report written by `ppspec verify --save-{role}` (re-create it: `ppspec verify PROFILE --save-{role} {p}`)"
+    fix = (
+        f"pass a report written by `ppspec verify --save-{role}` (re-create it: `ppspec verify PROFILE "
+        f"--save-{role} {p}`)"
+    )
     doc = safeio.read_json(p, limit=MAX_REPORT_BYTES, what=f"{role} file", fix=fix)
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         Report.from_dict(doc, str(p))  # the one message for "not a report at all"
@@ -225,7 +229,8 @@ def render_table(report: Report | dict, console: Any = None) -> None:
     row("model", str(r.get("model")))
     row(
         "prompt set",
-        f"{ps.get('name')} v{ps.get('version')} sha256 {str(ps.get('sha256'))[:16]}… ({r.get('settings', {}).get('num_prompts')} prompts)",
+        f"{ps.get('name')} v{ps.get('version')} sha256 {str(ps.get('sha256'))[:16]}… "
+        f"({r.get('settings', {}).get('num_prompts')} prompts)",
     )
     row("max tokens / seed", f"{r.get('settings', {}).get('max_tokens')} / {r.get('settings', {}).get('seed')}")
     if not sd.get("configured"):
@@ -246,7 +251,8 @@ def render_table(report: Report | dict, console: Any = None) -> None:
     for engine, st in sorted((r.get("per_engine") or {}).items()):
         row(
             f"engine {engine}",
-            f"length {_num(st.get('mean_acceptance_length'))}, rate {_num(st.get('acceptance_rate'))}, drafts {st.get('drafts')}",
+            f"length {_num(st.get('mean_acceptance_length'))}, rate {_num(st.get('acceptance_rate'))}, drafts "
+            f"{st.get('drafts')}",
         )
     row("output tokens", str(tp.get("output_tokens")))
     row("wall time", _num(tp.get("wall_time_s"), "{:.2f} s"))

@@ -214,7 +214,8 @@ def _send_prompts(
             correct += int(got == item.answer)
         outputs.append(rec)
         say(
-            f"[{i:>{len(str(n))}}/{n}] {item.id:<5} {c.completion_tokens if c.completion_tokens is not None else '?':>5} tokens  {dt:6.2f} s"
+            f"[{i:>{len(str(n))}}/{n}] {item.id:<5} "
+            f"{c.completion_tokens if c.completion_tokens is not None else '?':>5} tokens  {dt:6.2f} s"
         )
     wall = time.perf_counter() - t_start
     return _Sent(outputs, total_latency, wall, usage_tokens, correct, total)
@@ -321,7 +322,8 @@ def run_verify(
     after, d, settled = _settled_delta(client, before, sent.usage_tokens)
     if not settled:
         warnings.append(
-            f"the counters did not settle within {SETTLE_TIMEOUT_S:g} s after the last response; figures may miss the last steps"
+            f"the counters did not settle within {SETTLE_TIMEOUT_S:g} s after the last response; figures may miss "
+            "the last steps"
         )
     configured = configured or m.spec_decode_configured(after)
 

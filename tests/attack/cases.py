@@ -702,7 +702,8 @@ def engine_option_cases() -> Iterator[Case]:
             return (
                 None
                 if refused != loads
-                else f"VLLM_PLUGINS={val!r}: vLLM {'loads' if loads else 'skips'} ppspec, check {'refused' if refused else 'passed'}"
+                else f"VLLM_PLUGINS={val!r}: vLLM {'loads' if loads else 'skips'} ppspec, check "
+                f"{'refused' if refused else 'passed'}"
             )
 
         return run

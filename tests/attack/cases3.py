@@ -265,7 +265,8 @@ def _child_case(module: str, child: str) -> Callable[[], str | None]:
             code = {
                 "-c json": [
                     "-c",
-                    f"import json, importlib\ntry:\n    importlib.import_module({module!r})\nexcept ImportError:\n    pass\nprint('CHILD', json.dumps(1))",
+                    f"import json, importlib\ntry:\n    importlib.import_module({module!r})\nexcept ImportError:\n   "
+                    " pass\nprint('CHILD', json.dumps(1))",
                 ],
                 "-m": ["-m", "json.tool", "--help"],
             }[child]

@@ -100,7 +100,8 @@ def test_read_only_file_system_is_one_clear_error_naming_the_run_dir(tmp_path, d
     prefix = _ro_prefix(ro)
     if prefix is None:
         pytest.skip(
-            "no private mount namespace here (unshare -m / unshare -r -m refused): a read-only mount cannot be made without changing the host's mounts"
+            "no private mount namespace here (unshare -m / unshare -r -m refused): a read-only mount cannot be made "
+            "without changing the host's mounts"
         )
     run_dir = ro.joinpath(*[f"d{i}" for i in range(depth)])
     child = CHILD.replace("resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))\n", "")

@@ -102,7 +102,8 @@ def case_params(topic: str | None = None, version: str | None = None, *, pending
 
 
 def refusal_matching(expect: str, refusal: str | None) -> str:
-    """A refusal case's answer: 'ok' when nothing was refused; the expected text when the (first) refusal contains it; else the refusal."""
+    """A refusal case's answer: 'ok' when nothing was refused; the expected text when the (first) refusal contains it;
+    else the refusal."""
     if refusal is None:
         return "ok"
     return expect if expect != "ok" and expect in refusal else refusal

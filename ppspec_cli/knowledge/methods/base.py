@@ -1,5 +1,6 @@
 """The types every method module shares: the method base class, the narrow DrafterView a drafter
-contract reads (a contract yields findings: ppspec_cli.findings.Finding), TapKey and the drafter-class facts packs supply. See the package
+contract reads (a contract yields findings: ppspec_cli.findings.Finding), TapKey and the drafter-class facts packs
+supply. See the package
 docstring (ppspec_cli/knowledge/methods/__init__.py) for the design."""
 
 from __future__ import annotations
@@ -133,7 +134,9 @@ class SpecMethod:
     v2_speculator: str | None = (
         None  # Model Runner V2's package that loads its drafter (vllm/v1/worker/gpu/spec_decode/<this>)
     )
-    schedule_on_v1: bool = True  # vLLM 0.33 keeps a `drafter.schedule` on the V1 runner for it (config/vllm.py: ngram, eagle, eagle3, mtp, draft_model, dflash)
+    # vLLM 0.33 keeps a `drafter.schedule` on the V1 runner for it (config/vllm.py: ngram, eagle, eagle3, mtp,
+    # draft_model, dflash)
+    schedule_on_v1: bool = True
     hidden_size_keys: tuple[str, ...] = (
         "target_hidden_size",
     )  # drafter-config keys naming the target hidden size it expects

@@ -95,7 +95,8 @@ class BlockMethod(SpecMethod):
             out.append(
                 N_PREDICT_DIVISIBLE.at(
                     "drafter.num_speculative_tokens",
-                    f"num_speculative_tokens {k} is above the drafter config's n_predict {n_predict} and not a multiple of it: vLLM {version} refuses at start "
+                    f"num_speculative_tokens {k} is above the drafter config's n_predict {n_predict} and not a "
+                    f"multiple of it: vLLM {version} refuses at start "
                     f"('num_speculative_tokens:{k} must be divisible by n_predict={n_predict}')",
                     fix=f"use num_speculative_tokens <= {n_predict} or a multiple of it",
                 )
@@ -109,7 +110,8 @@ class BlockMethod(SpecMethod):
             out.append(
                 BEYOND_BLOCK.at(
                     "drafter.num_speculative_tokens",
-                    f"the drafter was trained on {trained}, so it predicts at most {most} draft tokens, but num_speculative_tokens is {k}: vLLM does not read block_size "
+                    f"the drafter was trained on {trained}, so it predicts at most {most} draft tokens, but "
+                    f"num_speculative_tokens is {k}: vLLM does not read block_size "
                     "and drafts the extra positions anyway; they are next to never accepted and cost draft compute",
                     fix=f"set num_speculative_tokens to at most {most}",
                 )

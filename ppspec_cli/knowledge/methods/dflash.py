@@ -83,9 +83,11 @@ class DFlash(BlockMethod):
             out.append(
                 ARCH_UNKNOWN.at(
                     "drafter.model",
-                    f"vLLM {view.version} serves this DFlash drafter as {list(view.served)} (architectures {list(view.declared)}, renamed DFlash<arch>), a class its model registry does not have: "
+                    f"vLLM {view.version} serves this DFlash drafter as {list(view.served)} (architectures "
+                    f"{list(view.declared)}, renamed DFlash<arch>), a class its model registry does not have: "
                     "vLLM refuses at start",
-                    fix="use a DFlash drafter whose config names an architecture this vLLM serves (e.g. DFlashDraftModel)",
+                    fix="use a DFlash drafter whose config names an architecture this vLLM serves (e.g. "
+                    "DFlashDraftModel)",
                 )
             )
         return out + self.width_breaches(view.config, view.version, view.num_speculative_tokens)

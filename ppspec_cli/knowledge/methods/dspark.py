@@ -115,7 +115,8 @@ class DSpark(BlockMethod):
             return [
                 DRAFT_TOPK.at(
                     "drafter.model",
-                    f"the drafter's dspark_draft_topk is {str(topk)[:40]!r}: vLLM refuses at start ('dspark_draft_topk must be between 1 and the draft vocabulary size ({dvs})')",
+                    f"the drafter's dspark_draft_topk is {str(topk)[:40]!r}: vLLM refuses at start "
+                    f"('dspark_draft_topk must be between 1 and the draft vocabulary size ({dvs})')",
                     fix="set dspark_draft_topk between 1 and the draft vocabulary size, or remove it",
                 )
             ]
@@ -124,7 +125,8 @@ class DSpark(BlockMethod):
             return [
                 DRAFT_TOPK.at(
                     "drafter.model",
-                    f"the drafter sets dspark_draft_topk but vLLM serves it as {list(view.served)}: vLLM refuses at start ('dspark_draft_topk is only supported by {_join(takers)}')",
+                    f"the drafter sets dspark_draft_topk but vLLM serves it as {list(view.served)}: vLLM refuses at "
+                    f"start ('dspark_draft_topk is only supported by {_join(takers)}')",
                     fix="remove dspark_draft_topk from the drafter config",
                 )
             ]

@@ -142,7 +142,8 @@ class Patch:
             if got is not None and tuple(got[: len(params)]) != tuple(params):
                 raise self._fail(
                     PatchAnchorDrift,
-                    f"anchor drifted: {self.target_name}.{attr} takes ({', '.join(got)}), the patch was written for ({', '.join(params)}, ...)",
+                    f"anchor drifted: {self.target_name}.{attr} takes ({', '.join(got)}), the patch was written for "
+                    f"({', '.join(params)}, ...)",
                 )
 
     def anchor(self) -> tuple[str, str]:
@@ -203,7 +204,8 @@ class Patch:
             if r is not None:
                 raise self._fail(
                     PatchConflict,
-                    f"attribute {a!r} is already patched by {r.pack}.{r.patch}; two packs must not change the same attribute",
+                    f"attribute {a!r} is already patched by {r.pack}.{r.patch}; two packs must not change the same "
+                    "attribute",
                 )
         self.check_shape(obj)
         records = [_Record(self.pack, self.name, self.target_name, a, _own(obj, a), v) for a, v in values.items()]

@@ -194,7 +194,8 @@ def _apply_pack(pack_name: str | None, version: str | None) -> list[Any]:
             pack=pack_name,
             patch=getattr(current, "qualname", None),
             vllm=version,
-            fix="this vLLM's code differs where the patch applies: use a vLLM release the pack was verified on (`ppspec adapters show <pack>`), or update the pack",
+            fix="this vLLM's code differs where the patch applies: use a vLLM release the pack was verified on "
+            "(`ppspec adapters show <pack>`), or update the pack",
         ) from None
     except PatchError as e:
         _revert_list(patches)
@@ -211,7 +212,8 @@ def _apply_pack(pack_name: str | None, version: str | None) -> list[Any]:
 
 def assert_needs(needs: list[Any], version: str | None, pack: str | None) -> list[dict[str, Any]]:
     """Prove by value, in this process, that the engine has each behaviour the profile needs
-    (planning.resolve.needed_behaviours, Resolved.needs: e.g. the target's inner decoder relays taps over PP), whether natively
+    (planning.resolve.needed_behaviours, Resolved.needs: e.g. the target's inner decoder relays taps over PP), whether
+    natively
     or through the pack just applied. A fork that "imports cleanly and looks patched" but lacks one
     is refused here, before the model is built. Returns what was checked, for the status record."""
     from ppspec_cli.knowledge import engine
@@ -225,7 +227,8 @@ def assert_needs(needs: list[Any], version: str | None, pack: str | None) -> lis
             cls = engine.import_ref(ref) if ref else (engine.inner_decoder_of(arch) if arch else None)
         except Exception as e:  # noqa: BLE001 - an unimportable decoder is the finding
             raise PluginRefusal(
-                f"the profile needs {what} of {arch}, but its inner decoder {ref} does not import here: {type(e).__name__}: {e}",
+                f"the profile needs {what} of {arch}, but its inner decoder {ref} does not import here: "
+                f"{type(e).__name__}: {e}",
                 pack=pack,
                 vllm=version,
                 fix="install the same vLLM build on every node, or report it",
@@ -243,7 +246,10 @@ def assert_needs(needs: list[Any], version: str | None, pack: str | None) -> lis
         name = engine.class_ref(cls)
         if what == "aux_relay_over_pp":
             ok = engine.relays_taps(cls)
-            detail = f"{name}.supports_aux_hidden_states_over_pp is {getattr(cls, 'supports_aux_hidden_states_over_pp', None)!r}"
+            detail = (
+                f"{name}.supports_aux_hidden_states_over_pp is "
+                f"{getattr(cls, 'supports_aux_hidden_states_over_pp', None)!r}"
+            )
         elif what == "target_embed_on_last_stage":
             got = engine.builds_embed_on_last_stage(cls)
             ok = got is not False
@@ -252,10 +258,12 @@ def assert_needs(needs: list[Any], version: str | None, pack: str | None) -> lis
             continue
         if not ok:
             raise PluginRefusal(
-                f"the profile needs {what} but this engine lacks it: {detail} (vLLM {version} with pack {pack or 'none'} applied; a fork or build that only looks patched?)",
+                f"the profile needs {what} but this engine lacks it: {detail} (vLLM {version} with pack "
+                f"{pack or 'none'} applied; a fork or build that only looks patched?)",
                 pack=pack,
                 vllm=version,
-                fix="run `ppspec check PROFILE --probes` on this install; use a vLLM build that has it, or an adapter pack that adds it",
+                fix="run `ppspec check PROFILE --probes` on this install; use a vLLM build that has it, or an "
+                "adapter pack that adds it",
             )
         out.append({"behaviour": what, "decoder": name, "status": "present", "detail": detail})
     return out
@@ -314,7 +322,8 @@ def core_patches() -> list[Any]:
             module="vllm.v1.engine.core",
             target="EngineCore",
             attrs=lambda orig: {"_initialize_kv_caches": _confirm_workers_after(orig["_initialize_kv_caches"])},
-            description="after the workers built their models, ask each one (vLLM's collective_rpc, every node) for its plugin status",
+            description="after the workers built their models, ask each one (vLLM's collective_rpc, every node) for "
+            "its plugin status",
             requires=("_initialize_kv_caches",),
             check=confirm_check,
             pack=CORE_PACK,
@@ -416,7 +425,8 @@ def confirm_workers(executor: Any) -> None:
             f"not every worker runs the ppspec plugin: {error}",
             pack=status.get("pack"),
             vllm=status.get("vllm"),
-            fix="install the same ppspec in every node's environment, keep `ppspec` in VLLM_PLUGINS, and see the worker's log for its import error",
+            fix="install the same ppspec in every node's environment, keep `ppspec` in VLLM_PLUGINS, and see the "
+            "worker's log for its import error",
         )
         status["ok"] = False
         status["error"] = str(e)
@@ -492,10 +502,12 @@ def _observer(kind: str, data: dict[str, Any]) -> None:
             if want:
                 if sorted(set(want)) != list(data["taps"]):
                     raise PluginRefusal(
-                        f"the engine taps layers {data['taps']} ({data.get('decoder')}) but the plan says {sorted(set(want))}",
+                        f"the engine taps layers {data['taps']} ({data.get('decoder')}) but the plan says "
+                        f"{sorted(set(want))}",
                         pack=pack,
                         vllm=version,
-                        fix="the drafter config the engine reads differs from the one ppspec planned with: re-run `ppspec plan` and serve through ppspec",
+                        fix="the drafter config the engine reads differs from the one ppspec planned with: re-run "
+                        "`ppspec plan` and serve through ppspec",
                     )
                 status["tripwires"]["taps"] = "passed"
             partition = exp.get("partition")

@@ -176,7 +176,8 @@ def probe_draft_pp_pinned() -> ProbeResult:
             return ProbeResult(
                 name,
                 "failed",
-                f"a PP=2 target gives the drafter pipeline_parallel_size={draft.pipeline_parallel_size}; the drafter must run whole on the last stage",
+                f"a PP=2 target gives the drafter pipeline_parallel_size={draft.pipeline_parallel_size}; the drafter "
+                "must run whole on the last stage",
                 "error",
                 "use vLLM >= 0.30",
             )
@@ -360,7 +361,10 @@ def probe_v2_runner(method: str | None, pp: int) -> ProbeResult:
         if forced is not None and forced.strip().lower() in ("0", "false", "no", "off"):
             why = "VLLM_USE_V2_MODEL_RUNNER=0 selects the V1 runner"
         elif not HAS_TRITON:
-            why = f"Model Runner V2 needs Triton, which this {platform or 'vLLM'} build cannot use: vLLM falls back to the V1 runner, which never relays taps between stages"
+            why = (
+                f"Model Runner V2 needs Triton, which this {platform or 'vLLM'} build cannot use: vLLM falls back "
+                "to the V1 runner, which never relays taps between stages"
+            )
         if why:
             note = "" if matters else " (does not matter for this profile)"
             return ProbeResult(
@@ -400,7 +404,8 @@ def probe_vllm_version() -> ProbeResult:
         return ProbeResult(
             name,
             "passed",
-            f"vLLM {v} is unverified ({vv.why}); the probes below read this engine by value instead of trusting ppspec's tables",
+            f"vLLM {v} is unverified ({vv.why}); the probes below read this engine by value instead of trusting "
+            "ppspec's tables",
             "info",
         )
 
@@ -450,7 +455,8 @@ def probe_pack_patches(pack: Any) -> ProbeResult:
                 "failed",
                 str(e),
                 "error",
-                "this vLLM's code moved where the patch applies: the plugin refuses the engine start; use a release the pack was verified on, or update the pack",
+                "this vLLM's code moved where the patch applies: the plugin refuses the engine start; use a release "
+                "the pack was verified on, or update the pack",
             )
         except Exception as e:  # noqa: BLE001 - PatchError and friends
             return ProbeResult(
@@ -586,9 +592,11 @@ def probe_target_embed(
         return ProbeResult(
             name,
             "failed",
-            f"{ref} builds embed_tokens on the first stage only: the drafter, which shares the target's, stops at load ('needs the target input embedding, but it is unavailable on this PP stage')",
+            f"{ref} builds embed_tokens on the first stage only: the drafter, which shares the target's, stops at "
+            "load ('needs the target input embedding, but it is unavailable on this PP stage')",
             "error",
-            "use a drafter with its own embed_tokens, an adapter pack that provides target_embed_on_last_stage, or pipeline_parallel: 1",
+            "use a drafter with its own embed_tokens, an adapter pack that provides target_embed_on_last_stage, or "
+            "pipeline_parallel: 1",
         )
 
     return _guard(name, run)

@@ -49,7 +49,8 @@ def unconfirmed(status_dir: Path) -> str | None:
         roles.setdefault(str(r.get("role")), []).append(r)
     if "api" not in roles:
         problems.append(
-            "no ok plugin status from the API server process (the plugin did not run there: its import failed, or VLLM_PLUGINS left it out)"
+            "no ok plugin status from the API server process (the plugin did not run there: its import failed, or "
+            "VLLM_PLUGINS left it out)"
         )
     cores = roles.get("engine_core", [])
     if not cores:

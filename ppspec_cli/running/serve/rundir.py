@@ -264,7 +264,8 @@ def check_run_dir(run_dir: Path) -> None:
             f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
         )
         raise PpspecError(
-            f"the run directory {run_dir} holds files ppspec did not create ({shown}); ppspec cleans its run directory and never deletes what it did not create",
+            f"the run directory {run_dir} holds files ppspec did not create ({shown}); ppspec cleans its run "
+            "directory and never deletes what it did not create",
             where="--run-dir",
             fix="give `ppspec serve` a new or empty directory with --run-dir",
             exit_code=1,
@@ -406,7 +407,8 @@ def lock_run_dir(run_dir: Path) -> RunDir:
             raise PpspecError(
                 f"{_describe(rec, me)} is using the run directory {run_dir}",
                 where="--run-dir",
-                fix="stop that server first, or give this one its own --run-dir (multi-node profiles get one per host and node by default)",
+                fix="stop that server first, or give this one its own --run-dir (multi-node profiles get one per "
+                "host and node by default)",
                 exit_code=1,
             ) from None
         kernel = False  # the file system keeps no locks (NFS mounted `nolock`): the record alone decides
@@ -418,14 +420,16 @@ def lock_run_dir(run_dir: Path) -> RunDir:
             f.close()
             rd.close()
             why = (
-                "its record is from another host, whose processes this host cannot see, and a lock on this file system may not reach across hosts"
+                "its record is from another host, whose processes this host cannot see, and a lock on this file "
+                "system may not reach across hosts"
                 if foreign
                 else "this file system keeps no locks, and that process is alive"
             )
             raise PpspecError(
                 f"{_describe(rec, me)} holds the run directory {run_dir} ({why})",
                 where="--run-dir",
-                fix=f"give this node its own --run-dir; if that server no longer runs, remove {Path(run_dir) / LOCK_FILE}",
+                fix="give this node its own --run-dir; if that server no longer runs, remove "
+                f"{Path(run_dir) / LOCK_FILE}",
                 exit_code=1,
             )
     try:

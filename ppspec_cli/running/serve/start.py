@@ -47,7 +47,8 @@ def start(
         raise PpspecError(
             f"{holder} is using the run directory {spec.run_dir}",
             where="--run-dir",
-            fix="stop that server first, or give this one its own --run-dir (multi-node profiles get one per host and node by default)",
+            fix="stop that server first, or give this one its own --run-dir (multi-node profiles get one per host "
+            "and node by default)",
             exit_code=1,
         )
     if node.role == "head" and not port_free(r.profile.server.host, r.profile.server.port):

@@ -316,7 +316,10 @@ def _health_timeout_reason(
 ) -> str:
     """What to check when /health never answers: progress in the log, and on multi-node launches the
     other nodes (the head serves only once every node has joined)."""
-    msg = f"the engine did not become healthy within {timeout_s:.0f}s (launch.health_timeout_s, or --health-timeout). Last log lines:\n    {_tail_text(tail)}"
+    msg = (
+        f"the engine did not become healthy within {timeout_s:.0f}s (launch.health_timeout_s, or "
+        f"--health-timeout). Last log lines:\n    {_tail_text(tail)}"
+    )
     checks = ["the log above: a large model can take longer to load (raise launch.health_timeout_s)"]
     addr = "the head node"
     if len(spec.nodes) > 1:
@@ -324,9 +327,11 @@ def _health_timeout_reason(
         port = node.argv[node.argv.index("--master-port") + 1] if "--master-port" in node.argv else "?"
         checks.insert(
             0,
-            f"all {len(spec.nodes)} nodes must run: on node i (1..{len(spec.nodes) - 1}) `ppspec serve PROFILE --node-rank i`, "
+            f"all {len(spec.nodes)} nodes must run: on node i (1..{len(spec.nodes) - 1}) `ppspec serve PROFILE "
+            "--node-rank i`, "
             f"with the same ppspec, vLLM and profile; each must reach {addr}:{port} (launch.master_addr/master_port); "
-            "the head waits for every node before it serves (`ppspec serve PROFILE --dry-run` prints each node's command)",
+            "the head waits for every node before it serves (`ppspec serve PROFILE --dry-run` prints each node's "
+            "command)",
         )
     cause = likely_cause(list(tail))
     if cause:
@@ -379,7 +384,8 @@ def run_engine(
     per start-up phase and vLLM's warnings and errors (EngineOutput). engine.log has every line.
     """
     log = _never_raises(log or (lambda m: print(f"ppspec: {m}", file=sys.stderr, flush=True)))
-    stop_grace_s()  # a bad PPSPEC_STOP_GRACE_S is one error now, before anything starts (not a kill at the first Ctrl-C)
+    # a bad PPSPEC_STOP_GRACE_S is one error now, before anything starts (not a kill at the first Ctrl-C)
+    stop_grace_s()
     secrets: dict[str, str] = {}
     for k, ref in node.env_refs.items():  # before anything is written or started
         if not env_io.has(ref):
@@ -497,7 +503,8 @@ def _run_locked(
                     to_file = False
                     if isinstance(e, OSError):
                         log(
-                            f"warning: cannot write {log_path} any more ({e.strerror or e}); the engine log goes on on the terminal only"
+                            f"warning: cannot write {log_path} any more ({e.strerror or e}); the engine log goes on "
+                            "on the terminal only"
                         )
             if to_terminal:
                 try:
@@ -541,7 +548,8 @@ def _run_locked(
             left = engine_left(shm.seen, shm_before)  # only ours: another engine's entries are not this one's residue
             what = " and ".join(f"{n} {kind.replace('_', ' ')} object(s)" for kind, n in sorted(shown.leaked.items()))
             log(
-                f"the 'leaked ... objects' warning in engine.log is Python's resource tracker removing {what} vLLM's stopped processes left: harmless"
+                f"the 'leaked ... objects' warning in engine.log is Python's resource tracker removing {what} vLLM's "
+                "stopped processes left: harmless"
                 + (
                     " (nothing of the engine's is left in /dev/shm)"
                     if not left
@@ -601,8 +609,10 @@ def _supervise(
             if why:
                 return ServeResult(
                     EXIT_UNCONFIRMED,
-                    f"the engine answers /health but the ppspec plugin is not confirmed in every engine process: {why}. "
-                    f"Stopped the engine (it would serve without the plan's checks and patches). Status records: {status_dir(spec)}; engine log: {log_path}",
+                    "the engine answers /health but the ppspec plugin is not confirmed in every engine process: "
+                    f"{why}. "
+                    "Stopped the engine (it would serve without the plan's checks and patches). Status records: "
+                    f"{status_dir(spec)}; engine log: {log_path}",
                 )
             break
         now = time.monotonic()
@@ -614,7 +624,8 @@ def _supervise(
         time.sleep(HEALTH_POLL_S)
     if shown.hidden_warnings:
         log(
-            f"vLLM logged {shown.hidden_warnings} more warning(s) while starting (engine.log has them; --verbose shows all)"
+            f"vLLM logged {shown.hidden_warnings} more warning(s) while starting (engine.log has them; --verbose "
+            "shows all)"
         )
     if node.role == "head" and workload is not None:
         log(f"serving at {spec.url} — ready in {time.monotonic() - t0:.0f}s")

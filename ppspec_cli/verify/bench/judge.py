@@ -181,6 +181,8 @@ def drift_check(
         if v in (FASTER, SLOWER):
             r = ratio(grid.get((TUNED, c)), grid.get((twin, c)))
             out.append(
-                f"c={c}: the tuned arm ({tuned_schedule}) serves the same k as {twin} yet measured {v} ({r['median']:.2f}x): the machine drifted between engine sessions (or vLLM's dynamic path costs that much); treat this run's verdicts with care and repeat on a quieter machine"
+                f"c={c}: the tuned arm ({tuned_schedule}) serves the same k as {twin} yet measured {v} "
+                f"({r['median']:.2f}x): the machine drifted between engine sessions (or vLLM's dynamic path costs "
+                "that much); treat this run's verdicts with care and repeat on a quieter machine"
             )
     return out

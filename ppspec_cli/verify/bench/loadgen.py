@@ -171,7 +171,8 @@ def run_level(
 
         after, _d, _ok = _settled_delta(client, before, None)
         warnings.append(
-            "vLLM's client did not scrape /metrics around its requests (changed hook): the counters include its test request"
+            "vLLM's client did not scrape /metrics around its requests (changed hook): the counters include its test "
+            "request"
         )
     return {
         "result": result,

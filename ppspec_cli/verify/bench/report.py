@@ -124,10 +124,7 @@ def _envelope(env: dict | None) -> str:
 def _parity_line(p: dict) -> str:
     status = p.get("status") or ("identical" if p.get("identical") else "differs")
     checks = p.get("checks") or []
-    shown = ", ".join(
-        f"{ch['arm']} {'identical' if ch['identical'] else 'DIFFERS at prompt ' + str((ch.get('first_difference') or {}).get('prompt')) + ', token ' + str((ch.get('first_difference') or {}).get('token'))} ({ch['prompts']} prompts, by {ch['pass']})"
-        for ch in checks
-    )
+    shown = ", ".join(f"{ch['arm']} {_parity_word(ch)} ({ch['prompts']} prompts, by {ch['pass']})" for ch in checks)
     bad_load = [
         f"{x['arm']} c={x['concurrency']} repeat {x.get('repeat', 0) + 1} (request {x['first_difference']})"
         for x in p.get("load_runs") or []
@@ -154,7 +151,8 @@ def verdict_lines(doc: dict) -> list[str]:
         if lv.get("verdict") is None:
             continue
         lines.append(
-            f"c={lv['concurrency']}: speculation vs none: {lv['verdict']}, {_ratio(lv.get('speedup'))} ({lv['best_speculative_arm']}){_envelope(lv.get('envelope'))}"
+            f"c={lv['concurrency']}: speculation vs none: {lv['verdict']}, {_ratio(lv.get('speedup'))} "
+            f"({lv['best_speculative_arm']}){_envelope(lv.get('envelope'))}"
         )
     c = rec.get("crossover_concurrency")
     if rec.get("highest_measured") is not None:
@@ -217,16 +215,23 @@ def markdown(doc: dict) -> str:
     out = [
         f"# ppspec bench: {md(doc.get('profile'))}",
         "",
-        f"{md(doc.get('created_at', ''))} · run {md(doc.get('run_id'))} on {md(doc.get('host'))} ({md(doc.get('device') or 'device unknown')}) · ppspec {md(doc.get('ppspec_version'))} · vLLM {md(doc.get('vllm_version'))} · load generator: {md(doc.get('load_generator'))}",
+        f"{md(doc.get('created_at', ''))} · run {md(doc.get('run_id'))} on {md(doc.get('host'))} "
+        f"({md(doc.get('device') or 'device unknown')}) · ppspec {md(doc.get('ppspec_version'))} · vLLM "
+        f"{md(doc.get('vllm_version'))} · load generator: {md(doc.get('load_generator'))}",
         "",
-        f"Settings: concurrency {md(', '.join(map(str, s['concurrency'])))}; requests per level {md(', '.join(f'c={c}: {n}' for c, n in per.items()))} (seeded random prompts of {md(s['input_len'])} tokens, seed {md(s['seed'])}), "
-        f"{md(s['max_tokens'])} output tokens each (greedy, ignore_eos), after a warm-up; each (arm, level) measured {md(s.get('repeat', 1))} time(s), {md(_sessions_text(s))}; arms: {md(', '.join(str(a['name']) for a in doc['arms']))}.",
+        f"Settings: concurrency {md(', '.join(map(str, s['concurrency'])))}; requests per level "
+        f"{md(', '.join(f'c={c}: {n}' for c, n in per.items()))} (seeded random prompts of {md(s['input_len'])} "
+        f"tokens, seed {md(s['seed'])}), "
+        f"{md(s['max_tokens'])} output tokens each (greedy, ignore_eos), after a warm-up; each (arm, level) measured "
+        f"{md(s.get('repeat', 1))} time(s), {md(_sessions_text(s))}; arms: "
+        f"{md(', '.join(str(a['name']) for a in doc['arms']))}.",
         "",
         "## Verdict",
         "",
         *[f"- {md(line)}" for line in verdict_lines(doc)],
         "",
-        "A difference is significant when every repeat of one arm beat every repeat of the other (their min-max ranges do not",
+        "A difference is significant when every repeat of one arm beat every repeat of the other (their min-max "
+        "ranges do not",
         "overlap) and the medians differ by more than 3% (docs/bench.md, How a difference is judged).",
         "",
         "## Runs (medians over the repeats)",
@@ -236,9 +241,12 @@ def markdown(doc: dict) -> str:
         *["| " + " | ".join(md(c) for c in row) + " |" for row in full_rows(doc)],
         "",
         "Throughput, TPOT, ITL and TTFT are `vllm bench serve`'s figures; acceptance length, rate and per-position",
-        "acceptance are ppspec's, from the `/metrics` difference around each level's measured requests (docs/verify.md's formulas).",
-        "ITL is per streamed chunk: where the server sends several tokens in one chunk the gaps inside it are ~0 (shown <0.01).",
-        "Parity: each speculative arm's greedy token ids, one request at a time on the same seeded prompts, against the baseline's;",
+        "acceptance are ppspec's, from the `/metrics` difference around each level's measured requests "
+        "(docs/verify.md's formulas).",
+        "ITL is per streamed chunk: where the server sends several tokens in one chunk the gaps inside it are ~0 "
+        "(shown <0.01).",
+        "Parity: each speculative arm's greedy token ids, one request at a time on the same seeded prompts, against "
+        "the baseline's;",
         "and the texts of every load run against the baseline's at the same concurrency.",
     ]
     if doc.get("plots"):
@@ -323,7 +331,8 @@ def plots(doc: dict, out_dir: Path) -> tuple[list[Path], str | None]:
         tps,
         "output tokens/s (higher is better)",
         True,
-        "throughput (bars: min-max of the repeats)\nlabel: best speculative arm over none; green faster, red slower, gray within noise",
+        "throughput (bars: min-max of the repeats)\nlabel: best speculative arm over none; green faster, red slower, "
+        "gray within noise",
     )
     panel(a2, tpot, "TPOT mean, ms (lower is better)", False, "time per output token")
     fig.suptitle(f"ppspec bench: {name}", fontsize=11)
@@ -349,3 +358,11 @@ def _save(fig, path: Path) -> Path:
     fig.savefig(buf, format="png", dpi=100)
     safeio.write_bytes(path, buf.getvalue(), what="bench plot")
     return path
+
+
+def _parity_word(ch: dict) -> str:
+    """`identical`, or where the arm's greedy output first differs from the baseline's."""
+    if ch["identical"]:
+        return "identical"
+    first = ch.get("first_difference") or {}
+    return f"DIFFERS at prompt {first.get('prompt')}, token {first.get('token')}"

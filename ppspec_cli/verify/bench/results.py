@@ -289,7 +289,8 @@ def foreign(records: list[dict], identity: dict) -> list[str]:
         diff = {k: r.get(k) for k in IDENTITY_KEYS if r.get(k) != identity.get(k)}
         if diff:
             line = (
-                f"{r.get('arm')} c={r.get('concurrency')} (run {r.get('run_id') or '?'}, {r.get('measured_at') or 'time unknown'}): "
+                f"{r.get('arm')} c={r.get('concurrency')} (run {r.get('run_id') or '?'}, "
+                f"{r.get('measured_at') or 'time unknown'}): "
                 + ", ".join(f"{k} {v!r} (this run: {identity.get(k)!r})" for k, v in diff.items())
             )
             key = tuple(sorted(diff.items(), key=str))
