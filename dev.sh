@@ -211,6 +211,10 @@ case "$cmd" in
             || die "ruff format would change the files above; run \`.venv/bin/ruff format .\` and run again"
         "$VENV/bin/ruff" check --no-cache . \
             || die "ruff check found problems (above); fix them (\`.venv/bin/ruff check --fix .\` fixes some) and run again"
+        # The core packages' types ([tool.mypy] in pyproject.toml: the files it checks and why).
+        [ -x "$VENV/bin/mypy" ] || die "mypy is missing from .venv: run \`bash dev.sh install\`"
+        "$VENV/bin/mypy" \
+            || die "mypy found type errors in the core packages (above); fix them and run again"
         rc=0
         PARALLEL=()
         parallel_args

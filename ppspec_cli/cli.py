@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PpspecError
 from ppspec_cli.io import env as env_io
 from ppspec_cli.io import terminal
 
@@ -50,7 +50,7 @@ def _version_callback(value: bool) -> None:
         from ppspec_cli.commands.version import print_version
 
         print_version()
-        raise typer.Exit(0)
+        raise typer.Exit(EXIT_OK)
 
 
 @app.callback()
@@ -542,7 +542,7 @@ def main() -> None:
         raise
     except KeyboardInterrupt:
         print("ppspec: interrupted", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except OSError as e:
         import errno
 
@@ -555,21 +555,21 @@ def main() -> None:
             "path (each name at most 255 bytes)",
             file=sys.stderr,
         )
-        sys.exit(2)
+        sys.exit(EXIT_USAGE)
     except typer.Abort:
         print("ppspec: aborted", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as e:  # usage errors (typer's, public base class) and the unexpected
         if isinstance(e, typer.TyperException) and callable(getattr(e, "show", None)):
             e.show()
-            sys.exit(2)
+            sys.exit(EXIT_USAGE)
         if _state["debug"]:
             raise
         print(
             f"error: unexpected {type(e).__name__}: {e}\n  fix: re-run with --debug for the traceback and report it",
             file=sys.stderr,
         )
-        sys.exit(3)
+        sys.exit(EXIT_INTERNAL)
 
 
 if __name__ == "__main__":

@@ -58,12 +58,22 @@ def test_no_tests_collected_is_a_failure_and_exit_codes_pass_through(tmp_path):
     reason="dev.sh lints with .venv's ruff; this checkout has none (run `bash dev.sh install`)",
 )
 def test_lint_runs_before_the_tests_and_fails_the_run(tmp_path):
-    """`dev.sh test` (so CI) runs `ruff check .` with the repo's settings first; a violation stops it
-    before pytest with ruff's report."""
+    """`dev.sh test` (so CI) runs `ruff check .` and mypy on the core packages with the repo's
+    settings first; a violation of either stops it before pytest with the tool's report."""
+    import tomllib
+
     repo = tmp_path / "repo"
     (repo / "tests").mkdir(parents=True)
     for name in ("dev.sh", "pyproject.toml", "tests/worker.sh"):
         (repo / name).write_bytes((REPO / name).read_bytes())
+    for path in tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]["files"]:
+        target = repo / path
+        if path.endswith(".py"):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("X: int = 1\n")
+        else:
+            target.mkdir(parents=True, exist_ok=True)
+            (target / "__init__.py").write_text("")
     (repo / "tests" / "worker.sh").chmod(0o755)
     (repo / ".venv").symlink_to(REPO / ".venv")
     (repo / "tests" / "test_ok.py").write_text("def test_ok():\n    pass\n")
@@ -79,6 +89,11 @@ def test_lint_runs_before_the_tests_and_fails_the_run(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "F401" in proc.stdout and "ruff check found problems" in proc.stderr
     assert "passed" not in proc.stdout  # pytest never ran
+    (repo / "tests" / "test_bad.py").unlink()
+    (repo / "ppspec_cli" / "errors.py").write_text('X: int = "one"\n')  # a type error in the core
+    proc = _devsh(*args, cwd=repo, script=repo / "dev.sh")
+    assert proc.returncode == 1 and "mypy found type errors" in proc.stderr, proc.stdout + proc.stderr
+    assert "Incompatible types" in proc.stdout and "1 passed" not in proc.stdout  # pytest never ran
 
 
 def test_ci_entry_point_runs_devsh_test():

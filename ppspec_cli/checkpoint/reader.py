@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_REFUSED, PpspecError
 from ppspec_cli.io import netio, safeio, shellout
 from ppspec_cli.knowledge import methods, packs
 
@@ -275,14 +275,18 @@ def parse_safetensors_header(raw: bytes, *, file: str, file_size: int | None) ->
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
     data = safeio.read_json(
-        path, limit=MAX_CONFIG_BYTES, what=what, fix="restore the file from the model repository", exit_code=1
+        path,
+        limit=MAX_CONFIG_BYTES,
+        what=what,
+        fix="restore the file from the model repository",
+        exit_code=EXIT_REFUSED,
     )
     if not isinstance(data, dict):
         raise PpspecError(
             f"{what} must be a JSON object",
             where=str(path),
             fix="restore the file from the model repository",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
     return data
 
@@ -349,21 +353,24 @@ def _open_local(ref: str, path: Path) -> Checkpoint:
             f"checkpoint directory not found: {path}",
             where=ref,
             fix="check the path, or use a hub id (org/name)",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
     if not path.is_dir():
         raise PpspecError(
             f"checkpoint path is not a directory: {path}",
             where=ref,
             fix="point at the directory that holds config.json",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
     ck = Checkpoint(ref=ref, location=str(path), source="local")
     try:
         ck.files = sorted(p.name for p in path.iterdir())
     except OSError as e:
         raise PpspecError(
-            f"cannot list checkpoint directory: {e.strerror}", where=str(path), fix="check permissions", exit_code=1
+            f"cannot list checkpoint directory: {e.strerror}",
+            where=str(path),
+            fix="check permissions",
+            exit_code=EXIT_REFUSED,
         ) from None
     return ck
 
@@ -405,14 +412,14 @@ def _read_index(ck: Checkpoint, file: Path, name: str) -> None:
         ck.gaps.append(Gap("over-read-limit", over))
         return
     data = safeio.read_json(
-        file, limit=MAX_INDEX_BYTES, what=name, fix="restore the file from the model repository", exit_code=1
+        file, limit=MAX_INDEX_BYTES, what=name, fix="restore the file from the model repository", exit_code=EXIT_REFUSED
     )
     if not isinstance(data, dict):
         raise PpspecError(
             f"{name} must be a JSON object",
             where=str(file),
             fix="restore the file from the model repository",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
     _apply_index(ck, data, name)
 
@@ -562,11 +569,11 @@ def _hub_error(e: Exception, ref: str, *, offline: bool = False, revision: str |
             f"hub repository {ref!r} was not found or is gated ({name})",
             where=ref,
             fix="check the id; for gated models log in (`hf auth login`) or set HF_TOKEN",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
     if name == "RevisionNotFoundError":
         return PpspecError(
-            f"revision not found for {ref!r}", where=ref, fix="check `revision` in the profile", exit_code=1
+            f"revision not found for {ref!r}", where=ref, fix="check `revision` in the profile", exit_code=EXIT_REFUSED
         )
     if name in ("LocalEntryNotFoundError", "OfflineModeIsEnabled", "IncompleteSnapshotError"):
         if offline:
@@ -575,21 +582,21 @@ def _hub_error(e: Exception, ref: str, *, offline: bool = False, revision: str |
                 where=ref,
                 fix=f"download its metadata once while online (`{_hf_download_line(ref, revision)}`), or point "
                 "`model` at a local directory",
-                exit_code=1,
+                exit_code=EXIT_REFUSED,
             )
         return PpspecError(
             f"the Hugging Face hub ({_endpoint()}) could not be reached and {ref!r} is not in the local cache",
             where=ref,
             fix="check the network, proxy and HF_ENDPOINT; or download the metadata where the hub is reachable; or "
             "point `model` at a local directory",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
     detail = str(e).splitlines()[0][:200] if str(e) else ""
     return PpspecError(
         f"could not read {ref!r} from the hub: {name}: {detail}",
         where=ref,
         fix="check the network / HF_ENDPOINT, or use a local directory",
-        exit_code=1,
+        exit_code=EXIT_REFUSED,
     )
 
 
@@ -661,7 +668,7 @@ def _hub_too_large(ref: str, limit: float, env: str | None = None) -> PpspecErro
         fix="check HF_ENDPOINT (a hub serves small metadata files)"
         + (f"; raise {env} for a larger drafter" if env else "")
         + ", or point `model` at a local directory",
-        exit_code=1,
+        exit_code=EXIT_REFUSED,
     )
 
 
@@ -673,7 +680,7 @@ def _hub_overrun(ref: str, budget: float) -> PpspecError:
         where=f"{ref}/{what}",
         fix=f"check the network / HF_ENDPOINT; for a slow hub raise {HUB_DEADLINE_ENV} (seconds); or point `model` "
         "at a local directory",
-        exit_code=1,
+        exit_code=EXIT_REFUSED,
     )
 
 
@@ -772,14 +779,14 @@ def download_snapshot(ref: str, revision: str | None, cancelled: Callable[[], bo
                 where=f"{ref}/{_hub_client.get('last') or ''}",
                 fix=f"raise {HUB_DOWNLOAD_DEADLINE_ENV} (seconds) for a slow link, or download it first (hf download "
                 f"{ref}) and point the profile at the directory",
-                exit_code=1,
+                exit_code=EXIT_REFUSED,
             ) from None
         raise PpspecError(
             f"cannot download {ref!r} from the hub ({_endpoint()}): {type(e).__name__}: {str(e)[:200]}",
             where=ref,
             fix=f"check the repository id and the network, or download it first (hf download {ref}) and point the "
             "profile at the directory",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         ) from None
     finally:
         if (
@@ -836,7 +843,7 @@ def _hub_fetch(ref: str, name: str, revision: str | None, *, cache_only: bool, o
                     "downloaded",
                     where=f"{ref}/{name}",
                     fix="check that this is really a model repository",
-                    exit_code=1,
+                    exit_code=EXIT_REFUSED,
                 )
         return Path(hf_hub_download(ref, name, revision=revision, local_files_only=cache_only))
     except PpspecError:
@@ -939,7 +946,9 @@ def _load_hub(ref: str, revision: str | None, *, offline: bool, read_headers: bo
     try:
         from huggingface_hub import constants
     except ImportError:  # pragma: no cover - dependency
-        raise PpspecError("huggingface_hub is not installed", fix="pip install huggingface_hub", exit_code=1) from None
+        raise PpspecError(
+            "huggingface_hub is not installed", fix="pip install huggingface_hub", exit_code=EXIT_REFUSED
+        ) from None
     offline = offline or bool(constants.HF_HUB_OFFLINE)
     ck = Checkpoint(ref=ref, location=f"{ref}@{revision or 'main'}", source="hub")
     # hf_hub_download retries an unreachable hub for ~25 s per file before falling back to the
@@ -1026,7 +1035,7 @@ def load_checkpoint(
             "model reference has a path component longer than 255 bytes (or is longer than 4096 bytes)",
             where=ref[:80] + "...",
             fix="check the model path or hub id in the profile",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
     if is_local_ref(ref, base_dir):
         p = local_path(ref, base_dir)
@@ -1038,7 +1047,7 @@ def load_checkpoint(
                 where=ref,
                 fix="give a local checkpoint directory (relative paths start from the profile's folder) or a Hugging "
                 "Face hub id (org/name, as the model's hub page writes it)",
-                exit_code=1,
+                exit_code=EXIT_REFUSED,
             )
         ck = load_local(ref, p, read_headers=read_headers)
         if _HUB_ID.fullmatch(ref):

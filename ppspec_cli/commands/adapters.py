@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_OK, PpspecError
 from ppspec_cli.io import spawn
 from ppspec_cli.knowledge import facts
 from ppspec_cli.knowledge.engine import installed_vllm
@@ -313,7 +313,7 @@ def adapters_list(json_out: bool) -> int:
                 indent=2,
             )
         )
-        return 0
+        return EXIT_OK
     where = (
         f"vLLM {installed.version} ({installed.platform}, "
         f"{'verified' if verdict(installed.version).verified else 'unverified'})"
@@ -363,7 +363,7 @@ def adapters_list(json_out: bool) -> int:
         print_wrapped(c, plain(", ".join(p.provides) or _provides_nothing(p)), indent=12, label="  provides")
         print_wrapped(c, plain(p.vllm_range), indent=12, label="  vLLM")
     _print_arch_tables(c)
-    return 0
+    return EXIT_OK
 
 
 def _arch_table_records() -> list[dict[str, Any]]:
@@ -450,7 +450,7 @@ def adapters_show(name: str, json_out: bool) -> int:
                     indent=2,
                 )
             )
-            return 0
+            return EXIT_OK
         from ppspec_cli.io.terminal import styled
 
         c = _console()
@@ -467,7 +467,7 @@ def adapters_show(name: str, json_out: bool) -> int:
         for p, _ in covering:
             c.print()
             _show(p.name, False)
-        return 0
+        return EXIT_OK
     return _show(name, json_out)
 
 
@@ -508,7 +508,7 @@ def _show_arch(name: str, json_out: bool) -> int:
                 }
     if json_out:
         print(json.dumps({"architecture": name, "packs": [], "vllm": rows}, indent=2))
-        return 0
+        return EXIT_OK
     c = _console()
     c.print(
         styled("[bold]{}[/bold]: no adapter pack covers it; vLLM's own source says (`ppspec check` uses this)", name),
@@ -531,7 +531,7 @@ def _show_arch(name: str, json_out: bool) -> int:
                     f"{(f.get('fc') or {}).get('rule')}; MTP layers {f.get('mtp_layers')}"
                 )
             print_wrapped(c, plain(text), indent=12, label=f"  {plat}")
-    return 0
+    return EXIT_OK
 
 
 def _show(name: str, json_out: bool) -> int:
@@ -545,7 +545,7 @@ def _show(name: str, json_out: bool) -> int:
     rec = pack_record(pack, installed, _import_errors_for([pack], installed), anchors)
     if json_out:
         print(json.dumps(rec, indent=2))
-        return 0
+        return EXIT_OK
     from rich.table import Table
 
     from ppspec_cli.io.terminal import plain
@@ -609,7 +609,7 @@ def _show(name: str, json_out: bool) -> int:
     for n in f.notes:
         row("note", n)
     c.print(t)
-    return 0
+    return EXIT_OK
 
 
 __all__ = [

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ppspec_cli.commands.common import progress
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_OK, EXIT_REFUSED, PpspecError, exit_for_signal
 from ppspec_cli.io import safeio
 from ppspec_cli.verify.bench import judge
 from ppspec_cli.verify.bench import results as res
@@ -108,11 +108,11 @@ def run(profile: str, o: Options) -> int:
         progress(f"finished results are kept in {state}; continue with the same command and --resume")
         return code
     if not doc["complete"]:
-        return 1
+        return EXIT_REFUSED
     if not doc["parity"]["identical"]:
         progress("parity: the speculative arms' greedy outputs differ from the baseline's (see the report)")
-        return 1
-    return 0
+        return EXIT_REFUSED
+    return EXIT_OK
 
 
 def _validate(o: Options) -> list[int]:
@@ -239,7 +239,7 @@ def _measure(b: "_Bench") -> int:
         return b.measure_all()
     except _Interrupted as e:
         progress(f"interrupted by {signal.Signals(e.signum).name}: every engine is stopped")
-        return 128 + e.signum
+        return exit_for_signal(e.signum)
     except PpspecError as e:  # a launch refused, a load generator failed: keep what is measured
         from ppspec_cli.commands.common import err_console
 
@@ -366,10 +366,10 @@ class _Bench:
             return code
         if not with_tuned:
             self.warnings.append("with --endpoint bench serves nothing: the schedule is proposed, not measured")
-            return 0
+            return EXIT_OK
         tuned = self.tuned_arm()
         if tuned is None:
-            return 0
+            return EXIT_OK
         self.arms.append(tuned)
         plan = self.sessions([tuned])
         if not plan:
@@ -403,7 +403,7 @@ class _Bench:
             )
             if code:
                 return code
-        return 0
+        return EXIT_OK
 
     def grid(self) -> dict[tuple[str, int], list[float]]:
         """(arm, concurrency) -> output tokens/s of each kept repeat."""
@@ -531,7 +531,7 @@ class _Bench:
                 except PpspecError as e:
                     self.failures.append(f"{arm.name}: {e.what}")
                     raise
-                return 0
+                return EXIT_OK
             from ppspec_cli.running.serve.start import start
 
             r = start(prepared, progress=progress, health_timeout=self.health_timeout, workload=workload, stream=False)
@@ -546,7 +546,7 @@ class _Bench:
             else:
                 progress(f"{tag}: {r.reason}")
             return r.exit_code
-        return 0
+        return EXIT_OK
 
     def _job(self, arm: Arm, prepared, runs: list[tuple[int, int]], need_parity: bool) -> dict:
         from ppspec_cli.verify.client import normalize_endpoint

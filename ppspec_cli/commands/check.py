@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from ppspec_cli.commands.common import preflight_json, progress
+from ppspec_cli.errors import EXIT_USAGE
 
 
 def run(
@@ -24,7 +25,7 @@ def run(
             f"--severity {min_severity[:40]!r} is not a severity",
             where="--severity",
             fix="use error, warning or info",
-            exit_code=2,
+            exit_code=EXIT_USAGE,
         )
     o = operation.run(operation.Operation("check", profile, offline=offline, probes=probes), progress)
     pf = o.judgment

@@ -12,6 +12,7 @@ import typing
 
 from pydantic import BaseModel
 
+from ppspec_cli.errors import EXIT_OK, EXIT_USAGE
 from ppspec_cli.planning.profile import Profile
 
 
@@ -142,10 +143,10 @@ def run(out: str | None, findings: bool = False) -> int:
 
     text = findings_reference() if findings else profile_reference()
     if out:
-        safeio.write_text(out, text, what=out, where="--out", exit_code=2, through=True)
+        safeio.write_text(out, text, what=out, where="--out", exit_code=EXIT_USAGE, through=True)
     else:
         print(text, end="")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":  # python -m ppspec_cli.commands.docs docs/adapters.md (or docs/drafters.md)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ppspec_cli.commands.common import load, progress
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_USAGE, PpspecError
 from ppspec_cli.io import safeio
 
 
@@ -41,7 +41,7 @@ def k8s(
             f"--api-key-secret {api_key_secret[:80]!r} is not a Kubernetes Secret name",
             where="--api-key-secret",
             fix="lowercase letters, digits, `-` and `.`",
-            exit_code=2,
+            exit_code=EXIT_USAGE,
         )
     prof = load(profile)
     if host is None and prof.server.host in ("127.0.0.1", "localhost", "::1"):

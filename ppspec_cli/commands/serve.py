@@ -8,6 +8,7 @@ import os
 import sys
 
 from ppspec_cli.commands.common import progress
+from ppspec_cli.errors import exit_for_signal
 from ppspec_cli.io import shellout
 
 
@@ -72,7 +73,7 @@ class _StopBeforeStart:
             signal.signal(s, h)
         if isinstance(e, _Interrupted):
             progress(f"interrupted by {signal.Signals(e.signum).name} before the engine started: nothing was launched")
-            self.exit_code = 128 + e.signum
+            self.exit_code = exit_for_signal(e.signum)
             return True
         return False
 

@@ -877,7 +877,7 @@ PD_HYBRID_NOT_CHECKED = Code(
 )
 PD_HYBRID_PP = Code(
     "pd-hybrid-pp",
-    ("error", "warning"),
+    ("error", "info"),
     "A hybrid-attention target under PP: whether the connector handles it (the message says).",
     "When refused: pipeline_parallel: 1 on that engine, or a connector that routes hybrid layers by name.",
     section=PD,

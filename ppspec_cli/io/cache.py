@@ -16,7 +16,7 @@ import os
 import stat
 from pathlib import Path
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_USAGE, PpspecError
 from ppspec_cli.io.settings import cache_root
 
 _FIX = (
@@ -26,7 +26,9 @@ _FIX = (
 
 
 def _refuse(p: Path | str, why: str) -> PpspecError:
-    return PpspecError(f"ppspec's cache {p} {why}; ppspec does not use it", where=str(p), fix=_FIX, exit_code=2)
+    return PpspecError(
+        f"ppspec's cache {p} {why}; ppspec does not use it", where=str(p), fix=_FIX, exit_code=EXIT_USAGE
+    )
 
 
 def check_owned(p: Path, *, directory: bool, shown: str | None = None) -> None:
@@ -71,7 +73,7 @@ def owned_dir(*parts: str, create: bool = True) -> Path:
                 os.makedirs(p, mode=0o700, exist_ok=True)
             except OSError as e:
                 raise PpspecError(
-                    f"cannot create ppspec's cache {p}: {e.strerror or e}", where=str(p), fix=_FIX, exit_code=2
+                    f"cannot create ppspec's cache {p}: {e.strerror or e}", where=str(p), fix=_FIX, exit_code=EXIT_USAGE
                 ) from None
         elif not os.path.lexists(p):
             return cache_root().joinpath(*parts)

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_USAGE, PpspecError
 from ppspec_cli.io import safeio
 
 M = TypeVar("M", bound=BaseModel)
@@ -65,7 +65,7 @@ def validate(
     what: str,
     where: str,
     fix: str,
-    exit_code: int = 2,
+    exit_code: int = EXIT_USAGE,
     error: type[PpspecError] = PpspecError,
 ) -> M:
     """`data` as `model`, or one error naming `where` (the file) and the first bad fields. No
@@ -88,7 +88,7 @@ def load(
     what: str,
     limit: int,
     fix: str,
-    exit_code: int = 2,
+    exit_code: int = EXIT_USAGE,
     error: type[PpspecError] = PpspecError,
 ) -> tuple[M, Any]:
     """Read the JSON file `path` (safeio: bounded, a regular file, not a FIFO, a device or a

@@ -25,7 +25,7 @@ import secrets
 import stat
 from typing import Any, Callable
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_REFUSED, EXIT_USAGE, PpspecError
 
 #: Default nesting bound for JSON: metadata files nest a handful of levels.
 MAX_JSON_DEPTH = 64
@@ -123,7 +123,7 @@ def read_bytes(
     fix: str = "check the path",
     follow_symlinks: bool = True,
     error: ErrorType = PpspecError,
-    exit_code: int = 2,
+    exit_code: int = EXIT_USAGE,
 ) -> bytes:
     """The contents of a regular file of at most `limit` bytes, else one `error`."""
     fd, st = _open_regular(path, what, fix, follow_symlinks, error, exit_code)
@@ -157,7 +157,7 @@ def read_text(
     what: str = "file",
     fix: str = "check the path",
     error: ErrorType = PpspecError,
-    exit_code: int = 2,
+    exit_code: int = EXIT_USAGE,
     **kw: Any,
 ) -> str:
     raw = read_bytes(path, limit=limit, what=what, fix=fix, error=error, exit_code=exit_code, **kw)
@@ -198,7 +198,7 @@ def parse_json(
     fix: str = "check the file",
     max_depth: int = MAX_JSON_DEPTH,
     error: ErrorType = PpspecError,
-    exit_code: int = 2,
+    exit_code: int = EXIT_USAGE,
 ) -> Any:
     """json.loads with a nesting bound and strict numbers; one `error` for every way it can fail."""
     try:
@@ -240,7 +240,7 @@ def read_json(
     max_depth: int = MAX_JSON_DEPTH,
     follow_symlinks: bool = True,
     error: ErrorType = PpspecError,
-    exit_code: int = 2,
+    exit_code: int = EXIT_USAGE,
 ) -> Any:
     raw = read_bytes(
         path, limit=limit, what=what, fix=fix, follow_symlinks=follow_symlinks, error=error, exit_code=exit_code
@@ -249,7 +249,12 @@ def read_json(
 
 
 def read_head(
-    path: str | os.PathLike[str], n: int, *, what: str = "file", error: ErrorType = PpspecError, exit_code: int = 2
+    path: str | os.PathLike[str],
+    n: int,
+    *,
+    what: str = "file",
+    error: ErrorType = PpspecError,
+    exit_code: int = EXIT_USAGE,
 ) -> tuple[bytes, int]:
     """The first `n` bytes of a regular file and its size (for headers of files too big to read)."""
     fd, st = _open_regular(path, what, "check the path", True, error, exit_code)
@@ -287,7 +292,7 @@ def write_text(
     what: str = "file",
     where: str | None = None,
     error: ErrorType = PpspecError,
-    exit_code: int = 1,
+    exit_code: int = EXIT_REFUSED,
     dir_fd: int | None = None,
     through: bool = False,
 ) -> None:
@@ -323,7 +328,7 @@ def write_bytes(
     what: str = "file",
     where: str | None = None,
     error: ErrorType = PpspecError,
-    exit_code: int = 1,
+    exit_code: int = EXIT_REFUSED,
 ) -> None:
     """write_text for binary content (a PNG plot): the same temporary file, fsync, rename and
     refusals. No redaction: binary data carries no text a secret could be found in."""
@@ -473,7 +478,7 @@ def _replace(
         ) from None
 
 
-def check_writable(path: str | os.PathLike[str], *, where: str, exit_code: int = 2) -> None:
+def check_writable(path: str | os.PathLike[str], *, where: str, exit_code: int = EXIT_USAGE) -> None:
     """Refuse at start an output path the user named that `write_text(..., through=True)` could not
     write later (after a long run): a directory, a socket, a symlink, a missing or unwritable parent,
     a name longer than the file system allows. A character device, FIFO or /dev/stdout passes."""
@@ -511,7 +516,7 @@ def check_writable(path: str | os.PathLike[str], *, where: str, exit_code: int =
         )
 
 
-def remove_tree(path: str | os.PathLike[str], *, what: str = "directory", exit_code: int = 1) -> None:
+def remove_tree(path: str | os.PathLike[str], *, what: str = "directory", exit_code: int = EXIT_REFUSED) -> None:
     """Remove what is at `path` WITHOUT following a symbolic link: a link (planted by another user,
     say) is unlinked itself, never its target; a regular file is unlinked; a directory is removed
     by shutil.rmtree's descriptor-based walk (it never follows a link inside). Nothing there: done."""
@@ -548,7 +553,9 @@ def remove_tree(path: str | os.PathLike[str], *, what: str = "directory", exit_c
         ) from None
 
 
-def make_dirs(path: str | os.PathLike[str], *, what: str = "directory", mode: int = 0o755, exit_code: int = 1) -> None:
+def make_dirs(
+    path: str | os.PathLike[str], *, what: str = "directory", mode: int = 0o755, exit_code: int = EXIT_REFUSED
+) -> None:
     """mkdir -p; one error naming the path when it cannot be made (or is not a directory)."""
     p = os.fspath(path)
     try:
@@ -562,7 +569,7 @@ def make_dirs(path: str | os.PathLike[str], *, what: str = "directory", mode: in
         ) from None
 
 
-def open_log(path: str | os.PathLike[str], *, what: str = "log file", exit_code: int = 1) -> Any:
+def open_log(path: str | os.PathLike[str], *, what: str = "log file", exit_code: int = EXIT_REFUSED) -> Any:
     """A fresh text file at `path` for a log (line-buffered). Never written THROUGH what was there: an
     existing entry (a regular file, or a symbolic link planted by another user) is unlinked, never
     truncated or followed, and the new file is created exclusively (O_EXCL|O_NOFOLLOW), so a link

@@ -23,7 +23,7 @@ from typing import Optional
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_USAGE, PpspecError
 
 #: The fix each variable's refusal names (its range, in words).
 _WHAT = {
@@ -107,7 +107,7 @@ def settings() -> Settings:
             f"{name}={raw[:60]!r} is not valid: {err.get('msg', 'invalid').removeprefix('Value error, ')}",
             where=name,
             fix=f"set {name} to {_WHAT.get(field, 'a valid value')}, or unset it",
-            exit_code=2,
+            exit_code=EXIT_USAGE,
         ) from None
 
 

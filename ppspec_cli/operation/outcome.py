@@ -10,14 +10,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_OK, EXIT_REFUSED, PpspecError
 from ppspec_cli.findings.codes import ENGINE_BAD_OPTION_NAME, ENGINE_SECRET_OPTION, ENV_SECRET
 from ppspec_cli.operation.operation import Operation
 from ppspec_cli.planning.facts import Facts
 from ppspec_cli.planning.judge import Judgment
 from ppspec_cli.planning.pd import router_command
+from ppspec_cli.planning.profile import Role
 from ppspec_cli.planning.resolve import Resolved
-from ppspec_cli.planning.verdict import EXIT_REFUSED, Verdict
+from ppspec_cli.planning.verdict import Verdict
 from ppspec_cli.running.launch import LaunchSpec, NodeLaunch, Site, build_launch
 
 
@@ -29,7 +30,7 @@ class Outcome:
     operation: Operation
     judgment: Judgment
     launch: LaunchSpec | None = None
-    launches: Mapping[str, LaunchSpec] = field(default_factory=dict)
+    launches: Mapping[Role, LaunchSpec] = field(default_factory=dict)
     router: tuple[str, str] | None = None
 
     @property
@@ -70,7 +71,7 @@ class Outcome:
         """check, plan, the dry run, export: the profile verdict's (0 passes, 1 refused). An
         operation that starts an engine: 1 when it is refused here; else the engine's run decides."""
         if self.operation.starts:
-            return EXIT_REFUSED if self.refused else 0
+            return EXIT_REFUSED if self.refused else EXIT_OK
         return self.profile_verdict.exit_code
 
 
@@ -106,7 +107,9 @@ def _refuse_unbuildable(j: Judgment) -> None:
     is in the verdict already)."""
     for f in j.findings:
         if f.kind in UNBUILDABLE:
-            raise PpspecError(f"{f.message}: ppspec builds no launch with it", where=f.field, fix=f.hint, exit_code=1)
+            raise PpspecError(
+                f"{f.message}: ppspec builds no launch with it", where=f.field, fix=f.hint, exit_code=EXIT_REFUSED
+            )
 
 
 def _node_rank_in_range(r: Resolved) -> None:

@@ -164,6 +164,9 @@ def judges_vocabulary(method: str, cfg: dict, version: Version) -> bool:
     `contract.vocabulary` names the served class), so the generic shapes rule leaves them alone."""
     served = set(served_architectures(method, cfg, version))
     return any(
-        p.contract is not None and set(p.contract.vocabulary) & set(p.contract.drafters.get(method, ())) & served
+        p.contract is not None
+        and set(p.contract.vocabulary)
+        & set(next((v for k, v in p.contract.drafters.items() if k == method), ()))
+        & served
         for p in packs.drafter_packs(method)
     )

@@ -104,7 +104,7 @@ def read_option(key: object, options: frozenset[str] | None = None) -> Option:
     subkeys = tuple(tail.split(".")) if tail else ()
     name = ".".join((head, *subkeys))
     if head in opts:
-        full, ambiguous = head, ()
+        full, ambiguous = head, tuple[str, ...]()
     else:
         cands = sorted(o for o in opts if o.startswith(head)) if head else []
         full, ambiguous = (cands[0], ()) if len(cands) == 1 else (head, tuple(cands))
@@ -310,11 +310,12 @@ def unknown_options(options: EngineOptions, names: frozenset[str] | None) -> lis
 
 def _dig(val: Mapping[str, Any], dotted: str) -> Any:
     """val["a"]["b"] for "a.b" (None where a level is missing or not a mapping)."""
+    got: Any = val
     for part in dotted.split("."):
-        if not isinstance(val, Mapping):
+        if not isinstance(got, Mapping):
             return None
-        val = val.get(part)
-    return val
+        got = got.get(part)
+    return got
 
 
 def pd_kv_view(kv_transfer: Any) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
-from ppspec_cli.findings import Finding, by_severity
+from ppspec_cli.findings import Finding, Severity, by_severity
 from ppspec_cli.findings.codes import (
     PD_BLOCK_SIZE_MISMATCH,
     PD_CONNECTOR_PCP,
@@ -273,6 +273,7 @@ def layer_types(r: Resolved) -> tuple[list[str], str] | None:
     if not (isinstance(cur, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in cur)):
         return None
     linear = {i - ll.base for i in cur}
+    assert part is not None  # ll came from it
     return [
         "linear_attention" if i in linear else "full_attention" for i in range(n)
     ], f"{ll.key} (the {part.name} pack)"
@@ -300,7 +301,7 @@ def _hybrid(c: connectors.Connector, role: Role, r: Resolved, version: str) -> I
     mamba = any("linear" in t or "mamba" in t for t in types)
     st, why, src = connectors.status(c.pp_mamba if mamba and c.pp_mamba else c.pp_hybrid, version)
     where = "; ".join(f"stage {i}: {', '.join(ts)}" for i, ts in enumerate(per_stage))
-    sev = "error" if st == "refused" else "info"
+    sev: Severity = "error" if st == "refused" else "info"
     yield PD_HYBRID_PP.at(
         f"roles.{role}.topology.pipeline_parallel",
         f"hybrid target on the {role} engine (PP={r.pp}; {where}; from {source}): {c.name} "

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_REFUSED, EXIT_USAGE, PpspecError
 from ppspec_cli.io.netinfo import NodeNet
 from ppspec_cli.planning.profile import Profile
 
@@ -41,7 +41,7 @@ def check_host(value: str, where: str) -> str:
         f"{where} {str(value)[:80]!r} is not a host name or IP address",
         where=where,
         fix="give the head node's host name (letters, digits, `.`, `-`) or its IP address",
-        exit_code=2,
+        exit_code=EXIT_USAGE,
     )
 
 
@@ -148,7 +148,7 @@ def place(
                 where="topology.nodes",
                 fix=f"allocate {t.nodes} nodes (sbatch --nodes={t.nodes}; `ppspec export slurm PROFILE` writes the "
                 "script) or change topology.nodes",
-                exit_code=1,
+                exit_code=EXIT_REFUSED,
             )
         if args.node_rank is None:
             notes.append(f"node rank {slurm.node_id} from SLURM_NODEID")

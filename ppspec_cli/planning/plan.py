@@ -105,8 +105,8 @@ def v1_taps_from_config(cfg: dict) -> TapSource:
         src = TapSource("dflash_config.target_layer_ids", raw, tuple(x + 1 for x in raw))
     eagle = cfg.get("eagle_config")
     if isinstance(eagle, dict) and eagle:
-        raw = _ids(eagle.get("eagle_aux_hidden_state_layer_ids"))
-        src = TapSource("eagle_config.eagle_aux_hidden_state_layer_ids", raw, raw)
+        ids = _ids(eagle.get("eagle_aux_hidden_state_layer_ids"))
+        src = TapSource("eagle_config.eagle_aux_hidden_state_layer_ids", ids, ids)
     if not src.taps:
         return TapSource("default", None, None)
     return src

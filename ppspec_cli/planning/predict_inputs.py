@@ -69,7 +69,7 @@ def _drafter_bytes(r: Any, layer: float, lm_head: float, notes: list[str]) -> fl
     terms = layer_terms(text, db) if n and db else None
     h = _pos(text, "hidden_size")
     vocab = _pos(text, "draft_vocab_size", "vocab_size")
-    if terms is not None and h and vocab:
+    if terms is not None and n and h and vocab:
         # every draft pass ends in logits: one lm_head read (its own, or the target's it shares)
         notes.append(f"drafter size estimated from its config.json: {n} layer(s) and an lm_head over {vocab} tokens")
         return n * (terms[0] + terms[3] * terms[1]) + vocab * h * db
@@ -271,7 +271,7 @@ def bench_calibration(bench: dict[str, Any], r: Any, source: str) -> tuple[dict[
         return None, "no calibration: the model's shape is not known from its config"
     name = hwtable.name_from_device(bench.get("device"))
     acc = hwtable.accelerator(name) if name else None
-    if acc is None:
+    if acc is None or name is None:
         return (
             None,
             f"no calibration: the device {str(bench.get('device'))[:60]!r} is not in the predictor's hardware table "

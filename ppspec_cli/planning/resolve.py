@@ -369,11 +369,12 @@ def _index_weights(target: Checkpoint, n: int) -> tuple[list[int], int | None, i
     hidden x the config's dtype bytes each (one counted only when the index names it: a tied
     lm_head is not stored), the rest of the total spread evenly over the layers."""
     names = target.weight_map or {}
+    total = target.index_total_size or 0
     v, h, b = target.vocab_size, target.hidden_size, target.dtype_bytes
     embed_b = v * h * b if v and h and b and any(k.endswith("embed_tokens.weight") for k in names) else None
     if embed_b is None:
         return (
-            [target.index_total_size // n] * n,
+            [total // n] * n,
             None,
             None,
             (
@@ -383,7 +384,7 @@ def _index_weights(target: Checkpoint, n: int) -> tuple[list[int], int | None, i
             ),
         )
     stored = embed_b * (2 if any(k.endswith("lm_head.weight") for k in names) else 1)
-    body = max(0, target.index_total_size - stored)
+    body = max(0, total - stored)
     return (
         [body // n] * n,
         embed_b,

@@ -277,10 +277,9 @@ def drafter(r: Resolved) -> Iterator[Finding]:
             fix=f"set drafter.tensor_parallel to 1 or {tp}",
         )
     view = r.drafter_view
-    if view is not None:
-        built_for = facts.method_of_drafter_config(
-            view if "speculators_config" not in (r.drafter.config or {}) else r.drafter.config
-        )
+    if view is not None and r.drafter is not None:
+        raw = r.drafter.config or {}
+        built_for = facts.method_of_drafter_config(view if "speculators_config" not in raw else raw)
         if built_for is not None and built_for != d.method:
             yield METHOD_MISMATCH.at(
                 "drafter.method",
@@ -300,6 +299,7 @@ def drafter(r: Resolved) -> Iterator[Finding]:
             tf = r.target_pack
             keys = " / ".join(f"`{k}`" for k in (tf.facts.mtp_layers.keys if tf else facts.DEFAULT_MTP_LAYER_KEYS))
             whose = f"the {tf.name} pack's key" if tf else "the usual keys"
+            assert m.no_layers is not None  # methods/__init__ holds every in-target method to name it
             yield m.no_layers.at(
                 "drafter.method",
                 f"method {m.name} needs MTP layers in the target, but its config sets none of {whose} {keys} "
@@ -480,8 +480,9 @@ def taps(r: Resolved) -> Iterator[Finding]:
             f"taps {bad} are outside 0..{n} (the target has {n} layers; tap L = output of layer L-1)",
             fix=f"use taps between 0 and {n}",
         )
-    trained_known = r.trained is not None and bool(r.trained.taps)
-    nested = trained_known and r.trained.key.startswith("eagle_config")  # type: ignore[union-attr]
+    trained = r.trained
+    trained_known = trained is not None and bool(trained.taps)
+    nested = trained is not None and trained_known and trained.key.startswith("eagle_config")
     if p.taps_source == "default" and r.taps_error is None:
         if not trained_known:
             yield TAPS_DEFAULT.at(
@@ -499,14 +500,14 @@ def taps(r: Resolved) -> Iterator[Finding]:
                 f"{list(default_taps(n))}` to say so; else pin the right ones. "
                 "On a live server `ppspec verify` shows it: an acceptance rate near 0 (drafter gate) means wrong taps",
             )
-        elif nested:
+        elif nested and trained is not None:
             # The runner ignores (V2) the nested key but its defaults happen to equal the trained taps.
             yield TAPS_NESTED_EAGLE_CONFIG.at(
                 "drafter.model",
                 "the drafter nests its taps as `eagle_config.eagle_aux_hidden_state_layer_ids` "
-                f"{list(r.trained.raw or ())} "  # type: ignore[union-attr]
-                f"(read as {_convention(d)} = vLLM taps {list(r.trained.taps or ())}); the {p.runner.upper()} runner "
-                "ignores that key "  # type: ignore[union-attr]
+                f"{list(trained.raw or ())} "
+                f"(read as {_convention(d)} = vLLM taps {list(trained.taps or ())}); the {p.runner.upper()} runner "
+                "ignores that key "
                 f"and taps the target's defaults {list(p.taps)}, which match — no overlay needed",
                 fix="to override, set drafter.tap_convention (capture_point | layer_output) or pin drafter.taps",
             )
@@ -528,12 +529,12 @@ def taps(r: Resolved) -> Iterator[Finding]:
             fix="nothing to do; to override, set drafter.tap_convention (capture_point | layer_output) or pin "
             "drafter.taps",
         )
-    if p.taps_source == "profile" and trained_known and set(r.trained.taps) != set(p.taps):  # type: ignore[union-attr, arg-type]
+    if p.taps_source == "profile" and trained is not None and trained.taps and set(trained.taps) != set(p.taps):
         yield TAPS_PINNED_DIFFER.at(
             "drafter.taps",
-            f"pinned taps {list(p.taps)} differ from the drafter config's {list(r.trained.taps)} (via {r.trained.key})",
+            f"pinned taps {list(p.taps)} differ from the drafter config's {list(trained.taps)} (via {trained.key})",
             fix="make sure the drafter was trained on the pinned taps",
-        )  # type: ignore[union-attr, arg-type]
+        )
 
 
 def _convention_ambiguous(r: Resolved) -> Iterator[Finding]:
@@ -804,8 +805,8 @@ def _fc_from_layers(r: Resolved) -> Iterator[Finding]:
     tbl = r.arch_table
     if p is None or tbl is None or r.drafter is None or not r.drafter.architectures or p.taps_source != "default":
         return
-    dr = drafter_facts(r)
-    fc = (dr or {}).get("fc") or {}
+    dr = drafter_facts(r) or {}
+    fc = dr.get("fc") or {}
     n_draft = r.drafter.num_layers
     if fc.get("rule") != "taps-else-num-hidden-layers" or not n_draft or n_draft == len(p.taps):
         return

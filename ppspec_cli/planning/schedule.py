@@ -95,6 +95,7 @@ def check(r: "Resolved") -> Iterator[Finding]:
 def _release(r: "Resolved", field: str) -> Iterator[Finding]:
     v = r.version
     d = r.profile.drafter
+    assert d is not None  # the schedule rule runs for a drafter's schedule only
     if v is not None and (v.major, v.minor) < VERIFIED_FROM:
         yield SCHEDULE_RELEASE_UNVERIFIED.at(
             field,

@@ -12,13 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ppspec_cli.errors import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from ppspec_cli.findings import Finding, Question
 
-#: The exit codes every command documents: the profile (or launch) is fine; it is refused; bad usage
-#: or unreadable input (PpspecError's default).
-EXIT_OK = 0
-EXIT_REFUSED = 1
-EXIT_USAGE = 2
+__all__ = ["EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "Verdict", "refuses", "verdict"]
 
 
 def refuses(f: Finding, question: Question) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_REFUSED, EXIT_USAGE, PpspecError
 from ppspec_cli.io import spawn
 from ppspec_cli.planning.placement import Slurm, check_host
 
@@ -36,14 +36,14 @@ def _slurm_int(environ: Mapping[str, str], *names: str) -> int:
                     f"{n}={v[:40]!r} in the environment is not a node number",
                     where=n,
                     fix="run inside a SLURM allocation (srun/sbatch set it), or unset SLURM_JOB_ID",
-                    exit_code=2,
+                    exit_code=EXIT_USAGE,
                 )
             return int(v)
     raise PpspecError(
         f"SLURM_JOB_ID is set but {names[0]} is not",
         where=names[0],
         fix="start each node with `srun` (it sets the node variables), or pass --node-rank and --master-addr",
-        exit_code=1,
+        exit_code=EXIT_REFUSED,
     )
 
 
@@ -58,14 +58,14 @@ def slurm_from_env(environ: Mapping[str, str]) -> Slurm | None:
             "SLURM_JOB_ID is set but SLURM_JOB_NODELIST is not",
             where="SLURM_JOB_NODELIST",
             fix="run inside a SLURM allocation, or pass --master-addr",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
     if len(nodelist) > NODELIST_MAX or not _NODELIST.fullmatch(nodelist):
         raise PpspecError(
             f"SLURM_JOB_NODELIST={nodelist[:40]!r} in the environment is not a SLURM host list",
             where="SLURM_JOB_NODELIST",
             fix="run inside a SLURM allocation (it sets e.g. `node[01-04]`), or pass --master-addr",
-            exit_code=2,
+            exit_code=EXIT_USAGE,
         )
     s = Slurm(
         job_id=job[:64],
@@ -78,7 +78,7 @@ def slurm_from_env(environ: Mapping[str, str]) -> Slurm | None:
             f"SLURM_NODEID={s.node_id} is not a node of this {s.nnodes}-node allocation (0..{s.nnodes - 1})",
             where="SLURM_NODEID",
             fix="start each node with `srun` inside the allocation (it sets SLURM_NODEID), or pass --node-rank",
-            exit_code=2,
+            exit_code=EXIT_USAGE,
         )
     return s
 
@@ -97,20 +97,25 @@ def slurm_hostnames(nodelist: str, environ: Mapping[str, str] | None = None) -> 
         )
     except FileNotFoundError:
         raise PpspecError(
-            "SLURM_JOB_NODELIST is set but `scontrol` is not on PATH", where="scontrol", fix=fix, exit_code=1
+            "SLURM_JOB_NODELIST is set but `scontrol` is not on PATH", where="scontrol", fix=fix, exit_code=EXIT_REFUSED
         ) from None
     except spawn.TimeoutExpired:
         raise PpspecError(
             f"`scontrol show hostnames` did not answer within {SCONTROL_TIMEOUT_S:.0f}s",
             where="scontrol",
             fix=fix,
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         ) from None
     except OSError as e:
-        raise PpspecError(f"cannot run `scontrol`: {e.strerror or e}", where="scontrol", fix=fix, exit_code=1) from None
+        raise PpspecError(
+            f"cannot run `scontrol`: {e.strerror or e}", where="scontrol", fix=fix, exit_code=EXIT_REFUSED
+        ) from None
     if out.returncode != 0:
         raise PpspecError(
-            f"`scontrol show hostnames` failed with exit code {out.returncode}", where="scontrol", fix=fix, exit_code=1
+            f"`scontrol show hostnames` failed with exit code {out.returncode}",
+            where="scontrol",
+            fix=fix,
+            exit_code=EXIT_REFUSED,
         )
     text = out.stdout[:_SCONTROL_MAX_BYTES].decode("utf-8", "replace")
     return [h.strip() for h in text.splitlines() if h.strip()]

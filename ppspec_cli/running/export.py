@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_REFUSED, EXIT_USAGE, PpspecError
 from ppspec_cli.io.shellout import comment, printable, quote
 from ppspec_cli.planning.resolve import Resolved
 from ppspec_cli.running.launch import LaunchSpec
@@ -46,7 +46,7 @@ def _mp_only(r: Resolved, what: str) -> None:
             fix="start the Ray cluster with the cluster's own tooling (KubeRay on Kubernetes, `ray start` in the "
             "SLURM job), "
             "then run `ppspec serve PROFILE` on its head; or use executor: mp",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
 
 
@@ -286,7 +286,7 @@ def check_image(image: str) -> str:
             f"--image {str(image)[:80]!r} is not an image reference",
             where="--image",
             fix="e.g. --image registry.example.com/vllm-ppspec:0.32.0 (vLLM and ppspec installed)",
-            exit_code=2,
+            exit_code=EXIT_USAGE,
         )
     return image
 
@@ -314,7 +314,7 @@ def parse_volumes(specs: list[str] | None) -> list[tuple[str, str]]:
                 where="--volume",
                 fix="name a PersistentVolumeClaim and where to mount it, e.g. --volume models:/models (the profile's "
                 "local model paths must lie under it)",
-                exit_code=2,
+                exit_code=EXIT_USAGE,
             )
         out.append((claim, path.rstrip("/") or "/"))
     return out
@@ -387,7 +387,7 @@ def k8s_manifest(
                 where=fld,
                 fix=f"mount the volume that holds it at the same path: --volume CLAIM:{str(Path(path).parent)} (a "
                 "PersistentVolumeClaim), or use a hub id",
-                exit_code=1,
+                exit_code=EXIT_REFUSED,
             )
     p = r.profile
     t = p.topology

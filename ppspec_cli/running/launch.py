@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_REFUSED, PpspecError
 from ppspec_cli.io import safeio, shellout
 from ppspec_cli.planning.engine_options import EngineOptions
 from ppspec_cli.planning.placement import node_run_dir
@@ -321,20 +321,20 @@ def materialize_overlay(
 
         src = download_snapshot(spec.drafter_source, revision, cancelled)  # DownloadCancelled when cancelled() says so
     try:
-        cfg = safeio.read_json(src / "config.json", limit=8 << 20, what="drafter config.json", exit_code=1)
+        cfg = safeio.read_json(src / "config.json", limit=8 << 20, what="drafter config.json", exit_code=EXIT_REFUSED)
     except PpspecError as e:
         raise PpspecError(
             f"cannot read the drafter's config.json to build its config overlay: {e.what}",
             where=str(src / "config.json"),
             fix="the engine loads config.json: get the drafter's complete config.json into that directory",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         ) from None
     if not isinstance(cfg, dict):
         raise PpspecError(
             "the drafter's config.json is not a JSON object",
             where=str(src / "config.json"),
             fix="restore it from the drafter repository",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
     cfg.update(spec.overlay)
     out = spec.overlay_dir
@@ -354,7 +354,7 @@ def materialize_overlay(
                 f"cannot build the drafter overlay: {e.strerror or e}",
                 where=str(out),
                 fix="check that the run directory is writable (--run-dir)",
-                exit_code=1,
+                exit_code=EXIT_REFUSED,
             ) from None
         return
     try:
@@ -371,5 +371,5 @@ def materialize_overlay(
             f"cannot build the drafter overlay: {e.strerror or e}",
             where=str(out),
             fix="check that the run directory is writable (--run-dir)",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         ) from None

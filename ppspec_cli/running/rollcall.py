@@ -17,6 +17,7 @@ import socket
 import threading
 import time
 
+from ppspec_cli.errors import EXIT_REFUSED
 from ppspec_cli.planning.rules import rollcall_port  # noqa: F401 - one rule, named in check's findings too
 
 PROTOCOL = b"ppspec-rollcall/1"
@@ -109,7 +110,7 @@ class Head:
             f"{getattr(last, 'strerror', None) or last}",
             where="launch.master_port",
             fix="choose a launch.master_port whose next port is free on the head node (or stop what uses it)",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
 
     def _accept(self) -> None:

@@ -10,7 +10,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_REFUSED, PpspecError
 from ppspec_cli.io import env as env_io
 from ppspec_cli.io import netio, redact, safeio
 
@@ -147,14 +147,14 @@ class Client:
                 "protocol": "check that --endpoint points at a vLLM OpenAI-compatible server (and http vs https)",
                 "too-large": "check that --endpoint is a vLLM server",
             }.get(e.kind, _START_HINT)
-            raise PpspecError(e.message, where=url, fix=fix, exit_code=1) from None
+            raise PpspecError(e.message, where=url, fix=fix, exit_code=EXIT_REFUSED) from None
         if 300 <= reply.status < 400:
             where_to = reply.headers.get("location", "")
             raise PpspecError(
                 f"{url} answered with a redirect ({reply.status})" + (f" to {where_to[:200]}" if where_to else ""),
                 where=url,
                 fix="pass the final server URL with --endpoint (ppspec does not follow redirects)",
-                exit_code=1,
+                exit_code=EXIT_REFUSED,
             )
         if reply.status >= 400:
             raise self._http_error(url, reply.status, reply.body[:4096].decode("utf-8", "replace"))
@@ -172,20 +172,20 @@ class Client:
                 else "the server wants an API key: pass --api-key-env NAME (the environment variable holding it)"
             )
             return PpspecError(
-                f"{url} refused the request: HTTP {code} (authentication)", where=url, fix=fix, exit_code=1
+                f"{url} refused the request: HTTP {code} (authentication)", where=url, fix=fix, exit_code=EXIT_REFUSED
             )
         if code == 404:
             return PpspecError(
                 f"{url} does not exist on this server (HTTP 404)",
                 where=url,
                 fix="check that --endpoint points at a vLLM OpenAI-compatible server (without /v1)",
-                exit_code=1,
+                exit_code=EXIT_REFUSED,
             )
         return PpspecError(
             f"{url} answered HTTP {code}" + (f": {detail}" if detail else ""),
             where=url,
             fix="check the server log for the cause",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
 
     def _json(self, method: str, path: str, body: dict | None = None, *, timeout: float | None = None) -> Any:
@@ -196,7 +196,7 @@ class Client:
             what=f"the answer of {self.url(path)}",
             where=self.url(path),
             fix="check that --endpoint points at a vLLM OpenAI-compatible server",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
 
     # -- endpoints -----------------------------------------------------------------------------
@@ -214,7 +214,7 @@ class Client:
                 f"{self.url('/v1/models')} returned JSON without a `data` list",
                 where=self.url("/v1/models"),
                 fix="check that --endpoint points at an OpenAI-compatible server",
-                exit_code=1,
+                exit_code=EXIT_REFUSED,
             )
         return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
@@ -256,7 +256,7 @@ class Client:
                 f"{url} returned no completion" + (f": {msg}" if isinstance(msg, str) else ""),
                 where=url,
                 fix="check the server log; the model name must be one /v1/models lists",
-                exit_code=1,
+                exit_code=EXIT_REFUSED,
             ) from None
         usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
         ct = usage.get("completion_tokens")

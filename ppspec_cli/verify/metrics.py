@@ -15,7 +15,7 @@ from typing import Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_REFUSED, PpspecError
 
 #: Speculative positions beyond this are not a real drafter's (and would size a list absurdly).
 MAX_POSITIONS = 1024
@@ -145,7 +145,7 @@ def _bad(why: str, shown: str = "") -> PpspecError:
         where="/metrics",
         fix="point --endpoint at the vLLM server itself (not a proxy or another service) and check that /metrics "
         "serves vLLM's counters",
-        exit_code=1,
+        exit_code=EXIT_REFUSED,
     )
 
 
@@ -234,7 +234,7 @@ def _restart_error(what: str) -> PpspecError:
         where="/metrics",
         fix="make sure the server stays up for the whole run (check its log for a crash or restart) and run `ppspec "
         "verify` again",
-        exit_code=1,
+        exit_code=EXIT_REFUSED,
     )
 
 
@@ -377,7 +377,7 @@ def spec_decode_stats(
                 f"0..{MAX_POSITIONS - 1}",
                 where=f"/metrics {ACCEPTED_PER_POS}",
                 fix="this vLLM exposes an unexpected metrics layout; report it with the /metrics text",
-                exit_code=1,
+                exit_code=EXIT_REFUSED,
             ) from None
     n = max(positions) + 1 if positions else 0
     accepted_pos = [0] * n

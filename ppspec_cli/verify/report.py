@@ -15,7 +15,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, StrictFloat, StrictInt, StrictStr
 from rich.table import Table
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_REFUSED, EXIT_USAGE, PpspecError
 from ppspec_cli.io import records, safeio, terminal
 from ppspec_cli.io.records import Record
 from ppspec_cli.io.terminal import (
@@ -112,9 +112,9 @@ def save_report(report: Report, path: str | Path) -> Path:
             f"cannot write {p}: the report holds a non-finite number (a server counter at Inf or NaN)",
             where=str(p),
             fix="check the server's /metrics; ppspec writes only finite figures",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         ) from None
-    safeio.write_text(p, text, what="report", exit_code=2, through=True)
+    safeio.write_text(p, text, what="report", exit_code=EXIT_USAGE, through=True)
     return p
 
 

@@ -149,13 +149,13 @@ def speculators_view(config: dict[str, Any], classes: tuple[DrafterClass, ...] =
         if config.get(k) is not None:
             out[k] = config[k]
     m = _speculators_method(kind)
-    if m is not None:
+    if m is not None and isinstance(kind, str):
         m.convert_speculators(kind, config, out)
     elif config.get("eagle_aux_hidden_state_layer_ids") is not None:
         out["eagle_aux_hidden_state_layer_ids"] = config["eagle_aux_hidden_state_layer_ids"]
     archs = (
         m.speculators_architectures(kind, out.get("model_type", "llama"), config.get("architectures"), classes)
-        if m is not None
+        if m is not None and isinstance(kind, str)
         else config.get("architectures")
     )
     if archs is not None:

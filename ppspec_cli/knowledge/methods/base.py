@@ -6,7 +6,7 @@ docstring (ppspec_cli/knowledge/methods/__init__.py) for the design."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, get_args
+from typing import Any, Literal, Mapping, TypeGuard, get_args
 
 from packaging.version import Version
 
@@ -87,7 +87,7 @@ class DrafterView:
     target_vocab: int | None = None
 
 
-def is_int(v: Any) -> bool:
+def is_int(v: Any) -> TypeGuard[int]:
     """A JSON integer (not a bool): checkpoint configs are hostile input."""
     return isinstance(v, int) and not isinstance(v, bool)
 

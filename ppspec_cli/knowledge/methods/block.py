@@ -5,7 +5,7 @@ num_speculative_tokens against the drafter config (config/speculative.py, 0.30-0
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeGuard
 
 from packaging.version import Version
 
@@ -36,7 +36,7 @@ def dflash_config(cfg: Mapping[str, Any]) -> dict:
     return dc if isinstance(dc, dict) else {}
 
 
-def positive(v: Any) -> bool:
+def positive(v: Any) -> TypeGuard[int]:
     return is_int(v) and v > 0
 
 

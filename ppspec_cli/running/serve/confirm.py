@@ -17,11 +17,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ppspec_cli.errors import EXIT_UNCONFIRMED
 from ppspec_cli.running.engine.plugin import read_status_dir
 
-#: `ppspec serve` exit code: the engine started, but not every engine process confirmed an ok
-#: ppspec plugin status matching the plan (serve stopped it).
-EXIT_UNCONFIRMED = 4
+__all__ = ["EXIT_UNCONFIRMED", "unconfirmed"]
+
+#: EXIT_UNCONFIRMED (errors.py): `ppspec serve`'s exit code when the engine started but not every
+#: engine process confirmed an ok ppspec plugin status matching the plan (serve stopped it).
 
 
 def plugin_record(status_dir: Path) -> list[dict[str, Any]]:

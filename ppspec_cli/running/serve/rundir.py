@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import IO
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_REFUSED, PpspecError
 from ppspec_cli.io import safeio
 from ppspec_cli.running.launch import LaunchSpec, NodeLaunch
 from ppspec_cli.running.planfile import plan_file_text, write_plan_file
@@ -139,7 +139,9 @@ class RunDir:
 
     def write_text(self, name: str, text: str, *, what: str) -> None:
         """`name` in this directory, through the one writer (temp + rename, relative to the descriptor)."""
-        safeio.write_text(name, text, what=what, where=f"--run-dir ({self.path / name})", dir_fd=self.fd, exit_code=1)
+        safeio.write_text(
+            name, text, what=what, where=f"--run-dir ({self.path / name})", dir_fd=self.fd, exit_code=EXIT_REFUSED
+        )
 
     def open_write(self, name: str) -> IO[str]:
         """A new (truncated) text file for streaming (the engine log): never through a link, a
@@ -217,7 +219,7 @@ def _error(path: Path, action: str, e: OSError) -> PpspecError:
         f"cannot {action} {path} in the run directory: {why}",
         where="--run-dir",
         fix="give `ppspec serve` a writable directory with free space (--run-dir)",
-        exit_code=1,
+        exit_code=EXIT_REFUSED,
     )
 
 
@@ -234,7 +236,7 @@ def check_run_dir(run_dir: Path) -> None:
             f"the run directory {run_dir} is a symbolic link; ppspec does not write or clean through links",
             where="--run-dir",
             fix="pass the directory itself",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
     try:
         entries = os.listdir(run_dir)
@@ -245,14 +247,14 @@ def check_run_dir(run_dir: Path) -> None:
             f"the run directory {run_dir} is not a directory",
             where="--run-dir",
             fix="pass a directory path",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         ) from None
     except OSError as e:
         raise PpspecError(
             f"cannot read the run directory {run_dir}: {e.strerror}",
             where="--run-dir",
             fix="check its permissions",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         ) from None
     foreign = sorted(
         e for e in entries if e not in RUN_DIR_ENTRIES and not (e.startswith(".") and e.endswith(".ppspec-tmp"))
@@ -268,7 +270,7 @@ def check_run_dir(run_dir: Path) -> None:
             "directory and never deletes what it did not create",
             where="--run-dir",
             fix="give `ppspec serve` a new or empty directory with --run-dir",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
     links = sorted(e for e in entries if os.path.islink(run_dir / e))
     if links:
@@ -276,7 +278,7 @@ def check_run_dir(run_dir: Path) -> None:
             f"{run_dir / links[0]} is a symbolic link; ppspec does not write or clean through links",
             where="--run-dir",
             fix="remove the link (ppspec recreates the entry), or use another --run-dir",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
 
 
@@ -409,7 +411,7 @@ def lock_run_dir(run_dir: Path) -> RunDir:
                 where="--run-dir",
                 fix="stop that server first, or give this one its own --run-dir (multi-node profiles get one per "
                 "host and node by default)",
-                exit_code=1,
+                exit_code=EXIT_REFUSED,
             ) from None
         kernel = False  # the file system keeps no locks (NFS mounted `nolock`): the record alone decides
     f.seek(0)
@@ -430,7 +432,7 @@ def lock_run_dir(run_dir: Path) -> RunDir:
                 where="--run-dir",
                 fix="give this node its own --run-dir; if that server no longer runs, remove "
                 f"{Path(run_dir) / LOCK_FILE}",
-                exit_code=1,
+                exit_code=EXIT_REFUSED,
             )
     try:
         f.seek(0)

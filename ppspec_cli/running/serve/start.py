@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_REFUSED, PpspecError
 from ppspec_cli.planning.profile import Profile
 
 
@@ -49,14 +49,14 @@ def start(
             where="--run-dir",
             fix="stop that server first, or give this one its own --run-dir (multi-node profiles get one per host "
             "and node by default)",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
     if node.role == "head" and not port_free(r.profile.server.host, r.profile.server.port):
         raise PpspecError(
             f"port {r.profile.server.port} on {r.profile.server.host} is already in use",
             where="server.port",
             fix="stop the other server or set server.port to a free port",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
     if r.profile.launch.executor == "ray" and node.role == "head":
         _check_ray(t.tensor_parallel * t.pipeline_parallel * t.data_parallel)
@@ -115,7 +115,7 @@ def _check_ray(world: int) -> None:
             f"no running Ray cluster reachable ({type(e).__name__})",
             where="launch.executor",
             fix="start it with `ray start --head` on the head node and `ray start --address HEAD:6379` on the others",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         ) from None
     finally:
         try:
@@ -127,5 +127,5 @@ def _check_ray(world: int) -> None:
             f"the Ray cluster has {gpus} GPU(s) but the profile needs {world}",
             where="topology",
             fix="add nodes to the cluster or shrink the topology",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from ppspec_cli.checkpoint.reader import DownloadCancelled
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_OK, EXIT_REFUSED, PpspecError, exit_for_signal
 from ppspec_cli.io import env as env_io
 from ppspec_cli.io import netio, redact, shellout, spawn
 from ppspec_cli.running.engine.plugin import read_status_dir
@@ -189,7 +189,7 @@ def port_free(host: str, port: int) -> bool:
             "server.host is empty",
             where="server.host",
             fix="set server.host to an address of this machine, e.g. 127.0.0.1",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
     try:
         infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -198,7 +198,7 @@ def port_free(host: str, port: int) -> bool:
             f"server.host {host[:80]!r} does not resolve to an address",
             where="server.host",
             fix="use an IP address or a host name of this machine, e.g. 127.0.0.1",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         ) from None
     fam, _, _, _, addr = infos[0]
     with socket.socket(fam, socket.SOCK_STREAM) as s:
@@ -211,7 +211,7 @@ def port_free(host: str, port: int) -> bool:
                     f"server.host {host!r} is not an address of this machine",
                     where="server.host",
                     fix="use 127.0.0.1, 0.0.0.0 or one of this machine's addresses",
-                    exit_code=1,
+                    exit_code=EXIT_REFUSED,
                 ) from None
             return False
     return True
@@ -393,7 +393,7 @@ def run_engine(
                 f"environment variable {ref} (server.api_key_env) is not set [api-key-env-unset]",
                 where="server.api_key_env",
                 fix=f"export {ref}=... before `ppspec serve`",
-                exit_code=1,
+                exit_code=EXIT_REFUSED,
             )
         secrets[k] = env_io.get(ref) or ""
         redact.register(secrets[k])
@@ -446,7 +446,7 @@ def _run_locked(
             raise
     if sigs.first is not None:
         return ServeResult(
-            128 + sigs.first, f"interrupted by {sigs.name} before the engine started: nothing was launched"
+            exit_for_signal(sigs.first), f"interrupted by {sigs.name} before the engine started: nothing was launched"
         )
     tmp = make_engine_tmp(rd)
     env = spawn.child_env(node.env)
@@ -478,13 +478,13 @@ def _run_locked(
                 f"cannot start the engine: {node.argv[0]} not found",
                 where="vllm",
                 fix="install vLLM in this environment (pip install 'ppspec[cuda]', or 'ppspec[cpu]' on CPU hosts)",
-                exit_code=1,
+                exit_code=EXIT_REFUSED,
             ) from None
         raise PpspecError(
             f"cannot start the engine {node.argv[0]}: {e.strerror or e}",
             where="vllm",
             fix="check that the vLLM install is complete and executable",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         ) from None
 
     def pump() -> None:
@@ -517,7 +517,7 @@ def _run_locked(
     reader.start()
     shm = ShmTracker(proc.pid, record=rd, before=shm_before)
     shm.start()
-    result = ServeResult(1, "the engine supervisor stopped unexpectedly")
+    result = ServeResult(EXIT_REFUSED, "the engine supervisor stopped unexpectedly")
     try:
         result = _supervise(
             spec,
@@ -588,14 +588,17 @@ def _supervise(
         refused = [r for r in read_status_dir(status_dir(spec)) if r.get("workers_confirmed") is False]
         if refused:
             return ServeResult(EXIT_UNCONFIRMED, f"{refused[0].get('error')}\n  full log: {log_path}")
-        return ServeResult(1, msg + (f"\n  likely cause: {cause}" if cause else "") + f"\n  full log: {log_path}")
+        return ServeResult(
+            EXIT_REFUSED, msg + (f"\n  likely cause: {cause}" if cause else "") + f"\n  full log: {log_path}"
+        )
 
     t0 = time.monotonic()
     last_note = t0
     while node.role == "head":  # headless workers have no HTTP server to wait for
         if sigs.first is not None:
             return ServeResult(
-                128 + sigs.first, f"interrupted by {sigs.name} while the engine was starting: the engine was stopped"
+                exit_for_signal(sigs.first),
+                f"interrupted by {sigs.name} while the engine was starting: the engine was stopped",
             )
         lost = roll.lost() if roll is not None else None
         if lost:
@@ -617,7 +620,7 @@ def _supervise(
             break
         now = time.monotonic()
         if now - t0 > health_timeout_s:
-            return ServeResult(1, _health_timeout_reason(spec, node, health_timeout_s, tail, log_path, roll))
+            return ServeResult(EXIT_REFUSED, _health_timeout_reason(spec, node, health_timeout_s, tail, log_path, roll))
         if now - max(last_note, shown.last_shown) >= 15:  # only when nothing else showed progress
             log(f"waiting for {spec.url}/health ... {now - t0:.0f}s")
             last_note = now
@@ -645,10 +648,12 @@ def _supervise(
         log(f"node {node.node_rank} started: it joins the head's engine (the head serves the API)")
     while True:
         if sigs.first is not None:
-            return ServeResult(128 + sigs.first, f"stopped by {sigs.name}: the engine shut down cleanly")
+            return ServeResult(exit_for_signal(sigs.first), f"stopped by {sigs.name}: the engine shut down cleanly")
         lost = roll.lost() if roll is not None else None
         if lost:
-            return ServeResult(1, f"{lost}; stopped the engine. Start every node again. Engine log: {log_path}")
+            return ServeResult(
+                EXIT_REFUSED, f"{lost}; stopped the engine. Start every node again. Engine log: {log_path}"
+            )
         if proc.poll() is not None:
             return exited("while serving")
         time.sleep(0.3)
@@ -674,9 +679,9 @@ def _run_workload(workload, proc, sigs: _Signals, roll, exited) -> ServeResult:
     result: ServeResult | None = None
     while t.is_alive():
         if sigs.first is not None:
-            result = ServeResult(128 + sigs.first, f"stopped by {sigs.name}: the engine shut down cleanly")
+            result = ServeResult(exit_for_signal(sigs.first), f"stopped by {sigs.name}: the engine shut down cleanly")
         elif roll is not None and roll.lost():
-            result = ServeResult(1, f"{roll.lost()}; stopped the engine")
+            result = ServeResult(EXIT_REFUSED, f"{roll.lost()}; stopped the engine")
         elif proc.poll() is not None:
             result = exited("while it was being measured")
         if result is not None:
@@ -688,7 +693,7 @@ def _run_workload(workload, proc, sigs: _Signals, roll, exited) -> ServeResult:
     if err is not None:
         code = getattr(err, "exit_code", 1)
         return ServeResult(code if isinstance(code, int) else 1, str(err), error=err)  # type: ignore[arg-type]
-    return ServeResult(0, "measured: the engine shut down cleanly", value=box.get("value"))
+    return ServeResult(EXIT_OK, "measured: the engine shut down cleanly", value=box.get("value"))
 
 
 def _terminate(

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_REFUSED, PpspecError
 from ppspec_cli.io import safeio, spawn
 
 #: Longest event line read from the load generator.
@@ -76,7 +76,7 @@ class LoadGen:
                     f"the load generator did not finish {what} in time",
                     where="ppspec bench (vLLM's benchmark client)",
                     fix=f"check its log {self.log_path}; use smaller --num-prompts / --max-tokens",
-                    exit_code=1,
+                    exit_code=EXIT_REFUSED,
                 )
             try:
                 return self.events.get(timeout=min(0.3, left))
@@ -90,7 +90,10 @@ class LoadGen:
             self.proc.poll()
             msg = f"the load generator exited (code {self.proc.returncode}) before it finished"
         return PpspecError(
-            msg, where="ppspec bench (vLLM's benchmark client)", fix=f"see its log {self.log_path}", exit_code=1
+            msg,
+            where="ppspec bench (vLLM's benchmark client)",
+            fix=f"see its log {self.log_path}",
+            exit_code=EXIT_REFUSED,
         )
 
     def run(
