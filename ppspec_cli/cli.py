@@ -454,24 +454,26 @@ def verify(
 ) -> None:
     """Measure speculative decoding on a live server: acceptance from /metrics deltas, throughput,
     and pass/fail gates (non-zero exit when a gate fails)."""
-    from ppspec_cli.commands.verify import verify_command
+    from ppspec_cli.commands.verify import Options, verify_command
 
     raise typer.Exit(
         verify_command(
-            profile=profile,
-            endpoint=endpoint,
-            out=out,
-            save_baseline=save_baseline,
-            baseline=baseline,
-            reference=reference,
-            save_reference=save_reference,
-            gates=gate,
-            min_acceptance=min_acceptance,
-            parity_ratio=parity_ratio,
-            max_tokens=max_tokens,
-            num_prompts=num_prompts,
-            api_key_env=api_key_env,
-            json_out=json_out,
+            Options(
+                profile=profile,
+                endpoint=endpoint,
+                out=out,
+                save_baseline=save_baseline,
+                baseline=baseline,
+                reference=reference,
+                save_reference=save_reference,
+                gates=gate,
+                min_acceptance=min_acceptance,
+                parity_ratio=parity_ratio,
+                max_tokens=max_tokens,
+                num_prompts=num_prompts,
+                api_key_env=api_key_env,
+                json_out=json_out,
+            )
         )
     )
 

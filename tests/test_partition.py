@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from ppspec_cli.planning.partition import stage_bounds, suggest_partition
-from ppspec_cli.planning.plan import EngineTaps, WeightBytes, build_plan, default_partition
+from ppspec_cli.planning.plan import EngineTaps, PlanInputs, WeightBytes, build_plan, default_partition
 
 
 def stage_costs(
@@ -72,12 +72,11 @@ def test_plan_reports_the_suggestion_with_the_drafter_counted():
         drafter_needs_target_embed=True,
     )
     sizes = WeightBytes((100,) * 32, embed=50, lm_head=50)
-    p = build_plan(**common, weights=replace(sizes, drafter=150), num_speculative_tokens=2)
+    p = build_plan(PlanInputs(**common, weights=replace(sizes, drafter=150), num_speculative_tokens=2))
     assert p.suggested_partition == (18, 14) and any("suggested layer_partition [18, 14]" in n for n in p.notes)
     assert p.to_json()["suggested_partition"] == [18, 14]
-    no_drafter = build_plan(**{**common, "method": None}, weights=sizes)
+    no_drafter = build_plan(PlanInputs(**{**common, "method": None}, weights=sizes))
     assert no_drafter.suggested_partition is None
-    tiny = build_plan(
-        **common, weights=replace(sizes, drafter=1), num_speculative_tokens=1
-    )  # lm_head + 1 byte: default stays best
+    # lm_head + 1 byte: default stays best
+    tiny = build_plan(PlanInputs(**common, weights=replace(sizes, drafter=1), num_speculative_tokens=1))
     assert tiny.suggested_partition == (16, 16) and not any("suggested" in n for n in tiny.notes)

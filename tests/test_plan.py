@@ -12,6 +12,7 @@ from conftest import fixture_config
 
 from ppspec_cli.planning.plan import (
     EngineTaps,
+    PlanInputs,
     TapSource,
     WeightBytes,
     build_plan,
@@ -321,7 +322,7 @@ def _plan(**kw):
         drafter_needs_target_embed=True,
     )
     base.update(kw)
-    return build_plan(**base)
+    return build_plan(PlanInputs(**base))
 
 
 def test_build_plan_61_layers_pp2():

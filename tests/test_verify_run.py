@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from ppspec_cli.commands.verify import verify_command
+from ppspec_cli.commands.verify import Options, verify_command
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.verify import runner
 from ppspec_cli.verify.prompts import load_prompt_set
 from ppspec_cli.verify.report import load_report
-from ppspec_cli.verify.runner import run_verify
+from ppspec_cli.verify.runner import Sampling, run_verify
 
 FIX = Path(__file__).parent / "fixtures" / "metrics"
 ANSWERS = {it.prompt: it.answer for it in load_prompt_set().items if it.answer is not None}
@@ -205,7 +205,7 @@ def _cmd(url, **kw):
         json_out=False,
     )
     args.update(kw)
-    return verify_command(**args)
+    return verify_command(Options(**args))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,7 +238,7 @@ def test_run_verify_measures_only_its_own_run(fake):
 def test_counters_that_lag_behind_the_response_are_waited_for(fake):
     f = fake()
     f.metrics_lag_s = 0.5
-    report = run_verify(f.url, max_tokens=8, num_prompts=2, progress=None, warmup=False)
+    report = run_verify(f.url, max_tokens=8, num_prompts=2, progress=None, sampling=Sampling(warmup=False))
     assert report.counters_delta["generation_tokens"] == 16
     assert report.spec_decode["drafts"] == 20
 

@@ -30,6 +30,7 @@ from ppspec_cli.knowledge.engine import installed_vllm  # noqa: E402
 from ppspec_cli.knowledge.methods.block import parallel_drafting_token  # noqa: E402
 from ppspec_cli.planning.plan import (  # noqa: E402
     EngineTaps,
+    PlanInputs,
     build_plan,
     default_partition,
     default_taps,
@@ -319,17 +320,19 @@ def test_stage_taps_slots_and_relay_match_vllm(vllm_mods, fake_pp, data, n, pp):
     taps = tuple(sorted(set(data.draw(st.lists(st.integers(0, n), max_size=6)))))
     EXAMPLES["stage taps / slots / relay"] += 1
     plan = build_plan(
-        num_layers=n,
-        pp=pp,
-        layer_partition=None,
-        method="eagle3",
-        runner="v2",
-        taps=EngineTaps(taps, "test"),
-        hidden_size=8,
-        dtype_bytes=2,
-        n_draft_layers=1,
-        draft_numbering="global",
-        drafter_needs_target_embed=True,
+        PlanInputs(
+            num_layers=n,
+            pp=pp,
+            layer_partition=None,
+            method="eagle3",
+            runner="v2",
+            taps=EngineTaps(taps, "test"),
+            hidden_size=8,
+            dtype_bytes=2,
+            n_draft_layers=1,
+            draft_numbering="global",
+            drafter_needs_target_embed=True,
+        )
     )
     bounds = stage_bounds(default_partition(n, pp))
     assert [list(s.taps) for s in plan.stages] == [list(t) for t in stage_taps(taps, bounds)]

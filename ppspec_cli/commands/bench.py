@@ -4,6 +4,7 @@ concurrency level with vLLM's benchmark client, check greedy parity, give a verd
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -453,20 +454,8 @@ class _Bench:
 
         d = self.arm_dir(arm)
         d.mkdir(parents=True, exist_ok=True)
-        what = (
-            "without its drafter"
-            if not arm.speculation
-            else (
-                f"with the schedule {arm.schedule_list()}"
-                if arm.schedule
-                else f"with num_speculative_tokens {arm.num_speculative_tokens}"
-            )
-        )
-        progress(
-            f"{tag}: "
-            + ("measuring " + arm.endpoint if arm.endpoint else "serving the profile " + what)
-            + f"; {len(runs)} run(s) of c={','.join(map(str, sorted({c for c, _r in runs}))) or '-'}"
-        )
+        levels = ",".join(map(str, sorted({c for c, _r in runs}))) or "-"
+        progress(f"{tag}: {_arm_line(arm)}; {len(runs)} run(s) of c={levels}")
         prepared = None
         if arm.endpoint is None:
             from ppspec_cli import operation
@@ -485,33 +474,9 @@ class _Bench:
         job = self._job(arm, prepared, runs, need_parity)
         env = {"HF_HUB_OFFLINE": "1"} if self.offline or os.path.isdir(job["tokenizer"]) else {}
         lg = LoadGen(d / "loadgen.log", env)  # imports vLLM while the engine starts
-        t_start = time.monotonic()
-        done = [0]
-
-        def on_event(ev: dict) -> None:
-            e = ev["event"]
-            if e == "warmup":
-                if prepared is not None:
-                    self.start_times.append(time.monotonic() - t_start)
-                progress(f"{tag}: warm-up")
-            elif e == "level":
-                progress(
-                    f"{tag}: c={ev['concurrency']} repeat {ev.get('repeat', 0) + 1} "
-                    f"({done[0] + 1}/{len(runs)}){self._eta(len(runs) - done[0] + later_runs, arms_left)}"
-                )
-            elif e == "level_done":
-                done[0] += 1
-                self.level_times.append(float(ev.get("seconds") or 0))
-                rec = res.load_record(Path(ev["file"])) or {}
-                acc = rec.get("acceptance_length")
-                progress(
-                    f"{tag}: c={ev['concurrency']} done in {ev.get('seconds')}s: "
-                    f"{rec.get('output_tokens_per_s') or 0:.1f} output tok/s"
-                    + (f", acceptance length {acc:.2f}" if isinstance(acc, (int, float)) else "")
-                )
-            elif e == "parity":
-                progress(f"{tag}: parity pass ({self.settings['parity_prompts']} prompts, one at a time)")
-
+        on_event = functools.partial(
+            self._on_event, tag, runs, [0], time.monotonic(), prepared is not None, later_runs, arms_left
+        )
         timeout = 300.0 + 0.5 * max(self.settings["prompts_per_level"].values()) * self.settings["max_tokens"]
 
         def workload(stop) -> None:
@@ -547,6 +512,33 @@ class _Bench:
                 progress(f"{tag}: {r.reason}")
             return r.exit_code
         return EXIT_OK
+
+    def _on_event(
+        self, tag: str, runs: list, done: list[int], t_start: float, served: bool, later: int, arms_left: int, ev: dict
+    ) -> None:
+        """One event of the load generator, as a progress line (and the timings the ETA reads)."""
+        e = ev["event"]
+        if e == "warmup":
+            if served:
+                self.start_times.append(time.monotonic() - t_start)
+            progress(f"{tag}: warm-up")
+        elif e == "level":
+            progress(
+                f"{tag}: c={ev['concurrency']} repeat {ev.get('repeat', 0) + 1} "
+                f"({done[0] + 1}/{len(runs)}){self._eta(len(runs) - done[0] + later, arms_left)}"
+            )
+        elif e == "level_done":
+            done[0] += 1
+            self.level_times.append(float(ev.get("seconds") or 0))
+            rec = res.load_record(Path(ev["file"])) or {}
+            acc = rec.get("acceptance_length")
+            progress(
+                f"{tag}: c={ev['concurrency']} done in {ev.get('seconds')}s: "
+                f"{rec.get('output_tokens_per_s') or 0:.1f} output tok/s"
+                + (f", acceptance length {acc:.2f}" if isinstance(acc, (int, float)) else "")
+            )
+        elif e == "parity":
+            progress(f"{tag}: parity pass ({self.settings['parity_prompts']} prompts, one at a time)")
 
     def _job(self, arm: Arm, prepared, runs: list[tuple[int, int]], need_parity: bool) -> dict:
         from ppspec_cli.verify.client import normalize_endpoint
@@ -656,6 +648,17 @@ def _parity_key(settings: dict, arm: Arm | None = None) -> dict:
     if arm is not None and arm.schedule:
         key["schedule"] = arm.schedule_list()
     return key
+
+
+def _arm_line(arm: Arm) -> str:
+    """What one arm measures, in the progress line."""
+    if arm.endpoint:
+        return "measuring " + arm.endpoint
+    if not arm.speculation:
+        return "serving the profile without its drafter"
+    if arm.schedule:
+        return f"serving the profile with the schedule {arm.schedule_list()}"
+    return f"serving the profile with num_speculative_tokens {arm.num_speculative_tokens}"
 
 
 def _tokenizer(p, prepared) -> str:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_OK, EXIT_REFUSED, PpspecError
 from ppspec_cli.io import safeio, terminal
 from ppspec_cli.verify.client import endpoint_from_host_port, normalize_endpoint
 from ppspec_cli.verify.gates import (
@@ -56,86 +57,49 @@ def _profile_context(path: str) -> dict:
     }
 
 
-def verify_command(
-    profile: str | None,
-    endpoint: str | None,
-    out: str | None,
-    save_baseline: str | None,
-    baseline: str | None,
-    reference: str | None,
-    save_reference: str | None,
-    gates: list[str] | None,
-    min_acceptance: float,
-    parity_ratio: float,
-    max_tokens: int | None,
-    num_prompts: int | None,
-    api_key_env: str | None,
-    json_out: bool,
-) -> int:
-    """Run verify end to end and return the exit code: 0 all gates pass, 1 a gate failed.
+@dataclass(frozen=True)
+class Options:
+    """`ppspec verify`'s command line (cli.py fills it). `max_tokens`/`num_prompts` None: the
+    profile's verify section decides, else the built-in defaults."""
 
-    max_tokens/num_prompts None: the profile's verify section decides, else the built-in defaults.
-    Usage errors and unreachable servers raise PpspecError (the app renders them).
-    """
-    import math
+    profile: str | None = None
+    endpoint: str | None = None
+    out: str | None = None
+    save_baseline: str | None = None
+    baseline: str | None = None
+    reference: str | None = None
+    save_reference: str | None = None
+    gates: list[str] | None = None
+    min_acceptance: float = 0.05
+    parity_ratio: float = 0.95
+    max_tokens: int | None = None
+    num_prompts: int | None = None
+    api_key_env: str | None = None
+    json_out: bool = False
 
-    # option values are checked before the run, not after minutes of generation
-    for opt, v, lo, hi in (("--min-acceptance", min_acceptance, 0.0, 1.0), ("--parity-ratio", parity_ratio, 0.0, 10.0)):
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and lo <= v <= hi):
-            raise PpspecError(
-                f"{opt} {v!r} is not a number in {lo:g}..{hi:g}",
-                where=opt,
-                fix=f"pass a value between {lo:g} and {hi:g}",
-            )
-    for opt, path in (("--out", out), ("--save-baseline", save_baseline), ("--save-reference", save_reference)):
-        if path:
-            safeio.check_writable(path, where=opt)
-    err = terminal.console(stderr=True)
-    out_console = terminal.console(stderr=json_out)
-    ctx = _profile_context(profile) if profile else {}
-    url = normalize_endpoint(endpoint or ctx.get("endpoint"))
-    key_env = api_key_env or ctx.get("api_key_env")
-    spec_cfg = ctx.get("spec_config") or {}
-    if max_tokens is None:
-        max_tokens = ctx.get("max_tokens") or DEFAULT_MAX_TOKENS
-    if num_prompts is None:
-        num_prompts = ctx.get("num_prompts")
 
-    baseline_doc = load_report(baseline, "baseline") if baseline else None
-    reference_doc = load_report(reference, "reference") if reference else None
-    # Speculation is "expected" when the profile names a drafter; without a profile we learn it
-    # from /metrics, so default gate choice happens after the run.
+def verify_command(o: Options) -> int:
+    """Run verify end to end and return the exit code: 0 all gates pass, 1 a gate failed. Usage
+    errors and unreachable servers raise PpspecError (the app renders them)."""
+    _check_options(o)
+    ctx = _profile_context(o.profile) if o.profile else {}
+    baseline_doc = load_report(o.baseline, "baseline") if o.baseline else None
+    reference_doc = load_report(o.reference, "reference") if o.reference else None
+    # Speculation is "expected" when the profile names a drafter; without a profile it is learnt
+    # from /metrics, so the default gates are chosen after the run.
     explicit = (
         None
-        if gates is None
+        if o.gates is None
         else resolve_gates(
-            gates, have_baseline=baseline_doc is not None, have_reference=reference_doc is not None, speculative=True
+            o.gates, have_baseline=baseline_doc is not None, have_reference=reference_doc is not None, speculative=True
         )
     )
-    synthetic = synthetic_acceptance_configured(spec_cfg)
+    saving = bool(o.save_baseline or o.save_reference)
+    spec_cfg = ctx.get("spec_config") or {}
     wants_gates = explicit is None or bool(explicit)
-    if synthetic and (wants_gates or save_baseline or save_reference):
+    if synthetic_acceptance_configured(spec_cfg) and (wants_gates or saving):
         refuse_if_synthetic(spec_cfg, ctx.get("source", "speculative config"))
-
-    report = run_verify(
-        url,
-        profile=ProfileContext(
-            name=ctx.get("name"),
-            preferred_models=tuple(ctx.get("preferred") or ()),
-            spec_config=spec_cfg,
-            expect_speculative=ctx.get("speculative"),
-            tokenizer=ctx.get("tokenizer"),
-        ),
-        api_key_env=key_env,
-        max_tokens=max_tokens,
-        num_prompts=num_prompts,
-        refuse_synthetic=wants_gates or bool(save_baseline or save_reference),
-    )
-    if ctx.get("name"):  # which packs ran in which engine process, from the run `ppspec serve` keeps
-        from ppspec_cli.running.serve.confirm import plugin_record
-        from ppspec_cli.running.serve.rundir import default_run_dir
-
-        report.plugin = plugin_record(default_run_dir(ctx["name"]) / "plugin-status")
+    report = _measure(o, ctx, refuse_synthetic=wants_gates or saving)
     chosen = explicit
     if chosen is None:
         chosen = resolve_gates(
@@ -149,38 +113,89 @@ def verify_command(
         chosen,
         baseline=baseline_doc,
         reference=reference_doc,
-        min_acceptance=min_acceptance,
-        parity_ratio=parity_ratio,
+        min_acceptance=o.min_acceptance,
+        parity_ratio=o.parity_ratio,
         task_tolerance=DEFAULT_TASK_TOLERANCE,
     )
+    _save(o, report)
+    _render(o, report, chosen)
+    return EXIT_OK if report.passed else EXIT_REFUSED
 
-    if save_reference and report.speculative.get("configured"):
+
+def _check_options(o: Options) -> None:
+    """Option values are checked before the run, not after minutes of generation."""
+    import math
+
+    for opt, v, lo, hi in (
+        ("--min-acceptance", o.min_acceptance, 0.0, 1.0),
+        ("--parity-ratio", o.parity_ratio, 0.0, 10.0),
+    ):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and lo <= v <= hi):
+            raise PpspecError(
+                f"{opt} {v!r} is not a number in {lo:g}..{hi:g}",
+                where=opt,
+                fix=f"pass a value between {lo:g} and {hi:g}",
+            )
+    for opt, path in (("--out", o.out), ("--save-baseline", o.save_baseline), ("--save-reference", o.save_reference)):
+        if path:
+            safeio.check_writable(path, where=opt)
+
+
+def _measure(o: Options, ctx: dict, *, refuse_synthetic: bool):
+    """One measured run against the server (the profile's, unless --endpoint names one)."""
+    report = run_verify(
+        normalize_endpoint(o.endpoint or ctx.get("endpoint")),
+        profile=ProfileContext(
+            name=ctx.get("name"),
+            preferred_models=tuple(ctx.get("preferred") or ()),
+            spec_config=ctx.get("spec_config") or {},
+            expect_speculative=ctx.get("speculative"),
+            tokenizer=ctx.get("tokenizer"),
+        ),
+        api_key_env=o.api_key_env or ctx.get("api_key_env"),
+        max_tokens=o.max_tokens if o.max_tokens is not None else (ctx.get("max_tokens") or DEFAULT_MAX_TOKENS),
+        num_prompts=o.num_prompts if o.num_prompts is not None else ctx.get("num_prompts"),
+        refuse_synthetic=refuse_synthetic,
+    )
+    if ctx.get("name"):  # which packs ran in which engine process, from the run `ppspec serve` keeps
+        from ppspec_cli.running.serve.confirm import plugin_record
+        from ppspec_cli.running.serve.rundir import default_run_dir
+
+        report.plugin = plugin_record(default_run_dir(ctx["name"]) / "plugin-status")
+    return report
+
+
+def _save(o: Options, report) -> None:
+    """The report, baseline and reference files asked for (a baseline needs an acceptance length)."""
+    if o.save_reference and report.speculative.get("configured"):
         report.warnings.append(
             "saving a reference from a run WITH speculative decoding; a reference is meant to be measured with "
             "speculation off"
         )
-    if save_baseline and not report.spec_decode.get("mean_acceptance_length"):
+    if o.save_baseline and not report.spec_decode.get("mean_acceptance_length"):
         raise PpspecError(
             f"cannot save a baseline: {report.spec_decode.get('status')} (no acceptance length measured)",
             where="--save-baseline",
             fix="save the baseline from a run with speculative decoding on that made drafts",
         )
-    for path in (out, save_baseline, save_reference):
+    for path in (o.out, o.save_baseline, o.save_reference):
         if path:
             save_report(report, path)
 
-    if json_out:
+
+def _render(o: Options, report, chosen: list[str]) -> None:
+    err = terminal.console(stderr=True)
+    if o.json_out:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
         sys.stdout.flush()
         print_gate_lines(report.to_dict(), err)
     else:
-        render_table(report, out_console)
+        render_table(report, terminal.console(stderr=o.json_out))
     if TASK in chosen and report.lm_eval_command:
         err.print("full GSM8K run (lm-evaluation-harness):")
         err.print(f"  {report.lm_eval_command}", soft_wrap=True)
-    for label, path in (("report", out), ("baseline", save_baseline), ("reference", save_reference)):
+    for label, path in (("report", o.out), ("baseline", o.save_baseline), ("reference", o.save_reference)):
         if path:
             err.print(f"{label} written to {path}")
     if not chosen:
         err.print("no gates selected: measurement only")
-    return 0 if report.passed else 1

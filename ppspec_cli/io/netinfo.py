@@ -174,7 +174,13 @@ def pick(head: str, *, is_head: bool) -> NodeNet:
             [f"the head's name {head} does not resolve on this host"],
         )
     usable = [a for a in addrs if not is_loopback(a)]
-    if not usable:
+    return _towards(head, usable, is_head) if usable else _loopback_head(head, addrs, is_head)
+
+
+def _loopback_head(head: str, addrs: list[str], is_head: bool) -> NodeNet:
+    """The head's name resolves to loopback only: fine on the head itself (its own interface is
+    taken), a dead end on a worker."""
+    if True:
         if not is_head:
             return NodeNet(
                 None,
@@ -186,6 +192,11 @@ def pick(head: str, *, is_head: bool) -> NodeNet:
                 ],
             )
         return _own_interface(f"the head's name {head} resolves to loopback ({addrs[0]}) here")
+
+
+def _towards(head: str, usable: list[str], is_head: bool) -> NodeNet:
+    """The first of the head's addresses a route leaves this host towards (its interface and source
+    address), or, on the head, the interface that carries it; else why none does."""
     problems: list[str] = []
     for a in usable:
         r = route_to(a)

@@ -257,10 +257,7 @@ class Source:
             return self._lazy(info, name, platform, depth)
         if target is None or target[1] is None:
             return None
-        found = self.resolve(target[0], target[1], platform, depth + 1)
-        if found is None and self.path_of(f"{target[0]}.{target[1]}") is None:
-            return None
-        return found
+        return self.resolve(target[0], target[1], platform, depth + 1)
 
     def _lazy(self, info: ModuleInfo, name: str, platform: str, depth: int) -> ClassInfo | None:
         """A package's module-level `__getattr__(name)` (lazy re-exports), run for one name and
@@ -598,16 +595,8 @@ class Scanner:
             fname = _dotted(val.func)
             if fname is None:
                 return None, where, f"self.{attr} is built by an expression the source does not name"
-            if (
-                fname.startswith("self.")
-                and (maker := _owner(self.src.mro(holder, platform), method=fname[5:])) is not None
-            ):
-                return self._returned(holder, maker, fname[5:], platform, where, attr)
             if fname.startswith("self."):
-                ref = _owner(self.src.mro(holder, platform), attr=fname[5:])
-                cref = _dotted(ref.attrs[fname[5:]]) if ref else None
-                got = self.src.resolve(ref.module, cref, platform) if ref and cref else None
-                return got, where, "" if got else f"self.{attr} is built by {fname}, not a class named in the source"
+                return self._built_by_self(holder, fname, platform, where, attr)
             if fname.endswith("init_vllm_registered_model"):
                 return self._registered(val, platform, where, c.methods["__init__"])
             if fname.split(".")[-1] == INIT_MODEL_CALL:
@@ -618,6 +607,18 @@ class Scanner:
                 return None, where, f"self.{attr} is built by {fname}: {EXTERNAL_NOTE}"
             return got, where, "" if got else f"self.{attr} is built by {fname}, which is not a class in vLLM's source"
         return None, holder.where(), f"no constructor in the MRO assigns self.{attr}"
+
+    def _built_by_self(
+        self, holder: ClassInfo, fname: str, platform: str, where: str, attr: str
+    ) -> tuple[ClassInfo | None, str, str]:
+        """`self.<attr> = self.<maker>(...)`: what the method returns, or the class attribute names."""
+        mro = self.src.mro(holder, platform)
+        if (maker := _owner(mro, method=fname[5:])) is not None:
+            return self._returned(holder, maker, fname[5:], platform, where, attr)
+        ref = _owner(mro, attr=fname[5:])
+        cref = _dotted(ref.attrs[fname[5:]]) if ref else None
+        got = self.src.resolve(ref.module, cref, platform) if ref and cref else None
+        return got, where, "" if got else f"self.{attr} is built by {fname}, not a class named in the source"
 
     def _param_value(self, holder: ClassInfo, c: ClassInfo, name: str, platform: str) -> tuple[str, str]:
         """What `name` means in c's constructor when vLLM builds holder (its loader passes only

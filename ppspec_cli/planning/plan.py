@@ -281,25 +281,43 @@ class WeightBytes:
     drafter: int | None = None
 
 
-def build_plan(
-    *,
-    num_layers: int,
-    pp: int,
-    layer_partition: list[int] | None,
-    method: str | None,
-    runner: Runner,
-    taps: EngineTaps,
-    hidden_size: int | None,
-    dtype_bytes: int | None,
-    n_draft_layers: int,
-    draft_numbering: Literal["global", "pp-local", "none"],
-    drafter_needs_target_embed: bool,
-    weights: WeightBytes | None = None,
-    notes: tuple[str, ...] = (),
-    num_speculative_tokens: int = 1,
-) -> Plan:
+@dataclass(frozen=True)
+class PlanInputs:
+    """What a plan is built from: the target's depth and split over `pp` stages (the profile's
+    partition, else vLLM's default), the method and runner, the taps the engine will use, the
+    hidden size and dtype (relay sizes), the draft layers and how vLLM numbers them, whether the
+    last stage builds the target embedding for the drafter, the weights per layer, notes."""
+
+    num_layers: int
+    pp: int
+    layer_partition: list[int] | None
+    method: str | None
+    runner: Runner
+    taps: EngineTaps
+    hidden_size: int | None
+    dtype_bytes: int | None
+    n_draft_layers: int
+    draft_numbering: Literal["global", "pp-local", "none"]
+    drafter_needs_target_embed: bool
+    weights: WeightBytes | None = None
+    notes: tuple[str, ...] = ()
+    num_speculative_tokens: int = 1
+
+
+def build_plan(inputs: PlanInputs) -> Plan:
     """Assemble the plan. Callers validate inputs first (rules report bad partitions as findings);
     a partition that does not fit falls back to the default so the rest can still be shown."""
+    num_layers, pp, layer_partition, method, runner, taps = (
+        inputs.num_layers,
+        inputs.pp,
+        inputs.layer_partition,
+        inputs.method,
+        inputs.runner,
+        inputs.taps,
+    )
+    hidden_size, dtype_bytes, n_draft_layers = inputs.hidden_size, inputs.dtype_bytes, inputs.n_draft_layers
+    draft_numbering, drafter_needs_target_embed = inputs.draft_numbering, inputs.drafter_needs_target_embed
+    weights, notes, num_speculative_tokens = inputs.weights, inputs.notes, inputs.num_speculative_tokens
     partition = list(layer_partition) if layer_partition else default_partition(num_layers, pp)
     source: Literal["default", "profile"] = "profile" if layer_partition else "default"
     if len(partition) != pp or sum(partition) != num_layers or any(p < 0 for p in partition):

@@ -23,6 +23,7 @@ from ppspec_cli.planning.placement import Placement, place
 from ppspec_cli.planning.plan import (
     EngineTaps,
     Plan,
+    PlanInputs,
     Runner,
     TapSource,
     WeightBytes,
@@ -550,18 +551,20 @@ def _plan(r: Resolved) -> Plan | None:
             f"{s.reason}); its memory is counted there"
         )
     return build_plan(
-        num_layers=n,
-        pp=r.pp,
-        layer_partition=profile.topology.layer_partition,
-        method=method,
-        runner=r.runner,
-        taps=EngineTaps(taps, source, trained=r.trained, overlay=overlay),
-        hidden_size=r.target.hidden_size,
-        dtype_bytes=r.target.dtype_bytes,
-        n_draft_layers=n_draft,
-        draft_numbering=numbering,
-        drafter_needs_target_embed=needs_embed,
-        weights=WeightBytes(tuple(lw) if lw is not None else None, embed=embed_b, lm_head=lm_b, drafter=drafter_b),
-        notes=tuple(notes),
-        num_speculative_tokens=profile.drafter.num_speculative_tokens if profile.drafter else 1,
+        PlanInputs(
+            num_layers=n,
+            pp=r.pp,
+            layer_partition=profile.topology.layer_partition,
+            method=method,
+            runner=r.runner,
+            taps=EngineTaps(taps, source, trained=r.trained, overlay=overlay),
+            hidden_size=r.target.hidden_size,
+            dtype_bytes=r.target.dtype_bytes,
+            n_draft_layers=n_draft,
+            draft_numbering=numbering,
+            drafter_needs_target_embed=needs_embed,
+            weights=WeightBytes(tuple(lw) if lw is not None else None, embed=embed_b, lm_head=lm_b, drafter=drafter_b),
+            notes=tuple(notes),
+            num_speculative_tokens=profile.drafter.num_speculative_tokens if profile.drafter else 1,
+        )
     )

@@ -574,37 +574,14 @@ def _convention(d) -> str:
 
 @rule("pp-engine")
 def pp_engine(r: Resolved) -> Iterator[Finding]:
+    """Speculative decoding under pipeline parallelism against the engine: the options vLLM refuses
+    or changes under PP, the release and platform that run it, whether the target relays taps over
+    the stages, whether the last stage builds the embedding a drafter without its own shares."""
+    if r.pp == 1:
+        return
+    yield from _pp_options(r)
     d = r.profile.drafter
-    pp = r.pp
-    eng = r.options
-    if pp > 1:
-        for flag, why in facts.PP_REFUSED_ENGINE_FLAGS.items():
-            if eng.get(flag):
-                yield PP_REFUSED_OPTION.at(
-                    f"engine.{flag}", why, fix=f"remove engine.{flag} or use pipeline_parallel: 1"
-                )
-        spec_extra = eng.get("speculative-config")
-        if d is not None and isinstance(spec_extra, dict) and spec_extra.get("enable_adaptive_verification"):
-            yield PP_REFUSED_OPTION.at(
-                "engine.speculative-config",
-                "vLLM refuses adaptive verification with pipeline parallelism",
-                fix="drop enable_adaptive_verification",
-            )
-        lf = eng.get("load-format")
-        if d is not None and lf == "fastsafetensors":
-            if r.version is not None and r.version < facts.PP_SPEC_MIN_VERSION:
-                yield PP_FASTSAFETENSORS.at(
-                    "engine.load-format",
-                    "fastsafetensors deadlocks the draft-only load under PP before vLLM 0.30 (its collective runs "
-                    "over the world group)",
-                )
-            else:
-                yield PP_FASTSAFETENSORS.at(
-                    "engine.load-format",
-                    "under PP the drafter falls back to load-format auto (vLLM >= 0.30 does this with a warning)",
-                    severity="info",
-                )
-    if d is None or pp == 1:
+    if d is None:
         return
     if r.version is not None and r.version < facts.PP_SPEC_MIN_VERSION:
         yield VLLM_TOO_OLD.at(
@@ -615,7 +592,7 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
     if r.platform == "cpu" and r.uses_taps:
         yield CPU_PP_TAPS.at(
             "topology.pipeline_parallel",
-            f"{d.method} with pipeline_parallel={pp} cannot run on the CPU platform: vLLM's CPU backend runs the V1 "
+            f"{d.method} with pipeline_parallel={r.pp} cannot run on the CPU platform: vLLM's CPU backend runs the V1 "
             "model runner, which does not relay taps between stages (only Model Runner V2 does, and V2 needs "
             "Triton/GPU). The engine would crash at start or, patched, produce wrong tokens",
         )
@@ -626,65 +603,104 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
             "relays nothing and does not check the target's opt-in",
         )
     if r.runner == "v2" and r.uses_taps and r.target is not None and r.target.architectures and _has_taps_interface(r):
-        arch = r.target.architectures[0]
-        s = r.support("aux_relay_over_pp")
-        where = f"{r.platform}, vLLM {r.engine_version}" + _carried(r)
-        rv = r.relay_verdict()
-        if s.status != "patched" and rv is not None and rv[0] == "trap":
-            yield TARGET_RELAY_TRAP.at(
-                "target.model",
-                f"{arch} on {r.platform}, vLLM {r.arch_table.version if r.arch_table else r.engine_version} source: "
-                f"{rv[1]}. vLLM's PP check reads the attribute and lets {d.method} start; the next stage then gets "
-                "no taps and the engine fails on the first step",
-            )
-        elif s.status == "patched":
-            yield TARGET_OPT_IN_BY_PACK.at("adapter", f"{arch} ({where}): {s.reason}")
-        elif s.status == "unsupported":
-            elsewhere = r.family is not None and any(
-                r.family.supports("aux_relay_over_pp", p, r.facts_version).status == "native"
-                for p in PLATFORMS
-                if p != r.platform
-            )
-            yield TARGET_NOT_OPTED_IN.at(
-                "platform" if elsewhere else "target.model",
-                f"{arch} does not relay taps over pipeline stages on {where}: {s.reason}. vLLM refuses with '{arch} "
-                f"does not support {d.method} with pipeline parallelism'",
-                fix="run on a platform where it does (`ppspec adapters show " + s.pack + "`), or pipeline_parallel: 1"
-                if elsewhere and s.pack
-                else "use an adapter pack that relays taps for it (`ppspec adapters list`), or pipeline_parallel: 1",
-            )
-        elif s.status == "unknown":
-            yield TARGET_OPT_IN_UNKNOWN.at(
-                "target.model",
-                f"ppspec does not know whether {arch} relays taps over pipeline stages on {where} ({s.reason}); vLLM "
-                f"runs {d.method} under PP only if the target's inner decoder sets supports_aux_hidden_states_over_pp",
-                fix=f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the inner "
-                "decoder's class attribute (the plugin asserts it in every engine process); or use "
-                "pipeline_parallel: 1",
-            )
-    # embedding on the last stage
+        yield from _pp_relay(r, d.method, r.target.architectures[0])
     if methods.get(d.method).needs_target_embed and r.drafter is not None:
-        names = r.drafter.tensor_names()
-        if names is not None and not any(x.endswith("embed_tokens.weight") for x in names):
-            arch = r.target.architectures[0] if r.target and r.target.architectures else "?"
-            s = r.support("target_embed_on_last_stage")
-            if s.status == "unknown":
-                yield EMBED_LAST_STAGE_UNKNOWN.at(
-                    "target.model",
-                    "the drafter has no embed_tokens of its own and shares the target's; ppspec does not know "
-                    f"whether {arch} builds its embedding on the last stage under PP on {r.platform}, vLLM "
-                    f"{r.engine_version}{_carried(r)} ({s.reason}); if it does not, vLLM stops at load: 'needs the "
-                    "target input embedding, but it is unavailable on this PP stage'",
-                    fix=f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the inner "
-                    "decoder by value (the plugin asserts it in every engine process)",
-                )
-            elif not s.ok:
-                yield EMBED_LAST_STAGE.at(
-                    "adapter",
-                    f"the drafter has no embed_tokens of its own and shares the target's, but {arch} does not build "
-                    f"its embedding on the last stage under PP ({s.reason}); vLLM: 'needs the target input "
-                    "embedding, but it is unavailable on this PP stage'",
-                )
+        yield from _pp_embedding(r)
+
+
+def _pp_options(r: Resolved) -> Iterator[Finding]:
+    """The `engine:` options vLLM refuses, or changes, under pipeline parallelism."""
+    d, eng = r.profile.drafter, r.options
+    for flag, why in facts.PP_REFUSED_ENGINE_FLAGS.items():
+        if eng.get(flag):
+            yield PP_REFUSED_OPTION.at(f"engine.{flag}", why, fix=f"remove engine.{flag} or use pipeline_parallel: 1")
+    spec_extra = eng.get("speculative-config")
+    if d is not None and isinstance(spec_extra, dict) and spec_extra.get("enable_adaptive_verification"):
+        yield PP_REFUSED_OPTION.at(
+            "engine.speculative-config",
+            "vLLM refuses adaptive verification with pipeline parallelism",
+            fix="drop enable_adaptive_verification",
+        )
+    lf = eng.get("load-format")
+    if d is not None and lf == "fastsafetensors":
+        if r.version is not None and r.version < facts.PP_SPEC_MIN_VERSION:
+            yield PP_FASTSAFETENSORS.at(
+                "engine.load-format",
+                "fastsafetensors deadlocks the draft-only load under PP before vLLM 0.30 (its collective runs "
+                "over the world group)",
+            )
+        else:
+            yield PP_FASTSAFETENSORS.at(
+                "engine.load-format",
+                "under PP the drafter falls back to load-format auto (vLLM >= 0.30 does this with a warning)",
+                severity="info",
+            )
+
+
+def _pp_relay(r: Resolved, method: str, arch: str) -> Iterator[Finding]:
+    """Whether the target's inner decoder relays taps over the stages (Model Runner V2)."""
+    s = r.support("aux_relay_over_pp")
+    where = f"{r.platform}, vLLM {r.engine_version}" + _carried(r)
+    rv = r.relay_verdict()
+    if s.status != "patched" and rv is not None and rv[0] == "trap":
+        yield TARGET_RELAY_TRAP.at(
+            "target.model",
+            f"{arch} on {r.platform}, vLLM {r.arch_table.version if r.arch_table else r.engine_version} source: "
+            f"{rv[1]}. vLLM's PP check reads the attribute and lets {method} start; the next stage then gets "
+            "no taps and the engine fails on the first step",
+        )
+    elif s.status == "patched":
+        yield TARGET_OPT_IN_BY_PACK.at("adapter", f"{arch} ({where}): {s.reason}")
+    elif s.status == "unsupported":
+        elsewhere = r.family is not None and any(
+            r.family.supports("aux_relay_over_pp", p, r.facts_version).status == "native"
+            for p in PLATFORMS
+            if p != r.platform
+        )
+        yield TARGET_NOT_OPTED_IN.at(
+            "platform" if elsewhere else "target.model",
+            f"{arch} does not relay taps over pipeline stages on {where}: {s.reason}. vLLM refuses with '{arch} "
+            f"does not support {method} with pipeline parallelism'",
+            fix="run on a platform where it does (`ppspec adapters show " + s.pack + "`), or pipeline_parallel: 1"
+            if elsewhere and s.pack
+            else "use an adapter pack that relays taps for it (`ppspec adapters list`), or pipeline_parallel: 1",
+        )
+    elif s.status == "unknown":
+        yield TARGET_OPT_IN_UNKNOWN.at(
+            "target.model",
+            f"ppspec does not know whether {arch} relays taps over pipeline stages on {where} ({s.reason}); vLLM "
+            f"runs {method} under PP only if the target's inner decoder sets supports_aux_hidden_states_over_pp",
+            fix=f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the inner "
+            "decoder's class attribute (the plugin asserts it in every engine process); or use "
+            "pipeline_parallel: 1",
+        )
+
+
+def _pp_embedding(r: Resolved) -> Iterator[Finding]:
+    """A drafter without its own embed_tokens shares the target's: the last stage must build it."""
+    if r.drafter is None:
+        return
+    names = r.drafter.tensor_names()
+    if names is not None and not any(x.endswith("embed_tokens.weight") for x in names):
+        arch = r.target.architectures[0] if r.target and r.target.architectures else "?"
+        s = r.support("target_embed_on_last_stage")
+        if s.status == "unknown":
+            yield EMBED_LAST_STAGE_UNKNOWN.at(
+                "target.model",
+                "the drafter has no embed_tokens of its own and shares the target's; ppspec does not know "
+                f"whether {arch} builds its embedding on the last stage under PP on {r.platform}, vLLM "
+                f"{r.engine_version}{_carried(r)} ({s.reason}); if it does not, vLLM stops at load: 'needs the "
+                "target input embedding, but it is unavailable on this PP stage'",
+                fix=f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the inner "
+                "decoder by value (the plugin asserts it in every engine process)",
+            )
+        elif not s.ok:
+            yield EMBED_LAST_STAGE.at(
+                "adapter",
+                f"the drafter has no embed_tokens of its own and shares the target's, but {arch} does not build "
+                f"its embedding on the last stage under PP ({s.reason}); vLLM: 'needs the target input "
+                "embedding, but it is unavailable on this PP stage'",
+            )
 
 
 def _has_taps_interface(r: Resolved) -> bool:

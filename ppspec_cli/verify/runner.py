@@ -265,6 +265,17 @@ def _speculative_info(configured: bool, spec: _ServedSpec, expected: bool | None
     return info
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How the prompts are sent: the seed, the prompt set (default: the built-in one), each
+    request's deadline, and whether one short warm-up request goes first (not measured)."""
+
+    seed: int = 0
+    prompt_set: PromptSet | None = None
+    request_timeout_s: float = 300.0
+    warmup: bool = True
+
+
 def run_verify(
     endpoint: str,
     *,
@@ -273,10 +284,7 @@ def run_verify(
     api_key_env: str | None = None,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     num_prompts: int | None = None,
-    seed: int = 0,
-    prompt_set: PromptSet | None = None,
-    request_timeout_s: float = 300.0,
-    warmup: bool = True,
+    sampling: Sampling = Sampling(),
     progress: ProgressFn | None = _stderr_progress,
     refuse_synthetic: bool = False,
 ) -> Report:
@@ -290,6 +298,12 @@ def run_verify(
         raise PpspecError(
             f"--max-tokens must be in 1..65536, got {max_tokens}", where="--max-tokens", fix="use e.g. 128"
         )
+    seed, prompt_set, request_timeout_s, warmup = (
+        sampling.seed,
+        sampling.prompt_set,
+        sampling.request_timeout_s,
+        sampling.warmup,
+    )
     prof = profile or ProfileContext()
     ps = prompt_set or load_prompt_set()
     items = ps.select(num_prompts)

@@ -24,6 +24,7 @@ from ppspec_cli.knowledge.methods.block import parallel_drafting_token
 from ppspec_cli.planning.drafter_contract import registered_dflash, served_architectures
 from ppspec_cli.planning.plan import (
     EngineTaps,
+    PlanInputs,
     build_plan,
     default_partition,
     default_taps,
@@ -115,17 +116,19 @@ def _taps_answer(case: Case) -> Any:
     if case.check == "stages":
         part = i["partition"]
         plan = build_plan(
-            num_layers=i["num_layers"],
-            pp=len(part),
-            layer_partition=part,
-            method="eagle3",
-            runner="v2",
-            taps=EngineTaps(tuple(i["taps"]), "mirror"),
-            hidden_size=8,
-            dtype_bytes=2,
-            n_draft_layers=1,
-            draft_numbering="global",
-            drafter_needs_target_embed=True,
+            PlanInputs(
+                num_layers=i["num_layers"],
+                pp=len(part),
+                layer_partition=part,
+                method="eagle3",
+                runner="v2",
+                taps=EngineTaps(tuple(i["taps"]), "mirror"),
+                hidden_size=8,
+                dtype_bytes=2,
+                n_draft_layers=1,
+                draft_numbering="global",
+                drafter_needs_target_embed=True,
+            )
         )
         assert [list(s.layers) for s in plan.stages] == [list(b) for b in stage_bounds(part)]
         return {

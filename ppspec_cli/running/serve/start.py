@@ -35,6 +35,7 @@ def start(
     `serve` or `bench` Operation): its ServeResult. The checks only a start makes: run directory
     and port free, Ray cluster, warnings printed, multi-node roll call."""
     from ppspec_cli.running.serve import port_free, run_engine
+    from ppspec_cli.running.serve.supervise import Supervision
 
     r, spec, node = outcome.resolved, outcome.launch, outcome.node
     assert r is not None and spec is not None and node is not None and not outcome.refused
@@ -66,9 +67,7 @@ def start(
     build_demo_models(r.profile, progress)
     roll = _roll_call(r.profile, node, timeout_s)
     try:
-        return run_engine(
-            spec,
-            node,
+        run = Supervision(
             health_timeout_s=timeout_s,
             drafter_revision=r.profile.drafter.revision if r.profile.drafter else None,
             log=progress,
@@ -78,6 +77,7 @@ def start(
             workload=workload,
             verbose=verbose,
         )
+        return run_engine(spec, node, run)
     finally:
         if roll is not None:
             roll.close()

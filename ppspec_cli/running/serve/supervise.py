@@ -14,9 +14,9 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from ppspec_cli.checkpoint.reader import DownloadCancelled
 from ppspec_cli.errors import EXIT_OK, EXIT_REFUSED, PpspecError, exit_for_signal
@@ -355,19 +355,24 @@ def _never_raises(log: Callable[[str], None]) -> Callable[[str], None]:
     return safe
 
 
-def run_engine(
-    spec: LaunchSpec,
-    node: NodeLaunch,
-    *,
-    health_timeout_s: float,
-    drafter_revision: str | None = None,
-    log: Callable[[str], None] | None = None,
-    stream: bool = True,
-    roll=None,
-    verify_line: str | None = None,
-    workload: Callable[[Callable[[], bool]], object] | None = None,
-    verbose: bool = False,
-) -> ServeResult:
+@dataclass(frozen=True)
+class Supervision:
+    """How one engine start is supervised (running/serve/start.py fills it): the health deadline,
+    the drafter's hub revision (its config overlay), where ppspec's lines go, whether and how much
+    of the engine's output reaches the terminal, the multi-node roll call, the verify line printed
+    once ready, and a workload run instead of serving until signalled (run_engine says each)."""
+
+    health_timeout_s: float
+    drafter_revision: str | None = None
+    log: Callable[[str], None] | None = None
+    stream: bool = True
+    roll: Any = None
+    verify_line: str | None = None
+    workload: Callable[[Callable[[], bool]], object] | None = None
+    verbose: bool = False
+
+
+def run_engine(spec: LaunchSpec, node: NodeLaunch, run: Supervision) -> ServeResult:
     """Start the engine for one node and supervise it until it exits or we are signalled.
 
     Exit codes in the result: 128+N stopped by signal N (130 SIGINT, 143 SIGTERM, 129 SIGHUP), while
@@ -383,7 +388,8 @@ def run_engine(
     `stream`: show engine output on the terminal at all; `verbose`: every line of it, else a line
     per start-up phase and vLLM's warnings and errors (EngineOutput). engine.log has every line.
     """
-    log = _never_raises(log or (lambda m: print(f"ppspec: {m}", file=sys.stderr, flush=True)))
+    log = _never_raises(run.log or (lambda m: print(f"ppspec: {m}", file=sys.stderr, flush=True)))
+    run = replace(run, log=log)
     # a bad PPSPEC_STOP_GRACE_S is one error now, before anything starts (not a kill at the first Ctrl-C)
     stop_grace_s()
     secrets: dict[str, str] = {}
@@ -400,92 +406,44 @@ def run_engine(
     with _Signals() as sigs:
         rd = lock_run_dir(spec.run_dir)  # held by descriptor from here to the last cleanup
         try:
-            return _run_locked(
-                spec,
-                node,
-                sigs,
-                secrets,
-                health_timeout_s,
-                drafter_revision,
-                log,
-                stream,
-                roll,
-                verify_line,
-                workload,
-                rd,
-                verbose,
-            )
+            return _run_locked(spec, node, sigs, secrets, rd, run)
         finally:
             rd.close()
 
 
-def _run_locked(
-    spec,
-    node,
-    sigs: _Signals,
-    secrets,
-    health_timeout_s,
-    drafter_revision,
-    log,
-    stream,
-    roll=None,
-    verify_line=None,
-    workload=None,
-    rd=None,
-    verbose=False,
-) -> ServeResult:
-    # Left by a run that was killed outright (we hold the lock, so no live run owns them).
-    remove_engine_tmp(rd)
-    remove_recorded_shm(rd)
-    rd.unlink(READY_FILE)
-    write_run_files(spec, node, rd)
-    try:  # a hub download of the drafter can take long: a stop signal ends it, and no engine starts
-        materialize_overlay(spec, drafter_revision, rd, cancelled=lambda: sigs.first is not None)
-    except (DownloadCancelled, PpspecError):
-        if sigs.first is None:
-            raise
-    if sigs.first is not None:
-        return ServeResult(
-            exit_for_signal(sigs.first), f"interrupted by {sigs.name} before the engine started: nothing was launched"
-        )
-    tmp = make_engine_tmp(rd)
+@dataclass
+class _Engine:
+    """One started engine as the supervisor watches it: its launch, process, the signals seen, the
+    output reader and the last lines, its log, what reaches the terminal, the shared-memory look
+    to take before a stop, and the held run directory."""
+
+    spec: LaunchSpec
+    node: NodeLaunch
+    proc: Any
+    sigs: _Signals
+    reader: threading.Thread
+    tail: collections.deque[str]
+    log_path: Path
+    shown: EngineOutput
+    before_stop: Callable[[], None]
+    rd: Any
+
+
+def _run_locked(spec, node, sigs: _Signals, secrets, rd, run: Supervision) -> ServeResult:
+    log, stream, verbose = run.log, run.stream, run.verbose
+    assert log is not None
+    stopped = _prepare_run_dir(spec, node, sigs, rd, run)
+    if stopped is not None:
+        return stopped
     env = spawn.child_env(node.env)
     env.update(secrets)
-    env["TMPDIR"] = str(tmp)
+    env["TMPDIR"] = str(make_engine_tmp(rd))
     env.setdefault("PYTHONUNBUFFERED", "1")
     shm_before = shm_snapshot()
     log_path = spec.run_dir / "engine.log"
     tail: collections.deque[str] = collections.deque(maxlen=60)
     log_file = rd.open_write("engine.log")
-    try:
-        proc = spawn.popen(
-            node.argv,
-            env=env,
-            stdin=spawn.DEVNULL,
-            stdout=spawn.PIPE,
-            stderr=spawn.STDOUT,
-            start_new_session=True,
-            preexec_fn=die_with_parent(),  # noqa: PLW1509 - only prctl + getppid, no locks taken
-            text=True,
-            errors="replace",
-            bufsize=1,
-        )
-    except OSError as e:
-        log_file.close()
-        remove_engine_tmp(rd)
-        if isinstance(e, FileNotFoundError):
-            raise PpspecError(
-                f"cannot start the engine: {node.argv[0]} not found",
-                where="vllm",
-                fix="install vLLM in this environment (pip install 'ppspec[cuda]', or 'ppspec[cpu]' on CPU hosts)",
-                exit_code=EXIT_REFUSED,
-            ) from None
-        raise PpspecError(
-            f"cannot start the engine {node.argv[0]}: {e.strerror or e}",
-            where="vllm",
-            fix="check that the vLLM install is complete and executable",
-            exit_code=EXIT_REFUSED,
-        ) from None
+    proc = _spawn(node, env, log_file, rd)
 
     def pump() -> None:
         """Drain the engine's output whatever happens to our own outputs: an engine whose pipe is
@@ -518,145 +476,195 @@ def _run_locked(
     shm = ShmTracker(proc.pid, record=rd, before=shm_before)
     shm.start()
     result = ServeResult(EXIT_REFUSED, "the engine supervisor stopped unexpectedly")
+    engine = _Engine(spec, node, proc, sigs, reader, tail, log_path, shown, shm.scan, rd)
     try:
-        result = _supervise(
-            spec,
-            node,
-            proc,
-            sigs,
-            reader,
-            tail,
-            log_path,
-            health_timeout_s,
-            shown,
-            shm.scan,
-            roll,
-            verify_line,
-            workload,
-            rd,
-        )
+        result = _supervise(engine, run)
     finally:
         shm.scan()  # last look before the processes go away
         shown.stopping = True  # the tracebacks of a stopped engine (EngineDeadError...) are not news
         _terminate(proc, log, sigs=sigs, watch=shm.scan)
         shm.stop()
         shm.join(timeout=5)  # its last scan is done before cleanup reads what it saw
-        reader.join(timeout=5)
-        log_file.close()
-        _cleanup(rd, shm_before, shm.seen)
-        if shown.leaked:
-            left = engine_left(shm.seen, shm_before)  # only ours: another engine's entries are not this one's residue
-            what = " and ".join(f"{n} {kind.replace('_', ' ')} object(s)" for kind, n in sorted(shown.leaked.items()))
-            log(
-                f"the 'leaked ... objects' warning in engine.log is Python's resource tracker removing {what} vLLM's "
-                "stopped processes left: harmless"
-                + (
-                    " (nothing of the engine's is left in /dev/shm)"
-                    if not left
-                    else f"; still in /dev/shm: {', '.join(left[:5])}"
-                )
-            )
+        _after_stop(engine, shm, shm_before, log_file)
     return result
 
 
-def _supervise(
-    spec,
-    node,
-    proc,
-    sigs: _Signals,
-    reader,
-    tail,
-    log_path: Path,
-    health_timeout_s: float,
-    shown: EngineOutput,
-    before_stop: Callable[[], None],
-    roll=None,
-    verify_line=None,
-    workload=None,
-    rd=None,
-) -> ServeResult:
-    """`shown`: the engine's output on the terminal (EngineOutput); its `log` prints ppspec's lines."""
-    log = shown.log
-    log(f"engine starting (pid {proc.pid}); log: {log_path}")
-
-    def exited(when: str) -> ServeResult:
-        before_stop()  # what its surviving workers still map, before they go
-        _terminate(proc, log, sigs=sigs, watch=before_stop)  # its workers hold the log pipe open until they are gone
-        reader.join(timeout=5)
-        cause = likely_cause(list(tail))
-        msg = f"the engine exited with code {proc.returncode} {when}. Last log lines:\n    {_tail_text(tail)}"
-        refused = [r for r in read_status_dir(status_dir(spec)) if r.get("workers_confirmed") is False]
-        if refused:
-            return ServeResult(EXIT_UNCONFIRMED, f"{refused[0].get('error')}\n  full log: {log_path}")
+def _prepare_run_dir(spec, node, sigs: _Signals, rd, run: Supervision) -> ServeResult | None:
+    """The held run directory made ready: what a run killed outright left goes (we hold the lock,
+    so no live run owns it), the run files and the drafter's config overlay are written. A stop
+    signal meanwhile (a hub download of the drafter can take long) ends it: no engine starts."""
+    remove_engine_tmp(rd)
+    remove_recorded_shm(rd)
+    rd.unlink(READY_FILE)
+    write_run_files(spec, node, rd)
+    try:
+        materialize_overlay(spec, run.drafter_revision, rd, cancelled=lambda: sigs.first is not None)
+    except (DownloadCancelled, PpspecError):
+        if sigs.first is None:
+            raise
+    if sigs.first is not None:
         return ServeResult(
-            EXIT_REFUSED, msg + (f"\n  likely cause: {cause}" if cause else "") + f"\n  full log: {log_path}"
+            exit_for_signal(sigs.first), f"interrupted by {sigs.name} before the engine started: nothing was launched"
+        )
+    return None
+
+
+def _spawn(node: NodeLaunch, env: dict[str, str], log_file, rd) -> Any:
+    """The engine process: in its own session (its group is stopped whole), dying with ppspec, its
+    output one pipe. A command that cannot start is one error naming it (the run files go)."""
+    try:
+        return spawn.popen(
+            node.argv,
+            env=env,
+            stdin=spawn.DEVNULL,
+            stdout=spawn.PIPE,
+            stderr=spawn.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),  # noqa: PLW1509 - only prctl + getppid, no locks taken
+            text=True,
+            errors="replace",
+            bufsize=1,
+        )
+    except OSError as e:
+        log_file.close()
+        remove_engine_tmp(rd)
+        if isinstance(e, FileNotFoundError):
+            raise PpspecError(
+                f"cannot start the engine: {node.argv[0]} not found",
+                where="vllm",
+                fix="install vLLM in this environment (pip install 'ppspec[cuda]', or 'ppspec[cpu]' on CPU hosts)",
+                exit_code=EXIT_REFUSED,
+            ) from None
+        raise PpspecError(
+            f"cannot start the engine {node.argv[0]}: {e.strerror or e}",
+            where="vllm",
+            fix="check that the vLLM install is complete and executable",
+            exit_code=EXIT_REFUSED,
+        ) from None
+
+
+def _after_stop(e: _Engine, shm: Any, shm_before: Any, log_file) -> None:
+    """Once the engine is stopped: its output closed, /dev/shm cleaned of what it left, and the
+    resource tracker's 'leaked objects' warning explained."""
+    e.reader.join(timeout=5)
+    log_file.close()
+    _cleanup(e.rd, shm_before, shm.seen)
+    if e.shown.leaked:
+        left = engine_left(shm.seen, shm_before)  # only ours: another engine's entries are not this one's residue
+        what = " and ".join(f"{n} {kind.replace('_', ' ')} object(s)" for kind, n in sorted(e.shown.leaked.items()))
+        e.shown.log(
+            f"the 'leaked ... objects' warning in engine.log is Python's resource tracker removing {what} vLLM's "
+            "stopped processes left: harmless"
+            + (
+                " (nothing of the engine's is left in /dev/shm)"
+                if not left
+                else f"; still in /dev/shm: {', '.join(left[:5])}"
+            )
         )
 
+
+def _supervise(e: _Engine, run: Supervision) -> ServeResult:
+    """Wait for the head to be ready (a worker has no server), then serve until signalled, a node
+    is lost or the engine exits; or run the workload (`ppspec bench`)."""
+    e.shown.log(f"engine starting (pid {e.proc.pid}); log: {e.log_path}")
     t0 = time.monotonic()
-    last_note = t0
-    while node.role == "head":  # headless workers have no HTTP server to wait for
-        if sigs.first is not None:
-            return ServeResult(
-                exit_for_signal(sigs.first),
-                f"interrupted by {sigs.name} while the engine was starting: the engine was stopped",
-            )
-        lost = roll.lost() if roll is not None else None
-        if lost:
-            return ServeResult(
-                1, f"{lost}; stopped the engine during start-up. Start every node again. Engine log: {log_path}"
-            )
-        if proc.poll() is not None:
-            return exited("during start-up")
-        if health_ok(spec.url):
-            why = unconfirmed(status_dir(spec))
-            if why:
-                return ServeResult(
-                    EXIT_UNCONFIRMED,
-                    "the engine answers /health but the ppspec plugin is not confirmed in every engine process: "
-                    f"{why}. "
-                    "Stopped the engine (it would serve without the plan's checks and patches). Status records: "
-                    f"{status_dir(spec)}; engine log: {log_path}",
-                )
-            break
-        now = time.monotonic()
-        if now - t0 > health_timeout_s:
-            return ServeResult(EXIT_REFUSED, _health_timeout_reason(spec, node, health_timeout_s, tail, log_path, roll))
-        if now - max(last_note, shown.last_shown) >= 15:  # only when nothing else showed progress
-            log(f"waiting for {spec.url}/health ... {now - t0:.0f}s")
-            last_note = now
-        time.sleep(HEALTH_POLL_S)
-    if shown.hidden_warnings:
-        log(
-            f"vLLM logged {shown.hidden_warnings} more warning(s) while starting (engine.log has them; --verbose "
+    if e.node.role == "head":
+        failed = _wait_ready(e, run, t0)
+        if failed is not None:
+            return failed
+    if e.shown.hidden_warnings:
+        e.shown.log(
+            f"vLLM logged {e.shown.hidden_warnings} more warning(s) while starting (engine.log has them; --verbose "
             "shows all)"
         )
-    if node.role == "head" and workload is not None:
-        log(f"serving at {spec.url} — ready in {time.monotonic() - t0:.0f}s")
-        return _run_workload(workload, proc, sigs, roll, exited)
-    if node.role == "head":
-        log(f"serving at {spec.url} (OpenAI API) — ready in {time.monotonic() - t0:.0f}s")
-        model = node.argv[node.argv.index("--served-model-name") + 1] if "--served-model-name" in node.argv else ""
-        log("try: " + curl_line(spec.url, model, node.env_refs.get("VLLM_API_KEY")))
-        if verify_line:
-            log(f"measure speculation (in another terminal): {verify_line}")
-        log("stop with Ctrl-C")
-        try:
-            rd.write_text(READY_FILE, spec.url + "\n", what="the ready marker")
-        except PpspecError as e:  # the engine serves; only the marker for scripts is missing
-            log(f"warning: {e.what}; the engine keeps serving")
-    else:
-        log(f"node {node.node_rank} started: it joins the head's engine (the head serves the API)")
+    if e.node.role == "head" and run.workload is not None:
+        e.shown.log(f"serving at {e.spec.url} — ready in {time.monotonic() - t0:.0f}s")
+        return _run_workload(run.workload, e.proc, e.sigs, run.roll, lambda when: _exited(e, when))
+    _announce(e, run, t0)
     while True:
-        if sigs.first is not None:
-            return ServeResult(exit_for_signal(sigs.first), f"stopped by {sigs.name}: the engine shut down cleanly")
-        lost = roll.lost() if roll is not None else None
+        if e.sigs.first is not None:
+            return ServeResult(exit_for_signal(e.sigs.first), f"stopped by {e.sigs.name}: the engine shut down cleanly")
+        lost = run.roll.lost() if run.roll is not None else None
         if lost:
             return ServeResult(
-                EXIT_REFUSED, f"{lost}; stopped the engine. Start every node again. Engine log: {log_path}"
+                EXIT_REFUSED, f"{lost}; stopped the engine. Start every node again. Engine log: {e.log_path}"
             )
-        if proc.poll() is not None:
-            return exited("while serving")
+        if e.proc.poll() is not None:
+            return _exited(e, "while serving")
         time.sleep(0.3)
+
+
+def _exited(e: _Engine, when: str) -> ServeResult:
+    """The engine exited by itself: stop what is left of it and say why (its last lines, the likely
+    cause, or the plugin that refused it)."""
+    e.before_stop()  # what its surviving workers still map, before they go
+    _terminate(e.proc, e.shown.log, sigs=e.sigs, watch=e.before_stop)  # its workers hold the log pipe open
+    e.reader.join(timeout=5)
+    cause = likely_cause(list(e.tail))
+    msg = f"the engine exited with code {e.proc.returncode} {when}. Last log lines:\n    {_tail_text(e.tail)}"
+    refused = [r for r in read_status_dir(status_dir(e.spec)) if r.get("workers_confirmed") is False]
+    if refused:
+        return ServeResult(EXIT_UNCONFIRMED, f"{refused[0].get('error')}\n  full log: {e.log_path}")
+    return ServeResult(
+        EXIT_REFUSED, msg + (f"\n  likely cause: {cause}" if cause else "") + f"\n  full log: {e.log_path}"
+    )
+
+
+def _wait_ready(e: _Engine, run: Supervision, t0: float) -> ServeResult | None:
+    """Poll the head's /health until it answers with the plugin confirmed everywhere (None), or the
+    start fails: a signal, a lost node, the engine's exit, an unconfirmed plugin, the deadline."""
+    last_note = t0
+    while True:
+        if e.sigs.first is not None:
+            return ServeResult(
+                exit_for_signal(e.sigs.first),
+                f"interrupted by {e.sigs.name} while the engine was starting: the engine was stopped",
+            )
+        lost = run.roll.lost() if run.roll is not None else None
+        if lost:
+            return ServeResult(
+                EXIT_REFUSED,
+                f"{lost}; stopped the engine during start-up. Start every node again. Engine log: {e.log_path}",
+            )
+        if e.proc.poll() is not None:
+            return _exited(e, "during start-up")
+        if health_ok(e.spec.url):
+            why = unconfirmed(status_dir(e.spec))
+            if not why:
+                return None
+            return ServeResult(
+                EXIT_UNCONFIRMED,
+                "the engine answers /health but the ppspec plugin is not confirmed in every engine process: "
+                f"{why}. Stopped the engine (it would serve without the plan's checks and patches). Status records: "
+                f"{status_dir(e.spec)}; engine log: {e.log_path}",
+            )
+        now = time.monotonic()
+        if now - t0 > run.health_timeout_s:
+            reason = _health_timeout_reason(e.spec, e.node, run.health_timeout_s, e.tail, e.log_path, run.roll)
+            return ServeResult(EXIT_REFUSED, reason)
+        if now - max(last_note, e.shown.last_shown) >= 15:  # only when nothing else showed progress
+            e.shown.log(f"waiting for {e.spec.url}/health ... {now - t0:.0f}s")
+            last_note = now
+        time.sleep(HEALTH_POLL_S)
+
+
+def _announce(e: _Engine, run: Supervision, t0: float) -> None:
+    """The head serves: where, how to try and measure it, how to stop it (and the ready marker
+    scripts wait for); a worker says it joined."""
+    log, node, spec = e.shown.log, e.node, e.spec
+    if node.role != "head":
+        log(f"node {node.node_rank} started: it joins the head's engine (the head serves the API)")
+        return
+    log(f"serving at {spec.url} (OpenAI API) — ready in {time.monotonic() - t0:.0f}s")
+    model = node.argv[node.argv.index("--served-model-name") + 1] if "--served-model-name" in node.argv else ""
+    log("try: " + curl_line(spec.url, model, node.env_refs.get("VLLM_API_KEY")))
+    if run.verify_line:
+        log(f"measure speculation (in another terminal): {run.verify_line}")
+    log("stop with Ctrl-C")
+    try:
+        e.rd.write_text(READY_FILE, spec.url + "\n", what="the ready marker")
+    except PpspecError as err:  # the engine serves; only the marker for scripts is missing
+        log(f"warning: {err.what}; the engine keeps serving")
 
 
 #: Seconds a workload gets to stop (and stop its own children) after a signal or the engine's death.

@@ -3,6 +3,7 @@ Markdown report (every figure), and the PNG plots (matplotlib, the optional `ben
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from ppspec_cli.io import safeio
@@ -256,6 +257,68 @@ def markdown(doc: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+_VERDICT_COLOUR = {"faster": "green", "slower": "red"}
+
+
+def _series(doc: dict, arm: str, key) -> tuple[list, list, list]:
+    pts = sorted((r["concurrency"], key(r), r) for r in doc["runs"] if r["arm"] == arm and key(r) is not None)
+    return [p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts]
+
+
+def _panel(doc: dict, ax, key, ylabel: str, annotate: bool, title: str) -> None:
+    """One panel: every arm's line over the concurrency levels (with the repeats' min-max range as
+    error bars, and the best arm's speedup labelled, where `annotate`)."""
+    levels = sorted({r["concurrency"] for r in doc["runs"]})
+    for arm in [a["name"] for a in doc["arms"]]:
+        xs, ys, rs = _series(doc, arm, key)
+        if not xs:
+            continue
+        style = (
+            {"linestyle": "--"}
+            if arm == "baseline"
+            else ({"linewidth": 2.5, "color": "black"} if arm == "tuned" else {})
+        )
+        label = arm + {"baseline": " (no speculation)", "tuned": " (schedule)"}.get(arm, "")
+        if annotate:  # the repeats' min-max range as error bars
+            lo = [y - ((r.get("spread") or {}).get("min", y)) for y, r in zip(ys, rs)]
+            hi = [((r.get("spread") or {}).get("max", y)) - y for y, r in zip(ys, rs)]
+            ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=label, **style)
+        else:
+            ax.plot(xs, ys, marker="o", label=label, **style)
+    if annotate:
+        _label_speedups(doc, ax, key, levels)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(levels)
+    ax.set_xticklabels([str(c) for c in levels])
+    ax.set_xlabel("concurrency (requests in flight)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.margins(x=0.08, y=0.15)
+    ax.set_ylim(bottom=0)  # from zero: a small gap must not look large
+
+
+def _label_speedups(doc: dict, ax, key, levels: list) -> None:
+    """At each level, the best speculative arm's median speedup, coloured by the level's verdict."""
+    lv = {x["concurrency"]: x for x in doc.get("levels") or []}
+    for c in levels:
+        x = lv.get(c) or {}
+        best, sp = x.get("best_speculative_arm"), x.get("speedup")
+        y = next((key(r) for r in doc["runs"] if r["arm"] == best and r["concurrency"] == c), None)
+        if best is not None and sp and y is not None:
+            ax.annotate(
+                f"{sp['median']:.2f}x",
+                (c, y),
+                textcoords="offset points",
+                xytext=(0, 10),
+                ha="center",
+                fontsize=9,
+                color=_VERDICT_COLOUR.get(x.get("verdict"), "gray"),
+                fontweight="bold",
+            )
+
+
 def plots(doc: dict, out_dir: Path) -> tuple[list[Path], str | None]:
     """bench.png (both panels), tokens_per_s.png, tpot.png; or ([], why) without matplotlib."""
     try:
@@ -265,61 +328,7 @@ def plots(doc: dict, out_dir: Path) -> tuple[list[Path], str | None]:
         import matplotlib.pyplot as plt
     except ImportError:
         return [], "no PNG plots: matplotlib is not installed (pip install 'ppspec[bench]')"
-    runs = doc["runs"]
-    arms = [a["name"] for a in doc["arms"]]
-    levels = sorted({r["concurrency"] for r in runs})
-    lv = {x["concurrency"]: x for x in doc.get("levels") or []}
-    colour = {"faster": "green", "slower": "red"}
-
-    def series(arm: str, key):
-        pts = sorted((r["concurrency"], key(r), r) for r in runs if r["arm"] == arm and key(r) is not None)
-        return [p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts]
-
-    def panel(ax, key, ylabel: str, annotate: bool, title: str):
-        for arm in arms:
-            xs, ys, rs = series(arm, key)
-            if not xs:
-                continue
-            style = (
-                {"linestyle": "--"}
-                if arm == "baseline"
-                else ({"linewidth": 2.5, "color": "black"} if arm == "tuned" else {})
-            )
-            label = arm + {"baseline": " (no speculation)", "tuned": " (schedule)"}.get(arm, "")
-            if annotate:  # the repeats' min-max range as error bars
-                lo = [y - ((r.get("spread") or {}).get("min", y)) for y, r in zip(ys, rs)]
-                hi = [((r.get("spread") or {}).get("max", y)) - y for y, r in zip(ys, rs)]
-                ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=label, **style)
-            else:
-                ax.plot(xs, ys, marker="o", label=label, **style)
-        if annotate:
-            for c in levels:
-                x = lv.get(c) or {}
-                best = x.get("best_speculative_arm")
-                sp = x.get("speedup")
-                y = next((key(r) for r in runs if r["arm"] == best and r["concurrency"] == c), None)
-                if best is not None and sp and y is not None:
-                    ax.annotate(
-                        f"{sp['median']:.2f}x",
-                        (c, y),
-                        textcoords="offset points",
-                        xytext=(0, 10),
-                        ha="center",
-                        fontsize=9,
-                        color=colour.get(x.get("verdict"), "gray"),
-                        fontweight="bold",
-                    )
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(levels)
-        ax.set_xticklabels([str(c) for c in levels])
-        ax.set_xlabel("concurrency (requests in flight)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title, fontsize=9)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-        ax.margins(x=0.08, y=0.15)
-        ax.set_ylim(bottom=0)  # from zero: a small gap must not look large
-
+    panel = functools.partial(_panel, doc)
     tps = lambda r: r.get("output_tokens_per_s")  # noqa: E731
     tpot = lambda r: (r.get("tpot_ms") or {}).get("mean")  # noqa: E731
     name = doc.get("profile") or ""
