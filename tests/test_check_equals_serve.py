@@ -194,7 +194,7 @@ def test_hf_overrides_that_keep_the_depth_pass():
     ]
 
 
-# One verdict for "would this launch" (preflight/verdict.py): `check`, `serve --dry-run` and
+# One verdict for "would this launch" (planning/verdict.py): `check`, `serve --dry-run` and
 # `export slurm` exit alike on the same profile, and a dry run names the reason when it is no.
 
 

@@ -14,8 +14,8 @@ pack's range), probed (an unverified version whose patch anchors and native opt-
 in a child interpreter, all match) or drifted (an anchor moved: the plugin would refuse).
 
 Whether a module imports is learnt once per install in a child interpreter (importing vLLM takes
-seconds; this process never does) and remembered in $PPSPEC_CACHE/import-check.json, keyed by the
-installed versions of the packages that decide it.
+seconds; this process never does) and remembered in the install-keyed cache (knowledge/installcache.py),
+keyed by the install and the versions of the packages that decide it.
 """
 
 from __future__ import annotations

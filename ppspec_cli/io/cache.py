@@ -1,4 +1,4 @@
-"""ppspec's caches (demo models, option-name lists, the import-check cache) and default run dirs:
+"""ppspec's caches (demo models, the install-keyed cache: knowledge/installcache.py) and default run dirs:
 under one root owned by the user (io/settings.cache_root: $PPSPEC_CACHE, else the per-user cache
 directory), never trusted when someone else could have put something there.
 
