@@ -12,6 +12,7 @@ import pytest
 from ppspec_cli.commands import adapters as packs_cli
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.knowledge import packs as packs_mod
+from ppspec_cli.knowledge import packstatus
 from ppspec_cli.knowledge.engine import VllmInstall
 from ppspec_cli.knowledge.packs import (
     PLATFORMS,
@@ -348,33 +349,33 @@ def test_broken_entry_point_names_itself(tmp_path, monkeypatch):
 
 def test_pack_status_rules():
     llama, qwen3_moe, dsv4, mm3 = (get_pack(n) for n in ("llama", "qwen3_moe", "deepseek_v4", "minimax_m3"))
-    assert packs_cli.pack_status(llama, None)[0] == "not checked"
-    assert packs_cli.pack_status(llama, VllmInstall("0.32.0", "vllm", "cuda"))[0] == "native"
-    assert packs_cli.pack_status(qwen3_moe, VllmInstall("0.32.0", "vllm", "cuda"))[0] == "patched by pack"
-    assert packs_cli.pack_status(llama, VllmInstall("0.29.0", "vllm", "cuda"))[0] == "unsupported"
-    assert packs_cli.pack_status(mm3, VllmInstall("0.31.0", "vllm", "cuda"))[0] == "unsupported"
+    assert packstatus.pack_status(llama, None)[0] == "not checked"
+    assert packstatus.pack_status(llama, VllmInstall("0.32.0", "vllm", "cuda"))[0] == "native"
+    assert packstatus.pack_status(qwen3_moe, VllmInstall("0.32.0", "vllm", "cuda"))[0] == "patched by pack"
+    assert packstatus.pack_status(llama, VllmInstall("0.29.0", "vllm", "cuda"))[0] == "unsupported"
+    assert packstatus.pack_status(mm3, VllmInstall("0.31.0", "vllm", "cuda"))[0] == "unsupported"
     # DeepSeek-V4's CPU and ROCm implementations do not opt in.
-    assert packs_cli.pack_status(dsv4, VllmInstall("0.32.0", "vllm", "cuda"))[0] == "native"
-    assert packs_cli.pack_status(dsv4, VllmInstall("0.32.0", "vllm", "cpu"))[0] == "unsupported"
-    assert packs_cli.pack_status(dsv4, VllmInstall("0.32.0", "vllm", "rocm"))[0] == "unsupported"
+    assert packstatus.pack_status(dsv4, VllmInstall("0.32.0", "vllm", "cuda"))[0] == "native"
+    assert packstatus.pack_status(dsv4, VllmInstall("0.32.0", "vllm", "cpu"))[0] == "unsupported"
+    assert packstatus.pack_status(dsv4, VllmInstall("0.32.0", "vllm", "rocm"))[0] == "unsupported"
 
 
 def test_pack_status_reports_a_module_that_does_not_import():
     mm3 = get_pack("minimax_m3")
     errs = {"vllm.models.minimax_m3.nvidia.model": "ModuleNotFoundError: No module named 'torchvision'"}
-    status, why = packs_cli.pack_status(mm3, VllmInstall("0.32.0", "vllm", "cpu"), errs)
+    status, why = packstatus.pack_status(mm3, VllmInstall("0.32.0", "vllm", "cpu"), errs)
     assert status == "unsupported" and "torchvision" in why and "MiniMaxM3Sparse" in why
-    status, why = packs_cli.pack_status(
+    status, why = packstatus.pack_status(
         mm3, VllmInstall("0.32.0", "vllm", "cpu"), {"vllm.models.minimax_m3.nvidia.model": None}
     )
     assert status == "native" and "but not target_embed_for_mtp" in why  # CPU runs the V1 runner
     # a module of another platform does not count
     assert (
-        packs_cli.pack_status(mm3, VllmInstall("0.32.0", "vllm", "rocm"), errs)[0] == "unsupported"
+        packstatus.pack_status(mm3, VllmInstall("0.32.0", "vllm", "rocm"), errs)[0] == "unsupported"
     )  # rocm: not opted in
     assert (
         "supports_aux_hidden_states_over_pp"
-        in packs_cli.pack_status(mm3, VllmInstall("0.32.0", "vllm", "rocm"), errs)[1]
+        in packstatus.pack_status(mm3, VllmInstall("0.32.0", "vllm", "rocm"), errs)[1]
     )
 
 
@@ -385,7 +386,7 @@ def test_import_check_on_the_installed_vllm_is_real_and_cached(tmp_path, monkeyp
     (the CPU recipe removes it); Llama's always does. The answer is cached per install."""
     monkeypatch.setenv("PPSPEC_CACHE", str(tmp_path))
     m3, llama = "vllm.models.minimax_m3.nvidia.model", "vllm.model_executor.models.llama"
-    got = packs_cli.import_errors([m3, llama])
+    got = packstatus.import_errors([m3, llama])
     assert got[llama] is None
     if importlib.util.find_spec("torchvision") is None:
         assert "torchvision" in got[m3]
@@ -400,12 +401,12 @@ def test_import_check_on_the_installed_vllm_is_real_and_cached(tmp_path, monkeyp
         raise AssertionError("the cached answer was not used")
 
     monkeypatch.setattr(spawn, "run", no_child)
-    assert packs_cli.import_errors([m3, llama]) == got
+    assert packstatus.import_errors([m3, llama]) == got
 
 
 def test_adapters_list_json(capsys, monkeypatch):
     monkeypatch.setattr(packs_cli, "installed_vllm", lambda: VllmInstall("0.32.0", "vllm", "cuda"))
-    monkeypatch.setattr(packs_cli, "import_errors", lambda modules: {})  # not this test's concern
+    monkeypatch.setattr(packstatus, "import_errors", lambda modules: {})  # not this test's concern
     assert packs_cli.adapters_list(True) == 0
     doc = json.loads(capsys.readouterr().out)
     out = doc["packs"]
@@ -413,7 +414,7 @@ def test_adapters_list_json(capsys, monkeypatch):
     assert BUILT_IN <= set(by)
     for r in out:
         assert {"name", "matches", "provides", "status"} <= set(r)
-        assert r["status"] in packs_cli.STATUSES
+        assert r["status"] in packstatus.STATUSES
     assert by["llama"]["status"] == "native"
     assert by["qwen3_moe"]["status"] == "patched by pack"
     assert by["deepseek_v3"]["matches"]["targets"][0] == "DeepseekV3ForCausalLM"
@@ -468,13 +469,13 @@ def test_adapters_list_text_on_a_nightly(capsys, monkeypatch):
     version in its header and each pack's engine state (the records themselves, read by value on a
     real nightly, are test_versions_engine.py::test_adapters_list_on_a_nightly_reads_every_pack_by_value)."""
     monkeypatch.setattr(packs_cli, "installed_vllm", lambda: VllmInstall("0.34.0.dev0", "vllm", "cpu"))
-    monkeypatch.setattr(packs_cli, "import_errors", lambda modules: {})
+    monkeypatch.setattr(packstatus, "import_errors", lambda modules: {})
     rows = {
         "qwen3_moe": [["qwen3_moe.relay_forward", "matches", ""]],
         "llama": [["llama:LlamaModel", "native", "opts in itself"]],
     }
     monkeypatch.setattr(
-        packs_cli,
+        packstatus,
         "probe_anchors",
         lambda packs, platform, facts_version: {p.name: rows[p.name] for p in packs if p.name in rows},
     )
@@ -482,6 +483,16 @@ def test_adapters_list_text_on_a_nightly(capsys, monkeypatch):
     text = capsys.readouterr().out
     assert "status against vLLM 0.34.0.dev0 (cpu, unverified)" in text and "engine    probed" in text, text[:2000]
     assert "engine    not probed" in text  # the packs whose anchors were not read say so
+
+
+def test_adapters_show_every_pack_with_its_codes(capsys):
+    """`adapters show` of every built-in pack renders (a drafter pack's contract lists the codes its
+    rules file registers, read from the code objects: the manifest no longer lists them)."""
+    for n in sorted({p.name for p in packs_mod.load_packs()}):
+        assert packs_cli.adapters_show(n, False) == 0, n
+        shown = capsys.readouterr().out
+        if n == "deepseek_v4_dspark":
+            assert "dspark-served-as-deepseek-v4 (warning)" in " ".join(shown.split()), shown
 
 
 def test_adapters_show_unknown_is_an_error():
@@ -514,23 +525,23 @@ def test_engine_state_verified_probed_drifted():
     unverified version is probed when every anchor read by value matches (or vLLM already does
     it), drifted when one moved (named, with what differs)."""
     qwen3_moe = get_pack("qwen3_moe")
-    assert packs_cli.engine_state(qwen3_moe, None, None)[0] == "not checked"
-    assert packs_cli.engine_state(qwen3_moe, VllmInstall("0.32.0", "vllm", "cuda"), None)[0] == "verified"
+    assert packstatus.engine_state(qwen3_moe, None, None)[0] == "not checked"
+    assert packstatus.engine_state(qwen3_moe, VllmInstall("0.32.0", "vllm", "cuda"), None)[0] == "verified"
     nightly = VllmInstall("0.34.0.dev0", "vllm", "cuda")
-    assert packs_cli.engine_state(qwen3_moe, nightly, {})[0] == "not probed"
+    assert packstatus.engine_state(qwen3_moe, nightly, {})[0] == "not probed"
     rows = [
         ["qwen3_moe.relay_forward", "matches", ""],
         ["qwen3_moe.target_embed_on_last_stage", "native", "Qwen3MoeModel builds embed_tokens"],
     ]
-    state, detail = packs_cli.engine_state(qwen3_moe, nightly, {"qwen3_moe": rows})
+    state, detail = packstatus.engine_state(qwen3_moe, nightly, {"qwen3_moe": rows})
     assert (
         state == "probed"
         and "anchors match: qwen3_moe.relay_forward" in detail
         and "already does it: qwen3_moe.target_embed_on_last_stage" in detail
     )
     rows.append(["qwen3_moe.opt_in", "drifted", "anchor drifted: forward takes (self, hidden)"])
-    state, detail = packs_cli.engine_state(qwen3_moe, nightly, {"qwen3_moe": rows})
+    state, detail = packstatus.engine_state(qwen3_moe, nightly, {"qwen3_moe": rows})
     assert state == "drifted" and "qwen3_moe.opt_in: anchor drifted" in detail
     # the capability tables of an unverified version are the newest verified release's
-    assert packs_cli.pack_status(get_pack("llama"), nightly)[0] == "native"
-    assert packs_cli.pack_status(qwen3_moe, VllmInstall("0.33.0+fork", "vllm", "cuda"))[0] == "patched by pack"
+    assert packstatus.pack_status(get_pack("llama"), nightly)[0] == "native"
+    assert packstatus.pack_status(qwen3_moe, VllmInstall("0.33.0+fork", "vllm", "cuda"))[0] == "patched by pack"

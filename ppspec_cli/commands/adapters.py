@@ -1,21 +1,5 @@
 """`ppspec adapters list|show`: the packs, what they match and provide, and their status against
-the installed vLLM.
-
-Status (from the packs' support tables, `Pack.supports`, for the installed version and platform):
-- native: the installed vLLM handles the family itself (pack has no patches);
-- patched by pack: the installed vLLM needs the pack's patches, which the plugin applies;
-- unsupported: the installed vLLM is outside the pack's version range, a capability is unsupported
-  on this platform, or the family's vLLM module does not import in this install (e.g. MiniMax-M3
-  needs torchvision, which the CPU install removes) — with the reason;
-- not checked: no vLLM installed here.
-
-Engine state (`engine_state`): whether the installed engine was verified (a verified release in the
-pack's range), probed (an unverified version whose patch anchors and native opt-ins, read by value
-in a child interpreter, all match) or drifted (an anchor moved: the plugin would refuse).
-
-Whether a module imports is learnt once per install in a child interpreter (importing vLLM takes
-seconds; this process never does) and remembered in the install-keyed cache (knowledge/installcache.py),
-keyed by the install and the versions of the packages that decide it.
+the installed vLLM (status and engine state: knowledge/packstatus.py), rendered.
 """
 
 from __future__ import annotations
@@ -24,217 +8,10 @@ import json
 from typing import Any
 
 from ppspec_cli.errors import EXIT_OK, PpspecError
-from ppspec_cli.io import spawn
-from ppspec_cli.knowledge import facts
+from ppspec_cli.knowledge import packstatus
 from ppspec_cli.knowledge.engine import installed_vllm
-from ppspec_cli.knowledge.engine import module_import_errors as import_errors
-from ppspec_cli.knowledge.packs import CAPABILITIES, Pack, get_pack, load_packs, table_lines
+from ppspec_cli.knowledge.packs import CAPABILITIES, Pack, get_pack, load_packs, pack_rules, table_lines
 from ppspec_cli.knowledge.versions import verdict
-
-STATUSES = ("native", "patched by pack", "unsupported", "not checked")
-
-#: Capabilities without which the family does not work under PP at all (vLLM refuses the launch);
-#: another unsupported capability is named in the status detail.
-_GATING = ("aux_relay_over_pp", "global_draft_layer_ids")
-
-#: The deadline of a child interpreter that imports modules or reads anchors of the installed vLLM.
-IMPORT_CHECK_DEADLINE_S = 180
-
-
-def _modules_for(pack: Pack, platform: str, version: str | None = None) -> dict[str, str]:
-    """module -> the architecture whose inner decoder lives there, on this platform (the pack's
-    fact, else vLLM's source for that release: packs.inner_decoder_ref)."""
-    from ppspec_cli.knowledge.packs import inner_decoder_ref
-
-    out: dict[str, str] = {}
-    for part in pack.parts:
-        for arch in dict.fromkeys([*part.facts.inner_decoder, *part.matches.targets]):
-            ref = inner_decoder_ref(part, arch, platform, version)
-            if ref:
-                out.setdefault(ref.partition(":")[0], arch)
-    return out
-
-
-def pack_status(
-    pack: Pack, installed: tuple[str, str] | None, import_errs: dict[str, str | None] | None = None
-) -> tuple[str, str]:
-    """(status, why) of a pack against an installed vLLM (version, platform), from the pack's own
-    support tables (`Pack.supports`) and, when given, which of its modules import here."""
-    if installed is None:
-        return "not checked", "vLLM is not installed here"
-    version, platform = installed.version, installed.platform
-    vv = verdict(version)
-    if (
-        facts.parse_version(vv.facts_version) is not None
-        and facts.parse_version(vv.facts_version) < facts.PP_SPEC_MIN_VERSION
-    ):
-        return (
-            "unsupported",
-            f"vLLM {version} has no speculative decoding under pipeline parallelism (it arrived in "
-            f"{facts.PP_SPEC_MIN_VERSION})",
-        )
-    if vv.verified and not pack.supports_vllm(version):
-        return "unsupported", f"vLLM {version} is outside {pack.vllm_range}"
-    # an unverified version (nightly, rc, fork, newer): the newest verified release's tables, carried
-    # forward; the `engine` state (probed / drifted) says what the installed code itself showed
-    answers = [
-        pack.supports(cap, platform, vv.facts_version)
-        for cap in dict.fromkeys(c for p in pack.parts for c in p.capabilities)
-    ]
-    bad = [a for a in answers if a.status == "unsupported"]
-    if any(a.capability in _GATING for a in bad):
-        return "unsupported", "; ".join(f"{a.capability}: {a.reason}" for a in bad)
-    lacks = "".join(f"; but not {a.capability}: {a.reason}" for a in bad)
-    broken = {m: err for m, err in (import_errs or {}).items() if err and m in _modules_for(pack, platform)}
-    if broken:
-        m, err = next(iter(broken.items()))
-        return (
-            "unsupported",
-            f"{_modules_for(pack, platform)[m]}'s vLLM module {m} does not import in this install ({err})",
-        )
-    if any(a.status == "patched" for a in answers) or not pack.native:
-        files = ", ".join(f"{name}/{f.name}" for name, f in pack.patch_files)
-        return "patched by pack", f"the ppspec plugin patches vLLM {version} on {platform} ({files}){lacks}"
-    return "native", f"vLLM {version} handles it on {platform}{lacks}"
-
-
-def _import_errors_for(packs: list[Pack], installed: tuple[str, str] | None) -> dict[str, str | None]:
-    if installed is None:
-        return {}
-    modules = [
-        m
-        for p in packs
-        if p.supports_vllm(verdict(installed.version).facts_version)
-        for m in _modules_for(p, installed.platform)
-    ]
-    return import_errors(modules)
-
-
-#: A pack against the installed engine: verified (a verified release in the pack's range), probed
-#: (unverified, but every patch anchor and native opt-in read by value matches), drifted (a patch's
-#: anchor moved: the plugin would refuse), not probed (the read could not run), not checked (no vLLM).
-ENGINE_STATES = ("verified", "probed", "drifted", "not probed", "not checked")
-
-_ANCHOR_CHILD = """
-import json, sys
-from ppspec_cli.knowledge import engine
-from ppspec_cli.knowledge.packs import get_pack, inner_decoder_ref
-from ppspec_cli.running.engine.plugin import load_patches
-platform, facts_version = sys.argv[1], sys.argv[2]
-out = {}
-for name in sys.argv[3:]:
-    try:
-        pack = get_pack(name)
-        rows = []
-        for part, f in pack.patch_files:
-            for p in load_patches(part, f):
-                state, why = p.anchor()
-                rows.append([p.qualname, state, why])
-        for part in pack.parts:
-            # a native opt-in the pack's table claims here must be there, by value
-            claim = part.supports("aux_relay_over_pp", platform, facts_version).status
-            if part.patches_path is not None or claim != "native":
-                continue
-            refs = []
-            for arch in dict.fromkeys([*part.facts.inner_decoder, *part.matches.targets]):
-                ref = inner_decoder_ref(part, arch, platform, facts_version)
-                if ref and ref not in refs:
-                    refs.append(ref)
-            for ref in refs:
-                    if ref:
-                        try:
-                            got = "native" if engine.relays_taps(engine.import_ref(ref)) else "lacks"
-                            rows.append([ref, got, "supports_aux_hidden_states_over_pp"])
-                        except Exception as e:
-                            rows.append([ref, "absent", (type(e).__name__ + ": " + str(e))[:200]])
-        out[name] = rows
-    except BaseException as e:
-        out[name] = (type(e).__name__ + ": " + str(e))[:300]
-sys.stdout.write("PPSPEC-ANCHORS " + json.dumps(out))
-"""
-
-
-def probe_anchors(packs: list[Pack], platform: str, facts_version: str) -> dict[str, Any]:
-    """Each pack's patch anchors (Patch.anchor) and native opt-ins, read in a child interpreter of
-    this install (importing vLLM takes seconds; this process never does). name -> rows or error."""
-    if not packs:
-        return {}
-    try:
-        cp = spawn.run(
-            spawn.python_argv("-c", _ANCHOR_CHILD, platform, facts_version, *[p.name for p in packs]),
-            capture_output=True,
-            text=True,
-            timeout=IMPORT_CHECK_DEADLINE_S,
-        )
-        line = next((ln for ln in cp.stdout.splitlines() if ln.startswith("PPSPEC-ANCHORS ")), None)
-        return (
-            json.loads(line.split(" ", 1)[1])
-            if line
-            else {p.name: f"the anchor read did not finish (exit {cp.returncode})" for p in packs}
-        )
-    except (OSError, spawn.TimeoutExpired, ValueError) as e:
-        return {p.name: f"the anchor read could not run ({type(e).__name__})" for p in packs}
-
-
-def engine_state(pack: Pack, installed: Any, anchors: dict[str, Any] | None) -> tuple[str, str]:
-    """(state, detail) of a pack against the installed engine (ENGINE_STATES)."""
-    if installed is None:
-        return "not checked", "vLLM is not installed here"
-    vv = verdict(installed.version)
-    if vv.verified and pack.supports_vllm(installed.version):
-        return "verified", f"vLLM {installed.version} is a verified release in the pack's range {pack.vllm_range}"
-    got = (anchors or {}).get(pack.name)
-    if got is None:
-        return (
-            "not probed",
-            f"vLLM {installed.version} is outside the pack's verified range {pack.vllm_range}; run `ppspec adapters "
-            "list` again to read its anchors",
-        )
-    if isinstance(got, str):
-        return "not probed", got
-    drifted = [r for r in got if r[1] in ("drifted", "lacks")]
-    if drifted:
-        return "drifted", "; ".join(f"{q}: {why if r == 'drifted' else 'does not set ' + why}" for q, r, why in drifted)
-    native = [q for q, r, _ in got if r == "native"]
-    applies = [q for q, r, _ in got if r == "matches"]
-    parts = []
-    if applies:
-        parts.append(f"anchors match: {', '.join(applies)}")
-    if native:
-        parts.append(f"vLLM {installed.version} already does it: {', '.join(native)}")
-    absent = [f"{q} ({why})" for q, r, why in got if r == "absent"]
-    if absent:
-        parts.append(f"not importable here: {'; '.join(absent)}")
-    return (
-        "probed",
-        f"vLLM {installed.version} is unverified ({vv.why if not vv.verified else 'outside ' + pack.vllm_range}); "
-        "read by value: " + ("; ".join(parts) or "nothing to patch"),
-    )
-
-
-def _needs_anchor_read(pack: Pack, installed: Any) -> bool:
-    return installed is not None and not (verdict(installed.version).verified and pack.supports_vllm(installed.version))
-
-
-def pack_record(
-    pack: Pack,
-    installed: tuple[str, str] | None,
-    import_errs: dict[str, str | None] | None = None,
-    anchors: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    status, why = pack_status(pack, installed, import_errs)
-    state, detail = engine_state(pack, installed, anchors)
-    rec = pack.to_json()
-    rec.update({"status": status, "status_detail": why, "engine": state, "engine_detail": detail})
-    if installed is not None:
-        vv = verdict(installed.version)
-        rec["installed_vllm"] = {
-            "version": installed.version,
-            "platform": installed.platform,
-            "verified": vv.verified,
-            "facts_version": vv.facts_version,
-        }
-    return rec
 
 
 def _matches_text(pack: Pack) -> str:
@@ -277,7 +54,15 @@ def _contract_text(pack: Pack) -> str:
         )
         if v
     ]
-    rows += [f"{code} ({spec.severity}): {spec.meaning}" for code, spec in k.codes.items()]
+    for part in pack.parts:
+        if part.rules_path is None:
+            continue
+        try:
+            _rules, codes = pack_rules(part)
+        except Exception as e:  # a broken rules file is shown, not a crash of `adapters show`
+            rows.append(f"rules file of {part.name} does not load ({type(e).__name__}: {e})")
+            continue
+        rows += [f"{c.code} ({'/'.join(c.severities)}): {c.cause}" for c in codes]
     return "\n".join(rows)
 
 
@@ -291,24 +76,14 @@ def adapters_list(json_out: bool) -> int:
     """Print every pack and the per-release architecture tables (text, or one JSON object: packs, arch_tables,
     engine_arch_table). Exit code 0."""
     installed = installed_vllm()
-    errs = _import_errors_for(load_packs(), installed)
-    anchors = (
-        probe_anchors(
-            [p for p in load_packs() if _needs_anchor_read(p, installed)],
-            installed.platform,
-            verdict(installed.version).facts_version,
-        )
-        if installed
-        else {}
-    )
-    records = [pack_record(p, installed, errs, anchors) for p in load_packs()]
+    records = packstatus.records(installed)
     if json_out:
         print(
             json.dumps(
                 {
                     "packs": records,
-                    "arch_tables": _arch_table_records(),
-                    "engine_arch_table": _engine_arch_table(installed),
+                    "arch_tables": packstatus.arch_table_records(),
+                    "engine_arch_table": packstatus.engine_arch_table(installed),
                 },
                 indent=2,
             )
@@ -366,25 +141,6 @@ def adapters_list(json_out: bool) -> int:
     return EXIT_OK
 
 
-def _arch_table_records() -> list[dict[str, Any]]:
-    """Per committed release, what its table covers and where it came from (the text's last block)."""
-    from ppspec_cli.knowledge import archtable
-
-    return [t.summary() for v in archtable.committed_versions() if (t := archtable.committed(v)) is not None]
-
-
-def _engine_arch_table(installed: Any) -> dict[str, Any] | None:
-    """The table verdicts on the installed engine use: a verified release's committed table, else
-    the installed source read by value (cached per install); None without an installed vLLM."""
-    if installed is None:
-        return None
-    from ppspec_cli.knowledge import archtable
-
-    v = verdict(installed.version)
-    t = archtable.pick(installed.platform, installed, v.facts_version, archtable.engine_table(installed))
-    return t.summary() if t is not None else None
-
-
 def _print_arch_tables(c: Any) -> None:
     """Per release: how many architectures vLLM's own source covers and where the facts came from
     (knowledge/arch; docs/adapters.md, "vLLM's own facts for every architecture")."""
@@ -404,29 +160,14 @@ def _print_arch_tables(c: Any) -> None:
         )
 
 
-def packs_covering(arch: str) -> list[tuple[Pack, str]]:
-    """(pack, "target" | "drafter") for every pack that names architecture `arch` (exact name first;
-    else a case-insensitive match), as `adapter: auto` matches them."""
-    for same in (lambda a, b: a == b, lambda a, b: a.lower() == b.lower()):
-        got = [
-            (p, role)
-            for p in load_packs()
-            for role, names in (("target", p.matches.targets), ("drafter", p.matches.drafters))
-            if any(same(n, arch) for n in names)
-        ]
-        if got:
-            return got
-    return []
-
-
 def adapters_show(name: str, json_out: bool) -> int:
     """Print one pack in full; NAME may also be an architecture (`Qwen3MoeForCausalLM`): then the
     pack(s) that cover it, each in full. Neither: PpspecError listing the known packs."""
     try:
         get_pack(name)
     except PpspecError:
-        covering = packs_covering(name)
-        if not covering and _arch_known(name):
+        covering = packstatus.packs_covering(name)
+        if not covering and packstatus.arch_known(name):
             return _show_arch(name, json_out)
         if not covering:
             names = ", ".join(sorted(p.name for p in load_packs()))
@@ -440,12 +181,14 @@ def adapters_show(name: str, json_out: bool) -> int:
         if json_out:
             installed = installed_vllm()
             packs = [p for p, _ in covering]
-            errs = _import_errors_for(packs, installed)
+            errs = packstatus.import_errors_for(packs, installed)
             print(
                 json.dumps(
                     {
                         "architecture": name,
-                        "packs": [{**pack_record(p, installed, errs), "covers_as": role} for p, role in covering],
+                        "packs": [
+                            {**packstatus.pack_record(p, installed, errs), "covers_as": role} for p, role in covering
+                        ],
                     },
                     indent=2,
                 )
@@ -469,12 +212,6 @@ def adapters_show(name: str, json_out: bool) -> int:
             _show(p.name, False)
         return EXIT_OK
     return _show(name, json_out)
-
-
-def _arch_known(name: str) -> bool:
-    from ppspec_cli.knowledge import archtable
-
-    return any((t := archtable.committed(v)) is not None and t.registers(name) for v in archtable.committed_versions())
 
 
 _RELAY_WORDS = {
@@ -538,11 +275,11 @@ def _show(name: str, json_out: bool) -> int:
     pack = get_pack(name)
     installed = installed_vllm()
     anchors = (
-        probe_anchors([pack], installed.platform, verdict(installed.version).facts_version)
-        if installed and _needs_anchor_read(pack, installed)
+        packstatus.probe_anchors([pack], installed.platform, verdict(installed.version).facts_version)
+        if installed and packstatus.needs_anchor_read(pack, installed)
         else {}
     )
-    rec = pack_record(pack, installed, _import_errors_for([pack], installed), anchors)
+    rec = packstatus.pack_record(pack, installed, packstatus.import_errors_for([pack], installed), anchors)
     if json_out:
         print(json.dumps(rec, indent=2))
         return EXIT_OK
@@ -610,15 +347,3 @@ def _show(name: str, json_out: bool) -> int:
         row("note", n)
     c.print(t)
     return EXIT_OK
-
-
-__all__ = [
-    "adapters_list",
-    "adapters_show",
-    "pack_status",
-    "pack_record",
-    "engine_state",
-    "probe_anchors",
-    "STATUSES",
-    "ENGINE_STATES",
-]

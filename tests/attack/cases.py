@@ -184,22 +184,22 @@ def _channel_styled(p: str) -> None:
 def _channel_adapters_show(p: str) -> None:
     """`adapters show` of a pack whose manifest text is hostile (description, notes, vLLM range)."""
     from ppspec_cli.commands import adapters
-    from ppspec_cli.knowledge import packs
+    from ppspec_cli.knowledge import packs, packstatus
 
     real = packs.load_packs()[0]
     fake = real.__class__.__new__(real.__class__)
     fake.__dict__.update(real.__dict__)
     object.__setattr__(fake, "description", p) if hasattr(fake, "__dataclass_fields__") else None
-    old_get, old_rec = adapters.get_pack, adapters.pack_record
+    old_get, old_rec = adapters.get_pack, packstatus.pack_record
     adapters.get_pack = lambda name: fake
-    adapters.pack_record = lambda pack, installed, errs, anchors=None: {
+    packstatus.pack_record = lambda pack, installed, errs, anchors=None: {
         **old_rec(real, installed, errs, anchors),
         "status_detail": p,
     }
     try:
         adapters.adapters_show(real.name, False)
     finally:
-        adapters.get_pack, adapters.pack_record = old_get, old_rec
+        adapters.get_pack, packstatus.pack_record = old_get, old_rec
 
 
 def _channel_json(p: str) -> str | None:
