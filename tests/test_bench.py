@@ -318,7 +318,7 @@ def test_results_from_another_host_or_version_are_named():
 
 
 def test_resume_refuses_foreign_results_unless_allowed(tmp_path):
-    from ppspec_cli.commands.bench import _Bench
+    from ppspec_cli.verify.bench.session import Session
 
     settings = {
         "concurrency": [1],
@@ -332,7 +332,7 @@ def test_resume_refuses_foreign_results_unless_allowed(tmp_path):
         "parity_source_prompts": 8,
     }
     ident = {"run_id": "new", "host": "h", "ppspec_version": "1", "vllm_version": "0.33.0", "served": True}
-    b = _Bench("p.yaml", None, ARMS[:2], settings, tmp_path, False, None, ident)
+    b = Session("p.yaml", None, ARMS[:2], settings, tmp_path, ident)
     d = b.arm_dir(ARMS[0])
     d.mkdir(parents=True)
     safeio.write_text(d / "c1-r0.json", json.dumps(_run("baseline", 1, 100)))
@@ -387,7 +387,7 @@ def test_int_lists():
 
 
 def test_resume_keeps_only_runs_measured_with_the_same_settings(tmp_path):
-    from ppspec_cli.commands.bench import _Bench, _parity_key
+    from ppspec_cli.verify.bench.session import Session, parity_key
 
     settings = {
         "concurrency": [1, 4],
@@ -400,7 +400,7 @@ def test_resume_keeps_only_runs_measured_with_the_same_settings(tmp_path):
         "parity_prompts": 8,
         "parity_source_prompts": 8,
     }
-    b = _Bench("p.yaml", None, ARMS[:2], settings, tmp_path, False, None, {"served": True})
+    b = Session("p.yaml", None, ARMS[:2], settings, tmp_path, {"served": True})
     d = b.arm_dir(ARMS[0])
     d.mkdir(parents=True)
     assert results.prompts_at(8, 4) == 16 and results.prompts_at(64, 4) == 64  # at least 4 requests per slot
@@ -408,7 +408,7 @@ def test_resume_keeps_only_runs_measured_with_the_same_settings(tmp_path):
     safeio.write_text(d / "c4-r0.json", json.dumps({**_run("baseline", 4, 100), "max_tokens": 99}))  # other settings
     safeio.write_text(d / "c4-r1.json", json.dumps(_run("baseline", 4, 100, r=1)))
     assert b.todo(ARMS[0]) == ([(4, 0), (1, 1)], True)  # repeats outermost
-    safeio.write_text(d / "parity.json", json.dumps({"outputs": [], "settings": _parity_key(settings)}))
+    safeio.write_text(d / "parity.json", json.dumps({"outputs": [], "settings": parity_key(settings)}))
     assert b.todo(ARMS[0]) == ([(4, 0), (1, 1)], False)
     assert b.todo(ARMS[1]) == ([(1, 0), (4, 0), (1, 1), (4, 1)], True)
     # the tuned arm's results count only for the schedule they were measured with
@@ -432,7 +432,7 @@ def test_sessions_interleave_the_arms_round_by_round_and_resume_keeps_finished_r
     """--sessions per-repeat (the default): round r serves every arm once for repeat r, so a drift of
     the machine between engine sessions lands in every arm's spread; each arm's parity pass joins
     its first session; a resume plans only what is missing. per-arm: one session per arm."""
-    from ppspec_cli.commands.bench import PER_ARM, _Bench
+    from ppspec_cli.verify.bench.session import PER_ARM, Session
 
     settings = {
         "concurrency": [1, 4],
@@ -445,7 +445,7 @@ def test_sessions_interleave_the_arms_round_by_round_and_resume_keeps_finished_r
         "parity_prompts": 8,
         "parity_source_prompts": 8,
     }
-    b = _Bench("p.yaml", None, ARMS[:2], settings, tmp_path, False, None, {"served": True})
+    b = Session("p.yaml", None, ARMS[:2], settings, tmp_path, {"served": True})
 
     def plan(bench):
         return [(a.name, runs, par) for a, runs, par in bench.sessions(ARMS[:2])]
@@ -475,9 +475,7 @@ def test_sessions_interleave_the_arms_round_by_round_and_resume_keeps_finished_r
             safeio.write_text(d / f"c{c}-r{r}.json", json.dumps(_run("baseline", c, 100, r=r)))
     safeio.write_text(d / "c4-r1.json", json.dumps(_run("baseline", 4, 100, r=1)))
     assert plan(b)[-1] == ("baseline", [], True) and [x[0] for x in plan(b)] == ["spec-k1"] * 3 + ["baseline"]
-    per_arm = _Bench(
-        "p.yaml", None, ARMS[:2], {**settings, "sessions": PER_ARM}, tmp_path, False, None, {"served": True}
-    )
+    per_arm = Session("p.yaml", None, ARMS[:2], {**settings, "sessions": PER_ARM}, tmp_path, {"served": True})
     assert plan(per_arm) == [
         ("baseline", [], True),
         ("spec-k1", [(1, 0), (4, 0), (1, 1), (4, 1), (1, 2), (4, 2)], True),
@@ -485,8 +483,6 @@ def test_sessions_interleave_the_arms_round_by_round_and_resume_keeps_finished_r
 
 
 def _doc(runs_by_rep: list[dict]):
-    from ppspec_cli.commands.bench import _Bench  # noqa: F401 - the same assembly pieces as the command
-
     groups: dict = {}
     for r in runs_by_rep:
         groups.setdefault((r["arm"], r["concurrency"]), []).append(r)

@@ -490,7 +490,7 @@ def test_layer_bytes_skip_encoder_towers_and_mtp_layers(make_checkpoint):
 def test_verify_names_a_relative_target_by_its_absolute_path(tmp_path, make_checkpoint, monkeypatch):
     """The lm_eval line verify prints names the target's tokenizer: a relative model path is the
     profile's folder's, whatever the working directory; a hub id and a demo model stay as written."""
-    from ppspec_cli.commands.verify import _tokenizer_ref
+    from ppspec_cli.verify.measure import tokenizer_ref as _tokenizer_ref
 
     make_checkpoint("prof/models/llama", LLAMA)
     monkeypatch.chdir("/")

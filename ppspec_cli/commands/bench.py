@@ -4,22 +4,19 @@ concurrency level with vLLM's benchmark client, check greedy parity, give a verd
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 import signal
-import sys
-import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from ppspec_cli.commands.common import progress
+from ppspec_cli.commands.render import render_refusal
 from ppspec_cli.errors import EXIT_OK, EXIT_REFUSED, PpspecError, exit_for_signal
 from ppspec_cli.io import safeio
-from ppspec_cli.verify.bench import judge
+from ppspec_cli.operation.bench import Driver
 from ppspec_cli.verify.bench import results as res
-from ppspec_cli.verify.bench.results import BASELINE, Arm
+from ppspec_cli.verify.bench import session
+from ppspec_cli.verify.bench.session import PER_ARM, PER_REPEAT, SESSIONS, Session
 
 #: Prompts of the parity pass (one request at a time, per arm).
 PARITY_PROMPTS = 16
@@ -33,12 +30,6 @@ class _Interrupted(BaseException):
 
 #: Most --repeat: each repeat is one more full pass over the levels.
 MAX_REPEAT = 20
-
-#: --sessions: each repeat of every arm in its own engine session, arms interleaved round by round
-#: (the machine's drift between sessions lands in the spread the verdict judges), or one session
-#: per arm holding all its repeats (fewer engine starts; drift between arms is not in the spread).
-PER_REPEAT, PER_ARM = "per-repeat", "per-arm"
-SESSIONS = (PER_REPEAT, PER_ARM)
 
 
 @dataclass(frozen=True)
@@ -70,8 +61,8 @@ def run(profile: str, o: Options) -> int:
 
     levels = _validate(o)
     prof = load_profile(profile)
-    arms = _arms(prof, o.nst, o.endpoint, o.baseline_endpoint)
-    state = _state_dir(o.out, prof.name)
+    arms = session.arms_for(prof, o.nst, o.endpoint, o.baseline_endpoint)
+    state = session.state_dir(o.out, prof.name)
     per_level = {str(c): res.prompts_at(o.num_prompts, c) for c in levels}
     settings = {
         "concurrency": levels,
@@ -90,10 +81,10 @@ def run(profile: str, o: Options) -> int:
             safeio.remove_tree(
                 state / "arms" / name, what="the arm's previous results"
             )  # a planted link is unlinked, never followed
-    b = _Bench(profile, prof, arms, settings, state, o.offline, None, _identity(o.endpoint is None))
+    b = Session(profile, prof, arms, settings, state, session.identity(o.endpoint is None))
     if o.resume:
         b.check_kept(o.allow_mixed)
-    code = _measure(b)
+    code = _measure(Driver(b, render_refusal, progress, offline=o.offline))
     doc = b.assemble()
     _write_outputs(doc, state)
     if o.endpoint is None and doc["runs"]:
@@ -132,9 +123,9 @@ def _validate(o: Options) -> list[int]:
             where="--max-tokens / --input-len",
             fix="e.g. --max-tokens 128 --input-len 128",
         )
-    if not 1 <= o.num_prompts <= MAX_NUM_PROMPTS:
+    if not 1 <= o.num_prompts <= session.MAX_NUM_PROMPTS:
         raise PpspecError(
-            f"--num-prompts must be in 1..{MAX_NUM_PROMPTS}", where="--num-prompts", fix="e.g. --num-prompts 64"
+            f"--num-prompts must be in 1..{session.MAX_NUM_PROMPTS}", where="--num-prompts", fix="e.g. --num-prompts 64"
         )
     if o.sessions not in SESSIONS:
         raise PpspecError(
@@ -152,83 +143,7 @@ def _validate(o: Options) -> list[int]:
     return levels
 
 
-def _identity(served: bool) -> dict:
-    """This run's identity, recorded in every result it measures (and checked on --resume)."""
-    import uuid
-
-    from ppspec_cli import __version__
-    from ppspec_cli.io.netinfo import host_name
-    from ppspec_cli.knowledge.engine import installed_vllm
-
-    v = installed_vllm()
-    return {
-        "run_id": uuid.uuid4().hex[:12],
-        "host": host_name(),
-        "ppspec_version": __version__,
-        "vllm_version": v.version if v else None,
-        "served": served,
-    }
-
-
-def _arms(prof, nst: str | None, endpoint: str | None, baseline_endpoint: str | None) -> list[Arm]:
-    """baseline (no drafter) first, then one arm per num_speculative_tokens."""
-    from ppspec_cli.io import redact
-
-    for url in (
-        endpoint,
-        baseline_endpoint,
-    ):  # a `user:password@` endpoint never lands in bench.json, report.md or the terminal
-        redact.register_url(url)
-    if prof.drafter is None:
-        raise PpspecError(
-            f"profile {prof.name} names no drafter: there is no speculation to measure",
-            where="drafter",
-            fix="bench a profile with a `drafter:` section (bench serves it once without the drafter itself)",
-        )
-    if endpoint is None and (prof.disaggregated or prof.topology.nodes > 1):
-        raise PpspecError(
-            "bench starts one single-node engine at a time; this profile runs "
-            + ("two engines (roles)" if prof.disaggregated else f"{prof.topology.nodes} nodes"),
-            where="topology",
-            fix="start both servers yourself (with and without the drafter) and pass --endpoint URL "
-            "--baseline-endpoint URL",
-        )
-    ks = res.parse_int_list(nst, "--num-speculative-tokens", 1, 64) if nst else [prof.drafter.num_speculative_tokens]
-    if endpoint is None:
-        return [Arm(BASELINE, False, None)] + [Arm(res.spec_arm_name(k), True, k) for k in ks]
-    if len(ks) > 1:
-        raise PpspecError(
-            "with --endpoint, the speculative server runs one num_speculative_tokens",
-            where="--num-speculative-tokens",
-            fix="give one value (the server's), or let bench serve the profile",
-        )
-    return [Arm(BASELINE, False, None, baseline_endpoint), Arm(res.spec_arm_name(ks[0]), True, ks[0], endpoint)]
-
-
-#: The most prompts one bench level sends: over the ~94 thousand conversations of ShareGPT V3, the
-#: largest prompt set vLLM's benchmark client ships a loader for.
-MAX_NUM_PROMPTS = 1 << 17
-
-
-def _state_dir(out: str | None, name: str) -> Path:
-    """--out DIR (created), else ~/.cache/ppspec/runs/NAME-bench: the results and the --resume state."""
-    from ppspec_cli.running.serve.rundir import default_run_dir
-
-    state = Path(out) if out else default_run_dir(name).parent / f"{name}-bench"
-    try:
-        state.mkdir(parents=True, exist_ok=True)
-        if not os.access(state, os.W_OK):
-            raise PermissionError(13, "not writable")
-    except OSError as e:
-        raise PpspecError(
-            f"cannot use {str(state)[:200]} for the results: {e.strerror or e}",
-            where="--out",
-            fix="pass --out DIR, a directory you can write to (it is created)",
-        ) from None
-    return state
-
-
-def _measure(b: "_Bench") -> int:
+def _measure(driver: Driver) -> int:
     """Every arm in turn; a stop signal outside an engine's supervisor (which handles its own)
     ends the run with 128+N, a refused launch or failed load generator with its exit code."""
 
@@ -237,14 +152,14 @@ def _measure(b: "_Bench") -> int:
 
     old = {s: signal.signal(s, _raise) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        return b.measure_all()
+        return driver.measure_all()
     except _Interrupted as e:
         progress(f"interrupted by {signal.Signals(e.signum).name}: every engine is stopped")
         return exit_for_signal(e.signum)
     except PpspecError as e:  # a launch refused, a load generator failed: keep what is measured
         from ppspec_cli.commands.common import err_console
 
-        b.failures.append(e.what)
+        driver.s.failures.append(e.what)
         err_console().print(e.render())
         return e.exit_code
     finally:
@@ -276,401 +191,3 @@ def _write_calibration(doc: dict, prof, profile_path: str, offline: bool, state:
         safeio.write_text(state / "calibration.json", json.dumps(cal, indent=2) + "\n", what="bench calibration")
         note += f": {state / 'calibration.json'} (`ppspec plan PROFILE --predict --calibration` reads it)"
     progress(note)
-
-
-class _Bench:
-    def __init__(self, profile_path, prof, arms, settings, state: Path, offline, health_timeout, identity: dict):
-        self.profile_path, self.prof, self.arms, self.levels = profile_path, prof, list(arms), settings["concurrency"]
-        self.settings, self.state, self.offline, self.health_timeout = settings, state, offline, health_timeout
-        self.identity = identity
-        self.level_times: list[float] = []
-        self.start_times: list[float] = []
-        self.failures: list[str] = []
-        self.warnings: list[str] = []
-        self.t0 = time.monotonic()
-
-    def arm_dir(self, arm: Arm) -> Path:
-        return self.state / "arms" / arm.name
-
-    def _kept(self, arm: Arm, c: int, r: int) -> dict | None:
-        rec = res.load_record(self.arm_dir(arm) / res.record_name(c, r))
-        return rec if res.level_done(rec, self.settings, arm) else None
-
-    def todo(self, arm: Arm) -> tuple[list[tuple[int, int]], bool]:
-        """The (concurrency, repeat) runs still to measure, repeats outermost (so drift spreads over
-        the levels), and whether the parity pass is still to do."""
-        runs = [(c, r) for r in range(self.settings["repeat"]) for c in self.levels if self._kept(arm, c, r) is None]
-        par = res.load_record(self.arm_dir(arm) / "parity.json")
-        need_parity = par is None or par.get("settings") != _parity_key(self.settings, arm)
-        return runs, need_parity
-
-    def check_kept(self, allow_mixed: bool) -> None:
-        """--resume: results measured on another host or with other ppspec/vLLM versions are refused
-        (or, with --allow-mixed, kept with a warning)."""
-        kept = [
-            rec
-            for arm in self.arms + [Arm(res.TUNED, True, None)]
-            for c in self.levels
-            for r in range(self.settings["repeat"])
-            if (rec := res.load_record(self.arm_dir(arm) / res.record_name(c, r))) is not None
-        ]
-        lines = res.foreign(kept, self.identity)
-        if not lines:
-            return
-        if allow_mixed:
-            self.warnings += [f"kept results from another run (--allow-mixed): {line}" for line in lines]
-            return
-        raise PpspecError(
-            f"{self.state} holds results from another machine or version: " + "; ".join(lines[:3]),
-            where="--resume",
-            fix="measure afresh (drop --resume, or another --out), or pass --allow-mixed to combine them anyway",
-        )
-
-    def _eta(self, levels_left: int, arms_left: int) -> str:
-        if not self.level_times:
-            return ""
-        per = sum(self.level_times) / len(self.level_times)
-        start = sum(self.start_times) / len(self.start_times) if self.start_times else 30.0
-        s = per * levels_left + start * arms_left
-        return f", ETA ~{int(s // 60)}m{int(s % 60):02d}s"
-
-    def sessions(self, arms: list[Arm]) -> list[tuple[Arm, list[tuple[int, int]], bool]]:
-        """The engine sessions still to run for these arms, in order: (arm, its (concurrency, repeat)
-        runs, whether its parity pass runs there). per-repeat: round r serves every arm once for
-        repeat r (arms interleaved, so drift between sessions spreads over every arm's samples);
-        an arm's parity pass joins its first session. per-arm: one session per arm."""
-        todo = {a.name: self.todo(a) for a in arms}
-        if self.settings.get("sessions", PER_REPEAT) == PER_ARM:
-            return [(a, *todo[a.name]) for a in arms if todo[a.name][0] or todo[a.name][1]]
-        parity = {a.name: todo[a.name][1] for a in arms}
-        out = []
-        for r in range(self.settings["repeat"]):
-            for a in arms:
-                runs = [x for x in todo[a.name][0] if x[1] == r]
-                if runs:
-                    out.append((a, runs, parity[a.name]))
-                    parity[a.name] = False
-        return out + [(a, [], True) for a in arms if parity[a.name]]
-
-    def measure_all(self) -> int:
-        """The static arms, then (serving the profile) the tuned arm: the schedule their grid proposes."""
-        with_tuned = all(a.endpoint is None for a in self.arms)
-        names = [a.name for a in self.arms] + ([res.TUNED] if with_tuned else [])
-        plan = self.sessions(self.arms)
-        for a in self.arms:
-            if not any(x[0] is a for x in plan):
-                progress(f"{self._tag(a, names, None)}: measured earlier (kept, --resume)")
-        code = self._run_sessions(
-            plan, names, tuned_runs=len(self.levels) * self.settings["repeat"] if with_tuned else 0
-        )
-        if code:
-            return code
-        if not with_tuned:
-            self.warnings.append("with --endpoint bench serves nothing: the schedule is proposed, not measured")
-            return EXIT_OK
-        tuned = self.tuned_arm()
-        if tuned is None:
-            return EXIT_OK
-        self.arms.append(tuned)
-        plan = self.sessions([tuned])
-        if not plan:
-            progress(f"{self._tag(tuned, names, None)}: measured earlier (kept, --resume)")
-        return self._run_sessions(plan, names, tuned_runs=0)
-
-    def _tag(self, arm: Arm, names: list[str], runs: list[tuple[int, int]] | None) -> str:
-        tag = f"arm {names.index(arm.name) + 1}/{len(names)} {arm.name}"
-        reps = sorted({r for _c, r in runs or []})
-        if self.settings.get("sessions", PER_REPEAT) == PER_REPEAT and len(reps) == 1 and self.settings["repeat"] > 1:
-            tag += f" repeat {reps[0] + 1}/{self.settings['repeat']}"
-        return tag
-
-    def _run_sessions(self, plan, names: list[str], tuned_runs: int) -> int:
-        """Each planned session in turn (ETA: the runs and engine starts still ahead, the tuned
-        arm's counted as a full set while it is not yet derived)."""
-        tuned_sessions = (
-            (self.settings["repeat"] if self.settings.get("sessions", PER_REPEAT) == PER_REPEAT else 1)
-            if tuned_runs
-            else 0
-        )
-        for i, (arm, runs, need_parity) in enumerate(plan):
-            later = plan[i + 1 :]
-            code = self.measure_arm(
-                arm,
-                self._tag(arm, names, runs),
-                runs,
-                need_parity,
-                len(later) + tuned_sessions,
-                sum(len(x[1]) for x in later) + tuned_runs,
-            )
-            if code:
-                return code
-        return EXIT_OK
-
-    def grid(self) -> dict[tuple[str, int], list[float]]:
-        """(arm, concurrency) -> output tokens/s of each kept repeat."""
-        out: dict[tuple[str, int], list[float]] = {}
-        for arm in self.arms:
-            for c in self.levels:
-                xs = [
-                    rec["output_tokens_per_s"]
-                    for r in range(self.settings["repeat"])
-                    if (rec := self._kept(arm, c, r)) is not None
-                    and isinstance(rec.get("output_tokens_per_s"), (int, float))
-                ]
-                if xs:
-                    out[(arm.name, c)] = xs
-        return out
-
-    def _static(self) -> list[tuple[str, int]]:
-        return [(a.name, a.num_speculative_tokens or 0) for a in self.arms if a.name != res.TUNED]
-
-    def tuned_arm(self) -> Arm | None:
-        """The schedule the static arms' grid proposes (judge.per_level, planning/schedule.derive)."""
-        grid = self.grid()
-        if not all(judge.complete(grid, a, self.levels) for a, _k in self._static()):
-            return None
-        sch = judge.proposed_schedule(judge.per_level(grid, self._static(), self.levels))
-        if not sch:
-            return None
-        k = max(e[2] for e in sch) or max(k for _a, k in self._static())
-        return Arm(res.TUNED, True, k, None, tuple(tuple(e) for e in sch))
-
-    def _variant(self, arm: Arm):
-        p = self.prof
-        if not arm.speculation:
-            return p.model_copy(update={"drafter": None})
-        return p.model_copy(
-            update={
-                "drafter": p.drafter.model_copy(
-                    update={"num_speculative_tokens": arm.num_speculative_tokens, "schedule": arm.schedule_list()}
-                )
-            }
-        )
-
-    def measure_arm(
-        self, arm: Arm, tag: str, runs: list[tuple[int, int]], need_parity: bool, arms_left: int, later_runs: int
-    ) -> int:
-        from ppspec_cli.verify.bench.harness import LoadGen, Stopped
-
-        d = self.arm_dir(arm)
-        d.mkdir(parents=True, exist_ok=True)
-        levels = ",".join(map(str, sorted({c for c, _r in runs}))) or "-"
-        progress(f"{tag}: {_arm_line(arm)}; {len(runs)} run(s) of c={levels}")
-        prepared = None
-        if arm.endpoint is None:
-            from ppspec_cli import operation
-            from ppspec_cli.commands.render import render_refusal
-
-            op = operation.Operation(
-                "bench",
-                self.profile_path,
-                operation.PlacementArgs(launching=True),
-                offline=self.offline,
-                profile=self._variant(arm),
-            )
-            prepared = operation.run(op, progress)
-            if prepared.refused:
-                return render_refusal(prepared)
-        job = self._job(arm, prepared, runs, need_parity)
-        env = {"HF_HUB_OFFLINE": "1"} if self.offline or os.path.isdir(job["tokenizer"]) else {}
-        lg = LoadGen(d / "loadgen.log", env)  # imports vLLM while the engine starts
-        on_event = functools.partial(
-            self._on_event, tag, runs, [0], time.monotonic(), prepared is not None, later_runs, arms_left
-        )
-        timeout = 300.0 + 0.5 * max(self.settings["prompts_per_level"].values()) * self.settings["max_tokens"]
-
-        def workload(stop) -> None:
-            try:
-                lg.run(job, stop, on_event, timeout)
-            except Stopped:
-                return
-            if need_parity and (d / "parity.json").is_file():
-                doc = res.load_record(d / "parity.json") or {}
-                doc["settings"] = _parity_key(self.settings, arm)
-                safeio.write_text(d / "parity.json", json.dumps(doc, indent=1), what="bench parity outputs")
-
-        try:
-            if prepared is None:
-                try:
-                    workload(lambda: False)
-                except PpspecError as e:
-                    self.failures.append(f"{arm.name}: {e.what}")
-                    raise
-                return EXIT_OK
-            from ppspec_cli.running.serve.start import start
-
-            r = start(prepared, progress=progress, health_timeout=self.health_timeout, workload=workload, stream=False)
-        finally:
-            lg.close()
-        if r.exit_code != 0:
-            if r.error is not None and not isinstance(r.error, PpspecError):
-                raise r.error
-            if r.exit_code < 128:
-                print(f"error: {arm.name}: {r.reason}", file=sys.stderr, flush=True)
-                self.failures.append(f"{arm.name}: {r.reason.splitlines()[0] if r.reason else 'failed'}")
-            else:
-                progress(f"{tag}: {r.reason}")
-            return r.exit_code
-        return EXIT_OK
-
-    def _on_event(
-        self, tag: str, runs: list, done: list[int], t_start: float, served: bool, later: int, arms_left: int, ev: dict
-    ) -> None:
-        """One event of the load generator, as a progress line (and the timings the ETA reads)."""
-        e = ev["event"]
-        if e == "warmup":
-            if served:
-                self.start_times.append(time.monotonic() - t_start)
-            progress(f"{tag}: warm-up")
-        elif e == "level":
-            progress(
-                f"{tag}: c={ev['concurrency']} repeat {ev.get('repeat', 0) + 1} "
-                f"({done[0] + 1}/{len(runs)}){self._eta(len(runs) - done[0] + later, arms_left)}"
-            )
-        elif e == "level_done":
-            done[0] += 1
-            self.level_times.append(float(ev.get("seconds") or 0))
-            rec = res.load_record(Path(ev["file"])) or {}
-            acc = rec.get("acceptance_length")
-            progress(
-                f"{tag}: c={ev['concurrency']} done in {ev.get('seconds')}s: "
-                f"{rec.get('output_tokens_per_s') or 0:.1f} output tok/s"
-                + (f", acceptance length {acc:.2f}" if isinstance(acc, (int, float)) else "")
-            )
-        elif e == "parity":
-            progress(f"{tag}: parity pass ({self.settings['parity_prompts']} prompts, one at a time)")
-
-    def _job(self, arm: Arm, prepared, runs: list[tuple[int, int]], need_parity: bool) -> dict:
-        from ppspec_cli.verify.client import normalize_endpoint
-
-        p = self.prof
-        base = normalize_endpoint(arm.endpoint if arm.endpoint is not None else prepared.launch.url)
-        identity = {k: v for k, v in self.identity.items() if k != "served"}
-        return {
-            "base_url": base,
-            "model": p.server.served_model_name or p.name,
-            "tokenizer": _tokenizer(p, prepared),
-            "runs": [list(x) for x in runs],
-            "prompts_per_level": self.settings["prompts_per_level"],
-            "max_tokens": self.settings["max_tokens"],
-            "input_len": self.settings["input_len"],
-            "seed": self.settings["seed"],
-            "out_dir": str(self.arm_dir(arm)),
-            "arm": arm.name,
-            "speculation": arm.speculation,
-            "num_speculative_tokens": arm.num_speculative_tokens,
-            "schedule": arm.schedule_list(),
-            "parity_prompts": self.settings["parity_prompts"] if need_parity else 0,
-            "parity_source_prompts": self.settings["parity_source_prompts"],
-            "api_key_env": p.server.api_key_env,
-            "warmup": bool(runs),
-            "identity": identity,
-            "served": self.identity.get("served", True),
-        }
-
-    def assemble(self) -> dict:
-        """bench.json: the runs (median and samples), the judged levels, parity, the recommendation."""
-        samples, runs, parity_docs = [], [], {}
-        for arm in self.arms:
-            for c in self.levels:
-                recs = [rec for r in range(self.settings["repeat"]) if (rec := self._kept(arm, c, r)) is not None]
-                samples += recs
-                if recs:
-                    runs.append(res.aggregate(recs))
-            parity_docs[arm.name] = res.load_record(self.arm_dir(arm) / "parity.json")
-        grid = self.grid()
-        static = self._static()
-        levels_doc = judge.per_level(grid, static, self.levels)
-        d = self.prof.drafter
-        incumbent = (
-            res.spec_arm_name(d.num_speculative_tokens)
-            if d.schedule is None and any(a == res.spec_arm_name(d.num_speculative_tokens) for a, _k in static)
-            else None
-        )
-        tuned = next((a for a in self.arms if a.name == res.TUNED), None)
-        choice = judge.choose(grid, static, self.levels, incumbent, tuned.name if tuned else None)
-        recommended = res.TUNED if choice["schedule"] else choice["static"]
-        if recommended is not None:
-            for lv, env in zip(
-                levels_doc, judge.envelope(grid, self.levels, recommended, incumbent, [a.name for a in self.arms])
-            ):
-                lv["best_arm"] = env["best_arm"]
-                lv["envelope"] = env
-        missing = [
-            f"{a.name} c={c} repeat {r + 1}"
-            for a in self.arms
-            for c in self.levels
-            for r in range(self.settings["repeat"])
-            if self._kept(a, c, r) is None
-        ]
-        warnings = [
-            f"{r['arm']} c={r['concurrency']}: {w}" for r in runs for w in dict.fromkeys(r.get("warnings") or [])
-        ]
-        warnings += [
-            f"{r['arm']} c={r['concurrency']}: {r['failed']} request(s) failed" for r in runs if r.get("failed")
-        ]
-        devices = sorted({str(x.get("device")) for x in samples if x.get("device")})
-        if len(devices) > 1:
-            warnings.append("results from different devices: " + ", ".join(devices))
-        if missing:
-            warnings.append(
-                "not measured: "
-                + ", ".join(missing[:12])
-                + (f" and {len(missing) - 12} more" if len(missing) > 12 else "")
-            )
-        warnings += judge.drift_check(grid, self.levels, tuned.schedule_list() if tuned else None, static)
-        warnings += self.warnings + self.failures
-        ident = {k: v for k, v in self.identity.items() if k != "served"}
-        return {
-            "schema": res.SCHEMA,
-            **ident,
-            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "device": devices[0] if len(devices) == 1 else (devices or None),
-            "profile": self.prof.name,
-            "profile_path": os.path.abspath(self.profile_path),
-            "profile_num_speculative_tokens": d.num_speculative_tokens,
-            "settings": self.settings,
-            "arms": [a.to_json() for a in self.arms],
-            "load_generator": runs[0]["load_generator"] if runs else "vllm bench serve",
-            "runs": [res.public_run(r) for r in runs],
-            "levels": levels_doc,
-            "parity": res.parity(self.arms, parity_docs, samples),
-            "recommendation": res.recommendation(
-                levels_doc, choice, self.arms, d.num_speculative_tokens, judge.proposed_schedule(levels_doc)
-            ),
-            "complete": not missing and not any(r.get("failed") for r in runs),
-            "warnings": warnings,
-        }
-
-
-def _parity_key(settings: dict, arm: Arm | None = None) -> dict:
-    key = {k: settings[k] for k in ("max_tokens", "input_len", "seed", "parity_prompts", "parity_source_prompts")}
-    if arm is not None and arm.schedule:
-        key["schedule"] = arm.schedule_list()
-    return key
-
-
-def _arm_line(arm: Arm) -> str:
-    """What one arm measures, in the progress line."""
-    if arm.endpoint:
-        return "measuring " + arm.endpoint
-    if not arm.speculation:
-        return "serving the profile without its drafter"
-    if arm.schedule:
-        return f"serving the profile with the schedule {arm.schedule_list()}"
-    return f"serving the profile with num_speculative_tokens {arm.num_speculative_tokens}"
-
-
-def _tokenizer(p, prepared) -> str:
-    """The target's tokenizer: the local checkpoint the engine loads (a `demo:` model's built
-    folder), else the hub id (read from the HF cache; vLLM's client loads it)."""
-    ref = p.target.model
-    if ref.startswith("demo:"):
-        from ppspec_cli import demo
-
-        return demo.resolve_model_ref(ref)
-    if prepared is not None:
-        ck = getattr(prepared.resolved, "target", None)
-        if ck is not None and getattr(ck, "source", None) == "local" and getattr(ck, "location", None):
-            return os.path.abspath(ck.location)
-    return ref

@@ -75,7 +75,7 @@ class ParityRecord(Record):
     arm: Optional[str] = Field(default=None, max_length=64)
     outputs: list[ParityOutput]
     settings: Optional[dict[str, Any]] = (
-        None  # the settings it was measured with (commands/bench.py _parity_key; a tuned arm's includes its schedule)
+        None  # the settings it was measured with (session.parity_key; a tuned arm's includes its schedule)
     )
 
 
