@@ -122,11 +122,9 @@ def manifest_reference() -> str:
 
 def with_manifest_reference(doc: str) -> str:
     """`doc` with the text between its two markers replaced by the generated manifest reference."""
-    head, sep, rest = doc.partition(ADAPTERS_START)
-    _, sep2, tail = rest.partition(ADAPTERS_END)
-    if not sep or not sep2:
-        raise ValueError("the document lacks the manifest reference markers")
-    return f"{head}{ADAPTERS_START}\n\n{manifest_reference()}\n{ADAPTERS_END}{tail}"
+    from ppspec_cli.operation.reference import between_markers
+
+    return between_markers(doc, ADAPTERS_START, ADAPTERS_END, manifest_reference() + "\n", "the document")
 
 
 def findings_reference() -> str:

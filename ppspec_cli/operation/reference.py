@@ -89,10 +89,15 @@ def drafter_table() -> str:
     return "\n".join(rows)
 
 
+def between_markers(doc: str, start: str, end: str, text: str, what: str) -> str:
+    """`doc` with what stands between its `start` and `end` markers replaced by `text`."""
+    head, sep, rest = doc.partition(start)
+    _, sep2, tail = rest.partition(end)
+    if not sep or not sep2:
+        raise ValueError(f"{what} lacks its markers ({start} ... {end})")
+    return f"{head}{start}\n\n{text}{end}{tail}"
+
+
 def with_drafter_table(doc: str) -> str:
     """docs/drafters.md with the text between its markers replaced by the generated table."""
-    head, sep, rest = doc.partition(DRAFTERS_START)
-    _, sep2, tail = rest.partition(DRAFTERS_END)
-    if not sep or not sep2:
-        raise ValueError("docs/drafters.md lacks the drafter contract table's markers")
-    return f"{head}{DRAFTERS_START}\n\n{drafter_table()}\n\n{DRAFTERS_END}{tail}"
+    return between_markers(doc, DRAFTERS_START, DRAFTERS_END, drafter_table() + "\n\n", "docs/drafters.md")

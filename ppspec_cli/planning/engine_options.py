@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.findings import Finding
+from ppspec_cli.findings import Code, Finding
 from ppspec_cli.findings.codes import (
     ENGINE_AMBIGUOUS_OPTION,
     ENGINE_BAD_OPTION_NAME,
@@ -348,6 +348,17 @@ _ACKED = "fine if you wrote this profile or trust who did"
 _READ = "once you have read what it points at"
 
 
+def _risk(code: Code, label: str, risk: tuple[str, str], section: str, name: str, acked: bool) -> Finding:
+    """One risky option or entry: `code` (an error: serve refuses), or a warning when `trust.<section>`
+    acknowledges it by `name`."""
+    kind, what = risk
+    said = f"{label} {RISKS[kind]} ({kind}: {what})"
+    if acked:
+        return UNTRUSTED_ACKNOWLEDGED.at(label, f"{said} — acknowledged in `trust.{section}`", fix=_ACKED)
+    ack = f"trust: {{{section}: [{name}]}}"
+    return code.at(label, said, fix=f"remove it, or acknowledge it with `{ack}` in the profile {_READ}")
+
+
 def untrusted_findings(
     engine: Mapping[str, Any],
     env: Mapping[str, str],
@@ -368,35 +379,11 @@ def untrusted_findings(
         entries.append(("kv_transfer", "kv_transfer_config", kv_transfer))
     for label, k, v in entries:
         for name, kind, what in option_risks(k, v):
-            acked = name in ack_engine or name.split(".", 1)[0] in ack_engine
             head = name.split(".", 1)[0]
-            out.append(
-                UNTRUSTED_ACKNOWLEDGED.at(
-                    label, f"{label} {RISKS[kind]} ({kind}: {what}) — acknowledged in `trust.engine`", fix=_ACKED
-                )
-                if acked
-                else ENGINE_UNTRUSTED_OPTION.at(
-                    label,
-                    f"{label} {RISKS[kind]} ({kind}: {what})",
-                    fix=f"remove it, or acknowledge it with `trust: {{engine: [{head}]}}` in the profile {_READ}",
-                )
-            )
+            acked = name in ack_engine or head in ack_engine
+            out.append(_risk(ENGINE_UNTRUSTED_OPTION, label, (kind, what), "engine", head, acked))
     for k in sorted(env):
         risk = env_risk(k)
-        if risk is None:
-            continue
-        kind, what = risk
-        acked = k.upper() in ack_env
-        label = f"env.{k[:80]}"
-        out.append(
-            UNTRUSTED_ACKNOWLEDGED.at(
-                label, f"{label} {RISKS[kind]} ({kind}: {what}) — acknowledged in `trust.env`", fix=_ACKED
-            )
-            if acked
-            else ENV_UNTRUSTED_ENTRY.at(
-                label,
-                f"{label} {RISKS[kind]} ({kind}: {what})",
-                fix=f"remove it, or acknowledge it with `trust: {{env: [{k[:80]}]}}` in the profile {_READ}",
-            )
-        )
+        if risk is not None:
+            out.append(_risk(ENV_UNTRUSTED_ENTRY, f"env.{k[:80]}", risk, "env", k[:80], k.upper() in ack_env))
     return out
