@@ -8,7 +8,7 @@ import os
 import sys
 
 from ppspec_cli.commands.common import progress
-from ppspec_cli.errors import exit_for_signal
+from ppspec_cli.errors import EXIT_OK, exit_for_signal
 from ppspec_cli.io import shellout
 
 
@@ -54,7 +54,7 @@ class _StopBeforeStart:
     SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
     def __init__(self) -> None:
-        self.exit_code = 0
+        self.exit_code = EXIT_OK
         self._old: dict = {}
 
     def __enter__(self) -> "_StopBeforeStart":

@@ -261,6 +261,7 @@ def _device() -> str:
 
 
 def main() -> int:
+    from ppspec_cli.errors import EXIT_OK, EXIT_REFUSED
     from ppspec_cli.io import spawn
 
     events = spawn.event_stream(1)
@@ -273,7 +274,7 @@ def main() -> int:
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except Exception as e:  # noqa: BLE001 - reported to the parent as one line
         _emit(events, "error", message=f"cannot import vLLM's benchmark client: {type(e).__name__}: {e}"[:500])
-        return 1
+        return EXIT_REFUSED
 
     def parser_factory():
         p = FlexibleArgumentParser()
@@ -283,7 +284,7 @@ def main() -> int:
     _emit(events, "ready", import_s=round(time.monotonic() - t0, 1))
     line = sys.stdin.buffer.readline(MAX_JOB_BYTES)
     if not line.strip():
-        return 0  # the parent gave up (interrupted, engine failed): nothing to do
+        return EXIT_OK  # the parent gave up (interrupted, engine failed): nothing to do
     from ppspec_cli.errors import PpspecError
     from ppspec_cli.io import safeio
     from ppspec_cli.verify.client import Client
@@ -335,13 +336,13 @@ def main() -> int:
             par = parity_pass(client, job, prompts)
             safeio.write_text(out_dir / "parity.json", json.dumps(par, indent=1), what="bench parity outputs")
         _emit(events, "done")
-        return 0
+        return EXIT_OK
     except PpspecError as e:
         _emit(events, "error", message=e.render()[:2000])
-        return 1
+        return EXIT_REFUSED
     except Exception as e:  # noqa: BLE001 - vLLM's client raising: one line to the parent
         _emit(events, "error", message=f"vLLM's benchmark client failed: {type(e).__name__}: {e}"[:2000])
-        return 1
+        return EXIT_REFUSED
 
 
 if __name__ == "__main__":
