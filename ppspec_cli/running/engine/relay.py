@@ -299,16 +299,43 @@ def init_with_target_embed(orig_init: Callable[..., Any]) -> Callable[..., Any]:
     return __init__
 
 
+def _speculative_config(*, hidden_state_drafter: bool) -> Any:
+    """The `vllm_config` vLLM's `spec_decode_needs_target_embed` reads, for an EAGLE3 drafter
+    without an embedding of its own (hidden_state_drafter=True) or for ngram (False), in the terms
+    of every release 0.30-0.34:
+
+    - 0.30-0.33 read the method name (eagle, eagle3, dflash, dspark; 0.33's `include_mtp` adds mtp);
+    - 0.34 reads `speculative_config.uses_target_hidden_states` (the method's SpeculatorConfig:
+      True for eagle/eagle3/mtp/dflash/dspark, False for ngram) and
+      `speculative_config.draft_model_config.may_use_target_embed` (the drafter class declares
+      `has_own_embed_tokens`: it may share the target's embedding).
+
+    A release that reads anything else fails the check (AttributeError) instead of passing it."""
+    method = methods.EAGLE3.name if hidden_state_drafter else "ngram"
+    return SimpleNamespace(
+        speculative_config=SimpleNamespace(
+            method=method,
+            uses_target_hidden_states=hidden_state_drafter,
+            draft_model_config=SimpleNamespace(may_use_target_embed=hidden_state_drafter),
+        )
+    )
+
+
 def check_target_embed_rule(_cls: Any = None) -> bool:
     """Behaviour check: the decision the __init__ wrapper relies on is vLLM's, evaluated here on a
-    tiny config for the first and the last stage of PP=2, with a method whose drafter needs it."""
-    spec = SimpleNamespace(speculative_config=SimpleNamespace(method=methods.EAGLE3.name))
+    tiny config for the first and the last stage of PP=2: an EAGLE3 drafter that shares the
+    target's embedding needs it on the last stage only; ngram (no drafter model) never does."""
+    spec, ngram = _speculative_config(hidden_state_drafter=True), _speculative_config(hidden_state_drafter=False)
     with simulated_pp(1, 2):
         last = needs_target_embed(spec)
+        last_ngram = needs_target_embed(ngram)
     with simulated_pp(0, 2):
         first = needs_target_embed(spec)
-    if not (last is True and first is False):
-        raise AssertionError(f"spec_decode_needs_target_embed gave last={last}, first={first}; expected True, False")
+    if not (last is True and first is False and last_ngram is False):
+        raise AssertionError(
+            f"spec_decode_needs_target_embed gave last={last}, first={first}, ngram on the last stage={last_ngram}; "
+            "expected True, False, False"
+        )
     return True
 
 
