@@ -203,8 +203,8 @@ def test_malformed_version_range(bad):
 
 
 def test_supports_vllm_on_a_pack():
-    p = get_pack("minimax_m2")
-    assert p.supports_vllm("0.32.0") and not p.supports_vllm("0.31.0")
+    p = get_pack("qwen3_xpress")  # its drafter classes arrived in 0.33 (its proofs: knowledge/packproof)
+    assert p.supports_vllm("0.33.0") and not p.supports_vllm("0.32.0")
 
 
 def test_supports_answers_per_platform_and_version(tmp_path):
@@ -522,9 +522,15 @@ def test_engine_state_verified_probed_drifted():
     state, detail = packs_cli.engine_state(qwen3_moe, nightly, {"qwen3_moe": rows})
     assert (
         state == "probed"
-        and "anchors match: qwen3_moe.relay_forward" in detail
+        and "anchors match and behaviour checks pass: qwen3_moe.relay_forward" in detail
         and "already does it: qwen3_moe.target_embed_on_last_stage" in detail
     )
+    # every anchor matches but a behaviour check fails when applied (issue 39: 0.34's embedding
+    # rule): never "probed: anchors match", the plugin would refuse
+    refused = [*rows, ["qwen3_moe.target_embed_on_last_stage", "refused", "PatchVerifyError: behaviour check failed"]]
+    state, detail = packs_cli.engine_state(qwen3_moe, nightly, {"qwen3_moe": refused})
+    assert state == "refused" and "anchors match" not in detail and "behaviour check failed" in detail
+    assert "the plugin refuses this engine" in detail
     rows.append(["qwen3_moe.opt_in", "drifted", "anchor drifted: forward takes (self, hidden)"])
     state, detail = packs_cli.engine_state(qwen3_moe, nightly, {"qwen3_moe": rows})
     assert state == "drifted" and "qwen3_moe.opt_in: anchor drifted" in detail

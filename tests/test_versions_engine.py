@@ -191,7 +191,10 @@ def test_adapters_list_on_a_nightly_reads_every_pack_by_value(tmp_path):
     assert recs["llama"]["engine"] == "probed" and "llama:LlamaModel" in recs["llama"]["engine_detail"]
     assert recs["llama"]["status"] == "native" and recs["llama"]["installed_vllm"]["verified"] is False
     q = recs["qwen3_moe"]
-    assert q["engine"] == "probed" and "anchors match: qwen3_moe.relay_forward, qwen3_moe.opt_in" in q["engine_detail"]
+    assert (
+        q["engine"] == "probed"
+        and "anchors match and behaviour checks pass: qwen3_moe.relay_forward, qwen3_moe.opt_in" in q["engine_detail"]
+    )
     assert "already does it: qwen3_moe.target_embed_on_last_stage" in q["engine_detail"]
     # Two more `adapters list` runs used to follow here (~65 s: each reads every pack's anchors in a
     # fresh vLLM child again). The same packs verified on the real 0.32.0 is

@@ -11,7 +11,11 @@ Status (from the packs' support tables, `Pack.supports`, for the installed versi
 
 Engine state (`engine_state`): whether the installed engine was verified (a verified release in the
 pack's range), probed (an unverified version whose patch anchors and native opt-ins, read by value
-in a child interpreter, all match) or drifted (an anchor moved: the plugin would refuse).
+in a child interpreter, all match, and whose patches apply and pass their behaviour checks there),
+drifted (an anchor moved) or refused (a behaviour check fails): the plugin would refuse either.
+
+Proof (`proof`): per committed release, whether the pack was proven on that release's source
+(knowledge/packproofs: tools/prove_packs.py ran the plugin's own apply/verify/behaviour checks on it).
 
 Whether a module imports is learnt once per install in a child interpreter (importing vLLM takes
 seconds; this process never does) and remembered in $PPSPEC_CACHE/import-check.json, keyed by the
@@ -188,9 +192,11 @@ def _import_errors_for(packs: list[Pack], installed: tuple[str, str] | None) -> 
 
 
 #: A pack against the installed engine: verified (a verified release in the pack's range), probed
-#: (unverified, but every patch anchor and native opt-in read by value matches), drifted (a patch's
-#: anchor moved: the plugin would refuse), not probed (the read could not run), not checked (no vLLM).
-ENGINE_STATES = ("verified", "probed", "drifted", "not probed", "not checked")
+#: (unverified, but every patch anchor and native opt-in read by value matches and every patch applies
+#: and passes its behaviour check), drifted (a patch's anchor moved: the plugin would refuse), refused
+#: (a patch's behaviour check fails: the plugin would refuse), not probed (the read could not run),
+#: not checked (no vLLM).
+ENGINE_STATES = ("verified", "probed", "drifted", "refused", "not probed", "not checked")
 
 _ANCHOR_CHILD = """
 import json, sys
@@ -203,10 +209,29 @@ for name in sys.argv[3:]:
     try:
         pack = get_pack(name)
         rows = []
-        for part, f in pack.patch_files:
-            for p in load_patches(part, f):
-                state, why = p.anchor()
-                rows.append([p.qualname, state, why])
+        patches = [p for part, f in pack.patch_files for p in load_patches(part, f)]
+        for p in patches:
+            state, why = p.anchor()
+            rows.append([p.qualname, state, why])
+        if patches and not any(r[1] == "drifted" for r in rows):
+            # what the plugin does next at engine start: apply, verify by value with each
+            # behaviour check, then (here) revert; a failure is the plugin's refusal
+            done = []
+            try:
+                for p in patches:
+                    p.apply()
+                    done.append(p)
+                for p in patches:
+                    try:
+                        p.verify()
+                    except Exception as e:
+                        rows.append([p.qualname, "refused", (type(e).__name__ + ": " + str(e))[:400]])
+                        break
+            except Exception as e:
+                rows.append([p.qualname, "refused", (type(e).__name__ + ": " + str(e))[:400]])
+            finally:
+                for p in reversed(done):
+                    p.revert()
         for part in pack.parts:
             # a native opt-in the pack's table claims here must be there, by value
             if part.patches_path is not None or part.supports("aux_relay_over_pp", platform, facts_version).status != "native":
@@ -267,11 +292,14 @@ def engine_state(pack: Pack, installed: Any, anchors: dict[str, Any] | None) -> 
     drifted = [r for r in got if r[1] in ("drifted", "lacks")]
     if drifted:
         return "drifted", "; ".join(f"{q}: {why if r == 'drifted' else 'does not set ' + why}" for q, r, why in drifted)
+    refused = [r for r in got if r[1] == "refused"]
+    if refused:
+        return "refused", "; ".join(f"{q}: {why}" for q, _, why in refused) + " (the plugin refuses this engine)"
     native = [q for q, r, _ in got if r == "native"]
     applies = [q for q, r, _ in got if r == "matches"]
     parts = []
     if applies:
-        parts.append(f"anchors match: {', '.join(applies)}")
+        parts.append(f"anchors match and behaviour checks pass: {', '.join(applies)}")
     if native:
         parts.append(f"vLLM {installed.version} already does it: {', '.join(native)}")
     absent = [f"{q} ({why})" for q, r, why in got if r == "absent"]
@@ -298,6 +326,7 @@ def pack_record(
     state, detail = engine_state(pack, installed, anchors)
     rec = pack.to_json()
     rec.update({"status": status, "status_detail": why, "engine": state, "engine_detail": detail})
+    rec.update(_proof(pack))
     if installed is not None:
         vv = verdict(installed.version)
         rec["installed_vllm"] = {
@@ -307,6 +336,19 @@ def pack_record(
             "facts_version": vv.facts_version,
         }
     return rec
+
+
+def _proof(pack: Pack) -> dict[str, Any]:
+    """`proof`: per release, {state, detail} of each part on that release's source; `proof_summary`:
+    one line ('proven on 0.30-0.34 source', else what was not and why)."""
+    from ppspec_cli.knowledge import packproofs
+
+    if len(pack.parts) == 1:
+        return {"proof": packproofs.record(pack.name), "proof_summary": packproofs.summary(pack.name)}
+    return {
+        "proof": {p.name: packproofs.record(p.name) for p in pack.parts},
+        "proof_summary": "; ".join(f"{p.name}: {packproofs.summary(p.name)}" for p in pack.parts),
+    }
 
 
 def _matches_text(pack: Pack) -> str:
@@ -401,6 +443,7 @@ def adapters_list(json_out: bool) -> int:
         "verified": "green",
         "probed": "cyan",
         "drifted": "red",
+        "refused": "red",
         "not probed": "yellow",
         "not checked": "yellow",
     }
@@ -423,6 +466,7 @@ def adapters_list(json_out: bool) -> int:
             indent=12,
             label="  engine",
         )
+        print_wrapped(c, plain(rec["proof_summary"]), indent=12, label="  proof")
         for label, names in (
             ("targets", p.matches.targets),
             ("drafters", p.matches.drafters),
@@ -629,6 +673,7 @@ def _show(name: str, json_out: bool) -> int:
     row("vLLM range", pack.vllm_range)
     row("status", f"{rec['status']}: {rec['status_detail']}")
     row("engine", f"{rec['engine']}: {rec['engine_detail']}")
+    row("proof", rec["proof_summary"])
     row("provides", "\n".join(f"{cap}: {CAPABILITIES[cap]}" for cap in pack.provides))
     patches = [str(f) for _, f in pack.patch_files]
     row("patches", "\n".join(patches) if patches else "none (native)")
