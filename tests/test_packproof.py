@@ -264,7 +264,7 @@ def _plant(tmp_path: Path, version: str, module: str, first_line: int, edit) -> 
     new = edit(st["source"])
     assert new != st["source"] and new.count("\n") == st["source"].count("\n")
     st["source"] = new
-    f = tmp_path / f"planted-{version}.json"
+    f = tmp_path / f"planted-{version}-{module}-{first_line}.json"
     f.write_text(json.dumps(snap), encoding="utf-8")
     return f
 
@@ -310,7 +310,15 @@ def test_planted_sources_make_the_proof_fail(tmp_path):
             "        input_ids: torch.Tensor | None,\n", "        token_ids: torch.Tensor | None,\n", 1
         ),
     )
-    a, b, c = prove_in_child([("snapshot", rule), ("snapshot", early), ("snapshot", drift)])
+    eagle = "vllm.model_executor.models.llama_eagle"
+    numbered = _plant(
+        tmp_path,
+        "0.34.0",
+        eagle,
+        _statement("0.34.0", eagle, "class EagleLlamaForCausalLM"),
+        lambda s: s.replace("model_config.get_num_layers(", "model_config.get_total_num_hidden_layers("),
+    )
+    a, b, c, d = prove_in_child([("snapshot", rule), ("snapshot", early), ("snapshot", drift), ("snapshot", numbered)])
     pa = a["proof"]["packs"]
     for name in ("deepseek_v3", "minimax_m2"):
         assert pa[name]["state"] == "refused" and pa[name]["detail"].startswith(f"{name}.target_embed_on_last_stage")
@@ -323,6 +331,32 @@ def test_planted_sources_make_the_proof_fail(tmp_path):
     assert b["proof"]["core"]["state"] == "proven"  # the tap watch does not capture
     pc = c["proof"]["packs"]["qwen3_moe"]
     assert pc["state"] == "refused" and "anchor drifted" in pc["detail"] and "token_ids" in pc["detail"]
+    # a drafter that numbers its layers globally itself: the numbering patch stands aside there
+    pd = d["proof"]["packs"]["eagle_global_layer_ids"]
+    rows = {r["patch"].rsplit(".", 1)[-1]: r for r in pd["patches"]}
+    assert pd["state"] == "proven" and rows["EagleLlamaForCausalLM"]["anchor"] == "native"
+    assert rows["EagleLlamaForCausalLM"]["outcome"].startswith("skipped: the installed vLLM already does this")
+    assert rows["EagleCohereForCausalLM"]["outcome"] == "applied and verified by value"
+
+
+@pytest.mark.slow
+def test_a_drafter_that_stops_reading_the_stage_count_fails_the_numbering_check(tmp_path):
+    """The numbering wrapper only changes `get_num_layers`: a drafter whose constructor reads the
+    layer count some other way is refused, not silently left PP-local."""
+    from ppspec_cli.running.engine.packproof import prove_in_child
+
+    eagle = "vllm.model_executor.models.cohere_eagle"
+    other = _plant(
+        tmp_path,
+        "0.33.0",
+        eagle,
+        _statement("0.33.0", eagle, "class EagleCohereForCausalLM"),
+        lambda s: s.replace("model_config.get_num_layers(", "model_config.get_layers_of_this_stage("),
+    )
+    (doc,) = prove_in_child([("snapshot", other)])
+    pe = doc["proof"]["packs"]["eagle_global_layer_ids"]
+    assert pe["state"] == "refused" and "EagleCohereForCausalLM" in pe["detail"]
+    assert "no longer reads model_config.get_num_layers" in pe["detail"]
 
 
 _BEFORE_THE_FIX = """

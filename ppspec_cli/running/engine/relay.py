@@ -372,12 +372,36 @@ def init_with_global_draft_numbering(orig_init: Callable[..., Any]) -> Callable[
     return __init__
 
 
+def _init_reads(fn: Any) -> set[str]:
+    """The attribute and global names a constructor's own code reads (through functools.wraps)."""
+    import inspect
+
+    code = getattr(inspect.unwrap(fn), "__code__", None) if fn is not None else None
+    return set(code.co_names) if code is not None else set()
+
+
+def natively_numbers_globally(cls: type) -> str | None:
+    """The drafter's own constructor numbers its layers from the target's total depth
+    (`get_total_num_hidden_layers`) and no longer reads the stage's count: the installed vLLM
+    already does what the numbering patch adds."""
+    reads = _init_reads(vars(cls).get("__init__"))
+    if "get_total_num_hidden_layers" in reads and "get_num_layers" not in reads:
+        return f"{cls.__module__}:{cls.__qualname__}.__init__ numbers its layers from get_total_num_hidden_layers"
+    return None
+
+
 def check_global_numbering(cls: type) -> bool:
-    """Behaviour check: the installed __init__ is our wrapper around the original, and the wrapper
+    """Behaviour check: the installed __init__ is our wrapper around the drafter's own, which reads
+    the stage's layer count (`model_config.get_num_layers`, the one answer the wrapper changes: a
+    constructor that no longer reads it would leave the wrapper doing nothing), and the wrapper
     makes `get_num_layers` answer the total depth during construction only."""
     init = cls.__dict__.get("__init__")
     if getattr(init, "ppspec_original", None) is None:
         raise AssertionError(f"{cls.__name__}.__init__ is not the ppspec wrapper")
+    if "get_num_layers" not in _init_reads(init.ppspec_original):
+        raise AssertionError(
+            f"{cls.__name__}.__init__ no longer reads model_config.get_num_layers: the numbering wrapper would change nothing"
+        )
     seen: list[int] = []
 
     def fake_init(self: Any, *, vllm_config: Any, prefix: str = "") -> None:
