@@ -115,6 +115,15 @@ def test_adapters_list_and_show_say_what_was_proven(capsys, monkeypatch):
     assert json.loads(capsys.readouterr().out)["proof"]["0.34.0"]["state"] == "proven"
 
 
+def test_versions_page_lists_every_pack_range_and_proof():
+    """docs/versions.md, "Adapter packs' ranges": one row per pack, its range and proof as today."""
+    text = (REPO / "docs" / "versions.md").read_text(encoding="utf-8")
+    table = text.split("### Adapter packs' ranges", 1)[1].split("\n\n| pack |", 1)[1].split("\n\n", 1)[0]
+    rows = [r for r in ("| pack |" + table).splitlines() if r.startswith("| `")]
+    want = [f"| `{p.name}` | `{p.vllm_range}` | {packproofs.summary(p.name)} |" for p in load_packs()]
+    assert rows == want
+
+
 # ---------------------------------------------------------------------------------------------
 # The drill's interface (tools/prove_packs.py), on planted outcomes
 

@@ -103,9 +103,18 @@ def summary(pack: str) -> str:
         return "not proven: no committed proof covers this pack (python tools/prove_packs.py --wheel W --write)"
     proven = [v for v, o in got if o.get("state") == "proven"]
     text = f"proven on {series(proven)} source" if proven else "proven on no release's source"
+    # the releases that were not, grouped where the same thing failed (the detail names its release)
+    groups: list[tuple[str, str, list[str]]] = []
     for v, o in got:
-        if o.get("state") != "proven":
-            text += f"; {o.get('state')} on {v}: {o.get('detail')}"
+        if o.get("state") == "proven":
+            continue
+        key = (str(o.get("state")), str(o.get("detail", "")).replace(v, "{v}"))
+        if groups and groups[-1][:2] == key:
+            groups[-1][2].append(v)
+        else:
+            groups.append((*key, [v]))
+    for state, detail, vs in groups:
+        text += f"; {state} on {vs[0] if len(vs) == 1 else series(vs)}: {detail.replace('{v}', vs[-1])}"
     return text
 
 

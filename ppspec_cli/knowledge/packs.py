@@ -365,7 +365,11 @@ class Manifest(_Strict):
         min_length=1, max_length=500, description="One paragraph: the family and what the pack does."
     )
     matches: Matches = Field(description="Which targets / drafters / methods the pack is for.")
-    vllm: str = Field(description="vLLM version range the pack was checked against, e.g. `>=0.30,<0.34`.")
+    vllm: str = Field(
+        description="vLLM version range the pack was proven on, e.g. `>=0.30,<0.35`: the releases on whose source "
+        "tools/prove_packs.py ran everything of the pack that touches vLLM (`--set-ranges` writes it; "
+        "tests/test_packproof.py holds it to the proofs)."
+    )
     capabilities: dict[Capability, tuple[SupportRule, ...]] = Field(
         default_factory=dict,
         description="Per capability, its support table: per platform and vLLM range, native, patched by this pack, or unsupported (with the reason).",
@@ -508,7 +512,7 @@ class Pack:
         )
 
     def supports_vllm(self, version: str) -> bool:
-        """Whether every part of the pack was checked against this vLLM version."""
+        """Whether every part of the pack was proven on this vLLM version (its `vllm` range)."""
         return all(in_range(p.vllm_range, version) for p in self.parts)
 
     def supports(self, capability: str, platform: str, version: str) -> Support:
@@ -526,7 +530,7 @@ class Pack:
                 return Support(
                     capability,
                     "unknown",
-                    f"pack {part.name} was checked against vLLM {part.vllm_range}, not {version}",
+                    f"pack {part.name} was proven on vLLM {part.vllm_range}, not {version}",
                     part.name,
                 )
             for line in lines:
