@@ -168,6 +168,16 @@ def test_drill_exits_1_and_says_what_needs_a_human(monkeypatch, capsys):
     assert prove_packs.main(["--wheel", "/nonexistent/vllm-9.9.9.whl"]) == 2
 
 
+def test_drill_refuses_what_is_not_a_release(tmp_path, capsys):
+    tree = _tree(tmp_path / "dev", {**PLANTED, "vllm/_version.py": "__version__ = '0.35.0.dev3+g123'\n"})
+    assert prove_packs.main(["--source", str(tree)]) == 2
+    assert "holds no vLLM release" in capsys.readouterr().err
+    junk = tmp_path / "vllm-9.9.9-py3-none-any.whl"
+    junk.write_bytes(b"not a zip")
+    assert prove_packs.main(["--wheel", str(junk)]) == 2
+    assert "error:" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------------------------------
 # The harness, on a planted source tree (no vLLM: this process is not switched to it)
 

@@ -24,6 +24,7 @@ import argparse
 import json
 import re
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ppspec_cli.knowledge import packproofs  # noqa: E402
 from ppspec_cli.knowledge.packs import clear_cache, in_range, load_packs  # noqa: E402
 from ppspec_cli.running.engine.packproof import ProofError, prove_in_child  # noqa: E402
-from ppspec_cli.running.engine.sourcevllm import snapshot_digest  # noqa: E402
+from ppspec_cli.running.engine.sourcevllm import TreeSource, snapshot_digest  # noqa: E402
 
 #: Where the release snapshots live: test data (CI proves the packs from them), not in the wheel.
 SNAPSHOT_DIR = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "packproof"
@@ -47,6 +48,15 @@ def snapshot_file(version: str) -> Path:
 
 
 _RANGE_LINE = re.compile(r'^vllm:\s*"[^"\n]*"\s*$', re.M)
+
+
+def _is_release(v: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return not Version(v).is_prerelease and not Version(v).local
+    except InvalidVersion:
+        return False
 
 
 def _minor(v: str) -> tuple[int, int]:
@@ -206,10 +216,18 @@ def main(argv: list[str] | None = None) -> int:
             if not where.exists():
                 print(f"error: {where} does not exist", file=sys.stderr)
                 return 2
+            version = TreeSource(where).version()[0]
+            if not version or not _is_release(version):
+                print(
+                    f"error: {where} holds no vLLM release (vllm/_version.py names {version!r}); "
+                    "give a release wheel (pip download vllm==X.Y.Z --no-deps)",
+                    file=sys.stderr,
+                )
+                return 2
             (doc,) = prove_in_child([("source", where)])
             doc["origin"] = f"wheel {where.name}" if a.wheel else f"source {where.name}"
             docs.append(doc)
-    except (ProofError, OSError) as e:
+    except (ProofError, OSError, zipfile.BadZipFile) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for doc in docs:
