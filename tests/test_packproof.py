@@ -447,3 +447,17 @@ def test_snapshot_statements_are_the_wheels_text(version):
             for s in m["statements"]:
                 a, b = s["lines"]
                 assert "".join(lines[a - 1 : b]) == s["source"], (name, a, b)
+
+
+@pytest.mark.slow
+def test_proving_the_wheels_again_gives_the_committed_proofs():
+    """From the wheels themselves (where they are at hand): the same outcome and the same snapshot."""
+    from ppspec_cli.running.engine.packproof import prove_in_child
+
+    wheels = {v: next(iter(WHEELS.glob(f"vllm-{v}-*.whl")), None) for v in RELEASES}
+    if any(w is None for w in wheels.values()):
+        pytest.skip(f"the release wheels are not all in {WHEELS} (set PPSPEC_VLLM_WHEELS); CI replays the snapshots")
+    docs = prove_in_child([("source", w) for w in wheels.values()])
+    for v, doc in zip(wheels, docs):
+        assert doc["vllm_version"] == v and doc["proof"] == packproofs.committed(v)["proof"], v
+        assert doc["snapshot_sha256"] == packproofs.committed(v)["snapshot_sha256"], v

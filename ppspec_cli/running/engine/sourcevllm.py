@@ -542,6 +542,9 @@ class SourceVllm:
             file,
         )
         mod.running.add(i)
+        # names this statement rebinds that were built already (an earlier binder of the same
+        # name): keep the objects handed out, as the statement that binds them last decides
+        kept = {b: dict.__getitem__(mod.ns, b) for b in stmt.binds if b != name and dict.__contains__(mod.ns, b)}
         try:
             code = compile(tree, file, "exec", flags=_ANNOTATIONS, dont_inherit=True)
             exec(code, mod.ns)
@@ -552,6 +555,7 @@ class SourceVllm:
                 if not dict.__contains__(mod.ns, b):
                     dict.__setitem__(mod.ns, b, Missing(why))
         finally:
+            dict.update(mod.ns, kept)
             mod.running.discard(i)
             if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 mod.done.add(i)
