@@ -313,6 +313,9 @@ def test_entry_point_pack_is_loaded(tmp_path, monkeypatch):
     p = get_pack("acme_foo")
     assert p.source == "entry point acme" and p.path == d
     assert resolve_pack("auto", ["FooForCausalLM"], [], "eagle3").name == "acme_foo"
+    # ppspec's proofs cover its built-in packs: a third-party pack is never called proven
+    rec = packs_cli.pack_record(p, None)
+    assert rec["proof"] == {} and rec["proof_summary"].startswith("not proven by ppspec")
 
 
 def test_entry_point_name_clash_is_an_error(tmp_path, monkeypatch):

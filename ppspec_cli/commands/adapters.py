@@ -343,11 +343,19 @@ def _proof(pack: Pack) -> dict[str, Any]:
     one line ('proven on 0.30-0.34 source', else what was not and why)."""
     from ppspec_cli.knowledge import packproofs
 
+    def summary(p: Pack) -> str:
+        if p.source != "built-in":
+            return f"not proven by ppspec: its proofs cover the built-in packs (this one is from {p.source})"
+        return packproofs.summary(p.name)
+
+    def record(p: Pack) -> dict[str, Any]:
+        return packproofs.record(p.name) if p.source == "built-in" else {}
+
     if len(pack.parts) == 1:
-        return {"proof": packproofs.record(pack.name), "proof_summary": packproofs.summary(pack.name)}
+        return {"proof": record(pack), "proof_summary": summary(pack)}
     return {
-        "proof": {p.name: packproofs.record(p.name) for p in pack.parts},
-        "proof_summary": "; ".join(f"{p.name}: {packproofs.summary(p.name)}" for p in pack.parts),
+        "proof": {p.name: record(p) for p in pack.parts},
+        "proof_summary": "; ".join(f"{p.name}: {summary(p)}" for p in pack.parts),
     }
 
 
