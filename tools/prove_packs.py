@@ -122,7 +122,8 @@ def needs_human(version: str) -> list[str]:
             continue
         proven = o.get("state") == "proven"
         before = packproofs.outcome(pack.name, prev) if prev else None
-        if not proven and (before is None or before.get("state") == "proven"):
+        regression = before.get("state") == "proven" if before is not None else in_range(pack.vllm_range, version)
+        if not proven and regression:
             out.append(f"{pack.name} is {o.get('state')} on {version}: {o.get('detail')}")
         if proven != in_range(pack.vllm_range, version):
             out.append(
