@@ -107,29 +107,44 @@ def set_ranges(dry: bool = False) -> list[str]:
     return out
 
 
-def needs_human(version: str) -> list[str]:
-    """What a person must look at after proving `version` (with the committed proofs)."""
+def needs_human(version: str, doc: dict[str, Any] | None = None) -> list[str]:
+    """What a person must look at after proving `version` (its proof `doc`, else the committed one),
+    against the committed proof of the release before it."""
+    from packaging.version import Version
+
     out = []
-    versions = packproofs.committed_versions()
-    prev = versions[versions.index(version) - 1] if version in versions and versions.index(version) > 0 else None
-    doc = packproofs.committed(version)
-    core = ((doc or {}).get("proof") or {}).get("core") or {}
+    doc = doc if doc is not None else packproofs.committed(version)
+    if doc is None:
+        return [f"no proof of {version}"]
+    older = [v for v in packproofs.committed_versions() if Version(v) < Version(version)]
+    prev = older[-1] if older else None
+    core = (doc.get("proof") or {}).get("core") or {}
     if core.get("state") != "proven":
         out.append(f"the plugin's own patches are not proven on {version}: {core.get('detail')}")
+    outcomes = (doc.get("proof") or {}).get("packs") or {}
+    outside: list[str] = []
     for pack in load_packs():
-        o = packproofs.outcome(pack.name, version)
+        o = outcomes.get(pack.name)
         if o is None:
+            if pack.source == "built-in":
+                out.append(f"{pack.name} is not in the proof of {version}: prove again")
             continue
         proven = o.get("state") == "proven"
         before = packproofs.outcome(pack.name, prev) if prev else None
         regression = before.get("state") == "proven" if before is not None else in_range(pack.vllm_range, version)
         if not proven and regression:
             out.append(f"{pack.name} is {o.get('state')} on {version}: {o.get('detail')}")
-        if proven != in_range(pack.vllm_range, version):
+        if proven and not in_range(pack.vllm_range, version):
+            outside.append(pack.name)
+        if not proven and in_range(pack.vllm_range, version):
             out.append(
-                f"{pack.name}: its range {pack.vllm_range} {'excludes' if proven else 'includes'} {version}, "
-                f"where it is {o.get('state')} (--set-ranges sets ranges from the proofs)"
+                f"{pack.name}: its range {pack.vllm_range} includes {version}, where it is {o.get('state')} "
+                "(--set-ranges sets ranges from the proofs)"
             )
+    if outside:
+        out.append(
+            f"proven on {version} but outside their range: {', '.join(outside)} (--write --set-ranges extends them)"
+        )
     return out
 
 
@@ -247,11 +262,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"range: {line}")
     human: list[str] = []
     for doc in docs:
-        v = doc["vllm_version"]
-        if packproofs.committed(v) is None:
-            human.append(f"the proof of {v} is not committed: run again with --write")
-            continue
-        human += needs_human(v)
+        human += needs_human(doc["vllm_version"], doc)
     if human:
         print("\nneeds a human:")
         for line in dict.fromkeys(human):
