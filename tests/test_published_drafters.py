@@ -347,3 +347,38 @@ def test_deepseek_v41_refuses_mtp_and_names_dspark(v):
     mf = drafterfacts.mtp_facts(table(v), "deepseek_v41", "DeepseekV4ForCausalLM", cfg, cfg, "cuda")
     assert mf is not None and mf.refusal is not None and mf.refusal["method"] == "dspark"
     assert "Use speculative method 'dspark'" in mf.refusal["message"]
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_a_class_that_always_takes_the_target_embedding(make_checkpoint, v):
+    """EagleCohereForCausalLM sets has_own_embed_tokens = False in its constructor (cohere_eagle.py:147
+    in 0.33) and is no SupportsEagle class, so vLLM's weight hook never sets it: under PP it takes the
+    target's embedding even when its checkpoint has embed_tokens, and DeepseekV2Model has none on the
+    last stage ('needs the target input embedding, but it is unavailable on this PP stage'). A head of
+    the same shape served as EagleLlamaForCausalLM keeps its own (the checkpoint decides)."""
+    target = make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3")
+    head = {
+        "architectures": ["CohereForCausalLM"],
+        "model_type": "cohere",
+        "hidden_size": 7168,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 56,
+        "num_key_value_heads": 8,
+        "vocab_size": 129280,
+    }
+    shards = {
+        "model.safetensors": {
+            "fc.weight": ("BF16", [7168, 2 * 7168]),
+            "embed_tokens.weight": ("BF16", [129280, 7168]),
+            "lm_head.weight": ("BF16", [129280, 7168]),
+        }
+    }
+    r, by = check(target, make_checkpoint("cohere-head", head, shards=shards), method="eagle", pp=2, engine_version=v)
+    assert r.drafter_served == ["EagleCohereForCausalLM"]
+    f = expect(by, "embed-last-stage", "error", "adapter")
+    assert "always takes the target's embedding" in f.message and "cohere_eagle.py:" in f.message
+    llama_head = {**head, "architectures": ["LlamaForCausalLM"], "model_type": "llama"}
+    _, ok = check(
+        target, make_checkpoint("llama-head", llama_head, shards=shards), method="eagle", pp=2, engine_version=v
+    )
+    assert "embed-last-stage" not in ok

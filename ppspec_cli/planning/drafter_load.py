@@ -97,6 +97,48 @@ def method_declared(r: Resolved) -> Iterator[Finding]:
     )
 
 
+def shares_target_embed(r: Resolved) -> bool | None:
+    """Whether vLLM gives the drafter the target's input embedding under PP, by its class's rule in
+    the table (`embed.own`): a class that fixes it says so whatever the checkpoint holds; one that
+    follows the checkpoint shares exactly when it has no embed_tokens; Model Runner V2 leaves a
+    class without the attribute alone under PP (eagle/utils.py maybe_share_target_embed). None:
+    the table does not say (or the tensors were not read)."""
+    facts = drafter_facts(r) or {}
+    emb = facts.get("embed") if isinstance(facts.get("embed"), dict) else None
+    if emb is None or r.drafter is None:
+        return None
+    own = emb.get("own")
+    if r.runner == "v2" and r.pp > 1 and emb.get("declared") is False:
+        return False
+    if own is True:
+        return False
+    if own is False:
+        return True
+    names = r.drafter.tensor_names()
+    if own == "checkpoint" and names is not None:
+        return not any(x.endswith("embed_tokens.weight") for x in names)
+    return None
+
+
+def takes_target_embed(r: Resolved) -> bool:
+    """shares_target_embed, else (the table does not say) the checkpoint's tensors: no embed_tokens."""
+    got = shares_target_embed(r)
+    if got is not None:
+        return got
+    names = r.drafter.tensor_names() if r.drafter is not None else None
+    return names is not None and not any(x.endswith("embed_tokens.weight") for x in names)
+
+
+def share_reason(r: Resolved) -> str:
+    """Why the drafter takes the target's embedding, in words (for embed-last-stage)."""
+    facts = drafter_facts(r) or {}
+    emb = facts.get("embed") if isinstance(facts.get("embed"), dict) else {}
+    if emb.get("own") is False:
+        cls = str(facts.get("class", "?")).rsplit(":", 1)[-1]
+        return f"vLLM's {cls} always takes the target's embedding, whatever its checkpoint holds ({emb.get('at')})"
+    return "the drafter has no embed_tokens of its own and shares the target's"
+
+
 def embed_width(r: Resolved) -> Iterator[Finding]:
     """The drafter takes the target's input embedding at the target's width; a drafter narrower or
     wider than its target fails there (Model Runner V2 shares it without a width check,

@@ -770,8 +770,7 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
             )
     # embedding on the last stage
     if methods.get(d.method).needs_target_embed and r.drafter is not None:
-        names = r.drafter.tensor_names()
-        if names is not None and not any(x.endswith("embed_tokens.weight") for x in names):
+        if drafter_load.takes_target_embed(r):  # the drafter class's rule (the table), else its tensors
             arch = r.target.architectures[0] if r.target and r.target.architectures else "?"
             s = r.support("target_embed_on_last_stage")
             if s.status == "unknown":
@@ -779,7 +778,7 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
                     "embed-last-stage-unknown",
                     "warning",
                     "target.model",
-                    f"the drafter has no embed_tokens of its own and shares the target's; ppspec does not know whether {arch} builds its embedding on the last stage under PP on {r.platform}, vLLM {r.engine_version}{_carried(r)} ({s.reason}); if it does not, vLLM stops at load: 'needs the target input embedding, but it is unavailable on this PP stage'",
+                    f"{drafter_load.share_reason(r)}; ppspec does not know whether {arch} builds its embedding on the last stage under PP on {r.platform}, vLLM {r.engine_version}{_carried(r)} ({s.reason}); if it does not, vLLM stops at load: 'needs the target input embedding, but it is unavailable on this PP stage'",
                     f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the inner decoder by value (the plugin asserts it in every engine process)",
                 )
             elif not s.ok:
@@ -787,7 +786,7 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
                     "embed-last-stage",
                     "error",
                     "adapter",
-                    f"the drafter has no embed_tokens of its own and shares the target's, but {arch} does not build its embedding on the last stage under PP ({s.reason}); vLLM: 'needs the target input embedding, but it is unavailable on this PP stage'",
+                    f"{drafter_load.share_reason(r)}, but {arch} does not build its embedding on the last stage under PP ({s.reason}); vLLM: 'needs the target input embedding, but it is unavailable on this PP stage'",
                     "use an adapter pack that builds the target embedding on the last stage (`ppspec adapters list`)",
                 )
 
