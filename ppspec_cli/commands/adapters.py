@@ -566,7 +566,7 @@ def _show_arch(name: str, json_out: bool) -> int:
     (knowledge/arch; `check` uses the same table)."""
     from ppspec_cli.commands.render import print_wrapped
     from ppspec_cli.io.terminal import plain, styled
-    from ppspec_cli.knowledge import archtable
+    from ppspec_cli.knowledge import archtable, drafterfacts
     from ppspec_cli.knowledge.packs import PLATFORMS
 
     rows: dict[str, dict[str, Any]] = {}
@@ -601,6 +601,7 @@ def _show_arch(name: str, json_out: bool) -> int:
                 )
             else:
                 text = f"{f['class']}; draft layer numbering {f.get('numbering')}; fc {(f.get('fc') or {}).get('rule')}; MTP layers {f.get('mtp_layers')}"
+                text += drafterfacts.describe_class(f)
             print_wrapped(c, plain(text), indent=12, label=f"  {plat}")
     return 0
 

@@ -329,3 +329,30 @@ def coverage_text(table: ArchTable) -> str:
     c = coverage(table)
     refused = f" (refused: {', '.join(c['speculators_refused'])})" if c["speculators_refused"] else ""
     return f", speculators {', '.join(c['speculators_algorithms'])}{refused}, {c['mtp_architectures']} MTP rewrites"
+
+
+def describe_class(f: Mapping[str, Any]) -> str:
+    """'; embedding: ...; d2t: ...; layer ids from ...; declares ...' for a drafter class's facts."""
+    out = []
+    emb = f.get("embed") if isinstance(f.get("embed"), dict) else None
+    if emb:
+        own = {
+            "checkpoint": "its own when the checkpoint has embed_tokens, else the target's",
+            True: "its own",
+            False: "the target's",
+        }.get(emb.get("own"), "not said")
+        out.append(f"embedding: {own} ({emb.get('at')})")
+    d2t = f.get("d2t") if isinstance(f.get("d2t"), dict) else None
+    if d2t:
+        miss = {"zeros": "without it the map is zeros, vLLM starts", "refused": "without it vLLM refuses"}.get(
+            d2t.get("missing"), ""
+        )
+        out.append(f"d2t read ({d2t.get('reads_at')}){'; ' + miss if miss else ''}")
+    ids = f.get("layer_ids") if isinstance(f.get("layer_ids"), dict) else None
+    if ids:
+        start = ids.get("fixed") if "fixed" in ids else ids.get("key") or ids.get("why")
+        out.append(f"layer ids from {start}{' x ' + str(ids['times']) if ids.get('times') else ''} ({ids.get('at')})")
+    dm = f.get("declares_method") if isinstance(f.get("declares_method"), dict) else None
+    if dm:
+        out.append(f"declares method {dm.get('method')} ({dm.get('at')})")
+    return "".join(f"; {x}" for x in out)

@@ -38,7 +38,8 @@ def speculators_refused(r: Resolved) -> Iterator[Finding]:
         "drafter.model",
         f"the drafter is a speculators-format checkpoint (speculators_model_type {str(sp.kind)[:40]!r}): {sp.why}"
         + (f" ({sp.at})" if sp.at else ""),
-        "use a drafter this vLLM's speculators loader converts (`ppspec adapters show <drafter class>`), or a vLLM release that registers the algorithm",
+        "use a drafter whose speculators algorithm this vLLM registers (the message lists them), the original checkpoint it was converted from, "
+        "or a vLLM release that registers the algorithm (`ppspec adapters list` lists them per release)",
     )
 
 
@@ -72,7 +73,7 @@ def arch_unknown(r: Resolved) -> Iterator[Finding]:
         "drafter.model",
         f"vLLM {_ver(r)} builds this {m.title} drafter (architectures {declared}) as {missing}: {how}, and its model registry has no such "
         "class, so vLLM refuses at start ('Model architectures ... are not supported for now')",
-        f"use a {m.title} drafter whose config names an architecture this vLLM serves (`ppspec adapters list` counts them per release), "
+        f"use a drafter whose config names an architecture this vLLM serves for {d.method} (`ppspec adapters show <class>` shows one), "
         "or the method the drafter was trained for",
     )
 
