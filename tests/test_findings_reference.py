@@ -20,6 +20,7 @@ from ppspec_cli.checkpoint.reader import CONFIG_INT_LIMITS
 from ppspec_cli.cli import app
 from ppspec_cli.commands.docs import findings_reference
 from ppspec_cli.findings.registry import LAUNCH_REFUSALS, SEVERITIES, TABLE
+from ppspec_cli.knowledge import archtable, drafterfacts
 from ppspec_cli.planning.drafter_contract import codes as contract_codes
 from ppspec_cli.preflight.registry import PROBE_ENTRY, codes, lookup
 from ppspec_cli.running.engine.probes import PROBE_NAMES
@@ -33,6 +34,10 @@ CONSTRUCTORS = {"_f", "Finding", "finding", "_refusal"}
 METHOD_CODES = {
     "-no-layers": lambda m: not m.external_drafter,  # rules.py: a target without MTP layers
     "-needs-v2": lambda m: not m.v1_runner,  # rules.py: a method Model Runner V1 refuses
+    # drafter_load.py: a served class the registry lacks, for the methods EAGLEConfig renames (the table says which)
+    "-arch-unknown": lambda m: bool(drafterfacts.renames(archtable.newest(), m.name)),
+    "-refused": lambda m: not m.external_drafter,  # drafter_load.py: the family refuses mtp, names another method
+    "-k-not-multiple": lambda m: not m.external_drafter,  # drafter_load.py: k not a multiple of n_predict
 }
 
 

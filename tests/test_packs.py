@@ -425,6 +425,9 @@ def test_adapters_list_json(capsys, monkeypatch):
     t32 = tables["0.32.0"]
     assert t32["architectures"] > 100 and t32["drafter_classes"] > 5 and t32["source"] == "committed"
     assert t32["origin"].startswith("wheel vllm-0.32.0") and t32["commit"] and t32["commit"] in t32["described"]
+    # and its drafter side (issue 40): the speculators algorithms the loader converts, the MTP rewrites
+    assert t32["speculators_algorithms"] == ["dflash", "dflash2", "dspark", "eagle3", "peagle"]
+    assert t32["renamed_methods"] == ["dflash", "eagle", "eagle3"] and t32["mtp_architectures"] > 20
     # a verified 0.32.0 install decides by its release's committed table
     assert doc["engine_arch_table"] == t32
 

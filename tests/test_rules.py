@@ -257,15 +257,28 @@ def test_draft_tp(llama, specforge):
 
 
 def test_method_mismatch_and_unknown(llama, make_checkpoint):
+    # an EAGLE3 class name under method eagle: vLLM keeps the name (it starts with Eagle) and builds
+    # the EAGLE3 class for an EAGLE-1 run; ppspec's recognition says so
+    e3 = fixture_config("yuhuili__EAGLE3-LLaMA3.1-Instruct-8B")
+    e3["architectures"] = ["Eagle3LlamaForCausalLM"]
+    _, by = check(llama, make_checkpoint("e3", e3), method="eagle")
+    f = expect(by, "method-mismatch", "error", "drafter.method")
+    assert "eagle3" in f.message
+    # a DFlash head under eagle3: vLLM itself refuses (Eagle3DFlashDraftModel is not registered,
+    # issue 40: the table's verdict), and method-mismatch adds nothing
     dflash = make_checkpoint(
         "dflash", "z-lab__Qwen3-8B-DFlash-b16/config.partial.json", config_name="config.partial.json"
     )
     _, by = check(llama, dflash, method="eagle3")
-    f = expect(by, "method-mismatch", "error", "drafter.method")
-    assert "dflash" in f.message
-    # yuhuili's EAGLE3 config says only LlamaForCausalLM: cannot tell
+    assert "Eagle3DFlashDraftModel" in expect(by, "eagle3-arch-unknown", "error", "drafter.model").message
+    assert "method-mismatch" not in by
+    # yuhuili's EAGLE3 config says only LlamaForCausalLM: vLLM serves it as Eagle3LlamaForCausalLM (no noise)
     yuhuili = make_checkpoint("yuhuili", "yuhuili__EAGLE3-LLaMA3.1-Instruct-8B")
     _, by = check(llama, yuhuili, method="eagle3")
+    assert "method-unknown" not in by
+    # a plain causal LM as a DSpark drafter: nothing says which method it was built for
+    plain = fixture_config(LLAMA)
+    _, by = check(llama, make_checkpoint("plain", plain), method="dspark")
     expect(by, "method-unknown", "warning", "drafter.model")
 
 
@@ -288,10 +301,11 @@ def test_mtp_no_layers(llama, make_checkpoint):
     qmtp = make_checkpoint("qmtp", {**fixture_config(LLAMA), "mtp_num_hidden_layers": 2})
     r, by = check(qmtp, method="mtp", pp=2)
     assert "mtp-no-layers" not in by and r.plan.draft_layer_ids == (32, 33)
-    # MiMo-V2: vLLM serves one MTP layer whatever the config says
+    # MiMo-V2: vLLM serves one MTP layer whatever the config says, and its rewrite sets
+    # num_hidden_layers: 0, so that layer is numbered 0 (config/speculative.py; issue 40)
     mimo = make_checkpoint("mimo", {**fixture_config(LLAMA), "architectures": ["MiMoV2FlashForCausalLM"]})
     r, by = check(mimo, method="mtp")
-    assert "mtp-no-layers" not in by and r.plan.draft_layer_ids == (32,)
+    assert "mtp-no-layers" not in by and r.plan.draft_layer_ids == (0,)
     dsv3 = make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3")
     r, by = check(dsv3, method="mtp", pp=2)
     assert "mtp-no-layers" not in by
@@ -755,29 +769,25 @@ def test_embedding_found_through_the_pack_name_mapping(make_checkpoint, specforg
 
 
 def test_embed_last_stage(make_checkpoint, monkeypatch):
-    moe = make_checkpoint("qwen3moe", "Qwen__Qwen3-30B-A3B")
+    # DeepseekV2Model builds embed_tokens on the first stage only (deepseek_v2.py:1459-1467 in 0.33);
+    # Qwen3MoeModel builds it on every stage, so it is no example (issue 40: tests/test_field_cases.py)
+    ds = make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3")
+    kw = dict(hidden_size=7168, vocab_size=129280, draft_vocab_size=129280)
     head = drafter_with(
-        make_checkpoint,
-        "noembed",
-        hidden_size=2048,
-        vocab_size=151936,
-        draft_vocab_size=151936,
-        _shards=eagle3_shards(hidden=2048, vocab=151936, draft_vocab=151936),
+        make_checkpoint, "noembed", **kw, _shards=eagle3_shards(hidden=7168, vocab=129280, draft_vocab=129280)
     )
-    r, by = check(moe, head, pp=2)
+    r, by = check(ds, head, pp=2)
     expect(by, "embed-last-stage", "error", "adapter")
     assert any("shares the target's embedding" in n for n in r.plan.notes)
     with_embed = drafter_with(
         make_checkpoint,
         "embed",
-        hidden_size=2048,
-        vocab_size=151936,
-        draft_vocab_size=151936,
-        _shards=eagle3_shards(hidden=2048, vocab=151936, draft_vocab=151936, embed=True),
+        **kw,
+        _shards=eagle3_shards(hidden=7168, vocab=129280, draft_vocab=129280, embed=True),
     )
-    _, by = check(moe, with_embed, pp=2)
+    _, by = check(ds, with_embed, pp=2)
     assert "embed-last-stage" not in by
-    _, by = check(moe, head, pp=2, adapter="auto")  # the qwen3_moe pack builds it
+    _, by = check(ds, head, pp=2, adapter="auto")  # the deepseek_v3 pack builds it
     assert "embed-last-stage" not in by
 
 
@@ -1416,10 +1426,12 @@ def test_issue31_moe_and_gpt_oss_style_targets_are_refused_not_unknown(v033, mak
 def test_issue31_mtp_layer_default_from_the_mtp_class(v033, make_checkpoint):
     """Qwen3-Next's config names no MTP layer count; vLLM's Qwen3NextMTP reads
     getattr(config, "num_nextn_predict_layers", 1) (qwen3_next_mtp.py:63): one layer, not an error.
+    Its predictor names it `layers.{idx}` for idx in range(num_mtp_layers) (qwen3_next_mtp.py:89-96):
+    id 0, not the target's depth (issue 40).
     A DeepSeek-style MTP class reads config.num_nextn_predict_layers with no default (deepseek_mtp.py:152)."""
     target = synthetic(make_checkpoint, "Qwen3NextForCausalLM", model_type="qwen3_next")
     r, by = check(target, method="mtp", pp=2, engine_version="0.33.0")
-    assert "mtp-no-layers" not in by and r.plan is not None and r.plan.draft_layer_ids == (32,)
+    assert "mtp-no-layers" not in by and r.plan is not None and r.plan.draft_layer_ids == (0,)
     ds = synthetic(make_checkpoint, "DeepseekV3ForCausalLM", model_type="deepseek_v3")
     _, by = check(ds, method="mtp", pp=1, engine_version="0.33.0")
     expect(by, "mtp-no-layers", "error", "drafter.method")

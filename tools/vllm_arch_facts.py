@@ -5,7 +5,8 @@
     python tools/vllm_arch_facts.py --wheel W --out ppspec_cli/knowledge/arch/vllm-0.33.0.json
     python tools/vllm_arch_facts.py --unknowns                            # what the committed tables leave unknown
 
-The source is read with `ast` only (ppspec_cli.knowledge.archscan): nothing of vLLM is imported,
+The source is read with `ast` only (ppspec_cli.knowledge.archscan for every architecture,
+ppspec_cli.knowledge.drafterscan for the drafter side): nothing of vLLM is imported,
 so any platform's wheel is read on any machine. The output carries the release's version and,
 where the wheel's `vllm/_version.py` has one, its git commit. Review the diff against the
 previous release's table before committing (docs/adapters.md, "A new vLLM release").
@@ -22,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ppspec_cli.knowledge import archscan  # noqa: E402
+from ppspec_cli.knowledge import archscan, drafterscan  # noqa: E402
 from ppspec_cli.knowledge.archtable import SCHEMA, TABLE_DIR, table_document  # noqa: E402
 
 #: The parts of a wheel the scan reads (the rest is never unpacked).
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.wheel:
             root = Path(tmp)
             _unpack(a.wheel, root)
-        doc = table_document(archscan.scan(root), *archscan.source_version(root), origin=origin)
+        doc = table_document(drafterscan.scan(root), *archscan.source_version(root), origin=origin)
     out = a.out or TABLE_DIR / f"vllm-{doc['vllm_version']}.json"
     out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(

@@ -490,9 +490,13 @@ def adapters_list(json_out: bool) -> int:
 
 def _arch_table_records() -> list[dict[str, Any]]:
     """Per committed release, what its table covers and where it came from (the text's last block)."""
-    from ppspec_cli.knowledge import archtable
+    from ppspec_cli.knowledge import archtable, drafterfacts
 
-    return [t.summary() for v in archtable.committed_versions() if (t := archtable.committed(v)) is not None]
+    return [
+        {**t.summary(), **drafterfacts.coverage(t)}
+        for v in archtable.committed_versions()
+        if (t := archtable.committed(v)) is not None
+    ]
 
 
 def _engine_arch_table(installed: Any) -> dict[str, Any] | None:
@@ -500,11 +504,11 @@ def _engine_arch_table(installed: Any) -> dict[str, Any] | None:
     the installed source read by value (cached per install); None without an installed vLLM."""
     if installed is None:
         return None
-    from ppspec_cli.knowledge import archtable
+    from ppspec_cli.knowledge import archtable, drafterfacts
 
     v = verdict(installed.version)
     t = archtable.pick(installed.platform, installed, v.facts_version, verified_install=v.verified)
-    return t.summary() if t is not None else None
+    return {**t.summary(), **drafterfacts.coverage(t)} if t is not None else None
 
 
 def _print_arch_tables(c: Any) -> None:
@@ -512,7 +516,7 @@ def _print_arch_tables(c: Any) -> None:
     (knowledge/arch; docs/adapters.md, "vLLM's own facts for every architecture")."""
     from ppspec_cli.commands.render import print_wrapped
     from ppspec_cli.io.terminal import plain, styled
-    from ppspec_cli.knowledge import archtable
+    from ppspec_cli.knowledge import archtable, drafterfacts
 
     c.print()
     c.print(styled("[bold]vLLM's facts for every registered architecture[/bold] (read from its source)"))
@@ -522,7 +526,10 @@ def _print_arch_tables(c: Any) -> None:
             continue
         n_t, n_d = t.counts
         print_wrapped(
-            c, plain(f"{n_t} architectures, {n_d} drafter/MTP classes; {t.describe()}"), indent=12, label=f"  {v}"
+            c,
+            plain(f"{n_t} architectures, {n_d} drafter/MTP classes{drafterfacts.coverage_text(t)}; {t.describe()}"),
+            indent=12,
+            label=f"  {v}",
         )
 
 
@@ -611,7 +618,7 @@ def _show_arch(name: str, json_out: bool) -> int:
     (knowledge/arch; `check` uses the same table)."""
     from ppspec_cli.commands.render import print_wrapped
     from ppspec_cli.io.terminal import plain, styled
-    from ppspec_cli.knowledge import archtable
+    from ppspec_cli.knowledge import archtable, drafterfacts
     from ppspec_cli.knowledge.packs import PLATFORMS
 
     rows: dict[str, dict[str, Any]] = {}
@@ -646,6 +653,7 @@ def _show_arch(name: str, json_out: bool) -> int:
                 )
             else:
                 text = f"{f['class']}; draft layer numbering {f.get('numbering')}; fc {(f.get('fc') or {}).get('rule')}; MTP layers {f.get('mtp_layers')}"
+                text += drafterfacts.describe_class(f)
             print_wrapped(c, plain(text), indent=12, label=f"  {plat}")
     return 0
 

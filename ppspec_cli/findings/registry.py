@@ -284,6 +284,71 @@ CORE: tuple[Code, ...] = (
         section="Drafter and target",
     ),
     Code(
+        "speculators-refused",
+        ("error",),
+        "A speculators-format drafter vLLM's speculators loader refuses at config load: an algorithm it does not register (e.g. `eagle`), "
+        "one it refuses (0.34's P-EAGLE), a `transformer_layer_config.model_type` it has no class for, or a key it reads that is missing.",
+        "Use a drafter whose algorithm this vLLM converts (its release's table: `ppspec adapters list`), or a release that registers it.",
+        section="Drafter and target",
+    ),
+    Code(
+        "eagle-arch-unknown",
+        ("error",),
+        "vLLM builds the drafter as the architecture its EAGLEConfig rename for the method gives (or its speculators loader "
+        "picks), and its model registry has no such class (vLLM #24967: an EAGLE-1 head naming Qwen2ForCausalLM becomes "
+        "EagleQwen2ForCausalLM).",
+        "Use a drafter whose config names an architecture this vLLM serves, or the method the drafter was trained for.",
+        section="Drafter and target",
+    ),
+    Code(
+        "eagle3-arch-unknown",
+        ("error",),
+        "vLLM builds the drafter as the architecture its EAGLEConfig rename for the method gives (or its speculators loader "
+        "picks), and its model registry has no such class (vLLM #24967: an EAGLE-1 head naming Qwen2ForCausalLM becomes "
+        "EagleQwen2ForCausalLM).",
+        "Use a drafter whose config names an architecture this vLLM serves, or the method the drafter was trained for.",
+        section="Drafter and target",
+    ),
+    Code(
+        "dflash-arch-unknown",
+        ("error",),
+        "vLLM builds the drafter as the architecture its EAGLEConfig rename for the method gives (or its speculators loader "
+        "picks), and its model registry has no such class (vLLM #24967: an EAGLE-1 head naming Qwen2ForCausalLM becomes "
+        "EagleQwen2ForCausalLM).",
+        "Use a drafter whose config names an architecture this vLLM serves, or the method the drafter was trained for.",
+        section="Drafter and target",
+    ),
+    Code(
+        "drafter-method-declared",
+        ("error",),
+        "vLLM 0.34+: the drafter class declares its method (`speculator_config_class`) and the profile asks for another; vLLM refuses at start.",
+        "Set `drafter.method` to the method the drafter declares, or use a drafter of the profile's method.",
+        section="Drafter and target",
+    ),
+    Code(
+        "drafter-embed-width",
+        ("error",),
+        "The drafter takes the target's input embedding (no embed_tokens of its own, or a class that always shares it) but embeds at "
+        "another width: Model Runner V2 shares it anyway and the start-up dummy run fails; the V1 runner starts and keeps the "
+        "drafter's own, never-loaded embedding (ppspec refuses what would serve garbage drafts).",
+        "Use a drafter whose checkpoint carries its own embed_tokens, or one built for the target's hidden size.",
+        section="Drafter and target",
+    ),
+    Code(
+        "mtp-refused",
+        ("error",),
+        "vLLM refuses `mtp` for the target's model_type and names the method to use instead (a family whose checkpoints ship another kind of drafter under `mtp.*`).",
+        "Set `drafter.method` to the method vLLM names.",
+        section="Drafter and target",
+    ),
+    Code(
+        "mtp-k-not-multiple",
+        ("error",),
+        "`num_speculative_tokens` is above the n_predict vLLM's MTP rewrite sets for the target and not a multiple of it; vLLM refuses at start.",
+        "Use `num_speculative_tokens` at most n_predict, or a multiple of it.",
+        section="Drafter and target",
+    ),
+    Code(
         "mtp-no-layers",
         ("error",),
         "`method: mtp` but the target's config declares no MTP layers.",
@@ -321,7 +386,9 @@ CORE: tuple[Code, ...] = (
     Code(
         "d2t-missing",
         ("error",),
-        "A reduced draft vocabulary without the `d2t` tensor mapping draft ids to target ids.",
+        "A reduced draft vocabulary without the `d2t` tensor mapping draft ids to target ids. vLLM's EAGLE3/DFlash classes start "
+        "anyway with the map at zeros (draft id i read as target id i): the drafts are wrong tokens and acceptance collapses, so "
+        "ppspec refuses; classes that check it refuse at load themselves.",
         "Use the drafter's complete checkpoint (with `d2t`).",
         section="Drafter and target",
     ),

@@ -206,7 +206,17 @@ class Source:
                     for p in plats:
                         info.imports.setdefault(local, {})[p] = (a.name if a.asname else local, None)
             elif isinstance(st, ast.ClassDef):
-                info.classes.setdefault(st.name, self._class(info, st))
+                if plats:  # a class under `if TYPE_CHECKING:` never exists at run time
+                    info.classes.setdefault(st.name, self._class(info, st))
+            elif (
+                isinstance(st, ast.Assign)
+                and len(st.targets) == 1
+                and isinstance(st.targets[0], ast.Name)
+                and isinstance(st.value, (ast.Name, ast.Attribute))
+                and (alias := _dotted(st.value)) not in (None, st.targets[0].id)
+            ):  # `Base = LlamaForCausalLM` (the run-time side of a TYPE_CHECKING stub): an alias
+                for p in plats:
+                    info.imports.setdefault(st.targets[0].id, {})[p] = (info.name, alias)
             elif isinstance(st, ast.If):
                 true_on = _platforms_true(st.test)
                 if true_on is None:
@@ -873,6 +883,8 @@ class Scanner:
             return None, "no readable constructor"
         if TARGET_EMBED_RULE in names:
             return True, where
+        if (every := _embed_every_stage(self.src.mro(dec, platform))) is not None:
+            return True, every  # a PPMissingLayer elsewhere (the norm) does not touch the embedding
         if MISSING_LAYER not in names and EMBED_LAYER in names:
             return True, where
         if MISSING_LAYER in names:
@@ -1050,6 +1062,29 @@ class Scanner:
 #: A method that splits a model over PP stages itself (the Transformers backend's `pipeline_parallel`).
 PP_SPLIT_METHOD = "pipeline_parallel"
 TIE_FLAG = "tie_word_embeddings"
+
+
+def _embed_every_stage(mro: list[ClassInfo | str]) -> str | None:
+    """Where a constructor builds `self.embed_tokens = VocabParallelEmbedding(...)` as a statement of
+    its own body, outside any `if` (so on every PP stage, the last included: Qwen3-Next/Qwen3.5,
+    Qwen3-MoE); None when no constructor of the chain does."""
+    for c in mro:
+        if not isinstance(c, ClassInfo) or "__init__" not in c.methods:
+            continue
+        for st in c.methods["__init__"].body:
+            if (
+                isinstance(st, (ast.Assign, ast.AnnAssign))
+                and any(
+                    isinstance(t, ast.Attribute) and t.attr in TARGET_EMBED_ATTRS and _dotted(t.value) == "self"
+                    for t in (st.targets if isinstance(st, ast.Assign) else [st.target])
+                )
+                and isinstance(st.value, ast.Call)
+                and (_dotted(st.value.func) or "").endswith(EMBED_LAYER)
+            ):
+                return c.where(c.methods["__init__"].lineno)
+        if "super" not in _calls(c.methods["__init__"]):
+            break
+    return None
 
 
 def _pp_embed_rule(mro: list[ClassInfo | str]) -> dict[str, Any] | None:

@@ -178,13 +178,14 @@ def cache_dir(create: bool = False) -> Path:
 def _install_key(root: Path, version: str) -> str:
     reg = root / "vllm" / "model_executor" / "models" / "registry.py"
     mtime = reg.stat().st_mtime_ns if reg.is_file() else 0
-    return hashlib.sha256(f"{version}\0{root.resolve()}\0{mtime}".encode()).hexdigest()[:24]
+    # the scanners' output shape is part of the key: a table scanned before the drafter side is scanned again
+    return hashlib.sha256(f"{version}\0{root.resolve()}\0{mtime}\0drafter_rules".encode()).hexdigest()[:24]
 
 
 def installed_table(root: Path, version: str) -> ArchTable:
     """The installed engine's table: scanned once per install (version + path + mtime), then
     read from the cache."""
-    from ppspec_cli.knowledge import archscan
+    from ppspec_cli.knowledge import archscan, drafterscan
 
     path = cache_dir() / f"vllm-{_install_key(root, version)}.json"
     if path.is_file():
@@ -193,7 +194,7 @@ def installed_table(root: Path, version: str) -> ArchTable:
         except PpspecError:
             pass  # a damaged cache entry: scan again
     _, commit = archscan.source_version(root)
-    doc = table_document(archscan.scan(root), version, commit, origin=f"installed vLLM {version} at {root / 'vllm'}")
+    doc = table_document(drafterscan.scan(root), version, commit, origin=f"installed vLLM {version} at {root / 'vllm'}")
     import json
 
     path = cache_dir(create=True) / path.name

@@ -5,13 +5,13 @@ rules read a Resolved and emit findings; the launcher reads a Resolved and emits
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Literal
 
 from ppspec_cli.checkpoint.reader import Checkpoint, load_checkpoint, speculators_view
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.knowledge import archtable, facts, methods
+from ppspec_cli.knowledge import archtable, drafterfacts, facts, methods
 from ppspec_cli.knowledge.engine import VllmInstall, installed_vllm
 from ppspec_cli.knowledge.packs import Pack, Support, resolve_pack
 from ppspec_cli.knowledge.versions import VersionVerdict, verdict
@@ -60,6 +60,8 @@ class Resolved:
     arch_table: archtable.ArchTable | None = (
         None  # vLLM's facts for every registered architecture (knowledge/archtable.pick)
     )
+    speculators: drafterfacts.SpeculatorsLoad | None = None  # vLLM's speculators loader on the drafter config
+    drafter_served: list[str] | None = None  # the architectures vLLM builds the drafter as (the table's renames)
 
     @property
     def target_arch(self) -> str | None:
@@ -125,6 +127,11 @@ class Resolved:
         applied = {p.name for p in self.pack.parts} if self.pack is not None else set()
         if s is not None and s.status == "patched":  # a pack's patch changes what vLLM does: it overrides the table
             if s.pack not in applied:
+                got = archtable.table_support(
+                    self.arch_table, self.target_arch, capability, self.platform, self.arch_facts()
+                )
+                if got is not None and got[0] == "native":  # vLLM itself does it: the unapplied patch is not needed
+                    return Support(capability, "native", got[1], s.pack)
                 how = "adapter: none" if self.profile.adapter == "none" else f"adapter: {self.profile.adapter}"
                 return Support(
                     capability, "unsupported", f"{s.reason}, but {how} does not apply the {s.pack} pack", s.pack
@@ -292,17 +299,45 @@ def draft_numbering(r: Resolved) -> Literal["global", "pp-local"]:
 
 
 def drafter_facts(r: Resolved) -> dict[str, Any] | None:
-    """The table's facts for the drafter class vLLM builds (its architecture as written, or as
-    vLLM's EAGLE config rewrites it for the method). None: not registered / no table."""
+    """The table's facts for the drafter class vLLM builds (its architecture as vLLM renames it for
+    the method: the table's EAGLEConfig rules; else as written, or the method's own rename). None:
+    not registered / no table."""
     from ppspec_cli.knowledge.packs import vllm_drafter_names
 
     if r.arch_table is None or r.drafter is None or not r.drafter.architectures:
         return None
+    if r.drafter_served is not None:
+        got = drafterfacts.drafter_class(r.arch_table, r.drafter_served[:1], r.platform)
+        return got[1] if got is not None else None
     for name in [*r.drafter.architectures[:1], *vllm_drafter_names(r.drafter.architectures[:1], r.method)]:
         got = r.arch_table.drafter(name, r.platform)
         if got is not None:
             return got
     return None
+
+
+def _drafter_side(r: Resolved) -> None:
+    """vLLM's reading of the drafter config, from the table: the speculators loader (the class it
+    serves and the method it runs, or its refusal) and EAGLEConfig's rename for the method."""
+    if r.drafter is None or not r.drafter.config or r.arch_table is None:
+        return
+    sp = drafterfacts.speculators_load(r.arch_table, r.drafter.config)
+    r.speculators = sp
+    if sp is not None and not sp.refused and sp.architectures and r.drafter_view is not None:
+        r.drafter_view = {**r.drafter_view, "architectures": list(sp.architectures)}
+    if sp is not None and sp.refused:
+        return
+    archs = methods.declared_architectures(r.drafter_view or {})
+    r.drafter_served = drafterfacts.served_names(r.arch_table, r.method, archs, speculators=sp is not None)
+
+
+def mtp_facts(r: Resolved) -> drafterfacts.MtpFacts | None:
+    """What vLLM's `mtp` builds for this target, from the table (knowledge/drafterfacts)."""
+    if r.target is None or r.target.config is None:
+        return None
+    return drafterfacts.mtp_facts(
+        r.arch_table, r.target.model_type, r.target_arch, r.target.config, r.target.text, r.platform
+    )
 
 
 def mtp_rule(r: Resolved) -> dict[str, Any] | None:
@@ -321,9 +356,13 @@ def mtp_rule(r: Resolved) -> dict[str, Any] | None:
 
 
 def mtp_layers(r: Resolved) -> int | None:
-    """How many MTP layers vLLM builds for the target, read the way its family's pack says."""
+    """How many MTP layers vLLM builds for the target: vLLM's source (the table: the MTP class the
+    rewrite picks and the key its constructor reads), else the way the family's pack says."""
     if r.target is None:
         return None
+    mf = mtp_facts(r)
+    if mf is not None and mf.refusal is None and mf.count is not None:
+        return mf.count or None
     tf = _target_facts(r)
     if tf is None:
         got = mtp_rule(r)
@@ -332,6 +371,21 @@ def mtp_layers(r: Resolved) -> int | None:
         return facts.mtp_layer_count(r.target.text)
     m = tf.mtp_layers
     return facts.mtp_layer_count(r.target.text, m.keys, m.default, m.fixed)
+
+
+def _draft_layers(r: Resolved) -> tuple[int, Literal["global", "pp-local", "none"], int | None]:
+    """(how many draft layers, their numbering, where vLLM's MTP class numbers them from when the
+    table says so: 0 for some families, else None = the method's numbering)."""
+    m = r.spec
+    if m is None:
+        return 0, "none", None
+    if not m.external_drafter:  # the target's own MTP layers draft
+        n = mtp_layers(r) or 0
+        mf = mtp_facts(r)
+        return n, "global", (mf.ids[0] if mf is not None and mf.ids and len(mf.ids) == n else None)
+    if r.drafter is not None and r.drafter.num_layers:
+        return r.drafter.num_layers, draft_numbering(r), None
+    return 0, "none", None
 
 
 def _index_weights(target: Checkpoint, n: int) -> tuple[list[int], int | None, int | None, str]:
@@ -463,6 +517,7 @@ def resolve(
 
     _resolve_pack(r)
     r.arch_table = _arch_table(r)
+    _drafter_side(r)
     tf = _target_facts(r)
 
     if r.target is not None and r.target.num_layers:
@@ -471,15 +526,7 @@ def resolve(
         d = profile.drafter
         method = d.method if d else None
         m = r.spec
-        n_draft = 0
-        numbering: Literal["global", "pp-local", "none"] = "none"
-        if m is not None:
-            if not m.external_drafter:  # the target's own MTP layers draft
-                n_draft = mtp_layers(r) or 0
-                numbering = "global"
-            elif r.drafter is not None and r.drafter.num_layers:
-                n_draft = r.drafter.num_layers
-                numbering = draft_numbering(r)
+        n_draft, numbering, draft_start = _draft_layers(r)
         drafter_has_embed = None
         if r.drafter is not None and r.drafter.tensor_names() is not None:
             drafter_has_embed = any(x.endswith("embed_tokens.weight") for x in r.drafter.tensor_names() or ())
@@ -518,4 +565,6 @@ def resolve(
             notes=tuple(notes),
             num_speculative_tokens=profile.drafter.num_speculative_tokens if profile.drafter else 1,
         )
+        if draft_start is not None and n_draft:  # vLLM's MTP class numbers its layers from here
+            r.plan = replace(r.plan, draft_layer_ids=tuple(range(draft_start, draft_start + n_draft)))
     return r

@@ -15,9 +15,9 @@ from ppspec_cli.io import env as env_io
 from ppspec_cli.knowledge import archtable, facts, methods, packs
 from ppspec_cli.knowledge.packs import PLATFORMS, in_range, load_pack_module
 from ppspec_cli.knowledge.versions import settle_command, verified_text
-from ppspec_cli.planning import drafter_contract, schedule
+from ppspec_cli.planning import drafter_contract, drafter_load, schedule
 from ppspec_cli.planning.plan import default_partition, default_taps, nested_readings
-from ppspec_cli.planning.resolve import Resolved, drafter_facts, mtp_layers
+from ppspec_cli.planning.resolve import Resolved, drafter_facts, mtp_facts, mtp_layers
 
 RuleFn = Callable[[Resolved], Iterator[Finding]]
 RULES: list[tuple[str, RuleFn]] = []
@@ -328,7 +328,7 @@ def drafter(r: Resolved) -> Iterator[Finding]:
         built_for = facts.method_of_drafter_config(
             view if "speculators_config" not in (r.drafter.config or {}) else r.drafter.config
         )
-        if built_for is not None and built_for != d.method:
+        if built_for is not None and built_for != d.method and not drafter_load.load_refused(r):
             yield _f(
                 "method-mismatch",
                 "error",
@@ -336,7 +336,7 @@ def drafter(r: Resolved) -> Iterator[Finding]:
                 f"the drafter checkpoint is a {built_for} drafter (architectures {r.drafter.architectures}) but the profile says method {d.method!r}",
                 f"set drafter.method: {built_for}, or use a {d.method} drafter",
             )
-        elif built_for is None and m.reads_taps:
+        elif built_for is None and m.reads_taps and not drafter_load.served_class_known(r):
             yield _f(
                 "method-unknown",
                 "warning",
@@ -345,15 +345,23 @@ def drafter(r: Resolved) -> Iterator[Finding]:
                 "check that this checkpoint is really an " + d.method + " drafter",
             )
     if not m.external_drafter and r.target is not None and r.target.config is not None:
-        if not mtp_layers(r):
+        mf = mtp_facts(r)
+        if mf is not None and mf.refusal is not None:
+            pass  # drafter-load: the family refuses mtp and names another method
+        elif not mtp_layers(r):
             tf = r.target_pack
             keys = " / ".join(f"`{k}`" for k in (tf.facts.mtp_layers.keys if tf else facts.DEFAULT_MTP_LAYER_KEYS))
             whose = f"the {tf.name} pack's key" if tf else "the usual keys"
+            said = (
+                f"vLLM {r.arch_table.version if r.arch_table else r.engine_version} builds {mf.mtp_arch} for it: {mf.count_why}"
+                if mf is not None and mf.mtp_arch and mf.count is not None
+                else f"its config sets none of {whose} {keys}"
+            )
             yield _f(
                 f"{m.name}-no-layers",
                 "error",
                 "drafter.method",
-                f"method {m.name} needs MTP layers in the target, but its config sets none of {whose} {keys} ({r.target.architectures})",
+                f"method {m.name} needs MTP layers in the target, but {said} ({r.target.architectures})",
                 "use a target with MTP heads, or an external drafter",
             )
     if m.numbering == "pp-local" and r.pp > 1 and r.plan is not None and r.plan.draft_layer_numbering == "pp-local":
@@ -364,6 +372,12 @@ def drafter(r: Resolved) -> Iterator[Finding]:
             f"EAGLE-1 drafters number draft layers from the last stage's local layer count under PP (ids {list(r.plan.draft_layer_ids)} collide with the target's own layers), which breaks KV transfer between engines with different PP",
             "use `adapter: eagle_global_layer_ids` (numbers them globally), or an EAGLE3 drafter",
         )
+
+
+@rule("drafter-load")
+def drafter_load_rule(r: Resolved) -> Iterator[Finding]:
+    """vLLM's verdict on loading the drafter, from the release's table (planning/drafter_load.py)."""
+    yield from drafter_load.findings(r)
 
 
 @rule("schedule")
@@ -439,7 +453,8 @@ def shapes(r: Resolved) -> Iterator[Finding]:
                 "d2t-missing",
                 "error",
                 "drafter.model",
-                f"draft vocabulary {dvs} differs from the target's {tv} but the drafter has no `d2t` tensor to map draft ids to target ids",
+                f"draft vocabulary {dvs} differs from the target's {tv} but the drafter has no `d2t` tensor to map draft ids to target ids"
+                + _d2t_consequence(r),
                 "use a drafter checkpoint that includes d2t",
             )
     # fc width vs number of taps
@@ -458,6 +473,22 @@ def shapes(r: Resolved) -> Iterator[Finding]:
                     "pin drafter.taps to the taps it was trained on",
                 )
     yield from _fc_width_built(r, fc)
+
+
+def _d2t_consequence(r: Resolved) -> str:
+    """What vLLM does with a reduced-vocabulary drafter without d2t, from its class in the table."""
+    d2t = (drafter_facts(r) or {}).get("d2t")
+    ver = r.arch_table.version if r.arch_table is not None else r.engine_version
+    if not isinstance(d2t, dict):
+        return ""
+    if d2t.get("missing") == "refused":
+        return f": vLLM {ver} refuses at load ('{d2t.get('message')}', {d2t.get('missing_at')})"
+    if d2t.get("missing") == "zeros":
+        return (
+            f". vLLM {ver} starts anyway: the draft-to-target map stays zeros ({d2t.get('missing_at')}), so draft id i is read as target id i, "
+            "the drafts are wrong tokens and acceptance collapses. ppspec refuses what would serve garbage drafts"
+        )
+    return ""
 
 
 def _fc_width_built(r: Resolved, fc) -> Iterator[Finding]:
@@ -739,8 +770,7 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
             )
     # embedding on the last stage
     if methods.get(d.method).needs_target_embed and r.drafter is not None:
-        names = r.drafter.tensor_names()
-        if names is not None and not any(x.endswith("embed_tokens.weight") for x in names):
+        if drafter_load.takes_target_embed(r):  # the drafter class's rule (the table), else its tensors
             arch = r.target.architectures[0] if r.target and r.target.architectures else "?"
             s = r.support("target_embed_on_last_stage")
             if s.status == "unknown":
@@ -748,7 +778,7 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
                     "embed-last-stage-unknown",
                     "warning",
                     "target.model",
-                    f"the drafter has no embed_tokens of its own and shares the target's; ppspec does not know whether {arch} builds its embedding on the last stage under PP on {r.platform}, vLLM {r.engine_version}{_carried(r)} ({s.reason}); if it does not, vLLM stops at load: 'needs the target input embedding, but it is unavailable on this PP stage'",
+                    f"{drafter_load.share_reason(r)}; ppspec does not know whether {arch} builds its embedding on the last stage under PP on {r.platform}, vLLM {r.engine_version}{_carried(r)} ({s.reason}); if it does not, vLLM stops at load: 'needs the target input embedding, but it is unavailable on this PP stage'",
                     f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the inner decoder by value (the plugin asserts it in every engine process)",
                 )
             elif not s.ok:
@@ -756,7 +786,7 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
                     "embed-last-stage",
                     "error",
                     "adapter",
-                    f"the drafter has no embed_tokens of its own and shares the target's, but {arch} does not build its embedding on the last stage under PP ({s.reason}); vLLM: 'needs the target input embedding, but it is unavailable on this PP stage'",
+                    f"{drafter_load.share_reason(r)}, but {arch} does not build its embedding on the last stage under PP ({s.reason}); vLLM: 'needs the target input embedding, but it is unavailable on this PP stage'",
                     "use an adapter pack that builds the target embedding on the last stage (`ppspec adapters list`)",
                 )
 
