@@ -543,3 +543,17 @@ def test_engine_state_verified_probed_drifted():
     # the capability tables of an unverified version are the newest verified release's
     assert packs_cli.pack_status(get_pack("llama"), nightly)[0] == "native"
     assert packs_cli.pack_status(qwen3_moe, VllmInstall("0.33.0+fork", "vllm", "cuda"))[0] == "patched by pack"
+
+
+def test_a_drafter_class_a_release_removed_is_not_asked_of_it():
+    """vLLM 0.34.0 dropped P-EAGLE (PeagleLlamaForCausalLM, PeagleQwen3ForCausalLM: registered until 0.33.0).
+    The llama and qwen3 packs say `until: 0.33.0`, so the proof does not look for them in 0.34's registry
+    and the packs' ranges reach 0.34; the class stays known for the releases that have it."""
+    from packaging.version import Version
+
+    from ppspec_cli.knowledge.packs import get_pack, in_range
+
+    for pack, name in (("llama", "PeagleLlamaForCausalLM"), ("qwen3", "PeagleQwen3ForCausalLM")):
+        d = next(d for d in get_pack(pack).drafter_classes if d.name == name)
+        assert d.known_in(Version("0.33.0")) and not d.known_in(Version("0.34.0"))
+        assert in_range(get_pack(pack).vllm_range, "0.34.0")

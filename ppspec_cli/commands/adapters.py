@@ -696,7 +696,13 @@ def _show(name: str, json_out: bool) -> int:
     if pack.contract is not None:
         row("contract", _contract_text(pack))
     if pack.drafter_classes:
-        row("drafter classes", "\n".join(f"{d.name}: {d.method} since vLLM {d.since}" for d in pack.drafter_classes))
+        row(
+            "drafter classes",
+            "\n".join(
+                f"{d.name}: {d.method} since vLLM {d.since}" + (f", until {d.until}" if d.until else "")
+                for d in pack.drafter_classes
+            ),
+        )
     f = pack.facts
     if f.inner_decoder:
         row(

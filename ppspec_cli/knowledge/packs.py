@@ -271,6 +271,9 @@ class DrafterClassSpec(_Strict):
     name: str = Field(pattern=_ARCH, description="The class name as vLLM's registry has it (after vLLM's renames).")
     method: Method = Field(description="The speculative method vLLM serves it with.")
     since: str = Field(default="0.30.0", description="First vLLM release that has the class.")
+    until: str | None = Field(
+        default=None, description="Last vLLM release that has the class (the next one removed it); unset: still there."
+    )
     keeps_name: bool = Field(
         default=False, description="DFlash: vLLM's EAGLEConfig keeps the name instead of prefixing it with `DFlash`."
     )
@@ -289,9 +292,11 @@ class DrafterClassSpec(_Strict):
         "first present wins, 3 taps when none is. Empty: not mirrored (the fc-width-built rule stays silent).",
     )
 
-    @field_validator("since")
+    @field_validator("since", "until")
     @classmethod
-    def _version(cls, v: str) -> str:
+    def _version(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
         try:
             Version(v)
         except InvalidVersion:
@@ -303,6 +308,7 @@ class DrafterClassSpec(_Strict):
             name=self.name,
             method=self.method,
             since=Version(self.since),
+            until=Version(self.until) if self.until else None,
             pack=pack,
             keeps_name=self.keeps_name,
             served_from=tuple((s.architecture, s.model_type) for s in self.served_from),

@@ -49,6 +49,7 @@ class DrafterClass:
     name: str
     method: Method
     since: Version = Version("0.30.0")  # first vLLM release that has it
+    until: Version | None = None  # last vLLM release that has it (None: still there)
     pack: str = ""
     keeps_name: bool = False  # DFlash: vLLM's EAGLEConfig does not prefix it with `DFlash`
     served_from: tuple[
@@ -61,7 +62,7 @@ class DrafterClass:
     ] = ()  # EAGLE3: config keys the class's fc width is read from, first present wins (3 when none)
 
     def known_in(self, version: Version) -> bool:
-        return self.since <= version
+        return self.since <= version and (self.until is None or version.release <= self.until.release)
 
 
 @dataclass(frozen=True)

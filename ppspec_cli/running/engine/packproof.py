@@ -134,9 +134,7 @@ def _prove_pack(pack: Any, version: str | None, registry: set[str], registry_err
         checks.append({"check": "registry", "state": "failed", "detail": registry_error})
     else:
         named = [*pack.matches.targets, *pack.matches.drafters]
-        named += [
-            d.name for d in pack.drafter_classes if version is None or Version(version).release >= d.since.release
-        ]
+        named += [d.name for d in pack.drafter_classes if version is None or d.known_in(Version(version))]
         absent = sorted(n for n in dict.fromkeys(named) if n not in registry)
         checks.append(
             {
