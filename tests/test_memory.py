@@ -303,3 +303,38 @@ def test_the_memory_balance_keeps_the_time_balance_and_lifts_the_smallest_stage(
     caps_time = [(40.0 - best_time[0]) / best_time[0], (40.0 - best_time[1] - 6.0) / (best_time[1] + 1.0)]
     assert min(caps) >= min(caps_time) and max(got[0], got[1] + 4.0) <= 1.2 * max(best_time[0], best_time[1] + 4.0)
     assert balance_memory(time, mem, [0.0] * n, pp, budget=40.0) is None  # no KV known: nothing to balance
+
+
+def test_deepseek_v3_with_its_index_uses_the_index_total(profile, tmp_path):
+    """Issue 43, item 3: with the index (92k tensor names, MTP layer 61 with its own embedding and head copies),
+    the formula is scaled to the index's total_size, less the copies vLLM shares."""
+    cfg = fixture_config("deepseek-ai__DeepSeek-V3")
+    formula = wt.config_tensors("mla-sparse-gated", cfg, 2, wt.quant_of(cfg), mtp_layers=1)
+    copies = 2 * cfg["vocab_size"] * cfg["hidden_size"] * 2
+    names = {}
+    for t in formula:
+        if ".experts." in t.name:  # the checkpoint names every expert and its block scales
+            head, proj = t.name.rsplit(".experts.", 1)
+            for j in range(cfg["n_routed_experts"]):
+                names[f"{head}.experts.{j}.{proj}"] = "model-00001-of-00163.safetensors"
+                names[f"{head}.experts.{j}.{proj}_scale_inv"] = "model-00001-of-00163.safetensors"
+        else:
+            names[t.name] = "model-00001-of-00163.safetensors"
+    names["model.layers.61.embed_tokens.weight"] = names["model.layers.61.shared_head.head.weight"] = "x.safetensors"
+    total = round(sum(t.nbytes for t in formula) * 1.01) + copies  # 1% the formula does not know of
+    p = profile(
+        "deepseek-ai__DeepSeek-V3",
+        drafter={"method": "mtp", "num_speculative_tokens": 1},
+        topology={"tensor_parallel": 8, "pipeline_parallel": 2, "nodes": 2, "gpus_per_node": 8},
+        hardware="h200",
+    )
+    (tmp_path / "target" / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": names})
+    )
+    rc, out = cli("plan", str(p), "--offline", "--json", "--predict")
+    d = json.loads(out)
+    assert len(names) > 90_000 and d["memory"]["weights_source"] == "the index and the config formula"
+    assert any(
+        "scaled x1.010 to the index's total_size (less 2 MTP embedding/head copies" in n for n in d["memory"]["notes"]
+    )
+    assert d["prediction"]["levels"]

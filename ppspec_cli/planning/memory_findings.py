@@ -147,7 +147,7 @@ def memory_findings(r: Any, mem: Memory | None = None) -> Iterator[Finding]:
             "(`ppspec plan` proposes a partition that balances memory)",
         )
     yield from _unused(r, mp, mem)
-    yield _capacity(mp, mem, where, budget_txt)
+    yield _capacity(r, mp, mem, where, budget_txt)
 
 
 def _unused(r: Any, mp, mem: Memory) -> Iterator[Finding]:
@@ -171,7 +171,7 @@ def _unused(r: Any, mp, mem: Memory) -> Iterator[Finding]:
     )
 
 
-def _capacity(mp, mem: Memory, where: str, budget_txt: str) -> Finding:
+def _capacity(r: Any, mp, mem: Memory, where: str, budget_txt: str) -> Finding:
     s = mem.settings
     per = "; ".join(
         f"stage {x.rank}: {_g(x.weights)} weights, {_g(x.overhead)} overheads, {_g(x.available)} KV = {_tokens(x.tokens)} tokens"
@@ -182,8 +182,12 @@ def _capacity(mp, mem: Memory, where: str, budget_txt: str) -> Finding:
     if lim is not None and len(mp.stages) > 1:
         why = (
             f"; stage {lim.rank} limits it ({_g(lim.weights)} of weights"
-            + (", the lm_head and the drafter" if lim.rank == len(mp.stages) - 1 else "")
-            + f", {_g(lim.bytes_per_block / mp.block_size)} of KV per token): vLLM sizes every stage's cache by the smallest"
+            + (
+                (", the lm_head and the drafter" if r.profile.drafter is not None else ", the lm_head and the sampler")
+                if lim.rank == len(mp.stages) - 1
+                else ""
+            )
+            + f", {lim.bytes_per_block / mp.block_size / 1024:.0f} KiB of KV per token): vLLM sizes every stage's cache by the smallest"
         )
     conc = (
         f", {mp.max_concurrency:.1f} requests of {mp.max_model_len:,} tokens" if mp.max_concurrency is not None else ""

@@ -158,12 +158,13 @@ def settings(r: Any, device_bytes: int | None) -> Settings:
     has_s, s = _opt(eng, "max-num-seqs")
     seqs = _int(s) if has_s else None
     declared = seqs is not None and seqs > 0
-    if not declared:
-        seqs = 128 if r.platform == "cpu" else (1024 if big else 256)
+    world = r.profile.topology.tensor_parallel * r.profile.topology.pipeline_parallel
+    if not declared:  # the CPU's: 128 x world size (arg_utils.py:3025-3032 in 0.33)
+        seqs = 128 * world if r.platform == "cpu" else (1024 if big else 256)
     has_t, t = _opt(eng, "max-num-batched-tokens")
     tokens = _int(t) if has_t else None
     if tokens is None or tokens <= 0:
-        tokens = 2048 if r.platform == "cpu" else (16384 if huge else 8192 if big else 2048)
+        tokens = 2048 * world if r.platform == "cpu" else (16384 if huge else 8192 if big else 2048)
     has_b, b = _opt(eng, "block-size")
     block = _int(b) if has_b else None
     if block is None or block <= 0:

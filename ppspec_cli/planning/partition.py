@@ -107,6 +107,8 @@ def suggest_partition(
     return splits[0]
 
 
+#: the most layers the memory balance splits (its search is O(PP x layers^2); real models have under 200)
+MAX_BALANCED_LAYERS = 1024
 #: how much slower than the time-balanced optimum (the busiest stage's bytes read per step) a split may be for
 #: the memory balance to choose it
 TIME_SLACK = 0.02
@@ -135,7 +137,7 @@ def balance_memory(
     the first stage's embedding. A stage's capacity = (budget - its memory) / its KV bytes per token (tokens).
     None when no split leaves every stage positive room, or the KV is unknown (all zero)."""
     n = len(layer_time)
-    if pp < 2 or n < pp or len(layer_mem) != n or len(layer_kv) != n or not any(layer_kv):
+    if pp < 2 or n < pp or n > MAX_BALANCED_LAYERS or len(layer_mem) != n or len(layer_kv) != n or not any(layer_kv):
         return None
     best_time = suggest_partition(list(layer_time), pp, last_extra=last_time)
     pt = [0.0]

@@ -290,12 +290,14 @@ def _pos(cfg: dict[str, Any], *keys: str) -> int | None:
     return None
 
 
-def sparse_layer(text: dict[str, Any], i: int) -> bool:
+def sparse_layer(text: dict[str, Any], i: int, only: frozenset[int] | None = None) -> bool:
     """Whether decoder layer `i` has a MoE MLP, by the keys vLLM's MoE families read (deepseek_v2.py: layer >=
     first_k_dense_replace and layer % moe_layer_freq == 0; qwen3_moe.py / qwen2_moe.py: not in mlp_only_layers
     and (layer + 1) % decoder_sparse_step == 0)."""
-    only = text.get("mlp_only_layers") or ()
-    if isinstance(only, list) and i in only:
+    if only is None:
+        got = text.get("mlp_only_layers")
+        only = frozenset(x for x in got if isinstance(x, int)) if isinstance(got, list) else frozenset()
+    if i in only:
         return False
     first = text.get("first_k_dense_replace")
     if isinstance(first, int) and i < first:
@@ -356,9 +358,9 @@ def _attention(b: _Builder, p: str, text: dict[str, Any], h: int, mla: bool) -> 
     return True
 
 
-def _mlp(b: _Builder, p: str, text: dict[str, Any], h: int, i: int, sparse_ok: bool) -> bool:
+def _mlp(b: _Builder, p: str, text: dict[str, Any], h: int, i: int, sparse_ok: bool, only: frozenset[int]) -> bool:
     experts = _pos(text, "num_experts", "num_local_experts", "n_routed_experts")
-    if sparse_ok and experts and sparse_layer(text, i):
+    if sparse_ok and experts and sparse_layer(text, i, only):
         inter = _pos(text, "moe_intermediate_size", "intermediate_size")
         if inter is None:
             return False
@@ -396,11 +398,13 @@ def config_tensors(
     mla = layout == "mla-sparse-gated"
     sparse = layout != "dense-gated"
     b.plain("model.embed_tokens.weight", vocab * h, "vocab", rows=vocab)
+    got = text.get("mlp_only_layers")
+    only = frozenset(x for x in got if isinstance(x, int)) if isinstance(got, list) else frozenset()
     for i in range(n + max(0, mtp_layers)):
         p = f"model.layers.{i}"
         b.plain(f"{p}.input_layernorm.weight", h)
         b.plain(f"{p}.post_attention_layernorm.weight", h)
-        if not _attention(b, f"{p}.self_attn", text, h, mla) or not _mlp(b, f"{p}.mlp", text, h, i, sparse):
+        if not _attention(b, f"{p}.self_attn", text, h, mla) or not _mlp(b, f"{p}.mlp", text, h, i, sparse, only):
             return None
         if i >= n:  # an MTP layer's own parts (models/deepseek_mtp.py:82-100); its embedding and head are shared
             b.plain(f"{p}.enorm.weight", h)
