@@ -46,8 +46,7 @@ LOGIT_BYTES = 10
 GRAPH_BYTES_PER_LAYER = 64 << 10
 #: what else stays allocated on a GPU after start-up besides the weights (estimate)
 RUNTIME_BYTES = 384 << 20
-#: vLLM's default block size per release (config/cache.py:185 in 0.33: 16; :185 in 0.34: 64)
-DEFAULT_BLOCK_SIZE = {"0.34": 64}
+# vLLM's default block size: 16 through 0.33 (config/cache.py:185), 64 from 0.34 (config/cache.py:185)
 DEFAULT_UTILIZATION = 0.92  # config/cache.py:215 (0.33), :186 (0.34)
 KV_DTYPE_BYTES = {"auto": None, "bfloat16": 2, "float16": 2, "half": 2, "float": 4, "float32": 4}
 TORCH_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2}
@@ -109,7 +108,11 @@ def _truthy(v: Any) -> bool:
 
 
 def _version_key(version: str) -> str:
-    return ".".join(version.split(".")[:2])
+    """`0.34` of 0.34.0, 0.34.1.dev3+g12ab: the release series, zero-padded to compare as text."""
+    from ppspec_cli.knowledge import facts
+
+    v = facts.parse_version(version)
+    return "0.0" if v is None else f"{v.major}.{v.minor:02d}"
 
 
 def settings(r: Any, device_bytes: int | None) -> Settings:
@@ -121,7 +124,9 @@ def settings(r: Any, device_bytes: int | None) -> Settings:
     eng = r.profile.engine if isinstance(r.profile.engine, dict) else {}
     env = r.profile.env or {}
     notes: list[str] = []
-    version = _version_key(r.facts_version)
+    # the engine's own release, not the verified one whose rules are carried forward: these defaults were
+    # read from each release's source (0.34's block size and extensible KV cache differ from 0.33's)
+    version = _version_key(r.engine_version)
     cuda = r.platform in ("cuda", "rocm")
     has_kvmb, kvmb = _opt(eng, "kv-cache-memory-bytes")
     kv_bytes = _int(kvmb) if has_kvmb else None
@@ -168,7 +173,7 @@ def settings(r: Any, device_bytes: int | None) -> Settings:
     has_b, b = _opt(eng, "block-size")
     block = _int(b) if has_b else None
     if block is None or block <= 0:
-        block = DEFAULT_BLOCK_SIZE.get(version, 16)
+        block = 64 if version >= "0.34" else 16
         if r.platform == "cpu":  # platforms/cpu.py:273-295 (0.32): 128, 16 for MLA
             block = 16 if r.target is not None and (r.target.text or {}).get("kv_lora_rank") else 128
     kv_dtype = _kv_dtype(r, eng, notes)
