@@ -338,3 +338,16 @@ def test_deepseek_v3_with_its_index_uses_the_index_total(profile, tmp_path):
         "scaled x1.010 to the index's total_size (less 2 MTP embedding/head copies" in n for n in d["memory"]["notes"]
     )
     assert d["prediction"]["levels"]
+
+
+def test_a_tied_lm_head_is_the_embedding_once_at_pp1_and_again_on_the_last_stage(profile):
+    """Llama-3.2-1B ties its lm_head to the embedding: at PP=1 one matrix, at PP=2 the last stage builds it."""
+    cfg = fixture_config("meta-llama__Llama-3.2-1B-Instruct")
+    assert cfg["tie_word_embeddings"] is True
+    vocab = cfg["vocab_size"] * cfg["hidden_size"] * 2
+    layers = sum(t.nbytes for t in wt.config_tensors("dense-gated", cfg, 2, None) if t.layer is not None)
+    for pp, want in ((1, [layers + vocab]), (2, [layers / 2 + vocab, layers / 2 + vocab])):
+        p = profile("meta-llama__Llama-3.2-1B-Instruct", topology={"pipeline_parallel": pp}, hardware="h100")
+        _, out = cli("plan", str(p), "--offline", "--json")
+        got = [s["weights"] for s in json.loads(out)["memory"]["plan"]["stages"]]
+        assert all(abs(g - w) < 64 << 10 for g, w in zip(got, want)), (pp, got, want)

@@ -624,7 +624,9 @@ def _memory_of(r: Any) -> Memory:
         if st.embedding == "first":
             gpu += w.embed + w.other
         if last:
-            gpu += w.lm_head + w.final
+            # a tied lm_head is the embedding: one matrix where the stage holds both (PP = 1)
+            tied_here = w.tied and not w.lm_head_stored and st.embedding == "first"
+            gpu += (0.0 if tied_here else w.lm_head) + w.final
             if st.embedding == "drafter-needs" and len(plan.stages) > 1:
                 gpu += w.embed or w.lm_head
             if n_mtp:
