@@ -260,8 +260,3 @@ def max_len_that_fits(m: MemoryInput, stage: StageMemory, stage_in: StageInput) 
         else:
             hi = mid - 1
     return lo
-
-
-def gib(x: float | None) -> str:
-    """Bytes as vLLM's format_gib prints them (two decimals of GiB)."""
-    return "?" if x is None else f"{x / GIB:.2f}"

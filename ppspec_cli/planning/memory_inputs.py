@@ -724,22 +724,6 @@ def fits_layouts(r: Any, gpus: int, budget: int) -> list[tuple[int, int]]:
     return out
 
 
-def stage_layer_bytes(r: Any) -> list[float] | None:
-    """Per decoder layer, one GPU's weight bytes (for the partition's memory balance); None when unknown."""
-    topo = r.profile.topology
-    w = weights_per_gpu(r, topo.tensor_parallel, topo.tensor_parallel * topo.data_parallel, 0)
-    return None if w is None else w.layers
-
-
-def kv_per_token_per_layer(r: Any) -> float | None:
-    """One decoder layer's KV bytes per token on one GPU (the first layer's; None when unknown)."""
-    if r.target is None:
-        return None
-    s = settings(r, None)
-    ly = kv_layer(r.target.text or {}, r.profile.topology.tensor_parallel, s.kv_dtype_bytes or 0, 0)
-    return None if ly is None or not s.kv_dtype_bytes else float(ly.bytes_per_token)
-
-
 def tokens_for(plan: MemoryPlan | None, concurrency: int, context: int) -> dict[str, Any] | None:
     """What the KV capacity means at `concurrency` requests of `context` tokens (for --predict)."""
     if plan is None or plan.engine_tokens is None:
@@ -753,14 +737,6 @@ def tokens_for(plan: MemoryPlan | None, concurrency: int, context: int) -> dict[
         "fits": need <= plan.engine_tokens,
         "share": round(need / plan.engine_tokens, 4) if plan.engine_tokens else None,
     }
-
-
-def gib_str(x: float | None) -> str:
-    return "?" if x is None else f"{x / GIB:.1f} GiB"
-
-
-def ceil_div(a: int, b: int) -> int:
-    return math.ceil(a / b)
 
 
 def balanced_partition(r: Any) -> Any:
