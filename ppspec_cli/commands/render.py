@@ -391,6 +391,17 @@ def _memory_line(console: Console, mem) -> None:
         _wrapped(console, styled("[dim]memory: not judged ({})[/dim]", mem.unknown or "unknown"))
         return
     lens = f"max-model-len {s.max_model_len:,}" if s.max_model_len else "max-model-len unknown"
+    if mp.budget is None and mp.engine_tokens is not None:
+        lim = "" if mp.limiting is None or len(mp.stages) < 2 else f"; stage {mp.limiting} limits it"
+        conc = "" if mp.max_concurrency is None else f" = {mp.max_concurrency:.1f} requests at {lens}"
+        _wrapped(
+            console,
+            terminal.plain(
+                f"memory: a KV cache of {_human_bytes(s.kv_cache_memory_bytes)} per worker (kv-cache-memory-bytes, or "
+                f"VLLM_CPU_KVCACHE_SPACE on the CPU platform); the engine's KV cache {mp.engine_tokens:,} tokens{conc}{lim}"
+            ),
+        )
+        return
     if mp.budget is None:
         need = ", ".join(f"stage {x.rank} {_human_bytes(int(x.needed))}" for x in mp.stages)
         _wrapped(
