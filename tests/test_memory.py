@@ -351,3 +351,29 @@ def test_a_tied_lm_head_is_the_embedding_once_at_pp1_and_again_on_the_last_stage
         _, out = cli("plan", str(p), "--offline", "--json")
         got = [s["weights"] for s in json.loads(out)["memory"]["plan"]["stages"]]
         assert all(abs(g - w) < 64 << 10 for g, w in zip(got, want)), (pp, got, want)
+
+
+def test_an_index_total_alone_gives_memory_and_a_prediction_for_a_family_without_a_formula(profile, tmp_path):
+    """Issue 43, item 3: the index's total is usable where no pack declares a formula (an architecture no pack
+    describes): weights per GPU spread over the layers (a lower bound at TP > 1, said), and --predict runs."""
+    p = profile(
+        "deepseek-ai__DeepSeek-V3",
+        drafter={"method": "mtp", "num_speculative_tokens": 1},
+        topology={"tensor_parallel": 8, "pipeline_parallel": 2, "nodes": 2, "gpus_per_node": 8},
+        hardware="h200",
+        adapter="none",
+    )
+    cfg = json.loads((tmp_path / "target" / "config.json").read_text())
+    cfg["architectures"] = ["NoPackDescribesThisForCausalLM"]
+    (tmp_path / "target" / "config.json").write_text(json.dumps(cfg))
+    names = {f"model.layers.{i}.mlp.down_proj.weight": "a.safetensors" for i in range(62)}
+    names |= {"model.embed_tokens.weight": "a.safetensors", "lm_head.weight": "a.safetensors"}
+    (tmp_path / "target" / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 688_000_000_000}, "weight_map": names})
+    )
+    rc, out = cli("plan", str(p), "--offline", "--json", "--predict")
+    d = json.loads(out)
+    assert d["memory"]["weights_source"] == "the index's total_size", d["memory"]
+    assert any("a lower bound at TP > 1" in n for n in d["memory"]["notes"])
+    assert d["prediction"]["levels"], d["prediction"]
+    assert any("index's total_size spread over the layers" in n for n in d["prediction"]["assumptions"]["notes"])

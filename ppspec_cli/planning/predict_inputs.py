@@ -149,6 +149,15 @@ def shape_from_resolved(r: Any) -> tuple[Shape | None, list[str]]:
     elif real_layers:
         dense, expert, ne, top = real_layers / n, 0.0, 0, 0
         notes.append("layer layout not modelled (e.g. MLA or mixed layers): every layer's bytes read per step")
+    elif t.index_total_size and plan.stages and all(st.weight_bytes for st in plan.stages):
+        # the index's total alone (the plan spreads it over the layers): every layer's bytes read per step
+        vocab_b = (_pos(text, "vocab_size") or 0) * h * db
+        body = max(0, t.index_total_size - 2 * vocab_b)
+        dense, expert, ne, top = body / n, 0.0, 0, 0
+        notes.append(
+            "layer bytes from the index's total_size spread over the layers (no headers, no formula for this family): "
+            "every layer's bytes read per step, MoE sparsity not modelled (a pessimistic step time)"
+        )
     else:
         return None, [
             "the target's layer sizes are unknown (no formula for its layout, no headers): nothing to predict"
