@@ -70,6 +70,12 @@ def _main(
     settings()  # every PPSPEC_* variable checked once, first: a bad one is one error (exit 2) before anything runs
 
 
+_HARDWARE_HELP = (
+    "The accelerator one GPU is (over the profile's `hardware:`): h100, h200, a100, l40s, or NAME,mem=GiB; "
+    "judges weights per GPU and the KV cache per stage (docs/memory.md)."
+)
+
+
 @app.command()
 def check(
     profile: str = typer.Argument(..., metavar="PROFILE", help="Path to the profile YAML (see profiles/)."),
@@ -90,6 +96,7 @@ def check(
     ),
     quiet: bool = typer.Option(False, "--quiet", help="Errors and warnings only (the default; kept for scripts)."),
     verbose: bool = typer.Option(False, "--verbose", help="Every finding, the infos too (--severity info)."),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help=_HARDWARE_HELP),
 ) -> None:
     """Preflight a profile: read the checkpoints' metadata and the installed vLLM, report every problem.
 
@@ -101,7 +108,13 @@ def check(
 
     raise typer.Exit(
         command.run(
-            profile, json_out, offline, probes, "warning" if quiet and severity == "info" else severity, verbose
+            profile,
+            json_out,
+            offline,
+            probes,
+            "warning" if quiet and severity == "info" else severity,
+            verbose,
+            hardware,
         )
     )
 
@@ -120,7 +133,9 @@ def plan(
         help="Also predict speculation's speed-up per concurrency and k from a cost model (docs/predict.md).",
     ),
     hardware: Optional[str] = typer.Option(
-        None, "--hardware", help="With --predict: h200, h100, a100, l40s or cpu; overrides as NAME,bw=GB/s,tflops=N."
+        None,
+        "--hardware",
+        help=_HARDWARE_HELP + " With --predict also the speed model's: NAME,bw=GB/s,tflops=N.",
     ),
     link: Optional[str] = typer.Option(
         None,
@@ -169,7 +184,7 @@ def plan(
         if predict
         else None
     )
-    raise typer.Exit(command.run(profile, json_out, offline, opts, verbose))
+    raise typer.Exit(command.run(profile, json_out, offline, opts, verbose, hardware))
 
 
 @app.command()

@@ -159,7 +159,7 @@ def test_index_weights_count_the_last_stage_embedding_copy_and_the_drafter(profi
     assert "the embedding and lm_head are vocab x hidden x the config's dtype each" in flat, text
     assert (
         "weights: the last stage counts lm_head, the target embedding copy the drafter reads, the drafter (its index's total size); "
-        "never counted: KV cache, activations, CUDA graphs, the runtime"
+        "the KV cache, activations, CUDA graphs and the runtime are the memory line's"
     ) in flat, text
     # without the drafter's size: said so
     (tmp_path / "drafter" / "model.safetensors.index.json").unlink()
@@ -183,9 +183,7 @@ def test_the_config_estimate_matches_a_real_index():
     moe = fixture_config("Qwen__Qwen3-30B-A3B")
     layers, embed, lm_head = estimate("sparse-gated", moe, 2)
     assert 30.4e9 < (sum(layers) + embed + lm_head) / 2 < 30.6e9  # 30.5 B parameters (its model card)
-    assert (
-        estimate(None, fixture_config("deepseek-ai__DeepSeek-V3"), 2) is None
-    )  # no declared layout (MLA): unknown, never guessed
+    assert estimate(None, fixture_config("deepseek-ai__DeepSeek-V3"), 2) is None  # no declared layout: never guessed
     assert estimate("dense-gated", {k: v for k, v in cfg.items() if k != "intermediate_size"}, 2) is None
 
 
@@ -196,7 +194,8 @@ def test_packs_declare_the_weight_layout_the_plan_uses():
         get_pack("llama").facts.weight_layout == "dense-gated"
         and get_pack("qwen3_moe").facts.weight_layout == "sparse-gated"
     )
-    assert get_pack("deepseek_v3").facts.weight_layout is None
+    assert get_pack("deepseek_v3").facts.weight_layout == "mla-sparse-gated"  # issue 43: MLA + MoE + MTP
+    assert get_pack("kimi_k3").facts.weight_layout is None  # hybrid linear attention: not estimated
 
 
 # ---- advice that says what to do

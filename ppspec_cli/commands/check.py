@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import json
 
-from ppspec_cli.commands.common import load, preflight_json, progress
+from ppspec_cli.commands.common import load, preflight_json, progress, with_hardware
 
 
 def run(
-    profile: str, json_out: bool, offline: bool, probes: bool, min_severity: str = "warning", verbose: bool = False
+    profile: str,
+    json_out: bool,
+    offline: bool,
+    probes: bool,
+    min_severity: str = "warning",
+    verbose: bool = False,
+    hardware: str | None = None,
 ) -> int:
     """Preflight one profile; the profile verdict's exit code (0 no error, 1 refused). `min_severity`:
     the least severe findings shown in the table (`verbose`: all, with the plan's notes); the verdict
@@ -26,7 +32,7 @@ def run(
             fix="use error, warning or info",
             exit_code=2,
         )
-    prof = load(profile)
+    prof = with_hardware(load(profile), hardware)
     pf = preflight(prof, profile, offline=offline, progress=progress)
     if probes:
         pf = probed(pf)

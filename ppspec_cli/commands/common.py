@@ -24,6 +24,11 @@ def load(profile_path: str):
     return load_profile(profile_path)
 
 
+def with_hardware(prof, hardware: str | None):
+    """The profile with `--hardware` over its own `hardware:` (None: as written)."""
+    return prof if hardware is None else prof.model_copy(update={"hardware": hardware})
+
+
 def engine_json(r) -> dict[str, Any]:
     """One resolved engine, as `--json` shows it."""
     inst = r.installed
@@ -53,6 +58,25 @@ def engine_json(r) -> dict[str, Any]:
         "target": None if r.target is None else r.target.to_json(),
         "drafter": None if r.drafter is None else r.drafter.to_json(),
         "plan": None if r.plan is None else r.plan.to_json(),
+        "memory": _memory_json(r),
+    }
+
+
+def _memory_json(r) -> dict[str, Any] | None:
+    """The memory plan (planning/memory.py) as `--json` shows it; None without a plan."""
+    from ppspec_cli.planning.memory_inputs import memory_of
+
+    if r.plan is None:
+        return None
+    m = memory_of(r)
+    return {
+        "hardware": None
+        if m.device is None
+        else {"name": m.device.name, "bytes": m.device.bytes, "source": m.device.source},
+        "weights_source": m.weights_source or None,
+        "unknown": m.unknown,
+        "plan": None if m.plan is None else m.plan.to_json(),
+        "notes": m.notes,
     }
 
 

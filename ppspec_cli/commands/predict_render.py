@@ -59,11 +59,13 @@ def _ints(text: str, what: str) -> list[int]:
 
 
 def _overrides(spec: str, what: str) -> tuple[str, dict[str, float]]:
-    """NAME[,key=value...] -> (NAME, {key: value})."""
+    """NAME[,key=value...] -> (NAME, {key: value}); `mem=` is the memory model's (planning/memory_inputs.py)."""
     name, *rest = [p.strip() for p in spec.split(",")]
     out: dict[str, float] = {}
     for p in rest:
         k, _, v = p.partition("=")
+        if k.strip().lower() == "mem":
+            continue
         try:
             out[k] = float(v)
         except ValueError:
@@ -79,7 +81,7 @@ def _overrides(spec: str, what: str) -> tuple[str, dict[str, float]]:
 
 def _hardware(r: Any, opts: PredictOptions, notes: list[str]) -> tuple[Hardware, str]:
     default = "cpu" if r.platform == "cpu" else "h100"
-    name, ov = _overrides(opts.hardware or default, "--hardware")
+    name, ov = _overrides(opts.hardware or r.profile.hardware or default, "--hardware")
     acc = hwtable.accelerator(name)
     if acc is None:
         raise PpspecError(
@@ -87,7 +89,7 @@ def _hardware(r: Any, opts: PredictOptions, notes: list[str]) -> tuple[Hardware,
             where="--hardware",
             fix=f"one of {', '.join(hwtable.ACCELERATORS)} (overrides: NAME,bw=GB/s,tflops=N)",
         )
-    if not opts.hardware:
+    if not opts.hardware and not r.profile.hardware:
         notes.append(f"hardware not given: {name} assumed (--hardware)")
     acc = replace(
         acc, memory_bandwidth_gbs=ov.get("bw", acc.memory_bandwidth_gbs), bf16_tflops=ov.get("tflops", acc.bf16_tflops)
@@ -190,8 +192,70 @@ def _calibration(r: Any, opts: PredictOptions, hw_name: str, shape) -> tuple[Cos
     }
 
 
+class DoesNotFit(Exception):
+    """The layout does not fit the hardware's memory: no prediction (the reason, for the output)."""
+
+    def __init__(self, reason: str, memory: dict[str, Any]):
+        super().__init__(reason)
+        self.reason, self.memory = reason, memory
+
+
+def _memory(r: Any, hw_name: str) -> Any:
+    """The memory plan on the prediction's accelerator (the profile's `hardware`, --hardware, or the default)."""
+    import copy
+
+    from ppspec_cli.planning.memory_inputs import memory_of
+
+    spec = r.profile.hardware or hw_name
+    if r.platform == "cpu":
+        return memory_of(r)
+    r2 = copy.copy(r)
+    r2.__dict__.pop("_memory", None)
+    r2.profile = r.profile.model_copy(update={"hardware": spec})
+    return memory_of(r2)
+
+
+def _kv_assumed(mem: Any, cs: list[int], ctx: int) -> dict[str, Any] | None:
+    """What the KV cache holds at each concurrency level of `ctx` tokens (c x ctx against its capacity)."""
+    from ppspec_cli.planning.memory_inputs import tokens_for
+
+    mp = mem.plan if mem is not None else None
+    if mp is None or mp.engine_tokens is None:
+        return None
+    return {
+        "kv_tokens": mp.engine_tokens,
+        "limiting_stage": mp.limiting,
+        "hardware": None if mem.device is None else mem.device.name,
+        "per_concurrency": [tokens_for(mp, c, ctx) for c in cs],
+    }
+
+
+def _fits(mem: Any) -> None:
+    """Raise DoesNotFit when the memory model refuses the layout (weights over budget, or no room for one
+    max-model-len request)."""
+    mp = mem.plan if mem is not None else None
+    if mp is None or mp.budget is None:
+        return
+    over = mp.over_budget()
+    short = mp.short_of_one_request()
+    if not over and not short:
+        return
+    x = max(over, key=lambda st: st.weights) if over else short[0]
+    why = (
+        f"stage {x.rank}'s weights on one GPU ({x.weights / (1 << 30):.1f} GiB) exceed its budget ({mp.budget / (1 << 30):.1f} GiB)"
+        if over
+        else f"stage {x.rank}'s KV cache cannot hold one request of max-model-len {mp.max_model_len:,}"
+    )
+    raise DoesNotFit(
+        f"not predicted: the layout does not fit {mem.device.name if mem.device else 'the hardware'}: {why} "
+        "(memory-weights-exceed / kv-cache-too-small above)",
+        mp.to_json(),
+    )
+
+
 def prediction(r: Any, opts: PredictOptions) -> Prediction:
-    """The prediction for a resolved profile; PpspecError when it cannot be made."""
+    """The prediction for a resolved profile; PpspecError when it cannot be made, DoesNotFit when the layout
+    does not fit the hardware's memory (docs/memory.md)."""
     shape, notes = shape_from_resolved(r)
     if shape is None:
         raise PpspecError(
@@ -204,6 +268,8 @@ def prediction(r: Any, opts: PredictOptions) -> Prediction:
             "the profile has no drafter: nothing to predict", where="drafter", fix="add a drafter: section"
         )
     hw, hw_name = _hardware(r, opts, notes)
+    mem = _memory(r, opts.hardware or hw_name)
+    _fits(mem)
     acc = _acceptance(r, opts)
     costs, cal = _calibration(r, opts, hw_name, shape)
     cs = _ints(opts.concurrency, "--concurrency")
@@ -225,6 +291,7 @@ def prediction(r: Any, opts: PredictOptions) -> Prediction:
         },
         "acceptance": {"source": acc.source, "per_position": [round(x, 4) for x in acc.per_position]},
         "context_length": ctx,
+        "kv_cache": _kv_assumed(mem, cs, ctx),
         "partition": list(shape.stages),
         "tensor_parallel": shape.tp,
         "model": {
@@ -308,6 +375,18 @@ def render(pred: Prediction) -> str:
         lines += _wrap(
             "calibration: ",
             f"none: roofline with default efficiencies and overheads (calibration-free; on the one GPU record its speed-up error was {100 * mean:.1f}% mean, {100 * worst:.1f}% worst: docs/prediction-validation.md)",
+        )
+    kv = a.get("kv_cache")
+    if kv:
+        per = ", ".join(
+            f"c={x['concurrency']} {x['tokens_needed']:,}"
+            + ("" if x["fits"] else " (over: vLLM would queue or preempt)")
+            for x in kv["per_concurrency"]
+        )
+        lines += _wrap(
+            "KV cache assumed: ",
+            f"{kv['kv_tokens']:,} tokens on {kv['hardware']} (stage {kv['limiting_stage']} limits it; docs/memory.md); "
+            f"tokens at context {a['context_length']}: {per}",
         )
     for n in a["notes"]:
         lines += _wrap("note: ", n)

@@ -904,6 +904,63 @@ CORE: tuple[Code, ...] = (
         "Give `roles.prefill.server` and `roles.decode.server` different ports.",
         section="Disaggregated prefill/decode (`roles:`)",
     ),
+    # Memory and KV cache (planning/memory.py, memory_inputs.py, memory_findings.py)
+    Code(
+        "memory-weights-exceed",
+        ("error",),
+        "One GPU's share of the weights (the target's layers of its stage split by TP as vLLM shards them; on the last stage the lm_head, the drafter and the embedding copy it reads) is larger than its budget, the memory the `hardware` reports x `gpu-memory-utilization`: vLLM runs out of memory while loading, after minutes.",
+        "Use a layout the message names (more TP per stage, or more stages), more GPUs, or a quantized checkpoint.",
+        section="Memory and KV cache (`hardware:`; docs/memory.md)",
+    ),
+    Code(
+        "kv-cache-too-small",
+        ("error",),
+        "What is left of a stage's budget after its weights, the activation peak, CUDA graphs and the runtime cannot hold the KV cache of one request of `max-model-len` tokens: vLLM refuses at start (\"To serve at least one request with the model's max seq len ...\", v1/core/kv_cache_planning.py).",
+        "Lower `engine.max-model-len` to the length the message gives, raise `gpu-memory-utilization`, or spread the layers over more GPUs.",
+        section="Memory and KV cache (`hardware:`; docs/memory.md)",
+    ),
+    Code(
+        "kv-cache-below-max-num-seqs",
+        ("warning",),
+        "The KV cache holds fewer requests of `max-model-len` tokens than the profile's `max-num-seqs`: requests beyond that wait or are preempted when their contexts are long.",
+        "Lower `max-num-seqs` or `max-model-len`, raise `gpu-memory-utilization`, or add GPUs.",
+        section="Memory and KV cache (`hardware:`; docs/memory.md)",
+    ),
+    Code(
+        "partition-kv-unused",
+        ("warning",),
+        "The declared `layer_partition` leaves a large share (25% or more) of the stages' KV memory unused: vLLM gives every stage as many KV blocks as the smallest has.",
+        "Use the partition `ppspec plan` proposes (it balances memory, the drafter on the last stage), or drop `layer_partition`.",
+        section="Memory and KV cache (`hardware:`; docs/memory.md)",
+    ),
+    Code(
+        "hardware-unknown",
+        ("error",),
+        "`hardware` (or `--hardware`) names an accelerator the table does not have, or a `mem=` that is not a GPU's memory.",
+        "Use h100, h200, a100 or l40s, or `NAME,mem=GiB` with the memory one GPU reports.",
+        section="Memory and KV cache (`hardware:`; docs/memory.md)",
+    ),
+    Code(
+        "memory-capacity",
+        ("info",),
+        "Per stage: the weights on one GPU, the activation / CUDA-graph / runtime overheads, the KV cache's memory and tokens; the engine's capacity (the smallest stage's) and which stage limits it.",
+        "None: information (docs/memory.md gives each figure's error).",
+        section="Memory and KV cache (`hardware:`; docs/memory.md)",
+    ),
+    Code(
+        "memory-needs",
+        ("info",),
+        "Without `hardware`: what one GPU of each stage needs (weights, overheads, one `max-model-len` request's KV cache); nothing is judged.",
+        "Set `hardware:` (or pass `--hardware`) to judge the fit.",
+        section="Memory and KV cache (`hardware:`; docs/memory.md)",
+    ),
+    Code(
+        "memory-not-judged",
+        ("info",),
+        "The memory per GPU cannot be computed: no safetensors headers, index or config formula gives the weights' sizes, or a quantization the formulas do not cover.",
+        "Read the checkpoint where its index or headers are; a family's pack can declare its weight layout (`facts.weight_layout`).",
+        section="Memory and KV cache (`hardware:`; docs/memory.md)",
+    ),
 )
 
 #: Checkpoint problems, reported as `target-<gap>` or `drafter-<gap>`: (severity, cause, fix). The

@@ -214,13 +214,17 @@ class Facts(_Strict):
         default=None,
         description="Hybrid families: where the config lists the linear-attention / SSM layers (the rest are full attention).",
     )
-    weight_layout: Literal["dense-gated", "sparse-gated"] | None = Field(
+    weight_layout: Literal["dense-gated", "sparse-gated", "mla-sparse-gated"] | None = Field(
         default=None,
-        description="How a decoder layer's weights follow from config.json, for `plan`'s per-stage memory when no index or "
+        description="How a decoder layer's weights follow from config.json, for the memory per GPU when no "
         "safetensors headers are at hand (planning/weights.py): `dense-gated` = attention with grouped KV heads "
         "(`num_attention_heads`, `num_key_value_heads`, `head_dim`) and a gated MLP (`intermediate_size`: gate, up, down); "
-        "`sparse-gated` = the same attention and a router plus `num_experts` (or `num_local_experts`) gated experts of "
-        "`moe_intermediate_size` (else `intermediate_size`) in every layer. Unset: not estimated.",
+        "`sparse-gated` = the same attention, and in the sparse layers a router plus `num_experts` (or `num_local_experts`, "
+        "`n_routed_experts`) gated experts of `moe_intermediate_size` and the shared experts (`n_shared_experts` or "
+        "`shared_expert_intermediate_size`); a layer is dense when `mlp_only_layers`, `first_k_dense_replace`, "
+        "`decoder_sparse_step` or `moe_layer_freq` says so; `mla-sparse-gated` = multi-head latent attention (`q_lora_rank`, "
+        "`kv_lora_rank`, `qk_nope_head_dim`, `qk_rope_head_dim`, `v_head_dim`) and the same MLP rule, with "
+        "`num_nextn_predict_layers` MTP layers. Quantized per `quantization_config`. Unset: not estimated.",
     )
     notes: tuple[str, ...] = Field(default=(), description="Anything else a reader needs.")
 

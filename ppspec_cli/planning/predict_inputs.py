@@ -49,6 +49,31 @@ def layer_terms(text: dict[str, Any], dtype_bytes: int) -> tuple[float, float, i
     return (attn + 3 * h * inter + 2 * h) * dtype_bytes, 0.0, 0, 0
 
 
+def formula_terms(r: Any, n: int) -> tuple[float, float, int, int] | None:
+    """(dense bytes per layer, bytes per expert, experts, experts per token), averaged over the `n` decoder layers,
+    from the family pack's weight layout (planning/weights.py config_tensors, quantization included); None when
+    the pack declares none or a key is missing."""
+    from ppspec_cli.planning import weights as wt
+
+    t = r.target
+    part = getattr(r, "target_pack", None)
+    layout = part.facts.weight_layout if part is not None else None
+    q = wt.quant_of(t.config or t.text)
+    if layout is None or q == "unknown":
+        return None
+    ts = wt.config_tensors(layout, t.text or {}, t.dtype_bytes, q)
+    if ts is None:
+        return None
+    text = t.text or {}
+    ne = _pos(text, "num_experts", "num_local_experts", "n_routed_experts") or 0
+    top = _pos(text, "num_experts_per_tok", "num_experts_per_token") or 0
+    dense = sum(x.nbytes for x in ts if x.layer is not None and x.layer < n and x.shard != "experts") / n
+    experts = sum(x.nbytes for x in ts if x.layer is not None and x.layer < n and x.shard == "experts")
+    if ne and top and experts:
+        return dense, experts / (n * ne), ne, top
+    return dense, 0.0, 0, 0
+
+
 def _header_bytes(ck: Any, pred) -> int | None:
     tensors = getattr(ck, "tensors", None)
     if not tensors:
@@ -92,6 +117,9 @@ def shape_from_resolved(r: Any) -> tuple[Shape | None, list[str]]:
     n = plan.num_layers
     kv = _pos(text, "num_key_value_heads") or heads
     hd = _pos(text, "head_dim") or h // heads
+    if _pos(text, "kv_lora_rank"):  # MLA: one latent of kv_lora_rank + qk_rope_head_dim per token per layer
+        kv, hd = 1, (_pos(text, "kv_lora_rank") + (_pos(text, "qk_rope_head_dim") or 0)) // 2
+        notes.append("MLA: the KV read per token is one latent of kv_lora_rank + qk_rope_head_dim")
     vocab = _pos(text, "vocab_size") or 0
     terms = layer_terms(text, db)
     real_layers = _header_bytes(t, lambda name: ".layers." in name)
@@ -104,9 +132,32 @@ def shape_from_resolved(r: Any) -> tuple[Shape | None, list[str]]:
             notes.append(f"layer bytes from config.json, scaled x{scale:.2f} to the safetensors headers")
         else:
             notes.append("layer bytes estimated from config.json in its dtype")
+    elif (ft := formula_terms(r, n)) is not None:
+        dense, expert, ne, top = ft
+        if real_layers:
+            est = n * (dense + ne * expert)
+            scale = real_layers / est if est else 1.0
+            dense, expert = dense * scale, expert * scale
+            notes.append(
+                f"layer bytes from the pack's weight layout formula, scaled x{scale:.2f} to the safetensors headers"
+            )
+        else:
+            notes.append(
+                "layer bytes from the pack's weight layout formula (planning/weights.py: MLA, dense and MoE layers, "
+                "the config's quantization), averaged over the layers"
+            )
     elif real_layers:
         dense, expert, ne, top = real_layers / n, 0.0, 0, 0
         notes.append("layer layout not modelled (e.g. MLA or mixed layers): every layer's bytes read per step")
+    elif t.index_total_size and plan.stages and all(st.weight_bytes for st in plan.stages):
+        # the index's total alone (the plan spreads it over the layers): every layer's bytes read per step
+        vocab_b = (_pos(text, "vocab_size") or 0) * h * db
+        body = max(0, t.index_total_size - 2 * vocab_b)
+        dense, expert, ne, top = body / n, 0.0, 0, 0
+        notes.append(
+            "layer bytes from the index's total_size spread over the layers (no headers, no formula for this family): "
+            "every layer's bytes read per step, MoE sparsity not modelled (a pessimistic step time)"
+        )
     else:
         return None, [
             "the target's layer sizes are unknown (no formula for its layout, no headers): nothing to predict"

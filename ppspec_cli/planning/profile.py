@@ -359,6 +359,16 @@ class Profile(_Strict):
         "`check` says which version its verdict is for and where that came from.",
         max_length=64,
     )
+    hardware: str | None = Field(
+        default=None,
+        description="The accelerator of one GPU: a name of `plan --predict --hardware` (`h100`, `h200`, `a100`, `l40s`), or "
+        "`NAME,mem=GiB` for another (the memory one GPU reports, e.g. `rtx6000,mem=95`; `mem=...GB` reads decimal "
+        "gigabytes). `check` and `plan` then judge memory: the weights on each GPU, the KV cache's capacity per stage and "
+        "whether one `max-model-len` request fits (docs/memory.md). Without it they show what each GPU needs and refuse "
+        "nothing. `--hardware` on the command line overrides it.",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}(,\s*mem=\s*[0-9]+(\.[0-9]+)?\s*(GiB|GB|gib|gb)?)?$",
+        max_length=64,
+    )
     adapter: str = Field(
         default="auto",
         description="Adapter pack: `auto` (chosen from the target and drafter architectures), `none`, or a pack name (`ppspec adapters list`).",

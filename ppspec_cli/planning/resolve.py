@@ -418,6 +418,21 @@ def _index_weights(target: Checkpoint, n: int) -> tuple[list[int], int | None, i
     )
 
 
+def _drafter_weights(r: Resolved, m, tf, n: int, n_draft: int) -> tuple[int | None, str]:
+    """The drafter's bytes on all TP ranks together and where they come from: its headers, its index's total,
+    or the target's MTP layers (planning/weights.py mtp_bytes); (None, "") when unknown."""
+    if r.drafter is not None and r.drafter.tensors:
+        return sum(t.nbytes for t in r.drafter.tensors.values()), "its safetensors headers"
+    if r.drafter is not None and r.drafter.index_total_size:
+        return r.drafter.index_total_size, "its index's total size"
+    if m is not None and not m.external_drafter and n_draft:
+        from ppspec_cli.planning.weights import mtp_bytes
+
+        got = mtp_bytes(r.target, tf.weight_layout if tf is not None else None, n, n_draft)
+        return got, "the target's MTP layers" if got else ""
+    return None, ""
+
+
 def _counted_note(method: str | None, needs_embed: bool, drafter_b: int | None, drafter_src: str) -> str:
     """What the plan's per-stage weights count on the last stage, and what they never count."""
     last = ["lm_head"]
@@ -430,7 +445,10 @@ def _counted_note(method: str | None, needs_embed: bool, drafter_b: int | None, 
         if not method or drafter_b is not None
         else "; the drafter is not counted (its size is unknown here: no headers or index read)"
     )
-    return f"weights: the last stage counts {', '.join(last)}{tail}; never counted: KV cache, activations, CUDA graphs, the runtime"
+    return (
+        f"weights: the last stage counts {', '.join(last)}{tail}; the KV cache, activations, CUDA graphs and the runtime "
+        "are the memory line's (weights/GPU: one GPU's share, split as vLLM shards each tensor)"
+    )
 
 
 def _target_weights(target: Checkpoint, n: int, tf) -> tuple[list[int] | None, int | None, int | None, list[str]]:
@@ -535,11 +553,7 @@ def resolve(
             r.pp > 1 and m is not None and (m.needs_target_embed or (embed_cap is not None and r.support(embed_cap).ok))
         )
         lw, embed_b, lm_b, notes = _target_weights(r.target, n, tf)
-        drafter_b, drafter_src = None, ""
-        if r.drafter is not None and r.drafter.tensors:
-            drafter_b, drafter_src = sum(t.nbytes for t in r.drafter.tensors.values()), "its safetensors headers"
-        elif r.drafter is not None and r.drafter.index_total_size:
-            drafter_b, drafter_src = r.drafter.index_total_size, "its index's total size"
+        drafter_b, drafter_src = _drafter_weights(r, m, tf, n, n_draft)
         if lw is not None:
             notes.append(_counted_note(method, needs_embed, drafter_b, drafter_src))
         if drafter_has_embed is False:
@@ -567,4 +581,7 @@ def resolve(
         )
         if draft_start is not None and n_draft:  # vLLM's MTP class numbers its layers from here
             r.plan = replace(r.plan, draft_layer_ids=tuple(range(draft_start, draft_start + n_draft)))
+        from ppspec_cli.planning.memory_inputs import balanced_partition
+
+        r.plan = balanced_partition(r)  # with `hardware`: the suggested split balances the KV cache too
     return r

@@ -1089,6 +1089,14 @@ def engine_shapes(r: Resolved) -> Iterator[Finding]:
     )
 
 
+@rule("memory")
+def memory(r: Resolved) -> Iterator[Finding]:
+    """Will it fit: weights per GPU, the KV cache per stage (planning/memory_findings.py)."""
+    from ppspec_cli.planning.memory_findings import memory_findings
+
+    yield from memory_findings(r)
+
+
 @rule("security")
 def security(r: Resolved) -> Iterator[Finding]:
     s = r.profile.server
