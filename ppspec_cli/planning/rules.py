@@ -588,7 +588,10 @@ def taps(r: Resolved) -> Iterator[Finding]:
             + f". ppspec fixes it at launch: the drafter is served through a local config overlay with top-level eagle_aux_hidden_state_layer_ids {list(p.taps)}",
             "nothing to do; to override, set drafter.tap_convention (capture_point | layer_output) or pin drafter.taps",
         )
-    if p.taps_source == "profile" and trained_known and set(r.trained.taps) != set(p.taps):  # type: ignore[union-attr, arg-type]
+    off = _pinned_off_by_one(r, n) if p.taps_source == "profile" else None
+    if off is not None:
+        yield off
+    elif p.taps_source == "profile" and trained_known and set(r.trained.taps) != set(p.taps):  # type: ignore[union-attr, arg-type]
         yield _f(
             "taps-pinned-differ",
             "warning",
@@ -596,6 +599,41 @@ def taps(r: Resolved) -> Iterator[Finding]:
             f"pinned taps {list(p.taps)} differ from the drafter config's {list(r.trained.taps)} (via {r.trained.key})",
             "make sure the drafter was trained on the pinned taps",
         )  # type: ignore[union-attr, arg-type]
+
+
+def _pinned_off_by_one(r: Resolved, n: int) -> Finding | None:
+    """Pinned taps that are, one for one, the taps the head reads minus one (or plus one): the
+    capture-point vs output-of-layer slip (docs/guide.md, "Taps, in one paragraph"). What the head
+    reads: the taps its config names (as ppspec reads them), else vLLM's defaults (2, n//2, n-3),
+    which a head whose config names none is served with unless pinned."""
+    p = r.plan
+    pinned = sorted(set(p.taps))
+    if r.trained is not None and r.trained.taps:
+        ref = sorted(set(r.trained.taps))
+        source = f"the taps {ref} the drafter's config names (via {r.trained.key})"
+    else:
+        ref = sorted(set(default_taps(n)))
+        source = f"the taps {ref} vLLM feeds a drafter whose config names none (the target's defaults)"
+    if not pinned or len(pinned) != len(ref):
+        return None
+    for step, how in ((-1, "one below"), (1, "one above")):
+        if pinned == [t + step for t in ref]:
+            slip = (
+                "the output-of-layer ids of those taps (SpecForge/SGLang's numbering: id v = vLLM tap v+1)"
+                if step < 0
+                else "those taps shifted once more, as if capture points were output-of-layer ids"
+            )
+            return _f(
+                "taps-pinned-off-by-one",
+                "warning",
+                "drafter.taps",
+                f"pinned taps {pinned} are each {how} {source}: {slip}. "
+                f"drafter.taps is in vLLM capture points (tap L = output of layer L-1), so the drafter would be fed "
+                "the neighbouring layers and acceptance drop without an error",
+                f"write `drafter.taps: {ref}` (or remove drafter.taps); keep {pinned} only if the head was trained on "
+                f"the outputs of layers {[t - 1 for t in pinned]}",
+            )
+    return None
 
 
 def _convention_ambiguous(r: Resolved) -> Iterator[Finding]:
