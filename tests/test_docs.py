@@ -38,7 +38,7 @@ def test_committed_reference_equals_generated():
 
 @pytest.mark.slow  # runs the CLI in a subprocess
 def test_cli_docs_prints_the_same(tmp_path):
-    cp = run_ppspec("docs")
+    cp = run_ppspec("docs", "--markdown")
     assert cp.returncode == 0 and cp.stdout == DOC.read_text(encoding="utf-8")
     out = tmp_path / "ref.md"
     cp = run_ppspec("docs", "--out", str(out))

@@ -622,9 +622,12 @@ def _supervise(
     if node.role == "head":
         log(f"serving at {spec.url} (OpenAI API) — ready in {time.monotonic() - t0:.0f}s")
         model = node.argv[node.argv.index("--served-model-name") + 1] if "--served-model-name" in node.argv else ""
-        log("try: " + curl_line(spec.url, model, node.env_refs.get("VLLM_API_KEY")))
+        from ppspec_cli.io.terminal import command_block, wrap_width
+
+        width = wrap_width()  # a command is broken only between words, with ` \`: it still pastes
+        log(command_block("try:", curl_line(spec.url, model, node.env_refs.get("VLLM_API_KEY")), width, prefix=8))
         if verify_line:
-            log(f"measure speculation (in another terminal): {verify_line}")
+            log(command_block("measure speculation (in another terminal):", verify_line, width, prefix=8))
         log("stop with Ctrl-C")
         try:
             rd.write_text(READY_FILE, spec.url + "\n", what="the ready marker")
