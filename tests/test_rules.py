@@ -192,6 +192,7 @@ def test_topology_gpu_count(llama):
     _, by = check(llama, method=None, tp=8, pp=2, topology={"nodes": 1, "gpus_per_node": 8})
     f = expect(by, "topology-gpu-count", "error", "topology")
     assert "16 GPUs" in f.message and "1 x 8 = 8" in f.message
+    assert f.hint.startswith("write `gpus_per_node: 16` or `nodes: 2`")  # what to write (issue 43 item 7)
     _, ok = check(
         llama, method=None, tp=8, pp=2, topology={"nodes": 2, "gpus_per_node": 8}, launch={"master_addr": "10.0.0.1"}
     )
@@ -200,7 +201,8 @@ def test_topology_gpu_count(llama):
 
 def test_topology_node_split(llama):
     _, by = check(llama, method=None, tp=3, topology={"nodes": 2}, launch={"master_addr": "h"})
-    expect(by, "topology-node-split", "error", "topology.nodes")
+    f = expect(by, "topology-node-split", "error", "topology.nodes")
+    assert f.hint.startswith("write `nodes: 3` (1 ranks each; 3 ranks divide over 1, 3 nodes)"), f.hint
 
 
 def test_topology_tp_across_nodes(llama):
@@ -229,10 +231,12 @@ def test_topology_ray_on_cpu(llama):
 
 def test_partition_length_and_sum(llama):
     _, by = check(llama, method=None, pp=3, topology={"layer_partition": [16, 16]})
-    expect(by, "partition-length", "error", "topology.layer_partition")
+    f = expect(by, "partition-length", "error", "topology.layer_partition")
+    assert f.hint.startswith("write `layer_partition: [11, 11, 10]` (3 stages, 32 layers)"), f.hint  # vLLM's split
     _, by = check(llama, method=None, pp=2, topology={"layer_partition": [16, 15]})
     f = expect(by, "partition-sum", "error", "topology.layer_partition")
     assert "sums to 31" in f.message and "32 layers" in f.message
+    assert f.hint.startswith("write `layer_partition: [16, 16]`"), f.hint  # the user's, its last stage adjusted
     _, ok = check(llama, method=None, pp=2, topology={"layer_partition": [17, 15]})
     assert not {"partition-sum", "partition-length"} & set(ok)
 
