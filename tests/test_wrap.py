@@ -161,3 +161,22 @@ def test_a_misspelt_key_gets_did_you_mean(yaml_text, fix):
     with pytest.raises(PpspecError) as e:
         parse_profile("name: t\ntarget: {model: demo:tiny-llama}\n" + yaml_text)
     assert e.value.fix == fix and "unknown key" in e.value.what and " — " not in e.value.what
+
+
+def test_an_export_ends_with_its_errors_not_its_warnings(tmp_path):
+    """A fatal error is the last thing on the screen: export prints the warnings it carries first,
+    then the errors that refuse the profile, then the count."""
+    import yaml
+
+    data = yaml.safe_load((REPO / "profiles" / "tiny_cpu_demo.yaml").read_text())
+    data["drafter"]["taps"] = [0, 2, 5]  # each one below the head's [1, 3, 6]: a warning
+    data["topology"]["layer_partition"] = [6]
+    data["topology"]["pipeline_parallel"] = 2  # an error (and the partition's length another)
+    prof = tmp_path / "p.yaml"
+    prof.write_text(yaml.safe_dump(data))
+    r = inprocess.run("export", "slurm", str(prof), "-o", str(tmp_path / "job.sbatch"), cwd=REPO)
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("ppspec: check ")]
+    kinds = [ln.split()[2] for ln in lines]
+    assert r.returncode == 1 and "warning" in kinds and "error" in kinds, r.stderr
+    assert kinds == sorted(kinds, key=lambda k: k == "error"), kinds  # every warning before every error
+    assert r.stderr.rstrip().splitlines()[-1].startswith("ppspec: `check` found")
