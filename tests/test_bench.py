@@ -818,6 +818,11 @@ def test_endpoint_mode_measures_two_running_servers_and_parity_fails_on_a_diverg
     assert (tmp_path / "ok" / "report.md").is_file() and (
         tmp_path / "ok" / "arms" / "spec-k2" / "c2-r1.vllm.json"
     ).is_file()
+    # one load generator for both arms (issue 43: vLLM's client imported once per run, not per session)
+    log = (tmp_path / "ok" / "loadgen.log").read_text()
+    assert log.count("==== load generator ") == 1 and log.count("==== job: arm ") == 4, log[
+        -2000:
+    ]  # 2 arms x 2 repeats
 
     r = _cli(*args, "--endpoint", fake_servers("--spec", "--diverge"), "--out", str(tmp_path / "bad"))
     assert r.returncode == 1, r.stderr[-3000:]

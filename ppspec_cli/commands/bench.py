@@ -260,6 +260,7 @@ def _measure(b: "_Bench") -> int:
         b.fatal = lambda err=e: print_error(err)
         return e.exit_code
     finally:
+        b.close()  # the load generator, whatever happened
         for s, h in old.items():
             signal.signal(s, h)
 
@@ -303,6 +304,7 @@ class _Bench:
         self.t0 = time.monotonic()
         self.started = False  # a session reached its workload (a server answered): there is something to report
         self.fatal = None  # prints why the run stopped: shown after the report, never before its warnings
+        self.lg = None  # the load generator every session shares (_loadgen)
 
     def show_fatal(self) -> None:
         if self.fatal is not None:
@@ -469,7 +471,7 @@ class _Bench:
     def measure_arm(
         self, arm: Arm, tag: str, runs: list[tuple[int, int]], need_parity: bool, arms_left: int, later_runs: int
     ) -> int:
-        from ppspec_cli.verify.bench.harness import LoadGen, Stopped
+        from ppspec_cli.verify.bench.harness import Stopped
 
         d = self.arm_dir(arm)
         what = (
@@ -504,8 +506,7 @@ class _Bench:
                 return prepared.verdict.exit_code
         d.mkdir(parents=True, exist_ok=True)
         job = self._job(arm, prepared, runs, need_parity)
-        env = {"HF_HUB_OFFLINE": "1"} if self.offline or os.path.isdir(job["tokenizer"]) else {}
-        lg = LoadGen(d / "loadgen.log", env)  # imports vLLM while the engine starts
+        lg = self._loadgen(job)  # the first one imports vLLM while the engine starts
         t_start = time.monotonic()
         done = [0]
 
@@ -544,6 +545,7 @@ class _Bench:
                 doc["settings"] = _parity_key(self.settings, arm)
                 safeio.write_text(d / "parity.json", json.dumps(doc, indent=1), what="bench parity outputs")
 
+        idle = False  # the load generator finished its job and waits for the next session's
         try:
             if prepared is None:
                 try:
@@ -551,10 +553,13 @@ class _Bench:
                 except PpspecError as e:
                     self.failures.append(f"{arm.name}: {e.what}")
                     raise
+                idle = True
                 return 0
             r = launch(prepared, progress=progress, workload=workload, stream=False)
+            idle = r.exit_code == 0
         finally:
-            lg.close()
+            if not idle or not lg.alive:  # stopped, failed or mid-job: a later session starts a fresh one
+                lg.close()
         if r.exit_code != 0:
             if r.error is not None and not isinstance(r.error, PpspecError):
                 raise r.error
@@ -568,6 +573,20 @@ class _Bench:
                 progress(f"{tag}: {r.reason}")
             return r.exit_code
         return 0
+
+    def _loadgen(self, job: dict):
+        """The run's load generator (harness.LoadGen): one process for every session, a new one only
+        after the last failed or was stopped. Its log: OUT/loadgen.log."""
+        from ppspec_cli.verify.bench.harness import LoadGen
+
+        if self.lg is None or not self.lg.alive:
+            env = {"HF_HUB_OFFLINE": "1"} if self.offline or os.path.isdir(job["tokenizer"]) else {}
+            self.lg = LoadGen(self.state / "loadgen.log", env)
+        return self.lg
+
+    def close(self) -> None:
+        if self.lg is not None:
+            self.lg.close()
 
     def _job(self, arm: Arm, prepared, runs: list[tuple[int, int]], need_parity: bool) -> dict:
         from ppspec_cli.verify.client import normalize_endpoint
