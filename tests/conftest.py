@@ -104,8 +104,10 @@ def pytest_configure(config):
         )
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistReports(), "ppspec-xdist-reports")
-    import suiteprogress  # a count and an ETA every minute (PPSPEC_PROGRESS_SECONDS; issue 43 item 8)
-
+    try:  # a count and an ETA every minute (PPSPEC_PROGRESS_SECONDS; issue 43 item 8)
+        import suiteprogress
+    except ImportError:  # a copy of this conftest elsewhere (test_devsh.py) has no progress module beside it
+        return
     suiteprogress.register(config, LONG_FIRST)
 
 
@@ -247,14 +249,24 @@ def demo_cache(tmp_path_factory) -> Path:
     """A PPSPEC_CACHE with every demo model built once per test session, shared by the tests that
     only read them (a build per test would cost seconds and ~90 MB each). Treat it as read-only.
     The validation kit's listed models (ppspec_kit) are in it too."""
+    import fcntl
+
     import ppspec_kit  # noqa: F401  (registers the kit's models in demo.DEMO_MODELS)
     from ppspec_cli import demo
 
-    root = tmp_path_factory.mktemp("ppspec-demo-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PPSPEC_CACHE", str(root))
-        for name in demo.DEMO_MODELS:
-            demo.ensure_demo_model(name)
+    # One build for the whole run: an xdist worker's base temp dir is inside the controller's, so
+    # the workers of one run share its parent (a run in one process uses its own base temp). The
+    # first worker builds under a lock, the other waits and reads the same models (issue 43 item 8).
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root = shared / "ppspec-demo-cache"
+    with open(shared / "ppspec-demo-cache.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        root.mkdir(mode=0o700, exist_ok=True)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("PPSPEC_CACHE", str(root))
+            for name in demo.DEMO_MODELS:
+                demo.ensure_demo_model(name)  # a model already built (by the other worker) is only checked
     return root
 
 

@@ -439,6 +439,7 @@ def seed_option_cache(cache_dir: Path) -> None:
         _OPTIONS_TEXT.append(_warm_options_text())
     if _OPTIONS_TEXT[0]:
         cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        f = cache_dir / "vllm-serve-options.json"
-        f.write_text(_OPTIONS_TEXT[0])
-        f.chmod(0o600)
+        tmp = cache_dir / f".vllm-serve-options.json.{os.getpid()}"
+        tmp.write_text(_OPTIONS_TEXT[0])
+        tmp.chmod(0o600)
+        os.replace(tmp, cache_dir / "vllm-serve-options.json")  # whole, even beside another worker's serve

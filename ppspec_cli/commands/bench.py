@@ -99,7 +99,7 @@ def run(profile: str, o: Options) -> int:
     code = _measure(b)
     doc = b.assemble()
     if code and not b.started and not doc["runs"]:  # stopped before any server answered: nothing to report or resume
-        if fresh and not any(state.iterdir()):
+        if fresh and not any(p.is_file() for p in state.rglob("*")):  # made by this run, holding no file
             safeio.remove_tree(state, what="the empty results directory")
         progress("nothing was measured: no results written")
         b.show_fatal()
