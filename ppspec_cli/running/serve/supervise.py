@@ -125,11 +125,17 @@ class EngineOutput:
         return max(0, len(self.warned) - SHOWN_WARNINGS)
 
     def _print(self, text: str, one_row: bool = False) -> None:
-        from ppspec_cli.io.terminal import safe
+        """One row cut at a word boundary with `…` (a warning: engine.log has it whole); otherwise
+        wrapped between words at the terminal's width (a pipe keeps the line whole)."""
+        from ppspec_cli.io.terminal import safe, wrap_block, wrap_width
 
         if one_row:
             width = max(40, self._console.width)
-            text = text if len(text) <= width else text[: width - 1] + "…"
+            if len(text) > width:
+                cut = text[: width - 1]
+                text = (cut[: cut.rfind(" ")] if " " in cut[width // 2 :] else cut).rstrip(" ,;:") + "…"
+        else:
+            text = wrap_block(text, wrap_width())
         self._console.print(safe(text))
         self.last_shown = time.monotonic()
 
