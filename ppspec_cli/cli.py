@@ -476,18 +476,27 @@ def verify(
 
 @app.command()
 def docs(
-    out: Optional[str] = typer.Option(None, "--out", help="Write the reference to this file instead of stdout."),
+    key: Optional[str] = typer.Argument(
+        None,
+        metavar="KEY",
+        help="One profile key (drafter.taps), a section (topology) or a finding code (taps-default): just that entry.",
+    ),
+    out: Optional[str] = typer.Option(None, "--out", help="Write the reference as Markdown to this file instead."),
     findings: bool = typer.Option(
         False,
         "--findings",
         help="The findings reference instead: every finding code, its cause and fix (docs/findings.md).",
     ),
+    markdown: bool = typer.Option(
+        False, "--markdown", help="Print the Markdown (what --out writes) instead of the terminal view."
+    ),
 ) -> None:
-    """Print the profile reference (generated from the schema's field descriptions), or with
-    --findings the reference of every finding code."""
+    """Print the profile reference (generated from the schema's field descriptions) for a terminal,
+    paged when longer than the screen; with --findings the reference of every finding code; with
+    KEY one key, section or code."""
     from ppspec_cli.commands import docs as command
 
-    raise typer.Exit(command.run(out, findings))
+    raise typer.Exit(command.run(out, findings, key=key, markdown=markdown))
 
 
 @adapters_app.command("list")
@@ -495,11 +504,17 @@ def adapters_list_cmd(
     json_out: bool = typer.Option(
         False, "--json", help="Print one JSON object: the packs and the per-release architecture tables."
     ),
+    details: bool = typer.Option(
+        False,
+        "--details",
+        help="Every pack's status reason, engine state, targets, drafters and vLLM range, and vLLM's facts per release.",
+    ),
 ) -> None:
-    """List adapter packs and their status against the installed vLLM."""
+    """List adapter packs, one line each, and their status against the installed vLLM (without one:
+    the newest verified release, as `check` judges)."""
     from ppspec_cli.commands.adapters import adapters_list
 
-    raise typer.Exit(adapters_list(json_out))
+    raise typer.Exit(adapters_list(json_out, details=details))
 
 
 @adapters_app.command("show")
@@ -529,9 +544,9 @@ def main() -> None:
             raise
         if "--json" in sys.argv:
             print(json.dumps({"ok": False, **e.to_json()}, indent=2))
-        from ppspec_cli.commands.common import err_console
+        from ppspec_cli.commands.common import print_error
 
-        err_console().print(e.render())
+        print_error(e)
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)
@@ -557,7 +572,11 @@ def main() -> None:
         sys.exit(130)
     except Exception as e:  # usage errors (typer's, public base class) and the unexpected
         if isinstance(e, typer.TyperException) and callable(getattr(e, "show", None)):
-            e.show()
+            import io
+
+            buf = io.StringIO()
+            e.show(file=buf)  # click's usage, hint and error, wrapped between words as ppspec's own
+            print(terminal.wrap_block(buf.getvalue().rstrip("\n"), terminal.wrap_width()), file=sys.stderr)
             sys.exit(2)
         if _state["debug"]:
             raise

@@ -287,6 +287,61 @@ def test_a_one_range_schedule_against_its_static_twin_exposes_drift():
     assert judge.drift_check(g, [1, 4], [[1, 4096, 2]], STATIC) == []  # no static arm with k=2
 
 
+def test_a_drifted_run_recommends_nothing_and_says_why(tmp_path):
+    """Issue 43 item 4: the tuned arm serves [[1, 4096, 1]] (static k=1 through the dynamic path) and
+    beats spec-k1 beyond the noise: that is the machine drifting, not the schedule. bench.json then
+    recommends nothing (no configuration, no profile change, changes_profile false) and `withheld`
+    says why; the same grid without the drift recommends as before (spec-k1, the profile's k)."""
+    from types import SimpleNamespace
+
+    from ppspec_cli.commands.bench import _Bench
+
+    settings = {
+        "concurrency": [1, 4],
+        "num_prompts": 8,
+        "prompts_per_level": {"1": 8, "4": 16},
+        "max_tokens": 16,
+        "input_len": 32,
+        "seed": 0,
+        "repeat": 2,
+        "parity_prompts": 8,
+        "parity_source_prompts": 8,
+    }
+    prof = SimpleNamespace(name="demo", drafter=SimpleNamespace(num_speculative_tokens=1, schedule=None))
+    tuned = Arm("tuned", True, 1, None, ((1, 4096, 1),))
+
+    def assemble(tuned_tps: dict[int, float]) -> dict:
+        out = tmp_path / str(tuned_tps[1])
+        arms = [Arm("baseline", False, None), Arm("spec-k1", True, 1), tuned]
+        tps = {"baseline": {1: 100.0, 4: 300.0}, "spec-k1": {1: 120.0, 4: 330.0}, "tuned": tuned_tps}
+        for a in arms:
+            for c in (1, 4):
+                for r in range(2):
+                    rec = _run(a.name, c, tps[a.name][c] * (1 + 0.005 * r), k=a.num_speculative_tokens, r=r)
+                    rec.update(
+                        num_prompts=settings["prompts_per_level"][str(c)],
+                        schedule=a.schedule_list(),
+                        load_generator="vllm bench serve",
+                    )
+                    (out / "arms" / a.name).mkdir(parents=True, exist_ok=True)
+                    safeio.write_text(out / "arms" / a.name / results.record_name(c, r), json.dumps(rec))
+        b = _Bench("p.yaml", prof, arms, settings, out, False, None, {"served": True})
+        return b.assemble()
+
+    doc = assemble({1: 140.0, 4: 380.0})  # 1.17x and 1.15x of spec-k1, which serves the same k
+    rec = doc["recommendation"]
+    assert any("drifted" in w for w in doc["warnings"])
+    assert rec["configuration"] is None and rec["profile_change"] is None and rec["changes_profile"] is False
+    assert rec["withheld"] and "drifted" in rec["withheld"] and "no recommendation" in rec["summary"]
+    assert rec["schedule_recommended"] is False and all("envelope" not in lv for lv in doc["levels"])
+    lines = report.verdict_lines(doc)
+    assert "profile change: none from this run, which drifted: rerun bench on a quieter machine" in lines
+    # the same run without the drift: the schedule is recommended, as before
+    steady = assemble({1: 120.2, 4: 330.5})
+    assert steady["recommendation"]["withheld"] is None and not any("drifted" in w for w in steady["warnings"])
+    assert steady["recommendation"]["configuration"] == "spec-k1"
+
+
 # -- runs, identity, parity -----------------------------------------------------------------------
 
 
@@ -625,6 +680,49 @@ def _cli(*args, cwd=REPO):
 
 
 @pytest.mark.slow
+def test_bench_beside_a_running_serve_refuses_before_writing_anything(tmp_path, monkeypatch):
+    """Issue 43 item 2: bench serves the profile itself, so beside a `ppspec serve` of the same
+    profile (its run directory locked; here held by this process as serve holds it) it refuses with
+    one message (exit 1) whose fix names a real path (stop that server, or --endpoint /
+    --baseline-endpoint), before it writes or removes anything: no results directory, no report,
+    no --resume hint, earlier results untouched. A taken port is refused the same way."""
+    import socket
+
+    import inprocess
+    from enginehelpers import free_port, write_profile
+
+    from ppspec_cli.running.launch import default_run_dir
+    from ppspec_cli.running.serve.rundir import lock_run_dir
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PPSPEC_CACHE", str(cache))
+    port = free_port()
+    prof = write_profile("profiles/tiny_cpu_demo.yaml", tmp_path / "demo.yaml", **{"server.port": port})
+    run_dir = default_run_dir("tiny-cpu-demo")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    held = lock_run_dir(run_dir)
+    kept = tmp_path / "earlier"
+    (kept / "arms" / "baseline").mkdir(parents=True)
+    safeio.write_text(kept / "arms" / "baseline" / "c1-r0.json", "{}")
+    try:
+        for out in ([], ["--out", str(kept)]):
+            r = inprocess.run("bench", str(prof), *out, env={"PPSPEC_CACHE": str(cache)})
+            assert r.returncode == 1, r.stderr
+            assert r.stderr.count("error:") == 1 and "is serving profile tiny-cpu-demo" in r.stderr, r.stderr
+            assert "stop that server first" in r.stderr and "--endpoint URL --baseline-endpoint URL" in r.stderr
+            assert "--run-dir" not in r.stderr and "--resume" not in r.stderr and "wrote" not in r.stderr
+        assert not (cache / "runs" / "tiny-cpu-demo-bench").exists()
+        assert (kept / "arms" / "baseline" / "c1-r0.json").read_text() == "{}"  # not removed
+    finally:
+        held.close()
+    with socket.socket() as s:  # something else listens on the profile's port
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        r = inprocess.run("bench", str(prof), env={"PPSPEC_CACHE": str(cache)})
+    assert r.returncode == 1 and f"port {port} on 127.0.0.1 is already in use" in r.stderr, r.stderr
+    assert not (cache / "runs" / "tiny-cpu-demo-bench").exists()
+
+
 def test_usage_errors_exit_2(tmp_path):
     r = _cli("bench", "profiles/tiny_cpu_demo.yaml", "--endpoint", "http://127.0.0.1:1")
     assert r.returncode == 2 and "--baseline-endpoint" in r.stderr
@@ -720,6 +818,11 @@ def test_endpoint_mode_measures_two_running_servers_and_parity_fails_on_a_diverg
     assert (tmp_path / "ok" / "report.md").is_file() and (
         tmp_path / "ok" / "arms" / "spec-k2" / "c2-r1.vllm.json"
     ).is_file()
+    # one load generator for both arms (issue 43: vLLM's client imported once per run, not per session)
+    log = (tmp_path / "ok" / "loadgen.log").read_text()
+    assert log.count("==== load generator ") == 1 and log.count("==== job: arm ") == 4, log[
+        -2000:
+    ]  # 2 arms x 2 repeats
 
     r = _cli(*args, "--endpoint", fake_servers("--spec", "--diverge"), "--out", str(tmp_path / "bad"))
     assert r.returncode == 1, r.stderr[-3000:]

@@ -327,6 +327,12 @@ def test_engine_output_shows_phases_and_a_few_warnings(capsys):
     warnings = {re.split(r"\] ", ln, maxsplit=1)[1] for ln in lines if " WARNING " in ln and "[shutdown]" not in ln}
     assert len(shown) == SHOWN_WARNINGS and all(ln.startswith("ppspec: vLLM warning: ") for ln in shown), shown
     assert out.hidden_warnings == len(warnings) - SHOWN_WARNINGS > 0
+    for ln in shown:  # one row each, cut at a word's end (issue 43: nothing breaks mid-word)
+        body = ln.removeprefix("ppspec: vLLM warning: ")
+        kept = body.removesuffix("…")
+        full = next(w for w in warnings if w.startswith(kept))
+        assert len(ln) <= 80 and (kept == full or (body.endswith("…") and full[len(kept)] in " ,;:")), (ln, full)
+    assert any(ln.endswith("…") for ln in shown)
     assert out.leaked == {"semaphore": 1, "shared_memory": 2}
     v = EngineOutput(said.append, verbose=True)
     for ln in lines:

@@ -170,7 +170,7 @@ def test_committed_reference_equals_generated():
 
 
 def test_cli_docs_findings_prints_it():
-    r = CliRunner().invoke(app, ["docs", "--findings"])
+    r = CliRunner().invoke(app, ["docs", "--findings", "--markdown"])
     assert r.exit_code == 0 and r.stdout == findings_reference()
 
 

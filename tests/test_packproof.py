@@ -107,8 +107,10 @@ def test_adapters_list_and_show_say_what_was_proven(capsys, monkeypatch):
     assert recs["deepseek_v3"]["proof_summary"] == "proven on 0.30-0.34 source"
     assert recs["qwen3_xpress"]["proof"]["0.32.0"]["state"] == "failed"
     assert packs_cli.adapters_list(False) == 0
-    text = capsys.readouterr().out
-    assert "proof     proven on 0.30-0.34 source" in text
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert "  0.30-0.34  " in rows["deepseek_v3"] and "  0.33-0.34  " in rows["qwen3_xpress"]
+    assert packs_cli.adapters_list(False, details=True) == 0
+    assert "proof     proven on 0.30-0.34 source" in capsys.readouterr().out
     assert packs_cli.adapters_show("minimax_m2", False) == 0
     assert "proven on 0.30-0.34 source" in capsys.readouterr().out
     assert packs_cli.adapters_show("minimax_m2", True) == 0

@@ -481,10 +481,36 @@ def test_adapters_list_text_on_a_nightly(capsys, monkeypatch):
         "probe_anchors",
         lambda packs, platform, facts_version: {p.name: rows[p.name] for p in packs if p.name in rows},
     )
-    assert packs_cli.adapters_list(False) == 0
+    assert packs_cli.adapters_list(False, details=True) == 0
     text = capsys.readouterr().out
     assert "status against vLLM 0.34.0.dev0 (cpu, unverified)" in text and "engine    probed" in text, text[:2000]
     assert "engine    not probed" in text  # the packs whose anchors were not read say so
+
+
+def test_adapters_list_is_one_line_per_pack_and_judges_a_login_node(capsys, monkeypatch):
+    """Issue 43 item 7: the default view is one line per pack (name, status, engine, what it
+    covers), within 80 columns; without an installed vLLM (a login node) the status is judged for
+    the newest verified release on cuda, as `check` judges, and the header says so, instead of
+    "not checked" for every pack; the engine state stays "not checked" (nothing is installed)."""
+    from ppspec_cli.knowledge.versions import NEWEST_VERIFIED
+
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setattr(packs_cli, "installed_vllm", lambda: None)
+    assert packs_cli.adapters_list(False) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    names = [p.name for p in load_packs()]
+    rows = [ln for ln in lines if ln.startswith("  ") and ln.split()[0] in names]
+    assert [r.split()[0] for r in rows] == names and len(lines) <= len(names) + 8, text
+    assert all(len(ln) <= 80 for ln in lines), text
+    assert f"vLLM {NEWEST_VERIFIED} (cuda), the newest verified release" in " ".join(text.split())
+    by = {r.split()[0]: r for r in rows}
+    assert "  llama " in by["llama"] + " " and "native" in by["llama"] and "not checked" in by["llama"]
+    assert "patched by pack" in by["qwen3_moe"]
+    assert packs_cli.adapters_list(True) == 0
+    recs = {r["name"]: r for r in json.loads(capsys.readouterr().out)["packs"]}
+    assert recs["llama"]["status"] == "native" and recs["llama"]["engine"] == "not checked"
+    assert recs["llama"]["judged_for"] == {"version": NEWEST_VERIFIED, "platform": "cuda", "installed": False}
 
 
 def test_adapters_show_unknown_is_an_error():

@@ -192,6 +192,7 @@ def test_topology_gpu_count(llama):
     _, by = check(llama, method=None, tp=8, pp=2, topology={"nodes": 1, "gpus_per_node": 8})
     f = expect(by, "topology-gpu-count", "error", "topology")
     assert "16 GPUs" in f.message and "1 x 8 = 8" in f.message
+    assert f.hint.startswith("write `gpus_per_node: 16` or `nodes: 2`")  # what to write (issue 43 item 7)
     _, ok = check(
         llama, method=None, tp=8, pp=2, topology={"nodes": 2, "gpus_per_node": 8}, launch={"master_addr": "10.0.0.1"}
     )
@@ -200,7 +201,8 @@ def test_topology_gpu_count(llama):
 
 def test_topology_node_split(llama):
     _, by = check(llama, method=None, tp=3, topology={"nodes": 2}, launch={"master_addr": "h"})
-    expect(by, "topology-node-split", "error", "topology.nodes")
+    f = expect(by, "topology-node-split", "error", "topology.nodes")
+    assert f.hint.startswith("write `nodes: 3` (1 ranks each; 3 ranks divide over 1, 3 nodes)"), f.hint
 
 
 def test_topology_tp_across_nodes(llama):
@@ -229,10 +231,12 @@ def test_topology_ray_on_cpu(llama):
 
 def test_partition_length_and_sum(llama):
     _, by = check(llama, method=None, pp=3, topology={"layer_partition": [16, 16]})
-    expect(by, "partition-length", "error", "topology.layer_partition")
+    f = expect(by, "partition-length", "error", "topology.layer_partition")
+    assert f.hint.startswith("write `layer_partition: [11, 11, 10]` (3 stages, 32 layers)"), f.hint  # vLLM's split
     _, by = check(llama, method=None, pp=2, topology={"layer_partition": [16, 15]})
     f = expect(by, "partition-sum", "error", "topology.layer_partition")
     assert "sums to 31" in f.message and "32 layers" in f.message
+    assert f.hint.startswith("write `layer_partition: [16, 16]`"), f.hint  # the user's, its last stage adjusted
     _, ok = check(llama, method=None, pp=2, topology={"layer_partition": [17, 15]})
     assert not {"partition-sum", "partition-length"} & set(ok)
 
@@ -417,13 +421,32 @@ def test_taps_malformed(llama, make_checkpoint):
 
 def test_taps_pinned_differ(llama, make_checkpoint):
     d = drafter_with(make_checkpoint, "top", eagle_aux_hidden_state_layer_ids=[2, 16, 29])
-    r, by = check(llama, d, dopts={"taps": [3, 17, 30]})
+    r, by = check(llama, d, dopts={"taps": [3, 17, 28]})
     f = expect(by, "taps-pinned-differ", "warning", "drafter.taps")
     assert "eagle_aux_hidden_state_layer_ids" in f.message
-    assert r.plan.taps == (3, 17, 30) and r.plan.taps_source == "profile"
-    assert r.plan.overlay == {"eagle_aux_hidden_state_layer_ids": [3, 17, 30]}
+    assert r.plan.taps == (3, 17, 28) and r.plan.taps_source == "profile"
+    assert r.plan.overlay == {"eagle_aux_hidden_state_layer_ids": [3, 17, 28]}
     _, same = check(llama, d, dopts={"taps": [29, 16, 2]})
     assert "taps-pinned-differ" not in same
+
+
+def test_taps_pinned_off_by_one_is_a_warning(llama, specforge, make_checkpoint):
+    """Issue 43 item 6: `taps: [1, 15, 28]` where the head reads [2, 16, 29] (a config naming none:
+    vLLM's defaults for 32 layers; or a config naming them) is the capture-point vs output-of-layer
+    slip: a warning that proposes the list to write. One off in only one tap, or the right taps, is not."""
+    _, by = check(llama, specforge, dopts={"taps": [1, 15, 28]})
+    f = expect(by, "taps-pinned-off-by-one", "warning", "drafter.taps")
+    assert "each one below" in f.message and "[2, 16, 29]" in f.message and "defaults" in f.message
+    assert "`drafter.taps: [2, 16, 29]`" in f.hint and "layers [0, 14, 27]" in f.hint
+    named = drafter_with(make_checkpoint, "named", eagle_aux_hidden_state_layer_ids=[2, 16, 29])
+    _, by = check(llama, named, dopts={"taps": [1, 15, 28]})
+    f = expect(by, "taps-pinned-off-by-one", "warning", "drafter.taps")
+    assert "eagle_aux_hidden_state_layer_ids" in f.message and "taps-pinned-differ" not in by  # the precise one only
+    _, by = check(llama, named, dopts={"taps": [3, 17, 30]})
+    assert "each one above" in expect(by, "taps-pinned-off-by-one", "warning", "drafter.taps").message
+    for fine in ([2, 16, 29], [1, 16, 29], [1, 15]):
+        _, by = check(llama, specforge, dopts={"taps": fine})
+        assert "taps-pinned-off-by-one" not in by, fine
 
 
 def test_taps_runner_mismatch_on_v1(make_checkpoint):
@@ -498,8 +521,9 @@ def test_nested_eagle_config_that_equals_v2_defaults(kimi_target, make_checkpoin
 def test_pinned_taps_override_the_trap(kimi_target, kimi_eagle3):
     r, by = check(kimi_target, kimi_eagle3, pp=2, dopts={"taps": [2, 30, 58]})
     assert r.plan.taps == (2, 30, 58) and r.plan.taps_source == "profile"
-    f = expect(by, "taps-pinned-differ", "warning")
-    assert "[3, 31, 59]" in f.message
+    # the head's nested output-of-layer ids pinned as they are: the guide's slip, named as such
+    f = expect(by, "taps-pinned-off-by-one", "warning")
+    assert "[3, 31, 59]" in f.message and "each one below" in f.message
 
 
 # ---- pipeline parallelism vs the engine

@@ -2,17 +2,15 @@
 versions: a nightly (0.34.0.dev0), a release candidate (0.34.0rc1) and a fork build (0.33.0+fork).
 Only its version module and package metadata change (enginehelpers.shadow_vllm_version: a folder
 first on PYTHONPATH); the shared venv is never touched. Each case goes through `--version`, `check`,
-`check --probes`, `serve --dry-run` and `serve`, and the key one through a real engine:
-`ppspec serve profiles/tiny_cpu_demo.yaml` on a vLLM reporting 0.34.0.dev0 becomes ready with the
-plugin confirmed in every process, and its printed `verify` passes."""
+`check --probes`, `serve --dry-run` and `serve`. The key one through a real engine (`ppspec serve`
+on a vLLM reporting 0.34.0.dev0 becomes ready with the plugin confirmed in every process, and
+verify passes against it) is test_verify_e2e.py's engine, which runs on that nightly."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
 import os
-import shlex
-import signal
 import subprocess
 
 import pytest
@@ -20,7 +18,6 @@ import yaml
 from enginehelpers import (
     PPSPEC,
     REPO,
-    Served,
     engine_env,
     engine_lock,
     free_port,
@@ -136,42 +133,6 @@ def test_check_probes_on_a_nightly_reads_the_engine_by_value(tmp_path):
         and "0.34.0.dev0" in by["vllm-probed"]["message"]
     )
     assert not any(f["severity"] == "error" for f in by.values()), by
-
-
-@pytest.mark.engine
-def test_serve_on_a_nightly_is_ready_with_the_plugin_confirmed_and_verify_passes(tmp_path):
-    env = shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.34.0.dev0"))
-    port = free_port()
-    prof = write_profile("profiles/tiny_cpu_demo.yaml", tmp_path / "demo.yaml", **{"server.port": port})
-    run_dir = tmp_path / "run"
-    with engine_lock():
-        s = Served(prof, run_dir, env=env)
-        try:
-            s.wait_ready()
-            out = s.output()
-            assert "vllm-unverified" in out  # serve says it, as check does
-            status = []
-            for f in sorted((run_dir / "plugin-status").glob("*.json")):
-                status += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-            assert len({st["pid"] for st in status}) >= 2, status
-            assert all(st["ok"] and st["vllm"] == "0.34.0.dev0" and st["vllm_verified"] is False for st in status), (
-                status
-            )
-            assert any(st.get("workers_confirmed") for st in status), status
-            marker = "measure speculation (in another terminal): "
-            lines = [ln.split(marker, 1)[1] for ln in out.splitlines() if marker in ln]
-            assert len(lines) == 1, out[-3000:]
-            argv = shlex.split(lines[0])
-            v = subprocess.run(argv, capture_output=True, text=True, env=engine_env(), timeout=300)
-            assert v.returncode == 0 and "PASS" in v.stdout + v.stderr, v.stdout[-3000:] + v.stderr[-3000:]
-            rc = s.stop(signal.SIGTERM)
-        except BaseException:
-            s.kill_all()
-            raise
-    assert rc == 143, s.log_path.read_text(errors="replace")[-3000:]
-    assert os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] != str(
-        tmp_path / "shadow"
-    )  # the suite's own env untouched
 
 
 def test_adapters_list_on_a_nightly_reads_every_pack_by_value(tmp_path):

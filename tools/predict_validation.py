@@ -281,6 +281,50 @@ def run2_section(fit_costs_: Costs) -> list[str]:
 # Published points
 
 
+def run2_pp_error() -> tuple[float, float]:
+    """The calibration-free speed-up error (mean, worst) of run II's speculation on/off ratios at PP=2."""
+    es = [
+        err(r["roof"], r["measured"])
+        for r in run2_rows({"roof": Costs()})
+        if "on/off" in r["what"] and "[32]" not in r["what"]
+    ]
+    return round(sum(es) / len(es), 3), round(max(es), 3)
+
+
+def shape_class_section(pp1: tuple[float, float], pp2: tuple[float, float]) -> list[str]:
+    """Which record each shape class has (planning/predict_records.py: what `plan --predict` prints
+    under `validation:`), checked against the tables above."""
+    from ppspec_cli.planning.predict_records import RECORDS as CLASSES
+
+    lines = [
+        "## Shape classes: which record stands behind a prediction",
+        "",
+        "`plan --predict` names its profile's shape class (the target's layers: dense, MoE or MLA; one pipeline",
+        "stage or several) and the record of that class below, or says **unvalidated**: a class without a",
+        "record has no known error, and borrows none from another class.",
+        "",
+        "| layers | pipeline | record | calibration-free speed-up error (mean, worst) |",
+        "|---|---|---|---|",
+    ]
+    for kind in ("dense", "MoE", "MLA", "MoE + MLA"):
+        for pp in ("PP=1", "PP>1"):
+            rec = CLASSES.get((kind, pp))
+            lines.append(
+                f"| {kind} | {pp} | {rec.what} | {100 * rec.mean:.1f}%, {100 * rec.worst:.1f}% over {rec.count} |"
+                if rec
+                else f"| {kind} | {pp} | none: unvalidated | unknown |"
+            )
+    lines.append("")
+    for cls, got in ((("dense", "PP=1"), pp1), (("dense", "PP>1"), pp2)):
+        rec = CLASSES[cls]
+        if (rec.mean, rec.worst) != got:
+            lines += [
+                f"**planning/predict_records.py's {cls} figures {(rec.mean, rec.worst)} are stale: the tables give {got}.**",
+                "",
+            ]
+    return lines
+
+
 def llama70b_fp8_shape(tp: int, pp: int) -> Shape:
     """Llama-3.3-70B (config from tests/fixtures/models) served in FP8 (1 byte per weight and KV
     element, as the PR's run: modelopt FP8, kv_cache_dtype fp8_e4m3); the EAGLE3 head: one decoder
@@ -526,6 +570,7 @@ def page() -> tuple[str, dict[Path, str]]:
         *run2_section(h200["fit"].costs),
         "The CPU demo has no bench record in the repository (docs/bench.md shows its plot only): not validated.",
         "",
+        *shape_class_section(roof, run2_pp_error()),
         "## Published points (sign: does speculation pay?)",
         "",
         "| point | c | measured | predicted | sign | break-even |",

@@ -409,9 +409,28 @@ def _console() -> Any:
     return terminal.console(soft_wrap=False)
 
 
-def adapters_list(json_out: bool) -> int:
-    """Print every pack and the per-release architecture tables (text, or one JSON object: packs, arch_tables, engine_arch_table). Exit code 0."""
+def judged_install(installed: Any) -> tuple[Any, str]:
+    """The vLLM a pack's status is judged against, and the header's words for it: the installed
+    one; on a machine without vLLM (a login node) the newest verified release for cuda, as `check`
+    judges a profile that names no engine_version there."""
+    from ppspec_cli.knowledge.engine import VllmInstall
+    from ppspec_cli.knowledge.versions import NEWEST_VERIFIED
+
+    if installed is not None:
+        v = "verified" if verdict(installed.version).verified else "unverified"
+        return installed, f"vLLM {installed.version} ({installed.platform}, {v})"
+    return (
+        VllmInstall(NEWEST_VERIFIED, "vllm", "cuda"),
+        f"vLLM {NEWEST_VERIFIED} (cuda), the newest verified release: no vLLM is installed here, so this is what "
+        "`check` judges a profile against",
+    )
+
+
+def adapters_list(json_out: bool, details: bool = False) -> int:
+    """Print every pack, one line each (details: every pack's status, engine, matches, then the
+    per-release architecture tables), or one JSON object: packs, arch_tables, engine_arch_table. Exit code 0."""
     installed = installed_vllm()
+    judged, where = judged_install(installed)
     errs = _import_errors_for(load_packs(), installed)
     anchors = (
         probe_anchors(
@@ -423,6 +442,10 @@ def adapters_list(json_out: bool) -> int:
         else {}
     )
     records = [pack_record(p, installed, errs, anchors) for p in load_packs()]
+    if installed is None:  # the status as on the newest verified release; the engine state stays "not checked"
+        for rec, p in zip(records, load_packs()):
+            rec["status"], rec["status_detail"] = pack_status(p, judged, {})
+            rec["judged_for"] = {"version": judged.version, "platform": judged.platform, "installed": False}
     if json_out:
         print(
             json.dumps(
@@ -435,11 +458,8 @@ def adapters_list(json_out: bool) -> int:
             )
         )
         return 0
-    where = (
-        f"vLLM {installed.version} ({installed.platform}, {'verified' if verdict(installed.version).verified else 'unverified'})"
-        if installed
-        else "no vLLM installed"
-    )
+    if not details:
+        return _list_brief(records, where)
     # One block per pack, not a table: class names are up to ~40 characters, and five columns of
     # them cannot fit 80 columns (or a pipe) without breaking names mid-word. Lists are joined with
     # ", " so they wrap between names; wrapped lines keep the value column's indentation.
@@ -485,6 +505,45 @@ def adapters_list(json_out: bool) -> int:
         print_wrapped(c, plain(", ".join(p.provides) or _provides_nothing(p)), indent=12, label="  provides")
         print_wrapped(c, plain(p.vllm_range), indent=12, label="  vLLM")
     _print_arch_tables(c)
+    return 0
+
+
+def _proven_on(record: dict[str, Any]) -> str:
+    """The releases on whose source the pack was proven (tools/prove_packs.py), short: '0.30-0.34', 'none'."""
+    from ppspec_cli.knowledge.packproofs import series
+
+    got = [v for v, o in (record.get("proof") or {}).items() if o.get("state") == "proven"]
+    return series(got) if got else "none"
+
+
+def _list_brief(records: list[dict[str, Any]], where: str) -> int:
+    """One line per pack: name, status, engine state, what it covers (a name when it fits)."""
+    from ppspec_cli.io.terminal import plain, print_par, styled
+
+    c = _console()
+    print_par(c, styled("[bold]Adapter packs[/bold]: status against {}", where), hang=2)
+    name_w = max(len(r["name"]) for r in records)
+    status_w = max(len("status"), *(len(r["status"]) for r in records))
+    engine_w = max(len("engine"), *(len(r["engine"]) for r in records))
+    proven = {r["name"]: _proven_on(r) for r in records}
+    proof_w = max(len("proven on"), *(len(v) for v in proven.values()))
+    fixed = 2 + name_w + 2 + status_w + 2 + engine_w + 2 + proof_w + 2
+    head = f"  {'pack':<{name_w}}  {'status':<{status_w}}  {'engine':<{engine_w}}  {'proven on':<{proof_w}}  covers"
+    c.print(plain(head))
+    for r in records:
+        names = [*((r.get("matches") or {}).get("targets") or []), *((r.get("matches") or {}).get("drafters") or [])]
+        first = names[0] + (f" +{len(names) - 1}" if len(names) > 1 else "") if names else "any model"
+        covers = first if fixed + len(first) <= c.width else f"{len(names)} classes"
+        cols = f"{r['name']:<{name_w}}  {r['status']:<{status_w}}  {r['engine']:<{engine_w}}"
+        c.print(plain(f"  {cols}  {proven[r['name']]:<{proof_w}}  {covers}"))
+    c.print()
+    print_par(
+        c,
+        plain(
+            "details: `ppspec adapters list --details` (each pack's reasons, targets, drafters and vLLM range, and "
+            "vLLM's facts per release); one pack: `ppspec adapters show NAME` (NAME may be an architecture)"
+        ),
+    )
     return 0
 
 

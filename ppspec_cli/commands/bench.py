@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -70,6 +69,11 @@ def run(profile: str, o: Options) -> int:
     levels = _validate(o)
     prof = load_profile(profile)
     arms = _arms(prof, o.nst, o.endpoint, o.baseline_endpoint)
+    if o.endpoint is None:  # bench serves the profile: refused beside a running serve, before anything is written
+        from ppspec_cli.verify.bench.beside import refuse_if_busy
+
+        refuse_if_busy(prof)
+    fresh = not (Path(o.out) if o.out else default_state_dir(prof.name)).exists()
     state = _state_dir(o.out, prof.name)
     per_level = {str(c): res.prompts_at(o.num_prompts, c) for c in levels}
     settings = {
@@ -94,6 +98,12 @@ def run(profile: str, o: Options) -> int:
         b.check_kept(o.allow_mixed)
     code = _measure(b)
     doc = b.assemble()
+    if code and not b.started and not doc["runs"]:  # stopped before any server answered: nothing to report or resume
+        if fresh and not any(p.is_file() for p in state.rglob("*")):  # made by this run, holding no file
+            safeio.remove_tree(state, what="the empty results directory")
+        progress("nothing was measured: no results written")
+        b.show_fatal()
+        return code
     _write_outputs(doc, state)
     if o.endpoint is None and doc["runs"]:
         _write_calibration(doc, prof, profile, o.offline, state)
@@ -105,6 +115,7 @@ def run(profile: str, o: Options) -> int:
 
         print_report(doc, terminal.console())
     if code:
+        b.show_fatal()  # last, after the report and its warnings: the reason the run stopped
         progress(f"finished results are kept in {state}; continue with the same command and --resume")
         return code
     if not doc["complete"]:
@@ -206,11 +217,16 @@ def _arms(prof, nst: str | None, endpoint: str | None, baseline_endpoint: str | 
 MAX_NUM_PROMPTS = 1 << 17
 
 
-def _state_dir(out: str | None, name: str) -> Path:
-    """--out DIR (created), else ~/.cache/ppspec/runs/NAME-bench: the results and the --resume state."""
+def default_state_dir(name: str) -> Path:
+    """~/.cache/ppspec/runs/NAME-bench: bench's results without --out."""
     from ppspec_cli.running.launch import default_run_dir
 
-    state = Path(out) if out else default_run_dir(name).parent / f"{name}-bench"
+    return default_run_dir(name).parent / f"{name}-bench"
+
+
+def _state_dir(out: str | None, name: str) -> Path:
+    """--out DIR (created), else default_state_dir(NAME): the results and the --resume state."""
+    state = Path(out) if out else default_state_dir(name)
     try:
         state.mkdir(parents=True, exist_ok=True)
         if not os.access(state, os.W_OK):
@@ -238,12 +254,13 @@ def _measure(b: "_Bench") -> int:
         progress(f"interrupted by {signal.Signals(e.signum).name}: every engine is stopped")
         return 128 + e.signum
     except PpspecError as e:  # a launch refused, a load generator failed: keep what is measured
-        from ppspec_cli.commands.common import err_console
+        from ppspec_cli.commands.common import print_error
 
         b.failures.append(e.what)
-        err_console().print(e.render())
+        b.fatal = lambda err=e: print_error(err)
         return e.exit_code
     finally:
+        b.close()  # the load generator, whatever happened
         for s, h in old.items():
             signal.signal(s, h)
 
@@ -285,6 +302,13 @@ class _Bench:
         self.failures: list[str] = []
         self.warnings: list[str] = []
         self.t0 = time.monotonic()
+        self.started = False  # a session reached its workload (a server answered): there is something to report
+        self.fatal = None  # prints why the run stopped: shown after the report, never before its warnings
+        self.lg = None  # the load generator every session shares (_loadgen)
+
+    def show_fatal(self) -> None:
+        if self.fatal is not None:
+            self.fatal()
 
     def arm_dir(self, arm: Arm) -> Path:
         return self.state / "arms" / arm.name
@@ -447,10 +471,9 @@ class _Bench:
     def measure_arm(
         self, arm: Arm, tag: str, runs: list[tuple[int, int]], need_parity: bool, arms_left: int, later_runs: int
     ) -> int:
-        from ppspec_cli.verify.bench.harness import LoadGen, Stopped
+        from ppspec_cli.verify.bench.harness import Stopped
 
         d = self.arm_dir(arm)
-        d.mkdir(parents=True, exist_ok=True)
         what = (
             "without its drafter"
             if not arm.speculation
@@ -479,10 +502,11 @@ class _Bench:
                 health_timeout=self.health_timeout,
             )
             if isinstance(prepared, Refused):
-                return render_refusal(prepared)
+                self.fatal = lambda: render_refusal(prepared)
+                return prepared.verdict.exit_code
+        d.mkdir(parents=True, exist_ok=True)
         job = self._job(arm, prepared, runs, need_parity)
-        env = {"HF_HUB_OFFLINE": "1"} if self.offline or os.path.isdir(job["tokenizer"]) else {}
-        lg = LoadGen(d / "loadgen.log", env)  # imports vLLM while the engine starts
+        lg = self._loadgen(job)  # the first one imports vLLM while the engine starts
         t_start = time.monotonic()
         done = [0]
 
@@ -511,6 +535,7 @@ class _Bench:
         timeout = 300.0 + 0.5 * max(self.settings["prompts_per_level"].values()) * self.settings["max_tokens"]
 
         def workload(stop) -> None:
+            self.started = True
             try:
                 lg.run(job, stop, on_event, timeout)
             except Stopped:
@@ -520,6 +545,7 @@ class _Bench:
                 doc["settings"] = _parity_key(self.settings, arm)
                 safeio.write_text(d / "parity.json", json.dumps(doc, indent=1), what="bench parity outputs")
 
+        idle = False  # the load generator finished its job and waits for the next session's
         try:
             if prepared is None:
                 try:
@@ -527,20 +553,40 @@ class _Bench:
                 except PpspecError as e:
                     self.failures.append(f"{arm.name}: {e.what}")
                     raise
+                idle = True
                 return 0
             r = launch(prepared, progress=progress, workload=workload, stream=False)
+            idle = r.exit_code == 0
         finally:
-            lg.close()
+            if not idle or not lg.alive:  # stopped, failed or mid-job: a later session starts a fresh one
+                lg.close()
         if r.exit_code != 0:
             if r.error is not None and not isinstance(r.error, PpspecError):
                 raise r.error
             if r.exit_code < 128:
-                print(f"error: {arm.name}: {r.reason}", file=sys.stderr, flush=True)
+                from ppspec_cli.commands.common import print_error
+
+                err = PpspecError(f"{arm.name}: {r.reason}", exit_code=r.exit_code)
+                self.fatal = lambda: print_error(err)
                 self.failures.append(f"{arm.name}: {r.reason.splitlines()[0] if r.reason else 'failed'}")
             else:
                 progress(f"{tag}: {r.reason}")
             return r.exit_code
         return 0
+
+    def _loadgen(self, job: dict):
+        """The run's load generator (harness.LoadGen): one process for every session, a new one only
+        after the last failed or was stopped. Its log: OUT/loadgen.log."""
+        from ppspec_cli.verify.bench.harness import LoadGen
+
+        if self.lg is None or not self.lg.alive:
+            env = {"HF_HUB_OFFLINE": "1"} if self.offline or os.path.isdir(job["tokenizer"]) else {}
+            self.lg = LoadGen(self.state / "loadgen.log", env)
+        return self.lg
+
+    def close(self) -> None:
+        if self.lg is not None:
+            self.lg.close()
 
     def _job(self, arm: Arm, prepared, runs: list[tuple[int, int]], need_parity: bool) -> dict:
         from ppspec_cli.verify.client import normalize_endpoint
@@ -591,7 +637,8 @@ class _Bench:
         )
         tuned = next((a for a in self.arms if a.name == res.TUNED), None)
         choice = judge.choose(grid, static, self.levels, incumbent, tuned.name if tuned else None)
-        recommended = res.TUNED if choice["schedule"] else choice["static"]
+        drift = judge.drift_check(grid, self.levels, tuned.schedule_list() if tuned else None, static)
+        recommended = None if drift else (res.TUNED if choice["schedule"] else choice["static"])
         if recommended is not None:
             for lv, env in zip(
                 levels_doc, judge.envelope(grid, self.levels, recommended, incumbent, [a.name for a in self.arms])
@@ -620,7 +667,7 @@ class _Bench:
                 + ", ".join(missing[:12])
                 + (f" and {len(missing) - 12} more" if len(missing) > 12 else "")
             )
-        warnings += judge.drift_check(grid, self.levels, tuned.schedule_list() if tuned else None, static)
+        warnings += drift
         warnings += self.warnings + self.failures
         ident = {k: v for k, v in self.identity.items() if k != "served"}
         return {
@@ -638,7 +685,7 @@ class _Bench:
             "levels": levels_doc,
             "parity": res.parity(self.arms, parity_docs, samples),
             "recommendation": res.recommendation(
-                levels_doc, choice, self.arms, d.num_speculative_tokens, judge.proposed_schedule(levels_doc)
+                levels_doc, choice, self.arms, d.num_speculative_tokens, judge.proposed_schedule(levels_doc), drift
             ),
             "complete": not missing and not any(r.get("failed") for r in runs),
             "warnings": warnings,

@@ -13,8 +13,23 @@ def err_console():
     return terminal.console(stderr=True)
 
 
-def progress(msg: str) -> None:
-    print(f"ppspec: {msg}", file=sys.stderr, flush=True)
+def progress(msg: str, *, wrap: bool = True) -> None:
+    """One `ppspec: ...` line on stderr, wrapped between words at the terminal's width (io.terminal
+    .wrap_width: a pipe keeps it one line). A message of several lines is laid out already (a
+    command to copy: io.terminal.command_block) and printed as it is, as with wrap=False."""
+    from ppspec_cli.io import terminal
+
+    line = f"ppspec: {msg}"
+    if wrap and "\n" not in msg:
+        line = terminal.wrap_block(line, terminal.wrap_width())
+    print(line, file=sys.stderr, flush=True)
+
+
+def print_error(e) -> None:
+    """A PpspecError's what / where / fix on stderr, each wrapped between words under its label."""
+    from ppspec_cli.io import terminal
+
+    print(terminal.wrap_block(e.render(), terminal.wrap_width()), file=sys.stderr, flush=True)
 
 
 def load(profile_path: str):

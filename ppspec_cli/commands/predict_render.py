@@ -9,8 +9,9 @@ from typing import Any
 
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.planning import hardware as hwtable
-from ppspec_cli.planning.predict import ROOFLINE_ERROR, Acceptance, Costs, Hardware, Prediction, predict
+from ppspec_cli.planning.predict import Acceptance, Costs, Hardware, Prediction, predict
 from ppspec_cli.planning.predict_inputs import acceptance_from_report, calibration_entry, costs_of, shape_from_resolved
+from ppspec_cli.planning.predict_records import shape_class, validation
 
 #: the largest report or calibration file read: what verify and bench read their own files with
 #: (verify/report.py MAX_REPORT_BYTES, verify/bench/results.py MAX_RECORD_BYTES: 64 MiB)
@@ -180,16 +181,7 @@ def _calibration(r: Any, opts: PredictOptions, hw_name: str, shape) -> tuple[Cos
                 where=path,
                 fix="calibrate on this hardware and shape, or drop --calibration for the roofline",
             )
-    return Costs(), {
-        "mode": "roofline",
-        "file": None,
-        "costs": asdict(Costs()),
-        "expected_error": {
-            "mean": ROOFLINE_ERROR[0],
-            "worst": ROOFLINE_ERROR[1],
-            "on": "docs/prediction-validation.md (roofline rows, the H200 PP=1 record)",
-        },
-    }
+    return Costs(), {"mode": "roofline", "file": None, "costs": asdict(Costs())}
 
 
 class DoesNotFit(Exception):
@@ -283,6 +275,7 @@ def prediction(r: Any, opts: PredictOptions) -> Prediction:
     ctx = opts.context_length or min(DEFAULT_CONTEXT, mml if isinstance(mml, int) and mml > 0 else DEFAULT_CONTEXT)
     pred = predict(shape, hw, costs, acc, concurrency=cs, ks=[k for k in ks if k > 0], ctx=ctx)
     pred.calibration = cal
+    pred.validation = validation(shape_class(r.target.text, r.profile.topology.pipeline_parallel, shape.num_experts))
     pred.assumptions = {
         "hardware": {
             "accelerator": asdict(hw.accelerator),
@@ -371,11 +364,8 @@ def render(pred: Prediction) -> str:
             "calibration: ", f"{cal['file']} (fitted on {cal.get('fitted_on')}; RMS error {cal.get('rms_rel_error')})"
         )
     else:
-        mean, worst = ROOFLINE_ERROR
-        lines += _wrap(
-            "calibration: ",
-            f"none: roofline with default efficiencies and overheads (calibration-free; on the one GPU record its speed-up error was {100 * mean:.1f}% mean, {100 * worst:.1f}% worst: docs/prediction-validation.md)",
-        )
+        lines += _wrap("calibration: ", "none: roofline with default efficiencies and overheads, calibration-free")
+    lines += _wrap("validation: ", pred.validation["line"])
     kv = a.get("kv_cache")
     if kv:
         per = ", ".join(

@@ -83,7 +83,7 @@ def _engine_line(console: Console, r) -> None:
         + f" on {topo.nodes} node(s); platform {r.platform} ({r.platform_source}), runner {r.runner.upper()}"
         + (f"; adapter {r.pack.name}" if r.pack is not None else "")
     )
-    console.print(styled("[bold]{}[/bold]: {}", p.name, rest))
+    _wrapped(console, styled("[bold]{}[/bold]: {}", p.name, rest))
 
 
 def render_check(pf, console: Console | None = None, min_severity: str = "warning") -> None:
@@ -102,7 +102,12 @@ def _version_line(console: Console, r, prefix: str = "") -> None:
     unverified = (
         f"; unverified: vLLM {vv.facts_version}'s facts carried forward" if vv is not None and not vv.verified else ""
     )
-    console.print(f"{prefix}verdict for {r.platform}, vLLM {r.engine_version} ({r.engine_version_source}{unverified})")
+    _wrapped(
+        console,
+        terminal.plain(
+            f"{prefix}verdict for {r.platform}, vLLM {r.engine_version} ({r.engine_version_source}{unverified})"
+        ),
+    )
 
 
 def render_here(console: Console, pf) -> None:
@@ -165,12 +170,13 @@ def render_refusal(refused, console: Console | None = None) -> int:
     """`serve` refusing to start here (preflight.pipeline.Refused): the reasons; exit code 1."""
     con = console or terminal.console(stderr=True)
     v = refused.verdict
-    con.print(
+    _wrapped(
+        con,
         styled(
-            "[bold red]ppspec: refusing to launch {}[/bold red]: {} reason(s) (`ppspec check` reports them too)",
+            "[bold red]ppspec: refusing to launch {}[/bold red]: {} reason(s), which `ppspec check` reports too",
             refused.r.profile.name,
             len(v.refused),
-        )
+        ),
     )
     render_findings(con, list(v.refused))
     return v.exit_code

@@ -310,9 +310,15 @@ def ensure_demo_model(name: str, *, progress: Callable[[str], None] | None = Non
     if _is_current(target):
         return target
     _require_build_deps(name)
-    if progress:
-        progress(f"building demo model {name} in {target} (seconds, once)")
     target.parent.mkdir(parents=True, exist_ok=True)
+    if progress:  # serve's build: what it will take, up front, and refused when the disk cannot hold it
+        size, peak = build_estimate(name)
+        _check_room(name, target.parent, size, peak, progress)
+        when = "seconds" if size < 1 << 30 else "minutes"
+        progress(
+            f"building demo model {name} in {target} ({when}, once): about {_gib(size)} on disk, "
+            f"about {_gib(peak)} of memory while it builds"
+        )
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=target.parent))
     try:
         entry.build(entry.spec, tmp)
@@ -326,6 +332,53 @@ def ensure_demo_model(name: str, *, progress: Callable[[str], None] | None = Non
     if progress:
         progress(f"demo model {name} ready")
     return target
+
+
+#: bytes per element of each safetensors dtype a builder writes
+_ST_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+_ST_BYTES.update({"F8_E4M3": 1, "F8_E5M2": 1})
+
+
+def build_estimate(name: str) -> tuple[int, int]:
+    """(bytes on disk, peak bytes of memory) of building demo model `name`, from its description:
+    the checkpoint is its tensors; the builder holds them all at once (the state dict it writes)
+    plus the float32 temporaries of its largest tensor (drawn in float32, then cast), with 15% for
+    the rest (measured, issue 43: the 8B-class target, 13.5 GiB on disk, and its drafter built in
+    one process peaked at 16.7 GB = 15.6 GiB; this gives 16.5 GiB for the target alone)."""
+    import math
+
+    d = describe_demo_model(name)
+    sizes = [math.prod(shape) * _ST_BYTES.get(dt, 4) for dt, shape in d.tensors.values()]
+    disk = sum(sizes)
+    largest = max(sizes, default=0)
+    return disk, int(disk * 1.15) + 4 * largest
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{max(1, round(n / (1 << 20)))} MiB"
+
+
+def _check_room(name: str, where: Path, size: int, peak: int, progress: Callable[[str], None]) -> None:
+    """Refuse a build the disk cannot hold (before writing anything); warn when the memory this
+    machine has available is less than the build's peak (the kernel kills it without a word)."""
+    import shutil
+
+    import psutil
+
+    free = shutil.disk_usage(where).free
+    if free < size * 1.05 + (64 << 20):
+        raise PpspecError(
+            f"building demo model {name!r} needs about {_gib(size)} in {where}; {_gib(free)} is free there",
+            where=f"{DEMO_PREFIX}{name}",
+            fix=f"free {_gib(int(size * 1.05) - free + (64 << 20))} there, or set PPSPEC_CACHE to a directory on a larger disk",
+            exit_code=1,
+        )
+    avail = psutil.virtual_memory().available
+    if avail < peak:
+        progress(
+            f"warning: building demo model {name} takes about {_gib(peak)} of memory at its peak and this machine has "
+            f"{_gib(avail)} available: the kernel may kill the build without a message; close other programs first"
+        )
 
 
 def built_demo_model(name: str) -> Path | None:

@@ -248,6 +248,14 @@ CORE: tuple[Code, ...] = (
         section="Taps (the hidden states an EAGLE3-family drafter reads)",
     ),
     Code(
+        "taps-pinned-off-by-one",
+        ("warning",),
+        "`drafter.taps` is, one for one, the taps the drafter reads (its config's, else vLLM's defaults) minus "
+        "or plus one: output-of-layer ids written where vLLM capture points belong (tap L = output of layer L-1).",
+        "Write the taps the message proposes (vLLM capture points), or remove `drafter.taps`.",
+        section="Taps (the hidden states an EAGLE3-family drafter reads)",
+    ),
+    Code(
         "taps-off",
         ("info",),
         "The drafter turns tap use off (`use_aux_hidden_state: false`): nothing is tapped or relayed.",

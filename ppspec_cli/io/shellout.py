@@ -8,7 +8,8 @@ control characters, terminal escapes, bidi overrides):
   `"$(printf '%b' '\\0ooo...')"` from octal escapes, so the printed line holds only printable
   characters and the command still receives the exact bytes. (Command substitution drops trailing
   newlines: a value ending in a newline loses them.)
-- `comment(text)` -> one `# ...` line; every non-printable character is shown as an escape
+- `comment(text, width=None)` -> one `# ...` line (with a terminal's width: several, wrapped between
+  words, each starting with `#`); every non-printable character is shown as an escape
   (`\\n`, `\\x1b`, `\\u202e`), so a finding's text can neither end the comment nor drive the terminal.
 - `printable(text)` -> the same escaping without the `#`, for log lines.
 - `beside_python(name)` / `ppspec_argv()` -> how to name this installation's own commands (a venv's
@@ -43,9 +44,18 @@ def printable(text: str) -> str:
     return "".join(out)
 
 
-def comment(text: str) -> str:
-    """One `#` comment line carrying `text` (escaped: it cannot break out of the comment)."""
-    return "# " + printable(text)
+def comment(text: str, width: int | None = None) -> str:
+    """One `#` comment line carrying `text` (escaped: it cannot break out of the comment). With
+    `width` (a terminal's: io.terminal.wrap_width), a longer one is wrapped between words into
+    several `#` lines, each as inert, none cut inside a word."""
+    line = "# " + printable(text)
+    if width is None or len(line) <= width:
+        return line
+    import textwrap
+
+    return "\n".join(
+        textwrap.wrap(line, width=width, subsequent_indent="#   ", break_long_words=False, break_on_hyphens=False)
+    )
 
 
 def quote(value: str) -> str:

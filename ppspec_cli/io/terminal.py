@@ -260,3 +260,154 @@ def plain(text: Any) -> Any:
 def safe(text: Any) -> str:
     """User-controlled text inside ppspec's own markup: cleaned and markup-escaped (escape_markup)."""
     return escape_markup(text)
+
+
+# ---- wrapping ppspec's own lines -----------------------------------------------------------
+
+#: A line's label, whose width the wrapped lines below it are indented by: `ppspec: `, `error: `,
+#: `  where: `, `  fix: `, `warning CODE: ` (one word before the colon, or `warning`/`note` and a code).
+_LABEL = re.compile(r"^(\s*)((?:[A-Za-z][\w.-]{0,24}|(?:warning|note|info|error) [\w.-]{1,40}): (?=\S))?")
+
+
+def wrap_width(stderr: bool = True) -> int | None:
+    """The width ppspec's own message lines are wrapped at: $COLUMNS when it is set (sane, as the
+    rich console takes it), else the terminal's when the stream is one; None for a pipe or a file
+    without COLUMNS, where each message stays one line (logs, grep, and the tests' assertions)."""
+    from ppspec_cli.io import env
+
+    raw = env.get("COLUMNS")
+    if raw is not None:
+        return _sane_width() or int(raw.strip())
+    stream = sys.stderr if stderr else sys.stdout
+    try:
+        if not stream.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+    import shutil
+
+    return max(MIN_COLUMNS, min(MAX_COLUMNS, shutil.get_terminal_size((FALLBACK_COLUMNS, 24)).columns))
+
+
+def wrap_block(text: str, width: int | None) -> str:
+    """Every line of `text` wrapped between words at `width` (never inside a word: a path or URL
+    longer than the line keeps its own line), each wrapped part indented under the line's label
+    (see _LABEL) so a message reads as one paragraph. `width` None: `text` as it is."""
+    if width is None:
+        return text
+    import textwrap
+
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        m = _LABEL.match(line)
+        hang = len(m.group(0)) if m else 0
+        if hang > width // 2:
+            hang = len(m.group(1)) if m else 0
+        out += textwrap.wrap(
+            line,
+            width=width,
+            subsequent_indent=" " * hang,
+            break_long_words=False,
+            break_on_hyphens=False,
+            drop_whitespace=True,
+        ) or [line]
+    return "\n".join(out)
+
+
+def shell_words(cmd: str) -> list[str]:
+    """`cmd` split at the blanks outside quotes, each word as written (quotes kept): joining the
+    words with blanks gives `cmd` back (runs of blanks become one)."""
+    words, cur, quote = [], [], None
+    i = 0
+    while i < len(cmd):
+        ch = cmd[i]
+        if quote is None and ch in " \t":
+            if cur:
+                words.append("".join(cur))
+                cur = []
+        else:
+            cur.append(ch)
+            if ch == "\\" and quote != "'" and i + 1 < len(cmd):
+                cur.append(cmd[i + 1])
+                i += 1
+            elif quote is None and ch in "'\"":
+                quote = ch
+            elif ch == quote:
+                quote = None
+        i += 1
+    if cur:
+        words.append("".join(cur))
+    return words
+
+
+def command_block(label: str, cmd: str, width: int | None, *, indent: int = 4, prefix: int = 0) -> str:
+    """`label` and a shell command to copy: on one line when it fits in `width` less `prefix` (what
+    the caller prints before it, e.g. 8 for `ppspec: `) or `width` is None; else the label alone
+    and the command below it (without a label: from the first line), broken only between words
+    with a trailing ` \\` on each line, so the block still pastes into a shell as the one command.
+    A word longer than the line (a path, a JSON value) keeps a line of its own."""
+    one = f"{label} {cmd}" if label else cmd
+    if width is None or len(one) + prefix <= width:
+        return one
+    lines: list[str] = []
+    cur = " " * indent if label else ""
+    lead = len(cur)
+    for w in shell_words(cmd):
+        if len(cur) > lead and len(cur) + 1 + len(w) + 2 > width - (prefix if not lines and not label else 0):
+            lines.append(cur + " \\")
+            cur = " " * indent + w
+            lead = indent
+        else:
+            cur = (cur + " " + w) if len(cur) > lead else cur + w
+    lines.append(cur)
+    return "\n".join([label, *lines] if label else lines)
+
+
+def page(text: str) -> None:
+    """`text` on stdout; through a pager (pydoc's: $PAGER, else less) when stdout and stdin are a
+    terminal and it is longer than the screen, so a long reference can be read and searched."""
+    import shutil
+
+    out = sys.stdout
+    try:
+        tty = out.isatty() and sys.stdin is not None and sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    if tty and text.count("\n") > shutil.get_terminal_size((FALLBACK_COLUMNS, 24)).lines - 1:
+        import pydoc
+
+        pydoc.pager(clean(text))
+        return
+    out.write(text)
+    out.flush()
+
+
+def print_par(console: Any, text: Any, *, hang: int | None = None) -> None:
+    """Print a line of ppspec's own (a str or a rich Text from `styled`/`plain`) through `console`,
+    wrapped between words at wrap_width (the stream the console writes to), each wrapped part
+    indented by `hang` columns (default: the width of the line's label, as wrap_block). Without a
+    width (a pipe, no COLUMNS) the line is printed whole."""
+    from rich.text import Text
+
+    t = text if isinstance(text, Text) else Text(clean(text))
+    # ppspec's own console: the terminal's width (or none); any other (a test's): its own width
+    width = wrap_width(stderr=console.file._stderr) if isinstance(console.file, _Channel) else console.width
+    if width is None or t.cell_len <= width:
+        console.print(t, soft_wrap=True)
+        return
+    if hang is None:
+        m = _LABEL.match(t.plain)
+        hang = len(m.group(0)) if m and len(m.group(0)) <= width // 2 else 0
+    first = t.wrap(console, width)[0]  # the first line takes the full width, the rest `hang` less
+    first.rstrip()
+    rest = t[len(first.plain) :]
+    rest = rest[len(rest.plain) - len(rest.plain.lstrip(" ")) :]
+    console.print(first, soft_wrap=True)
+    if not rest.plain:
+        return
+    for line in rest.wrap(console, max(MIN_COLUMNS, width - hang)):
+        line.rstrip()
+        console.print(Text(" " * hang) + line, soft_wrap=True)

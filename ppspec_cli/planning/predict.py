@@ -528,6 +528,7 @@ class Prediction:
     schedule: list[list[int]]
     assumptions: dict[str, Any] = field(default_factory=dict)
     calibration: dict[str, Any] = field(default_factory=dict)
+    validation: dict[str, Any] = field(default_factory=dict)  # planning/predict_records.validation
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -540,6 +541,7 @@ class Prediction:
             "schedule": self.schedule,
             "assumptions": self.assumptions,
             "calibration": self.calibration,
+            "validation": self.validation,
         }
 
 

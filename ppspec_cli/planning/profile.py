@@ -617,11 +617,26 @@ def parse_profile(text: str, source: str = "<profile>") -> Profile:
             first_line = first_line or line
             field = _fmt_loc(loc) or "(top level)"
             if err["type"] == "extra_forbidden":
+                from ppspec_cli.planning.reference import did_you_mean, fields_at
+
                 msg = f"unknown key `{field}`"
-                hint = "remove it or check its spelling (`ppspec docs` lists every key)"
+                allowed = fields_at(Profile, loc)
+                close = did_you_mean(str(loc[-1]), allowed) if allowed else []
+                parent = _fmt_loc(loc[:-1])
+                if close:
+                    hint = f"did you mean `{close[0]}`? write `{close[0]}:`" + (f" under `{parent}:`" if parent else "")
+                else:
+                    hint = "remove it; " + (
+                        f"`ppspec docs {parent}` lists the keys there" if parent else "`ppspec docs` lists every key"
+                    )
             elif err["type"] == "missing":
                 msg = f"missing required key `{field}`"
-                hint = "add it (see docs/profile-reference.md)"
+                parent = _fmt_loc(loc[:-1])
+                hint = (
+                    f"add `{loc[-1]}:`"
+                    + (f" under `{parent}:`" if parent else "")
+                    + f" (`ppspec docs {field}` says what it takes)"
+                )
             else:
                 m = err["msg"].removeprefix("Value error, ")
                 got = repr(err.get("input"))
@@ -633,7 +648,11 @@ def parse_profile(text: str, source: str = "<profile>") -> Profile:
         what = (
             "invalid profile: " + "; ".join(msgs) if len(msgs) == 1 else "invalid profile:\n    " + "\n    ".join(msgs)
         )
-        raise PpspecError(what, where=where, fix="edit the profile as described above") from None
+        if len(msgs) == 1:  # the one hint is the fix
+            what, _, fix = what.partition(" — ")
+        else:
+            fix = "edit the profile as each line above says"
+        raise PpspecError(what, where=where, fix=fix) from None
 
 
 def load_profile(path: str | Path) -> Profile:

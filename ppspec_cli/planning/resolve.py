@@ -200,7 +200,7 @@ def _engine_version(r: Resolved) -> None:
             if r.installed is None
             else f"the {r.installed.distribution} installed here serves {r.installed.platform}, not {r.platform}"
         )
-        r.engine_version_source = f"newest supported release ({why}; set engine_version to check another)"
+        r.engine_version_source = f"newest supported release: {why}; set engine_version to check another"
     r.version_verdict = verdict(r.engine_version)
 
 

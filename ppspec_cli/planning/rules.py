@@ -130,15 +130,34 @@ def checkpoint_metadata(r: Resolved) -> Iterator[Finding]:
 # Topology
 
 
+def proposed_partition(lp: list[int], n: int | None, pp: int) -> list[int] | None:
+    """A layer partition to write instead of `lp`: the user's own with its last stage absorbing the
+    difference (when that leaves every stage a layer), else vLLM's even split; None without the
+    layer count or when `pp` stages cannot all get a layer."""
+    if n is None or pp < 1 or n < pp:
+        return None
+    if len(lp) == pp and all(x > 0 for x in lp[:-1]) and n - sum(lp[:-1]) > 0:
+        return [*lp[:-1], n - sum(lp[:-1])]
+    return list(default_partition(n, pp))
+
+
+def _write_partition(lp: list[int], n: int | None, pp: int, otherwise: str) -> str:
+    want = proposed_partition(lp, n, pp)
+    if want is None:
+        return otherwise
+    return f"write `layer_partition: {want}` ({pp} stages, {n} layers), or remove layer_partition for vLLM's even split"
+
+
 def partition_findings(lp: list[int], n: int | None, pp: int) -> Iterator[Finding]:
-    """What vLLM refuses at engine start about a layer partition (its get_pp_indices rules)."""
+    """What vLLM refuses at engine start about a layer partition (its get_pp_indices rules). The
+    fixes propose the partition to write (proposed_partition)."""
     if len(lp) != pp:
         yield _f(
             "partition-length",
             "error",
             "topology.layer_partition",
             f"layer_partition has {len(lp)} entries but pipeline_parallel is {pp}",
-            "give exactly one layer count per stage",
+            _write_partition(lp, n, pp, f"give exactly {pp} layer counts, one per stage"),
         )
     if any(x <= 0 for x in lp):
         yield _f(
@@ -146,15 +165,15 @@ def partition_findings(lp: list[int], n: int | None, pp: int) -> Iterator[Findin
             "error",
             "topology.layer_partition",
             f"layer_partition {lp} has a stage with no layers",
-            "give every stage at least one layer",
+            _write_partition(lp, n, pp, "give every stage at least one layer"),
         )
     if n is not None and sum(lp) != n:
         yield _f(
             "partition-sum",
             "error",
             "topology.layer_partition",
-            f"layer_partition {lp} sums to {sum(lp)} but the target has {n} layers",
-            f"make the entries sum to {n} (vLLM refuses otherwise at engine start)",
+            f"layer_partition {lp} sums to {sum(lp)} but the target has {n} layers (vLLM refuses it at engine start)",
+            _write_partition(lp, n, pp, f"make the entries sum to {n}"),
         )
 
 
@@ -210,6 +229,27 @@ def _node_ports(r: Resolved) -> Iterator[Finding]:
     )
 
 
+def _node_count_fix(world: int, nodes: int) -> str:
+    """The node count to write: the divisor of the rank count closest to the profile's."""
+    divisors = [d for d in range(1, world + 1) if world % d == 0]
+    best = min(divisors, key=lambda d: (abs(d - nodes), -d))
+    return f"write `nodes: {best}` ({world // best} ranks each; {world} ranks divide over {', '.join(map(str, divisors))} nodes)"
+
+
+def _gpu_count_fix(world: int, nodes: int, gpus_per_node: int) -> str:
+    """What to write so that nodes x gpus_per_node equals the ranks (vLLM uses every GPU it is given)."""
+    options = []
+    if world % nodes == 0:
+        options.append(f"`gpus_per_node: {world // nodes}`")
+    if world % gpus_per_node == 0 and world // gpus_per_node != nodes:
+        options.append(f"`nodes: {world // gpus_per_node}`")
+    if not options:
+        return (
+            f"write nodes and gpus_per_node whose product is {world} (vLLM uses every GPU it is given, one rank each)"
+        )
+    return f"write {' or '.join(options)} so that nodes x gpus_per_node = {world} (vLLM uses every GPU it is given)"
+
+
 def rollcall_port(master_port: int) -> int:
     """The head's roll-call port (running/rollcall.py): the rendezvous port + 1 (65535 wraps to 1024)."""
     return master_port + 1 if master_port < 65535 else 1024
@@ -239,7 +279,7 @@ def topology(r: Resolved) -> Iterator[Finding]:
             "topology",
             f"TP x PP x DP = {t.tensor_parallel} x {t.pipeline_parallel} x {t.data_parallel} = {world} GPUs, "
             f"but nodes x gpus_per_node = {t.nodes} x {t.gpus_per_node} = {t.nodes * t.gpus_per_node}",
-            "make the products equal (vLLM uses every GPU it is given, one rank each)",
+            _gpu_count_fix(world, t.nodes, t.gpus_per_node),
         )
     if t.nodes > 1 and world % t.nodes:
         yield _f(
@@ -247,7 +287,7 @@ def topology(r: Resolved) -> Iterator[Finding]:
             "error",
             "topology.nodes",
             f"{world} ranks cannot be spread evenly over {t.nodes} nodes",
-            "choose nodes that divide TP x PP x DP",
+            _node_count_fix(world, t.nodes),
         )
     if t.nodes > 1 and t.tensor_parallel > (world // t.nodes):
         yield _f(
@@ -619,7 +659,10 @@ def taps(r: Resolved) -> Iterator[Finding]:
             + f". ppspec fixes it at launch: the drafter is served through a local config overlay with top-level eagle_aux_hidden_state_layer_ids {list(p.taps)}",
             "nothing to do; to override, set drafter.tap_convention (capture_point | layer_output) or pin drafter.taps",
         )
-    if p.taps_source == "profile" and trained_known and set(r.trained.taps) != set(p.taps):  # type: ignore[union-attr, arg-type]
+    off = _pinned_off_by_one(r, n) if p.taps_source == "profile" else None
+    if off is not None:
+        yield off
+    elif p.taps_source == "profile" and trained_known and set(r.trained.taps) != set(p.taps):  # type: ignore[union-attr, arg-type]
         yield _f(
             "taps-pinned-differ",
             "warning",
@@ -627,6 +670,41 @@ def taps(r: Resolved) -> Iterator[Finding]:
             f"pinned taps {list(p.taps)} differ from the drafter config's {list(r.trained.taps)} (via {r.trained.key})",
             "make sure the drafter was trained on the pinned taps",
         )  # type: ignore[union-attr, arg-type]
+
+
+def _pinned_off_by_one(r: Resolved, n: int) -> Finding | None:
+    """Pinned taps that are, one for one, the taps the head reads minus one (or plus one): the
+    capture-point vs output-of-layer slip (docs/guide.md, "Taps, in one paragraph"). What the head
+    reads: the taps its config names (as ppspec reads them), else vLLM's defaults (2, n//2, n-3),
+    which a head whose config names none is served with unless pinned."""
+    p = r.plan
+    pinned = sorted(set(p.taps))
+    if r.trained is not None and r.trained.taps:
+        ref = sorted(set(r.trained.taps))
+        source = f"the taps {ref} the drafter's config names (via {r.trained.key})"
+    else:
+        ref = sorted(set(default_taps(n)))
+        source = f"the taps {ref} vLLM feeds a drafter whose config names none (the target's defaults)"
+    if not pinned or len(pinned) != len(ref):
+        return None
+    for step, how in ((-1, "one below"), (1, "one above")):
+        if pinned == [t + step for t in ref]:
+            slip = (
+                "the output-of-layer ids of those taps (SpecForge/SGLang's numbering: id v = vLLM tap v+1)"
+                if step < 0
+                else "those taps shifted once more, as if capture points were output-of-layer ids"
+            )
+            return _f(
+                "taps-pinned-off-by-one",
+                "warning",
+                "drafter.taps",
+                f"pinned taps {pinned} are each {how} {source}: {slip}. "
+                f"drafter.taps is in vLLM capture points (tap L = output of layer L-1), so the drafter would be fed "
+                "the neighbouring layers and acceptance drop without an error",
+                f"write `drafter.taps: {ref}` (or remove drafter.taps); keep {pinned} only if the head was trained on "
+                f"the outputs of layers {[t - 1 for t in pinned]}",
+            )
+    return None
 
 
 def _convention_ambiguous(r: Resolved) -> Iterator[Finding]:

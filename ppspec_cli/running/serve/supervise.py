@@ -125,11 +125,17 @@ class EngineOutput:
         return max(0, len(self.warned) - SHOWN_WARNINGS)
 
     def _print(self, text: str, one_row: bool = False) -> None:
-        from ppspec_cli.io.terminal import safe
+        """One row cut at a word boundary with `…` (a warning: engine.log has it whole); otherwise
+        wrapped between words at the terminal's width (a pipe keeps the line whole)."""
+        from ppspec_cli.io.terminal import safe, wrap_block, wrap_width
 
         if one_row:
             width = max(40, self._console.width)
-            text = text if len(text) <= width else text[: width - 1] + "…"
+            if len(text) > width:
+                cut = text[: width - 1]
+                text = (cut[: cut.rfind(" ")] if " " in cut[width // 2 :] else cut).rstrip(" ,;:") + "…"
+        else:
+            text = wrap_block(text, wrap_width())
         self._console.print(safe(text))
         self.last_shown = time.monotonic()
 
@@ -622,9 +628,12 @@ def _supervise(
     if node.role == "head":
         log(f"serving at {spec.url} (OpenAI API) — ready in {time.monotonic() - t0:.0f}s")
         model = node.argv[node.argv.index("--served-model-name") + 1] if "--served-model-name" in node.argv else ""
-        log("try: " + curl_line(spec.url, model, node.env_refs.get("VLLM_API_KEY")))
+        from ppspec_cli.io.terminal import command_block, wrap_width
+
+        width = wrap_width()  # a command is broken only between words, with ` \`: it still pastes
+        log(command_block("try:", curl_line(spec.url, model, node.env_refs.get("VLLM_API_KEY")), width, prefix=8))
         if verify_line:
-            log(f"measure speculation (in another terminal): {verify_line}")
+            log(command_block("measure speculation (in another terminal):", verify_line, width, prefix=8))
         log("stop with Ctrl-C")
         try:
             rd.write_text(READY_FILE, spec.url + "\n", what="the ready marker")

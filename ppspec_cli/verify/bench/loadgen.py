@@ -280,15 +280,26 @@ def main() -> int:
         return p
 
     _emit(events, "ready", import_s=round(time.monotonic() - t0, 1))
-    line = sys.stdin.buffer.readline(MAX_JOB_BYTES)
-    if not line.strip():
-        return 0  # the parent gave up (interrupted, engine failed): nothing to do
+    print(f"==== load generator {os.getpid()}: vLLM's client imported in {time.monotonic() - t0:.1f}s", file=sys.stderr)
+    # One job per engine session, as many as the parent sends: vLLM is imported once per bench run,
+    # not once per session (issue 43 item 8). A failed job ends the process; the parent starts another.
+    while True:
+        line = sys.stdin.buffer.readline(MAX_JOB_BYTES)
+        if not line.strip():
+            return 0  # the parent is done (or gave up: interrupted, engine failed)
+        code = _one_job(events, vllm, serve_mod, parser_factory, line)
+        if code:
+            return code
+
+
+def _one_job(events, vllm, serve_mod, parser_factory, line: bytes) -> int:
     from ppspec_cli.errors import PpspecError
     from ppspec_cli.io import safeio
     from ppspec_cli.verify.client import Client
 
     try:
         job = json.loads(line)
+        print(f"==== job: arm {job.get('arm')}, runs {job.get('runs')}", file=sys.stderr, flush=True)
         job["vllm_version"] = getattr(vllm, "__version__", "?")
         client = Client(job["base_url"], api_key_env=job.get("api_key_env"), timeout=600.0)
         if job.get("api_key_env"):

@@ -316,9 +316,18 @@ def _fmt_ratio(r: dict | None) -> str:
 
 
 def recommendation(
-    levels_doc: list[dict], choice: dict, arms: list[Arm], profile_k: int | None, proposed: list[list[int]] | None
+    levels_doc: list[dict],
+    choice: dict,
+    arms: list[Arm],
+    profile_k: int | None,
+    proposed: list[list[int]] | None,
+    drift: list[str] | None = None,
 ) -> dict:
-    """The profile change (only where a difference is significant), the schedule, the crossover."""
+    """The profile change (only where a difference is significant), the schedule, the crossover.
+
+    `drift`: judge.drift_check's warnings. A run whose drift check fired recommends nothing
+    (`configuration`, `profile_change` null, `changes_profile` false) and says why in `withheld`:
+    its differences may be the machine's, not the configurations'."""
     by_name = {a.name: a for a in arms}
     judged = [lv for lv in levels_doc if lv["verdict"] is not None]
     per_level = ", ".join(f"c={lv['concurrency']} {lv['verdict']} {_fmt_ratio(lv['speedup'])}" for lv in judged)
@@ -337,10 +346,19 @@ def recommendation(
         ),
         "highest_measured": max((lv["concurrency"] for lv in judged), default=None),
         "summary": None,
+        "withheld": None,
     }
     static = by_name.get(choice.get("static") or "")
     if static is None:
         out["summary"] = "nothing to compare: an arm lacks a level"
+        return out
+    if drift:
+        out["schedule_recommended"] = False
+        out["withheld"] = (
+            f"the machine drifted between engine sessions ({len(drift)} level(s): the tuned arm and the static arm "
+            "serving the same k measured apart), so this run's differences may be the machine's: rerun bench on a quieter machine"
+        )
+        out["summary"] = f"speculation against none: {per_level or 'not judged'}; no recommendation: {out['withheld']}"
         return out
     rec = tuned if choice.get("schedule") else static
     out["configuration"] = rec.name
