@@ -88,6 +88,20 @@ def check(r: "Resolved") -> Iterator[Finding]:
     yield from _pitfalls(r, d, field)
 
 
+def _v1_rules(r: "Resolved") -> tuple[set[str] | None, str | None] | None:
+    """The release's Dynamic-SD rules on the V1 runner, from its table (`runners.dynamic_sd`): the
+    methods V1 keeps a schedule for (None: every method) and where V1 turns full CUDA graphs
+    piecewise (None: it does not); None when the table carries no runner facts."""
+    from ppspec_cli.knowledge import archtable
+
+    run = archtable.runner_section(r.arch_table)
+    if not run.get("classes"):
+        return None
+    dsd = run.get("dynamic_sd") or {}
+    keeps = set(dsd["v1_keeps_methods"]) if dsd.get("v1_keeps_methods") else None
+    return keeps, dsd.get("v1_piecewise_at")
+
+
 def _release(r: "Resolved", field: str) -> Iterator[Finding]:
     v = r.version
     d = r.profile.drafter
@@ -107,25 +121,31 @@ def _release(r: "Resolved", field: str) -> Iterator[Finding]:
             f"data_parallel {r.profile.topology.data_parallel}: vLLM drops the schedule and serves the static num_speculative_tokens {d.num_speculative_tokens} (ranks could pick different k and deadlock)",
             "serve without data parallelism to use the schedule, or remove it",
         )
-    if (
-        r.runner == "v1"
-        and v is not None
-        and (v.major, v.minor) >= (0, 33)
-        and not methods.get(d.method).schedule_on_v1
-    ):
+    dsd = _v1_rules(r)
+    if dsd is None:  # no runner facts in the table: vLLM 0.33's rule as read by hand
+        keeps = (
+            None
+            if (v is None or (v.major, v.minor) < (0, 33))
+            else ({d.method} if methods.get(d.method).schedule_on_v1 else set())
+        )
+        piecewise = "config/vllm.py _maybe_override_dynamic_sd_cudagraph_mode"
+    else:
+        keeps, piecewise = dsd
+    if r.runner == "v1" and keeps is not None and d.method not in keeps:
         yield finding(
             "schedule-method-disabled",
             "warning",
             field,
-            f"vLLM {r.engine_version} drops the schedule on the V1 runner for method {d.method}",
+            f"vLLM {r.engine_version} drops the schedule on the V1 runner for method {d.method}"
+            + (f" (it keeps it for {', '.join(sorted(keeps))} only)" if keeps else ""),
             "serve with Model Runner V2, or remove drafter.schedule",
         )
-    if r.runner == "v1" and r.platform != "cpu":
+    if r.runner == "v1" and r.platform != "cpu" and piecewise:
         yield finding(
             "schedule-cudagraph-piecewise",
             "warning",
             field,
-            "on the V1 runner a schedule makes vLLM replace full CUDA graphs with piecewise ones (the verification length changes at run time): every step may get slower",
+            f"on the V1 runner a schedule makes vLLM replace full CUDA graphs with piecewise ones (the verification length changes at run time; {piecewise}): every step may get slower",
             "measure it (`ppspec bench`), or serve with Model Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1)",
         )
     if r.pp > 1:
