@@ -400,7 +400,7 @@ def test_plan_reports_the_layer_kinds_per_stage_of_a_hybrid_target(tmp_path, mon
     target = make_checkpoint("t", cfg)
     r = resolve_mod.resolve(
         parse_profile(
-            f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine: {{version: 0.32.0}}\ntopology: {{pipeline_parallel: 2}}\n"
+            f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine_version: 0.32.0\ntopology: {{pipeline_parallel: 2}}\n"
         ),
         offline=True,
     )
@@ -413,7 +413,7 @@ def test_plan_reports_the_layer_kinds_per_stage_of_a_hybrid_target(tmp_path, mon
     dense = make_checkpoint("d", {**cfg, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"})
     r = resolve_mod.resolve(
         parse_profile(
-            f"name: t\ntarget: {{model: {dense}}}\nplatform: cuda\nengine: {{version: 0.32.0}}\ntopology: {{pipeline_parallel: 2}}\n"
+            f"name: t\ntarget: {{model: {dense}}}\nplatform: cuda\nengine_version: 0.32.0\ntopology: {{pipeline_parallel: 2}}\n"
         ),
         offline=True,
     )
@@ -559,7 +559,7 @@ def _plan_hybrid(monkeypatch, make_checkpoint, cfg, version="0.33.0", pp=2):
     target = make_checkpoint("t", cfg)
     r = resolve_mod.resolve(
         parse_profile(
-            f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine: {{version: {version}}}\ntopology: {{pipeline_parallel: {pp}}}\n"
+            f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine_version: {version}\ntopology: {{pipeline_parallel: {pp}}}\n"
         ),
         offline=True,
     )
@@ -740,7 +740,7 @@ def test_a_target_without_supports_pp_is_refused_under_pp(monkeypatch, make_chec
         )
         r = resolve_mod.resolve(
             parse_profile(
-                f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine: {{version: 0.33.0}}\ntopology: {{pipeline_parallel: {pp}}}\n"
+                f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine_version: 0.33.0\ntopology: {{pipeline_parallel: {pp}}}\n"
             ),
             offline=True,
         )
@@ -785,7 +785,7 @@ def test_transformers_backend_embedding_on_the_last_stage_follows_tie_word_embed
         t = make_checkpoint(f"olmo{len(extra)}{extra.get('tie_word_embeddings')}", cfg)
         r = resolve_mod.resolve(
             parse_profile(
-                f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine: {{version: 0.33.0}}\ntopology: {{pipeline_parallel: 2}}\n"
+                f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine_version: 0.33.0\ntopology: {{pipeline_parallel: 2}}\n"
             ),
             offline=True,
         )
@@ -848,7 +848,7 @@ def _drafter_codes(make_checkpoint, name, config, *, pp=1, method="eagle3", plat
     d = make_checkpoint(f"head-{name}-{pp}-{method}-{platform}", "yuhuili__EAGLE3-LLaMA3.1-Instruct-8B")
     r = resolve_mod.resolve(
         parse_profile(
-            f"name: t\ntarget: {{model: {t}}}\nplatform: {platform}\nengine: {{version: 0.33.0}}\n"
+            f"name: t\ntarget: {{model: {t}}}\nplatform: {platform}\nengine_version: 0.33.0\n"
             f"drafter: {{method: {method}, model: {d}, num_speculative_tokens: 3}}\ntopology: {{pipeline_parallel: {pp}}}\n"
         ),
         offline=True,

@@ -177,7 +177,7 @@ def generate(
     stale = sorted(set(acks) - {x.key for x in found})
     print(
         f"against vLLM {prev.get('vllm_version')}: {len(found)} fact(s) the previous table had and this one lacks, "
-        f"{len(found) - len(lost)} acknowledged ({archdiff.ack_file(str(doc['vllm_version'])).relative_to(REPO)})"
+        f"{len(found) - len(lost)} acknowledged ({_rel(archdiff.ack_file(str(doc['vllm_version'])))})"
     )
     for x in lost:
         print(f"LOST {x.key}: {x.what}", file=sys.stderr)
@@ -186,11 +186,18 @@ def generate(
     if lost:
         print(
             f"vllm_arch_facts: {len(lost)} fact(s) lost without an acknowledgement: read each, fix the scanner where it can "
-            f"read the new source, else add `key` + `why` to {archdiff.ack_file(str(doc['vllm_version'])).relative_to(REPO)}",
+            f"read the new source, else add `key` + `why` to {_rel(archdiff.ack_file(str(doc['vllm_version'])))}",
             file=sys.stderr,
         )
         return EXIT_LOST, doc, lost, out
     return 0, doc, lost, out
+
+
+def _rel(p: Path) -> Path:
+    try:
+        return p.relative_to(REPO)
+    except ValueError:
+        return p
 
 
 def _annotate_files(found: list[archdiff.Loss], root: Path) -> None:
@@ -274,7 +281,7 @@ def release_page(old: dict[str, Any], new: dict[str, Any], *, drill_note: str = 
     lines += archdiff.changes(old, new) or ["- none"]
     lines += [
         "",
-        f"## What the generator no longer reads, and why ({archdiff.ack_file(str(nv)).relative_to(REPO)})",
+        f"## What the generator no longer reads, and why ({_rel(archdiff.ack_file(str(nv)))})",
         "",
     ]
     by_why: dict[str, list[str]] = {}
@@ -322,7 +329,10 @@ def profile_changes(old_version: str, new_version: str) -> list[str]:
             ]
             moved += [f"{c}: {a[c]} -> {b[c]}" for c in sorted(set(a) & set(b)) if a[c] != b[c]]
             note = f" (checkpoint metadata not in the cache: {', '.join(unread)})" if unread else ""
-            out.append(f"- {path.name}: " + ("; ".join(moved) if moved else "same findings") + note)
+            verdicts = " -> ".join(
+                "refused" if "error" in got[v].values() else "ok" for v in (old_version, new_version)
+            )
+            out.append(f"- {path.name}: {verdicts}; " + ("; ".join(moved) if moved else "same findings") + note)
     finally:
         resolve_mod.installed_vllm = real  # type: ignore[assignment]
     return out
