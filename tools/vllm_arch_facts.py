@@ -347,18 +347,19 @@ def _emit(text: str, page: Path | None) -> None:
     print(f"wrote {page}")
 
 
-def _packs_proof(version: str, source_root: Path) -> tuple[str, int | None]:
-    """The adapter packs proven against the release's source: the hook the packs work provides
-    (`tools/prove_packs.py --source DIR --version X`), run when it exists."""
+def _packs_proof(wheel: Path) -> tuple[str, int | None]:
+    """The adapter packs proven against the release's source: the packs work's tool
+    (`tools/prove_packs.py --wheel W --write --set-ranges`: exit 0 nothing needs a human, 1 something
+    does, 2 the proof could not run), run when the checkout has it."""
     tool = REPO / "tools" / "prove_packs.py"
     if not tool.is_file():
         return (
-            "packs: NOT PROVEN - tools/prove_packs.py is not in this checkout yet (issue 39 item 5): prove each patching pack's anchors "
-            f"against {source_root} by hand and set its range",
+            "packs: NOT PROVEN - tools/prove_packs.py is not in this checkout (issue 39 item 5): prove each patching "
+            f"pack's anchors against {wheel.name} and set its range by hand",
             None,
         )
-    p = subprocess.run([sys.executable, str(tool), "--source", str(source_root), "--version", version], check=False)
-    return f"packs: tools/prove_packs.py exited {p.returncode}", p.returncode
+    p = subprocess.run([sys.executable, str(tool), "--wheel", str(wheel), "--write", "--set-ranges"], check=False)
+    return f"packs: tools/prove_packs.py exited {p.returncode} (its 'needs a human' lines above)", p.returncode
 
 
 def drill(version: str, wheel_dir: Path | None, page: Path | None) -> int:
@@ -398,9 +399,7 @@ def drill(version: str, wheel_dir: Path | None, page: Path | None) -> int:
                 f"{len(lost)} fact(s) lost without an acknowledgement (LOST lines above): fix the scanner or acknowledge each"
             )
         prev = _previous(version)
-        src_root = Path(tmp) / "src"
-        _unpack(wheels[0], src_root)
-        proof, rc = _packs_proof(version, src_root)
+        proof, rc = _packs_proof(wheels[0])
         t3 = time.monotonic()
         if rc is None or rc != 0:
             human.append(proof)
@@ -410,13 +409,19 @@ def drill(version: str, wheel_dir: Path | None, page: Path | None) -> int:
             human.append(
                 f"read docs/releases/vllm-{version}.md (the verdict changes and the shipped profiles) and decide: a new rule, a pack, a docs line"
             )
+        t4 = time.monotonic()
         _unknowns([(version, doc)])
-        human.append(
-            f"add {'.'.join(version.split('.')[:2])} to knowledge/versions.py (VERIFIED_SERIES, VERIFIED_RANGE, NEWEST_VERIFIED), the [cuda] extra and docs/versions.md; run tests/test_arch_table.py"
-        )
+        from ppspec_cli.knowledge.versions import verdict
+
+        if not verdict(version).verified:
+            human.append(
+                f"add {'.'.join(version.split('.')[:2])} to knowledge/versions.py (VERIFIED_SERIES, VERIFIED_RANGE, NEWEST_VERIFIED), "
+                "the [cuda] extra and docs/versions.md; run tests/test_arch_table.py and tests/test_release.py"
+            )
     total = time.monotonic() - t0
     print(
-        f"\ndrill for vLLM {version}: {total:.0f} s (download {t1 - t0:.0f} s, generate and compare {t2 - t1:.0f} s, packs {t3 - t2:.0f} s); table {out}"
+        f"\ndrill for vLLM {version}: {total:.0f} s (download {t1 - t0:.0f} s, generate and compare {t2 - t1:.0f} s, "
+        f"packs {t3 - t2:.0f} s, release page {t4 - t3:.0f} s); table {out}"
     )
     print("needs a human:")
     for h in human:
