@@ -93,8 +93,16 @@ def test_pick_prefers_the_installed_engine_that_serves(tmp_path, monkeypatch):
     assert t.source == "installed" and t.registers("TrapForCausalLM")
     cached = list((tmp_path / "arch").glob("vllm-*.json"))
     assert len(cached) == 1
-    monkeypatch.setattr(archscan, "scan", lambda root: pytest.fail("scanned again: the cache was not used"))
+    real_scan = archscan.scan
+    monkeypatch.setattr(archscan, "scan", lambda *a, **k: pytest.fail("scanned again: the cache was not used"))
     assert archtable.pick("cuda", fork, "0.33.0", verified_install=False).registers("TrapForCausalLM")
+    # a cache entry written before the release-wide sections (no `runners`): stale, scanned again
+    stale = json.loads(cached[0].read_text())
+    del stale["runners"]
+    cached[0].write_text(json.dumps(stale))
+    calls = []
+    monkeypatch.setattr(archscan, "scan", lambda *a, **k: calls.append(1) or real_scan(*a, **k))
+    assert "runners" in archtable.pick("cuda", fork, "0.33.0", verified_install=False).doc and calls == [1]
     # another platform than the install's: the committed table of the declared version
     assert archtable.pick("rocm", fork, "0.31.0", verified_install=False).version == "0.31.0"
     # a verified install reads its committed table (same code); nothing installed: the declared version's

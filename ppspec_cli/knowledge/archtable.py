@@ -30,6 +30,8 @@ from ppspec_cli.io import safeio
 SCHEMA = 1
 #: The committed tables, one file per release.
 TABLE_DIR = Path(__file__).resolve().parent / "arch"
+#: The release-wide sections (knowledge/releasescan) a table must carry; a cached scan without them is stale.
+RELEASE_SECTIONS = ("runners", "config_hooks", "removed", "speculators_refused", "target_embed")
 #: A table is a few hundred KB; nothing larger is a table.
 MAX_TABLE_BYTES = 8 * 1024 * 1024
 
@@ -189,7 +191,10 @@ def installed_table(root: Path, version: str) -> ArchTable:
     path = cache_dir() / f"vllm-{_install_key(root, version)}.json"
     if path.is_file():
         try:
-            return _load(path, "installed")
+            cached = _load(path, "installed")
+            if all(k in cached.doc for k in RELEASE_SECTIONS):
+                return cached
+            # written by a ppspec that did not read the release-wide sections (runners, ...): scan again
         except PpspecError:
             pass  # a damaged cache entry: scan again
     _, commit = archscan.source_version(root)

