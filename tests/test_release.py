@@ -244,11 +244,13 @@ def test_runner_facts_per_release():
         t = archtable.committed(v)
         assert archtable.platform_runner(t, "cpu")[0] == "v1" and archtable.platform_runner(t, "cuda")[0] == "v2", v
         assert archtable.has_v1_runner(t) is True and archtable.v1_refuses(t, "dspark"), v
+        assert archtable.runner_relays_taps(t, "v1") == (False, "") and archtable.runner_relays_taps(t, "v2")[0], v
     t = archtable.committed("0.34.0")
     assert {p: archtable.platform_runner(t, p)[0] for p in ("cuda", "rocm", "xpu", "cpu")} == dict.fromkeys(
         ("cuda", "rocm", "xpu", "cpu"), "v2"
     )
     run = archtable.runner_section(t)
+    assert archtable.runner_relays_taps(t, "v2") == (True, "vllm/v1/worker/gpu/pp_utils.py:113")
     assert archtable.has_v1_runner(t) is False and run["v1_env_error_at"] == "vllm/platforms/interface.py:1483"
     assert run["cpu_standalone"]["refuses_speculation_at"] == "vllm/config/vllm.py:3147"
     assert run["platforms"]["cpu"]["without_triton"] == "cpu-standalone"

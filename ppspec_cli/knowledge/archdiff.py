@@ -173,6 +173,11 @@ def _runner_losses(orun: dict[str, Any], nrun: dict[str, Any]) -> list[Loss]:
                     f"the runner of platform {p} was {e['runner']} ({e.get('worker_at')}), now unread",
                 )
             )
+    for k, at in sorted((orun.get("relays_taps") or {}).items()):
+        if at and k in (nrun.get("classes") or {}) and not (nrun.get("relays_taps") or {}).get(k):
+            out.append(
+                Loss(f"runner-fact:relays_taps.{k}", f"runner {k} relayed taps over PP ({at}); that is no longer read")
+            )
     for sec in ("v1_refuses_methods", "v2_lacks_methods"):  # a method list that changes is a change, not a loss
         if orun.get(sec) and not nrun.get(sec):
             out.append(Loss(f"runner-fact:{sec}", f"runner fact {sec} is gone (was {_short(orun[sec])})"))

@@ -509,6 +509,15 @@ def has_v1_runner(table: ArchTable | None) -> bool | None:
     return "v1" in run["classes"]
 
 
+def runner_relays_taps(table: ArchTable | None, runner: str) -> tuple[bool, str] | None:
+    """(whether the runner relays taps between PP stages, where it does) from the table's `runners`
+    section; None when the table does not say."""
+    got = runner_section(table).get("relays_taps")
+    if not isinstance(got, dict) or runner not in got:
+        return None
+    return got[runner] is not None, str(got[runner] or "")
+
+
 def v1_refuses(table: ArchTable | None, method: str) -> str | None:
     """Where Model Runner V1 of the table's release refuses a method (file:line), else None."""
     return (runner_section(table).get("v1_refuses_methods") or {}).get(method)

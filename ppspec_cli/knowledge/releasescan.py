@@ -390,6 +390,37 @@ def _dynamic_sd(vc: ClassInfo | None) -> dict[str, Any]:
     return out
 
 
+#: The call a runner makes to relay the taps' slots between stages (the V2 runner's PPHandler,
+#: v1/worker/gpu/pp_utils.py); a runner whose modules never call it does not relay taps over PP.
+RELAY_KEYS_CALL = "aux_hidden_state_relay_keys"
+#: The modules of each runner where its stage-to-stage handling lives.
+RUNNER_MODULES = {
+    "v1": ("vllm.v1.worker.gpu_model_runner",),
+    "v2": ("vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu.pp_utils"),
+}
+
+
+def _relays_taps(src: Source, classes: dict[str, str]) -> dict[str, str | None]:
+    """Per runner the release has: where it calls `aux_hidden_state_relay_keys` (it relays taps
+    between PP stages), or None (it never does: Model Runner V1)."""
+    out: dict[str, str | None] = {}
+    for kind in classes:
+        out[kind] = None
+        for mod in RUNNER_MODULES.get(kind, ()):
+            info = src.module(mod)
+            if info is None or info.tree is None:
+                continue
+            calls = [
+                n
+                for n in ast.walk(info.tree)
+                if isinstance(n, ast.Call) and (_dotted(n.func) or "").split(".")[-1] == RELAY_KEYS_CALL
+            ]
+            if calls:
+                out[kind] = f"{info.file}:{min(c.lineno for c in calls)}"
+                break
+    return out
+
+
 def runners(src: Source) -> dict[str, Any]:
     """The release's model runners (module doc). Per platform: `runner` (the one a default install
     builds), `builds` (every runner kind its worker can build, each where), `picked_by`, and the
@@ -401,7 +432,7 @@ def runners(src: Source) -> dict[str, Any]:
         if c is not None:
             classes[key] = c.where()
     vc = _config_class(src)
-    out: dict[str, Any] = {"classes": classes}
+    out: dict[str, Any] = {"classes": classes, "relays_taps": _relays_taps(src, classes)}
     sel = _v2_selection(src, vc)
     if sel:
         out["v2_selection"] = sel

@@ -683,7 +683,8 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
             f"vLLM {r.engine_version} ({r.engine_version_source}) refuses speculative decoding with pipeline parallelism (support arrived in 0.30.0)",
             "install vLLM >= 0.30",
         )
-    if r.platform == "cpu" and r.uses_taps and r.runner == "v1":
+    relays = archtable.runner_relays_taps(r.arch_table, r.runner)
+    if r.platform == "cpu" and r.uses_taps and (not relays[0] if relays is not None else r.runner == "v1"):
         yield _f(
             "cpu-pp-taps",
             "error",
