@@ -175,10 +175,12 @@ def test_serve_on_a_nightly_is_ready_with_the_plugin_confirmed_and_verify_passes
 
 
 def test_adapters_list_on_a_nightly_reads_every_pack_by_value(tmp_path):
-    """On vLLM reporting 0.35.0.dev0 every pack is probed (read by value in a child interpreter):
+    """On vLLM reporting 0.33.0.dev5 every pack is probed (read by value in a child interpreter):
     the llama pack's LlamaModel opts in itself; qwen3_moe's relay anchors match and its embedding
-    patch stands aside (vLLM 0.32's Qwen3MoeModel builds embed_tokens on every stage)."""
-    env = shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.35.0.dev0"))
+    patch stands aside (vLLM 0.32's Qwen3MoeModel builds embed_tokens on every stage). A nightly
+    whose facts release (0.33.0) is inside the packs' ranges and has a table; which packs cover 0.34 and
+    after is their proof's (tools/prove_packs.py), not this test's."""
+    env = shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.33.0.dev5"))
     cp = _run({**env, "PPSPEC_CACHE": str(tmp_path / "cache")}, "adapters", "list", "--json")
     assert cp.returncode == 0, cp.stderr[-3000:]
     listed = json.loads(cp.stdout)
