@@ -393,7 +393,7 @@ CORE: tuple[Code, ...] = (
     Code(
         "schedule-release-unverified",
         ("warning",),
-        "The vLLM release is older than those whose source was read for dynamic speculative decoding (0.30 to 0.33).",
+        "The vLLM release is older than those whose source was read for dynamic speculative decoding (0.30 to 0.34).",
         "Serve with vLLM >= 0.30, or remove `drafter.schedule`.",
         section="Dynamic speculative decoding (`drafter.schedule`)",
     ),

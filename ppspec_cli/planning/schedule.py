@@ -1,20 +1,21 @@
 """`drafter.schedule`: vLLM's dynamic speculative decoding (`speculative_config.
-num_speculative_tokens_per_batch_size`, vLLM 0.30 to 0.33), a list of `[batch_lo, batch_hi, k]`
+num_speculative_tokens_per_batch_size`, vLLM 0.30 to 0.34), a list of `[batch_lo, batch_hi, k]`
 inclusive ranges of the number of scheduled requests and the draft tokens per step there.
 
 Two things live here: `check` (vLLM's own rules for the schedule, per release, and the known
 pitfalls, as findings) and `derive` (the schedule `ppspec bench` proposes from the best k it
 measured at each concurrency).
 
-vLLM's rules, read in the source of vLLM 0.30, 0.31, 0.32 and 0.33 (the same
-vllm/v1/spec_decode/dynamic/utils.py in all four:
+vLLM's rules, read in the source of vLLM 0.30, 0.31, 0.32, 0.33 and 0.34 (the same
+vllm/v1/spec_decode/dynamic/utils.py in all five:
 `validate_and_normalize_dynamic_sd_schedule` and `build_dynamic_sd_schedule_lookup`;
 vllm/config/vllm.py `_maybe_disable_dynamic_sd_for_data_parallel` and
 `_maybe_override_dynamic_sd_cudagraph_mode`): ranges positive with start <= end, k >= 0, sorted
 ranges without overlap, the first starting at 1; gaps and the tail carry the previous k forward;
 k is clamped to num_speculative_tokens; data parallelism drops the schedule (static k); on the V1
 model runner full CUDA graphs become piecewise. vLLM 0.33 (`_maybe_disable_dynamic_sd_for_v1`)
-also drops it on V1 for methods other than ngram, eagle, eagle3, mtp, draft_model and dflash.
+also drops it on V1 for methods other than ngram, eagle, eagle3, mtp, draft_model and dflash;
+0.34 has no V1 runner. The V1 rules are read per release from its table (`runners.dynamic_sd`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ppspec_cli.knowledge import methods
 if TYPE_CHECKING:
     from ppspec_cli.planning.resolve import Resolved
 
-#: The oldest release whose source was read for the rules above (0.30 to 0.33 all have the feature).
+#: The oldest release whose source was read for the rules above (0.30 to 0.34 all have the feature; 0.34 has no V1 runner, so its V1 rules are gone).
 VERIFIED_FROM = (0, 30)
 #: The top of the last range bench derives: the highest --concurrency bench accepts. vLLM cuts any
 #: range at its max_num_seqs and carries the last k through the tail, so a larger top is harmless.
@@ -110,7 +111,7 @@ def _release(r: "Resolved", field: str) -> Iterator[Finding]:
             "schedule-release-unverified",
             "warning",
             field,
-            f"dynamic speculative decoding is read in the source of vLLM 0.30 to 0.33; vLLM {r.engine_version} is older (it may refuse the unknown speculative_config key at start)",
+            f"dynamic speculative decoding is read in the source of vLLM 0.30 to 0.34; vLLM {r.engine_version} is older (it may refuse the unknown speculative_config key at start)",
             "serve with vLLM >= 0.30, or remove drafter.schedule",
         )
     if r.profile.topology.data_parallel > 1:
