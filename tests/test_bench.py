@@ -157,8 +157,16 @@ def _check(sched, *, nst=2, dp=1, pp=1, runner="v2", platform="cuda", version="0
             "topology": prof.topology.model_copy(update={"data_parallel": dp}),
         }
     )
+    from ppspec_cli.knowledge import archtable
+
     r = SimpleNamespace(
-        profile=prof, version=parse_version(version), engine_version=version, runner=runner, platform=platform, pp=pp
+        profile=prof,
+        version=parse_version(version),
+        engine_version=version,
+        runner=runner,
+        platform=platform,
+        pp=pp,
+        arch_table=archtable.committed(version),  # the release's runner facts (Dynamic SD on V1)
     )
     return {f.code: f for f in schedule.check(r)}
 

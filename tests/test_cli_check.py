@@ -74,7 +74,9 @@ def test_the_output_says_which_vllm_version_the_verdict_is_for(make_checkpoint, 
         assert "verdict for cuda, vLLM 0.30.0 (profile engine_version)" in cp.stdout, cp.stdout
     cp = check(write_profile(prof(t)), "--json")
     got = json.loads(cp.stdout)["engine_version"]
-    assert got["version"] == (inst.version if serves_cuda else "0.33.0"), got
+    from ppspec_cli.knowledge.versions import NEWEST_VERIFIED
+
+    assert got["version"] == (inst.version if serves_cuda else NEWEST_VERIFIED), got
     assert got["source"].startswith("installed" if serves_cuda else "newest supported release"), got
     if inst is not None:  # platform auto: the installed build serves it and decides by value
         cp = check(write_profile(prof(t, platform="auto", extra="engine_version: 0.30.0\n")))

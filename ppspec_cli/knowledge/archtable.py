@@ -30,6 +30,8 @@ from ppspec_cli.io import safeio
 SCHEMA = 1
 #: The committed tables, one file per release.
 TABLE_DIR = Path(__file__).resolve().parent / "arch"
+#: The release-wide sections (knowledge/releasescan) a table must carry; a cached scan without them is stale.
+RELEASE_SECTIONS = ("runners", "config_hooks", "removed", "speculators_refused", "target_embed")
 #: A table is a few hundred KB; nothing larger is a table.
 MAX_TABLE_BYTES = 8 * 1024 * 1024
 
@@ -185,16 +187,19 @@ def _install_key(root: Path, version: str) -> str:
 def installed_table(root: Path, version: str) -> ArchTable:
     """The installed engine's table: scanned once per install (version + path + mtime), then
     read from the cache."""
-    from ppspec_cli.knowledge import archscan, drafterscan
+    from ppspec_cli.knowledge import archscan, releasescan
 
     path = cache_dir() / f"vllm-{_install_key(root, version)}.json"
     if path.is_file():
         try:
-            return _load(path, "installed")
+            cached = _load(path, "installed")
+            if all(k in cached.doc for k in RELEASE_SECTIONS):
+                return cached
+            # written by a ppspec that did not read the release-wide sections (runners, ...): scan again
         except PpspecError:
             pass  # a damaged cache entry: scan again
     _, commit = archscan.source_version(root)
-    doc = table_document(drafterscan.scan(root), version, commit, origin=f"installed vLLM {version} at {root / 'vllm'}")
+    doc = table_document(releasescan.scan(root), version, commit, origin=f"installed vLLM {version} at {root / 'vllm'}")
     import json
 
     path = cache_dir(create=True) / path.name
@@ -474,3 +479,93 @@ def with_embed_rule(t: dict[str, Any], config: dict[str, Any] | None, text: dict
         return t
     why = f"{'ties' if got else 'does not tie'} its embeddings ({flag}); the class keeps the embedding on the last stage only then ({rule.get('at')})"
     return {**t, "embed_last_stage": got, "embed_at": why}
+
+
+# ---------------------------------------------------------------------------------------------
+# Release-wide facts (knowledge/releasescan): runners, config hooks, what a release dropped
+
+
+def platform_runner(table: ArchTable | None, platform: str) -> tuple[str, str] | None:
+    """('v1' | 'v2', why with file:line): the model runner a default install of the table's release
+    builds on `platform` (the `runners` section); None when the table does not say (an older table,
+    an unread worker)."""
+    if table is None:
+        return None
+    e = (((table.doc.get("runners") or {}).get("platforms") or {}).get(platform)) or {}
+    runner = e.get("runner")
+    if runner not in ("v1", "v2"):
+        return None
+    return runner, f"vLLM {table.version} on {platform}: {e.get('why') or e.get('worker_at')}"
+
+
+def runner_section(table: ArchTable | None) -> dict[str, Any]:
+    return (table.doc.get("runners") or {}) if table is not None else {}
+
+
+def has_v1_runner(table: ArchTable | None) -> bool | None:
+    """Whether the release has Model Runner V1 (None: the table does not say)."""
+    run = runner_section(table)
+    if not run.get("classes"):
+        return None
+    return "v1" in run["classes"]
+
+
+def runner_relays_taps(table: ArchTable | None, runner: str) -> tuple[bool, str] | None:
+    """(whether the runner relays taps between PP stages, where it does) from the table's `runners`
+    section; None when the table does not say."""
+    got = runner_section(table).get("relays_taps")
+    if not isinstance(got, dict) or runner not in got:
+        return None
+    return got[runner] is not None, str(got[runner] or "")
+
+
+def v1_refuses(table: ArchTable | None, method: str) -> str | None:
+    """Where Model Runner V1 of the table's release refuses a method (file:line), else None."""
+    return (runner_section(table).get("v1_refuses_methods") or {}).get(method)
+
+
+def config_refusals(table: ArchTable | None, arch: str | None) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    """The architecture's `verify_and_update_config` hook and the refusals read from it (vLLM's
+    `MODELS_CONFIG_MAP`, keyed on the architecture vLLM resolved); None without one."""
+    if table is None or not arch:
+        return None
+    h = (table.doc.get("config_hooks") or {}).get(arch)
+    if not isinstance(h, dict):
+        return None
+    return h, [r for r in h.get("refuses") or [] if isinstance(r, dict)]
+
+
+def removed(table: ArchTable | None, arch: str | None) -> dict[str, Any] | None:
+    """{"until", "at"} when the table's release refuses `arch` as no longer supported."""
+    if table is None or not arch:
+        return None
+    got = (table.doc.get("removed") or {}).get(arch)
+    return got if isinstance(got, dict) else None
+
+
+def dropped(table: ArchTable | None, arch: str | None) -> dict[str, Any] | None:
+    """An architecture or drafter class the table's release does not register but an older
+    committed release did: {"last": the newest such release, "at": its registry line, "dropped_in":
+    the first committed release after it (the one that dropped it)}. None when the table registers
+    it or no committed release ever did."""
+    if table is None or not arch or table.registers(arch):
+        return None
+    mine = _release(table.version)
+    older = [v for v in committed_versions() if mine is None or (_release(v) or mine) < mine]
+    for i in range(len(older) - 1, -1, -1):
+        t = _committed_file(older[i])
+        e = t.doc.get("targets", {}).get(arch) or t.doc.get("drafters", {}).get(arch)
+        if isinstance(e, dict):
+            after = [
+                v for v in committed_versions() if (_release(v) or Version("0")) > (_release(older[i]) or Version("0"))
+            ]
+            return {"last": older[i], "at": e.get("registry"), "dropped_in": after[0] if after else table.version}
+    return None
+
+
+def speculators_refused(table: ArchTable | None, kind: str | None) -> dict[str, Any] | None:
+    """{"at", "message"} when the table's release refuses a speculators-format kind (P-EAGLE)."""
+    if table is None or not isinstance(kind, str):
+        return None
+    got = (table.doc.get("speculators_refused") or {}).get(kind)
+    return got if isinstance(got, dict) else None

