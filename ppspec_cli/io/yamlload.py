@@ -58,9 +58,25 @@ def _finite_float(loader: Any, node: Any) -> float:
     return f
 
 
+#: The largest integer a document may hold: 64 bits. Beyond it no setting is meaningful, and past
+#: 4,300 digits Python refuses to convert it at all (a ValueError deep in the YAML loader).
+MAX_INT = 1 << 64
+
+
+def _bounded_int(loader: Any, node: Any) -> int:
+    text = str(node.value)
+    if len(text) > 100:  # never converted: a 5,000-digit integer is refused before int() sees it
+        raise _NotJson("an integer beyond 64 bits", node.start_mark, text)
+    i = yaml.SafeLoader.construct_yaml_int(loader, node)
+    if abs(i) >= MAX_INT:
+        raise _NotJson("an integer beyond 64 bits", node.start_mark, text)
+    return i
+
+
 for _tag in NOT_JSON:
     _SafeJsonLoader.add_constructor(_tag, _refuse(_tag))
 _SafeJsonLoader.add_constructor("tag:yaml.org,2002:float", _finite_float)
+_SafeJsonLoader.add_constructor("tag:yaml.org,2002:int", _bounded_int)
 
 
 def expanded_size(node: Any, max_nodes: int, max_bytes: int) -> tuple[int, int] | None:

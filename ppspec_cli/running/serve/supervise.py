@@ -551,7 +551,7 @@ def _run_locked(
     return result
 
 
-def _supervise(
+def _supervise(  # noqa: PLR0911 - one return per way the engine's start ends
     spec,
     node,
     proc,
@@ -620,16 +620,20 @@ def _supervise(
         log(f"serving at {spec.url} — ready in {time.monotonic() - t0:.0f}s")
         return _run_workload(workload, proc, sigs, roll, exited)
     if node.role == "head":
+        try:  # first: `ready` is the promise scripts wait on (RUN_DIR/ready); serving without it hangs them
+            rd.write_text(READY_FILE, spec.url + "\n", what="the ready marker")
+        except PpspecError as e:
+            return ServeResult(
+                1,
+                f"the engine answers /health, but {e.what}: a script waiting for {spec.run_dir / READY_FILE} would wait forever, "
+                f"so the engine was stopped. Free space in the run directory and start again. Engine log: {log_path}",
+            )
         log(f"serving at {spec.url} (OpenAI API) — ready in {time.monotonic() - t0:.0f}s")
         model = node.argv[node.argv.index("--served-model-name") + 1] if "--served-model-name" in node.argv else ""
         log("try: " + curl_line(spec.url, model, node.env_refs.get("VLLM_API_KEY")))
         if verify_line:
             log(f"measure speculation (in another terminal): {verify_line}")
         log("stop with Ctrl-C")
-        try:
-            rd.write_text(READY_FILE, spec.url + "\n", what="the ready marker")
-        except PpspecError as e:  # the engine serves; only the marker for scripts is missing
-            log(f"warning: {e.what}; the engine keeps serving")
     else:
         log(f"node {node.node_rank} started: it joins the head's engine (the head serves the API)")
     while True:
