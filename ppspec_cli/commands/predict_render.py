@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -43,18 +44,27 @@ class PredictOptions:
     calibration: str | None = None
 
 
+#: The most concurrency levels one prediction tabulates (each with every k: 64 x 65 rows at most,
+#: a few MB of --json; 4096 levels x 65 k were 150 MB)
+MAX_LEVELS = 64
+
+
 def _ints(text: str, what: str) -> list[int]:
-    try:
-        vals = sorted({int(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        vals = []
+    parts = [x.strip() for x in text.split(",") if x.strip()]
+    vals = sorted({int(x) for x in parts if x.isascii() and x.isdigit() and len(x) <= 6})
     spec = "speculative" in what
-    if not vals or vals[0] < (0 if spec else 1) or vals[-1] > (MAX_SPECULATIVE_TOKENS if spec else MAX_CONCURRENCY):
-        top = MAX_SPECULATIVE_TOKENS if spec else MAX_CONCURRENCY
+    top = MAX_SPECULATIVE_TOKENS if spec else MAX_CONCURRENCY
+    if not vals or len(vals) != len(set(parts)) or vals[0] < (0 if spec else 1) or vals[-1] > top:
         raise PpspecError(
-            f"{what} must be a comma-separated list of integers from {0 if spec else 1} to {top} (got {text!r})",
+            f"{what} must be a comma-separated list of integers from {0 if spec else 1} to {top} (got {text[:80]!r})",
             where=what,
             fix="e.g. 1,4,16,32",
+        )
+    if len(vals) > MAX_LEVELS:
+        raise PpspecError(
+            f"{what} lists {len(vals)} values; a prediction tabulates at most {MAX_LEVELS}",
+            where=what,
+            fix="e.g. 1,2,4,8,16,32,64,128",
         )
     return vals
 
@@ -107,7 +117,8 @@ def _overrides(spec: str, what: str) -> tuple[str, dict[str, float]]:
             x = float(v) if v.strip().isascii() else float("nan")
         except ValueError:
             x = float("nan")
-        if not (math.isfinite(x) and lo <= x <= hi and (x > 0 or lo == 0)):
+        subnormal = x != 0 and abs(x) < sys.float_info.min  # 1e-310: a number no hardware has, and a divisor
+        if not (math.isfinite(x) and lo <= x <= hi and (x > 0 or lo == 0)) or subnormal:
             raise PpspecError(
                 f"{what}: {k}={one_line(v, 40)} is not a number in [{lo:g}, {hi:g}] {unit}",
                 where=what,

@@ -14,7 +14,6 @@ Shape sources, best first, each named in the prediction's notes:
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict
 from typing import Any, Optional
 
@@ -184,7 +183,7 @@ def _bad_positions(p: list) -> str | None:
     if len(p) > MAX_POSITIONS:
         return f"{len(p)} positions, more than the {MAX_POSITIONS} any k ppspec plans has"
     for i, x in enumerate(p):
-        ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and 0.0 <= x <= 1.0
+        ok = isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1  # NaN and 10**400 too
         if not ok:
             return f"position {i} is {str(x)[:40]!r}, not a fraction in [0, 1]"
     return None
@@ -236,10 +235,11 @@ def shape_key(shape: Shape) -> dict[str, int]:
 
 class CalibrationCosts(Record):
     """The step costs of one entry (planning/predict.Costs), each finite and in the range a fit
-    gives (fit_groups: efficiencies on (0, 1], overheads clamped at 0), the overheads under a minute."""
+    gives: efficiencies in [0.01, 1] (fit_groups searches 0.30..1.00; a subnormal one divides to
+    infinity), overheads clamped at 0 and under a minute."""
 
-    eff_bw: Optional[float] = Field(default=None, gt=0.0, le=1.0)
-    eff_flops: Optional[float] = Field(default=None, gt=0.0, le=1.0)
+    eff_bw: Optional[float] = Field(default=None, ge=0.01, le=1.0)
+    eff_flops: Optional[float] = Field(default=None, ge=0.01, le=1.0)
     step_overhead_ms: Optional[float] = Field(default=None, ge=0.0, le=60_000.0)
     spec_overhead_ms: Optional[float] = Field(default=None, ge=0.0, le=60_000.0)
     draft_pass_overhead_ms: Optional[float] = Field(default=None, ge=0.0, le=60_000.0)

@@ -461,7 +461,7 @@ class Profile(_Strict):
     @classmethod
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
         for k in v:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k, re.ASCII):  # `$` would pass "A\n"
                 raise ValueError(f"environment variable name {k!r} is not valid")
         return v
 

@@ -63,9 +63,20 @@ def spec_arm_name(k: int | None) -> str:
     return f"spec-k{k}" if k is not None else "spec"
 
 
+#: The most values one list option takes (--concurrency: each level is a measured run per arm and
+#: repeat; the report, verdict and plots grow with them).
+MAX_LIST = 64
+
+
 def parse_int_list(text: str, what: str, lo: int, hi: int) -> list[int]:
     """`1,4,16` -> [1, 4, 16] (sorted, without repeats); a clear usage error otherwise."""
     out = set()
+    if text.count(",") >= MAX_LIST:
+        raise PpspecError(
+            f"{what} lists {text.count(',') + 1} values; bench takes at most {MAX_LIST}",
+            where=what,
+            fix=f"e.g. {what} 1,4,16,32",
+        )
     for part in text.split(","):
         p = part.strip()
         if not (p.isascii() and p.isdigit()) or not (lo <= int(p) <= hi):
