@@ -270,6 +270,29 @@ def _predict_at_max_case() -> Callable[[], str | None]:
     return run
 
 
+def _pp_at_max_case(command: tuple[str, ...]) -> Callable[[], str | None]:
+    """pipeline_parallel at its maximum (1024 stages of a 4096-layer config, 16 nodes of 64): bounded output."""
+
+    @_guard
+    def run() -> str | None:
+        with workdir() as d:
+            local_profile(d)
+            cfg = json.loads((MODELS / "meta-llama__Llama-3.1-8B-Instruct" / "config.json").read_text())
+            cfg["num_hidden_layers"] = 4096
+            (d / "t" / "config.json").write_text(json.dumps(cfg))
+            (d / "t" / "model.safetensors.index.json").unlink(missing_ok=True)
+            prof = local_profile(d, name="max", pp=1024, nodes=16, gpn=64)
+            r = _ppspec(*[a.replace("PROFILE", str(prof)) for a in command], cwd=d)
+            bad = _clean_exit(r, (0, 1))
+            if bad:
+                return bad
+            if len(r.stdout) > 16 << 20:
+                return f"{len(r.stdout) >> 20} MiB of output for 1024 stages"
+        return None
+
+    return run
+
+
 def cost_cases() -> Iterator[Case]:
     for ref in ("demo:tiny-llama-relay", "demo:tiny-llama-relay-eagle3", "demo:tiny-llama"):
         for cmd in (
@@ -305,6 +328,8 @@ def cost_cases() -> Iterator[Case]:
         _nodes_at_max_case(("serve", "PROFILE", "--dry-run", "--json", "--offline")),
     )
     yield ("costs", "levels-at-max", "plan --predict", _predict_at_max_case())
+    for cmd in (("plan", "PROFILE", "--offline", "--json"), ("plan", "PROFILE", "--offline", "--json", "--predict")):
+        yield ("costs", "pp-at-max", " ".join(cmd[2:]), _pp_at_max_case(cmd))
 
 
 # -- bench's --out (class 2): owned, locked, walked by descriptor
@@ -872,6 +897,28 @@ def _oversized_case() -> Callable[[], str | None]:
     return run
 
 
+def _said_case(damage: Callable[[Path], None]) -> Callable[[], str | None]:
+    """`check` on a fork whose source cannot be read says so (vllm-unverified names why the
+    committed table stands in): the installed engine's facts are never dropped without a word."""
+
+    @_guard
+    def run() -> str | None:
+        from ppspec_cli.planning import resolve as resolve_mod
+        from ppspec_cli.planning import rules
+        from ppspec_cli.planning.profile import load_profile
+
+        with workdir() as d, _fork(d) as root, patched(resolve_mod, "installed_vllm", _fake_install):
+            damage(root)
+            prof = local_profile(d)
+            r = resolve_mod.resolve(load_profile(prof), profile_path=str(prof), offline=True)
+            lines = [f.message for f in rules.engine_version_rule(r)]
+        if not any("not used" in ln or "could not be read" in ln for ln in lines):
+            return f"check says nothing of the unreadable install: {lines[:1]}"
+        return None
+
+    return run
+
+
 def scan_cases() -> Iterator[Case]:
     deep_parens = b"x = " + b"(" * 5000 + b"1" + b")" * 5000 + b"\n"
     deep_binop = b"x = " + b"1+" * 200_000 + b"1\n"
@@ -890,6 +937,12 @@ def scan_cases() -> Iterator[Case]:
     ):
         yield ("engine-scan", "source", label, _scan_case(label, damage))
     yield ("engine-scan", "bounded-read", "512 MiB module", _bounded_read_case())
+    for label, damage in (
+        ("registry a FIFO", _fifo("model_executor/models/registry.py")),
+        ("registry binop chain", _write("model_executor/models/registry.py", b"x = " + b"1+" * 200_000 + b"1\n")),
+        ("registry missing", lambda root: (root / "vllm" / "model_executor" / "models" / "registry.py").unlink()),
+    ):
+        yield ("engine-scan", "said", label, _said_case(damage))
     for label, entry in (
         ("targets a string", json.dumps({"schema": 1, "vllm_version": "9.9.0", "origin": "x", "targets": "x"})),
         (

@@ -22,6 +22,7 @@ SLOW_CLASSES = {
     ("costs", "pp"),
     ("costs", "levels"),
     ("costs", "levels-at-max"),
+    ("costs", "pp-at-max"),
     ("costs", "demo-no-weights"),
 }
 
