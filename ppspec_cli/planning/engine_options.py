@@ -691,6 +691,8 @@ def env_risk(name: str, value: object = None) -> tuple[str, str] | None:
     (ENV_ROOTS), a name known to move something (UNTRUSTED_ENV), a name whose shape says it holds a
     location, endpoint or library (_MOVES_BY_SUFFIX), or a value that is a path or URL."""
     up = name.upper()
+    if name in PLAN_ENV or name.startswith("PPSPEC_"):
+        return None  # the variables of ppspec's own plan: refused by their own rule (env-overrides-plan)
     if up in UNTRUSTED_ENV:
         return UNTRUSTED_ENV[up]
     if up in ENV_ROOTS:

@@ -551,7 +551,7 @@ def _run_locked(
     return result
 
 
-def _supervise(  # noqa: PLR0911 - one return per way the engine's start ends
+def _supervise(
     spec,
     node,
     proc,
@@ -636,6 +636,11 @@ def _supervise(  # noqa: PLR0911 - one return per way the engine's start ends
         log("stop with Ctrl-C")
     else:
         log(f"node {node.node_rank} started: it joins the head's engine (the head serves the API)")
+    return _serve_until_stopped(proc, sigs, roll, exited, log_path)
+
+
+def _serve_until_stopped(proc, sigs: _Signals, roll, exited, log_path: Path) -> ServeResult:
+    """The engine serves: watch signals, the roll call and the engine until one of them ends it."""
     while True:
         if sigs.first is not None:
             return ServeResult(128 + sigs.first, f"stopped by {sigs.name}: the engine shut down cleanly")
