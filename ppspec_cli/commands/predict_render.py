@@ -76,7 +76,7 @@ def options(predict: bool, opts: PredictOptions) -> PredictOptions | None:
         return opts
     given = [f for f in PredictOptions.__dataclass_fields__ if getattr(opts, f) != getattr(PredictOptions(), f)]
     if given:
-        flags = ", ".join("--" + f.replace("_", "-").replace("nst", "num-speculative-tokens") for f in given)
+        flags = ", ".join("--" + f.replace("_", "-") for f in given)
         raise PpspecError(
             f"{flags} only apply with --predict", where=flags, fix="add --predict, or drop " + flags, exit_code=2
         )
