@@ -58,19 +58,18 @@ def _finite_float(loader: Any, node: Any) -> float:
     return f
 
 
-#: The largest integer a document may hold: 64 bits. Beyond it no setting is meaningful, and past
-#: 4,300 digits Python refuses to convert it at all (a ValueError deep in the YAML loader).
-MAX_INT = 1 << 64
+#: The most characters an integer may be written with. Past 4,300 digits Python refuses to convert
+#: one at all (a ValueError deep in the YAML loader, exit 3); up to this bound, the schema names the
+#: field an out-of-range integer is in (`topology.tensor_parallel` less than or equal to 1024), and
+#: no float overflows (10**100 is 1e100).
+MAX_INT_CHARS = 100
 
 
 def _bounded_int(loader: Any, node: Any) -> int:
     text = str(node.value)
-    if len(text) > 100:  # never converted: a 5,000-digit integer is refused before int() sees it
-        raise _NotJson("an integer beyond 64 bits", node.start_mark, text)
-    i = yaml.SafeLoader.construct_yaml_int(loader, node)
-    if abs(i) >= MAX_INT:
-        raise _NotJson("an integer beyond 64 bits", node.start_mark, text)
-    return i
+    if len(text) > MAX_INT_CHARS:  # never converted: a 5,000-digit integer is refused before int() sees it
+        raise _NotJson(f"an integer of more than {MAX_INT_CHARS} digits", node.start_mark, text)
+    return yaml.SafeLoader.construct_yaml_int(loader, node)
 
 
 for _tag in NOT_JSON:
