@@ -199,7 +199,7 @@ def serve(
     health_timeout: Optional[int] = typer.Option(
         None,
         "--health-timeout",
-        min=5,
+        min=1,
         max=86400,
         help="Seconds to wait for /health (default: launch.health_timeout_s).",
     ),
