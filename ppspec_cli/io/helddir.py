@@ -78,7 +78,7 @@ class HeldDir:
     def claim(cls, path: str | os.PathLike[str], *, where: str, what: str, exit_code: int = 2) -> "HeldDir":
         """The directory at `path` (created if absent), held; refused unless it is yours alone."""
         p = Path(path)
-        fix = f"pass {where} a directory of your own that no one else can write to (it is created if absent)"
+        fix = f"`chmod go-w {str(p)[:200]}` if it is yours, or pass {where} a directory of your own that no one else can write to (it is created if absent)"
         try:
             if not os.path.lexists(p):
                 os.makedirs(p, mode=0o755, exist_ok=True)
@@ -205,7 +205,8 @@ class HeldDir:
         if why is not None:
             os.close(fd)
             raise self._error(
-                f"cannot use {shown}: {why}", f"remove {shown} (ppspec recreates it), or choose another {self.where}"
+                f"cannot use {shown}: {why}",
+                f"`chmod go-w {shown}` if it is yours, else remove it (ppspec recreates it), or choose another {self.where}",
             )
         return HeldDir(shown, fd, self.where, self.exit_code)
 
