@@ -587,10 +587,11 @@ def _resolved():
         from ppspec_cli.planning.profile import load_profile
         from ppspec_cli.planning.resolve import resolve
 
-        d = Path(tempfile.mkdtemp(prefix="ppspec-attack4-predict-"))
+        holder = tempfile.TemporaryDirectory(prefix="ppspec-attack4-predict-")  # removed at exit (its finalizer)
+        d = Path(holder.name)
         prof = local_profile(d, pp=2)
         _RESOLVED["r"] = resolve(load_profile(prof), profile_path=str(prof), offline=True)
-        _RESOLVED["dir"] = d
+        _RESOLVED["dir"] = holder
     return _RESOLVED["r"]
 
 
