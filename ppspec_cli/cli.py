@@ -164,6 +164,7 @@ def plan(
         None,
         "--context-length",
         min=1,
+        max=1 << 24,
         help="With --predict: tokens of context per request (default min(1024, max-model-len)).",
     ),
     calibration: Optional[str] = typer.Option(
@@ -175,14 +176,13 @@ def plan(
     """Show the stage plan: layers per stage, where each tap lives, what each hop relays, draft layer
     ids, embedding placement and weight memory per stage; exit code as `check`'s. With --predict, the predicted speed-up."""
     from ppspec_cli.commands import plan as command
-    from ppspec_cli.commands.predict_render import PredictOptions
+    from ppspec_cli.commands.predict_render import PredictOptions, options
 
-    opts = (
+    opts = options(
+        predict,
         PredictOptions(
             hardware, link, acceptance_length, acceptance_from, concurrency, nst, context_length, calibration
-        )
-        if predict
-        else None
+        ),
     )
     raise typer.Exit(command.run(profile, json_out, offline, opts, verbose, hardware))
 
@@ -200,6 +200,8 @@ def serve(
     node_rank: Optional[int] = typer.Option(
         None,
         "--node-rank",
+        min=0,
+        max=4095,
         help="Which node this is (multi-node). Default 0 (the head); with --dry-run, default all nodes.",
     ),
     json_out: bool = typer.Option(False, "--json", help="With --dry-run: print the launch as JSON."),
@@ -210,7 +212,11 @@ def serve(
         help="Where to keep plan.json, launch.json and engine.log (default ~/.cache/ppspec/runs/NAME).",
     ),
     health_timeout: Optional[int] = typer.Option(
-        None, "--health-timeout", help="Seconds to wait for /health (default: launch.health_timeout_s)."
+        None,
+        "--health-timeout",
+        min=1,
+        max=86400,
+        help="Seconds to wait for /health (default: launch.health_timeout_s).",
     ),
     master_addr: Optional[str] = typer.Option(
         None,

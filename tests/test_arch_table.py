@@ -282,7 +282,8 @@ def test_adapters_show_an_architecture_no_pack_covers(capsys):
 
 
 def test_an_unreadable_installed_source_is_no_table_not_a_traceback(tmp_path, monkeypatch, make_checkpoint):
-    """A fork whose source the walker cannot read: the verdict says unknown (no table), check runs on."""
+    """A fork whose source the walker cannot read: the committed table of the release its facts are
+    carried from stands in, and says why (issue 42: never dropped without a word); check runs on."""
     from ppspec_cli.planning import resolve as resolve_mod
     from ppspec_cli.planning.profile import parse_profile
 
@@ -293,7 +294,8 @@ def test_an_unreadable_installed_source_is_no_table_not_a_traceback(tmp_path, mo
         "t", {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "hidden_size": 64, "vocab_size": 100}
     )
     r = resolve_mod.resolve(parse_profile(f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\n"), offline=True)
-    assert r.arch_table is None and r.support("aux_relay_over_pp").status in ("unknown", "native", "unsupported")
+    assert r.arch_table.source == "committed" and "could not be read" in r.arch_table.note
+    assert r.support("aux_relay_over_pp").status in ("unknown", "native", "unsupported")
 
 
 def test_hybrid_flag_from_the_interfaces():

@@ -471,7 +471,9 @@ def test_resume_keeps_only_runs_measured_with_the_same_settings(tmp_path):
     safeio.write_text(d / "c4-r0.json", json.dumps({**_run("baseline", 4, 100), "max_tokens": 99}))  # other settings
     safeio.write_text(d / "c4-r1.json", json.dumps(_run("baseline", 4, 100, r=1)))
     assert b.todo(ARMS[0]) == ([(4, 0), (1, 1)], True)  # repeats outermost
-    safeio.write_text(d / "parity.json", json.dumps({"outputs": [], "settings": _parity_key(settings)}))
+    safeio.write_text(
+        d / "parity.json", json.dumps({"arm": "baseline", "outputs": [], "settings": _parity_key(settings)})
+    )
     assert b.todo(ARMS[0]) == ([(4, 0), (1, 1)], False)
     assert b.todo(ARMS[1]) == ([(1, 0), (4, 0), (1, 1), (4, 1)], True)
     # the tuned arm's results count only for the schedule they were measured with

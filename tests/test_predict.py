@@ -407,7 +407,7 @@ def test_bad_prediction_inputs_are_one_clear_message(llama70b_cache):
         (["--acceptance-length", "9"], "must lie in"),
         (["--concurrency", "0,x"], "comma-separated"),
         (["--num-speculative-tokens", "65"], "from 0 to 64"),
-        (["--link", "ib-ndr,bw=-1"], "must be positive"),
+        (["--link", "ib-ndr,bw=-1"], "is not a number in"),
     ):
         r = inprocess.run("plan", prof, "--offline", "--predict", *extra, env=llama70b_cache)
         assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr

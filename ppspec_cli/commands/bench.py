@@ -74,7 +74,15 @@ def run(profile: str, o: Options) -> int:
 
         refuse_if_busy(prof)
     fresh = not (Path(o.out) if o.out else default_state_dir(prof.name)).exists()
-    state = _state_dir(o.out, prof.name)
+    out = _state_dir(o.out, prof.name)
+    try:
+        return _run(profile, o, prof, arms, levels, out, fresh)
+    finally:
+        out.close()
+
+
+def _run(profile: str, o: Options, prof, arms: list[Arm], levels: list[int], out, fresh: bool) -> int:
+    state = out.path
     per_level = {str(c): res.prompts_at(o.num_prompts, c) for c in levels}
     settings = {
         "concurrency": levels,
@@ -90,16 +98,18 @@ def run(profile: str, o: Options) -> int:
     }
     if not o.resume:
         for name in [a.name for a in arms] + [res.TUNED]:
-            safeio.remove_tree(
-                state / "arms" / name, what="the arm's previous results"
-            )  # a planted link is unlinked, never followed
-    b = _Bench(profile, prof, arms, settings, state, o.offline, None, _identity(o.endpoint is None))
+            out.clear_arm(name)  # by descriptor (verify/bench/outdir.py): no link is followed
+    b = _Bench(profile, prof, arms, settings, state, o.offline, None, _identity(o.endpoint is None, prof))
+    b.out = out
     if o.resume:
         b.check_kept(o.allow_mixed)
     code = _measure(b)
     doc = b.assemble()
     if code and not b.started and not doc["runs"]:  # stopped before any server answered: nothing to report or resume
-        if fresh and not any(p.is_file() for p in state.rglob("*")):  # made by this run, holding no file
+        from ppspec_cli.verify.bench.outdir import LOCK_FILE
+
+        out.close()  # the lock released: the directory this run made holds no result
+        if fresh and not any(p.is_file() and p.name != LOCK_FILE for p in state.rglob("*")):
             safeio.remove_tree(state, what="the empty results directory")
         progress("nothing was measured: no results written")
         b.show_fatal()
@@ -160,7 +170,7 @@ def _validate(o: Options) -> list[int]:
     return levels
 
 
-def _identity(served: bool) -> dict:
+def _identity(served: bool, prof=None) -> dict:
     """This run's identity, recorded in every result it measures (and checked on --resume)."""
     import uuid
 
@@ -174,6 +184,7 @@ def _identity(served: bool) -> dict:
         "host": host_name(),
         "ppspec_version": __version__,
         "vllm_version": v.version if v else None,
+        "profile_digest": res.profile_digest(prof) if prof is not None else None,
         "served": served,
     }
 
@@ -181,12 +192,16 @@ def _identity(served: bool) -> dict:
 def _arms(prof, nst: str | None, endpoint: str | None, baseline_endpoint: str | None) -> list[Arm]:
     """baseline (no drafter) first, then one arm per num_speculative_tokens."""
     from ppspec_cli.io import redact
+    from ppspec_cli.verify.client import normalize_endpoint
 
     for url in (
         endpoint,
         baseline_endpoint,
     ):  # a `user:password@` endpoint never lands in bench.json, report.md or the terminal
         redact.register_url(url)
+    for url in (endpoint, baseline_endpoint):  # checked before anything runs, even when every arm is resumed
+        if url is not None:
+            normalize_endpoint(url)
     if prof.drafter is None:
         raise PpspecError(
             f"profile {prof.name} names no drafter: there is no speculation to measure",
@@ -224,20 +239,12 @@ def default_state_dir(name: str) -> Path:
     return default_run_dir(name).parent / f"{name}-bench"
 
 
-def _state_dir(out: str | None, name: str) -> Path:
-    """--out DIR (created), else default_state_dir(NAME): the results and the --resume state."""
-    state = Path(out) if out else default_state_dir(name)
-    try:
-        state.mkdir(parents=True, exist_ok=True)
-        if not os.access(state, os.W_OK):
-            raise PermissionError(13, "not writable")
-    except OSError as e:
-        raise PpspecError(
-            f"cannot use {str(state)[:200]} for the results: {e.strerror or e}",
-            where="--out",
-            fix="pass --out DIR, a directory you can write to (it is created)",
-        ) from None
-    return state
+def _state_dir(out: str | None, name: str):
+    """--out DIR, else default_state_dir(NAME): the results and the --resume state, claimed and locked
+    (verify/bench/outdir.py: yours alone, one bench at a time, walked by descriptor)."""
+    from ppspec_cli.verify.bench.outdir import OutDir
+
+    return OutDir.claim(Path(out) if out else default_state_dir(name))
 
 
 def _measure(b: "_Bench") -> int:
@@ -297,6 +304,8 @@ class _Bench:
         self.profile_path, self.prof, self.arms, self.levels = profile_path, prof, list(arms), settings["concurrency"]
         self.settings, self.state, self.offline, self.health_timeout = settings, state, offline, health_timeout
         self.identity = identity
+        self.digest = identity.get("profile_digest")
+        self.out = None  # the claimed --out (verify/bench/outdir.OutDir), set by run()
         self.level_times: list[float] = []
         self.start_times: list[float] = []
         self.failures: list[str] = []
@@ -314,14 +323,14 @@ class _Bench:
         return self.state / "arms" / arm.name
 
     def _kept(self, arm: Arm, c: int, r: int) -> dict | None:
-        rec = res.load_record(self.arm_dir(arm) / res.record_name(c, r))
+        rec = res.kept_record(self.arm_dir(arm) / res.record_name(c, r), arm, self.digest, c, r)
         return rec if res.level_done(rec, self.settings, arm) else None
 
     def todo(self, arm: Arm) -> tuple[list[tuple[int, int]], bool]:
         """The (concurrency, repeat) runs still to measure, repeats outermost (so drift spreads over
         the levels), and whether the parity pass is still to do."""
         runs = [(c, r) for r in range(self.settings["repeat"]) for c in self.levels if self._kept(arm, c, r) is None]
-        par = res.load_record(self.arm_dir(arm) / "parity.json")
+        par = res.kept_record(self.arm_dir(arm) / "parity.json", arm, self.digest)
         need_parity = par is None or par.get("settings") != _parity_key(self.settings, arm)
         return runs, need_parity
 
@@ -333,7 +342,7 @@ class _Bench:
             for arm in self.arms + [Arm(res.TUNED, True, None)]
             for c in self.levels
             for r in range(self.settings["repeat"])
-            if (rec := res.load_record(self.arm_dir(arm) / res.record_name(c, r))) is not None
+            if (rec := res.kept_record(self.arm_dir(arm) / res.record_name(c, r), arm, self.digest, c, r)) is not None
         ]
         lines = res.foreign(kept, self.identity)
         if not lines:
@@ -473,7 +482,7 @@ class _Bench:
     ) -> int:
         from ppspec_cli.verify.bench.harness import Stopped
 
-        d = self.arm_dir(arm)
+        d = self.out.make_arm(arm.name) if self.out is not None else self.arm_dir(arm)
         what = (
             "without its drafter"
             if not arm.speculation
@@ -625,7 +634,7 @@ class _Bench:
                 samples += recs
                 if recs:
                     runs.append(res.aggregate(recs))
-            parity_docs[arm.name] = res.load_record(self.arm_dir(arm) / "parity.json")
+            parity_docs[arm.name] = res.kept_record(self.arm_dir(arm) / "parity.json", arm, self.digest)
         grid = self.grid()
         static = self._static()
         levels_doc = judge.per_level(grid, static, self.levels)

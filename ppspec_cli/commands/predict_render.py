@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -43,40 +45,92 @@ class PredictOptions:
     calibration: str | None = None
 
 
+#: The most concurrency levels one prediction tabulates (each with every k: 64 x 65 rows at most,
+#: a few MB of --json; 4096 levels x 65 k were 150 MB)
+MAX_LEVELS = 64
+
+
 def _ints(text: str, what: str) -> list[int]:
-    try:
-        vals = sorted({int(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        vals = []
+    parts = [x.strip() for x in text.split(",") if x.strip()]
+    vals = sorted({int(x) for x in parts if x.isascii() and x.isdigit() and len(x) <= 6})
     spec = "speculative" in what
-    if not vals or vals[0] < (0 if spec else 1) or vals[-1] > (MAX_SPECULATIVE_TOKENS if spec else MAX_CONCURRENCY):
-        top = MAX_SPECULATIVE_TOKENS if spec else MAX_CONCURRENCY
+    top = MAX_SPECULATIVE_TOKENS if spec else MAX_CONCURRENCY
+    if not vals or len(vals) != len(set(parts)) or vals[0] < (0 if spec else 1) or vals[-1] > top:
         raise PpspecError(
-            f"{what} must be a comma-separated list of integers from {0 if spec else 1} to {top} (got {text!r})",
+            f"{what} must be a comma-separated list of integers from {0 if spec else 1} to {top} (got {text[:80]!r})",
             where=what,
             fix="e.g. 1,4,16,32",
+        )
+    if len(vals) > MAX_LEVELS:
+        raise PpspecError(
+            f"{what} lists {len(vals)} values; a prediction tabulates at most {MAX_LEVELS}",
+            where=what,
+            fix="e.g. 1,2,4,8,16,32,64,128",
         )
     return vals
 
 
+def options(predict: bool, opts: PredictOptions) -> PredictOptions | None:
+    """The --predict options, or None without --predict; a predict option given without --predict is
+    a usage error (it would be silently dropped: the plan would not say what it ignored). --hardware
+    is not one of them: without --predict it names the accelerator the memory model judges."""
+    if predict:
+        return opts
+    fields = [f for f in PredictOptions.__dataclass_fields__ if f != "hardware"]
+    given = [f for f in fields if getattr(opts, f) != getattr(PredictOptions(), f)]
+    if given:
+        flags = ", ".join("--" + f.replace("_", "-") for f in given)
+        raise PpspecError(
+            f"{flags} only apply with --predict", where=flags, fix="add --predict, or drop " + flags, exit_code=2
+        )
+    return None
+
+
+#: Override keys of --hardware / --link and the range each must lie in (finite; a subnormal, zero,
+#: negative or absurd value would give NaN, negative or infinite tables): memory bandwidth up to
+#: 100 TB/s (the fastest HBM today is ~8 TB/s), tensor throughput up to 100 PFLOP/s (~2.5 dense
+#: bf16 today), a link's bandwidth up to 10 TB/s (NVLink 5: 0.9 TB/s per direction) and its latency
+#: up to one second.
+OVERRIDES = {
+    "--hardware": {"bw": (1.0, 1e5, "GB/s"), "tflops": (1e-3, 1e5, "TFLOP/s"), "mem": (1.0, 1e4, "GiB")},
+    "--link": {"bw": (1e-3, 1e4, "GB/s"), "lat": (0.0, 1e6, "us")},
+}
+
+
 def _overrides(spec: str, what: str) -> tuple[str, dict[str, float]]:
-    """NAME[,key=value...] -> (NAME, {key: value}); `mem=` is the memory model's (planning/memory_inputs.py)."""
+    """NAME[,key=value...] -> (NAME, {key: value}); every key known and every value finite and in
+    its range (OVERRIDES), else one usage error naming it. `mem=` (--hardware) is the memory model's
+    (planning/memory_inputs.py): checked here, not a predictor override."""
+    from ppspec_cli.io.terminal import one_line
+
+    allowed = OVERRIDES[what]
+    example = "e.g. h200,bw=4000,tflops=900" if what == "--hardware" else "e.g. tcp-100g,bw=8.3,lat=50"
     name, *rest = [p.strip() for p in spec.split(",")]
     out: dict[str, float] = {}
     for p in rest:
         k, _, v = p.partition("=")
-        if k.strip().lower() == "mem":
-            continue
-        try:
-            out[k] = float(v)
-        except ValueError:
+        k = k.strip().lower() if k.strip().lower() == "mem" else k
+        if k not in allowed:
             raise PpspecError(
-                f"{what}: {p!r} is not key=number",
+                f"{what}: {one_line(k, 40)!r} is not an override (known: {', '.join(allowed)})",
                 where=what,
-                fix="e.g. h200,bw=4000,tflops=900 or tcp-100g,bw=8.3,lat=50",
-            ) from None
-        if out[k] <= 0:
-            raise PpspecError(f"{what}: {k} must be positive", where=what, fix="give a positive number")
+                fix=example,
+                exit_code=2,
+            )
+        lo, hi, unit = allowed[k]
+        try:
+            x = float(v) if v.strip().isascii() else float("nan")
+        except ValueError:
+            x = float("nan")
+        subnormal = x != 0 and abs(x) < sys.float_info.min  # 1e-310: a number no hardware has, and a divisor
+        if not (math.isfinite(x) and lo <= x <= hi and (x > 0 or lo == 0)) or subnormal:
+            raise PpspecError(
+                f"{what}: {k}={one_line(v, 40)} is not a number in [{lo:g}, {hi:g}] {unit}",
+                where=what,
+                fix=example,
+                exit_code=2,
+            )
+        out[k] = x
     return name.lower(), out
 
 
@@ -155,17 +209,30 @@ def _acceptance(r: Any, opts: PredictOptions) -> Acceptance:
     )
 
 
-def _calibration(r: Any, opts: PredictOptions, hw_name: str, shape) -> tuple[Costs, dict[str, Any]]:
-    from ppspec_cli.io.safeio import read_json
+def _calibration(r: Any, opts: PredictOptions, hw_name: str, shape, notes: list[str]) -> tuple[Costs, dict[str, Any]]:
+    from ppspec_cli.io import records
+    from ppspec_cli.planning.predict_inputs import CalibrationFile
 
     path = opts.calibration
+    beside = None
     if path is None and r.profile_path:
         cand = Path(r.profile_path).resolve().parent / CALIBRATION_FILE
-        path = str(cand) if cand.is_file() else None
+        path = beside = str(cand) if cand.is_file() else None
     if path:
-        doc = read_json(
-            path, limit=REPORT_LIMIT, what="calibration file", fix="pass a file written by tools/predict_validation.py"
-        )
+        try:  # typed: every cost finite and in range, or one error naming the file and the field
+            _model, doc = records.load(
+                path,
+                CalibrationFile,
+                what="calibration",
+                limit=REPORT_LIMIT,
+                fix="pass a file written by `ppspec bench` or tools/predict_validation.py",
+            )
+        except PpspecError as e:
+            if beside is None:
+                raise
+            # not asked for: a file beside the profile that is not a calibration is named, never used
+            notes.append(f"{CALIBRATION_FILE} beside the profile is not used: {e.what}")
+            doc = None
         entry = calibration_entry(doc, hw_name, shape)
         if entry is not None:
             return costs_of(entry), {
@@ -263,7 +330,7 @@ def prediction(r: Any, opts: PredictOptions) -> Prediction:
     mem = _memory(r, opts.hardware or hw_name)
     _fits(mem)
     acc = _acceptance(r, opts)
-    costs, cal = _calibration(r, opts, hw_name, shape)
+    costs, cal = _calibration(r, opts, hw_name, shape, notes)
     cs = _ints(opts.concurrency, "--concurrency")
     k_prof = r.profile.drafter.num_speculative_tokens if r.profile.drafter else None
     ks = (

@@ -15,12 +15,15 @@ unknown name with the list of known ones. Nothing in ppspec_cli imports ppspec_k
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import importlib
 import importlib.util
 import json
 import os
+import signal
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -302,7 +305,15 @@ def demo_model_path(ref: str) -> str:
 
 
 def ensure_demo_model(name: str, *, progress: Callable[[str], None] | None = None) -> Path:
-    """Return the directory of demo model `name`, building it first if missing or outdated."""
+    """Return the directory of demo model `name`, building it first if missing or outdated.
+
+    One build at a time (a lock on the cache directory: a second process waits, then finds it built).
+    Under that lock, the `.NAME.tmp-*` / `.NAME.old-*` directories a killed build left are removed
+    first. SIGTERM or SIGHUP during the build removes the partial build, then takes its usual course;
+    a build that fails (a full disk, a read-only cache) is one error naming the cache directory,
+    with nothing of it left behind."""
+    from ppspec_cli.io.helddir import HeldDir
+
     if name.startswith(DEMO_PREFIX):
         name = name[len(DEMO_PREFIX) :]
     entry = _lookup(name)
@@ -310,16 +321,37 @@ def ensure_demo_model(name: str, *, progress: Callable[[str], None] | None = Non
     if _is_current(target):
         return target
     _require_build_deps(name)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if progress:  # serve's build: what it will take, up front, and refused when the disk cannot hold it
-        size, peak = build_estimate(name)
-        _check_room(name, target.parent, size, peak, progress)
-        when = "seconds" if size < 1 << 30 else "minutes"
-        progress(
-            f"building demo model {name} in {target} ({when}, once): about {_gib(size)} on disk, "
-            f"about {_gib(peak)} of memory while it builds"
-        )
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=target.parent))
+    with HeldDir.claim(target.parent, where="the demo model cache", what="demo models", exit_code=1) as held:
+        held.lock_self()  # one build at a time in this cache; the kernel drops it if this process dies
+        if _is_current(target):  # another process built it while this one waited
+            return target
+        for leftover in held.entries():  # a killed build's: no live build holds this name (the lock)
+            if leftover.startswith((f".{name}.tmp-", f".{name}.old-")):
+                held.remove_tree(leftover)
+        if progress:  # serve's build: what it will take, up front, and refused when the disk cannot hold it
+            size, peak = build_estimate(name)
+            _check_room(name, target.parent, size, peak, progress)
+            when = "seconds" if size < 1 << 30 else "minutes"
+            progress(
+                f"building demo model {name} in {target} ({when}, once): about {_gib(size)} on disk, "
+                f"about {_gib(peak)} of memory while it builds"
+            )
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=target.parent))
+        try:
+            with _signals_raise():
+                _build_into(entry, name, tmp, target)
+        except _BuildSignal as e:
+            _remove_quietly(tmp)
+            _redeliver(e.signum)
+            raise
+        finally:
+            _remove_quietly(tmp)
+    if progress:
+        progress(f"demo model {name} ready")
+    return target
+
+
+def _build_into(entry: "_Entry", name: str, tmp: Path, target: Path) -> None:
     try:
         entry.build(entry.spec, tmp)
         write_json(tmp / STAMP_FILE, {"factory_version": FACTORY_VERSION, "name": name})
@@ -327,11 +359,51 @@ def ensure_demo_model(name: str, *, progress: Callable[[str], None] | None = Non
             safeio.set_mode(f, 0o644)
         safeio.set_mode(tmp, 0o755)
         _install(tmp, target)
+    except (PpspecError, _BuildSignal):
+        raise
+    except Exception as e:  # noqa: BLE001 - torch, safetensors and tokenizers report a full disk each their own way
+        full = any(w in str(e) for w in ("No space", "ENOSPC", "File too large", "EFBIG", "quota", "Read-only"))
+        raise PpspecError(
+            f"building demo model {name} in {target.parent} failed"
+            + (": the file system is full or read-only" if full or isinstance(e, OSError) else "")
+            + f" ({type(e).__name__}: {str(e)[:200]}); nothing of it was kept",
+            where=str(target.parent),
+            fix="free space there (a demo model takes up to a few GB), or point PPSPEC_CACHE at a directory with room",
+            exit_code=1,
+        ) from None
+
+
+class _BuildSignal(BaseException):
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_raise():
+    """SIGTERM/SIGHUP raise _BuildSignal while a build runs (in the main thread only: elsewhere a
+    handler cannot be set), so the partial build is removed before the signal takes its course."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise _BuildSignal(signum)
+
+    old = {
+        s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) != signal.SIG_IGN
+    }
+    try:
+        yield
     finally:
-        _remove_quietly(tmp)
-    if progress:
-        progress(f"demo model {name} ready")
-    return target
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _redeliver(signum: int) -> None:
+    """The signal again, now with the handler the process had before the build (a default handler
+    ends the process as the signal would have; serve's or bench's handler runs as it would have)."""
+    signal.raise_signal(signum)
 
 
 #: bytes per element of each safetensors dtype a builder writes

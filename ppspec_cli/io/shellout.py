@@ -58,15 +58,25 @@ def comment(text: str, width: int | None = None) -> str:
     )
 
 
+def _bytes(value: str) -> bytes:
+    """The bytes a value stands for: UTF-8, an undecodable byte (surrogateescape's U+DC80-U+DCFF)
+    as itself, any other lone surrogate as its three bytes (no encoding holds it as text)."""
+    try:
+        return value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogatepass")
+
+
 def quote(value: str) -> str:
-    """One shell word that evaluates to exactly `value` and prints as printable ASCII/Unicode only."""
+    """One shell word that evaluates to exactly `value` and prints as printable characters only,
+    each one the terminal's encoding can show (in an ASCII-only locale a non-ASCII value is rebuilt
+    by printf too: shown as the encoding's escapes inside quotes it would be another value)."""
+    from ppspec_cli.io.terminal import encodable
+
     value = str(value)
-    if value.isprintable():
+    if value.isprintable() and encodable(value):
         return shlex.quote(value)
-    octal = "".join(
-        f"\\0{b:03o}" if not (0x20 <= b < 0x7F) or b in (0x27, 0x5C) else chr(b)
-        for b in value.encode("utf-8", "surrogateescape")
-    )
+    octal = "".join(f"\\0{b:03o}" if not (0x20 <= b < 0x7F) or b in (0x27, 0x5C) else chr(b) for b in _bytes(value))
     return "\"$(printf '%b' '" + octal + "')\""
 
 

@@ -27,7 +27,9 @@ default ensure_ascii, every non-ASCII one), so `clean` finds nothing to change i
 
 from __future__ import annotations
 
+import errno
 import io
+import os
 import re
 import sys
 import unicodedata
@@ -100,20 +102,84 @@ def _text_only(s: Any) -> None:
         raise TypeError(f"write() argument must be str, not {type(s).__name__}")
 
 
+#: The standard streams found closed or broken (a reader gone: `ppspec adapters list | head -1`,
+#: `ppspec check p >&-`): from then on what is written to them is discarded, never an error, and the
+#: command's own exit code stands (never 1, which means a failed check, nor a traceback).
+BROKEN: set[str] = set()
+
+
+def _gone(e: OSError) -> bool:
+    return isinstance(e, BrokenPipeError) or e.errno in (errno.EPIPE, errno.EBADF)
+
+
+def _discard(inner: Any, name: str) -> None:
+    """The stream's reader is gone: its descriptor now points at /dev/null (so later writes and the
+    interpreter's own flush at exit succeed without a word) and its buffer is dropped."""
+    BROKEN.add(name)
+    try:
+        fd = inner.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def guarded_write(inner: Any, text: str, name: str) -> None:
+    """Write (and flush, when asked) to a standard stream; a closed or broken one is discarded."""
+    if name in BROKEN:
+        return
+    try:
+        inner.write(text)
+    except OSError as e:
+        if not _gone(e):
+            raise
+        _discard(inner, name)
+    except ValueError:  # "I/O operation on closed file": the stream object was closed
+        BROKEN.add(name)
+
+
+def guarded_flush(inner: Any, name: str) -> None:
+    if name in BROKEN:
+        return
+    try:
+        inner.flush()
+    except OSError as e:
+        if not _gone(e):
+            raise
+        _discard(inner, name)
+    except ValueError:
+        BROKEN.add(name)
+
+
+def encodable(text: str, stream: Any = None) -> bool:
+    """Whether standard output's encoding (or `stream`'s) can write `text` as it is: in an ASCII-only
+    locale it cannot write `é`, and would print an escape in its place."""
+    s = stream if stream is not None else sys.stdout
+    s = getattr(s, "inner", s)
+    enc = getattr(s, "encoding", None) or "utf-8"
+    try:
+        text.encode(enc)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
 class _TermStream(io.TextIOBase):
     """A text stream that cleans and redacts what it forwards (sys.stdout/sys.stderr after install)."""
 
-    def __init__(self, inner: Any, bound: int | None):
+    def __init__(self, inner: Any, bound: int | None, name: str = "stdout"):
         self.inner = inner
         self._bound = bound
+        self.name_ = name
 
     def write(self, s: str) -> int:
         _text_only(s)
-        self.inner.write(redact.redact(clean(s, self._bound)))
+        guarded_write(self.inner, redact.redact(clean(s, self._bound)), self.name_)
         return len(s)
 
     def flush(self) -> None:
-        self.inner.flush()
+        guarded_flush(self.inner, self.name_)
 
     def isatty(self) -> bool:
         return self.inner.isatty()
@@ -133,9 +199,34 @@ class _TermStream(io.TextIOBase):
         return True
 
 
+def _reopen_closed_std() -> None:
+    """A standard descriptor closed when ppspec started (`ppspec check p >&-`) is opened on /dev/null:
+    else the next file ppspec opens (a lock, a log) would get descriptor 1, and print() would write
+    into it (and a child would inherit it as its output). The stream is then discarded (BROKEN)."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        try:
+            got = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+        except OSError:
+            continue
+        if got != fd:
+            os.dup2(got, fd)
+            os.close(got)
+        if fd:
+            BROKEN.add(name)
+            if getattr(sys, name) is None:
+                setattr(sys, name, open(fd, "w", encoding="utf-8", errors="backslashreplace", closefd=False))  # noqa: SIM115
+
+
 def install() -> None:
-    """Route this process's stdout and stderr through `clean` and `redact` (idempotent)."""
+    """Route this process's stdout and stderr through `clean` and `redact` (idempotent). A closed or
+    broken stdout/stderr is handled here once for every command (BROKEN)."""
     redact.register_env()
+    _reopen_closed_std()
     for name, bound in (("stdout", None), ("stderr", MAX_WRITE)):
         stream = getattr(sys, name)
         if stream is None or isinstance(stream, _TermStream):
@@ -145,7 +236,7 @@ def install() -> None:
             inner.reconfigure(errors="backslashreplace")
         except (AttributeError, ValueError, io.UnsupportedOperation):
             pass
-        setattr(sys, name, _TermStream(inner, bound))
+        setattr(sys, name, _TermStream(inner, bound, name))
 
 
 class _Channel(io.TextIOBase):
@@ -161,11 +252,11 @@ class _Channel(io.TextIOBase):
 
     def write(self, s: str) -> int:
         _text_only(s)
-        self._target().write(redact.redact(s))
+        guarded_write(self._target(), redact.redact(s), "stderr" if self._stderr else "stdout")
         return len(s)
 
     def flush(self) -> None:
-        self._target().flush()
+        guarded_flush(self._target(), "stderr" if self._stderr else "stdout")
 
     def isatty(self) -> bool:
         try:
@@ -190,6 +281,11 @@ def _console_class() -> type:
 
     class TermConsole(Console):
         """A rich console that never parses markup or emoji in a string and cleans every segment."""
+
+        def on_broken_pipe(self) -> None:
+            """rich's own handling (stdout to /dev/null, then SystemExit(1)) would exit 1, which
+            means a failed check: the stream is discarded instead (BROKEN) and the command goes on."""
+            _discard(self.file._target() if isinstance(self.file, _Channel) else self.file, "stdout")  # noqa: SLF001
 
         def render_str(self, text: str, **kw: Any) -> Any:  # type: ignore[override]
             kw["markup"] = False

@@ -35,6 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import safeio
+
 #: The platforms a vLLM model package dispatches on (its `current_platform` branches).
 PLATFORMS = ("cuda", "rocm", "xpu", "cpu", "tpu")
 _PLATFORM_CALLS = {"is_rocm": "rocm", "is_xpu": "xpu", "is_cpu": "cpu", "is_cuda": "cuda", "is_tpu": "tpu"}
@@ -175,9 +178,8 @@ class Source:
         p = self.path_of(name)
         if p is None:
             return None
-        try:
-            tree = ast.parse(p.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError, OSError):
+        tree = parse_source(p)
+        if tree is None:
             return None
         info = ModuleInfo(name, p.relative_to(self.root).as_posix(), tree=tree)
         is_pkg = p.name == "__init__.py"
@@ -1507,7 +1509,10 @@ def scan(
         kind = sc.registry_kind[arch]
         per: dict[str, Any] = {}
         for p in platforms:
-            got = sc.drafter(arch, p) if _is_drafter(kind) else sc.target(arch, p)
+            try:
+                got = sc.drafter(arch, p) if _is_drafter(kind) else sc.target(arch, p)
+            except (RecursionError, MemoryError):  # a source nested past the walks' depth: a miss
+                got = None
             per[p] = (
                 got
                 if got is not None
@@ -1735,6 +1740,22 @@ def _fold(per: dict[str, Any]) -> dict[str, Any]:
     return {",".join(ps): v for ps, v in groups}
 
 
+#: The largest source file the scan reads: vLLM 0.34.0's largest module is 262 KB
+#: (models/mistral/mistral_large4/amd/specialized_decode/mono/kernel.py); x16. A larger file is a
+#: miss (its facts unknown), never read whole.
+MAX_SOURCE_BYTES = 4 << 20
+
+
+def parse_source(p: Path) -> ast.Module | None:
+    """A vLLM module's AST, or None (a miss: its facts are unknown) when the file is not one the
+    scan can read: over MAX_SOURCE_BYTES, not a regular file (a FIFO, a device), not UTF-8, not
+    Python, or nested deeper than the parser (or the scan's own walks) go."""
+    try:
+        return ast.parse(safeio.read_text(p, limit=MAX_SOURCE_BYTES, what="vLLM source file"))
+    except (PpspecError, SyntaxError, ValueError, RecursionError, MemoryError, OSError):
+        return None
+
+
 def source_version(root: Path) -> tuple[str | None, str | None]:
     """(version, git commit) of the vLLM source under root, from `vllm/_version.py` (written at
     build time; a wheel without a commit says None), else the dist-info's METADATA."""
@@ -1742,10 +1763,7 @@ def source_version(root: Path) -> tuple[str | None, str | None]:
     version = commit = None
     vf = root / "vllm" / "_version.py"
     if vf.is_file():
-        try:
-            tree = ast.parse(vf.read_text(encoding="utf-8"))
-        except (SyntaxError, OSError):
-            tree = None
+        tree = parse_source(vf)
         for n in ast.walk(tree) if tree else ():
             if isinstance(n, ast.Assign):
                 names = {t.id for t in ast.walk(n) if isinstance(t, ast.Name)}
@@ -1756,7 +1774,11 @@ def source_version(root: Path) -> tuple[str | None, str | None]:
                     commit = v
     if version is None:
         for meta in sorted(root.glob("vllm*.dist-info/METADATA")):
-            for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                text = safeio.read_bytes(meta, limit=MAX_SOURCE_BYTES, what="vLLM METADATA").decode("utf-8", "replace")
+            except PpspecError:
+                continue
+            for line in text.splitlines():
                 if line.startswith("Version:"):
                     version = line.split(":", 1)[1].strip()
                     break

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,8 @@ class ArchTable:
     origin: str  # "wheel vllm-0.33.0-...whl", "installed source ..."
     source: str  # "committed" | "installed"
     doc: dict[str, Any] = field(repr=False, compare=False)
+    #: why this table stands in for the installed engine's (its source or cache could not be read)
+    note: str | None = field(default=None, compare=False)
 
     def _entry(self, group: str, arch: str, platform: str) -> dict[str, Any] | None:
         e = self.doc.get(group, {}).get(arch)
@@ -94,6 +97,7 @@ class ArchTable:
             "origin": self.origin,
             "commit": self.commit,
             "described": self.describe(),
+            "note": self.note,
         }
 
     def describe(self) -> str:
@@ -102,20 +106,44 @@ class ArchTable:
             if self.source == "committed"
             else f"read from the installed engine ({self.origin})"
         )
-        return f"{where}{f', commit {self.commit}' if self.commit else ''}"
+        return f"{where}{f', commit {self.commit}' if self.commit else ''}" + (f"; {self.note}" if self.note else "")
+
+
+def _shape_problem(doc: Any) -> str | None:
+    """Why a table document is not one a reader can use (None: it is): the schema, and the types
+    every reader relies on (targets/drafters: name -> {platforms: {platform: dict}}; checks: name ->
+    text; strings where a version, commit or origin belongs)."""
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        return f"not a schema-{SCHEMA} vLLM architecture table"
+    for k in ("vllm_version", "origin"):
+        if not isinstance(doc.get(k), str):
+            return f"{k} is not text"
+    if doc.get("commit") is not None and not isinstance(doc.get("commit"), str):
+        return "commit is not text"
+    for group in ("targets", "drafters"):
+        g = doc.get(group, {})
+        if not isinstance(g, dict):
+            return f"{group} is not a mapping"
+        for arch, e in g.items():
+            plats = e.get("platforms") if isinstance(e, dict) else None
+            if not isinstance(plats, dict) or not all(isinstance(v, dict) for v in plats.values()):
+                return f"{group}.{str(arch)[:60]} has no platforms mapping"
+    for k in ("checks", "mtp_rewrites"):
+        if not isinstance(doc.get(k, {}), dict):
+            return f"{k} is not a mapping"
+    if not all(isinstance(v, str) for v in doc.get("checks", {}).values()):
+        return "checks holds a value that is not text"
+    return None
 
 
 def _load(path: Path, source: str) -> ArchTable:
     doc = safeio.read_json(
         path, limit=MAX_TABLE_BYTES, what="vLLM architecture table", fix="regenerate it with tools/vllm_arch_facts.py"
     )
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise PpspecError(
-            f"{path} is not a schema-{SCHEMA} vLLM architecture table",
-            where=str(path),
-            fix="regenerate it with tools/vllm_arch_facts.py",
-        )
-    return ArchTable(str(doc.get("vllm_version")), doc.get("commit"), str(doc.get("origin", "")), source, doc)
+    why = _shape_problem(doc)
+    if why is not None:
+        raise PpspecError(f"{path} is {why}", where=str(path), fix="regenerate it with tools/vllm_arch_facts.py")
+    return ArchTable(doc["vllm_version"], doc.get("commit"), doc["origin"], source, doc)
 
 
 def _release(v: str | None) -> Version | None:
@@ -184,26 +212,63 @@ def _install_key(root: Path, version: str) -> str:
     return hashlib.sha256(f"{version}\0{root.resolve()}\0{mtime}\0drafter_rules".encode()).hexdigest()[:24]
 
 
+#: A cache entry that records a scan whose table was over MAX_TABLE_BYTES (so it is not scanned
+#: again on every run): {"schema": SCHEMA, "oversized": bytes}.
+_OVERSIZED = "oversized"
+
+
 def installed_table(root: Path, version: str) -> ArchTable:
     """The installed engine's table: scanned once per install (version + path + mtime), then
-    read from the cache."""
+    read from the cache. The scan and the cache are untrusted input like any other: a cache entry
+    that is not a table of the right shape is a miss (scanned again and replaced); a scan that
+    fails, or whose table would be over MAX_TABLE_BYTES (recorded, so it is not scanned again on
+    every run), is one PpspecError saying why (`pick` then uses a committed table and says so)."""
+    import json
+
     from ppspec_cli.knowledge import archscan, releasescan
 
     path = cache_dir() / f"vllm-{_install_key(root, version)}.json"
-    if path.is_file():
+    if os.path.lexists(path):
         try:
             cached = _load(path, "installed")
             if all(k in cached.doc for k in RELEASE_SECTIONS):
                 return cached
             # written by a ppspec that did not read the release-wide sections (runners, ...): scan again
         except PpspecError:
-            pass  # a damaged cache entry: scan again
-    _, commit = archscan.source_version(root)
-    doc = table_document(releasescan.scan(root), version, commit, origin=f"installed vLLM {version} at {root / 'vllm'}")
-    import json
-
+            try:  # a recorded oversized scan is a known answer, not a damaged entry
+                doc = safeio.read_json(path, limit=1 << 12, what="vLLM architecture cache")
+            except PpspecError:
+                doc = None
+            if isinstance(doc, dict) and doc.get("schema") == SCHEMA and isinstance(doc.get(_OVERSIZED), int):
+                raise PpspecError(
+                    f"the installed vLLM's architecture table is {doc[_OVERSIZED]} bytes, over the {MAX_TABLE_BYTES} a table may be",
+                    where=str(path),
+                    fix=f"delete {path} to scan again",
+                ) from None
+            # else a damaged entry: scanned again below, and replaced
+    try:
+        _, commit = archscan.source_version(root)
+        doc = table_document(
+            releasescan.scan(root), version, commit, origin=f"installed vLLM {version} at {root / 'vllm'}"
+        )
+        text = json.dumps(doc, sort_keys=True)
+    except (RecursionError, MemoryError, ValueError, OSError) as e:
+        raise PpspecError(
+            f"the installed vLLM's source at {root / 'vllm'} could not be read ({type(e).__name__})",
+            where=str(root / "vllm"),
+            fix="reinstall vLLM",
+        ) from None
     path = cache_dir(create=True) / path.name
-    safeio.write_text(path, json.dumps(doc, sort_keys=True), what="vLLM architecture cache")
+    if len(text.encode()) > MAX_TABLE_BYTES:
+        safeio.write_text(
+            path, json.dumps({"schema": SCHEMA, _OVERSIZED: len(text.encode())}), what="vLLM architecture cache"
+        )
+        raise PpspecError(
+            f"the installed vLLM's architecture table is {len(text.encode())} bytes, over the {MAX_TABLE_BYTES} a table may be",
+            where=str(path),
+            fix=f"delete {path} to scan again",
+        )
+    safeio.write_text(path, text, what="vLLM architecture cache")
     return ArchTable(version, commit, str(doc["origin"]), "installed", doc)
 
 
@@ -221,7 +286,16 @@ def pick(platform: str, installed: Any, facts_version: str, *, verified_install:
             built = archscan.source_version(root)[0] or installed.version
             if verdict(built).verified and (t := committed(built)) is not None:
                 return t  # the code on disk is a verified release
-            return installed_table(root, built)
+            try:
+                return installed_table(root, built)
+            except PpspecError as e:  # the scan or its cache is unusable: a committed table, said so
+                fallback = committed(facts_version) or newest()
+                if fallback is None:
+                    return None
+                return replace(
+                    fallback,
+                    note=f"the installed engine's own facts are not used ({e.what[:300]}); vLLM {fallback.version}'s committed table stands in",
+                )
     return committed(facts_version) or newest()
 
 

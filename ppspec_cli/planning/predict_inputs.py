@@ -15,15 +15,22 @@ Shape sources, best first, each named in the prediction's notes:
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Optional
 
+from pydantic import Field
+
+from ppspec_cli.io.records import Record
 from ppspec_cli.planning.predict import Acceptance, Costs, Hardware, Measured, Shape, fit_costs
+
+#: The largest size a config value may give the predictor (hidden size, heads, layers, experts,
+#: vocabulary): anything beyond 2**31 is no model's, and would overflow the byte figures to infinity.
+MAX_CONFIG_INT = 1 << 31
 
 
 def _pos(cfg: dict[str, Any], *keys: str) -> int | None:
     for k in keys:
         v = cfg.get(k)
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+        if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_CONFIG_INT:
             return v
     return None
 
@@ -200,23 +207,58 @@ def shape_from_resolved(r: Any) -> tuple[Shape | None, list[str]]:
 # Acceptance from a report (bench.json, a verify report: any JSON with per_position_acceptance)
 
 
-def _walk(doc: Any, out: list[list[float]]) -> None:
-    if isinstance(doc, dict):
-        p = doc.get("per_position_acceptance")
-        if isinstance(p, list) and p and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in p):
-            out.append([float(x) for x in p])
-        for v in doc.values():
-            _walk(v, out)
-    elif isinstance(doc, list):
-        for v in doc:
-            _walk(v, out)
+#: The most positions a per-position acceptance list may hold: the largest k ppspec plans or
+#: predicts (profile.drafter.num_speculative_tokens, --num-speculative-tokens: 64).
+MAX_POSITIONS = 64
+
+
+def _walk(doc: Any, out: list[tuple[str, list]]) -> None:
+    """Every `per_position_acceptance` list in a report, with where it is (iteratively: the depth
+    is bounded by the JSON reader, the width by the file's size)."""
+    stack: list[tuple[Any, str]] = [(doc, "")]
+    while stack:
+        x, at = stack.pop()
+        if isinstance(x, dict):
+            p = x.get("per_position_acceptance")
+            if isinstance(p, list) and p:
+                out.append((f"{at}.per_position_acceptance".lstrip("."), p))
+            stack.extend((v, f"{at}.{str(k)[:40]}") for k, v in x.items() if k != "per_position_acceptance")
+        elif isinstance(x, list):
+            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(x))
+    out.reverse()
+
+
+def _bad_positions(p: list) -> str | None:
+    """Why a per-position acceptance list is not one (None: it is): at most MAX_POSITIONS
+    fractions, each a finite number in [0, 1]."""
+    if len(p) > MAX_POSITIONS:
+        return f"{len(p)} positions, more than the {MAX_POSITIONS} any k ppspec plans has"
+    for i, x in enumerate(p):
+        ok = isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1  # NaN and 10**400 too
+        if not ok:
+            return f"position {i} is {str(x)[:40]!r}, not a fraction in [0, 1]"
+    return None
 
 
 def acceptance_from_report(doc: Any, where: str) -> Acceptance | None:
     """The per-position acceptance of a report: the longest lists found (the largest k measured),
-    averaged position by position over every run that has one. None when there is none."""
-    found: list[list[float]] = []
-    _walk(doc, found)
+    averaged position by position over every run that has one. None when there is none; a list
+    that is not one (too long, a value outside [0, 1], not finite, not a number) is one error
+    naming the file and the list: a prediction is never made from it."""
+    from ppspec_cli.errors import PpspecError
+
+    located: list[tuple[str, list]] = []
+    _walk(doc, located)
+    for at, p in located:
+        why = _bad_positions(p)
+        if why is not None:
+            raise PpspecError(
+                f"the acceptance report's {at[:120]} is not a per-position acceptance: {why}",
+                where=where,
+                fix="pass a bench.json or verify report as ppspec wrote it, or --acceptance-length",
+                exit_code=2,
+            )
+    found = [[float(x) for x in p] for _at, p in located]
     if not found:
         return None
     longest = max(len(p) for p in found)
@@ -242,8 +284,37 @@ def shape_key(shape: Shape) -> dict[str, int]:
     }
 
 
+class CalibrationCosts(Record):
+    """The step costs of one entry (planning/predict.Costs), each finite and in the range a fit
+    gives: efficiencies in [0.01, 1] (fit_groups searches 0.30..1.00; a subnormal one divides to
+    infinity), overheads clamped at 0 and under a minute."""
+
+    eff_bw: Optional[float] = Field(default=None, ge=0.01, le=1.0)
+    eff_flops: Optional[float] = Field(default=None, ge=0.01, le=1.0)
+    step_overhead_ms: Optional[float] = Field(default=None, ge=0.0, le=60_000.0)
+    spec_overhead_ms: Optional[float] = Field(default=None, ge=0.0, le=60_000.0)
+    draft_pass_overhead_ms: Optional[float] = Field(default=None, ge=0.0, le=60_000.0)
+
+
+class CalibrationEntry(Record):
+    hardware: str = Field(max_length=64)
+    shape: dict[str, int]
+    costs: CalibrationCosts
+    source: Optional[str] = Field(default=None, max_length=4096)
+    rms_rel_error: Optional[float] = Field(default=None, ge=0.0)
+
+
+class CalibrationFile(Record):
+    """A `ppspec-calibration/1` file (what bench and tools/predict_validation.py write), read through
+    io/records: strict types, every number finite, at most 10,000 entries."""
+
+    schema_: str = Field(alias="schema", max_length=64)
+    entries: list[CalibrationEntry] = Field(max_length=10_000)
+
+
 def calibration_entry(doc: Any, hardware: str, shape: Shape) -> dict[str, Any] | None:
-    """The entry of a calibration file for this hardware and shape, or None."""
+    """The entry of a calibration file for this hardware and shape, or None. `doc` was validated as
+    a CalibrationFile (commands/predict_render.py reads it through io/records)."""
     if not isinstance(doc, dict) or doc.get("schema") != CALIBRATION_SCHEMA:
         return None
     key = shape_key(shape)
@@ -259,11 +330,8 @@ def calibration_entry(doc: Any, hardware: str, shape: Shape) -> dict[str, Any] |
 
 
 def costs_of(entry: dict[str, Any]) -> Costs:
-    c = entry["costs"]
-    fields = ("eff_bw", "eff_flops", "step_overhead_ms", "spec_overhead_ms", "draft_pass_overhead_ms")
-    return Costs(
-        **{f: float(c[f]) for f in fields if isinstance(c.get(f), (int, float)) and not isinstance(c.get(f), bool)}
-    )
+    c = CalibrationCosts.model_validate(entry["costs"])  # finite and in range, or ValidationError
+    return Costs(**{f: v for f, v in c.model_dump(include=set(CalibrationCosts.model_fields)).items() if v is not None})
 
 
 # ---------------------------------------------------------------------------------------------

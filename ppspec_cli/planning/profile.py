@@ -183,10 +183,11 @@ class Server(_Strict):
 
 #: SLURM's --time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or the words it takes.
 _SLURM_TIME = re.compile(
-    r"(?:\d{1,7}(?::\d{1,2}){0,2}|\d{1,5}-\d{1,2}(?::\d{1,2}){0,2}|UNLIMITED|INFINITE|unlimited|infinite)"
+    r"(?:\d{1,7}(?::\d{1,2}){0,2}|\d{1,5}-\d{1,2}(?::\d{1,2}){0,2}|UNLIMITED|INFINITE|unlimited|infinite)",
+    re.ASCII,  # `\d` is any Unicode digit otherwise: sbatch refuses `１２:００:００` at submit
 )
 #: SLURM's --mem sizes: a whole number with an optional K, M, G or T suffix (0: all of the node's memory).
-_SLURM_MEM = re.compile(r"\d{1,12}[KMGT]?")
+_SLURM_MEM = re.compile(r"\d{1,12}[KMGT]?", re.ASCII)
 
 
 class SlurmJob(_Strict):
@@ -470,7 +471,7 @@ class Profile(_Strict):
     @classmethod
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
         for k in v:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k, re.ASCII):  # `$` would pass "A\n"
                 raise ValueError(f"environment variable name {k!r} is not valid")
         return v
 

@@ -1111,7 +1111,8 @@ def engine_version_rule(r: Resolved) -> Iterator[Finding]:
             "warning",
             "engine_version" if r.vllm is None else "platform",
             f"{where} {r.engine_version} ({r.engine_version_source}) is not a release ppspec verified ({verified_text()}): {vv.why}. "
-            f"The verdict carries vLLM {vv.facts_version}'s facts forward",
+            f"The verdict carries vLLM {vv.facts_version}'s facts forward"
+            + (f"; {r.arch_table.note}" if r.arch_table is not None and r.arch_table.note else ""),
             f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the engine by value (class attributes, tap resolution, partition, every patch anchor)",
         )
     if r.declared_engine_version is not None and r.vllm is not None:

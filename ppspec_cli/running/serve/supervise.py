@@ -626,6 +626,14 @@ def _supervise(
         log(f"serving at {spec.url} — ready in {time.monotonic() - t0:.0f}s")
         return _run_workload(workload, proc, sigs, roll, exited)
     if node.role == "head":
+        try:  # first: `ready` is the promise scripts wait on (RUN_DIR/ready); serving without it hangs them
+            rd.write_text(READY_FILE, spec.url + "\n", what="the ready marker")
+        except PpspecError as e:
+            return ServeResult(
+                1,
+                f"the engine answers /health, but {e.what}: a script waiting for {spec.run_dir / READY_FILE} would wait forever, "
+                f"so the engine was stopped. Free space in the run directory and start again. Engine log: {log_path}",
+            )
         log(f"serving at {spec.url} (OpenAI API) — ready in {time.monotonic() - t0:.0f}s")
         model = node.argv[node.argv.index("--served-model-name") + 1] if "--served-model-name" in node.argv else ""
         from ppspec_cli.io.terminal import command_block, wrap_width
@@ -635,12 +643,13 @@ def _supervise(
         if verify_line:
             log(command_block("measure speculation (in another terminal):", verify_line, width, prefix=8))
         log("stop with Ctrl-C")
-        try:
-            rd.write_text(READY_FILE, spec.url + "\n", what="the ready marker")
-        except PpspecError as e:  # the engine serves; only the marker for scripts is missing
-            log(f"warning: {e.what}; the engine keeps serving")
     else:
         log(f"node {node.node_rank} started: it joins the head's engine (the head serves the API)")
+    return _serve_until_stopped(proc, sigs, roll, exited, log_path)
+
+
+def _serve_until_stopped(proc, sigs: _Signals, roll, exited, log_path: Path) -> ServeResult:
+    """The engine serves: watch signals, the roll call and the engine until one of them ends it."""
     while True:
         if sigs.first is not None:
             return ServeResult(128 + sigs.first, f"stopped by {sigs.name}: the engine shut down cleanly")

@@ -250,7 +250,7 @@ def parity_pass(client, job: dict, prompts: list) -> dict:
             job["model"], prompt, max_tokens=job["max_tokens"], seed=job["seed"], extra={"return_token_ids": True}
         )
         outs.append({"index": i, "token_ids": c.token_ids, "text": c.text, "completion_tokens": c.completion_tokens})
-    return {"arm": job["arm"], "outputs": outs}
+    return {"arm": job["arm"], "profile_digest": (job.get("identity") or {}).get("profile_digest"), "outputs": outs}
 
 
 def _device() -> str:
