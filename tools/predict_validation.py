@@ -81,6 +81,20 @@ def measured_speedups(bench: dict) -> dict[tuple[int, int], float]:
     return out
 
 
+def median_speedups(bench: dict) -> dict[tuple[int, int], float]:
+    """(c, k) -> speed-up of a bench record of either schema: ppspec-bench/1's own figure, or /2's ratio
+    of the medians over the repeats (bench's own speed-up)."""
+    if "speedup" in bench:
+        return measured_speedups(bench)
+    out = {}
+    for lv in bench["levels"]:
+        base = (lv["arms"].get("baseline") or {}).get("median")
+        for name, a in lv["arms"].items():
+            if name.startswith("spec-k") and base:
+                out[(lv["concurrency"], int(name[len("spec-k") :]))] = a["median"] / base
+    return out
+
+
 def per_arm_acceptance(bench: dict) -> dict[tuple[int, int], float]:
     return {
         (r["concurrency"], r["num_speculative_tokens"]): r["acceptance_length"]
@@ -381,6 +395,109 @@ def published_points() -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Pre-registered predictions: committed (with their command) before the run they predict
+
+
+@dataclass(frozen=True)
+class Prereg:
+    """A record predicted before it ran: docs/FOLDER/prediction*.json (each `{"command", "label",
+    "prediction": plan --json's prediction}`), compared with docs/FOLDER/bench.json once it exists."""
+
+    title: str
+    folder: str
+    files: tuple[tuple[str, str], ...]  # (file name, what the prediction is)
+
+
+PREREGISTERED = (
+    Prereg(
+        "H100, PP=1, 8B-class planted shape, vLLM 0.34.0: out of sample, pre-registered",
+        "gpu-bench-h100-pp1-0.34",
+        (
+            ("prediction-roofline.json", "roofline (calibration-free)"),
+            ("prediction-h200-costs.json", "the H200 record's fitted costs, carried to the H100"),
+        ),
+    ),
+)
+
+
+def _pred_map(doc: dict) -> dict[tuple[int, int], dict]:
+    return {(lv["concurrency"], lv["num_speculative_tokens"]): lv for lv in doc["prediction"]["levels"]}
+
+
+def prereg_section(pr: Prereg) -> list[str]:
+    d = DOCS / pr.folder
+    preds = [(json.loads((d / f).read_text()), what) for f, what in pr.files if (d / f).is_file()]
+    if not preds:
+        return []
+    bench = json.loads((d / "bench.json").read_text()) if (d / "bench.json").is_file() else None
+    lines = [f"## {pr.title} ([{pr.folder}/]({pr.folder}/))", ""]
+    lines += ["Committed before any device time was spent on this run, with the commands that made them:", ""]
+    for doc, what in preds:
+        lines.append(f"- **{what}**: `{doc['command']}`")
+    lines += [
+        "",
+        "Acceptance: the H200 record's per-position rates (the planted drafter's, 0.25 then 0), not this run's.",
+        "The model was not changed between these predictions and the comparison below.",
+        "",
+    ]
+    meas = median_speedups(bench) if bench else {}
+    base_tpot = {}
+    if bench:
+        for r in measured_runs(bench):
+            if r.k == 0:
+                base_tpot.setdefault(r.concurrency, []).append(r.tpot_ms)
+    maps = [_pred_map(doc) for doc, _ in preds]
+    keys = sorted(k for k in maps[0] if k[1] > 0)
+    head = "| c | k | measured | " + " | ".join(f"{w} | error" for _, w in preds) + " |"
+    lines += [head, "|---|---|---|" + "---|---|" * len(preds)]
+    for c, k in keys:
+        m = meas.get((c, k))
+        cells = []
+        for mp in maps:
+            p = mp[(c, k)]["speedup"]
+            cells.append(f"{p:.3f}x | {_pct(err(p, m)) if m else 'pending'}")
+        lines.append(f"| {c} | {k} | {f'{m:.3f}x' if m else 'pending'} | {' | '.join(cells)} |")
+    lines += [
+        "",
+        "| c | baseline TPOT measured ms (mean of repeats) | " + " | ".join(f"{w} | error" for _, w in preds) + " |",
+    ]
+    lines.append("|---|---|" + "---|---|" * len(preds))
+    for c in sorted({c for c, _ in keys}):
+        mt = sum(base_tpot[c]) / len(base_tpot[c]) if c in base_tpot else None
+        cells = []
+        for mp in maps:
+            p = mp[(c, 0)]["tpot_ms"]
+            cells.append(f"{p:.2f} | {_pct(err(p, mt)) if mt else 'pending'}")
+        lines.append(f"| {c} | {f'{mt:.2f}' if mt else 'pending'} | {' | '.join(cells)} |")
+    if meas:
+        lines += [
+            "",
+            "| prediction | mean error | worst | best k right | crossover (pred. vs meas.) | speed-up trend c=1 -> c=32 per k (pred. vs meas., points) |",
+        ]
+        lines.append("|---|---|---|---|---|---|")
+        mrows = [{"c": c, "k": k, "measured": meas[(c, k)]} for c, k in keys if (c, k) in meas]
+        mb = best_of(mrows, "measured")
+        lo, hi = min(c for c, _ in keys), max(c for c, _ in keys)
+        for (_doc, what), mp in zip(preds, maps):
+            rows = [{**r, "p": mp[(r["c"], r["k"])]["speedup"]} for r in mrows]
+            es = [err(r["p"], r["measured"]) for r in rows]
+            pb = best_of(rows, "p")
+            trend = []
+            for k in sorted({k for _, k in keys}):
+                if (lo, k) in meas and (hi, k) in meas:
+                    pt = 100 * (mp[(hi, k)]["speedup"] - mp[(lo, k)]["speedup"])
+                    mt = 100 * (meas[(hi, k)] - meas[(lo, k)])
+                    trend.append(f"k={k}: {pt:+.1f} vs {mt:+.1f}")
+            lines.append(
+                f"| {what} | {_pct(sum(es) / len(es))} | {_pct(max(es))} | {sum(pb[c][0] == mb[c][0] for c in mb)} of {len(mb)} | "
+                f"{crossover_of(pb)} vs {crossover_of(mb)} | {'; '.join(trend)} |"
+            )
+    else:
+        lines += ["", "Measured: pending (the run has not been made yet)."]
+    return [*lines, ""]
+
+
+# ---------------------------------------------------------------------------------------------
 # The page
 
 
@@ -524,6 +641,7 @@ def page() -> tuple[str, dict[Path, str]]:
     lines += [
         *done_when_section(json.loads((H200_DIR / "bench.json").read_text()), h200),
         *run2_section(h200["fit"].costs),
+        *[x for pr in PREREGISTERED for x in prereg_section(pr)],
         "The CPU demo has no bench record in the repository (docs/bench.md shows its plot only): not validated.",
         "",
         "## Published points (sign: does speculation pay?)",
