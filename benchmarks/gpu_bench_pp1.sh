@@ -49,7 +49,7 @@ memory_lines() {
   for f in "$B"/logs/engine-*.log; do
     [ -f "$f" ] || continue
     echo "== $(basename "$f"): $(grep -o 'gpu-memory-utilization[^,]*\|gpu_memory_utilization=[0-9.]*' "$f" | head -1)"
-    grep -h 'Model loading took\|Available KV cache memory\|GPU KV cache size\|Maximum concurrency for' "$f" | sed 's/^.*\] //'
+    grep -h 'Model loading took\|Available KV cache memory\|KV cache size:\|CUDA graph memory profiling\|Maximum concurrency for' "$f" | sed 's/^.*\] //'
   done > "$B/memory.txt"
 }
 copy_out() {

@@ -202,8 +202,8 @@ def _bench_site(tmp: Path, ppspec_body: str) -> Path:
     (site / "bin").mkdir(parents=True)
     stubs = {
         "nvidia-smi": "echo 'NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04'",
-        # the demo-model build is the only python3 call of the script
-        "python3": "exit 0",
+        # the demo-model build (`python3 -c`) is skipped; anything else runs on this interpreter
+        "python3": f'[ "$1" = -c ] && exit 0\nexec {sys.executable} "$@"',
         "ppspec": f'echo "$@" >> "{tmp}/ppspec-calls"\n{ppspec_body}',
     }
     for name, body in stubs.items():
@@ -293,3 +293,47 @@ done
     assert "2000 tokens" in (logs / "engine-2.log").read_text()
     mem = (tmp_path / "out" / "bench-8b-pp1" / "memory.txt").read_text()
     assert mem.count("Model loading took 16.1 GiB") == 2 and "GPU KV cache size: 2000 tokens" in mem
+
+
+# --- gpu_serve_verify.sh -----------------------------------------------------------------------------
+
+_FAKE_SERVE = """
+case "$1" in
+  serve)
+    rd=$(echo "$@" | sed 's/.*--run-dir \\([^ ]*\\).*/\\1/')
+    printf 'INFO [gpu_model_runner.py:1] Model loading took 15.2 GiB memory and 8 seconds\\nINFO [gpu_worker.py:2] Available KV cache memory: 40.1 GiB\\nINFO [kv_cache_utils.py:3] GPU KV cache size: 328,000 tokens, Maximum concurrency for 512 tokens per request: 640.00x\\n' > "$rd/engine.log"
+    echo "ppspec: serving at http://127.0.0.1:8000 (OpenAI API) - ready in 1s"
+    trap 'echo stopped >> "$rd/stopped"; exit 143' TERM
+    while sleep 0.1; do :; done ;;
+  verify) echo "PASS  drafter sanity"; exit 0 ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("stop_at", ["verify", "kv"])
+def test_serve_verify_sets_the_utilization_collects_memory_and_stops_the_engine(tmp_path, stop_at):
+    site = _bench_site(tmp_path, _FAKE_SERVE)
+    prof = tmp_path / "profile.yaml"
+    prof.write_text(
+        "name: x\nengine:\n  gpu-memory-utilization: 0.85\ndrafter:\n  method: eagle3\n  model: d\n  num_speculative_tokens: 2\n"
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    r = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu_serve_verify.sh"), str(prof)],
+        env=_env_with_python(
+            DEVICE_SITE=str(site), WORK=str(tmp_path / "work"), OUT=str(out), UTIL="0.6", NST="1", STOP_AT=stop_at
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = tmp_path / "work" / "serve-verify-u0.6-k1"
+    served = (d / "profile.yaml").read_text()
+    assert "gpu-memory-utilization: 0.6" in served and "num_speculative_tokens: 1" in served
+    assert (d / "run" / "stopped").read_text() == "stopped\n"  # SIGTERM reached the engine's supervisor
+    mem = (out / "serve-verify-u0.6-k1" / "memory.txt").read_text()
+    assert "Available KV cache memory: 40.1 GiB" in mem and "GPU KV cache size: 328,000 tokens" in mem
+    assert ("PASS  drafter sanity" in r.stdout) is (stop_at == "verify")
