@@ -27,7 +27,7 @@ from ppspec_cli.planning.predict import (
     schedule,
     stage_work,
 )
-from ppspec_cli.planning.predict_inputs import acceptance_from_report, calibration_entry, layer_terms, shape_key
+from ppspec_cli.planning.predict_inputs import acceptance_from_report, calibration_entry, costs_of, layer_terms, shape_key
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,15 @@ ACC = Accelerator("toy", 1000.0, 100.0, 80.0, "toylink", "test")
 LINK = Link("toylink", 10.0, 10.0, "test")
 HW = Hardware(ACC, LINK, LINK)
 #: efficiencies 1 and no overheads: the bare roofline
-BARE = Costs(eff_bw=1.0, eff_flops=1.0, step_overhead_ms=0.0, spec_overhead_ms=0.0, draft_pass_overhead_ms=0.0)
+BARE = Costs(
+    eff_bw=1.0,
+    eff_flops=1.0,
+    step_overhead_ms=0.0,
+    spec_overhead_ms=0.0,
+    draft_pass_overhead_ms=0.0,
+    request_overhead_ms=0.0,
+    draft_token_overhead_ms=0.0,
+)
 
 
 def toy(**kw) -> Shape:
@@ -427,7 +435,15 @@ def test_measured_runs_and_calibration_from_bench():
     assert measured_runs({"runs": [{"concurrency": 1, "tpot_ms": {"mean": None}}]}) == []
     assert calibration_from_bench({"runs": []}, s, HW, "toy", "x") is None
     # a synthetic record made by the model itself is fitted back to its own overheads
-    truth = Costs(eff_bw=0.8, eff_flops=0.5, step_overhead_ms=1.0, spec_overhead_ms=0.2, draft_pass_overhead_ms=0.1)
+    truth = Costs(
+        eff_bw=0.8,
+        eff_flops=0.5,
+        step_overhead_ms=1.0,
+        spec_overhead_ms=0.2,
+        draft_pass_overhead_ms=0.1,
+        request_overhead_ms=0.02,
+        draft_token_overhead_ms=0.01,
+    )
     s = toy(drafter_bytes=1e8)
     synth = []
     for c in (1, 4, 16):
@@ -445,10 +461,15 @@ def test_measured_runs_and_calibration_from_bench():
     entry = calibration_from_bench(
         {"runs": synth, "settings": {"input_len": 100, "max_tokens": 0}}, s, HW, "toy", "synthetic"
     )
-    assert entry["costs"]["eff_bw"] == pytest.approx(0.8) and entry["costs"]["step_overhead_ms"] == pytest.approx(
-        1.0, abs=1e-6
-    )
-    assert entry["costs"]["spec_overhead_ms"] == pytest.approx(0.2, abs=1e-6) and entry["rms_rel_error"] < 1e-6
+    # the KV read and the per-request overhead both grow with the batch, and the weights' read and the
+    # per-round overhead are both constant at PP=1: the record pins their sums, not each one, so the
+    # fit is judged by what it predicts at a level it did not see, not by its parameters
+    assert entry["rms_rel_error"] < 1e-3
+    fitted = costs_of(entry)
+    acc = Acceptance((0.5, 0.0, 0.0), "t")
+    for c, k in ((8, 1), (8, 2)):  # a level between those measured
+        want = round_time(s, HW, truth, acc, concurrency=c, k=k, ctx=100).round_s
+        assert round_time(s, HW, fitted, acc, concurrency=c, k=k, ctx=100).round_s == pytest.approx(want, rel=0.01)
 
 
 def test_plan_predict_acceptance_from_a_bench_report(llama70b_cache):

@@ -31,10 +31,13 @@ from ppspec_cli.planning.predict import (  # noqa: E402
     Costs,
     Group,
     Hardware,
+    Load,
     Shape,
     fit_costs,
     fit_groups,
+    load_throughput,
     predict,
+    prefill_s,
     round_time,
 )
 from ppspec_cli.planning.predict_inputs import (  # noqa: E402
@@ -103,12 +106,24 @@ def per_arm_acceptance(bench: dict) -> dict[tuple[int, int], float]:
     }
 
 
-def predicted_speedup(shape: Shape, hw: Hardware, costs: Costs, c: int, k: int, al: float, ctx: int) -> float:
-    """Speed-up at (c, k) with the run's own measured acceptance length (the cost model alone is validated)."""
+def predicted_speedup(
+    shape: Shape, hw: Hardware, costs: Costs, c: int, k: int, al: float, ctx: int, load: Load | None = None
+) -> float:
+    """Speed-up at (c, k) with the run's own measured acceptance length (the cost model alone is
+    validated); with the record's load, each wave's prefill counts as bench's tokens/s counts it."""
     acc = Acceptance((al - 1.0,) + (0.0,) * (k - 1), "measured")
     base = round_time(shape, hw, costs, acc, concurrency=c, k=0, ctx=ctx)
     spec = round_time(shape, hw, costs, acc, concurrency=c, k=k, ctx=ctx)
-    return spec.output_tokens_per_s / base.output_tokens_per_s
+    if load is None:
+        return spec.output_tokens_per_s / base.output_tokens_per_s
+    tb = prefill_s(shape, hw, costs, concurrency=c, prompt_len=load.prompt_len, spec=False)
+    ts = prefill_s(shape, hw, costs, concurrency=c, prompt_len=load.prompt_len, spec=True)
+    return load_throughput(spec, ts, load) / load_throughput(base, tb, load)
+
+
+def bench_load(bench: dict) -> Load:
+    s = bench.get("settings") or {}
+    return Load(int(s.get("input_len", 0)), int(s.get("max_tokens", 0)))
 
 
 @dataclass(frozen=True)
@@ -147,6 +162,7 @@ def record_rows(rec: Record) -> tuple[list[dict], dict]:
     shape, hw, ctx, runs = g.shape, g.hw, g.ctx, list(g.runs)
     meas = measured_speedups(bench)
     als = per_arm_acceptance(bench)
+    load = bench_load(bench)
     levels = sorted({c for c, _ in meas})
     loo = {c: fit_costs(shape, hw, [r for r in runs if r.concurrency != c], ctx=ctx).costs for c in levels}
     ks = sorted({k for _, k in meas})
@@ -159,12 +175,12 @@ def record_rows(rec: Record) -> tuple[list[dict], dict]:
             "c": c,
             "k": k,
             "measured": m,
-            "roofline": predicted_speedup(shape, hw, Costs(), c, k, als[(c, k)], ctx),
-            "loo": predicted_speedup(shape, hw, loo[c], c, k, als[(c, k)], ctx),
-            "lko": predicted_speedup(shape, hw, lko[k], c, k, als[(c, k)], ctx),
+            "roofline": predicted_speedup(shape, hw, Costs(), c, k, als[(c, k)], ctx, load),
+            "loo": predicted_speedup(shape, hw, loo[c], c, k, als[(c, k)], ctx, load),
+            "lko": predicted_speedup(shape, hw, lko[k], c, k, als[(c, k)], ctx, load),
         }
         if other is not None:
-            row["other"] = predicted_speedup(shape, hw, other, c, k, als[(c, k)], ctx)
+            row["other"] = predicted_speedup(shape, hw, other, c, k, als[(c, k)], ctx, load)
         rows.append(row)
     return rows, {
         "shape": shape,
@@ -391,6 +407,98 @@ def published_points() -> list[dict]:
                 "breakeven": f"pays for AL > {be2:.2f} (AL(2) is at most 1.93 + 0.93 x the position-1 rate)",
             }
         )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The trend across concurrency (issue 45 item 4): how the speed-up moves from c=1 to c=32
+
+#: (title, folder, hardware) of every record of the 8B planted shape at PP=1
+TREND_RECORDS = (
+    ("H200, vLLM 0.33.0, 1 run per level", "gpu-bench-h200-pp1", "h200"),
+    ("H200, vLLM 0.33.0, 3 repeats", "gpu-bench-h200-tuned", "h200"),
+    ("H200, vLLM 0.33.0, 3 repeats, again", "gpu-bench-h200-tuned-2", "h200"),
+    ("H100, vLLM 0.34.0", "gpu-bench-h100-pp1-0.34", "h100"),
+)
+#: the model before issue 45: steady-state decode rounds, no per-request terms
+BEFORE = replace(Costs(), request_overhead_ms=0.0, draft_token_overhead_ms=0.0)
+
+
+def _acceptance_by_level(bench: dict) -> dict[tuple[int, int], float]:
+    al: dict[tuple[int, int], list[float]] = {}
+    for r in measured_runs(bench):
+        if r.k:
+            al.setdefault((r.concurrency, r.k), []).append(r.acceptance_length)
+    return {key: sum(v) / len(v) for key, v in al.items()}
+
+
+def trend_section() -> list[str]:
+    h200 = json.loads((H200_DIR / "bench.json").read_text())
+    shape = h200_shape()
+    h200_hw = Hardware(ACCELERATORS["h200"], LINKS["nvlink4"], LINKS["nvlink4"])
+    g = Group(shape, h200_hw, tuple(measured_runs(h200)), bench_context(h200))
+    fit_before = fit_groups([g], per_request=False).costs
+    fit_now = fit_groups([g]).costs
+    out = [
+        "## The trend across concurrency: the speed-up from c=1 to c=32",
+        "",
+        "Points of speed-up lost (or gained) from c=1 to c=32, per record and k: measured (bench's medians) and",
+        "predicted, each with the run's own acceptance. **before**: the model until issue 45 (steady-state decode",
+        "rounds, fixed overheads only), calibration-free and fitted on the first H200 record; **now**: the same two with",
+        "the per-request terms (`request_overhead_ms`, `draft_token_overhead_ms`) and the record's load (each wave's",
+        "prefill in the throughput: `--prompt-len/--output-len` of `plan --predict`). The H200 fit predicts the other",
+        "records out of sample (the H100 through its bandwidth only: the fit is the H200's).",
+        "",
+        "| record | k | measured | before: roofline | before: H200 fit | now: roofline | now: H200 fit |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    errs: dict[str, list[float]] = {}
+    for title, folder, hw_name in TREND_RECORDS:
+        f = DOCS / folder / "bench.json"
+        if not f.is_file():
+            continue
+        b = json.loads(f.read_text())
+        meas = median_speedups(b)
+        al = _acceptance_by_level(b)
+        ctx, load = bench_context(b), bench_load(b)
+        hw = Hardware(ACCELERATORS[hw_name], LINKS["nvlink4"], LINKS["nvlink4"])
+        lo, hi = min(c for c, _ in meas), max(c for c, _ in meas)
+        for k in sorted({k for _, k in meas}):
+            if (lo, k) not in meas or (hi, k) not in meas:
+                continue
+            m = 100 * (meas[(hi, k)] - meas[(lo, k)])
+            cells = []
+            for col, costs, ld in (
+                ("before: roofline", BEFORE, None),
+                ("before: H200 fit", fit_before, None),
+                ("now: roofline", Costs(), load),
+                ("now: H200 fit", fit_now, load),
+            ):
+                p = 100 * (
+                    predicted_speedup(shape, hw, costs, hi, k, al[(hi, k)], ctx, ld)
+                    - predicted_speedup(shape, hw, costs, lo, k, al[(lo, k)], ctx, ld)
+                )
+                errs.setdefault(col, []).append(abs(p - m))
+                cells.append(f"{p:+.1f}")
+            out.append(f"| {title} | {k} | {m:+.1f} | {' | '.join(cells)} |")
+    out += [
+        "",
+        "Mean absolute error of the trend, points: "
+        + ", ".join(f"{c} {sum(v) / len(v):.1f}" for c, v in errs.items())
+        + ".",
+    ]
+    out += [
+        "",
+        "Where the trend comes from: bench's tokens/s is each request's output over its whole life, TTFT + 127 x",
+        "TPOT, and bench sends equal requests at once, so each wave of c requests is prefilled together. The prefill",
+        "is compute-bound and grows with c x prompt (at c=32 the measured TTFT is 75-130 ms against 17-29 ms at",
+        "c=1), while a decode round is memory-bound and nearly flat: the prefill dilutes the decode speed-up more",
+        "at high load, and the speculative arm's is longer (the drafter prefills too). Per-request costs add the",
+        "rest: the round grows 0.6 ms from c=1 to c=32 without speculation and 0.7-1.0 ms with it, where the KV",
+        "reads explain 0.15 ms. The measured trend itself moves by up to 10 points between two runs of the same",
+        "command (k=1: -6.9, -17.0, -10.3), so no model can do better than that spread on one record.",
+        "",
+    ]
     return out
 
 
@@ -642,6 +750,7 @@ def page() -> tuple[str, dict[Path, str]]:
         *done_when_section(json.loads((H200_DIR / "bench.json").read_text()), h200),
         *run2_section(h200["fit"].costs),
         *[x for pr in PREREGISTERED for x in prereg_section(pr)],
+        *trend_section(),
         "The CPU demo has no bench record in the repository (docs/bench.md shows its plot only): not validated.",
         "",
         "## Published points (sign: does speculation pay?)",

@@ -209,7 +209,15 @@ def calibration_entry(doc: Any, hardware: str, shape: Shape) -> dict[str, Any] |
 
 def costs_of(entry: dict[str, Any]) -> Costs:
     c = entry["costs"]
-    fields = ("eff_bw", "eff_flops", "step_overhead_ms", "spec_overhead_ms", "draft_pass_overhead_ms")
+    fields = (
+        "eff_bw",
+        "eff_flops",
+        "step_overhead_ms",
+        "spec_overhead_ms",
+        "draft_pass_overhead_ms",
+        "request_overhead_ms",
+        "draft_token_overhead_ms",
+    )
     return Costs(
         **{f: float(c[f]) for f in fields if isinstance(c.get(f), (int, float)) and not isinstance(c.get(f), bool)}
     )
