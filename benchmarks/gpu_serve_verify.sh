@@ -5,7 +5,8 @@
 # On the device, after `bash benchmarks/gpu_wheels.sh install` (vLLM + ppspec in /tmp/site):
 #   UTIL=0.6 bash benchmarks/gpu_serve_verify.sh docs/gpu-bench-h200-pp1/profile.yaml
 # UTIL: the engine's gpu-memory-utilization (default: the profile's own); NST: the drafter's
-# num_speculative_tokens (default: the profile's); PROMPTS (16) x MAX_TOKENS (128) for verify; the engine
+# num_speculative_tokens (default: the profile's); EAGER=1 serves it eager (no torch.compile, no CUDA
+# graphs: the quickest start, without the graphs' memory); PROMPTS (16) x MAX_TOKENS (128) for verify; the engine
 # is stopped (SIGTERM: serve stops its whole tree) after verify. STOP_AT=kv stops it as soon as vLLM has logged its KV
 # cache size (the memory figures only: no CUDA graph capture wait, no verify). Exit: verify's (0 every
 # gate passed; with STOP_AT=kv 0 once the line is there), or 1 when the engine never got there (serve's
@@ -14,16 +15,19 @@
 # the engine log, the profile served).
 set -uo pipefail
 PROFILE="${1:?profile}"
-UTIL="${UTIL:-}"; NST="${NST:-}"; STOP_AT="${STOP_AT:-verify}"; PROMPTS="${PROMPTS:-16}"; MAX_TOKENS="${MAX_TOKENS:-128}"; READY_S="${READY_S:-480}"
+UTIL="${UTIL:-}"; NST="${NST:-}"; EAGER="${EAGER:-}"; STOP_AT="${STOP_AT:-verify}"; PROMPTS="${PROMPTS:-16}"; MAX_TOKENS="${MAX_TOKENS:-128}"; READY_S="${READY_S:-480}"
 W="${WORK:-/tmp/gpuval}"; SITE="${DEVICE_SITE:-/tmp/site}"
 export PYTHONPATH=$PWD:$SITE PATH=$SITE/bin:$PATH PPSPEC_CACHE=$W/cache HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-D="$W/serve-verify-u${UTIL:-profile}${NST:+-k$NST}"; rm -rf "$D"; mkdir -p "$D/run"
+D="$W/serve-verify-u${UTIL:-profile}${NST:+-k$NST}${EAGER:+-eager}"; rm -rf "$D"; mkdir -p "$D/run"
 P="$D/profile.yaml"
-python3 - "$PROFILE" "$P" "$UTIL" "$NST" <<'PY' || exit 2
+python3 - "$PROFILE" "$P" "$UTIL" "$NST" "$EAGER" <<'PY' || exit 2
 import sys, yaml
-src, dst, util, nst = sys.argv[1:5]
+src, dst, util, nst, eager = sys.argv[1:6]
 doc = yaml.safe_load(open(src))
+if eager:
+    doc.setdefault("engine", {})["enforce-eager"] = True
+    doc["engine"].pop("compilation-config", None)
 if util:
     doc.setdefault("engine", {})["gpu-memory-utilization"] = float(util)
 if nst:
