@@ -133,9 +133,11 @@ select_wheels() {
   # packages' own metadata, fetched here once per set). A FORCE_CARRY wheel prints "? ?" for its
   # file name and url: prepare downloads it by version. The manifest goes to $CACHE/MANIFEST.txt.
   local report; report=$(report_path)
-  local meta="$CACHE/device-meta-$VLLM_VERSION${OV_TAG:+-ov$OV_TAG}-$TIER.json" cands
+  local meta cands
   # shellcheck disable=SC2046
   cands=$(python3 "$SELECT" candidates "$report" $(sel_args) --lean-skip "$LEAN_SKIP" --force-carry "$FORCE_CARRY")
+  # kept per candidate list: another device list asks for other packages' metadata
+  meta="$CACHE/device-meta-$(echo "$cands" | sha256sum | cut -c1-12).json"
   if [ -n "$cands" ] && [ ! -s "$meta" ]; then
     # shellcheck disable=SC2086
     pip_dry_run --no-deps --report "$meta" $cands 2>/dev/null \
