@@ -172,6 +172,20 @@ def plan(
         "--calibration",
         help="With --predict: calibration file (default: calibration.json beside the profile, if it matches).",
     ),
+    prompt_len: Optional[int] = typer.Option(
+        None,
+        "--prompt-len",
+        min=1,
+        max=1048576,
+        help="With --predict and --output-len: each request's prompt tokens; the speed-up then counts each wave's prefill, as bench measures it (default: decode only).",
+    ),
+    output_len: Optional[int] = typer.Option(
+        None,
+        "--output-len",
+        min=1,
+        max=1048576,
+        help="With --predict and --prompt-len: tokens each request generates.",
+    ),
 ) -> None:
     """Show the stage plan: layers per stage, where each tap lives, what each hop relays, draft layer
     ids, embedding placement and weight memory per stage; exit code as `check`'s. With --predict, the predicted speed-up."""
@@ -181,7 +195,16 @@ def plan(
     opts = options(
         predict,
         PredictOptions(
-            hardware, link, acceptance_length, acceptance_from, concurrency, nst, context_length, calibration
+            hardware,
+            link,
+            acceptance_length,
+            acceptance_from,
+            concurrency,
+            nst,
+            context_length,
+            calibration,
+            prompt_len,
+            output_len,
         ),
     )
     raise typer.Exit(command.run(profile, json_out, offline, opts, verbose, hardware))

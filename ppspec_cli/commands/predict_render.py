@@ -11,7 +11,7 @@ from typing import Any
 
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.planning import hardware as hwtable
-from ppspec_cli.planning.predict import Acceptance, Costs, Hardware, Prediction, predict
+from ppspec_cli.planning.predict import Acceptance, Costs, Hardware, Load, Prediction, predict
 from ppspec_cli.planning.predict_inputs import acceptance_from_report, calibration_entry, costs_of, shape_from_resolved
 from ppspec_cli.planning.predict_records import shape_class, validation
 
@@ -43,6 +43,20 @@ class PredictOptions:
     num_speculative_tokens: str | None = None
     context_length: int | None = None
     calibration: str | None = None
+    prompt_len: int | None = None
+    output_len: int | None = None
+
+
+def _load(opts: PredictOptions) -> Load | None:
+    """--prompt-len and --output-len together (each wave's prefill counted), or neither (decode only)."""
+    if (opts.prompt_len is None) != (opts.output_len is None):
+        raise PpspecError(
+            "--prompt-len and --output-len go together",
+            where="--prompt-len/--output-len",
+            fix="give both (the load bench runs: --prompt-len 128 --output-len 128), or neither for decode only",
+            exit_code=2,
+        )
+    return Load(opts.prompt_len, opts.output_len) if opts.prompt_len is not None else None
 
 
 #: The most concurrency levels one prediction tabulates (each with every k: 64 x 65 rows at most,
@@ -339,8 +353,13 @@ def prediction(r: Any, opts: PredictOptions) -> Prediction:
         else sorted({1, 2, 3, *([k_prof] if k_prof else [])})
     )
     mml = r.profile.engine.get("max-model-len") if isinstance(r.profile.engine, dict) else None
-    ctx = opts.context_length or min(DEFAULT_CONTEXT, mml if isinstance(mml, int) and mml > 0 else DEFAULT_CONTEXT)
-    pred = predict(shape, hw, costs, acc, concurrency=cs, ks=[k for k in ks if k > 0], ctx=ctx)
+    load = _load(opts)
+    ctx = opts.context_length or (
+        load.prompt_len + load.output_len // 2
+        if load
+        else min(DEFAULT_CONTEXT, mml if isinstance(mml, int) and mml > 0 else DEFAULT_CONTEXT)
+    )
+    pred = predict(shape, hw, costs, acc, concurrency=cs, ks=[k for k in ks if k > 0], ctx=ctx, load=load)
     pred.calibration = cal
     pred.validation = validation(shape_class(r.target.text, r.profile.topology.pipeline_parallel, shape.num_experts))
     pred.assumptions = {
@@ -352,6 +371,7 @@ def prediction(r: Any, opts: PredictOptions) -> Prediction:
         "acceptance": {"source": acc.source, "per_position": [round(x, 4) for x in acc.per_position]},
         "context_length": ctx,
         "kv_cache": _kv_assumed(mem, cs, ctx),
+        "load": {"prompt_len": load.prompt_len, "output_len": load.output_len} if load else None,
         "partition": list(shape.stages),
         "tensor_parallel": shape.tp,
         "model": {
@@ -417,7 +437,12 @@ def render(pred: Prediction) -> str:
     acc = hw["accelerator"]
     lines += _wrap(
         "hardware: ",
-        f"{acc['name']} ({acc['memory_bandwidth_gbs']:g} GB/s, {acc['bf16_tflops']:g} TFLOPS bf16); pipeline link {hw['pp_link']['name']} ({hw['pp_link']['bandwidth_gbs']:g} GB/s, {hw['pp_link']['latency_us']:g} us); TP x{a['tensor_parallel']}, stages {a['partition']}, context {a['context_length']} tokens",
+        f"{acc['name']} ({acc['memory_bandwidth_gbs']:g} GB/s, {acc['bf16_tflops']:g} TFLOPS bf16); pipeline link {hw['pp_link']['name']} ({hw['pp_link']['bandwidth_gbs']:g} GB/s, {hw['pp_link']['latency_us']:g} us); TP x{a['tensor_parallel']}, stages {a['partition']}, context {a['context_length']} tokens; "
+        + (
+            f"load: {a['load']['prompt_len']}-token prompts, {a['load']['output_len']} output tokens (each wave's prefill counted)"
+            if a.get("load")
+            else "decode rounds only (--prompt-len/--output-len add the prefill)"
+        ),
     )
     lines += _wrap(
         "acceptance: ",

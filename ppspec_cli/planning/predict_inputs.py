@@ -294,6 +294,8 @@ class CalibrationCosts(Record):
     step_overhead_ms: Optional[float] = Field(default=None, ge=0.0, le=60_000.0)
     spec_overhead_ms: Optional[float] = Field(default=None, ge=0.0, le=60_000.0)
     draft_pass_overhead_ms: Optional[float] = Field(default=None, ge=0.0, le=60_000.0)
+    request_overhead_ms: Optional[float] = Field(default=None, ge=0.0, le=60_000.0)
+    draft_token_overhead_ms: Optional[float] = Field(default=None, ge=0.0, le=60_000.0)
 
 
 class CalibrationEntry(Record):
