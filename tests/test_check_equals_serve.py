@@ -63,7 +63,15 @@ def base(tmp_path, monkeypatch):
     monkeypatch.setenv("PPSPEC_VLLM_EXECUTABLE", str(tmp_path / "no-such-vllm"))
     # platform auto: a declared `cuda` on a machine with a CPU build of vLLM is itself a refusal
     # (platform-not-served), which would hide the one each example is about
-    return {"name": "refusal", "target": {"model": str(target)}, "platform": "auto", "server": {"port": 18931}}
+    # max-model-len: the config's 131072 tokens need 4 GiB of KV cache, more than the 1 GiB ppspec gives vLLM on the
+    # CPU platform: vLLM would refuse (kv-cache-too-small), which would hide the one each example is about
+    return {
+        "name": "refusal",
+        "target": {"model": str(target)},
+        "platform": "auto",
+        "server": {"port": 18931},
+        "engine": {"max-model-len": 4096},
+    }
 
 
 def _write(tmp_path: Path, data: dict, change: dict) -> Path:

@@ -68,7 +68,7 @@ def test_help_shows_boolean_options_as_flags(path, cmd):
 
 @pytest.mark.slow  # runs the CLI in a subprocess
 def test_adapters_list_in_a_pipe_at_80_columns():
-    cp = run_ppspec("adapters", "list", env={"COLUMNS": "80"})  # stdout is a pipe, not a tty
+    cp = run_ppspec("adapters", "list", "--details", env={"COLUMNS": "80"})  # stdout is a pipe, not a tty
     assert cp.returncode == 0, cp.stderr
     lines = cp.stdout.splitlines()
     assert all(len(ln) <= 80 for ln in lines), "\n".join(ln for ln in lines if len(ln) > 80)

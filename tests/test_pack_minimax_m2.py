@@ -37,7 +37,9 @@ def test_pack_describes_minimax_m2():
     assert p is not None and p.name == "minimax_m2" and not p.native
     for platform in ("cuda", "rocm", "cpu"):
         assert p.supports("aux_relay_over_pp", platform, "0.32.0").status == "patched"
-    assert p.supports("aux_relay_over_pp", "cuda", "0.31.0").status == "unknown"  # not checked before 0.32
+    # proven on the 0.30 and 0.31 sources too (knowledge/packproof); nothing before 0.30 is
+    assert p.supports("aux_relay_over_pp", "cuda", "0.30.0").status == "patched"
+    assert p.supports("aux_relay_over_pp", "cuda", "0.29.1").status == "unknown"
 
 
 def _check(make_checkpoint, adapter):

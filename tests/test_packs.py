@@ -204,8 +204,8 @@ def test_malformed_version_range(bad):
 
 
 def test_supports_vllm_on_a_pack():
-    p = get_pack("minimax_m2")
-    assert p.supports_vllm("0.32.0") and not p.supports_vllm("0.31.0")
+    p = get_pack("qwen3_xpress")  # its drafter classes arrived in 0.33 (its proofs: knowledge/packproof)
+    assert p.supports_vllm("0.33.0") and not p.supports_vllm("0.32.0")
 
 
 def test_supports_answers_per_platform_and_version(tmp_path):
@@ -314,6 +314,9 @@ def test_entry_point_pack_is_loaded(tmp_path, monkeypatch):
     p = get_pack("acme_foo")
     assert p.source == "entry point acme" and p.path == d
     assert resolve_pack("auto", ["FooForCausalLM"], [], "eagle3").name == "acme_foo"
+    # ppspec's proofs cover its built-in packs: a third-party pack is never called proven
+    rec = packstatus.pack_record(p, None)
+    assert rec["proof"] == {} and rec["proof_summary"].startswith("not proven by ppspec")
 
 
 def test_entry_point_name_clash_is_an_error(tmp_path, monkeypatch):
@@ -426,6 +429,9 @@ def test_adapters_list_json(capsys, monkeypatch):
     t32 = tables["0.32.0"]
     assert t32["architectures"] > 100 and t32["drafter_classes"] > 5 and t32["source"] == "committed"
     assert t32["origin"].startswith("wheel vllm-0.32.0") and t32["commit"] and t32["commit"] in t32["described"]
+    # and its drafter side (issue 40): the speculators algorithms the loader converts, the MTP rewrites
+    assert t32["speculators_algorithms"] == ["dflash", "dflash2", "dspark", "eagle3", "peagle"]
+    assert t32["renamed_methods"] == ["dflash", "eagle", "eagle3"] and t32["mtp_architectures"] > 20
     # a verified 0.32.0 install decides by its release's committed table
     assert doc["engine_arch_table"] == t32
 
@@ -479,7 +485,7 @@ def test_adapters_list_text_on_a_nightly(capsys, monkeypatch):
         "probe_anchors",
         lambda packs, platform, facts_version: {p.name: rows[p.name] for p in packs if p.name in rows},
     )
-    assert packs_cli.adapters_list(False) == 0
+    assert packs_cli.adapters_list(False, details=True) == 0
     text = capsys.readouterr().out
     assert "status against vLLM 0.34.0.dev0 (cpu, unverified)" in text and "engine    probed" in text, text[:2000]
     assert "engine    not probed" in text  # the packs whose anchors were not read say so
@@ -493,6 +499,32 @@ def test_adapters_show_every_pack_with_its_codes(capsys):
         shown = capsys.readouterr().out
         if n == "deepseek_v4_dspark":
             assert "dspark-served-as-deepseek-v4 (warning)" in " ".join(shown.split()), shown
+
+
+def test_adapters_list_is_one_line_per_pack_and_judges_a_login_node(capsys, monkeypatch):
+    """Issue 43 item 7: the default view is one line per pack (name, status, engine, what it
+    covers), within 80 columns; without an installed vLLM (a login node) the status is judged for
+    the newest verified release on cuda, as `check` judges, and the header says so, instead of
+    "not checked" for every pack; the engine state stays "not checked" (nothing is installed)."""
+    from ppspec_cli.knowledge.versions import NEWEST_VERIFIED
+
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setattr(packs_cli, "installed_vllm", lambda: None)
+    assert packs_cli.adapters_list(False) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    names = [p.name for p in load_packs()]
+    rows = [ln for ln in lines if ln.startswith("  ") and ln.split()[0] in names]
+    assert [r.split()[0] for r in rows] == names and len(lines) <= len(names) + 8, text
+    assert all(len(ln) <= 80 for ln in lines), text
+    assert f"vLLM {NEWEST_VERIFIED} (cuda), the newest verified release" in " ".join(text.split())
+    by = {r.split()[0]: r for r in rows}
+    assert "  llama " in by["llama"] + " " and "native" in by["llama"] and "not checked" in by["llama"]
+    assert "patched by pack" in by["qwen3_moe"]
+    assert packs_cli.adapters_list(True) == 0
+    recs = {r["name"]: r for r in json.loads(capsys.readouterr().out)["packs"]}
+    assert recs["llama"]["status"] == "native" and recs["llama"]["engine"] == "not checked"
+    assert recs["llama"]["judged_for"] == {"version": NEWEST_VERIFIED, "platform": "cuda", "installed": False}
 
 
 def test_adapters_show_unknown_is_an_error():
@@ -536,12 +568,32 @@ def test_engine_state_verified_probed_drifted():
     state, detail = packstatus.engine_state(qwen3_moe, nightly, {"qwen3_moe": rows})
     assert (
         state == "probed"
-        and "anchors match: qwen3_moe.relay_forward" in detail
+        and "anchors match and behaviour checks pass: qwen3_moe.relay_forward" in detail
         and "already does it: qwen3_moe.target_embed_on_last_stage" in detail
     )
+    # every anchor matches but a behaviour check fails when applied (issue 39: 0.34's embedding
+    # rule): never "probed: anchors match", the plugin would refuse
+    refused = [*rows, ["qwen3_moe.target_embed_on_last_stage", "refused", "PatchVerifyError: behaviour check failed"]]
+    state, detail = packstatus.engine_state(qwen3_moe, nightly, {"qwen3_moe": refused})
+    assert state == "refused" and "anchors match" not in detail and "behaviour check failed" in detail
+    assert "the plugin refuses this engine" in detail
     rows.append(["qwen3_moe.opt_in", "drifted", "anchor drifted: forward takes (self, hidden)"])
     state, detail = packstatus.engine_state(qwen3_moe, nightly, {"qwen3_moe": rows})
     assert state == "drifted" and "qwen3_moe.opt_in: anchor drifted" in detail
     # the capability tables of an unverified version are the newest verified release's
     assert packstatus.pack_status(get_pack("llama"), nightly)[0] == "native"
     assert packstatus.pack_status(qwen3_moe, VllmInstall("0.33.0+fork", "vllm", "cuda"))[0] == "patched by pack"
+
+
+def test_a_drafter_class_a_release_removed_is_not_asked_of_it():
+    """vLLM 0.34.0 dropped P-EAGLE (PeagleLlamaForCausalLM, PeagleQwen3ForCausalLM: registered until 0.33.0).
+    The llama and qwen3 packs say `until: 0.33.0`, so the proof does not look for them in 0.34's registry
+    and the packs' ranges reach 0.34; the class stays known for the releases that have it."""
+    from packaging.version import Version
+
+    from ppspec_cli.knowledge.packs import get_pack, in_range
+
+    for pack, name in (("llama", "PeagleLlamaForCausalLM"), ("qwen3", "PeagleQwen3ForCausalLM")):
+        d = next(d for d in get_pack(pack).drafter_classes if d.name == name)
+        assert d.known_in(Version("0.33.0")) and not d.known_in(Version("0.34.0"))
+        assert in_range(get_pack(pack).vllm_range, "0.34.0")

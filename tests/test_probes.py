@@ -129,6 +129,35 @@ def test_v2_runner_failure_is_only_informational_at_pp1():
 
 @pytest.mark.vllm
 @needs_vllm
+def test_v2_runner_probe_on_a_vllm_without_model_runner_v1(monkeypatch):
+    """vLLM 0.34 deleted Model Runner V1 (v1/worker/gpu_model_runner.py): the probe must not say vLLM
+    falls back to V1; VLLM_USE_V2_MODEL_RUNNER=0 is an error there (platforms/interface.py:1483), and
+    a build without Triton has no runner for speculative decoding. Faked by hiding V1's module."""
+    import importlib.util
+
+    from vllm.triton_utils import HAS_TRITON
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "vllm.v1.worker.gpu_model_runner" else real(n, *a)
+    )
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+    r = probes.probe_v2_runner("eagle3", 1)
+    assert (
+        r.status == "failed" and r.severity == "error" and "V1 was removed" in r.detail and "falls back" not in r.detail
+    )
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER")
+    r = probes.probe_v2_runner("eagle3", 2)
+    if not HAS_TRITON:  # the CPU build here
+        assert r.status == "failed" and "refuses speculative decoding" in r.detail and "falls back" not in r.detail
+    else:
+        assert r.status == "passed" and "only Model Runner V2" in r.detail
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    assert "V1" in probes.probe_v2_runner("eagle3", 2).detail or HAS_TRITON  # the real engine: V1 is there
+
+
+@pytest.mark.vllm
+@needs_vllm
 def test_probes_apply_and_revert_a_patch_pack():
     import vllm.model_executor.models.qwen3_moe as q
 

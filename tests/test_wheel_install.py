@@ -79,7 +79,7 @@ def test_the_wheel_installs_next_to_vllm_and_runs(tmp_path, demo_cache):
     assert Path(where).is_relative_to(site), f"ppspec_cli imported from {where}, not from the wheel's install in {site}"
 
     ppspec = venv / "bin" / "ppspec"
-    listed = _run([ppspec, "adapters", "list"], env=env, cwd=tmp_path).stdout
+    listed = _run([ppspec, "adapters", "list", "--details"], env=env, cwd=tmp_path).stdout
     assert "status against vLLM" in listed and "not checked" not in listed, listed  # it sees the installed vLLM
     for pack in (p.name for p in (REPO / "adapters").iterdir() if (p / "pack.yaml").is_file()):
         assert f"\n{pack}\n" in listed, f"pack {pack} missing from the installed wheel's `adapters list`"

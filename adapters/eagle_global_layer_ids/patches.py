@@ -40,6 +40,7 @@ def get_patches() -> list[Patch]:
             description=f"{cls} names its layers from the target's total depth",
             requires=("__init__",),
             check=relay.check_global_numbering,
+            native=relay.natively_numbers_globally,
         )
         for module, cls in DRAFTERS
     ]

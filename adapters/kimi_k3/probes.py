@@ -22,7 +22,9 @@ def _set_taps(cls: type, taps: tuple[int, ...], stage: int) -> str | None:
 
     from ppspec_cli.running.engine import relay
 
-    model = cls.__new__(cls)
+    # object.__new__, not cls.__new__: SupportsQuant.__new__ only looks for a quantization config
+    # among the constructor's arguments (there are none here), importing all of VllmConfig to do so.
+    model = object.__new__(cls)
     torch.nn.Module.__init__(model)
     model.use_attn_res, model.attn_res_block_size = True, 2
     model.start_layer, model.end_layer = (0, 3) if stage == 0 else (3, 6)

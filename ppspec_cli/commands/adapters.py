@@ -1,5 +1,6 @@
 """`ppspec adapters list|show`: the packs, what they match and provide, and their status against
-the installed vLLM (status and engine state: knowledge/packstatus.py), rendered.
+the installed vLLM (status, engine state and proof: knowledge/packstatus.py), rendered: one line
+per pack by default, every pack in full with `--details`.
 """
 
 from __future__ import annotations
@@ -72,10 +73,11 @@ def _console() -> Any:
     return terminal.console(soft_wrap=False)
 
 
-def adapters_list(json_out: bool) -> int:
-    """Print every pack and the per-release architecture tables (text, or one JSON object: packs, arch_tables,
-    engine_arch_table). Exit code 0."""
+def adapters_list(json_out: bool, details: bool = False) -> int:
+    """Print every pack, one line each (details: every pack's status, engine, matches, then the
+    per-release architecture tables), or one JSON object: packs, arch_tables, engine_arch_table. Exit code 0."""
     installed = installed_vllm()
+    _judged, where = packstatus.judged_install(installed)
     records = packstatus.records(installed)
     if json_out:
         print(
@@ -89,12 +91,8 @@ def adapters_list(json_out: bool) -> int:
             )
         )
         return EXIT_OK
-    where = (
-        f"vLLM {installed.version} ({installed.platform}, "
-        f"{'verified' if verdict(installed.version).verified else 'unverified'})"
-        if installed
-        else "no vLLM installed"
-    )
+    if not details:
+        return _list_brief(records, where)
     # One block per pack, not a table: class names are up to ~40 characters, and five columns of
     # them cannot fit 80 columns (or a pipe) without breaking names mid-word. Lists are joined with
     # ", " so they wrap between names; wrapped lines keep the value column's indentation.
@@ -106,6 +104,7 @@ def adapters_list(json_out: bool) -> int:
         "verified": "green",
         "probed": "cyan",
         "drifted": "red",
+        "refused": "red",
         "not probed": "yellow",
         "not checked": "yellow",
     }
@@ -128,6 +127,7 @@ def adapters_list(json_out: bool) -> int:
             indent=12,
             label="  engine",
         )
+        print_wrapped(c, plain(rec["proof_summary"]), indent=12, label="  proof")
         for label, names in (
             ("targets", p.matches.targets),
             ("drafters", p.matches.drafters),
@@ -141,12 +141,44 @@ def adapters_list(json_out: bool) -> int:
     return EXIT_OK
 
 
+def _list_brief(records: list[dict[str, Any]], where: str) -> int:
+    """One line per pack: name, status, engine state, the releases it is proven on, what it covers
+    (a name when it fits)."""
+    from ppspec_cli.io.terminal import plain, print_par, styled
+
+    c = _console()
+    print_par(c, styled("[bold]Adapter packs[/bold]: status against {}", where), hang=2)
+    name_w = max(len(r["name"]) for r in records)
+    status_w = max(len("status"), *(len(r["status"]) for r in records))
+    engine_w = max(len("engine"), *(len(r["engine"]) for r in records))
+    proven = {r["name"]: packstatus.proven_on(r) for r in records}
+    proof_w = max(len("proven on"), *(len(v) for v in proven.values()))
+    fixed = 2 + name_w + 2 + status_w + 2 + engine_w + 2 + proof_w + 2
+    head = f"  {'pack':<{name_w}}  {'status':<{status_w}}  {'engine':<{engine_w}}  {'proven on':<{proof_w}}  covers"
+    c.print(plain(head))
+    for r in records:
+        names = [*((r.get("matches") or {}).get("targets") or []), *((r.get("matches") or {}).get("drafters") or [])]
+        first = names[0] + (f" +{len(names) - 1}" if len(names) > 1 else "") if names else "any model"
+        covers = first if fixed + len(first) <= c.width else f"{len(names)} classes"
+        cols = f"{r['name']:<{name_w}}  {r['status']:<{status_w}}  {r['engine']:<{engine_w}}"
+        c.print(plain(f"  {cols}  {proven[r['name']]:<{proof_w}}  {covers}"))
+    c.print()
+    print_par(
+        c,
+        plain(
+            "details: `ppspec adapters list --details` (each pack's reasons, targets, drafters and vLLM range, and "
+            "vLLM's facts per release); one pack: `ppspec adapters show NAME` (NAME may be an architecture)"
+        ),
+    )
+    return EXIT_OK
+
+
 def _print_arch_tables(c: Any) -> None:
     """Per release: how many architectures vLLM's own source covers and where the facts came from
     (knowledge/arch; docs/adapters.md, "vLLM's own facts for every architecture")."""
     from ppspec_cli.commands.render import print_wrapped
     from ppspec_cli.io.terminal import plain, styled
-    from ppspec_cli.knowledge import archtable
+    from ppspec_cli.knowledge import archtable, drafterfacts
 
     c.print()
     c.print(styled("[bold]vLLM's facts for every registered architecture[/bold] (read from its source)"))
@@ -156,7 +188,10 @@ def _print_arch_tables(c: Any) -> None:
             continue
         n_t, n_d = t.counts
         print_wrapped(
-            c, plain(f"{n_t} architectures, {n_d} drafter/MTP classes; {t.describe()}"), indent=12, label=f"  {v}"
+            c,
+            plain(f"{n_t} architectures, {n_d} drafter/MTP classes{drafterfacts.coverage_text(t)}; {t.describe()}"),
+            indent=12,
+            label=f"  {v}",
         )
 
 
@@ -227,7 +262,7 @@ def _show_arch(name: str, json_out: bool) -> int:
     (knowledge/arch; `check` uses the same table)."""
     from ppspec_cli.commands.render import print_wrapped
     from ppspec_cli.io.terminal import plain, styled
-    from ppspec_cli.knowledge import archtable
+    from ppspec_cli.knowledge import archtable, drafterfacts
     from ppspec_cli.knowledge.packs import PLATFORMS
 
     rows: dict[str, dict[str, Any]] = {}
@@ -266,7 +301,7 @@ def _show_arch(name: str, json_out: bool) -> int:
                 text = (
                     f"{f['class']}; draft layer numbering {f.get('numbering')}; fc "
                     f"{(f.get('fc') or {}).get('rule')}; MTP layers {f.get('mtp_layers')}"
-                )
+                ) + drafterfacts.describe_class(f)
             print_wrapped(c, plain(text), indent=12, label=f"  {plat}")
     return EXIT_OK
 
@@ -302,13 +337,20 @@ def _show(name: str, json_out: bool) -> int:
     row("vLLM range", pack.vllm_range)
     row("status", f"{rec['status']}: {rec['status_detail']}")
     row("engine", f"{rec['engine']}: {rec['engine_detail']}")
+    row("proof", rec["proof_summary"])
     row("provides", "\n".join(f"{cap}: {CAPABILITIES[cap]}" for cap in pack.provides))
     patches = [str(f) for _, f in pack.patch_files]
     row("patches", "\n".join(patches) if patches else "none (native)")
     if pack.contract is not None:
         row("contract", _contract_text(pack))
     if pack.drafter_classes:
-        row("drafter classes", "\n".join(f"{d.name}: {d.method} since vLLM {d.since}" for d in pack.drafter_classes))
+        row(
+            "drafter classes",
+            "\n".join(
+                f"{d.name}: {d.method} since vLLM {d.since}" + (f", until {d.until}" if d.until else "")
+                for d in pack.drafter_classes
+            ),
+        )
     f = pack.facts
     if f.inner_decoder:
         row(

@@ -9,13 +9,14 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from ppspec_cli.commands.common import progress
+from ppspec_cli.commands.common import print_error, progress
 from ppspec_cli.commands.render import render_refusal
 from ppspec_cli.errors import EXIT_OK, EXIT_REFUSED, PpspecError, exit_for_signal
 from ppspec_cli.io import safeio
 from ppspec_cli.operation.bench import Driver
 from ppspec_cli.verify.bench import results as res
 from ppspec_cli.verify.bench import session
+from ppspec_cli.verify.bench.outdir import LOCK_FILE, OutDir
 from ppspec_cli.verify.bench.session import PER_ARM, PER_REPEAT, SESSIONS, Session
 
 #: Prompts of the parity pass (one request at a time, per arm).
@@ -62,9 +63,21 @@ def run(profile: str, o: Options) -> int:
     levels = _validate(o)
     prof = load_profile(profile)
     arms = session.arms_for(prof, o.nst, o.endpoint, o.baseline_endpoint)
-    state = session.state_dir(o.out, prof.name)
+    if o.endpoint is None:  # bench serves the profile: refused beside a running serve, before anything is written
+        from ppspec_cli.verify.bench.beside import refuse_if_busy
+
+        refuse_if_busy(prof)
+    fresh = not (Path(o.out) if o.out else session.default_state_dir(prof.name)).exists()
+    out = session.state_dir(o.out, prof.name)
+    try:
+        return _run(profile, o, prof, arms, levels, out, fresh)
+    finally:
+        out.close()
+
+
+def _settings(o: Options, levels: list[int]) -> dict:
     per_level = {str(c): res.prompts_at(o.num_prompts, c) for c in levels}
-    settings = {
+    return {
         "concurrency": levels,
         "num_prompts": o.num_prompts,
         "prompts_per_level": per_level,
@@ -76,16 +89,26 @@ def run(profile: str, o: Options) -> int:
         "parity_prompts": min(PARITY_PROMPTS, per_level[str(levels[0])]),
         "parity_source_prompts": per_level[str(levels[0])],
     }
+
+
+def _run(profile: str, o: Options, prof, arms: list, levels: list[int], out: OutDir, fresh: bool) -> int:
+    state = out.path
     if not o.resume:
         for name in [a.name for a in arms] + [res.TUNED]:
-            safeio.remove_tree(
-                state / "arms" / name, what="the arm's previous results"
-            )  # a planted link is unlinked, never followed
-    b = Session(profile, prof, arms, settings, state, session.identity(o.endpoint is None))
+            out.clear_arm(name)  # by descriptor (verify/bench/outdir.py): no link is followed
+    b = Session(profile, prof, arms, _settings(o, levels), state, session.identity(o.endpoint is None, prof), out)
     if o.resume:
         b.check_kept(o.allow_mixed)
-    code = _measure(Driver(b, render_refusal, progress, offline=o.offline))
+    driver = Driver(b, render_refusal, progress, offline=o.offline, failed=print_error)
+    code = _measure(driver)
     doc = b.assemble()
+    if code and not driver.started and not doc["runs"]:  # stopped before any server answered: nothing to report
+        out.close()  # the lock released: the directory this run made holds no result
+        if fresh and not any(p.is_file() and p.name != LOCK_FILE for p in state.rglob("*")):
+            safeio.remove_tree(state, what="the empty results directory")
+        progress("nothing was measured: no results written")
+        driver.show_fatal()
+        return code
     _write_outputs(doc, state)
     if o.endpoint is None and doc["runs"]:
         _write_calibration(doc, prof, profile, o.offline, state)
@@ -97,6 +120,7 @@ def run(profile: str, o: Options) -> int:
 
         print_report(doc, terminal.console())
     if code:
+        driver.show_fatal()  # last, after the report and its warnings: the reason the run stopped
         progress(f"finished results are kept in {state}; continue with the same command and --resume")
         return code
     if not doc["complete"]:
@@ -157,12 +181,10 @@ def _measure(driver: Driver) -> int:
         progress(f"interrupted by {signal.Signals(e.signum).name}: every engine is stopped")
         return exit_for_signal(e.signum)
     except PpspecError as e:  # a launch refused, a load generator failed: keep what is measured
-        from ppspec_cli.commands.common import err_console
-
-        driver.s.failures.append(e.what)
-        err_console().print(e.render())
+        driver.fail(e)
         return e.exit_code
     finally:
+        driver.close()  # the load generator, whatever happened
         for s, h in old.items():
             signal.signal(s, h)
 

@@ -11,7 +11,13 @@ from ppspec_cli.errors import EXIT_USAGE
 
 
 def run(
-    profile: str, json_out: bool, offline: bool, probes: bool, min_severity: str = "warning", verbose: bool = False
+    profile: str,
+    json_out: bool,
+    offline: bool,
+    probes: bool,
+    min_severity: str = "warning",
+    verbose: bool = False,
+    hardware: str | None = None,
 ) -> int:
     """Preflight one profile; the profile verdict's exit code (0 no error, 1 refused). `min_severity`:
     the least severe findings shown in the table (`verbose`: all, with the plan's notes); the verdict
@@ -27,7 +33,8 @@ def run(
             fix="use error, warning or info",
             exit_code=EXIT_USAGE,
         )
-    o = operation.run(operation.Operation("check", profile, offline=offline, probes=probes), progress)
+    op = operation.Operation("check", profile, offline=offline, probes=probes, hardware=hardware)
+    o = operation.run(op, progress)
     pf = o.judgment
     if json_out:
         print(json.dumps(preflight_json(pf), indent=2))

@@ -13,8 +13,23 @@ def err_console():
     return terminal.console(stderr=True)
 
 
-def progress(msg: str) -> None:
-    print(f"ppspec: {msg}", file=sys.stderr, flush=True)
+def progress(msg: str, *, wrap: bool = True) -> None:
+    """One `ppspec: ...` line on stderr, wrapped between words at the terminal's width (io.terminal
+    .wrap_width: a pipe keeps it one line). A message of several lines is laid out already (a
+    command to copy: io.terminal.command_block) and printed as it is, as with wrap=False."""
+    from ppspec_cli.io import terminal
+
+    line = f"ppspec: {msg}"
+    if wrap and "\n" not in msg:
+        line = terminal.wrap_block(line, terminal.wrap_width())
+    print(line, file=sys.stderr, flush=True)
+
+
+def print_error(e) -> None:
+    """A PpspecError's what / where / fix on stderr, each wrapped between words under its label."""
+    from ppspec_cli.io import terminal
+
+    print(terminal.wrap_block(e.render(), terminal.wrap_width()), file=sys.stderr, flush=True)
 
 
 def load(profile_path: str):
@@ -53,6 +68,23 @@ def engine_json(r) -> dict[str, Any]:
         "target": None if r.target is None else r.target.to_json(),
         "drafter": None if r.drafter is None else r.drafter.to_json(),
         "plan": None if r.plan is None else r.plan.to_json(),
+        "memory": _memory_json(r),
+    }
+
+
+def _memory_json(r) -> dict[str, Any] | None:
+    """The memory plan (planning/memory.py) as `--json` shows it; None without a plan."""
+    if r.plan is None or r.memory is None:
+        return None
+    m = r.memory
+    return {
+        "hardware": None
+        if m.device is None
+        else {"name": m.device.name, "bytes": m.device.bytes, "source": m.device.source},
+        "weights_source": m.weights_source or None,
+        "unknown": m.unknown,
+        "plan": None if m.plan is None else m.plan.to_json(),
+        "notes": m.notes,
     }
 
 

@@ -8,56 +8,17 @@ docs/adapters.md` rewrites the generated part of the second (between its two mar
 from __future__ import annotations
 
 import inspect
-import typing
 
 from pydantic import BaseModel
 
 from ppspec_cli.errors import EXIT_OK, EXIT_USAGE
 from ppspec_cli.planning.profile import Profile
-
-
-def _type_name(ann) -> str:
-    origin = typing.get_origin(ann)
-    args = typing.get_args(ann)
-    if origin is typing.Literal:
-        return " | ".join(repr(a) for a in args)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        parts = [_type_name(a) for a in args if a is not type(None)]
-        s = " | ".join(parts)
-        return s + " (optional)" if type(None) in args else s
-    if origin is list or origin is tuple:
-        return f"list[{_type_name(args[0])}]"
-    if origin is dict:
-        return f"map[{_type_name(args[0])}, {_type_name(args[1])}]"
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
-        return ann.__name__
-    return getattr(ann, "__name__", str(ann))
-
-
-def _default(field) -> str:
-    if field.is_required():
-        return "**required**"
-    if field.default_factory is not None:
-        v = field.default_factory()
-        return "`{}`" if v == {} else ("see below" if isinstance(v, BaseModel) else f"`{v!r}`")
-    if isinstance(field.default, tuple):  # written as a YAML list
-        return f"`{list(field.default)!r}`"
-    return f"`{field.default!r}`" if field.default is not None else "—"
+from ppspec_cli.planning.reference import default_text, models_in, type_name
 
 
 def _cell(text: str) -> str:
     """A Markdown table cell: a bare `|` (as in `'auto' | 'cuda'`) would split the row."""
     return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _models_in(ann, suffix: str = "") -> list[tuple[type[BaseModel], str]]:
-    """The sub-models a field holds, directly, optionally or as a mapping's values (`.<key>`)."""
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
-        return [(ann, suffix)]
-    args = typing.get_args(ann)
-    if typing.get_origin(ann) is dict:
-        return _models_in(args[1], suffix + ".<" + _type_name(args[0]).replace("'", "").replace(" ", "") + ">")
-    return [m for a in args for m in _models_in(a, suffix)]
 
 
 def _section(model: type[BaseModel], prefix: str, out: list[str], seen: set) -> None:
@@ -71,9 +32,9 @@ def _section(model: type[BaseModel], prefix: str, out: list[str], seen: set) -> 
     subs = []
     for name, f in model.model_fields.items():
         out.append(
-            f"| `{name}` | {_cell(_type_name(f.annotation))} | {_cell(_default(f))} | {_cell(f.description or '')} |"
+            f"| `{name}` | {_cell(type_name(f.annotation))} | {_cell(default_text(f))} | {_cell(f.description or '')} |"
         )
-        for cand, suffix in _models_in(f.annotation):
+        for cand, suffix in models_in(f.annotation):
             subs.append((cand, (f"{prefix}.{name}" if prefix else name) + suffix))
     out.append("")
     for m, p in subs:
@@ -134,17 +95,130 @@ def findings_reference() -> str:
     return findings_markdown()
 
 
-def run(out: str | None, findings: bool = False) -> int:
-    """`ppspec docs [--findings] [--out FILE]`: the profile reference (or the findings reference)
-    to stdout or a file."""
-    from ppspec_cli.io import safeio
+def run(out: str | None, findings: bool = False, key: str | None = None, markdown: bool = False) -> int:
+    """`ppspec docs [KEY] [--findings] [--markdown] [--out FILE]`: the profile reference (or the
+    findings reference) for a terminal, as Markdown (`--markdown`, `--out FILE`), or one profile key,
+    section or finding code (KEY)."""
+    from ppspec_cli.io import safeio, terminal
 
-    text = findings_reference() if findings else profile_reference()
-    if out:
-        safeio.write_text(out, text, what=out, where="--out", exit_code=EXIT_USAGE, through=True)
-    else:
+    if key is not None:
+        text = one_entry(key, terminal.wrap_width(stderr=False) or 80)
+    elif out or markdown:
+        text = findings_reference() if findings else profile_reference()
+        if out:
+            safeio.write_text(out, text, what=out, where="--out", exit_code=EXIT_USAGE, through=True)
+            return EXIT_OK
         print(text, end="")
+        return EXIT_OK
+    else:
+        width = terminal.wrap_width(stderr=False) or 80
+        text = findings_view(width) if findings else profile_view(width)
+    terminal.page(text)
     return EXIT_OK
+
+
+# ---- the terminal view (Markdown read as plain text, wrapped; no tables, no generator comments)
+
+
+def _plain(md: str) -> str:
+    """Markdown inline markup as plain text: code spans and emphasis unmarked, a link as `text (url)`."""
+    import re
+
+    md = re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r"\1 (\2)", md)
+    return md.replace("**", "").replace("`", "")
+
+
+def _par(text: str, width: int, indent: int) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(
+        _plain(text),
+        width=width,
+        initial_indent=" " * indent,
+        subsequent_indent=" " * indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [""]
+
+
+def _key_lines(k, width: int) -> list[str]:
+    head = f"{k.key}  {_plain(k.type)}, default {_plain(k.default)}"
+    return _par(head, width, 0) + _par(k.description, width, 4)
+
+
+def profile_view(width: int) -> str:
+    from ppspec_cli.planning.reference import sections
+
+    out = _par(
+        "Profile reference: every key of a profile (YAML; unknown keys are errors). `ppspec docs KEY` shows "
+        "one key or section, `ppspec docs --markdown` the Markdown.",
+        width,
+        0,
+    )
+    for sec in sections(Profile):
+        out += ["", f"== {sec.prefix or 'top level'} ({sec.model.__name__}) =="]
+        if sec.doc:
+            out += _par(sec.doc, width, 0)
+        for k in sec.keys:
+            out += [""] + _key_lines(k, width)
+    return "\n".join(out) + "\n"
+
+
+def _code_lines(c, width: int) -> list[str]:
+    q = c.question + (", refuses here" if c.refuses_here else "")
+    return (
+        _par(f"{c.code}  {' or '.join(c.severities)}; question: {q}", width, 0)
+        + _par(f"cause: {c.cause}", width, 4)
+        + _par(f"fix: {c.fix}", width, 4)
+    )
+
+
+def findings_view(width: int) -> str:
+    from ppspec_cli.operation.reference import sections
+
+    out = _par(
+        "Findings reference: every code check, plan and serve report, its cause and fix. `ppspec docs CODE` "
+        "shows one code, `ppspec docs --findings --markdown` the Markdown.",
+        width,
+        0,
+    )
+    for title, entries in sections().items():
+        out += ["", f"== {_plain(title)} =="]
+        for c in entries.values():
+            out += [""] + _code_lines(c, width)
+    return "\n".join(out) + "\n"
+
+
+def one_entry(name: str, width: int) -> str:
+    """One profile key (`drafter.taps`), every key of a section (`drafter`), or one finding code;
+    an unknown name is a usage error with the closest names."""
+    from ppspec_cli.errors import PpspecError
+    from ppspec_cli.operation.reference import every_code
+    from ppspec_cli.planning.reference import did_you_mean, keys, sections
+
+    name = name.strip()
+    table = keys(Profile)
+    out = _key_lines(table[name], width) if name in table else []
+    for sec in sections(Profile):
+        if sec.prefix and sec.prefix == name:  # a section: its keys too
+            out += ([""] if out else []) + [f"== {sec.prefix} ({sec.model.__name__}) =="]
+            out += _par(sec.doc, width, 0) if sec.doc else []
+            for k in sec.keys:
+                out += [""] + _key_lines(k, width)
+            break
+    if out:
+        return "\n".join(out) + "\n"
+    codes = every_code()
+    c = codes.get(name)
+    if c is not None:
+        return "\n".join(_code_lines(c, width)) + "\n"
+    close = did_you_mean(name, [*table, *(s.prefix for s in sections(Profile) if s.prefix), *codes])
+    raise PpspecError(
+        f"no profile key, section or finding code named {name[:80]!r}",
+        where="ppspec docs KEY",
+        fix=(f"did you mean {' or '.join(close)}? " if close else "")
+        + "`ppspec docs` lists every profile key, `ppspec docs --findings` every finding code",
+    )
 
 
 if __name__ == "__main__":  # python -m ppspec_cli.commands.docs docs/adapters.md (or docs/drafters.md)

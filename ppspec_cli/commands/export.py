@@ -108,10 +108,10 @@ def _export(prof, profile: str, offline: bool, output: str | None, render, where
         progress(f"wrote {output}")
     else:
         sys.stdout.write(text)
+    for w in warnings:  # the warnings first: an error, which refuses the profile, is what the screen ends with
+        progress(f"check warning {w}")
     for e in errors:
         progress(f"check error {e}")
-    for w in warnings:
-        progress(f"check warning {w}")
     if errors:
         progress(f"`check` found {len(errors)} error(s): `ppspec serve` would refuse this profile on every node")
     return o.exit_code

@@ -18,10 +18,18 @@ def invalid_partition(r) -> list[int] | None:
 
 
 def with_prediction(r, opts, *, json_out: bool):
-    """`--predict`: the prediction's JSON, or print its text (commands/predict_render.py)."""
-    from ppspec_cli.commands.predict_render import prediction, render
+    """`--predict`: the prediction's JSON, or print its text (commands/predict_render.py); a layout that does
+    not fit its hardware's memory is not predicted (said instead)."""
+    from ppspec_cli.commands.predict_render import DoesNotFit, prediction, render
 
-    pred = prediction(r, opts)
+    try:
+        pred = prediction(r, opts)
+    except DoesNotFit as e:
+        if json_out:
+            return {"predicted": False, "reason": e.reason, "memory": e.memory}
+        print()
+        print(e.reason)
+        return None
     if json_out:
         return pred.to_json()
     print()
@@ -29,14 +37,16 @@ def with_prediction(r, opts, *, json_out: bool):
     return None
 
 
-def run(profile: str, json_out: bool, offline: bool, predict=None, verbose: bool = False) -> int:
+def run(
+    profile: str, json_out: bool, offline: bool, predict=None, verbose: bool = False, hardware: str | None = None
+) -> int:
     """Print the plan and what to act on first (`verbose`: every finding); exit with the profile
     verdict (0 no error, 1 refused: no plan, an invalid layer_partition, or any other error `check` reports)."""
     from ppspec_cli import operation
     from ppspec_cli.commands.render import render_pd_plan, render_plan
     from ppspec_cli.planning.pd import name_table
 
-    o = operation.run(operation.Operation("plan", profile, offline=offline), progress)
+    o = operation.run(operation.Operation("plan", profile, offline=offline, hardware=hardware), progress)
     pf = o.judgment
     if pf.deployment is not None and predict is not None:
         from ppspec_cli.errors import PpspecError

@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import math
+import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.planning import hardware as hwtable
-from ppspec_cli.planning.predict import ROOFLINE_ERROR, Acceptance, Costs, Hardware, Prediction, predict
+from ppspec_cli.planning.predict import Acceptance, Costs, Hardware, Load, Prediction, predict
 from ppspec_cli.planning.predict_inputs import acceptance_from_report, calibration_entry, costs_of, shape_from_resolved
+from ppspec_cli.planning.predict_records import shape_class, validation
 
 #: the largest report or calibration file read: what verify and bench read their own files with
 #: (verify/report.py MAX_REPORT_BYTES, verify/bench/results.py MAX_RECORD_BYTES: 64 MiB)
@@ -40,46 +43,114 @@ class PredictOptions:
     num_speculative_tokens: str | None = None
     context_length: int | None = None
     calibration: str | None = None
+    prompt_len: int | None = None
+    output_len: int | None = None
+
+
+def _load(opts: PredictOptions) -> Load | None:
+    """--prompt-len and --output-len together (each wave's prefill counted), or neither (decode only)."""
+    if (opts.prompt_len is None) != (opts.output_len is None):
+        raise PpspecError(
+            "--prompt-len and --output-len go together",
+            where="--prompt-len/--output-len",
+            fix="give both (the load bench runs: --prompt-len 128 --output-len 128), or neither for decode only",
+            exit_code=2,
+        )
+    return Load(opts.prompt_len, opts.output_len) if opts.prompt_len is not None else None
+
+
+#: The most concurrency levels one prediction tabulates (each with every k: 64 x 65 rows at most,
+#: a few MB of --json; 4096 levels x 65 k were 150 MB)
+MAX_LEVELS = 64
 
 
 def _ints(text: str, what: str) -> list[int]:
-    try:
-        vals = sorted({int(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        vals = []
+    parts = [x.strip() for x in text.split(",") if x.strip()]
+    vals = sorted({int(x) for x in parts if x.isascii() and x.isdigit() and len(x) <= 6})
     spec = "speculative" in what
-    if not vals or vals[0] < (0 if spec else 1) or vals[-1] > (MAX_SPECULATIVE_TOKENS if spec else MAX_CONCURRENCY):
-        top = MAX_SPECULATIVE_TOKENS if spec else MAX_CONCURRENCY
+    top = MAX_SPECULATIVE_TOKENS if spec else MAX_CONCURRENCY
+    if not vals or len(vals) != len(set(parts)) or vals[0] < (0 if spec else 1) or vals[-1] > top:
         raise PpspecError(
-            f"{what} must be a comma-separated list of integers from {0 if spec else 1} to {top} (got {text!r})",
+            f"{what} must be a comma-separated list of integers from {0 if spec else 1} to {top} (got {text[:80]!r})",
             where=what,
             fix="e.g. 1,4,16,32",
+        )
+    if len(vals) > MAX_LEVELS:
+        raise PpspecError(
+            f"{what} lists {len(vals)} values; a prediction tabulates at most {MAX_LEVELS}",
+            where=what,
+            fix="e.g. 1,2,4,8,16,32,64,128",
         )
     return vals
 
 
+def options(predict: bool, opts: PredictOptions) -> PredictOptions | None:
+    """The --predict options, or None without --predict; a predict option given without --predict is
+    a usage error (it would be silently dropped: the plan would not say what it ignored). --hardware
+    is not one of them: without --predict it names the accelerator the memory model judges."""
+    if predict:
+        return opts
+    fields = [f for f in PredictOptions.__dataclass_fields__ if f != "hardware"]
+    given = [f for f in fields if getattr(opts, f) != getattr(PredictOptions(), f)]
+    if given:
+        flags = ", ".join("--" + f.replace("_", "-") for f in given)
+        raise PpspecError(
+            f"{flags} only apply with --predict", where=flags, fix="add --predict, or drop " + flags, exit_code=2
+        )
+    return None
+
+
+#: Override keys of --hardware / --link and the range each must lie in (finite; a subnormal, zero,
+#: negative or absurd value would give NaN, negative or infinite tables): memory bandwidth up to
+#: 100 TB/s (the fastest HBM today is ~8 TB/s), tensor throughput up to 100 PFLOP/s (~2.5 dense
+#: bf16 today), a link's bandwidth up to 10 TB/s (NVLink 5: 0.9 TB/s per direction) and its latency
+#: up to one second.
+OVERRIDES = {
+    "--hardware": {"bw": (1.0, 1e5, "GB/s"), "tflops": (1e-3, 1e5, "TFLOP/s"), "mem": (1.0, 1e4, "GiB")},
+    "--link": {"bw": (1e-3, 1e4, "GB/s"), "lat": (0.0, 1e6, "us")},
+}
+
+
 def _overrides(spec: str, what: str) -> tuple[str, dict[str, float]]:
-    """NAME[,key=value...] -> (NAME, {key: value})."""
+    """NAME[,key=value...] -> (NAME, {key: value}); every key known and every value finite and in
+    its range (OVERRIDES), else one usage error naming it. `mem=` (--hardware) is the memory model's
+    (planning/memory_inputs.py): checked here, not a predictor override."""
+    from ppspec_cli.io.terminal import one_line
+
+    allowed = OVERRIDES[what]
+    example = "e.g. h200,bw=4000,tflops=900" if what == "--hardware" else "e.g. tcp-100g,bw=8.3,lat=50"
     name, *rest = [p.strip() for p in spec.split(",")]
     out: dict[str, float] = {}
     for p in rest:
         k, _, v = p.partition("=")
-        try:
-            out[k] = float(v)
-        except ValueError:
+        k = k.strip().lower() if k.strip().lower() == "mem" else k
+        if k not in allowed:
             raise PpspecError(
-                f"{what}: {p!r} is not key=number",
+                f"{what}: {one_line(k, 40)!r} is not an override (known: {', '.join(allowed)})",
                 where=what,
-                fix="e.g. h200,bw=4000,tflops=900 or tcp-100g,bw=8.3,lat=50",
-            ) from None
-        if out[k] <= 0:
-            raise PpspecError(f"{what}: {k} must be positive", where=what, fix="give a positive number")
+                fix=example,
+                exit_code=2,
+            )
+        lo, hi, unit = allowed[k]
+        try:
+            x = float(v) if v.strip().isascii() else float("nan")
+        except ValueError:
+            x = float("nan")
+        subnormal = x != 0 and abs(x) < sys.float_info.min  # 1e-310: a number no hardware has, and a divisor
+        if not (math.isfinite(x) and lo <= x <= hi and (x > 0 or lo == 0)) or subnormal:
+            raise PpspecError(
+                f"{what}: {k}={one_line(v, 40)} is not a number in [{lo:g}, {hi:g}] {unit}",
+                where=what,
+                fix=example,
+                exit_code=2,
+            )
+        out[k] = x
     return name.lower(), out
 
 
 def _hardware(r: Any, opts: PredictOptions, notes: list[str]) -> tuple[Hardware, str]:
     default = "cpu" if r.platform == "cpu" else "h100"
-    name, ov = _overrides(opts.hardware or default, "--hardware")
+    name, ov = _overrides(opts.hardware or r.profile.hardware or default, "--hardware")
     acc = hwtable.accelerator(name)
     if acc is None:
         raise PpspecError(
@@ -87,7 +158,7 @@ def _hardware(r: Any, opts: PredictOptions, notes: list[str]) -> tuple[Hardware,
             where="--hardware",
             fix=f"one of {', '.join(hwtable.ACCELERATORS)} (overrides: NAME,bw=GB/s,tflops=N)",
         )
-    if not opts.hardware:
+    if not opts.hardware and not r.profile.hardware:
         notes.append(f"hardware not given: {name} assumed (--hardware)")
     acc = replace(
         acc, memory_bandwidth_gbs=ov.get("bw", acc.memory_bandwidth_gbs), bf16_tflops=ov.get("tflops", acc.bf16_tflops)
@@ -152,17 +223,30 @@ def _acceptance(r: Any, opts: PredictOptions) -> Acceptance:
     )
 
 
-def _calibration(r: Any, opts: PredictOptions, hw_name: str, shape) -> tuple[Costs, dict[str, Any]]:
-    from ppspec_cli.io.safeio import read_json
+def _calibration(r: Any, opts: PredictOptions, hw_name: str, shape, notes: list[str]) -> tuple[Costs, dict[str, Any]]:
+    from ppspec_cli.io import records
+    from ppspec_cli.planning.predict_inputs import CalibrationFile
 
     path = opts.calibration
+    beside = None
     if path is None and r.profile_path:
         cand = Path(r.profile_path).resolve().parent / CALIBRATION_FILE
-        path = str(cand) if cand.is_file() else None
+        path = beside = str(cand) if cand.is_file() else None
     if path:
-        doc = read_json(
-            path, limit=REPORT_LIMIT, what="calibration file", fix="pass a file written by tools/predict_validation.py"
-        )
+        try:  # typed: every cost finite and in range, or one error naming the file and the field
+            _model, doc = records.load(
+                path,
+                CalibrationFile,
+                what="calibration",
+                limit=REPORT_LIMIT,
+                fix="pass a file written by `ppspec bench` or tools/predict_validation.py",
+            )
+        except PpspecError as e:
+            if beside is None:
+                raise
+            # not asked for: a file beside the profile that is not a calibration is named, never used
+            notes.append(f"{CALIBRATION_FILE} beside the profile is not used: {e.what}")
+            doc = None
         entry = calibration_entry(doc, hw_name, shape)
         if entry is not None:
             return costs_of(entry), {
@@ -178,20 +262,71 @@ def _calibration(r: Any, opts: PredictOptions, hw_name: str, shape) -> tuple[Cos
                 where=path,
                 fix="calibrate on this hardware and shape, or drop --calibration for the roofline",
             )
-    return Costs(), {
-        "mode": "roofline",
-        "file": None,
-        "costs": asdict(Costs()),
-        "expected_error": {
-            "mean": ROOFLINE_ERROR[0],
-            "worst": ROOFLINE_ERROR[1],
-            "on": "docs/prediction-validation.md (roofline rows, the H200 PP=1 record)",
-        },
+    return Costs(), {"mode": "roofline", "file": None, "costs": asdict(Costs())}
+
+
+class DoesNotFit(Exception):
+    """The layout does not fit the hardware's memory: no prediction (the reason, for the output)."""
+
+    def __init__(self, reason: str, memory: dict[str, Any]):
+        super().__init__(reason)
+        self.reason, self.memory = reason, memory
+
+
+def _memory(r: Any, hw_name: str) -> Any:
+    """The memory plan on the prediction's accelerator (the profile's `hardware`, --hardware, or the default)."""
+    from dataclasses import replace
+
+    from ppspec_cli.planning.memory_inputs import memory_of
+
+    spec = r.profile.hardware or hw_name
+    if r.platform == "cpu" or spec == r.profile.hardware:
+        return r.memory if r.memory is not None else memory_of(r)
+    return memory_of(replace(r, profile=r.profile.model_copy(update={"hardware": spec})))
+
+
+def _kv_assumed(mem: Any, cs: list[int], ctx: int) -> dict[str, Any] | None:
+    """What the KV cache holds at each concurrency level of `ctx` tokens (c x ctx against its capacity)."""
+    from ppspec_cli.planning.memory_inputs import tokens_for
+
+    mp = mem.plan if mem is not None else None
+    if mp is None or mp.engine_tokens is None:
+        return None
+    return {
+        "kv_tokens": mp.engine_tokens,
+        "limiting_stage": mp.limiting,
+        "hardware": None if mem.device is None else mem.device.name,
+        "per_concurrency": [tokens_for(mp, c, ctx) for c in cs],
     }
 
 
+def _fits(mem: Any) -> None:
+    """Raise DoesNotFit when the memory model refuses the layout (weights over budget, or no room for one
+    max-model-len request)."""
+    mp = mem.plan if mem is not None else None
+    if mp is None or mp.budget is None:
+        return
+    over = mp.over_budget()
+    short = mp.short_of_one_request()
+    if not over and not short:
+        return
+    x = max(over, key=lambda st: st.weights) if over else short[0]
+    why = (
+        f"stage {x.rank}'s weights on one GPU ({x.weights / (1 << 30):.1f} GiB) exceed its budget "
+        f"({mp.budget / (1 << 30):.1f} GiB)"
+        if over
+        else f"stage {x.rank}'s KV cache cannot hold one request of max-model-len {mp.max_model_len:,}"
+    )
+    raise DoesNotFit(
+        f"not predicted: the layout does not fit {mem.device.name if mem.device else 'the hardware'}: {why} "
+        "(memory-weights-exceed / kv-cache-too-small above)",
+        mp.to_json(),
+    )
+
+
 def prediction(r: Any, opts: PredictOptions) -> Prediction:
-    """The prediction for a resolved profile; PpspecError when it cannot be made."""
+    """The prediction for a resolved profile; PpspecError when it cannot be made, DoesNotFit when the layout
+    does not fit the hardware's memory (docs/memory.md)."""
     shape, notes = shape_from_resolved(r)
     if shape is None:
         raise PpspecError(
@@ -204,8 +339,10 @@ def prediction(r: Any, opts: PredictOptions) -> Prediction:
             "the profile has no drafter: nothing to predict", where="drafter", fix="add a drafter: section"
         )
     hw, hw_name = _hardware(r, opts, notes)
+    mem = _memory(r, opts.hardware or hw_name)
+    _fits(mem)
     acc = _acceptance(r, opts)
-    costs, cal = _calibration(r, opts, hw_name, shape)
+    costs, cal = _calibration(r, opts, hw_name, shape, notes)
     cs = _ints(opts.concurrency, "--concurrency")
     k_prof = r.profile.drafter.num_speculative_tokens if r.profile.drafter else None
     ks = (
@@ -214,9 +351,15 @@ def prediction(r: Any, opts: PredictOptions) -> Prediction:
         else sorted({1, 2, 3, *([k_prof] if k_prof else [])})
     )
     mml = r.profile.engine.get("max-model-len") if isinstance(r.profile.engine, dict) else None
-    ctx = opts.context_length or min(DEFAULT_CONTEXT, mml if isinstance(mml, int) and mml > 0 else DEFAULT_CONTEXT)
-    pred = predict(shape, hw, costs, acc, concurrency=cs, ks=[k for k in ks if k > 0], ctx=ctx)
+    load = _load(opts)
+    ctx = opts.context_length or (
+        load.prompt_len + load.output_len // 2
+        if load
+        else min(DEFAULT_CONTEXT, mml if isinstance(mml, int) and mml > 0 else DEFAULT_CONTEXT)
+    )
+    pred = predict(shape, hw, costs, acc, concurrency=cs, ks=[k for k in ks if k > 0], ctx=ctx, load=load)
     pred.calibration = cal
+    pred.validation = validation(shape_class(r.target.text, r.profile.topology.pipeline_parallel, shape.num_experts))
     pred.assumptions = {
         "hardware": {
             "accelerator": asdict(hw.accelerator),
@@ -225,6 +368,8 @@ def prediction(r: Any, opts: PredictOptions) -> Prediction:
         },
         "acceptance": {"source": acc.source, "per_position": [round(x, 4) for x in acc.per_position]},
         "context_length": ctx,
+        "kv_cache": _kv_assumed(mem, cs, ctx),
+        "load": {"prompt_len": load.prompt_len, "output_len": load.output_len} if load else None,
         "partition": list(shape.stages),
         "tensor_parallel": shape.tp,
         "model": {
@@ -296,7 +441,13 @@ def render(pred: Prediction) -> str:
         "hardware: ",
         f"{acc['name']} ({acc['memory_bandwidth_gbs']:g} GB/s, {acc['bf16_tflops']:g} TFLOPS bf16); pipeline link "
         f"{hw['pp_link']['name']} ({hw['pp_link']['bandwidth_gbs']:g} GB/s, {hw['pp_link']['latency_us']:g} us); TP "
-        f"x{a['tensor_parallel']}, stages {a['partition']}, context {a['context_length']} tokens",
+        f"x{a['tensor_parallel']}, stages {a['partition']}, context {a['context_length']} tokens; "
+        + (
+            f"load: {a['load']['prompt_len']}-token prompts, {a['load']['output_len']} output tokens (each wave's "
+            "prefill counted)"
+            if a.get("load")
+            else "decode rounds only (--prompt-len/--output-len add the prefill)"
+        ),
     )
     lines += _wrap(
         "acceptance: ",
@@ -310,11 +461,19 @@ def render(pred: Prediction) -> str:
             "calibration: ", f"{cal['file']} (fitted on {cal.get('fitted_on')}; RMS error {cal.get('rms_rel_error')})"
         )
     else:
-        mean, worst = ROOFLINE_ERROR
+        lines += _wrap("calibration: ", "none: roofline with default efficiencies and overheads, calibration-free")
+    lines += _wrap("validation: ", pred.validation["line"])
+    kv = a.get("kv_cache")
+    if kv:
+        per = ", ".join(
+            f"c={x['concurrency']} {x['tokens_needed']:,}"
+            + ("" if x["fits"] else " (over: vLLM would queue or preempt)")
+            for x in kv["per_concurrency"]
+        )
         lines += _wrap(
-            "calibration: ",
-            "none: roofline with default efficiencies and overheads (calibration-free; on the one GPU record its "
-            f"speed-up error was {100 * mean:.1f}% mean, {100 * worst:.1f}% worst: docs/prediction-validation.md)",
+            "KV cache assumed: ",
+            f"{kv['kv_tokens']:,} tokens on {kv['hardware']} (stage {kv['limiting_stage']} limits it; docs/memory.md); "
+            f"tokens at context {a['context_length']}: {per}",
         )
     for n in a["notes"]:
         lines += _wrap("note: ", n)

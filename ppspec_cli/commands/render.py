@@ -84,7 +84,7 @@ def _engine_line(console: Console, r) -> None:
         + f" on {topo.nodes} node(s); platform {r.platform} ({r.platform_source}), runner {r.runner.upper()}"
         + (f"; adapter {r.pack.name}" if r.pack is not None else "")
     )
-    console.print(styled("[bold]{}[/bold]: {}", p.name, rest))
+    _wrapped(console, styled("[bold]{}[/bold]: {}", p.name, rest))
 
 
 def render_check(pf, console: Console | None = None, min_severity: str = "warning") -> None:
@@ -103,7 +103,12 @@ def _version_line(console: Console, r, prefix: str = "") -> None:
     unverified = (
         f"; unverified: vLLM {vv.facts_version}'s facts carried forward" if vv is not None and not vv.verified else ""
     )
-    console.print(f"{prefix}verdict for {r.platform}, vLLM {r.engine_version} ({r.engine_version_source}{unverified})")
+    _wrapped(
+        console,
+        terminal.plain(
+            f"{prefix}verdict for {r.platform}, vLLM {r.engine_version} ({r.engine_version_source}{unverified})"
+        ),
+    )
 
 
 def render_here(console: Console, pf) -> None:
@@ -167,12 +172,13 @@ def render_refusal(outcome, console: Console | None = None) -> int:
     exit code (1)."""
     con = console or terminal.console(stderr=True)
     v = outcome.here_verdict
-    con.print(
+    _wrapped(
+        con,
         styled(
-            "[bold red]ppspec: refusing to launch {}[/bold red]: {} reason(s) (`ppspec check` reports them too)",
+            "[bold red]ppspec: refusing to launch {}[/bold red]: {} reason(s), which `ppspec check` reports too",
             outcome.resolved.profile.name,
             len(v.refused),
-        )
+        ),
     )
     render_findings(con, list(v.refused))
     return outcome.exit_code
@@ -220,8 +226,10 @@ def _ids(taps) -> str:
     return ", ".join(map(str, taps)) if taps else "—"
 
 
-def _plan_rows(r, plan, taps_shown: bool) -> list[tuple[str, ...]]:
-    """The plan table's cells, one tuple per stage, in the order of _plan_columns."""
+def _plan_rows(r, plan, taps_shown: bool, mem=None) -> list[tuple[str, ...]]:
+    """The plan table's cells, one tuple per stage, in the order of _plan_columns (`mem`: the memory plan,
+    planning/memory_inputs.Memory: weights on one GPU and KV tokens per stage instead of the stage's weights)."""
+    mp = mem.plan if mem is not None else None
     topo = r.profile.topology
     where = stage_placement(topo.tensor_parallel, len(plan.stages), topo.data_parallel, topo.nodes)
     rows = []
@@ -250,14 +258,22 @@ def _plan_rows(r, plan, taps_shown: bool) -> list[tuple[str, ...]]:
                 f"{s.layers[0]}-{s.layers[1] - 1}" if s.layers[1] > s.layers[0] else "none",
                 *tap_cells,
                 ", ".join(holds) or "—",
-                _human_bytes(s.weight_bytes),
+                *(
+                    (_human_bytes(s.weight_bytes),)
+                    if mp is None
+                    else (
+                        _human_bytes(mp.stages[s.rank].weights),
+                        "—" if mp.stages[s.rank].tokens is None else f"{mp.stages[s.rank].tokens:,}",
+                    )
+                ),
             )
         )
     return rows
 
 
-def _plan_columns(taps_shown: bool) -> tuple[str, ...]:
-    return ("stage", "node", "layers", *(PLAN_TAP_COLUMNS if taps_shown else ()), "holds", "weights")
+def _plan_columns(taps_shown: bool, memory: bool = False) -> tuple[str, ...]:
+    tail = ("weights/GPU", "KV tokens") if memory else ("weights",)
+    return ("stage", "node", "layers", *(PLAN_TAP_COLUMNS if taps_shown else ()), "holds", *tail)
 
 
 def _print_plan_stages(console: Console, cols: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
@@ -291,11 +307,11 @@ def _print_plan_stages(console: Console, cols: tuple[str, ...], rows: list[tuple
                 cells["stage"],
                 cells["node"],
                 cells["layers"],
-                cells["weights"],
+                cells.get("weights", cells.get("weights/GPU", "?")) + (" per GPU" if "weights/GPU" in cells else ""),
             ),
         )
         for col, value in cells.items():
-            if col not in ("stage", "node", "layers", "weights"):
+            if col not in ("stage", "node", "layers", "weights", "weights/GPU"):
                 _wrapped(console, styled("{}: {}", col, value), first=2, rest=4)
 
 
@@ -366,11 +382,62 @@ def _plan_table(console: Console, r, invalid_partition: list[int] | None = None)
     # Every tap column holds tap ids (vLLM capture points), never counts: a count read like tap 2.
     spec = methods.of(plan.method)
     taps_shown = spec is not None and spec.reads_taps
-    _print_plan_stages(console, _plan_columns(taps_shown), _plan_rows(r, plan, taps_shown))
+    from ppspec_cli.planning.memory_inputs import memory_of
+
+    mem = r.memory if r.memory is not None else memory_of(r)
+    shown = mem if mem.plan is not None else None
+    _print_plan_stages(console, _plan_columns(taps_shown, shown is not None), _plan_rows(r, plan, taps_shown, shown))
     if taps_shown:
         _wrapped(console, styled("[dim]{}[/dim]", PLAN_TAP_LEGEND), rest=0)
+    _memory_line(console, mem)
     for note in plan.notes:
         _wrapped(console, styled("[dim]note: {}[/dim]", note))
+    for note in mem.notes:
+        _wrapped(console, styled("[dim]note: {}[/dim]", note))
+
+
+def _memory_line(console: Console, mem) -> None:
+    """One line on memory under the plan: the budget and the engine's KV capacity, or what each GPU needs."""
+    mp, s = mem.plan, mem.settings
+    if mp is None or s is None:
+        _wrapped(console, styled("[dim]memory: not judged ({})[/dim]", mem.unknown or "unknown"))
+        return
+    lens = f"max-model-len {s.max_model_len:,}" if s.max_model_len else "max-model-len unknown"
+    if mp.budget is None and mp.engine_tokens is not None:
+        lim = "" if mp.limiting is None or len(mp.stages) < 2 else f"; stage {mp.limiting} limits it"
+        conc = "" if mp.max_concurrency is None else f" = {mp.max_concurrency:.1f} requests at {lens}"
+        _wrapped(
+            console,
+            terminal.plain(
+                f"memory: a KV cache of {_human_bytes(s.kv_cache_memory_bytes)} per worker (kv-cache-memory-bytes, or "
+                f"VLLM_CPU_KVCACHE_SPACE on the CPU platform); the engine's KV cache {mp.engine_tokens:,} "
+                f"tokens{conc}{lim}"
+            ),
+        )
+        return
+    if mp.budget is None:
+        need = ", ".join(f"stage {x.rank} {_human_bytes(int(x.needed))}" for x in mp.stages)
+        _wrapped(
+            console,
+            terminal.plain(
+                f"memory: one GPU needs {need} (weights, activations, CUDA graphs, runtime and one {lens} request's KV "
+                "cache); set `hardware:` or --hardware to judge the fit"
+            ),
+        )
+        return
+    dev = mem.device
+    lim = "" if mp.limiting is None or len(mp.stages) < 2 else f"; stage {mp.limiting} limits it"
+    conc = "" if mp.max_concurrency is None else f" = {mp.max_concurrency:.1f} requests at {lens}"
+    _wrapped(
+        console,
+        terminal.plain(
+            f"memory: {dev.name if dev else '?'} {_human_bytes(mp.device_bytes)} x gpu-memory-utilization "
+            f"{s.utilization:g} = "
+            f"{_human_bytes(mp.budget)} per GPU; the engine's KV cache "
+            + ("unknown" if mp.engine_tokens is None else f"{mp.engine_tokens:,} tokens")
+            + f"{conc}{lim} (KV tokens: what each stage alone would hold; vLLM takes the smallest)"
+        ),
+    )
 
 
 def stage_placement(tp: int, pp: int, dp: int, nodes: int) -> list[tuple[int | None, list[int]]]:

@@ -142,31 +142,27 @@ def _print_dry_run(r, spec, pf, node_rank, json_out: bool, exit_code: int) -> in
         _print_dry_run_findings(pf, "ppspec serve")
         if spec.overlay:
             print(
-                shellout.comment(
+                _comment(
                     f"drafter served through a config overlay built at launch in {spec.overlay_dir}: "
                     f"{json.dumps(spec.overlay)}"
                 )
             )
-        print(shellout.comment(f"plan file for the ppspec plugin (written at launch): {spec.plan_file}"))
+        print(_comment(f"plan file for the ppspec plugin (written at launch): {spec.plan_file}"))
         if t.nodes > 1:
-            print(
-                shellout.comment(
-                    "every node needs the same ppspec and vLLM installed (the plugin runs in every worker)"
-                )
-            )
+            print(_comment("every node needs the same ppspec and vLLM installed (the plugin runs in every worker)"))
             if r.profile.launch.executor == "mp":
                 from ppspec_cli.running.rollcall import rollcall_port
 
                 lp = r.profile.launch
                 print(
-                    shellout.comment(
+                    _comment(
                         f"the nodes reach the head on ports {lp.master_port} (vLLM) and "
                         f"{rollcall_port(lp.master_port)} (ppspec's roll call)"
                     )
                 )
                 if node_rank is None:
                     print(
-                        shellout.comment(
+                        _comment(
                             "on node i, `ppspec serve` adds GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME and VLLM_HOST_IP "
                             "from its route to the head (unless env: sets them), and keeps its files in its own run "
                             "directory (HOST-nodeI): `ppspec serve PROFILE --dry-run --node-rank i` there shows that "
@@ -174,9 +170,16 @@ def _print_dry_run(r, spec, pf, node_rank, json_out: bool, exit_code: int) -> in
                         )
                     )
         for n in nodes:
-            print(shellout.comment(f"node {n.node_rank} ({n.role})"))
+            print(_comment(f"node {n.node_rank} ({n.role})"))
             print(n.shell_line())
     return exit_code
+
+
+def _comment(text: str) -> str:
+    """A dry run's `#` comment, wrapped between words at the terminal's width (io.terminal.wrap_width)."""
+    from ppspec_cli.io import terminal
+
+    return shellout.comment(text, terminal.wrap_width(stderr=False))
 
 
 def _verdicts_json(pf) -> dict:
@@ -191,18 +194,18 @@ def _print_dry_run_findings(pf, command: str) -> None:
     exit code, as `check`'s) and whether `command` would start it on this machine."""
     for f in pf.findings + pf.here:
         if f.severity in ("error", "warning"):
-            print(shellout.comment(f"{f.severity} {f.code}: {f.message}"))
+            print(_comment(f"{f.severity} {f.code}: {f.message}"))
     prof, here = pf.profile_verdict, pf.here_verdict
     if not prof.ok:
         print(
-            shellout.comment(
+            _comment(
                 f"`{command}` would refuse this profile: {len(prof.refused)} error(s): {', '.join(prof.refused_by)} "
                 "(see `ppspec check`)"
             )
         )
     elif not here.ok:
         print(
-            shellout.comment(
+            _comment(
                 f"`{command}` would refuse to start it on this machine: {', '.join(here.refused_by)} (the profile "
                 "itself passes: the nodes that serve it decide)"
             )
@@ -230,16 +233,16 @@ def _print_pd_dry_run(o, json_out: bool) -> int:
         _print_dry_run_findings(pf, "ppspec serve --role ...")
         for role, spec in specs.items():
             print(
-                shellout.comment(
+                _comment(
                     f"===== {role} engine: ppspec serve {profile_path} --role {role}"
                     + (" --node-rank i" if len(spec.nodes) > 1 else "")
                 )
             )
             for n in spec.nodes:
-                print(shellout.comment(f"node {n.node_rank} ({n.role})"))
+                print(_comment(f"node {n.node_rank} ({n.role})"))
                 print(n.shell_line())
         print(
-            shellout.comment(
+            _comment(
                 f"===== router: the proxy vLLM ships for {d.connector_name}, {script} in vLLM's source tree (the "
                 "wheel does not carry it); VLLM_SRC = a vLLM source checkout of the same version"
             )

@@ -104,7 +104,8 @@ def _render(o: Options, report, chosen: list[str]) -> None:
         render_table(report, terminal.console(stderr=o.json_out))
     if TASK in chosen and report.lm_eval_command:
         err.print("full GSM8K run (lm-evaluation-harness):")
-        err.print(f"  {report.lm_eval_command}", soft_wrap=True)
+        cmd = terminal.command_block("", report.lm_eval_command, terminal.wrap_width())
+        err.print(cmd if "\n" in cmd else f"  {cmd}", soft_wrap=True)  # a command: broken only with ` \`
     for label, path in (("report", o.out), ("baseline", o.save_baseline), ("reference", o.save_reference)):
         if path:
             err.print(f"{label} written to {path}")

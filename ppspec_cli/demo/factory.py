@@ -15,12 +15,15 @@ unknown name with the list of known ones. Nothing in ppspec_cli imports ppspec_k
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import importlib
 import importlib.util
 import json
 import os
+import signal
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -306,7 +309,15 @@ def demo_model_path(ref: str) -> str:
 
 
 def ensure_demo_model(name: str, *, progress: Callable[[str], None] | None = None) -> Path:
-    """Return the directory of demo model `name`, building it first if missing or outdated."""
+    """Return the directory of demo model `name`, building it first if missing or outdated.
+
+    One build at a time (a lock on the cache directory: a second process waits, then finds it built).
+    Under that lock, the `.NAME.tmp-*` / `.NAME.old-*` directories a killed build left are removed
+    first. SIGTERM or SIGHUP during the build removes the partial build, then takes its usual course;
+    a build that fails (a full disk, a read-only cache) is one error naming the cache directory,
+    with nothing of it left behind."""
+    from ppspec_cli.io.helddir import HeldDir
+
     if name.startswith(DEMO_PREFIX):
         name = name[len(DEMO_PREFIX) :]
     entry = _lookup(name)
@@ -314,10 +325,37 @@ def ensure_demo_model(name: str, *, progress: Callable[[str], None] | None = Non
     if _is_current(target):
         return target
     _require_build_deps(name)
+    with HeldDir.claim(target.parent, where="the demo model cache", what="demo models", exit_code=1) as held:
+        held.lock_self()  # one build at a time in this cache; the kernel drops it if this process dies
+        if _is_current(target):  # another process built it while this one waited
+            return target
+        for leftover in held.entries():  # a killed build's: no live build holds this name (the lock)
+            if leftover.startswith((f".{name}.tmp-", f".{name}.old-")):
+                held.remove_tree(leftover)
+        if progress:  # serve's build: what it will take, up front, and refused when the disk cannot hold it
+            size, peak = build_estimate(name)
+            _check_room(name, target.parent, size, peak, progress)
+            when = "seconds" if size < 1 << 30 else "minutes"
+            progress(
+                f"building demo model {name} in {target} ({when}, once): about {_gib(size)} on disk, "
+                f"about {_gib(peak)} of memory while it builds"
+            )
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=target.parent))
+        try:
+            with _signals_raise():
+                _build_into(entry, name, tmp, target)
+        except _BuildSignal as e:
+            _remove_quietly(tmp)
+            _redeliver(e.signum)
+            raise
+        finally:
+            _remove_quietly(tmp)
     if progress:
-        progress(f"building demo model {name} in {target} (seconds, once)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=target.parent))
+        progress(f"demo model {name} ready")
+    return target
+
+
+def _build_into(entry: "_Entry", name: str, tmp: Path, target: Path) -> None:
     try:
         entry.build(entry.spec, tmp)
         write_json(tmp / STAMP_FILE, {"factory_version": FACTORY_VERSION, "name": name})
@@ -325,11 +363,99 @@ def ensure_demo_model(name: str, *, progress: Callable[[str], None] | None = Non
             safeio.set_mode(f, 0o644)
         safeio.set_mode(tmp, 0o755)
         _install(tmp, target)
+    except (PpspecError, _BuildSignal):
+        raise
+    except Exception as e:  # noqa: BLE001 - torch, safetensors and tokenizers report a full disk each their own way
+        full = any(w in str(e) for w in ("No space", "ENOSPC", "File too large", "EFBIG", "quota", "Read-only"))
+        raise PpspecError(
+            f"building demo model {name} in {target.parent} failed"
+            + (": the file system is full or read-only" if full or isinstance(e, OSError) else "")
+            + f" ({type(e).__name__}: {str(e)[:200]}); nothing of it was kept",
+            where=str(target.parent),
+            fix="free space there (a demo model takes up to a few GB), or point PPSPEC_CACHE at a directory with room",
+            exit_code=1,
+        ) from None
+
+
+class _BuildSignal(BaseException):
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_raise():
+    """SIGTERM/SIGHUP raise _BuildSignal while a build runs (in the main thread only: elsewhere a
+    handler cannot be set), so the partial build is removed before the signal takes its course."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise _BuildSignal(signum)
+
+    old = {
+        s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) != signal.SIG_IGN
+    }
+    try:
+        yield
     finally:
-        _remove_quietly(tmp)
-    if progress:
-        progress(f"demo model {name} ready")
-    return target
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _redeliver(signum: int) -> None:
+    """The signal again, now with the handler the process had before the build (a default handler
+    ends the process as the signal would have; serve's or bench's handler runs as it would have)."""
+    signal.raise_signal(signum)
+
+
+#: bytes per element of each safetensors dtype a builder writes
+_ST_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+_ST_BYTES.update({"F8_E4M3": 1, "F8_E5M2": 1})
+
+
+def build_estimate(name: str) -> tuple[int, int]:
+    """(bytes on disk, peak bytes of memory) of building demo model `name`, from its description:
+    the checkpoint is its tensors; the builder holds them all at once (the state dict it writes)
+    plus the float32 temporaries of its largest tensor (drawn in float32, then cast), with 15% for
+    the rest (measured, issue 43: the 8B-class target, 13.5 GiB on disk, and its drafter built in
+    one process peaked at 16.7 GB = 15.6 GiB; this gives 16.5 GiB for the target alone)."""
+    import math
+
+    d = describe_demo_model(name)
+    sizes = [math.prod(shape) * _ST_BYTES.get(dt, 4) for dt, shape in d.tensors.values()]
+    disk = sum(sizes)
+    largest = max(sizes, default=0)
+    return disk, int(disk * 1.15) + 4 * largest
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{max(1, round(n / (1 << 20)))} MiB"
+
+
+def _check_room(name: str, where: Path, size: int, peak: int, progress: Callable[[str], None]) -> None:
+    """Refuse a build the disk cannot hold (before writing anything); warn when the memory this
+    machine has available is less than the build's peak (the kernel kills it without a word)."""
+    import shutil
+
+    import psutil
+
+    free = shutil.disk_usage(where).free
+    if free < size * 1.05 + (64 << 20):
+        raise PpspecError(
+            f"building demo model {name!r} needs about {_gib(size)} in {where}; {_gib(free)} is free there",
+            where=f"{DEMO_PREFIX}{name}",
+            fix=f"free {_gib(int(size * 1.05) - free + (64 << 20))} there, or set PPSPEC_CACHE to a directory on a "
+            "larger disk",
+            exit_code=1,
+        )
+    avail = psutil.virtual_memory().available
+    if avail < peak:
+        progress(
+            f"warning: building demo model {name} takes about {_gib(peak)} of memory at its peak and this machine has "
+            f"{_gib(avail)} available: the kernel may kill the build without a message; close other programs first"
+        )
 
 
 def built_demo_model(name: str) -> Path | None:

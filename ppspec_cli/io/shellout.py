@@ -8,7 +8,8 @@ control characters, terminal escapes, bidi overrides):
   `"$(printf '%b' '\\0ooo...')"` from octal escapes, so the printed line holds only printable
   characters and the command still receives the exact bytes. (Command substitution drops trailing
   newlines: a value ending in a newline loses them.)
-- `comment(text)` -> one `# ...` line; every non-printable character is shown as an escape
+- `comment(text, width=None)` -> one `# ...` line (with a terminal's width: several, wrapped between
+  words, each starting with `#`); every non-printable character is shown as an escape
   (`\\n`, `\\x1b`, `\\u202e`), so a finding's text can neither end the comment nor drive the terminal.
 - `printable(text)` -> the same escaping without the `#`, for log lines.
 - `beside_python(name)` / `ppspec_argv()` -> how to name this installation's own commands (a venv's
@@ -43,20 +44,39 @@ def printable(text: str) -> str:
     return "".join(out)
 
 
-def comment(text: str) -> str:
-    """One `#` comment line carrying `text` (escaped: it cannot break out of the comment)."""
-    return "# " + printable(text)
+def comment(text: str, width: int | None = None) -> str:
+    """One `#` comment line carrying `text` (escaped: it cannot break out of the comment). With
+    `width` (a terminal's: io.terminal.wrap_width), a longer one is wrapped between words into
+    several `#` lines, each as inert, none cut inside a word."""
+    line = "# " + printable(text)
+    if width is None or len(line) <= width:
+        return line
+    import textwrap
+
+    return "\n".join(
+        textwrap.wrap(line, width=width, subsequent_indent="#   ", break_long_words=False, break_on_hyphens=False)
+    )
+
+
+def _bytes(value: str) -> bytes:
+    """The bytes a value stands for: UTF-8, an undecodable byte (surrogateescape's U+DC80-U+DCFF)
+    as itself, any other lone surrogate as its three bytes (no encoding holds it as text)."""
+    try:
+        return value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogatepass")
 
 
 def quote(value: str) -> str:
-    """One shell word that evaluates to exactly `value` and prints as printable ASCII/Unicode only."""
+    """One shell word that evaluates to exactly `value` and prints as printable characters only,
+    each one the terminal's encoding can show (in an ASCII-only locale a non-ASCII value is rebuilt
+    by printf too: shown as the encoding's escapes inside quotes it would be another value)."""
+    from ppspec_cli.io.terminal import encodable
+
     value = str(value)
-    if value.isprintable():
+    if value.isprintable() and encodable(value):
         return shlex.quote(value)
-    octal = "".join(
-        f"\\0{b:03o}" if not (0x20 <= b < 0x7F) or b in (0x27, 0x5C) else chr(b)
-        for b in value.encode("utf-8", "surrogateescape")
-    )
+    octal = "".join(f"\\0{b:03o}" if not (0x20 <= b < 0x7F) or b in (0x27, 0x5C) else chr(b) for b in _bytes(value))
     return "\"$(printf '%b' '" + octal + "')\""
 
 

@@ -58,9 +58,24 @@ def _finite_float(loader: Any, node: Any) -> float:
     return f
 
 
+#: The most characters an integer may be written with. Past 4,300 digits Python refuses to convert
+#: one at all (a ValueError deep in the YAML loader, exit 3); up to this bound, the schema names the
+#: field an out-of-range integer is in (`topology.tensor_parallel` less than or equal to 1024), and
+#: no float overflows (10**100 is 1e100).
+MAX_INT_CHARS = 100
+
+
+def _bounded_int(loader: Any, node: Any) -> int:
+    text = str(node.value)
+    if len(text) > MAX_INT_CHARS:  # never converted: a 5,000-digit integer is refused before int() sees it
+        raise _NotJson(f"an integer of more than {MAX_INT_CHARS} digits", node.start_mark, text)
+    return yaml.SafeLoader.construct_yaml_int(loader, node)
+
+
 for _tag in NOT_JSON:
     _SafeJsonLoader.add_constructor(_tag, _refuse(_tag))
 _SafeJsonLoader.add_constructor("tag:yaml.org,2002:float", _finite_float)
+_SafeJsonLoader.add_constructor("tag:yaml.org,2002:int", _bounded_int)
 
 
 def expanded_size(node: Any, max_nodes: int, max_bytes: int) -> tuple[int, int] | None:

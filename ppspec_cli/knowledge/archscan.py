@@ -33,7 +33,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+from ppspec_cli.errors import PpspecError
+from ppspec_cli.io import safeio
 
 #: The platforms a vLLM model package dispatches on (its `current_platform` branches).
 PLATFORMS = ("cuda", "rocm", "xpu", "cpu", "tpu")
@@ -175,9 +178,8 @@ class Source:
         p = self.path_of(name)
         if p is None:
             return None
-        try:
-            tree = ast.parse(p.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError, OSError):
+        tree = parse_source(p)
+        if tree is None:
             return None
         info = ModuleInfo(name, p.relative_to(self.root).as_posix(), tree=tree)
         is_pkg = p.name == "__init__.py"
@@ -206,7 +208,17 @@ class Source:
                     for p in plats:
                         info.imports.setdefault(local, {})[p] = (a.name if a.asname else local, None)
             elif isinstance(st, ast.ClassDef):
-                info.classes.setdefault(st.name, self._class(info, st))
+                if plats:  # a class under `if TYPE_CHECKING:` never exists at run time
+                    info.classes.setdefault(st.name, self._class(info, st))
+            elif (
+                isinstance(st, ast.Assign)
+                and len(st.targets) == 1
+                and isinstance(st.targets[0], ast.Name)
+                and isinstance(st.value, (ast.Name, ast.Attribute))
+                and (alias := _dotted(st.value)) not in (None, st.targets[0].id)
+            ):  # `Base = LlamaForCausalLM` (the run-time side of a TYPE_CHECKING stub): an alias
+                for p in plats:
+                    info.imports.setdefault(st.targets[0].id, {})[p] = (info.name, alias)
             elif isinstance(st, ast.If):
                 true_on = _platforms_true(st.test)
                 if true_on is None:
@@ -315,6 +327,10 @@ class _LazyRun:
                 return vals == self.name
             if isinstance(test.ops[0], ast.In) and isinstance(vals, (list, tuple, set, frozenset)):
                 return self.name in vals
+            if isinstance(test.ops[0], ast.NotEq):  # `if name != "X": raise` (vLLM 0.34's vllm/models/step5)
+                return vals != self.name
+            if isinstance(test.ops[0], ast.NotIn) and isinstance(vals, (list, tuple, set, frozenset)):
+                return self.name not in vals
         return None
 
     def run(self, body: list[ast.stmt], depth: int) -> ClassInfo | None:
@@ -874,6 +890,8 @@ class Scanner:
             return None, "no readable constructor"
         if TARGET_EMBED_RULE in names:
             return True, where
+        if (every := _embed_every_stage(self.src.mro(dec, platform))) is not None:
+            return True, every  # a PPMissingLayer elsewhere (the norm) does not touch the embedding
         if MISSING_LAYER not in names and EMBED_LAYER in names:
             return True, where
         if MISSING_LAYER in names:
@@ -1052,6 +1070,29 @@ class Scanner:
 #: A method that splits a model over PP stages itself (the Transformers backend's `pipeline_parallel`).
 PP_SPLIT_METHOD = "pipeline_parallel"
 TIE_FLAG = "tie_word_embeddings"
+
+
+def _embed_every_stage(mro: list[ClassInfo | str]) -> str | None:
+    """Where a constructor builds `self.embed_tokens = VocabParallelEmbedding(...)` as a statement of
+    its own body, outside any `if` (so on every PP stage, the last included: Qwen3-Next/Qwen3.5,
+    Qwen3-MoE); None when no constructor of the chain does."""
+    for c in mro:
+        if not isinstance(c, ClassInfo) or "__init__" not in c.methods:
+            continue
+        for st in c.methods["__init__"].body:
+            if (
+                isinstance(st, (ast.Assign, ast.AnnAssign))
+                and any(
+                    isinstance(t, ast.Attribute) and t.attr in TARGET_EMBED_ATTRS and _dotted(t.value) == "self"
+                    for t in (st.targets if isinstance(st, ast.Assign) else [st.target])
+                )
+                and isinstance(st.value, ast.Call)
+                and (_dotted(st.value.func) or "").endswith(EMBED_LAYER)
+            ):
+                return c.where(c.methods["__init__"].lineno)
+        if "super" not in _calls(c.methods["__init__"]):
+            break
+    return None
 
 
 def _pp_embed_rule(mro: list[ClassInfo | str]) -> dict[str, Any] | None:
@@ -1457,8 +1498,13 @@ def _is_drafter(kind: str) -> bool:
     return kind == "speculative_decoding_models"
 
 
-def scan(root: Path, platforms: tuple[str, ...] = ("cuda", "rocm", "xpu", "cpu")) -> dict[str, Any]:
-    """Every registered architecture's facts, per platform (JSON-able)."""
+def scan(
+    root: Path,
+    platforms: tuple[str, ...] = ("cuda", "rocm", "xpu", "cpu"),
+    extra: Callable[[Source], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Every registered architecture's facts, per platform (JSON-able); `extra` adds release-wide
+    sections read from the same parsed source (knowledge/releasescan.scan passes its readers)."""
     sc = Scanner(Path(root))
     sc.read_registry()
     targets: dict[str, Any] = {}
@@ -1467,7 +1513,10 @@ def scan(root: Path, platforms: tuple[str, ...] = ("cuda", "rocm", "xpu", "cpu")
         kind = sc.registry_kind[arch]
         per: dict[str, Any] = {}
         for p in platforms:
-            got = sc.drafter(arch, p) if _is_drafter(kind) else sc.target(arch, p)
+            try:
+                got = sc.drafter(arch, p) if _is_drafter(kind) else sc.target(arch, p)
+            except (RecursionError, MemoryError):  # a source nested past the walks' depth: a miss
+                got = None
             per[p] = (
                 got
                 if got is not None
@@ -1479,26 +1528,38 @@ def scan(root: Path, platforms: tuple[str, ...] = ("cuda", "rocm", "xpu", "cpu")
         entry = {"registry": f"{REGISTRY}:{sc.registry_lines[arch]}", "group": kind, "platforms": _fold(per)}
         (drafters if _is_drafter(kind) else targets)[arch] = entry
     checks = engine_checks(sc.src)
-    _embed_not_needed(targets, checks)
-    return {"targets": targets, "drafters": drafters, "mtp_rewrites": mtp_rewrites(sc.src), "checks": checks}
+    has_v1 = sc.src.module(V1_RUNNER_MODULE) is not None
+    _embed_not_needed(targets, checks, has_v1=has_v1)
+    return {
+        "targets": targets,
+        "drafters": drafters,
+        "mtp_rewrites": mtp_rewrites(sc.src),
+        "checks": checks,
+        **(extra(sc.src) if extra is not None else {}),
+    }
 
 
-def _embed_not_needed(targets: dict[str, Any], checks: dict[str, str]) -> None:
+#: Model Runner V1's module (deleted in vLLM 0.34).
+V1_RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
+
+
+def _embed_not_needed(targets: dict[str, Any], checks: dict[str, str], *, has_v1: bool = True) -> None:
     """A target without `.model` never reaches the last-stage embedding question: vLLM's drafter
     load reads `.model` at any pipeline_parallel (V1 `_maybe_share_lm_head`; V2's eagle/mtp/dspark
     loaders) and refuses first; a dflash drafter under PP passes vLLM's relay gate only through the
-    inner decoder `.model`, which it lacks (its relay verdict is unsupported)."""
+    inner decoder `.model`, which it lacks (its relay verdict is unsupported). A release without
+    Model Runner V1 (0.34) needs only V2's read."""
     at, v2 = checks.get("drafter_reads_target_model"), checks.get("v2_reads_target_model_eagle")
-    if at is None or v2 is None:
+    if v2 is None or (at is None and has_v1):
         return
+    v1_part = f"the V1 runner reads target.model at any pipeline_parallel, {at}; " if at is not None else ""
     for entry in targets.values():
         for f in entry["platforms"].values():
             if f.get("target_model") is False and f.get("embed_last_stage") is None and not f.get("embed_rule"):
                 f["embed_not_needed"] = (
-                    "no `.model`: vLLM refuses the drafter before any stage needs the embedding (the V1 runner "
-                    "reads target.model at any "
-                    f"pipeline_parallel, {at}; Model Runner V2 for eagle/eagle3/mtp/dspark, {v2}; for dflash its PP "
-                    "gate reads `.model` and finds none)"
+                    f"no `.model`: vLLM refuses the drafter before any stage needs the embedding ({v1_part}"
+                    f"Model Runner V2 for eagle/eagle3/mtp/dspark, {v2}; for dflash its PP gate reads `.model` and "
+                    "finds none)"
                 )
 
 
@@ -1684,6 +1745,22 @@ def _fold(per: dict[str, Any]) -> dict[str, Any]:
     return {",".join(ps): v for ps, v in groups}
 
 
+#: The largest source file the scan reads: vLLM 0.34.0's largest module is 262 KB
+#: (models/mistral/mistral_large4/amd/specialized_decode/mono/kernel.py); x16. A larger file is a
+#: miss (its facts unknown), never read whole.
+MAX_SOURCE_BYTES = 4 << 20
+
+
+def parse_source(p: Path) -> ast.Module | None:
+    """A vLLM module's AST, or None (a miss: its facts are unknown) when the file is not one the
+    scan can read: over MAX_SOURCE_BYTES, not a regular file (a FIFO, a device), not UTF-8, not
+    Python, or nested deeper than the parser (or the scan's own walks) go."""
+    try:
+        return ast.parse(safeio.read_text(p, limit=MAX_SOURCE_BYTES, what="vLLM source file"))
+    except (PpspecError, SyntaxError, ValueError, RecursionError, MemoryError, OSError):
+        return None
+
+
 def source_version(root: Path) -> tuple[str | None, str | None]:
     """(version, git commit) of the vLLM source under root, from `vllm/_version.py` (written at
     build time; a wheel without a commit says None), else the dist-info's METADATA."""
@@ -1691,10 +1768,7 @@ def source_version(root: Path) -> tuple[str | None, str | None]:
     version = commit = None
     vf = root / "vllm" / "_version.py"
     if vf.is_file():
-        try:
-            tree = ast.parse(vf.read_text(encoding="utf-8"))
-        except (SyntaxError, OSError):
-            tree = None
+        tree = parse_source(vf)
         for n in ast.walk(tree) if tree else ():
             if isinstance(n, ast.Assign):
                 names = {t.id for t in ast.walk(n) if isinstance(t, ast.Name)}
@@ -1705,7 +1779,11 @@ def source_version(root: Path) -> tuple[str | None, str | None]:
                     commit = v
     if version is None:
         for meta in sorted(root.glob("vllm*.dist-info/METADATA")):
-            for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                text = safeio.read_bytes(meta, limit=MAX_SOURCE_BYTES, what="vLLM METADATA").decode("utf-8", "replace")
+            except PpspecError:
+                continue
+            for line in text.splitlines():
                 if line.startswith("Version:"):
                     version = line.split(":", 1)[1].strip()
                     break

@@ -15,7 +15,8 @@ Nothing here imports vLLM.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ from ppspec_cli.io import safeio
 SCHEMA = 1
 #: The committed tables, one file per release.
 TABLE_DIR = Path(__file__).resolve().parent / "arch"
+#: The release-wide sections (knowledge/releasescan) a table must carry; a cached scan without them is stale.
+RELEASE_SECTIONS = ("runners", "config_hooks", "removed", "speculators_refused", "target_embed")
 #: A table is a few hundred KB; nothing larger is a table.
 MAX_TABLE_BYTES = 8 * 1024 * 1024
 
@@ -51,6 +54,8 @@ class ArchTable:
     origin: str  # "wheel vllm-0.33.0-...whl", "installed source ..."
     source: str  # "committed" | "installed"
     doc: dict[str, Any] = field(repr=False, compare=False)
+    #: why this table stands in for the installed engine's (its source or cache could not be read)
+    note: str | None = field(default=None, compare=False)
 
     def _entry(self, group: str, arch: str, platform: str) -> dict[str, Any] | None:
         e = self.doc.get(group, {}).get(arch)
@@ -90,6 +95,7 @@ class ArchTable:
             "origin": self.origin,
             "commit": self.commit,
             "described": self.describe(),
+            "note": self.note,
         }
 
     def describe(self) -> str:
@@ -98,24 +104,44 @@ class ArchTable:
             if self.source == "committed"
             else f"read from the installed engine ({self.origin})"
         )
-        return f"{where}{f', commit {self.commit}' if self.commit else ''}"
+        return f"{where}{f', commit {self.commit}' if self.commit else ''}" + (f"; {self.note}" if self.note else "")
+
+
+def _shape_problem(doc: Any) -> str | None:
+    """Why a table document is not one a reader can use (None: it is): the schema, and the types
+    every reader relies on (targets/drafters: name -> {platforms: {platform: dict}}; checks: name ->
+    text; strings where a version, commit or origin belongs)."""
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        return f"not a schema-{SCHEMA} vLLM architecture table"
+    for k in ("vllm_version", "origin"):
+        if not isinstance(doc.get(k), str):
+            return f"{k} is not text"
+    if doc.get("commit") is not None and not isinstance(doc.get("commit"), str):
+        return "commit is not text"
+    for group in ("targets", "drafters"):
+        g = doc.get(group, {})
+        if not isinstance(g, dict):
+            return f"{group} is not a mapping"
+        for arch, e in g.items():
+            plats = e.get("platforms") if isinstance(e, dict) else None
+            if not isinstance(plats, dict) or not all(isinstance(v, dict) for v in plats.values()):
+                return f"{group}.{str(arch)[:60]} has no platforms mapping"
+    for k in ("checks", "mtp_rewrites"):
+        if not isinstance(doc.get(k, {}), dict):
+            return f"{k} is not a mapping"
+    if not all(isinstance(v, str) for v in doc.get("checks", {}).values()):
+        return "checks holds a value that is not text"
+    return None
 
 
 def _load(path: Path, source: str) -> ArchTable:
     doc = safeio.read_json(
         path, limit=MAX_TABLE_BYTES, what="vLLM architecture table", fix="regenerate it with tools/vllm_arch_facts.py"
     )
-    return _table(doc, source, where=str(path))
-
-
-def _table(doc: Any, source: str, where: str = "the install cache") -> ArchTable:
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise PpspecError(
-            f"{where} is not a schema-{SCHEMA} vLLM architecture table",
-            where=where,
-            fix="regenerate it with tools/vllm_arch_facts.py",
-        )
-    return ArchTable(str(doc.get("vllm_version")), doc.get("commit"), str(doc.get("origin", "")), source, doc)
+    why = _shape_problem(doc)
+    if why is not None:
+        raise PpspecError(f"{path} is {why}", where=str(path), fix="regenerate it with tools/vllm_arch_facts.py")
+    return ArchTable(doc["vllm_version"], doc.get("commit"), doc["origin"], source, doc)
 
 
 def _release(v: str | None) -> Version | None:
@@ -166,20 +192,61 @@ def installed_source_root() -> Path | None:
     return None if root is None else root.parent
 
 
+#: An install-cache entry that records a scan whose table was over MAX_TABLE_BYTES (so it is not
+#: scanned again on every run): {"schema": SCHEMA, "oversized": bytes}.
+_OVERSIZED = "oversized"
+
+
+def _oversized(size: int, where: str) -> PpspecError:
+    return PpspecError(
+        f"the installed vLLM's architecture table is {size} bytes, over the {MAX_TABLE_BYTES} a table may be",
+        where=where,
+        fix=f"delete {where} to scan again",
+    )
+
+
+def _cached(doc: Any, version: str) -> ArchTable | None:
+    """A cached table usable as it is: of this version, of the shape every reader relies on, with
+    the release-wide sections (an entry written before they were read is stale: scanned again)."""
+    if not isinstance(doc, dict) or doc.get("vllm_version") != version or _shape_problem(doc) is not None:
+        return None
+    if not all(k in doc for k in RELEASE_SECTIONS):
+        return None
+    return ArchTable(version, doc.get("commit"), str(doc["origin"]), "installed", doc)
+
+
 def installed_table(root: Path, version: str) -> ArchTable:
     """The installed engine's table: scanned once per install, then read from the install cache
-    (knowledge/installcache.py)."""
-    from ppspec_cli.knowledge import archscan, installcache
+    (knowledge/installcache.py). The scan and the cache are untrusted input like any other: an
+    entry that is not a table of the right shape is a miss (scanned again and replaced); a scan
+    that fails, or whose table would be over MAX_TABLE_BYTES (recorded, so it is not scanned again
+    on every run), is one PpspecError saying why (`pick` then uses a committed table and says so)."""
+    from ppspec_cli.knowledge import archscan, installcache, releasescan
 
     key = installcache.install_key(root / "vllm")
+    where = str(installcache.path("arch", key)) if key is not None else str(root / "vllm")
     doc = installcache.read("arch", key) if key is not None else None
-    if isinstance(doc, dict) and doc.get("schema") == SCHEMA and doc.get("vllm_version") == version:
-        try:
-            return _table(doc, "installed")
-        except PpspecError:
-            pass  # a damaged cache entry: scan again
-    _, commit = archscan.source_version(root)
-    doc = table_document(archscan.scan(root), version, commit, origin=f"installed vLLM {version} at {root / 'vllm'}")
+    if isinstance(doc, dict) and doc.get("schema") == SCHEMA and isinstance(doc.get(_OVERSIZED), int):
+        raise _oversized(doc[_OVERSIZED], where)  # a recorded oversized scan is a known answer
+    got = _cached(doc, version)
+    if got is not None:
+        return got
+    try:
+        _, commit = archscan.source_version(root)
+        doc = table_document(
+            releasescan.scan(root), version, commit, origin=f"installed vLLM {version} at {root / 'vllm'}"
+        )
+        size = len(json.dumps(doc, sort_keys=True).encode())
+    except (RecursionError, MemoryError, ValueError, OSError) as e:
+        raise PpspecError(
+            f"the installed vLLM's source at {root / 'vllm'} could not be read ({type(e).__name__})",
+            where=str(root / "vllm"),
+            fix="reinstall vLLM",
+        ) from None
+    if size > MAX_TABLE_BYTES:
+        if key is not None:
+            installcache.write("arch", key, {"schema": SCHEMA, _OVERSIZED: size})
+        raise _oversized(size, where)
     if key is not None:
         installcache.write("arch", key, doc)
     return ArchTable(version, commit, str(doc["origin"]), "installed", doc)
@@ -209,9 +276,20 @@ def engine_table(installed: Any) -> ArchTable | None:
 
 def pick(platform: str, installed: Any, facts_version: str, engine: ArchTable | Exception | None) -> ArchTable | None:
     """The table a verdict uses (module doc): the installed engine's (`engine`, gathered: its table,
-    or why its source could not be read, raised here) when it is the engine that serves `platform`;
-    else the committed table of `facts_version`, else the newest."""
+    or why its source could not be read) when it is the engine that serves `platform`; else the
+    committed table of `facts_version`, else the newest. An installed engine whose source or cache
+    is unusable (a PpspecError) gets a committed table that says so (its `note`); any other error
+    is raised (the caller: no table)."""
     if installed is not None and installed.platform == platform and engine is not None:
+        if isinstance(engine, PpspecError):
+            fallback = committed(facts_version) or newest()
+            if fallback is None:
+                return None
+            return replace(
+                fallback,
+                note=f"the installed engine's own facts are not used ({engine.what[:300]}); vLLM "
+                f"{fallback.version}'s committed table stands in",
+            )
         if isinstance(engine, Exception):
             raise engine
         return engine
@@ -491,3 +569,93 @@ def with_embed_rule(t: dict[str, Any], config: dict[str, Any] | None, text: dict
         f"stage only then ({rule.get('at')})"
     )
     return {**t, "embed_last_stage": got, "embed_at": why}
+
+
+# ---------------------------------------------------------------------------------------------
+# Release-wide facts (knowledge/releasescan): runners, config hooks, what a release dropped
+
+
+def platform_runner(table: ArchTable | None, platform: str) -> tuple[str, str] | None:
+    """('v1' | 'v2', why with file:line): the model runner a default install of the table's release
+    builds on `platform` (the `runners` section); None when the table does not say (an older table,
+    an unread worker)."""
+    if table is None:
+        return None
+    e = (((table.doc.get("runners") or {}).get("platforms") or {}).get(platform)) or {}
+    runner = e.get("runner")
+    if runner not in ("v1", "v2"):
+        return None
+    return runner, f"vLLM {table.version} on {platform}: {e.get('why') or e.get('worker_at')}"
+
+
+def runner_section(table: ArchTable | None) -> dict[str, Any]:
+    return (table.doc.get("runners") or {}) if table is not None else {}
+
+
+def has_v1_runner(table: ArchTable | None) -> bool | None:
+    """Whether the release has Model Runner V1 (None: the table does not say)."""
+    run = runner_section(table)
+    if not run.get("classes"):
+        return None
+    return "v1" in run["classes"]
+
+
+def runner_relays_taps(table: ArchTable | None, runner: str) -> tuple[bool, str] | None:
+    """(whether the runner relays taps between PP stages, where it does) from the table's `runners`
+    section; None when the table does not say."""
+    got = runner_section(table).get("relays_taps")
+    if not isinstance(got, dict) or runner not in got:
+        return None
+    return got[runner] is not None, str(got[runner] or "")
+
+
+def v1_refuses(table: ArchTable | None, method: str) -> str | None:
+    """Where Model Runner V1 of the table's release refuses a method (file:line), else None."""
+    return (runner_section(table).get("v1_refuses_methods") or {}).get(method)
+
+
+def config_refusals(table: ArchTable | None, arch: str | None) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    """The architecture's `verify_and_update_config` hook and the refusals read from it (vLLM's
+    `MODELS_CONFIG_MAP`, keyed on the architecture vLLM resolved); None without one."""
+    if table is None or not arch:
+        return None
+    h = (table.doc.get("config_hooks") or {}).get(arch)
+    if not isinstance(h, dict):
+        return None
+    return h, [r for r in h.get("refuses") or [] if isinstance(r, dict)]
+
+
+def removed(table: ArchTable | None, arch: str | None) -> dict[str, Any] | None:
+    """{"until", "at"} when the table's release refuses `arch` as no longer supported."""
+    if table is None or not arch:
+        return None
+    got = (table.doc.get("removed") or {}).get(arch)
+    return got if isinstance(got, dict) else None
+
+
+def dropped(table: ArchTable | None, arch: str | None) -> dict[str, Any] | None:
+    """An architecture or drafter class the table's release does not register but an older
+    committed release did: {"last": the newest such release, "at": its registry line, "dropped_in":
+    the first committed release after it (the one that dropped it)}. None when the table registers
+    it or no committed release ever did."""
+    if table is None or not arch or table.registers(arch):
+        return None
+    mine = _release(table.version)
+    older = [v for v in committed_versions() if mine is None or (_release(v) or mine) < mine]
+    for i in range(len(older) - 1, -1, -1):
+        t = _committed_file(older[i])
+        e = t.doc.get("targets", {}).get(arch) or t.doc.get("drafters", {}).get(arch)
+        if isinstance(e, dict):
+            after = [
+                v for v in committed_versions() if (_release(v) or Version("0")) > (_release(older[i]) or Version("0"))
+            ]
+            return {"last": older[i], "at": e.get("registry"), "dropped_in": after[0] if after else table.version}
+    return None
+
+
+def speculators_refused(table: ArchTable | None, kind: str | None) -> dict[str, Any] | None:
+    """{"at", "message"} when the table's release refuses a speculators-format kind (P-EAGLE)."""
+    if table is None or not isinstance(kind, str):
+        return None
+    got = (table.doc.get("speculators_refused") or {}).get(kind)
+    return got if isinstance(got, dict) else None

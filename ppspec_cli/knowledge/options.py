@@ -200,11 +200,96 @@ HARMLESS_PREFIXED = frozenset(
 )
 
 
-def env_risk(name: str) -> tuple[str, str] | None:
-    """The risk of an `env:` entry (kind, what it does), None when it is ordinary tuning."""
-    up = name.upper()
+#: The roots every per-user and temporary location is derived from: moving one moves them all,
+#: and they hold code the engine runs. vLLM's cache and config roots are $XDG_CACHE_HOME/vllm and
+#: $XDG_CONFIG_HOME/vllm, else ~/.cache/vllm and ~/.config/vllm (vllm/envs.py:361-373 in 0.34.0;
+#: the cache holds torch.compile's compiled Python); huggingface_hub's HF_HOME defaults to
+#: $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface (constants.py:159-164): the checkpoints
+#: and their remote code; Python's user site-packages is under ~/.local (site.py _getuserbase):
+#: imported at start; Triton's kernel cache is ~/.triton; TorchInductor's default cache is
+#: <tempfile.gettempdir()>/torchinductor_<getpass.getuser()> (torch 2.x
+#: _inductor/runtime/cache_dir_utils.py default_cache_dir): TMPDIR/TEMP/TMP move it, and
+#: getpass.getuser() reads LOGNAME, USER, LNAME and USERNAME first, so another user's name points
+#: the engine at THEIR compiled kernels in a shared /tmp.
+ENV_ROOTS: dict[str, tuple[str, str]] = {
+    "HOME": (
+        "code",
+        "moves every per-user location the engine reads: the HF cache (checkpoints, remote code), vLLM's config and "
+        "compile cache (~/.config/vllm, ~/.cache/vllm), Triton's kernels (~/.triton), Python's user site-packages "
+        "(imported at start)",
+    ),
+    **dict.fromkeys(
+        ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR"),
+        (
+            "code",
+            "moves the engine's HF cache, vLLM's config and compiled-kernel caches, which hold code the engine runs",
+        ),
+    ),
+    **dict.fromkeys(
+        ("TMPDIR", "TEMP", "TMP"),
+        ("code", "moves the engine's temporary files and TorchInductor's compiled-kernel cache (torchinductor_USER)"),
+    ),
+    **dict.fromkeys(
+        ("USER", "LOGNAME", "LNAME", "USERNAME"),
+        (
+            "code",
+            "TorchInductor loads compiled kernels from /tmp/torchinductor_<this name>: another user's, if it names one",
+        ),
+    ),
+}
+#: What an entry moves, by what its name says it holds (the convention every library follows:
+#: HF_HUB_CACHE, TRITON_CACHE_DIR, VLLM_NCCL_SO_PATH, CUDA_CACHE_PATH, NCCL_NET_PLUGIN...): any name
+#: of these shapes moves a location, an endpoint or code, whether or not it is in UNTRUSTED_ENV.
+_MOVES_BY_SUFFIX: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (
+        ("_SO", "_LIB", "_LIBS", "_LIBRARY", "_PLUGIN", "_PLUGINS", "_MODULE", "_MODULES", "_CLS", "_CLASS"),
+        "code",
+        "its name says it selects a library, plugin or module to load",
+    ),
+    (
+        ("_URL", "_URI", "_ENDPOINT", "_SERVER", "_PROXY", "_MIRROR", "_REPO", "_REPOS"),
+        "endpoint",
+        "its name says it selects a server to reach",
+    ),
+    (
+        (
+            "_HOME",
+            "_ROOT",
+            "_DIR",
+            "_DIRS",
+            "_PATH",
+            "_PATHS",
+            "_FILE",
+            "_FILES",
+            "_CACHE",
+            "_FOLDER",
+            "_PREFIX",
+            "_CONFIG",
+        ),
+        "path",
+        "its name says it moves a location the engine reads or writes",
+    ),
+)
+#: Names of those shapes that move nothing: VLLM_PLUGINS narrows which INSTALLED plugins load (its
+#: own rule, env-plugins-skip-ppspec, holds ppspec in it).
+_SUFFIX_EXCEPTIONS = frozenset({"VLLM_PLUGINS"})
+
+
+def _value_moves(value: object) -> bool:
+    """A value that is a path or a URL moves something, whatever the variable is called."""
+    if not isinstance(value, str):
+        return False
+    v = value.strip()
+    return (
+        v.startswith(("/", "~", "./", "../")) or "://" in v or any(p.startswith(("/", "~")) for p in v.split(":")[1:])
+    )
+
+
+def _env_risk_by_name(up: str) -> tuple[str, str] | None:
     if up in UNTRUSTED_ENV:
         return UNTRUSTED_ENV[up]
+    if up in ENV_ROOTS:
+        return ENV_ROOTS[up]
     if up in HARMLESS_PREFIXED:
         return None
     if up.startswith("LD_") or up.startswith("DYLD_"):
@@ -215,4 +300,23 @@ def env_risk(name: str) -> tuple[str, str] | None:
             "Python imports, runs or searches code it names (PYTHONPATH, PYTHONSTARTUP, PYTHONHOME, PYTHONWARNINGS, "
             "PYTHONBREAKPOINT, ...)",
         )
+    if up not in _SUFFIX_EXCEPTIONS:
+        for suffixes, kind, what in _MOVES_BY_SUFFIX:
+            if up.endswith(suffixes):
+                return (kind, what)
+    return None
+
+
+def env_risk(name: str, value: object = None) -> tuple[str, str] | None:
+    """The risk of an `env:` entry (kind, what it does), None when it is ordinary tuning. Defined by
+    what the variable moves, not only by a list of names: a root every location derives from
+    (ENV_ROOTS), a name known to move something (UNTRUSTED_ENV), a name whose shape says it holds a
+    location, endpoint or library (_MOVES_BY_SUFFIX), or a value that is a path or URL."""
+    if name in PLAN_ENV or name.startswith("PPSPEC_"):
+        return None  # the variables of ppspec's own plan: refused by their own rule (env-overrides-plan)
+    got = _env_risk_by_name(name.upper())
+    if got is not None or name.upper() in HARMLESS_PREFIXED:
+        return got
+    if _value_moves(value):
+        return ("path", f"its value {str(value)[:60]!r} names a location or server")
     return None

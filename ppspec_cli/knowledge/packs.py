@@ -220,15 +220,20 @@ class Facts(_Strict):
         description="Hybrid families: where the config lists the linear-attention / SSM layers (the rest are full "
         "attention).",
     )
-    weight_layout: Literal["dense-gated", "sparse-gated"] | None = Field(
+    weight_layout: Literal["dense-gated", "sparse-gated", "mla-sparse-gated"] | None = Field(
         default=None,
-        description="How a decoder layer's weights follow from config.json, for `plan`'s per-stage memory when no "
-        "index or "
+        description="How a decoder layer's weights follow from config.json, for the memory per GPU when no "
         "safetensors headers are at hand (planning/weights.py): `dense-gated` = attention with grouped KV heads "
         "(`num_attention_heads`, `num_key_value_heads`, `head_dim`) and a gated MLP (`intermediate_size`: gate, up, "
         "down); "
-        "`sparse-gated` = the same attention and a router plus `num_experts` (or `num_local_experts`) gated experts of "
-        "`moe_intermediate_size` (else `intermediate_size`) in every layer. Unset: not estimated.",
+        "`sparse-gated` = the same attention, and in the sparse layers a router plus `num_experts` (or "
+        "`num_local_experts`, "
+        "`n_routed_experts`) gated experts of `moe_intermediate_size` and the shared experts (`n_shared_experts` or "
+        "`shared_expert_intermediate_size`); a layer is dense when `mlp_only_layers`, `first_k_dense_replace`, "
+        "`decoder_sparse_step` or `moe_layer_freq` says so; `mla-sparse-gated` = multi-head latent attention "
+        "(`q_lora_rank`, "
+        "`kv_lora_rank`, `qk_nope_head_dim`, `qk_rope_head_dim`, `v_head_dim`) and the same MLP rule, with "
+        "`num_nextn_predict_layers` MTP layers. Quantized per `quantization_config`. Unset: not estimated.",
     )
     notes: tuple[str, ...] = Field(default=(), description="Anything else a reader needs.")
 
@@ -279,6 +284,9 @@ class DrafterClassSpec(_Strict):
     name: str = Field(pattern=_ARCH, description="The class name as vLLM's registry has it (after vLLM's renames).")
     method: Method = Field(description="The speculative method vLLM serves it with.")
     since: str = Field(default="0.30.0", description="First vLLM release that has the class.")
+    until: str | None = Field(
+        default=None, description="Last vLLM release that has the class (the next one removed it); unset: still there."
+    )
     keeps_name: bool = Field(
         default=False, description="DFlash: vLLM's EAGLEConfig keeps the name instead of prefixing it with `DFlash`."
     )
@@ -298,9 +306,11 @@ class DrafterClassSpec(_Strict):
         "first present wins, 3 taps when none is. Empty: not mirrored (the fc-width-built rule stays silent).",
     )
 
-    @field_validator("since")
+    @field_validator("since", "until")
     @classmethod
-    def _version(cls, v: str) -> str:
+    def _version(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
         try:
             Version(v)
         except InvalidVersion:
@@ -312,6 +322,7 @@ class DrafterClassSpec(_Strict):
             name=self.name,
             method=self.method,
             since=Version(self.since),
+            until=Version(self.until) if self.until else None,
             pack=pack,
             keeps_name=self.keeps_name,
             served_from=tuple((s.architecture, s.model_type) for s in self.served_from),
@@ -353,7 +364,11 @@ class Manifest(_Strict):
         min_length=1, max_length=500, description="One paragraph: the family and what the pack does."
     )
     matches: Matches = Field(description="Which targets / drafters / methods the pack is for.")
-    vllm: str = Field(description="vLLM version range the pack was checked against, e.g. `>=0.30,<0.34`.")
+    vllm: str = Field(
+        description="vLLM version range the pack was proven on, e.g. `>=0.30,<0.35`: the releases on whose source "
+        "tools/prove_packs.py ran everything of the pack that touches vLLM (`--set-ranges` writes it; "
+        "tests/test_packproof.py holds it to the proofs)."
+    )
     capabilities: dict[Capability, tuple[SupportRule, ...]] = Field(
         default_factory=dict,
         description="Per capability, its support table: per platform and vLLM range, native, patched by this pack, "
@@ -502,7 +517,7 @@ class Pack:
         )
 
     def supports_vllm(self, version: str) -> bool:
-        """Whether every part of the pack was checked against this vLLM version."""
+        """Whether every part of the pack was proven on this vLLM version (its `vllm` range)."""
         return all(in_range(p.vllm_range, version) for p in self.parts)
 
     def supports(self, capability: str, platform: str, version: str) -> Support:
@@ -520,7 +535,7 @@ class Pack:
                 return Support(
                     capability,
                     "unknown",
-                    f"pack {part.name} was checked against vLLM {part.vllm_range}, not {version}",
+                    f"pack {part.name} was proven on vLLM {part.vllm_range}, not {version}",
                     part.name,
                 )
             for line in lines:

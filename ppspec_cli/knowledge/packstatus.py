@@ -1,8 +1,13 @@
 """A pack against the installed vLLM: its status (native, patched by pack, unsupported, not
 checked) from the pack's support tables and which of its modules import in this install, and its
-engine state (verified, probed, drifted) from its patch anchors and native opt-ins read by value in
-a child interpreter (importing vLLM takes seconds; this process never does). What `adapters list`
-and `adapters show` render (commands/adapters.py).
+engine state from a child interpreter (importing vLLM takes seconds; this process never does):
+verified (a verified release in the pack's range), probed (an unverified version whose patch
+anchors and native opt-ins, read by value, all match, and whose patches apply and pass their
+behaviour checks there), drifted (an anchor moved) or refused (a behaviour check fails): the plugin
+would refuse either. Its proof: per committed release, whether the pack was proven on that
+release's source (knowledge/packproofs: tools/prove_packs.py ran the plugin's own
+apply/verify/behaviour checks on it). What `adapters list` and `adapters show` render
+(commands/adapters.py).
 
 Whether a module imports is learnt once per install in a child interpreter and remembered in the
 install-keyed cache (knowledge/installcache.py), keyed by the install and the versions of the
@@ -101,9 +106,11 @@ def import_errors_for(packs: list[Pack], installed: VllmInstall | None) -> dict[
 
 
 #: A pack against the installed engine: verified (a verified release in the pack's range), probed
-#: (unverified, but every patch anchor and native opt-in read by value matches), drifted (a patch's
-#: anchor moved: the plugin would refuse), not probed (the read could not run), not checked (no vLLM).
-ENGINE_STATES = ("verified", "probed", "drifted", "not probed", "not checked")
+#: (unverified, but every patch anchor and native opt-in read by value matches and every patch applies
+#: and passes its behaviour check), drifted (a patch's anchor moved: the plugin would refuse), refused
+#: (a patch's behaviour check fails: the plugin would refuse), not probed (the read could not run),
+#: not checked (no vLLM).
+ENGINE_STATES = ("verified", "probed", "drifted", "refused", "not probed", "not checked")
 
 
 _ANCHOR_CHILD = """
@@ -117,10 +124,29 @@ for name in sys.argv[3:]:
     try:
         pack = get_pack(name)
         rows = []
-        for part, f in pack.patch_files:
-            for p in load_patches(part, f):
-                state, why = p.anchor()
-                rows.append([p.qualname, state, why])
+        patches = [p for part, f in pack.patch_files for p in load_patches(part, f)]
+        for p in patches:
+            state, why = p.anchor()
+            rows.append([p.qualname, state, why])
+        if patches and not any(r[1] == "drifted" for r in rows):
+            # what the plugin does next at engine start: apply, verify by value with each
+            # behaviour check, then (here) revert; a failure is the plugin's refusal
+            done = []
+            try:
+                for p in patches:
+                    p.apply()
+                    done.append(p)
+                for p in patches:
+                    try:
+                        p.verify()
+                    except Exception as e:
+                        rows.append([p.qualname, "refused", (type(e).__name__ + ": " + str(e))[:400]])
+                        break
+            except Exception as e:
+                rows.append([p.qualname, "refused", (type(e).__name__ + ": " + str(e))[:400]])
+            finally:
+                for p in reversed(done):
+                    p.revert()
         for part in pack.parts:
             # a native opt-in the pack's table claims here must be there, by value
             claim = part.supports("aux_relay_over_pp", platform, facts_version).status
@@ -186,11 +212,14 @@ def engine_state(pack: Pack, installed: VllmInstall | None, anchors: dict[str, A
     drifted = [r for r in got if r[1] in ("drifted", "lacks")]
     if drifted:
         return "drifted", "; ".join(f"{q}: {why if r == 'drifted' else 'does not set ' + why}" for q, r, why in drifted)
+    refused = [r for r in got if r[1] == "refused"]
+    if refused:
+        return "refused", "; ".join(f"{q}: {why}" for q, _, why in refused) + " (the plugin refuses this engine)"
     native = [q for q, r, _ in got if r == "native"]
     applies = [q for q, r, _ in got if r == "matches"]
     parts = []
     if applies:
-        parts.append(f"anchors match: {', '.join(applies)}")
+        parts.append(f"anchors match and behaviour checks pass: {', '.join(applies)}")
     if native:
         parts.append(f"vLLM {installed.version} already does it: {', '.join(native)}")
     absent = [f"{q} ({why})" for q, r, why in got if r == "absent"]
@@ -217,6 +246,7 @@ def pack_record(
     state, detail = engine_state(pack, installed, anchors)
     rec = pack.to_json()
     rec.update({"status": status, "status_detail": why, "engine": state, "engine_detail": detail})
+    rec.update(proof(pack))
     if installed is not None:
         vv = verdict(installed.version)
         rec["installed_vllm"] = {
@@ -228,11 +258,60 @@ def pack_record(
     return rec
 
 
+def proof(pack: Pack) -> dict[str, Any]:
+    """`proof`: per release, {state, detail} of each part on that release's source; `proof_summary`:
+    one line ('proven on 0.30-0.34 source', else what was not and why)."""
+    from ppspec_cli.knowledge import packproofs
+
+    def summary(p: Pack) -> str:
+        if p.source != "built-in":
+            return f"not proven by ppspec: its proofs cover the built-in packs (this one is from {p.source})"
+        return packproofs.summary(p.name)
+
+    def record(p: Pack) -> dict[str, Any]:
+        return packproofs.record(p.name) if p.source == "built-in" else {}
+
+    if len(pack.parts) == 1:
+        return {"proof": record(pack), "proof_summary": summary(pack)}
+    return {
+        "proof": {p.name: record(p) for p in pack.parts},
+        "proof_summary": "; ".join(f"{p.name}: {summary(p)}" for p in pack.parts),
+    }
+
+
+def proven_on(record: dict[str, Any]) -> str:
+    """The releases on whose source the pack was proven (tools/prove_packs.py), short: '0.30-0.34', 'none'."""
+    from ppspec_cli.knowledge.packproofs import series
+
+    got = [v for v, o in (record.get("proof") or {}).items() if o.get("state") == "proven"]
+    return series(got) if got else "none"
+
+
+def judged_install(installed: VllmInstall | None) -> tuple[VllmInstall, str]:
+    """The vLLM a pack's status is judged against, and the header's words for it: the installed
+    one; on a machine without vLLM (a login node) the newest verified release for cuda, as `check`
+    judges a profile that names no engine_version there."""
+    from ppspec_cli.knowledge.versions import NEWEST_VERIFIED
+
+    if installed is not None:
+        v = "verified" if verdict(installed.version).verified else "unverified"
+        return installed, f"vLLM {installed.version} ({installed.platform}, {v})"
+    return (
+        VllmInstall(NEWEST_VERIFIED, "vllm", "cuda"),
+        f"vLLM {NEWEST_VERIFIED} (cuda), the newest verified release: no vLLM is installed here, so this is what "
+        "`check` judges a profile against",
+    )
+
+
 def arch_table_records() -> list[dict[str, Any]]:
     """Per committed release, what its table covers and where it came from (the text's last block)."""
-    from ppspec_cli.knowledge import archtable
+    from ppspec_cli.knowledge import archtable, drafterfacts
 
-    return [t.summary() for v in archtable.committed_versions() if (t := archtable.committed(v)) is not None]
+    return [
+        {**t.summary(), **drafterfacts.coverage(t)}
+        for v in archtable.committed_versions()
+        if (t := archtable.committed(v)) is not None
+    ]
 
 
 def engine_arch_table(installed: VllmInstall | None) -> dict[str, Any] | None:
@@ -240,11 +319,15 @@ def engine_arch_table(installed: VllmInstall | None) -> dict[str, Any] | None:
     the installed source read by value (cached per install); None without an installed vLLM."""
     if installed is None:
         return None
-    from ppspec_cli.knowledge import archtable
+    from ppspec_cli.knowledge import archtable, drafterfacts
 
     v = verdict(installed.version)
-    t = archtable.pick(installed.platform, installed, v.facts_version, archtable.engine_table(installed))
-    return t.summary() if t is not None else None
+    try:
+        engine: archtable.ArchTable | Exception | None = archtable.engine_table(installed)
+    except Exception as e:  # noqa: BLE001 - a fork's source the scanner cannot read: the committed table says so
+        engine = e
+    t = archtable.pick(installed.platform, installed, v.facts_version, engine)
+    return {**t.summary(), **drafterfacts.coverage(t)} if t is not None else None
 
 
 def packs_covering(arch: str) -> list[tuple[Pack, str]]:
@@ -282,4 +365,10 @@ def records(installed: VllmInstall | None) -> list[dict[str, Any]]:
         if installed
         else {}
     )
-    return [pack_record(p, installed, errs, anchors) for p in packs]
+    out = [pack_record(p, installed, errs, anchors) for p in packs]
+    if installed is None:  # the status as on the newest verified release; the engine state stays "not checked"
+        judged, _ = judged_install(None)
+        for rec, p in zip(out, packs):
+            rec["status"], rec["status_detail"] = pack_status(p, judged, {})
+            rec["judged_for"] = {"version": judged.version, "platform": judged.platform, "installed": False}
+    return out

@@ -23,12 +23,12 @@ from packaging.version import InvalidVersion, Version
 #: The vLLM releases (minor series) ppspec's facts, packs and mirror cases were read off and tested
 #: against. The one place that says so: docs/versions.md ("vLLM versions") and the `[cuda]` / `[cpu]`
 #: extras in pyproject.toml agree with it (a test keeps them in step).
-VERIFIED_SERIES: tuple[str, ...] = ("0.30", "0.31", "0.32", "0.33")
+VERIFIED_SERIES: tuple[str, ...] = ("0.30", "0.31", "0.32", "0.33", "0.34")
 #: The same as a PEP 440 range.
-VERIFIED_RANGE = ">=0.30,<0.34"
+VERIFIED_RANGE = ">=0.30,<0.35"
 #: The newest verified release: the facts carried forward to newer and unknown versions, and the
 #: version a verdict is for when vLLM is not installed and the profile names no `engine_version`.
-NEWEST_VERIFIED = "0.33.0"
+NEWEST_VERIFIED = "0.34.0"
 #: The first release with speculative decoding under pipeline parallelism (PR #50514).
 FIRST_PP_SPEC = "0.30.0"
 
@@ -70,8 +70,8 @@ def verdict(version: str | None) -> VersionVerdict:
 
     - a final (or post) release inside VERIFIED_RANGE, without a local label: verified, its own facts;
     - a pre-release, dev build or `+local` build of a release inside the range: unverified, that
-      release's facts (0.33.0rc1 and 0.33.0+fork -> 0.33.0);
-    - anything newer than the range (0.34.0, 0.34.0.dev12+g1234abc, 1.0): unverified, the newest
+      release's facts (0.34.0rc1 and 0.34.0+fork -> 0.34.0);
+    - anything newer than the range (0.35.0, 0.35.0.dev12+g1234abc, 1.0): unverified, the newest
       verified release's facts;
     - older than the range (0.29.x): unverified, its own public version (ppspec knows only that it
       has no speculative decoding under PP: the `vllm-too-old` rule);
@@ -82,7 +82,7 @@ def verdict(version: str | None) -> VersionVerdict:
         v = Version(raw)
     except InvalidVersion:
         return VersionVerdict(raw, NEWEST_VERIFIED, False, f"{raw!r} is not a version ppspec can compare")
-    release = Version(v.base_version)  # 0.34.0.dev12+g1234abc -> 0.34.0
+    release = Version(v.base_version)  # 0.35.0.dev12+g1234abc -> 0.35.0
     rng = _range()
     kinds = []
     if v.is_devrelease:
@@ -117,5 +117,5 @@ def verdict(version: str | None) -> VersionVerdict:
 
 
 def verified_text() -> str:
-    """'0.30, 0.31, 0.32, 0.33 (>=0.30,<0.34)' for listings."""
+    """'0.30, 0.31, 0.32, 0.33, 0.34 (>=0.30,<0.35)' for listings."""
     return f"{', '.join(VERIFIED_SERIES)} ({VERIFIED_RANGE})"

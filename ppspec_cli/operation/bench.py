@@ -8,9 +8,8 @@ from __future__ import annotations
 import functools
 import json
 import os
-import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from ppspec_cli.errors import EXIT_OK, PpspecError
 from ppspec_cli.io import safeio
@@ -23,7 +22,10 @@ from ppspec_cli.verify.bench.session import PER_REPEAT, Session, arm_line, parit
 
 class Driver:
     """Serves a Session's arms one engine at a time. `refused(outcome)` renders a refused launch and
-    gives its exit code (the command's renderer); `offline` and `health_timeout` are serve's."""
+    gives its exit code (the command's renderer), `failed(error)` renders why a session failed;
+    both are shown after the report (`show_fatal`), never before its warnings. `offline` and
+    `health_timeout` are serve's. One load-generator process serves every session (vLLM's client
+    is imported once per run); a new one starts only after the last failed or was stopped."""
 
     def __init__(
         self,
@@ -32,10 +34,39 @@ class Driver:
         progress: Callable[[str], None],
         offline: bool = False,
         health_timeout: float | None = None,
+        failed: Callable[[PpspecError], None] | None = None,
     ):
         self.s, self.refused, self.progress = session, refused, progress
+        self.failed = failed if failed is not None else (lambda e: progress(e.render()))
         self.offline, self.health_timeout = offline, health_timeout
         session.progress = progress
+        self.started = False  # a session reached its workload (a server answered): there is something to report
+        self.fatal: Callable[[], Any] | None = None  # why the run stopped, shown last
+        self.lg: Any = None  # the load generator every session shares (_loadgen)
+
+    def show_fatal(self) -> None:
+        if self.fatal is not None:
+            self.fatal()
+
+    def fail(self, e: PpspecError) -> None:
+        """A session's failure: recorded in the report's warnings, shown after the report."""
+        self.s.failures.append(e.what)
+        self.fatal = lambda: self.failed(e)
+
+    def close(self) -> None:
+        """The load generator stopped, whatever happened."""
+        if self.lg is not None:
+            self.lg.close()
+
+    def _loadgen(self, job: dict) -> Any:
+        """The run's load generator (harness.LoadGen): one process for every session, a new one only
+        after the last failed or was stopped. Its log: OUT/loadgen.log."""
+        from ppspec_cli.verify.bench.harness import LoadGen
+
+        if self.lg is None or not self.lg.alive:
+            env = {"HF_HUB_OFFLINE": "1"} if self.offline or os.path.isdir(job["tokenizer"]) else {}
+            self.lg = LoadGen(self.s.state / "loadgen.log", env)
+        return self.lg
 
     def measure_all(self) -> int:
         """The static arms, then (serving the profile) the tuned arm: the schedule their grid proposes."""
@@ -97,25 +128,26 @@ class Driver:
     def measure_arm(
         self, arm: Arm, tag: str, runs: list[tuple[int, int]], need_parity: bool, arms_left: int, later_runs: int
     ) -> int:
-        from ppspec_cli.verify.bench.harness import LoadGen, Stopped
+        from ppspec_cli.verify.bench.harness import Stopped
 
         s = self.s
-        d = s.arm_dir(arm)
-        d.mkdir(parents=True, exist_ok=True)
+        d = s.make_arm_dir(arm)
         levels = ",".join(map(str, sorted({c for c, _r in runs}))) or "-"
         self.progress(f"{tag}: {arm_line(arm)}; {len(runs)} run(s) of c={levels}")
         prepared = self._prepare(arm)
         if prepared is not None and prepared.refused:
-            return self.refused(prepared)
+            refused = prepared
+            self.fatal = lambda: self.refused(refused)
+            return refused.exit_code
         job = s.job(arm, prepared, runs, need_parity)
-        env = {"HF_HUB_OFFLINE": "1"} if self.offline or os.path.isdir(job["tokenizer"]) else {}
-        lg = LoadGen(d / "loadgen.log", env)  # imports vLLM while the engine starts
+        lg = self._loadgen(job)  # the first one imports vLLM while the engine starts
         on_event = functools.partial(
             s.on_event, tag, runs, [0], time.monotonic(), prepared is not None, later_runs, arms_left
         )
         timeout = 300.0 + 0.5 * max(s.settings["prompts_per_level"].values()) * s.settings["max_tokens"]
 
         def workload(stop) -> None:
+            self.started = True
             try:
                 lg.run(job, stop, on_event, timeout)
             except Stopped:
@@ -125,6 +157,7 @@ class Driver:
                 doc["settings"] = parity_key(s.settings, arm)
                 safeio.write_text(d / "parity.json", json.dumps(doc, indent=1), what="bench parity outputs")
 
+        idle = False  # the load generator finished its job and waits for the next session's
         try:
             if prepared is None:
                 try:
@@ -132,14 +165,17 @@ class Driver:
                 except PpspecError as e:
                     s.failures.append(f"{arm.name}: {e.what}")
                     raise
+                idle = True
                 return EXIT_OK
             from ppspec_cli.running.serve.start import start
 
             r = start(
                 prepared, progress=self.progress, health_timeout=self.health_timeout, workload=workload, stream=False
             )
+            idle = r.exit_code == EXIT_OK
         finally:
-            lg.close()
+            if not idle or not lg.alive:  # stopped, failed or mid-job: a later session starts a fresh one
+                lg.close()
         return self._ended(arm, tag, r)
 
     def _ended(self, arm: Arm, tag: str, r) -> int:
@@ -149,7 +185,8 @@ class Driver:
         if r.error is not None and not isinstance(r.error, PpspecError):
             raise r.error
         if r.exit_code < 128:
-            print(f"error: {arm.name}: {r.reason}", file=sys.stderr, flush=True)
+            err = PpspecError(f"{arm.name}: {r.reason}", exit_code=r.exit_code)
+            self.fatal = lambda: self.failed(err)
             self.s.failures.append(f"{arm.name}: {r.reason.splitlines()[0] if r.reason else 'failed'}")
         else:
             self.progress(f"{tag}: {r.reason}")

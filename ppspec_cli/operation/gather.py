@@ -50,6 +50,8 @@ def gather_facts(
     host; a checkpoint that cannot be read is a fact (its finding comes from the judge). `install`
     and `environ` stand for this machine's where a caller (a test) judges on others."""
     profile = op.profile if op.profile is not None else profiles.load_profile(op.profile_path)
+    if op.hardware is not None:  # --hardware over the profile's own `hardware:`
+        profile = profile.model_copy(update={"hardware": op.hardware})
     environ = env_io.snapshot() if environ is None else dict(environ)
     install = installed_vllm() if install is HERE else install
     assert install is None or isinstance(install, VllmInstall)

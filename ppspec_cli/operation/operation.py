@@ -20,7 +20,8 @@ class Operation:
     """`profile_path` anchors relative paths and messages; `profile`: a changed copy of the file's
     (a bench arm) judged instead of it. `placement`: the command line's placement; `role`: one
     engine of a disaggregated profile; `probes`: ask the installed engine itself (check --probes);
-    `read_headers`: read safetensors headers (a calibration leaves them)."""
+    `read_headers`: read safetensors headers (a calibration leaves them); `hardware`: the command
+    line's `--hardware`, over the profile's own `hardware:`."""
 
     kind: Kind
     profile_path: str
@@ -30,6 +31,7 @@ class Operation:
     probes: bool = False
     profile: Profile | None = None
     read_headers: bool = True
+    hardware: str | None = None
 
     @property
     def launches(self) -> bool:

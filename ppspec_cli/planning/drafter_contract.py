@@ -24,7 +24,6 @@ from ppspec_cli.findings.codes import PACK_RULE_FAILED
 from ppspec_cli.knowledge import methods, packs
 from ppspec_cli.knowledge.methods import DrafterView, declared_architectures, is_int
 from ppspec_cli.knowledge.methods.block import parallel_drafting_token
-from ppspec_cli.knowledge.methods.dflash import DFLASH
 
 __all__ = [
     "DrafterView",
@@ -43,8 +42,12 @@ def served_architectures(method: str, cfg: dict, version: Version, target_model_
 
 
 def registered_dflash(arch: str, version: Version) -> bool:
-    """Whether vLLM `version`'s model registry has this (served) DFlash architecture."""
-    return DFLASH.registered(arch, version, packs.drafter_classes())
+    """Whether vLLM `version`'s model registry has this (served) DFlash architecture: the release's
+    table (knowledge/arch), never a hand-written list."""
+    from ppspec_cli.knowledge import archtable
+
+    t = archtable.committed(str(version))
+    return t is not None and t.drafter(arch, "cuda") is not None
 
 
 def view(

@@ -138,6 +138,15 @@ class EngineOptions:
         ]
         return got[-1] if got else default
 
+    def value(self, flag: str) -> tuple[bool, Any]:
+        """(whether a key sets the option `flag`, the JSON value it sets: its last setting; a dotted
+        key nests its value under its keys; `no-x` sets x false), the memory model's question."""
+        got = [e for e in self.entries if e.option.flag == flag]
+        if not got:
+            return False, None
+        e = got[-1]
+        return True, False if e.option.negated else option_value(e.option, e.value)
+
     def sets(self, *flags: str) -> bool:
         """Whether any key sets (part of) one of these options."""
         return any(e.option.flag in flags for e in self.entries)
@@ -216,6 +225,17 @@ def launch_refusals(
         fld = f"engine.{key[:80]}"
         if not FLAG_NAME.match(name):
             out.append(ENGINE_BAD_OPTION_NAME.at("engine", f"engine key {key[:80]!r} is not an option name"))
+            continue
+        head = name.partition(".")[0]
+        if head != head.lower():  # vLLM's options are lower-case and argparse does not fold case
+            out.append(
+                ENGINE_BAD_OPTION_NAME.at(
+                    "engine",
+                    f"engine key {key[:80]!r} is not an option name: vLLM's option names are lower-case and its "
+                    f"parser does not fold case, so it refuses `--{head[:80]}` at start",
+                    fix=f"write it in lower case (`{head.lower()[:80]}`)",
+                )
+            )
             continue
         base = opt.flag  # `speculative-config.method` sets part of a managed flag
         owner = managed_by(opt)
@@ -383,7 +403,7 @@ def untrusted_findings(
             acked = name in ack_engine or head in ack_engine
             out.append(_risk(ENGINE_UNTRUSTED_OPTION, label, (kind, what), "engine", head, acked))
     for k in sorted(env):
-        risk = env_risk(k)
+        risk = env_risk(k, env[k])
         if risk is not None:
             out.append(_risk(ENV_UNTRUSTED_ENTRY, f"env.{k[:80]}", risk, "env", k[:80], k.upper() in ack_env))
     return out

@@ -78,6 +78,35 @@ ACCELERATORS: dict[str, Accelerator] = {
     )
 }
 
+#: One GPU's memory as the device reports it: what vLLM's `gpu_memory_utilization` multiplies
+#: (`torch.accelerator.get_memory_info()`'s total, the memory model's budget: planning/memory.py), in
+#: MiB. Measured where we had the card (torch's `total_memory` = nvidia-smi's total less its
+#: `memory.reserved`); else nvidia-smi's total, which is up to ~0.5 GiB more than CUDA reports (the
+#: H100's reserve is 480 MiB). A GPU not listed here is given as `NAME,mem=GiB` (`hardware:`).
+DEVICE_MEMORY_MIB: dict[str, tuple[int, str]] = {
+    "h100": (
+        81079,
+        "measured on an H100 80GB HBM3 (2026-12-07): torch total_memory 85,017,493,504 B = nvidia-smi 81,559 MiB less "
+        "480 reserved",
+    ),
+    "h200": (
+        143771,
+        "nvidia-smi's total on an H200 (141 GB HBM3e; not measured here: CUDA reports up to ~0.5 GiB less)",
+    ),
+    "a100": (
+        81920,
+        "nvidia-smi's total on an A100 80GB (modal-labs/modal-client#2797; CUDA reports up to ~0.5 GiB less)",
+    ),
+    "l40s": (46068, "nvidia-smi's total on an L40S (modal-labs/modal-client#2797; CUDA reports up to ~0.5 GiB less)"),
+}
+
+
+def device_memory(name: str) -> tuple[int, str] | None:
+    """(bytes, source) of one GPU's memory as the device reports it, or None when the table lacks it."""
+    got = DEVICE_MEMORY_MIB.get(name.lower())
+    return None if got is None else (got[0] << 20, got[1])
+
+
 LINKS: dict[str, Link] = {
     lk.name: lk
     for lk in (

@@ -94,6 +94,15 @@ class Hardware:
     tp_link: Link  # inside a TP group
 
 
+#: Per request in a batch, every round (scheduling, input preparation, sampling and output processing
+#: grow with the requests a step carries), and per request and draft token in a speculative round
+#: (rejection sampling, draft bookkeeping, the drafter's per-request work): the terms that carry the
+#: measured concurrency trend (issue 45 item 4). Defaults from the least-squares fit of the H200 PP=1
+#: record's 16 runs with these two terms (docs/prediction-validation.md, "The trend across concurrency").
+REQUEST_OVERHEAD_MS = 0.012
+DRAFT_TOKEN_OVERHEAD_MS = 0.005
+
+
 @dataclass(frozen=True)
 class Costs:
     """The efficiency and overhead terms: calibrated from bench records, else these defaults.
@@ -110,12 +119,14 @@ class Costs:
     step_overhead_ms: float = 1.0
     spec_overhead_ms: float = 0.3
     draft_pass_overhead_ms: float = 0.1
+    request_overhead_ms: float = REQUEST_OVERHEAD_MS
+    draft_token_overhead_ms: float = DRAFT_TOKEN_OVERHEAD_MS
 
 
 #: the calibration-free (roofline) speed-up error on the project's GPU record (mean, worst over its
 #: 12 speculative arms; docs/prediction-validation.md, kept equal by tests/test_predict.py): the
 #: label a prediction without calibration carries
-ROOFLINE_ERROR = (0.023, 0.044)
+ROOFLINE_ERROR = (0.033, 0.051)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,7 +301,11 @@ def round_time(
     bcast = 0.0
     if pp > 1:
         bcast = hw.pp_link.latency_us * 1e-6 + b * (2 * k + 1) * TOKEN_ID_BYTES / (hw.pp_link.bandwidth_gbs * 1e9)
-    over = 1e-3 * (costs.step_overhead_ms + (costs.spec_overhead_ms if k > 0 else 0.0))
+    over = 1e-3 * (
+        costs.step_overhead_ms
+        + b * costs.request_overhead_ms
+        + ((costs.spec_overhead_ms + b * k * costs.draft_token_overhead_ms) if k > 0 else 0.0)
+    )
     latency = sum(st) + sum(a + bw for a, bw in hops) + drafting + bcast + over
     busy = [*st[:-1], st[-1] + drafting + over, *(bw for _, bw in hops)]
     bottleneck = max(busy)
@@ -310,6 +325,42 @@ def round_time(
         rnd,
         acc.length(k),
     )
+
+
+@dataclass(frozen=True)
+class Load:
+    """What each request does: a prompt of prompt_len tokens, then output_len generated tokens. With
+    it a level's throughput counts the prefill too (what `ppspec bench` measures), not only the
+    steady-state decode rounds."""
+
+    prompt_len: int
+    output_len: int
+
+
+def prefill_s(shape: Shape, hw: Hardware, costs: Costs, *, concurrency: int, prompt_len: int, spec: bool) -> float:
+    """Time to first token of a wave of `concurrency` requests prefilled together (bench sends equal
+    requests at once, so they start and finish in waves): their c x prompt_len tokens through every
+    stage in turn (compute-bound at these sizes), attention over half the prompt on average, the
+    drafter's own pass over the same tokens when speculating (EAGLE-family drafters prefill on the
+    target's hidden states), and the per-round and per-request overheads."""
+    n = concurrency * prompt_len
+    total = 0.0
+    for s, layers in enumerate(shape.stages):
+        w = stage_work(
+            shape, layers, batch=concurrency, tokens=prompt_len, ctx=prompt_len // 2, last=s == len(shape.stages) - 1
+        )
+        total += compute_s(w, hw.accelerator, costs, shape.tp) + allreduce_s(shape, layers, n, hw.tp_link)
+    if spec and shape.drafter_bytes > 0:
+        total += compute_s(
+            Work(shape.drafter_bytes, 2.0 * n * shape.drafter_bytes / shape.act_bytes), hw.accelerator, costs, 1
+        )
+    return total + 1e-3 * (costs.step_overhead_ms + concurrency * costs.request_overhead_ms)
+
+
+def load_throughput(rnd: Round, ttft_s: float, load: Load) -> float:
+    """Output tokens/s of c requests in flight, each TTFT + (output_len - 1) x TPOT long."""
+    life = ttft_s + (load.output_len - 1) * rnd.round_s / rnd.tokens_per_round
+    return rnd.concurrency * load.output_len / life
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,25 +403,33 @@ class Level:
 
 
 def predict_levels(
-    shape: Shape, hw: Hardware, costs: Costs, acc: Acceptance, *, concurrency: list[int], ks: list[int], ctx: int
+    shape: Shape,
+    hw: Hardware,
+    costs: Costs,
+    acc: Acceptance,
+    *,
+    concurrency: list[int],
+    ks: list[int],
+    ctx: int,
+    load: Load | None = None,
 ) -> list[Level]:
-    """Every (concurrency, k) with k=0 included, in order."""
+    """Every (concurrency, k) with k=0 included, in order. With a `load`, tokens/s and the speed-up
+    include each wave's prefill (TTFT); without, they are the steady-state decode rounds'."""
+
+    def tps(r: Round, k: int) -> float:
+        if load is None:
+            return r.output_tokens_per_s
+        ttft = prefill_s(shape, hw, costs, concurrency=r.concurrency, prompt_len=load.prompt_len, spec=k > 0)
+        return load_throughput(r, ttft, load)
+
     out = []
     for c in concurrency:
         base = round_time(shape, hw, costs, acc, concurrency=c, k=0, ctx=ctx)
+        base_tps = tps(base, 0)
         for k in sorted({0, *ks}):
             r = base if k == 0 else round_time(shape, hw, costs, acc, concurrency=c, k=k, ctx=ctx)
-            out.append(
-                Level(
-                    c,
-                    k,
-                    r.tpot_ms,
-                    r.output_tokens_per_s,
-                    r.output_tokens_per_s / base.output_tokens_per_s,
-                    r.tokens_per_round,
-                    r,
-                )
-            )
+            t = base_tps if k == 0 else tps(r, k)
+            out.append(Level(c, k, r.tpot_ms, t, t / base_tps, r.tokens_per_round, r))
     return out
 
 
@@ -454,9 +513,20 @@ class Group:
     ctx: int
 
 
-def _overheads(groups: list[Group], base: Costs) -> Costs:
-    """Least squares for the three overheads given the efficiencies (the round is linear in them at PP=1)."""
-    zero = replace(base, step_overhead_ms=0.0, spec_overhead_ms=0.0, draft_pass_overhead_ms=0.0)
+def _overheads(groups: list[Group], base: Costs, per_request: bool = True) -> Costs:
+    """Least squares for the five overheads given the efficiencies (the round is linear in them at
+    PP=1): per round, per speculative round, per drafter pass, per request, per request and draft
+    token (per_request=False: the first three only, the model before issue 45). Columns a record
+    cannot tell apart (a record with k=1 only has as many passes as speculative rounds) share their
+    weight: a vanishing ridge term keeps the system solvable."""
+    names = (
+        "step_overhead_ms",
+        "spec_overhead_ms",
+        "draft_pass_overhead_ms",
+        "request_overhead_ms",
+        "draft_token_overhead_ms",
+    )
+    zero = replace(base, **dict.fromkeys(names, 0.0))
     rows, ys = [], []
     for g in groups:
         for r in g.runs:
@@ -467,16 +537,21 @@ def _overheads(groups: list[Group], base: Costs) -> Costs:
                 * 1e3
             )
             passes = 0 if r.k == 0 else (1 if g.shape.parallel_draft else r.k)
-            rows.append([1.0, 1.0 if r.k > 0 else 0.0, float(passes)])
+            b = r.concurrency / min(r.concurrency, len(g.shape.stages))
+            rows.append([1.0, 1.0 if r.k > 0 else 0.0, float(passes), b, b * r.k])
             ys.append(r.tpot_ms * r.acceptance_length - rest)
-    cols = [i for i in range(3) if any(row[i] for row in rows)]
+    n = len(names)
+    cols = [i for i in range(n) if any(row[i] for row in rows) and (per_request or i < 3)]
     ata = [[sum(row[i] * row[j] for row in rows) for j in cols] for i in cols]
+    ridge = 1e-9 * max((ata[i][i] for i in range(len(cols))), default=0.0)
+    for i in range(len(cols)):
+        ata[i][i] += ridge
     aty = [sum(row[i] * y for row, y in zip(rows, ys, strict=True)) for i in cols]
     sol = _solve3(ata, aty) or [0.0] * len(cols)
-    vals = [0.0, 0.0, 0.0]
+    vals = [0.0] * n
     for i, v in zip(cols, sol, strict=True):
         vals[i] = max(0.0, v)
-    return replace(base, step_overhead_ms=vals[0], spec_overhead_ms=vals[1], draft_pass_overhead_ms=vals[2])
+    return replace(base, **dict(zip(names, vals, strict=True)))
 
 
 def _rms(groups: list[Group], costs: Costs) -> float:
@@ -496,14 +571,14 @@ def _rms(groups: list[Group], costs: Costs) -> float:
 EFF_BW_GRID = tuple(round(0.30 + 0.02 * i, 2) for i in range(36))
 
 
-def fit_groups(groups: list[Group], *, eff_flops: float = Costs.eff_flops) -> Fit:
+def fit_groups(groups: list[Group], *, eff_flops: float = Costs.eff_flops, per_request: bool = True) -> Fit:
     """Fit the bandwidth efficiency (grid) and, for each, the three overheads by least squares over
     every group's runs (records of several deployments on one hardware fit together); keep the
     smallest RMS relative error of the round time."""
     best: Fit | None = None
     n = sum(len(g.runs) for g in groups)
     for eb in EFF_BW_GRID:
-        c = _overheads(groups, Costs(eff_bw=eb, eff_flops=eff_flops))
+        c = _overheads(groups, Costs(eff_bw=eb, eff_flops=eff_flops), per_request)
         err = _rms(groups, c)
         if best is None or err < best.rms_rel_error - 1e-12:
             best = Fit(c, err, n)
@@ -511,9 +586,17 @@ def fit_groups(groups: list[Group], *, eff_flops: float = Costs.eff_flops) -> Fi
     return best
 
 
-def fit_costs(shape: Shape, hw: Hardware, runs: list[Measured], *, ctx: int, eff_flops: float = Costs.eff_flops) -> Fit:
+def fit_costs(
+    shape: Shape,
+    hw: Hardware,
+    runs: list[Measured],
+    *,
+    ctx: int,
+    eff_flops: float = Costs.eff_flops,
+    per_request: bool = True,
+) -> Fit:
     """fit_groups for the runs of one deployment."""
-    return fit_groups([Group(shape, hw, tuple(runs), ctx)], eff_flops=eff_flops)
+    return fit_groups([Group(shape, hw, tuple(runs), ctx)], eff_flops=eff_flops, per_request=per_request)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -528,6 +611,7 @@ class Prediction:
     schedule: list[list[int]]
     assumptions: dict[str, Any] = field(default_factory=dict)
     calibration: dict[str, Any] = field(default_factory=dict)
+    validation: dict[str, Any] = field(default_factory=dict)  # planning/predict_records.validation
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -540,12 +624,21 @@ class Prediction:
             "schedule": self.schedule,
             "assumptions": self.assumptions,
             "calibration": self.calibration,
+            "validation": self.validation,
         }
 
 
 def predict(
-    shape: Shape, hw: Hardware, costs: Costs, acc: Acceptance, *, concurrency: list[int], ks: list[int], ctx: int
+    shape: Shape,
+    hw: Hardware,
+    costs: Costs,
+    acc: Acceptance,
+    *,
+    concurrency: list[int],
+    ks: list[int],
+    ctx: int,
+    load: Load | None = None,
 ) -> Prediction:
-    levels = predict_levels(shape, hw, costs, acc, concurrency=concurrency, ks=ks, ctx=ctx)
+    levels = predict_levels(shape, hw, costs, acc, concurrency=concurrency, ks=ks, ctx=ctx, load=load)
     best = best_per_level(levels)
     return Prediction(levels, best, crossover(best), schedule(best), calibration={"costs": asdict(costs)})

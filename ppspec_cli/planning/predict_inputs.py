@@ -15,15 +15,22 @@ Shape sources, best first, each named in the prediction's notes:
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Optional
 
+from pydantic import Field
+
+from ppspec_cli.io.records import Record
 from ppspec_cli.planning.predict import Acceptance, Costs, Hardware, Measured, Shape, fit_costs
+
+#: The largest size a config value may give the predictor (hidden size, heads, layers, experts,
+#: vocabulary): anything beyond 2**31 is no model's, and would overflow the byte figures to infinity.
+MAX_CONFIG_INT = 1 << 31
 
 
 def _pos(cfg: dict[str, Any], *keys: str) -> int | None:
     for k in keys:
         v = cfg.get(k)
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+        if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_CONFIG_INT:
             return v
     return None
 
@@ -47,6 +54,31 @@ def layer_terms(text: dict[str, Any], dtype_bytes: int) -> tuple[float, float, i
     if inter is None:
         return None
     return (attn + 3 * h * inter + 2 * h) * dtype_bytes, 0.0, 0, 0
+
+
+def formula_terms(r: Any, n: int) -> tuple[float, float, int, int] | None:
+    """(dense bytes per layer, bytes per expert, experts, experts per token), averaged over the `n` decoder layers,
+    from the family pack's weight layout (planning/weights.py config_tensors, quantization included); None when
+    the pack declares none or a key is missing."""
+    from ppspec_cli.planning import weights as wt
+
+    t = r.target
+    part = getattr(r, "target_pack", None)
+    layout = part.facts.weight_layout if part is not None else None
+    q = wt.quant_of(t.config or t.text)
+    if layout is None or q == "unknown":
+        return None
+    ts = wt.config_tensors(layout, t.text or {}, t.dtype_bytes, q)
+    if ts is None:
+        return None
+    text = t.text or {}
+    ne = _pos(text, "num_experts", "num_local_experts", "n_routed_experts") or 0
+    top = _pos(text, "num_experts_per_tok", "num_experts_per_token") or 0
+    dense = sum(x.nbytes for x in ts if x.layer is not None and x.layer < n and x.shard != "experts") / n
+    experts = sum(x.nbytes for x in ts if x.layer is not None and x.layer < n and x.shard == "experts")
+    if ne and top and experts:
+        return dense, experts / (n * ne), ne, top
+    return dense, 0.0, 0, 0
 
 
 def _header_bytes(ck: Any, pred) -> int | None:
@@ -77,6 +109,47 @@ def _drafter_bytes(r: Any, layer: float, lm_head: float, notes: list[str]) -> fl
     return layer + lm_head
 
 
+def _layer_bytes(r: Any, n: int, h: int, db: int, notes: list[str]) -> tuple[float, float, int, int] | None:
+    """(dense bytes per layer, bytes per expert, experts, experts per token) of the target, best
+    source first (config formula, the pack's weight layout, headers, the index's total), with a note
+    on where they came from; None when unknown."""
+    t, plan = r.target, r.plan
+    text = t.text or {}
+    terms = layer_terms(text, db)
+    from_formula = terms is None
+    if from_formula:
+        terms = formula_terms(r, n)
+    real_layers = _header_bytes(t, lambda name: ".layers." in name)
+    if terms is not None:
+        dense, expert, ne, top = terms
+        if real_layers:
+            est = n * (dense + ne * expert)
+            scale = real_layers / est if est else 1.0
+            where = "the pack's weight layout formula" if from_formula else "config.json"
+            notes.append(f"layer bytes from {where}, scaled x{scale:.2f} to the safetensors headers")
+            return dense * scale, expert * scale, ne, top
+        notes.append(
+            "layer bytes from the pack's weight layout formula (planning/weights.py: MLA, dense and MoE layers, "
+            "the config's quantization), averaged over the layers"
+            if from_formula
+            else "layer bytes estimated from config.json in its dtype"
+        )
+        return dense, expert, ne, top
+    if real_layers:
+        notes.append("layer layout not modelled (e.g. MLA or mixed layers): every layer's bytes read per step")
+        return real_layers / n, 0.0, 0, 0
+    if t.index_total_size and plan.stages and all(st.weight_bytes for st in plan.stages):
+        # the index's total alone (the plan spreads it over the layers): every layer's bytes read per step
+        vocab_b = (_pos(text, "vocab_size") or 0) * h * db
+        body = max(0, t.index_total_size - 2 * vocab_b)
+        notes.append(
+            "layer bytes from the index's total_size spread over the layers (no headers, no formula for this family): "
+            "every layer's bytes read per step, MoE sparsity not modelled (a pessimistic step time)"
+        )
+        return body / n, 0.0, 0, 0
+    return None
+
+
 def shape_from_resolved(r: Any) -> tuple[Shape | None, list[str]]:
     """The Shape of a resolved profile (planning/resolve.py), and notes on where each part came
     from; None (with the reason) when the plan or the target's config is missing."""
@@ -92,25 +165,16 @@ def shape_from_resolved(r: Any) -> tuple[Shape | None, list[str]]:
     n = plan.num_layers
     kv = _pos(text, "num_key_value_heads") or heads
     hd = _pos(text, "head_dim") or h // heads
+    if kvr := _pos(text, "kv_lora_rank"):  # MLA: one latent of kv_lora_rank + qk_rope_head_dim per token per layer
+        kv, hd = 1, (kvr + (_pos(text, "qk_rope_head_dim") or 0)) // 2
+        notes.append("MLA: the KV read per token is one latent of kv_lora_rank + qk_rope_head_dim")
     vocab = _pos(text, "vocab_size") or 0
-    terms = layer_terms(text, db)
-    real_layers = _header_bytes(t, lambda name: ".layers." in name)
-    if terms is not None:
-        dense, expert, ne, top = terms
-        if real_layers:
-            est = n * (dense + ne * expert)
-            scale = real_layers / est if est else 1.0
-            dense, expert = dense * scale, expert * scale
-            notes.append(f"layer bytes from config.json, scaled x{scale:.2f} to the safetensors headers")
-        else:
-            notes.append("layer bytes estimated from config.json in its dtype")
-    elif real_layers:
-        dense, expert, ne, top = real_layers / n, 0.0, 0, 0
-        notes.append("layer layout not modelled (e.g. MLA or mixed layers): every layer's bytes read per step")
-    else:
+    got = _layer_bytes(r, n, h, db, notes)
+    if got is None:
         return None, [
             "the target's layer sizes are unknown (no formula for its layout, no headers): nothing to predict"
         ]
+    dense, expert, ne, top = got
     lm = _header_bytes(t, lambda name: name.endswith("lm_head.weight")) or vocab * h * db
     tp = r.profile.topology.tensor_parallel
     method = r.method
@@ -149,23 +213,58 @@ def shape_from_resolved(r: Any) -> tuple[Shape | None, list[str]]:
 # Acceptance from a report (bench.json, a verify report: any JSON with per_position_acceptance)
 
 
-def _walk(doc: Any, out: list[list[float]]) -> None:
-    if isinstance(doc, dict):
-        p = doc.get("per_position_acceptance")
-        if isinstance(p, list) and p and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in p):
-            out.append([float(x) for x in p])
-        for v in doc.values():
-            _walk(v, out)
-    elif isinstance(doc, list):
-        for v in doc:
-            _walk(v, out)
+#: The most positions a per-position acceptance list may hold: the largest k ppspec plans or
+#: predicts (profile.drafter.num_speculative_tokens, --num-speculative-tokens: 64).
+MAX_POSITIONS = 64
+
+
+def _walk(doc: Any, out: list[tuple[str, list]]) -> None:
+    """Every `per_position_acceptance` list in a report, with where it is (iteratively: the depth
+    is bounded by the JSON reader, the width by the file's size)."""
+    stack: list[tuple[Any, str]] = [(doc, "")]
+    while stack:
+        x, at = stack.pop()
+        if isinstance(x, dict):
+            p = x.get("per_position_acceptance")
+            if isinstance(p, list) and p:
+                out.append((f"{at}.per_position_acceptance".lstrip("."), p))
+            stack.extend((v, f"{at}.{str(k)[:40]}") for k, v in x.items() if k != "per_position_acceptance")
+        elif isinstance(x, list):
+            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(x))
+    out.reverse()
+
+
+def _bad_positions(p: list) -> str | None:
+    """Why a per-position acceptance list is not one (None: it is): at most MAX_POSITIONS
+    fractions, each a finite number in [0, 1]."""
+    if len(p) > MAX_POSITIONS:
+        return f"{len(p)} positions, more than the {MAX_POSITIONS} any k ppspec plans has"
+    for i, x in enumerate(p):
+        ok = isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1  # NaN and 10**400 too
+        if not ok:
+            return f"position {i} is {str(x)[:40]!r}, not a fraction in [0, 1]"
+    return None
 
 
 def acceptance_from_report(doc: Any, where: str) -> Acceptance | None:
     """The per-position acceptance of a report: the longest lists found (the largest k measured),
-    averaged position by position over every run that has one. None when there is none."""
-    found: list[list[float]] = []
-    _walk(doc, found)
+    averaged position by position over every run that has one. None when there is none; a list
+    that is not one (too long, a value outside [0, 1], not finite, not a number) is one error
+    naming the file and the list: a prediction is never made from it."""
+    from ppspec_cli.errors import PpspecError
+
+    located: list[tuple[str, list]] = []
+    _walk(doc, located)
+    for at, p in located:
+        why = _bad_positions(p)
+        if why is not None:
+            raise PpspecError(
+                f"the acceptance report's {at[:120]} is not a per-position acceptance: {why}",
+                where=where,
+                fix="pass a bench.json or verify report as ppspec wrote it, or --acceptance-length",
+                exit_code=2,
+            )
+    found = [[float(x) for x in p] for _at, p in located]
     if not found:
         return None
     longest = max(len(p) for p in found)
@@ -191,8 +290,39 @@ def shape_key(shape: Shape) -> dict[str, int]:
     }
 
 
+class CalibrationCosts(Record):
+    """The step costs of one entry (planning/predict.Costs), each finite and in the range a fit
+    gives: efficiencies in [0.01, 1] (fit_groups searches 0.30..1.00; a subnormal one divides to
+    infinity), overheads clamped at 0 and under a minute."""
+
+    eff_bw: Optional[float] = Field(default=None, ge=0.01, le=1.0)
+    eff_flops: Optional[float] = Field(default=None, ge=0.01, le=1.0)
+    step_overhead_ms: Optional[float] = Field(default=None, ge=0.0, le=60_000.0)
+    spec_overhead_ms: Optional[float] = Field(default=None, ge=0.0, le=60_000.0)
+    draft_pass_overhead_ms: Optional[float] = Field(default=None, ge=0.0, le=60_000.0)
+    request_overhead_ms: Optional[float] = Field(default=None, ge=0.0, le=60_000.0)
+    draft_token_overhead_ms: Optional[float] = Field(default=None, ge=0.0, le=60_000.0)
+
+
+class CalibrationEntry(Record):
+    hardware: str = Field(max_length=64)
+    shape: dict[str, int]
+    costs: CalibrationCosts
+    source: Optional[str] = Field(default=None, max_length=4096)
+    rms_rel_error: Optional[float] = Field(default=None, ge=0.0)
+
+
+class CalibrationFile(Record):
+    """A `ppspec-calibration/1` file (what bench and tools/predict_validation.py write), read through
+    io/records: strict types, every number finite, at most 10,000 entries."""
+
+    schema_: str = Field(alias="schema", max_length=64)
+    entries: list[CalibrationEntry] = Field(max_length=10_000)
+
+
 def calibration_entry(doc: Any, hardware: str, shape: Shape) -> dict[str, Any] | None:
-    """The entry of a calibration file for this hardware and shape, or None."""
+    """The entry of a calibration file for this hardware and shape, or None. `doc` was validated as
+    a CalibrationFile (commands/predict_render.py reads it through io/records)."""
     if not isinstance(doc, dict) or doc.get("schema") != CALIBRATION_SCHEMA:
         return None
     key = shape_key(shape)
@@ -208,11 +338,8 @@ def calibration_entry(doc: Any, hardware: str, shape: Shape) -> dict[str, Any] |
 
 
 def costs_of(entry: dict[str, Any]) -> Costs:
-    c = entry["costs"]
-    fields = ("eff_bw", "eff_flops", "step_overhead_ms", "spec_overhead_ms", "draft_pass_overhead_ms")
-    return Costs(
-        **{f: float(c[f]) for f in fields if isinstance(c.get(f), (int, float)) and not isinstance(c.get(f), bool)}
-    )
+    c = CalibrationCosts.model_validate(entry["costs"])  # finite and in range, or ValidationError
+    return Costs(**{f: v for f, v in c.model_dump(include=set(CalibrationCosts.model_fields)).items() if v is not None})
 
 
 # ---------------------------------------------------------------------------------------------

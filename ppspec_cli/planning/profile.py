@@ -87,7 +87,7 @@ class Drafter(_Strict):
         max_length=MAX_SCHEDULE_RANGES,
         description="Dynamic speculative decoding: `[[batch_lo, batch_hi, k], ...]`, inclusive ranges of the number "
         "of scheduled requests and the draft tokens per step there (k may be 0; k <= `num_speculative_tokens`). "
-        "Passed as vLLM's `speculative_config.num_speculative_tokens_per_batch_size` (vLLM 0.30 to 0.33); `check` "
+        "Passed as vLLM's `speculative_config.num_speculative_tokens_per_batch_size` (vLLM 0.30 to 0.34); `check` "
         "applies vLLM's rules. `ppspec bench` derives one from its measurements (docs/bench.md).",
     )
     tap_convention: Literal["auto", "capture_point", "layer_output"] = Field(
@@ -187,10 +187,11 @@ class Server(_Strict):
 
 #: SLURM's --time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or the words it takes.
 _SLURM_TIME = re.compile(
-    r"(?:\d{1,7}(?::\d{1,2}){0,2}|\d{1,5}-\d{1,2}(?::\d{1,2}){0,2}|UNLIMITED|INFINITE|unlimited|infinite)"
+    r"(?:\d{1,7}(?::\d{1,2}){0,2}|\d{1,5}-\d{1,2}(?::\d{1,2}){0,2}|UNLIMITED|INFINITE|unlimited|infinite)",
+    re.ASCII,  # `\d` is any Unicode digit otherwise: sbatch refuses `１２:００:００` at submit
 )
 #: SLURM's --mem sizes: a whole number with an optional K, M, G or T suffix (0: all of the node's memory).
-_SLURM_MEM = re.compile(r"\d{1,12}[KMGT]?")
+_SLURM_MEM = re.compile(r"\d{1,12}[KMGT]?", re.ASCII)
 
 
 class SlurmJob(_Strict):
@@ -377,6 +378,19 @@ class Profile(_Strict):
         "`check` says which version its verdict is for and where that came from.",
         max_length=64,
     )
+    hardware: str | None = Field(
+        default=None,
+        description="The accelerator of one GPU: a name of `plan --predict --hardware` (`h100`, `h200`, `a100`, "
+        "`l40s`), or "
+        "`NAME,mem=GiB` for another (the memory one GPU reports, e.g. `rtx6000,mem=95`; `mem=...GB` reads decimal "
+        "gigabytes). `check` and `plan` then judge memory: the weights on each GPU, the KV cache's capacity per stage "
+        "and "
+        "whether one `max-model-len` request fits (docs/memory.md). Without it they show what each GPU needs and "
+        "refuse "
+        "nothing. `--hardware` on the command line overrides it.",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}(,\s*mem=\s*[0-9]+(\.[0-9]+)?\s*(GiB|GB|gib|gb)?)?$",
+        max_length=64,
+    )
     adapter: str = Field(
         default="auto",
         description="Adapter pack: `auto` (chosen from the target and drafter architectures), `none`, or a pack name "
@@ -483,7 +497,7 @@ class Profile(_Strict):
     @classmethod
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
         for k in v:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k, re.ASCII):  # `$` would pass "A\n"
                 raise ValueError(f"environment variable name {k!r} is not valid")
         return v
 
@@ -619,35 +633,64 @@ def parse_profile(text: str, source: str = "<profile>") -> Profile:
     try:
         return Profile.model_validate(data)
     except ValidationError as e:
-        msgs = []
-        first_line = None
-        for err in e.errors():
-            loc = tuple(err["loc"])
-            line = None
-            for cut in range(len(loc), 0, -1):
-                if loc[:cut] in lines:
-                    line = lines[loc[:cut]]
-                    break
-            first_line = first_line or line
-            field = _fmt_loc(loc) or "(top level)"
-            if err["type"] == "extra_forbidden":
-                msg = f"unknown key `{field}`"
-                hint = "remove it or check its spelling (`ppspec docs` lists every key)"
-            elif err["type"] == "missing":
-                msg = f"missing required key `{field}`"
-                hint = "add it (see docs/profile-reference.md)"
-            else:
-                m = err["msg"].removeprefix("Value error, ")
-                got = repr(err.get("input"))
-                got = got if len(got) <= 80 else got[:77] + "..."
-                msg = f"`{field}`: {m} (got {got})" if not isinstance(err.get("input"), dict) else f"`{field}`: {m}"
-                hint = "see docs/profile-reference.md for the allowed values"
-            msgs.append((f"line {line}: " if line else "") + msg + f" — {hint}")
-        where = f"{source}:{first_line}" if first_line else source
-        what = (
-            "invalid profile: " + "; ".join(msgs) if len(msgs) == 1 else "invalid profile:\n    " + "\n    ".join(msgs)
+        raise _invalid(e, lines, source) from None
+
+
+def _error_line(loc: tuple, lines: dict) -> int | None:
+    """The line of the innermost key of `loc` the profile has."""
+    for cut in range(len(loc), 0, -1):
+        if loc[:cut] in lines:
+            return lines[loc[:cut]]
+    return None
+
+
+def _error_text(err: Any, loc: tuple, field: str) -> tuple[str, str]:
+    """(what, hint) of one validation error."""
+    if err["type"] == "extra_forbidden":
+        from ppspec_cli.planning.reference import did_you_mean, fields_at
+
+        allowed = fields_at(Profile, loc)
+        close = did_you_mean(str(loc[-1]), allowed) if allowed else []
+        parent = _fmt_loc(loc[:-1])
+        if close:
+            hint = f"did you mean `{close[0]}`? write `{close[0]}:`" + (f" under `{parent}:`" if parent else "")
+        else:
+            hint = "remove it; " + (
+                f"`ppspec docs {parent}` lists the keys there" if parent else "`ppspec docs` lists every key"
+            )
+        return f"unknown key `{field}`", hint
+    if err["type"] == "missing":
+        parent = _fmt_loc(loc[:-1])
+        hint = (
+            f"add `{loc[-1]}:`"
+            + (f" under `{parent}:`" if parent else "")
+            + f" (`ppspec docs {field}` says what it takes)"
         )
-        raise PpspecError(what, where=where, fix="edit the profile as described above") from None
+        return f"missing required key `{field}`", hint
+    m = err["msg"].removeprefix("Value error, ")
+    got = repr(err.get("input"))
+    got = got if len(got) <= 80 else got[:77] + "..."
+    msg = f"`{field}`: {m} (got {got})" if not isinstance(err.get("input"), dict) else f"`{field}`: {m}"
+    return msg, "see docs/profile-reference.md for the allowed values"
+
+
+def _invalid(e: ValidationError, lines: dict, source: str) -> PpspecError:
+    """The profile's validation errors as one PpspecError: each with its line and fix."""
+    msgs = []
+    first_line = None
+    for err in e.errors():
+        loc = tuple(err["loc"])
+        line = _error_line(loc, lines)
+        first_line = first_line or line
+        msg, hint = _error_text(err, loc, _fmt_loc(loc) or "(top level)")
+        msgs.append((f"line {line}: " if line else "") + msg + f" — {hint}")
+    where = f"{source}:{first_line}" if first_line else source
+    what = "invalid profile: " + "; ".join(msgs) if len(msgs) == 1 else "invalid profile:\n    " + "\n    ".join(msgs)
+    if len(msgs) == 1:  # the one hint is the fix
+        what, _, fix = what.partition(" — ")
+    else:
+        fix = "edit the profile as each line above says"
+    return PpspecError(what, where=where, fix=fix)
 
 
 def load_profile(path: str | Path) -> Profile:

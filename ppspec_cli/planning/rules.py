@@ -47,6 +47,7 @@ from ppspec_cli.findings.codes import (
     TAPS_OFF,
     TAPS_OUT_OF_RANGE,
     TAPS_PINNED_DIFFER,
+    TAPS_PINNED_OFF_BY_ONE,
     TAPS_RUNNER_MISMATCH,
     TAPS_UNSORTED,
     TARGET_HYBRID_STAGES,
@@ -74,10 +75,10 @@ from ppspec_cli.findings.codes import (
 from ppspec_cli.knowledge import archtable, facts, methods, packs
 from ppspec_cli.knowledge.packs import PLATFORMS, in_range
 from ppspec_cli.knowledge.versions import settle_command, verified_text
-from ppspec_cli.planning import drafter_contract, schedule
+from ppspec_cli.planning import drafter_contract, drafter_load, release_rules, schedule
 from ppspec_cli.planning.engine_options import launch_refusals, pd_kv_view, untrusted_findings
 from ppspec_cli.planning.plan import default_partition, default_taps, nested_readings
-from ppspec_cli.planning.resolve import Resolved, drafter_facts, mtp_layers
+from ppspec_cli.planning.resolve import Resolved, drafter_facts, mtp_facts, mtp_layers
 
 RuleFn = Callable[[Resolved], Iterator[Finding]]
 RULES: list[tuple[str, RuleFn]] = []
@@ -163,19 +164,44 @@ def checkpoint_metadata(r: Resolved) -> Iterator[Finding]:
 # Topology
 
 
+def proposed_partition(lp: list[int], n: int | None, pp: int) -> list[int] | None:
+    """A layer partition to write instead of `lp`: the user's own with its last stage absorbing the
+    difference (when that leaves every stage a layer), else vLLM's even split; None without the
+    layer count or when `pp` stages cannot all get a layer."""
+    if n is None or pp < 1 or n < pp:
+        return None
+    if len(lp) == pp and all(x > 0 for x in lp[:-1]) and n - sum(lp[:-1]) > 0:
+        return [*lp[:-1], n - sum(lp[:-1])]
+    return list(default_partition(n, pp))
+
+
+def _write_partition(lp: list[int], n: int | None, pp: int, otherwise: str) -> str:
+    want = proposed_partition(lp, n, pp)
+    if want is None:
+        return otherwise
+    return f"write `layer_partition: {want}` ({pp} stages, {n} layers), or remove layer_partition for vLLM's even split"
+
+
 def partition_findings(lp: list[int], n: int | None, pp: int) -> Iterator[Finding]:
-    """What vLLM refuses at engine start about a layer partition (its get_pp_indices rules)."""
+    """What vLLM refuses at engine start about a layer partition (its get_pp_indices rules). The
+    fixes propose the partition to write (proposed_partition)."""
     if len(lp) != pp:
         yield PARTITION_LENGTH.at(
-            "topology.layer_partition", f"layer_partition has {len(lp)} entries but pipeline_parallel is {pp}"
+            "topology.layer_partition",
+            f"layer_partition has {len(lp)} entries but pipeline_parallel is {pp}",
+            fix=_write_partition(lp, n, pp, f"give exactly {pp} layer counts, one per stage"),
         )
     if any(x <= 0 for x in lp):
-        yield PARTITION_EMPTY_STAGE.at("topology.layer_partition", f"layer_partition {lp} has a stage with no layers")
+        yield PARTITION_EMPTY_STAGE.at(
+            "topology.layer_partition",
+            f"layer_partition {lp} has a stage with no layers",
+            fix=_write_partition(lp, n, pp, "give every stage at least one layer"),
+        )
     if n is not None and sum(lp) != n:
         yield PARTITION_SUM.at(
             "topology.layer_partition",
-            f"layer_partition {lp} sums to {sum(lp)} but the target has {n} layers",
-            fix=f"make the entries sum to {n} (vLLM refuses otherwise at engine start)",
+            f"layer_partition {lp} sums to {sum(lp)} but the target has {n} layers (vLLM refuses it at engine start)",
+            fix=_write_partition(lp, n, pp, f"make the entries sum to {n}"),
         )
 
 
@@ -194,6 +220,30 @@ def _node_ports(r: Resolved) -> Iterator[Finding]:
     )
 
 
+def _node_count_fix(world: int, nodes: int) -> str:
+    """The node count to write: the divisor of the rank count closest to the profile's."""
+    divisors = [d for d in range(1, world + 1) if world % d == 0]
+    best = min(divisors, key=lambda d: (abs(d - nodes), -d))
+    return (
+        f"write `nodes: {best}` ({world // best} ranks each; {world} ranks divide over "
+        f"{', '.join(map(str, divisors))} nodes)"
+    )
+
+
+def _gpu_count_fix(world: int, nodes: int, gpus_per_node: int) -> str:
+    """What to write so that nodes x gpus_per_node equals the ranks (vLLM uses every GPU it is given)."""
+    options = []
+    if world % nodes == 0:
+        options.append(f"`gpus_per_node: {world // nodes}`")
+    if world % gpus_per_node == 0 and world // gpus_per_node != nodes:
+        options.append(f"`nodes: {world // gpus_per_node}`")
+    if not options:
+        return (
+            f"write nodes and gpus_per_node whose product is {world} (vLLM uses every GPU it is given, one rank each)"
+        )
+    return f"write {' or '.join(options)} so that nodes x gpus_per_node = {world} (vLLM uses every GPU it is given)"
+
+
 def rollcall_port(master_port: int) -> int:
     """The head's roll-call port (running/rollcall.py): the rendezvous port + 1 (65535 wraps to 1024)."""
     return master_port + 1 if master_port < 65535 else 1024
@@ -208,9 +258,14 @@ def topology(r: Resolved) -> Iterator[Finding]:
             "topology",
             f"TP x PP x DP = {t.tensor_parallel} x {t.pipeline_parallel} x {t.data_parallel} = {world} GPUs, "
             f"but nodes x gpus_per_node = {t.nodes} x {t.gpus_per_node} = {t.nodes * t.gpus_per_node}",
+            fix=_gpu_count_fix(world, t.nodes, t.gpus_per_node),
         )
     if t.nodes > 1 and world % t.nodes:
-        yield TOPOLOGY_NODE_SPLIT.at("topology.nodes", f"{world} ranks cannot be spread evenly over {t.nodes} nodes")
+        yield TOPOLOGY_NODE_SPLIT.at(
+            "topology.nodes",
+            f"{world} ranks cannot be spread evenly over {t.nodes} nodes",
+            fix=_node_count_fix(world, t.nodes),
+        )
     if t.nodes > 1 and t.tensor_parallel > (world // t.nodes):
         yield TOPOLOGY_TP_ACROSS_NODES.at(
             "topology.tensor_parallel",
@@ -280,14 +335,14 @@ def drafter(r: Resolved) -> Iterator[Finding]:
     if view is not None and r.drafter is not None:
         raw = r.drafter.config or {}
         built_for = facts.method_of_drafter_config(view if "speculators_config" not in raw else raw)
-        if built_for is not None and built_for != d.method:
+        if built_for is not None and built_for != d.method and not drafter_load.load_refused(r):
             yield METHOD_MISMATCH.at(
                 "drafter.method",
                 f"the drafter checkpoint is a {built_for} drafter (architectures {r.drafter.architectures}) but the "
                 f"profile says method {d.method!r}",
                 fix=f"set drafter.method: {built_for}, or use a {d.method} drafter",
             )
-        elif built_for is None and m.reads_taps:
+        elif built_for is None and m.reads_taps and not drafter_load.served_class_known(r):
             yield METHOD_UNKNOWN.at(
                 "drafter.model",
                 "cannot tell from the drafter config which method it was built for (architectures "
@@ -295,15 +350,23 @@ def drafter(r: Resolved) -> Iterator[Finding]:
                 fix="check that this checkpoint is really an " + d.method + " drafter",
             )
     if not m.external_drafter and r.target is not None and r.target.config is not None:
-        if not mtp_layers(r):
+        mf = mtp_facts(r)
+        if mf is not None and mf.refusal is not None:
+            pass  # drafter-load: the family refuses mtp and names another method
+        elif not mtp_layers(r):
             tf = r.target_pack
             keys = " / ".join(f"`{k}`" for k in (tf.facts.mtp_layers.keys if tf else facts.DEFAULT_MTP_LAYER_KEYS))
             whose = f"the {tf.name} pack's key" if tf else "the usual keys"
+            said = (
+                f"vLLM {r.arch_table.version if r.arch_table else r.engine_version} builds {mf.mtp_arch} for it: "
+                f"{mf.count_why}"
+                if mf is not None and mf.mtp_arch and mf.count is not None
+                else f"its config sets none of {whose} {keys}"
+            )
             assert m.no_layers is not None  # methods/__init__ holds every in-target method to name it
             yield m.no_layers.at(
                 "drafter.method",
-                f"method {m.name} needs MTP layers in the target, but its config sets none of {whose} {keys} "
-                f"({r.target.architectures})",
+                f"method {m.name} needs MTP layers in the target, but {said} ({r.target.architectures})",
             )
     if m.numbering == "pp-local" and r.pp > 1 and r.plan is not None and r.plan.draft_layer_numbering == "pp-local":
         yield EAGLE1_PP_LOCAL_IDS.at(
@@ -313,6 +376,12 @@ def drafter(r: Resolved) -> Iterator[Finding]:
             "engines with different PP",
             fix="use `adapter: eagle_global_layer_ids` (numbers them globally), or an EAGLE3 drafter",
         )
+
+
+@rule("drafter-load")
+def drafter_load_rule(r: Resolved) -> Iterator[Finding]:
+    """vLLM's verdict on loading the drafter, from the release's table (planning/drafter_load.py)."""
+    yield from drafter_load.findings(r)
 
 
 @rule("schedule")
@@ -380,7 +449,7 @@ def shapes(r: Resolved) -> Iterator[Finding]:
             yield D2T_MISSING.at(
                 "drafter.model",
                 f"draft vocabulary {dvs} differs from the target's {tv} but the drafter has no `d2t` tensor to map "
-                "draft ids to target ids",
+                "draft ids to target ids" + _d2t_consequence(r),
             )
     # fc width vs number of taps
     fc = None
@@ -397,6 +466,23 @@ def shapes(r: Resolved) -> Iterator[Finding]:
                     fix="pin drafter.taps to the taps it was trained on",
                 )
     yield from _fc_width_built(r, fc)
+
+
+def _d2t_consequence(r: Resolved) -> str:
+    """What vLLM does with a reduced-vocabulary drafter without d2t, from its class in the table."""
+    d2t = (drafter_facts(r) or {}).get("d2t")
+    ver = r.arch_table.version if r.arch_table is not None else r.engine_version
+    if not isinstance(d2t, dict):
+        return ""
+    if d2t.get("missing") == "refused":
+        return f": vLLM {ver} refuses at load ('{d2t.get('message')}', {d2t.get('missing_at')})"
+    if d2t.get("missing") == "zeros":
+        return (
+            f". vLLM {ver} starts anyway: the draft-to-target map stays zeros ({d2t.get('missing_at')}), so draft id "
+            "i is read as target id i, "
+            "the drafts are wrong tokens and acceptance collapses. ppspec refuses what would serve garbage drafts"
+        )
+    return ""
 
 
 def _fc_width_built(r: Resolved, fc) -> Iterator[Finding]:
@@ -529,12 +615,51 @@ def taps(r: Resolved) -> Iterator[Finding]:
             fix="nothing to do; to override, set drafter.tap_convention (capture_point | layer_output) or pin "
             "drafter.taps",
         )
-    if p.taps_source == "profile" and trained is not None and trained.taps and set(trained.taps) != set(p.taps):
+    off = _pinned_off_by_one(r, n) if p.taps_source == "profile" else None
+    if off is not None:
+        yield off
+    elif p.taps_source == "profile" and trained is not None and trained.taps and set(trained.taps) != set(p.taps):
         yield TAPS_PINNED_DIFFER.at(
             "drafter.taps",
             f"pinned taps {list(p.taps)} differ from the drafter config's {list(trained.taps)} (via {trained.key})",
             fix="make sure the drafter was trained on the pinned taps",
         )
+
+
+def _pinned_off_by_one(r: Resolved, n: int) -> Finding | None:
+    """Pinned taps that are, one for one, the taps the head reads minus one (or plus one): the
+    capture-point vs output-of-layer slip (docs/guide.md, "Taps, in one paragraph"). What the head
+    reads: the taps its config names (as ppspec reads them), else vLLM's defaults (2, n//2, n-3),
+    which a head whose config names none is served with unless pinned."""
+    p = r.plan
+    if p is None:
+        return None
+    pinned = sorted(set(p.taps))
+    if r.trained is not None and r.trained.taps:
+        ref = sorted(set(r.trained.taps))
+        source = f"the taps {ref} the drafter's config names (via {r.trained.key})"
+    else:
+        ref = sorted(set(default_taps(n)))
+        source = f"the taps {ref} vLLM feeds a drafter whose config names none (the target's defaults)"
+    if not pinned or len(pinned) != len(ref):
+        return None
+    for step, how in ((-1, "one below"), (1, "one above")):
+        if pinned == [t + step for t in ref]:
+            slip = (
+                "the output-of-layer ids of those taps (SpecForge/SGLang's numbering: id v = vLLM tap v+1)"
+                if step < 0
+                else "those taps shifted once more, as if capture points were output-of-layer ids"
+            )
+            return TAPS_PINNED_OFF_BY_ONE.at(
+                "drafter.taps",
+                f"pinned taps {pinned} are each {how} {source}: {slip}. "
+                "drafter.taps is in vLLM capture points (tap L = output of layer L-1), so the drafter would be fed "
+                "the neighbouring layers and acceptance drop without an error",
+                fix=f"write `drafter.taps: {ref}` (or remove drafter.taps); keep {pinned} only if the head was "
+                "trained on "
+                f"the outputs of layers {[t - 1 for t in pinned]}",
+            )
+    return None
 
 
 def _convention_ambiguous(r: Resolved) -> Iterator[Finding]:
@@ -589,12 +714,14 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
             f"vLLM {r.engine_version} ({r.engine_version_source}) refuses speculative decoding with pipeline "
             "parallelism (support arrived in 0.30.0)",
         )
-    if r.platform == "cpu" and r.uses_taps:
+    relays = archtable.runner_relays_taps(r.arch_table, r.runner)
+    if r.platform == "cpu" and r.uses_taps and (not relays[0] if relays is not None else r.runner == "v1"):
         yield CPU_PP_TAPS.at(
             "topology.pipeline_parallel",
             f"{d.method} with pipeline_parallel={r.pp} cannot run on the CPU platform: vLLM's CPU backend runs the V1 "
-            "model runner, which does not relay taps between stages (only Model Runner V2 does, and V2 needs "
-            "Triton/GPU). The engine would crash at start or, patched, produce wrong tokens",
+            f"model runner ({r.runner_why}), which does not relay taps between stages (only Model Runner V2 does). "
+            "The engine would crash at start or, patched, produce wrong tokens",
+            fix="use pipeline_parallel: 1 on CPU (EAGLE3 works there), drop the drafter to use PP=2, or run on GPUs",
         )
     if methods.get(d.method).reads_taps and not r.uses_taps:
         yield TAPS_OFF.at(
@@ -680,14 +807,13 @@ def _pp_embedding(r: Resolved) -> Iterator[Finding]:
     """A drafter without its own embed_tokens shares the target's: the last stage must build it."""
     if r.drafter is None:
         return
-    names = r.drafter.tensor_names()
-    if names is not None and not any(x.endswith("embed_tokens.weight") for x in names):
+    if drafter_load.takes_target_embed(r):  # the drafter class's rule (the table), else its tensors
         arch = r.target.architectures[0] if r.target and r.target.architectures else "?"
         s = r.support("target_embed_on_last_stage")
         if s.status == "unknown":
             yield EMBED_LAST_STAGE_UNKNOWN.at(
                 "target.model",
-                "the drafter has no embed_tokens of its own and shares the target's; ppspec does not know "
+                f"{drafter_load.share_reason(r)}; ppspec does not know "
                 f"whether {arch} builds its embedding on the last stage under PP on {r.platform}, vLLM "
                 f"{r.engine_version}{_carried(r)} ({s.reason}); if it does not, vLLM stops at load: 'needs the "
                 "target input embedding, but it is unavailable on this PP stage'",
@@ -697,7 +823,7 @@ def _pp_embedding(r: Resolved) -> Iterator[Finding]:
         elif not s.ok:
             yield EMBED_LAST_STAGE.at(
                 "adapter",
-                f"the drafter has no embed_tokens of its own and shares the target's, but {arch} does not build "
+                f"{drafter_load.share_reason(r)}, but {arch} does not build "
                 f"its embedding on the last stage under PP ({s.reason}); vLLM: 'needs the target input "
                 "embedding, but it is unavailable on this PP stage'",
             )
@@ -840,16 +966,23 @@ def _fc_from_layers(r: Resolved) -> Iterator[Finding]:
 
 @rule("runner")
 def runner(r: Resolved) -> Iterator[Finding]:
-    """Methods the V1 model runner refuses outright (vLLM 0.32 config/vllm.py, V1 unsupported features)."""
+    """Methods the V1 model runner refuses outright: the table's `v1_refuses_methods` (VllmConfig's
+    V1 unsupported features, read per release), else the method's own `v1_runner` (no table)."""
     m = r.spec
-    if m is not None and m.v1_refusal is not None and r.runner == "v1":
-        where = "the CPU platform" if r.platform == "cpu" else f"vLLM {r.engine_version}"
-        yield m.v1_refusal.at(
-            "drafter.method",
-            f"{m.title} is implemented only by vLLM's Model Runner V2, but {where} runs the V1 runner: vLLM refuses "
-            f"at start ('Model Runner V1 does not support: {m.name} speculative decoding')",
-            fix="run on GPUs with vLLM >= 0.30 (Model Runner V2)",
-        )
+    if m is None or r.runner != "v1" or m.v1_refusal is None:
+        return  # (a method without a V1 refusal code is one V1 serves: methods/__init__ holds the others to name one)
+    at = archtable.v1_refuses(r.arch_table, m.name)
+    read = bool(archtable.runner_section(r.arch_table).get("classes"))
+    if at is None and (read or m.v1_runner):
+        return
+    where = "the CPU platform" if r.platform == "cpu" else f"vLLM {r.engine_version}"
+    yield m.v1_refusal.at(
+        "drafter.method",
+        f"{m.title} is implemented only by vLLM's Model Runner V2, but {where} runs the V1 runner ({r.runner_why}): "
+        f"vLLM refuses at start ('Model Runner V1 does not support: {m.name} speculative decoding'"
+        f"{f', {at}' if at else ''})",
+        fix="run on GPUs with vLLM >= 0.30 (Model Runner V2)",
+    )
 
 
 @rule("embedding-location")
@@ -928,7 +1061,8 @@ def engine_version_rule(r: Resolved) -> Iterator[Finding]:
             "engine_version" if r.vllm is None else "platform",
             f"{where} {r.engine_version} ({r.engine_version_source}) is not a release ppspec verified "
             f"({verified_text()}): {vv.why}. "
-            f"The verdict carries vLLM {vv.facts_version}'s facts forward",
+            f"The verdict carries vLLM {vv.facts_version}'s facts forward"
+            + (f"; {r.arch_table.note}" if r.arch_table is not None and r.arch_table.note else ""),
             fix=f"settle it where vLLM is installed: `{settle_command(r.profile_path)}` reads the engine by value "
             "(class attributes, tap resolution, partition, every patch anchor)",
         )
@@ -968,6 +1102,14 @@ def engine_shapes(r: Resolved) -> Iterator[Finding]:
     yield from shape_findings(r.target.text, r.target.model_type, p.topology.tensor_parallel, r.options, p.env)
 
 
+@rule("memory")
+def memory(r: Resolved) -> Iterator[Finding]:
+    """Will it fit: weights per GPU, the KV cache per stage (planning/memory_findings.py)."""
+    from ppspec_cli.planning.memory_findings import memory_findings
+
+    yield from memory_findings(r)
+
+
 @rule("security")
 def security(r: Resolved) -> Iterator[Finding]:
     s = r.profile.server
@@ -998,3 +1140,8 @@ def engine_info(r: Resolved) -> Iterator[Finding]:
             f"({r.engine_version_source})",
             fix="install ppspec[cuda] (or [cpu]) where you serve, or set engine_version",
         )
+
+
+# The rules that ask a release's runners, config hooks and removals (knowledge/releasescan) live in
+# their own module, which does not import this one.
+RULES.extend(release_rules.RULES)

@@ -1,20 +1,21 @@
 """`drafter.schedule`: vLLM's dynamic speculative decoding (`speculative_config.
-num_speculative_tokens_per_batch_size`, vLLM 0.30 to 0.33), a list of `[batch_lo, batch_hi, k]`
+num_speculative_tokens_per_batch_size`, vLLM 0.30 to 0.34), a list of `[batch_lo, batch_hi, k]`
 inclusive ranges of the number of scheduled requests and the draft tokens per step there.
 
 Two things live here: `check` (vLLM's own rules for the schedule, per release, and the known
 pitfalls, as findings) and `derive` (the schedule `ppspec bench` proposes from the best k it
 measured at each concurrency).
 
-vLLM's rules, read in the source of vLLM 0.30, 0.31, 0.32 and 0.33 (the same
-vllm/v1/spec_decode/dynamic/utils.py in all four:
+vLLM's rules, read in the source of vLLM 0.30, 0.31, 0.32, 0.33 and 0.34 (the same
+vllm/v1/spec_decode/dynamic/utils.py in all five:
 `validate_and_normalize_dynamic_sd_schedule` and `build_dynamic_sd_schedule_lookup`;
 vllm/config/vllm.py `_maybe_disable_dynamic_sd_for_data_parallel` and
 `_maybe_override_dynamic_sd_cudagraph_mode`): ranges positive with start <= end, k >= 0, sorted
 ranges without overlap, the first starting at 1; gaps and the tail carry the previous k forward;
 k is clamped to num_speculative_tokens; data parallelism drops the schedule (static k); on the V1
 model runner full CUDA graphs become piecewise. vLLM 0.33 (`_maybe_disable_dynamic_sd_for_v1`)
-also drops it on V1 for methods other than ngram, eagle, eagle3, mtp, draft_model and dflash.
+also drops it on V1 for methods other than ngram, eagle, eagle3, mtp, draft_model and dflash;
+0.34 has no V1 runner. The V1 rules are read per release from its table (`runners.dynamic_sd`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from ppspec_cli.knowledge import methods
 if TYPE_CHECKING:
     from ppspec_cli.planning.resolve import Resolved
 
-#: The oldest release whose source was read for the rules above (0.30 to 0.33 all have the feature).
+#: The oldest release whose source was read for the rules above (0.30 to 0.34 all have the feature;
+#: 0.34 has no V1 runner, so its V1 rules are gone).
 VERIFIED_FROM = (0, 30)
 #: The top of the last range bench derives: the highest --concurrency bench accepts. vLLM cuts any
 #: range at its max_num_seqs and carries the last k through the tail, so a larger top is harmless.
@@ -92,6 +94,20 @@ def check(r: "Resolved") -> Iterator[Finding]:
     yield from _pitfalls(r, d, field)
 
 
+def _v1_rules(r: "Resolved") -> tuple[set[str] | None, str | None] | None:
+    """The release's Dynamic-SD rules on the V1 runner, from its table (`runners.dynamic_sd`): the
+    methods V1 keeps a schedule for (None: every method) and where V1 turns full CUDA graphs
+    piecewise (None: it does not); None when the table carries no runner facts."""
+    from ppspec_cli.knowledge import archtable
+
+    run = archtable.runner_section(r.arch_table)
+    if not run.get("classes"):
+        return None
+    dsd = run.get("dynamic_sd") or {}
+    keeps = set(dsd["v1_keeps_methods"]) if dsd.get("v1_keeps_methods") else None
+    return keeps, dsd.get("v1_piecewise_at")
+
+
 def _release(r: "Resolved", field: str) -> Iterator[Finding]:
     v = r.version
     d = r.profile.drafter
@@ -99,7 +115,7 @@ def _release(r: "Resolved", field: str) -> Iterator[Finding]:
     if v is not None and (v.major, v.minor) < VERIFIED_FROM:
         yield SCHEDULE_RELEASE_UNVERIFIED.at(
             field,
-            f"dynamic speculative decoding is read in the source of vLLM 0.30 to 0.33; vLLM {r.engine_version} is "
+            f"dynamic speculative decoding is read in the source of vLLM 0.30 to 0.34; vLLM {r.engine_version} is "
             "older (it may refuse the unknown speculative_config key at start)",
         )
     if r.profile.topology.data_parallel > 1:
@@ -108,20 +124,28 @@ def _release(r: "Resolved", field: str) -> Iterator[Finding]:
             f"data_parallel {r.profile.topology.data_parallel}: vLLM drops the schedule and serves the static "
             f"num_speculative_tokens {d.num_speculative_tokens} (ranks could pick different k and deadlock)",
         )
-    if (
-        r.runner == "v1"
-        and v is not None
-        and (v.major, v.minor) >= (0, 33)
-        and not methods.get(d.method).schedule_on_v1
-    ):
-        yield SCHEDULE_METHOD_DISABLED.at(
-            field, f"vLLM {r.engine_version} drops the schedule on the V1 runner for method {d.method}"
+    dsd = _v1_rules(r)
+    keeps: set[str] | None
+    if dsd is None:  # no runner facts in the table: vLLM 0.33's rule as read by hand
+        keeps = (
+            None
+            if (v is None or (v.major, v.minor) < (0, 33))
+            else ({d.method} if methods.get(d.method).schedule_on_v1 else set())
         )
-    if r.runner == "v1" and r.platform != "cpu":
+        piecewise: str | None = "config/vllm.py _maybe_override_dynamic_sd_cudagraph_mode"
+    else:
+        keeps, piecewise = dsd
+    if r.runner == "v1" and keeps is not None and d.method not in keeps:
+        yield SCHEDULE_METHOD_DISABLED.at(
+            field,
+            f"vLLM {r.engine_version} drops the schedule on the V1 runner for method {d.method}"
+            + (f" (it keeps it for {', '.join(sorted(keeps))} only)" if keeps else ""),
+        )
+    if r.runner == "v1" and r.platform != "cpu" and piecewise:
         yield SCHEDULE_CUDAGRAPH_PIECEWISE.at(
             field,
             "on the V1 runner a schedule makes vLLM replace full CUDA graphs with piecewise ones (the verification "
-            "length changes at run time): every step may get slower",
+            f"length changes at run time; {piecewise}): every step may get slower",
         )
     if r.pp > 1:
         yield SCHEDULE_PP_UNVERIFIED.at(

@@ -242,16 +242,28 @@ def slurm_script(
 K8S_NAME_MAX = 50
 
 
+_DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?", re.ASCII)
+
+
 def k8s_name(name: str) -> str:
     """A name valid for every kind the export writes, from a profile name: a DNS-1035 label
     (Services: lowercase letters, digits and `-`, starting with a letter, ending with a letter or
     digit), which is also a valid DNS-1123 label and subdomain (ConfigMap, LeaderWorkerSet). A
-    profile named `8b-...` becomes `p-8b-...` (a Service name may not start with a digit)."""
-    s = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
-    if s and not s[0].isalpha():
+    profile named `8b-...` becomes `p-8b-...` (a Service name may not start with a digit).
+
+    Distinct profile names give distinct names: a name that is not already such a label ends in 8
+    hex digits of its own hash (`llama.8b` and `llama_8b` both read `llama-8b`, and the second
+    export applied would replace the first's objects in the namespace)."""
+    if len(name) <= K8S_NAME_MAX and _DNS_1035.fullmatch(name):
+        return name
+    import hashlib
+
+    tag = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    s = re.sub(r"[^a-z0-9-]+", "-", name.lower(), flags=re.ASCII).strip("-")
+    if not s or not s[0].isalpha() or not s.isascii():
         s = "p-" + s
-    s = s[:K8S_NAME_MAX].rstrip("-")
-    return s or "ppspec"
+    s = s[: K8S_NAME_MAX - len(tag) - 1].rstrip("-")
+    return f"{s}-{tag}"
 
 
 def _dumper():
@@ -291,6 +303,9 @@ def check_image(image: str) -> str:
     return image
 
 
+#: The most bytes a ConfigMap's data may hold, keys and values together: Kubernetes' validation
+#: refuses more (pkg/apis/core/validation ValidateConfigMap: core.MaxSecretSize, 1 MiB).
+CONFIGMAP_MAX_BYTES = 1 << 20
 #: Where a pod finds the profile (from the ConfigMap) that its `ppspec serve` runs.
 K8S_PROFILE_DIR = Path("/etc/ppspec")
 K8S_PROFILE = K8S_PROFILE_DIR / "profile.yaml"
@@ -457,12 +472,24 @@ def k8s_manifest(
         lwt["workerTemplate"] = pod("worker", args_for(f"$({LWS_WORKER_INDEX})"))
     else:
         lwt["workerTemplate"] = pod("leader", args_for(None))  # a group of one: LWS runs it as the leader
+    profile_text = k8s_profile_text(r, profile_path)
+    size = len(K8S_PROFILE.name.encode()) + len(profile_text.encode("utf-8", "surrogatepass"))
+    if size > CONFIGMAP_MAX_BYTES:
+        raise PpspecError(
+            f"the profile as the pods read it (its YAML aliases written out) is {size} bytes, over the "
+            f"{CONFIGMAP_MAX_BYTES} bytes "
+            "Kubernetes accepts in a ConfigMap: `kubectl apply` would refuse the manifest",
+            where=profile_path,
+            fix="write the profile without large repeated (aliased) values; the pods read it from the ConfigMap as "
+            "written out",
+            exit_code=2,
+        )
     docs = [
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": f"{name}-profile"},
-            "data": {K8S_PROFILE.name: k8s_profile_text(r, profile_path)},
+            "data": {K8S_PROFILE.name: profile_text},
         },
         {
             "apiVersion": LWS_API_VERSION,

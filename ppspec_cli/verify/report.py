@@ -268,9 +268,9 @@ def render_table(report: Report | dict, console: Any = None) -> None:
         row("arithmetic score", f"{ts.get('correct')}/{ts.get('total')} = {ts.get('score'):.3f}")
     console.print(t)
     if ts and ts.get("total"):
-        console.print(styled("[dim]arithmetic score: {}[/dim]", ARITHMETIC_NOTE), highlight=False, soft_wrap=True)
+        terminal.print_par(console, styled("[dim]arithmetic score: {}[/dim]", ARITHMETIC_NOTE))
     for w in r.get("warnings", []):
-        console.print(styled("[yellow]warning:[/yellow] {}", w))
+        terminal.print_par(console, styled("[yellow]warning:[/yellow] {}", w))
     print_gate_lines(r, console)
 
 
@@ -294,6 +294,5 @@ def print_gate_lines(r: dict, console: Any) -> None:
     for g in r.get("gates", []):
         style = "green" if g.get("status") == "PASS" else "red"
         title = GATE_TITLES.get(g.get("name"), g.get("name"))
-        console.print(
-            styled(f"[{style}]{{}}[/{style}]  {{}}: {{}}", g.get("status"), title, g.get("detail")), soft_wrap=True
-        )
+        line = styled(f"[{style}]{{}}[/{style}]  {{}}: {{}}", g.get("status"), title, g.get("detail"))
+        terminal.print_par(console, line, hang=len(str(g.get("status"))) + 2)

@@ -39,7 +39,9 @@ SETTLE_POLL_S = 0.2
 
 
 def _stderr_progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    from ppspec_cli.io import terminal
+
+    print(terminal.wrap_block(line, terminal.wrap_width()), file=sys.stderr, flush=True)  # between words
 
 
 def lm_eval_command(endpoint: str, model: str, tokenizer: str | None = None) -> str:

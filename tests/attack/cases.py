@@ -1227,6 +1227,10 @@ from .cases3 import MECHANISMS3  # noqa: E402 - round 3's entry points (issue 32
 
 MECHANISMS.update(MECHANISMS3)
 
+from .cases4 import MECHANISMS4  # noqa: E402 - round 4's (issue 42)
+
+MECHANISMS.update(MECHANISMS4)
+
 
 def all_cases() -> Iterator[Case]:
     for gen in MECHANISMS.values():

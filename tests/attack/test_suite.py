@@ -11,6 +11,19 @@ from .counts import COUNTS
 
 #: Mechanisms whose cases start loopback servers and wait on deadlines (seconds each): slow.
 SLOW = {"network"}
+#: Classes whose cases start ppspec processes or run commands at a schema's maxima (a minute or more
+#: on two cores): slow.
+SLOW_CLASSES = {
+    ("exits", "closed-stdout"),
+    ("exits", "demo-build"),
+    ("costs", "nodes"),
+    ("costs", "nodes-at-max"),
+    ("costs", "pp"),
+    ("costs", "levels"),
+    ("costs", "levels-at-max"),
+    ("costs", "pp-at-max"),
+    ("costs", "demo-no-weights"),
+}
 
 
 def _classes() -> list:
@@ -20,7 +33,7 @@ def _classes() -> list:
         for _m, cls, _label, _fn in gen():
             seen[cls] = seen.get(cls, 0) + 1
         for cls in seen:
-            marks = [pytest.mark.slow] if mech in SLOW else []
+            marks = [pytest.mark.slow] if mech in SLOW or (mech, cls) in SLOW_CLASSES else []
             out.append(pytest.param(mech, cls, id=f"{mech}/{cls}", marks=marks))
     return out
 

@@ -69,6 +69,12 @@ REGISTRY: dict[str, SpecMethod] = {m.name: m for m in (EAGLE3, DFLASH, DSPARK, M
 assert tuple(REGISTRY) == METHODS, "every method of the Literal has one object, in its order"
 assert all(m.v1_runner or m.v1_refusal for m in REGISTRY.values()), "a method V1 refuses names its code"
 assert all(m.external_drafter or m.no_layers for m in REGISTRY.values()), "an in-target drafter names its code"
+assert all(m.arch_unknown for m in REGISTRY.values() if m.external_drafter), (
+    "an external drafter's class may be missing"
+)
+assert all(m.family_refusal and m.k_not_multiple for m in REGISTRY.values() if not m.external_drafter), (
+    "vLLM's MTP rewrite may refuse a family or a k: an in-target drafter names both codes"
+)
 #: The methods' codes join the registry when the package loads (two methods may share one: DFlash
 #: and DSpark report the block width codes).
 register("methods", *(c for m in REGISTRY.values() for c in m.codes))

@@ -50,6 +50,7 @@ class DrafterClass:
     name: str
     method: Method
     since: Version = Version("0.30.0")  # first vLLM release that has it
+    until: Version | None = None  # last vLLM release that has it (None: still there)
     pack: str = ""
     keeps_name: bool = False  # DFlash: vLLM's EAGLEConfig does not prefix it with `DFlash`
     served_from: tuple[
@@ -62,7 +63,7 @@ class DrafterClass:
     ] = ()  # EAGLE3: config keys the class's fc width is read from, first present wins (3 when none)
 
     def known_in(self, version: Version) -> bool:
-        return self.since <= version
+        return self.since <= version and (self.until is None or version.release <= self.until.release)
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,20 @@ def declared_architectures(cfg: Mapping[str, Any]) -> list[str]:
 
 #: The reference section of the drafter-contract codes (the methods' and the drafter packs').
 CONTRACT_SECTION = "Drafter contract (DFlash, DSpark: what vLLM requires of the drafter's config and tensors)"
+
+
+def arch_unknown_code(method: str) -> Code:
+    """`<method>-arch-unknown`: vLLM builds the drafter as a class its model registry lacks (the
+    release's table: EAGLEConfig's rename for the method, or the speculators loader's class)."""
+    return Code(
+        f"{method}-arch-unknown",
+        ("error",),
+        "vLLM builds the drafter as the architecture its EAGLEConfig rename for the method gives (or its speculators "
+        "loader picks), and its model registry has no such class (vLLM #24967: an EAGLE-1 head naming "
+        "Qwen2ForCausalLM becomes EagleQwen2ForCausalLM).",
+        "Use a drafter whose config names an architecture this vLLM serves, or the method the drafter was trained for.",
+        section="Drafter and target",
+    )
 
 
 def contract_code(code: str, severity: Severity, meaning: str) -> Code:
@@ -145,11 +160,17 @@ class SpecMethod:
     contract_codes: tuple[Code, ...] = ()  # the drafter-contract codes `contract` reports
     no_layers: Code | None = None  # reported when the target has none of the layers the method drafts with (mtp)
     v1_refusal: Code | None = None  # reported where the V1 runner would serve it and vLLM refuses (`v1_runner` False)
+    arch_unknown: Code | None = (
+        None  # the class vLLM builds the drafter as is not in its registry (the release's table)
+    )
+    family_refusal: Code | None = None  # vLLM refuses the method for the target's family and names another (mtp)
+    k_not_multiple: Code | None = None  # k above the layers' n_predict and not a multiple of it (mtp)
 
     @property
     def codes(self) -> tuple[Code, ...]:
         """Every code the method owns (methods/__init__ registers them when the package loads)."""
-        return tuple(c for c in (*self.contract_codes, self.no_layers, self.v1_refusal) if c is not None)
+        own = (self.no_layers, self.v1_refusal, self.arch_unknown, self.family_refusal, self.k_not_multiple)
+        return tuple(c for c in (*self.contract_codes, *own) if c is not None)
 
     # -- facts that depend on the config or the version ---------------------------------------
 

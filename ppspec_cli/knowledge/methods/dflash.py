@@ -12,19 +12,11 @@ from ppspec_cli.knowledge.methods.base import (
     DrafterClass,
     DrafterView,
     TapKey,
-    contract_code,
+    arch_unknown_code,
     declared_architectures,
     is_int,
 )
 from ppspec_cli.knowledge.methods.block import WIDTH_CODES, BlockMethod, nested
-
-ARCH_UNKNOWN = contract_code(
-    "dflash-arch-unknown",
-    "error",
-    "vLLM renames a DFlash drafter's architecture `DFlash<arch>` (unless it starts or ends with DFlash; 0.32+ also "
-    "keeps the classes its rename list names) and refuses a class its model registry lacks (the classes each release "
-    "has: the packs' `drafter_classes`, `ppspec adapters show`)",
-)
 
 #: The class vLLM's speculators conversion serves each DFlash speculators kind as (speculators/algos.py).
 SPECULATORS_CLASS = {"dflash": "DFlashDraftModel", "dflash2": "DFlash2DraftModel"}
@@ -73,24 +65,10 @@ class DFlash(BlockMethod):
         kept = {c.name for c in classes if c.method == self.name and c.keeps_name and c.known_in(version)}
         return [a if a.startswith("DFlash") or a.endswith("DFlash") or a in kept else f"DFlash{a}" for a in archs]
 
-    def registered(self, arch: str, version: Version, classes: tuple[DrafterClass, ...]) -> bool:
-        """Whether vLLM `version`'s model registry has this (served) DFlash architecture."""
-        return any(c.name == arch and c.method == self.name and c.known_in(version) for c in classes)
-
     def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Finding]:
-        out: list[Finding] = []
-        if view.served and not any(self.registered(a, view.version, classes) for a in view.served):
-            out.append(
-                ARCH_UNKNOWN.at(
-                    "drafter.model",
-                    f"vLLM {view.version} serves this DFlash drafter as {list(view.served)} (architectures "
-                    f"{list(view.declared)}, renamed DFlash<arch>), a class its model registry does not have: "
-                    "vLLM refuses at start",
-                    fix="use a DFlash drafter whose config names an architecture this vLLM serves (e.g. "
-                    "DFlashDraftModel)",
-                )
-            )
-        return out + self.width_breaches(view.config, view.version, view.num_speculative_tokens)
+        """Whether vLLM's registry has the class it builds is the release table's
+        (planning/drafter_load.py, `dflash-arch-unknown`); the method's own contract is the width."""
+        return self.width_breaches(view.config, view.version, view.num_speculative_tokens)
 
 
 DFLASH = DFlash(
@@ -107,5 +85,6 @@ DFLASH = DFlash(
         TapKey("eagle_aux_hidden_state_layer_ids", 0, "capture points (speculators conversion)"),
     ),
     speculators_kinds=("dflash", "dflash2"),
-    contract_codes=(ARCH_UNKNOWN, *WIDTH_CODES),
+    contract_codes=WIDTH_CODES,
+    arch_unknown=arch_unknown_code("dflash"),
 )

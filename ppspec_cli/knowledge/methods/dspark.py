@@ -13,6 +13,7 @@ from ppspec_cli.knowledge.methods.base import (
     DrafterClass,
     DrafterView,
     TapKey,
+    arch_unknown_code,
     contract_code,
     declared_architectures,
     is_int,
@@ -150,10 +151,14 @@ DSPARK = DSpark(
     ),
     speculators_kinds=("dspark",),
     contract_codes=(DRAFT_TOPK, *WIDTH_CODES),
+    arch_unknown=arch_unknown_code(
+        "dspark"
+    ),  # a speculators-format DSpark drafter the loader serves as a missing class
     v1_refusal=Code(
         "dspark-needs-v2",
         ("error",),
-        "DSpark exists only in vLLM's Model Runner V2, and this platform runs V1; vLLM refuses at start.",
+        "DSpark exists only in vLLM's Model Runner V2, and this platform runs V1 (the release's V1 unsupported "
+        "features name it); vLLM refuses at start.",
         "Run on GPUs with vLLM >= 0.30.",
         section="Drafter and target",
     ),

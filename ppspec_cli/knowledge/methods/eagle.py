@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ppspec_cli.knowledge.methods.base import SpecMethod
+from ppspec_cli.knowledge.methods.base import SpecMethod, arch_unknown_code
 
 
 @dataclass(frozen=True)
@@ -28,4 +28,5 @@ EAGLE = Eagle(
     needs_target_embed=True,
     numbering="pp-local",
     hidden_size_keys=("target_hidden_size", "hidden_size"),
+    arch_unknown=arch_unknown_code("eagle"),
 )

@@ -8,7 +8,13 @@ from typing import Any, Mapping
 
 from packaging.version import Version
 
-from ppspec_cli.knowledge.methods.base import DrafterClass, SpecMethod, TapKey, declared_architectures
+from ppspec_cli.knowledge.methods.base import (
+    DrafterClass,
+    SpecMethod,
+    TapKey,
+    arch_unknown_code,
+    declared_architectures,
+)
 
 #: Since 0.33.0 an EAGLE3 drafter whose `eagle_config.use_aux_hidden_state` is false uses no aux
 #: hidden states: no taps, nothing relayed, and the target's opt-in check is not run. 0.30-0.32
@@ -86,4 +92,5 @@ EAGLE3 = Eagle3(
         ),
     ),
     speculators_kinds=("eagle3", "peagle"),
+    arch_unknown=arch_unknown_code("eagle3"),
 )

@@ -21,4 +21,20 @@ MTP = SpecMethod(
         "Use a target with MTP heads, or an external drafter.",
         section="Drafter and target",
     ),
+    family_refusal=Code(
+        "mtp-refused",
+        ("error",),
+        "vLLM refuses `mtp` for the target's model_type and names the method to use instead (a family whose "
+        "checkpoints ship another kind of drafter under `mtp.*`).",
+        "Set `drafter.method` to the method vLLM names.",
+        section="Drafter and target",
+    ),
+    k_not_multiple=Code(
+        "mtp-k-not-multiple",
+        ("error",),
+        "`num_speculative_tokens` is above the n_predict vLLM's MTP rewrite sets for the target and not a multiple of "
+        "it; vLLM refuses at start.",
+        "Use `num_speculative_tokens` at most n_predict, or a multiple of it.",
+        section="Drafter and target",
+    ),
 )

@@ -346,17 +346,24 @@ def probe_partition(num_layers: int | None, pp: int, partition: list[int] | None
 
 
 def probe_v2_runner(method: str | None, pp: int) -> ProbeResult:
-    """The platform runs Model Runner V2 (the only runner that relays taps over PP)."""
+    """The platform runs Model Runner V2 (the only runner that relays taps over PP). A vLLM without
+    Model Runner V1 (0.34: its module is gone) has no fallback: a V1 request is an error and a
+    build without Triton either refuses to start (x86 CPUs) or runs a CPU runner that refuses
+    speculative decoding."""
     name = "model-runner-v2"
     matters = pp > 1 and methods.relay_gated(method)
     sev: Literal["error", "warning", "info"] = "error" if matters else "info"
 
     def run() -> ProbeResult:
+        import importlib.util
+
         forced = env_get("VLLM_USE_V2_MODEL_RUNNER")
         inst = installed_vllm()
         platform = inst.platform if inst else None
         from vllm.triton_utils import HAS_TRITON
 
+        if importlib.util.find_spec("vllm.v1.worker.gpu_model_runner") is None:
+            return _v2_only(name, method, forced, HAS_TRITON, platform)
         why = None
         if forced is not None and forced.strip().lower() in ("0", "false", "no", "off"):
             why = "VLLM_USE_V2_MODEL_RUNNER=0 selects the V1 runner"
@@ -384,6 +391,32 @@ def probe_v2_runner(method: str | None, pp: int) -> ProbeResult:
         )
 
     return _guard(name, run)
+
+
+def _v2_only(name: str, method: str | None, forced: str | None, has_triton: bool, platform: str | None) -> ProbeResult:
+    """The installed vLLM has no Model Runner V1 (0.34): what stands between it and Model Runner V2."""
+    if forced is not None and forced.strip() != "1":
+        return ProbeResult(
+            name,
+            "failed",
+            f"VLLM_USE_V2_MODEL_RUNNER={forced.strip()[:20]} is an error in this vLLM: Model Runner V1 was removed, "
+            "and vLLM refuses to start",
+            "error",
+            "unset VLLM_USE_V2_MODEL_RUNNER (or set it to 1)",
+        )
+    if not has_triton:
+        return ProbeResult(
+            name,
+            "failed",
+            f"this {platform or 'vLLM'} build has no Triton and this vLLM has no Model Runner V1: on x86 CPUs vLLM "
+            "refuses to start "
+            "without triton-cpu; on other CPUs it runs its standalone CPU runner, which refuses speculative decoding",
+            "error" if method else "info",
+            "install triton-cpu next to this vLLM, or serve on a build with Triton" if method else "",
+        )
+    return ProbeResult(
+        name, "passed", "this vLLM has only Model Runner V2 (V1 was removed), and Triton is usable", "info"
+    )
 
 
 def probe_vllm_version() -> ProbeResult:

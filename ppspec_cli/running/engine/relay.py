@@ -299,16 +299,43 @@ def init_with_target_embed(orig_init: Callable[..., Any]) -> Callable[..., Any]:
     return __init__
 
 
+def _speculative_config(*, hidden_state_drafter: bool) -> Any:
+    """The `vllm_config` vLLM's `spec_decode_needs_target_embed` reads, for an EAGLE3 drafter
+    without an embedding of its own (hidden_state_drafter=True) or for ngram (False), in the terms
+    of every release 0.30-0.34:
+
+    - 0.30-0.33 read the method name (eagle, eagle3, dflash, dspark; 0.33's `include_mtp` adds mtp);
+    - 0.34 reads `speculative_config.uses_target_hidden_states` (the method's SpeculatorConfig:
+      True for eagle/eagle3/mtp/dflash/dspark, False for ngram) and
+      `speculative_config.draft_model_config.may_use_target_embed` (the drafter class declares
+      `has_own_embed_tokens`: it may share the target's embedding).
+
+    A release that reads anything else fails the check (AttributeError) instead of passing it."""
+    method = methods.EAGLE3.name if hidden_state_drafter else "ngram"
+    return SimpleNamespace(
+        speculative_config=SimpleNamespace(
+            method=method,
+            uses_target_hidden_states=hidden_state_drafter,
+            draft_model_config=SimpleNamespace(may_use_target_embed=hidden_state_drafter),
+        )
+    )
+
+
 def check_target_embed_rule(_cls: Any = None) -> bool:
     """Behaviour check: the decision the __init__ wrapper relies on is vLLM's, evaluated here on a
-    tiny config for the first and the last stage of PP=2, with a method whose drafter needs it."""
-    spec = SimpleNamespace(speculative_config=SimpleNamespace(method=methods.EAGLE3.name))
+    tiny config for the first and the last stage of PP=2: an EAGLE3 drafter that shares the
+    target's embedding needs it on the last stage only; ngram (no drafter model) never does."""
+    spec, ngram = _speculative_config(hidden_state_drafter=True), _speculative_config(hidden_state_drafter=False)
     with simulated_pp(1, 2):
         last = needs_target_embed(spec)
+        last_ngram = needs_target_embed(ngram)
     with simulated_pp(0, 2):
         first = needs_target_embed(spec)
-    if not (last is True and first is False):
-        raise AssertionError(f"spec_decode_needs_target_embed gave last={last}, first={first}; expected True, False")
+    if not (last is True and first is False and last_ngram is False):
+        raise AssertionError(
+            f"spec_decode_needs_target_embed gave last={last}, first={first}, ngram on the last stage={last_ngram}; "
+            "expected True, False, False"
+        )
     return True
 
 
@@ -345,12 +372,37 @@ def init_with_global_draft_numbering(orig_init: Callable[..., Any]) -> Callable[
     return __init__
 
 
+def _init_reads(fn: Any) -> set[str]:
+    """The attribute and global names a constructor's own code reads (through functools.wraps)."""
+    import inspect
+
+    code = getattr(inspect.unwrap(fn), "__code__", None) if fn is not None else None
+    return set(code.co_names) if code is not None else set()
+
+
+def natively_numbers_globally(cls: type) -> str | None:
+    """The drafter's own constructor numbers its layers from the target's total depth
+    (`get_total_num_hidden_layers`) and no longer reads the stage's count: the installed vLLM
+    already does what the numbering patch adds."""
+    reads = _init_reads(vars(cls).get("__init__"))
+    if "get_total_num_hidden_layers" in reads and "get_num_layers" not in reads:
+        return f"{cls.__module__}:{cls.__qualname__}.__init__ numbers its layers from get_total_num_hidden_layers"
+    return None
+
+
 def check_global_numbering(cls: type) -> bool:
-    """Behaviour check: the installed __init__ is our wrapper around the original, and the wrapper
+    """Behaviour check: the installed __init__ is our wrapper around the drafter's own, which reads
+    the stage's layer count (`model_config.get_num_layers`, the one answer the wrapper changes: a
+    constructor that no longer reads it would leave the wrapper doing nothing), and the wrapper
     makes `get_num_layers` answer the total depth during construction only."""
     init = cls.__dict__.get("__init__")
     if getattr(init, "ppspec_original", None) is None:
         raise AssertionError(f"{cls.__name__}.__init__ is not the ppspec wrapper")
+    if "get_num_layers" not in _init_reads(init.ppspec_original):
+        raise AssertionError(
+            f"{cls.__name__}.__init__ no longer reads model_config.get_num_layers: the numbering wrapper would change "
+            "nothing"
+        )
     seen: list[int] = []
 
     def fake_init(self: Any, *, vllm_config: Any, prefix: str = "") -> None:

@@ -125,11 +125,17 @@ class EngineOutput:
         return max(0, len(self.warned) - SHOWN_WARNINGS)
 
     def _print(self, text: str, one_row: bool = False) -> None:
-        from ppspec_cli.io.terminal import safe
+        """One row cut at a word boundary with `…` (a warning: engine.log has it whole); otherwise
+        wrapped between words at the terminal's width (a pipe keeps the line whole)."""
+        from ppspec_cli.io.terminal import safe, wrap_block, wrap_width
 
         if one_row:
             width = max(40, self._console.width)
-            text = text if len(text) <= width else text[: width - 1] + "…"
+            if len(text) > width:
+                cut = text[: width - 1]
+                text = (cut[: cut.rfind(" ")] if " " in cut[width // 2 :] else cut).rstrip(" ,;:") + "…"
+        else:
+            text = wrap_block(text, wrap_width())
         self._console.print(safe(text))
         self.last_shown = time.monotonic()
 
@@ -580,7 +586,9 @@ def _supervise(e: _Engine, run: Supervision) -> ServeResult:
     if e.node.role == "head" and run.workload is not None:
         e.shown.log(f"serving at {e.spec.url} — ready in {time.monotonic() - t0:.0f}s")
         return _run_workload(run.workload, e.proc, e.sigs, run.roll, lambda when: _exited(e, when))
-    _announce(e, run, t0)
+    failed = _announce(e, run, t0)
+    if failed is not None:
+        return failed
     while True:
         if e.sigs.first is not None:
             return ServeResult(exit_for_signal(e.sigs.first), f"stopped by {e.sigs.name}: the engine shut down cleanly")
@@ -648,23 +656,33 @@ def _wait_ready(e: _Engine, run: Supervision, t0: float) -> ServeResult | None:
         time.sleep(HEALTH_POLL_S)
 
 
-def _announce(e: _Engine, run: Supervision, t0: float) -> None:
-    """The head serves: where, how to try and measure it, how to stop it (and the ready marker
-    scripts wait for); a worker says it joined."""
+def _announce(e: _Engine, run: Supervision, t0: float) -> ServeResult | None:
+    """The head serves: the ready marker scripts wait for first (serving without it would hang them:
+    the engine is stopped instead), then where, how to try and measure it, how to stop it; a worker
+    says it joined."""
     log, node, spec = e.shown.log, e.node, e.spec
     if node.role != "head":
         log(f"node {node.node_rank} started: it joins the head's engine (the head serves the API)")
-        return
+        return None
+    try:  # first: `ready` is the promise scripts wait on (RUN_DIR/ready)
+        e.rd.write_text(READY_FILE, spec.url + "\n", what="the ready marker")
+    except PpspecError as err:
+        return ServeResult(
+            EXIT_REFUSED,
+            f"the engine answers /health, but {err.what}: a script waiting for {spec.run_dir / READY_FILE} would "
+            "wait forever, so the engine was stopped. Free space in the run directory and start again. Engine log: "
+            f"{e.log_path}",
+        )
     log(f"serving at {spec.url} (OpenAI API) — ready in {time.monotonic() - t0:.0f}s")
     model = node.argv[node.argv.index("--served-model-name") + 1] if "--served-model-name" in node.argv else ""
-    log("try: " + curl_line(spec.url, model, node.env_refs.get("VLLM_API_KEY")))
+    from ppspec_cli.io.terminal import command_block, wrap_width
+
+    width = wrap_width()  # a command is broken only between words, with ` \`: it still pastes
+    log(command_block("try:", curl_line(spec.url, model, node.env_refs.get("VLLM_API_KEY")), width, prefix=8))
     if run.verify_line:
-        log(f"measure speculation (in another terminal): {run.verify_line}")
+        log(command_block("measure speculation (in another terminal):", run.verify_line, width, prefix=8))
     log("stop with Ctrl-C")
-    try:
-        e.rd.write_text(READY_FILE, spec.url + "\n", what="the ready marker")
-    except PpspecError as err:  # the engine serves; only the marker for scripts is missing
-        log(f"warning: {err.what}; the engine keeps serving")
+    return None
 
 
 #: Seconds a workload gets to stop (and stop its own children) after a signal or the engine's death.

@@ -26,8 +26,9 @@ class Stopped(Exception):
 
 
 class LoadGen:
-    """One load-generator process (one arm): started early so its vLLM import overlaps the engine's
-    start-up."""
+    """One load-generator process for a bench run: started with the first engine session, so its
+    vLLM import overlaps that engine's start-up, then handed one job per session (vLLM's client is
+    imported once per run). `alive` is false once it failed or was stopped: start another."""
 
     def __init__(self, log_path: Path, env: dict | None = None):
         from ppspec_cli.running.serve import die_with_parent
@@ -51,6 +52,8 @@ class LoadGen:
         self._reader = threading.Thread(target=self._pump, daemon=True)
         self._reader.start()
         self.import_s: float | None = None
+        self.ready = False
+        self.alive = True
 
     def _pump(self) -> None:
         assert self.proc.stdout is not None
@@ -99,12 +102,24 @@ class LoadGen:
     def run(
         self, job: dict, stop: Callable[[], bool], on_event: Callable[[dict], None], level_timeout_s: float
     ) -> None:
-        """Wait for `ready`, send the job, pass every event on until `done`."""
-        t0 = time.monotonic()
-        ev = self._next(t0 + READY_TIMEOUT_S, stop, "importing vLLM's benchmark client")
-        if ev["event"] != "ready":
-            raise self._fail(ev)
-        self.import_s = ev.get("import_s")
+        """Wait for `ready` (the first job), send the job, pass every event on until `done`. Any
+        other end (an error, a stop, a timeout) leaves the process not `alive`."""
+        try:
+            self._run(job, stop, on_event, level_timeout_s)
+        except BaseException:
+            self.alive = False
+            raise
+
+    def _run(
+        self, job: dict, stop: Callable[[], bool], on_event: Callable[[dict], None], level_timeout_s: float
+    ) -> None:
+        if not self.ready:
+            t0 = time.monotonic()
+            ev = self._next(t0 + READY_TIMEOUT_S, stop, "importing vLLM's benchmark client")
+            if ev["event"] != "ready":
+                raise self._fail(ev)
+            self.import_s = ev.get("import_s")
+            self.ready = True
         assert self.proc.stdin is not None
         self.proc.stdin.write((json.dumps(job) + "\n").encode())
         self.proc.stdin.flush()
@@ -132,6 +147,7 @@ class LoadGen:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
 
     def _close(self) -> None:
+        self.alive = False
         try:
             if self.proc.stdin is not None:
                 self.proc.stdin.close()

@@ -168,7 +168,8 @@ def drift_check(
     """A schedule of one range serves the same k as a static arm (through vLLM's dynamic path):
     a significant difference between the two, at a level, is drift between engine sessions (the
     repeats of one arm run in one session, so their spread does not hold it) or the dynamic path's
-    own cost. Either way the verdicts of this run rest on more than the configurations."""
+    own cost. Either way the verdicts of this run rest on more than the configurations, and bench
+    recommends nothing from it (results.recommendation's `withheld`)."""
     if not tuned_schedule or len(tuned_schedule) != 1:
         return []
     k = tuned_schedule[0][2]
@@ -181,8 +182,8 @@ def drift_check(
         if v in (FASTER, SLOWER):
             r = ratio(grid.get((TUNED, c)), grid.get((twin, c)))
             out.append(
-                f"c={c}: the tuned arm ({tuned_schedule}) serves the same k as {twin} yet measured {v} "
-                f"({r['median']:.2f}x): the machine drifted between engine sessions (or vLLM's dynamic path costs "
-                "that much); treat this run's verdicts with care and repeat on a quieter machine"
+                f"c={c}: the tuned arm, serving {tuned_schedule}, serves the same k as {twin} yet measured {v}, "
+                f"{r['median']:.2f}x: the machine drifted between engine sessions, or vLLM's dynamic path costs that "
+                "much; this run recommends nothing: repeat it on a quieter machine"
             )
     return out

@@ -251,7 +251,7 @@ def parity_pass(client, job: dict, prompts: list) -> dict:
             job["model"], prompt, max_tokens=job["max_tokens"], seed=job["seed"], extra={"return_token_ids": True}
         )
         outs.append({"index": i, "token_ids": c.token_ids, "text": c.text, "completion_tokens": c.completion_tokens})
-    return {"arm": job["arm"], "outputs": outs}
+    return {"arm": job["arm"], "profile_digest": (job.get("identity") or {}).get("profile_digest"), "outputs": outs}
 
 
 def _device() -> str:
@@ -282,15 +282,26 @@ def main() -> int:
         return p
 
     _emit(events, "ready", import_s=round(time.monotonic() - t0, 1))
-    line = sys.stdin.buffer.readline(MAX_JOB_BYTES)
-    if not line.strip():
-        return EXIT_OK  # the parent gave up (interrupted, engine failed): nothing to do
-    from ppspec_cli.errors import PpspecError
+    print(f"==== load generator {os.getpid()}: vLLM's client imported in {time.monotonic() - t0:.1f}s", file=sys.stderr)
+    # One job per engine session, as many as the parent sends: vLLM is imported once per bench run,
+    # not once per session (issue 43 item 8). A failed job ends the process; the parent starts another.
+    while True:
+        line = sys.stdin.buffer.readline(MAX_JOB_BYTES)
+        if not line.strip():
+            return EXIT_OK  # the parent is done (or gave up: interrupted, engine failed)
+        code = _one_job(events, vllm, serve_mod, parser_factory, line)
+        if code:
+            return code
+
+
+def _one_job(events, vllm, serve_mod, parser_factory, line: bytes) -> int:
+    from ppspec_cli.errors import EXIT_OK, EXIT_REFUSED, PpspecError
     from ppspec_cli.io import safeio
     from ppspec_cli.verify.client import Client
 
     try:
         job = json.loads(line)
+        print(f"==== job: arm {job.get('arm')}, runs {job.get('runs')}", file=sys.stderr, flush=True)
         job["vllm_version"] = getattr(vllm, "__version__", "?")
         client = Client(job["base_url"], api_key_env=job.get("api_key_env"), timeout=600.0)
         if job.get("api_key_env"):

@@ -176,6 +176,8 @@ def verdict_lines(doc: dict) -> list[str]:
         lines.append(f"verdict: {rec['summary']}")
     if rec.get("profile_change"):
         lines.append(f"profile change: {rec['profile_change']}")
+    elif rec.get("withheld"):
+        lines.append("profile change: none from this run, which drifted: rerun bench on a quieter machine")
     return lines
 
 
@@ -183,7 +185,7 @@ def print_report(doc: dict, console) -> None:
     from rich import box
     from rich.table import Table
 
-    from ppspec_cli.io.terminal import plain
+    from ppspec_cli.io.terminal import plain, print_par
 
     t = Table(title=plain(f"ppspec bench: {doc.get('profile') or ''}"), box=box.SIMPLE_HEAD, pad_edge=False)
     for h in HEADER:
@@ -192,9 +194,9 @@ def print_report(doc: dict, console) -> None:
         t.add_row(*[plain(c) for c in row])  # data, never markup (terminal.plain cleans it)
     console.print(t)
     for line in verdict_lines(doc):
-        console.print(plain(line))
+        print_par(console, plain(line))
     for w in doc.get("warnings") or []:
-        console.print(plain(f"warning: {w}"))
+        print_par(console, plain(f"warning: {w}"))
 
 
 def _sessions_text(settings: dict) -> str:

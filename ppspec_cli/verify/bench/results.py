@@ -63,9 +63,20 @@ def spec_arm_name(k: int | None) -> str:
     return f"spec-k{k}" if k is not None else "spec"
 
 
+#: The most values one list option takes (--concurrency: each level is a measured run per arm and
+#: repeat; the report, verdict and plots grow with them).
+MAX_LIST = 64
+
+
 def parse_int_list(text: str, what: str, lo: int, hi: int) -> list[int]:
     """`1,4,16` -> [1, 4, 16] (sorted, without repeats); a clear usage error otherwise."""
     out = set()
+    if text.count(",") >= MAX_LIST:
+        raise PpspecError(
+            f"{what} lists {text.count(',') + 1} values; bench takes at most {MAX_LIST}",
+            where=what,
+            fix=f"e.g. {what} 1,4,16,32",
+        )
     for part in text.split(","):
         p = part.strip()
         if not (p.isascii() and p.isdigit()) or not (lo <= int(p) <= hi):
@@ -106,6 +117,49 @@ def load_record(path: Path) -> dict | None:
         fix=f"delete {path} (that level is measured again), or run without --resume",
     )
     return doc
+
+
+def profile_digest(prof: Any) -> str:
+    """What a record's figures depend on in the profile, as a digest: everything but its description
+    and the drafter's num_speculative_tokens and schedule (each arm's own, recorded beside it)."""
+    import hashlib
+    import json
+
+    doc = prof.model_dump(mode="json", exclude={"description"})
+    if isinstance(doc.get("drafter"), dict):
+        doc["drafter"] = {k: v for k, v in doc["drafter"].items() if k not in ("num_speculative_tokens", "schedule")}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def identity_problem(rec: dict, arm: Arm, digest: str | None, c: int | None = None, r: int | None = None) -> str | None:
+    """How a saved record's identity differs from the place it was found in (this profile, this
+    arm, and for a level record its concurrency and repeat), or None when it is this run's to keep.
+    A record measured for another profile, arm or level is never this run's, --allow-mixed or not."""
+    want: dict[str, Any] = {"arm": arm.name, "profile_digest": digest}
+    if c is not None:
+        want |= {"concurrency": c, "repeat": r, "speculation": arm.speculation}
+        if arm.num_speculative_tokens is not None and not arm.schedule:
+            want["num_speculative_tokens"] = arm.num_speculative_tokens if arm.speculation else None
+    diffs = [f"{k} {rec.get(k)!r} (here: {v!r})" for k, v in want.items() if rec.get(k) != v]
+    return "; ".join(diffs) if diffs else None
+
+
+def kept_record(path: Path, arm: Arm, digest: str | None, c: int | None = None, r: int | None = None) -> dict | None:
+    """A saved record (load_record) that belongs where it was found; one error naming the file when
+    it names another profile, arm or level (a copied, moved or edited file would otherwise be mixed
+    into this run's figures and recommendation)."""
+    rec = load_record(path)
+    if rec is None:
+        return None
+    why = identity_problem(rec, arm, digest, c, r)
+    if why is not None:
+        raise PpspecError(
+            f"saved bench result {path} is not this run's: {why}",
+            where="--resume",
+            fix=f"delete {path} (that level is measured again), or measure afresh without --resume (or into another "
+            "--out)",
+        )
+    return rec
 
 
 def level_done(rec: dict | None, settings: dict, arm: Arm | None = None) -> bool:
@@ -317,9 +371,18 @@ def _fmt_ratio(r: dict | None) -> str:
 
 
 def recommendation(
-    levels_doc: list[dict], choice: dict, arms: list[Arm], profile_k: int | None, proposed: list[list[int]] | None
+    levels_doc: list[dict],
+    choice: dict,
+    arms: list[Arm],
+    profile_k: int | None,
+    proposed: list[list[int]] | None,
+    drift: list[str] | None = None,
 ) -> dict:
-    """The profile change (only where a difference is significant), the schedule, the crossover."""
+    """The profile change (only where a difference is significant), the schedule, the crossover.
+
+    `drift`: judge.drift_check's warnings. A run whose drift check fired recommends nothing
+    (`configuration`, `profile_change` null, `changes_profile` false) and says why in `withheld`:
+    its differences may be the machine's, not the configurations'."""
     by_name = {a.name: a for a in arms}
     judged = [lv for lv in levels_doc if lv["verdict"] is not None]
     per_level = ", ".join(f"c={lv['concurrency']} {lv['verdict']} {_fmt_ratio(lv['speedup'])}" for lv in judged)
@@ -338,10 +401,20 @@ def recommendation(
         ),
         "highest_measured": max((lv["concurrency"] for lv in judged), default=None),
         "summary": None,
+        "withheld": None,
     }
     static = by_name.get(choice.get("static") or "")
     if static is None:
         out["summary"] = "nothing to compare: an arm lacks a level"
+        return out
+    if drift:
+        out["schedule_recommended"] = False
+        out["withheld"] = (
+            f"the machine drifted between engine sessions ({len(drift)} level(s): the tuned arm and the static arm "
+            "serving the same k measured apart), so this run's differences may be the machine's: rerun bench on a "
+            "quieter machine"
+        )
+        out["summary"] = f"speculation against none: {per_level or 'not judged'}; no recommendation: {out['withheld']}"
         return out
     rec = tuned if choice.get("schedule") else static
     out["configuration"] = rec.name

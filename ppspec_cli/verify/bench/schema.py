@@ -18,6 +18,8 @@ from ppspec_cli.io.records import Record
 
 #: The highest concurrency bench measures (commands/bench.py: --concurrency 1..4096).
 MAX_CONCURRENCY = 4096
+#: The most repeats of a level a record can be (commands/bench.py: --repeat 1..20), with margin.
+MAX_REPEAT = 1000
 #: Counts in a record (prompts, requests, tokens): over any run bench makes (2**17 prompts of at
 #: most 65,536 tokens each is 2**33), under what a float holds exactly.
 MAX_COUNT = 1 << 40
@@ -36,6 +38,18 @@ class LevelRecord(Record):
     concurrency: int = Field(ge=1, le=MAX_CONCURRENCY)
     speculation: bool
     num_speculative_tokens: Optional[int] = Field(default=None, ge=1, le=64)
+    schedule: Optional[list[list[int]]] = None
+    repeat: int = Field(default=0, ge=0, le=MAX_REPEAT)
+    seed: Optional[int] = Field(default=None, ge=0, le=MAX_COUNT)
+    # the identity a record is valid for (results.identity_problem): --resume refuses another's
+    profile_digest: Optional[str] = Field(default=None, max_length=64)
+    run_id: Optional[str] = Field(default=None, max_length=64)
+    host: Optional[str] = Field(default=None, max_length=255)
+    ppspec_version: Optional[str] = Field(default=None, max_length=64)
+    vllm_version: Optional[str] = Field(default=None, max_length=64)
+    device: Optional[str] = Field(default=None, max_length=256)
+    measured_at: Optional[str] = Field(default=None, max_length=64)
+    file: Optional[str] = Field(default=None, max_length=64)
     num_prompts: int = Field(ge=1, le=MAX_COUNT)
     max_tokens: int = Field(ge=1, le=MAX_COUNT)
     input_len: int = Field(ge=1, le=MAX_COUNT)
@@ -73,6 +87,7 @@ class ParityRecord(Record):
     """One arm's greedy parity pass (loadgen.parity_pass)."""
 
     arm: Optional[str] = Field(default=None, max_length=64)
+    profile_digest: Optional[str] = Field(default=None, max_length=64)
     outputs: list[ParityOutput]
     settings: Optional[dict[str, Any]] = (
         None  # the settings it was measured with (session.parity_key; a tuned arm's includes its schedule)

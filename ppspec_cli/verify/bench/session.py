@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 from ppspec_cli.errors import PpspecError
 from ppspec_cli.verify.bench import judge
 from ppspec_cli.verify.bench import results as res
+from ppspec_cli.verify.bench.outdir import OutDir
 from ppspec_cli.verify.bench.results import BASELINE, Arm
 
 #: --sessions: each repeat of every arm in its own engine session, arms interleaved round by round
@@ -28,8 +29,9 @@ SESSIONS = (PER_REPEAT, PER_ARM)
 MAX_NUM_PROMPTS = 1 << 17
 
 
-def identity(served: bool) -> dict:
-    """This run's identity, recorded in every result it measures (and checked on --resume)."""
+def identity(served: bool, prof=None) -> dict:
+    """This run's identity, recorded in every result it measures (and checked on --resume); the
+    profile's digest (results.profile_digest) ties each record to the profile it measured."""
     import uuid
 
     from ppspec_cli import __version__
@@ -42,6 +44,7 @@ def identity(served: bool) -> dict:
         "host": host_name(),
         "ppspec_version": __version__,
         "vllm_version": v.version if v else None,
+        "profile_digest": res.profile_digest(prof) if prof is not None else None,
         "served": served,
     }
 
@@ -49,12 +52,16 @@ def identity(served: bool) -> dict:
 def arms_for(prof, nst: str | None, endpoint: str | None, baseline_endpoint: str | None) -> list[Arm]:
     """baseline (no drafter) first, then one arm per num_speculative_tokens."""
     from ppspec_cli.io import redact
+    from ppspec_cli.verify.client import normalize_endpoint
 
     for url in (
         endpoint,
         baseline_endpoint,
     ):  # a `user:password@` endpoint never lands in bench.json, report.md or the terminal
         redact.register_url(url)
+    for url in (endpoint, baseline_endpoint):  # checked before anything runs, even when every arm is resumed
+        if url is not None:
+            normalize_endpoint(url)
     if prof.drafter is None:
         raise PpspecError(
             f"profile {prof.name} names no drafter: there is no speculation to measure",
@@ -81,31 +88,30 @@ def arms_for(prof, nst: str | None, endpoint: str | None, baseline_endpoint: str
     return [Arm(BASELINE, False, None, baseline_endpoint), Arm(res.spec_arm_name(ks[0]), True, ks[0], endpoint)]
 
 
-def state_dir(out: str | None, name: str) -> Path:
-    """--out DIR (created), else ~/.cache/ppspec/runs/NAME-bench: the results and the --resume state."""
+def default_state_dir(name: str) -> Path:
+    """~/.cache/ppspec/runs/NAME-bench: bench's results without --out."""
     from ppspec_cli.running.serve.rundir import default_run_dir
 
-    state = Path(out) if out else default_run_dir(name).parent / f"{name}-bench"
-    try:
-        state.mkdir(parents=True, exist_ok=True)
-        if not os.access(state, os.W_OK):
-            raise PermissionError(13, "not writable")
-    except OSError as e:
-        raise PpspecError(
-            f"cannot use {str(state)[:200]} for the results: {e.strerror or e}",
-            where="--out",
-            fix="pass --out DIR, a directory you can write to (it is created)",
-        ) from None
-    return state
+    return default_run_dir(name).parent / f"{name}-bench"
+
+
+def state_dir(out: str | None, name: str) -> OutDir:
+    """--out DIR, else default_state_dir(NAME): the results and the --resume state, claimed and locked
+    (verify/bench/outdir.py: yours alone, one bench at a time, walked by descriptor)."""
+    return OutDir.claim(Path(out) if out else default_state_dir(name))
 
 
 class Session:
     """The state of one bench run (its arms, settings, results directory and identity) and what is
     decided from the results kept there."""
 
-    def __init__(self, profile_path: str, prof, arms, settings: dict, state: Path, identity: dict):
+    def __init__(
+        self, profile_path: str, prof, arms, settings: dict, state: Path, identity: dict, out: OutDir | None = None
+    ):
         self.profile_path, self.prof, self.arms, self.levels = profile_path, prof, list(arms), settings["concurrency"]
         self.settings, self.state, self.identity = settings, state, identity
+        self.digest = identity.get("profile_digest")
+        self.out = out  # the claimed --out (verify/bench/outdir.OutDir): arms are made and cleared by descriptor
         self.level_times: list[float] = []
         self.start_times: list[float] = []
         self.failures: list[str] = []
@@ -116,15 +122,26 @@ class Session:
     def arm_dir(self, arm: Arm) -> Path:
         return self.state / "arms" / arm.name
 
+    def make_arm_dir(self, arm: Arm) -> Path:
+        """The arm's results directory, created (by descriptor under a claimed --out)."""
+        if self.out is not None:
+            return self.out.make_arm(arm.name)
+        d = self.arm_dir(arm)
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
     def kept(self, arm: Arm, c: int, r: int) -> dict | None:
-        rec = res.load_record(self.arm_dir(arm) / res.record_name(c, r))
+        rec = res.kept_record(self.arm_dir(arm) / res.record_name(c, r), arm, self.digest, c, r)
         return rec if res.level_done(rec, self.settings, arm) else None
+
+    def parity_doc(self, arm: Arm) -> dict | None:
+        return res.kept_record(self.arm_dir(arm) / "parity.json", arm, self.digest)
 
     def todo(self, arm: Arm) -> tuple[list[tuple[int, int]], bool]:
         """The (concurrency, repeat) runs still to measure, repeats outermost (so drift spreads over
         the levels), and whether the parity pass is still to do."""
         runs = [(c, r) for r in range(self.settings["repeat"]) for c in self.levels if self.kept(arm, c, r) is None]
-        par = res.load_record(self.arm_dir(arm) / "parity.json")
+        par = self.parity_doc(arm)
         need_parity = par is None or par.get("settings") != parity_key(self.settings, arm)
         return runs, need_parity
 
@@ -136,7 +153,7 @@ class Session:
             for arm in self.arms + [Arm(res.TUNED, True, None)]
             for c in self.levels
             for r in range(self.settings["repeat"])
-            if (rec := res.load_record(self.arm_dir(arm) / res.record_name(c, r))) is not None
+            if (rec := res.kept_record(self.arm_dir(arm) / res.record_name(c, r), arm, self.digest, c, r)) is not None
         ]
         lines = res.foreign(kept, self.identity)
         if not lines:
@@ -288,7 +305,7 @@ class Session:
                 samples += recs
                 if recs:
                     runs.append(res.aggregate(recs))
-            parity_docs[arm.name] = res.load_record(self.arm_dir(arm) / "parity.json")
+            parity_docs[arm.name] = self.parity_doc(arm)
         grid = self.grid()
         static = self.static()
         levels_doc = judge.per_level(grid, static, self.levels)
@@ -300,7 +317,8 @@ class Session:
         )
         tuned = next((a for a in self.arms if a.name == res.TUNED), None)
         choice = judge.choose(grid, static, self.levels, incumbent, tuned.name if tuned else None)
-        recommended = res.TUNED if choice["schedule"] else choice["static"]
+        drift = judge.drift_check(grid, self.levels, tuned.schedule_list() if tuned else None, static)
+        recommended = None if drift else (res.TUNED if choice["schedule"] else choice["static"])
         if recommended is not None:
             for lv, env in zip(
                 levels_doc, judge.envelope(grid, self.levels, recommended, incumbent, [a.name for a in self.arms])
@@ -329,7 +347,7 @@ class Session:
                 + ", ".join(missing[:12])
                 + (f" and {len(missing) - 12} more" if len(missing) > 12 else "")
             )
-        warnings += judge.drift_check(grid, self.levels, tuned.schedule_list() if tuned else None, static)
+        warnings += drift
         warnings += self.warnings + self.failures
         ident = {k: v for k, v in self.identity.items() if k != "served"}
         return {
@@ -347,7 +365,7 @@ class Session:
             "levels": levels_doc,
             "parity": res.parity(self.arms, parity_docs, samples),
             "recommendation": res.recommendation(
-                levels_doc, choice, self.arms, d.num_speculative_tokens, judge.proposed_schedule(levels_doc)
+                levels_doc, choice, self.arms, d.num_speculative_tokens, judge.proposed_schedule(levels_doc), drift
             ),
             "complete": not missing and not any(r.get("failed") for r in runs),
             "warnings": warnings,

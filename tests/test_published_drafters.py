@@ -1,0 +1,378 @@
+"""Published drafter configs from every trainer vLLM users bring (issue 40), each decided by a line
+of vLLM's source, on 0.33 and 0.34.
+
+The configs are copies in tests/fixtures/models (their sources: tests/fixtures/models/SOURCES.md):
+the speculators library (vllm-project/speculators), SGLang's SpecForge, the official EAGLE repo
+(yuhuili), NVIDIA Model-Optimizer's EAGLE3 export, z-lab's DFlash, RedHatAI's speculators
+checkpoints and deepseek-ai's (DeepSeek-V3's MTP, dspark_qwen3_8b_block7).
+
+Two levels:
+- `check` on a profile (the whole preflight), on every verified release from 0.33 (knowledge/versions.py);
+- the release's table applied to the config (knowledge/drafterfacts: what `check` reads), on 0.33
+  and 0.34 both, with the file:line each decision cites. The lines are vLLM's, read by the scanner;
+  where this file names one it was checked by hand against the release's source.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import fixture_config
+from packaging.version import Version
+from test_rules import INSTALL, check, eagle3_shards, expect
+
+from ppspec_cli.knowledge import archtable, drafterfacts
+from ppspec_cli.knowledge.versions import verdict
+
+#: Releases whose verdict is their own (check-level tests).
+VERIFIED = [v for v in archtable.committed_versions() if Version(v) >= Version("0.33.0") and verdict(v).verified]
+#: Releases with a committed table (table-level tests).
+TABLES = ["0.33.0", "0.34.0"]
+
+LLAMA8B = "meta-llama__Llama-3.1-8B-Instruct"
+LLAMA70B = "meta-llama__Llama-3.3-70B-Instruct"
+QWEN3_8B = "Qwen__Qwen3-8B"
+
+
+@pytest.fixture(autouse=True)
+def no_installed_vllm():
+    """The verdict is the declared release's, whatever vLLM this machine has installed (the facts
+    say none is installed: nothing is patched)."""
+    INSTALL[0] = None
+
+
+def table(v: str) -> archtable.ArchTable:
+    t = archtable.committed(v)
+    assert t is not None and "drafter_rules" in t.doc, f"no table of vLLM {v} with its drafter side"
+    return t
+
+
+# ---------------------------------------------------------------------------------------------
+# speculators (vllm-project/speculators): the loader registers eagle3, peagle, dflash, dflash2, dspark
+
+
+@pytest.mark.parametrize("v", TABLES)
+def test_speculators_eagle1_is_refused_at_config_load(v):
+    """speculators_model_type `eagle` (the speculators EAGLE-1/HASS format): vLLM's speculators loader
+    registers no such algorithm and raises 'Expected one of: ...'
+    (transformers_utils/configs/speculators/base.py:53 in 0.33.0)."""
+    got = drafterfacts.speculators_load(table(v), fixture_config("speculators__eagle1-llama3.1-8b"))
+    assert got is not None and got.refused, got
+    assert got.kind == "eagle" and got.at and got.at.endswith(("speculators/base.py:53", "speculators/base.py:55"))
+    assert "registers no algorithm 'eagle'" in got.why
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_speculators_eagle1_check_refuses(make_checkpoint, v):
+    target = make_checkpoint("llama8b", LLAMA8B)
+    drafter = make_checkpoint("spec-eagle1", "speculators__eagle1-llama3.1-8b")
+    _, by = check(target, drafter, method="eagle", engine_version=v)
+    f = expect(by, "speculators-refused", "error", "drafter.model")
+    assert "speculators/base.py:" in f.message and "'eagle'" in f.message
+    assert "method-mismatch" not in by  # vLLM's refusal says it; ppspec's recognition adds nothing
+
+
+@pytest.mark.parametrize("v", TABLES)
+def test_speculators_eagle3_heads_are_served_as_vllms_class(v):
+    """RedHatAI's and nm-testing's speculators EAGLE3 heads: vLLM maps transformer_layer_config's
+    model_type (llama, the default when it is absent) to Eagle3LlamaForCausalLM (algos.py:46 in 0.33)."""
+    for name, file in (
+        ("nm-testing__EAGLE3-LLaMA3.1-Instruct-8B-converted", "config.json"),
+        ("RedHatAI__Llama-3.1-8B-Instruct-speculator.eagle3", "config.partial.json"),
+    ):
+        got = drafterfacts.speculators_load(table(v), fixture_config(name, file))
+        assert got is not None and not got.refused, (name, got)
+        assert got.architectures == ("Eagle3LlamaForCausalLM",) and got.method == "eagle3"
+        assert table(v).drafter("Eagle3LlamaForCausalLM", "cuda") is not None
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_speculators_eagle3_check_passes_the_load(make_checkpoint, v):
+    target = make_checkpoint("llama8b", LLAMA8B)
+    drafter = make_checkpoint("rh", "nm-testing__EAGLE3-LLaMA3.1-Instruct-8B-converted")
+    r, by = check(target, drafter, method="eagle3", engine_version=v)
+    assert r.drafter_served == ("Eagle3LlamaForCausalLM",)
+    assert not {"speculators-refused", "eagle3-arch-unknown", "method-unknown", "method-mismatch"} & set(by), by
+
+
+def test_speculators_peagle_is_served_in_033_and_refused_in_034():
+    """P-EAGLE: 0.33 serves it as eagle3 with parallel drafting (PeagleLlamaForCausalLM, base.py:133);
+    0.34 refuses it at config load ('P-EAGLE (parallel drafting EAGLE-3) is not supported.', algos.py:55)."""
+    cfg = fixture_config("nm-testing__EAGLE3-LLaMA3.1-Instruct-8B-converted")
+    cfg.update(speculators_model_type="peagle", mask_token_id=128002)
+    old = drafterfacts.speculators_load(table("0.33.0"), cfg)
+    assert old is not None and not old.refused and old.architectures == ("PeagleLlamaForCausalLM",)
+    assert old.method == "eagle3"
+    new = drafterfacts.speculators_load(table("0.34.0"), cfg)
+    assert new is not None and new.refused and "P-EAGLE" in new.why
+    assert new.at and "speculators/algos.py" in new.at
+
+
+@pytest.mark.parametrize("v", TABLES)
+def test_speculators_eagle3_of_an_unmapped_model_type_is_refused(v):
+    """A speculators EAGLE3 head whose transformer_layer_config is qwen2: vLLM maps only llama and qwen3
+    ('Unsupported model_type qwen2 for Eagle3 speculator', algos.py:45 in 0.33)."""
+    cfg = fixture_config("nm-testing__EAGLE3-LLaMA3.1-Instruct-8B-converted")
+    cfg["transformer_layer_config"]["model_type"] = "qwen2"
+    got = drafterfacts.speculators_load(table(v), cfg)
+    assert got is not None and got.refused and "qwen2" in got.why
+    assert got.at and "speculators/algos.py" in got.at
+
+
+@pytest.mark.parametrize("v", TABLES)
+def test_speculators_dflash_without_its_required_key_is_refused(v):
+    """update_dflash reads config_dict["aux_hidden_state_layer_ids"] unguarded: a KeyError at config load."""
+    cfg = {
+        "speculators_model_type": "dflash",
+        "speculators_config": {"proposal_methods": [{"speculative_tokens": 7}], "verifier": {"name_or_path": "x/y"}},
+        "transformer_layer_config": {"model_type": "qwen3"},
+        "mask_token_id": 151669,
+    }
+    got = drafterfacts.speculators_load(table(v), cfg)
+    assert got is not None and got.refused and "aux_hidden_state_layer_ids" in got.why
+    cfg["aux_hidden_state_layer_ids"] = [2, 10, 18, 26, 34]
+    ok = drafterfacts.speculators_load(table(v), cfg)
+    assert ok is not None and not ok.refused and ok.architectures == ("DFlashDraftModel",)
+
+
+# ---------------------------------------------------------------------------------------------
+# The official EAGLE repo (yuhuili) and EAGLEConfig's renames
+
+
+@pytest.mark.parametrize("v", TABLES)
+def test_official_eagle3_head_naming_llama_is_served_as_eagle3_llama(v):
+    """yuhuili/EAGLE3-LLaMA3.1-Instruct-8B names LlamaForCausalLM: EAGLEConfig renames it
+    Eagle3LlamaForCausalLM for eagle3 (transformers_utils/configs/eagle.py:59), a registered class."""
+    names = drafterfacts.served_names(table(v), "eagle3", ["LlamaForCausalLM"])
+    assert names == ["Eagle3LlamaForCausalLM"]
+    assert table(v).drafter(names[0], "cuda")["numbering"] == "global"
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_official_eagle3_head_gets_no_method_unknown_noise(make_checkpoint, v):
+    target = make_checkpoint("llama8b", LLAMA8B)
+    drafter = make_checkpoint("yuhuili3", "yuhuili__EAGLE3-LLaMA3.1-Instruct-8B")
+    r, by = check(target, drafter, method="eagle3", engine_version=v)
+    assert r.drafter_served == ("Eagle3LlamaForCausalLM",)
+    assert not {"method-unknown", "eagle3-arch-unknown"} & set(by), sorted(by)
+
+
+@pytest.mark.parametrize("v", TABLES)
+def test_eagle1_head_naming_qwen2_is_renamed_to_an_unregistered_class(v):
+    """yuhuili/EAGLE-Qwen2-7B-Instruct names Qwen2ForCausalLM: EAGLEConfig renames it EagleQwen2ForCausalLM
+    (eagle.py:50), which vLLM's registry lacks: 'Model architectures ['EagleQwen2ForCausalLM'] are not
+    supported for now' (vllm #24967)."""
+    names = drafterfacts.served_names(table(v), "eagle", ["Qwen2ForCausalLM"])
+    assert names == ["EagleQwen2ForCausalLM"] and not table(v).registers(names[0])
+    assert drafterfacts.rename_rule(table(v), "eagle")["at"].endswith("transformers_utils/configs/eagle.py:50")
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_eagle1_qwen2_head_check_refuses(make_checkpoint, v):
+    target = make_checkpoint("qwen2", "Qwen__Qwen2-7B-Instruct")
+    drafter = make_checkpoint("eagle-qwen2", "yuhuili__EAGLE-Qwen2-7B-Instruct")
+    _, by = check(target, drafter, method="eagle", engine_version=v)
+    f = expect(by, "eagle-arch-unknown", "error", "drafter.model")
+    assert "EagleQwen2ForCausalLM" in f.message and "eagle.py:50" in f.message
+
+
+# ---------------------------------------------------------------------------------------------
+# SGLang SpecForge
+
+
+@pytest.mark.parametrize("v", TABLES)
+def test_specforge_heads_keep_their_names(v):
+    """SpecForge's LlamaForCausalLMEagle3 ends with Eagle3 and DFlashDraftModel starts with DFlash:
+    EAGLEConfig keeps both (eagle.py:59, :69), and both are registered."""
+    t = table(v)
+    assert drafterfacts.served_names(t, "eagle3", ["LlamaForCausalLMEagle3"]) == ["LlamaForCausalLMEagle3"]
+    assert drafterfacts.served_names(t, "dflash", ["DFlashDraftModel"]) == ["DFlashDraftModel"]
+    assert t.drafter("LlamaForCausalLMEagle3", "cuda") and t.drafter("DFlashDraftModel", "cuda")
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_specforge_dflash_head_under_eagle3_is_refused(make_checkpoint, v):
+    """A DFlash head with `method: eagle3`: 0.33 renames it Eagle3DFlashDraftModel, unregistered."""
+    target = make_checkpoint("qwen3", QWEN3_8B)
+    drafter = make_checkpoint("sf-dflash", "sgl-project__SpecForge/qwen3-8b-dflash.json")
+    _, by = check(target, drafter, method="eagle3", engine_version=v)
+    assert "eagle3-arch-unknown" in by or "drafter-method-declared" in by, sorted(by)
+    assert "method-mismatch" not in by
+    _, ok = check(target, drafter, method="dflash", engine_version=v)
+    assert not {"dflash-arch-unknown", "drafter-method-declared", "method-mismatch"} & set(ok)
+
+
+def test_034_dflash_class_declares_its_method():
+    """vLLM 0.34: DFlashQwen3ForCausalLM sets speculator_config_class = DFlashSpeculatorConfig
+    (qwen3_dflash.py:864), so a configured method other than dflash is refused early
+    (v1/worker/gpu/spec_decode/speculator_config.py, _resolve_checkpoint_config_class)."""
+    dm = table("0.34.0").drafter("DFlashDraftModel", "cuda").get("declares_method")
+    assert dm == {
+        "method": "dflash",
+        "at": "vllm/model_executor/models/qwen3_dflash.py:864",
+        "config": "DFlashSpeculatorConfig",
+    }
+    assert "declares_method" not in table("0.33.0").drafter("DFlashDraftModel", "cuda")
+
+
+# ---------------------------------------------------------------------------------------------
+# NVIDIA Model-Optimizer: the EAGLE3 export (LlamaForCausalLMEagle3, reduced draft vocabulary, optional d2t)
+
+
+@pytest.mark.parametrize("v", TABLES)
+def test_modelopt_export_without_d2t_starts_in_vllm(v):
+    """Eagle3LlamaForCausalLM builds its draft-to-target map with torch.zeros when the vocabularies
+    differ (llama_eagle3.py:340 in 0.33) and loads d2t only when the checkpoint has it: vLLM starts
+    and reads draft id i as target id i."""
+    d2t = table(v).drafter("LlamaForCausalLMEagle3", "cuda")["d2t"]
+    assert d2t["missing"] == "zeros" and d2t["missing_at"].startswith("vllm/model_executor/models/llama_eagle3.py:")
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_modelopt_export_without_d2t_is_refused_by_ppspec_saying_why(make_checkpoint, v):
+    target = make_checkpoint("llama8b", LLAMA8B)
+    drafter = make_checkpoint(
+        "mo", "nvidia-modelopt__llama3.1-8b-eagle3-export", shards=eagle3_shards(d2t=False, embed=True)
+    )
+    _, by = check(target, drafter, method="eagle3", engine_version=v)
+    f = expect(by, "d2t-missing", "error", "drafter.model")
+    assert "starts anyway" in f.message and "llama_eagle3.py:" in f.message and "ppspec refuses" in f.message
+    drafter_ok = make_checkpoint(
+        "mo-ok", "nvidia-modelopt__llama3.1-8b-eagle3-export", shards=eagle3_shards(embed=True)
+    )
+    _, ok = check(target, drafter_ok, method="eagle3", engine_version=v)
+    assert "d2t-missing" not in ok and "method-unknown" not in ok
+
+
+# ---------------------------------------------------------------------------------------------
+# The narrow head (a user report): its own hidden size, the target's embedding
+
+
+@pytest.mark.parametrize("v", TABLES)
+def test_eagle3_llama_takes_the_checkpoints_word_on_its_embedding(v):
+    """Eagle3LlamaForCausalLM keeps its own embedding only when the checkpoint has embed_tokens
+    (process_eagle_weight, llama_eagle3.py:448 in 0.33) and builds it at its own hidden_size
+    (llama_eagle3.py:192)."""
+    emb = table(v).drafter("Eagle3LlamaForCausalLM", "cuda")["embed"]
+    assert emb["own"] == "checkpoint" and emb["declared"] is True and emb["width_key"] == "hidden_size"
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_narrow_head_without_embed_tokens_is_refused(make_checkpoint, v):
+    """hidden 4096 for an 8192-wide target (target_hidden_size 8192), no embed_tokens: Model Runner V2
+    shares the target's 8192-wide embedding with it without a width check
+    (v1/worker/gpu/spec_decode/eagle/utils.py maybe_share_target_embed) and the dummy run fails."""
+    target = make_checkpoint("llama70b", LLAMA70B)
+    head = fixture_config("sgl-project__SpecForge", "llama3-8B-eagle3.json")
+    head["target_hidden_size"] = 8192
+    shards = eagle3_shards(hidden=4096, embed=False)
+    shards["model.safetensors"]["fc.weight"] = ("BF16", [4096, 3 * 8192])
+    drafter = make_checkpoint("narrow", head, shards=shards)
+    _, by = check(target, drafter, method="eagle3", engine_version=v)
+    f = expect(by, "drafter-embed-width", "error", "drafter.model")
+    assert "8192" in f.message and "4096" in f.message and "maybe_share_target_embed" in f.message
+    # with its own embed_tokens it keeps its own: nothing to say
+    shards["model.safetensors"]["embed_tokens.weight"] = ("BF16", [128256, 4096])
+    _, ok = check(target, make_checkpoint("narrow-own", head, shards=shards), method="eagle3", engine_version=v)
+    assert "drafter-embed-width" not in ok
+    # on the CPU platform: up to 0.33 it runs the V1 runner, where vLLM starts with a never-loaded embedding
+    # (ppspec says why it refuses); 0.34 runs Model Runner V2 on CPU too, which fails as on a GPU
+    _, cpu = check(target, drafter, method="eagle3", engine_version=v, platform="cpu")
+    msg = expect(cpu, "drafter-embed-width", "error").message
+    assert ("acceptance collapses" if v == "0.33.0" else "maybe_share_target_embed") in msg, msg
+
+
+# ---------------------------------------------------------------------------------------------
+# z-lab DFlash, deepseek-ai DSpark and MTP
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_zlab_dflash_loads(make_checkpoint, v):
+    target = make_checkpoint("qwen3", QWEN3_8B)
+    drafter = make_checkpoint("zlab", "z-lab__Qwen3-8B-DFlash-b16/config.partial.json")
+    r, by = check(target, drafter, method="dflash", engine_version=v)
+    assert r.drafter_served == ("DFlashDraftModel",)
+    assert not {"dflash-arch-unknown", "method-unknown", "drafter-method-declared"} & set(by), sorted(by)
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_deepseek_dspark_qwen3_loads(make_checkpoint, v):
+    target = make_checkpoint("qwen3", QWEN3_8B)
+    drafter = make_checkpoint("dspark", "deepseek-ai__dspark_qwen3_8b_block7")
+    _, by = check(target, drafter, method="dspark", engine_version=v, dopts={"num_speculative_tokens": 7})
+    assert not {"speculators-refused", "method-mismatch", "method-unknown", "dspark-served-as-deepseek-v4"} & set(by), (
+        sorted(by)
+    )
+
+
+@pytest.mark.parametrize("v", TABLES)
+def test_deepseek_v3_mtp_facts(v):
+    """DeepSeek-V3: `mtp` rewrites deepseek_v3 to DeepSeekMTPModel with n_predict =
+    num_nextn_predict_layers (config/speculative.py:756 in 0.33); DeepSeekMTP numbers its layer
+    from num_hidden_layers (deepseek_mtp.py:151-162): one draft layer, id 61."""
+    cfg = fixture_config("deepseek-ai__DeepSeek-V3")
+    mf = drafterfacts.mtp_facts(table(v), "deepseek_v3", "DeepseekV3ForCausalLM", cfg, cfg, "cuda")
+    assert mf is not None and mf.mtp_arch == "DeepSeekMTPModel"
+    assert mf.ids == (61,) and mf.n_predict == 1 and mf.refusal is None
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_deepseek_v3_mtp_check(make_checkpoint, v):
+    target = make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3")
+    r, by = check(target, method="mtp", pp=2, engine_version=v)
+    assert list(r.plan.draft_layer_ids) == [61]
+    assert not {"mtp-no-layers", "mtp-k-not-multiple", "mtp-refused"} & set(by)
+    # two MTP layers (n_predict 2): 3 speculative tokens are not a multiple (config/speculative.py:1609 in 0.33)
+    two = fixture_config("deepseek-ai__DeepSeek-V3")
+    two["num_nextn_predict_layers"] = 2
+    r2, by2 = check(make_checkpoint("dsv3-2", two), method="mtp", pp=2, engine_version=v)
+    f = expect(by2, "mtp-k-not-multiple", "error", "drafter.num_speculative_tokens")
+    assert "n_predict=2" in f.message and list(r2.plan.draft_layer_ids) == [61, 62]
+    _, ok = check(
+        make_checkpoint("dsv3-2b", two), method="mtp", pp=2, engine_version=v, dopts={"num_speculative_tokens": 4}
+    )
+    assert "mtp-k-not-multiple" not in ok
+
+
+@pytest.mark.parametrize("v", TABLES)
+def test_deepseek_v41_refuses_mtp_and_names_dspark(v):
+    """DeepSeek-V4.1 ships DSpark stages under mtp.*: vLLM refuses `mtp` and names dspark
+    (config/speculative.py:1479 in 0.33; v1/worker/gpu/spec_decode/mtp/config.py in 0.34)."""
+    cfg = {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v41", "num_hidden_layers": 61}
+    mf = drafterfacts.mtp_facts(table(v), "deepseek_v41", "DeepseekV4ForCausalLM", cfg, cfg, "cuda")
+    assert mf is not None and mf.refusal is not None and mf.refusal["method"] == "dspark"
+    assert "Use speculative method 'dspark'" in mf.refusal["message"]
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_a_class_that_always_takes_the_target_embedding(make_checkpoint, v):
+    """EagleCohereForCausalLM sets has_own_embed_tokens = False in its constructor (cohere_eagle.py:147
+    in 0.33) and is no SupportsEagle class, so vLLM's weight hook never sets it: under PP it takes the
+    target's embedding even when its checkpoint has embed_tokens, and DeepseekV2Model has none on the
+    last stage ('needs the target input embedding, but it is unavailable on this PP stage'). A head of
+    the same shape served as EagleLlamaForCausalLM keeps its own (the checkpoint decides)."""
+    target = make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3")
+    head = {
+        "architectures": ["CohereForCausalLM"],
+        "model_type": "cohere",
+        "hidden_size": 7168,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 56,
+        "num_key_value_heads": 8,
+        "vocab_size": 129280,
+    }
+    shards = {
+        "model.safetensors": {
+            "fc.weight": ("BF16", [7168, 2 * 7168]),
+            "embed_tokens.weight": ("BF16", [129280, 7168]),
+            "lm_head.weight": ("BF16", [129280, 7168]),
+        }
+    }
+    r, by = check(target, make_checkpoint("cohere-head", head, shards=shards), method="eagle", pp=2, engine_version=v)
+    assert r.drafter_served == ("EagleCohereForCausalLM",)
+    f = expect(by, "embed-last-stage", "error", "adapter")
+    assert "always takes the target's embedding" in f.message and "cohere_eagle.py:" in f.message
+    llama_head = {**head, "architectures": ["LlamaForCausalLM"], "model_type": "llama"}
+    _, ok = check(
+        target, make_checkpoint("llama-head", llama_head, shards=shards), method="eagle", pp=2, engine_version=v
+    )
+    assert "embed-last-stage" not in ok
