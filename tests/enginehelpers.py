@@ -403,43 +403,46 @@ def shadow_env(root: Path) -> dict:
     return {"PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", str(REPO))])}
 
 
-_OPTIONS_TEXT: list[str] = []
+_OPTIONS_ENTRY: list[tuple[str, str]] = []
 
 
-def _warm_options_text() -> str:
-    """This install's option cache file, as `ppspec serve` writes it: the runner's own cache when it
-    is for this install, else read from vLLM's parser in a scratch cache (nothing else written)."""
+def _warm_options_entry() -> tuple[str, str]:
+    """This install's option-name cache entry (file name, text), as `ppspec serve` writes it in the
+    install-keyed cache (knowledge/installcache.py): the runner's own entry when it is for this
+    install, else read from vLLM's parser in a scratch cache (nothing else written)."""
     from unittest import mock
 
-    from ppspec_cli.io.cache import owned_dir
-    from ppspec_cli.planning import engine_options
+    from ppspec_cli.knowledge import engine, installcache
 
-    key = engine_options._parser_key()  # noqa: SLF001 - the same key the cache is checked against
+    key = installcache.install_key()
     if key is None:
-        return ""  # no vLLM here: nothing to seed
+        return "", ""  # no vLLM here: nothing to seed
+    own = installcache.path("serve-options", key)
     try:
-        own = owned_dir(create=False) / "vllm-serve-options.json"
-        if json.loads(own.read_text()).get("key") == key:
-            return own.read_text()
+        if installcache.read("serve-options", key) is not None:
+            return own.name, own.read_text()
     except (OSError, ValueError, Exception):  # noqa: BLE001 - any trouble: read it afresh below
         pass
     with tempfile.TemporaryDirectory() as td, mock.patch.dict(os.environ, {"PPSPEC_CACHE": td}):
-        engine_options.known_serve_options()
-        f = Path(td) / "vllm-serve-options.json"
-        return f.read_text() if f.is_file() else ""
+        engine.serve_option_names()
+        f = installcache.path("serve-options", key)
+        return (f.name, f.read_text()) if f.is_file() else ("", "")
 
 
 def seed_option_cache(cache_dir: Path) -> None:
-    """Put this install's vLLM option cache (ppspec_cli/planning/engine_options.py:
-    vllm-serve-options.json) into a fresh PPSPEC_CACHE, as a user's cache holds it after their first
-    `ppspec serve`: a test's serve then does not import vLLM's argument parser again (~9 s of CPU on
-    2 cores each time) for option names another serve of the same install already read (issue 43
-    item 8). The cold path is the option reader's own tests' (test_engine_option_reader.py)."""
-    if not _OPTIONS_TEXT:
-        _OPTIONS_TEXT.append(_warm_options_text())
-    if _OPTIONS_TEXT[0]:
-        cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = cache_dir / f".vllm-serve-options.json.{os.getpid()}"
-        tmp.write_text(_OPTIONS_TEXT[0])
+    """Put this install's vLLM option-name entry (knowledge/installcache.py, `serve-options`) into a
+    fresh PPSPEC_CACHE, as a user's cache holds it after their first `ppspec serve`: a test's serve
+    then does not import vLLM's argument parser again (~9 s of CPU on 2 cores each time) for option
+    names another serve of the same install already read (issue 43 item 8). The cold path is the
+    option reader's own tests' (test_engine_option_reader.py)."""
+    if not _OPTIONS_ENTRY:
+        _OPTIONS_ENTRY.append(_warm_options_entry())
+    name, text = _OPTIONS_ENTRY[0]
+    if text:
+        d = cache_dir / "installs"
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        cache_dir.chmod(0o700)
+        tmp = d / f".{name}.{os.getpid()}"
+        tmp.write_text(text)
         tmp.chmod(0o600)
-        os.replace(tmp, cache_dir / "vllm-serve-options.json")  # whole, even beside another worker's serve
+        os.replace(tmp, d / name)  # whole, even beside another worker's serve

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_USAGE, PpspecError
 from ppspec_cli.planning import hardware as hwtable
 from ppspec_cli.planning.predict import Acceptance, Costs, Hardware, Load, Prediction, predict
 from ppspec_cli.planning.predict_inputs import acceptance_from_report, calibration_entry, costs_of, shape_from_resolved
@@ -54,7 +54,7 @@ def _load(opts: PredictOptions) -> Load | None:
             "--prompt-len and --output-len go together",
             where="--prompt-len/--output-len",
             fix="give both (the load bench runs: --prompt-len 128 --output-len 128), or neither for decode only",
-            exit_code=2,
+            exit_code=EXIT_USAGE,
         )
     return Load(opts.prompt_len, opts.output_len) if opts.prompt_len is not None else None
 
@@ -95,7 +95,10 @@ def options(predict: bool, opts: PredictOptions) -> PredictOptions | None:
     if given:
         flags = ", ".join("--" + f.replace("_", "-") for f in given)
         raise PpspecError(
-            f"{flags} only apply with --predict", where=flags, fix="add --predict, or drop " + flags, exit_code=2
+            f"{flags} only apply with --predict",
+            where=flags,
+            fix="add --predict, or drop " + flags,
+            exit_code=EXIT_USAGE,
         )
     return None
 
@@ -129,7 +132,7 @@ def _overrides(spec: str, what: str) -> tuple[str, dict[str, float]]:
                 f"{what}: {one_line(k, 40)!r} is not an override (known: {', '.join(allowed)})",
                 where=what,
                 fix=example,
-                exit_code=2,
+                exit_code=EXIT_USAGE,
             )
         lo, hi, unit = allowed[k]
         try:
@@ -142,7 +145,7 @@ def _overrides(spec: str, what: str) -> tuple[str, dict[str, float]]:
                 f"{what}: {k}={one_line(v, 40)} is not a number in [{lo:g}, {hi:g}] {unit}",
                 where=what,
                 fix=example,
-                exit_code=2,
+                exit_code=EXIT_USAGE,
             )
         out[k] = x
     return name.lower(), out

@@ -56,7 +56,7 @@ from ppspec_cli.demo.relay import (
 )
 from ppspec_cli.demo.tiny import eagle3_config, eagle3_weights, target_config, target_weights
 from ppspec_cli.demo.tokenizer import write_tokenizer
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_REFUSED, PpspecError
 from ppspec_cli.io import records, safeio
 from ppspec_cli.io.records import Record
 
@@ -325,7 +325,7 @@ def ensure_demo_model(name: str, *, progress: Callable[[str], None] | None = Non
     if _is_current(target):
         return target
     _require_build_deps(name)
-    with HeldDir.claim(target.parent, where="the demo model cache", what="demo models", exit_code=1) as held:
+    with HeldDir.claim(target.parent, where="the demo model cache", what="demo models", exit_code=EXIT_REFUSED) as held:
         held.lock_self()  # one build at a time in this cache; the kernel drops it if this process dies
         if _is_current(target):  # another process built it while this one waited
             return target
@@ -373,7 +373,7 @@ def _build_into(entry: "_Entry", name: str, tmp: Path, target: Path) -> None:
             + f" ({type(e).__name__}: {str(e)[:200]}); nothing of it was kept",
             where=str(target.parent),
             fix="free space there (a demo model takes up to a few GB), or point PPSPEC_CACHE at a directory with room",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         ) from None
 
 
@@ -448,7 +448,7 @@ def _check_room(name: str, where: Path, size: int, peak: int, progress: Callable
             where=f"{DEMO_PREFIX}{name}",
             fix=f"free {_gib(int(size * 1.05) - free + (64 << 20))} there, or set PPSPEC_CACHE to a directory on a "
             "larger disk",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
     avail = psutil.virtual_memory().available
     if avail < peak:

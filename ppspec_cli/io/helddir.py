@@ -30,7 +30,7 @@ import stat
 from pathlib import Path
 from typing import IO
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_USAGE, PpspecError
 
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -75,7 +75,7 @@ class HeldDir:
     # -- opening --------------------------------------------------------------------------------
 
     @classmethod
-    def claim(cls, path: str | os.PathLike[str], *, where: str, what: str, exit_code: int = 2) -> "HeldDir":
+    def claim(cls, path: str | os.PathLike[str], *, where: str, what: str, exit_code: int = EXIT_USAGE) -> "HeldDir":
         """The directory at `path` (created if absent), held; refused unless it is yours alone."""
         p = Path(path)
         fix = (

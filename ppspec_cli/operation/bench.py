@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any, Callable
 
-from ppspec_cli.errors import EXIT_OK, PpspecError
+from ppspec_cli.errors import EXIT_OK, EXIT_SIGNAL, PpspecError
 from ppspec_cli.io import safeio
 from ppspec_cli.operation import Operation, PlacementArgs, run
 from ppspec_cli.operation.outcome import Outcome
@@ -184,7 +184,7 @@ class Driver:
             return EXIT_OK
         if r.error is not None and not isinstance(r.error, PpspecError):
             raise r.error
-        if r.exit_code < 128:
+        if r.exit_code < EXIT_SIGNAL:
             err = PpspecError(f"{arm.name}: {r.reason}", exit_code=r.exit_code)
             self.fatal = lambda: self.failed(err)
             self.s.failures.append(f"{arm.name}: {r.reason.splitlines()[0] if r.reason else 'failed'}")

@@ -251,7 +251,7 @@ def acceptance_from_report(doc: Any, where: str) -> Acceptance | None:
     averaged position by position over every run that has one. None when there is none; a list
     that is not one (too long, a value outside [0, 1], not finite, not a number) is one error
     naming the file and the list: a prediction is never made from it."""
-    from ppspec_cli.errors import PpspecError
+    from ppspec_cli.errors import EXIT_USAGE, PpspecError
 
     located: list[tuple[str, list]] = []
     _walk(doc, located)
@@ -262,7 +262,7 @@ def acceptance_from_report(doc: Any, where: str) -> Acceptance | None:
                 f"the acceptance report's {at[:120]} is not a per-position acceptance: {why}",
                 where=where,
                 fix="pass a bench.json or verify report as ppspec wrote it, or --acceptance-length",
-                exit_code=2,
+                exit_code=EXIT_USAGE,
             )
     found = [[float(x) for x in p] for _at, p in located]
     if not found:

@@ -482,7 +482,7 @@ def k8s_manifest(
             where=profile_path,
             fix="write the profile without large repeated (aliased) values; the pods read it from the ConfigMap as "
             "written out",
-            exit_code=2,
+            exit_code=EXIT_USAGE,
         )
     docs = [
         {

@@ -7,7 +7,7 @@ writes or removes anything, so a run that never started leaves no bench.json, no
 
 from __future__ import annotations
 
-from ppspec_cli.errors import PpspecError
+from ppspec_cli.errors import EXIT_REFUSED, PpspecError
 
 #: The one fix for a bench that cannot start beside a server (docs/bench.md says the same).
 FIX = (
@@ -20,7 +20,7 @@ FIX = (
 def refuse_if_busy(prof) -> None:
     """PpspecError (exit 1) when a `ppspec serve` holds the profile's run directory or something
     listens on its port; nothing is written either way."""
-    from ppspec_cli.running.launch import default_run_dir
+    from ppspec_cli.running.serve.rundir import default_run_dir
     from ppspec_cli.running.serve import port_free
     from ppspec_cli.running.serve.rundir import in_use_by
 
@@ -33,7 +33,7 @@ def refuse_if_busy(prof) -> None:
             f"one engine at a time on port {port}, so it cannot run beside that server",
             where=f"server.port {port}",
             fix=FIX,
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
     if not port_free(host, port):
         raise PpspecError(
@@ -41,5 +41,5 @@ def refuse_if_busy(prof) -> None:
             where=f"server.port {port}",
             fix="stop what listens there, or set server.port to a free port; "
             "to measure servers already running, pass --endpoint URL --baseline-endpoint URL",
-            exit_code=1,
+            exit_code=EXIT_REFUSED,
         )
