@@ -209,6 +209,21 @@ def write_safetensors(
     return path
 
 
+@pytest.fixture(autouse=True)
+def _redactions_stay_in_their_test():
+    """Secrets a test registers in this worker's process (redact.register, register_url: the attack
+    suite's `http://user:secret@...` endpoint case) are forgotten after it: one left behind masks its
+    value in every later in-process run of the worker ("engine-***-option", "test_***_by_reference"
+    in a tmp path), which is a test leaking state, not what a user's one ppspec process does."""
+    from ppspec_cli.io import redact
+
+    saved = (set(redact._secrets), redact._pattern)  # noqa: SLF001 - the module's own state, restored as found
+    yield
+    redact._secrets.clear()  # noqa: SLF001
+    redact._secrets.update(saved[0])  # noqa: SLF001
+    redact._pattern = saved[1]  # noqa: SLF001
+
+
 @pytest.fixture
 def make_checkpoint(tmp_path: Path):
     """Factory: a checkpoint directory in tmp_path.
