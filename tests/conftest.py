@@ -91,6 +91,11 @@ class _XdistReports:
 
 
 def pytest_configure(config):
+    # The width of the shell that runs the suite is not the tests': with $COLUMNS exported (80 in the
+    # lead's CI shell) every ppspec a test starts wraps its messages (io/terminal.wrap_width), and an
+    # assertion on a sentence of a pipe's output meets it broken over two lines. A test about wrapping
+    # sets COLUMNS itself (test_wrap.py, test_cli_output.py, the demo's one-screen test).
+    os.environ.pop("COLUMNS", None)
     # `bash dev.sh test` starts its workers through tests/worker.sh (PPSPEC_WORKER_PYTHON set); a
     # worker started otherwise (`-n N` next to dev.sh's --tx specs makes plain ones) would share
     # /dev/shm with the other worker's engines and see their files as its own leftovers
