@@ -619,9 +619,8 @@ def _supervise(
             last_note = now
         time.sleep(HEALTH_POLL_S)
     if shown.hidden_warnings:
-        log(
-            f"vLLM logged {shown.hidden_warnings} more warning(s) while starting (engine.log has them; --verbose shows all)"
-        )
+        # one row at 80 columns: the demo's output up to ready fits one 80x24 screen (test_demo_engine.py)
+        log(f"{shown.hidden_warnings} more vLLM warning(s) in engine.log (--verbose shows them)")
     if node.role == "head" and workload is not None:
         log(f"serving at {spec.url} — ready in {time.monotonic() - t0:.0f}s")
         return _run_workload(workload, proc, sigs, roll, exited)
