@@ -92,6 +92,11 @@ class _XdistReports:
 
 
 def pytest_configure(config):
+    # The width of the shell that runs the suite is not the tests': with $COLUMNS exported (80 in the
+    # lead's CI shell) every ppspec a test starts wraps its messages (io/terminal.wrap_width), and an
+    # assertion on a sentence of a pipe's output meets it broken over two lines. A test about wrapping
+    # sets COLUMNS itself (test_wrap.py, test_cli_output.py, the demo's one-screen test).
+    os.environ.pop("COLUMNS", None)
     # `bash dev.sh test` starts its workers through tests/worker.sh (PPSPEC_WORKER_PYTHON set); a
     # worker started otherwise (`-n N` next to dev.sh's --tx specs makes plain ones) would share
     # /dev/shm with the other worker's engines and see their files as its own leftovers
@@ -208,6 +213,21 @@ def write_safetensors(
         f.write(prefix)
         f.truncate(len(prefix) + size)
     return path
+
+
+@pytest.fixture(autouse=True)
+def _redactions_stay_in_their_test():
+    """Secrets a test registers in this worker's process (redact.register, register_url: the attack
+    suite's `http://user:secret@...` endpoint case) are forgotten after it: one left behind masks its
+    value in every later in-process run of the worker ("engine-***-option", "test_***_by_reference"
+    in a tmp path), which is a test leaking state, not what a user's one ppspec process does."""
+    from ppspec_cli.io import redact
+
+    saved = (set(redact._secrets), redact._pattern)  # noqa: SLF001 - the module's own state, restored as found
+    yield
+    redact._secrets.clear()  # noqa: SLF001
+    redact._secrets.update(saved[0])  # noqa: SLF001
+    redact._pattern = saved[1]  # noqa: SLF001
 
 
 @pytest.fixture

@@ -696,8 +696,7 @@ def test_bench_beside_a_running_serve_refuses_before_writing_anything(tmp_path, 
     import inprocess
     from enginehelpers import free_port, write_profile
 
-    from ppspec_cli.running.serve.rundir import default_run_dir
-    from ppspec_cli.running.serve.rundir import lock_run_dir
+    from ppspec_cli.running.serve.rundir import default_run_dir, lock_run_dir
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("PPSPEC_CACHE", str(cache))

@@ -79,8 +79,9 @@ def test_adapters_list_in_a_pipe_at_80_columns():
         for name in (*pack.matches.targets, *pack.matches.drafters, *pack.provides):
             assert name in words, f"{name} is broken across lines:\n{cp.stdout}"
     # wrapped list lines keep the value column: a line that is neither blank, a pack name nor a
-    # labelled row is a continuation indented exactly like the values above it
-    labelled = re.compile(r"^  (status|engine|targets|drafters|methods|provides|vLLM) +\S")
+    # labelled row is a continuation indented exactly like the values above it (proof: the releases
+    # whose source proved the pack)
+    labelled = re.compile(r"^  (status|engine|proof|targets|drafters|methods|provides|vLLM) +\S")
     names = {p.name for p in load_packs()}
     # the packs, then the section of vLLM's own facts per release (issue 31): rows labelled by release
     at = next(i for i, ln in enumerate(lines) if ln.startswith("vLLM's facts for every registered architecture"))

@@ -324,8 +324,10 @@ def test_check_plan_and_predict_never_build_a_demo_model(fresh_cache, tmp_path):
     )
     assert pred.returncode == 0, pred.stderr
     assert "building demo model" not in plan.stderr + check.stderr + pred.stderr
-    built = [p for p in fresh_cache.rglob("*") if p.is_file()] if fresh_cache.exists() else []
-    assert built == []
+    # nothing built: only the kept descriptions (`.NAME.shapes.json`, a few tens of KB)
+    files = [p for p in fresh_cache.rglob("*") if p.is_file()] if fresh_cache.exists() else []
+    assert all(p.name.endswith(".shapes.json") for p in files), files
+    assert sum(p.stat().st_size for p in files) < 1 << 20
 
 
 def test_a_builder_whose_shapes_need_data_is_an_error_not_a_build(fresh_cache, monkeypatch):
@@ -342,7 +344,8 @@ def test_a_builder_whose_shapes_need_data_is_an_error_not_a_build(fresh_cache, m
     )
     with pytest.raises(PpspecError) as e:
         demo.describe_demo_model("probe-data")
-    assert "probe-data" in e.value.what and not fresh_cache.exists()
+    assert "probe-data" in e.value.what
+    assert not fresh_cache.exists() or not any(p.is_file() for p in fresh_cache.rglob("*"))
 
 
 def test_serves_build_says_its_disk_and_memory_first_and_refuses_a_disk_too_small(fresh_cache, monkeypatch):
@@ -378,3 +381,30 @@ def test_serves_build_says_its_disk_and_memory_first_and_refuses_a_disk_too_smal
     said.clear()
     demo.ensure_demo_model("tiny-llama-relay-eagle3", progress=said.append)
     assert any(m.startswith("warning: building demo model tiny-llama-relay-eagle3 takes about") for m in said), said
+
+
+def test_a_description_is_kept_for_the_next_run_and_a_bad_one_is_a_miss(fresh_cache, monkeypatch):
+    """describe_demo_model keeps `.NAME.shapes.json` in the demo cache: the next process reads it instead
+    of running the builder; a damaged record or one of another factory version is described again."""
+    name = "tiny-llama-eagle3"
+    monkeypatch.setattr(factory, "_DESCRIPTIONS", {})
+    first = demo.describe_demo_model(name)
+    kept = fresh_cache / f".{name}.shapes.json"
+    assert kept.is_file() and not (fresh_cache / name).exists()
+    monkeypatch.setattr(factory, "_DESCRIPTIONS", {})
+    calls = []
+    entry = factory._REGISTRY[name]
+
+    def counting(spec, out):  # the same builder identity (the record's key names it), counting its runs
+        calls.append(1)
+        entry.build(spec, out)
+
+    counting.__module__, counting.__qualname__ = entry.build.__module__, entry.build.__qualname__
+    monkeypatch.setitem(factory._REGISTRY, name, factory._Entry(entry.spec, counting, entry.listed))
+    assert demo.describe_demo_model(name) == first and calls == []  # read back, the builder not run
+    for damage in ('{"key": 1}', json.dumps({**json.loads(kept.read_text()), "key": "other"})):
+        kept.write_text(damage)
+        monkeypatch.setattr(factory, "_DESCRIPTIONS", {})
+        assert demo.describe_demo_model(name) == first and calls  # a miss: described again, and kept anew
+        calls.clear()
+        assert json.loads(kept.read_text())["key"] != "other"

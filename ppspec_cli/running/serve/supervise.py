@@ -579,10 +579,8 @@ def _supervise(e: _Engine, run: Supervision) -> ServeResult:
         if failed is not None:
             return failed
     if e.shown.hidden_warnings:
-        e.shown.log(
-            f"vLLM logged {e.shown.hidden_warnings} more warning(s) while starting (engine.log has them; --verbose "
-            "shows all)"
-        )
+        # one row at 80 columns: the demo's output up to ready fits one 80x24 screen (test_demo_engine.py)
+        e.shown.log(f"{e.shown.hidden_warnings} more vLLM warning(s) in engine.log (--verbose shows them)")
     if e.node.role == "head" and run.workload is not None:
         e.shown.log(f"serving at {e.spec.url} — ready in {time.monotonic() - t0:.0f}s")
         return _run_workload(run.workload, e.proc, e.sigs, run.roll, lambda when: _exited(e, when))

@@ -20,9 +20,8 @@ FIX = (
 def refuse_if_busy(prof) -> None:
     """PpspecError (exit 1) when a `ppspec serve` holds the profile's run directory or something
     listens on its port; nothing is written either way."""
-    from ppspec_cli.running.serve.rundir import default_run_dir
     from ppspec_cli.running.serve import port_free
-    from ppspec_cli.running.serve.rundir import in_use_by
+    from ppspec_cli.running.serve.rundir import default_run_dir, in_use_by
 
     run_dir = default_run_dir(prof.name)
     holder = in_use_by(run_dir)
