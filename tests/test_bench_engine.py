@@ -136,17 +136,25 @@ def test_bench_cpu_demo_repeats_tuned_arm_interrupt_resume(tmp_path):
     )
     assert all(x["schedule"] == tuned["schedule"] for x in doc["runs"] if x["arm"] == "tuned")
     assert [lv["concurrency"] for lv in doc["levels"]] == [1, 2]
+    rec = doc["recommendation"]
+    # Two outcomes are correct on a shared 2-core machine: the tuned arm (one range, k=2) measured
+    # apart from spec-k2 (the same k) is drift between engine sessions, and then bench recommends
+    # nothing (issue 43); otherwise each level carries its envelope and the run recommends.
+    drifted = bool(rec["withheld"])
     for lv in doc["levels"]:
         assert lv["verdict"] in VERDICTS and lv["speedup"]["min"] <= lv["speedup"]["median"] <= lv["speedup"]["max"]
+        if drifted:
+            assert "envelope" not in lv, lv
+            continue
         env_ = lv["envelope"]
-        assert env_["recommended"] == doc["recommendation"]["configuration"] and env_["vs_best"][
-            "verdict"
-        ] in VERDICTS | {None}
+        assert env_["recommended"] == rec["configuration"] and env_["vs_best"]["verdict"] in VERDICTS | {None}
         assert env_["vs_profile"]["arm"] == "spec-k2"
     assert doc["parity"]["identical"] is True and {c["arm"] for c in doc["parity"]["checks"]} == {"spec-k2", "tuned"}
-    rec = doc["recommendation"]
-    assert rec["profile_change"] and rec["schedule"] == tuned["schedule"] and rec["schedule_measured"] is True
-    assert rec["configuration"] in ("baseline", "spec-k2", "tuned")
+    assert rec["schedule"] == tuned["schedule"] and rec["schedule_measured"] is True
+    if drifted:
+        assert rec["configuration"] is None and rec["profile_change"] is None and "drifted" in rec["withheld"], rec
+    else:
+        assert rec["profile_change"] and rec["configuration"] in ("baseline", "spec-k2", "tuned"), rec
     assert doc["run_id"] and doc["host"] and doc["vllm_version"].startswith("0.") and doc["device"].startswith("cpu")
     assert (out / "bench.png").read_bytes()[:4] == b"\x89PNG" and (out / "arms" / "tuned" / "c2-r1.vllm.json").is_file()
     md = (out / "report.md").read_text()
