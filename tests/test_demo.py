@@ -142,7 +142,10 @@ def test_outdated_or_partial_model_is_rebuilt(fresh_cache, monkeypatch):
     assert lines
     stamp = json.loads((path / demo.STAMP_FILE).read_text())
     assert stamp["factory_version"] == factory.FACTORY_VERSION
-    assert sorted(p.name for p in fresh_cache.iterdir()) == ["tiny-llama-eagle3-one"]
+    # nothing else is left: no partial build; beside the model only its kept description
+    # (`.NAME.shapes.json`, written when the model was described) may stand
+    left = sorted(p.name for p in fresh_cache.iterdir())
+    assert left in (["tiny-llama-eagle3-one"], [".tiny-llama-eagle3-one.shapes.json", "tiny-llama-eagle3-one"]), left
 
 
 # ------------------------------------------------------------------ layouts

@@ -12,7 +12,7 @@ import pytest
 from attack.cases import spellings
 
 from ppspec_cli.knowledge.engine import vllm_serve_parser
-from ppspec_cli.planning.engine_options import UNTRUSTED_OPTIONS, read_option, vllm_option_strings
+from ppspec_cli.planning.engine_options import UNTRUSTED_OPTIONS, read_option, read_options, vllm_option_strings
 from ppspec_cli.planning.engine_shapes import shape_findings
 
 pytestmark = pytest.mark.vllm
@@ -136,7 +136,9 @@ def test_heads_rules_agree_with_vllm(heads, kv, tp):
         vllm_refuses = True
     codes = {
         f.code
-        for f in shape_findings({"num_attention_heads": heads, "num_key_value_heads": kv}, "llama", tp, {}, {}, {})
+        for f in shape_findings(
+            {"num_attention_heads": heads, "num_key_value_heads": kv}, "llama", tp, read_options({}), {}
+        )
     }
     assert bool(codes) == vllm_refuses, (heads, kv, tp, codes)
 
@@ -168,5 +170,5 @@ def test_max_model_len_agrees_with_vllm(cfg, mml):
         vllm_refuses = False
     except ValueError:
         vllm_refuses = True
-    codes = {f.code for f in shape_findings(cfg, "llama", 1, {"max-model-len": mml}, {}, {})}
+    codes = {f.code for f in shape_findings(cfg, "llama", 1, read_options({"max-model-len": mml}), {})}
     assert ("max-model-len-too-large" in codes) == vllm_refuses, (cfg, mml, codes)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ppspec_cli.errors import PpspecError
-from ppspec_cli.running import launch
+from ppspec_cli.knowledge import engine as launch  # the vllm command is a fact of the install
 
 pytestmark = pytest.mark.slow  # runs the wheel script in subprocesses
 

@@ -16,6 +16,8 @@ import inprocess
 import pytest
 import yaml
 
+from ppspec_cli.running.launch import NodeLaunch
+
 # Fast: the CLI runs in process (tests/inprocess.py) and `serve --dry-run` imports neither vLLM nor torch.
 
 REPO = Path(__file__).resolve().parent.parent
@@ -91,8 +93,8 @@ def test_llama31_eagle3_pp2_single_node(hf_env):
     assert node["env"]["PPSPEC_PLAN_FILE"].endswith("plan.json")
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
     assert out["plan_data"]["plan"]["taps"] == [2, 16, 29]
-    # the shell line is copy-pasteable and round-trips to the same argv
-    words = shlex.split(node["shell"])
+    # the node's shell line (the text dry run's) is copy-pasteable and round-trips to the same argv
+    words = shlex.split(NodeLaunch(**node).shell_line())
     assert words[len(node["env"]) :] == argv
 
 

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from importlib import metadata as md
 from pathlib import Path
@@ -230,8 +231,14 @@ def _serve(
                 req = urllib.request.Request(
                     f"http://127.0.0.1:{port}/v1/completions", data=body, headers={"Content-Type": "application/json"}
                 )
-                with urllib.request.urlopen(req, timeout=120) as r:
-                    lp = json.loads(r.read())["choices"][0]["logprobs"]
+                try:
+                    with urllib.request.urlopen(req, timeout=120) as r:
+                        lp = json.loads(r.read())["choices"][0]["logprobs"]
+                except urllib.error.HTTPError as e:  # the server's answer and the engine's log say why
+                    raise AssertionError(
+                        f"{name}: /v1/completions answered {e.code}: {e.read()[:2000]!r}\n"
+                        + log_path.read_text(errors="replace")[-4000:]
+                    ) from None
                 outs.append((lp["tokens"], lp["token_logprobs"]))
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
                 metrics = r.read().decode()

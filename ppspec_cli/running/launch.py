@@ -48,6 +48,9 @@ class LaunchSpec:
     drafter_source: str | None  # the drafter dir/id the overlay is made from
 
     def to_json(self) -> dict[str, Any]:
+        """The launch for machines: each node's argv and env (what it adds to the caller's), once.
+        The copy-pasteable shell line is the text dry run's (it holds the env again: at a schema's
+        4096 nodes it doubled the JSON past 64 MiB, the attack suite's costs/nodes-at-max)."""
         return {
             "url": self.url,
             "run_dir": str(self.run_dir),
@@ -61,7 +64,6 @@ class LaunchSpec:
                     "argv": n.argv,
                     "env": n.env,
                     "env_refs": n.env_refs,
-                    "shell": n.shell_line(),
                 }
                 for n in self.nodes
             ],

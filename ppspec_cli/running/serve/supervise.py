@@ -92,6 +92,10 @@ ENGINE_PHASES: list[tuple[str, str]] = [
 #: Distinct vLLM warnings shown (one row each) before the rest are only counted: start-up on the CPU
 #: platform alone logs a dozen, and the ready lines must stay on the screen.
 SHOWN_WARNINGS = 3
+#: Seconds without a shown line before a `waiting for URL/health ... Ns` row: on a 2-core machine
+#: under load the demo's phases come 20-30 s apart, and a row every 15 s of that pushed the ready
+#: lines off one 80x24 screen; a silent minute-long load still shows a row every 30 s.
+QUIET_NOTE_S = 30
 #: Python's multiprocessing resource tracker, when vLLM's processes are stopped by a signal: it
 #: reports the named semaphores they did not unlink, and unlinks them itself (harmless).
 _LEAKED = re.compile(r"resource_tracker: There appear to be (\d+) leaked (semaphore|shared_memory) objects")
@@ -648,7 +652,7 @@ def _wait_ready(e: _Engine, run: Supervision, t0: float) -> ServeResult | None:
         if now - t0 > run.health_timeout_s:
             reason = _health_timeout_reason(e.spec, e.node, run.health_timeout_s, e.tail, e.log_path, run.roll)
             return ServeResult(EXIT_REFUSED, reason)
-        if now - max(last_note, e.shown.last_shown) >= 15:  # only when nothing else showed progress
+        if now - max(last_note, e.shown.last_shown) >= QUIET_NOTE_S:  # only when nothing else showed progress
             e.shown.log(f"waiting for {e.spec.url}/health ... {now - t0:.0f}s")
             last_note = now
         time.sleep(HEALTH_POLL_S)
