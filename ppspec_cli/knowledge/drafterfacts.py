@@ -228,16 +228,16 @@ def _ids_start(
     key = start_rule["key"]
     if key == "num_hidden_layers" and _is_int(rw.get("num_hidden_layers")):
         v: Any = rw["num_hidden_layers"]
-        src = f"the mtp rewrite sets num_hidden_layers: {v} ({rw.get('num_hidden_layers_at')})"
+        src = f", which vLLM's mtp rewrite sets to {v} ({rw.get('num_hidden_layers_at')})"
     else:
         v = _lookup(key, cfgs)
-        src = f"the config's `{key}`"
+        src = f" = {v}" if _is_int(v) else ""
     times = start_rule.get("times", 1)
     if _is_int(v) and _is_int(times):
         start = v * times
         return start, (
-            f"{mtp_arch} numbers its layers from {src}{f' x {times}' if times != 1 else ''} = {start} "
-            f"({start_rule.get('at')})"
+            f"{mtp_arch} numbers its layers from config.{key}{f' x {times}' if times != 1 else ''} "
+            f"({start_rule.get('at')}){src}: from {start}"
         )
     return None, (
         f"{mtp_arch} numbers its layers from the config's `{key}`, which it does not set ({start_rule.get('at')})"
