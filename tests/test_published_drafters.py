@@ -376,3 +376,66 @@ def test_a_class_that_always_takes_the_target_embedding(make_checkpoint, v):
         target, make_checkpoint("llama-head", llama_head, shards=shards), method="eagle", pp=2, engine_version=v
     )
     assert "embed-last-stage" not in ok
+
+
+# ---------------------------------------------------------------------------------------------
+# SpeculativeConfig.hf_config_override runs on every draft config vLLM loads (not only MTP targets)
+
+#: SYNTHETIC: the Kimi-K2.5 EAGLE3 head above (AQ-MedAI, model_type llama) with the model_type of
+#: its DeepSeek-V3-lineage target, as a head whose trainer copied the target's config carries it.
+EAGLE3_HEAD_DSV3_TYPE = {**fixture_config("AQ-MedAI__Kimi-K25-eagle3"), "model_type": "deepseek_v3"}
+
+
+@pytest.mark.parametrize("v", ["0.30.0", *TABLES])
+def test_config_override_rewrites_an_eagle3_head_with_a_deepseek_v3_model_type(v):
+    """vLLM passes its config override as the draft ModelConfig's hf_overrides (config/speculative.py:1428
+    in 0.33, v1/worker/gpu/spec_decode/speculator_config.py:209 in 0.34): model_type deepseek_v3 becomes
+    deepseek_mtp (:749 in 0.33, :847 in 0.34) and the architectures DeepSeekMTPModel (:755, :853), whatever
+    the head's own architectures say; EAGLEConfig then renames it Eagle3DeepSeekMTPModel, which no release
+    registers. The same head with model_type llama is left alone."""
+    t = table(v) if v in TABLES else archtable.committed(v)
+    ov = drafterfacts.config_override(t, EAGLE3_HEAD_DSV3_TYPE)
+    assert ov is not None and ov.architectures == ("DeepSeekMTPModel",) and ov.model_type == "deepseek_mtp"
+    assert len(ov.applied) == 2 and all(a.startswith("vllm/config/speculative.py:") for a in ov.applied)
+    assert ov.draft_applies_at is not None
+    want = {
+        "0.30.0": ("vllm/config/speculative.py:666", "vllm/config/speculative.py:672"),
+        "0.33.0": ("vllm/config/speculative.py:749", "vllm/config/speculative.py:755"),
+        "0.34.0": ("vllm/config/speculative.py:847", "vllm/config/speculative.py:853"),
+    }
+    assert ov.applied == want[v]
+    assert drafterfacts.served_names(t, "eagle3", list(ov.architectures)) == ["Eagle3DeepSeekMTPModel"]
+    assert not t.registers("Eagle3DeepSeekMTPModel")
+    same = drafterfacts.config_override(t, fixture_config("AQ-MedAI__Kimi-K25-eagle3"))
+    assert same is not None and not same.changed and same.architectures == ("LlamaForCausalLMEagle3",)
+    # a speculators-format config is loaded as its own class: no step names its model_type
+    assert drafterfacts.config_override(t, fixture_config("nm-testing__EAGLE3-LLaMA3.1-Instruct-8B-converted")) is None
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_eagle3_head_with_a_deepseek_v3_model_type_is_refused_by_check(make_checkpoint, v):
+    target = make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3")
+    head = make_checkpoint("head-dsv3", EAGLE3_HEAD_DSV3_TYPE, shards=eagle3_shards(hidden=7168))
+    r, by = check(target, head, method="eagle3", engine_version=v)
+    assert r.drafter_served == ("Eagle3DeepSeekMTPModel",)
+    f = expect(by, "eagle3-arch-unknown", "error", "drafter.model")
+    assert "every draft config" in f.message and "'deepseek_v3' to 'deepseek_mtp'" in f.message
+    assert "['DeepSeekMTPModel']" in f.message and "Eagle3DeepSeekMTPModel" in f.message
+    assert "model_type" in f.hint and "llama" in f.hint
+    # the head as published (model_type llama) is served as named
+    ok_head = make_checkpoint("head-llama", "AQ-MedAI__Kimi-K25-eagle3", shards=eagle3_shards(hidden=7168))
+    r2, by2 = check(target, ok_head, method="eagle3", engine_version=v)
+    assert r2.drafter_served == ("LlamaForCausalLMEagle3",) and "eagle3-arch-unknown" not in by2
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_eagle1_head_with_a_deepseek_v3_model_type_is_served_as_eagle_deepseek_mtp(make_checkpoint, v):
+    """The same override is how vLLM serves a DeepSeek EAGLE-1 head: deepseek_v3 -> DeepSeekMTPModel,
+    renamed EagleDeepSeekMTPModel by EAGLEConfig (transformers_utils/configs/eagle.py), a registered class."""
+    target = make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3")
+    cfg = {**EAGLE3_HEAD_DSV3_TYPE, "architectures": ["DeepseekV3ForCausalLM"]}
+    cfg.pop("eagle_config")
+    r, by = check(target, make_checkpoint("eagle1-dsv3", cfg), method="eagle", engine_version=v)
+    assert r.drafter_served == ("EagleDeepSeekMTPModel",)
+    assert r.drafter_override is not None and r.drafter_override.architectures == ("DeepSeekMTPModel",)
+    assert "eagle-arch-unknown" not in by

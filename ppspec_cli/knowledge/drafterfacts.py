@@ -123,6 +123,108 @@ def speculators_load(table: ArchTable | None, cfg: Mapping[str, Any]) -> Specula
 
 
 # ---------------------------------------------------------------------------------------------
+# SpeculativeConfig.hf_config_override: every draft config vLLM loads
+
+
+@dataclass(frozen=True)
+class Override:
+    """What vLLM's config override does to one draft config: the `architectures` and `model_type`
+    it leaves (unchanged when no step applied), the steps that applied (file:line), and `replaced`
+    when a step hands back another config (whose architectures ppspec does not compute)."""
+
+    architectures: tuple[str, ...]
+    model_type: str | None
+    applied: tuple[str, ...] = ()
+    replaced: str | None = None
+    at: str | None = None  # the function
+    draft_applies_at: str | None = None  # where vLLM passes it as the draft's hf_overrides
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.applied)
+
+
+def _holds(c: Mapping[str, Any], state: Mapping[str, Any], cfg: Mapping[str, Any], text: Mapping[str, Any]) -> bool:
+    if "any" in c:
+        return any(all(_holds(x, state, cfg, text) for x in alt) for alt in c["any"] if isinstance(alt, list))
+    if "architecture" in c:
+        archs = state["archs"]
+        if c.get("any_declared"):
+            return bool(set(c["architecture"]) & set(archs))
+        now = archs[0] if archs else None
+        return (now if c.get("current") else state["initial"]) in c["architecture"]
+    if "model_type" in c:
+        return state["model_type"] in c["model_type"]
+    if "text_model_type" in c:
+        return text.get("model_type") in c["text_model_type"]
+    if "key" in c:
+        return bool(_lookup(c["key"], (cfg,)))
+    if "text_key" in c:
+        return bool(_lookup(c["text_key"], (text,)))
+    return False
+
+
+def config_override(table: ArchTable | None, cfg: Mapping[str, Any]) -> Override | None:
+    """vLLM's `SpeculativeConfig.hf_config_override` over a draft config, step by step as the
+    table read it (drafterscan.config_override). None when the table does not carry it, or the
+    config is a speculators-format one (vLLM loads it as its own config class, whose model_type no
+    step names)."""
+    rule = rules(table).get("config_override")
+    if not isinstance(rule, dict) or not isinstance(rule.get("steps"), list) or not isinstance(cfg, Mapping):
+        return None
+    if cfg.get("speculators_config") is not None:
+        return None
+    archs = (
+        tuple(a for a in cfg.get("architectures") or () if isinstance(a, str))
+        if isinstance(cfg.get("architectures"), list)
+        else ()
+    )
+    mt = cfg.get("model_type") if isinstance(cfg.get("model_type"), str) else None
+    tc = cfg.get("text_config")
+    text: Mapping[str, Any] = tc if isinstance(tc, Mapping) else cfg
+    state: dict[str, Any] = {"initial": archs[0] if archs else None, "archs": archs, "model_type": mt}
+    flags: dict[str, bool] = {}
+    applied: list[str] = []
+    replaced = None
+    for step in rule["steps"]:
+        if not isinstance(step, dict):
+            continue
+        if "flag" in step:
+            flags[str(step["flag"])] = state["model_type"] in (step.get("model_type") or ())
+            continue
+        when = step.get("when")
+        if not isinstance(when, list) or not all(isinstance(c, dict) and _holds(c, state, cfg, text) for c in when):
+            continue  # an `unread` test is never applied
+        local = {k: state["model_type"] in v for k, v in (step.get("flags") or {}).items() if isinstance(v, list)}
+        applied.append(str(step.get("at")))
+        arch = step.get("architectures")
+        if isinstance(arch, str):
+            state["archs"] = (arch,)
+        elif isinstance(arch, dict) and "if" in arch:
+            got = arch["then"] if {**flags, **local}.get(arch["if"], False) else arch["else"]
+            if isinstance(got, str):
+                state["archs"] = (got,)
+        elif isinstance(arch, dict) and isinstance(arch.get("by_architecture"), dict):
+            got = arch["by_architecture"].get(state["archs"][0] if state["archs"] else None)
+            if isinstance(got, str):
+                state["archs"] = (got,)
+        if isinstance(step.get("model_type"), str):
+            state["model_type"] = step["model_type"]
+        if step.get("replaces"):
+            replaced = str(step["replaces"])
+        if step.get("returns"):
+            break
+    return Override(
+        tuple(state["archs"]),
+        state["model_type"],
+        tuple(applied),
+        replaced,
+        rule.get("at"),
+        rule.get("draft_applies_at"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # EAGLEConfig's renames
 
 

@@ -577,9 +577,254 @@ def _mtp_refusals(m: Any, n: ast.If) -> list[dict[str, Any]]:
     ]
 
 
+# ---------------------------------------------------------------------------------------------
+# Every draft config: SpeculativeConfig.hf_config_override, step by step
+
+#: The names a config override reads its config by.
+_CFG = ("hf_config", "draft_hf_config")
+
+
+def _is_cfg(node: ast.expr | None) -> bool:
+    return node is not None and (_dotted(node) or "") in _CFG
+
+
+def _key_path(node: ast.expr) -> tuple[str, str] | None:
+    """`getattr(hf_config, "a", D)` / `getattr(getattr(hf_config, "a", None), "b", D)` ->
+    ("config", "a.b"); on the text part (`text_config`) -> ("text", "a")."""
+    if not (isinstance(node, ast.Call) and _dotted(node.func) == "getattr" and len(node.args) >= 2):
+        return None
+    key = _literal(node.args[1])
+    if not isinstance(key, str):
+        return None
+    inner = node.args[0]
+    if _is_cfg(inner):
+        return "config", key
+    if (_dotted(inner) or "") == "text_config":
+        return "text", key
+    got = _key_path(inner)
+    return (got[0], f"{got[1]}.{key}") if got is not None else None
+
+
+def _strs(node: ast.expr) -> list[str] | None:
+    v = _literal(node)
+    if isinstance(v, str):
+        return [v]
+    if isinstance(v, (tuple, list, set, frozenset)) and all(isinstance(x, str) for x in v):
+        return sorted(v)
+    return None
+
+
+def _condition(part: ast.expr, initial: str | None) -> dict[str, Any] | None:
+    """One conjunct of an override's test, as data (None: not one ppspec evaluates)."""
+    if isinstance(part, ast.Compare) and len(part.ops) == 1:
+        left, op, right = part.left, part.ops[0], part.comparators[0]
+        vals = _strs(right)
+        if isinstance(op, (ast.Eq, ast.In)) and vals is not None:
+            if isinstance(left, ast.Name) and left.id == initial:
+                return {"architecture": vals}
+            if isinstance(left, ast.NamedExpr):
+                left = left.value
+            if isinstance(left, ast.Subscript) and (_dotted(left.value) or "").endswith(ARCH_KEY):
+                return {"architecture": vals, "current": True}
+            d = _dotted(left) or ""
+            if d.endswith(".model_type") and d.rsplit(".", 1)[0] in _CFG:
+                return {"model_type": vals}
+            if d == "text_config.model_type" or _key_path(left) == ("text", "model_type"):
+                return {"text_model_type": vals}
+        return None
+    if isinstance(part, ast.Call):
+        got = _key_path(part)
+        if got is not None:
+            return {"key" if got[0] == "config" else "text_key": got[1]}
+        # {"A", "B"}.intersection(getattr(hf_config, "architectures", None) or [])
+        if isinstance(part.func, ast.Attribute) and part.func.attr == "intersection":
+            vals = _strs(part.func.value)
+            if vals is not None:
+                return {"architecture": vals, "any_declared": True}
+    return None
+
+
+def _conditions(test: ast.expr, initial: str | None) -> list[dict[str, Any]] | None:
+    """A test as conditions that must all hold; `A or B` as one condition `{"any": [[...], [...]]}`."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        alts = [_conditions(v, initial) for v in test.values]
+        return None if any(a is None for a in alts) else [{"any": alts}]
+    parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    out = [_condition(p, initial) for p in parts]
+    return None if any(c is None for c in out) else out  # type: ignore[return-value]
+
+
+def _local_flags(body: list[ast.stmt], initial: str | None) -> dict[str, list[str]]:
+    """`is_moe = hf_config.model_type in (...)` in a branch body (read before its own rewrite)."""
+    out: dict[str, list[str]] = {}
+    for st in body:
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            c = _condition(st.value, initial)
+            if c is not None and list(c) == ["model_type"]:
+                out[st.targets[0].id] = c["model_type"]
+    return out
+
+
+def _arch_effect(el: ast.expr, guard: str | None) -> Any:
+    """What an `architectures` write sets: a name, or `A if flag else B` as data."""
+    v = _literal(el)
+    if isinstance(v, str):
+        return (
+            {"if": guard.lstrip("!"), "then": v, "else": None}
+            if guard and not guard.startswith("!")
+            else ({"if": guard[1:], "then": None, "else": v} if guard else v)
+        )
+    if isinstance(el, ast.IfExp) and isinstance(el.test, ast.Name):
+        a, b = _literal(el.body), _literal(el.orelse)
+        if isinstance(a, str) and isinstance(b, str):
+            return {"if": el.test.id, "then": a, "else": b}
+    if isinstance(el, ast.Subscript) and isinstance(el.value, ast.Name) and isinstance(el.slice, ast.Name):
+        return {"lookup": el.value.id}  # resolved by _effects against the dict the body assigns
+    return None
+
+
+def _guard_name(test: ast.expr) -> str | None:
+    """`if flag:` -> "flag"; `if not flag:` -> "!flag"; anything else None."""
+    if isinstance(test, ast.Name):
+        return test.id
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Name):
+        return f"!{test.operand.id}"
+    return None
+
+
+def _write(n: ast.AST, guard: str | None, out: dict[str, Any]) -> None:
+    """One node's write to the config: an `update({...})` dict, or `cfg.model_type =` / `cfg.architectures =`
+    / `x["architectures"] =`."""
+    if isinstance(n, ast.Dict):
+        for k, v in zip(n.keys, n.values):
+            if _literal(k) == ARCH_KEY and isinstance(v, ast.List) and v.elts:
+                got = _arch_effect(v.elts[0], guard)
+                out["architectures"] = got if got is not None else {"unread": ast.unparse(v)[:80]}
+            if _literal(k) == "model_type" and isinstance(_literal(v), str):
+                out["model_type"] = _literal(v)
+        return
+    if not (isinstance(n, ast.Assign) and len(n.targets) == 1):
+        return
+    t = n.targets[0]
+    if (
+        isinstance(t, ast.Attribute)
+        and _is_cfg(t.value)
+        and t.attr == "model_type"
+        and isinstance(_literal(n.value), str)
+    ):
+        out["model_type"] = _literal(n.value)
+    arch_target = (isinstance(t, ast.Attribute) and _is_cfg(t.value) and t.attr == ARCH_KEY) or (
+        isinstance(t, ast.Subscript) and _literal(t.slice) == ARCH_KEY
+    )
+    if arch_target and isinstance(n.value, ast.List) and n.value.elts:
+        got = _arch_effect(n.value.elts[0], guard)
+        out["architectures"] = got if got is not None else {"unread": ast.unparse(n.value)[:80]}
+
+
+def _effects(body: list[ast.stmt], guard: str | None = None) -> dict[str, Any]:
+    """What a branch does to the config: the architectures it writes, the model_type it sets,
+    whether it returns (and whether with another config: `replaces`)."""
+    out: dict[str, Any] = {}
+    dicts = {
+        t.id: _literal(n.value)
+        for st in body
+        for n in ast.walk(st)
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+    for st in body:
+        if isinstance(st, ast.Return):
+            out["returns"] = True
+            if not _is_cfg(st.value):
+                out["replaces"] = ast.unparse(st.value)[:80] if st.value is not None else "None"
+            break
+        name = _guard_name(st.test) if isinstance(st, ast.If) else None
+        if isinstance(st, ast.If) and name:
+            inner = _effects(st.body, name)
+            if "architectures" in inner:
+                out.setdefault("architectures", inner["architectures"])
+            continue
+        for n in ast.walk(st):
+            _write(n, guard, out)
+    arch = out.get("architectures")
+    if isinstance(arch, dict) and "lookup" in arch:
+        table = dicts.get(arch["lookup"])
+        out["architectures"] = {"by_architecture": table} if isinstance(table, dict) else {"unread": arch["lookup"]}
+    return out
+
+
+def config_override(src: Source) -> dict[str, Any] | None:
+    """`SpeculativeConfig.hf_config_override`, which vLLM passes as the draft ModelConfig's
+    `hf_overrides`, so it runs on every draft config it loads (an EAGLE3 head's too), before
+    EAGLEConfig's rename: its top-level steps in order. A step is a flag (`use_v32_mtp =
+    hf_config.model_type in (...)`, read on the model type at that point) or an `if` whose test is
+    read as conditions (`when`: the initial or current architecture, the model_type, the text
+    model_type, a key that must be truthy) with what its body does (`architectures`, `model_type`,
+    `returns`); a test ppspec does not evaluate is kept as `unread` (that step is never applied)."""
+    info, fn = _override_fn(src)
+    if info is None or fn is None:
+        return None
+    initial = next(
+        (
+            st.targets[0].id
+            for st in fn.body
+            if isinstance(st, ast.Assign)
+            and len(st.targets) == 1
+            and isinstance(st.targets[0], ast.Name)
+            and isinstance(st.value, ast.Subscript)
+            and (_dotted(st.value.value) or "").endswith(ARCH_KEY)
+        ),
+        None,
+    )
+    params = {a.arg for a in fn.args.args[1:] + fn.args.kwonlyargs}
+    steps: list[dict[str, Any]] = []
+    for st in fn.body:
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            c = _condition(st.value, initial)
+            if c is not None and "model_type" in c:
+                steps.append({"flag": st.targets[0].id, "model_type": c["model_type"], "at": _where(info, st)})
+            continue
+        if not isinstance(st, ast.If):
+            continue
+        if {x.id for x in ast.walk(st.test) if isinstance(x, ast.Name)} & params:
+            continue  # a test on the caller's argument (the Transformers backend's MTP), not on the config
+        eff = _effects(st.body)
+        if not eff:
+            continue
+        conds = _conditions(st.test, initial)
+        step: dict[str, Any] = {"at": _where(info, st), **eff}
+        flags = _local_flags(st.body, initial)
+        if flags:
+            step["flags"] = flags
+        if conds is None:
+            step["unread"] = " ".join(ast.unparse(st.test).split())[:160]
+        else:
+            step["when"] = conds
+        steps.append(step)
+    out: dict[str, Any] = {"at": _where(info, fn), "steps": steps}
+    for mod in _SETUP_MODULES:
+        m = src.module(mod)
+        for n in ast.walk(m.tree) if m is not None and m.tree is not None else ():
+            if (
+                isinstance(n, ast.Call)
+                and (_dotted(n.func) or "").endswith("ModelConfig")
+                and any(k.arg == "runner" and _literal(k.value) == "draft" for k in n.keywords)
+            ):
+                hk = next((k for k in n.keywords if k.arg == "hf_overrides"), None)
+                if hk is not None:
+                    out["draft_applies_at"] = _where(m, hk.value)
+    return out
+
+
 def rules(src: Source) -> dict[str, Any]:
     """The table's `drafter_rules` (module doc)."""
-    return {"speculators": speculators(src), "eagle_config": eagle_config(src), "mtp_rewrite": mtp(src)}
+    return {
+        "speculators": speculators(src),
+        "eagle_config": eagle_config(src),
+        "mtp_rewrite": mtp(src),
+        "config_override": config_override(src),
+    }
 
 
 # ---------------------------------------------------------------------------------------------

@@ -73,6 +73,7 @@ class Resolved:
     )
     speculators: drafterfacts.SpeculatorsLoad | None = None  # vLLM's speculators loader on the drafter config
     drafter_served: tuple[str, ...] | None = None  # the architectures vLLM builds the drafter as (the table's renames)
+    drafter_override: drafterfacts.Override | None = None  # vLLM's hf_config_override on the drafter config
     options: EngineOptions = field(default_factory=EngineOptions)  # the profile's `engine:`, read once
     needs: tuple[dict[str, Any], ...] = ()  # what the engine must have, asserted by the plugin (needed_behaviours)
     placement: Placement = field(default_factory=lambda: Placement(None, None))  # this node's, decided
@@ -385,6 +386,11 @@ def _drafter_side(r: Resolved) -> dict[str, Any]:
     if sp is not None and sp.refused:
         return out
     archs = methods.declared_architectures(view or {})
+    # vLLM passes its config override as every draft's hf_overrides: it runs before any rename
+    ov = drafterfacts.config_override(r.arch_table, view or {}) if sp is None else None
+    if ov is not None and ov.changed:
+        out["drafter_override"] = ov
+        archs = list(ov.architectures)
     served = drafterfacts.served_names(r.arch_table, r.method, archs, speculators=sp is not None)
     out["drafter_served"] = None if served is None else tuple(served)
     return out
