@@ -439,3 +439,100 @@ def test_eagle1_head_with_a_deepseek_v3_model_type_is_served_as_eagle_deepseek_m
     assert r.drafter_served == ("EagleDeepSeekMTPModel",)
     assert r.drafter_override is not None and r.drafter_override.architectures == ("DeepSeekMTPModel",)
     assert "eagle-arch-unknown" not in by
+
+
+# ---------------------------------------------------------------------------------------------
+# The class vLLM builds a DSpark drafter as: the release's own rule (drafter_rules.dspark_class)
+
+
+def test_dspark_class_rule_per_release():
+    """0.30-0.33 keep a fixed list of DSpark classes (`elif self.method == "dspark" and ("Qwen3DSparkModel" not
+    in ... )`, config/speculative.py:1412 in 0.30, :1543 in 0.33: 0.33 adds MuseSparkDSparkModel) and rename a
+    Qwen3 DSparkDraftModel first (:1403, :1534); 0.34 keeps any class that declares its speculator
+    (v1/worker/gpu/spec_decode/dspark/config.py:59, `draft.speculator_config_class is None`). Otherwise the
+    in-target class: DSparkV41DraftModel for a deepseek_v41 target, else DSparkDraftModel (:1428, :1561, :64)."""
+    steps = {v: archtable.committed(v).doc["drafter_rules"]["dspark_class"]["steps"] for v in ("0.30.0", "0.33.0")}
+    steps["0.34.0"] = table("0.34.0").doc["drafter_rules"]["dspark_class"]["steps"]
+    assert steps["0.30.0"][0]["at"] == "vllm/config/speculative.py:1403"
+    assert steps["0.30.0"][0]["architectures"] == "Qwen3DSparkModel"
+    assert steps["0.30.0"][1]["keeps"] == [
+        "Gemma4DSparkModel",
+        "K3DSparkModel",
+        "Qwen3DSparkModel",
+        "Qwen3OmniDSparkModel",
+    ]
+    assert steps["0.30.0"][1]["at"] == "vllm/config/speculative.py:1412"
+    assert "MuseSparkDSparkModel" in steps["0.33.0"][1]["keeps"] and steps["0.33.0"][1]["at"].endswith(":1543")
+    assert steps["0.34.0"] == [
+        {
+            "keeps": "declaring",
+            "at": "vllm/v1/worker/gpu/spec_decode/dspark/config.py:59",
+            "fallback": {
+                "by_target_model_type": {"deepseek_v41": "DSparkV41DraftModel"},
+                "default": "DSparkDraftModel",
+                "at": "vllm/v1/worker/gpu/spec_decode/dspark/config.py:64",
+            },
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    "v, archs, model_type, target_type, platform, want, fallback",
+    [
+        # deepseek-ai/dspark_qwen3_8b_block7: a Qwen3 DSparkDraftModel (0.33: the dspark branch; 0.34: the override)
+        ("0.33.0", ["DSparkDraftModel"], "qwen3", "qwen3", "cuda", "Qwen3DSparkModel", False),
+        # MuseSpark's class: not kept by 0.32's list, kept by 0.33's, declares dspark in 0.34
+        ("0.32.0", ["MuseSparkDSparkModel"], "llama", "llama", "cuda", "DSparkDraftModel", True),
+        ("0.33.0", ["MuseSparkDSparkModel"], "llama", "llama", "cuda", "MuseSparkDSparkModel", False),
+        ("0.34.0", ["MuseSparkDSparkModel"], "llama", "llama", "cuda", "MuseSparkDSparkModel", False),
+        # 0.34 keeps a class that declares its speculator though no list names it: MiniMax-M3's DSpark drafter
+        ("0.34.0", ["DSparkMiniMaxDraftModel"], "minimax_m3", "minimax_m3", "cuda", "DSparkMiniMaxDraftModel", False),
+        ("0.34.0", ["MistralLarge4DSparkModel"], "mistral", "mistral", "cuda", "MistralLarge4DSparkModel", False),
+        # DeepSeek-V4.1's in-target drafter (the target's own config, rewritten by the override first)
+        ("0.33.0", ["DeepseekV4ForCausalLM"], "deepseek_v41", "deepseek_v41", "cuda", "DSparkV41DraftModel", True),
+        ("0.34.0", ["DeepSeekV4MTPModel"], "deepseek_mtp", "deepseek_v4", "cuda", "DSparkDraftModel", True),
+    ],
+)
+def test_dspark_class_choice(v, archs, model_type, target_type, platform, want, fallback):
+    t = archtable.committed(v)
+    got = drafterfacts.class_choice(t, "dspark_class", archs, model_type, target_type, platform)
+    assert got is not None and got.architectures == (want,) and got.fallback is fallback, got
+    if fallback:
+        assert got.applied and ("dspark/config.py:59" in got.why or "speculative.py" in got.why)
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_deepseek_dspark_qwen3_is_served_as_qwen3_dspark_by_the_table(make_checkpoint, v):
+    """The whole path: the override (0.34, config/speculative.py:789) or the dspark branch (0.33, :1534)
+    serves deepseek-ai/dspark_qwen3_8b_block7 as Qwen3DSparkModel, the class its contract is for."""
+    target = make_checkpoint("qwen3", QWEN3_8B)
+    drafter = make_checkpoint("dspark", "deepseek-ai__dspark_qwen3_8b_block7")
+    r, _ = check(target, drafter, method="dspark", engine_version=v, dopts={"num_speculative_tokens": 7})
+    assert r.drafter_served == ("Qwen3DSparkModel",)
+    if v == "0.34.0":
+        assert r.drafter_override is not None and r.drafter_override.applied == ("vllm/config/speculative.py:789",)
+    else:
+        assert r.drafter_choice is not None and r.drafter_choice.applied == ("vllm/config/speculative.py:1534",)
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_a_dspark_class_vllm_does_not_keep_is_served_in_target_and_warned(make_checkpoint, v):
+    """A standalone DSpark checkpoint naming a class no release registers (SYNTHETIC `FooDSparkModel`):
+    every release serves it as DeepSeek-V4's in-target DSparkDraftModel: the deepseek_v4_dspark pack warns."""
+    target = make_checkpoint("qwen3", QWEN3_8B)
+    cfg = {**fixture_config("deepseek-ai__dspark_qwen3_8b_block7"), "architectures": ["FooDSparkModel"]}
+    r, by = check(target, make_checkpoint("foo", cfg), method="dspark", engine_version=v, adapter="auto")
+    assert r.drafter_served == ("DSparkDraftModel",) and r.drafter_choice is not None and r.drafter_choice.fallback
+    f = expect(by, "dspark-served-as-deepseek-v4", "warning")
+    assert "DSparkDraftModel" in f.message and "FooDSparkModel" in f.message
+
+
+def test_a_dspark_class_only_0_34_keeps_is_not_warned_there(make_checkpoint):
+    """DSparkMiniMaxDraftModel declares its speculator (models/minimax_m3: speculator_config_class): 0.34 keeps it
+    (dspark/config.py:59), where a hand-written list of kept classes would serve it as DSparkDraftModel."""
+    target = make_checkpoint("qwen3", QWEN3_8B)
+    cfg = {**fixture_config("deepseek-ai__dspark_qwen3_8b_block7"), "architectures": ["DSparkMiniMaxDraftModel"]}
+    cfg["model_type"] = "minimax_m3_dspark"
+    r, by = check(target, make_checkpoint("mm3", cfg), method="dspark", engine_version="0.34.0", adapter="auto")
+    assert r.drafter_served == ("DSparkMiniMaxDraftModel",), r.drafter_served
+    assert "dspark-served-as-deepseek-v4" not in by

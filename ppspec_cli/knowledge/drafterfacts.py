@@ -225,6 +225,76 @@ def config_override(table: ArchTable | None, cfg: Mapping[str, Any]) -> Override
 
 
 # ---------------------------------------------------------------------------------------------
+# The class vLLM picks for a method's drafter (dspark: drafterscan.dspark_class)
+
+
+@dataclass(frozen=True)
+class ClassChoice:
+    """The architectures vLLM builds the drafter as after the method's own class choice, the steps
+    that decided it (file:line), and `fallback` when it replaced the checkpoint's class with the
+    in-target one (`why`: the keep rule, in words)."""
+
+    architectures: tuple[str, ...]
+    applied: tuple[str, ...] = ()
+    fallback: bool = False
+    why: str = ""
+
+
+def _keeps(table: ArchTable, step: Mapping[str, Any], archs: tuple[str, ...], platform: str) -> tuple[bool, str]:
+    keeps = step.get("keeps")
+    if keeps == "declaring":  # the class of the first registered architecture declares its speculator
+        arch = next((a for a in archs if table.registers(a)), None)
+        facts = table.drafter(arch, platform) if arch else None
+        dm = as_dict((facts or {}).get("declares_method"))
+        return bool(dm.get("method")), (
+            f"vLLM {table.version} keeps a draft class that declares its speculator (speculator_config_class)"
+        )
+    kept = [k for k in keeps or () if isinstance(k, str)]
+    return bool(set(kept) & set(archs)), f"vLLM {table.version} keeps only {', '.join(kept)}"
+
+
+def class_choice(
+    table: ArchTable | None,
+    section: str | None,
+    archs: tuple[str, ...] | list[str],
+    model_type: str | None,
+    target_model_type: str | None,
+    platform: str,
+) -> ClassChoice | None:
+    """The release's class choice for the method (`section` of the table's drafter rules) applied to
+    the drafter's architectures and model_type (as the config override left them). None when the
+    method has none or the table does not carry it."""
+    rule = rules(table).get(section) if section else None
+    if table is None or not isinstance(rule, dict) or not isinstance(rule.get("steps"), list):
+        return None
+    cur = tuple(archs)
+    applied: list[str] = []
+    for step in rule["steps"]:
+        if not isinstance(step, dict):
+            continue
+        if "keeps" in step:
+            kept, why = _keeps(table, step, cur, platform)
+            if kept:
+                return ClassChoice(cur, tuple(applied))
+            fb = as_dict(step.get("fallback"))
+            by = as_dict(fb.get("by_target_model_type"))
+            got = by.get(target_model_type or "", fb.get("default"))
+            if not isinstance(got, str):
+                return None
+            return ClassChoice((got,), (*applied, str(step.get("at"))), True, f"{why} ({step.get('at')})")
+        when: list[Any] = step["when"] if isinstance(step.get("when"), list) else []
+        ok = all(
+            (set(c["architecture"]) & set(cur)) if "architecture" in c else model_type in (c.get("model_type") or ())
+            for c in when
+            if isinstance(c, dict)
+        )
+        if ok and isinstance(step.get("architectures"), str):
+            applied.append(str(step.get("at")))
+            return ClassChoice((step["architectures"],), tuple(applied))  # an if/elif: the keep rule is not read
+    return ClassChoice(cur, tuple(applied))
+
+
+# ---------------------------------------------------------------------------------------------
 # EAGLEConfig's renames
 
 

@@ -45,7 +45,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ppspec_cli.knowledge import archscan
+from ppspec_cli.knowledge import archscan, methods
 from ppspec_cli.knowledge.archscan import (
     ClassInfo,
     Scanner,
@@ -817,6 +817,130 @@ def config_override(src: Source) -> dict[str, Any] | None:
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# The class vLLM builds a `dspark` drafter as
+
+DECLARED_ATTR = "speculator_config_class"
+
+
+def _module_str(info: Any, node: ast.expr) -> str | None:
+    """A string literal, or a module-level `NAME = "..."` constant of the module."""
+    v = _literal(node)
+    if isinstance(v, str):
+        return v
+    if isinstance(node, ast.Name) and info.tree is not None:
+        for st in info.tree.body:
+            if isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in st.targets):
+                got = _literal(st.value)
+                return got if isinstance(got, str) else None
+    return None
+
+
+def _target_flag(body: list[ast.stmt]) -> dict[str, str] | None:
+    """`is_v41 = <target>.hf_config.model_type == "x"` -> {"is_v41": "x"}."""
+    for st in body:
+        if (
+            isinstance(st, ast.Assign)
+            and len(st.targets) == 1
+            and isinstance(st.targets[0], ast.Name)
+            and isinstance(st.value, ast.Compare)
+            and isinstance(st.value.ops[0], ast.Eq)
+            and "target" in (_dotted(st.value.left) or "")
+            and (_dotted(st.value.left) or "").endswith(".model_type")
+            and isinstance(_literal(st.value.comparators[0]), str)
+        ):
+            return {st.targets[0].id: _literal(st.value.comparators[0])}
+    return None
+
+
+def _fallback(body: list[ast.stmt], info: Any) -> dict[str, Any] | None:
+    """The in-target class a branch writes: `["A" if is_v41 else "B"]` over the target's model_type."""
+    flag = _target_flag(body) or {}
+    for st in body:
+        for n in ast.walk(st):
+            if not (
+                isinstance(n, ast.Assign)
+                and len(n.targets) == 1
+                and isinstance(n.targets[0], ast.Attribute)
+                and n.targets[0].attr == ARCH_KEY
+                and isinstance(n.value, ast.List)
+                and n.value.elts
+            ):
+                continue
+            el = n.value.elts[0]
+            if isinstance(el, ast.IfExp) and isinstance(el.test, ast.Name) and el.test.id in flag:
+                a, b = _literal(el.body), _literal(el.orelse)
+                if isinstance(a, str) and isinstance(b, str):
+                    return {"by_target_model_type": {flag[el.test.id]: a}, "default": b, "at": _where(info, n)}
+            if isinstance(_literal(el), str):
+                return {"default": _literal(el), "at": _where(info, n)}
+    return None
+
+
+def _method_branches(info: Any, method: str) -> list[dict[str, Any]]:
+    """0.30-0.33: the `self.method == <method>` branches of the speculative config's set-up: one that
+    renames (`"X" in architectures and model_type == "y"` -> ["Z"]) and one that keeps the listed
+    classes (`"A" not in architectures and ...`) and writes the in-target class otherwise."""
+    out: list[dict[str, Any]] = []
+    for n in ast.walk(info.tree):
+        if not isinstance(n, ast.If):
+            continue
+        tests = [c for c in ast.walk(n.test) if isinstance(c, ast.Compare) and len(c.ops) == 1]
+        if not any((_dotted(c.left) or "").endswith(".method") and _literal(c.comparators[0]) == method for c in tests):
+            continue
+        on_archs = [c for c in tests if (_dotted(c.comparators[0]) or "").endswith(f".{ARCH_KEY}")]
+        kept = [_module_str(info, c.left) for c in on_archs if isinstance(c.ops[0], ast.NotIn)]
+        has = [_module_str(info, c.left) for c in on_archs if isinstance(c.ops[0], ast.In)]
+        types = [
+            _literal(c.comparators[0])
+            for c in tests
+            if (_dotted(c.left) or "").endswith(".model_type") and isinstance(_literal(c.comparators[0]), str)
+        ]
+        fb = _fallback(n.body, info)
+        if kept and fb is not None and all(isinstance(k, str) for k in kept):
+            out.append({"keeps": sorted(k for k in kept if k), "fallback": fb, "at": _where(info, n)})
+        elif has and fb is not None and "by_target_model_type" not in fb and all(isinstance(h, str) for h in has):
+            when: list[dict[str, Any]] = [{"architecture": [h for h in has if h]}]
+            if types:
+                when.append({"model_type": types})
+            out.append({"when": when, "architectures": fb["default"], "at": _where(info, n)})
+    return sorted(out, key=lambda x: int(x["at"].rsplit(":", 1)[1]))
+
+
+def _method_adapt(src: Source, v2_pkg: str) -> list[dict[str, Any]]:
+    """0.34+: the method's SpeculatorConfig.adapt_draft_model_config (`<v2_pkg>/config.py`): a draft
+    whose class declares no speculator (`draft.speculator_config_class is None`) is rewritten to the
+    in-target class."""
+    info = src.module(f"{V2_SPEC_PKG}.{v2_pkg}.config")
+    for cls in info.classes.values() if info is not None else ():
+        fn = cls.methods.get("adapt_draft_model_config")
+        for n in ast.walk(fn) if fn is not None else ():
+            if (
+                isinstance(n, ast.If)
+                and isinstance(n.test, ast.Compare)
+                and isinstance(n.test.ops[0], ast.Is)
+                and (_dotted(n.test.left) or "").endswith(f".{DECLARED_ATTR}")
+                and _literal(n.test.comparators[0]) is None
+            ):
+                fb = _fallback(n.body, info)
+                if fb is not None:
+                    return [{"keeps": "declaring", "fallback": fb, "at": _where(info, n)}]
+    return []
+
+
+def method_class(src: Source, method: str, v2_pkg: str | None) -> dict[str, Any] | None:
+    """How vLLM picks the class of a drafter of `method` (dspark) after the config override (which
+    in 0.34 also renames a Qwen3 `DSparkDraftModel`): `steps` in order, each a rename (`when` ->
+    `architectures`) or the keep rule (`keeps`: the classes listed in 0.30-0.33, or "declaring": a
+    class that declares its speculator, 0.34) with the in-target `fallback` per target model_type.
+    None: not found."""
+    steps = _method_adapt(src, v2_pkg) if v2_pkg else []
+    if not steps:
+        info = src.module(SPEC_CONFIG)
+        steps = _method_branches(info, method) if info is not None and info.tree is not None else []
+    return {"steps": steps} if steps else None
+
+
 def rules(src: Source) -> dict[str, Any]:
     """The table's `drafter_rules` (module doc)."""
     return {
@@ -824,6 +948,12 @@ def rules(src: Source) -> dict[str, Any]:
         "eagle_config": eagle_config(src),
         "mtp_rewrite": mtp(src),
         "config_override": config_override(src),
+        # the methods that pick their drafter's class themselves (`class_rule`: dspark_class)
+        **{
+            m.class_rule: method_class(src, m.name, m.v2_speculator)
+            for m in methods.REGISTRY.values()
+            if m.class_rule is not None
+        },
     }
 
 

@@ -253,5 +253,8 @@ def load_refused(r: Resolved) -> bool:
 def served_class_known(r: Resolved) -> bool:
     """vLLM builds the drafter as a drafter class its registry has (whatever the config's own
     architecture name says: an official EAGLE-3 head naming LlamaForCausalLM is served as
-    Eagle3LlamaForCausalLM)."""
+    Eagle3LlamaForCausalLM). Not when the class is the method's in-target fallback (a DSpark drafter
+    vLLM keeps none of the names of is served as DeepSeek-V4's own): that says nothing of the checkpoint."""
+    if r.drafter_choice is not None and r.drafter_choice.fallback:
+        return False
     return drafter_facts(r) is not None and r.drafter_served is not None

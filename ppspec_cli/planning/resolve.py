@@ -74,6 +74,7 @@ class Resolved:
     speculators: drafterfacts.SpeculatorsLoad | None = None  # vLLM's speculators loader on the drafter config
     drafter_served: tuple[str, ...] | None = None  # the architectures vLLM builds the drafter as (the table's renames)
     drafter_override: drafterfacts.Override | None = None  # vLLM's hf_config_override on the drafter config
+    drafter_choice: drafterfacts.ClassChoice | None = None  # the method's own class choice (dspark), from the table
     options: EngineOptions = field(default_factory=EngineOptions)  # the profile's `engine:`, read once
     needs: tuple[dict[str, Any], ...] = ()  # what the engine must have, asserted by the plugin (needed_behaviours)
     placement: Placement = field(default_factory=lambda: Placement(None, None))  # this node's, decided
@@ -392,6 +393,14 @@ def _drafter_side(r: Resolved) -> dict[str, Any]:
         out["drafter_override"] = ov
         archs = list(ov.architectures)
     served = drafterfacts.served_names(r.arch_table, r.method, archs, speculators=sp is not None)
+    m = r.spec
+    if served is not None and m is not None and m.class_rule is not None:
+        mt = ov.model_type if ov is not None else (view or {}).get("model_type")
+        tmt = r.target.model_type if r.target is not None else None
+        choice = drafterfacts.class_choice(r.arch_table, m.class_rule, served, mt, tmt, r.platform)
+        if choice is not None:
+            out["drafter_choice"] = choice
+            served = list(choice.architectures)
     out["drafter_served"] = None if served is None else tuple(served)
     return out
 

@@ -408,6 +408,7 @@ def drafter_contract_rule(r: Resolved) -> Iterator[Finding]:
         num_speculative_tokens=d.num_speculative_tokens,
         target_config=t.config if t else None,
         target_text=t.text if t else None,
+        served=r.drafter_served,
     )
 
 
@@ -421,7 +422,9 @@ def shapes(r: Resolved) -> Iterator[Finding]:
     view = r.drafter_view or {}
     th, tv = r.target.hidden_size, r.target.vocab_size
     # a drafter whose vocabularies a drafter pack's contract judges (drafter-contract rule)
-    pack_vocab = r.version is not None and drafter_contract.judges_vocabulary(d.method, view, r.version)
+    pack_vocab = r.version is not None and drafter_contract.judges_vocabulary(
+        d.method, view, r.version, r.drafter_served
+    )
     dh = next((view[k] for k in m.hidden_size_keys if isinstance(view.get(k), int)), None)
     if th is not None and dh is not None and dh != th:
         yield HIDDEN_SIZE_MISMATCH.at(

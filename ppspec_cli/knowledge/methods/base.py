@@ -53,9 +53,6 @@ class DrafterClass:
     until: Version | None = None  # last vLLM release that has it (None: still there)
     pack: str = ""
     keeps_name: bool = False  # DFlash: vLLM's EAGLEConfig does not prefix it with `DFlash`
-    served_from: tuple[
-        tuple[str, str | None], ...
-    ] = ()  # (checkpoint architecture, config model_type) vLLM serves as this class
     speculators: tuple[SpeculatorsPick, ...] = ()
     draft_topk: bool = False  # the class takes `dspark_draft_topk`
     fc_taps_from: tuple[
@@ -164,6 +161,7 @@ class SpecMethod:
         None  # the class vLLM builds the drafter as is not in its registry (the release's table)
     )
     family_refusal: Code | None = None  # vLLM refuses the method for the target's family and names another (mtp)
+    class_rule: str | None = None  # the table's drafter rule that picks the class vLLM builds (dspark: dspark_class)
     k_not_multiple: Code | None = None  # k above the layers' n_predict and not a multiple of it (mtp)
 
     @property
