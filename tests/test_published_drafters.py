@@ -536,3 +536,78 @@ def test_a_dspark_class_only_0_34_keeps_is_not_warned_there(make_checkpoint):
     r, by = check(target, make_checkpoint("mm3", cfg), method="dspark", engine_version="0.34.0", adapter="auto")
     assert r.drafter_served == ("DSparkMiniMaxDraftModel",), r.drafter_served
     assert "dspark-served-as-deepseek-v4" not in by
+
+
+# ---------------------------------------------------------------------------------------------
+# 0.34: the last stage's target embedding follows the method's config and the draft class
+
+#: SYNTHETIC DeepSeek-V4-shaped target (the keys vLLM's mtp path reads): 61 layers, one MTP layer.
+DSV4 = {
+    "architectures": ["DeepseekV4ForCausalLM"],
+    "model_type": "deepseek_v4",
+    "num_hidden_layers": 61,
+    "num_nextn_predict_layers": 1,
+    "hidden_size": 7168,
+    "vocab_size": 129280,
+    "num_attention_heads": 64,
+}
+
+
+def test_target_hidden_states_per_method_is_read_from_0_34():
+    """0.34's spec_decode_needs_target_embed (model_executor/models/utils.py:934) reads the method's
+    SpeculatorConfig.uses_target_hidden_states: True for eagle, eagle3 and mtp (EagleSpeculatorConfig,
+    v1/worker/gpu/spec_decode/eagle/config.py:38, MTPSpeculatorConfig inherits it), dflash and dspark
+    (dflash/config.py:19); False for ngram and draft_model (speculator_config.py:44). 0.33 has no such map."""
+    hs = table("0.34.0").doc["drafter_rules"]["target_hidden_states"]
+    for m in ("eagle", "eagle3", "mtp"):
+        assert hs[m]["value"] is True and hs[m]["at"] == "vllm/v1/worker/gpu/spec_decode/eagle/config.py:38"
+    assert hs["mtp"]["config"] == "MTPSpeculatorConfig"
+    assert hs["dflash"]["at"] == hs["dspark"]["at"] == "vllm/v1/worker/gpu/spec_decode/dflash/config.py:19"
+    assert hs["ngram"]["value"] is False and hs["draft_model"]["value"] is False
+    assert table("0.33.0").doc["drafter_rules"]["target_hidden_states"] is None
+
+
+@pytest.mark.parametrize(
+    "cls, platform, want",
+    [
+        ("DeepSeekV4MTPModel", "cuda", True),  # has_own_embed_tokens = False, a class attribute (nvidia/mtp.py:302)
+        ("DeepSeekV4MTPModel", "rocm", False),  # the AMD class has none
+        ("DeepSeekMTPModel", "cuda", False),
+        ("Glm4MoeLiteMTPModel", "cuda", False),
+        ("Eagle3LlamaForCausalLM", "cuda", True),  # through SupportsEagleBase (interfaces.py)
+    ],
+)
+def test_target_embed_rule_of_0_34(cls, platform, want):
+    t = table("0.34.0")
+    method = "eagle3" if cls.startswith("Eagle3") else "mtp"
+    got = drafterfacts.target_embed(t, method, cls, t.drafter(cls, platform))
+    assert got is not None and got[0] is want, got
+    assert "utils.py:934" in got[1]
+    if cls == "DeepSeekV4MTPModel" and want:
+        assert "vllm/models/deepseek_v4/nvidia/mtp.py:302" in got[1]
+    # 0.33's rule is a list of methods (mtp where the target opts in): not this one
+    assert drafterfacts.target_embed(table("0.33.0"), method, cls, table("0.33.0").drafter(cls, platform)) is None
+
+
+@pytest.mark.parametrize(
+    "v, platform, want", [("0.33.0", "cuda", "none"), ("0.34.0", "cuda", "drafter-needs"), ("0.34.0", "rocm", "none")]
+)
+def test_deepseek_v4_mtp_last_stage_embedding_follows_the_release(make_checkpoint, v, platform, want):
+    """DeepSeek-V4 + mtp at PP=2: 0.34 builds the target embedding on the last stage for DeepSeekV4MTPModel on
+    cuda (its class attribute has_own_embed_tokens; the decoder builds it there, deepseek_v4/nvidia/model.py),
+    so the plan counts it there; 0.33 (the method list without mtp, no pack opting DeepSeek-V4 in) and 0.34 on
+    rocm (the AMD class has no such attribute) do not."""
+    r, by = check(make_checkpoint("dsv4", DSV4), method="mtp", pp=2, engine_version=v, platform=platform)
+    assert r.plan.stages[-1].embedding == want
+    assert "embed-last-stage" not in by
+    notes = [n for n in r.plan.notes if "target embedding on the last stage" in n]
+    assert bool(notes) is (v == "0.34.0"), r.plan.notes
+    if want == "drafter-needs":
+        assert "has_own_embed_tokens (vllm/models/deepseek_v4/nvidia/mtp.py:302)" in notes[0]
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_deepseek_v3_mtp_needs_no_last_stage_embedding(make_checkpoint, v):
+    """DeepSeekMTPModel has no has_own_embed_tokens: unchanged from 0.33, nothing built on the last stage."""
+    r, _ = check(make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3"), method="mtp", pp=2, engine_version=v)
+    assert r.plan.stages[-1].embedding == "none"

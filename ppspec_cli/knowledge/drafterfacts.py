@@ -476,6 +476,42 @@ def mtp_facts(
 
 
 # ---------------------------------------------------------------------------------------------
+# 0.34+: the last stage's target embedding follows the method's config and the draft class
+
+
+def target_embed(table: ArchTable | None, method: str | None, cls_name: str | None, cls: Mapping[str, Any] | None):
+    """Whether the last PP stage builds the target's input embedding for this drafter, where the
+    release's `spec_decode_needs_target_embed` reads the speculative config's
+    `uses_target_hidden_states` and the draft class's `may_use_target_embed` (0.34: the method's
+    SpeculatorConfig, and `hasattr(draft class, "has_own_embed_tokens")`): (True | False | None
+    (unknown), why). None when the release's rule is a list of methods (0.30-0.33: the caller's)."""
+    te = as_dict(table.doc.get("target_embed")) if table is not None else {}
+    reads = te.get("reads") or []
+    if table is None or "uses_target_hidden_states" not in reads:
+        return None
+    rule = f"spec_decode_needs_target_embed ({te.get('at')})"
+    hs = as_dict(as_dict(rules(table).get("target_hidden_states")).get(method or ""))
+    if not isinstance(hs.get("value"), bool):
+        return None, f"vLLM {table.version}'s table does not say whether {method} reads the target's hidden states"
+    if not hs["value"]:
+        return False, f"{hs.get('config')} does not use the target's hidden states ({hs.get('at')}): {rule}"
+    if "may_use_target_embed" not in reads:
+        return True, f"{hs.get('config')} uses the target's hidden states ({hs.get('at')}): {rule}"
+    emb = as_dict((cls or {}).get("embed"))
+    if not isinstance(emb.get("class_attr"), bool):
+        return None, f"vLLM {table.version}'s table has no class facts for the draft class {cls_name}"
+    if not emb["class_attr"]:
+        return False, (
+            f"{cls_name} has no class attribute has_own_embed_tokens, so vLLM's registry says it may not use the "
+            f"target's embedding: {rule}"
+        )
+    return True, (
+        f"{hs.get('config')} uses the target's hidden states ({hs.get('at')}) and {cls_name} has "
+        f"has_own_embed_tokens ({emb.get('class_attr_at')}): {rule}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # Per drafter class
 
 

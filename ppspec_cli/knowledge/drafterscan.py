@@ -941,6 +941,50 @@ def method_class(src: Source, method: str, v2_pkg: str | None) -> dict[str, Any]
     return {"steps": steps} if steps else None
 
 
+# ---------------------------------------------------------------------------------------------
+# 0.34+: which methods' drafters read the target's hidden states (SpeculatorConfig per method)
+
+HIDDEN_STATES_ATTR = "uses_target_hidden_states"
+CONFIG_BY_METHOD = "_CONFIG_BY_METHOD"
+
+
+def hidden_state_methods(src: Source) -> dict[str, Any] | None:
+    """Per built-in method, the `uses_target_hidden_states` of its SpeculatorConfig class (the class
+    `_CONFIG_BY_METHOD` names, v1/worker/gpu/spec_decode/speculator_config.py, the attribute through
+    its bases): what 0.34's `spec_decode_needs_target_embed` reads. None before 0.34 (no such map)."""
+    info = src.module(f"{V2_SPEC_PKG}.speculator_config")
+    table = next(
+        (
+            st.value
+            for st in (info.tree.body if info is not None and info.tree is not None else ())
+            if isinstance(st, (ast.Assign, ast.AnnAssign))
+            and any(isinstance(t, ast.Name) and t.id == CONFIG_BY_METHOD for t in _targets(st))
+            and isinstance(st.value, ast.Dict)
+        ),
+        None,
+    )
+    if info is None or not isinstance(table, ast.Dict):
+        return None
+    out: dict[str, Any] = {}
+    for k, v in zip(table.keys, table.values):
+        method = _literal(k)
+        if not (isinstance(method, str) and isinstance(v, ast.Call) and len(v.args) == 2):
+            continue
+        mod, name = _literal(v.args[0]), _literal(v.args[1])
+        m = src.module(f"{V2_SPEC_PKG}.{mod}") if isinstance(mod, str) else None
+        cls = m.classes.get(name) if m is not None and isinstance(name, str) else None
+        owner = _owner(src.mro(cls, "cuda"), attr=HIDDEN_STATES_ATTR) if cls is not None else None
+        value = _literal(owner.attrs[HIDDEN_STATES_ATTR]) if owner is not None else None
+        if isinstance(value, bool):
+            assert owner is not None
+            out[method] = {"value": value, "at": owner.where(owner.attr_lines[HIDDEN_STATES_ATTR]), "config": name}
+    return dict(sorted(out.items())) or None
+
+
+def _targets(st: ast.stmt) -> list[ast.expr]:
+    return list(st.targets) if isinstance(st, ast.Assign) else [st.target] if isinstance(st, ast.AnnAssign) else []
+
+
 def rules(src: Source) -> dict[str, Any]:
     """The table's `drafter_rules` (module doc)."""
     return {
@@ -948,6 +992,7 @@ def rules(src: Source) -> dict[str, Any]:
         "eagle_config": eagle_config(src),
         "mtp_rewrite": mtp(src),
         "config_override": config_override(src),
+        "target_hidden_states": hidden_state_methods(src),
         # the methods that pick their drafter's class themselves (`class_rule`: dspark_class)
         **{
             m.class_rule: method_class(src, m.name, m.v2_speculator)
@@ -1023,6 +1068,13 @@ def _embed_facts(sc: Scanner, cls: ClassInfo, platform: str) -> dict[str, Any]:
         )
     )
     facts: dict[str, Any] = {"declared": declared}
+    # `hasattr(model_cls, "has_own_embed_tokens")`: a class attribute (its own or a base's, the EAGLE
+    # interfaces' default included), not one only __init__ or the load sets: what vLLM 0.34's
+    # registry records as `may_use_target_embed` (model_executor/models/registry.py)
+    holder = _owner(mro, attr=OWN_EMBED)
+    facts["class_attr"] = holder is not None
+    if holder is not None:
+        facts["class_attr_at"] = holder.where(holder.attr_lines[OWN_EMBED])
     # the load that runs (and the ones it reaches through super()) sets it from the checkpoint's
     # tensor names (vLLM's EAGLE weight hook acts only on a class that implements
     # SupportsEagle/SupportsEagle3)

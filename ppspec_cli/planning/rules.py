@@ -78,7 +78,7 @@ from ppspec_cli.knowledge.versions import settle_command, verified_text
 from ppspec_cli.planning import drafter_contract, drafter_load, release_rules, schedule
 from ppspec_cli.planning.engine_options import launch_refusals, pd_kv_view, untrusted_findings
 from ppspec_cli.planning.plan import default_partition, default_taps, nested_readings
-from ppspec_cli.planning.resolve import Resolved, drafter_facts, mtp_facts, mtp_layers
+from ppspec_cli.planning.resolve import Resolved, drafter_facts, mtp_facts, mtp_layers, target_embed_rule
 
 RuleFn = Callable[[Resolved], Iterator[Finding]]
 RULES: list[tuple[str, RuleFn]] = []
@@ -736,6 +736,8 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
         yield from _pp_relay(r, d.method, r.target.architectures[0])
     if methods.get(d.method).needs_target_embed and r.drafter is not None:
         yield from _pp_embedding(r)
+    if not methods.get(d.method).external_drafter:
+        yield from _mtp_embedding(r)
 
 
 def _pp_options(r: Resolved) -> Iterator[Finding]:
@@ -830,6 +832,28 @@ def _pp_embedding(r: Resolved) -> Iterator[Finding]:
                 f"its embedding on the last stage under PP ({s.reason}); vLLM: 'needs the target input "
                 "embedding, but it is unavailable on this PP stage'",
             )
+
+
+def _mtp_embedding(r: Resolved) -> Iterator[Finding]:
+    """0.34+: the target's MTP class reads the target's embedding on the last stage when its
+    release's rule says the last stage builds it for it (uses_target_hidden_states and the class's
+    has_own_embed_tokens) and the class always takes the target's: the target must build it there."""
+    rule = target_embed_rule(r)
+    mf = mtp_facts(r)
+    if rule is None or not rule[0] or mf is None or not mf.mtp_arch or r.arch_table is None:
+        return
+    emb = (r.arch_table.drafter(mf.mtp_arch, r.platform) or {}).get("embed") or {}
+    if emb.get("own") is not False:
+        return  # its own embedding (or one its weights decide): nothing shared for sure
+    s = r.support("target_embed_on_last_stage")
+    if s.status == "unknown" or s.ok:
+        return
+    yield EMBED_LAST_STAGE.at(
+        "adapter",
+        f"vLLM {r.engine_version} builds the target's embedding on the last stage for {mf.mtp_arch} ({rule[1]}) and "
+        f"{mf.mtp_arch} always takes the target's ({emb.get('at')}), but {r.target_arch} does not build it there "
+        f"({s.reason}); vLLM: 'needs the target input embedding, but it is unavailable on this PP stage'",
+    )
 
 
 def _has_taps_interface(r: Resolved) -> bool:
