@@ -32,7 +32,14 @@ TABLE_DIR = Path(__file__).resolve().parent / "arch"
 #: The release-wide sections (knowledge/releasescan) a table must carry; a cached scan without them is stale.
 RELEASE_SECTIONS = ("runners", "config_hooks", "removed", "speculators_refused", "target_embed")
 #: The drafter rules (knowledge/drafterscan.rules) a table must carry; a cached scan without one is stale.
-DRAFTER_RULE_SECTIONS = ("speculators", "eagle_config", "mtp_rewrite", "config_override", "dspark_class")
+DRAFTER_RULE_SECTIONS = (
+    "speculators",
+    "eagle_config",
+    "mtp_rewrite",
+    "config_override",
+    "dspark_class",
+    "target_hidden_states",
+)
 #: A table is a few hundred KB; nothing larger is a table.
 MAX_TABLE_BYTES = 8 * 1024 * 1024
 
