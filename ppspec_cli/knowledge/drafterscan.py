@@ -1327,6 +1327,125 @@ def _declared_method(sc: Scanner, cls: ClassInfo, platform: str) -> dict[str, An
     return {"method": method, "at": owner.where(owner.attr_lines["speculator_config_class"]), "config": conf.name}
 
 
+FC_SIZE = "fc_input_size"
+
+
+def _var(node: ast.expr) -> str | None:
+    """`x` or `self.x` as a variable name."""
+    d = _dotted(node) or ""
+    return d if isinstance(node, ast.Name) or (d.startswith("self.") and d.count(".") == 1) else None
+
+
+def _assigned(init: ast.AST, var: str) -> list[ast.expr]:
+    """Every value assigned to `var` in a constructor, in source order."""
+    got = [
+        n
+        for n in ast.walk(init)
+        if isinstance(n, (ast.Assign, ast.AnnAssign))
+        and any(_var(t) == var for t in _targets(n))
+        and n.value is not None
+    ]
+    return [n.value for n in sorted(got, key=lambda x: x.lineno) if n.value is not None]
+
+
+def _config_get(node: ast.expr, init: ast.AST) -> list[str] | None:
+    """`getattr(<config>, "k", ...)` -> ["k"]; `<d>.get("k")` where d = getattr(<config>, "n", ...) -> ["n.k"];
+    `a or b` -> both in order; a Name -> what it is assigned."""
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+        out: list[str] = []
+        for v in node.values:
+            got = _config_get(v, init)
+            if got is None:
+                return None
+            out += got
+        return out
+    if isinstance(node, ast.Call) and _dotted(node.func) == "getattr" and len(node.args) >= 2:
+        key = _literal(node.args[1])
+        head = (_dotted(node.args[0]) or "").split(".")[-1]
+        if not (isinstance(key, str) and head in _CONFIG_NAMES):
+            return None
+        dflt = node.args[2] if len(node.args) > 2 else None
+        # getattr(config, "target_hidden_size", config.hidden_size): the default is another key
+        more = [dflt.attr] if isinstance(dflt, ast.Attribute) and _config_attr(dflt, init) else []
+        return [key, *more]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" and node.args:
+        key, holder = _literal(node.args[0]), _var(node.func.value)
+        if not isinstance(key, str) or holder is None:
+            return None
+        src = _assigned(init, holder)
+        parent = _config_get(src[0], init) if src else None
+        prefix = parent[0] if parent and len(parent) == 1 else holder.split(".")[-1]
+        return [f"{prefix}.{key}"]
+    if (name := _var(node)) is not None:
+        vals = _assigned(init, name)
+        return _config_get(vals[0], init) if len(vals) == 1 else None
+    return None
+
+
+def _count_rule(init: ast.AST, var: str, depth: int = 0) -> dict[str, Any] | None:
+    """How a constructor computes a count: the config keys it tries in order (a count, or a list whose
+    length counts) and the default when none is set."""
+    keys: list[str] = []
+    default = None
+    for v in _assigned(init, var):
+        if isinstance(v, ast.IfExp) and isinstance(v.body, ast.Call) and _dotted(v.body.func) == "len":
+            got = _config_get(v.body.args[0], init) if v.body.args else None
+            if got is None or not isinstance(_literal(v.orelse), int):
+                return None
+            keys += got
+            default = _literal(v.orelse)
+        elif (other := _var(v)) is not None and depth < 3 and not _config_get(v, init):
+            inner = _count_rule(init, other, depth + 1)
+            if inner is None:
+                return None
+            keys += inner["keys"]
+            default = inner["default"] if inner["default"] is not None else default
+        else:
+            got = _config_get(v, init)
+            if got is None:
+                return None
+            keys += got
+    return {"keys": list(dict.fromkeys(keys)), "default": default} if keys else None
+
+
+def _fc_product(c: ClassInfo, init: ast.FunctionDef, n: ast.Assign) -> dict[str, Any]:
+    """The rule of one `fc_input_size = <width> * <count>`: which side is the count, its keys and
+    default, the width's keys."""
+    assert isinstance(n.value, ast.BinOp)
+    sides = [_var(n.value.left), _var(n.value.right)]
+
+    def width_of(v: str | None) -> list[str] | None:
+        vals = _assigned(init, v) if v else []
+        return _config_get(vals[0], init) if len(vals) == 1 else None
+
+    for w, k in (sides, sides[::-1]):
+        width, count = width_of(w), _count_rule(init, k) if k else None
+        if width is not None and count is not None:
+            return {**count, "width_keys": width, "at": c.where(n.lineno)}
+    return {"why": f"{c.where(n.lineno)}: {ast.unparse(n)[:100]}"}
+
+
+def _fc_sizing(sc: Scanner, cls: ClassInfo, platform: str) -> dict[str, Any] | None:
+    """How an EAGLE3 drafter sizes `fc` (its constructor's `fc_input_size = <width> * <count>`): the
+    config keys the tap count is read from, first set wins (a list counts by its length), the count
+    when none is set, and the keys of the width. None where the class has no such product."""
+    inner, _, _ = sc._built_class(cls, "model", platform)
+    for holder in (inner, cls):
+        for c in sc.src.mro(holder, platform) if holder is not None else ():
+            init = c.methods.get("__init__") if isinstance(c, ClassInfo) else None
+            if not isinstance(c, ClassInfo) or init is None:
+                continue
+            for n in ast.walk(init):
+                if (
+                    isinstance(n, ast.Assign)
+                    and any((_var(t) or "").split(".")[-1] == FC_SIZE for t in n.targets)
+                    and isinstance(n.value, ast.BinOp)
+                    and isinstance(n.value.op, ast.Mult)
+                ):
+                    return _fc_product(c, init, n)
+    return None
+
+
 def class_facts(sc: Scanner, arch: str, platform: str, mtp_class: bool = False) -> dict[str, Any]:
     """The drafter-side facts of one registered drafter class on one platform (module doc);
     `mtp_class`: it numbers no layers from a depth call (an MTP class: where its ids start)."""
@@ -1344,6 +1463,9 @@ def class_facts(sc: Scanner, arch: str, platform: str, mtp_class: bool = False) 
     declared = _declared_method(sc, cls, platform)
     if declared is not None:
         out["declares_method"] = declared
+    fc = _fc_sizing(sc, cls, platform) if not mtp_class else None
+    if fc is not None:
+        out["fc_taps"] = fc
     return out
 
 

@@ -287,12 +287,6 @@ class DrafterClassSpec(_Strict):
     draft_topk: bool = Field(
         default=False, description="DSpark: the class takes `dspark_draft_topk` (vLLM refuses it on any other)."
     )
-    fc_taps_from: tuple[str, ...] = Field(
-        default=(),
-        description="EAGLE3: the drafter-config keys vLLM's constructor sizes the class's `fc` from (a count, or a "
-        "tap list; dotted for a nested key), "
-        "first present wins, 3 taps when none is. Empty: not mirrored (the fc-width-built rule stays silent).",
-    )
 
     @field_validator("since", "until")
     @classmethod
@@ -315,7 +309,6 @@ class DrafterClassSpec(_Strict):
             keeps_name=self.keeps_name,
             speculators=tuple(methods.SpeculatorsPick(p.kind, p.model_type, p.default) for p in self.speculators),
             draft_topk=self.draft_topk,
-            fc_taps_from=self.fc_taps_from,
         )
 
 

@@ -73,6 +73,7 @@ from ppspec_cli.findings.codes import (
     VOCAB_MISMATCH,
 )
 from ppspec_cli.knowledge import archtable, facts, methods, packs
+from ppspec_cli.knowledge.drafter_width import built_fc_taps
 from ppspec_cli.knowledge.packs import PLATFORMS, in_range
 from ppspec_cli.knowledge.versions import settle_command, verified_text
 from ppspec_cli.planning import drafter_contract, drafter_load, release_rules, schedule
@@ -496,7 +497,9 @@ def _fc_width_built(r: Resolved, fc) -> Iterator[Finding]:
     if d is None or not r.uses_taps or r.drafter is None or r.plan is None:
         return
     view = {**(r.drafter_view or {}), **(r.plan.overlay or {})}
-    built = methods.get(d.method).built_fc_taps(view, packs.drafter_classes())
+    facts = drafter_facts(r) or {}
+    served = r.drafter_served[0] if r.drafter_served else None
+    built = built_fc_taps(view, served, facts.get("fc_taps")) if served else None  # the table's rule
     if built is None:
         return
     hidden = (
@@ -506,7 +509,7 @@ def _fc_width_built(r: Resolved, fc) -> Iterator[Finding]:
     width = f" ({built.taps} x {hidden} = {built.taps * hidden})" if hidden else ""
     who = (
         f"vLLM {r.engine_version}'s {built.served_class} builds its fc for {built.taps} taps{width}, from "
-        f"{built.source}"
+        f"{built.source} ({built.at})"
     )
     fix = (
         "add `num_aux_hidden_states: N` (N = the taps it was trained on) to the drafter's config.json: "

@@ -55,9 +55,6 @@ class DrafterClass:
     keeps_name: bool = False  # DFlash: vLLM's EAGLEConfig does not prefix it with `DFlash`
     speculators: tuple[SpeculatorsPick, ...] = ()
     draft_topk: bool = False  # the class takes `dspark_draft_topk`
-    fc_taps_from: tuple[
-        str, ...
-    ] = ()  # EAGLE3: config keys the class's fc width is read from, first present wins (3 when none)
 
     def known_in(self, version: Version) -> bool:
         return self.since <= version and (self.until is None or version.release <= self.until.release)
@@ -212,11 +209,6 @@ class SpecMethod:
     ) -> list[str]:
         """The architectures vLLM builds the drafter as (config/speculative.py)."""
         return declared_architectures(cfg)
-
-    def built_fc_taps(self, cfg: Mapping[str, Any], classes: tuple[DrafterClass, ...]) -> Any:
-        """How many taps vLLM builds the drafter's fc for (knowledge/drafter_width.BuiltWidth), or
-        None when the method's drafters have no such fc ppspec mirrors."""
-        return None
 
     def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Finding]:
         """What vLLM requires of every drafter of this method (drafter packs add their classes' own)."""
