@@ -33,7 +33,11 @@ What vLLM does with a drafter checkpoint before and while it builds it, per rele
   - `layer_ids` (MTP classes): where the draft layers' ids start (the config key, e.g.
     `num_hidden_layers`, or 0);
   - `declares_method` (0.34+): the method the class declares (`speculator_config_class`); vLLM
-    refuses a different configured method.
+    refuses a different configured method;
+  - `fc_taps` (EAGLE3 classes): how the constructor sizes `fc` (`fc_input_size = width * count`).
+- `rules` also reads `config_override` (hf_config_override step by step: it runs on every draft
+  config), the methods' own class choice (`dspark_class`) and, 0.34+, each method's
+  `uses_target_hidden_states` (`target_hidden_states`).
 
 Where the source does not decide a fact statically the value is None; nothing is guessed.
 """
