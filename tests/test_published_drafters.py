@@ -611,3 +611,26 @@ def test_deepseek_v3_mtp_needs_no_last_stage_embedding(make_checkpoint, v):
     """DeepSeekMTPModel has no has_own_embed_tokens: unchanged from 0.33, nothing built on the last stage."""
     r, _ = check(make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3"), method="mtp", pp=2, engine_version=v)
     assert r.plan.stages[-1].embedding == "none"
+
+
+def test_mtp_class_that_takes_the_target_embedding_needs_the_target_to_build_it(make_checkpoint, monkeypatch):
+    """The finding side of the 0.34 rule: where the rule says the last stage builds the target embedding
+    for the MTP class and the class always takes the target's (DeepSeekV4MTPModel: has_own_embed_tokens =
+    False), a target decoder that does not build it there gets embed-last-stage. SYNTHETIC: the 0.34 table
+    with DeepSeek-V4's CUDA decoder marked as not building it (no release's decoder does that today)."""
+    import copy
+
+    real = archtable.committed("0.34.0")
+    doc = copy.deepcopy(real.doc)
+    for facts in doc["targets"]["DeepseekV4ForCausalLM"]["platforms"].values():
+        facts["embed_last_stage"] = False
+    fake = archtable.ArchTable(real.version, real.commit, real.origin, real.source, doc)
+    monkeypatch.setattr(archtable, "committed", lambda v: fake if v and v.startswith("0.34") else real)
+    r, by = check(make_checkpoint("dsv4", DSV4), method="mtp", pp=2, engine_version="0.34.0", platform="cuda")
+    assert r.arch_table is fake and r.plan.stages[-1].embedding == "drafter-needs"
+    f = expect(by, "embed-last-stage", "error", "adapter")
+    assert "DeepSeekV4MTPModel" in f.message and "vllm/models/deepseek_v4/nvidia/mtp.py:302" in f.message
+    # the real table: DeepSeek-V4's CUDA decoder builds it, no finding
+    monkeypatch.setattr(archtable, "committed", lambda v: real)
+    _, by = check(make_checkpoint("dsv4b", DSV4), method="mtp", pp=2, engine_version="0.34.0", platform="cuda")
+    assert "embed-last-stage" not in by
