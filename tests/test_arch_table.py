@@ -115,6 +115,12 @@ def test_pick_prefers_the_installed_engine_that_serves(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(archscan, "scan", lambda *a, **k: calls.append(1) or real_scan(*a, **k))
     assert "runners" in archtable.pick("cuda", fork, "0.33.0", archtable.engine_table(fork)).doc and calls == [1]
+    # one written before the config override was read (drafter_rules without it): stale too
+    stale = json.loads(cached[0].read_text())
+    del stale["data"]["drafter_rules"]["config_override"]
+    cached[0].write_text(json.dumps(stale))
+    got = archtable.pick("cuda", fork, "0.33.0", archtable.engine_table(fork))
+    assert "config_override" in got.doc["drafter_rules"] and calls == [1, 1]
     # another platform than the install's: the committed table of the declared version
     assert archtable.pick("rocm", fork, "0.31.0", engine).version == "0.31.0"
     # a verified install reads its committed table (same code); nothing installed: the declared version's

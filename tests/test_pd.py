@@ -199,6 +199,52 @@ def test_k3_eagle1_with_the_global_ids_pack_agrees(monkeypatch, k3, eagle1, vers
     assert "pd-draft-layer-names" not in got and "pd-draft-layer-collision" not in got
 
 
+def test_eagle1_collision_says_what_where_and_the_fix(monkeypatch, k3, eagle1):
+    """The PP-local collision names the layer, the two stages and the pack that renumbers it."""
+    pin(monkeypatch, "0.33.0")
+    f = codes(resolve_roles(k3_profile(k3, eagle1, method="eagle", adapter="kimi_k3"), offline=True))[
+        "pd-draft-layer-collision"
+    ]
+    assert "model.layers.46 (the draft's on stage 1, the target's on stage 0)" in f.message
+    assert "PP-local" in f.message and "prefill engine (PP=2)" in f.message
+    assert "adapter: eagle_global_layer_ids" in f.hint and "roles.prefill.topology.pipeline_parallel: 1" in f.hint
+
+
+def glm47_mtp_profile(target, pre_pp=2, dec_pp=1):
+    """zai-org/GLM-4.7-Flash with its own MTP layer, disaggregated like the K3 profile."""
+    data = yaml.safe_load((REPO / "profiles/kimi_k3_dspark_pd.yaml").read_text())
+    data["target"] = {"model": str(target)}
+    data["drafter"] = {"method": "mtp", "num_speculative_tokens": 1}
+    data["adapter"] = "auto"
+    for role, pp in (("prefill", pre_pp), ("decode", dec_pp)):
+        data["roles"][role]["topology"].update(pipeline_parallel=pp, nodes=pp)
+    return parse_profile(yaml.safe_dump(data))
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+def test_mtp_numbered_from_zero_collision_says_what_where_and_the_fix(monkeypatch, make_checkpoint, version):
+    """GLM-4.7-Flash: vLLM's mtp rewrite sets num_hidden_layers: 0 (config/speculative.py:863 in 0.33,
+    :961 in 0.34) and Glm4MoeLiteMTPModel numbers its layers from it (glm4_moe_lite_mtp.py:175): the
+    draft layer is model.layers.0, the target's first layer's name. The finding says so, where, and a
+    fix that exists for MTP (no EAGLE-1 pack, which has nothing to renumber here)."""
+    from test_field_cases import GLM47_FLASH
+
+    pin(monkeypatch, version)
+    d = resolve_roles(glm47_mtp_profile(make_checkpoint("glm47", GLM47_FLASH)), offline=True)
+    assert d.roles["prefill"].plan.draft_layer_ids == d.roles["decode"].plan.draft_layer_ids == (0,)
+    got = codes(d)
+    for role, pp, stage in (("prefill", 2, 1), ("decode", 1, 0)):
+        f = [x for x in run_pd_rules(d) if x.code == "pd-draft-layer-collision" and x.field == f"roles.{role}.topology"]
+        assert len(f) == 1, got
+        f = f[0]
+        assert f"the {role} engine (PP={pp})" in f.message
+        assert f"model.layers.0 (the draft's on stage {stage}, the target's on stage 0)" in f.message
+        assert "Glm4MoeLiteMTPModel" in f.message and "from 0" in f.message and "PP-local" not in f.message
+        assert "glm4_moe_lite_mtp.py" in f.message  # vLLM's line that decides it
+        assert "eagle_global_layer_ids" not in f.hint and "pipeline_parallel: 1" not in f.hint
+        assert "remove `roles` and `kv_transfer`" in f.hint and "eagle3" in f.hint
+
+
 def test_symmetric_pp_agrees_even_when_numbering_is_pp_local(monkeypatch, k3, eagle1):
     """Both PP=2: both engines compute the same (wrong) number, so the names match across engines
     (the field report's green decode-PP2 arms); the single-engine rule still flags the numbering."""

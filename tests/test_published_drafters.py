@@ -376,3 +376,261 @@ def test_a_class_that_always_takes_the_target_embedding(make_checkpoint, v):
         target, make_checkpoint("llama-head", llama_head, shards=shards), method="eagle", pp=2, engine_version=v
     )
     assert "embed-last-stage" not in ok
+
+
+# ---------------------------------------------------------------------------------------------
+# SpeculativeConfig.hf_config_override runs on every draft config vLLM loads (not only MTP targets)
+
+#: SYNTHETIC: the Kimi-K2.5 EAGLE3 head above (AQ-MedAI, model_type llama) with the model_type of
+#: its DeepSeek-V3-lineage target, as a head whose trainer copied the target's config carries it.
+EAGLE3_HEAD_DSV3_TYPE = {**fixture_config("AQ-MedAI__Kimi-K25-eagle3"), "model_type": "deepseek_v3"}
+
+
+@pytest.mark.parametrize("v", ["0.30.0", *TABLES])
+def test_config_override_rewrites_an_eagle3_head_with_a_deepseek_v3_model_type(v):
+    """vLLM passes its config override as the draft ModelConfig's hf_overrides (config/speculative.py:1428
+    in 0.33, v1/worker/gpu/spec_decode/speculator_config.py:209 in 0.34): model_type deepseek_v3 becomes
+    deepseek_mtp (:749 in 0.33, :847 in 0.34) and the architectures DeepSeekMTPModel (:755, :853), whatever
+    the head's own architectures say; EAGLEConfig then renames it Eagle3DeepSeekMTPModel, which no release
+    registers. The same head with model_type llama is left alone."""
+    t = table(v) if v in TABLES else archtable.committed(v)
+    ov = drafterfacts.config_override(t, EAGLE3_HEAD_DSV3_TYPE)
+    assert ov is not None and ov.architectures == ("DeepSeekMTPModel",) and ov.model_type == "deepseek_mtp"
+    assert len(ov.applied) == 2 and all(a.startswith("vllm/config/speculative.py:") for a in ov.applied)
+    assert ov.draft_applies_at is not None
+    want = {
+        "0.30.0": ("vllm/config/speculative.py:666", "vllm/config/speculative.py:672"),
+        "0.33.0": ("vllm/config/speculative.py:749", "vllm/config/speculative.py:755"),
+        "0.34.0": ("vllm/config/speculative.py:847", "vllm/config/speculative.py:853"),
+    }
+    assert ov.applied == want[v]
+    assert drafterfacts.served_names(t, "eagle3", list(ov.architectures)) == ["Eagle3DeepSeekMTPModel"]
+    assert not t.registers("Eagle3DeepSeekMTPModel")
+    same = drafterfacts.config_override(t, fixture_config("AQ-MedAI__Kimi-K25-eagle3"))
+    assert same is not None and not same.changed and same.architectures == ("LlamaForCausalLMEagle3",)
+    # a speculators-format config is loaded as its own class: no step names its model_type
+    assert drafterfacts.config_override(t, fixture_config("nm-testing__EAGLE3-LLaMA3.1-Instruct-8B-converted")) is None
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_eagle3_head_with_a_deepseek_v3_model_type_is_refused_by_check(make_checkpoint, v):
+    target = make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3")
+    head = make_checkpoint("head-dsv3", EAGLE3_HEAD_DSV3_TYPE, shards=eagle3_shards(hidden=7168))
+    r, by = check(target, head, method="eagle3", engine_version=v)
+    assert r.drafter_served == ("Eagle3DeepSeekMTPModel",)
+    f = expect(by, "eagle3-arch-unknown", "error", "drafter.model")
+    assert "every draft config" in f.message and "'deepseek_v3' to 'deepseek_mtp'" in f.message
+    assert "['DeepSeekMTPModel']" in f.message and "Eagle3DeepSeekMTPModel" in f.message
+    assert "model_type" in f.hint and "llama" in f.hint
+    # the head as published (model_type llama) is served as named
+    ok_head = make_checkpoint("head-llama", "AQ-MedAI__Kimi-K25-eagle3", shards=eagle3_shards(hidden=7168))
+    r2, by2 = check(target, ok_head, method="eagle3", engine_version=v)
+    assert r2.drafter_served == ("LlamaForCausalLMEagle3",) and "eagle3-arch-unknown" not in by2
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_eagle1_head_with_a_deepseek_v3_model_type_is_served_as_eagle_deepseek_mtp(make_checkpoint, v):
+    """The same override is how vLLM serves a DeepSeek EAGLE-1 head: deepseek_v3 -> DeepSeekMTPModel,
+    renamed EagleDeepSeekMTPModel by EAGLEConfig (transformers_utils/configs/eagle.py), a registered class."""
+    target = make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3")
+    cfg = {**EAGLE3_HEAD_DSV3_TYPE, "architectures": ["DeepseekV3ForCausalLM"]}
+    cfg.pop("eagle_config")
+    r, by = check(target, make_checkpoint("eagle1-dsv3", cfg), method="eagle", engine_version=v)
+    assert r.drafter_served == ("EagleDeepSeekMTPModel",)
+    assert r.drafter_override is not None and r.drafter_override.architectures == ("DeepSeekMTPModel",)
+    assert "eagle-arch-unknown" not in by
+
+
+# ---------------------------------------------------------------------------------------------
+# The class vLLM builds a DSpark drafter as: the release's own rule (drafter_rules.dspark_class)
+
+
+def test_dspark_class_rule_per_release():
+    """0.30-0.33 keep a fixed list of DSpark classes (`elif self.method == "dspark" and ("Qwen3DSparkModel" not
+    in ... )`, config/speculative.py:1412 in 0.30, :1543 in 0.33: 0.33 adds MuseSparkDSparkModel) and rename a
+    Qwen3 DSparkDraftModel first (:1403, :1534); 0.34 keeps any class that declares its speculator
+    (v1/worker/gpu/spec_decode/dspark/config.py:59, `draft.speculator_config_class is None`). Otherwise the
+    in-target class: DSparkV41DraftModel for a deepseek_v41 target, else DSparkDraftModel (:1428, :1561, :64)."""
+    steps = {v: archtable.committed(v).doc["drafter_rules"]["dspark_class"]["steps"] for v in ("0.30.0", "0.33.0")}
+    steps["0.34.0"] = table("0.34.0").doc["drafter_rules"]["dspark_class"]["steps"]
+    assert steps["0.30.0"][0]["at"] == "vllm/config/speculative.py:1403"
+    assert steps["0.30.0"][0]["architectures"] == "Qwen3DSparkModel"
+    assert steps["0.30.0"][1]["keeps"] == [
+        "Gemma4DSparkModel",
+        "K3DSparkModel",
+        "Qwen3DSparkModel",
+        "Qwen3OmniDSparkModel",
+    ]
+    assert steps["0.30.0"][1]["at"] == "vllm/config/speculative.py:1412"
+    assert "MuseSparkDSparkModel" in steps["0.33.0"][1]["keeps"] and steps["0.33.0"][1]["at"].endswith(":1543")
+    assert steps["0.34.0"] == [
+        {
+            "keeps": "declaring",
+            "at": "vllm/v1/worker/gpu/spec_decode/dspark/config.py:59",
+            "fallback": {
+                "by_target_model_type": {"deepseek_v41": "DSparkV41DraftModel"},
+                "default": "DSparkDraftModel",
+                "at": "vllm/v1/worker/gpu/spec_decode/dspark/config.py:64",
+            },
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    "v, archs, model_type, target_type, platform, want, fallback",
+    [
+        # deepseek-ai/dspark_qwen3_8b_block7: a Qwen3 DSparkDraftModel (0.33: the dspark branch; 0.34: the override)
+        ("0.33.0", ["DSparkDraftModel"], "qwen3", "qwen3", "cuda", "Qwen3DSparkModel", False),
+        # MuseSpark's class: not kept by 0.32's list, kept by 0.33's, declares dspark in 0.34
+        ("0.32.0", ["MuseSparkDSparkModel"], "llama", "llama", "cuda", "DSparkDraftModel", True),
+        ("0.33.0", ["MuseSparkDSparkModel"], "llama", "llama", "cuda", "MuseSparkDSparkModel", False),
+        ("0.34.0", ["MuseSparkDSparkModel"], "llama", "llama", "cuda", "MuseSparkDSparkModel", False),
+        # 0.34 keeps a class that declares its speculator though no list names it: MiniMax-M3's DSpark drafter
+        ("0.34.0", ["DSparkMiniMaxDraftModel"], "minimax_m3", "minimax_m3", "cuda", "DSparkMiniMaxDraftModel", False),
+        ("0.34.0", ["MistralLarge4DSparkModel"], "mistral", "mistral", "cuda", "MistralLarge4DSparkModel", False),
+        # DeepSeek-V4.1's in-target drafter (the target's own config, rewritten by the override first)
+        ("0.33.0", ["DeepseekV4ForCausalLM"], "deepseek_v41", "deepseek_v41", "cuda", "DSparkV41DraftModel", True),
+        ("0.34.0", ["DeepSeekV4MTPModel"], "deepseek_mtp", "deepseek_v4", "cuda", "DSparkDraftModel", True),
+    ],
+)
+def test_dspark_class_choice(v, archs, model_type, target_type, platform, want, fallback):
+    t = archtable.committed(v)
+    got = drafterfacts.class_choice(t, "dspark_class", archs, model_type, target_type, platform)
+    assert got is not None and got.architectures == (want,) and got.fallback is fallback, got
+    if fallback:
+        assert got.applied and ("dspark/config.py:59" in got.why or "speculative.py" in got.why)
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_deepseek_dspark_qwen3_is_served_as_qwen3_dspark_by_the_table(make_checkpoint, v):
+    """The whole path: the override (0.34, config/speculative.py:789) or the dspark branch (0.33, :1534)
+    serves deepseek-ai/dspark_qwen3_8b_block7 as Qwen3DSparkModel, the class its contract is for."""
+    target = make_checkpoint("qwen3", QWEN3_8B)
+    drafter = make_checkpoint("dspark", "deepseek-ai__dspark_qwen3_8b_block7")
+    r, _ = check(target, drafter, method="dspark", engine_version=v, dopts={"num_speculative_tokens": 7})
+    assert r.drafter_served == ("Qwen3DSparkModel",)
+    if v == "0.34.0":
+        assert r.drafter_override is not None and r.drafter_override.applied == ("vllm/config/speculative.py:789",)
+    else:
+        assert r.drafter_choice is not None and r.drafter_choice.applied == ("vllm/config/speculative.py:1534",)
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_a_dspark_class_vllm_does_not_keep_is_served_in_target_and_warned(make_checkpoint, v):
+    """A standalone DSpark checkpoint naming a class no release registers (SYNTHETIC `FooDSparkModel`):
+    every release serves it as DeepSeek-V4's in-target DSparkDraftModel: the deepseek_v4_dspark pack warns."""
+    target = make_checkpoint("qwen3", QWEN3_8B)
+    cfg = {**fixture_config("deepseek-ai__dspark_qwen3_8b_block7"), "architectures": ["FooDSparkModel"]}
+    r, by = check(target, make_checkpoint("foo", cfg), method="dspark", engine_version=v, adapter="auto")
+    assert r.drafter_served == ("DSparkDraftModel",) and r.drafter_choice is not None and r.drafter_choice.fallback
+    f = expect(by, "dspark-served-as-deepseek-v4", "warning")
+    assert "DSparkDraftModel" in f.message and "FooDSparkModel" in f.message
+
+
+def test_a_dspark_class_only_0_34_keeps_is_not_warned_there(make_checkpoint):
+    """DSparkMiniMaxDraftModel declares its speculator (models/minimax_m3: speculator_config_class): 0.34 keeps it
+    (dspark/config.py:59), where a hand-written list of kept classes would serve it as DSparkDraftModel."""
+    target = make_checkpoint("qwen3", QWEN3_8B)
+    cfg = {**fixture_config("deepseek-ai__dspark_qwen3_8b_block7"), "architectures": ["DSparkMiniMaxDraftModel"]}
+    cfg["model_type"] = "minimax_m3_dspark"
+    r, by = check(target, make_checkpoint("mm3", cfg), method="dspark", engine_version="0.34.0", adapter="auto")
+    assert r.drafter_served == ("DSparkMiniMaxDraftModel",), r.drafter_served
+    assert "dspark-served-as-deepseek-v4" not in by
+
+
+# ---------------------------------------------------------------------------------------------
+# 0.34: the last stage's target embedding follows the method's config and the draft class
+
+#: SYNTHETIC DeepSeek-V4-shaped target (the keys vLLM's mtp path reads): 61 layers, one MTP layer.
+DSV4 = {
+    "architectures": ["DeepseekV4ForCausalLM"],
+    "model_type": "deepseek_v4",
+    "num_hidden_layers": 61,
+    "num_nextn_predict_layers": 1,
+    "hidden_size": 7168,
+    "vocab_size": 129280,
+    "num_attention_heads": 64,
+}
+
+
+def test_target_hidden_states_per_method_is_read_from_0_34():
+    """0.34's spec_decode_needs_target_embed (model_executor/models/utils.py:934) reads the method's
+    SpeculatorConfig.uses_target_hidden_states: True for eagle, eagle3 and mtp (EagleSpeculatorConfig,
+    v1/worker/gpu/spec_decode/eagle/config.py:38, MTPSpeculatorConfig inherits it), dflash and dspark
+    (dflash/config.py:19); False for ngram and draft_model (speculator_config.py:44). 0.33 has no such map."""
+    hs = table("0.34.0").doc["drafter_rules"]["target_hidden_states"]
+    for m in ("eagle", "eagle3", "mtp"):
+        assert hs[m]["value"] is True and hs[m]["at"] == "vllm/v1/worker/gpu/spec_decode/eagle/config.py:38"
+    assert hs["mtp"]["config"] == "MTPSpeculatorConfig"
+    assert hs["dflash"]["at"] == hs["dspark"]["at"] == "vllm/v1/worker/gpu/spec_decode/dflash/config.py:19"
+    assert hs["ngram"]["value"] is False and hs["draft_model"]["value"] is False
+    assert table("0.33.0").doc["drafter_rules"]["target_hidden_states"] is None
+
+
+@pytest.mark.parametrize(
+    "cls, platform, want",
+    [
+        ("DeepSeekV4MTPModel", "cuda", True),  # has_own_embed_tokens = False, a class attribute (nvidia/mtp.py:302)
+        ("DeepSeekV4MTPModel", "rocm", False),  # the AMD class has none
+        ("DeepSeekMTPModel", "cuda", False),
+        ("Glm4MoeLiteMTPModel", "cuda", False),
+        ("Eagle3LlamaForCausalLM", "cuda", True),  # through SupportsEagleBase (interfaces.py)
+    ],
+)
+def test_target_embed_rule_of_0_34(cls, platform, want):
+    t = table("0.34.0")
+    method = "eagle3" if cls.startswith("Eagle3") else "mtp"
+    got = drafterfacts.target_embed(t, method, cls, t.drafter(cls, platform))
+    assert got is not None and got[0] is want, got
+    assert "utils.py:934" in got[1]
+    if cls == "DeepSeekV4MTPModel" and want:
+        assert "vllm/models/deepseek_v4/nvidia/mtp.py:302" in got[1]
+    # 0.33's rule is a list of methods (mtp where the target opts in): not this one
+    assert drafterfacts.target_embed(table("0.33.0"), method, cls, table("0.33.0").drafter(cls, platform)) is None
+
+
+@pytest.mark.parametrize(
+    "v, platform, want", [("0.33.0", "cuda", "none"), ("0.34.0", "cuda", "drafter-needs"), ("0.34.0", "rocm", "none")]
+)
+def test_deepseek_v4_mtp_last_stage_embedding_follows_the_release(make_checkpoint, v, platform, want):
+    """DeepSeek-V4 + mtp at PP=2: 0.34 builds the target embedding on the last stage for DeepSeekV4MTPModel on
+    cuda (its class attribute has_own_embed_tokens; the decoder builds it there, deepseek_v4/nvidia/model.py),
+    so the plan counts it there; 0.33 (the method list without mtp, no pack opting DeepSeek-V4 in) and 0.34 on
+    rocm (the AMD class has no such attribute) do not."""
+    r, by = check(make_checkpoint("dsv4", DSV4), method="mtp", pp=2, engine_version=v, platform=platform)
+    assert r.plan.stages[-1].embedding == want
+    assert "embed-last-stage" not in by
+    notes = [n for n in r.plan.notes if "target embedding on the last stage" in n]
+    assert bool(notes) is (v == "0.34.0"), r.plan.notes
+    if want == "drafter-needs":
+        assert "has_own_embed_tokens (vllm/models/deepseek_v4/nvidia/mtp.py:302)" in notes[0]
+
+
+@pytest.mark.parametrize("v", VERIFIED)
+def test_deepseek_v3_mtp_needs_no_last_stage_embedding(make_checkpoint, v):
+    """DeepSeekMTPModel has no has_own_embed_tokens: unchanged from 0.33, nothing built on the last stage."""
+    r, _ = check(make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3"), method="mtp", pp=2, engine_version=v)
+    assert r.plan.stages[-1].embedding == "none"
+
+
+def test_mtp_class_that_takes_the_target_embedding_needs_the_target_to_build_it(make_checkpoint, monkeypatch):
+    """The finding side of the 0.34 rule: where the rule says the last stage builds the target embedding
+    for the MTP class and the class always takes the target's (DeepSeekV4MTPModel: has_own_embed_tokens =
+    False), a target decoder that does not build it there gets embed-last-stage. SYNTHETIC: the 0.34 table
+    with DeepSeek-V4's CUDA decoder marked as not building it (no release's decoder does that today)."""
+    import copy
+
+    real = archtable.committed("0.34.0")
+    doc = copy.deepcopy(real.doc)
+    for facts in doc["targets"]["DeepseekV4ForCausalLM"]["platforms"].values():
+        facts["embed_last_stage"] = False
+    fake = archtable.ArchTable(real.version, real.commit, real.origin, real.source, doc)
+    monkeypatch.setattr(archtable, "committed", lambda v: fake if v and v.startswith("0.34") else real)
+    r, by = check(make_checkpoint("dsv4", DSV4), method="mtp", pp=2, engine_version="0.34.0", platform="cuda")
+    assert r.arch_table is fake and r.plan.stages[-1].embedding == "drafter-needs"
+    f = expect(by, "embed-last-stage", "error", "adapter")
+    assert "DeepSeekV4MTPModel" in f.message and "vllm/models/deepseek_v4/nvidia/mtp.py:302" in f.message
+    # the real table: DeepSeek-V4's CUDA decoder builds it, no finding
+    monkeypatch.setattr(archtable, "committed", lambda v: real)
+    _, by = check(make_checkpoint("dsv4b", DSV4), method="mtp", pp=2, engine_version="0.34.0", platform="cuda")
+    assert "embed-last-stage" not in by

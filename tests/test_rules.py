@@ -1238,6 +1238,8 @@ def test_report_speculators_eagle3_four_taps_gets_a_three_tap_fc(llama, make_che
     f = expect(by, "fc-width-built", "error", "drafter.model")
     assert "Eagle3LlamaForCausalLM" in f.message and "12288" in f.message and "[4096, 16384]" in f.message
     assert "num_aux_hidden_states" in f.hint
+    # the rule is the release table's, with the constructor's line (llama_eagle3.py's fc_input_size)
+    assert "(vllm/model_executor/models/llama_eagle3.py:221)" in f.message
     nohdr = speculators_eagle3(make_checkpoint, "spec4-nohdr", [2, 16, 29, 31])
     _, by = check(llama, nohdr, pp=2)
     assert "4 taps" in expect(by, "fc-width-built", "error").message

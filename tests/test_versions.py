@@ -66,34 +66,41 @@ def test_readme_extras_and_tables_agree_on_the_verified_releases():
     assert versions.NEWEST_VERIFIED.rsplit(".", 1)[0] == versions.VERIFIED_SERIES[-1]
 
 
-def test_fc_width_vllm_builds_per_drafter_class():
-    """The width vLLM builds, from the packs' drafter-class facts (fc_taps_from)."""
-    from ppspec_cli.knowledge import methods, packs
+@pytest.mark.parametrize("v", ["0.30.0", "0.33.0", "0.34.0"])
+def test_fc_width_vllm_builds_per_drafter_class(v):
+    """The width vLLM builds, from the release table's `fc_taps` of the class (its constructor's
+    `fc_input_size = target_hidden_size * count`: llama_eagle3.py:221, qwen3_eagle3.py:214 in 0.33/0.34,
+    :212 in 0.30; deepseek_eagle3.py:199)."""
+    from ppspec_cli.knowledge import archtable
 
-    classes = packs.drafter_classes()
-    built = methods.get("eagle3").built_fc_taps
+    t = archtable.committed(v)
+
+    def built(cfg, cls):
+        return built_fc_taps(cfg, cls, (t.drafter(cls, "cuda") or {}).get("fc_taps"))
+
+    llama = "Eagle3LlamaForCausalLM"
+    rule = t.drafter(llama, "cuda")["fc_taps"]
+    assert rule["keys"] == ["num_aux_hidden_states", "eagle_config.eagle_aux_hidden_state_layer_ids"]
+    assert rule["default"] == 3 and rule["width_keys"] == ["target_hidden_size", "hidden_size"]
+    assert rule["at"] == "vllm/model_executor/models/llama_eagle3.py:221"
     # the Llama-family class: num_aux_hidden_states, else the nested list, else 3 (never the top level)
-    assert (
-        built({"architectures": ["LlamaForCausalLM"], "eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4]}, classes).taps
-        == 3
-    )
-    assert (
-        built(
-            {"architectures": ["LlamaForCausalLM"], "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2]}},
-            classes,
-        ).taps
-        == 2
-    )
-    assert built({"architectures": ["Eagle3LlamaForCausalLM"], "num_aux_hidden_states": 4}, classes).taps == 4
+    assert built({"eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4]}, llama).taps == 3
+    assert built({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2]}}, llama).taps == 2
+    b = built({"num_aux_hidden_states": 4}, llama)
+    assert (b.taps, b.source, b.at) == (4, "num_aux_hidden_states", "vllm/model_executor/models/llama_eagle3.py:221")
     # the Qwen3 class reads the top-level list too
-    b = built({"architectures": ["Eagle3Qwen3ForCausalLM"], "eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4]}, classes)
-    assert (b.taps, b.served_class) == (4, "Eagle3Qwen3ForCausalLM")
-    assert (
-        built(
-            {"architectures": ["Eagle3Qwen3ForCausalLM"], "num_aux_layers": 5, "num_aux_hidden_states": 2}, classes
-        ).taps
-        == 5
-    )
-    # a class no pack describes: unknown
-    assert built({"architectures": ["SomethingElseForCausalLM"]}, classes) is None
-    assert built_fc_taps({"architectures": ["X"]}, ["X"], ()) is None
+    q = "Eagle3Qwen3ForCausalLM"
+    assert t.drafter(q, "cuda")["fc_taps"]["keys"] == [
+        "num_aux_layers",
+        "num_aux_hidden_states",
+        "eagle_aux_hidden_state_layer_ids",
+        "eagle_config.eagle_aux_hidden_state_layer_ids",
+    ]
+    assert built({"eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4]}, q).taps == 4
+    assert built({"num_aux_layers": 5, "num_aux_hidden_states": 2}, q).taps == 5
+    # DeepSeek's EAGLE3 class sizes it the Llama way
+    assert t.drafter("Eagle3DeepseekV3ForCausalLM", "cuda")["fc_taps"]["keys"] == rule["keys"]
+    # a class without the product (EAGLE-1, DFlash): no rule, unknown
+    assert "fc_taps" not in (t.drafter("EagleLlamaForCausalLM", "cuda") or {})
+    assert built_fc_taps({"num_aux_hidden_states": 4}, "X", None) is None
+    assert built_fc_taps({}, "X", {"keys": ["k"], "default": None}) is None

@@ -12,8 +12,9 @@ from ppspec_cli.knowledge.methods.base import contract_code
 DSPARK_SERVED_AS_DEEPSEEK_V4 = contract_code(
     "dspark-served-as-deepseek-v4",
     "warning",
-    "a DSpark architecture vLLM does not keep (0.30/0.32: Qwen3DSparkModel, Qwen3OmniDSparkModel, Gemma4DSparkModel, "
-    "K3DSparkModel; 0.33 adds MuseSparkDSparkModel) is served as DeepSeek-V4's in-target `DSparkDraftModel`",
+    "a DSpark architecture the release does not keep is served as DeepSeek-V4's in-target `DSparkDraftModel` "
+    "(the table's `dspark_class` rule: 0.30-0.33 keep a list in `config/speculative.py`, 0.33 adding "
+    "MuseSparkDSparkModel; 0.34 keeps a class that declares its speculator, `dspark/config.py`)",
 )
 
 #: The codes these rules report (registered as the pack's when this file loads).

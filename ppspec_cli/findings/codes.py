@@ -896,9 +896,11 @@ PD_DRAFT_LAYER_NAMES = Code(
 PD_DRAFT_LAYER_COLLISION = Code(
     "pd-draft-layer-collision",
     ("error",),
-    "In one engine, draft layer ids are also target layer names (PP-local numbering): the connector cannot tell them "
-    "apart.",
-    "`adapter: eagle_global_layer_ids` for EAGLE-1 drafters, or pipeline_parallel: 1 on that engine.",
+    "In one engine, a draft layer has the name of a target layer (`model.layers.N`): an EAGLE-1 drafter numbered "
+    "from the last stage's own layer count (PP-local), or MTP layers vLLM's MTP class numbers from 0; the connector "
+    "matches layers by name and cannot tell them apart.",
+    "PP-local: `adapter: eagle_global_layer_ids`, or pipeline_parallel: 1 on that engine. MTP numbered from 0: serve "
+    "it as one engine, or use an external drafter (eagle3, dflash, dspark).",
     section=PD,
 )
 PD_CONNECTOR_UNKNOWN = Code(

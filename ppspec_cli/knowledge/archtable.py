@@ -31,6 +31,15 @@ SCHEMA = 1
 TABLE_DIR = Path(__file__).resolve().parent / "arch"
 #: The release-wide sections (knowledge/releasescan) a table must carry; a cached scan without them is stale.
 RELEASE_SECTIONS = ("runners", "config_hooks", "removed", "speculators_refused", "target_embed")
+#: The drafter rules (knowledge/drafterscan.rules) a table must carry; a cached scan without one is stale.
+DRAFTER_RULE_SECTIONS = (
+    "speculators",
+    "eagle_config",
+    "mtp_rewrite",
+    "config_override",
+    "dspark_class",
+    "target_hidden_states",
+)
 #: A table is a few hundred KB; nothing larger is a table.
 MAX_TABLE_BYTES = 8 * 1024 * 1024
 
@@ -211,6 +220,9 @@ def _cached(doc: Any, version: str) -> ArchTable | None:
     if not isinstance(doc, dict) or doc.get("vllm_version") != version or _shape_problem(doc) is not None:
         return None
     if not all(k in doc for k in RELEASE_SECTIONS):
+        return None
+    dr = doc.get("drafter_rules")
+    if not isinstance(dr, dict) or not all(k in dr for k in DRAFTER_RULE_SECTIONS):
         return None
     return ArchTable(version, doc.get("commit"), str(doc["origin"]), "installed", doc)
 

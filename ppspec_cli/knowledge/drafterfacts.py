@@ -123,6 +123,178 @@ def speculators_load(table: ArchTable | None, cfg: Mapping[str, Any]) -> Specula
 
 
 # ---------------------------------------------------------------------------------------------
+# SpeculativeConfig.hf_config_override: every draft config vLLM loads
+
+
+@dataclass(frozen=True)
+class Override:
+    """What vLLM's config override does to one draft config: the `architectures` and `model_type`
+    it leaves (unchanged when no step applied), the steps that applied (file:line), and `replaced`
+    when a step hands back another config (whose architectures ppspec does not compute)."""
+
+    architectures: tuple[str, ...]
+    model_type: str | None
+    applied: tuple[str, ...] = ()
+    replaced: str | None = None
+    at: str | None = None  # the function
+    draft_applies_at: str | None = None  # where vLLM passes it as the draft's hf_overrides
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.applied)
+
+
+def _holds(c: Mapping[str, Any], state: Mapping[str, Any], cfg: Mapping[str, Any], text: Mapping[str, Any]) -> bool:
+    if "any" in c:
+        return any(all(_holds(x, state, cfg, text) for x in alt) for alt in c["any"] if isinstance(alt, list))
+    if "architecture" in c:
+        archs = state["archs"]
+        if c.get("any_declared"):
+            return bool(set(c["architecture"]) & set(archs))
+        now = archs[0] if archs else None
+        return (now if c.get("current") else state["initial"]) in c["architecture"]
+    if "model_type" in c:
+        return state["model_type"] in c["model_type"]
+    if "text_model_type" in c:
+        return text.get("model_type") in c["text_model_type"]
+    if "key" in c:
+        return bool(_lookup(c["key"], (cfg,)))
+    if "text_key" in c:
+        return bool(_lookup(c["text_key"], (text,)))
+    return False
+
+
+def config_override(table: ArchTable | None, cfg: Mapping[str, Any]) -> Override | None:
+    """vLLM's `SpeculativeConfig.hf_config_override` over a draft config, step by step as the
+    table read it (drafterscan.config_override). None when the table does not carry it, or the
+    config is a speculators-format one (vLLM loads it as its own config class, whose model_type no
+    step names)."""
+    rule = rules(table).get("config_override")
+    if not isinstance(rule, dict) or not isinstance(rule.get("steps"), list) or not isinstance(cfg, Mapping):
+        return None
+    if cfg.get("speculators_config") is not None:
+        return None
+    archs = (
+        tuple(a for a in cfg.get("architectures") or () if isinstance(a, str))
+        if isinstance(cfg.get("architectures"), list)
+        else ()
+    )
+    mt = cfg.get("model_type") if isinstance(cfg.get("model_type"), str) else None
+    tc = cfg.get("text_config")
+    text: Mapping[str, Any] = tc if isinstance(tc, Mapping) else cfg
+    state: dict[str, Any] = {"initial": archs[0] if archs else None, "archs": archs, "model_type": mt}
+    flags: dict[str, bool] = {}
+    applied: list[str] = []
+    replaced = None
+    for step in rule["steps"]:
+        if not isinstance(step, dict):
+            continue
+        if "flag" in step:
+            flags[str(step["flag"])] = state["model_type"] in (step.get("model_type") or ())
+            continue
+        when = step.get("when")
+        if not isinstance(when, list) or not all(isinstance(c, dict) and _holds(c, state, cfg, text) for c in when):
+            continue  # an `unread` test is never applied
+        local = {k: state["model_type"] in v for k, v in (step.get("flags") or {}).items() if isinstance(v, list)}
+        applied.append(str(step.get("at")))
+        arch = step.get("architectures")
+        if isinstance(arch, str):
+            state["archs"] = (arch,)
+        elif isinstance(arch, dict) and "if" in arch:
+            got = arch["then"] if {**flags, **local}.get(arch["if"], False) else arch["else"]
+            if isinstance(got, str):
+                state["archs"] = (got,)
+        elif isinstance(arch, dict) and isinstance(arch.get("by_architecture"), dict):
+            got = arch["by_architecture"].get(state["archs"][0] if state["archs"] else None)
+            if isinstance(got, str):
+                state["archs"] = (got,)
+        if isinstance(step.get("model_type"), str):
+            state["model_type"] = step["model_type"]
+        if step.get("replaces"):
+            replaced = str(step["replaces"])
+        if step.get("returns"):
+            break
+    return Override(
+        tuple(state["archs"]),
+        state["model_type"],
+        tuple(applied),
+        replaced,
+        rule.get("at"),
+        rule.get("draft_applies_at"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The class vLLM picks for a method's drafter (dspark: drafterscan.dspark_class)
+
+
+@dataclass(frozen=True)
+class ClassChoice:
+    """The architectures vLLM builds the drafter as after the method's own class choice, the steps
+    that decided it (file:line), and `fallback` when it replaced the checkpoint's class with the
+    in-target one (`why`: the keep rule, in words)."""
+
+    architectures: tuple[str, ...]
+    applied: tuple[str, ...] = ()
+    fallback: bool = False
+    why: str = ""
+
+
+def _keeps(table: ArchTable, step: Mapping[str, Any], archs: tuple[str, ...], platform: str) -> tuple[bool, str]:
+    keeps = step.get("keeps")
+    if keeps == "declaring":  # the class of the first registered architecture declares its speculator
+        arch = next((a for a in archs if table.registers(a)), None)
+        facts = table.drafter(arch, platform) if arch else None
+        dm = as_dict((facts or {}).get("declares_method"))
+        return bool(dm.get("method")), (
+            f"vLLM {table.version} keeps a draft class that declares its speculator (speculator_config_class)"
+        )
+    kept = [k for k in keeps or () if isinstance(k, str)]
+    return bool(set(kept) & set(archs)), f"vLLM {table.version} keeps only {', '.join(kept)}"
+
+
+def class_choice(
+    table: ArchTable | None,
+    section: str | None,
+    archs: tuple[str, ...] | list[str],
+    model_type: str | None,
+    target_model_type: str | None,
+    platform: str,
+) -> ClassChoice | None:
+    """The release's class choice for the method (`section` of the table's drafter rules) applied to
+    the drafter's architectures and model_type (as the config override left them). None when the
+    method has none or the table does not carry it."""
+    rule = rules(table).get(section) if section else None
+    if table is None or not isinstance(rule, dict) or not isinstance(rule.get("steps"), list):
+        return None
+    cur = tuple(archs)
+    applied: list[str] = []
+    for step in rule["steps"]:
+        if not isinstance(step, dict):
+            continue
+        if "keeps" in step:
+            kept, why = _keeps(table, step, cur, platform)
+            if kept:
+                return ClassChoice(cur, tuple(applied))
+            fb = as_dict(step.get("fallback"))
+            by = as_dict(fb.get("by_target_model_type"))
+            got = by.get(target_model_type or "", fb.get("default"))
+            if not isinstance(got, str):
+                return None
+            return ClassChoice((got,), (*applied, str(step.get("at"))), True, f"{why} ({step.get('at')})")
+        when: list[Any] = step["when"] if isinstance(step.get("when"), list) else []
+        ok = all(
+            (set(c["architecture"]) & set(cur)) if "architecture" in c else model_type in (c.get("model_type") or ())
+            for c in when
+            if isinstance(c, dict)
+        )
+        if ok and isinstance(step.get("architectures"), str):
+            applied.append(str(step.get("at")))
+            return ClassChoice((step["architectures"],), tuple(applied))  # an if/elif: the keep rule is not read
+    return ClassChoice(cur, tuple(applied))
+
+
+# ---------------------------------------------------------------------------------------------
 # EAGLEConfig's renames
 
 
@@ -228,16 +400,16 @@ def _ids_start(
     key = start_rule["key"]
     if key == "num_hidden_layers" and _is_int(rw.get("num_hidden_layers")):
         v: Any = rw["num_hidden_layers"]
-        src = f"the mtp rewrite sets num_hidden_layers: {v} ({rw.get('num_hidden_layers_at')})"
+        src = f", which vLLM's mtp rewrite sets to {v} ({rw.get('num_hidden_layers_at')})"
     else:
         v = _lookup(key, cfgs)
-        src = f"the config's `{key}`"
+        src = f" = {v}" if _is_int(v) else ""
     times = start_rule.get("times", 1)
     if _is_int(v) and _is_int(times):
         start = v * times
         return start, (
-            f"{mtp_arch} numbers its layers from {src}{f' x {times}' if times != 1 else ''} = {start} "
-            f"({start_rule.get('at')})"
+            f"{mtp_arch} numbers its layers from config.{key}{f' x {times}' if times != 1 else ''} "
+            f"({start_rule.get('at')}){src}: from {start}"
         )
     return None, (
         f"{mtp_arch} numbers its layers from the config's `{key}`, which it does not set ({start_rule.get('at')})"
@@ -300,6 +472,42 @@ def mtp_facts(
         n_predict_at=npred.get("at"),
         multiple_at=mtp.get("multiple_of_n_predict_at"),
         at=rw.get("at"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# 0.34+: the last stage's target embedding follows the method's config and the draft class
+
+
+def target_embed(table: ArchTable | None, method: str | None, cls_name: str | None, cls: Mapping[str, Any] | None):
+    """Whether the last PP stage builds the target's input embedding for this drafter, where the
+    release's `spec_decode_needs_target_embed` reads the speculative config's
+    `uses_target_hidden_states` and the draft class's `may_use_target_embed` (0.34: the method's
+    SpeculatorConfig, and `hasattr(draft class, "has_own_embed_tokens")`): (True | False | None
+    (unknown), why). None when the release's rule is a list of methods (0.30-0.33: the caller's)."""
+    te = as_dict(table.doc.get("target_embed")) if table is not None else {}
+    reads = te.get("reads") or []
+    if table is None or "uses_target_hidden_states" not in reads:
+        return None
+    rule = f"spec_decode_needs_target_embed ({te.get('at')})"
+    hs = as_dict(as_dict(rules(table).get("target_hidden_states")).get(method or ""))
+    if not isinstance(hs.get("value"), bool):
+        return None, f"vLLM {table.version}'s table does not say whether {method} reads the target's hidden states"
+    if not hs["value"]:
+        return False, f"{hs.get('config')} does not use the target's hidden states ({hs.get('at')}): {rule}"
+    if "may_use_target_embed" not in reads:
+        return True, f"{hs.get('config')} uses the target's hidden states ({hs.get('at')}): {rule}"
+    emb = as_dict((cls or {}).get("embed"))
+    if not isinstance(emb.get("class_attr"), bool):
+        return None, f"vLLM {table.version}'s table has no class facts for the draft class {cls_name}"
+    if not emb["class_attr"]:
+        return False, (
+            f"{cls_name} has no class attribute has_own_embed_tokens, so vLLM's registry says it may not use the "
+            f"target's embedding: {rule}"
+        )
+    return True, (
+        f"{hs.get('config')} uses the target's hidden states ({hs.get('at')}) and {cls_name} has "
+        f"has_own_embed_tokens ({emb.get('class_attr_at')}): {rule}"
     )
 
 

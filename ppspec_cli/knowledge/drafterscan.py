@@ -33,7 +33,11 @@ What vLLM does with a drafter checkpoint before and while it builds it, per rele
   - `layer_ids` (MTP classes): where the draft layers' ids start (the config key, e.g.
     `num_hidden_layers`, or 0);
   - `declares_method` (0.34+): the method the class declares (`speculator_config_class`); vLLM
-    refuses a different configured method.
+    refuses a different configured method;
+  - `fc_taps` (EAGLE3 classes): how the constructor sizes `fc` (`fc_input_size = width * count`).
+- `rules` also reads `config_override` (hf_config_override step by step: it runs on every draft
+  config), the methods' own class choice (`dspark_class`) and, 0.34+, each method's
+  `uses_target_hidden_states` (`target_hidden_states`).
 
 Where the source does not decide a fact statically the value is None; nothing is guessed.
 """
@@ -45,7 +49,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ppspec_cli.knowledge import archscan
+from ppspec_cli.knowledge import archscan, methods
 from ppspec_cli.knowledge.archscan import (
     ClassInfo,
     Scanner,
@@ -577,9 +581,429 @@ def _mtp_refusals(m: Any, n: ast.If) -> list[dict[str, Any]]:
     ]
 
 
+# ---------------------------------------------------------------------------------------------
+# Every draft config: SpeculativeConfig.hf_config_override, step by step
+
+#: The names a config override reads its config by.
+_CFG = ("hf_config", "draft_hf_config")
+
+
+def _is_cfg(node: ast.expr | None) -> bool:
+    return node is not None and (_dotted(node) or "") in _CFG
+
+
+def _key_path(node: ast.expr) -> tuple[str, str] | None:
+    """`getattr(hf_config, "a", D)` / `getattr(getattr(hf_config, "a", None), "b", D)` ->
+    ("config", "a.b"); on the text part (`text_config`) -> ("text", "a")."""
+    if not (isinstance(node, ast.Call) and _dotted(node.func) == "getattr" and len(node.args) >= 2):
+        return None
+    key = _literal(node.args[1])
+    if not isinstance(key, str):
+        return None
+    inner = node.args[0]
+    if _is_cfg(inner):
+        return "config", key
+    if (_dotted(inner) or "") == "text_config":
+        return "text", key
+    got = _key_path(inner)
+    return (got[0], f"{got[1]}.{key}") if got is not None else None
+
+
+def _strs(node: ast.expr) -> list[str] | None:
+    v = _literal(node)
+    if isinstance(v, str):
+        return [v]
+    if isinstance(v, (tuple, list, set, frozenset)) and all(isinstance(x, str) for x in v):
+        return sorted(v)
+    return None
+
+
+def _condition(part: ast.expr, initial: str | None) -> dict[str, Any] | None:
+    """One conjunct of an override's test, as data (None: not one ppspec evaluates)."""
+    if isinstance(part, ast.Compare) and len(part.ops) == 1:
+        left, op, right = part.left, part.ops[0], part.comparators[0]
+        vals = _strs(right)
+        if isinstance(op, (ast.Eq, ast.In)) and vals is not None:
+            if isinstance(left, ast.Name) and left.id == initial:
+                return {"architecture": vals}
+            if isinstance(left, ast.NamedExpr):
+                left = left.value
+            if isinstance(left, ast.Subscript) and (_dotted(left.value) or "").endswith(ARCH_KEY):
+                return {"architecture": vals, "current": True}
+            d = _dotted(left) or ""
+            if d.endswith(".model_type") and d.rsplit(".", 1)[0] in _CFG:
+                return {"model_type": vals}
+            if d == "text_config.model_type" or _key_path(left) == ("text", "model_type"):
+                return {"text_model_type": vals}
+        return None
+    if isinstance(part, ast.Call):
+        got = _key_path(part)
+        if got is not None:
+            return {"key" if got[0] == "config" else "text_key": got[1]}
+        # {"A", "B"}.intersection(getattr(hf_config, "architectures", None) or [])
+        if isinstance(part.func, ast.Attribute) and part.func.attr == "intersection":
+            vals = _strs(part.func.value)
+            if vals is not None:
+                return {"architecture": vals, "any_declared": True}
+    return None
+
+
+def _conditions(test: ast.expr, initial: str | None) -> list[dict[str, Any]] | None:
+    """A test as conditions that must all hold; `A or B` as one condition `{"any": [[...], [...]]}`."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        alts = [_conditions(v, initial) for v in test.values]
+        return None if any(a is None for a in alts) else [{"any": alts}]
+    parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    out = [_condition(p, initial) for p in parts]
+    return None if any(c is None for c in out) else out  # type: ignore[return-value]
+
+
+def _local_flags(body: list[ast.stmt], initial: str | None) -> dict[str, list[str]]:
+    """`is_moe = hf_config.model_type in (...)` in a branch body (read before its own rewrite)."""
+    out: dict[str, list[str]] = {}
+    for st in body:
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            c = _condition(st.value, initial)
+            if c is not None and list(c) == ["model_type"]:
+                out[st.targets[0].id] = c["model_type"]
+    return out
+
+
+def _arch_effect(el: ast.expr, guard: str | None) -> Any:
+    """What an `architectures` write sets: a name, or `A if flag else B` as data."""
+    v = _literal(el)
+    if isinstance(v, str):
+        return (
+            {"if": guard.lstrip("!"), "then": v, "else": None}
+            if guard and not guard.startswith("!")
+            else ({"if": guard[1:], "then": None, "else": v} if guard else v)
+        )
+    if isinstance(el, ast.IfExp) and isinstance(el.test, ast.Name):
+        a, b = _literal(el.body), _literal(el.orelse)
+        if isinstance(a, str) and isinstance(b, str):
+            return {"if": el.test.id, "then": a, "else": b}
+    if isinstance(el, ast.Subscript) and isinstance(el.value, ast.Name) and isinstance(el.slice, ast.Name):
+        return {"lookup": el.value.id}  # resolved by _effects against the dict the body assigns
+    return None
+
+
+def _guard_name(test: ast.expr) -> str | None:
+    """`if flag:` -> "flag"; `if not flag:` -> "!flag"; anything else None."""
+    if isinstance(test, ast.Name):
+        return test.id
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Name):
+        return f"!{test.operand.id}"
+    return None
+
+
+def _write(n: ast.AST, guard: str | None, out: dict[str, Any]) -> None:
+    """One node's write to the config: an `update({...})` dict, or `cfg.model_type =` / `cfg.architectures =`
+    / `x["architectures"] =`."""
+    if isinstance(n, ast.Dict):
+        for k, v in zip(n.keys, n.values):
+            if _literal(k) == ARCH_KEY and isinstance(v, ast.List) and v.elts:
+                got = _arch_effect(v.elts[0], guard)
+                out["architectures"] = got if got is not None else {"unread": ast.unparse(v)[:80]}
+            if _literal(k) == "model_type" and isinstance(_literal(v), str):
+                out["model_type"] = _literal(v)
+        return
+    if not (isinstance(n, ast.Assign) and len(n.targets) == 1):
+        return
+    t = n.targets[0]
+    if (
+        isinstance(t, ast.Attribute)
+        and _is_cfg(t.value)
+        and t.attr == "model_type"
+        and isinstance(_literal(n.value), str)
+    ):
+        out["model_type"] = _literal(n.value)
+    arch_target = (isinstance(t, ast.Attribute) and _is_cfg(t.value) and t.attr == ARCH_KEY) or (
+        isinstance(t, ast.Subscript) and _literal(t.slice) == ARCH_KEY
+    )
+    if arch_target and isinstance(n.value, ast.List) and n.value.elts:
+        got = _arch_effect(n.value.elts[0], guard)
+        out["architectures"] = got if got is not None else {"unread": ast.unparse(n.value)[:80]}
+
+
+def _effects(body: list[ast.stmt], guard: str | None = None) -> dict[str, Any]:
+    """What a branch does to the config: the architectures it writes, the model_type it sets,
+    whether it returns (and whether with another config: `replaces`)."""
+    out: dict[str, Any] = {}
+    dicts = {
+        t.id: _literal(n.value)
+        for st in body
+        for n in ast.walk(st)
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+    for st in body:
+        if isinstance(st, ast.Return):
+            out["returns"] = True
+            if not _is_cfg(st.value):
+                out["replaces"] = ast.unparse(st.value)[:80] if st.value is not None else "None"
+            break
+        name = _guard_name(st.test) if isinstance(st, ast.If) else None
+        if isinstance(st, ast.If) and name:
+            inner = _effects(st.body, name)
+            if "architectures" in inner:
+                out.setdefault("architectures", inner["architectures"])
+            continue
+        for n in ast.walk(st):
+            _write(n, guard, out)
+    arch = out.get("architectures")
+    if isinstance(arch, dict) and "lookup" in arch:
+        table = dicts.get(arch["lookup"])
+        out["architectures"] = {"by_architecture": table} if isinstance(table, dict) else {"unread": arch["lookup"]}
+    return out
+
+
+def config_override(src: Source) -> dict[str, Any] | None:
+    """`SpeculativeConfig.hf_config_override`, which vLLM passes as the draft ModelConfig's
+    `hf_overrides`, so it runs on every draft config it loads (an EAGLE3 head's too), before
+    EAGLEConfig's rename: its top-level steps in order. A step is a flag (`use_v32_mtp =
+    hf_config.model_type in (...)`, read on the model type at that point) or an `if` whose test is
+    read as conditions (`when`: the initial or current architecture, the model_type, the text
+    model_type, a key that must be truthy) with what its body does (`architectures`, `model_type`,
+    `returns`); a test ppspec does not evaluate is kept as `unread` (that step is never applied)."""
+    info, fn = _override_fn(src)
+    if info is None or fn is None:
+        return None
+    initial = next(
+        (
+            st.targets[0].id
+            for st in fn.body
+            if isinstance(st, ast.Assign)
+            and len(st.targets) == 1
+            and isinstance(st.targets[0], ast.Name)
+            and isinstance(st.value, ast.Subscript)
+            and (_dotted(st.value.value) or "").endswith(ARCH_KEY)
+        ),
+        None,
+    )
+    params = {a.arg for a in fn.args.args[1:] + fn.args.kwonlyargs}
+    steps: list[dict[str, Any]] = []
+    for st in fn.body:
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            c = _condition(st.value, initial)
+            if c is not None and "model_type" in c:
+                steps.append({"flag": st.targets[0].id, "model_type": c["model_type"], "at": _where(info, st)})
+            continue
+        if not isinstance(st, ast.If):
+            continue
+        if {x.id for x in ast.walk(st.test) if isinstance(x, ast.Name)} & params:
+            continue  # a test on the caller's argument (the Transformers backend's MTP), not on the config
+        eff = _effects(st.body)
+        if not eff:
+            continue
+        conds = _conditions(st.test, initial)
+        step: dict[str, Any] = {"at": _where(info, st), **eff}
+        flags = _local_flags(st.body, initial)
+        if flags:
+            step["flags"] = flags
+        if conds is None:
+            step["unread"] = " ".join(ast.unparse(st.test).split())[:160]
+        else:
+            step["when"] = conds
+        steps.append(step)
+    out: dict[str, Any] = {"at": _where(info, fn), "steps": steps}
+    for mod in _SETUP_MODULES:
+        m = src.module(mod)
+        for n in ast.walk(m.tree) if m is not None and m.tree is not None else ():
+            if (
+                isinstance(n, ast.Call)
+                and (_dotted(n.func) or "").endswith("ModelConfig")
+                and any(k.arg == "runner" and _literal(k.value) == "draft" for k in n.keywords)
+            ):
+                hk = next((k for k in n.keywords if k.arg == "hf_overrides"), None)
+                if hk is not None:
+                    out["draft_applies_at"] = _where(m, hk.value)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The class vLLM builds a `dspark` drafter as
+
+DECLARED_ATTR = "speculator_config_class"
+
+
+def _module_str(info: Any, node: ast.expr) -> str | None:
+    """A string literal, or a module-level `NAME = "..."` constant of the module."""
+    v = _literal(node)
+    if isinstance(v, str):
+        return v
+    if isinstance(node, ast.Name) and info.tree is not None:
+        for st in info.tree.body:
+            if isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in st.targets):
+                got = _literal(st.value)
+                return got if isinstance(got, str) else None
+    return None
+
+
+def _target_flag(body: list[ast.stmt]) -> dict[str, str] | None:
+    """`is_v41 = <target>.hf_config.model_type == "x"` -> {"is_v41": "x"}."""
+    for st in body:
+        if (
+            isinstance(st, ast.Assign)
+            and len(st.targets) == 1
+            and isinstance(st.targets[0], ast.Name)
+            and isinstance(st.value, ast.Compare)
+            and isinstance(st.value.ops[0], ast.Eq)
+            and "target" in (_dotted(st.value.left) or "")
+            and (_dotted(st.value.left) or "").endswith(".model_type")
+            and isinstance(_literal(st.value.comparators[0]), str)
+        ):
+            return {st.targets[0].id: _literal(st.value.comparators[0])}
+    return None
+
+
+def _fallback(body: list[ast.stmt], info: Any) -> dict[str, Any] | None:
+    """The in-target class a branch writes: `["A" if is_v41 else "B"]` over the target's model_type."""
+    flag = _target_flag(body) or {}
+    for st in body:
+        for n in ast.walk(st):
+            if not (
+                isinstance(n, ast.Assign)
+                and len(n.targets) == 1
+                and isinstance(n.targets[0], ast.Attribute)
+                and n.targets[0].attr == ARCH_KEY
+                and isinstance(n.value, ast.List)
+                and n.value.elts
+            ):
+                continue
+            el = n.value.elts[0]
+            if isinstance(el, ast.IfExp) and isinstance(el.test, ast.Name) and el.test.id in flag:
+                a, b = _literal(el.body), _literal(el.orelse)
+                if isinstance(a, str) and isinstance(b, str):
+                    return {"by_target_model_type": {flag[el.test.id]: a}, "default": b, "at": _where(info, n)}
+            if isinstance(_literal(el), str):
+                return {"default": _literal(el), "at": _where(info, n)}
+    return None
+
+
+def _method_branches(info: Any, method: str) -> list[dict[str, Any]]:
+    """0.30-0.33: the `self.method == <method>` branches of the speculative config's set-up: one that
+    renames (`"X" in architectures and model_type == "y"` -> ["Z"]) and one that keeps the listed
+    classes (`"A" not in architectures and ...`) and writes the in-target class otherwise."""
+    out: list[dict[str, Any]] = []
+    for n in ast.walk(info.tree):
+        if not isinstance(n, ast.If):
+            continue
+        tests = [c for c in ast.walk(n.test) if isinstance(c, ast.Compare) and len(c.ops) == 1]
+        if not any((_dotted(c.left) or "").endswith(".method") and _literal(c.comparators[0]) == method for c in tests):
+            continue
+        on_archs = [c for c in tests if (_dotted(c.comparators[0]) or "").endswith(f".{ARCH_KEY}")]
+        kept = [_module_str(info, c.left) for c in on_archs if isinstance(c.ops[0], ast.NotIn)]
+        has = [_module_str(info, c.left) for c in on_archs if isinstance(c.ops[0], ast.In)]
+        types = [
+            _literal(c.comparators[0])
+            for c in tests
+            if (_dotted(c.left) or "").endswith(".model_type") and isinstance(_literal(c.comparators[0]), str)
+        ]
+        fb = _fallback(n.body, info)
+        if kept and fb is not None and all(isinstance(k, str) for k in kept):
+            out.append({"keeps": sorted(k for k in kept if k), "fallback": fb, "at": _where(info, n)})
+        elif has and fb is not None and "by_target_model_type" not in fb and all(isinstance(h, str) for h in has):
+            when: list[dict[str, Any]] = [{"architecture": [h for h in has if h]}]
+            if types:
+                when.append({"model_type": types})
+            out.append({"when": when, "architectures": fb["default"], "at": _where(info, n)})
+    return sorted(out, key=lambda x: int(x["at"].rsplit(":", 1)[1]))
+
+
+def _method_adapt(src: Source, v2_pkg: str) -> list[dict[str, Any]]:
+    """0.34+: the method's SpeculatorConfig.adapt_draft_model_config (`<v2_pkg>/config.py`): a draft
+    whose class declares no speculator (`draft.speculator_config_class is None`) is rewritten to the
+    in-target class."""
+    info = src.module(f"{V2_SPEC_PKG}.{v2_pkg}.config")
+    for cls in info.classes.values() if info is not None else ():
+        fn = cls.methods.get("adapt_draft_model_config")
+        for n in ast.walk(fn) if fn is not None else ():
+            if (
+                isinstance(n, ast.If)
+                and isinstance(n.test, ast.Compare)
+                and isinstance(n.test.ops[0], ast.Is)
+                and (_dotted(n.test.left) or "").endswith(f".{DECLARED_ATTR}")
+                and _literal(n.test.comparators[0]) is None
+            ):
+                fb = _fallback(n.body, info)
+                if fb is not None:
+                    return [{"keeps": "declaring", "fallback": fb, "at": _where(info, n)}]
+    return []
+
+
+def method_class(src: Source, method: str, v2_pkg: str | None) -> dict[str, Any] | None:
+    """How vLLM picks the class of a drafter of `method` (dspark) after the config override (which
+    in 0.34 also renames a Qwen3 `DSparkDraftModel`): `steps` in order, each a rename (`when` ->
+    `architectures`) or the keep rule (`keeps`: the classes listed in 0.30-0.33, or "declaring": a
+    class that declares its speculator, 0.34) with the in-target `fallback` per target model_type.
+    None: not found."""
+    steps = _method_adapt(src, v2_pkg) if v2_pkg else []
+    if not steps:
+        info = src.module(SPEC_CONFIG)
+        steps = _method_branches(info, method) if info is not None and info.tree is not None else []
+    return {"steps": steps} if steps else None
+
+
+# ---------------------------------------------------------------------------------------------
+# 0.34+: which methods' drafters read the target's hidden states (SpeculatorConfig per method)
+
+HIDDEN_STATES_ATTR = "uses_target_hidden_states"
+CONFIG_BY_METHOD = "_CONFIG_BY_METHOD"
+
+
+def hidden_state_methods(src: Source) -> dict[str, Any] | None:
+    """Per built-in method, the `uses_target_hidden_states` of its SpeculatorConfig class (the class
+    `_CONFIG_BY_METHOD` names, v1/worker/gpu/spec_decode/speculator_config.py, the attribute through
+    its bases): what 0.34's `spec_decode_needs_target_embed` reads. None before 0.34 (no such map)."""
+    info = src.module(f"{V2_SPEC_PKG}.speculator_config")
+    table = next(
+        (
+            st.value
+            for st in (info.tree.body if info is not None and info.tree is not None else ())
+            if isinstance(st, (ast.Assign, ast.AnnAssign))
+            and any(isinstance(t, ast.Name) and t.id == CONFIG_BY_METHOD for t in _targets(st))
+            and isinstance(st.value, ast.Dict)
+        ),
+        None,
+    )
+    if info is None or not isinstance(table, ast.Dict):
+        return None
+    out: dict[str, Any] = {}
+    for k, v in zip(table.keys, table.values):
+        method = _literal(k)
+        if not (isinstance(method, str) and isinstance(v, ast.Call) and len(v.args) == 2):
+            continue
+        mod, name = _literal(v.args[0]), _literal(v.args[1])
+        m = src.module(f"{V2_SPEC_PKG}.{mod}") if isinstance(mod, str) else None
+        cls = m.classes.get(name) if m is not None and isinstance(name, str) else None
+        owner = _owner(src.mro(cls, "cuda"), attr=HIDDEN_STATES_ATTR) if cls is not None else None
+        value = _literal(owner.attrs[HIDDEN_STATES_ATTR]) if owner is not None else None
+        if isinstance(value, bool):
+            assert owner is not None
+            out[method] = {"value": value, "at": owner.where(owner.attr_lines[HIDDEN_STATES_ATTR]), "config": name}
+    return dict(sorted(out.items())) or None
+
+
+def _targets(st: ast.stmt) -> list[ast.expr]:
+    return list(st.targets) if isinstance(st, ast.Assign) else [st.target] if isinstance(st, ast.AnnAssign) else []
+
+
 def rules(src: Source) -> dict[str, Any]:
     """The table's `drafter_rules` (module doc)."""
-    return {"speculators": speculators(src), "eagle_config": eagle_config(src), "mtp_rewrite": mtp(src)}
+    return {
+        "speculators": speculators(src),
+        "eagle_config": eagle_config(src),
+        "mtp_rewrite": mtp(src),
+        "config_override": config_override(src),
+        "target_hidden_states": hidden_state_methods(src),
+        # the methods that pick their drafter's class themselves (`class_rule`: dspark_class)
+        **{
+            m.class_rule: method_class(src, m.name, m.v2_speculator)
+            for m in methods.REGISTRY.values()
+            if m.class_rule is not None
+        },
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -648,6 +1072,13 @@ def _embed_facts(sc: Scanner, cls: ClassInfo, platform: str) -> dict[str, Any]:
         )
     )
     facts: dict[str, Any] = {"declared": declared}
+    # `hasattr(model_cls, "has_own_embed_tokens")`: a class attribute (its own or a base's, the EAGLE
+    # interfaces' default included), not one only __init__ or the load sets: what vLLM 0.34's
+    # registry records as `may_use_target_embed` (model_executor/models/registry.py)
+    holder = _owner(mro, attr=OWN_EMBED)
+    facts["class_attr"] = holder is not None
+    if holder is not None:
+        facts["class_attr_at"] = holder.where(holder.attr_lines[OWN_EMBED])
     # the load that runs (and the ones it reaches through super()) sets it from the checkpoint's
     # tensor names (vLLM's EAGLE weight hook acts only on a class that implements
     # SupportsEagle/SupportsEagle3)
@@ -900,6 +1331,125 @@ def _declared_method(sc: Scanner, cls: ClassInfo, platform: str) -> dict[str, An
     return {"method": method, "at": owner.where(owner.attr_lines["speculator_config_class"]), "config": conf.name}
 
 
+FC_SIZE = "fc_input_size"
+
+
+def _var(node: ast.expr) -> str | None:
+    """`x` or `self.x` as a variable name."""
+    d = _dotted(node) or ""
+    return d if isinstance(node, ast.Name) or (d.startswith("self.") and d.count(".") == 1) else None
+
+
+def _assigned(init: ast.AST, var: str) -> list[ast.expr]:
+    """Every value assigned to `var` in a constructor, in source order."""
+    got = [
+        n
+        for n in ast.walk(init)
+        if isinstance(n, (ast.Assign, ast.AnnAssign))
+        and any(_var(t) == var for t in _targets(n))
+        and n.value is not None
+    ]
+    return [n.value for n in sorted(got, key=lambda x: x.lineno) if n.value is not None]
+
+
+def _config_get(node: ast.expr, init: ast.AST) -> list[str] | None:
+    """`getattr(<config>, "k", ...)` -> ["k"]; `<d>.get("k")` where d = getattr(<config>, "n", ...) -> ["n.k"];
+    `a or b` -> both in order; a Name -> what it is assigned."""
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+        out: list[str] = []
+        for v in node.values:
+            got = _config_get(v, init)
+            if got is None:
+                return None
+            out += got
+        return out
+    if isinstance(node, ast.Call) and _dotted(node.func) == "getattr" and len(node.args) >= 2:
+        key = _literal(node.args[1])
+        head = (_dotted(node.args[0]) or "").split(".")[-1]
+        if not (isinstance(key, str) and head in _CONFIG_NAMES):
+            return None
+        dflt = node.args[2] if len(node.args) > 2 else None
+        # getattr(config, "target_hidden_size", config.hidden_size): the default is another key
+        more = [dflt.attr] if isinstance(dflt, ast.Attribute) and _config_attr(dflt, init) else []
+        return [key, *more]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" and node.args:
+        key, holder = _literal(node.args[0]), _var(node.func.value)
+        if not isinstance(key, str) or holder is None:
+            return None
+        src = _assigned(init, holder)
+        parent = _config_get(src[0], init) if src else None
+        prefix = parent[0] if parent and len(parent) == 1 else holder.split(".")[-1]
+        return [f"{prefix}.{key}"]
+    if (name := _var(node)) is not None:
+        vals = _assigned(init, name)
+        return _config_get(vals[0], init) if len(vals) == 1 else None
+    return None
+
+
+def _count_rule(init: ast.AST, var: str, depth: int = 0) -> dict[str, Any] | None:
+    """How a constructor computes a count: the config keys it tries in order (a count, or a list whose
+    length counts) and the default when none is set."""
+    keys: list[str] = []
+    default = None
+    for v in _assigned(init, var):
+        if isinstance(v, ast.IfExp) and isinstance(v.body, ast.Call) and _dotted(v.body.func) == "len":
+            got = _config_get(v.body.args[0], init) if v.body.args else None
+            if got is None or not isinstance(_literal(v.orelse), int):
+                return None
+            keys += got
+            default = _literal(v.orelse)
+        elif (other := _var(v)) is not None and depth < 3 and not _config_get(v, init):
+            inner = _count_rule(init, other, depth + 1)
+            if inner is None:
+                return None
+            keys += inner["keys"]
+            default = inner["default"] if inner["default"] is not None else default
+        else:
+            got = _config_get(v, init)
+            if got is None:
+                return None
+            keys += got
+    return {"keys": list(dict.fromkeys(keys)), "default": default} if keys else None
+
+
+def _fc_product(c: ClassInfo, init: ast.FunctionDef, n: ast.Assign) -> dict[str, Any]:
+    """The rule of one `fc_input_size = <width> * <count>`: which side is the count, its keys and
+    default, the width's keys."""
+    assert isinstance(n.value, ast.BinOp)
+    sides = [_var(n.value.left), _var(n.value.right)]
+
+    def width_of(v: str | None) -> list[str] | None:
+        vals = _assigned(init, v) if v else []
+        return _config_get(vals[0], init) if len(vals) == 1 else None
+
+    for w, k in (sides, sides[::-1]):
+        width, count = width_of(w), _count_rule(init, k) if k else None
+        if width is not None and count is not None:
+            return {**count, "width_keys": width, "at": c.where(n.lineno)}
+    return {"why": f"{c.where(n.lineno)}: {ast.unparse(n)[:100]}"}
+
+
+def _fc_sizing(sc: Scanner, cls: ClassInfo, platform: str) -> dict[str, Any] | None:
+    """How an EAGLE3 drafter sizes `fc` (its constructor's `fc_input_size = <width> * <count>`): the
+    config keys the tap count is read from, first set wins (a list counts by its length), the count
+    when none is set, and the keys of the width. None where the class has no such product."""
+    inner, _, _ = sc._built_class(cls, "model", platform)
+    for holder in (inner, cls):
+        for c in sc.src.mro(holder, platform) if holder is not None else ():
+            init = c.methods.get("__init__") if isinstance(c, ClassInfo) else None
+            if not isinstance(c, ClassInfo) or init is None:
+                continue
+            for n in ast.walk(init):
+                if (
+                    isinstance(n, ast.Assign)
+                    and any((_var(t) or "").split(".")[-1] == FC_SIZE for t in n.targets)
+                    and isinstance(n.value, ast.BinOp)
+                    and isinstance(n.value.op, ast.Mult)
+                ):
+                    return _fc_product(c, init, n)
+    return None
+
+
 def class_facts(sc: Scanner, arch: str, platform: str, mtp_class: bool = False) -> dict[str, Any]:
     """The drafter-side facts of one registered drafter class on one platform (module doc);
     `mtp_class`: it numbers no layers from a depth call (an MTP class: where its ids start)."""
@@ -917,6 +1467,9 @@ def class_facts(sc: Scanner, arch: str, platform: str, mtp_class: bool = False) 
     declared = _declared_method(sc, cls, platform)
     if declared is not None:
         out["declares_method"] = declared
+    fc = _fc_sizing(sc, cls, platform) if not mtp_class else None
+    if fc is not None:
+        out["fc_taps"] = fc
     return out
 
 

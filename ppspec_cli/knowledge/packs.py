@@ -251,15 +251,6 @@ class Facts(_Strict):
         return v
 
 
-class ServedFrom(_Strict):
-    """A checkpoint architecture vLLM serves as another class."""
-
-    architecture: str = Field(pattern=_ARCH, description="The architecture the drafter config declares.")
-    model_type: str | None = Field(
-        default=None, max_length=64, description="Only when the drafter config's model_type is this."
-    )
-
-
 class SpeculatorsPickSpec(_Strict):
     """A speculators kind whose conversion in vLLM (speculators/algos.py) serves a drafter as the class."""
 
@@ -290,20 +281,11 @@ class DrafterClassSpec(_Strict):
     keeps_name: bool = Field(
         default=False, description="DFlash: vLLM's EAGLEConfig keeps the name instead of prefixing it with `DFlash`."
     )
-    served_from: tuple[ServedFrom, ...] = Field(
-        default=(), description="Checkpoint architectures vLLM serves as this class."
-    )
     speculators: tuple[SpeculatorsPickSpec, ...] = Field(
         default=(), description="Speculators kinds whose conversion serves a drafter as this class."
     )
     draft_topk: bool = Field(
         default=False, description="DSpark: the class takes `dspark_draft_topk` (vLLM refuses it on any other)."
-    )
-    fc_taps_from: tuple[str, ...] = Field(
-        default=(),
-        description="EAGLE3: the drafter-config keys vLLM's constructor sizes the class's `fc` from (a count, or a "
-        "tap list; dotted for a nested key), "
-        "first present wins, 3 taps when none is. Empty: not mirrored (the fc-width-built rule stays silent).",
     )
 
     @field_validator("since", "until")
@@ -325,10 +307,8 @@ class DrafterClassSpec(_Strict):
             until=Version(self.until) if self.until else None,
             pack=pack,
             keeps_name=self.keeps_name,
-            served_from=tuple((s.architecture, s.model_type) for s in self.served_from),
             speculators=tuple(methods.SpeculatorsPick(p.kind, p.model_type, p.default) for p in self.speculators),
             draft_topk=self.draft_topk,
-            fc_taps_from=self.fc_taps_from,
         )
 
 

@@ -37,7 +37,9 @@ __all__ = [
 
 
 def served_architectures(method: str, cfg: dict, version: Version, target_model_type: str | None = None) -> list[str]:
-    """The architectures vLLM builds the drafter as (the method's rewrite, with the packs' classes)."""
+    """The architectures vLLM builds the drafter as by the method's own rename (with the packs'
+    classes); resolve's `drafter_served` (the release's table: the config override, the renames,
+    the method's class choice) is what the rules pass when the table says."""
     return methods.get(method).served_architectures(cfg, version, target_model_type, packs.drafter_classes())
 
 
@@ -60,15 +62,17 @@ def view(
     num_speculative_tokens: int,
     target_config: dict | None = None,
     target_text: dict | None = None,
+    served: tuple[str, ...] | None = None,
 ) -> DrafterView:
-    """The narrow view a contract reads."""
+    """The narrow view a contract reads (`served`: the architectures vLLM builds the drafter as, by
+    the release's table; None: the method's own rename)."""
     tcfg, text = target_config or {}, target_text or {}
     tmt = tcfg.get("model_type") if isinstance(tcfg.get("model_type"), str) else None
     return DrafterView(
         method=methods.get(method).name,
         config=cfg,
         declared=tuple(declared_architectures(cfg)),
-        served=tuple(served_architectures(method, cfg, version, tmt)),
+        served=served if served is not None else tuple(served_architectures(method, cfg, version, tmt)),
         version=version,
         runner=runner,
         num_speculative_tokens=num_speculative_tokens,
@@ -141,6 +145,7 @@ def check(
     num_speculative_tokens: int,
     target_config: dict | None = None,
     target_text: dict | None = None,
+    served: tuple[str, ...] | None = None,
 ) -> list[Finding]:
     """Every finding of vLLM's drafter contract in this drafter config, for `version` and `runner`
     ("v1" | "v2"), against the target's raw config and its text part: the method's own contract,
@@ -154,6 +159,7 @@ def check(
         num_speculative_tokens=num_speculative_tokens,
         target_config=target_config,
         target_text=target_text,
+        served=served,
     )
     out = methods.get(method).contract(v, packs.drafter_classes())
     for pack in packs.drafter_packs(method):
@@ -162,10 +168,10 @@ def check(
     return out
 
 
-def judges_vocabulary(method: str, cfg: dict, version: Version) -> bool:
+def judges_vocabulary(method: str, cfg: dict, version: Version, served_as: tuple[str, ...] | None = None) -> bool:
     """A drafter pack's contract judges this drafter's vocabularies and vocabulary tensors (its
     `contract.vocabulary` names the served class), so the generic shapes rule leaves them alone."""
-    served = set(served_architectures(method, cfg, version))
+    served = set(served_as) if served_as is not None else set(served_architectures(method, cfg, version))
     return any(
         p.contract is not None
         and set(p.contract.vocabulary)

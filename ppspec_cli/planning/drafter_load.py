@@ -60,17 +60,33 @@ def arch_unknown(r: Resolved) -> Iterator[Finding]:
         return  # vLLM builds the first registered one
     declared = methods.declared_architectures(r.drafter_view or {})
     rule = drafterfacts.rename_rule(r.arch_table, d.method)
+    ov = r.drafter_override
+    rewritten = list(ov.architectures) if ov is not None else declared
     how = (
         f"EAGLEConfig renames it for {d.method} ({rule.get('at')})"
-        if rule is not None and declared != missing and r.speculators is None
+        if rule is not None and rewritten != missing and r.speculators is None
         else "it is served as named"
     )
+    fix = (
+        f"use a drafter whose config names an architecture this vLLM serves for {d.method} (`ppspec adapters show "
+        "<class>` shows one), or the method the drafter was trained for"
+    )
+    if ov is not None:
+        mt = (r.drafter_view or {}).get("model_type")
+        how = (
+            f"vLLM's config override, which it applies to every draft config it loads ({ov.draft_applies_at}), "
+            f"rewrites its model_type {str(mt)[:40]!r} to {ov.model_type!r} and its architectures to "
+            f"{list(ov.architectures)} ({', '.join(ov.applied)}); then {how}"
+        )
+        fix = (
+            f"give the drafter's config.json the model_type of the model its layers are (e.g. `llama` for an EAGLE "
+            f"head), not its target's {str(mt)[:40]!r}, through a local copy of the checkpoint; or " + fix
+        )
     yield m.arch_unknown.at(
         "drafter.model",
         f"vLLM {_ver(r)} builds this {m.title} drafter (architectures {declared}) as {missing}: {how}, and its model "
         "registry has no such class, so vLLM refuses at start ('Model architectures ... are not supported for now')",
-        fix=f"use a drafter whose config names an architecture this vLLM serves for {d.method} (`ppspec adapters "
-        "show <class>` shows one), or the method the drafter was trained for",
+        fix=fix,
     )
 
 
@@ -237,5 +253,8 @@ def load_refused(r: Resolved) -> bool:
 def served_class_known(r: Resolved) -> bool:
     """vLLM builds the drafter as a drafter class its registry has (whatever the config's own
     architecture name says: an official EAGLE-3 head naming LlamaForCausalLM is served as
-    Eagle3LlamaForCausalLM)."""
+    Eagle3LlamaForCausalLM). Not when the class is the method's in-target fallback (a DSpark drafter
+    vLLM keeps none of the names of is served as DeepSeek-V4's own): that says nothing of the checkpoint."""
+    if r.drafter_choice is not None and r.drafter_choice.fallback:
+        return False
     return drafter_facts(r) is not None and r.drafter_served is not None

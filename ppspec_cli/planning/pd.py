@@ -33,7 +33,7 @@ from ppspec_cli.io import shellout
 from ppspec_cli.knowledge import connectors
 from ppspec_cli.planning.plan import pp_rank_of
 from ppspec_cli.planning.profile import KV_FLAG, ROLES, Profile, Role
-from ppspec_cli.planning.resolve import Resolved
+from ppspec_cli.planning.resolve import Resolved, mtp_facts
 from ppspec_cli.planning.rules import run_rules
 
 
@@ -198,14 +198,51 @@ def _draft_names(d: Deployment) -> Iterator[Finding]:
         )
     for role, r in d.roles.items():
         layers = kv_layers(r) or []
-        targets = {x.index for x in layers if x.kind == "target"}
-        clash = [x.index for x in layers if x.kind == "draft" and x.index in targets]
+        targets = {x.index: x.stage for x in layers if x.kind == "target"}
+        clash = [x for x in layers if x.kind == "draft" and x.index in targets]
         if clash:
-            yield PD_DRAFT_LAYER_COLLISION.at(
-                f"roles.{role}.topology",
-                f"{role} engine: draft layer ids {clash} are also target layer names (PP-local numbering); the "
-                "connector cannot tell the two apart",
-            )
+            message, fix = _collision(role, r, clash, targets)
+            yield PD_DRAFT_LAYER_COLLISION.at(f"roles.{role}.topology", message, fix=fix)
+
+
+def _collision(role: str, r: Resolved, clash: list[KvLayer], targets: dict[int, int]) -> tuple[str, str]:
+    """What collides (the draft layer and the target layer of one name), where (the stages), why
+    the draft takes that name, and the fix in the profile's terms."""
+    names = ", ".join(
+        f"model.layers.{x.index} (the draft's on stage {x.stage}, the target's on stage {targets[x.index]})"
+        for x in clash[:4]
+    ) + (f" and {len(clash) - 4} more" if len(clash) > 4 else "")
+    where = f"the {role} engine (PP={r.pp}) registers two layers under one name with the KV connector: {names}"
+    m = r.spec
+    if m is not None and not m.external_drafter:
+        mf = mtp_facts(r)
+        cls = mf.mtp_arch if mf is not None and mf.mtp_arch else "vLLM's MTP class for this target"
+        why = mf.ids_why if mf is not None and mf.ids_why else f"{cls} numbers its layers from 0"
+        return (
+            f"{where}. The target's MTP layers draft here and vLLM {r.engine_version} names them from 0, not after "
+            f"the target's {r.plan.num_layers if r.plan else '?'} layers ({why}); the connector matches layers by "
+            "name, so it cannot tell the draft's KV from the target layer's",
+            "vLLM's MTP class fixes these names (no option or adapter pack renames them): serve this target with "
+            "mtp as one engine (remove `roles` and `kv_transfer`), or draft with an external drafter whose layers "
+            "are numbered after the target's (drafter.method eagle3, dflash or dspark)",
+        )
+    s = r.support("global_draft_layer_ids")
+    if m is not None and m.numbering == "pp-local" and s.status != "unsupported":
+        fix = (
+            f"set `adapter: eagle_global_layer_ids` (it numbers {m.title} draft layers after the target's), or "
+            f"roles.{role}.topology.pipeline_parallel: 1"
+        )
+    else:
+        fix = (
+            f"set roles.{role}.topology.pipeline_parallel: 1 (no adapter pack numbers this drafter's layers after "
+            "the target's), or use a drafter numbered globally (drafter.method eagle3, dflash or dspark)"
+        )
+    return (
+        f"{where}. The drafter numbers its layers from the last stage's own layer count (PP-local numbering: "
+        f"{r.method} in vLLM {r.engine_version}), which is already the name of a target layer on an earlier stage; "
+        "the connector matches layers by name, so it cannot tell the two apart",
+        fix,
+    )
 
 
 def _span(ids: tuple[int, ...]) -> str:

@@ -73,6 +73,8 @@ class Resolved:
     )
     speculators: drafterfacts.SpeculatorsLoad | None = None  # vLLM's speculators loader on the drafter config
     drafter_served: tuple[str, ...] | None = None  # the architectures vLLM builds the drafter as (the table's renames)
+    drafter_override: drafterfacts.Override | None = None  # vLLM's hf_config_override on the drafter config
+    drafter_choice: drafterfacts.ClassChoice | None = None  # the method's own class choice (dspark), from the table
     options: EngineOptions = field(default_factory=EngineOptions)  # the profile's `engine:`, read once
     needs: tuple[dict[str, Any], ...] = ()  # what the engine must have, asserted by the plugin (needed_behaviours)
     placement: Placement = field(default_factory=lambda: Placement(None, None))  # this node's, decided
@@ -385,7 +387,20 @@ def _drafter_side(r: Resolved) -> dict[str, Any]:
     if sp is not None and sp.refused:
         return out
     archs = methods.declared_architectures(view or {})
+    # vLLM passes its config override as every draft's hf_overrides: it runs before any rename
+    ov = drafterfacts.config_override(r.arch_table, view or {}) if sp is None else None
+    if ov is not None and ov.changed:
+        out["drafter_override"] = ov
+        archs = list(ov.architectures)
     served = drafterfacts.served_names(r.arch_table, r.method, archs, speculators=sp is not None)
+    m = r.spec
+    if served is not None and m is not None and m.class_rule is not None:
+        mt = ov.model_type if ov is not None else (view or {}).get("model_type")
+        tmt = r.target.model_type if r.target is not None else None
+        choice = drafterfacts.class_choice(r.arch_table, m.class_rule, served, mt, tmt, r.platform)
+        if choice is not None:
+            out["drafter_choice"] = choice
+            served = list(choice.architectures)
     out["drafter_served"] = None if served is None else tuple(served)
     return out
 
@@ -430,6 +445,23 @@ def mtp_layers(r: Resolved) -> int | None:
         return facts.mtp_layer_count(r.target.text)
     m = tf.mtp_layers
     return facts.mtp_layer_count(r.target.text, m.keys, m.default, m.fixed)
+
+
+def target_embed_rule(r: Resolved) -> tuple[bool | None, str] | None:
+    """The release's rule for the last stage's target embedding, where it reads the method's config
+    and the draft class (0.34: knowledge/drafterfacts.target_embed); None: the method's own rule
+    (0.30-0.33: a list of methods, mtp where the target opts in)."""
+    m = r.spec
+    if m is None or r.arch_table is None:
+        return None
+    if m.external_drafter:
+        name = r.drafter_served[0] if r.drafter_served else None
+        cls = drafter_facts(r)
+    else:
+        mf = mtp_facts(r)
+        name = mf.mtp_arch if mf is not None else None
+        cls = r.arch_table.drafter(name, r.platform) if name else None
+    return drafterfacts.target_embed(r.arch_table, m.name, name, cls)
 
 
 def _draft_layers(r: Resolved) -> tuple[int, Literal["global", "pp-local", "none"], int | None]:
@@ -634,12 +666,21 @@ def _plan(r: Resolved) -> Plan | None:
     needs_embed = (
         r.pp > 1 and m is not None and (m.needs_target_embed or (embed_cap is not None and r.support(embed_cap).ok))
     )
+    embed_rule = target_embed_rule(r) if r.pp > 1 else None
+    if embed_rule is not None and embed_rule[0] is not None:  # 0.34: the method's config and the draft class
+        needs_embed = embed_rule[0]
+        embed_cap = None
     lw, embed_b, lm_b, notes = _target_weights(r.target, n, tf)
     drafter_b, drafter_src = _drafter_weights(r, tf, n, n_draft)
     if lw is not None:
         notes.append(_counted_note(method, needs_embed, drafter_b, drafter_src))
     if drafter_has_embed is False:
         notes.append("the drafter has no embed_tokens: it shares the target's embedding")
+    if embed_rule is not None and embed_rule[0] is not None:
+        notes.append(
+            f"vLLM {r.engine_version} {'builds' if needs_embed else 'does not build'} the target embedding on the "
+            f"last stage for this drafter ({embed_rule[1]})"
+        )
     if embed_cap is not None and needs_embed:
         s = r.support(embed_cap)
         notes.append(

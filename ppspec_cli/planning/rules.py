@@ -73,12 +73,13 @@ from ppspec_cli.findings.codes import (
     VOCAB_MISMATCH,
 )
 from ppspec_cli.knowledge import archtable, facts, methods, packs
+from ppspec_cli.knowledge.drafter_width import built_fc_taps
 from ppspec_cli.knowledge.packs import PLATFORMS, in_range
 from ppspec_cli.knowledge.versions import settle_command, verified_text
 from ppspec_cli.planning import drafter_contract, drafter_load, release_rules, schedule
 from ppspec_cli.planning.engine_options import launch_refusals, pd_kv_view, untrusted_findings
 from ppspec_cli.planning.plan import default_partition, default_taps, nested_readings
-from ppspec_cli.planning.resolve import Resolved, drafter_facts, mtp_facts, mtp_layers
+from ppspec_cli.planning.resolve import Resolved, drafter_facts, mtp_facts, mtp_layers, target_embed_rule
 
 RuleFn = Callable[[Resolved], Iterator[Finding]]
 RULES: list[tuple[str, RuleFn]] = []
@@ -408,6 +409,7 @@ def drafter_contract_rule(r: Resolved) -> Iterator[Finding]:
         num_speculative_tokens=d.num_speculative_tokens,
         target_config=t.config if t else None,
         target_text=t.text if t else None,
+        served=r.drafter_served,
     )
 
 
@@ -421,7 +423,9 @@ def shapes(r: Resolved) -> Iterator[Finding]:
     view = r.drafter_view or {}
     th, tv = r.target.hidden_size, r.target.vocab_size
     # a drafter whose vocabularies a drafter pack's contract judges (drafter-contract rule)
-    pack_vocab = r.version is not None and drafter_contract.judges_vocabulary(d.method, view, r.version)
+    pack_vocab = r.version is not None and drafter_contract.judges_vocabulary(
+        d.method, view, r.version, r.drafter_served
+    )
     dh = next((view[k] for k in m.hidden_size_keys if isinstance(view.get(k), int)), None)
     if th is not None and dh is not None and dh != th:
         yield HIDDEN_SIZE_MISMATCH.at(
@@ -493,7 +497,9 @@ def _fc_width_built(r: Resolved, fc) -> Iterator[Finding]:
     if d is None or not r.uses_taps or r.drafter is None or r.plan is None:
         return
     view = {**(r.drafter_view or {}), **(r.plan.overlay or {})}
-    built = methods.get(d.method).built_fc_taps(view, packs.drafter_classes())
+    facts = drafter_facts(r) or {}
+    served = r.drafter_served[0] if r.drafter_served else None
+    built = built_fc_taps(view, served, facts.get("fc_taps")) if served else None  # the table's rule
     if built is None:
         return
     hidden = (
@@ -503,7 +509,7 @@ def _fc_width_built(r: Resolved, fc) -> Iterator[Finding]:
     width = f" ({built.taps} x {hidden} = {built.taps * hidden})" if hidden else ""
     who = (
         f"vLLM {r.engine_version}'s {built.served_class} builds its fc for {built.taps} taps{width}, from "
-        f"{built.source}"
+        f"{built.source} ({built.at})"
     )
     fix = (
         "add `num_aux_hidden_states: N` (N = the taps it was trained on) to the drafter's config.json: "
@@ -733,6 +739,8 @@ def pp_engine(r: Resolved) -> Iterator[Finding]:
         yield from _pp_relay(r, d.method, r.target.architectures[0])
     if methods.get(d.method).needs_target_embed and r.drafter is not None:
         yield from _pp_embedding(r)
+    if not methods.get(d.method).external_drafter:
+        yield from _mtp_embedding(r)
 
 
 def _pp_options(r: Resolved) -> Iterator[Finding]:
@@ -827,6 +835,28 @@ def _pp_embedding(r: Resolved) -> Iterator[Finding]:
                 f"its embedding on the last stage under PP ({s.reason}); vLLM: 'needs the target input "
                 "embedding, but it is unavailable on this PP stage'",
             )
+
+
+def _mtp_embedding(r: Resolved) -> Iterator[Finding]:
+    """0.34+: the target's MTP class reads the target's embedding on the last stage when its
+    release's rule says the last stage builds it for it (uses_target_hidden_states and the class's
+    has_own_embed_tokens) and the class always takes the target's: the target must build it there."""
+    rule = target_embed_rule(r)
+    mf = mtp_facts(r)
+    if rule is None or not rule[0] or mf is None or not mf.mtp_arch or r.arch_table is None:
+        return
+    emb = (r.arch_table.drafter(mf.mtp_arch, r.platform) or {}).get("embed") or {}
+    if emb.get("own") is not False:
+        return  # its own embedding (or one its weights decide): nothing shared for sure
+    s = r.support("target_embed_on_last_stage")
+    if s.status == "unknown" or s.ok:
+        return
+    yield EMBED_LAST_STAGE.at(
+        "adapter",
+        f"vLLM {r.engine_version} builds the target's embedding on the last stage for {mf.mtp_arch} ({rule[1]}) and "
+        f"{mf.mtp_arch} always takes the target's ({emb.get('at')}), but {r.target_arch} does not build it there "
+        f"({s.reason}); vLLM: 'needs the target input embedding, but it is unavailable on this PP stage'",
+    )
 
 
 def _has_taps_interface(r: Resolved) -> bool:

@@ -957,6 +957,7 @@ def scan_cases() -> Iterator[Case]:
     from ppspec_cli.knowledge import archtable
 
     rel = {k: {} for k in archtable.RELEASE_SECTIONS}
+    rel["drafter_rules"] = {k: {} for k in archtable.DRAFTER_RULE_SECTIONS}
     for label, entry in (
         ("targets a string", json.dumps({"schema": 1, "vllm_version": "9.9.0", "origin": "x", "targets": "x", **rel})),
         (

@@ -53,14 +53,8 @@ class DrafterClass:
     until: Version | None = None  # last vLLM release that has it (None: still there)
     pack: str = ""
     keeps_name: bool = False  # DFlash: vLLM's EAGLEConfig does not prefix it with `DFlash`
-    served_from: tuple[
-        tuple[str, str | None], ...
-    ] = ()  # (checkpoint architecture, config model_type) vLLM serves as this class
     speculators: tuple[SpeculatorsPick, ...] = ()
     draft_topk: bool = False  # the class takes `dspark_draft_topk`
-    fc_taps_from: tuple[
-        str, ...
-    ] = ()  # EAGLE3: config keys the class's fc width is read from, first present wins (3 when none)
 
     def known_in(self, version: Version) -> bool:
         return self.since <= version and (self.until is None or version.release <= self.until.release)
@@ -164,6 +158,7 @@ class SpecMethod:
         None  # the class vLLM builds the drafter as is not in its registry (the release's table)
     )
     family_refusal: Code | None = None  # vLLM refuses the method for the target's family and names another (mtp)
+    class_rule: str | None = None  # the table's drafter rule that picks the class vLLM builds (dspark: dspark_class)
     k_not_multiple: Code | None = None  # k above the layers' n_predict and not a multiple of it (mtp)
 
     @property
@@ -214,11 +209,6 @@ class SpecMethod:
     ) -> list[str]:
         """The architectures vLLM builds the drafter as (config/speculative.py)."""
         return declared_architectures(cfg)
-
-    def built_fc_taps(self, cfg: Mapping[str, Any], classes: tuple[DrafterClass, ...]) -> Any:
-        """How many taps vLLM builds the drafter's fc for (knowledge/drafter_width.BuiltWidth), or
-        None when the method's drafters have no such fc ppspec mirrors."""
-        return None
 
     def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Finding]:
         """What vLLM requires of every drafter of this method (drafter packs add their classes' own)."""

@@ -15,16 +15,9 @@ from ppspec_cli.knowledge.methods.base import (
     TapKey,
     arch_unknown_code,
     contract_code,
-    declared_architectures,
     is_int,
 )
 from ppspec_cli.knowledge.methods.block import WIDTH_CODES, BlockMethod
-
-#: The class vLLM serves a DSpark drafter as when it keeps none of the checkpoint's names: the
-#: in-target drafter of the DSpark-native targets, weights from the target checkpoint
-#: (config/speculative.py, the `dspark` architecture rewrite); the variant for a target model_type.
-FALLBACK_CLASS = "DSparkDraftModel"
-FALLBACK_CLASS_BY_TARGET_MODEL_TYPE = {"deepseek_v41": "DSparkV41DraftModel"}
 
 #: The DSpark keys vLLM's speculators conversion copies to the drafter config when set.
 SPECULATORS_KEYS = (
@@ -84,21 +77,6 @@ class DSpark(BlockMethod):
         default = next((name for name, p in picks if p.default), None)
         return names or ([default] if default else declared)
 
-    def served_architectures(
-        self, cfg: Mapping[str, Any], version: Version, target_model_type: str | None, classes: tuple[DrafterClass, ...]
-    ) -> list[str]:
-        """A checkpoint name a pack's class is `served_from` (architecture and config model_type)
-        becomes that class; one naming none of the DSpark classes this vLLM keeps becomes the
-        in-target fallback (FALLBACK_CLASS, per target model_type)."""
-        archs = declared_architectures(cfg)
-        mine = [c for c in classes if c.method == self.name]
-        for c in mine:
-            if any(a in archs and (mt is None or cfg.get("model_type") == mt) for a, mt in c.served_from):
-                return [c.name]
-        if not {c.name for c in mine if c.known_in(version)} & set(archs):
-            return [FALLBACK_CLASS_BY_TARGET_MODEL_TYPE.get(target_model_type or "", FALLBACK_CLASS)]
-        return archs
-
     def contract(self, view: DrafterView, classes: tuple[DrafterClass, ...]) -> list[Finding]:
         return self.topk_breaches(view, classes) + self.width_breaches(
             view.config, view.version, view.num_speculative_tokens
@@ -150,6 +128,7 @@ DSPARK = DSpark(
         TapKey("target_layer_ids", 1, "zero-based layer outputs (speculators conversion)"),
     ),
     speculators_kinds=("dspark",),
+    class_rule="dspark_class",
     contract_codes=(DRAFT_TOPK, *WIDTH_CODES),
     arch_unknown=arch_unknown_code(
         "dspark"

@@ -13,7 +13,6 @@ from ppspec_cli.knowledge.methods.base import (
     SpecMethod,
     TapKey,
     arch_unknown_code,
-    declared_architectures,
 )
 
 #: Since 0.33.0 an EAGLE3 drafter whose `eagle_config.use_aux_hidden_state` is false uses no aux
@@ -32,14 +31,6 @@ class Eagle3(SpecMethod):
             if isinstance(ec, dict) and ec.get("use_aux_hidden_state") is False:
                 return False
         return True
-
-    def built_fc_taps(self, cfg: Mapping[str, Any], classes: tuple[DrafterClass, ...]) -> Any:
-        """The fc width vLLM builds for the EAGLE3 class it serves (the class's `fc_taps_from`
-        facts, knowledge/drafter_width: vLLM #54526)."""
-        from ppspec_cli.knowledge.drafter_width import built_fc_taps
-
-        names = [n for a in declared_architectures(cfg) for n in self.vllm_names(a)]
-        return built_fc_taps(cfg, names, classes)
 
     def vllm_names(self, arch: str) -> list[str]:
         """EAGLEConfig names an EAGLE3 drafter `Eagle3{arch}` unless it already says Eagle3."""
