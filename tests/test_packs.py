@@ -597,3 +597,22 @@ def test_a_drafter_class_a_release_removed_is_not_asked_of_it():
         d = next(d for d in get_pack(pack).drafter_classes if d.name == name)
         assert d.known_in(Version("0.33.0")) and not d.known_in(Version("0.34.0"))
         assert in_range(get_pack(pack).vllm_range, "0.34.0")
+
+
+def test_a_pack_written_with_the_retired_drafter_keys_still_loads():
+    """`served_from` and `fc_taps_from` (ppspec before issue 40's follow-ups) are accepted and
+    ignored: vLLM's source decides both per release now; an outside pack that set them must not be
+    refused for it. Any other unknown key is still refused (the schema is strict)."""
+    import pydantic
+
+    from ppspec_cli.knowledge.packs import DrafterClassSpec
+
+    spec = DrafterClassSpec(
+        name="Eagle3LlamaForCausalLM",
+        method="eagle3",
+        served_from=[{"architecture": "LlamaForCausalLM", "model_type": "llama"}],
+        fc_taps_from=["eagle_aux_hidden_state_layer_ids"],
+    )
+    assert spec.name == "Eagle3LlamaForCausalLM"
+    with pytest.raises(pydantic.ValidationError):
+        DrafterClassSpec(name="Eagle3LlamaForCausalLM", method="eagle3", served_form=[])

@@ -287,6 +287,18 @@ class DrafterClassSpec(_Strict):
     draft_topk: bool = Field(
         default=False, description="DSpark: the class takes `dspark_draft_topk` (vLLM refuses it on any other)."
     )
+    # Retired keys: a pack written for an earlier ppspec still loads. What they said is now read from
+    # vLLM's source per release (the table's drafter_rules.dspark_class and fc_taps), so they are ignored.
+    served_from: tuple[Any, ...] = Field(
+        default=(),
+        description="Retired (ignored): which checkpoint classes vLLM serves as this class is read from vLLM's source "
+        "per release.",
+    )
+    fc_taps_from: tuple[Any, ...] = Field(
+        default=(),
+        description="Retired (ignored): the keys an EAGLE3 class sizes its fc from are read from vLLM's source per "
+        "release.",
+    )
 
     @field_validator("since", "until")
     @classmethod
