@@ -634,3 +634,23 @@ def test_mtp_class_that_takes_the_target_embedding_needs_the_target_to_build_it(
     monkeypatch.setattr(archtable, "committed", lambda v: real)
     _, by = check(make_checkpoint("dsv4b", DSV4), method="mtp", pp=2, engine_version="0.34.0", platform="cuda")
     assert "embed-last-stage" not in by
+
+
+def test_an_override_step_ppspec_does_not_evaluate_is_said_not_skipped(make_checkpoint):
+    """vLLM 0.34's override has steps whose tests the scanner keeps `unread` (config/speculative.py:1097
+    `'exaone4_5' in hf_config.model_type`; :1012 NemotronH's hasattr/> 0 test). A draft config that one
+    names is not rewritten by ppspec and not passed over in silence: drafter-override-unread says where
+    vLLM may rewrite it. SYNTHETIC: the Kimi-K2.5 EAGLE3 head with model_type exaone4_5."""
+    t = table("0.34.0")
+    head = {**fixture_config("AQ-MedAI__Kimi-K25-eagle3"), "model_type": "exaone4_5"}
+    ov = drafterfacts.config_override(t, head)
+    assert ov is not None and not ov.changed and ov.architectures == ("LlamaForCausalLMEagle3",)
+    assert [at for at, _ in ov.unread] == ["vllm/config/speculative.py:1097"]
+    # a model_type no unread step names: nothing to say
+    plain = drafterfacts.config_override(t, fixture_config("AQ-MedAI__Kimi-K25-eagle3"))
+    assert plain is not None and plain.unread == ()
+    target = make_checkpoint("dsv3", "deepseek-ai__DeepSeek-V3")
+    r, by = check(target, make_checkpoint("head-exaone", head, shards=eagle3_shards(hidden=7168)), method="eagle3",
+                  engine_version="0.34.0")  # fmt: skip
+    f = expect(by, "drafter-override-unread", "warning", "drafter.model")
+    assert "speculative.py:1097" in f.message and "'exaone4_5'" in f.message

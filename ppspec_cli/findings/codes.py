@@ -317,6 +317,15 @@ DRAFTER_METHOD_DECLARED = Code(
     "Set `drafter.method` to the method the drafter declares, or use a drafter of the profile's method.",
     section=DRAFTER,
 )
+DRAFTER_OVERRIDE_UNREAD = Code(
+    "drafter-override-unread",
+    ("warning",),
+    "vLLM's config override (applied to every draft config) has a step for this drafter's model_type whose test "
+    "ppspec does not evaluate: vLLM may rewrite the config there, so the class it builds is not decided here.",
+    "Serve once and read the architecture vLLM resolves in its log, or give the drafter's config the model_type of "
+    "the model its layers are.",
+    section=DRAFTER,
+)
 DRAFTER_EMBED_WIDTH = Code(
     "drafter-embed-width",
     ("error",),

@@ -16,6 +16,7 @@ says so (`None`, or a reason).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -138,10 +139,21 @@ class Override:
     replaced: str | None = None
     at: str | None = None  # the function
     draft_applies_at: str | None = None  # where vLLM passes it as the draft's hf_overrides
+    #: steps whose test ppspec does not evaluate (`unread` in the table) that name this config's
+    #: model_type: vLLM may rewrite it there, and the class it builds is not decided here
+    unread: tuple[tuple[str, str], ...] = ()  # (file:line, the test as written)
 
     @property
     def changed(self) -> bool:
         return bool(self.applied)
+
+
+def _names_model_type(test: str, model_type: str | None) -> bool:
+    """An unread step's test names this model_type: a quoted literal equal to it, or one it contains
+    (vLLM's `'exaone4_5' in hf_config.model_type`)."""
+    if not model_type:
+        return False
+    return any(lit == model_type or lit in model_type for lit in re.findall(r"'([^']{2,80})'", test))
 
 
 def _holds(c: Mapping[str, Any], state: Mapping[str, Any], cfg: Mapping[str, Any], text: Mapping[str, Any]) -> bool:
@@ -162,6 +174,22 @@ def _holds(c: Mapping[str, Any], state: Mapping[str, Any], cfg: Mapping[str, Any
     if "text_key" in c:
         return bool(_lookup(c["text_key"], (text,)))
     return False
+
+
+def _apply_architectures(step: Mapping[str, Any], state: dict[str, Any], flags: Mapping[str, bool]) -> None:
+    """One applied step's architectures: a name, a choice on a flag (the function's or the step's
+    own), or a lookup by the current architecture."""
+    local = {k: state["model_type"] in v for k, v in (step.get("flags") or {}).items() if isinstance(v, list)}
+    arch = step.get("architectures")
+    got: Any = None
+    if isinstance(arch, str):
+        got = arch
+    elif isinstance(arch, dict) and "if" in arch:
+        got = arch["then"] if {**flags, **local}.get(arch["if"], False) else arch["else"]
+    elif isinstance(arch, dict) and isinstance(arch.get("by_architecture"), dict):
+        got = arch["by_architecture"].get(state["archs"][0] if state["archs"] else None)
+    if isinstance(got, str):
+        state["archs"] = (got,)
 
 
 def config_override(table: ArchTable | None, cfg: Mapping[str, Any]) -> Override | None:
@@ -185,6 +213,7 @@ def config_override(table: ArchTable | None, cfg: Mapping[str, Any]) -> Override
     state: dict[str, Any] = {"initial": archs[0] if archs else None, "archs": archs, "model_type": mt}
     flags: dict[str, bool] = {}
     applied: list[str] = []
+    unread: list[tuple[str, str]] = []
     replaced = None
     for step in rule["steps"]:
         if not isinstance(step, dict):
@@ -192,22 +221,15 @@ def config_override(table: ArchTable | None, cfg: Mapping[str, Any]) -> Override
         if "flag" in step:
             flags[str(step["flag"])] = state["model_type"] in (step.get("model_type") or ())
             continue
+        if isinstance(step.get("unread"), str):
+            if _names_model_type(step["unread"], state["model_type"]):
+                unread.append((str(step.get("at")), step["unread"]))
+            continue  # never applied: the finding says vLLM may rewrite the config there
         when = step.get("when")
         if not isinstance(when, list) or not all(isinstance(c, dict) and _holds(c, state, cfg, text) for c in when):
-            continue  # an `unread` test is never applied
-        local = {k: state["model_type"] in v for k, v in (step.get("flags") or {}).items() if isinstance(v, list)}
+            continue
         applied.append(str(step.get("at")))
-        arch = step.get("architectures")
-        if isinstance(arch, str):
-            state["archs"] = (arch,)
-        elif isinstance(arch, dict) and "if" in arch:
-            got = arch["then"] if {**flags, **local}.get(arch["if"], False) else arch["else"]
-            if isinstance(got, str):
-                state["archs"] = (got,)
-        elif isinstance(arch, dict) and isinstance(arch.get("by_architecture"), dict):
-            got = arch["by_architecture"].get(state["archs"][0] if state["archs"] else None)
-            if isinstance(got, str):
-                state["archs"] = (got,)
+        _apply_architectures(step, state, flags)
         if isinstance(step.get("model_type"), str):
             state["model_type"] = step["model_type"]
         if step.get("replaces"):
@@ -221,6 +243,7 @@ def config_override(table: ArchTable | None, cfg: Mapping[str, Any]) -> Override
         replaced,
         rule.get("at"),
         rule.get("draft_applies_at"),
+        tuple(unread),
     )
 
 

@@ -18,7 +18,12 @@ from __future__ import annotations
 from typing import Iterator
 
 from ppspec_cli.findings import Finding
-from ppspec_cli.findings.codes import DRAFTER_EMBED_WIDTH, DRAFTER_METHOD_DECLARED, SPECULATORS_REFUSED
+from ppspec_cli.findings.codes import (
+    DRAFTER_EMBED_WIDTH,
+    DRAFTER_METHOD_DECLARED,
+    DRAFTER_OVERRIDE_UNREAD,
+    SPECULATORS_REFUSED,
+)
 from ppspec_cli.knowledge import drafterfacts, methods
 from ppspec_cli.planning.resolve import Resolved, drafter_facts, mtp_facts
 
@@ -231,8 +236,25 @@ def mtp_rules(r: Resolved) -> Iterator[Finding]:
         )
 
 
+def override_unread(r: Resolved) -> Iterator[Finding]:
+    """A step of vLLM's config override names the drafter's model_type under a test ppspec does not
+    evaluate (the table keeps it `unread`): said, never applied nor passed over in silence."""
+    ov = r.drafter_override
+    if r.profile.drafter is None or ov is None or not ov.unread:
+        return
+    mt = (r.drafter_view or {}).get("model_type")
+    at, test = ov.unread[0]
+    yield DRAFTER_OVERRIDE_UNREAD.at(
+        "drafter.model",
+        f"vLLM {_ver(r)}'s config override, which it applies to every draft config ({ov.draft_applies_at}), has a "
+        f"step for model_type {str(mt)[:40]!r} at {at} under a test ppspec does not evaluate ({test[:160]}): vLLM may "
+        "rewrite this drafter's architectures there, and which class it builds is not decided here",
+    )
+
+
 def findings(r: Resolved) -> Iterator[Finding]:
     yield from speculators_refused(r)
+    yield from override_unread(r)
     yield from arch_unknown(r)
     yield from method_declared(r)
     yield from embed_width(r)

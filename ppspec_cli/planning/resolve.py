@@ -389,7 +389,7 @@ def _drafter_side(r: Resolved) -> dict[str, Any]:
     archs = methods.declared_architectures(view or {})
     # vLLM passes its config override as every draft's hf_overrides: it runs before any rename
     ov = drafterfacts.config_override(r.arch_table, view or {}) if sp is None else None
-    if ov is not None and ov.changed:
+    if ov is not None and (ov.changed or ov.unread):
         out["drafter_override"] = ov
         archs = list(ov.architectures)
     served = drafterfacts.served_names(r.arch_table, r.method, archs, speculators=sp is not None)
