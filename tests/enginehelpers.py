@@ -97,6 +97,18 @@ def write_profile(src: str, dst: Path, **overrides) -> Path:
 ENGINE_THREADS = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
 
 
+def vllm_cache_root() -> str:
+    """This run's vLLM cache (VLLM_CACHE_ROOT, else $XDG_CACHE_HOME/vllm or ~/.cache/vllm, as vLLM's
+    envs.py reads it). A test that gives ppspec a fresh HOME (a user's first run: the multi-node
+    and P/D tests' shared home) passes this along, as on a cluster where vLLM ran before: else every
+    fresh home makes vLLM inspect the model classes again in a subprocess of its own (a vLLM import,
+    ~9 s of CPU; twice per SLURM job, once per node process that resolves the model)."""
+    if os.environ.get("VLLM_CACHE_ROOT"):
+        return os.environ["VLLM_CACHE_ROOT"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "vllm")
+
+
 def engine_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
     env.update(
