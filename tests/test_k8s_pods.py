@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from enginehelpers import PPSPEC, REPO, engine_env, engine_lock, free_port
+from enginehelpers import PPSPEC, REPO, engine_env, engine_lock, free_port, vllm_cache_root
 from hosts import Hosts, can_make_hosts
 
 from ppspec_cli.running.serve.confirm import unconfirmed
@@ -69,7 +69,11 @@ def test_k8s_pod_builds_the_overlay_and_confirms_the_plugin(tmp_path):
     )
     home = Path(tempfile.mkdtemp(prefix="ppspec-pod-"))
     env = engine_env(
-        {"HOME": str(home), "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}".rstrip(os.pathsep)}
+        {
+            "HOME": str(home),
+            "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}".rstrip(os.pathsep),
+            "VLLM_CACHE_ROOT": vllm_cache_root(),  # vLLM's own cache: this run's (enginehelpers), not the new home's
+        }
     )
     env.pop("PPSPEC_CACHE", None)
     manifest = subprocess.run(

@@ -35,6 +35,7 @@ from enginehelpers import (
     leftover_entries,
     new_entries_left,
     seed_option_cache,
+    vllm_cache_root,
 )
 from hosts import Hosts, Slurm, can_run_slurm, hosts_or_skip, shared_home
 
@@ -61,8 +62,11 @@ def two_node_profile(home: Path, **launch) -> Path:
 
 
 def host_env(home: Path, extra: dict | None = None) -> dict:
-    """What a user on either host has: the same home (NFS), ppspec importable, nothing else set."""
-    env = engine_env({"HOME": str(home), "PPSPEC_STOP_GRACE_S": "30", **(extra or {})})
+    """What a user on either host has: the same home (NFS), ppspec importable, nothing else set
+    but vLLM's own cache, which is this run's (enginehelpers.vllm_cache_root)."""
+    env = engine_env(
+        {"HOME": str(home), "VLLM_CACHE_ROOT": vllm_cache_root(), "PPSPEC_STOP_GRACE_S": "30", **(extra or {})}
+    )
     env.pop("PPSPEC_CACHE", None)
     env["PYTHONPATH"] = f"{REPO}{os.pathsep}{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(REPO)
     return env

@@ -89,6 +89,27 @@ def test_loopback_never_goes_through_a_proxy(raw, monkeypatch):
     assert _call_bounded(lambda: health_ok(srv.url, timeout=10)) is True
 
 
+def test_a_plain_http_poll_loads_no_ca_bundle(raw, monkeypatch):
+    """serve's /health wait makes a client per poll (4 a second while the engine starts): each one
+    used to load the CA bundle for a TLS context its transport threw away (~20 ms of CPU a poll,
+    seconds per engine start). A plain-HTTP exchange loads none now; an https URL's client still
+    has no TLS context of its own (httpcore's default, which verifies, is made on connecting)."""
+    import ssl
+
+    loads: list = []
+    real = ssl.SSLContext.load_verify_locations
+    monkeypatch.setattr(
+        ssl.SSLContext, "load_verify_locations", lambda self, *a, **k: loads.append(a) or real(self, *a, **k)
+    )
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    srv = raw(lambda conn, stop: conn.sendall(ok))
+    assert all(_call_bounded(lambda: health_ok(srv.url, timeout=10)) for _ in range(3))
+    assert loads == []
+    tls = netio.Http("https://gw.example")
+    assert loads == [] and tls._client._transport._pool._ssl_context is None  # noqa: SLF001 - the pool's own field
+    tls.close()
+
+
 def test_redirects_are_answers_not_followed(raw):
     seen = []
 

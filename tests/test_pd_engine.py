@@ -12,7 +12,7 @@ import shutil
 import sys
 
 import pytest
-from enginehelpers import Served, engine_lock, free_port, write_profile
+from enginehelpers import Served, engine_lock, free_port, vllm_cache_root, write_profile
 from hosts import hosts_or_skip, shared_home
 
 pytestmark = [pytest.mark.vllm, pytest.mark.engine]
@@ -55,7 +55,7 @@ def _prefill_on_a_decode_on_b(hosts, home) -> None:
             served[role] = Served(
                 prof,
                 home / f"run-{role}",
-                env={"HOME": str(home)},
+                env={"HOME": str(home), "VLLM_CACHE_ROOT": vllm_cache_root()},  # vLLM's cache: this run's
                 extra_args=["--role", role],
                 wrap=lambda argv, i=on[role]: hosts.argv(i, argv),
             )
