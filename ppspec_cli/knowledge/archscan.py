@@ -1382,12 +1382,9 @@ def _test_keys(test: ast.expr) -> tuple[str | None, list[str]]:
     return None, []
 
 
-def _arch_in(body: list[ast.stmt], key: str, flags: dict[str, set[str]]) -> str | None:
-    """The MTP architecture a branch writes into `architectures` for `key`: a literal,
-    `"A" if flag else "B"` where the branch set `flag = <config>.model_type in (...)`, a lookup
-    `maps[arch]` in a dict literal the branch assigns (`maps = {"ArchA": "MtpA", ...}`), or
-    `x["architectures"] = [literal]` (under `if not flag:`: only for keys the flag does not hold)."""
-    dicts = {
+def assigned_dicts(body: list[ast.stmt]) -> dict[str, ast.Dict]:
+    """The dict literals a branch assigns to plain names (`maps = {"ArchA": "MtpA", ...}`), by name."""
+    return {
         t.id: n.value
         for st in body
         for n in ast.walk(st)
@@ -1395,6 +1392,14 @@ def _arch_in(body: list[ast.stmt], key: str, flags: dict[str, set[str]]) -> str 
         for t in n.targets
         if isinstance(t, ast.Name)
     }
+
+
+def _arch_in(body: list[ast.stmt], key: str, flags: dict[str, set[str]]) -> str | None:
+    """The MTP architecture a branch writes into `architectures` for `key`: a literal,
+    `"A" if flag else "B"` where the branch set `flag = <config>.model_type in (...)`, a lookup
+    `maps[arch]` in a dict literal the branch assigns (`maps = {"ArchA": "MtpA", ...}`), or
+    `x["architectures"] = [literal]` (under `if not flag:`: only for keys the flag does not hold)."""
+    dicts = assigned_dicts(body)
     for st in body:
         for n in ast.walk(st):
             if isinstance(n, ast.Dict):

@@ -729,14 +729,7 @@ def _effects(body: list[ast.stmt], guard: str | None = None) -> dict[str, Any]:
     """What a branch does to the config: the architectures it writes, the model_type it sets,
     whether it returns (and whether with another config: `replaces`)."""
     out: dict[str, Any] = {}
-    dicts = {
-        t.id: _literal(n.value)
-        for st in body
-        for n in ast.walk(st)
-        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict)
-        for t in n.targets
-        if isinstance(t, ast.Name)
-    }
+    dicts = {name: _literal(d) for name, d in archscan.assigned_dicts(body).items()}
     for st in body:
         if isinstance(st, ast.Return):
             out["returns"] = True
