@@ -22,7 +22,7 @@ MODELS = FIXTURES / "models"
 ST_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 
 
-#: The longest files first, so that `bash dev.sh test`'s workers (one file at a time each,
+#: The longest files first, so that `bash dev.sh test`'s two workers (one file at a time each,
 #: --dist loadfile) do not end with one of them alone on a long engine file. Only the order changes;
 #: a file missing here runs after these, in its usual place. The seconds (also the ETA's estimate of
 #: the file in a fresh clone: tests/suiteprogress.py): the file's worker-seconds in a full run under
