@@ -14,8 +14,14 @@ engine failed or the launch was refused. test_faults_engine.py repeats the key f
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -116,3 +122,63 @@ def test_the_driver_detects_orphans_and_leftovers(tmp_path, monkeypatch):
         f"ppspec did not stop the engine through the stand-ins: {seen}"
     )
     assert not out.orphans or all(not PF.alive(p) for p in out.orphans)  # the driver cleaned up after itself
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """The process has a handler for SIGTERM (/proc/PID/status SigCgt, bit 15 - 1)."""
+    with contextlib.suppress(OSError, StopIteration, ValueError):
+        status = Path(f"/proc/{pid}/status").read_text()
+        caught = next(ln for ln in status.splitlines() if ln.startswith("SigCgt:")).split()[1]
+        return bool(int(caught, 16) >> (signal.SIGTERM - 1) & 1)
+    return False
+
+
+def test_the_fake_engine_stops_on_a_second_sigterm_while_stopping(tmp_path):
+    """The parent-death signal can reach an engine more than once when ppspec is SIGKILLed (the
+    kernel sends it each time it hands the engine to another of ppspec's exiting threads): the fake
+    stops on the first and ignores the rest. Its handler, re-entered while the first run waited for
+    a worker, once blocked for ever on Popen's wait lock (test_fault[ppspec-killed], about one run
+    in 30 under load). Here the workers take 1 s to stop, so the second signal meets that wait."""
+    from fake_vllm import make_fake_engine
+
+    record = tmp_path / "record.json"
+    env = dict(
+        os.environ,
+        FAKE_VLLM_MODE="serve",
+        FAKE_VLLM_RECORD=str(record),
+        FAKE_VLLM_WORKER_STOP_S="1",
+        TMPDIR=str(tmp_path),
+    )
+    p = subprocess.Popen(
+        [str(make_fake_engine(tmp_path / "bin")), "serve", "x", "--port", str(PF.free_port())],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        text=True,
+    )
+    try:
+        for line in p.stdout:
+            if "Uvicorn running" in line:
+                break
+        workers = json.loads(record.read_text())["workers"]
+        end = time.monotonic() + 30
+        while not all(_catches_sigterm(w) for w in workers) and time.monotonic() < end:
+            time.sleep(0.01)
+        assert all(_catches_sigterm(w) for w in workers), "the fake's workers never installed their SIGTERM handler"
+        p.send_signal(signal.SIGTERM)
+        time.sleep(0.3)  # the handler now waits for the first worker, which takes 1 s to stop
+        p.send_signal(signal.SIGTERM)
+        try:
+            rc = p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            rc = None
+        assert rc == 0, "the fake engine did not stop within 20 s of a second SIGTERM"
+        assert [w for w in workers if PF.alive(w)] == []
+    finally:
+        for pid in [p.pid, *json.loads(record.read_text())["workers"]] if record.exists() else [p.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        p.wait()
+        for f in json.loads(record.read_text())["created"] if record.exists() else []:
+            with contextlib.suppress(OSError):
+                os.unlink(f)
