@@ -355,21 +355,26 @@ def test_real_slurm_job_and_a_node_failure(hosts, home, slurm):
 
 
 def test_head_alone_names_the_node_that_never_arrived(hosts, home):
+    """The head serves alone: at its health deadline it names the node that never joined, and its
+    engine is gone after the stop (SIGKILL once the grace is over) with nothing left in /dev/shm.
+    The roll call knows who is missing at any moment, so the deadline need not cover a whole engine
+    start (25 s, not 45), nor the grace a clean stop of an engine waiting for its peer (5 s, not
+    20): 71 s -> 38 s of the suite's time (issue 43)."""
     profile = two_node_profile(home, master_addr=hosts.addrs[0])
     with engine_lock():
         before = leftover_entries()
         proc = hosts.popen(
             0,
-            [*PPSPEC, "serve", str(profile), "--node-rank", "0", "--health-timeout", "45"],
+            [*PPSPEC, "serve", str(profile), "--node-rank", "0", "--health-timeout", "25"],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env=host_env(home, {"PPSPEC_STOP_GRACE_S": "20"}),
+            env=host_env(home, {"PPSPEC_STOP_GRACE_S": "5"}),
             cwd=home,
         )
         tree = Tree(proc)
         try:
-            t_gave_up = wait_until(lambda: proc.poll() is not None, 45 + START_S, tree, "the head to give up")
+            t_gave_up = wait_until(lambda: proc.poll() is not None, 25 + START_S, tree, "the head to give up")
             print(f"head alone: gave up after {t_gave_up:.0f}s")
             text = proc.stdout.read()
             assert proc.returncode == 1, text[-3000:]
