@@ -106,6 +106,7 @@ def test_the_driver_detects_orphans_and_leftovers(tmp_path, monkeypatch):
         ("exited with code 1 while serving",),
         mode="crash",
         env={"PPSPEC_TEST_NO_GROUP_KILL": "1"},
+        orphan_wait_s=3,  # the crashed engine's workers stay for good: no use waiting 20 s for them
     )
     wrapper = tmp_path / "sitecustomize_dir"
     wrapper.mkdir()

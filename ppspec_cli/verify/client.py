@@ -205,9 +205,9 @@ class Client:
         """Raise unless `/health` answers 200."""
         self._request("GET", "/health", limit=1 << 20, timeout=timeout)
 
-    def models(self) -> list[str]:
+    def models(self, *, timeout: float = 30.0) -> list[str]:
         """Model ids the server serves (`/v1/models`)."""
-        doc = self._json("GET", "/v1/models", timeout=30.0)
+        doc = self._json("GET", "/v1/models", timeout=timeout)
         data = doc.get("data") if isinstance(doc, dict) else None
         if not isinstance(data, list):
             raise PpspecError(

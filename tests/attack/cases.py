@@ -521,7 +521,7 @@ def _remote_reads() -> dict[str, Callable[[int], None]]:
 
     return {
         "health": lambda port: client(port).health(timeout=1.0),
-        "models": lambda port: client(port).models(),
+        "models": lambda port: client(port).models(timeout=1.0),
         "metrics": metrics,
         "completion": lambda port: client(port).complete("m", "hi", max_tokens=1, timeout=1.0),
         "hub-metadata": hub,

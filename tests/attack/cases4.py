@@ -1013,10 +1013,31 @@ def _subprocess_ppspec(args: list[str], **kw):
     )
 
 
+_SHARED_CACHE: list[Path] = []
+
+
+def _shared_cache() -> Path:
+    """One PPSPEC_CACHE (0700) for this process's closed-stdout cases, removed at exit: what they
+    attack is an output whose reader went away, not a cold cache's import check of vLLM's modules
+    and read of its option names (6-10 s per case, paid once here)."""
+    if not _SHARED_CACHE:
+        import atexit
+        import shutil
+
+        from tests.enginehelpers import seed_option_cache
+
+        d = Path(tempfile.mkdtemp(prefix="ppspec-attack4-cache-"))
+        os.chmod(d, 0o700)
+        seed_option_cache(d)  # vLLM's option names, as the engine tests' caches hold them (read once a process)
+        atexit.register(shutil.rmtree, d, True)
+        _SHARED_CACHE.append(d)
+    return _SHARED_CACHE[0]
+
+
 def _closed_stdout_case(how: str) -> Callable[[], str | None]:
     @_guard
     def run() -> str | None:
-        with workdir():
+        with env(PPSPEC_CACHE=str(_shared_cache())):
             return _closed_stdout(how)
 
     return run
