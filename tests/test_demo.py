@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -285,9 +286,10 @@ def test_layouts_load_into_installed_vllm(demo_cache):
 
 
 def test_every_listed_model_is_described_exactly_without_building(cache):
-    """check/plan/--predict read a demo model's description (factory.describe_demo_model: its builder
-    on fake tensors, its writes recorded): config and every tensor's dtype and shape equal the built
-    checkpoint's, for every model the catalogue lists (the kit's included)."""
+    """check/plan/--predict read a demo model's description (factory.describe_demo_model: the shipped
+    one, which test_the_shipped_shapes_are_the_builders_own proves equal to its builder's run on fake
+    tensors): config and every tensor's dtype and shape equal the built checkpoint's, for every
+    model the catalogue lists (the kit's included)."""
     from ppspec_cli.checkpoint.reader import load_local
 
     for name in demo.DEMO_MODELS:
@@ -295,6 +297,54 @@ def test_every_listed_model_is_described_exactly_without_building(cache):
         built = load_local(f"demo:{name}", cache / name)
         assert d.config == built.config, name
         assert d.tensors == {k: (t.dtype, t.shape) for k, t in built.tensors.items()}, name
+
+
+def test_the_shipped_shapes_are_the_builders_own():
+    """ppspec_cli/demo/demo_shapes.json and ppspec_kit/demo_shapes.json hold exactly what every
+    registered model's builder gives on fake tensors now (tools/demo_shapes.py --check)."""
+    spec = importlib.util.spec_from_file_location("demo_shapes_tool", REPO / "tools" / "demo_shapes.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    texts = tool.shipped_texts()
+    assert {p.relative_to(REPO).as_posix() for p in texts} == {
+        "ppspec_cli/demo/demo_shapes.json",
+        "ppspec_kit/demo_shapes.json",
+    }
+    assert tool.stale(texts) == [], "stale shipped demo shapes: run PYTHONPATH=. python tools/demo_shapes.py"
+
+
+def test_a_shipped_description_is_read_and_a_stale_one_is_a_miss(fresh_cache, monkeypatch, tmp_path):
+    """A shipped entry whose key is this factory's, spec's and builder's is read (the builder never
+    runs, nothing is written to the cache); one with another key, or a damaged file, is a miss: the
+    model is described afresh."""
+    name = "tiny-llama-eagle3"
+    entry = factory._REGISTRY[name]
+    calls = []
+
+    def counting(spec, out):  # the same builder identity (the record's key names it), counting its runs
+        calls.append(1)
+        entry.build(spec, out)
+
+    counting.__module__, counting.__qualname__ = entry.build.__module__, entry.build.__qualname__
+    monkeypatch.setitem(factory._REGISTRY, name, factory._Entry(entry.spec, counting, entry.listed))
+    shipped = tmp_path / "shipped.json"
+    monkeypatch.setattr(factory, "shipped_shapes_file", lambda module: shipped)
+    truth = factory.described_afresh(name)
+    calls.clear()
+    good = {"models": {name: factory.shapes_doc(name, truth)}}
+    for doc, described in (
+        (good, False),
+        ({"models": {name: {**good["models"][name], "key": "another factory"}}}, True),
+        ({"models": {}}, True),
+        ("{not json", True),
+    ):
+        shipped.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+        monkeypatch.setattr(factory, "_DESCRIPTIONS", {})
+        for f in fresh_cache.glob(".*.shapes.json") if fresh_cache.exists() else []:
+            f.unlink()
+        assert demo.describe_demo_model(name) == truth
+        assert bool(calls) is described, doc
+        calls.clear()
 
 
 def test_check_plan_and_predict_never_build_a_demo_model(fresh_cache, tmp_path):
@@ -391,6 +441,7 @@ def test_a_description_is_kept_for_the_next_run_and_a_bad_one_is_a_miss(fresh_ca
     of running the builder; a damaged record or one of another factory version is described again."""
     name = "tiny-llama-eagle3"
     monkeypatch.setattr(factory, "_DESCRIPTIONS", {})
+    monkeypatch.setattr(factory, "shipped_shapes_file", lambda module: None)  # the cache's own path
     first = demo.describe_demo_model(name)
     kept = fresh_cache / f".{name}.shapes.json"
     assert kept.is_file() and not (fresh_cache / name).exists()

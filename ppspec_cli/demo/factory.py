@@ -22,6 +22,7 @@ import importlib.util
 import json
 import os
 import signal
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -112,6 +113,11 @@ def register_model(name: str, spec: Spec, builder: Builder, *, listed: bool = Tr
     _REGISTRY[name] = entry
     if listed:
         DEMO_MODELS[name] = spec.description
+
+
+def registered_models() -> dict[str, str]:
+    """Every model registered so far (listed or not): name -> the module of its builder."""
+    return {name: e.build.__module__ for name, e in _REGISTRY.items()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -478,10 +484,20 @@ def describe_demo_model(name: str) -> Description:
     entry = _lookup(name)
     if name in _DESCRIPTIONS:
         return _DESCRIPTIONS[name]
-    kept = _kept_description(name, entry)
+    kept = _kept_description(name, entry) or _shipped_description(name, entry)
     if kept is not None:
         _DESCRIPTIONS[name] = kept
         return kept
+    d = described_afresh(name)
+    _DESCRIPTIONS[name] = d
+    _keep_description(name, entry, d)
+    return d
+
+
+def described_afresh(name: str) -> Description:
+    """Demo model `name`'s description from its builder run on fake tensors (no cache, nothing
+    shipped read): what describe_demo_model falls back to, and what tools/demo_shapes.py ships."""
+    entry = _lookup(name)
     if importlib.util.find_spec("torch") is None:
         raise PpspecError(
             f"reading demo model {name!r}'s shapes needs torch, which is not installed",
@@ -510,8 +526,6 @@ def describe_demo_model(name: str) -> Description:
             where=f"{DEMO_PREFIX}{name}",
             fix="a registered builder calls write_target or write_drafter exactly once",
         )
-    _DESCRIPTIONS[name] = sink[0]
-    _keep_description(name, entry, sink[0])
     return sink[0]
 
 
@@ -547,6 +561,12 @@ def _kept_description(name: str, entry: _Entry) -> Description | None:
         rec, _ = records.load(path, ShapesRecord, what="demo model shapes", limit=1 << 22, fix="delete it")
     except PpspecError:
         return None
+    return _description_of(rec, name, entry)
+
+
+def _description_of(rec: ShapesRecord, name: str, entry: _Entry) -> Description | None:
+    """The description a record holds, when it was made for this name, spec, builder and factory
+    version (its key) and every tensor is a known dtype with sane dimensions; else None."""
     if rec.key != _description_key(name, entry):
         return None
     tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
@@ -558,16 +578,46 @@ def _kept_description(name: str, entry: _Entry) -> Description | None:
     return Description(dict(rec.config), tensors)
 
 
-def _keep_description(name: str, entry: _Entry, d: Description) -> None:
-    """Write the description for the next run; a cache that cannot take it is no error (the next run
-    describes again)."""
-    doc = {
+#: The descriptions shipped beside the module that registers a model (the package's own for the
+#: built-in ones, ppspec_kit's for the kit's), made by `python tools/demo_shapes.py` and checked
+#: against the builders by tests/test_demo.py: `check` and `plan` of a demo profile then need
+#: neither torch nor the seconds of a fake-tensor run. A stale one (another key) is a miss.
+SHIPPED_SHAPES = "demo_shapes.json"
+
+
+def shipped_shapes_file(entry_module: str) -> Path | None:
+    mod = sys.modules.get(entry_module)
+    f = getattr(mod, "__file__", None)
+    return Path(f).parent / SHIPPED_SHAPES if f else None
+
+
+def _shipped_description(name: str, entry: _Entry) -> Description | None:
+    path = shipped_shapes_file(entry.build.__module__)
+    if path is None or not path.is_file():
+        return None
+    try:
+        doc = json.loads(safeio.read_text(path, limit=1 << 24, what="shipped demo model shapes"))
+        rec = ShapesRecord.model_validate(doc["models"][name])
+    except (PpspecError, OSError, ValueError, KeyError, TypeError):
+        return None
+    return _description_of(rec, name, entry)
+
+
+def shapes_doc(name: str, d: Description) -> dict[str, Any]:
+    """The record of `name`'s description (the cache's file, and one entry of a shipped file)."""
+    entry = _lookup(name)
+    return {
         "key": _description_key(name, entry),
         "config": d.config,
         "tensors": {k: [t, list(s)] for k, (t, s) in d.tensors.items()},
     }
+
+
+def _keep_description(name: str, entry: _Entry, d: Description) -> None:
+    """Write the description for the next run; a cache that cannot take it is no error (the next run
+    describes again)."""
     try:
-        safeio.write_text(_shapes_file(name), json.dumps(doc, sort_keys=True), what="demo model shapes")
+        safeio.write_text(_shapes_file(name), json.dumps(shapes_doc(name, d), sort_keys=True), what="demo model shapes")
     except (PpspecError, OSError):
         pass
 
